@@ -1,0 +1,60 @@
+# Thin wrapper around CMake. The real build is CMakeLists.txt.
+#   make demo      install what is missing, build, train, write the plots
+#   make test      install what is missing, build, run every test (ctest)
+#   make bench     build and run the benchmarks
+#   make sanitize  build with AddressSanitizer + UBSan (build-asan/) and run the tests
+#   make memcheck  Debug build (build-memcheck/), every test under valgrind
+#   make fuzz      run the checkpoint-loader fuzzer (scripts/fuzz.sh)
+#   make clean     remove the build folders and out/
+# Extra CMake flags: make test CMAKE_ARGS="-DTG_WERROR=ON"
+
+SHELL    := /bin/bash
+JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_ARGS ?=
+BUILD    := build
+
+.PHONY: all deps build test demo bench sanitize memcheck fuzz clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS)
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+demo: build
+	scripts/demo.sh $(BUILD)
+
+bench: build
+	@if [ -x scripts/bench.sh ]; then scripts/bench.sh $(BUILD); \
+	else scripts/run-benches.sh $(BUILD); fi
+
+sanitize: deps
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTG_SANITIZE=address,undefined $(CMAKE_ARGS)
+	cmake --build build-asan -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	ctest --test-dir build-asan --output-on-failure -j $(JOBS)
+
+# valgrind cannot decode AVX-512, so this build is portable (TG_NATIVE=OFF).
+memcheck:
+	@scripts/deps.sh valgrind
+	cmake -S . -B build-memcheck -DCMAKE_BUILD_TYPE=Debug -DTG_NATIVE=OFF $(CMAKE_ARGS)
+	cmake --build build-memcheck -j $(JOBS)
+	scripts/memcheck.sh build-memcheck
+
+fuzz:
+	@if [ ! -f scripts/fuzz.sh ]; then \
+	  echo "make fuzz: scripts/fuzz.sh does not exist yet (the checkpoint-loader fuzzer, issue 7)" >&2; \
+	  exit 1; \
+	fi
+	@scripts/deps.sh clang
+	bash scripts/fuzz.sh
+
+clean:
+	rm -rf build build-asan build-memcheck build-fuzz out

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# ctest `install_package`: installs the build into a temporary prefix, then
+# builds tests/install/hello.c against it twice — with find_package(tapegrad)
+# and with pkg-config — and runs both programs.
+# Usage: run.sh BUILD_DIR WORK_DIR CMAKE CC LIBDIR [SANITIZE]
+set -euo pipefail
+build=$1 work=$2 cmake=$3 cc=$4 libdir=$5 sanitize=${6:-}
+here=$(cd "$(dirname "$0")" && pwd)
+
+# A sanitized library needs its users linked with the same runtime.
+extra=()
+if [ -n "$sanitize" ]; then
+  extra=("-fsanitize=$sanitize" -fno-omit-frame-pointer)
+fi
+
+rm -rf "$work"
+mkdir -p "$work"
+prefix=$work/prefix
+
+echo "== cmake --install into $prefix"
+"$cmake" --install "$build" --prefix "$prefix"
+
+echo "== find_package(tapegrad)"
+"$cmake" -S "$here" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_C_COMPILER="$cc" -DCMAKE_C_FLAGS="${extra[*]}" -DCMAKE_BUILD_TYPE=Debug
+"$cmake" --build "$work/cmake-build"
+"$work/cmake-build/hello"
+
+echo "== pkg-config tapegrad"
+export PKG_CONFIG_PATH="$prefix/$libdir/pkgconfig"
+pkg-config --exists --print-errors tapegrad
+echo "pkg-config --cflags --libs tapegrad: $(pkg-config --cflags --libs tapegrad)"
+# shellcheck disable=SC2046  # word splitting of pkg-config output is intended
+"$cc" -std=c11 -Wall -Wextra -Wpedantic -Werror "${extra[@]}" "$here/hello.c" -o "$work/hello-pc" \
+  $(pkg-config --cflags --libs tapegrad)
+"$work/hello-pc"
+
+echo "install_package: both builds ran"
