@@ -33,6 +33,7 @@ echo "pkg-config --cflags --libs tapegrad: $(pkg-config --cflags --libs tapegrad
 # shellcheck disable=SC2046  # word splitting of pkg-config output is intended
 "$cc" -std=c11 -Wall -Wextra -Wpedantic -Werror "${extra[@]}" "$here/hello.c" -o "$work/hello-pc" \
   $(pkg-config --cflags --libs tapegrad)
-"$work/hello-pc"
+# A shared libtapegrad is found at run time through the loader's path.
+LD_LIBRARY_PATH="$prefix/$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$work/hello-pc"
 
 echo "install_package: both builds ran"
