@@ -1,0 +1,198 @@
+/* The tape: a Wengert list of op records, and backward.
+ *
+ * Ops append records in execution order, so the tape is already a
+ * topological order of the graph: backward visits the records in reverse and
+ * each record's backward adds its contribution to its inputs' gradients.
+ * No graph search and no reference counts. Gradients of leaves (tensors the
+ * user marked with tg_requires_grad) accumulate across backward calls;
+ * gradients of intermediate tensors live in the arena and are rebuilt by
+ * every backward. */
+#include "autograd/tape.h"
+
+#include <string.h>
+
+bool tg_needs_grad(const tg_ctx *ctx, int n_in, tg_tensor *const *in) {
+    if (!ctx->grad_enabled) return false;
+    for (int k = 0; k < n_in; k++)
+        if (in[k] && in[k]->requires_grad) return true;
+    return false;
+}
+
+static bool grow_tape(tg_ctx *ctx, const char *op) {
+    int64_t cap = ctx->cap_nodes ? ctx->cap_nodes * 2 : 256;
+    tg_node *nodes = tg_heap_alloc(ctx, (size_t)cap * sizeof *nodes);
+    if (!nodes) {
+        tg_error(ctx, TG_ERR_OOM, op, "out of memory growing the tape to %lld records", (long long)cap);
+        return false;
+    }
+    if (ctx->n_nodes) memcpy(nodes, ctx->nodes, (size_t)ctx->n_nodes * sizeof *nodes);
+    tg_heap_free(ctx, ctx->nodes);
+    ctx->nodes = nodes;
+    ctx->cap_nodes = cap;
+    return true;
+}
+
+tg_node *tg_record(tg_ctx *ctx, const char *op, tg_backward_fn backward, tg_tensor *out, int n_in,
+                   tg_tensor *const *in) {
+    if (!tg_live(ctx) || !out || !tg_needs_grad(ctx, n_in, in)) return NULL;
+    if (ctx->tape_consumed) {
+        /* A new forward after a backward: start a fresh tape on top. Records
+         * of the consumed tape stay (their tensors are alive until reset),
+         * but they can no longer be walked. */
+        ctx->tape_consumed = false;
+        ctx->n_nodes = 0;
+        ctx->saved_bytes = 0;
+    }
+    if (ctx->n_nodes == ctx->cap_nodes && !grow_tape(ctx, op)) return NULL;
+    tg_tensor **ins = tg_arena_alloc_fn(ctx, op, (size_t)(n_in > 0 ? n_in : 1) * sizeof *ins);
+    if (!ins) return NULL;
+    for (int k = 0; k < n_in; k++) ins[k] = in[k];
+    tg_node *n = &ctx->nodes[ctx->n_nodes];
+    memset(n, 0, sizeof *n);
+    n->op = op;
+    n->backward = backward;
+    n->out = out;
+    n->in = ins;
+    n->n_in = n_in;
+    out->requires_grad = true;
+    out->node_ = (int32_t)ctx->n_nodes;
+    out->grad = NULL;
+    ctx->n_nodes++;
+    return n;
+}
+
+void *tg_node_save(tg_ctx *ctx, tg_node *node, size_t bytes) {
+    void *p = tg_arena_alloc_fn(ctx, node->op, bytes);
+    if (!p) return NULL;
+    node->saved = p;
+    node->saved_bytes += bytes;
+    ctx->saved_bytes += bytes;
+    return p;
+}
+
+void tg_node_count_saved(tg_ctx *ctx, tg_node *node, size_t bytes) {
+    node->saved_bytes += bytes;
+    ctx->saved_bytes += bytes;
+}
+
+tg_tensor *tg_grad_of(tg_ctx *ctx, tg_tensor *t) {
+    if (!t || !t->requires_grad || !tg_live(ctx)) return NULL;
+    if (!t->grad) {
+        t->grad = tg_zeros(ctx, t->dtype, t->ndim, t->shape);
+    }
+    return t->grad;
+}
+
+void tg_tape_clear(tg_ctx *ctx) {
+    ctx->n_nodes = 0;
+    ctx->saved_bytes = 0;
+    ctx->tape_consumed = false;
+}
+
+int64_t tg_tape_size(const tg_ctx *ctx) { return ctx ? ctx->n_nodes : 0; }
+size_t tg_tape_saved_bytes(const tg_ctx *ctx) { return ctx ? ctx->saved_bytes : 0; }
+
+/* ---- leaves, modes ------------------------------------------------------- */
+
+tg_tensor *tg_requires_grad(tg_ctx *ctx, tg_tensor *t) {
+    static const char fn[] = "tg_requires_grad";
+    if (!tg_check_arg(ctx, fn, "t", t)) return NULL;
+    if (t->node_ >= 0) {
+        char s[TG_SHAPE_STR];
+        tg_error(ctx, TG_ERR_STATE, fn, "tensor of shape %s was made by an op ('%s'), not a leaf; detach it first",
+                 tg_shape_of(s, t), t->node_ < ctx->n_nodes ? ctx->nodes[t->node_].op : "?");
+        return NULL;
+    }
+    t->requires_grad = true;
+    if (t->grad) return t;
+    if (t->persistent) {
+        if (!tg_persistent_make_grad(ctx, t)) {
+            tg_error(ctx, TG_ERR_OOM, fn, "out of memory for the grad");
+            return NULL;
+        }
+    } else {
+        t->grad = tg_zeros(ctx, t->dtype, t->ndim, t->shape);
+        if (!t->grad) return NULL;
+    }
+    return t;
+}
+
+bool tg_set_grad_enabled(tg_ctx *ctx, bool enabled) {
+    if (!ctx) return false;
+    bool was = ctx->grad_enabled;
+    ctx->grad_enabled = enabled;
+    return was;
+}
+
+bool tg_grad_enabled(const tg_ctx *ctx) { return ctx && ctx->grad_enabled; }
+
+void tg_zero_grad(tg_ctx *ctx, tg_tensor *t) {
+    if (!tg_check_arg(ctx, "tg_zero_grad", "t", t)) return;
+    if (t->grad && t->grad->numel) memset(t->grad->data, 0, (size_t)t->grad->numel * tg_esize(t->grad->dtype));
+}
+
+tg_tensor *tg_detach(tg_ctx *ctx, tg_tensor *t) {
+    if (!tg_check_arg(ctx, "tg_detach", "t", t)) return NULL;
+    tg_tensor *d = tg_view(ctx, t, t->ndim, t->shape);
+    if (d) {
+        d->requires_grad = false;
+        d->grad = NULL;
+        d->node_ = -1;
+    }
+    return d;
+}
+
+/* ---- backward ------------------------------------------------------------ */
+
+void tg_backward(tg_ctx *ctx, tg_tensor *loss) { tg_backward_ex(ctx, loss, NULL, false); }
+
+void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool keep_tape) {
+    static const char fn[] = "tg_backward";
+    if (!tg_check_arg(ctx, fn, "out", out)) return;
+    char s1[TG_SHAPE_STR], s2[TG_SHAPE_STR];
+    if (!out->requires_grad) {
+        tg_error(ctx, TG_ERR_STATE, fn, "output of shape %s does not require grad (no input required grad, "
+                 "or grad mode was off)", tg_shape_of(s1, out));
+        return;
+    }
+    if (grad_out) {
+        if (!tg_check_same_dtype(ctx, fn, out, grad_out)) return;
+        if (!tg_same_shape(out, grad_out)) {
+            tg_error(ctx, TG_ERR_SHAPE, fn, "gradient of shape %s does not match output of shape %s",
+                     tg_shape_of(s1, grad_out), tg_shape_of(s2, out));
+            return;
+        }
+    } else if (out->numel != 1) {
+        tg_error(ctx, TG_ERR_SHAPE, fn, "output of shape %s is not a scalar: pass its gradient to tg_backward_ex",
+                 tg_shape_of(s1, out));
+        return;
+    }
+    int64_t top = out->node_;
+    if (top >= 0 && (ctx->tape_consumed || top >= ctx->n_nodes || ctx->nodes[top].out != out)) {
+        tg_error(ctx, TG_ERR_STATE, fn, "the tape was already consumed by a backward; pass keep_tape=true to "
+                 "tg_backward_ex to run backward twice");
+        return;
+    }
+
+    /* Leaf output: its gradient is the seed itself. */
+    if (top < 0) {
+        tg_tensor *g = tg_grad_of(ctx, out);
+        if (!g) return;
+        for (int64_t i = 0; i < g->numel; i++) tg_store(g, i, tg_load(g, i) + (grad_out ? tg_load(grad_out, i) : 1.0));
+        return;
+    }
+
+    /* Intermediate gradients start from nothing on every backward. */
+    for (int64_t k = 0; k <= top; k++) ctx->nodes[k].out->grad = NULL;
+
+    tg_tensor *seed = grad_out ? tg_copy(ctx, grad_out) : tg_ones(ctx, out->dtype, out->ndim, out->shape);
+    if (!seed) return;
+    out->grad = seed;
+
+    for (int64_t k = top; k >= 0 && tg_live(ctx); k--) {
+        tg_node *n = &ctx->nodes[k];
+        if (!n->out->grad) continue; /* no gradient flows through this record */
+        n->backward(ctx, n);
+    }
+    if (!keep_tape) ctx->tape_consumed = true;
+}

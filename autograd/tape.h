@@ -1,0 +1,70 @@
+/* The tape: what a differentiable op records, and the helpers op writers use.
+ *
+ * How to write a differentiable op (see autograd/ops_*.c for examples):
+ *
+ *   tg_tensor *tg_foo(tg_ctx *ctx, tg_tensor *a) {
+ *       ... check arguments, make `out`, compute the forward ...
+ *       tg_node *n = tg_record(ctx, "foo", foo_backward, out, 1, &a);
+ *       if (n) { ... save what backward needs: n->f[0] = alpha;
+ *                n->saved = tg_node_save(ctx, n, bytes); ... }
+ *       return tg_ok(ctx) ? out : NULL;
+ *   }
+ *
+ *   // derivation in a comment above:
+ *   static void foo_backward(tg_ctx *ctx, tg_node *n) {
+ *       const tg_tensor *dy = n->out->grad;          // never NULL here
+ *       tg_tensor *da = tg_grad_of(ctx, n->in[0]);   // NULL: no grad needed
+ *       if (da) ... da += ...;                        // always accumulate
+ *   }
+ *
+ * tg_record returns NULL when nothing needs recording (no input requires
+ * grad, or grad mode is off) and on allocation failure (the error is set).
+ * The node pointer stays valid only until the next tg_record call. */
+#ifndef TG_AUTOGRAD_TAPE_H
+#define TG_AUTOGRAD_TAPE_H
+
+#include "tensor/internal.h"
+
+typedef struct tg_node tg_node;
+typedef void (*tg_backward_fn)(tg_ctx *ctx, tg_node *node);
+
+struct tg_node {
+    const char *op;          /* op name, for messages */
+    tg_backward_fn backward;
+    tg_tensor *out;
+    tg_tensor **in;          /* n_in inputs (arena array) */
+    int n_in;
+    void *saved;             /* what the forward saved for backward (arena) */
+    size_t saved_bytes;
+    double f[4];             /* scalar arguments (alpha, eps, ...) */
+    int64_t i[4];            /* integer arguments (axis, flags, ...) */
+};
+
+/* True when an op on these inputs must be recorded: grad mode is on and at
+ * least one (non-NULL) input requires grad. */
+bool tg_needs_grad(const tg_ctx *ctx, int n_in, tg_tensor *const *in);
+
+/* Appends a record for `out` = op(in...). Marks out as requiring grad.
+ * Returns NULL when no record is needed or on error (then the error is set). */
+tg_node *tg_record(tg_ctx *ctx, const char *op, tg_backward_fn backward, tg_tensor *out, int n_in,
+                   tg_tensor *const *in);
+
+/* Allocates `bytes` in the arena for the node's saved data and counts them in
+ * tg_tape_saved_bytes. Sets node->saved and node->saved_bytes. */
+void *tg_node_save(tg_ctx *ctx, tg_node *node, size_t bytes);
+/* Counts bytes the forward saved elsewhere (e.g. an input kept by pointer
+ * that a composed op needs) without allocating. */
+void tg_node_count_saved(tg_ctx *ctx, tg_node *node, size_t bytes);
+
+/* The gradient buffer of t for accumulation during backward: NULL when t
+ * does not require grad; otherwise t->grad, made (zeroed, in the arena) if
+ * t has none yet. */
+tg_tensor *tg_grad_of(tg_ctx *ctx, tg_tensor *t);
+
+/* Clears the tape (used by tg_ctx_reset). */
+void tg_tape_clear(tg_ctx *ctx);
+
+/* Gives a persistent tensor a zeroed persistent grad (tensor/create.c). */
+bool tg_persistent_make_grad(tg_ctx *ctx, tg_tensor *t);
+
+#endif

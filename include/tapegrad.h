@@ -1,0 +1,436 @@
+/* tapegrad: a tape-based autodiff training micro-framework in C11.
+ *
+ * This is the one header a user includes. Every public function is declared
+ * here with a line or two of documentation. Sections follow the layout of the
+ * source tree: tensor core, context, autograd, layers, optimizers, I/O.
+ *
+ * Conventions
+ *  - Every function takes the context first and returns a new tensor (or a
+ *    status). Chains read like math: y = tg_relu(ctx, tg_add(ctx, a, b)).
+ *  - Errors are values (the cairo model). Misuse sets a sticky error on the
+ *    context with a message naming the function and the offending shapes or
+ *    values. A function handed NULL, or called while the context is in
+ *    error, returns NULL (or a failure status) and does nothing. Check once
+ *    per step with tg_ok(ctx). Set TG_ABORT_ON_ERROR=1 in the environment to
+ *    abort at the first error with its message.
+ *  - Tensors are always contiguous and row-major. Tensors made during a step
+ *    live in the context's arena and die at tg_ctx_reset(); parameters are
+ *    made persistent with tg_persist() and survive resets.
+ *  - The library never prints unasked and never calls exit().
+ */
+#ifndef TAPEGRAD_H
+#define TAPEGRAD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TAPEGRAD_VERSION_MAJOR 0
+#define TAPEGRAD_VERSION_MINOR 1
+#define TAPEGRAD_VERSION_PATCH 0
+
+/* ------------------------------------------------------------------------ */
+/* Core types                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Maximum number of dimensions of a tensor. */
+#define TG_MAX_DIMS 8
+
+/* Element types. Mixing dtypes in one op is an error, never a silent cast. */
+typedef enum tg_dtype { TG_F32 = 0, TG_F64 = 1 } tg_dtype;
+
+/* Status codes: the kind of the context's first error (TG_OK when none). */
+typedef enum tg_status {
+    TG_OK = 0,
+    TG_ERR_NULL,     /* a NULL argument where a value was required */
+    TG_ERR_SHAPE,    /* shapes that do not fit the operation */
+    TG_ERR_DTYPE,    /* dtypes that differ or are not supported */
+    TG_ERR_VALUE,    /* a bad scalar argument (eps <= 0, NaN, out of range) */
+    TG_ERR_INDEX,    /* an index out of range */
+    TG_ERR_OOM,      /* the allocator returned NULL, or a size overflowed */
+    TG_ERR_STATE,    /* a call that is invalid in the current state */
+    TG_ERR_IO,       /* a file could not be read or written */
+    TG_ERR_FORMAT    /* a file or string is malformed */
+} tg_status;
+
+typedef struct tg_ctx tg_ctx;
+
+/* An n-d tensor. Fields are read-only for users: use the functions below to
+ * make and change tensors. data points at numel contiguous row-major
+ * elements of dtype (float or double). */
+typedef struct tg_tensor {
+    tg_dtype dtype;
+    int ndim;                     /* 0 (a scalar) .. TG_MAX_DIMS */
+    int64_t shape[TG_MAX_DIMS];   /* sizes, >= 0; unused entries are 1 */
+    int64_t numel;                /* product of shape */
+    void *data;                   /* float* or double*, numel elements */
+    struct tg_tensor *grad;       /* gradient, same shape and dtype, or NULL */
+    bool requires_grad;           /* record ops on it; accumulate into grad */
+    bool persistent;              /* lives on the heap, survives resets */
+    /* internal */
+    bool is_view_;                /* data belongs to another tensor */
+    int32_t node_;                /* index of the tape record that made it, or -1 */
+    uint32_t epoch_;              /* arena epoch it was made in (persistent: 0) */
+    struct tg_tensor *next_;      /* persistent list links */
+    struct tg_tensor *prev_;
+} tg_tensor;
+
+/* A custom allocator (tests use it to simulate allocation failure). alloc
+ * returns memory aligned to `align` bytes (a power of two >= 8) or NULL. */
+typedef struct tg_allocator {
+    void *(*alloc)(size_t size, size_t align, void *user);
+    void (*free)(void *ptr, void *user);
+    void *user;
+} tg_allocator;
+
+/* ------------------------------------------------------------------------ */
+/* Context: arena, persistent tensors, RNG, tape, error state               */
+/* ------------------------------------------------------------------------ */
+
+/* A new context whose RNG is seeded with `seed`. NULL if out of memory. */
+tg_ctx *tg_ctx_new(uint64_t seed);
+/* As tg_ctx_new, with every allocation made through `alloc` (copied). */
+tg_ctx *tg_ctx_new_with_allocator(uint64_t seed, const tg_allocator *alloc);
+/* Frees the context, its arena and every persistent tensor it still owns. */
+void tg_ctx_free(tg_ctx *ctx);
+/* Frees every arena tensor and the tape at once, in O(1); keeps persistent
+ * tensors and the arena's memory for reuse (no malloc per step once warm). */
+void tg_ctx_reset(tg_ctx *ctx);
+
+/* True when the context has no error. False for NULL. */
+bool tg_ok(const tg_ctx *ctx);
+/* The first error's status (TG_OK when none; TG_ERR_NULL for a NULL ctx). */
+tg_status tg_status_of(const tg_ctx *ctx);
+/* The first error's message, "tg_fn: what was wrong", or "" when none. */
+const char *tg_error_message(const tg_ctx *ctx);
+/* Clears the error so the context can be used again. */
+void tg_clear_error(tg_ctx *ctx);
+/* Sets the context's error unless one is already set (the first error wins).
+ * `fn` is the public function's name. Aborts with the message when
+ * TG_ABORT_ON_ERROR=1 was in the environment at tg_ctx_new or when
+ * tg_set_abort_on_error(ctx, true) was called. The one place to set a
+ * breakpoint on. */
+void tg_error(tg_ctx *ctx, tg_status status, const char *fn, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+/* Turns abort-at-first-error on or off for this context. */
+void tg_set_abort_on_error(tg_ctx *ctx, bool on);
+/* A short name for a status, e.g. "shape error". */
+const char *tg_status_name(tg_status status);
+
+/* Bytes the arena holds from the allocator (its footprint), and bytes in use
+ * since the last reset. */
+size_t tg_arena_capacity(const tg_ctx *ctx);
+size_t tg_arena_used(const tg_ctx *ctx);
+/* Allocates `size` bytes, 64-byte aligned, from the arena (freed at reset).
+ * For kernels' scratch space and saved tensors. NULL on error. */
+void *tg_arena_alloc(tg_ctx *ctx, size_t size);
+
+/* Number of threads kernels may use (OpenMP); 1 without OpenMP. Results do
+ * not depend on it. n <= 0 restores the default. */
+void tg_set_threads(tg_ctx *ctx, int n);
+int tg_threads(const tg_ctx *ctx);
+
+/* ------------------------------------------------------------------------ */
+/* Random numbers: Philox4x32-10 (Salmon et al., SC'11, "Parallel random
+ * numbers: as easy as 1, 2, 3").
+ *
+ * The context holds a 64-bit seed and a 64-bit offset. The i-th number drawn
+ * by a call is made from one Philox block: counter = (offset + i) as two
+ * 32-bit words (low, high), then 0, 0; key = seed as two 32-bit words (low,
+ * high). A call then advances the offset by the count it drew. So a number
+ * depends only on the seed and its position in the stream, never on the
+ * thread count. From the block's four words x0..x3:
+ *   uniform f32 = (x0 >> 8) * 2^-24                       in [0, 1)
+ *   uniform f64 = ((x0 << 21) ^ (x1 >> 11)) * 2^-53, i.e. the top 53 bits
+ *                 of the 64-bit word (x0:x1)               in [0, 1)
+ *   normal      = Box-Muller: sqrt(-2 ln(1 - u1)) * cos(2 pi u2) with u1,
+ *                 u2 the f64 uniforms of words (x0:x1) and (x2:x3).        */
+/* ------------------------------------------------------------------------ */
+
+/* One Philox4x32-10 block: out = philox(counter, key). */
+void tg_philox4x32_10(uint32_t out[4], const uint32_t counter[4], const uint32_t key[2]);
+/* Reseeds the context's RNG and rewinds its offset to 0. */
+void tg_rng_seed(tg_ctx *ctx, uint64_t seed);
+/* Reads or restores the RNG state (for checkpoints). */
+void tg_rng_state(const tg_ctx *ctx, uint64_t *seed, uint64_t *offset);
+void tg_rng_set_state(tg_ctx *ctx, uint64_t seed, uint64_t offset);
+/* Draws one uniform double in [0, 1) and advances the stream by one. */
+double tg_rng_uniform(tg_ctx *ctx);
+/* Draws one standard normal double and advances the stream by one. */
+double tg_rng_normal(tg_ctx *ctx);
+
+/* ------------------------------------------------------------------------ */
+/* Tensor creation. All return a new arena tensor, or NULL on error.        */
+/* ------------------------------------------------------------------------ */
+
+/* Zeros of the given shape (ndim 0..TG_MAX_DIMS, every size >= 0). */
+tg_tensor *tg_zeros(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape);
+/* Ones of the given shape. */
+tg_tensor *tg_ones(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape);
+/* Every element `value`. */
+tg_tensor *tg_full(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, double value);
+/* The 1-d tensor start, start+step, ... below `end` (above it for step < 0). */
+tg_tensor *tg_arange(tg_ctx *ctx, tg_dtype dtype, double start, double end, double step);
+/* A copy of `data`, which holds numel elements of dtype (float or double). */
+tg_tensor *tg_from_buffer(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, const void *data);
+/* Uniform numbers in [low, high) from the context's RNG. */
+tg_tensor *tg_rand(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, double low, double high);
+/* Normal numbers with the given mean and standard deviation. */
+tg_tensor *tg_randn(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, double mean, double std);
+/* Shape shorthands: TG_SHAPE(2, 3) expands to `2, (const int64_t[]){2, 3}`. */
+#define TG_SHAPE(...) \
+    (int)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
+
+/* Moves `t` out of the arena into a heap tensor that survives resets and is
+ * owned by the context (freed by tg_tensor_free or tg_ctx_free). Returns the
+ * persistent tensor; `t` itself stays valid until the next reset. */
+tg_tensor *tg_persist(tg_ctx *ctx, tg_tensor *t);
+/* Frees a persistent tensor (and its grad). Arena tensors are freed by reset. */
+void tg_tensor_free(tg_ctx *ctx, tg_tensor *t);
+
+/* ------------------------------------------------------------------------ */
+/* Tensor manipulation (not recorded on the tape; see autograd for the
+ * differentiable versions).                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* A view of t with a new shape of the same numel; shares t's data. One size
+ * may be -1 (inferred). */
+tg_tensor *tg_view(tg_ctx *ctx, tg_tensor *t, int ndim, const int64_t *shape);
+/* A contiguous copy of t (an arena tensor with its own data). */
+tg_tensor *tg_copy(tg_ctx *ctx, const tg_tensor *t);
+/* t converted to dtype (a copy, even when the dtype is the same). */
+tg_tensor *tg_to_dtype(tg_ctx *ctx, const tg_tensor *t, tg_dtype dtype);
+/* Copies src's values into dst (same shape and dtype). Returns dst or NULL. */
+tg_tensor *tg_assign(tg_ctx *ctx, tg_tensor *dst, const tg_tensor *src);
+/* Sets every element of t to value. */
+void tg_fill(tg_ctx *ctx, tg_tensor *t, double value);
+
+/* Element access by multi-index (ndim entries) or flat row-major index.
+ * Out-of-range indices set an error; get then returns NaN. */
+double tg_get(tg_ctx *ctx, const tg_tensor *t, const int64_t *index);
+void tg_set(tg_ctx *ctx, tg_tensor *t, const int64_t *index, double value);
+double tg_get_flat(tg_ctx *ctx, const tg_tensor *t, int64_t i);
+void tg_set_flat(tg_ctx *ctx, tg_tensor *t, int64_t i, double value);
+/* Typed data pointers: NULL (and an error) when the dtype differs. */
+float *tg_data_f32(tg_ctx *ctx, tg_tensor *t);
+double *tg_data_f64(tg_ctx *ctx, tg_tensor *t);
+
+/* Size in bytes of one element of dtype; "float32" or "float64". */
+size_t tg_dtype_size(tg_dtype dtype);
+const char *tg_dtype_name(tg_dtype dtype);
+/* True when a and b have the same ndim and sizes. */
+bool tg_same_shape(const tg_tensor *a, const tg_tensor *b);
+/* Writes "(2, 3)" into buf (at most size bytes, always terminated); returns buf. */
+char *tg_shape_str(char *buf, size_t size, int ndim, const int64_t *shape);
+
+/* Prints t in PyTorch's format, e.g. tensor([[0.1000, 0.2000]], dtype=float32).
+ * Tensors over 1000 elements are summarized with "..." (3 items per edge). */
+void tg_print(FILE *out, const tg_tensor *t);
+/* As tg_print into buf; returns the length the full text needs (snprintf
+ * semantics). */
+size_t tg_format(char *buf, size_t size, const tg_tensor *t);
+
+/* ------------------------------------------------------------------------ */
+/* Autograd                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Marks t as a leaf that requires grad and gives it a zeroed grad of the same
+ * kind (persistent for persistent tensors). Returns t. */
+tg_tensor *tg_requires_grad(tg_ctx *ctx, tg_tensor *t);
+/* Turns recording on or off (no-grad mode for evaluation); returns the
+ * previous setting. */
+bool tg_set_grad_enabled(tg_ctx *ctx, bool enabled);
+bool tg_grad_enabled(const tg_ctx *ctx);
+/* Zeroes t's grad (if it has one). */
+void tg_zero_grad(tg_ctx *ctx, tg_tensor *t);
+/* A tensor sharing t's data that requires no grad and has no history. */
+tg_tensor *tg_detach(tg_ctx *ctx, tg_tensor *t);
+
+/* Back-propagates from a scalar `loss` (numel 1): walks the tape in reverse
+ * and accumulates (+=) gradients into the grad of every leaf that requires
+ * grad. The tape is consumed: a second backward is an error. */
+void tg_backward(tg_ctx *ctx, tg_tensor *loss);
+/* General form: `grad_out` (same shape as out) seeds the gradient, NULL
+ * meaning 1 for a scalar; keep_tape=true keeps the tape for another
+ * backward (PyTorch's retain_graph). */
+void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool keep_tape);
+/* Number of records on the tape, and bytes they saved for backward. */
+int64_t tg_tape_size(const tg_ctx *ctx);
+size_t tg_tape_saved_bytes(const tg_ctx *ctx);
+
+/* ------------------------------------------------------------------------ */
+/* Parameters: a model's named parameters, used by optimizers, clipping,    */
+/* checkpoints and the model summary.                                        */
+/* ------------------------------------------------------------------------ */
+
+typedef struct tg_param {
+    char name[64];        /* dotted name, e.g. "fc1.weight" */
+    tg_tensor *value;     /* persistent, requires grad */
+    bool weight_decay;    /* whether weight decay applies */
+} tg_param;
+
+typedef struct tg_params {
+    tg_param *items;
+    int count;
+    int capacity;
+} tg_params;
+
+/* Appends a parameter named prefix + "." + name (just name when prefix is
+ * NULL or ""). Errors: NULL value, a name over 63 bytes, a duplicate name,
+ * a tensor that is not persistent. Returns false on error. */
+bool tg_params_add(tg_ctx *ctx, tg_params *list, const char *prefix, const char *name,
+                   tg_tensor *value, bool weight_decay);
+/* The parameter with that name, or NULL. */
+tg_param *tg_params_find(tg_params *list, const char *name);
+/* Total number of scalar parameters. */
+int64_t tg_params_numel(const tg_params *list);
+/* Zeroes every parameter's grad. */
+void tg_params_zero_grad(tg_ctx *ctx, tg_params *list);
+/* Frees the list's array (not the tensors, which their layers own). */
+void tg_params_free(tg_params *list);
+
+/* --- Training logs: plots and progress --- */
+
+/* Loss logs and gnuplot plots (io/plot.c, io/gnuplot.c). These are I/O
+ * edges: they need no context and return a status, SQLite-style: TG_OK,
+ * TG_ERR_NULL (a NULL argument), TG_ERR_VALUE (a bad count, column, name or
+ * path), TG_ERR_IO (a file could not be written, gnuplot failed),
+ * TG_ERR_OOM. Paths, names and file names must not contain quotes (' " `)
+ * or control characters (TG_ERR_VALUE), so they go into gnuplot scripts and
+ * shell commands unescaped. Titles and labels may contain anything but
+ * control characters; they are drawn as plain text (no enhanced markup).
+ *
+ * A data file NAME.dat is a "# col1 col2 ..." header line, then one
+ * whitespace-separated row per call, values written with %.10g; NaN and
+ * infinities are written as NaN (a gap in the curve). A script NAME.gp
+ * renders NAME.png from the directory it lives in: `cd DIR && gnuplot
+ * NAME.gp`. It picks the pngcairo terminal when gnuplot has it, png
+ * otherwise, so it can also be rendered later on another machine.
+ *
+ * Where a function renders, it tells whether a PNG was made in *rendered
+ * (may be NULL) and fills msg (may be NULL) with a line to show the user:
+ * "wrote DIR/NAME.png", or when gnuplot is not installed (TG_OK, *rendered
+ * false) the exact command that renders it later, or what went wrong. */
+
+/* A data log being written (opaque). */
+typedef struct tg_plot tg_plot;
+
+/* How a plot looks. Zero-initialize and set what you need; NULL strings get
+ * defaults so every plot has a title, axis labels and a legend. */
+typedef struct tg_plot_style {
+    const char *title;    /* NULL: the plot's name */
+    const char *xlabel;   /* NULL: the x column's name ("step"), else "x" */
+    const char *ylabel;   /* NULL: the one series' label, or "value" */
+    bool logy;            /* log-scale y axis (values <= 0 are not drawn) */
+    int width, height;    /* PNG size in pixels; 0 means 800 x 500 */
+} tg_plot_style;
+
+/* One curve: column `ycol` against column `xcol` (1-based, as gnuplot
+ * counts) of a data file, e.g. several runs' NAME.dat overlaid. */
+typedef struct tg_plot_series {
+    const char *dat;      /* path of the data file (it must exist) */
+    int xcol;             /* x column; 0 means 1 (the step) */
+    int ycol;             /* y column, >= 1 */
+    const char *label;    /* legend entry (required) */
+} tg_plot_series;
+
+/* Starts DIR/NAME.dat (DIR and its parents are created if missing; an
+ * existing file is replaced) with `ncols` columns (2..64) named `colnames`
+ * (no whitespace); the first column is the x value, usually the step.
+ * On error *out is NULL. */
+tg_status tg_plot_open(tg_plot **out, const char *dir, const char *name, int ncols,
+                       const char *const *colnames);
+/* Appends one row of ncols values (values[0] is the step) and flushes it,
+ * so a crash loses at most the row being written. */
+tg_status tg_plot_row(tg_plot *p, const double *values);
+/* The data file's path ("DIR/NAME.dat"), valid until the plot is closed. */
+const char *tg_plot_dat_path(const tg_plot *p);
+/* Closes the data file and writes DIR/NAME.gp plotting every column after
+ * the first against it, labelled with the column names (style may be NULL
+ * for the defaults), then renders DIR/NAME.png. Always frees p. */
+tg_status tg_plot_close(tg_plot *p, const tg_plot_style *style, bool *rendered,
+                        char *msg, size_t msgsize);
+/* Closes the data file without writing a script or a picture (e.g. one run
+ * of several later drawn together with tg_plot_overlay). Always frees p. */
+tg_status tg_plot_close_data(tg_plot *p);
+/* Writes DIR/NAME.gp drawing the `nseries` curves (from any data files) in
+ * one plot and renders DIR/NAME.png; DIR is created if missing. */
+tg_status tg_plot_overlay(const char *dir, const char *name, const tg_plot_style *style,
+                          const tg_plot_series *series, int nseries, bool *rendered,
+                          char *msg, size_t msgsize);
+
+/* Lower level, for hand-written scripts (heatmaps `with image`, points...). */
+/* Writes the first lines of a PNG script to gp: the terminal (pngcairo when
+ * the gnuplot that runs it has it, else png; width x height, 0 for 800 x
+ * 500), plain-text labels, and `set output 'png_name'` (relative to the
+ * script's directory). */
+tg_status tg_plot_write_preamble(FILE *gp, const char *png_name, int width, int height);
+/* Renders an existing script with gnuplot, run in the script's directory;
+ * the script names its own output (see tg_plot_write_preamble). */
+tg_status tg_plot_render(const char *gp_path, bool *rendered, char *msg, size_t msgsize);
+/* Looks for an executable `gnuplot` in PATH: TG_OK and its path in
+ * path[size] (path may be NULL), or TG_ERR_IO when there is none. */
+tg_status tg_gnuplot_find(char *path, size_t size);
+/* Sets *has to whether the installed gnuplot offers terminal `term` (e.g.
+ * "pngcairo"), from the list `gnuplot -e "set terminal"` prints.
+ * TG_ERR_IO when gnuplot is missing or does not run. */
+tg_status tg_gnuplot_has_terminal(const char *term, bool *has);
+
+/* Progress output for training loops (io/progress.c): every `every` steps,
+ * the step, loss, lr, gradient norm, steps/s and ETA. On a terminal it is one
+ * line redrawn in place with a bar (\r, the newline comes at finish); on a
+ * pipe or file, plain lines. It prints only to the FILE* it is given. */
+typedef enum tg_progress_mode {
+    TG_PROGRESS_AUTO = 0, /* BAR when out is a terminal, else PLAIN (at init) */
+    TG_PROGRESS_PLAIN,    /* one full line every `every` steps */
+    TG_PROGRESS_BAR,      /* one line with a bar, redrawn with \r */
+    TG_PROGRESS_QUIET     /* prints nothing */
+} tg_progress_mode;
+
+/* A plain struct the caller owns (no allocation, nothing to free). Set it up
+ * with tg_progress_init; the public fields may be changed afterwards. */
+typedef struct tg_progress {
+    FILE *out;              /* where lines go (NULL: nowhere) */
+    int64_t total;          /* steps in the run; <= 0 if unknown (no bar, no ETA) */
+    int64_t every;          /* print every `every` steps, >= 1 */
+    tg_progress_mode mode;  /* PLAIN, BAR or QUIET once initialized */
+    int width;              /* BAR: columns the line may use (the terminal's, or 80) */
+    double (*clock)(void *user); /* seconds; NULL: CLOCK_MONOTONIC (tests may fake it) */
+    void *clock_user;
+    /* internal */
+    double t_init_, t_first_, t_last_;
+    int64_t step_first_, step_last_, step_shown_;
+    double loss_, lr_, gnorm_;
+    int line_len_;
+    bool seen_, line_open_;
+} tg_progress;
+
+/* Starts progress output for a run of total_steps steps (<= 0: unknown),
+ * printed every `every` steps (values < 1 mean 1), in AUTO mode. */
+void tg_progress_init(tg_progress *p, FILE *out, int64_t total_steps, int64_t every);
+/* Forces a mode (AUTO decides again from isatty(fileno(out))). */
+void tg_progress_set_mode(tg_progress *p, tg_progress_mode mode);
+/* Reports that `step` steps are done (1..total) with this loss, learning rate
+ * and gradient norm (NaN for lr or grad_norm: not shown). Prints when step is
+ * a multiple of `every` or the last step. */
+void tg_progress_update(tg_progress *p, int64_t step, double loss, double lr, double grad_norm);
+/* Ends the output: redraws the last state if it was not shown, ends the bar
+ * line, and prints "done: N steps in T s (R steps/s), final loss L". */
+void tg_progress_finish(tg_progress *p);
+/* Writes the line `update` would print for the current state into buf
+ * (without \r or newline; BAR mode includes the bar). Returns buf. */
+char *tg_progress_format(const tg_progress *p, char *buf, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TAPEGRAD_H */

@@ -1,0 +1,78 @@
+/* A model's parameter list: named persistent tensors with a weight-decay
+ * flag, shared by optimizers, clipping, checkpoints and the model summary. */
+#include "tensor/internal.h"
+#include "autograd/tape.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+bool tg_params_add(tg_ctx *ctx, tg_params *list, const char *prefix, const char *name, tg_tensor *value,
+                   bool weight_decay) {
+    static const char fn[] = "tg_params_add";
+    if (!tg_live(ctx)) return false;
+    if (!list || !name) {
+        tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", !list ? "list" : "name");
+        return false;
+    }
+    if (!tg_check_arg(ctx, fn, "value", value)) return false;
+    char full[sizeof list->items[0].name];
+    int n = (prefix && prefix[0]) ? snprintf(full, sizeof full, "%s.%s", prefix, name)
+                                  : snprintf(full, sizeof full, "%s", name);
+    if (n < 0 || (size_t)n >= sizeof full || name[0] == '\0') {
+        tg_error(ctx, TG_ERR_VALUE, fn, "parameter name '%s%s%s' is empty or longer than %zu bytes",
+                 prefix ? prefix : "", prefix && prefix[0] ? "." : "", name, sizeof full - 1);
+        return false;
+    }
+    if (!value->persistent) {
+        tg_error(ctx, TG_ERR_STATE, fn, "parameter '%s' is an arena tensor; make it persistent with tg_persist",
+                 full);
+        return false;
+    }
+    if (tg_params_find(list, full)) {
+        tg_error(ctx, TG_ERR_VALUE, fn, "duplicate parameter name '%s'", full);
+        return false;
+    }
+    if (list->count == list->capacity) {
+        int cap = list->capacity ? list->capacity * 2 : 16;
+        tg_param *items = realloc(list->items, (size_t)cap * sizeof *items);
+        if (!items) {
+            tg_error(ctx, TG_ERR_OOM, fn, "out of memory growing the parameter list to %d", cap);
+            return false;
+        }
+        list->items = items;
+        list->capacity = cap;
+    }
+    if (!value->requires_grad && !tg_requires_grad(ctx, value)) return false;
+    tg_param *p = &list->items[list->count++];
+    memset(p, 0, sizeof *p);
+    memcpy(p->name, full, (size_t)n + 1);
+    p->value = value;
+    p->weight_decay = weight_decay;
+    return true;
+}
+
+tg_param *tg_params_find(tg_params *list, const char *name) {
+    if (!list || !name) return NULL;
+    for (int i = 0; i < list->count; i++)
+        if (strcmp(list->items[i].name, name) == 0) return &list->items[i];
+    return NULL;
+}
+
+int64_t tg_params_numel(const tg_params *list) {
+    int64_t n = 0;
+    if (!list) return 0;
+    for (int i = 0; i < list->count; i++) n += list->items[i].value->numel;
+    return n;
+}
+
+void tg_params_zero_grad(tg_ctx *ctx, tg_params *list) {
+    if (!tg_live(ctx) || !list) return;
+    for (int i = 0; i < list->count; i++) tg_zero_grad(ctx, list->items[i].value);
+}
+
+void tg_params_free(tg_params *list) {
+    if (!list) return;
+    free(list->items);
+    list->items = NULL;
+    list->count = list->capacity = 0;
+}

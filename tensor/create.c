@@ -1,0 +1,271 @@
+/* Making tensors: arena allocation, creation functions, persistence. */
+#include "tensor/internal.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Largest numel we accept: keeps numel * 8 and the header well inside
+ * size_t and ptrdiff_t. */
+#define TG_MAX_NUMEL ((int64_t)1 << 56)
+
+bool tg_check_shape(tg_ctx *ctx, const char *fn, int ndim, const int64_t *shape, int64_t *numel) {
+    if (!tg_live(ctx)) return false;
+    if (ndim < 0 || ndim > TG_MAX_DIMS) {
+        tg_error(ctx, TG_ERR_SHAPE, fn, "ndim %d is outside 0..%d", ndim, TG_MAX_DIMS);
+        return false;
+    }
+    if (ndim > 0 && !shape) {
+        tg_error(ctx, TG_ERR_NULL, fn, "argument 'shape' is NULL with ndim %d", ndim);
+        return false;
+    }
+    int64_t n = 1;
+    bool overflow = false;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0) {
+            char s[TG_SHAPE_STR];
+            tg_error(ctx, TG_ERR_SHAPE, fn, "negative size %lld in dim %d of shape %s", (long long)shape[i], i,
+                     tg_shape_str(s, sizeof s, ndim, shape));
+            return false;
+        }
+        if (shape[i] != 0 && n > TG_MAX_NUMEL / shape[i]) overflow = true;
+        else n *= shape[i];
+    }
+    if (overflow) {
+        /* a zero anywhere makes the product 0, which is fine */
+        for (int i = 0; i < ndim; i++)
+            if (shape[i] == 0) overflow = false;
+        if (overflow) {
+            char s[TG_SHAPE_STR];
+            tg_error(ctx, TG_ERR_OOM, fn, "shape %s has more than 2^56 elements",
+                     tg_shape_str(s, sizeof s, ndim, shape));
+            return false;
+        }
+        n = 0;
+    }
+    if (numel) *numel = n;
+    return true;
+}
+
+tg_tensor *tg_new_tensor(tg_ctx *ctx, const char *fn, tg_dtype dtype, int ndim, const int64_t *shape) {
+    if (!tg_live(ctx)) return NULL;
+    if (dtype != TG_F32 && dtype != TG_F64) {
+        tg_error(ctx, TG_ERR_DTYPE, fn, "unknown dtype %d", (int)dtype);
+        return NULL;
+    }
+    int64_t numel;
+    if (!tg_check_shape(ctx, fn, ndim, shape, &numel)) return NULL;
+    size_t head = (sizeof(tg_tensor) + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN;
+    size_t bytes = (size_t)numel * tg_esize(dtype);
+    unsigned char *mem = tg_arena_alloc_fn(ctx, fn, head + bytes);
+    if (!mem) return NULL;
+    tg_tensor *t = (tg_tensor *)mem;
+    memset(t, 0, sizeof *t);
+    t->dtype = dtype;
+    t->ndim = ndim;
+    for (int i = 0; i < TG_MAX_DIMS; i++) t->shape[i] = i < ndim ? shape[i] : 1;
+    t->numel = numel;
+    t->data = mem + head;
+    t->node_ = -1;
+    t->epoch_ = ctx->epoch;
+    return t;
+}
+
+tg_tensor *tg_new_like(tg_ctx *ctx, const char *fn, const tg_tensor *t) {
+    return tg_new_tensor(ctx, fn, t->dtype, t->ndim, t->shape);
+}
+
+static void fill_value(tg_tensor *t, double v) {
+    if (t->dtype == TG_F64) {
+        double *p = t->data;
+        for (int64_t i = 0; i < t->numel; i++) p[i] = v;
+    } else {
+        float *p = t->data;
+        float f = (float)v;
+        for (int64_t i = 0; i < t->numel; i++) p[i] = f;
+    }
+}
+
+tg_tensor *tg_zeros(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape) {
+    tg_tensor *t = tg_new_tensor(ctx, "tg_zeros", dtype, ndim, shape);
+    if (t) memset(t->data, 0, (size_t)t->numel * tg_esize(dtype));
+    return t;
+}
+
+tg_tensor *tg_ones(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape) {
+    tg_tensor *t = tg_new_tensor(ctx, "tg_ones", dtype, ndim, shape);
+    if (t) fill_value(t, 1.0);
+    return t;
+}
+
+tg_tensor *tg_full(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, double value) {
+    tg_tensor *t = tg_new_tensor(ctx, "tg_full", dtype, ndim, shape);
+    if (t) fill_value(t, value);
+    return t;
+}
+
+tg_tensor *tg_arange(tg_ctx *ctx, tg_dtype dtype, double start, double end, double step) {
+    if (!tg_live(ctx)) return NULL;
+    if (!isfinite(start) || !isfinite(end) || !isfinite(step) || step == 0.0) {
+        tg_error(ctx, TG_ERR_VALUE, "tg_arange", "start=%g end=%g step=%g: need finite values and step != 0",
+                 start, end, step);
+        return NULL;
+    }
+    /* PyTorch: size = ceil((end - start) / step), 0 when negative */
+    double n = ceil((end - start) / step);
+    if (n < 0) n = 0;
+    if (n > 1e15) {
+        tg_error(ctx, TG_ERR_OOM, "tg_arange", "start=%g end=%g step=%g gives %.0f elements", start, end, step, n);
+        return NULL;
+    }
+    int64_t shape[1] = {(int64_t)n};
+    tg_tensor *t = tg_new_tensor(ctx, "tg_arange", dtype, 1, shape);
+    if (!t) return NULL;
+    for (int64_t i = 0; i < t->numel; i++) tg_store(t, i, start + (double)i * step);
+    return t;
+}
+
+tg_tensor *tg_from_buffer(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, const void *data) {
+    if (!tg_live(ctx)) return NULL;
+    tg_tensor *t = tg_new_tensor(ctx, "tg_from_buffer", dtype, ndim, shape);
+    if (!t) return NULL;
+    if (!data && t->numel > 0) {
+        tg_error(ctx, TG_ERR_NULL, "tg_from_buffer", "argument 'data' is NULL");
+        return NULL;
+    }
+    if (t->numel) memcpy(t->data, data, (size_t)t->numel * tg_esize(dtype));
+    return t;
+}
+
+static bool check_finite_pair(tg_ctx *ctx, const char *fn, const char *na, double a, const char *nb, double b) {
+    if (isfinite(a) && isfinite(b)) return true;
+    tg_error(ctx, TG_ERR_VALUE, fn, "%s=%g and %s=%g must be finite", na, a, nb, b);
+    return false;
+}
+
+tg_tensor *tg_rand(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, double low, double high) {
+    if (!tg_live(ctx)) return NULL;
+    if (!check_finite_pair(ctx, "tg_rand", "low", low, "high", high)) return NULL;
+    if (!(low <= high)) {
+        tg_error(ctx, TG_ERR_VALUE, "tg_rand", "low=%g > high=%g", low, high);
+        return NULL;
+    }
+    tg_tensor *t = tg_new_tensor(ctx, "tg_rand", dtype, ndim, shape);
+    if (!t) return NULL;
+    double span = high - low;
+    if (dtype == TG_F64) {
+        double *p = t->data;
+        for (int64_t i = 0; i < t->numel; i++) {
+            uint32_t x[4];
+            tg_rng_block(ctx, (uint64_t)i, x);
+            p[i] = low + span * tg_u01_f64(x[0], x[1]);
+        }
+    } else {
+        float *p = t->data;
+        for (int64_t i = 0; i < t->numel; i++) {
+            uint32_t x[4];
+            tg_rng_block(ctx, (uint64_t)i, x);
+            float u = (float)(x[0] >> 8) * 0x1.0p-24f;
+            float v = (float)low + (float)span * u;
+            /* rounding can land exactly on high; keep the interval half-open */
+            if (v >= (float)high && high > low) v = nextafterf((float)high, (float)low);
+            p[i] = v;
+        }
+    }
+    ctx->rng_offset += (uint64_t)t->numel;
+    return t;
+}
+
+tg_tensor *tg_randn(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, double mean, double std) {
+    if (!tg_live(ctx)) return NULL;
+    if (!check_finite_pair(ctx, "tg_randn", "mean", mean, "std", std)) return NULL;
+    if (std < 0) {
+        tg_error(ctx, TG_ERR_VALUE, "tg_randn", "std=%g is negative", std);
+        return NULL;
+    }
+    tg_tensor *t = tg_new_tensor(ctx, "tg_randn", dtype, ndim, shape);
+    if (!t) return NULL;
+    for (int64_t i = 0; i < t->numel; i++) {
+        uint32_t x[4];
+        tg_rng_block(ctx, (uint64_t)i, x);
+        tg_store(t, i, mean + std * tg_normal_from_block(x));
+    }
+    ctx->rng_offset += (uint64_t)t->numel;
+    return t;
+}
+
+/* ---- persistent tensors ------------------------------------------------- */
+
+static void free_persistent(tg_ctx *ctx, tg_tensor *t) {
+    if (!t) return;
+    tg_heap_free(ctx, t->data);
+    tg_heap_free(ctx, t);
+}
+
+/* A heap tensor with t's shape and dtype and a copy of t's data (not linked
+ * into the context's list). */
+static tg_tensor *heap_copy(tg_ctx *ctx, const tg_tensor *t) {
+    tg_tensor *p = tg_heap_alloc(ctx, sizeof *p);
+    if (!p) return NULL;
+    memset(p, 0, sizeof *p);
+    size_t bytes = (size_t)t->numel * tg_esize(t->dtype);
+    p->data = tg_heap_alloc(ctx, bytes ? bytes : 1);
+    if (!p->data) {
+        tg_heap_free(ctx, p);
+        return NULL;
+    }
+    if (bytes) memcpy(p->data, t->data, bytes);
+    p->dtype = t->dtype;
+    p->ndim = t->ndim;
+    memcpy(p->shape, t->shape, sizeof p->shape);
+    p->numel = t->numel;
+    p->persistent = true;
+    p->node_ = -1;
+    return p;
+}
+
+tg_tensor *tg_persist(tg_ctx *ctx, tg_tensor *t) {
+    if (!tg_check_arg(ctx, "tg_persist", "t", t)) return NULL;
+    tg_tensor *p = heap_copy(ctx, t);
+    if (!p) {
+        char s[TG_SHAPE_STR];
+        tg_error(ctx, TG_ERR_OOM, "tg_persist", "out of memory for a %s tensor of shape %s",
+                 tg_dtype_name(t->dtype), tg_shape_of(s, t));
+        return NULL;
+    }
+    if (t->requires_grad) {
+        /* a persistent leaf that requires grad keeps a persistent grad */
+        p->requires_grad = true;
+        tg_tensor zero = *p;
+        p->grad = heap_copy(ctx, &zero);
+        if (!p->grad) {
+            free_persistent(ctx, p);
+            tg_error(ctx, TG_ERR_OOM, "tg_persist", "out of memory for the grad");
+            return NULL;
+        }
+        memset(p->grad->data, 0, (size_t)p->numel * tg_esize(p->dtype));
+    }
+    p->next_ = ctx->persistent;
+    if (ctx->persistent) ctx->persistent->prev_ = p;
+    ctx->persistent = p;
+    return p;
+}
+
+/* Gives a persistent tensor a zeroed persistent grad (used by
+ * tg_requires_grad). Returns false on allocation failure. */
+bool tg_persistent_make_grad(tg_ctx *ctx, tg_tensor *t) {
+    if (t->grad) return true;
+    tg_tensor *g = heap_copy(ctx, t);
+    if (!g) return false;
+    memset(g->data, 0, (size_t)t->numel * tg_esize(t->dtype));
+    t->grad = g;
+    return true;
+}
+
+void tg_tensor_free(tg_ctx *ctx, tg_tensor *t) {
+    if (!ctx || !t || !t->persistent) return;
+    if (t->prev_) t->prev_->next_ = t->next_;
+    else if (ctx->persistent == t) ctx->persistent = t->next_;
+    if (t->next_) t->next_->prev_ = t->prev_;
+    if (t->grad && t->grad->persistent) free_persistent(ctx, t->grad);
+    free_persistent(ctx, t);
+}

@@ -1,0 +1,239 @@
+/* The context: allocator, arena, persistent tensors and the sticky error.
+ *
+ * The arena is a list of chunks. Allocation bumps a pointer in the current
+ * chunk; when it is full the next chunk (kept from an earlier step) or a new
+ * one is used. Reset rewinds every chunk in O(1) per chunk. When a step
+ * needed more than one chunk, reset replaces them by one chunk of the total
+ * size, so after the first steps a step runs in a single chunk and never
+ * calls the allocator: the footprint stays flat and the pages stay warm. */
+#include "tensor/internal.h"
+#include "autograd/tape.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef TG_HAVE_OPENMP
+#include <omp.h>
+#endif
+
+static void *default_alloc(size_t size, size_t align, void *user) {
+    (void)user;
+    if (size == 0) size = align;
+    size = (size + align - 1) / align * align; /* aligned_alloc needs a multiple */
+    return aligned_alloc(align, size);
+}
+
+static void default_free(void *p, void *user) {
+    (void)user;
+    free(p);
+}
+
+void *tg_heap_alloc(tg_ctx *ctx, size_t size) {
+    return ctx->alloc.alloc(size, TG_ALIGN, ctx->alloc.user);
+}
+
+void tg_heap_free(tg_ctx *ctx, void *p) {
+    if (p) ctx->alloc.free(p, ctx->alloc.user);
+}
+
+tg_ctx *tg_ctx_new(uint64_t seed) { return tg_ctx_new_with_allocator(seed, NULL); }
+
+tg_ctx *tg_ctx_new_with_allocator(uint64_t seed, const tg_allocator *alloc) {
+    tg_allocator a = {default_alloc, default_free, NULL};
+    if (alloc) {
+        if (!alloc->alloc || !alloc->free) return NULL;
+        a = *alloc;
+    }
+    tg_ctx *ctx = a.alloc(sizeof *ctx, TG_ALIGN, a.user);
+    if (!ctx) return NULL;
+    memset(ctx, 0, sizeof *ctx);
+    ctx->alloc = a;
+    ctx->seed = seed;
+    ctx->grad_enabled = true;
+    const char *abort_env = getenv("TG_ABORT_ON_ERROR");
+    ctx->abort_on_error = abort_env && strcmp(abort_env, "1") == 0;
+    tg_set_threads(ctx, 0);
+    return ctx;
+}
+
+static void free_chunks(tg_ctx *ctx, tg_chunk *c) {
+    while (c) {
+        tg_chunk *next = c->next;
+        tg_heap_free(ctx, c->base);
+        tg_heap_free(ctx, c);
+        c = next;
+    }
+}
+
+void tg_ctx_free(tg_ctx *ctx) {
+    if (!ctx) return;
+    while (ctx->persistent) tg_tensor_free(ctx, ctx->persistent);
+    free_chunks(ctx, ctx->chunks);
+    tg_heap_free(ctx, ctx->nodes);
+    tg_allocator a = ctx->alloc;
+    a.free(ctx, a.user);
+}
+
+static tg_chunk *new_chunk(tg_ctx *ctx, size_t size) {
+    tg_chunk *c = tg_heap_alloc(ctx, sizeof *c);
+    if (!c) return NULL;
+    c->base = tg_heap_alloc(ctx, size);
+    if (!c->base) {
+        tg_heap_free(ctx, c);
+        return NULL;
+    }
+    c->next = NULL;
+    c->size = size;
+    c->used = 0;
+    return c;
+}
+
+void tg_ctx_reset(tg_ctx *ctx) {
+    if (!ctx) return;
+    tg_tape_clear(ctx);
+    ctx->epoch++;
+    /* Coalesce a multi-chunk arena into one chunk of the same capacity, so
+     * the next step bumps through one block. If that allocation fails we
+     * simply keep the old chunks. */
+    if (ctx->chunks && ctx->chunks->next) {
+        tg_chunk *one = new_chunk(ctx, ctx->arena_capacity);
+        if (one) {
+            free_chunks(ctx, ctx->chunks);
+            ctx->chunks = one;
+        }
+    }
+    for (tg_chunk *c = ctx->chunks; c; c = c->next) c->used = 0;
+    ctx->cur = ctx->chunks;
+    ctx->arena_used = 0;
+}
+
+void *tg_arena_alloc_fn(tg_ctx *ctx, const char *fn, size_t size) {
+    if (!tg_live(ctx)) return NULL;
+    if (size > SIZE_MAX - TG_ALIGN) {
+        tg_error(ctx, TG_ERR_OOM, fn, "allocation of %zu bytes overflows", size);
+        return NULL;
+    }
+    size = (size + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN;
+    if (size == 0) size = TG_ALIGN;
+    tg_chunk *c = ctx->cur;
+    while (c && c->size - c->used < size) c = c->next;
+    if (!c) {
+        size_t want = size > TG_ARENA_CHUNK ? size : TG_ARENA_CHUNK;
+        c = new_chunk(ctx, want);
+        if (!c) {
+            tg_error(ctx, TG_ERR_OOM, fn, "out of memory allocating %zu bytes in the arena", size);
+            return NULL;
+        }
+        /* append at the end of the list */
+        if (!ctx->chunks) {
+            ctx->chunks = c;
+        } else {
+            tg_chunk *last = ctx->cur ? ctx->cur : ctx->chunks;
+            while (last->next) last = last->next;
+            last->next = c;
+        }
+        ctx->arena_capacity += want;
+    }
+    ctx->cur = c;
+    void *p = c->base + c->used;
+    c->used += size;
+    ctx->arena_used += size;
+    return p;
+}
+
+void *tg_arena_alloc(tg_ctx *ctx, size_t size) { return tg_arena_alloc_fn(ctx, "tg_arena_alloc", size); }
+
+size_t tg_arena_capacity(const tg_ctx *ctx) { return ctx ? ctx->arena_capacity : 0; }
+size_t tg_arena_used(const tg_ctx *ctx) { return ctx ? ctx->arena_used : 0; }
+
+/* ---- errors ------------------------------------------------------------ */
+
+bool tg_ok(const tg_ctx *ctx) { return ctx && ctx->status == TG_OK; }
+
+tg_status tg_status_of(const tg_ctx *ctx) { return ctx ? ctx->status : TG_ERR_NULL; }
+
+const char *tg_error_message(const tg_ctx *ctx) {
+    if (!ctx) return "tg_error_message: the context is NULL";
+    return ctx->message;
+}
+
+void tg_clear_error(tg_ctx *ctx) {
+    if (!ctx) return;
+    ctx->status = TG_OK;
+    ctx->message[0] = '\0';
+}
+
+void tg_set_abort_on_error(tg_ctx *ctx, bool on) {
+    if (ctx) ctx->abort_on_error = on;
+}
+
+const char *tg_status_name(tg_status s) {
+    switch (s) {
+    case TG_OK: return "ok";
+    case TG_ERR_NULL: return "NULL argument";
+    case TG_ERR_SHAPE: return "shape error";
+    case TG_ERR_DTYPE: return "dtype error";
+    case TG_ERR_VALUE: return "bad value";
+    case TG_ERR_INDEX: return "index out of range";
+    case TG_ERR_OOM: return "out of memory";
+    case TG_ERR_STATE: return "invalid state";
+    case TG_ERR_IO: return "I/O error";
+    case TG_ERR_FORMAT: return "bad format";
+    }
+    return "unknown status";
+}
+
+void tg_error(tg_ctx *ctx, tg_status status, const char *fn, const char *fmt, ...) {
+    if (!ctx || ctx->status != TG_OK || status == TG_OK) return;
+    ctx->status = status;
+    int n = snprintf(ctx->message, sizeof ctx->message, "%s: ", fn ? fn : "tapegrad");
+    if (n < 0 || (size_t)n >= sizeof ctx->message) n = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->message + n, sizeof ctx->message - (size_t)n, fmt, ap);
+    va_end(ap);
+    if (ctx->abort_on_error) {
+        fprintf(stderr, "tapegrad error (%s): %s\n", tg_status_name(status), ctx->message);
+        abort();
+    }
+}
+
+/* ---- argument checks ---------------------------------------------------- */
+
+bool tg_check_arg(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t) {
+    if (!tg_live(ctx)) return false;
+    if (!t) {
+        tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", arg);
+        return false;
+    }
+    return true;
+}
+
+bool tg_check_same_dtype(tg_ctx *ctx, const char *fn, const tg_tensor *a, const tg_tensor *b) {
+    if (a->dtype == b->dtype) return true;
+    tg_error(ctx, TG_ERR_DTYPE, fn, "dtypes differ: %s and %s", tg_dtype_name(a->dtype),
+             tg_dtype_name(b->dtype));
+    return false;
+}
+
+bool tg_check_same_shape(tg_ctx *ctx, const char *fn, const tg_tensor *a, const tg_tensor *b) {
+    if (tg_same_shape(a, b)) return true;
+    char sa[TG_SHAPE_STR], sb[TG_SHAPE_STR];
+    tg_error(ctx, TG_ERR_SHAPE, fn, "shapes differ: %s and %s", tg_shape_of(sa, a), tg_shape_of(sb, b));
+    return false;
+}
+
+/* ---- threads ------------------------------------------------------------ */
+
+void tg_set_threads(tg_ctx *ctx, int n) {
+    if (!ctx) return;
+#ifdef TG_HAVE_OPENMP
+    ctx->threads = n > 0 ? n : omp_get_max_threads();
+#else
+    (void)n;
+    ctx->threads = 1;
+#endif
+}
+
+int tg_threads(const tg_ctx *ctx) { return ctx ? ctx->threads : 1; }

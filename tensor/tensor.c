@@ -1,0 +1,216 @@
+/* Views, copies, dtype conversion and element access. */
+#include "tensor/internal.h"
+
+#include <math.h>
+#include <string.h>
+
+size_t tg_dtype_size(tg_dtype dtype) { return tg_esize(dtype); }
+
+const char *tg_dtype_name(tg_dtype dtype) {
+    switch (dtype) {
+    case TG_F32: return "float32";
+    case TG_F64: return "float64";
+    }
+    return "unknown";
+}
+
+bool tg_same_shape(const tg_tensor *a, const tg_tensor *b) {
+    if (!a || !b || a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return false;
+    return true;
+}
+
+char *tg_shape_str(char *buf, size_t size, int ndim, const int64_t *shape) {
+    if (!buf || size == 0) return buf;
+    size_t n = 0;
+    buf[0] = '\0';
+#define PUT(...)                                                        \
+    do {                                                                \
+        if (n < size) {                                                 \
+            int k = snprintf(buf + n, size - n, __VA_ARGS__);           \
+            if (k > 0) n += (size_t)k;                                  \
+        }                                                               \
+    } while (0)
+    PUT("(");
+    for (int i = 0; shape && i < ndim && i < TG_MAX_DIMS + 8; i++) PUT(i ? ", %lld" : "%lld", (long long)shape[i]);
+    if (ndim == 1) PUT(",");
+    PUT(")");
+#undef PUT
+    buf[size - 1] = '\0';
+    return buf;
+}
+
+char *tg_shape_of(char buf[TG_SHAPE_STR], const tg_tensor *t) {
+    if (!t) {
+        snprintf(buf, TG_SHAPE_STR, "(NULL)");
+        return buf;
+    }
+    return tg_shape_str(buf, TG_SHAPE_STR, t->ndim, t->shape);
+}
+
+tg_tensor *tg_view(tg_ctx *ctx, tg_tensor *t, int ndim, const int64_t *shape) {
+    static const char fn[] = "tg_view";
+    if (!tg_check_arg(ctx, fn, "t", t)) return NULL;
+    if (ndim < 0 || ndim > TG_MAX_DIMS) {
+        tg_error(ctx, TG_ERR_SHAPE, fn, "ndim %d is outside 0..%d", ndim, TG_MAX_DIMS);
+        return NULL;
+    }
+    if (ndim > 0 && !shape) {
+        tg_error(ctx, TG_ERR_NULL, fn, "argument 'shape' is NULL");
+        return NULL;
+    }
+    int64_t s[TG_MAX_DIMS];
+    int infer = -1;
+    int64_t known = 1;
+    for (int i = 0; i < ndim; i++) {
+        s[i] = shape[i];
+        if (s[i] == -1) {
+            if (infer >= 0) {
+                tg_error(ctx, TG_ERR_SHAPE, fn, "more than one -1 in the new shape");
+                return NULL;
+            }
+            infer = i;
+        } else if (s[i] < 0) {
+            char ns[TG_SHAPE_STR];
+            tg_error(ctx, TG_ERR_SHAPE, fn, "negative size in new shape %s", tg_shape_str(ns, sizeof ns, ndim, shape));
+            return NULL;
+        } else {
+            if (s[i] != 0 && known > INT64_MAX / s[i]) known = -1;
+            else if (known >= 0) known *= s[i];
+        }
+    }
+    if (infer >= 0) {
+        if (known <= 0 || t->numel % known != 0) {
+            char a[TG_SHAPE_STR], b[TG_SHAPE_STR];
+            tg_error(ctx, TG_ERR_SHAPE, fn, "cannot view %s (numel %lld) as %s", tg_shape_of(a, t),
+                     (long long)t->numel, tg_shape_str(b, sizeof b, ndim, shape));
+            return NULL;
+        }
+        s[infer] = t->numel / known;
+        known = t->numel;
+    }
+    if (known != t->numel) {
+        char a[TG_SHAPE_STR], b[TG_SHAPE_STR];
+        tg_error(ctx, TG_ERR_SHAPE, fn, "cannot view %s (numel %lld) as %s", tg_shape_of(a, t),
+                 (long long)t->numel, tg_shape_str(b, sizeof b, ndim, shape));
+        return NULL;
+    }
+    tg_tensor *v = tg_arena_alloc_fn(ctx, fn, sizeof *v);
+    if (!v) return NULL;
+    memset(v, 0, sizeof *v);
+    v->dtype = t->dtype;
+    v->ndim = ndim;
+    for (int i = 0; i < TG_MAX_DIMS; i++) v->shape[i] = i < ndim ? s[i] : 1;
+    v->numel = t->numel;
+    v->data = t->data;
+    v->is_view_ = true;
+    v->node_ = -1;
+    v->epoch_ = ctx->epoch;
+    return v;
+}
+
+tg_tensor *tg_copy(tg_ctx *ctx, const tg_tensor *t) {
+    if (!tg_check_arg(ctx, "tg_copy", "t", t)) return NULL;
+    tg_tensor *c = tg_new_like(ctx, "tg_copy", t);
+    if (c && t->numel) memcpy(c->data, t->data, (size_t)t->numel * tg_esize(t->dtype));
+    return c;
+}
+
+tg_tensor *tg_to_dtype(tg_ctx *ctx, const tg_tensor *t, tg_dtype dtype) {
+    if (!tg_check_arg(ctx, "tg_to_dtype", "t", t)) return NULL;
+    tg_tensor *c = tg_new_tensor(ctx, "tg_to_dtype", dtype, t->ndim, t->shape);
+    if (!c) return NULL;
+    if (t->dtype == dtype) {
+        if (t->numel) memcpy(c->data, t->data, (size_t)t->numel * tg_esize(dtype));
+    } else if (dtype == TG_F64) {
+        const float *src = t->data;
+        double *dst = c->data;
+        for (int64_t i = 0; i < t->numel; i++) dst[i] = src[i];
+    } else {
+        const double *src = t->data;
+        float *dst = c->data;
+        for (int64_t i = 0; i < t->numel; i++) dst[i] = (float)src[i];
+    }
+    return c;
+}
+
+tg_tensor *tg_assign(tg_ctx *ctx, tg_tensor *dst, const tg_tensor *src) {
+    static const char fn[] = "tg_assign";
+    if (!tg_check_arg(ctx, fn, "dst", dst) || !tg_check_arg(ctx, fn, "src", src)) return NULL;
+    if (!tg_check_same_dtype(ctx, fn, dst, src) || !tg_check_same_shape(ctx, fn, dst, src)) return NULL;
+    if (dst->data != src->data && dst->numel) memmove(dst->data, src->data, (size_t)dst->numel * tg_esize(dst->dtype));
+    return dst;
+}
+
+void tg_fill(tg_ctx *ctx, tg_tensor *t, double value) {
+    if (!tg_check_arg(ctx, "tg_fill", "t", t)) return;
+    for (int64_t i = 0; i < t->numel; i++) tg_store(t, i, value);
+}
+
+/* Flat index of a multi-index, or -1 (with an error) when out of range. */
+static int64_t flat_index(tg_ctx *ctx, const char *fn, const tg_tensor *t, const int64_t *index) {
+    if (t->ndim > 0 && !index) {
+        tg_error(ctx, TG_ERR_NULL, fn, "argument 'index' is NULL");
+        return -1;
+    }
+    int64_t f = 0;
+    for (int i = 0; i < t->ndim; i++) {
+        if (index[i] < 0 || index[i] >= t->shape[i]) {
+            char s[TG_SHAPE_STR];
+            tg_error(ctx, TG_ERR_INDEX, fn, "index %lld is out of range for dim %d of shape %s",
+                     (long long)index[i], i, tg_shape_of(s, t));
+            return -1;
+        }
+        f = f * t->shape[i] + index[i];
+    }
+    return f;
+}
+
+static bool check_flat(tg_ctx *ctx, const char *fn, const tg_tensor *t, int64_t i) {
+    if (i >= 0 && i < t->numel) return true;
+    char s[TG_SHAPE_STR];
+    tg_error(ctx, TG_ERR_INDEX, fn, "flat index %lld is out of range for shape %s (numel %lld)", (long long)i,
+             tg_shape_of(s, t), (long long)t->numel);
+    return false;
+}
+
+double tg_get(tg_ctx *ctx, const tg_tensor *t, const int64_t *index) {
+    if (!tg_check_arg(ctx, "tg_get", "t", t)) return NAN;
+    int64_t f = flat_index(ctx, "tg_get", t, index);
+    return f < 0 ? NAN : tg_load(t, f);
+}
+
+void tg_set(tg_ctx *ctx, tg_tensor *t, const int64_t *index, double value) {
+    if (!tg_check_arg(ctx, "tg_set", "t", t)) return;
+    int64_t f = flat_index(ctx, "tg_set", t, index);
+    if (f >= 0) tg_store(t, f, value);
+}
+
+double tg_get_flat(tg_ctx *ctx, const tg_tensor *t, int64_t i) {
+    if (!tg_check_arg(ctx, "tg_get_flat", "t", t)) return NAN;
+    return check_flat(ctx, "tg_get_flat", t, i) ? tg_load(t, i) : NAN;
+}
+
+void tg_set_flat(tg_ctx *ctx, tg_tensor *t, int64_t i, double value) {
+    if (!tg_check_arg(ctx, "tg_set_flat", "t", t)) return;
+    if (check_flat(ctx, "tg_set_flat", t, i)) tg_store(t, i, value);
+}
+
+float *tg_data_f32(tg_ctx *ctx, tg_tensor *t) {
+    if (!tg_check_arg(ctx, "tg_data_f32", "t", t)) return NULL;
+    if (t->dtype != TG_F32) {
+        tg_error(ctx, TG_ERR_DTYPE, "tg_data_f32", "tensor is %s, not float32", tg_dtype_name(t->dtype));
+        return NULL;
+    }
+    return t->data;
+}
+
+double *tg_data_f64(tg_ctx *ctx, tg_tensor *t) {
+    if (!tg_check_arg(ctx, "tg_data_f64", "t", t)) return NULL;
+    if (t->dtype != TG_F64) {
+        tg_error(ctx, TG_ERR_DTYPE, "tg_data_f64", "tensor is %s, not float64", tg_dtype_name(t->dtype));
+        return NULL;
+    }
+    return t->data;
+}
