@@ -429,6 +429,81 @@ void tg_progress_finish(tg_progress *p);
  * (without \r or newline; BAR mode includes the bar). Returns buf. */
 char *tg_progress_format(const tg_progress *p, char *buf, size_t size);
 
+/* --- Autograd ops: matmul, shapes, embedding, softmax, losses, dropout --- */
+/* Differentiable ops (autograd/ops_matmul.c, ops_shape.c, ops_embedding.c,
+ * ops_softmax.c, ops_loss.c, ops_dropout.c), float32 and float64. Each
+ * returns a new arena tensor of its inputs' dtype (tensor inputs must share
+ * one dtype) and records itself on the tape when an input requires grad and
+ * grad mode is on. On error: NULL and the context's error names the op and
+ * the offending shapes or values. Axis arguments may be negative (counted
+ * from the end, -1 is the last dim). */
+
+/* Matrix product c = a b, c_ij = sum_k a_ik b_kj:
+ *   a (M,K)   x b (K,N)   -> (M,N)
+ *   a (B,M,K) x b (B,K,N) -> (B,M,N)   (batched: one product per batch)
+ *   a (B,M,K) x b (K,N)   -> (B,M,N)   (b shared by every batch)
+ * Backward uses the transposed GEMM cases (da = dc b^T, db = a^T dc)
+ * without copying a transpose. */
+tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);
+/* Swaps the last two dims (ndim >= 2): y[..., j, i] = x[..., i, j]. A copy. */
+tg_tensor *tg_transpose(tg_ctx *ctx, tg_tensor *x);
+/* x with a new shape of the same numel; one size may be -1 (inferred).
+ * Shares x's data like tg_view, but is recorded (dx = dy reshaped). */
+tg_tensor *tg_reshape(tg_ctx *ctx, tg_tensor *x, int ndim, const int64_t *shape);
+/* Joins n >= 1 tensors along `axis`; all have the same ndim and the same
+ * sizes except along axis. */
+tg_tensor *tg_concat(tg_ctx *ctx, int n, tg_tensor *const *xs, int axis);
+/* Elements start..end-1 of x along `axis` (0 <= start <= end <= size; no
+ * clamping: out of range is an error). A copy. */
+tg_tensor *tg_slice(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t end);
+
+/* Embedding lookup: y[i, :] = weight[indices[i], :] for weight (V,D) and
+ * the numel(shape) indices (row-major, each in 0..V-1, copied); the result
+ * has shape + (D), so ndim <= TG_MAX_DIMS - 1. Backward scatter-adds dy
+ * rows into dweight; repeated indices accumulate. */
+tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *weight, int ndim, const int64_t *shape,
+                        const int64_t *indices);
+
+/* Softmax over the last axis: y_i = exp(x_i - m) / sum_j exp(x_j - m), with
+ * m the row's max (so logits of +-1e4 stay finite in float32). A 0-d x is
+ * one row of one element. */
+tg_tensor *tg_softmax(tg_ctx *ctx, tg_tensor *x);
+/* log_softmax over the last axis: y_i = x_i - m - log(sum_j exp(x_j - m)).
+ * Finite for finite logits; a -inf logit gives -inf, as in PyTorch. */
+tg_tensor *tg_log_softmax(tg_ctx *ctx, tg_tensor *x);
+
+/* Options of tg_cross_entropy, as PyTorch's F.cross_entropy. Defaults
+ * (also what a NULL opts means): ignore_index = -100, label_smoothing = 0.
+ * Start from TG_CROSS_ENTROPY_DEFAULTS and change what you need. */
+typedef struct tg_cross_entropy_opts {
+    int64_t ignore_index;   /* rows whose target equals it add nothing */
+    double label_smoothing; /* eps in [0, 1]: the target distribution is
+                               (1 - eps) one_hot(t) + eps / C */
+} tg_cross_entropy_opts;
+#define TG_CROSS_ENTROPY_DEFAULTS ((tg_cross_entropy_opts){-100, 0.0})
+
+/* Cross-entropy from logits (N,C) with targets[N] (int64, each in 0..C-1
+ * or ignore_index), mean reduction over the non-ignored rows:
+ *   loss = 1/|R| sum_{i in R} [ -(1 - eps) logp_i[t_i] - eps/C sum_c logp_i[c] ]
+ * with logp = log_softmax(logits) and R the rows not ignored. Fused with
+ * log_softmax: one tape record saving the targets and each row's
+ * log-sum-exp. A scalar. When every row is ignored the loss is NaN (0/0,
+ * as in PyTorch) and its gradient is 0. N = 0 or C = 0 is an error. */
+tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, const int64_t *targets,
+                            const tg_cross_entropy_opts *opts);
+/* Mean squared error, a scalar: mean((pred - target)^2). Same shapes, at
+ * least one element. Both inputs may require grad. */
+tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *pred, tg_tensor *target);
+
+/* Dropout (inverted): in training, y_i = x_i / (1 - p) when kept, 0 when
+ * dropped, each element dropped with probability p in [0, 1). Element i is
+ * dropped when u_i < p, u_i the f64 uniform of Philox block i of the
+ * context's stream (see Random numbers), so the mask depends only on the
+ * seed and offset, never on the thread count; the offset then advances by
+ * numel. With training=false or p = 0 it returns x itself and draws
+ * nothing. */
+tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p, bool training);
+
 #ifdef __cplusplus
 }
 #endif
