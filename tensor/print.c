@@ -4,7 +4,8 @@
  *           [0.3000, 0.4000]], dtype=float32)
  *
  * One formatter is chosen for the whole tensor from the values shown:
- *  - all integral: "1.", "-2." (scientific when the largest is > 1e8);
+ *  - all integral: "1.", "-2." (scientific when the largest is > 1e8 or
+ *    max/min of the nonzero magnitudes exceeds 1000);
  *  - otherwise fixed "%.4f", or "%.4e" when max/min of the nonzero
  *    magnitudes exceeds 1000, the largest exceeds 1e8 or the smallest is
  *    below 1e-4;
@@ -84,7 +85,7 @@ static formatter make_formatter(const tg_tensor *t, bool summarize) {
         }
     }
     if (!any || all_int) {
-        f.mode = (any && amax > 1e8) ? 2 : 0;
+        f.mode = (any && amax > 0 && (amax / amin > 1000.0 || amax > 1e8)) ? 2 : 0;
     } else {
         f.mode = 1;
         if (amax > 0 && (amax / amin > 1000.0 || amax > 1e8 || amin < 1e-4)) f.mode = 2;
@@ -120,7 +121,7 @@ static void put_block(sbuf *s, const tg_tensor *t, int dim, int64_t base, int in
         int on_line = 0;
         for (int64_t i = 0; i < n; i++) {
             if (cut && i == EDGE_ITEMS) {
-                put(s, on_line ? ", ..." : " ...");
+                put(s, on_line ? ",  ..." : " ...");
                 on_line++;
                 i = n - EDGE_ITEMS - 1;
                 continue;
