@@ -504,6 +504,84 @@ tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *pred, tg_tensor *target);
  * nothing. */
 tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p, bool training);
 
+/* --- Autograd ops: elementwise, activations, reductions --- */
+/* Differentiable ops (autograd/ops_elementwise.c, ops_activation.c,
+ * ops_reduce.c), float32 and float64, with PyTorch's semantics. Each returns
+ * a new arena tensor of its input's dtype and records itself on the tape
+ * when an input requires grad and grad mode is on. NULL inputs (TG_ERR_NULL)
+ * or a context already in error: NULL, nothing done.
+ *
+ * Broadcasting (NumPy rules) in tg_add, tg_sub, tg_mul, tg_div: shapes are
+ * aligned at their last dims, missing leading dims count as 1, and two sizes
+ * fit when they are equal or one of them is 1; the result takes the larger.
+ * Shapes that do not fit are TG_ERR_SHAPE naming both; dtypes that differ
+ * are TG_ERR_DTYPE. Backward sums the gradient over the dims an input was
+ * broadcast along, so each input's grad has the input's own shape.
+ *
+ * Non-finite values follow IEEE and PyTorch: log(0) = -inf, log(x<0) = NaN,
+ * sqrt(0)'s gradient is inf, NaN propagates. */
+
+/* a + b, a - b, a * b, a / b elementwise, with broadcasting. */
+tg_tensor *tg_add(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);
+tg_tensor *tg_sub(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);
+tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);
+tg_tensor *tg_div(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);
+/* y = -x */
+tg_tensor *tg_neg(tg_ctx *ctx, tg_tensor *x);
+/* y = x + s  (any s; e.g. -inf for masks) */
+tg_tensor *tg_add_scalar(tg_ctx *ctx, tg_tensor *x, double s);
+/* y = s x  (any s) */
+tg_tensor *tg_mul_scalar(tg_ctx *ctx, tg_tensor *x, double s);
+/* y = x^p with p finite (TG_ERR_VALUE otherwise); dy/dx = p x^(p-1), and 0
+ * when p == 0 (as PyTorch). At x = 0 with p < 1 the gradient is inf/NaN. */
+tg_tensor *tg_pow_scalar(tg_ctx *ctx, tg_tensor *x, double p);
+/* y = e^x */
+tg_tensor *tg_exp(tg_ctx *ctx, tg_tensor *x);
+/* y = ln x; ln 0 = -inf, ln of a negative = NaN; dy/dx = 1/x */
+tg_tensor *tg_log(tg_ctx *ctx, tg_tensor *x);
+/* y = sqrt(x); dy/dx = 1/(2 sqrt x), inf at x = 0 */
+tg_tensor *tg_sqrt(tg_ctx *ctx, tg_tensor *x);
+/* y = |x|; dy/dx = sign(x), 0 at x = 0 */
+tg_tensor *tg_abs(tg_ctx *ctx, tg_tensor *x);
+
+/* Activations (autograd/ops_activation.c). */
+/* y = max(x, 0); dy/dx = 1 for x > 0, 0 for x <= 0 (0 at the kink) */
+tg_tensor *tg_relu(tg_ctx *ctx, tg_tensor *x);
+/* y = x for x > 0, negative_slope * x otherwise; negative_slope finite
+ * (TG_ERR_VALUE otherwise). PyTorch's default slope is 0.01. */
+tg_tensor *tg_leaky_relu(tg_ctx *ctx, tg_tensor *x, double negative_slope);
+/* y = 1 / (1 + e^-x), without overflow for any x; dy/dx = y (1 - y) */
+tg_tensor *tg_sigmoid(tg_ctx *ctx, tg_tensor *x);
+/* y = tanh x; dy/dx = 1 - y^2 */
+tg_tensor *tg_tanh(tg_ctx *ctx, tg_tensor *x);
+/* GELU. Exact (tanh_approx false): y = x/2 (1 + erf(x / sqrt 2)).
+ * tanh_approx: y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), PyTorch's
+ * approximate='tanh'. */
+tg_tensor *tg_gelu(tg_ctx *ctx, tg_tensor *x, bool tanh_approx);
+/* SiLU (swish): y = x sigmoid(x) */
+tg_tensor *tg_silu(tg_ctx *ctx, tg_tensor *x);
+
+/* Reductions (autograd/ops_reduce.c). `axis` may be negative (-1 is the
+ * last dim); out of range is TG_ERR_SHAPE. A 0-d tensor takes axis 0 or -1
+ * and is its own sum (PyTorch does the same). keepdim keeps the reduced dim
+ * with size 1, else it is removed. Sums accumulate in double for float32
+ * rows and whole-tensor sums, in a fixed order: results never depend on
+ * the thread count. */
+/* Sum of all elements: a 0-d tensor (0 for an empty x). */
+tg_tensor *tg_sum(tg_ctx *ctx, tg_tensor *x);
+/* Mean of all elements: a 0-d tensor. An empty x is TG_ERR_VALUE "empty
+ * reduction": PyTorch returns NaN there; we call it misuse. */
+tg_tensor *tg_mean(tg_ctx *ctx, tg_tensor *x);
+/* Sum over one axis (an axis of size 0 sums to 0). */
+tg_tensor *tg_sum_axis(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim);
+/* Mean over one axis; an axis of size 0 is TG_ERR_VALUE "empty reduction". */
+tg_tensor *tg_mean_axis(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim);
+/* Max over one axis (values only). Ties: the gradient goes to the first
+ * maximal element along the axis (lowest index), the others get 0. NaN
+ * counts as the largest value (the first NaN wins), as PyTorch propagates
+ * it. An axis of size 0 is TG_ERR_VALUE "empty reduction". */
+tg_tensor *tg_max_axis(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim);
+
 #ifdef __cplusplus
 }
 #endif
