@@ -327,7 +327,7 @@ typedef struct tg_plot tg_plot;
  * defaults so every plot has a title, axis labels and a legend. */
 typedef struct tg_plot_style {
     const char *title;    /* NULL: the plot's name */
-    const char *xlabel;   /* NULL: the x column's name ("step"), else "x" */
+    const char *xlabel;   /* NULL: the x column's name (close), "step" (overlay) */
     const char *ylabel;   /* NULL: the one series' label, or "value" */
     bool logy;            /* log-scale y axis (values <= 0 are not drawn) */
     int width, height;    /* PNG size in pixels; 0 means 800 x 500 */
@@ -403,9 +403,9 @@ typedef struct tg_progress {
     int64_t every;          /* print every `every` steps, >= 1 */
     tg_progress_mode mode;  /* PLAIN, BAR or QUIET once initialized */
     int width;              /* BAR: columns the line may use (the terminal's, or 80) */
-    double (*clock)(void *user); /* seconds; NULL: CLOCK_MONOTONIC (tests may fake it) */
-    void *clock_user;
     /* internal */
+    double (*clock_)(void *user); /* seconds; NULL: CLOCK_MONOTONIC */
+    void *clock_user_;
     double t_init_, t_first_, t_last_;
     int64_t step_first_, step_last_, step_shown_;
     double loss_, lr_, gnorm_;
@@ -425,6 +425,9 @@ void tg_progress_update(tg_progress *p, int64_t step, double loss, double lr, do
 /* Ends the output: redraws the last state if it was not shown, ends the bar
  * line, and prints "done: N steps in T s (R steps/s), final loss L". */
 void tg_progress_finish(tg_progress *p);
+/* Replaces the clock (seconds as a double; NULL: CLOCK_MONOTONIC), e.g. with
+ * a fake one in tests, and restarts the timing from its current reading. */
+void tg_progress_set_clock(tg_progress *p, double (*clock)(void *user), void *user);
 /* Writes the line `update` would print for the current state into buf
  * (without \r or newline; BAR mode includes the bar). Returns buf. */
 char *tg_progress_format(const tg_progress *p, char *buf, size_t size);
