@@ -1,0 +1,169 @@
+/* Matrix product: 2-D, batched 3-D, and a 3-D left operand times a shared
+ * 2-D right operand. Every product goes through the internal GEMM
+ * (tensor/gemm.h), whose transposed cases give the backward products
+ * without copying a transpose. Both dtypes share this code: the GEMM has an
+ * f32 and an f64 entry point and mm_gemm() dispatches on the dtype.
+ *
+ * Shapes (one "problem" is M,K,N and a batch count):
+ *   a (M,K)   x b (K,N)   -> c (M,N)       batch 1
+ *   a (B,M,K) x b (B,K,N) -> c (B,M,N)     batch B, one product per batch
+ *   a (B,M,K) x b (K,N)   -> c (B,M,N)     folded into one product
+ *                                          (B*M,K) x (K,N): a is contiguous,
+ *                                          so its B*M rows are just rows. */
+#include "autograd/tape.h"
+#include "tensor/gemm.h"
+
+#include <string.h>
+#ifdef TG_HAVE_OPENMP
+#include <omp.h>
+#endif
+
+/* Below this many multiply-adds per batch item the GEMM runs on one thread
+ * anyway, so batched products run their items in parallel instead. */
+#define MM_SMALL_FMAS ((int64_t)1 << 20)
+
+typedef struct mm_dims {
+    int64_t batch; /* number of independent products (1 when folded) */
+    int64_t M, K, N;
+} mm_dims;
+
+/* C (M,N) = op(A) op(B) + beta C in the dtype `dt`, with a workspace of
+ * `ws` bytes at `work` (see tensor/gemm.h for op() and the strides). */
+static void mm_gemm(tg_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A,
+                    int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc,
+                    int threads, void *work, size_t ws) {
+    if (dt == TG_F64)
+        tg_gemm_f64_ws(ta, tb, M, N, K, 1.0, A, lda, B, ldb, beta, C, ldc, threads, work, ws);
+    else
+        tg_gemm_f32_ws(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, (float)beta, C, ldc, threads, work, ws);
+}
+
+/* The same GEMM `batch` times: item i uses A + i*sa, B + i*sb, C + i*sc
+ * (element offsets). With many small items they run in parallel, one item
+ * per thread at a time, each thread with its own single-thread workspace;
+ * otherwise one after the other, each using every thread. Either way each
+ * item's result is the GEMM's, which does not depend on the thread count. */
+static void mm_gemm_batched(tg_ctx *ctx, const char *fn, tg_dtype dt, bool ta, bool tb, int64_t batch,
+                            int64_t M, int64_t N, int64_t K, const void *A, int64_t lda, int64_t sa,
+                            const void *B, int64_t ldb, int64_t sb, double beta, void *C, int64_t ldc,
+                            int64_t sc) {
+    if (M == 0 || N == 0 || batch == 0) return;
+    const size_t es = tg_esize(dt);
+    const unsigned char *pa = A, *pb = B;
+    unsigned char *pc = C;
+    int threads = tg_threads(ctx);
+    bool par = false;
+#ifdef TG_HAVE_OPENMP
+    par = batch > 1 && threads > 1 && M * N * K < MM_SMALL_FMAS;
+#endif
+    if (!par) {
+        size_t ws = tg_gemm_workspace_size(M, N, K, es, threads);
+        void *work = ws ? tg_arena_alloc_fn(ctx, fn, ws) : NULL;
+        if (ws && !work) return;
+        for (int64_t i = 0; i < batch; i++)
+            mm_gemm(dt, ta, tb, M, N, K, pa + (size_t)(i * sa) * es, lda, pb + (size_t)(i * sb) * es, ldb,
+                    beta, pc + (size_t)(i * sc) * es, ldc, threads, work, ws);
+        return;
+    }
+#ifdef TG_HAVE_OPENMP
+    int nt = threads < batch ? threads : (int)batch;
+    size_t ws = tg_gemm_workspace_size(M, N, K, es, 1);
+    size_t ws_round = (ws + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN;
+    unsigned char *work = ws ? tg_arena_alloc_fn(ctx, fn, ws_round * (size_t)nt) : NULL;
+    if (ws && !work) return;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t i = 0; i < batch; i++) {
+        void *w = work ? work + ws_round * (size_t)omp_get_thread_num() : NULL;
+        mm_gemm(dt, ta, tb, M, N, K, pa + (size_t)(i * sa) * es, lda, pb + (size_t)(i * sb) * es, ldb, beta,
+                pc + (size_t)(i * sc) * es, ldc, 1, w, ws);
+    }
+#endif
+}
+
+/* Forward, per batch item: c = a b.
+ *   c_ij = sum_k a_ik b_kj,   a (M,K)  b (K,N)  c (M,N)
+ * K = 0 gives zeros (an empty sum). Saves nothing: backward reads a and b
+ * through the record's inputs. */
+static void matmul_forward(tg_ctx *ctx, const char *fn, tg_tensor *c, const tg_tensor *a, const tg_tensor *b,
+                           mm_dims d) {
+    if (d.K == 0) {
+        if (c->numel) memset(c->data, 0, (size_t)c->numel * tg_esize(c->dtype));
+        return;
+    }
+    mm_gemm_batched(ctx, fn, c->dtype, false, false, d.batch, d.M, d.N, d.K, a->data, d.K, d.M * d.K, b->data,
+                    d.N, d.K * d.N, 0.0, c->data, d.N, d.M * d.N);
+}
+
+/* Forward was c_ij = sum_k a_ik b_kj, so dc_ij reaches a_ik through b_kj
+ * and b_kj through a_ik:
+ *   da_ik += sum_j dc_ij b_kj    i.e.  da += dc b^T   (M,N)(N,K)
+ *   db_kj += sum_i a_ik dc_ij    i.e.  db += a^T dc   (K,M)(M,N)
+ * per batch item. In GEMM terms da is (M x K, depth N) with op(B) = b^T
+ * read from b (K,N) by trans_b; db is (K x N, depth M) with op(A) = a^T
+ * read from a (M,K) by trans_a. beta = 1 accumulates into the grads. */
+static void matmul_backward(tg_ctx *ctx, tg_node *n) {
+    const tg_tensor *dc = n->out->grad;
+    tg_tensor *a = n->in[0], *b = n->in[1];
+    mm_dims d = {n->i[0], n->i[1], n->i[2], n->i[3]};
+    tg_tensor *da = tg_grad_of(ctx, a);
+    tg_tensor *db = tg_grad_of(ctx, b);
+    if (da && d.N > 0)
+        mm_gemm_batched(ctx, n->op, dc->dtype, false, true, d.batch, d.M, d.K, d.N, dc->data, d.N, d.M * d.N,
+                        b->data, d.N, d.K * d.N, 1.0, da->data, d.K, d.M * d.K);
+    if (db && d.M > 0)
+        mm_gemm_batched(ctx, n->op, dc->dtype, true, false, d.batch, d.K, d.N, d.M, a->data, d.K, d.M * d.K,
+                        dc->data, d.N, d.M * d.N, 1.0, db->data, d.N, d.K * d.N);
+}
+
+tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) {
+    static const char fn[] = "tg_matmul";
+    if (!tg_check_arg(ctx, fn, "a", a) || !tg_check_arg(ctx, fn, "b", b)) return NULL;
+    if (!tg_check_same_dtype(ctx, fn, a, b)) return NULL;
+    char sa[TG_SHAPE_STR], sb[TG_SHAPE_STR];
+    mm_dims d;
+    int64_t shape[3];
+    int ndim;
+    if (a->ndim == 2 && b->ndim == 2) {
+        d = (mm_dims){1, a->shape[0], a->shape[1], b->shape[1]};
+        ndim = 2;
+        shape[0] = d.M, shape[1] = d.N;
+    } else if (a->ndim == 3 && b->ndim == 3) {
+        if (a->shape[0] != b->shape[0]) {
+            tg_error(ctx, TG_ERR_SHAPE, fn, "batch sizes differ: a %s x b %s", tg_shape_of(sa, a),
+                     tg_shape_of(sb, b));
+            return NULL;
+        }
+        d = (mm_dims){a->shape[0], a->shape[1], a->shape[2], b->shape[2]};
+        ndim = 3;
+        shape[0] = d.batch, shape[1] = d.M, shape[2] = d.N;
+    } else if (a->ndim == 3 && b->ndim == 2) {
+        /* fold the batch into the rows: (B*M, K) x (K, N) */
+        d = (mm_dims){1, a->shape[0] * a->shape[1], a->shape[2], b->shape[1]};
+        ndim = 3;
+        shape[0] = a->shape[0], shape[1] = a->shape[1], shape[2] = d.N;
+    } else {
+        tg_error(ctx, TG_ERR_SHAPE, fn,
+                 "a %s x b %s: supported are (M,K) x (K,N), (B,M,K) x (B,K,N) and (B,M,K) x (K,N)",
+                 tg_shape_of(sa, a), tg_shape_of(sb, b));
+        return NULL;
+    }
+    int64_t kb = b->shape[b->ndim - 2];
+    if (d.K != kb) {
+        tg_error(ctx, TG_ERR_SHAPE, fn, "inner dims differ: a %s x b %s (%lld != %lld)", tg_shape_of(sa, a),
+                 tg_shape_of(sb, b), (long long)d.K, (long long)kb);
+        return NULL;
+    }
+    tg_tensor *c = tg_new_tensor(ctx, fn, a->dtype, ndim, shape);
+    if (!c) return NULL;
+    matmul_forward(ctx, fn, c, a, b, d);
+    tg_node *n = tg_record(ctx, fn, matmul_backward, c, 2, (tg_tensor *[]){a, b});
+    if (n) {
+        n->i[0] = d.batch, n->i[1] = d.M, n->i[2] = d.K, n->i[3] = d.N;
+        /* kept by pointer: da needs b, db needs a */
+        size_t bytes = 0;
+        if (a->requires_grad) bytes += (size_t)b->numel * tg_esize(b->dtype);
+        if (b->requires_grad && b != a) bytes += (size_t)a->numel * tg_esize(a->dtype);
+        tg_node_count_saved(ctx, n, bytes);
+    }
+    return tg_ok(ctx) ? c : NULL;
+}
