@@ -355,7 +355,8 @@ tg_status tg_plot_row(tg_plot *p, const double *values);
 const char *tg_plot_dat_path(const tg_plot *p);
 /* Closes the data file and writes DIR/NAME.gp plotting every column after
  * the first against it, labelled with the column names (style may be NULL
- * for the defaults), then renders DIR/NAME.png. Always frees p. */
+ * for the defaults), then renders DIR/NAME.png. Always frees p. With no
+ * rows logged: TG_ERR_STATE (the script is written, nothing is drawn). */
 tg_status tg_plot_close(tg_plot *p, const tg_plot_style *style, bool *rendered,
                         char *msg, size_t msgsize);
 /* Closes the data file without writing a script or a picture (e.g. one run

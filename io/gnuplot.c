@@ -309,9 +309,16 @@ tg_status tg_plot_run_gnuplot(const char *dir, const char *gp_name, bool *render
                               char *msg, size_t msgsize)
 {
     if (rendered) *rendered = false;
+    /* "./-x.gp", so gnuplot does not take a leading '-' for an option. */
+    char *name = tg_plot_concat(2, gp_name[0] == '-' ? "./" : "", gp_name);
+    if (!name) {
+        tg_plot_msgf(msg, msgsize, "out of memory");
+        return TG_ERR_OOM;
+    }
     char *gnuplot = NULL;
     tg_status st = find_gnuplot(&gnuplot);
     if (st == TG_ERR_OOM) {
+        free(name);
         tg_plot_msgf(msg, msgsize, "out of memory");
         return st;
     }
@@ -319,14 +326,9 @@ tg_status tg_plot_run_gnuplot(const char *dir, const char *gp_name, bool *render
         tg_plot_msgf(msg, msgsize,
                      "gnuplot is not installed (not found in PATH), so %s/%s was not rendered; "
                      "once it is (e.g. apt-get install gnuplot-nox), run: cd '%s' && gnuplot '%s'",
-                     dir, gp_name, dir, gp_name);
+                     dir, gp_name, dir, name);
+        free(name);
         return TG_OK;
-    }
-    char *name = tg_plot_concat(1, gp_name);
-    if (!name) {
-        free(gnuplot);
-        tg_plot_msgf(msg, msgsize, "out of memory");
-        return TG_ERR_OOM;
     }
     char *argv[] = {gnuplot, name, NULL};
     char *text = NULL;
@@ -344,9 +346,11 @@ tg_status tg_plot_run_gnuplot(const char *dir, const char *gp_name, bool *render
         last_line(line, sizeof line, text);
         if (code == 126)
             tg_plot_msgf(msg, msgsize, "gnuplot could not enter folder '%s'", dir);
+        else if (code < 0)
+            tg_plot_msgf(msg, msgsize, "gnuplot was killed by a signal on %s/%s", dir, gp_name);
         else
-            tg_plot_msgf(msg, msgsize, "gnuplot failed on %s/%s (%s %d): %s", dir, gp_name,
-                         code < 0 ? "killed," : "exit status", code, line[0] ? line : "(no output)");
+            tg_plot_msgf(msg, msgsize, "gnuplot failed on %s/%s (exit status %d): %s", dir,
+                         gp_name, code, line[0] ? line : "(no output)");
         free(text);
         return TG_ERR_IO;
     }

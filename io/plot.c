@@ -41,10 +41,23 @@ typedef struct plot_curve {
     const char *label;
 } plot_curve;
 
+/* A file name: no '/', not "." or "..", no leading '-' (gnuplot would
+ * take it for an option). */
 static bool name_ok(const char *name)
 {
     return tg_plot_path_ok(name) && !strchr(name, '/') && strcmp(name, ".") != 0 &&
-           strcmp(name, "..") != 0;
+           strcmp(name, "..") != 0 && name[0] != '-';
+}
+
+/* A malloc'd copy of dir without trailing slashes ("out/" -> "out"; "/"
+ * stays), so the paths we build and print read cleanly. */
+static char *trimmed_dir(const char *dir)
+{
+    char *d = tg_plot_concat(1, dir);
+    if (!d) return NULL;
+    size_t n = strlen(d);
+    while (n > 1 && d[n - 1] == '/') d[--n] = '\0';
+    return d;
 }
 
 static bool colname_ok(const char *s)
@@ -81,9 +94,10 @@ tg_status tg_plot_open(tg_plot **out, const char *dir, const char *name, int nco
     tg_plot *p = calloc(1, sizeof *p);
     if (!p) return TG_ERR_OOM;
     p->ncols = ncols;
-    p->dir = tg_plot_concat(1, dir);
+    p->dir = trimmed_dir(dir);
     p->name = tg_plot_concat(1, name);
-    p->dat = tg_plot_concat(4, dir, "/", name, ".dat");
+    p->dat = p->dir ? tg_plot_concat(4, p->dir, strcmp(p->dir, "/") ? "/" : "", name, ".dat")
+                    : NULL;
     p->colnames = calloc((size_t)ncols, sizeof *p->colnames);
     bool oom = !p->dir || !p->name || !p->dat || !p->colnames;
     for (int i = 0; !oom && i < ncols; i++)
@@ -93,7 +107,7 @@ tg_status tg_plot_open(tg_plot **out, const char *dir, const char *name, int nco
         return TG_ERR_OOM;
     }
 
-    tg_status st = tg_plot_mkdirs(dir);
+    tg_status st = tg_plot_mkdirs(p->dir);
     if (st != TG_OK) {
         plot_free(p);
         return st;
@@ -304,9 +318,9 @@ static char *dir_of(const char *path)
     return d;
 }
 
-tg_status tg_plot_overlay(const char *dir, const char *name, const tg_plot_style *style,
-                          const tg_plot_series *series, int nseries, bool *rendered,
-                          char *msg, size_t msgsize)
+static tg_status overlay(const char *dir, const char *name, const tg_plot_style *style,
+                         const tg_plot_series *series, int nseries, bool *rendered,
+                         char *msg, size_t msgsize)
 {
     if (rendered) *rendered = false;
     if (!dir || !name || !series) {
@@ -317,7 +331,7 @@ tg_status tg_plot_overlay(const char *dir, const char *name, const tg_plot_style
     if (!tg_plot_path_ok(dir) || !name_ok(name)) {
         tg_plot_msgf(msg, msgsize,
                      "tg_plot_overlay: dir or name is empty or holds a quote, a control "
-                     "character or (name) a '/'");
+                     "character, or the name a '/' or a leading '-'");
         return TG_ERR_VALUE;
     }
     if (nseries < 1 || nseries > TG_PLOT_MAX_SERIES) {
@@ -401,5 +415,21 @@ tg_status tg_plot_overlay(const char *dir, const char *name, const tg_plot_style
         tg_plot_msgf(msg, msgsize, "out of memory");
     }
     for (int i = 0; i < nseries; i++) free(owned[i]);
+    return st;
+}
+
+tg_status tg_plot_overlay(const char *dir, const char *name, const tg_plot_style *style,
+                          const tg_plot_series *series, int nseries, bool *rendered,
+                          char *msg, size_t msgsize)
+{
+    if (!dir) return overlay(dir, name, style, series, nseries, rendered, msg, msgsize);
+    char *d = trimmed_dir(dir);
+    if (!d) {
+        if (rendered) *rendered = false;
+        tg_plot_msgf(msg, msgsize, "out of memory");
+        return TG_ERR_OOM;
+    }
+    tg_status st = overlay(d, name, style, series, nseries, rendered, msg, msgsize);
+    free(d);
     return st;
 }

@@ -192,6 +192,17 @@ START_TEST(test_dat_rows_and_columns)
 }
 END_TEST
 
+START_TEST(test_trailing_slash)
+{
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/out//", tmp);
+    tg_plot *p = make_log(dir, "run", 4, 1.0);
+    ck_assert_str_eq(tg_plot_dat_path(p), in_tmp("out/run.dat"));
+    ck_assert_int_eq(tg_plot_close_data(p), TG_OK);
+    ck_assert(exists(in_tmp("out/run.dat")));
+}
+END_TEST
+
 START_TEST(test_open_replaces_old_file)
 {
     tg_plot *p = make_log(tmp, "run", 10, 1.0);
@@ -395,14 +406,16 @@ START_TEST(test_render_custom_script)
 
     bool rendered = false;
     char msg[1024];
-    tg_status st = tg_plot_render(in_tmp("boundary.gp"), &rendered, msg, sizeof msg);
+    /* A leading '-' in the file name must not reach gnuplot as an option. */
+    ck_assert_int_eq(rename(in_tmp("boundary.gp"), in_tmp("-boundary.gp")), 0);
+    tg_status st = tg_plot_render(in_tmp("-boundary.gp"), &rendered, msg, sizeof msg);
     ck_assert_msg(st == TG_OK, "status %d: %s", st, msg);
     if (have_gnuplot()) {
         ck_assert(rendered);
         assert_png(in_tmp("boundary.png"));
     } else {
         ck_assert(!rendered);
-        ck_assert_ptr_nonnull(strstr(msg, "gnuplot 'boundary.gp'"));
+        ck_assert_ptr_nonnull(strstr(msg, "gnuplot './-boundary.gp'"));
     }
 }
 END_TEST
@@ -511,6 +524,7 @@ START_TEST(test_bad_arguments)
     ck_assert_int_eq(tg_plot_open(&p, tmp, "x", 2, spaced), TG_ERR_VALUE);
     ck_assert_int_eq(tg_plot_open(&p, tmp, "", 3, cols), TG_ERR_VALUE);
     ck_assert_int_eq(tg_plot_open(&p, tmp, "a/b", 3, cols), TG_ERR_VALUE);
+    ck_assert_int_eq(tg_plot_open(&p, tmp, "-x", 3, cols), TG_ERR_VALUE);   /* an option */
     ck_assert_int_eq(tg_plot_open(&p, tmp, "..", 3, cols), TG_ERR_VALUE);
     ck_assert_int_eq(tg_plot_open(&p, tmp, "it's", 3, cols), TG_ERR_VALUE);
     ck_assert_int_eq(tg_plot_open(&p, tmp, "a\"b", 3, cols), TG_ERR_VALUE);
@@ -605,6 +619,7 @@ Suite *make_plot_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_dat_rows_and_columns);
     tcase_add_test(tc, test_open_replaces_old_file);
+    tcase_add_test(tc, test_trailing_slash);
     tcase_add_test(tc, test_close_renders_png);
     tcase_add_test(tc, test_close_default_style);
     tcase_add_test(tc, test_labels_with_quotes);
