@@ -1,0 +1,105 @@
+/* Embedding lookup: rows of a weight matrix picked by integer indices.
+ *
+ *   y[i, :] = W[idx_i, :]     W (V,D), idx (n) with shape S, y S + (D)
+ *
+ * The forward copies rows; the backward scatter-adds the gradient rows
+ * back. The indices are copied at the forward (the caller's buffer may
+ * change before backward): that copy is all the op saves. */
+#include "autograd/tape.h"
+
+#include <string.h>
+
+#define TG_T float
+#define TG_N(name) name##_f32
+#include "autograd/ops_embedding.inc"
+#undef TG_T
+#undef TG_N
+
+#define TG_T double
+#define TG_N(name) name##_f64
+#include "autograd/ops_embedding.inc"
+#undef TG_T
+#undef TG_N
+
+/* Below this many gradient elements one thread does the scatter. */
+#define EMB_PAR_MIN 65536
+
+/* Forward: y[i, :] = W[idx_i, :], a row copy per index.
+ * y: (n, D)   w: (V, D)   idx: (n) */
+static void embedding_forward(void *y, const void *w, const int64_t *idx, int64_t n, int64_t D, size_t es) {
+    size_t row = (size_t)D * es;
+    for (int64_t i = 0; i < n; i++)
+        memcpy((unsigned char *)y + (size_t)i * row, (const unsigned char *)w + (size_t)idx[i] * row, row);
+}
+
+/* Forward was y[i, d] = W[idx_i, d]: element (v, d) of W reaches every
+ * output row i with idx_i = v, so
+ *   dW[v, d] += sum over {i : idx_i = v} of dy[i, d]
+ * i.e. scatter-add each dy row into row idx_i; repeated indices
+ * accumulate. Threads split the columns d (never the rows i), and each
+ * column is summed in increasing i, so the result is the same for any
+ * thread count. */
+static void embedding_backward(tg_ctx *ctx, tg_node *n) {
+    tg_tensor *dw = tg_grad_of(ctx, n->in[0]);
+    if (!dw) return;
+    const tg_tensor *dy = n->out->grad;
+    const int64_t *idx = n->saved;
+    int64_t cnt = n->i[0], D = dw->shape[1];
+    int nt = 1;
+#ifdef TG_HAVE_OPENMP
+    if (cnt * D >= EMB_PAR_MIN && D >= 16) {
+        nt = tg_threads(ctx);
+        if (nt > D / 16) nt = (int)(D / 16);
+        if (nt < 1) nt = 1;
+    }
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#endif
+    for (int t = 0; t < nt; t++) {
+        int64_t d0 = D * t / nt, d1 = D * (t + 1) / nt;
+        if (dw->dtype == TG_F64) embedding_scatter_add_f64(dw->data, dy->data, idx, cnt, D, d0, d1);
+        else embedding_scatter_add_f32(dw->data, dy->data, idx, cnt, D, d0, d1);
+    }
+}
+
+tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *weight, int ndim, const int64_t *shape, const int64_t *indices) {
+    static const char fn[] = "tg_embedding";
+    if (!tg_check_arg(ctx, fn, "weight", weight)) return NULL;
+    char sw[TG_SHAPE_STR], ss[TG_SHAPE_STR];
+    if (weight->ndim != 2) {
+        tg_error(ctx, TG_ERR_SHAPE, fn, "weight of shape %s is not 2-D (V, D)", tg_shape_of(sw, weight));
+        return NULL;
+    }
+    if (ndim < 0 || ndim > TG_MAX_DIMS - 1) {
+        tg_error(ctx, TG_ERR_SHAPE, fn, "indices ndim %d is outside 0..%d (the result adds a dim)", ndim,
+                 TG_MAX_DIMS - 1);
+        return NULL;
+    }
+    int64_t cnt;
+    if (!tg_check_shape(ctx, fn, ndim, shape, &cnt)) return NULL;
+    if (cnt > 0 && !indices) {
+        tg_error(ctx, TG_ERR_NULL, fn, "argument 'indices' is NULL");
+        return NULL;
+    }
+    int64_t V = weight->shape[0], D = weight->shape[1];
+    for (int64_t i = 0; i < cnt; i++) {
+        if (indices[i] < 0 || indices[i] >= V) {
+            tg_error(ctx, TG_ERR_INDEX, fn, "indices[%lld] = %lld is out of range 0..%lld for weight %s (indices %s)",
+                     (long long)i, (long long)indices[i], (long long)V - 1, tg_shape_of(sw, weight),
+                     tg_shape_str(ss, sizeof ss, ndim, shape));
+            return NULL;
+        }
+    }
+    int64_t oshape[TG_MAX_DIMS];
+    for (int d = 0; d < ndim; d++) oshape[d] = shape[d];
+    oshape[ndim] = D;
+    tg_tensor *y = tg_new_tensor(ctx, fn, weight->dtype, ndim + 1, oshape);
+    if (!y) return NULL;
+    embedding_forward(y->data, weight->data, indices, cnt, D, tg_esize(weight->dtype));
+    tg_node *n = tg_record(ctx, fn, embedding_backward, y, 1, &weight);
+    if (n) {
+        n->i[0] = cnt;
+        int64_t *saved = tg_node_save(ctx, n, (size_t)(cnt > 0 ? cnt : 1) * sizeof *saved);
+        if (saved && cnt) memcpy(saved, indices, (size_t)cnt * sizeof *saved);
+    }
+    return tg_ok(ctx) ? y : NULL;
+}
