@@ -1,0 +1,538 @@
+/* Checkpoints: the public tg_ckpt_* and tg_meta_* calls (include/tapegrad.h).
+ * The format itself is io/safetensors.c.
+ *
+ * Atomic save, step by step (each step is a write point a test can fail):
+ *   1. create a new temporary file beside the target ("<path>.tmp-<pid>-<k>",
+ *      O_EXCL so it never clobbers anything), in the same folder so that
+ *      the rename below stays within one filesystem;
+ *   2. write the whole file into it (raw file descriptors: there is no
+ *      user-space buffer to flush, write() hands bytes to the kernel);
+ *   3. fsync it, so its bytes are on disk before its name is;
+ *   4. close it (close can report a deferred write error);
+ *   5. rename it over the target: POSIX makes this atomic, a reader sees the
+ *      old file or the new one, never a mix;
+ *   6. open the folder and fsync it, so the rename itself is on disk.
+ * A failure in steps 1-5 removes the temporary and leaves the target as it
+ * was. A failure in step 6 is still reported: the new checkpoint is in place
+ * but may not survive a power cut. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "io/json.h"
+#include "io/safetensors.h"
+#include "tapegrad.h"
+
+/* ---- metadata ------------------------------------------------------------- */
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+static tg_meta_item *meta_find(const tg_meta *meta, const char *key) {
+    for (int i = 0; i < meta->count; i++)
+        if (strcmp(meta->items[i].key, key) == 0) return &meta->items[i];
+    return NULL;
+}
+
+bool tg_meta_set(tg_ctx *ctx, tg_meta *meta, const char *key, const char *value) {
+    static const char fn[] = "tg_meta_set";
+    if (!tg_ok(ctx)) return false;
+    if (!meta || !key || !value) {
+        tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", !meta ? "meta" : !key ? "key" : "value");
+        return false;
+    }
+    if (!tg_utf8_valid(key, strlen(key)) || !tg_utf8_valid(value, strlen(value))) {
+        char q[80];
+        tg_error(ctx, TG_ERR_VALUE, fn, "the %s of key \"%s\" is not valid UTF-8",
+                 tg_utf8_valid(key, strlen(key)) ? "value" : "name", tg_json_quote(q, sizeof q, key, strlen(key)));
+        return false;
+    }
+    char *v = dup_str(value);
+    if (!v) {
+        tg_error(ctx, TG_ERR_OOM, fn, "out of memory");
+        return false;
+    }
+    tg_meta_item *old = meta_find(meta, key);
+    if (old) {
+        free(old->value);
+        old->value = v;
+        return true;
+    }
+    if (meta->count == meta->capacity) {
+        int cap = meta->capacity ? meta->capacity * 2 : 8;
+        tg_meta_item *items = meta->capacity < (1 << 28) ? realloc(meta->items, (size_t)cap * sizeof *items) : NULL;
+        if (!items) {
+            free(v);
+            tg_error(ctx, TG_ERR_OOM, fn, "out of memory");
+            return false;
+        }
+        meta->items = items;
+        meta->capacity = cap;
+    }
+    char *k = dup_str(key);
+    if (!k) {
+        free(v);
+        tg_error(ctx, TG_ERR_OOM, fn, "out of memory");
+        return false;
+    }
+    meta->items[meta->count++] = (tg_meta_item){k, v};
+    return true;
+}
+
+bool tg_meta_set_u64(tg_ctx *ctx, tg_meta *meta, const char *key, uint64_t value) {
+    char buf[24];
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)value);
+    return tg_meta_set(ctx, meta, key, buf);
+}
+
+const char *tg_meta_get(const tg_meta *meta, const char *key) {
+    if (!meta || !key) return NULL;
+    tg_meta_item *it = meta_find(meta, key);
+    return it ? it->value : NULL;
+}
+
+bool tg_meta_get_u64(tg_ctx *ctx, const tg_meta *meta, const char *key, uint64_t *value) {
+    static const char fn[] = "tg_meta_get_u64";
+    if (!tg_ok(ctx)) return false;
+    if (!meta || !key || !value) {
+        tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", !meta ? "meta" : !key ? "key" : "value");
+        return false;
+    }
+    const char *s = tg_meta_get(meta, key);
+    if (!s) {
+        tg_error(ctx, TG_ERR_VALUE, fn, "no metadata key \"%s\"", key);
+        return false;
+    }
+    uint64_t v = 0;
+    bool ok = *s != '\0';
+    for (const char *c = s; ok && *c; c++) {
+        unsigned d = (unsigned)(*c - '0');
+        ok = *c >= '0' && *c <= '9' && v <= (UINT64_MAX - d) / 10;
+        v = v * 10 + d;
+    }
+    if (!ok) {
+        char q[80];
+        tg_error(ctx, TG_ERR_FORMAT, fn, "metadata \"%s\" = \"%s\" is not a decimal number below 2^64", key,
+                 tg_json_quote(q, sizeof q, s, strlen(s)));
+        return false;
+    }
+    *value = v;
+    return true;
+}
+
+void tg_meta_free(tg_meta *meta) {
+    if (!meta) return;
+    for (int i = 0; i < meta->count; i++) {
+        free(meta->items[i].key);
+        free(meta->items[i].value);
+    }
+    free(meta->items);
+    memset(meta, 0, sizeof *meta);
+}
+
+#define TG_META_RNG_SEED "tapegrad.rng.seed"
+#define TG_META_RNG_OFFSET "tapegrad.rng.offset"
+
+bool tg_meta_set_rng(tg_ctx *ctx, tg_meta *meta) {
+    if (!tg_ok(ctx)) return false;
+    uint64_t seed, offset;
+    tg_rng_state(ctx, &seed, &offset);
+    return tg_meta_set_u64(ctx, meta, TG_META_RNG_SEED, seed) &&
+           tg_meta_set_u64(ctx, meta, TG_META_RNG_OFFSET, offset);
+}
+
+bool tg_meta_get_rng(tg_ctx *ctx, const tg_meta *meta) {
+    uint64_t seed, offset;
+    if (!tg_meta_get_u64(ctx, meta, TG_META_RNG_SEED, &seed) ||
+        !tg_meta_get_u64(ctx, meta, TG_META_RNG_OFFSET, &offset))
+        return false;
+    tg_rng_set_state(ctx, seed, offset);
+    return true;
+}
+
+/* ---- POSIX file operations ------------------------------------------------------ */
+
+static int posix_create(const char *path, void *user) {
+    (void)user;
+    return open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+}
+static ptrdiff_t posix_write(int fd, const void *buf, size_t n, void *user) {
+    (void)user;
+    return write(fd, buf, n);
+}
+static int posix_fsync(int fd, void *user) {
+    (void)user;
+    return fsync(fd);
+}
+static int posix_close(int fd, void *user) {
+    (void)user;
+    return close(fd);
+}
+static int posix_rename(const char *from, const char *to, void *user) {
+    (void)user;
+    return rename(from, to);
+}
+static int posix_open_dir(const char *path, void *user) {
+    (void)user;
+    return open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+static int posix_remove(const char *path, void *user) {
+    (void)user;
+    return unlink(path);
+}
+
+tg_ckpt_io tg_ckpt_io_posix(void) {
+    return (tg_ckpt_io){posix_create, posix_write, posix_fsync, posix_close,
+                        posix_rename, posix_open_dir, posix_remove, NULL};
+}
+
+/* The hooks with every NULL member replaced by the POSIX call. */
+static tg_ckpt_io resolve_io(const tg_ckpt_io *io) {
+    tg_ckpt_io r = tg_ckpt_io_posix();
+    if (!io) return r;
+    r.user = io->user;
+    if (io->create) r.create = io->create;
+    if (io->write) r.write = io->write;
+    if (io->fsync) r.fsync = io->fsync;
+    if (io->close) r.close = io->close;
+    if (io->rename) r.rename = io->rename;
+    if (io->open_dir) r.open_dir = io->open_dir;
+    if (io->remove) r.remove = io->remove;
+    return r;
+}
+
+/* ---- save ------------------------------------------------------------------------ */
+
+typedef struct file_sink {
+    const tg_ckpt_io *io;
+    int fd;
+    int err; /* errno of the failed write */
+} file_sink;
+
+static bool sink_write(void *user, const void *bytes, size_t n) {
+    file_sink *s = user;
+    const char *p = bytes;
+    while (n > 0) {
+        errno = 0;
+        ptrdiff_t k = s->io->write(s->fd, p, n, s->io->user);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0 || (size_t)k > n) {
+            s->err = k < 0 && errno ? errno : EIO;
+            return false;
+        }
+        p += k;
+        n -= (size_t)k;
+    }
+    return true;
+}
+
+/* Checks one list: names, tensors, dtypes. */
+static bool check_list(tg_ctx *ctx, const char *fn, const tg_params *list, const char *list_name) {
+    if (list->count < 0 || (list->count > 0 && !list->items)) {
+        tg_error(ctx, TG_ERR_NULL, fn, "%s has %d items but no array", list_name, list->count);
+        return false;
+    }
+    for (int i = 0; i < list->count; i++) {
+        const tg_param *p = &list->items[i];
+        size_t len = 0;
+        while (len < sizeof p->name && p->name[len]) len++;
+        if (len == sizeof p->name || len == 0) {
+            tg_error(ctx, TG_ERR_VALUE, fn, "%s item %d has %s name", list_name, i,
+                     len == 0 ? "an empty" : "an unterminated");
+            return false;
+        }
+        char q[80];
+        tg_json_quote(q, sizeof q, p->name, len);
+        if (!tg_utf8_valid(p->name, len)) {
+            tg_error(ctx, TG_ERR_VALUE, fn, "%s item %d: the name \"%s\" is not valid UTF-8", list_name, i, q);
+            return false;
+        }
+        if (strcmp(p->name, "__metadata__") == 0) {
+            tg_error(ctx, TG_ERR_VALUE, fn, "%s item %d: \"__metadata__\" is reserved by the format", list_name, i);
+            return false;
+        }
+        if (!p->value) {
+            tg_error(ctx, TG_ERR_NULL, fn, "%s item %d (\"%s\") has no tensor", list_name, i, q);
+            return false;
+        }
+        if (p->value->dtype != TG_F32 && p->value->dtype != TG_F64) {
+            tg_error(ctx, TG_ERR_DTYPE, fn, "%s item %d (\"%s\") has an unknown dtype %d", list_name, i, q,
+                     (int)p->value->dtype);
+            return false;
+        }
+        if (p->value->numel > 0 && !p->value->data) {
+            tg_error(ctx, TG_ERR_NULL, fn, "%s item %d (\"%s\") has no data", list_name, i, q);
+            return false;
+        }
+    }
+    return true;
+}
+
+static int cmp_tensor_names(const void *a, const void *b) {
+    const tg_st_tensor *x = a, *y = b;
+    return strcmp(x->name, y->name);
+}
+
+static int cmp_meta_keys(const void *a, const void *b) {
+    return strcmp(((const tg_st_kv *)a)->key, ((const tg_st_kv *)b)->key);
+}
+
+/* The folder of path: "dir" for "dir/x", "." for "x", "/" for "/x". */
+static char *folder_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return dup_str(".");
+    size_t n = slash == path ? 1 : (size_t)(slash - path);
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, path, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+static tg_status save_impl(tg_ctx *ctx, const char *fn, const char *path, const tg_params *params,
+                           const tg_params *state, const tg_meta *meta, const tg_ckpt_options *opt) {
+    if (!ctx) return TG_ERR_NULL;
+    if (!tg_ok(ctx)) return tg_status_of(ctx);
+    if (!path || !params) {
+        tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", !path ? "path" : "params");
+        return TG_ERR_NULL;
+    }
+    if (!*path) {
+        tg_error(ctx, TG_ERR_VALUE, fn, "the path is empty");
+        return TG_ERR_VALUE;
+    }
+    if (!check_list(ctx, fn, params, "params") || (state && !check_list(ctx, fn, state, "state")))
+        return tg_status_of(ctx);
+    if (meta && (meta->count < 0 || (meta->count > 0 && !meta->items))) {
+        tg_error(ctx, TG_ERR_NULL, fn, "meta has %d items but no array", meta->count);
+        return TG_ERR_NULL;
+    }
+
+    size_t np = (size_t)params->count, ns = state ? (size_t)state->count : 0;
+    size_t nt = np + ns, nm = meta ? (size_t)meta->count : 0;
+    tg_st_tensor *t = calloc(nt ? nt : 1, sizeof *t);
+    tg_st_tensor *sorted = malloc((nt ? nt : 1) * sizeof *sorted);
+    tg_st_kv *kv = calloc(nm ? nm : 1, sizeof *kv);
+    char *tmp = malloc(strlen(path) + 64);
+    char *dir = folder_of(path);
+    tg_status st = TG_OK;
+    if (!t || !sorted || !kv || !tmp || !dir) {
+        tg_error(ctx, TG_ERR_OOM, fn, "%s: out of memory", path);
+        st = TG_ERR_OOM;
+        goto done;
+    }
+
+    /* Data order: F64 tensors first, then F32 (each in list order), so every
+     * tensor starts at a multiple of its element size, as the reference
+     * writer does (it sorts by alignment). */
+    size_t k = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        tg_dtype want = pass == 0 ? TG_F64 : TG_F32;
+        for (size_t i = 0; i < nt; i++) {
+            const tg_param *p = i < np ? &params->items[i] : &state->items[i - np];
+            if (p->value->dtype != want) continue;
+            tg_st_tensor *o = &t[k++];
+            o->name = p->name;
+            o->name_len = strlen(p->name);
+            o->dtype = p->value->dtype;
+            o->ndim = p->value->ndim;
+            memcpy(o->shape, p->value->shape, sizeof o->shape);
+            o->data = p->value->data;
+        }
+    }
+    memcpy(sorted, t, nt * sizeof *t);
+    qsort(sorted, nt, sizeof *sorted, cmp_tensor_names);
+    for (size_t i = 1; i < nt; i++) {
+        if (strcmp(sorted[i].name, sorted[i - 1].name) == 0) {
+            tg_error(ctx, TG_ERR_VALUE, fn, "%s: the name \"%s\" appears twice in params and state", path,
+                     sorted[i].name);
+            st = TG_ERR_VALUE;
+            goto done;
+        }
+    }
+    for (size_t i = 0; i < nm; i++) {
+        const tg_meta_item *it = &meta->items[i];
+        if (!it->key || !it->value || !tg_utf8_valid(it->key, strlen(it->key)) ||
+            !tg_utf8_valid(it->value, strlen(it->value))) {
+            tg_error(ctx, TG_ERR_VALUE, fn, "%s: metadata item %zu has a NULL or non-UTF-8 key or value", path, i);
+            st = TG_ERR_VALUE;
+            goto done;
+        }
+        kv[i] = (tg_st_kv){it->key, it->value};
+    }
+    /* Sorted keys: the same metadata always gives the same bytes. */
+    qsort(kv, nm, sizeof *kv, cmp_meta_keys);
+    for (size_t i = 1; i < nm; i++) {
+        if (strcmp(kv[i].key, kv[i - 1].key) == 0) {
+            tg_error(ctx, TG_ERR_VALUE, fn, "%s: metadata key \"%s\" appears twice", path, kv[i].key);
+            st = TG_ERR_VALUE;
+            goto done;
+        }
+    }
+
+    /* 1. a new temporary file in the same folder */
+    tg_ckpt_io io = resolve_io(opt ? opt->io : NULL);
+    int fd = -1, err = 0;
+    for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
+        sprintf(tmp, "%s.tmp-%ld-%d", path, (long)getpid(), attempt);
+        errno = 0;
+        fd = io.create(tmp, io.user);
+        err = errno;
+        if (fd < 0 && err != EEXIST) break;
+    }
+    if (fd < 0) {
+        tg_error(ctx, TG_ERR_IO, fn, "%s: cannot create the temporary file %s: %s (the old file is unchanged)", path, tmp,
+                 strerror(err ? err : EIO));
+        st = TG_ERR_IO;
+        goto done;
+    }
+    /* 2. write, 3. fsync, 4. close */
+    file_sink sink = {&io, fd, 0};
+    tg_st_error werr;
+    const char *step = NULL;
+    if (!tg_st_write(sink_write, &sink, t, nt, kv, nm, true, &werr)) {
+        if (werr.status == TG_ERR_OOM) {
+            io.close(fd, io.user);
+            io.remove(tmp, io.user);
+            tg_error(ctx, TG_ERR_OOM, fn, "%s: %s", path, werr.msg);
+            st = TG_ERR_OOM;
+            goto done;
+        }
+        step = "write", err = sink.err;
+    } else {
+        errno = 0;
+        if (io.fsync(fd, io.user) != 0) step = "fsync", err = errno;
+    }
+    if (step) {
+        io.close(fd, io.user);
+    } else {
+        errno = 0;
+        if (io.close(fd, io.user) != 0) step = "close", err = errno;
+    }
+    /* 5. rename over the target */
+    if (!step) {
+        errno = 0;
+        if (io.rename(tmp, path, io.user) != 0) step = "rename", err = errno;
+    }
+    if (step) {
+        io.remove(tmp, io.user);
+        tg_error(ctx, TG_ERR_IO, fn, "%s: %s of the temporary file %s failed: %s (the old file is unchanged)",
+                 path, step, tmp, strerror(err ? err : EIO));
+        st = TG_ERR_IO;
+        goto done;
+    }
+    /* 6. fsync the folder, so the rename is durable. Some filesystems cannot
+     * fsync a folder and say EINVAL: nothing more can be done there. */
+    errno = 0;
+    int dfd = io.open_dir(dir, io.user);
+    if (dfd < 0) {
+        step = "open", err = errno;
+    } else {
+        errno = 0;
+        if (io.fsync(dfd, io.user) != 0 && errno != EINVAL) step = "fsync", err = errno;
+        errno = 0;
+        if (io.close(dfd, io.user) != 0 && !step) step = "close", err = errno;
+    }
+    if (step) {
+        tg_error(ctx, TG_ERR_IO, fn,
+                 "%s: saved, but %s of the folder %s failed: %s (the rename may not be durable)", path, step,
+                 dir, strerror(err ? err : EIO));
+        st = TG_ERR_IO;
+    }
+done:
+    free(t);
+    free(sorted);
+    free(kv);
+    free(tmp);
+    free(dir);
+    return st;
+}
+
+tg_status tg_ckpt_save(tg_ctx *ctx, const char *path, const tg_params *params, const tg_params *state,
+                       const tg_meta *meta) {
+    return save_impl(ctx, "tg_ckpt_save", path, params, state, meta, NULL);
+}
+
+tg_status tg_ckpt_save_ex(tg_ctx *ctx, const char *path, const tg_params *params, const tg_params *state,
+                          const tg_meta *meta, const tg_ckpt_options *opt) {
+    return save_impl(ctx, "tg_ckpt_save_ex", path, params, state, meta, opt);
+}
+
+/* ---- load ------------------------------------------------------------------------ */
+
+/* Reads the whole file at path into a new buffer (*buf, *len). */
+static tg_status read_file(tg_ctx *ctx, const char *fn, const char *path, unsigned char **buf, size_t *len) {
+    *buf = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        tg_error(ctx, TG_ERR_IO, fn, "cannot open %s: %s", path, strerror(errno));
+        return TG_ERR_IO;
+    }
+    size_t cap = 1 << 16, n = 0;
+    unsigned char *b = malloc(cap);
+    tg_status st = TG_OK;
+    while (b) {
+        n += fread(b + n, 1, cap - n, f);
+        if (n < cap) break; /* end of file or an error, told apart below */
+        unsigned char *nb = cap <= SIZE_MAX / 2 ? realloc(b, cap * 2) : NULL;
+        if (!nb) {
+            free(b);
+            b = NULL;
+            break;
+        }
+        b = nb;
+        cap *= 2;
+    }
+    if (!b) {
+        tg_error(ctx, TG_ERR_OOM, fn, "%s: out of memory reading the file", path);
+        st = TG_ERR_OOM;
+    } else if (ferror(f)) {
+        tg_error(ctx, TG_ERR_IO, fn, "%s: read error: %s", path, strerror(errno));
+        st = TG_ERR_IO;
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    if (st == TG_OK) {
+        *buf = b;
+        *len = n;
+    }
+    return st;
+}
+
+static tg_status load_impl(tg_ctx *ctx, const char *fn, const char *path, tg_params *params,
+                           tg_params *state, tg_meta *meta, const tg_ckpt_options *opt) {
+    if (!ctx) return TG_ERR_NULL;
+    if (!tg_ok(ctx)) return tg_status_of(ctx);
+    if (!path || !params) {
+        tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", !path ? "path" : "params");
+        return TG_ERR_NULL;
+    }
+    unsigned char *buf;
+    size_t len;
+    tg_status st = read_file(ctx, fn, path, &buf, &len);
+    if (st != TG_OK) return st;
+    st = tg_st_load_memory(ctx, fn, path, buf, len, params, state, meta, opt && opt->ignore_extra);
+    free(buf);
+    return st;
+}
+
+tg_status tg_ckpt_load(tg_ctx *ctx, const char *path, tg_params *params, tg_params *state, tg_meta *meta) {
+    return load_impl(ctx, "tg_ckpt_load", path, params, state, meta, NULL);
+}
+
+tg_status tg_ckpt_load_ex(tg_ctx *ctx, const char *path, tg_params *params, tg_params *state, tg_meta *meta,
+                          const tg_ckpt_options *opt) {
+    return load_impl(ctx, "tg_ckpt_load_ex", path, params, state, meta, opt);
+}
