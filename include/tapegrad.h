@@ -433,6 +433,110 @@ void tg_progress_set_clock(tg_progress *p, double (*clock)(void *user), void *us
  * (without \r or newline; BAR mode includes the bar). Returns buf. */
 char *tg_progress_format(const tg_progress *p, char *buf, size_t size);
 
+/* --- Checkpoints (safetensors) --- */
+/* Files in the safetensors format (io/checkpoint.c, io/safetensors.c), so a
+ * checkpoint opens in PyTorch (scripts/interop_torch.py shows how):
+ *   8 bytes  N, the header's length, unsigned little-endian
+ *   N bytes  JSON: {"__metadata__": {"key": "value", ...},
+ *                   "fc1.weight": {"dtype": "F32", "shape": [4, 2],
+ *                                  "data_offsets": [0, 32]}, ...}
+ *            padded with spaces to a multiple of 8 bytes
+ *   rest     the tensors' raw little-endian bytes, back to back in the order
+ *            of their offsets (counted from the start of this section).
+ * Dtypes "F32" and "F64". Tensor names are the parameters' dotted names.
+ *
+ * Training state for resuming lives in the same file: the optimizer's
+ * tensors (moments, momentum buffers) as a second named list `state` (give
+ * them a prefix, e.g. "optim.fc1.weight.exp_avg", so no name clashes with a
+ * parameter), and scalars (step count, schedule position, RNG state) as
+ * metadata strings (tg_meta_set_u64, tg_meta_set_rng).
+ *
+ * Statuses: TG_ERR_IO (open, read, write, fsync or rename failed),
+ * TG_ERR_FORMAT (a damaged or malformed file), TG_ERR_SHAPE / TG_ERR_DTYPE
+ * (a tensor whose shape or dtype differs from the model's), TG_ERR_VALUE
+ * (a tensor missing from the file or the model, bad names), TG_ERR_OOM,
+ * TG_ERR_NULL. Each also sets the context's error, naming the file, the
+ * tensor and the problem. */
+
+/* String metadata (the file's "__metadata__"): key/value pairs, copied.
+ * Start from tg_meta m = {0}; free with tg_meta_free. Keys are unique. */
+typedef struct tg_meta_item {
+    char *key;
+    char *value;
+} tg_meta_item;
+typedef struct tg_meta {
+    tg_meta_item *items;
+    int count;
+    int capacity;
+} tg_meta;
+
+/* Sets key to value (both copied, valid UTF-8), replacing an old value.
+ * Returns false on error. */
+bool tg_meta_set(tg_ctx *ctx, tg_meta *meta, const char *key, const char *value);
+/* Sets key to value written in decimal. */
+bool tg_meta_set_u64(tg_ctx *ctx, tg_meta *meta, const char *key, uint64_t value);
+/* The value of key, or NULL when absent (sets no error). */
+const char *tg_meta_get(const tg_meta *meta, const char *key);
+/* Reads key's value as a decimal uint64 into *value. Errors: key absent
+ * (TG_ERR_VALUE), not a decimal number below 2^64 (TG_ERR_FORMAT). */
+bool tg_meta_get_u64(tg_ctx *ctx, const tg_meta *meta, const char *key, uint64_t *value);
+/* Frees every key and value and empties the list. */
+void tg_meta_free(tg_meta *meta);
+/* Stores the context's RNG state as "tapegrad.rng.seed" and
+ * "tapegrad.rng.offset", and restores it from them. */
+bool tg_meta_set_rng(tg_ctx *ctx, tg_meta *meta);
+bool tg_meta_get_rng(tg_ctx *ctx, const tg_meta *meta);
+
+/* The file operations a save makes, replaceable per call (tests use this to
+ * inject a failure at every write point). Each behaves like its POSIX
+ * namesake: -1 (errno set) on failure. A NULL member uses the POSIX call. */
+typedef struct tg_ckpt_io {
+    /* open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644) */
+    int (*create)(const char *path, void *user);
+    /* write(fd, buf, n): bytes written (may be fewer than n) or -1 */
+    ptrdiff_t (*write)(int fd, const void *buf, size_t n, void *user);
+    int (*fsync)(int fd, void *user);
+    int (*close)(int fd, void *user);
+    int (*rename)(const char *from, const char *to, void *user);
+    /* open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), to fsync a folder */
+    int (*open_dir)(const char *path, void *user);
+    /* unlink(path), to remove the temporary file after a failure */
+    int (*remove)(const char *path, void *user);
+    void *user;
+} tg_ckpt_io;
+
+/* The POSIX implementations, e.g. for a hook that wraps them. */
+tg_ckpt_io tg_ckpt_io_posix(void);
+
+typedef struct tg_ckpt_options {
+    const tg_ckpt_io *io; /* save: file operations (NULL: POSIX) */
+    bool ignore_extra;    /* load: skip tensors of the file that are in neither
+                             list (e.g. only the model from a training file) */
+} tg_ckpt_options;
+
+/* Saves params, plus state and meta when not NULL, to path atomically: a
+ * temporary file beside it is written, fsync'ed and renamed over path, then
+ * the folder is fsync'ed. On failure path keeps its old contents and the
+ * temporary is removed; only when fsyncing the folder after the rename
+ * fails does path already hold the new checkpoint. Names must be unique
+ * across both lists and not "__metadata__". */
+tg_status tg_ckpt_save(tg_ctx *ctx, const char *path, const tg_params *params,
+                       const tg_params *state, const tg_meta *meta);
+/* As tg_ckpt_save with options (NULL: defaults). */
+tg_status tg_ckpt_save_ex(tg_ctx *ctx, const char *path, const tg_params *params,
+                          const tg_params *state, const tg_meta *meta,
+                          const tg_ckpt_options *opt);
+/* Loads path into the existing tensors of params (and state, when not NULL)
+ * by name. The file must hold exactly those tensors, each with the same
+ * dtype and shape; the whole file is validated and read before any tensor
+ * is written, so on error nothing changes. meta (may be NULL) receives the
+ * file's metadata, replacing its contents. */
+tg_status tg_ckpt_load(tg_ctx *ctx, const char *path, tg_params *params, tg_params *state,
+                       tg_meta *meta);
+/* As tg_ckpt_load with options (NULL: defaults). */
+tg_status tg_ckpt_load_ex(tg_ctx *ctx, const char *path, tg_params *params, tg_params *state,
+                          tg_meta *meta, const tg_ckpt_options *opt);
+
 /* --- Autograd ops: matmul, shapes, embedding, softmax, losses, dropout --- */
 /* Differentiable ops (autograd/ops_matmul.c, ops_shape.c, ops_embedding.c,
  * ops_softmax.c, ops_loss.c, ops_dropout.c), float32 and float64. Each
@@ -586,109 +690,285 @@ tg_tensor *tg_mean_axis(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim);
  * it. An axis of size 0 is TG_ERR_VALUE "empty reduction". */
 tg_tensor *tg_max_axis(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim);
 
-/* --- Checkpoints (safetensors) --- */
-/* Files in the safetensors format (io/checkpoint.c, io/safetensors.c), so a
- * checkpoint opens in PyTorch (scripts/interop_torch.py shows how):
- *   8 bytes  N, the header's length, unsigned little-endian
- *   N bytes  JSON: {"__metadata__": {"key": "value", ...},
- *                   "fc1.weight": {"dtype": "F32", "shape": [4, 2],
- *                                  "data_offsets": [0, 32]}, ...}
- *            padded with spaces to a multiple of 8 bytes
- *   rest     the tensors' raw little-endian bytes, back to back in the order
- *            of their offsets (counted from the start of this section).
- * Dtypes "F32" and "F64". Tensor names are the parameters' dotted names.
+/* --- Gradient checking and the op registry --- */
+/* tg_gradcheck compares an op's hand-written backward with central finite
+ * differences (autograd/gradcheck.c). For f(inputs) and a random weighting
+ * r of f's outputs (uniform in [-1, 1), from opts.seed), L = sum_j r_j f_j:
+ *   analytic  a_i = dL/dx_i              one tg_backward_ex seeded with r
+ *   numeric   n_i = (L(x + h e_i) - L(x - h e_i)) / 2h
+ * and an element passes when |a_i - n_i| <= atol + rtol |n_i| (PyTorch's
+ * gradcheck rule; defaults h = 1e-6, atol = 1e-5, rtol = 1e-3). The
+ * denominator is the step actually stored (x+h and x-h rounded to the
+ * dtype), so float32 checks are not biased by rounding of the step.
  *
- * Training state for resuming lives in the same file: the optimizer's
- * tensors (moments, momentum buffers) as a second named list `state` (give
- * them a prefix, e.g. "optim.fc1.weight.exp_avg", so no name clashes with a
- * parameter), and scalars (step count, schedule position, RNG state) as
- * metadata strings (tg_meta_set_u64, tg_meta_set_rng).
+ * Forward evaluations for the differences run in no-grad mode, each from
+ * the same RNG state (so dropout sees one mask throughout); afterwards the
+ * RNG is left where one call of f leaves it. The check uses its own tape
+ * (the caller's tape, tensors and grads are untouched) and copies of the
+ * inputs. Its tensors live in the arena; memory of the difference
+ * evaluations is reused, so a big check does not grow the arena with the
+ * number of evaluations. Never call tg_ctx_reset inside f.
  *
- * Statuses: TG_ERR_IO (open, read, write, fsync or rename failed),
- * TG_ERR_FORMAT (a damaged or malformed file), TG_ERR_SHAPE / TG_ERR_DTYPE
- * (a tensor whose shape or dtype differs from the model's), TG_ERR_VALUE
- * (a tensor missing from the file or the model, bad names), TG_ERR_OOM,
- * TG_ERR_NULL. Each also sets the context's error, naming the file, the
- * tensor and the problem. */
+ * It refuses float32 inputs unless allow_float32: float32 round-off (~1e-7
+ * relative) swamps the difference quotient: with h = 1e-6 the error of
+ * f(x +- h) is ~1e-7 |f|, which divided by 2h is ~0.05 |f|. With
+ * allow_float32, unset h/atol/rtol default to 1e-3, 1e-3, 1e-2. */
 
-/* String metadata (the file's "__metadata__"): key/value pairs, copied.
- * Start from tg_meta m = {0}; free with tg_meta_free. Keys are unique. */
-typedef struct tg_meta_item {
-    char *key;
-    char *value;
-} tg_meta_item;
-typedef struct tg_meta {
-    tg_meta_item *items;
-    int count;
-    int capacity;
-} tg_meta;
+/* The function checked: builds its output from inputs[0..n-1] with
+ * differentiable ops; `user` is passed through (op arguments, a layer...).
+ * It must give the same output for the same inputs and RNG state. */
+typedef tg_tensor *(*tg_gradcheck_fn)(tg_ctx *ctx, tg_tensor *const *inputs, void *user);
 
-/* Sets key to value (both copied, valid UTF-8), replacing an old value.
- * Returns false on error. */
-bool tg_meta_set(tg_ctx *ctx, tg_meta *meta, const char *key, const char *value);
-/* Sets key to value written in decimal. */
-bool tg_meta_set_u64(tg_ctx *ctx, tg_meta *meta, const char *key, uint64_t value);
-/* The value of key, or NULL when absent (sets no error). */
-const char *tg_meta_get(const tg_meta *meta, const char *key);
-/* Reads key's value as a decimal uint64 into *value. Errors: key absent
- * (TG_ERR_VALUE), not a decimal number below 2^64 (TG_ERR_FORMAT). */
-bool tg_meta_get_u64(tg_ctx *ctx, const tg_meta *meta, const char *key, uint64_t *value);
-/* Frees every key and value and empties the list. */
-void tg_meta_free(tg_meta *meta);
-/* Stores the context's RNG state as "tapegrad.rng.seed" and
- * "tapegrad.rng.offset", and restores it from them. */
-bool tg_meta_set_rng(tg_ctx *ctx, tg_meta *meta);
-bool tg_meta_get_rng(tg_ctx *ctx, const tg_meta *meta);
+/* Most inputs a checked function may take. */
+#define TG_GRADCHECK_MAX_INPUTS 8
 
-/* The file operations a save makes, replaceable per call (tests use this to
- * inject a failure at every write point). Each behaves like its POSIX
- * namesake: -1 (errno set) on failure. A NULL member uses the POSIX call. */
-typedef struct tg_ckpt_io {
-    /* open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644) */
-    int (*create)(const char *path, void *user);
-    /* write(fd, buf, n): bytes written (may be fewer than n) or -1 */
-    ptrdiff_t (*write)(int fd, const void *buf, size_t n, void *user);
-    int (*fsync)(int fd, void *user);
-    int (*close)(int fd, void *user);
-    int (*rename)(const char *from, const char *to, void *user);
-    /* open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), to fsync a folder */
-    int (*open_dir)(const char *path, void *user);
-    /* unlink(path), to remove the temporary file after a failure */
-    int (*remove)(const char *path, void *user);
+typedef enum tg_gradcheck_mode {
+    TG_GRADCHECK_FULL = 0,    /* every element of every checked input:
+                                 2 forwards per element */
+    TG_GRADCHECK_DIRECTIONAL  /* one random unit direction v per input:
+                                 compares dL/dx . v with
+                                 (L(x + h v) - L(x - h v)) / 2h; 2 forwards
+                                 per input, for big tensors */
+} tg_gradcheck_mode;
+
+/* Options. Zero-initialized means the defaults (NULL opts too); a zero h,
+ * atol or rtol means "the default" (or the op's own, in the registry). */
+typedef struct tg_gradcheck_opts {
+    double h;              /* finite-difference step (> 0) */
+    double atol, rtol;     /* tolerances (>= 0) */
+    tg_gradcheck_mode mode;
+    uint64_t seed;         /* seeds r and the directions v (not the ctx RNG) */
+    bool allow_float32;    /* check float32 inputs anyway */
+    uint32_t inputs;       /* bit k set: check input k; 0: every input */
+} tg_gradcheck_opts;
+
+/* The outcome for one input. */
+typedef struct tg_gradcheck_input {
+    bool checked;          /* false: skipped (not in opts.inputs) */
+    bool pass;
+    int64_t n_checked;     /* elements (FULL) or directions (DIRECTIONAL) */
+    int64_t n_failed;
+    double max_abs_err;    /* max |a - n| */
+    double max_rel_err;    /* max |a - n| / max(|n|, atol) */
+    int64_t worst_index;   /* flat index of the worst element; -1 in
+                              DIRECTIONAL mode or when nothing was checked */
+    double worst_analytic, worst_numeric;
+    double worst_ratio;    /* |a - n| / (atol + rtol |n|): pass when <= 1 */
+} tg_gradcheck_input;
+
+/* The outcome of a check: what the caller asserts on. "Worst" is the
+ * comparison with the largest ratio |a - n| / (atol + rtol |n|) (NaN counts
+ * as the worst of all). */
+typedef struct tg_gradcheck_result {
+    bool pass;             /* every comparison passed (and no error) */
+    int64_t n_checked;     /* comparisons over all inputs */
+    int64_t n_failed;
+    int64_t n_evals;       /* forward evaluations of f */
+    double max_abs_err, max_rel_err;
+    int worst_input;       /* -1 when nothing was checked */
+    int64_t worst_index;   /* as in tg_gradcheck_input */
+    double worst_analytic, worst_numeric, worst_ratio;
+    double h, atol, rtol;  /* the values used */
+    tg_gradcheck_mode mode;
+    int n_inputs;
+    tg_gradcheck_input input[TG_GRADCHECK_MAX_INPUTS];
+} tg_gradcheck_result;
+
+/* The defaults: h = 1e-6, atol = 1e-5, rtol = 1e-3, FULL, seed 0, every
+ * input. */
+tg_gradcheck_opts tg_gradcheck_defaults(void);
+/* Checks f's backward at inputs[0..n_inputs-1] (1..TG_GRADCHECK_MAX_INPUTS)
+ * and fills *result. Returns result->pass. A failed comparison is a result,
+ * not an error; errors (bad arguments, float32 refused, f failing) set the
+ * context's error and return false. */
+bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                  const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
+/* The full Jacobians of f's output with respect to input `input`, as float64
+ * arena tensors of shape (numel(out), numel(input)): J[j][i] = d out_j / d x_i.
+ * *analytic from one backward per output element, *numeric from central
+ * differences (h from opts as above). For small functions: at most 2^22
+ * entries. Returns false (and sets the error) on failure. */
+bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs,
+                           tg_tensor *const *inputs, int input, const tg_gradcheck_opts *opts,
+                           tg_tensor **analytic, tg_tensor **numeric);
+
+/* The op registry (autograd/registry.c): every differentiable op registers
+ * its name, a builder of random valid inputs and its forward, so tests and
+ * the gradient-check tool can check every op by iterating over it.
+ *
+ * Inputs are described by a spec string: the input shapes separated by
+ * commas, each as sizes joined by 'x' ("()" for a 0-d tensor), then
+ * optional ";key=value" arguments, e.g. "2x1x3,4x3" (add broadcasting from
+ * both sides), "2x3x4;axis=1;keepdim=1" (sum_axis), "4x5;smoothing=0.1"
+ * (cross_entropy). Each op documents its spec in spec_help and lists
+ * built-in specs (its shape variants). Builders keep inputs away from the
+ * op's kinks: relu/abs/leaky_relu inputs away from 0, max without ties,
+ * log/sqrt/pow inputs positive, div denominators away from 0. */
+
+/* Most key=value arguments in a spec. */
+#define TG_OP_MAX_ARGS 8
+
+struct tg_op_info;
+
+/* One concrete input set of an op, made by tg_registry_build. */
+typedef struct tg_op_case {
+    const struct tg_op_info *op;
+    char spec[128];                /* the spec it was built from */
+    tg_dtype dtype;
+    int n_inputs;                  /* tensor inputs of the forward */
+    tg_tensor *inputs[TG_GRADCHECK_MAX_INPUTS];
+    const char *input_names[TG_GRADCHECK_MAX_INPUTS]; /* "a", "b", "x", "weight"... */
+    uint32_t check;                /* bit k: input k is differentiable */
+    /* the spec, parsed */
+    int n_shapes;
+    int ndim[TG_GRADCHECK_MAX_INPUTS];
+    int64_t shape[TG_GRADCHECK_MAX_INPUTS][TG_MAX_DIMS];
+    int n_args;
+    char arg_name[TG_OP_MAX_ARGS][16];
+    char arg_value[TG_OP_MAX_ARGS][48];
+    /* integer data the forward needs (embedding indices, class targets),
+     * in the arena; NULL when none */
+    int64_t *index;
+    int64_t n_index;
+} tg_op_case;
+
+/* A registered op. */
+typedef struct tg_op_info {
+    int id;                        /* its position in the registry */
+    const char *name;              /* "add", "matmul", ... */
+    const char *summary;           /* what it computes, one line */
+    const char *spec_help;         /* the spec it takes and its arguments */
+    const char *const *variants;   /* built-in specs, NULL-terminated */
+    int n_variants;
+    bool random;                   /* draws from the context's RNG (dropout) */
+    double h, atol, rtol;          /* its own float64 step and tolerances;
+                                      0: the gradcheck default */
+    /* Makes c->inputs (and c->index) from c's parsed spec and dtype with
+     * the context's RNG; false and an error on a bad spec. */
+    bool (*build)(tg_ctx *ctx, tg_op_case *c);
+    /* The op applied to inputs (c->inputs or copies of them); user is the
+     * tg_op_case. */
+    tg_gradcheck_fn forward;
+} tg_op_info;
+
+/* Number of registered ops, the i-th (NULL when out of range), and the one
+ * named `name` (NULL when there is none). */
+int tg_registry_count(void);
+const tg_op_info *tg_registry_get(int i);
+const tg_op_info *tg_registry_find(const char *name);
+/* Parses spec (NULL: the op's first variant) and builds random valid inputs
+ * of dtype into *c. Errors (TG_ERR_FORMAT for a malformed spec,
+ * TG_ERR_SHAPE / TG_ERR_VALUE for shapes or arguments the op cannot take)
+ * name the op and the spec. */
+bool tg_registry_build(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_dtype dtype, tg_op_case *c);
+/* The op's forward on c's inputs. */
+tg_tensor *tg_registry_forward(tg_ctx *ctx, tg_op_case *c);
+/* Builds the op's variant-th built-in spec (0..n_variants-1), or `spec`,
+ * and gradchecks it: opts (NULL: defaults) with the op's own h, atol and
+ * rtol where opts leaves them 0 (float64 only), over the differentiable
+ * inputs (intersected with opts->inputs when set). As tg_gradcheck. */
+bool tg_registry_check(tg_ctx *ctx, const tg_op_info *op, int variant, tg_dtype dtype,
+                       const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
+bool tg_registry_check_spec(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_dtype dtype,
+                            const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
+
+/* --- Optimizers, learning-rate schedules, gradient clipping --- */
+/* An optimizer updates the parameters of a tg_params list (which must
+ * outlive it) from their grads, with PyTorch's formulas (optim/sgd.c,
+ * optim/adam.c). Parameters whose weight_decay flag is false get no decay.
+ * Hyper-parameters are checked when the optimizer is made:
+ * lr >= 0, momentum >= 0, dampening finite, weight_decay >= 0,
+ * betas in [0, 1), eps > 0, nesterov only with momentum > 0 and
+ * dampening 0; NaN or inf anywhere is refused. */
+typedef struct tg_optim tg_optim;
+
+/* SGD: with d = g + weight_decay * p,
+ *   buf = d (first step), buf = momentum * buf + (1 - dampening) * d (after);
+ *   d = d + momentum * buf (nesterov) or d = buf (momentum > 0);  p -= lr * d */
+typedef struct tg_sgd_opts {
+    double lr, momentum, dampening, weight_decay;
+    bool nesterov;
+} tg_sgd_opts;
+/* Adam / AdamW: m = b1 m + (1-b1) g,  v = b2 v + (1-b2) g^2,
+ *   p -= lr/(1-b1^t) * m / (sqrt(v')/sqrt(1-b2^t) + eps), v' = v or the
+ *   running max of v (amsgrad). Adam adds weight_decay * p to g (L2);
+ *   AdamW first scales p by (1 - lr * weight_decay) (decoupled). */
+typedef struct tg_adam_opts {
+    double lr, beta1, beta2, eps, weight_decay;
+    bool amsgrad;
+} tg_adam_opts;
+
+/* PyTorch's defaults: SGD momentum 0; Adam lr 1e-3, betas (0.9, 0.999),
+ * eps 1e-8, weight_decay 0; AdamW the same with weight_decay 1e-2. */
+tg_sgd_opts tg_sgd_defaults(double lr);
+tg_adam_opts tg_adam_defaults(void);
+tg_adam_opts tg_adamw_defaults(void);
+
+/* New optimizers over `params`; NULL (and an error) on bad hyper-parameters.
+ * Their state tensors are persistent, made zero at creation. */
+tg_optim *tg_sgd_new(tg_ctx *ctx, tg_params *params, const tg_sgd_opts *opts);
+tg_optim *tg_adam_new(tg_ctx *ctx, tg_params *params, const tg_adam_opts *opts);
+tg_optim *tg_adamw_new(tg_ctx *ctx, tg_params *params, const tg_adam_opts *opts);
+/* Frees the optimizer and its state tensors. */
+void tg_optim_free(tg_ctx *ctx, tg_optim *opt);
+/* One update of every parameter from its grad, at the schedule's lr for the
+ * current step; then the step count advances. */
+void tg_optim_step(tg_ctx *ctx, tg_optim *opt);
+/* Zeroes the grads of the optimizer's parameters. */
+void tg_optim_zero_grad(tg_ctx *ctx, tg_optim *opt);
+/* The lr the next step will use (for logging), and the base lr. */
+double tg_optim_lr(const tg_optim *opt);
+/* Sets the base lr (the schedule scales it). lr < 0 or NaN: error. */
+void tg_optim_set_lr(tg_ctx *ctx, tg_optim *opt, double lr);
+/* Steps taken so far. */
+int64_t tg_optim_steps(const tg_optim *opt);
+/* The optimizer's state by name, for checkpoints: "optim.step" (a float64
+ * scalar holding the step count), and per parameter P "optim.P.exp_avg",
+ * "optim.P.exp_avg_sq", "optim.P.max_exp_avg_sq" (amsgrad) or
+ * "optim.P.momentum_buffer" (SGD with momentum). The tensors are the live
+ * state: writing them (e.g. loading a checkpoint) restores it; call
+ * tg_optim_sync_state after writing "optim.step". */
+tg_params *tg_optim_state(tg_optim *opt);
+/* Reads "optim.step" back into the step count after a restore. */
+void tg_optim_sync_state(tg_ctx *ctx, tg_optim *opt);
+
+/* Learning-rate schedules: lr(t) = base_lr * factor(t) at step t (0-based). */
+typedef enum tg_schedule_kind {
+    TG_SCHED_CONSTANT = 0, /* factor 1 */
+    TG_SCHED_STEP,         /* gamma^floor(t / step_size) (PyTorch StepLR) */
+    TG_SCHED_WARMUP_COSINE,/* linear from start_factor to 1 over warmup_steps,
+                              then cosine from base_lr to min_lr over the
+                              remaining total_steps - warmup_steps, then min_lr */
+    TG_SCHED_CALLBACK      /* lr(t) = fn(t, base_lr, user) */
+} tg_schedule_kind;
+typedef struct tg_schedule {
+    tg_schedule_kind kind;
+    int64_t step_size;       /* STEP */
+    double gamma;            /* STEP */
+    int64_t warmup_steps;    /* WARMUP_COSINE */
+    int64_t total_steps;     /* WARMUP_COSINE */
+    double start_factor;     /* WARMUP_COSINE, in (0, 1] */
+    double min_lr;           /* WARMUP_COSINE */
+    double (*fn)(int64_t step, double base_lr, void *user); /* CALLBACK */
     void *user;
-} tg_ckpt_io;
+} tg_schedule;
+/* The lr of `sched` at step t for a base lr; NaN for an invalid schedule. */
+double tg_schedule_lr(const tg_schedule *sched, double base_lr, int64_t step);
+/* Attaches a schedule (copied) to the optimizer; NULL restores constant. */
+void tg_optim_set_schedule(tg_ctx *ctx, tg_optim *opt, const tg_schedule *sched);
 
-/* The POSIX implementations, e.g. for a hook that wraps them. */
-tg_ckpt_io tg_ckpt_io_posix(void);
-
-typedef struct tg_ckpt_options {
-    const tg_ckpt_io *io; /* save: file operations (NULL: POSIX) */
-    bool ignore_extra;    /* load: skip tensors of the file that are in neither
-                             list (e.g. only the model from a training file) */
-} tg_ckpt_options;
-
-/* Saves params, plus state and meta when not NULL, to path atomically: a
- * temporary file beside it is written, fsync'ed and renamed over path, then
- * the folder is fsync'ed. On failure path keeps its old contents and the
- * temporary is removed; only when fsyncing the folder after the rename
- * fails does path already hold the new checkpoint. Names must be unique
- * across both lists and not "__metadata__". */
-tg_status tg_ckpt_save(tg_ctx *ctx, const char *path, const tg_params *params,
-                       const tg_params *state, const tg_meta *meta);
-/* As tg_ckpt_save with options (NULL: defaults). */
-tg_status tg_ckpt_save_ex(tg_ctx *ctx, const char *path, const tg_params *params,
-                          const tg_params *state, const tg_meta *meta,
-                          const tg_ckpt_options *opt);
-/* Loads path into the existing tensors of params (and state, when not NULL)
- * by name. The file must hold exactly those tensors, each with the same
- * dtype and shape; the whole file is validated and read before any tensor
- * is written, so on error nothing changes. meta (may be NULL) receives the
- * file's metadata, replacing its contents. */
-tg_status tg_ckpt_load(tg_ctx *ctx, const char *path, tg_params *params, tg_params *state,
-                       tg_meta *meta);
-/* As tg_ckpt_load with options (NULL: defaults). */
-tg_status tg_ckpt_load_ex(tg_ctx *ctx, const char *path, tg_params *params, tg_params *state,
-                          tg_meta *meta, const tg_ckpt_options *opt);
+/* Scales all grads so their global L2 norm is at most max_norm (PyTorch's
+ * clip_grad_norm_: coef = max_norm / (norm + 1e-6), applied when < 1).
+ * Returns the norm before clipping. A non-finite norm is an error and the
+ * grads are left unchanged. */
+double tg_clip_grad_norm(tg_ctx *ctx, tg_params *params, double max_norm);
+/* The global L2 norm of all grads (no change). */
+double tg_grad_norm(tg_ctx *ctx, const tg_params *params);
+/* Clamps every grad element to [-clip_value, clip_value]. */
+void tg_clip_grad_value(tg_ctx *ctx, tg_params *params, double clip_value);
+/* Anomaly check, to call after backward: false (and an error naming the
+ * first parameter and element) when a grad holds NaN or inf. */
+bool tg_check_grads_finite(tg_ctx *ctx, const tg_params *params);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,183 @@
+/* The optimizer shell shared by SGD, Adam and AdamW: creation of the state,
+ * the step loop over parameters, the lr schedule, state by name. */
+#include "optim/internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Appends a state tensor to the optimizer's named list. Unlike
+ * tg_params_add it gives the tensor no grad: state is not trained. */
+static bool add_state(tg_ctx *ctx, const char *fn, tg_params *list, const char *name, tg_tensor *t) {
+    if (!t) return false;
+    if (list->count == list->capacity) {
+        int cap = list->capacity ? list->capacity * 2 : 16;
+        tg_param *items = realloc(list->items, (size_t)cap * sizeof *items);
+        if (!items) {
+            tg_error(ctx, TG_ERR_OOM, fn, "out of memory for the optimizer state list");
+            return false;
+        }
+        list->items = items;
+        list->capacity = cap;
+    }
+    tg_param *p = &list->items[list->count];
+    memset(p, 0, sizeof *p);
+    int n = snprintf(p->name, sizeof p->name, "%s", name);
+    if (n < 0 || (size_t)n >= sizeof p->name) {
+        tg_error(ctx, TG_ERR_VALUE, fn, "state name '%s' is longer than %zu bytes", name, sizeof p->name - 1);
+        return false;
+    }
+    p->value = t;
+    list->count++;
+    return true;
+}
+
+static const char *const slot_names[SLOT_COUNT] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"};
+
+tg_optim *tg_optim_make(tg_ctx *ctx, const char *fn, tg_optim_kind kind, tg_params *params, double lr,
+                        const bool want[SLOT_COUNT]) {
+    if (!tg_live(ctx)) return NULL;
+    if (!params) {
+        tg_error(ctx, TG_ERR_NULL, fn, "argument 'params' is NULL");
+        return NULL;
+    }
+    tg_optim *o = calloc(1, sizeof *o);
+    tg_tensor **slots = calloc((size_t)(params->count ? params->count : 1) * SLOT_COUNT, sizeof *slots);
+    if (!o || !slots) {
+        free(o);
+        free(slots);
+        tg_error(ctx, TG_ERR_OOM, fn, "out of memory for an optimizer over %d parameters", params->count);
+        return NULL;
+    }
+    o->kind = kind;
+    o->fn_new = fn;
+    o->params = params;
+    o->nparams = params->count;
+    o->lr = lr;
+    o->slots = slots;
+    o->sched.kind = TG_SCHED_CONSTANT;
+    o->step_tensor = tg_persist(ctx, tg_zeros(ctx, TG_F64, 0, NULL));
+    add_state(ctx, fn, &o->state, "optim.step", o->step_tensor);
+    for (int p = 0; p < params->count && tg_ok(ctx); p++) {
+        tg_tensor *v = params->items[p].value;
+        for (int s = 0; s < SLOT_COUNT && tg_ok(ctx); s++) {
+            if (!want[s]) continue;
+            tg_tensor *t = tg_persist(ctx, tg_zeros(ctx, v->dtype, v->ndim, v->shape));
+            if (!t) break;
+            slots[p * SLOT_COUNT + s] = t;
+            char name[160];
+            snprintf(name, sizeof name, "optim.%s.%s", params->items[p].name, slot_names[s]);
+            if (!add_state(ctx, fn, &o->state, name, t)) {
+                tg_tensor_free(ctx, t);
+                slots[p * SLOT_COUNT + s] = NULL;
+            }
+        }
+    }
+    if (!tg_ok(ctx)) {
+        tg_optim_free(ctx, o);
+        return NULL;
+    }
+    return o;
+}
+
+void tg_optim_free(tg_ctx *ctx, tg_optim *o) {
+    if (!o) return;
+    if (ctx) {
+        for (int i = 0; i < o->state.count; i++) tg_tensor_free(ctx, o->state.items[i].value);
+    }
+    tg_params_free(&o->state);
+    free(o->slots);
+    free(o);
+}
+
+void tg_optim_step(tg_ctx *ctx, tg_optim *o) {
+    static const char fn[] = "tg_optim_step";
+    if (!tg_live(ctx)) return;
+    if (!o) {
+        tg_error(ctx, TG_ERR_NULL, fn, "argument 'opt' is NULL");
+        return;
+    }
+    if (o->params->count != o->nparams) {
+        tg_error(ctx, TG_ERR_STATE, fn, "the parameter list changed from %d to %d entries after the optimizer was made",
+                 o->nparams, o->params->count);
+        return;
+    }
+    double lr = tg_optim_lr(o);
+    if (!(lr >= 0) || !isfinite(lr)) {
+        tg_error(ctx, TG_ERR_VALUE, fn, "the schedule gave lr=%g at step %lld", lr, (long long)o->step);
+        return;
+    }
+    for (int i = 0; i < o->nparams; i++) {
+        const tg_param *p = &o->params->items[i];
+        if (!p->value->grad) continue; /* like PyTorch: no grad, no update */
+        if (o->kind == TG_OPTIM_SGD) tg_sgd_update(o, i, lr, p->weight_decay);
+        else tg_adam_update(o, i, lr, p->weight_decay);
+    }
+    o->step++;
+    *(double *)o->step_tensor->data = (double)o->step;
+}
+
+void tg_optim_zero_grad(tg_ctx *ctx, tg_optim *o) {
+    if (!tg_live(ctx)) return;
+    if (!o) {
+        tg_error(ctx, TG_ERR_NULL, "tg_optim_zero_grad", "argument 'opt' is NULL");
+        return;
+    }
+    tg_params_zero_grad(ctx, o->params);
+}
+
+double tg_optim_lr(const tg_optim *o) {
+    if (!o) return NAN;
+    return tg_schedule_lr(&o->sched, o->lr, o->step);
+}
+
+void tg_optim_set_lr(tg_ctx *ctx, tg_optim *o, double lr) {
+    if (!tg_live(ctx)) return;
+    if (!o) {
+        tg_error(ctx, TG_ERR_NULL, "tg_optim_set_lr", "argument 'opt' is NULL");
+        return;
+    }
+    if (!(lr >= 0) || !isfinite(lr)) {
+        tg_error(ctx, TG_ERR_VALUE, "tg_optim_set_lr", "lr=%g must be finite and >= 0", lr);
+        return;
+    }
+    o->lr = lr;
+}
+
+int64_t tg_optim_steps(const tg_optim *o) { return o ? o->step : 0; }
+
+tg_params *tg_optim_state(tg_optim *o) { return o ? &o->state : NULL; }
+
+void tg_optim_sync_state(tg_ctx *ctx, tg_optim *o) {
+    if (!tg_live(ctx) || !o) return;
+    double s = *(const double *)o->step_tensor->data;
+    if (!(s >= 0) || s > 9e15 || s != floor(s)) {
+        tg_error(ctx, TG_ERR_VALUE, "tg_optim_sync_state", "optim.step=%g is not a step count", s);
+        return;
+    }
+    o->step = (int64_t)s;
+}
+
+void tg_optim_set_schedule(tg_ctx *ctx, tg_optim *o, const tg_schedule *sched) {
+    static const char fn[] = "tg_optim_set_schedule";
+    if (!tg_live(ctx)) return;
+    if (!o) {
+        tg_error(ctx, TG_ERR_NULL, fn, "argument 'opt' is NULL");
+        return;
+    }
+    if (!sched) {
+        memset(&o->sched, 0, sizeof o->sched);
+        o->sched.kind = TG_SCHED_CONSTANT;
+        return;
+    }
+    double probe = tg_schedule_lr(sched, 1.0, 0);
+    if (isnan(probe)) {
+        tg_error(ctx, TG_ERR_VALUE, fn,
+                 "invalid schedule (kind %d, step_size %lld, gamma %g, warmup %lld, total %lld, start_factor %g, "
+                 "min_lr %g, fn %s)",
+                 (int)sched->kind, (long long)sched->step_size, sched->gamma, (long long)sched->warmup_steps,
+                 (long long)sched->total_steps, sched->start_factor, sched->min_lr, sched->fn ? "set" : "NULL");
+        return;
+    }
+    o->sched = *sched;
+}
