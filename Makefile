@@ -31,7 +31,7 @@ demo: build
 	scripts/demo.sh $(BUILD)
 
 bench: build
-	@if [ -x scripts/bench.sh ]; then scripts/bench.sh $(BUILD); \
+	@if [ -f scripts/bench.sh ]; then bash scripts/bench.sh $(BUILD); \
 	else scripts/run-benches.sh $(BUILD); fi
 
 sanitize: deps
