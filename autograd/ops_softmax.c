@@ -1,0 +1,246 @@
+/* Softmax, log_softmax (over the last axis) and cross-entropy from logits,
+ * the last fused with log_softmax: one forward kernel and one backward
+ * kernel per row, one tape record.
+ *
+ * Every row starts by subtracting its max (see ops_softmax.inc), so logits
+ * of +-1e4 stay finite in float32. Rows are independent: threads split rows
+ * and the results do not depend on the thread count; the cross-entropy's
+ * sum over rows is taken in row order after the rows are done.
+ *
+ * What each op keeps for backward: softmax and log_softmax read their own
+ * output y (dx needs only y and dy); cross-entropy saves each row's
+ * log-sum-exp (N doubles) and a copy of the targets (N int64) and reads the
+ * logits, so no (N,C) probability tensor is ever stored. */
+#include "autograd/tape.h"
+
+#include <math.h>
+#include <string.h>
+
+#define TG_T float
+#define TG_N(name) name##_f32
+#define TG_EXP expf
+#include "autograd/ops_softmax.inc"
+#undef TG_T
+#undef TG_N
+#undef TG_EXP
+
+#define TG_T double
+#define TG_N(name) name##_f64
+#define TG_EXP exp
+#include "autograd/ops_softmax.inc"
+#undef TG_T
+#undef TG_N
+#undef TG_EXP
+
+/* Below this many elements one thread does all rows. */
+#define SM_PAR_MIN 32768
+
+/* x seen as (rows, C) over its last axis; a 0-d x is one row of one. */
+static void rows_of(const tg_tensor *x, int64_t *rows, int64_t *C) {
+    *C = x->ndim ? x->shape[x->ndim - 1] : 1;
+    int64_t r = 1;
+    for (int d = 0; d + 1 < x->ndim; d++) r *= x->shape[d];
+    *rows = r;
+}
+
+static int row_threads(const tg_ctx *ctx, int64_t rows, int64_t C) {
+#ifdef TG_HAVE_OPENMP
+    if (rows < 2 || rows * C < SM_PAR_MIN) return 1;
+    int nt = tg_threads(ctx);
+    return nt > rows ? (int)rows : (nt < 1 ? 1 : nt);
+#else
+    (void)ctx, (void)rows, (void)C;
+    return 1;
+#endif
+}
+
+/* ---- softmax and log_softmax ------------------------------------------------ */
+
+/* Forward, row by row (see softmax_row / log_softmax_row for the math).
+ * y, x: (rows, C) */
+static void softmax_forward(tg_tensor *y, const tg_tensor *x, int64_t rows, int64_t C, bool log_, int nt) {
+    const bool f64 = x->dtype == TG_F64;
+#ifdef TG_HAVE_OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#else
+    (void)nt;
+#endif
+    for (int64_t r = 0; r < rows; r++) {
+        if (f64) {
+            double *yr = (double *)y->data + r * C;
+            const double *xr = (const double *)x->data + r * C;
+            if (log_) log_softmax_row_f64(yr, xr, C);
+            else softmax_row_f64(yr, xr, C);
+        } else {
+            float *yr = (float *)y->data + r * C;
+            const float *xr = (const float *)x->data + r * C;
+            if (log_) log_softmax_row_f32(yr, xr, C);
+            else softmax_row_f32(yr, xr, C);
+        }
+    }
+}
+
+/* Backward of either, row by row, from the saved output y (the derivations
+ * are above softmax_row_backward and log_softmax_row_backward):
+ *   softmax:      dx_i += y_i (dy_i - sum_j dy_j y_j)
+ *   log_softmax:  dx_i += dy_i - exp(y_i) sum_j dy_j */
+static void softmax_backward(tg_ctx *ctx, tg_node *n) {
+    tg_tensor *dx = tg_grad_of(ctx, n->in[0]);
+    if (!dx) return;
+    const tg_tensor *y = n->out, *dy = n->out->grad;
+    const bool log_ = n->i[0] != 0, f64 = y->dtype == TG_F64;
+    int64_t rows, C;
+    rows_of(y, &rows, &C);
+    int nt = row_threads(ctx, rows, C);
+#ifdef TG_HAVE_OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#else
+    (void)nt;
+#endif
+    for (int64_t r = 0; r < rows; r++) {
+        if (f64) {
+            double *g = (double *)dx->data + r * C;
+            const double *d = (const double *)dy->data + r * C, *yr = (const double *)y->data + r * C;
+            if (log_) log_softmax_row_backward_f64(g, d, yr, C);
+            else softmax_row_backward_f64(g, d, yr, C);
+        } else {
+            float *g = (float *)dx->data + r * C;
+            const float *d = (const float *)dy->data + r * C, *yr = (const float *)y->data + r * C;
+            if (log_) log_softmax_row_backward_f32(g, d, yr, C);
+            else softmax_row_backward_f32(g, d, yr, C);
+        }
+    }
+}
+
+static tg_tensor *softmax_op(tg_ctx *ctx, tg_tensor *x, bool log_, const char *fn) {
+    if (!tg_check_arg(ctx, fn, "x", x)) return NULL;
+    tg_tensor *y = tg_new_like(ctx, fn, x);
+    if (!y) return NULL;
+    int64_t rows, C;
+    rows_of(x, &rows, &C);
+    softmax_forward(y, x, rows, C, log_, row_threads(ctx, rows, C));
+    tg_node *n = tg_record(ctx, fn, softmax_backward, y, 1, &x);
+    if (n) {
+        n->i[0] = log_;
+        tg_node_count_saved(ctx, n, (size_t)y->numel * tg_esize(y->dtype)); /* y, read by backward */
+    }
+    return tg_ok(ctx) ? y : NULL;
+}
+
+tg_tensor *tg_softmax(tg_ctx *ctx, tg_tensor *x) { return softmax_op(ctx, x, false, "tg_softmax"); }
+tg_tensor *tg_log_softmax(tg_ctx *ctx, tg_tensor *x) { return softmax_op(ctx, x, true, "tg_log_softmax"); }
+
+/* ---- cross-entropy ------------------------------------------------------------ */
+
+/* Backward of the mean over the non-ignored rows R:
+ *   loss = 1/|R| sum_{i in R} loss_i,   d loss_i / dx_ic = p_ic - q_ic
+ * (derivation above cross_entropy_row_backward), so with g = dloss / |R|
+ *   dx_ic += g (p_ic - q_ic)   for i in R;  ignored rows get nothing.
+ * With |R| = 0 the loss was NaN and nothing depends on x: no gradient. */
+static void cross_entropy_backward(tg_ctx *ctx, tg_node *n) {
+    tg_tensor *dx = tg_grad_of(ctx, n->in[0]);
+    if (!dx) return;
+    const tg_tensor *x = n->in[0];
+    const int64_t N = x->shape[0], C = x->shape[1], ignore = n->i[0], count = n->i[1];
+    /* saved: lse (N doubles), then the targets (N int64) */
+    const double *lse = n->saved;
+    const int64_t *target = (const int64_t *)(lse + N);
+    const double eps = n->f[0];
+    if (count == 0) return;
+    const double g = tg_load(n->out->grad, 0) / (double)count;
+    const bool f64 = x->dtype == TG_F64;
+    int nt = row_threads(ctx, N, C);
+#ifdef TG_HAVE_OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#else
+    (void)nt;
+#endif
+    for (int64_t i = 0; i < N; i++) {
+        int64_t t = target[i];
+        if (t == ignore) continue;
+        if (f64) cross_entropy_row_backward_f64((double *)dx->data + i * C, (const double *)x->data + i * C, C, t,
+                                                lse[i], eps, g);
+        else cross_entropy_row_backward_f32((float *)dx->data + i * C, (const float *)x->data + i * C, C, t,
+                                            lse[i], eps, g);
+    }
+}
+
+tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, const int64_t *targets,
+                            const tg_cross_entropy_opts *opts) {
+    static const char fn[] = "tg_cross_entropy";
+    if (!tg_check_arg(ctx, fn, "logits", logits)) return NULL;
+    const tg_cross_entropy_opts o = opts ? *opts : TG_CROSS_ENTROPY_DEFAULTS;
+    char sl[TG_SHAPE_STR];
+    if (logits->ndim != 2) {
+        tg_error(ctx, TG_ERR_SHAPE, fn, "logits of shape %s are not 2-D (N, C)", tg_shape_of(sl, logits));
+        return NULL;
+    }
+    const int64_t N = logits->shape[0], C = logits->shape[1];
+    if (N == 0 || C == 0) {
+        tg_error(ctx, TG_ERR_SHAPE, fn, "logits of shape %s: empty reduction (need N >= 1 and C >= 1)",
+                 tg_shape_of(sl, logits));
+        return NULL;
+    }
+    if (!targets) {
+        tg_error(ctx, TG_ERR_NULL, fn, "argument 'targets' is NULL");
+        return NULL;
+    }
+    if (!(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0)) {
+        tg_error(ctx, TG_ERR_VALUE, fn, "label_smoothing = %g is outside [0, 1]", o.label_smoothing);
+        return NULL;
+    }
+    int64_t count = 0;
+    for (int64_t i = 0; i < N; i++) {
+        int64_t t = targets[i];
+        if (t == o.ignore_index) continue;
+        if (t < 0 || t >= C) {
+            tg_error(ctx, TG_ERR_INDEX, fn,
+                     "targets[%lld] = %lld is out of range 0..%lld for logits %s (ignore_index %lld)", (long long)i,
+                     (long long)t, (long long)C - 1, tg_shape_of(sl, logits), (long long)o.ignore_index);
+            return NULL;
+        }
+        count++;
+    }
+    tg_tensor *out = tg_new_tensor(ctx, fn, logits->dtype, 0, NULL);
+    /* lse and targets (kept for backward), then the per-row losses (scratch) */
+    double *lse = tg_arena_alloc_fn(ctx, fn, (size_t)N * (2 * sizeof(double) + sizeof(int64_t)));
+    if (!out || !lse) return NULL;
+    int64_t *target = (int64_t *)(lse + N);
+    double *row_loss = (double *)(target + N);
+    memcpy(target, targets, (size_t)N * sizeof *targets);
+
+    /* Forward: loss = 1/|R| sum_{i in R} loss_i (cross_entropy_row). */
+    const double eps = o.label_smoothing;
+    const bool f64 = logits->dtype == TG_F64;
+    int nt = row_threads(ctx, N, C);
+#ifdef TG_HAVE_OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#else
+    (void)nt;
+#endif
+    for (int64_t i = 0; i < N; i++) {
+        int64_t t = target[i];
+        if (t == o.ignore_index) {
+            lse[i] = 0;
+            row_loss[i] = 0;
+            continue;
+        }
+        row_loss[i] = f64 ? cross_entropy_row_f64(&lse[i], (const double *)logits->data + i * C, C, t, eps)
+                          : cross_entropy_row_f32(&lse[i], (const float *)logits->data + i * C, C, t, eps);
+    }
+    double total = 0;
+    for (int64_t i = 0; i < N; i++) total += row_loss[i]; /* in row order: thread-count independent */
+    tg_store(out, 0, count ? total / (double)count : NAN);
+
+    tg_node *n = tg_record(ctx, fn, cross_entropy_backward, out, 1, &logits);
+    if (n) {
+        n->saved = lse; /* the scratch losses after lse and targets are not counted */
+        n->f[0] = eps;
+        n->i[0] = o.ignore_index;
+        n->i[1] = count;
+        /* lse and targets, and the logits read by backward */
+        tg_node_count_saved(ctx, n, (size_t)N * (sizeof(double) + sizeof(int64_t)) +
+                                        (size_t)logits->numel * tg_esize(logits->dtype));
+    }
+    return tg_ok(ctx) ? out : NULL;
+}
