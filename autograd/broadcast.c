@@ -1,0 +1,121 @@
+/* NumPy broadcasting: plans and the reduction back to an input's shape.
+ * See broadcast.h for what a plan is. */
+#include "autograd/broadcast.h"
+
+bool tg_bcast_plan(tg_ctx *ctx, const char *fn, tg_bcast *p, int andim, const int64_t *ashape, int bndim,
+                   const int64_t *bshape) {
+    int nd = andim > bndim ? andim : bndim;
+    int64_t as[TG_MAX_DIMS], bs[TG_MAX_DIMS];
+    for (int d = 0; d < nd; d++) {
+        int da = d - (nd - andim), db = d - (nd - bndim);
+        as[d] = da >= 0 ? ashape[da] : 1;
+        bs[d] = db >= 0 ? bshape[db] : 1;
+        if (as[d] == bs[d] || bs[d] == 1) {
+            p->out_shape[d] = as[d];
+        } else if (as[d] == 1) {
+            p->out_shape[d] = bs[d];
+        } else {
+            char s1[TG_SHAPE_STR], s2[TG_SHAPE_STR];
+            tg_error(ctx, TG_ERR_SHAPE, fn,
+                     "shapes %s and %s do not broadcast (dim %d from the end: %lld vs %lld)",
+                     tg_shape_str(s1, sizeof s1, andim, ashape), tg_shape_str(s2, sizeof s2, bndim, bshape),
+                     d - nd, (long long)as[d], (long long)bs[d]);
+            return false;
+        }
+    }
+    p->out_ndim = nd;
+    for (int d = nd; d < TG_MAX_DIMS; d++) p->out_shape[d] = 1;
+    if (!tg_check_shape(ctx, fn, nd, p->out_shape, &p->numel)) return false;
+
+    /* Element strides of a and b in the output's index space, 0 along
+     * broadcast dims; keep only dims of output size != 1. */
+    int64_t sa_full[TG_MAX_DIMS], sb_full[TG_MAX_DIMS];
+    int64_t ca = 1, cb = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        sa_full[d] = as[d] == 1 ? 0 : ca;
+        sb_full[d] = bs[d] == 1 ? 0 : cb;
+        ca *= as[d];
+        cb *= bs[d];
+    }
+    int k = 0;
+    for (int d = 0; d < nd; d++) {
+        if (p->out_shape[d] == 1) continue;
+        /* Merge into the previous dim when both inputs continue across. */
+        if (k > 0 && p->sa[k - 1] == sa_full[d] * p->out_shape[d] &&
+            p->sb[k - 1] == sb_full[d] * p->out_shape[d]) {
+            p->size[k - 1] *= p->out_shape[d];
+            p->sa[k - 1] = sa_full[d];
+            p->sb[k - 1] = sb_full[d];
+            continue;
+        }
+        p->size[k] = p->out_shape[d];
+        p->sa[k] = sa_full[d];
+        p->sb[k] = sb_full[d];
+        k++;
+    }
+    if (k == 0) { /* one element */
+        p->size[0] = 1;
+        p->sa[0] = p->sb[0] = 1;
+        k = 1;
+    }
+    p->ndim = k;
+    p->row = p->size[k - 1];
+    p->ra = p->sa[k - 1];
+    p->rb = p->sb[k - 1];
+    p->nrows = p->numel == 0 ? 0 : p->numel / p->row;
+    return true;
+}
+
+void tg_bcast_iter_at(const tg_bcast *p, tg_bcast_iter *it, int64_t r) {
+    it->oa = it->ob = 0;
+    for (int d = p->ndim - 2; d >= 0; d--) {
+        if (p->size[d] == 0) { /* an empty plan has no rows to walk */
+            it->idx[d] = 0;
+            continue;
+        }
+        int64_t i = r % p->size[d];
+        r /= p->size[d];
+        it->idx[d] = i;
+        it->oa += i * p->sa[d];
+        it->ob += i * p->sb[d];
+    }
+}
+
+/* dst[ia] += src[i] over the plan of dst (op) src: where dst's row stride
+ * is 0, the row sums into one element. Accumulated in double per row. */
+#define TG_REDUCE_ROWS(T)                                                          \
+    do {                                                                           \
+        T *d_ = dst->data;                                                         \
+        const T *s_ = src->data;                                                   \
+        tg_bcast_iter it;                                                          \
+        tg_bcast_iter_at(&p, &it, 0);                                              \
+        for (int64_t r = 0; r < p.nrows; r++, tg_bcast_iter_next(&p, &it)) {       \
+            T *dr = d_ + it.oa;                                                    \
+            const T *sr = s_ + r * p.row;                                          \
+            if (p.ra) {                                                            \
+                for (int64_t i = 0; i < p.row; i++) dr[i] += sr[i];                \
+            } else {                                                               \
+                double acc = 0;                                                    \
+                for (int64_t i = 0; i < p.row; i++) acc += sr[i];                  \
+                *dr += (T)acc;                                                     \
+            }                                                                      \
+        }                                                                          \
+    } while (0)
+
+bool tg_reduce_to_shape_acc(tg_ctx *ctx, const char *fn, tg_tensor *dst, const tg_tensor *src) {
+    if (!tg_check_arg(ctx, fn, "dst", dst) || !tg_check_arg(ctx, fn, "src", src)) return false;
+    if (!tg_check_same_dtype(ctx, fn, dst, src)) return false;
+    tg_bcast p;
+    if (!tg_bcast_plan(ctx, fn, &p, dst->ndim, dst->shape, src->ndim, src->shape)) return false;
+    bool same = p.out_ndim == src->ndim;
+    for (int d = 0; same && d < src->ndim; d++) same = p.out_shape[d] == src->shape[d];
+    if (!same) {
+        char s1[TG_SHAPE_STR], s2[TG_SHAPE_STR];
+        tg_error(ctx, TG_ERR_SHAPE, fn, "shape %s does not broadcast to %s", tg_shape_of(s1, dst),
+                 tg_shape_of(s2, src));
+        return false;
+    }
+    if (dst->dtype == TG_F64) TG_REDUCE_ROWS(double);
+    else TG_REDUCE_ROWS(float);
+    return true;
+}

@@ -1,0 +1,74 @@
+/* The shared driver of elementwise unary ops (exp, relu, pow by a scalar,
+ * ...). Internal (not installed).
+ *
+ * An op supplies, for each dtype, a forward kernel y = f(x) and a backward
+ * kernel dx += dy * f'(x) over n contiguous elements (the op's one scalar
+ * argument `a` passed to both), and says whether backward reads x and/or
+ * y. The driver checks the argument, makes the output, runs the kernels
+ * (split over threads in fixed chunks for big tensors), and records the op;
+ * each op's tg_backward_fn is a one-line wrapper around tg_unary_backward. */
+#ifndef TG_AUTOGRAD_UNARY_H
+#define TG_AUTOGRAD_UNARY_H
+
+#include "autograd/tape.h"
+
+/* x, y, dx, dy: (n) contiguous */
+typedef void (*tg_unary_fwd_f32)(float *restrict y, const float *restrict x, int64_t n, double a);
+typedef void (*tg_unary_fwd_f64)(double *restrict y, const double *restrict x, int64_t n, double a);
+typedef void (*tg_unary_bwd_f32)(float *restrict dx, const float *restrict dy, const float *restrict x,
+                                 const float *restrict y, int64_t n, double a);
+typedef void (*tg_unary_bwd_f64)(double *restrict dx, const double *restrict dy, const double *restrict x,
+                                 const double *restrict y, int64_t n, double a);
+
+typedef struct tg_unary_op {
+    const char *fn;    /* the public function, for messages: "tg_exp" */
+    const char *name;  /* the tape record's name: "exp" */
+    tg_unary_fwd_f32 fwd_f32;
+    tg_unary_fwd_f64 fwd_f64;
+    tg_unary_bwd_f32 bwd_f32;
+    tg_unary_bwd_f64 bwd_f64;
+    bool uses_x;       /* backward reads the input (counted as saved bytes) */
+    bool uses_y;       /* backward reads the output */
+} tg_unary_op;
+
+/* y = op(x; a). NULL when ctx is NULL or in error, or x is NULL. */
+tg_tensor *tg_unary_apply(tg_ctx *ctx, const tg_unary_op *op, tg_backward_fn backward, tg_tensor *x, double a);
+/* The backward of a node made by tg_unary_apply: dx += dy * f'(x). */
+void tg_unary_backward(tg_ctx *ctx, tg_node *n, const tg_unary_op *op);
+
+/* Elementwise work is split over threads in chunks of this many elements,
+ * and only when there are at least TG_PAR_MIN elements. Chunk boundaries
+ * depend only on the size, so results never depend on the thread count. */
+#define TG_PAR_CHUNK ((int64_t)1 << 14)
+#define TG_PAR_MIN ((int64_t)1 << 16)
+
+/* Runs the statements given as ... once per piece of [0, n), with i0 and
+ * len naming the piece: [0, n) whole, or TG_PAR_CHUNK-sized pieces spread
+ * over threads when n is big and more than one thread is allowed. */
+#ifdef TG_HAVE_OPENMP
+#define TG_SPLIT(ctx, n, ...)                                                      \
+    do {                                                                           \
+        int nt_ = tg_threads(ctx);                                                 \
+        if (nt_ > 1 && (n) >= TG_PAR_MIN) {                                        \
+            int64_t nc_ = ((n) + TG_PAR_CHUNK - 1) / TG_PAR_CHUNK;                 \
+            _Pragma("omp parallel for num_threads(nt_) schedule(static)")          \
+            for (int64_t c_ = 0; c_ < nc_; c_++) {                                 \
+                int64_t i0 = c_ * TG_PAR_CHUNK;                                    \
+                int64_t len = (n) - i0 < TG_PAR_CHUNK ? (n) - i0 : TG_PAR_CHUNK;   \
+                __VA_ARGS__;                                                       \
+            }                                                                      \
+        } else {                                                                   \
+            int64_t i0 = 0, len = (n);                                             \
+            __VA_ARGS__;                                                           \
+        }                                                                          \
+    } while (0)
+#else
+#define TG_SPLIT(ctx, n, ...)                                                      \
+    do {                                                                           \
+        (void)(ctx);                                                               \
+        int64_t i0 = 0, len = (n);                                                 \
+        __VA_ARGS__;                                                               \
+    } while (0)
+#endif
+
+#endif
