@@ -1,0 +1,83 @@
+/* Dropout, inverted: in training each element is dropped with probability
+ * p and the kept ones are scaled by 1 / (1 - p), so the expected output is
+ * the input and evaluation needs no rescaling:
+ *   y_i = x_i m_i / (1 - p),   m_i = [u_i >= p]
+ * u_i is the f64 uniform of Philox block i of the context's stream
+ * (tg_rng_block: counter = offset + i), so the mask is a pure function of
+ * (seed, offset, i): any thread can draw any element and the result never
+ * depends on the thread count. The offset then advances by numel, as for
+ * every other draw from the stream.
+ *
+ * The forward saves the mask, one byte per element (a quarter of a float32
+ * tensor); backward reads only it and dy. */
+#include "autograd/tape.h"
+
+#include <math.h>
+
+#define TG_T float
+#define TG_N(name) name##_f32
+#include "autograd/ops_dropout.inc"
+#undef TG_T
+#undef TG_N
+
+#define TG_T double
+#define TG_N(name) name##_f64
+#include "autograd/ops_dropout.inc"
+#undef TG_T
+#undef TG_N
+
+/* Below this many elements one thread draws the whole mask. */
+#define DROPOUT_PAR_MIN 16384
+
+/* m_i = [u_i >= p] for i < n, u_i from block i of the stream. mask: (n) */
+static void dropout_mask(const tg_ctx *ctx, uint8_t *mask, int64_t n, double p, int nt) {
+#ifdef TG_HAVE_OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#else
+    (void)nt;
+#endif
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t x[4];
+        tg_rng_block(ctx, (uint64_t)i, x);
+        mask[i] = tg_u01_f64(x[0], x[1]) >= p;
+    }
+}
+
+/* Forward was y_i = x_i m_i s with s = 1 / (1 - p) and m fixed (drawn, not a
+ * function of x), so dx_i += dy_i m_i s. */
+static void dropout_backward(tg_ctx *ctx, tg_node *n) {
+    tg_tensor *dx = tg_grad_of(ctx, n->in[0]);
+    if (!dx) return;
+    const tg_tensor *dy = n->out->grad;
+    if (dx->dtype == TG_F64) dropout_backward_kernel_f64(dx->data, dy->data, n->saved, dx->numel, n->f[0]);
+    else dropout_backward_kernel_f32(dx->data, dy->data, n->saved, dx->numel, n->f[0]);
+}
+
+tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p, bool training) {
+    static const char fn[] = "tg_dropout";
+    if (!tg_check_arg(ctx, fn, "x", x)) return NULL;
+    if (!(p >= 0.0 && p < 1.0)) {
+        tg_error(ctx, TG_ERR_VALUE, fn, "p = %g is outside [0, 1)", p);
+        return NULL;
+    }
+    if (!training || p == 0.0) return x; /* identity: nothing drawn, nothing recorded */
+    tg_tensor *y = tg_new_like(ctx, fn, x);
+    uint8_t *mask = tg_arena_alloc_fn(ctx, fn, (size_t)(x->numel > 0 ? x->numel : 1));
+    if (!y || !mask) return NULL;
+    int nt = 1;
+#ifdef TG_HAVE_OPENMP
+    if (x->numel >= DROPOUT_PAR_MIN) nt = tg_threads(ctx);
+#endif
+    dropout_mask(ctx, mask, x->numel, p, nt);
+    ctx->rng_offset += (uint64_t)x->numel;
+    const double scale = 1.0 / (1.0 - p);
+    if (x->dtype == TG_F64) dropout_apply_f64(y->data, x->data, mask, x->numel, scale);
+    else dropout_apply_f32(y->data, x->data, mask, x->numel, scale);
+    tg_node *n = tg_record(ctx, fn, dropout_backward, y, 1, &x);
+    if (n) {
+        n->saved = mask;
+        tg_node_count_saved(ctx, n, (size_t)x->numel);
+        n->f[0] = scale;
+    }
+    return tg_ok(ctx) ? y : NULL;
+}

@@ -1,0 +1,101 @@
+/* Mean squared error loss, mean reduction:
+ *   loss = 1/n sum_i (p_i - t_i)^2      p (pred), t (target): same shape
+ * Both inputs may require grad. The sum is taken in double over fixed
+ * blocks of MSE_BLOCK elements (threads split the blocks), then the block
+ * sums are added in block order: the result is the same for any thread
+ * count. Nothing is saved: backward reads p and t. */
+#include "autograd/tape.h"
+
+#include <math.h>
+
+#define TG_T float
+#define TG_N(name) name##_f32
+#include "autograd/ops_loss.inc"
+#undef TG_T
+#undef TG_N
+
+#define TG_T double
+#define TG_N(name) name##_f64
+#include "autograd/ops_loss.inc"
+#undef TG_T
+#undef TG_N
+
+/* Elements per partial sum (part of the summation order: do not tie it to
+ * the thread count). */
+#define MSE_BLOCK 8192
+
+static int mse_threads(const tg_ctx *ctx, int64_t blocks) {
+#ifdef TG_HAVE_OPENMP
+    int nt = tg_threads(ctx);
+    if (nt > blocks) nt = (int)blocks;
+    return nt < 1 ? 1 : nt;
+#else
+    (void)ctx, (void)blocks;
+    return 1;
+#endif
+}
+
+/* Forward was loss = 1/n sum_i (p_i - t_i)^2, so with g = dloss
+ *   dp_i += 2 g (p_i - t_i) / n,    dt_i -= 2 g (p_i - t_i) / n. */
+static void mse_backward(tg_ctx *ctx, tg_node *n) {
+    tg_tensor *p = n->in[0], *t = n->in[1];
+    tg_tensor *dp = tg_grad_of(ctx, p), *dt = tg_grad_of(ctx, t);
+    if (!tg_ok(ctx)) return;
+    const double c = 2.0 * tg_load(n->out->grad, 0) / (double)p->numel;
+    if (dp && dp == dt) return; /* mse(x, x): the two terms cancel */
+    int64_t blocks = (p->numel + MSE_BLOCK - 1) / MSE_BLOCK;
+    int nt = mse_threads(ctx, blocks);
+#ifdef TG_HAVE_OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#else
+    (void)nt;
+#endif
+    for (int64_t b = 0; b < blocks; b++) {
+        int64_t i0 = b * MSE_BLOCK, len = p->numel - i0 < MSE_BLOCK ? p->numel - i0 : MSE_BLOCK;
+        if (p->dtype == TG_F64)
+            mse_backward_kernel_f64(dp ? (double *)dp->data + i0 : NULL, dt ? (double *)dt->data + i0 : NULL,
+                                    (const double *)p->data + i0, (const double *)t->data + i0, len, c);
+        else
+            mse_backward_kernel_f32(dp ? (float *)dp->data + i0 : NULL, dt ? (float *)dt->data + i0 : NULL,
+                                    (const float *)p->data + i0, (const float *)t->data + i0, len, c);
+    }
+}
+
+tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *pred, tg_tensor *target) {
+    static const char fn[] = "tg_mse_loss";
+    if (!tg_check_arg(ctx, fn, "pred", pred) || !tg_check_arg(ctx, fn, "target", target)) return NULL;
+    if (!tg_check_same_dtype(ctx, fn, pred, target)) return NULL;
+    char sp[TG_SHAPE_STR], st[TG_SHAPE_STR];
+    if (!tg_same_shape(pred, target)) {
+        tg_error(ctx, TG_ERR_SHAPE, fn, "pred %s and target %s differ in shape", tg_shape_of(sp, pred),
+                 tg_shape_of(st, target));
+        return NULL;
+    }
+    if (pred->numel == 0) {
+        tg_error(ctx, TG_ERR_SHAPE, fn, "pred %s has no elements: empty reduction", tg_shape_of(sp, pred));
+        return NULL;
+    }
+    int64_t blocks = (pred->numel + MSE_BLOCK - 1) / MSE_BLOCK;
+    tg_tensor *out = tg_new_tensor(ctx, fn, pred->dtype, 0, NULL);
+    double *part = tg_arena_alloc_fn(ctx, fn, (size_t)blocks * sizeof *part);
+    if (!out || !part) return NULL;
+    int nt = mse_threads(ctx, blocks);
+#ifdef TG_HAVE_OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#else
+    (void)nt;
+#endif
+    for (int64_t b = 0; b < blocks; b++) {
+        int64_t i0 = b * MSE_BLOCK, len = pred->numel - i0 < MSE_BLOCK ? pred->numel - i0 : MSE_BLOCK;
+        part[b] = pred->dtype == TG_F64
+                      ? sq_err_sum_f64((const double *)pred->data + i0, (const double *)target->data + i0, len)
+                      : sq_err_sum_f32((const float *)pred->data + i0, (const float *)target->data + i0, len);
+    }
+    double s = 0;
+    for (int64_t b = 0; b < blocks; b++) s += part[b];
+    tg_store(out, 0, s / (double)pred->numel);
+    tg_node *n = tg_record(ctx, fn, mse_backward, out, 2, (tg_tensor *[]){pred, target});
+    if (n) /* pred and target, read by backward */
+        tg_node_count_saved(ctx, n, (size_t)(pred == target ? 1 : 2) * (size_t)pred->numel * tg_esize(pred->dtype));
+    return tg_ok(ctx) ? out : NULL;
+}
