@@ -1,0 +1,48 @@
+/* The op list behind the registry (internal; users see tg_registry_* in
+ * tapegrad.h).
+ *
+ * TG_OP_LIST is the one list of registered ops. It generates the tg_op_id
+ * enum; autograd/registry.c holds one table entry per op, in this order, and
+ * a static_assert keeps the table and the list the same length (a test
+ * checks that entry i is the i-th op by id and name). To register an op:
+ * add X(name) here, then its variants, builder and forward and its table
+ * entry in autograd/registry.c. */
+#ifndef TG_AUTOGRAD_REGISTRY_H
+#define TG_AUTOGRAD_REGISTRY_H
+
+#include "tapegrad.h"
+
+#define TG_OP_LIST(X) \
+    X(add)            \
+    X(sub)            \
+    X(mul)            \
+    X(div)            \
+    X(neg)            \
+    X(add_scalar)     \
+    X(mul_scalar)     \
+    X(pow_scalar)     \
+    X(exp)            \
+    X(log)            \
+    X(sqrt)           \
+    X(abs)            \
+    X(relu)           \
+    X(leaky_relu)     \
+    X(sigmoid)        \
+    X(tanh)           \
+    X(gelu)           \
+    X(silu)           \
+    X(matmul)         \
+    X(transpose)      \
+    X(reshape)        \
+    X(concat)         \
+    X(slice)          \
+    X(embedding)
+
+typedef enum tg_op_id {
+#define TG_OP_ENUM_(name) TG_OP_##name,
+    TG_OP_LIST(TG_OP_ENUM_)
+#undef TG_OP_ENUM_
+    TG_OP_COUNT
+} tg_op_id;
+
+#endif

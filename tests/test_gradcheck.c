@@ -1,0 +1,528 @@
+/* tg_gradcheck and tg_gradcheck_jacobian: a correct composite passes, a
+ * deliberately wrong backward (test-only ops below, written with the
+ * op-writer API of autograd/tape.h) is caught with the right worst element,
+ * float32 is refused with a reason, the result's fields are right, the
+ * caller's tape, tensors, grad mode and RNG are left alone, and the
+ * argument errors. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/tape.h"
+#include "tapegrad.h"
+
+static tg_ctx *ctx;
+static void setup(void) { ctx = tg_ctx_new(99); }
+static void teardown(void) { tg_ctx_free(ctx); }
+
+/* ---- test-only ops ---------------------------------------------------------- */
+
+/* y_i = x_i^2, backward dx_i += 2 x_i dy_i, except at element n->i[0]
+ * (when >= 0) where it uses 3 x_i: a wrong backward in one element. */
+static void square_backward(tg_ctx *c, tg_node *n) {
+    tg_tensor *dx = tg_grad_of(c, n->in[0]);
+    if (!dx) return;
+    for (int64_t i = 0; i < dx->numel; i++) {
+        double k = i == n->i[0] ? 3.0 : 2.0;
+        tg_store(dx, i, tg_load(dx, i) + k * tg_load(n->in[0], i) * tg_load(n->out->grad, i));
+    }
+}
+
+static tg_tensor *square_op(tg_ctx *c, tg_tensor *x, int64_t wrong_at) {
+    tg_tensor *y = tg_new_like(c, "square", x);
+    if (!y) return NULL;
+    for (int64_t i = 0; i < x->numel; i++) tg_store(y, i, tg_load(x, i) * tg_load(x, i));
+    tg_node *n = tg_record(c, "square", square_backward, y, 1, &x);
+    if (n) n->i[0] = wrong_at;
+    return y;
+}
+
+static tg_tensor *f_square(tg_ctx *c, tg_tensor *const *in, void *u) {
+    (void)u;
+    return square_op(c, in[0], -1);
+}
+
+/* wrong at the element *(int64_t *)u */
+static tg_tensor *f_square_wrong_at(tg_ctx *c, tg_tensor *const *in, void *u) {
+    return square_op(c, in[0], *(const int64_t *)u);
+}
+
+/* s = sum_i a_i + sum_i x_i^2, a scalar; the backward is WRONG for x:
+ * dx_i += 3 x_i ds (the truth is 2 x_i ds); da_i += ds is right. */
+static void sumsq_wrong_backward(tg_ctx *c, tg_node *n) {
+    double g = tg_load(n->out->grad, 0);
+    tg_tensor *da = tg_grad_of(c, n->in[0]);
+    if (da)
+        for (int64_t i = 0; i < da->numel; i++) tg_store(da, i, tg_load(da, i) + g);
+    tg_tensor *dx = tg_grad_of(c, n->in[1]);
+    if (dx)
+        for (int64_t i = 0; i < dx->numel; i++) tg_store(dx, i, tg_load(dx, i) + 3.0 * tg_load(n->in[1], i) * g);
+}
+
+static tg_tensor *f_sumsq_wrong(tg_ctx *c, tg_tensor *const *in, void *u) {
+    (void)u;
+    tg_tensor *s = tg_new_tensor(c, "sumsq_wrong", in[0]->dtype, 0, NULL);
+    if (!s) return NULL;
+    double acc = 0;
+    for (int64_t i = 0; i < in[0]->numel; i++) acc += tg_load(in[0], i);
+    for (int64_t i = 0; i < in[1]->numel; i++) acc += tg_load(in[1], i) * tg_load(in[1], i);
+    tg_store(s, 0, acc);
+    tg_record(c, "sumsq_wrong", sumsq_wrong_backward, s, 2, in);
+    return s;
+}
+
+/* y_i = x_i * u_i with u_i uniform from the context's RNG (drawn at every
+ * call, like dropout's mask); dx_i += u_i dy_i, u saved for backward. */
+static void noisy_backward(tg_ctx *c, tg_node *n) {
+    tg_tensor *dx = tg_grad_of(c, n->in[0]);
+    const double *u = n->saved;
+    if (dx)
+        for (int64_t i = 0; i < dx->numel; i++) tg_store(dx, i, tg_load(dx, i) + u[i] * tg_load(n->out->grad, i));
+}
+
+static tg_tensor *f_noisy(tg_ctx *c, tg_tensor *const *in, void *user) {
+    (void)user;
+    tg_tensor *x = in[0];
+    tg_tensor *y = tg_new_like(c, "noisy", x);
+    double *u = tg_arena_alloc(c, (size_t)x->numel * sizeof *u + 8);
+    if (!y || !u) return NULL;
+    for (int64_t i = 0; i < x->numel; i++) {
+        u[i] = tg_rng_uniform(c);
+        tg_store(y, i, tg_load(x, i) * u[i]);
+    }
+    tg_node *n = tg_record(c, "noisy", noisy_backward, y, 1, &x);
+    if (n) n->saved = u;
+    return y;
+}
+
+/* A correct composite of library ops: a tiny layer sigmoid(x w + b). */
+static tg_tensor *f_layer(tg_ctx *c, tg_tensor *const *in, void *u) {
+    (void)u;
+    return tg_sigmoid(c, tg_add(c, tg_matmul(c, in[0], in[1]), in[2]));
+}
+
+/* Returns NULL without setting an error. */
+static tg_tensor *f_null(tg_ctx *c, tg_tensor *const *in, void *u) {
+    (void)c, (void)in, (void)u;
+    return NULL;
+}
+
+/* Output shape depends on grad mode: a broken function. */
+static tg_tensor *f_shape_shifts(tg_ctx *c, tg_tensor *const *in, void *u) {
+    (void)u;
+    tg_tensor *y = square_op(c, in[0], -1);
+    if (!tg_grad_enabled(c)) return tg_view(c, y, 1, (int64_t[]){y->numel});
+    return y;
+}
+
+/* Does not depend on its input at all. */
+static tg_tensor *f_const(tg_ctx *c, tg_tensor *const *in, void *u) {
+    (void)in, (void)u;
+    return tg_full(c, TG_F64, 1, (int64_t[]){3}, 2.0);
+}
+
+/* Fails like a misused op. */
+static tg_tensor *f_bad_shapes(tg_ctx *c, tg_tensor *const *in, void *u) {
+    (void)u;
+    return tg_add(c, in[0], in[1]);
+}
+
+/* d sqrt(x)/dx at x = 0 is inf: analytic inf, numeric nan (or huge). */
+static tg_tensor *f_sqrt(tg_ctx *c, tg_tensor *const *in, void *u) {
+    (void)u;
+    return tg_sqrt(c, in[0]);
+}
+
+static tg_tensor *vec(tg_dtype dt, int n, const double *v) {
+    tg_tensor *t = tg_zeros(ctx, dt, 1, (int64_t[]){n});
+    for (int i = 0; i < n; i++) tg_set_flat(ctx, t, i, v[i]);
+    return t;
+}
+
+/* ---- tests ------------------------------------------------------------------ */
+
+START_TEST(test_defaults) {
+    tg_gradcheck_opts o = tg_gradcheck_defaults();
+    ck_assert(o.h == 1e-6 && o.atol == 1e-5 && o.rtol == 1e-3);
+    ck_assert_int_eq(o.mode, TG_GRADCHECK_FULL);
+    ck_assert(!o.allow_float32);
+    ck_assert_uint_eq(o.inputs, 0);
+}
+END_TEST
+
+/* A correct composite passes in both modes; the result's fields add up. */
+START_TEST(test_correct_composite_passes) {
+    tg_tensor *in[3] = {tg_randn(ctx, TG_F64, TG_SHAPE(4, 3), 0, 1), tg_randn(ctx, TG_F64, TG_SHAPE(3, 5), 0, 1),
+                        tg_randn(ctx, TG_F64, TG_SHAPE(5), 0, 1)};
+    tg_gradcheck_result r;
+    ck_assert(tg_gradcheck(ctx, f_layer, NULL, 3, in, NULL, &r));
+    ck_assert(tg_ok(ctx));
+    ck_assert(r.pass);
+    ck_assert_int_eq(r.n_inputs, 3);
+    ck_assert_int_eq(r.n_checked, 12 + 15 + 5);
+    ck_assert_int_eq(r.n_failed, 0);
+    ck_assert_int_eq(r.n_evals, 1 + 2 * (12 + 15 + 5));
+    ck_assert(r.h == 1e-6 && r.atol == 1e-5 && r.rtol == 1e-3);
+    ck_assert_int_eq(r.mode, TG_GRADCHECK_FULL);
+    ck_assert(r.max_abs_err < 1e-8);
+    ck_assert(r.max_rel_err < 1e-6);
+    ck_assert(r.worst_ratio <= 1.0);
+    ck_assert(r.worst_input >= 0 && r.worst_input < 3);
+    ck_assert(r.worst_index >= 0 && r.worst_index < in[r.worst_input]->numel);
+    ck_assert(fabs(r.worst_analytic - r.worst_numeric) <= r.max_abs_err);
+    for (int k = 0; k < 3; k++) {
+        ck_assert(r.input[k].checked && r.input[k].pass);
+        ck_assert_int_eq(r.input[k].n_checked, in[k]->numel);
+        ck_assert(r.input[k].max_abs_err <= r.max_abs_err);
+    }
+    /* directional: one comparison per input, two forwards each */
+    tg_gradcheck_opts o = {0};
+    o.mode = TG_GRADCHECK_DIRECTIONAL;
+    ck_assert(tg_gradcheck(ctx, f_layer, NULL, 3, in, &o, &r));
+    ck_assert_int_eq(r.n_checked, 3);
+    ck_assert_int_eq(r.n_evals, 1 + 2 * 3);
+    ck_assert_int_eq(r.worst_index, -1);
+    ck_assert_int_eq(r.mode, TG_GRADCHECK_DIRECTIONAL);
+    /* a subset of the inputs */
+    o.mode = TG_GRADCHECK_FULL;
+    o.inputs = 1u << 2;
+    ck_assert(tg_gradcheck(ctx, f_layer, NULL, 3, in, &o, &r));
+    ck_assert(!r.input[0].checked && !r.input[1].checked && r.input[2].checked);
+    ck_assert_int_eq(r.n_checked, 5);
+    ck_assert_int_eq(r.worst_input, 2);
+}
+END_TEST
+
+/* A wrong backward at one element: exactly that element fails, and it is
+ * the worst, with analytic 3 x r and numeric 2 x r. */
+START_TEST(test_wrong_backward_one_element) {
+    double xv[8] = {0.3, -1.1, 0.7, 1.4, -0.6, 0.9, -1.3, 0.5};
+    tg_tensor *x = vec(TG_F64, 8, xv);
+    int64_t wrong_at = 5;
+    tg_gradcheck_result r;
+    ck_assert(!tg_gradcheck(ctx, f_square_wrong_at, &wrong_at, 1, &x, NULL, &r));
+    ck_assert(tg_ok(ctx)); /* a failed check is a result, not an error */
+    ck_assert(!r.pass);
+    ck_assert_int_eq(r.n_checked, 8);
+    ck_assert_int_eq(r.n_failed, 1);
+    ck_assert_int_eq(r.worst_input, 0);
+    ck_assert_int_eq(r.worst_index, 5);
+    ck_assert(!r.input[0].pass);
+    ck_assert_int_eq(r.input[0].worst_index, 5);
+    /* analytic = 3 x_5 r_5, numeric = 2 x_5 r_5 */
+    ck_assert_double_eq_tol(r.worst_analytic / r.worst_numeric, 1.5, 1e-6);
+    double r5 = r.worst_numeric / (2 * xv[5]);
+    ck_assert(fabs(r5) <= 1.0 && r5 != 0.0); /* r is uniform in [-1, 1) */
+    ck_assert_double_eq_tol(r.worst_analytic, 3 * xv[5] * r5, 1e-9);
+    ck_assert_double_eq_tol(r.max_abs_err, fabs(xv[5] * r5), 1e-9);
+    ck_assert_double_eq_tol(r.max_rel_err, 0.5, 1e-6);
+    ck_assert(r.worst_ratio > 1.0);
+    /* the same op without the bug passes */
+    int64_t none = -1;
+    ck_assert(tg_gradcheck(ctx, f_square_wrong_at, &none, 1, &x, NULL, &r));
+    /* directional mode catches it too (one direction has weight on x_5) */
+    tg_gradcheck_opts o = {0};
+    o.mode = TG_GRADCHECK_DIRECTIONAL;
+    ck_assert(!tg_gradcheck(ctx, f_square_wrong_at, &wrong_at, 1, &x, &o, &r));
+    ck_assert_int_eq(r.n_failed, 1);
+    ck_assert_int_eq(r.worst_input, 0);
+    ck_assert_int_eq(r.worst_index, -1);
+}
+END_TEST
+
+/* y = x^2 with backward 3x in a two-input op: the failing input and its
+ * largest |x_i| are reported; the correct input passes. */
+START_TEST(test_wrong_backward_worst_element) {
+    double av[3] = {0.5, -0.25, 1.0};
+    double xv[6] = {0.4, -0.8, 1.1, -1.9, 0.6, 1.2}; /* largest |x| at index 3 */
+    tg_tensor *in[2] = {vec(TG_F64, 3, av), vec(TG_F64, 6, xv)};
+    tg_gradcheck_result r;
+    ck_assert(!tg_gradcheck(ctx, f_sumsq_wrong, NULL, 2, in, NULL, &r));
+    ck_assert(tg_ok(ctx));
+    ck_assert(!r.pass);
+    ck_assert(r.input[0].pass);
+    ck_assert_int_eq(r.input[0].n_failed, 0);
+    ck_assert(!r.input[1].pass);
+    ck_assert_int_eq(r.input[1].n_failed, 6);
+    ck_assert_int_eq(r.n_failed, 6);
+    ck_assert_int_eq(r.worst_input, 1);
+    ck_assert_int_eq(r.worst_index, 3);
+    /* L = r0 s: numeric 2 x_3 r0, analytic 3 x_3 r0 */
+    double r0 = r.worst_numeric / (2 * xv[3]);
+    ck_assert(fabs(r0) > 1e-3 && fabs(r0) <= 1.0);
+    ck_assert_double_eq_tol(r.worst_analytic, 3 * xv[3] * r0, 1e-9);
+    ck_assert_double_eq_tol(r.input[0].worst_numeric, r0, 1e-8); /* ds/da_i = 1 */
+}
+END_TEST
+
+/* The same seed gives the same r and directions; another seed others. */
+START_TEST(test_seed) {
+    double xv[4] = {0.3, -1.1, 0.7, 1.4};
+    tg_tensor *x = vec(TG_F64, 4, xv);
+    int64_t wrong_at = 2;
+    tg_gradcheck_result r1, r2, r3;
+    tg_gradcheck_opts o = {0};
+    o.seed = 5;
+    tg_gradcheck(ctx, f_square_wrong_at, &wrong_at, 1, &x, &o, &r1);
+    tg_gradcheck(ctx, f_square_wrong_at, &wrong_at, 1, &x, &o, &r2);
+    o.seed = 6;
+    tg_gradcheck(ctx, f_square_wrong_at, &wrong_at, 1, &x, &o, &r3);
+    ck_assert(r1.worst_analytic == r2.worst_analytic && r1.worst_numeric == r2.worst_numeric);
+    ck_assert(r1.worst_analytic != r3.worst_analytic);
+}
+END_TEST
+
+/* float32 is refused unless allowed, and the error says why. */
+START_TEST(test_float32_refused) {
+    tg_tensor *x = tg_rand(ctx, TG_F32, TG_SHAPE(5), 0.5, 1.5);
+    tg_gradcheck_result r;
+    ck_assert(!tg_gradcheck(ctx, f_square, NULL, 1, &x, NULL, &r));
+    ck_assert(!r.pass);
+    ck_assert_int_eq(tg_status_of(ctx), TG_ERR_DTYPE);
+    const char *m = tg_error_message(ctx);
+    ck_assert_ptr_nonnull(strstr(m, "tg_gradcheck"));
+    ck_assert_ptr_nonnull(strstr(m, "input 0 is float32"));
+    ck_assert_ptr_nonnull(strstr(m, "round-off"));
+    ck_assert_ptr_nonnull(strstr(m, "2h"));
+    ck_assert_ptr_nonnull(strstr(m, "allow_float32"));
+    tg_clear_error(ctx);
+    /* allowed: float32 defaults, and a correct op passes */
+    tg_gradcheck_opts o = {0};
+    o.allow_float32 = true;
+    ck_assert(tg_gradcheck(ctx, f_square, NULL, 1, &x, &o, &r));
+    ck_assert(r.h == 1e-3 && r.atol == 1e-3 && r.rtol == 1e-2);
+    ck_assert_int_eq(r.n_checked, 5);
+    /* a float32 input that is not checked is fine without the flag */
+    tg_tensor *in[2] = {tg_rand(ctx, TG_F64, TG_SHAPE(5), 0, 1), x};
+    tg_tensor *(*f)(tg_ctx *, tg_tensor *const *, void *) = f_square;
+    tg_gradcheck_opts o2 = {0};
+    o2.inputs = 1;
+    ck_assert(tg_gradcheck(ctx, f, NULL, 2, in, &o2, &r));
+}
+END_TEST
+
+/* Dropout-like randomness: every evaluation sees the same draws, so the
+ * check passes; afterwards the RNG is where one call leaves it. */
+START_TEST(test_random_function) {
+    tg_tensor *x = tg_randn(ctx, TG_F64, TG_SHAPE(3, 4), 0, 1);
+    uint64_t seed, off0, off1;
+    tg_rng_state(ctx, &seed, &off0);
+    tg_gradcheck_result r;
+    ck_assert(tg_gradcheck(ctx, f_noisy, NULL, 1, &x, NULL, &r));
+    ck_assert_int_eq(r.n_checked, 12);
+    tg_rng_state(ctx, NULL, &off1);
+    ck_assert_uint_eq(off1, off0 + 12);
+    tg_gradcheck_opts o = {0};
+    o.mode = TG_GRADCHECK_DIRECTIONAL;
+    ck_assert(tg_gradcheck(ctx, f_noisy, NULL, 1, &x, &o, &r));
+}
+END_TEST
+
+/* The caller's tape, tensors, grads and grad mode survive a check. */
+START_TEST(test_caller_state_untouched) {
+    tg_tensor *p = tg_requires_grad(ctx, tg_arange(ctx, TG_F64, 1, 4, 1)); /* 1 2 3 */
+    tg_tensor *y = square_op(ctx, p, -1);
+    ck_assert_int_eq(tg_tape_size(ctx), 1);
+    size_t saved = tg_tape_saved_bytes(ctx);
+
+    tg_tensor *x = tg_requires_grad(ctx, tg_randn(ctx, TG_F64, TG_SHAPE(6), 0, 1));
+    tg_set_flat(ctx, x->grad, 2, 42.0);
+    tg_tensor *x0 = tg_copy(ctx, x);
+    tg_gradcheck_result r;
+    ck_assert(tg_gradcheck(ctx, f_square, NULL, 1, &x, NULL, &r));
+    /* inputs: same values, same grad, still a leaf */
+    ck_assert_int_eq(memcmp(x->data, x0->data, 6 * sizeof(double)), 0);
+    ck_assert(x->requires_grad);
+    ck_assert(tg_get_flat(ctx, x->grad, 2) == 42.0);
+    ck_assert(tg_get_flat(ctx, x->grad, 0) == 0.0);
+    /* the caller's tape is intact: its backward still works */
+    ck_assert_int_eq(tg_tape_size(ctx), 1);
+    ck_assert_uint_eq(tg_tape_saved_bytes(ctx), saved);
+    ck_assert(tg_grad_enabled(ctx));
+    tg_backward_ex(ctx, y, tg_ones(ctx, TG_F64, TG_SHAPE(3)), false);
+    ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
+    for (int i = 0; i < 3; i++) ck_assert_double_eq(tg_get_flat(ctx, p->grad, i), 2.0 * (i + 1));
+    /* grad mode off before: off after (the check still records its own) */
+    tg_set_grad_enabled(ctx, false);
+    ck_assert(tg_gradcheck(ctx, f_square, NULL, 1, &x, NULL, &r));
+    ck_assert(!tg_grad_enabled(ctx));
+}
+END_TEST
+
+/* Difference evaluations hand their arena memory back: a check with 2000
+ * evaluations of a 1000-element function does not keep them. */
+START_TEST(test_memory_reused) {
+    tg_tensor *x = tg_randn(ctx, TG_F64, TG_SHAPE(1000), 0, 1);
+    size_t before = tg_arena_used(ctx);
+    tg_gradcheck_result r;
+    ck_assert(tg_gradcheck(ctx, f_square, NULL, 1, &x, NULL, &r));
+    ck_assert_int_eq(r.n_evals, 2001);
+    size_t grew = tg_arena_used(ctx) - before;
+    /* the copy, its grad, one output, r, ~ 4 x 8 KB; 2000 outputs would be 16 MB */
+    ck_assert_msg(grew < 200 * 1024, "the arena grew by %zu bytes", grew);
+}
+END_TEST
+
+/* Non-finite derivatives fail the check, never pass it. */
+START_TEST(test_nonfinite_fails) {
+    double xv[3] = {1.0, 0.0, 4.0};
+    tg_tensor *x = vec(TG_F64, 3, xv);
+    tg_gradcheck_result r;
+    ck_assert(!tg_gradcheck(ctx, f_sqrt, NULL, 1, &x, NULL, &r));
+    ck_assert(tg_ok(ctx));
+    ck_assert_int_eq(r.worst_index, 1);
+    ck_assert(isinf(r.worst_ratio));
+    ck_assert(r.input[0].pass == false);
+}
+END_TEST
+
+/* An output that does not depend on the input: all derivatives 0, pass. */
+START_TEST(test_constant_function) {
+    tg_tensor *x = tg_randn(ctx, TG_F64, TG_SHAPE(4), 0, 1);
+    tg_gradcheck_result r;
+    ck_assert(tg_gradcheck(ctx, f_const, NULL, 1, &x, NULL, &r));
+    ck_assert_int_eq(r.n_checked, 4);
+    ck_assert(r.max_abs_err == 0.0);
+}
+END_TEST
+
+/* Full Jacobians: of a matmul against the known J, and of the wrong op. */
+START_TEST(test_jacobian) {
+    /* y = a b, J[(i,j),(i,k)] = b[k][j] for input a */
+    tg_tensor *in[3] = {tg_randn(ctx, TG_F64, TG_SHAPE(2, 3), 0, 1), tg_randn(ctx, TG_F64, TG_SHAPE(3, 4), 0, 1),
+                        tg_zeros(ctx, TG_F64, TG_SHAPE(4))};
+    tg_tensor *Ja, *Jn;
+    ck_assert(tg_gradcheck_jacobian(ctx, f_layer, NULL, 3, in, 2, NULL, &Ja, &Jn));
+    ck_assert_int_eq(Ja->ndim, 2);
+    ck_assert_int_eq(Ja->shape[0], 8);
+    ck_assert_int_eq(Ja->shape[1], 4);
+    ck_assert_int_eq(Ja->dtype, TG_F64);
+    /* d sigmoid(z_ij + b_j) / d b_l = s'(.) [j == l] */
+    for (int64_t row = 0; row < 8; row++)
+        for (int64_t l = 0; l < 4; l++) {
+            double a = tg_get(ctx, Ja, (int64_t[]){row, l}), n = tg_get(ctx, Jn, (int64_t[]){row, l});
+            if (row % 4 != l) ck_assert(a == 0.0 && fabs(n) < 1e-9);
+            else ck_assert(a > 0.0 && a <= 0.25 && fabs(a - n) < 1e-8);
+        }
+    /* input 0 of square: diag(2x), wrong at element 1 in the analytic one */
+    double xv[3] = {0.5, -1.5, 2.0};
+    tg_tensor *x = vec(TG_F64, 3, xv);
+    int64_t wrong_at = 1;
+    ck_assert(tg_gradcheck_jacobian(ctx, f_square_wrong_at, &wrong_at, 1, &x, 0, NULL, &Ja, &Jn));
+    for (int64_t i = 0; i < 3; i++)
+        for (int64_t j = 0; j < 3; j++) {
+            double a = tg_get(ctx, Ja, (int64_t[]){i, j}), n = tg_get(ctx, Jn, (int64_t[]){i, j});
+            double want = i == j ? 2 * xv[i] : 0.0;
+            ck_assert_double_eq_tol(n, want, 1e-8);
+            ck_assert_double_eq_tol(a, i == j && i == 1 ? 3 * xv[i] : want, 1e-12);
+        }
+    /* too big */
+    tg_tensor *big = tg_zeros(ctx, TG_F64, TG_SHAPE(3000));
+    ck_assert(!tg_gradcheck_jacobian(ctx, f_square, NULL, 1, &big, 0, NULL, &Ja, &Jn));
+    ck_assert_int_eq(tg_status_of(ctx), TG_ERR_VALUE);
+    ck_assert_ptr_null(Ja);
+    ck_assert_ptr_null(Jn);
+    tg_clear_error(ctx);
+    /* bad input index, float32 */
+    ck_assert(!tg_gradcheck_jacobian(ctx, f_square, NULL, 1, &x, 1, NULL, &Ja, &Jn));
+    ck_assert_int_eq(tg_status_of(ctx), TG_ERR_INDEX);
+    tg_clear_error(ctx);
+    tg_tensor *x32 = tg_to_dtype(ctx, x, TG_F32);
+    ck_assert(!tg_gradcheck_jacobian(ctx, f_square, NULL, 1, &x32, 0, NULL, &Ja, &Jn));
+    ck_assert_int_eq(tg_status_of(ctx), TG_ERR_DTYPE);
+    tg_clear_error(ctx);
+    ck_assert(!tg_gradcheck_jacobian(ctx, f_square, NULL, 1, &x, 0, NULL, NULL, &Jn));
+    ck_assert_int_eq(tg_status_of(ctx), TG_ERR_NULL);
+}
+END_TEST
+
+/* Argument errors: each names tg_gradcheck and what was wrong. */
+START_TEST(test_errors) {
+    tg_tensor *x = tg_randn(ctx, TG_F64, TG_SHAPE(3), 0, 1);
+    tg_tensor *x2 = tg_randn(ctx, TG_F64, TG_SHAPE(2, 3), 0, 1);
+    tg_tensor *in2[2] = {x, NULL};
+    tg_gradcheck_result r;
+    tg_gradcheck_opts o = {0};
+    struct {
+        tg_gradcheck_fn f;
+        int n;
+        tg_tensor *const *in;
+        double h;
+        uint32_t mask;
+        tg_status want;
+        const char *says;
+    } cases[] = {
+        {NULL, 1, &x, 0, 0, TG_ERR_NULL, "'f'"},
+        {f_square, 0, &x, 0, 0, TG_ERR_VALUE, "n_inputs 0"},
+        {f_square, 9, &x, 0, 0, TG_ERR_VALUE, "n_inputs 9"},
+        {f_square, 1, NULL, 0, 0, TG_ERR_NULL, "'inputs'"},
+        {f_square, 2, in2, 0, 0, TG_ERR_NULL, "'inputs[1]'"},
+        {f_square, 1, &x, -1e-6, 0, TG_ERR_VALUE, "h=-1e-06"},
+        {f_square, 1, &x, NAN, 0, TG_ERR_VALUE, "h=nan"},
+        {f_square, 1, &x, 0, 2, TG_ERR_VALUE, "mask 0x2"},
+        {f_null, 1, &x, 0, 0, TG_ERR_STATE, "returned NULL"},
+        {f_shape_shifts, 1, &x2, 0, 0, TG_ERR_STATE, "changed shape"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        o.h = cases[i].h;
+        o.inputs = cases[i].mask;
+        ck_assert_msg(!tg_gradcheck(ctx, cases[i].f, NULL, cases[i].n, cases[i].in, &o, &r), "case %zu passed", i);
+        ck_assert_msg(tg_status_of(ctx) == cases[i].want, "case %zu: %s", i, tg_error_message(ctx));
+        ck_assert_ptr_nonnull(strstr(tg_error_message(ctx), "tg_gradcheck"));
+        ck_assert_msg(strstr(tg_error_message(ctx), cases[i].says), "case %zu: %s", i, tg_error_message(ctx));
+        ck_assert(!r.pass);
+        tg_clear_error(ctx);
+    }
+    o = (tg_gradcheck_opts){0};
+    o.mode = (tg_gradcheck_mode)7;
+    ck_assert(!tg_gradcheck(ctx, f_square, NULL, 1, &x, &o, &r));
+    ck_assert_int_eq(tg_status_of(ctx), TG_ERR_VALUE);
+    tg_clear_error(ctx);
+    ck_assert(!tg_gradcheck(ctx, f_square, NULL, 1, &x, NULL, NULL));
+    ck_assert_int_eq(tg_status_of(ctx), TG_ERR_NULL);
+    tg_clear_error(ctx);
+    /* the function's own error comes through, and the tape is restored */
+    tg_tensor *pair[2] = {x, tg_randn(ctx, TG_F64, TG_SHAPE(4), 0, 1)};
+    ck_assert(!tg_gradcheck(ctx, f_bad_shapes, NULL, 2, pair, NULL, &r));
+    ck_assert_int_eq(tg_status_of(ctx), TG_ERR_SHAPE);
+    ck_assert_ptr_nonnull(strstr(tg_error_message(ctx), "tg_add"));
+    ck_assert(tg_grad_enabled(ctx));
+    tg_clear_error(ctx);
+    /* NULL ctx, and a context already in error: nothing happens */
+    ck_assert(!tg_gradcheck(NULL, f_square, NULL, 1, &x, NULL, &r));
+    tg_error(ctx, TG_ERR_VALUE, "test", "earlier");
+    ck_assert(!tg_gradcheck(ctx, f_square, NULL, 1, &x, NULL, &r));
+    ck_assert_str_eq(tg_error_message(ctx), "test: earlier");
+    ck_assert_int_eq(r.n_checked, 0);
+}
+END_TEST
+
+Suite *make_gradcheck_suite(void) {
+    Suite *s = suite_create("gradcheck");
+    TCase *tc = tcase_create("core");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_defaults);
+    tcase_add_test(tc, test_correct_composite_passes);
+    tcase_add_test(tc, test_wrong_backward_one_element);
+    tcase_add_test(tc, test_wrong_backward_worst_element);
+    tcase_add_test(tc, test_seed);
+    tcase_add_test(tc, test_float32_refused);
+    tcase_add_test(tc, test_random_function);
+    tcase_add_test(tc, test_caller_state_untouched);
+    tcase_add_test(tc, test_memory_reused);
+    tcase_add_test(tc, test_nonfinite_fails);
+    tcase_add_test(tc, test_constant_function);
+    tcase_add_test(tc, test_jacobian);
+    tcase_add_test(tc, test_errors);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(make_gradcheck_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
