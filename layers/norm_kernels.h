@@ -1,0 +1,143 @@
+/* Raw fused normalization kernels: RMSNorm and LayerNorm over the last C
+ * elements of N contiguous rows, float32 and float64.
+ *
+ * These are plain-array kernels (no context, no tensors, no allocation).
+ * The layer modules (tg_rmsnorm_new, tg_layernorm_new, ...) call them and
+ * validate every argument first; the kernels themselves trust their
+ * arguments: N, C >= 0, eps >= 0, non-overlapping arrays of the stated
+ * sizes. N == 0 or C == 0 does nothing.
+ * The full derivation of every formula is in docs/normalization-gradients.md.
+ *
+ * Symbols (the same in the code and in the guide):
+ *   x, y    (N,C)  input and output rows
+ *   g, b    (C)    gain (gamma) and bias (beta); NULL means "off"
+ *                  (g NULL: g = 1, affine off; b NULL: b = 0, no bias)
+ *   r       (N)    rstd = 1 / sqrt(<mean square or variance> + eps)
+ *   xhat           the normalized row: x r (RMSNorm), (x - mu) r (LayerNorm)
+ *   dy      (N,C)  gradient of the loss with respect to y
+ *   u              g * dy (u = dy when g is NULL)
+ *
+ * Statistics and their types
+ *   Row statistics are ACCUMULATED IN DOUBLE for both dtypes and SAVED AS
+ *   DOUBLE for both dtypes (rstd and mean are double arrays even in the f32
+ *   kernels). Why:
+ *   - Accuracy: a float32 row summed in double has no visible round-off
+ *     (C float32 squares need C * 2^-53 relative error to matter), and
+ *     costs nothing measurable: the kernels are limited by DRAM bandwidth,
+ *     and the converting loops run at ~2 doubles per cycle per accumulator.
+ *   - Range: squares of any float32 (up to 1.2e77, down to 2e-90) fit in a
+ *     double, so float32 rows around 1e20 or 1e-20 need no special care.
+ *   - Consistency: backward must see the exact statistics forward used.
+ *     A float32 mean of a row 1e4 + noise is off by up to 5e-4 (half an
+ *     ulp at 1e4); with noise of std 0.1 that shifts xhat by 5e-3, which a
+ *     backward recomputing xhat = (x - mean) r would turn into a 0.5%
+ *     gradient error. A double mean keeps xhat at float32 accuracy.
+ *     Likewise rstd can leave float32's range (eps < 1e-77 with a zero
+ *     row; rows near FLT_MAX) but never double's.
+ *   - Cost: 8 bytes per row per statistic, e.g. 32 KiB for 4096 rows:
+ *     0.25% of one 4096x768 float32 tensor.
+ *   Elementwise work (y, dx) runs in the input type with per-row
+ *   coefficients rounded once; a float32 row whose rstd lies outside
+ *   [2^-120, 2^120] is done entirely in double instead.
+ *
+ * Scale robustness
+ *   float32: handled by the double accumulation above, for every finite
+ *   input. float64: if the sum of squares (or of squared deviations)
+ *   overflows or may have underflowed (< 2^-968), the row is redone scaled
+ *   by a power of two s = 2^k near its max-abs (exact scaling), using
+ *   mean(x^2) + eps = s^2 (mean(x'^2) + eps / s^2) with x = s x', so eps
+ *   keeps its exact meaning. Limits: float64 rows whose rms exceeds ~1e307
+ *   get a subnormal rstd (less precise); LayerNorm backward in float64 needs
+ *   x - mean to be finite.
+ *
+ * eps = 0 is allowed (the invariant tests use it); a row of zeros with
+ * eps = 0 gives r = inf and y = NaN, exactly as the formula says.
+ *
+ * Gradients ACCUMULATE: dx += ..., dg += ..., db += .... Any of dx, dg, db
+ * may be NULL when that gradient is not wanted. Zeroing is the caller's job.
+ *
+ * Threads and determinism
+ *   threads <= 1 runs serially; threads > 1 uses up to that many OpenMP
+ *   threads when the library is built with OpenMP (TG_HAVE_OPENMP), and is
+ *   serial otherwise. Forward and dx are independent per row. dg and db
+ *   are sums over rows: every thread count adds the rows into each dg[j],
+ *   db[j] one at a time in row order 0..N-1 (with threads > 1, the rows are
+ *   split into blocks; within a block dx is parallel over rows, then dg/db
+ *   are parallel over columns). So results are bitwise identical for any
+ *   thread count, with no scratch memory.
+ *   Within a row, sums use 32 fixed lanes combined in a fixed tree: the
+ *   order does not depend on the compiler's vector width.
+ */
+#ifndef TG_LAYERS_NORM_KERNELS_H
+#define TG_LAYERS_NORM_KERNELS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- RMSNorm
+ * Forward, per row:
+ *   r = 1 / sqrt(mean_j x_j^2 + eps)
+ *   y_i = g_i * x_i * r + b_i
+ * y, x: (N,C)   g, b: (C) or NULL   rstd: (N) or NULL (saved for backward;
+ * NULL when no backward will follow). */
+void tg_rmsnorm_forward_f32(float *y, double *rstd, const float *x,
+                            const float *g, const float *b,
+                            int64_t N, int64_t C, double eps, int threads);
+void tg_rmsnorm_forward_f64(double *y, double *rstd, const double *x,
+                            const double *g, const double *b,
+                            int64_t N, int64_t C, double eps, int threads);
+
+/* Backward, per row, with xhat = x r and u = g dy:
+ *   dx_i += r * (u_i - xhat_i * mean_j(u_j xhat_j))
+ *   dg_i += sum over rows of dy_i xhat_i
+ *   db_i += sum over rows of dy_i
+ * dx, dy, x: (N,C)   dg, db: (C)   g: (C) or NULL   rstd: (N) from forward.
+ * dx, dg, db may each be NULL. */
+void tg_rmsnorm_backward_f32(float *dx, float *dg, float *db,
+                             const float *dy, const float *x, const float *g,
+                             const double *rstd,
+                             int64_t N, int64_t C, int threads);
+void tg_rmsnorm_backward_f64(double *dx, double *dg, double *db,
+                             const double *dy, const double *x,
+                             const double *g, const double *rstd,
+                             int64_t N, int64_t C, int threads);
+
+/* -------------------------------------------------------------- LayerNorm
+ * Forward, per row (two-pass, never E[x^2] - E[x]^2):
+ *   mu = mean_j x_j,   var = mean_j (x_j - mu)^2   (biased)
+ *   r = 1 / sqrt(var + eps),   xhat_i = (x_i - mu) r
+ *   y_i = g_i * xhat_i + b_i
+ * y, x: (N,C)   g, b: (C) or NULL   mean, rstd: (N) or NULL (saved). */
+void tg_layernorm_forward_f32(float *y, double *mean, double *rstd,
+                              const float *x, const float *g, const float *b,
+                              int64_t N, int64_t C, double eps, int threads);
+void tg_layernorm_forward_f64(double *y, double *mean, double *rstd,
+                              const double *x, const double *g,
+                              const double *b,
+                              int64_t N, int64_t C, double eps, int threads);
+
+/* Backward, per row, with xhat = (x - mu) r and u = g dy:
+ *   dx_i += r * (u_i - mean_j u_j - xhat_i * mean_j(u_j xhat_j))
+ *   dg_i += sum over rows of dy_i xhat_i
+ *   db_i += sum over rows of dy_i
+ * dx, dy, x: (N,C)   dg, db: (C)   g: (C) or NULL   mean, rstd: (N).
+ * dx, dg, db may each be NULL. */
+void tg_layernorm_backward_f32(float *dx, float *dg, float *db,
+                               const float *dy, const float *x,
+                               const float *g, const double *mean,
+                               const double *rstd,
+                               int64_t N, int64_t C, int threads);
+void tg_layernorm_backward_f64(double *dx, double *dg, double *db,
+                               const double *dy, const double *x,
+                               const double *g, const double *mean,
+                               const double *rstd,
+                               int64_t N, int64_t C, int threads);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TG_LAYERS_NORM_KERNELS_H */

@@ -1,0 +1,168 @@
+/* Internal helpers shared by rmsnorm_kernel.c and layernorm_kernel.c:
+ * fixed-order lane sums, the power-of-two rescaling used for extreme rows,
+ * and the thread/blocking policy. Not part of any public API. */
+#ifndef TG_LAYERS_NORM_KERNELS_UTIL_H
+#define TG_LAYERS_NORM_KERNELS_UTIL_H
+
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+
+/* Row sums use TG_NORM_LANES independent double accumulators (element j
+ * goes to lane j mod 32 within each full group, the tail to one scalar),
+ * combined by a fixed halving tree. The order is part of the code, not
+ * chosen by the compiler, so every build and every thread count sums a row
+ * the same way; 32 lanes are 4 AVX-512 (or 8 AVX2) registers of
+ * independent chains, enough to hide the add latency. */
+#define TG_NORM_LANES 32 /* tg_norm_combine is written for 32 */
+
+/* Fast-path row sums (TG_NORM_ROWSUM below) form each term in the input
+ * type and add TG_NORM_GROUP lane-steps of terms in the input type before
+ * moving the partial into the double lanes: for float that is 4 float
+ * additions per partial, so every partial carries at most ~4 float
+ * roundings of its own size whatever C is, while the conversions to double
+ * (the costly part) happen once per 4 elements of each lane. */
+#define TG_NORM_GROUP 4
+
+/* TG_NORM_ROWSUM(out, C, jj, TERM): out = sum over jj in [0, C) of TERM, a
+ * TG_T expression of the index jj (TG_T is the element type defined by the
+ * including file). Lane k of each group of TG_NORM_LANES elements takes
+ * element j0 + k; groups of TG_NORM_GROUP lane-steps are summed in TG_T,
+ * then added to double lanes; leftover lane-steps go to the double lanes
+ * directly and the last C mod TG_NORM_LANES elements to one double; the
+ * lanes are combined by tg_norm_combine. A fixed order, on every build. */
+#define TG_NORM_ROWSUM(out, C, jj, TERM)                                    \
+    do {                                                                    \
+        double acc_[TG_NORM_LANES] = {0};                                   \
+        double tail_ = 0.0;                                                 \
+        int64_t j_ = 0;                                                     \
+        while (j_ + TG_NORM_GROUP * TG_NORM_LANES <= (C)) {                 \
+            TG_T p_[TG_NORM_LANES] = {0};                                   \
+            for (int i_ = 0; i_ < TG_NORM_GROUP; i_++, j_ += TG_NORM_LANES) \
+                for (int k_ = 0; k_ < TG_NORM_LANES; k_++) {                \
+                    const int64_t jj = j_ + k_;                             \
+                    p_[k_] += (TERM);                                       \
+                }                                                           \
+            for (int k_ = 0; k_ < TG_NORM_LANES; k_++)                      \
+                acc_[k_] += (double)p_[k_];                                 \
+        }                                                                   \
+        for (; j_ + TG_NORM_LANES <= (C); j_ += TG_NORM_LANES)              \
+            for (int k_ = 0; k_ < TG_NORM_LANES; k_++) {                    \
+                const int64_t jj = j_ + k_;                                 \
+                acc_[k_] += (double)(TERM);                                 \
+            }                                                               \
+        for (; j_ < (C); j_++) {                                            \
+            const int64_t jj = j_;                                          \
+            tail_ += (double)(TERM);                                        \
+        }                                                                   \
+        (out) = tg_norm_combine(acc_, tail_);                               \
+    } while (0)
+
+/* A fast-path sum of squares below C * TG_T_MIN may have lost precision:
+ * squares under the type's smallest normal are off by up to half its
+ * smallest subnormal, which is then no longer below half an ulp of the sum.
+ * Such rows (and rows whose squares overflow) are redone in double on a
+ * power-of-two rescaled copy; see tg_norm_rstd_scaled. */
+
+/* Rows per block in the threaded backward: sized so one block of x and one
+ * of dy (about 256 KiB each) stay in L2 between the dx phase and the
+ * dg/db phase. */
+#define TG_NORM_BLOCK_BYTES (256 * 1024)
+
+/* Below this many elements threads cost more than they save. */
+#define TG_NORM_PAR_MIN 32768
+
+/* The fixed tree: lanes k and k + 16 first, then k and k + 8, ..., then
+ * the tail. */
+static inline double tg_norm_combine(const double acc[TG_NORM_LANES],
+                                     double tail)
+{
+    double t[TG_NORM_LANES / 2];
+    for (int k = 0; k < 16; k++)
+        t[k] = acc[k] + acc[k + 16];
+    for (int k = 0; k < 8; k++)
+        t[k] += t[k + 8];
+    for (int k = 0; k < 4; k++)
+        t[k] += t[k + 4];
+    for (int k = 0; k < 2; k++)
+        t[k] += t[k + 2];
+    return (t[0] + t[1]) + tail;
+}
+
+/* Power-of-two exponent k with max-abs m = f 2^k, f in [0.5, 1), clamped so
+ * that 2^k and 2^-k are normal doubles. Multiplying by 2^-k is exact. */
+static inline int tg_norm_scale_exp(double m)
+{
+    int k;
+    (void)frexp(m, &k);
+    if (k > 1000) k = 1000;
+    if (k < -1000) k = -1000;
+    return k;
+}
+
+/* rstd for a row rescaled by s = 2^k (x = s x'), from the rescaled mean of
+ * squares (or variance) ms1 = mean(x'^2):
+ *   1/sqrt(ms + eps) = 1/sqrt(s^2 (ms1 + eps/s^2)) = 2^-k / sqrt(ms1 + eps 2^-2k).
+ * If eps 2^-2k overflows, ms is below 1e-308 of eps and r = 1/sqrt(eps). */
+static inline double tg_norm_rstd_scaled(double ms1, int k, double eps)
+{
+    double t = ms1 + ldexp(eps, -2 * k);
+    if (isinf(t))
+        return 1.0 / sqrt(eps);
+    return ldexp(1.0 / sqrt(t), -k);
+}
+
+/* Rows per block for the threaded backward (at least 4 per thread). */
+static inline int64_t tg_norm_block_rows(int64_t C, int64_t elsize,
+                                         int threads)
+{
+    int64_t rows = TG_NORM_BLOCK_BYTES / (C * elsize);
+    int64_t min_rows = 4 * (int64_t)threads;
+    return rows < min_rows ? min_rows : rows;
+}
+
+
+/* y[j] = g[j] * XH + b[j] for j in [0, C), XH an expression of j; g and/or
+ * b NULL mean "off". The NULL tests are hoisted out of the loop by hand
+ * (four loops): a compiler that if-converts them instead of unswitching
+ * emits masked loads from NULL, legal but ~50x slower. */
+#define TG_NORM_AFFINE_STORE(y, g, b, C, j, XH)                             \
+    do {                                                                    \
+        if ((g) && (b))                                                     \
+            for (int64_t j = 0; j < (C); j++)                               \
+                (y)[j] = (g)[j] * (XH) + (b)[j];                            \
+        else if (g)                                                         \
+            for (int64_t j = 0; j < (C); j++)                               \
+                (y)[j] = (g)[j] * (XH);                                     \
+        else if (b)                                                         \
+            for (int64_t j = 0; j < (C); j++)                               \
+                (y)[j] = (XH) + (b)[j];                                     \
+        else                                                                \
+            for (int64_t j = 0; j < (C); j++)                               \
+                (y)[j] = (XH);                                              \
+    } while (0)
+
+/* Software prefetch of the row that will be needed TG_NORM_PF_ROWS rows
+ * from now (one call per cache line). Each row is swept several times in
+ * L1 (sums, then the elementwise pass); during that work the hardware
+ * prefetcher alone does not keep enough DRAM reads in flight, so the
+ * serial loops ask for the next rows explicitly. */
+#ifndef TG_NORM_PF_ROWS
+#define TG_NORM_PF_ROWS 2
+#endif
+static inline void tg_norm_prefetch(const void *p, int64_t bytes, int write)
+{
+#if defined(__GNUC__)
+    const char *c = (const char *)p;
+    if (write)
+        for (int64_t o = 0; o < bytes; o += 64)
+            __builtin_prefetch(c + o, 1, 3);
+    else
+        for (int64_t o = 0; o < bytes; o += 64)
+            __builtin_prefetch(c + o, 0, 3);
+#else
+    (void)p; (void)bytes; (void)write;
+#endif
+}
+
+#endif /* TG_LAYERS_NORM_KERNELS_UTIL_H */
