@@ -503,6 +503,87 @@ static tg_tensor *fw_embedding(tg_ctx *ctx, tg_tensor *const *in, void *u) {
     return tg_embedding(ctx, in[0], c->ndim[1], c->shape[1], c->index);
 }
 
+/* ---- softmax, losses, dropout ------------------------------------------------ */
+
+static const char HELP_SOFTMAX[] = "X: any shape; over the last axis";
+static const char *const V_SOFTMAX[] = {"3x5", "5", "2x3x4", "4x1", "()", "8x65", NULL};
+
+static tg_tensor *fw_softmax(tg_ctx *ctx, tg_tensor *const *in, void *u) { (void)u; return tg_softmax(ctx, in[0]); }
+static tg_tensor *fw_log_softmax(tg_ctx *ctx, tg_tensor *const *in, void *u) {
+    (void)u;
+    return tg_log_softmax(ctx, in[0]);
+}
+
+static const char HELP_CE[] = "NxC;smoothing=E;ignore_index=I;ignore_rows=K: logits (N,C), random targets in "
+                              "0..C-1; the first K < N rows get target I (default -100)";
+static const char *const V_CE[] = {"4x5", "4x5;smoothing=0.1", "6x3;ignore_rows=2",
+                                   "6x3;ignore_rows=2;smoothing=0.2", "1x1", "5x4;ignore_index=2",
+                                   "32x10;smoothing=0.05", NULL};
+
+static bool build_cross_entropy(tg_ctx *ctx, tg_op_case *c) {
+    double eps;
+    int64_t ign, rows;
+    if (!build_unary(ctx, c, RG_ANY, "smoothing,ignore_index,ignore_rows") ||
+        !arg_num(ctx, c, "smoothing", 0.0, &eps) || !arg_int(ctx, c, "ignore_index", -100, &ign) ||
+        !arg_int(ctx, c, "ignore_rows", 0, &rows))
+        return false;
+    if (c->ndim[0] != 2 || c->shape[0][0] < 1 || c->shape[0][1] < 1) {
+        tg_error(ctx, TG_ERR_SHAPE, BUILD_FN, "cross_entropy: spec '%s': the logits must be (N,C) with N, C >= 1",
+                 c->spec);
+        return false;
+    }
+    int64_t N = c->shape[0][0], C = c->shape[0][1];
+    if (rows < 0 || rows >= N) {
+        tg_error(ctx, TG_ERR_VALUE, BUILD_FN, "cross_entropy: spec '%s': ignore_rows=%lld must be in 0..N-1=%lld "
+                 "(with every row ignored the loss is NaN)", c->spec, (long long)rows, (long long)(N - 1));
+        return false;
+    }
+    c->index = tg_arena_alloc_fn(ctx, BUILD_FN, (size_t)N * sizeof *c->index);
+    if (!c->index) return false;
+    c->n_index = N;
+    for (int64_t i = 0; i < N; i++) {
+        int64_t t = (int64_t)(tg_rng_uniform(ctx) * (double)C);
+        c->index[i] = i < rows ? ign : t < C ? t : C - 1;
+    }
+    /* keep one row counted when ignore_index is a class */
+    if (c->index[N - 1] == ign) c->index[N - 1] = (ign + 1) % C;
+    c->input_names[0] = "logits";
+    return true;
+}
+static tg_tensor *fw_cross_entropy(tg_ctx *ctx, tg_tensor *const *in, void *u) {
+    const tg_op_case *c = u;
+    tg_cross_entropy_opts o = TG_CROSS_ENTROPY_DEFAULTS;
+    o.ignore_index = (int64_t)num_of(c, "ignore_index", -100);
+    o.label_smoothing = num_of(c, "smoothing", 0.0);
+    return tg_cross_entropy(ctx, in[0], c->index, &o);
+}
+
+static const char HELP_MSE[] = "P,T: prediction and target of one shape (both differentiable)";
+static const char *const V_MSE[] = {"3x4,3x4", "1,1", "(),()", "2x3x4,2x3x4", "16x33,16x33", NULL};
+
+static bool build_mse(tg_ctx *ctx, tg_op_case *c) {
+    return need_shapes(ctx, c, 2, 2) && allow_args(ctx, c, "") &&
+           make_input(ctx, c, 0, 0, "pred", RG_ANY, true) && make_input(ctx, c, 1, 1, "target", RG_ANY, true);
+}
+static tg_tensor *fw_mse_loss(tg_ctx *ctx, tg_tensor *const *in, void *u) {
+    (void)u;
+    return tg_mse_loss(ctx, in[0], in[1]);
+}
+
+static const char HELP_DROPOUT[] = "X;p=P;train=0|1: any shape, drop probability (default 0.3), training (1)";
+static const char *const V_DROPOUT[] = {"4x5;p=0.3", "3x7;p=0.5", "2x3;p=0", "4x5;p=0.3;train=0", "()", "16x33;p=0.2",
+                                        NULL};
+
+static bool build_dropout(tg_ctx *ctx, tg_op_case *c) {
+    double p;
+    int64_t train;
+    return build_unary(ctx, c, RG_ANY, "p,train") && arg_num(ctx, c, "p", 0.3, &p) &&
+           arg_int(ctx, c, "train", 1, &train);
+}
+static tg_tensor *fw_dropout(tg_ctx *ctx, tg_tensor *const *in, void *u) {
+    return tg_dropout(ctx, in[0], num_of(u, "p", 0.3), num_of(u, "train", 1) != 0);
+}
+
 /* ---- the table ---------------------------------------------------------------- */
 
 /* variants and their count (without the NULL) */
@@ -553,6 +634,16 @@ static const tg_op_info registry[] = {
      build_slice, fw_slice},
     {TG_OP_embedding, "embedding", "rows of weight by index", HELP_EMBEDDING, VARIANTS(V_EMBEDDING), false, 0, 0,
      0, build_embedding, fw_embedding},
+    {TG_OP_softmax, "softmax", "exp(x_i) / sum_j exp(x_j) over the last axis", HELP_SOFTMAX,
+     VARIANTS(V_SOFTMAX), false, 0, 0, 0, build_unary_any, fw_softmax},
+    {TG_OP_log_softmax, "log_softmax", "x_i - log sum_j exp(x_j) over the last axis", HELP_SOFTMAX,
+     VARIANTS(V_SOFTMAX), false, 0, 0, 0, build_unary_any, fw_log_softmax},
+    {TG_OP_cross_entropy, "cross_entropy", "mean -log softmax(logits)[target], label smoothing, ignore_index",
+     HELP_CE, VARIANTS(V_CE), false, 0, 0, 0, build_cross_entropy, fw_cross_entropy},
+    {TG_OP_mse_loss, "mse_loss", "mean((pred - target)^2)", HELP_MSE, VARIANTS(V_MSE), false, 0, 0, 0, build_mse,
+     fw_mse_loss},
+    {TG_OP_dropout, "dropout", "x / (1 - p) where kept, 0 where dropped (p)", HELP_DROPOUT, VARIANTS(V_DROPOUT),
+     true, 0, 0, 0, build_dropout, fw_dropout},
 };
 
 static_assert(sizeof registry / sizeof registry[0] == TG_OP_COUNT,

@@ -36,7 +36,12 @@
     X(reshape)        \
     X(concat)         \
     X(slice)          \
-    X(embedding)
+    X(embedding)      \
+    X(softmax)        \
+    X(log_softmax)    \
+    X(cross_entropy)  \
+    X(mse_loss)       \
+    X(dropout)
 
 typedef enum tg_op_id {
 #define TG_OP_ENUM_(name) TG_OP_##name,
