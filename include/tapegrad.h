@@ -740,6 +740,9 @@ typedef struct tg_gradcheck_opts {
     uint64_t seed;         /* seeds r and the directions v (not the ctx RNG) */
     bool allow_float32;    /* check float32 inputs anyway */
     uint32_t inputs;       /* bit k set: check input k; 0: every input */
+    bool forward_diff;     /* one-sided (L(x + h) - L(x)) / h instead of
+                              central differences: error O(h), not O(h^2);
+                              for comparing the schemes (step sweeps) */
 } tg_gradcheck_opts;
 
 /* The outcome for one input. */
@@ -763,13 +766,16 @@ typedef struct tg_gradcheck_result {
     bool pass;             /* every comparison passed (and no error) */
     int64_t n_checked;     /* comparisons over all inputs */
     int64_t n_failed;
-    int64_t n_evals;       /* forward evaluations of f */
+    int64_t n_evals;       /* forward evaluations of f: 1 + 2 per element
+                              (FULL) or per input (DIRECTIONAL); 2 + 1 per
+                              with forward_diff */
     double max_abs_err, max_rel_err;
     int worst_input;       /* -1 when nothing was checked */
     int64_t worst_index;   /* as in tg_gradcheck_input */
     double worst_analytic, worst_numeric, worst_ratio;
     double h, atol, rtol;  /* the values used */
     tg_gradcheck_mode mode;
+    bool forward_diff;
     int n_inputs;
     tg_gradcheck_input input[TG_GRADCHECK_MAX_INPUTS];
 } tg_gradcheck_result;
@@ -1050,8 +1056,10 @@ typedef struct tg_module {
     tg_dtype dtype;
     const tg_module_ops *ops_; /* internal */
 } tg_module;
-/* The generic view of a layer pointer (NULL stays NULL). */
-#define TG_MODULE(layer) ((layer) ? &(layer)->base : (tg_module *)0)
+/* The generic view of a layer pointer (NULL stays NULL). `layer` is
+ * evaluated once (the sizeof only checks, at compile time, that it is a
+ * layer), so TG_MODULE(tg_linear_new(...)) is fine. */
+#define TG_MODULE(layer) ((void)sizeof(&(layer)->base == (tg_module *)0), (tg_module *)(void *)(layer))
 
 /* Appends the module's parameters to list as "name.param" (just "param"
  * when the name is ""), with their weight-decay flags. False on error. */
@@ -1153,7 +1161,12 @@ typedef struct tg_model {
     int count;
     int capacity;
 } tg_model;
-/* Appends m (from then on owned by the model; NULL m is TG_ERR_NULL). */
+/* Appends m; the model owns it from then on. It takes m in every case: if
+ * m cannot be added (the context in error, a duplicate name, out of
+ * memory) m is freed, so tg_model_add(ctx, &model,
+ * TG_MODULE(tg_linear_new(...))) never leaks. NULL m is TG_ERR_NULL (when
+ * the context is healthy); a module already in the model is TG_ERR_VALUE
+ * and stays owned by it. */
 bool tg_model_add(tg_ctx *ctx, tg_model *model, tg_module *m);
 /* Appends every module's parameters to list, in the order added. */
 bool tg_model_params(tg_ctx *ctx, const tg_model *model, tg_params *list);
