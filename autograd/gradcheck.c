@@ -79,7 +79,7 @@ static void gc_arena_rollback(tg_ctx *ctx, gc_mark m) {
 /* ---- options --------------------------------------------------------------- */
 
 tg_gradcheck_opts tg_gradcheck_defaults(void) {
-    tg_gradcheck_opts o = {1e-6, 1e-5, 1e-3, TG_GRADCHECK_FULL, 0, false, 0};
+    tg_gradcheck_opts o = {1e-6, 1e-5, 1e-3, TG_GRADCHECK_FULL, 0, false, 0, false};
     return o;
 }
 
@@ -89,6 +89,7 @@ typedef struct gc_config {
     tg_gradcheck_mode mode;
     uint64_t seed;
     uint32_t mask; /* inputs to check */
+    bool forward_diff;
 } gc_config;
 
 /* Fills cfg from opts (NULL: defaults) for inputs[0..n-1] with `mask`
@@ -132,6 +133,7 @@ static bool gc_configure(tg_ctx *ctx, const char *fn, const tg_gradcheck_opts *o
     cfg->mode = o.mode;
     cfg->seed = o.seed;
     cfg->mask = mask;
+    cfg->forward_diff = o.forward_diff;
     return true;
 }
 
@@ -315,18 +317,21 @@ static void gc_summarize(tg_gradcheck_result *R) {
 
 /* ---- the two modes ------------------------------------------------------- */
 
-/* Every element of input k: a_i from the backward, n_i from two forwards. */
-static bool gc_check_full(gc_session *s, tg_gradcheck_result *R, int k, const tg_tensor *r) {
+/* Every element of input k: a_i from the backward, n_i from two forwards
+ * (one with forward differences, against L0 = L(x)). */
+static bool gc_check_full(gc_session *s, tg_gradcheck_result *R, int k, const tg_tensor *r, const double *L0) {
     tg_tensor *x = s->x[k];
     const tg_tensor *g = x->grad;
     for (int64_t i = 0; i < x->numel; i++) {
-        double orig = tg_load(x, i), Lp, Lm;
+        double orig = tg_load(x, i), Lp, Lm = L0 ? *L0 : 0.0;
         tg_store(x, i, orig + R->h);
-        double xp = tg_load(x, i);
+        double xp = tg_load(x, i), xm = orig;
         if (!gc_loss(s, r, &Lp)) return false;
-        tg_store(x, i, orig - R->h);
-        double xm = tg_load(x, i);
-        if (!gc_loss(s, r, &Lm)) return false;
+        if (!L0) {
+            tg_store(x, i, orig - R->h);
+            xm = tg_load(x, i);
+            if (!gc_loss(s, r, &Lm)) return false;
+        }
         tg_store(x, i, orig);
         /* divide by the step actually stored (rounded to the dtype) */
         gc_compare(R, k, i, tg_load(g, i), (Lp - Lm) / (xp - xm));
@@ -336,9 +341,11 @@ static bool gc_check_full(gc_session *s, tg_gradcheck_result *R, int k, const tg
 
 /* One random unit direction v for input k:
  *   analytic  sum_i g_i (x+_i - x-_i) / 2h,  numeric (L(x+) - L(x-)) / 2h
- * with x+- = x +- h v as stored (rounded), so both use the same step. */
+ * with x+- = x +- h v as stored (rounded), so both use the same step.
+ * Forward differences (L0 = L(x) given) use x and L0 in place of x- and
+ * L(x-), and h in place of 2h. */
 static bool gc_check_directional(gc_session *s, tg_gradcheck_result *R, int k, const tg_tensor *r,
-                                 uint64_t seed) {
+                                 uint64_t seed, const double *L0) {
     tg_ctx *ctx = s->ctx;
     tg_tensor *x = s->x[k];
     const tg_tensor *g = x->grad;
@@ -356,22 +363,23 @@ static bool gc_check_directional(gc_session *s, tg_gradcheck_result *R, int k, c
     norm = sqrt(norm);
     for (int64_t i = 0; i < N; i++) v[i] = norm > 0 ? v[i] / norm : (i == 0);
 
-    double Lp, Lm;
+    double Lp, Lm = L0 ? *L0 : 0.0;
     for (int64_t i = 0; i < N; i++) {
         tg_store(x, i, tg_load(orig, i) + R->h * v[i]);
         dp[i] = tg_load(x, i);
     }
     if (!gc_loss(s, r, &Lp)) return false;
     for (int64_t i = 0; i < N; i++) {
-        tg_store(x, i, tg_load(orig, i) - R->h * v[i]);
-        dp[i] -= tg_load(x, i); /* x+_i - x-_i */
+        if (!L0) tg_store(x, i, tg_load(orig, i) - R->h * v[i]);
+        else tg_store(x, i, tg_load(orig, i));
+        dp[i] -= tg_load(x, i); /* x+_i - x-_i (or - x_i) */
     }
-    if (!gc_loss(s, r, &Lm)) return false;
+    if (!L0 && !gc_loss(s, r, &Lm)) return false;
     memcpy(x->data, orig->data, (size_t)N * tg_esize(x->dtype));
 
-    double ana = 0.0;
+    double ana = 0.0, step = L0 ? R->h : 2 * R->h;
     for (int64_t i = 0; i < N; i++) ana += tg_load(g, i) * dp[i];
-    gc_compare(R, k, -1, ana / (2 * R->h), (Lp - Lm) / (2 * R->h));
+    gc_compare(R, k, -1, ana / step, (Lp - Lm) / step);
     return true;
 }
 
@@ -422,6 +430,7 @@ bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_t
     R->atol = cfg.atol;
     R->rtol = cfg.rtol;
     R->mode = cfg.mode;
+    R->forward_diff = cfg.forward_diff;
     R->n_inputs = n_inputs;
     for (int k = 0; k < n_inputs; k++) {
         R->input[k].checked = cfg.mask >> k & 1u;
@@ -445,10 +454,14 @@ bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_t
         ctx->grad_enabled = false;
         ok = tg_ok(ctx);
     }
+    /* forward differences: L(x) once, from a no-grad evaluation like the rest */
+    double L0 = 0.0;
+    if (ok && cfg.forward_diff) ok = gc_loss(&s, r, &L0);
+    const double *pL0 = cfg.forward_diff ? &L0 : NULL;
     for (int k = 0; ok && k < n_inputs; k++) {
         if (!R->input[k].checked) continue;
-        ok = cfg.mode == TG_GRADCHECK_FULL ? gc_check_full(&s, R, k, r)
-                                           : gc_check_directional(&s, R, k, r, cfg.seed);
+        ok = cfg.mode == TG_GRADCHECK_FULL ? gc_check_full(&s, R, k, r, pL0)
+                                           : gc_check_directional(&s, R, k, r, cfg.seed, pL0);
     }
     R->n_evals = s.n_evals;
     gc_end(&s);
@@ -520,7 +533,8 @@ bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
         }
     }
     ctx->grad_enabled = false;
-    /* Numeric: column i is (y(x + h e_i) - y(x - h e_i)) / (x+_i - x-_i). */
+    /* Numeric: column i is (y(x + h e_i) - y(x - h e_i)) / (x+_i - x-_i), or
+     * (y(x + h e_i) - y(x)) / (x+_i - x_i) with forward differences. */
     if (ok) {
         double *jn = Jn->data;
         int64_t M = y->numel, N = x->numel;
@@ -533,9 +547,10 @@ bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
             ok = yp != NULL;
             for (int64_t j = 0; ok && j < M; j++) jn[j * N + i] = tg_load(yp, j);
             gc_arena_rollback(ctx, m);
-            tg_store(x, i, orig - cfg.h);
+            /* forward differences: against the first (recorded) evaluation */
+            tg_store(x, i, cfg.forward_diff ? orig : orig - cfg.h);
             double xm = tg_load(x, i);
-            tg_tensor *ym = ok ? gc_eval(&s, false) : NULL;
+            tg_tensor *ym = !ok ? NULL : cfg.forward_diff ? y : gc_eval(&s, false);
             ok = ym != NULL;
             for (int64_t j = 0; ok && j < M; j++) jn[j * N + i] = (jn[j * N + i] - tg_load(ym, j)) / (xp - xm);
             gc_arena_rollback(ctx, m);

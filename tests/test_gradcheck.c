@@ -148,6 +148,7 @@ START_TEST(test_defaults) {
     ck_assert_int_eq(o.mode, TG_GRADCHECK_FULL);
     ck_assert(!o.allow_float32);
     ck_assert_uint_eq(o.inputs, 0);
+    ck_assert(!o.forward_diff);
 }
 END_TEST
 
@@ -437,6 +438,40 @@ START_TEST(test_jacobian) {
 }
 END_TEST
 
+/* Forward differences: for L = r x^2 the one-sided quotient is exactly
+ * r (2x + h), an O(h) error that central differences do not have. */
+START_TEST(test_forward_differences) {
+    double xv[1] = {0.75};
+    tg_tensor *x = vec(TG_F64, 1, xv);
+    tg_gradcheck_result rc, rf;
+    tg_gradcheck_opts o = {0};
+    o.h = 1e-3;
+    o.rtol = 1e-2;
+    ck_assert(tg_gradcheck(ctx, f_square, NULL, 1, &x, &o, &rc));
+    ck_assert(!rc.forward_diff);
+    double r0 = rc.worst_analytic / (2 * xv[0]);
+    ck_assert(fabs(r0) > 1e-3);
+    ck_assert(rc.max_abs_err < 1e-10);
+    o.forward_diff = true;
+    ck_assert(tg_gradcheck(ctx, f_square, NULL, 1, &x, &o, &rf));
+    ck_assert(rf.forward_diff);
+    ck_assert_int_eq(rf.n_evals, 1 + 1 + 1);
+    ck_assert_double_eq_tol(rf.worst_numeric, r0 * (2 * xv[0] + 1e-3), 1e-10);
+    ck_assert_double_eq_tol(rf.max_abs_err, fabs(r0) * 1e-3, 1e-10);
+    /* directional: the same O(h) error along v */
+    o.mode = TG_GRADCHECK_DIRECTIONAL;
+    ck_assert(tg_gradcheck(ctx, f_square, NULL, 1, &x, &o, &rf));
+    ck_assert_int_eq(rf.n_evals, 1 + 1 + 1);
+    ck_assert_double_eq_tol(rf.max_abs_err, fabs(r0) * 1e-3, 1e-10); /* |v| = 1 */
+    /* Jacobian columns: 2x + h */
+    tg_tensor *Ja, *Jn;
+    o.mode = TG_GRADCHECK_FULL;
+    ck_assert(tg_gradcheck_jacobian(ctx, f_square, NULL, 1, &x, 0, &o, &Ja, &Jn));
+    ck_assert_double_eq_tol(tg_get_flat(ctx, Jn, 0), 2 * xv[0] + 1e-3, 1e-10);
+    ck_assert_double_eq_tol(tg_get_flat(ctx, Ja, 0), 2 * xv[0], 1e-15);
+}
+END_TEST
+
 /* Argument errors: each names tg_gradcheck and what was wrong. */
 START_TEST(test_errors) {
     tg_tensor *x = tg_randn(ctx, TG_F64, TG_SHAPE(3), 0, 1);
@@ -514,6 +549,7 @@ Suite *make_gradcheck_suite(void) {
     tcase_add_test(tc, test_nonfinite_fails);
     tcase_add_test(tc, test_constant_function);
     tcase_add_test(tc, test_jacobian);
+    tcase_add_test(tc, test_forward_differences);
     tcase_add_test(tc, test_errors);
     suite_add_tcase(s, tc);
     return s;
