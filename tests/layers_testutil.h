@@ -1,0 +1,142 @@
+/* Helpers for the layer tests (tests/test_linear.c, test_rmsnorm.c,
+ * test_layernorm.c, test_fused_vs_composed.c, test_modules.c).
+ * Header-only, so each test executable stays self-contained.
+ *
+ *  - lt_assert_error: the context holds an error of the given status whose
+ *    message contains every given substring; then clears it.
+ *  - lt_tensor: a tensor from a double array (any dtype).
+ *  - lt_max_abs_diff / lt_assert_close: elementwise comparisons.
+ *  - lt_norm_ref: an independent, naive float64 reference of RMSNorm and
+ *    LayerNorm (plain loops over the formula, no shared code with the
+ *    kernels), for values and for xhat.
+ *  - lt_check_grad: tg_gradcheck with the result explained on failure. */
+#ifndef TG_TESTS_LAYERS_TESTUTIL_H
+#define TG_TESTS_LAYERS_TESTUTIL_H
+
+#include <check.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tapegrad.h"
+
+/* Asserts the context's error has `status` and its message contains each
+ * string of the NULL-terminated list; then clears the error. */
+static inline void lt_assert_error(tg_ctx *ctx, tg_status status, ...) {
+    ck_assert_msg(!tg_ok(ctx), "expected an error (%s), got none", tg_status_name(status));
+    ck_assert_msg(tg_status_of(ctx) == status, "expected %s, got %s: %s", tg_status_name(status),
+                  tg_status_name(tg_status_of(ctx)), tg_error_message(ctx));
+    const char *msg = tg_error_message(ctx);
+    va_list ap;
+    va_start(ap, status);
+    for (const char *s = va_arg(ap, const char *); s; s = va_arg(ap, const char *))
+        ck_assert_msg(strstr(msg, s) != NULL, "message '%s' lacks '%s'", msg, s);
+    va_end(ap);
+    tg_clear_error(ctx);
+}
+
+/* A tensor of dtype with the given values (numel doubles). */
+static inline tg_tensor *lt_tensor(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape,
+                                   const double *v) {
+    tg_tensor *t = tg_zeros(ctx, dtype, ndim, shape);
+    ck_assert_ptr_nonnull(t);
+    for (int64_t i = 0; i < t->numel; i++) tg_set_flat(ctx, t, i, v[i]);
+    return t;
+}
+
+/* Uniform values in [lo, hi) from the context's RNG, as a tensor. */
+static inline tg_tensor *lt_rand(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, double lo,
+                                 double hi) {
+    tg_tensor *t = tg_rand(ctx, dtype, ndim, shape, lo, hi);
+    ck_assert_ptr_nonnull(t);
+    return t;
+}
+
+static inline double lt_max_abs_diff(tg_ctx *ctx, const tg_tensor *a, const tg_tensor *b) {
+    ck_assert_int_eq(a->numel, b->numel);
+    double m = 0;
+    for (int64_t i = 0; i < a->numel; i++) {
+        double d = fabs(tg_get_flat(ctx, a, i) - tg_get_flat(ctx, b, i));
+        if (d > m || d != d) m = d;
+    }
+    return m;
+}
+
+/* |a_i - b_i| <= atol + rtol |b_i| for all i, reporting the first failure. */
+static inline void lt_assert_close(tg_ctx *ctx, const char *what, const tg_tensor *a, const tg_tensor *b,
+                                   double atol, double rtol) {
+    ck_assert_msg(a && b, "%s: missing tensor", what);
+    ck_assert_msg(a->numel == b->numel, "%s: %lld vs %lld elements", what, (long long)a->numel,
+                  (long long)b->numel);
+    for (int64_t i = 0; i < a->numel; i++) {
+        double x = tg_get_flat(ctx, a, i), y = tg_get_flat(ctx, b, i);
+        ck_assert_msg(fabs(x - y) <= atol + rtol * fabs(y), "%s[%lld]: %.17g vs %.17g (atol %g rtol %g)", what,
+                      (long long)i, x, y, atol, rtol);
+    }
+}
+
+/* Same, against an array of doubles. */
+static inline void lt_assert_close_arr(tg_ctx *ctx, const char *what, const tg_tensor *a, const double *b,
+                                       double atol, double rtol) {
+    ck_assert_msg(a != NULL, "%s: missing tensor", what);
+    for (int64_t i = 0; i < a->numel; i++) {
+        double x = tg_get_flat(ctx, a, i), y = b[i];
+        ck_assert_msg(fabs(x - y) <= atol + rtol * fabs(y), "%s[%lld]: %.17g vs %.17g (atol %g rtol %g)", what,
+                      (long long)i, x, y, atol, rtol);
+    }
+}
+
+/* The naive float64 reference: rows of C elements of x (N*C values),
+ * xhat = x / sqrt(mean x^2 + eps) (rms) or (x - mean) / sqrt(mean (x -
+ * mean)^2 + eps) (layernorm, biased variance), y = xhat * g + b (g, b may
+ * be NULL). Writes xhat and y (either may be NULL). Long double sums, plain
+ * loops: independent of the library's kernels. */
+static inline void lt_norm_ref(bool layer, const double *x, const double *g, const double *b, int64_t N, int64_t C,
+                               double eps, double *xhat, double *y) {
+    for (int64_t n = 0; n < N; n++) {
+        const double *r = x + n * C;
+        long double mu = 0;
+        if (layer) {
+            for (int64_t j = 0; j < C; j++) mu += r[j];
+            mu /= C;
+        }
+        long double ss = 0;
+        for (int64_t j = 0; j < C; j++) ss += ((long double)r[j] - mu) * ((long double)r[j] - mu);
+        long double rstd = 1.0L / sqrtl(ss / C + eps);
+        for (int64_t j = 0; j < C; j++) {
+            double xh = (double)(((long double)r[j] - mu) * rstd);
+            if (xhat) xhat[n * C + j] = xh;
+            if (y) y[n * C + j] = xh * (g ? g[j] : 1.0) + (b ? b[j] : 0.0);
+        }
+    }
+}
+
+/* The values of t as a malloc'ed double array (free it). */
+static inline double *lt_values(tg_ctx *ctx, const tg_tensor *t) {
+    double *v = malloc((size_t)(t->numel > 0 ? t->numel : 1) * sizeof *v);
+    ck_assert_ptr_nonnull(v);
+    for (int64_t i = 0; i < t->numel; i++) v[i] = tg_get_flat(ctx, t, i);
+    return v;
+}
+
+/* tg_gradcheck of f on inputs in `mode`, asserting a pass with a
+ * description of the worst element otherwise. */
+static inline void lt_check_grad(tg_ctx *ctx, const char *what, tg_gradcheck_fn f, void *user, int n,
+                                 tg_tensor *const *inputs, tg_gradcheck_mode mode, uint64_t seed) {
+    tg_gradcheck_opts o = tg_gradcheck_defaults();
+    o.mode = mode;
+    o.seed = seed;
+    tg_gradcheck_result r;
+    bool pass = tg_gradcheck(ctx, f, user, n, inputs, &o, &r);
+    ck_assert_msg(tg_ok(ctx), "%s: gradcheck error: %s", what, tg_error_message(ctx));
+    ck_assert_msg(pass && r.pass,
+                  "%s (%s): gradcheck failed %lld of %lld; worst input %d index %lld analytic %.12g numeric %.12g",
+                  what, mode == TG_GRADCHECK_FULL ? "full" : "directional", (long long)r.n_failed,
+                  (long long)r.n_checked, r.worst_input, (long long)r.worst_index, r.worst_analytic,
+                  r.worst_numeric);
+    ck_assert_msg(r.n_checked > 0, "%s: nothing checked", what);
+}
+
+#endif
