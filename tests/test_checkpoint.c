@@ -943,6 +943,55 @@ START_TEST(test_load_memory) {
 }
 END_TEST
 
+/* ---- the fuzzer's seed corpus keeps its promises ------------------------------------ */
+
+/* tests/fuzz/corpus/ (tests/fuzz/make_corpus.py): valid-* load into the
+ * fuzz target's model (with or without its state list), parse-* are
+ * well-formed but do not fit it, bad-* are refused by the parser. */
+START_TEST(test_corpus) {
+    char cdir[512];
+    snprintf(cdir, sizeof cdir, "%s/fuzz/corpus", TG_TEST_DIR);
+    DIR *d = opendir(cdir);
+    ck_assert_msg(d != NULL, "cannot open %s", cdir);
+    tg_params m = {0}, st = {0};
+    add(&m, "a.w", TG_F32, TG_SHAPE(2));
+    add(&m, "b", TG_F64, TG_SHAPE(1));
+    add(&st, "opt.step", TG_F64, 0, NULL);
+    int seen[3] = {0, 0, 0};
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *name = e->d_name;
+        int kind = strncmp(name, "valid-", 6) == 0 ? 0 : strncmp(name, "parse-", 6) == 0 ? 1
+                   : strncmp(name, "bad-", 4) == 0 ? 2 : -1;
+        if (kind < 0) continue;
+        seen[kind]++;
+        char p[1024];
+        snprintf(p, sizeof p, "%s/%s", cdir, name);
+        size_t n;
+        unsigned char *bytes = read_whole(p, &n);
+        tg_st_file f;
+        tg_st_error err;
+        bool parsed = tg_st_parse(&f, bytes, n, &err);
+        tg_st_file_free(&f);
+        free(bytes);
+        ck_assert_msg(parsed == (kind != 2), "%s: parse %s (%s)", name, parsed ? "accepted" : "refused", err.msg);
+        tg_ckpt_options opt = {.ignore_extra = true};
+        tg_status s1 = tg_ckpt_load(ctx, p, &m, NULL, NULL);
+        tg_clear_error(ctx);
+        tg_status s2 = tg_ckpt_load_ex(ctx, p, &m, &st, NULL, &opt);
+        tg_clear_error(ctx);
+        bool loads = s1 == TG_OK || s2 == TG_OK;
+        ck_assert_msg(loads == (kind == 0), "%s: statuses %s / %s", name, tg_status_name(s1), tg_status_name(s2));
+    }
+    closedir(d);
+    ck_assert_int_ge(seen[0], 5);
+    ck_assert_int_ge(seen[1], 5);
+    ck_assert_int_ge(seen[2], 20);
+    tg_params_free(&m);
+    tg_params_free(&st);
+}
+END_TEST
+
 /* ---- interop with PyTorch (driven by scripts/interop_torch.py) -------------------- */
 
 /* The values scripts/interop_torch.py writes: element i of the k-th formula
@@ -1002,6 +1051,7 @@ Suite *make_checkpoint_suite(void) {
     tcase_add_checked_fixture(tb, setup, teardown);
     tcase_add_loop_test(tb, test_bad_file, 0, (int)(sizeof bad_files / sizeof *bad_files));
     tcase_add_test(tb, test_every_truncation);
+    tcase_add_test(tb, test_corpus);
     suite_add_tcase(s, tb);
     TCase *ta = tcase_create("atomic");
     tcase_add_checked_fixture(ta, setup, teardown);
