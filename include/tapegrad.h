@@ -672,9 +672,9 @@ tg_tensor *tg_silu(tg_ctx *ctx, tg_tensor *x);
 /* Reductions (autograd/ops_reduce.c). `axis` may be negative (-1 is the
  * last dim); out of range is TG_ERR_SHAPE. A 0-d tensor takes axis 0 or -1
  * and is its own sum (PyTorch does the same). keepdim keeps the reduced dim
- * with size 1, else it is removed. Sums accumulate in double for float32
- * rows and whole-tensor sums, in a fixed order: results never depend on
- * the thread count. */
+ * with size 1, else it is removed. Sums and means accumulate in double
+ * (float32 too), each output in a fixed order: results never depend on the
+ * thread count. */
 /* Sum of all elements: a 0-d tensor (0 for an empty x). */
 tg_tensor *tg_sum(tg_ctx *ctx, tg_tensor *x);
 /* Mean of all elements: a 0-d tensor. An empty x is TG_ERR_VALUE "empty

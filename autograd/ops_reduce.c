@@ -1,0 +1,190 @@
+/* Reductions: sum and mean over all elements or one axis (keepdim), max
+ * over one axis.
+ *
+ * The kernels (each forward beside its backward, with the derivation) are
+ * in ops_reduce.inc, instantiated here for float and double; this file
+ * holds the glue: argument checks, the axis split, the output shape,
+ * dispatch by dtype and the tape record. Sums save nothing for backward
+ * (the input's shape is enough); max saves the index of each maximum. */
+#include "autograd/unary.h"
+
+#ifdef TG_HAVE_OPENMP
+#include <omp.h>
+#endif
+
+/* Whole-tensor sums are cut into blocks of TG_SUM_BLOCK elements (more per
+ * block for huge tensors, so there are at most TG_SUM_MAX_BLOCKS), a
+ * choice that depends only on n. Axis sums with inner > 1 work on TG_COLS
+ * output columns at a time. */
+#define TG_SUM_BLOCK ((int64_t)4096)
+#define TG_SUM_MAX_BLOCKS 1024
+#define TG_COLS 256
+
+static int64_t tg_sum_block_size(int64_t n) {
+    if (n <= TG_SUM_BLOCK * TG_SUM_MAX_BLOCKS) return TG_SUM_BLOCK;
+    return (n + TG_SUM_MAX_BLOCKS - 1) / TG_SUM_MAX_BLOCKS;
+}
+
+#define T float
+#define FN(name) name##_f32
+#include "autograd/ops_reduce.inc"
+#undef T
+#undef FN
+
+#define T double
+#define FN(name) name##_f64
+#include "autograd/ops_reduce.inc"
+#undef T
+#undef FN
+
+/* ---- whole-tensor sum and mean ------------------------------------------- */
+
+/* The divisor is n->f[0]: 1 for sum, numel for mean. */
+static void sum_all_bwd(tg_ctx *ctx, tg_node *n) {
+    tg_tensor *x = n->in[0];
+    tg_tensor *dx = tg_grad_of(ctx, x);
+    if (!dx) return;
+    const tg_tensor *dy = n->out->grad;
+    if (x->dtype == TG_F64) sum_all_backward_f64(ctx, dx->data, dy->data, x->numel, n->f[0]);
+    else sum_all_backward_f32(ctx, dx->data, dy->data, x->numel, n->f[0]);
+}
+
+static tg_tensor *sum_all(tg_ctx *ctx, const char *fn, const char *name, tg_tensor *x, bool mean) {
+    if (!tg_check_arg(ctx, fn, "x", x)) return NULL;
+    if (mean && x->numel == 0) {
+        char s[TG_SHAPE_STR];
+        tg_error(ctx, TG_ERR_VALUE, fn, "empty reduction: the mean of x of shape %s (no elements) is undefined",
+                 tg_shape_of(s, x));
+        return NULL;
+    }
+    tg_tensor *y = tg_new_tensor(ctx, fn, x->dtype, 0, NULL);
+    if (!y) return NULL;
+    double div = mean ? (double)x->numel : 1.0;
+    if (x->dtype == TG_F64) sum_all_forward_f64(ctx, y->data, x->data, x->numel, div);
+    else sum_all_forward_f32(ctx, y->data, x->data, x->numel, div);
+    tg_node *n = tg_record(ctx, name, sum_all_bwd, y, 1, &x);
+    if (n) n->f[0] = div;
+    return tg_ok(ctx) ? y : NULL;
+}
+
+tg_tensor *tg_sum(tg_ctx *ctx, tg_tensor *x) { return sum_all(ctx, "tg_sum", "sum", x, false); }
+tg_tensor *tg_mean(tg_ctx *ctx, tg_tensor *x) { return sum_all(ctx, "tg_mean", "mean", x, true); }
+
+/* ---- axis reductions ------------------------------------------------------- */
+
+typedef struct axis_split {
+    int axis;                    /* normalized, 0..ndim-1 (0 for a 0-d x) */
+    int64_t outer, R, inner;     /* x seen as (outer, R, inner) */
+    int out_ndim;
+    int64_t out_shape[TG_MAX_DIMS];
+} axis_split;
+
+/* Checks axis against x (Python-style negative axes; a 0-d x takes 0 or
+ * -1) and fills the split and the output shape. */
+static bool split_axis(tg_ctx *ctx, const char *fn, const tg_tensor *x, int axis, bool keepdim, axis_split *s) {
+    int nd = x->ndim;
+    int lo = nd > 0 ? -nd : -1, hi = nd > 0 ? nd - 1 : 0;
+    if (axis < lo || axis > hi) {
+        char buf[TG_SHAPE_STR];
+        tg_error(ctx, TG_ERR_SHAPE, fn, "axis %d is out of range for x of shape %s (valid: %d..%d)", axis,
+                 tg_shape_of(buf, x), lo, hi);
+        return false;
+    }
+    s->axis = axis < 0 ? axis + (nd > 0 ? nd : 1) : axis;
+    s->outer = s->R = s->inner = 1;
+    if (nd == 0) {
+        s->out_ndim = 0;
+        return true;
+    }
+    for (int d = 0; d < s->axis; d++) s->outer *= x->shape[d];
+    s->R = x->shape[s->axis];
+    for (int d = s->axis + 1; d < nd; d++) s->inner *= x->shape[d];
+    s->out_ndim = 0;
+    for (int d = 0; d < nd; d++) {
+        if (d == s->axis && !keepdim) continue;
+        s->out_shape[s->out_ndim++] = d == s->axis ? 1 : x->shape[d];
+    }
+    return true;
+}
+
+static bool empty_axis(tg_ctx *ctx, const char *fn, const tg_tensor *x, const axis_split *s, int axis) {
+    if (s->R > 0) return false;
+    char buf[TG_SHAPE_STR];
+    tg_error(ctx, TG_ERR_VALUE, fn, "empty reduction: axis %d of x of shape %s has size 0", axis, tg_shape_of(buf, x));
+    return true;
+}
+
+/* n->i[0] = axis (normalized), n->f[0] = divisor (1: sum, R: mean). */
+static void sum_axis_bwd(tg_ctx *ctx, tg_node *n) {
+    tg_tensor *x = n->in[0];
+    tg_tensor *dx = tg_grad_of(ctx, x);
+    if (!dx) return;
+    axis_split s;
+    if (!split_axis(ctx, n->op, x, (int)n->i[0], false, &s)) return;
+    const tg_tensor *dy = n->out->grad;
+    if (x->dtype == TG_F64) sum_axis_backward_f64(ctx, dx->data, dy->data, s.outer, s.R, s.inner, n->f[0]);
+    else sum_axis_backward_f32(ctx, dx->data, dy->data, s.outer, s.R, s.inner, n->f[0]);
+}
+
+static tg_tensor *sum_axis(tg_ctx *ctx, const char *fn, const char *name, tg_tensor *x, int axis, bool keepdim,
+                           bool mean) {
+    if (!tg_check_arg(ctx, fn, "x", x)) return NULL;
+    axis_split s;
+    if (!split_axis(ctx, fn, x, axis, keepdim, &s)) return NULL;
+    if (mean && empty_axis(ctx, fn, x, &s, axis)) return NULL;
+    tg_tensor *y = tg_new_tensor(ctx, fn, x->dtype, s.out_ndim, s.out_shape);
+    if (!y) return NULL;
+    double div = mean ? (double)s.R : 1.0;
+    if (x->dtype == TG_F64) sum_axis_forward_f64(ctx, y->data, x->data, s.outer, s.R, s.inner, div);
+    else sum_axis_forward_f32(ctx, y->data, x->data, s.outer, s.R, s.inner, div);
+    tg_node *n = tg_record(ctx, name, sum_axis_bwd, y, 1, &x);
+    if (n) {
+        n->i[0] = s.axis;
+        n->f[0] = div;
+    }
+    return tg_ok(ctx) ? y : NULL;
+}
+
+tg_tensor *tg_sum_axis(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim) {
+    return sum_axis(ctx, "tg_sum_axis", "sum_axis", x, axis, keepdim, false);
+}
+tg_tensor *tg_mean_axis(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim) {
+    return sum_axis(ctx, "tg_mean_axis", "mean_axis", x, axis, keepdim, true);
+}
+
+/* n->i[0] = axis (normalized); n->saved = the int64 argmax per output. */
+static void max_axis_bwd(tg_ctx *ctx, tg_node *n) {
+    tg_tensor *x = n->in[0];
+    tg_tensor *dx = tg_grad_of(ctx, x);
+    if (!dx) return;
+    axis_split s;
+    if (!split_axis(ctx, n->op, x, (int)n->i[0], false, &s)) return;
+    const tg_tensor *dy = n->out->grad;
+    if (x->dtype == TG_F64) max_axis_backward_f64(dx->data, dy->data, n->saved, s.outer, s.R, s.inner);
+    else max_axis_backward_f32(dx->data, dy->data, n->saved, s.outer, s.R, s.inner);
+}
+
+tg_tensor *tg_max_axis(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim) {
+    static const char fn[] = "tg_max_axis";
+    if (!tg_check_arg(ctx, fn, "x", x)) return NULL;
+    axis_split s;
+    if (!split_axis(ctx, fn, x, axis, keepdim, &s)) return NULL;
+    if (empty_axis(ctx, fn, x, &s, axis)) return NULL;
+    tg_tensor *y = tg_new_tensor(ctx, fn, x->dtype, s.out_ndim, s.out_shape);
+    if (!y) return NULL;
+    int64_t *idx = NULL;
+    size_t idx_bytes = (size_t)(s.outer * s.inner) * sizeof *idx;
+    if (tg_needs_grad(ctx, 1, &x)) {
+        idx = tg_arena_alloc_fn(ctx, fn, idx_bytes ? idx_bytes : 1);
+        if (!idx) return NULL;
+    }
+    if (x->dtype == TG_F64) max_axis_forward_f64(y->data, idx, x->data, s.outer, s.R, s.inner);
+    else max_axis_forward_f32(y->data, idx, x->data, s.outer, s.R, s.inner);
+    tg_node *n = idx ? tg_record(ctx, "max_axis", max_axis_bwd, y, 1, &x) : NULL;
+    if (n) {
+        n->i[0] = s.axis;
+        n->saved = idx;
+        tg_node_count_saved(ctx, n, idx_bytes);
+    }
+    return tg_ok(ctx) ? y : NULL;
+}
