@@ -139,4 +139,49 @@ static inline void lt_check_grad(tg_ctx *ctx, const char *what, tg_gradcheck_fn 
     ck_assert_msg(r.n_checked > 0, "%s: nothing checked", what);
 }
 
+/* ---- norms as checked functions ------------------------------------------------ */
+
+/* Which norm and its options, for lt_fw_norm (the `user` of tg_gradcheck). */
+typedef struct lt_norm_case {
+    bool layernorm;  /* LayerNorm, else RMSNorm */
+    bool composed;   /* the composed twin, else the fused op */
+    int ndim_norm;
+    double eps;
+    bool affine, bias; /* inputs: x, then gamma (affine), then beta (bias) */
+} lt_norm_case;
+
+/* The norm of in[0] with gamma = in[1] when affine and beta = the next
+ * input when bias. */
+static inline tg_tensor *lt_fw_norm(tg_ctx *ctx, tg_tensor *const *in, void *user) {
+    const lt_norm_case *c = user;
+    int k = 1;
+    tg_tensor *g = c->affine ? in[k++] : NULL;
+    tg_tensor *b = c->bias ? in[k++] : NULL;
+    if (c->layernorm)
+        return c->composed ? tg_layernorm_composed(ctx, in[0], g, b, c->ndim_norm, c->eps)
+                           : tg_layernorm_fused(ctx, in[0], g, b, c->ndim_norm, c->eps);
+    return c->composed ? tg_rmsnorm_composed(ctx, in[0], g, b, c->ndim_norm, c->eps)
+                       : tg_rmsnorm_fused(ctx, in[0], g, b, c->ndim_norm, c->eps);
+}
+
+/* Makes the inputs of case c in float64: x of `shape` uniform in
+ * scale * [-1, 1), gamma in [0.5, 1.5), beta in [-1, 1). Returns the count. */
+static inline int lt_norm_inputs(tg_ctx *ctx, const lt_norm_case *c, int ndim, const int64_t *shape, double scale,
+                                 tg_tensor **in) {
+    int n = 0;
+    in[n++] = lt_rand(ctx, TG_F64, ndim, shape, -scale, scale);
+    const int64_t *ns = shape + ndim - c->ndim_norm;
+    if (c->affine) in[n++] = lt_rand(ctx, TG_F64, c->ndim_norm, ns, 0.5, 1.5);
+    if (c->bias) in[n++] = lt_rand(ctx, TG_F64, c->ndim_norm, ns, -1, 1);
+    return n;
+}
+
+/* tg_gradcheck of case c on fresh inputs (see lt_norm_inputs). */
+static inline void lt_norm_gradcheck(tg_ctx *ctx, const char *what, lt_norm_case c, int ndim, const int64_t *shape,
+                                     double scale, tg_gradcheck_mode mode, uint64_t seed) {
+    tg_tensor *in[3];
+    int n = lt_norm_inputs(ctx, &c, ndim, shape, scale, in);
+    lt_check_grad(ctx, what, lt_fw_norm, &c, n, in, mode, seed);
+}
+
 #endif
