@@ -224,11 +224,11 @@ typedef enum rg_dist {
     RG_DISTINCT  /* a shuffled ramp over [-2, 2): no ties, gaps of 4/numel */
 } rg_dist;
 
-/* Makes input k (named `name`) with the spec's shape k (or shape `from`)
- * and values drawn by `dist`; `check` says whether it is differentiable. */
-static tg_tensor *make_input(tg_ctx *ctx, tg_op_case *c, int k, int from, const char *name, rg_dist dist,
-                             bool check) {
-    tg_tensor *t = tg_new_tensor(ctx, BUILD_FN, c->dtype, c->ndim[from], c->shape[from]);
+/* Makes input k (named `name`) of the given shape with values drawn by
+ * `dist`; `check` says whether it is differentiable. */
+static tg_tensor *make_input_shaped(tg_ctx *ctx, tg_op_case *c, int k, int ndim, const int64_t *shape,
+                                    const char *name, rg_dist dist, bool check) {
+    tg_tensor *t = tg_new_tensor(ctx, BUILD_FN, c->dtype, ndim, shape);
     if (!t) return NULL;
     int64_t n = t->numel;
     if (dist == RG_DISTINCT) {
@@ -259,6 +259,12 @@ static tg_tensor *make_input(tg_ctx *ctx, tg_op_case *c, int k, int from, const 
     if (check) c->check |= (uint32_t)1 << k;
     if (k + 1 > c->n_inputs) c->n_inputs = k + 1;
     return t;
+}
+
+/* Input k with the spec's shape number `from`. */
+static tg_tensor *make_input(tg_ctx *ctx, tg_op_case *c, int k, int from, const char *name, rg_dist dist,
+                             bool check) {
+    return make_input_shaped(ctx, c, k, c->ndim[from], c->shape[from], name, dist, check);
 }
 
 /* ---- elementwise: binary with broadcasting ------------------------------- */
@@ -374,6 +380,37 @@ static tg_tensor *fw_gelu(tg_ctx *ctx, tg_tensor *const *in, void *u) {
     return tg_gelu(ctx, in[0], a && strcmp(a, "tanh") == 0);
 }
 static tg_tensor *fw_silu(tg_ctx *ctx, tg_tensor *const *in, void *u) { (void)u; return tg_silu(ctx, in[0]); }
+
+/* ---- reductions ----------------------------------------------------------------- */
+
+static const char *const V_SUM[] = {"3x4", "()", "1", "2x3x4", "16x33", NULL};
+static const char HELP_AXIS[] = "X;axis=A;keepdim=0|1: any shape, the axis (default -1, may be negative) and "
+                                "whether to keep it with size 1 (default 0)";
+static const char *const V_AXIS[] = {"3x4;axis=0", "3x4;axis=1;keepdim=1", "2x3x4;axis=-1", "2x3x4;axis=1;keepdim=1",
+                                     "();axis=0", "5;axis=0", "1x4;axis=0", "16x33;axis=1", NULL};
+
+static bool build_axis(tg_ctx *ctx, tg_op_case *c, rg_dist dist) {
+    int64_t v;
+    return build_unary(ctx, c, dist, "axis,keepdim") && arg_int(ctx, c, "axis", -1, &v) &&
+           arg_int(ctx, c, "keepdim", 0, &v);
+}
+static bool build_axis_any(tg_ctx *ctx, tg_op_case *c) { return build_axis(ctx, c, RG_ANY); }
+static bool build_axis_distinct(tg_ctx *ctx, tg_op_case *c) { return build_axis(ctx, c, RG_DISTINCT); }
+
+static int axis_of(const tg_op_case *c) { return (int)num_of(c, "axis", -1); }
+static bool keepdim_of(const tg_op_case *c) { return num_of(c, "keepdim", 0) != 0; }
+
+static tg_tensor *fw_sum(tg_ctx *ctx, tg_tensor *const *in, void *u) { (void)u; return tg_sum(ctx, in[0]); }
+static tg_tensor *fw_mean(tg_ctx *ctx, tg_tensor *const *in, void *u) { (void)u; return tg_mean(ctx, in[0]); }
+static tg_tensor *fw_sum_axis(tg_ctx *ctx, tg_tensor *const *in, void *u) {
+    return tg_sum_axis(ctx, in[0], axis_of(u), keepdim_of(u));
+}
+static tg_tensor *fw_mean_axis(tg_ctx *ctx, tg_tensor *const *in, void *u) {
+    return tg_mean_axis(ctx, in[0], axis_of(u), keepdim_of(u));
+}
+static tg_tensor *fw_max_axis(tg_ctx *ctx, tg_tensor *const *in, void *u) {
+    return tg_max_axis(ctx, in[0], axis_of(u), keepdim_of(u));
+}
 
 /* ---- matmul ----------------------------------------------------------------- */
 
@@ -584,6 +621,99 @@ static tg_tensor *fw_dropout(tg_ctx *ctx, tg_tensor *const *in, void *u) {
     return tg_dropout(ctx, in[0], num_of(u, "p", 0.3), num_of(u, "train", 1) != 0);
 }
 
+/* ---- layers: Linear, RMSNorm, LayerNorm (fused, and the composed twins) ---------- */
+
+static const char HELP_LINEAR[] = "X,W;bias=0|1: input (..., in), weight (out, in); a bias (out) unless bias=0";
+static const char *const V_LINEAR[] = {"4x3,5x3", "4x3,5x3;bias=0", "3,2x3", "2x3x4,5x4", "1x1,1x1",
+                                       "33x40,24x40", NULL};
+
+static bool build_linear(tg_ctx *ctx, tg_op_case *c) {
+    int64_t bias;
+    if (!need_shapes(ctx, c, 2, 2) || !allow_args(ctx, c, "bias") || !arg_int(ctx, c, "bias", 1, &bias))
+        return false;
+    if (c->ndim[1] != 2) {
+        tg_error(ctx, TG_ERR_SHAPE, BUILD_FN, "linear: spec '%s': the weight must be (out, in)", c->spec);
+        return false;
+    }
+    if (!make_input(ctx, c, 0, 0, "x", RG_ANY, true) || !make_input(ctx, c, 1, 1, "weight", RG_ANY, true))
+        return false;
+    return !bias || make_input_shaped(ctx, c, 2, 1, c->shape[1], "bias", RG_ANY, true);
+}
+static tg_tensor *fw_linear(tg_ctx *ctx, tg_tensor *const *in, void *u) {
+    const tg_op_case *c = u;
+    return tg_linear_fused(ctx, in[0], in[1], c->n_inputs > 2 ? in[2] : NULL);
+}
+
+/* RMSNorm and LayerNorm take the same spec; the defaults differ (PyTorch's:
+ * RMSNorm eps 1e-6 without beta, LayerNorm eps 1e-5 with beta). */
+static const char HELP_RMSNORM[] = "X;norm=K;eps=E;affine=0|1;bias=0|1: normalizes the last K dims of X (default 1); "
+                                   "gamma and beta (when affine; beta when bias) have their shape; defaults eps=1e-6, "
+                                   "affine=1, bias=0";
+static const char HELP_LAYERNORM[] = "X;norm=K;eps=E;affine=0|1;bias=0|1: normalizes the last K dims of X (default "
+                                     "1); gamma and beta (when affine; beta when bias) have their shape; defaults "
+                                     "eps=1e-5, affine=1, bias=1";
+static const char *const V_RMSNORM[] = {"4x8", "4x8;bias=1", "4x8;affine=0", "2x3x4;norm=2;bias=1", "6;eps=0.1",
+                                        "16x64;bias=1", NULL};
+static const char *const V_LAYERNORM[] = {"4x8", "4x8;bias=0", "4x8;affine=0", "2x3x4;norm=2", "6;eps=0.1",
+                                          "3x1", "16x64", NULL};
+
+typedef struct norm_args {
+    int64_t norm, affine, bias;
+    double eps;
+} norm_args;
+
+/* The norm arguments of a spec (validated by the builder), with the
+ * defaults of RMSNorm (bias 0, eps 1e-6) or LayerNorm (bias 1, eps 1e-5). */
+static norm_args norm_args_of(const tg_op_case *c, bool layernorm) {
+    norm_args a;
+    a.norm = (int64_t)num_of(c, "norm", 1);
+    a.affine = (int64_t)num_of(c, "affine", 1);
+    a.bias = (int64_t)num_of(c, "bias", layernorm ? 1 : 0);
+    a.eps = num_of(c, "eps", layernorm ? TG_LAYERNORM_EPS : TG_RMSNORM_EPS);
+    return a;
+}
+
+static bool build_norm(tg_ctx *ctx, tg_op_case *c, bool layernorm) {
+    norm_args a;
+    int64_t v;
+    if (!build_unary(ctx, c, RG_ANY, "norm,eps,affine,bias") || !arg_int(ctx, c, "norm", 1, &v) ||
+        !arg_int(ctx, c, "affine", 1, &v) || !arg_int(ctx, c, "bias", 0, &v) || !arg_num(ctx, c, "eps", 0, &a.eps))
+        return false;
+    c->input_names[0] = "x";
+    a = norm_args_of(c, layernorm);
+    if (a.norm < 1 || a.norm > c->ndim[0]) {
+        tg_error(ctx, TG_ERR_SHAPE, BUILD_FN, "%s: spec '%s': norm=%lld must be in 1..ndim(x)=%d", c->op->name,
+                 c->spec, (long long)a.norm, c->ndim[0]);
+        return false;
+    }
+    int nd = (int)a.norm;
+    const int64_t *shape = c->shape[0] + c->ndim[0] - nd;
+    if (a.affine && !make_input_shaped(ctx, c, 1, nd, shape, "gamma", RG_ANY, true)) return false;
+    if (a.affine && a.bias && !make_input_shaped(ctx, c, 2, nd, shape, "beta", RG_ANY, true)) return false;
+    return true;
+}
+static bool build_rmsnorm(tg_ctx *ctx, tg_op_case *c) { return build_norm(ctx, c, false); }
+static bool build_layernorm(tg_ctx *ctx, tg_op_case *c) { return build_norm(ctx, c, true); }
+
+typedef tg_tensor *(*norm_fn)(tg_ctx *, tg_tensor *, tg_tensor *, tg_tensor *, int, double);
+
+static tg_tensor *fw_norm(tg_ctx *ctx, tg_tensor *const *in, const tg_op_case *c, norm_fn f, bool layernorm) {
+    norm_args a = norm_args_of(c, layernorm);
+    return f(ctx, in[0], c->n_inputs > 1 ? in[1] : NULL, c->n_inputs > 2 ? in[2] : NULL, (int)a.norm, a.eps);
+}
+static tg_tensor *fw_rmsnorm(tg_ctx *ctx, tg_tensor *const *in, void *u) {
+    return fw_norm(ctx, in, u, tg_rmsnorm_fused, false);
+}
+static tg_tensor *fw_layernorm(tg_ctx *ctx, tg_tensor *const *in, void *u) {
+    return fw_norm(ctx, in, u, tg_layernorm_fused, true);
+}
+static tg_tensor *fw_rmsnorm_composed(tg_ctx *ctx, tg_tensor *const *in, void *u) {
+    return fw_norm(ctx, in, u, tg_rmsnorm_composed, false);
+}
+static tg_tensor *fw_layernorm_composed(tg_ctx *ctx, tg_tensor *const *in, void *u) {
+    return fw_norm(ctx, in, u, tg_layernorm_composed, true);
+}
+
 /* ---- the table ---------------------------------------------------------------- */
 
 /* variants and their count (without the NULL) */
@@ -622,6 +752,16 @@ static const tg_op_info registry[] = {
     {TG_OP_gelu, "gelu", "x/2 (1 + erf(x / sqrt 2)), or the tanh approximation", HELP_GELU, VARIANTS(V_GELU),
      false, 0, 0, 0, build_gelu, fw_gelu},
     {TG_OP_silu, "silu", "x sigmoid(x)", HELP_UNARY, VARIANTS(V_UNARY), false, 0, 0, 0, build_unary_any, fw_silu},
+    {TG_OP_sum, "sum", "sum of all elements", HELP_UNARY, VARIANTS(V_SUM), false, 0, 0, 0, build_unary_any,
+     fw_sum},
+    {TG_OP_mean, "mean", "mean of all elements", HELP_UNARY, VARIANTS(V_SUM), false, 0, 0, 0, build_unary_any,
+     fw_mean},
+    {TG_OP_sum_axis, "sum_axis", "sum over one axis", HELP_AXIS, VARIANTS(V_AXIS), false, 0, 0, 0, build_axis_any,
+     fw_sum_axis},
+    {TG_OP_mean_axis, "mean_axis", "mean over one axis", HELP_AXIS, VARIANTS(V_AXIS), false, 0, 0, 0,
+     build_axis_any, fw_mean_axis},
+    {TG_OP_max_axis, "max_axis", "max over one axis (distinct inputs: no ties)", HELP_AXIS, VARIANTS(V_AXIS), false,
+     0, 0, 0, build_axis_distinct, fw_max_axis},
     {TG_OP_matmul, "matmul", "a b: 2-D, batched 3-D, or batched by shared 2-D", HELP_MATMUL, VARIANTS(V_MATMUL),
      false, 0, 0, 0, build_matmul, fw_matmul},
     {TG_OP_transpose, "transpose", "swaps the last two dims", HELP_TRANSPOSE, VARIANTS(V_TRANSPOSE), false, 0, 0,
@@ -644,6 +784,16 @@ static const tg_op_info registry[] = {
      fw_mse_loss},
     {TG_OP_dropout, "dropout", "x / (1 - p) where kept, 0 where dropped (p)", HELP_DROPOUT, VARIANTS(V_DROPOUT),
      true, 0, 0, 0, build_dropout, fw_dropout},
+    {TG_OP_linear, "linear", "x W^T + b (Linear, fused)", HELP_LINEAR, VARIANTS(V_LINEAR), false, 0, 0, 0,
+     build_linear, fw_linear},
+    {TG_OP_rmsnorm, "rmsnorm", "x / sqrt(mean x^2 + eps) * gamma + beta (RMSNorm, fused)", HELP_RMSNORM,
+     VARIANTS(V_RMSNORM), false, 0, 0, 0, build_rmsnorm, fw_rmsnorm},
+    {TG_OP_layernorm, "layernorm", "(x - mean) / sqrt(var + eps) * gamma + beta (LayerNorm, fused)",
+     HELP_LAYERNORM, VARIANTS(V_LAYERNORM), false, 0, 0, 0, build_layernorm, fw_layernorm},
+    {TG_OP_rmsnorm_composed, "rmsnorm_composed", "RMSNorm built from primitive ops", HELP_RMSNORM,
+     VARIANTS(V_RMSNORM), false, 0, 0, 0, build_rmsnorm, fw_rmsnorm_composed},
+    {TG_OP_layernorm_composed, "layernorm_composed", "LayerNorm built from primitive ops", HELP_LAYERNORM,
+     VARIANTS(V_LAYERNORM), false, 0, 0, 0, build_layernorm, fw_layernorm_composed},
 };
 
 static_assert(sizeof registry / sizeof registry[0] == TG_OP_COUNT,

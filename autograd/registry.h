@@ -6,7 +6,11 @@
  * a static_assert keeps the table and the list the same length (a test
  * checks that entry i is the i-th op by id and name). To register an op:
  * add X(name) here, then its variants, builder and forward and its table
- * entry in autograd/registry.c. */
+ * entry in autograd/registry.c.
+ *
+ * The layers' fused ops (tg_linear_fused, tg_rmsnorm_fused, ...) are listed
+ * too, so one walk checks every op and layer; the registry reaches them only
+ * through tapegrad.h. */
 #ifndef TG_AUTOGRAD_REGISTRY_H
 #define TG_AUTOGRAD_REGISTRY_H
 
@@ -31,6 +35,11 @@
     X(tanh)           \
     X(gelu)           \
     X(silu)           \
+    X(sum)            \
+    X(mean)           \
+    X(sum_axis)       \
+    X(mean_axis)      \
+    X(max_axis)       \
     X(matmul)         \
     X(transpose)      \
     X(reshape)        \
@@ -41,7 +50,12 @@
     X(log_softmax)    \
     X(cross_entropy)  \
     X(mse_loss)       \
-    X(dropout)
+    X(dropout)        \
+    X(linear)         \
+    X(rmsnorm)        \
+    X(layernorm)      \
+    X(rmsnorm_composed) \
+    X(layernorm_composed)
 
 typedef enum tg_op_id {
 #define TG_OP_ENUM_(name) TG_OP_##name,
