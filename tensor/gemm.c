@@ -1,0 +1,391 @@
+/* The GEMM driver and micro-kernels: shared helpers here, the per-dtype code
+ * in tensor/gemm_impl.inc (included once for float, once for double).
+ * See tensor/gemm.h for the contract and the determinism recipe. */
+#include "tensor/gemm.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+#endif
+#ifdef TG_HAVE_OPENMP
+#include <omp.h>
+#endif
+
+/* ---- helpers shared by both dtypes ------------------------------------ */
+
+#if defined(__GNUC__)
+#define GEMM_NOINLINE __attribute__((noinline))
+#else
+#define GEMM_NOINLINE
+#endif
+
+static size_t gemm_round64(size_t n) { return (n + 63) / 64 * 64; }
+
+static unsigned char *gemm_align64(void *p) {
+    return (unsigned char *)(((uintptr_t)p + 63) / 64 * 64);
+}
+
+/* Depth of the K slices: K cut into equal slices no deeper than kc_max. It
+ * depends on K and the dtype only: the sums' order never depends on threads
+ * or on M and N. */
+static int64_t gemm_kc(int64_t K, int64_t kc_max) {
+    int64_t n = (K + kc_max - 1) / kc_max;
+    if (n < 1) n = 1;
+    return (K + n - 1) / n;
+}
+
+/* Below this many multiply-adds (or with a single row or column) packing
+ * costs more than it saves. */
+#define GEMM_SMALL_FMAS ((int64_t)48 * 48 * 48)
+static bool gemm_is_small(int64_t M, int64_t N, int64_t K) {
+    return M == 1 || N == 1 || M * N * K <= GEMM_SMALL_FMAS;
+}
+
+/* Threads worth starting: at least ~1M multiply-adds each. */
+#define GEMM_FMAS_PER_THREAD ((int64_t)1 << 20)
+static int gemm_threads(int64_t M, int64_t N, int64_t K, int threads) {
+#ifdef TG_HAVE_OPENMP
+    if (threads < 1) threads = 1;
+    int64_t work = M * N * K / GEMM_FMAS_PER_THREAD;
+    if (work < threads) threads = work < 1 ? 1 : (int)work;
+    return threads;
+#else
+    (void)M, (void)N, (void)K, (void)threads;
+    return 1;
+#endif
+}
+
+/* Splits nt threads into a tm x tn grid over (row tiles, column panels of one
+ * NC block) that minimizes the largest share; ties go to splitting rows. */
+static void gemm_grid(int64_t M, int64_t N, int64_t mr, int64_t nr, int64_t nc, int nt, int *tm,
+                      int *tn) {
+    const int64_t mt = (M + mr - 1) / mr;
+    const int64_t np = ((N < nc ? N : nc) + nr - 1) / nr;
+    int64_t best = -1;
+    *tm = nt;
+    *tn = 1;
+    for (int a = nt; a >= 1; a--) {
+        if (nt % a) continue;
+        const int b = nt / a;
+        const int64_t share = ((mt + a - 1) / a) * ((np + b - 1) / b);
+        if (best < 0 || share < best) {
+            best = share;
+            *tm = a;
+            *tn = b;
+        }
+    }
+}
+
+static void gemm_barrier(int nt) {
+#ifdef TG_HAVE_OPENMP
+    if (nt > 1) {
+#pragma omp barrier
+    }
+#else
+    (void)nt;
+#endif
+}
+
+/* ---- in-register transposes and partial loads/stores for packing ---- */
+
+#if defined(__AVX512F__)
+/* Transposes the 16x16 floats in v[0..15] (v[i] is row i). */
+static inline void gemm_tr16_ps(__m512 v[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+    }
+    /* v[4i+j], 128-bit lane L: rows 4i..4i+3 of column 4L+j */
+    for (int i = 0; i < 4; i++) {
+        __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+        __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+        v[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        v[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        v[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        v[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int j = 0; j < 4; j++) {
+        t[j] = _mm512_shuffle_f32x4(v[j], v[4 + j], 0x88);
+        t[4 + j] = _mm512_shuffle_f32x4(v[j], v[4 + j], 0xdd);
+        t[8 + j] = _mm512_shuffle_f32x4(v[8 + j], v[12 + j], 0x88);
+        t[12 + j] = _mm512_shuffle_f32x4(v[8 + j], v[12 + j], 0xdd);
+    }
+    for (int j = 0; j < 4; j++) {
+        v[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
+        v[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd);
+        v[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);
+        v[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xdd);
+    }
+}
+
+/* Transposes the 8x8 doubles in v[0..7]. */
+static inline void gemm_tr8_pd(__m512d v[8]) {
+    __m512d t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm512_unpacklo_pd(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_pd(v[2 * i], v[2 * i + 1]);
+    }
+    /* t[2i+j], 128-bit lane L: rows 2i, 2i+1 of column 2L+j */
+    for (int j = 0; j < 2; j++) {
+        u[j] = _mm512_shuffle_f64x2(t[j], t[2 + j], 0x88);
+        u[2 + j] = _mm512_shuffle_f64x2(t[j], t[2 + j], 0xdd);
+        u[4 + j] = _mm512_shuffle_f64x2(t[4 + j], t[6 + j], 0x88);
+        u[6 + j] = _mm512_shuffle_f64x2(t[4 + j], t[6 + j], 0xdd);
+    }
+    for (int j = 0; j < 2; j++) {
+        v[j] = _mm512_shuffle_f64x2(u[j], u[4 + j], 0x88);
+        v[4 + j] = _mm512_shuffle_f64x2(u[j], u[4 + j], 0xdd);
+        v[2 + j] = _mm512_shuffle_f64x2(u[2 + j], u[6 + j], 0x88);
+        v[6 + j] = _mm512_shuffle_f64x2(u[2 + j], u[6 + j], 0xdd);
+    }
+}
+#define GEMM_MASK16(n) ((__mmask16)((1u << (n)) - 1u))
+#define GEMM_MASK8(n) ((__mmask8)((1u << (n)) - 1u))
+
+#elif defined(__AVX2__) && defined(__FMA__)
+/* Transposes the 8x8 floats in v[0..7]. */
+static inline void gemm_tr8_ps(__m256 v[8]) {
+    __m256 t[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; i++) {
+        __m256d a = _mm256_castps_pd(t[4 * i]), b = _mm256_castps_pd(t[4 * i + 1]);
+        __m256d c = _mm256_castps_pd(t[4 * i + 2]), d = _mm256_castps_pd(t[4 * i + 3]);
+        t[4 * i] = _mm256_castpd_ps(_mm256_unpacklo_pd(a, c));
+        t[4 * i + 1] = _mm256_castpd_ps(_mm256_unpackhi_pd(a, c));
+        t[4 * i + 2] = _mm256_castpd_ps(_mm256_unpacklo_pd(b, d));
+        t[4 * i + 3] = _mm256_castpd_ps(_mm256_unpackhi_pd(b, d));
+    }
+    /* t[4i+j], 128-bit lane L: rows 4i..4i+3 of column 4L+j */
+    for (int j = 0; j < 4; j++) {
+        v[j] = _mm256_permute2f128_ps(t[j], t[4 + j], 0x20);
+        v[4 + j] = _mm256_permute2f128_ps(t[j], t[4 + j], 0x31);
+    }
+}
+
+/* Transposes the 4x4 doubles in v[0..3]. */
+static inline void gemm_tr4_pd(__m256d v[4]) {
+    __m256d t0 = _mm256_unpacklo_pd(v[0], v[1]), t1 = _mm256_unpackhi_pd(v[0], v[1]);
+    __m256d t2 = _mm256_unpacklo_pd(v[2], v[3]), t3 = _mm256_unpackhi_pd(v[2], v[3]);
+    v[0] = _mm256_permute2f128_pd(t0, t2, 0x20);
+    v[1] = _mm256_permute2f128_pd(t1, t3, 0x20);
+    v[2] = _mm256_permute2f128_pd(t0, t2, 0x31);
+    v[3] = _mm256_permute2f128_pd(t1, t3, 0x31);
+}
+
+/* Lane masks for maskload/maskstore: the first n of 8 (32-bit) lanes. */
+static inline __m256i gemm_mask8x32(int64_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+/* The first n of 4 (64-bit) lanes. */
+static inline __m256i gemm_mask4x64(int64_t n) {
+    return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
+}
+#endif
+
+/* ---- float ------------------------------------------------------------- */
+
+#define T float
+#define SFX f32
+#ifdef __FMA__
+#define FMA_S(a, b, c) fmaf(a, b, c)
+#else
+#define FMA_S(a, b, c) ((a) * (b) + (c))
+#endif
+#if defined(__AVX512F__)
+#define KERNEL_VEC 1
+#define MR_DEFAULT 12
+#define NR_DEFAULT 32
+#define VEC __m512
+#define VL 16
+#define VZERO() _mm512_setzero_ps()
+#define VSET1(x) _mm512_set1_ps(x)
+#define VLOAD(p) _mm512_load_ps(p)
+#define VLOADU(p) _mm512_loadu_ps(p)
+#define VSTOREU(p, v) _mm512_storeu_ps(p, v)
+#define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define VMUL(a, b) _mm512_mul_ps(a, b)
+#define VLOAD_N(p, n) _mm512_maskz_loadu_ps(GEMM_MASK16(n), p)
+#define VSTORE_N(p, v, n) _mm512_mask_storeu_ps(p, GEMM_MASK16(n), v)
+#define VTRANSPOSE(v) gemm_tr16_ps(v)
+#elif defined(__AVX2__) && defined(__FMA__)
+#define KERNEL_VEC 1
+#define MR_DEFAULT 6
+#define NR_DEFAULT 16
+#define VEC __m256
+#define VL 8
+#define VZERO() _mm256_setzero_ps()
+#define VSET1(x) _mm256_set1_ps(x)
+#define VLOAD(p) _mm256_load_ps(p)
+#define VLOADU(p) _mm256_loadu_ps(p)
+#define VSTOREU(p, v) _mm256_storeu_ps(p, v)
+#define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define VMUL(a, b) _mm256_mul_ps(a, b)
+#define VLOAD_N(p, n) _mm256_maskload_ps(p, gemm_mask8x32(n))
+#define VSTORE_N(p, v, n) _mm256_maskstore_ps(p, gemm_mask8x32(n), v)
+#define VTRANSPOSE(v) gemm_tr8_ps(v)
+#else
+#define KERNEL_VEC 0
+#define MR_DEFAULT 4
+#define NR_DEFAULT 8
+#endif
+/* Tuning knobs: -DTG_GEMM_{MR,NR,KC,MC,NC}_F32=... (MC, NC multiples of MR, NR). */
+#ifndef TG_GEMM_MR_F32
+#define TG_GEMM_MR_F32 MR_DEFAULT
+#endif
+#ifndef TG_GEMM_NR_F32
+#define TG_GEMM_NR_F32 NR_DEFAULT
+#endif
+#ifndef TG_GEMM_KC_F32
+#define TG_GEMM_KC_F32 384
+#endif
+#ifndef TG_GEMM_MC_F32
+#define TG_GEMM_MC_F32 (TG_GEMM_MR_F32 * 24)
+#endif
+#ifndef TG_GEMM_NC_F32
+#define TG_GEMM_NC_F32 (TG_GEMM_NR_F32 * 96)
+#endif
+#define MR TG_GEMM_MR_F32
+#define NR TG_GEMM_NR_F32
+#define KC_MAX TG_GEMM_KC_F32
+#define MC TG_GEMM_MC_F32
+#define NC TG_GEMM_NC_F32
+#include "tensor/gemm_impl.inc"
+#undef T
+#undef SFX
+#undef FMA_S
+#undef KERNEL_VEC
+#undef MR
+#undef NR
+#undef VEC
+#undef VL
+#undef VZERO
+#undef VSET1
+#undef VLOAD
+#undef VLOADU
+#undef VSTOREU
+#undef VFMA
+#undef VMUL
+#undef VLOAD_N
+#undef VSTORE_N
+#undef VTRANSPOSE
+#undef KC_MAX
+#undef MC
+#undef NC
+#undef MR_DEFAULT
+#undef NR_DEFAULT
+
+/* ---- double ------------------------------------------------------------ */
+
+#define T double
+#define SFX f64
+#ifdef __FMA__
+#define FMA_S(a, b, c) fma(a, b, c)
+#else
+#define FMA_S(a, b, c) ((a) * (b) + (c))
+#endif
+#if defined(__AVX512F__)
+#define KERNEL_VEC 1
+#define MR_DEFAULT 12
+#define NR_DEFAULT 16
+#define VEC __m512d
+#define VL 8
+#define VZERO() _mm512_setzero_pd()
+#define VSET1(x) _mm512_set1_pd(x)
+#define VLOAD(p) _mm512_load_pd(p)
+#define VLOADU(p) _mm512_loadu_pd(p)
+#define VSTOREU(p, v) _mm512_storeu_pd(p, v)
+#define VFMA(a, b, c) _mm512_fmadd_pd(a, b, c)
+#define VMUL(a, b) _mm512_mul_pd(a, b)
+#define VLOAD_N(p, n) _mm512_maskz_loadu_pd(GEMM_MASK8(n), p)
+#define VSTORE_N(p, v, n) _mm512_mask_storeu_pd(p, GEMM_MASK8(n), v)
+#define VTRANSPOSE(v) gemm_tr8_pd(v)
+#elif defined(__AVX2__) && defined(__FMA__)
+#define KERNEL_VEC 1
+#define MR_DEFAULT 6
+#define NR_DEFAULT 8
+#define VEC __m256d
+#define VL 4
+#define VZERO() _mm256_setzero_pd()
+#define VSET1(x) _mm256_set1_pd(x)
+#define VLOAD(p) _mm256_load_pd(p)
+#define VLOADU(p) _mm256_loadu_pd(p)
+#define VSTOREU(p, v) _mm256_storeu_pd(p, v)
+#define VFMA(a, b, c) _mm256_fmadd_pd(a, b, c)
+#define VMUL(a, b) _mm256_mul_pd(a, b)
+#define VLOAD_N(p, n) _mm256_maskload_pd(p, gemm_mask4x64(n))
+#define VSTORE_N(p, v, n) _mm256_maskstore_pd(p, gemm_mask4x64(n), v)
+#define VTRANSPOSE(v) gemm_tr4_pd(v)
+#else
+#define KERNEL_VEC 0
+#define MR_DEFAULT 4
+#define NR_DEFAULT 4
+#endif
+/* Tuning knobs: -DTG_GEMM_{MR,NR,KC,MC,NC}_F64=... (MC, NC multiples of MR, NR). */
+#ifndef TG_GEMM_MR_F64
+#define TG_GEMM_MR_F64 MR_DEFAULT
+#endif
+#ifndef TG_GEMM_NR_F64
+#define TG_GEMM_NR_F64 NR_DEFAULT
+#endif
+#ifndef TG_GEMM_KC_F64
+#define TG_GEMM_KC_F64 256
+#endif
+#ifndef TG_GEMM_MC_F64
+#define TG_GEMM_MC_F64 (TG_GEMM_MR_F64 * 24)
+#endif
+#ifndef TG_GEMM_NC_F64
+#define TG_GEMM_NC_F64 (TG_GEMM_NR_F64 * 96)
+#endif
+#define MR TG_GEMM_MR_F64
+#define NR TG_GEMM_NR_F64
+#define KC_MAX TG_GEMM_KC_F64
+#define MC TG_GEMM_MC_F64
+#define NC TG_GEMM_NC_F64
+#include "tensor/gemm_impl.inc"
+#undef T
+#undef SFX
+#undef FMA_S
+#undef KERNEL_VEC
+#undef MR
+#undef NR
+#undef VEC
+#undef VL
+#undef VZERO
+#undef VSET1
+#undef VLOAD
+#undef VLOADU
+#undef VSTOREU
+#undef VFMA
+#undef VMUL
+#undef VLOAD_N
+#undef VSTORE_N
+#undef VTRANSPOSE
+#undef KC_MAX
+#undef MC
+#undef NC
+#undef MR_DEFAULT
+#undef NR_DEFAULT
+
+/* ---- dispatch ---------------------------------------------------------- */
+
+size_t tg_gemm_workspace_size(int64_t M, int64_t N, int64_t K, size_t elem_size, int threads) {
+    if (M <= 0 || N <= 0 || K <= 0 || gemm_is_small(M, N, K)) return 0;
+    return elem_size == sizeof(double) ? gemm_workspace_f64(M, N, K, threads)
+                                       : gemm_workspace_f32(M, N, K, threads);
+}
+
+const char *tg_gemm_kernel_name(void) {
+#if defined(__AVX512F__)
+    return "avx512";
+#elif defined(__AVX2__) && defined(__FMA__)
+    return "avx2";
+#else
+    return "portable";
+#endif
+}

@@ -1,0 +1,77 @@
+/* tapegrad's matrix multiply: a packed, cache-blocked GEMM with a
+ * register-tiled SIMD micro-kernel. Internal (not installed): every matmul and
+ * Linear in the library goes through it.
+ *
+ *   C = alpha * op(A) op(B) + beta * C          (row-major everywhere)
+ *
+ *   op(A) is (M,K): A is (M,K) with row stride lda, or (K,M) when trans_a.
+ *   op(B) is (K,N): B is (K,N) with row stride ldb, or (N,K) when trans_b.
+ *   C is (M,N) with row stride ldc.
+ *   beta == 0 means C is overwritten: it is never read, so NaN garbage in C
+ *   is ignored. alpha == 0 or K == 0 gives C = beta * C (A, B not read).
+ *
+ * The transposes are absorbed while packing panels of A and B into
+ * contiguous buffers; no transposed copy is ever made. Linear uses
+ *   y  = x W^T   (trans_b)   dx = dy W   (none)   dW = dy^T x   (trans_a).
+ *
+ * Algorithm (Goto/BLIS): loop over NC-wide column blocks of C, then KC-deep
+ * slices of K; each slice of op(B) is packed into NR-wide panels shared by
+ * all threads; each thread packs MC x KC blocks of its rows of op(A) into
+ * MR-high panels and runs the MR x NR micro-kernel over its tiles.
+ * The micro-kernel is chosen at compile time: AVX-512 (__AVX512F__), AVX2+FMA
+ * (__AVX2__ && __FMA__) or portable C; tg_gemm_kernel_name() says which.
+ *
+ * Determinism: each element of C is computed by exactly one thread, as
+ *   for each KC slice s (in order):  acc = sum over k in s, one FMA at a
+ *   time in increasing k, starting from 0;
+ *   C = alpha*acc + beta*C on the first slice (alpha*acc when beta == 0),
+ *   C = alpha*acc + C on the later ones (each one fused multiply-add).
+ * The slice boundaries depend only on K and the dtype. Threads split the
+ * output tiles (rows or column panels of C), never K, so the result is
+ * bitwise identical for any thread count. The small-size path (no packing)
+ * and the fallback used when no workspace can be had follow the same
+ * per-element recipe, so a row of C does not depend on M either (a batch of
+ * 1 gives the same bits as that row inside a batch of 64). Without FMA
+ * hardware (portable build) "FMA" above is a separate multiply and add.
+ *
+ * Workspace: the packed buffers. Ask tg_gemm_workspace_size() and pass that
+ * many bytes (64-byte aligned, e.g. from the context's arena) to the _ws
+ * variants; the same buffer can be reused across calls. With work == NULL or
+ * too small, the call allocates its own buffer with aligned_alloc and frees
+ * it (page faults on every call: avoid in hot paths). If that allocation
+ * fails it still computes the right result, unpacked and slower. */
+#ifndef TG_TENSOR_GEMM_H
+#define TG_TENSOR_GEMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Bytes of workspace the _ws variants want for this problem with this many
+ * threads; elem_size is sizeof(float) or sizeof(double). 0 when the problem
+ * takes the unpacked small-size path (then work may be NULL). Includes 64
+ * bytes of slack, so an unaligned buffer of this size also works. */
+size_t tg_gemm_workspace_size(int64_t M, int64_t N, int64_t K, size_t elem_size, int threads);
+
+/* C (M,N) = alpha * op(A) op(B) + beta * C, see above. threads >= 1 (values
+ * below 1 count as 1; ignored without OpenMP). work: work_size bytes of
+ * scratch, or NULL. */
+void tg_gemm_f32_ws(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                    const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                    int64_t ldc, int threads, void *work, size_t work_size);
+void tg_gemm_f64_ws(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+                    const double *A, int64_t lda, const double *B, int64_t ldb, double beta,
+                    double *C, int64_t ldc, int threads, void *work, size_t work_size);
+
+/* Same, allocating the workspace per call when the problem needs one. */
+void tg_gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                 int64_t ldc, int threads);
+void tg_gemm_f64(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+                 const double *A, int64_t lda, const double *B, int64_t ldb, double beta,
+                 double *C, int64_t ldc, int threads);
+
+/* Which micro-kernel was compiled in: "avx512", "avx2" or "portable". */
+const char *tg_gemm_kernel_name(void);
+
+#endif
