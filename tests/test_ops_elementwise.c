@@ -23,21 +23,24 @@ static void teardown(void) { tg_ctx_free(ctx); }
 
 /* ---- the ops as o1_fn, by name -------------------------------------------- */
 
-static tg_tensor *f_neg(tg_ctx *c, tg_tensor **in, const void *arg) { (void)arg; return tg_neg(c, in[0]); }
-static tg_tensor *f_add_scalar(tg_ctx *c, tg_tensor **in, const void *arg) { (void)arg; return tg_add_scalar(c, in[0], 2.5); }
-static tg_tensor *f_mul_scalar(tg_ctx *c, tg_tensor **in, const void *arg) { (void)arg; return tg_mul_scalar(c, in[0], -1.5); }
-static tg_tensor *f_pow(tg_ctx *c, tg_tensor **in, const void *arg) { return tg_pow_scalar(c, in[0], *(const double *)arg); }
-static tg_tensor *f_exp(tg_ctx *c, tg_tensor **in, const void *arg) { (void)arg; return tg_exp(c, in[0]); }
-static tg_tensor *f_log(tg_ctx *c, tg_tensor **in, const void *arg) { (void)arg; return tg_log(c, in[0]); }
-static tg_tensor *f_sqrt(tg_ctx *c, tg_tensor **in, const void *arg) { (void)arg; return tg_sqrt(c, in[0]); }
-static tg_tensor *f_abs(tg_ctx *c, tg_tensor **in, const void *arg) { (void)arg; return tg_abs(c, in[0]); }
-static tg_tensor *f_relu(tg_ctx *c, tg_tensor **in, const void *arg) { (void)arg; return tg_relu(c, in[0]); }
-static tg_tensor *f_leaky(tg_ctx *c, tg_tensor **in, const void *arg) { (void)arg; return tg_leaky_relu(c, in[0], 0.1); }
-static tg_tensor *f_sigmoid(tg_ctx *c, tg_tensor **in, const void *arg) { (void)arg; return tg_sigmoid(c, in[0]); }
-static tg_tensor *f_tanh(tg_ctx *c, tg_tensor **in, const void *arg) { (void)arg; return tg_tanh(c, in[0]); }
-static tg_tensor *f_gelu(tg_ctx *c, tg_tensor **in, const void *arg) { (void)arg; return tg_gelu(c, in[0], false); }
-static tg_tensor *f_gelu_tanh(tg_ctx *c, tg_tensor **in, const void *arg) { (void)arg; return tg_gelu(c, in[0], true); }
-static tg_tensor *f_silu(tg_ctx *c, tg_tensor **in, const void *arg) { (void)arg; return tg_silu(c, in[0]); }
+/* The op as an o1_fn. */
+#define WRAP(NAME, CALL) \
+    static tg_tensor *NAME(tg_ctx *c, tg_tensor **in, const void *arg) { (void)arg; return CALL; }
+WRAP(f_neg, tg_neg(c, in[0]))
+WRAP(f_add_scalar, tg_add_scalar(c, in[0], 2.5))
+WRAP(f_mul_scalar, tg_mul_scalar(c, in[0], -1.5))
+WRAP(f_pow, tg_pow_scalar(c, in[0], *(const double *)arg))
+WRAP(f_exp, tg_exp(c, in[0]))
+WRAP(f_log, tg_log(c, in[0]))
+WRAP(f_sqrt, tg_sqrt(c, in[0]))
+WRAP(f_abs, tg_abs(c, in[0]))
+WRAP(f_relu, tg_relu(c, in[0]))
+WRAP(f_leaky, tg_leaky_relu(c, in[0], 0.1))
+WRAP(f_sigmoid, tg_sigmoid(c, in[0]))
+WRAP(f_tanh, tg_tanh(c, in[0]))
+WRAP(f_gelu, tg_gelu(c, in[0], false))
+WRAP(f_gelu_tanh, tg_gelu(c, in[0], true))
+WRAP(f_silu, tg_silu(c, in[0]))
 
 static const double P2 = 2, P3 = 3, PHALF = 0.5, PM1P5 = -1.5;
 
@@ -208,7 +211,9 @@ static int64_t bindex(int nx, const int64_t *sx, int no, const int64_t *idx) {
     return off;
 }
 
-static tg_tensor *bc_fn(tg_ctx *c, tg_tensor **in, const void *arg) { return binop(c, *(const int *)arg, in[0], in[1]); }
+static tg_tensor *bc_fn(tg_ctx *c, tg_tensor **in, const void *arg) {
+    return binop(c, *(const int *)arg, in[0], in[1]);
+}
 
 /* Loop test over PAIRS x ops: forward values in f64 and f32, and the
  * backward of every op against finite differences in f64. */
@@ -336,6 +341,39 @@ START_TEST(test_accumulation) {
         for (int i = 0; i < 6; i++) {
             double e = exp(av[i] / bv[i % 3]) / bv[i % 3];
             ck_assert_double_eq_tol(once_a[i], e, 1e-5 * fabs(e));
+        }
+    }
+}
+END_TEST
+
+/* Every op adds to a grad that already holds values (never overwrites):
+ * backward into leaves whose grads start at 0.5 gives 0.5 + the fresh
+ * gradient, for each unary op and each binary op with broadcasting. */
+START_TEST(test_backward_adds_to_existing_grad) {
+    for (int k = 0; k < N_UNARY + 4; k++) {
+        bool un = k < N_UNARY;
+        double fresh[2][12];
+        for (int pass = 0; pass < 2; pass++) {
+            tg_tensor *in[2] = {o1_leaf(ctx, TG_SHAPE(3, 4), 1), o1_leaf(ctx, TG_SHAPE(4), 2)};
+            for (int j = 0; j < 2; j++)
+                for (int64_t i = 0; i < in[j]->numel; i++) {
+                    double *v = in[j]->data;
+                    if (un && UNARY[k].positive) v[i] = fabs(v[i]) + 0.1;
+                    if (pass) ((double *)in[j]->grad->data)[i] = 0.5;
+                }
+            int op = k - N_UNARY;
+            tg_tensor *y = un ? UNARY[k].f(ctx, in, UNARY[k].arg) : binop(ctx, op, in[0], in[1]);
+            tg_backward_ex(ctx, y, tg_full(ctx, TG_F64, y->ndim, y->shape, 1.0), false);
+            ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
+            for (int j = 0; j < (un ? 1 : 2); j++)
+                for (int64_t i = 0; i < in[j]->numel; i++) {
+                    double g = ((double *)in[j]->grad->data)[i];
+                    if (pass == 0) fresh[j][i] = g;
+                    else
+                        ck_assert_msg(fabs(g - (fresh[j][i] + 0.5)) <= 1e-14 * (1 + fabs(g)),
+                                      "op %d input %d elem %lld: %.17g vs %.17g + 0.5", k, j, (long long)i, g,
+                                      fresh[j][i]);
+                }
         }
     }
 }
@@ -635,6 +673,7 @@ Suite *make_ops_elementwise_suite(void) {
     tcase_add_test(tc, test_chain_fd);
     tcase_add_test(tc, test_same_tensor_both_sides);
     tcase_add_test(tc, test_accumulation);
+    tcase_add_test(tc, test_backward_adds_to_existing_grad);
     tcase_add_test(tc, test_large_threads_deterministic);
     tcase_add_test(tc, test_recording_rules);
     suite_add_tcase(s, tc);

@@ -259,7 +259,8 @@ START_TEST(test_accumulation) {
     double v[6] = {0.5, -1, 2, 0.25, -0.75, 1.5};
     tg_tensor *x = o1_tensor(ctx, TG_F64, TG_SHAPE(2, 3), v, true);
     for (int pass = 1; pass <= 2; pass++) {
-        tg_tensor *l = tg_add(ctx, tg_mean(ctx, tg_sum_axis(ctx, x, 0, false)), tg_sum(ctx, tg_max_axis(ctx, x, 1, true)));
+        tg_tensor *l = tg_add(ctx, tg_mean(ctx, tg_sum_axis(ctx, x, 0, false)),
+                              tg_sum(ctx, tg_max_axis(ctx, x, 1, true)));
         tg_backward(ctx, l);
         ck_assert(tg_ok(ctx));
         /* d mean(colsum)/dx = 1/3 everywhere; max picks 2 (idx 2) and 1.5 (idx 5) */
@@ -268,6 +269,34 @@ START_TEST(test_accumulation) {
             ck_assert_double_eq_tol(tg_get_flat(ctx, x->grad, i), e, 1e-15);
         }
     }
+}
+END_TEST
+
+/* Every reduction adds to a grad that already holds values. */
+START_TEST(test_backward_adds_to_existing_grad) {
+    for (int kind = 0; kind <= 4; kind++)
+        for (int axis = -2; axis <= 1; axis++)
+            for (int keep = 0; keep < 2; keep++) {
+                red r = {kind, axis, keep};
+                double fresh[6];
+                for (int pass = 0; pass < 2; pass++) {
+                    tg_tensor *x = o1_leaf(ctx, TG_SHAPE(2, 3), kind);
+                    if (pass)
+                        for (int i = 0; i < 6; i++) ((double *)x->grad->data)[i] = 0.5;
+                    tg_tensor *y = apply(ctx, &r, x);
+                    tg_tensor *w = tg_zeros(ctx, TG_F64, y->ndim, y->shape);
+                    for (int64_t i = 0; i < w->numel; i++) ((double *)w->data)[i] = 1.0 + (double)i;
+                    tg_backward_ex(ctx, y, w, false);
+                    ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
+                    for (int i = 0; i < 6; i++) {
+                        double g = ((double *)x->grad->data)[i];
+                        if (pass == 0) fresh[i] = g;
+                        else
+                            ck_assert_msg(fabs(g - (fresh[i] + 0.5)) <= 1e-14 * (1 + fabs(g)),
+                                          "kind %d axis %d: %.17g vs %.17g + 0.5", kind, axis, g, fresh[i]);
+                    }
+                }
+            }
 }
 END_TEST
 
@@ -391,6 +420,7 @@ Suite *make_ops_reduce_suite(void) {
     tcase_add_test(tc, test_reduce_fd);
     tcase_add_test(tc, test_max_ties_and_nan);
     tcase_add_test(tc, test_accumulation);
+    tcase_add_test(tc, test_backward_adds_to_existing_grad);
     tcase_add_test(tc, test_saved_bytes);
     suite_add_tcase(s, tc);
 
