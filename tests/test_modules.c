@@ -1,0 +1,265 @@
+/* Modules and models: the summary (each layer with its options and
+ * parameter count, and the total), the model's parameter list with dotted
+ * names and weight-decay flags, ownership (tg_model_add takes the module in
+ * every case, so nothing leaks under ASan/valgrind), the Embedding module,
+ * and a small training loop through Linear -> RMSNorm -> LayerNorm ->
+ * Linear whose loss falls and whose arena stops growing after warm-up. */
+#include "layers_testutil.h"
+
+static tg_ctx *ctx;
+static void setup(void) { ctx = tg_ctx_new(99); }
+static void teardown(void) { tg_ctx_free(ctx); }
+
+/* fc1, norm1, ln, an unnamed Embedding */
+static void build_model(tg_model *m) {
+    ck_assert(tg_model_add(ctx, m, TG_MODULE(tg_linear_new(ctx, "fc1", 784, 256, true, TG_F32))));
+    ck_assert(tg_model_add(
+        ctx, m, TG_MODULE(tg_rmsnorm_new(ctx, "norm1", 1, (int64_t[]){256}, TG_RMSNORM_EPS, true, false, TG_F32))));
+    ck_assert(tg_model_add(
+        ctx, m, TG_MODULE(tg_layernorm_new(ctx, "ln", 2, (int64_t[]){4, 64}, TG_LAYERNORM_EPS, true, true, TG_F32))));
+    ck_assert(tg_model_add(ctx, m, TG_MODULE(tg_embedding_layer_new(ctx, NULL, 65, 64, TG_F32))));
+}
+
+static const char SUMMARY[] = "(fc1): Linear(in_features=784, out_features=256, bias=true)  params=200960\n"
+                              "(norm1): RMSNorm(dim=256, eps=1e-06, affine=true, bias=false)  params=256\n"
+                              "(ln): LayerNorm(dim=(4, 64), eps=1e-05, affine=true, bias=true)  params=512\n"
+                              "(3): Embedding(num_embeddings=65, embedding_dim=64)  params=4160\n"
+                              "total params=205888\n";
+
+START_TEST(test_summary) {
+    tg_model m = {0};
+    build_model(&m);
+    ck_assert_int_eq(m.count, 4);
+    char buf[1024];
+    size_t n = tg_model_format(buf, sizeof buf, &m);
+    ck_assert_str_eq(buf, SUMMARY);
+    ck_assert_uint_eq(n, strlen(SUMMARY));
+    ck_assert_int_eq(tg_model_numel(&m), 205888);
+    /* snprintf semantics: a short buffer gets a terminated prefix */
+    char small[20];
+    ck_assert_uint_eq(tg_model_format(small, sizeof small, &m), n);
+    ck_assert_int_eq(strncmp(small, SUMMARY, sizeof small - 1), 0);
+    ck_assert_uint_eq(strlen(small), sizeof small - 1);
+    ck_assert_uint_eq(tg_model_format(NULL, 0, &m), n);
+    /* printing writes the same text */
+    FILE *f = tmpfile();
+    ck_assert_ptr_nonnull(f);
+    tg_model_print(f, &m);
+    rewind(f);
+    char got[1024] = {0};
+    ck_assert_uint_eq(fread(got, 1, sizeof got - 1, f), n);
+    fclose(f);
+    ck_assert_str_eq(got, SUMMARY);
+    /* an empty model */
+    tg_model e = {0};
+    tg_model_format(buf, sizeof buf, &e);
+    ck_assert_str_eq(buf, "total params=0\n");
+    tg_model_free(ctx, &m);
+    ck_assert_int_eq(m.count, 0);
+    ck_assert_ptr_null(m.items);
+}
+END_TEST
+
+/* A summary longer than tg_model_print's buffer prints the same text. */
+START_TEST(test_long_summary) {
+    tg_model m = {0};
+    for (int i = 0; i < 40; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "layer%02d", i);
+        ck_assert(tg_model_add(ctx, &m, TG_MODULE(tg_linear_new(ctx, name, 3, 2, i % 2, TG_F64))));
+    }
+    size_t n = tg_model_format(NULL, 0, &m);
+    ck_assert(n > 2000);
+    char *want = malloc(n + 1);
+    tg_model_format(want, n + 1, &m);
+    ck_assert_ptr_nonnull(strstr(want, "(layer39): Linear(in_features=3, out_features=2, bias=true)  params=8\n"));
+    ck_assert_ptr_nonnull(strstr(want, "total params=280\n"));
+    FILE *f = tmpfile();
+    tg_model_print(f, &m);
+    rewind(f);
+    char *got = calloc(n + 2, 1);
+    ck_assert_uint_eq(fread(got, 1, n + 1, f), n);
+    fclose(f);
+    ck_assert_str_eq(got, want);
+    free(want), free(got);
+    tg_model_free(ctx, &m);
+}
+END_TEST
+
+/* The model's parameter list: modules in order, dotted names, weight decay
+ * on for Linear and Embedding weights only. */
+START_TEST(test_params_list) {
+    tg_model m = {0};
+    build_model(&m);
+    tg_params p = {0};
+    ck_assert(tg_model_params(ctx, &m, &p));
+    const char *names[] = {"fc1.weight", "fc1.bias", "norm1.gamma", "ln.gamma", "ln.beta", "weight"};
+    const bool wd[] = {true, false, false, false, false, true};
+    ck_assert_int_eq(p.count, 6);
+    for (int i = 0; i < 6; i++) {
+        ck_assert_str_eq(p.items[i].name, names[i]);
+        ck_assert_int_eq(p.items[i].weight_decay, wd[i]);
+        ck_assert(p.items[i].value->persistent && p.items[i].value->requires_grad);
+    }
+    ck_assert_int_eq(tg_params_numel(&p), tg_model_numel(&m));
+    tg_params_free(&p);
+    /* the generic view works for any module */
+    tg_params q = {0};
+    ck_assert(tg_module_params(ctx, m.items[2], &q));
+    ck_assert_int_eq(q.count, 2);
+    ck_assert_str_eq(m.items[2]->kind, "LayerNorm");
+    ck_assert_int_eq(m.items[2]->dtype, TG_F32);
+    tg_params_free(&q);
+    ck_assert(!tg_model_params(ctx, NULL, &q));
+    lt_assert_error(ctx, TG_ERR_NULL, "tg_model_params", "'model'", NULL);
+    ck_assert(!tg_module_params(ctx, m.items[0], NULL));
+    lt_assert_error(ctx, TG_ERR_NULL, "tg_module_params", "'list'", NULL);
+    tg_model_free(ctx, &m);
+}
+END_TEST
+
+/* tg_model_add takes the module in every case: a refused module is freed
+ * (ASan and valgrind would report a leak otherwise); a module already in
+ * the model stays owned by it. */
+START_TEST(test_add_ownership) {
+    tg_model m = {0};
+    tg_linear *a = tg_linear_new(ctx, "fc", 2, 2, true, TG_F32);
+    ck_assert(tg_model_add(ctx, &m, TG_MODULE(a)));
+    ck_assert(!tg_model_add(ctx, &m, TG_MODULE(a)));
+    lt_assert_error(ctx, TG_ERR_VALUE, "tg_model_add", "already in the model", NULL);
+    ck_assert(!tg_model_add(ctx, &m, TG_MODULE(tg_linear_new(ctx, "fc", 3, 3, true, TG_F32))));
+    lt_assert_error(ctx, TG_ERR_VALUE, "tg_model_add", "duplicate module name 'fc'", NULL);
+    ck_assert(!tg_model_add(ctx, &m, NULL));
+    lt_assert_error(ctx, TG_ERR_NULL, "tg_model_add", "'m'", NULL);
+    ck_assert(!tg_model_add(ctx, NULL, TG_MODULE(tg_linear_new(ctx, "x", 3, 3, true, TG_F32))));
+    lt_assert_error(ctx, TG_ERR_NULL, "tg_model_add", "'model'", NULL);
+    /* a failed constructor gives NULL: no second error, nothing to free */
+    ck_assert(!tg_model_add(ctx, &m, TG_MODULE(tg_linear_new(ctx, "bad", 0, 3, true, TG_F32))));
+    lt_assert_error(ctx, TG_ERR_VALUE, "tg_linear_new", "in_features = 0", NULL);
+    /* a context in error: the module is freed, the first error stays */
+    tg_rmsnorm *r = tg_rmsnorm_new(ctx, "r", 1, (int64_t[]){4}, 1e-6, true, true, TG_F64);
+    tg_error(ctx, TG_ERR_STATE, "test", "first");
+    ck_assert(!tg_model_add(ctx, &m, TG_MODULE(r)));
+    ck_assert_str_eq(tg_error_message(ctx), "test: first");
+    tg_clear_error(ctx);
+    /* unnamed modules may repeat */
+    ck_assert(tg_model_add(ctx, &m, TG_MODULE(tg_linear_new(ctx, "", 2, 2, true, TG_F32))));
+    ck_assert(tg_model_add(ctx, &m, TG_MODULE(tg_linear_new(ctx, NULL, 2, 2, true, TG_F32))));
+    ck_assert_int_eq(m.count, 3);
+    tg_model_free(ctx, &m);
+    tg_model_free(ctx, &m); /* empty: a no-op */
+    tg_module_free(ctx, NULL);
+}
+END_TEST
+
+/* Embedding: the forward is a lookup of rows; init N(0, 1). */
+START_TEST(test_embedding_layer) {
+    tg_embedding_layer *e = tg_embedding_layer_new(ctx, "tok", 64, 64, TG_F64);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_int_eq(e->weight->shape[0], 64);
+    ck_assert_int_eq(e->weight->shape[1], 64);
+    double s = 0, s2 = 0;
+    for (int64_t i = 0; i < 4096; i++) {
+        double v = tg_get_flat(ctx, e->weight, i);
+        s += v, s2 += v * v;
+    }
+    double mean = s / 4096, sd = sqrt(s2 / 4096 - mean * mean);
+    ck_assert_msg(fabs(mean) < 0.06 && fabs(sd - 1) < 0.05, "mean %g sd %g", mean, sd); /* 4 sigma */
+    const int64_t idx[] = {3, 0, 3, 63, 7, 1};
+    tg_tensor *y = tg_embedding_layer_forward(ctx, e, TG_SHAPE(2, 3), idx);
+    ck_assert_ptr_nonnull(y);
+    ck_assert_int_eq(y->ndim, 3);
+    ck_assert_int_eq(y->shape[2], 64);
+    for (int i = 0; i < 6; i++)
+        for (int j = 0; j < 64; j++)
+            ck_assert_double_eq(tg_get_flat(ctx, y, i * 64 + j), tg_get_flat(ctx, e->weight, idx[i] * 64 + j));
+    tg_backward_ex(ctx, y, tg_ones(ctx, TG_F64, TG_SHAPE(2, 3, 64)), false);
+    ck_assert_double_eq(tg_get_flat(ctx, e->weight->grad, 3 * 64), 2.0); /* index 3 twice */
+    ck_assert_double_eq(tg_get_flat(ctx, e->weight->grad, 2 * 64), 0.0);
+    tg_params p = {0};
+    ck_assert(tg_embedding_layer_params(ctx, e, &p));
+    ck_assert_str_eq(p.items[0].name, "tok.weight");
+    ck_assert(p.items[0].weight_decay);
+    tg_params_free(&p);
+    char buf[128];
+    tg_module_format(buf, sizeof buf, TG_MODULE(e));
+    ck_assert_str_eq(buf, "Embedding(num_embeddings=64, embedding_dim=64)  params=4096");
+    ck_assert_ptr_null(tg_embedding_layer_forward(ctx, e, TG_SHAPE(1), (int64_t[]){64}));
+    lt_assert_error(ctx, TG_ERR_INDEX, "tg_embedding", NULL);
+    ck_assert_ptr_null(tg_embedding_layer_forward(ctx, NULL, TG_SHAPE(1), (int64_t[]){0}));
+    lt_assert_error(ctx, TG_ERR_NULL, "tg_embedding_layer_forward", "'layer'", NULL);
+    ck_assert_ptr_null(tg_embedding_layer_new(ctx, "e", 0, 4, TG_F32));
+    lt_assert_error(ctx, TG_ERR_VALUE, "tg_embedding_layer_new", "num_embeddings = 0", NULL);
+    ck_assert_ptr_null(tg_embedding_layer_new(ctx, "e", 4, -1, TG_F32));
+    lt_assert_error(ctx, TG_ERR_VALUE, "tg_embedding_layer_new", "embedding_dim = -1", NULL);
+    tg_embedding_layer_free(ctx, e);
+}
+END_TEST
+
+/* Linear -> RMSNorm -> LayerNorm -> Linear regressing a fixed random
+ * target with AdamW: the loss falls by 10x; after warm-up a step allocates
+ * nothing new (the arena's capacity stays the same). */
+START_TEST(test_training_loop) {
+    tg_model m = {0};
+    tg_linear *fc1 = tg_linear_new(ctx, "fc1", 8, 32, true, TG_F32);
+    tg_rmsnorm *rms = tg_rmsnorm_new(ctx, "rms", 1, (int64_t[]){32}, TG_RMSNORM_EPS, true, true, TG_F32);
+    tg_layernorm *ln = tg_layernorm_new(ctx, "ln", 1, (int64_t[]){32}, TG_LAYERNORM_EPS, true, true, TG_F32);
+    tg_linear *fc2 = tg_linear_new(ctx, "fc2", 32, 4, true, TG_F32);
+    ck_assert(tg_model_add(ctx, &m, TG_MODULE(fc1)) && tg_model_add(ctx, &m, TG_MODULE(rms)) &&
+              tg_model_add(ctx, &m, TG_MODULE(ln)) && tg_model_add(ctx, &m, TG_MODULE(fc2)));
+    tg_params p = {0};
+    ck_assert(tg_model_params(ctx, &m, &p));
+    tg_adam_opts o = tg_adamw_defaults();
+    o.lr = 1e-2;
+    tg_optim *opt = tg_adamw_new(ctx, &p, &o);
+    ck_assert_ptr_nonnull(opt);
+    float xs[16 * 8], ts[16 * 4];
+    for (int i = 0; i < 16 * 8; i++) xs[i] = (float)(2 * tg_rng_uniform(ctx) - 1);
+    for (int i = 0; i < 16 * 4; i++) ts[i] = (float)(2 * tg_rng_uniform(ctx) - 1);
+    double first = 0, last = 0;
+    size_t cap3 = 0;
+    for (int step = 0; step < 300; step++) {
+        tg_ctx_reset(ctx);
+        tg_tensor *x = tg_from_buffer(ctx, TG_F32, TG_SHAPE(16, 8), xs);
+        tg_tensor *t = tg_from_buffer(ctx, TG_F32, TG_SHAPE(16, 4), ts);
+        tg_tensor *h = tg_relu(ctx, tg_linear_forward(ctx, fc1, x));
+        h = tg_layernorm_forward(ctx, ln, tg_rmsnorm_forward(ctx, rms, h));
+        tg_tensor *loss = tg_mse_loss(ctx, tg_linear_forward(ctx, fc2, h), t);
+        tg_optim_zero_grad(ctx, opt);
+        tg_backward(ctx, loss);
+        tg_optim_step(ctx, opt);
+        ck_assert_msg(tg_ok(ctx), "step %d: %s", step, tg_error_message(ctx));
+        double l = tg_get_flat(ctx, loss, 0);
+        if (step == 0) first = l;
+        last = l;
+        if (step == 3) cap3 = tg_arena_capacity(ctx);
+        if (step > 3) ck_assert_uint_eq(tg_arena_capacity(ctx), cap3);
+    }
+    ck_assert_msg(last < first / 10, "loss %g -> %g", first, last);
+    tg_optim_free(ctx, opt);
+    tg_params_free(&p);
+    tg_model_free(ctx, &m);
+}
+END_TEST
+
+Suite *make_modules_suite(void) {
+    Suite *s = suite_create("modules");
+    TCase *tc = tcase_create("modules");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_summary);
+    tcase_add_test(tc, test_long_summary);
+    tcase_add_test(tc, test_params_list);
+    tcase_add_test(tc, test_add_ownership);
+    tcase_add_test(tc, test_embedding_layer);
+    tcase_add_test(tc, test_training_loop);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(make_modules_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
