@@ -18,22 +18,23 @@
  *   u              g * dy (u = dy when g is NULL)
  *
  * Statistics and their types
- *   Row statistics are ACCUMULATED IN DOUBLE for both dtypes and SAVED AS
- *   DOUBLE for both dtypes (rstd and mean are double arrays even in the f32
- *   kernels). Why:
- *   - Accuracy: a float32 row summed in double has no visible round-off
- *     (C float32 squares need C * 2^-53 relative error to matter), and
- *     costs nothing measurable: the kernels are limited by DRAM bandwidth,
- *     and the converting loops run at ~2 doubles per cycle per accumulator.
- *   - Range: squares of any float32 (up to 1.2e77, down to 2e-90) fit in a
- *     double, so float32 rows around 1e20 or 1e-20 need no special care.
- *   - Consistency: backward must see the exact statistics forward used.
- *     A float32 mean of a row 1e4 + noise is off by up to 5e-4 (half an
- *     ulp at 1e4); with noise of std 0.1 that shifts xhat by 5e-3, which a
- *     backward recomputing xhat = (x - mean) r would turn into a 0.5%
- *     gradient error. A double mean keeps xhat at float32 accuracy.
- *     Likewise rstd can leave float32's range (eps < 1e-77 with a zero
- *     row; rows near FLT_MAX) but never double's.
+ *   Row sums ACCUMULATE IN DOUBLE for both dtypes: each term (x_j^2,
+ *   (x_j - mu)^2, u_j xhat_j, ...) is formed in the input type, four terms
+ *   per lane are added in the input type, and these partials go into 32
+ *   double lanes (TG_NORM_ROWSUM in norm_kernels_util.h). For float32 that
+ *   is "at least float32" with an error that does not grow with C (each
+ *   partial carries a few float roundings of its own size), while the
+ *   float-to-double conversions, the costly part, happen once per four
+ *   elements (a sum of squares converting every term ran 1.9x slower).
+ *   The statistics are SAVED AS DOUBLE for both dtypes (rstd and mean are
+ *   double arrays even in the f32 kernels). Why:
+ *   - Consistency: backward must see the statistics forward used. A float32
+ *     mean of a row 1e4 + noise is off by up to 5e-4 (half an ulp at 1e4);
+ *     with noise of std 0.1 that shifts xhat by 5e-3, which a backward
+ *     recomputing xhat = (x - mean) r would turn into a 0.5% gradient
+ *     error. A double mean keeps xhat at float32 accuracy.
+ *   - Range: rstd can leave float32's range (eps < 1e-77 with a zero row;
+ *     rows near FLT_MAX) but never double's.
  *   - Cost: 8 bytes per row per statistic, e.g. 32 KiB for 4096 rows:
  *     0.25% of one 4096x768 float32 tensor.
  *   Elementwise work (y, dx) runs in the input type with per-row
@@ -41,14 +42,16 @@
  *   [2^-120, 2^120] is done entirely in double instead.
  *
  * Scale robustness
- *   float32: handled by the double accumulation above, for every finite
- *   input. float64: if the sum of squares (or of squared deviations)
- *   overflows or may have underflowed (< 2^-968), the row is redone scaled
- *   by a power of two s = 2^k near its max-abs (exact scaling), using
- *   mean(x^2) + eps = s^2 (mean(x'^2) + eps / s^2) with x = s x', so eps
- *   keeps its exact meaning. Limits: float64 rows whose rms exceeds ~1e307
- *   get a subnormal rstd (less precise); LayerNorm backward in float64 needs
- *   x - mean to be finite.
+ *   A row whose sum of squares (or of squared deviations) overflows, or is
+ *   so small that squares may have underflowed (below C times the type's
+ *   smallest normal), is redone in double on a copy scaled by a power of
+ *   two s = 2^k near its max-abs (exact scaling), using
+ *     mean(x^2) + eps = s^2 (mean(x'^2) + eps / s^2),   x = s x',
+ *   so eps keeps its exact meaning. This catches float32 rows beyond
+ *   ~1e19 or below ~1e-18 (1e20 and 1e-20 are tested) and float64 rows
+ *   beyond ~1e154 or below ~1e-154; ordinary rows never pay for it.
+ *   Limits: float64 rows whose rms exceeds ~1e307 get a subnormal rstd
+ *   (less precise); LayerNorm backward in float64 needs x - mean finite.
  *
  * eps = 0 is allowed (the invariant tests use it); a row of zeros with
  * eps = 0 gives r = inf and y = NaN, exactly as the formula says.
@@ -58,15 +61,16 @@
  *
  * Threads and determinism
  *   threads <= 1 runs serially; threads > 1 uses up to that many OpenMP
- *   threads when the library is built with OpenMP (TG_HAVE_OPENMP), and is
- *   serial otherwise. Forward and dx are independent per row. dg and db
+ *   threads when compiled with OpenMP (CMake's TG_OPENMP, on when found),
+ *   and is serial otherwise. Forward and dx are independent per row. dg and db
  *   are sums over rows: every thread count adds the rows into each dg[j],
  *   db[j] one at a time in row order 0..N-1 (with threads > 1, the rows are
  *   split into blocks; within a block dx is parallel over rows, then dg/db
  *   are parallel over columns). So results are bitwise identical for any
  *   thread count, with no scratch memory.
  *   Within a row, sums use 32 fixed lanes combined in a fixed tree: the
- *   order does not depend on the compiler's vector width.
+ *   order is written in the code, not chosen by the compiler's vector
+ *   width, so it is the same on every build and thread count.
  */
 #ifndef TG_LAYERS_NORM_KERNELS_H
 #define TG_LAYERS_NORM_KERNELS_H
