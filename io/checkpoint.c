@@ -53,7 +53,8 @@ bool tg_meta_set(tg_ctx *ctx, tg_meta *meta, const char *key, const char *value)
     if (!tg_utf8_valid(key, strlen(key)) || !tg_utf8_valid(value, strlen(value))) {
         char q[80];
         tg_error(ctx, TG_ERR_VALUE, fn, "the %s of key \"%s\" is not valid UTF-8",
-                 tg_utf8_valid(key, strlen(key)) ? "value" : "name", tg_json_quote(q, sizeof q, key, strlen(key)));
+                 tg_utf8_valid(key, strlen(key)) ? "value" : "name",
+                 tg_json_quote(q, sizeof q, key, strlen(key)));
         return false;
     }
     char *v = dup_str(value);
@@ -69,7 +70,8 @@ bool tg_meta_set(tg_ctx *ctx, tg_meta *meta, const char *key, const char *value)
     }
     if (meta->count == meta->capacity) {
         int cap = meta->capacity ? meta->capacity * 2 : 8;
-        tg_meta_item *items = meta->capacity < (1 << 28) ? realloc(meta->items, (size_t)cap * sizeof *items) : NULL;
+        tg_meta_item *items =
+            meta->capacity < (1 << 28) ? realloc(meta->items, (size_t)cap * sizeof *items) : NULL;
         if (!items) {
             free(v);
             tg_error(ctx, TG_ERR_OOM, fn, "out of memory");
@@ -253,11 +255,13 @@ static bool check_list(tg_ctx *ctx, const char *fn, const tg_params *list, const
         char q[80];
         tg_json_quote(q, sizeof q, p->name, len);
         if (!tg_utf8_valid(p->name, len)) {
-            tg_error(ctx, TG_ERR_VALUE, fn, "%s item %d: the name \"%s\" is not valid UTF-8", list_name, i, q);
+            tg_error(ctx, TG_ERR_VALUE, fn, "%s item %d: the name \"%s\" is not valid UTF-8", list_name, i,
+                     q);
             return false;
         }
         if (strcmp(p->name, "__metadata__") == 0) {
-            tg_error(ctx, TG_ERR_VALUE, fn, "%s item %d: \"__metadata__\" is reserved by the format", list_name, i);
+            tg_error(ctx, TG_ERR_VALUE, fn, "%s item %d: \"__metadata__\" is reserved by the format",
+                     list_name, i);
             return false;
         }
         if (!p->value) {
@@ -323,7 +327,8 @@ static tg_status save_impl(tg_ctx *ctx, const char *fn, const char *path, const 
     tg_st_tensor *t = calloc(nt ? nt : 1, sizeof *t);
     tg_st_tensor *sorted = malloc((nt ? nt : 1) * sizeof *sorted);
     tg_st_kv *kv = calloc(nm ? nm : 1, sizeof *kv);
-    char *tmp = malloc(strlen(path) + 64);
+    size_t tmp_size = strlen(path) + 64; /* + ".tmp-<pid>-<attempt>" */
+    char *tmp = malloc(tmp_size);
     char *dir = folder_of(path);
     tg_status st = TG_OK;
     if (!t || !sorted || !kv || !tmp || !dir) {
@@ -364,7 +369,8 @@ static tg_status save_impl(tg_ctx *ctx, const char *fn, const char *path, const 
         const tg_meta_item *it = &meta->items[i];
         if (!it->key || !it->value || !tg_utf8_valid(it->key, strlen(it->key)) ||
             !tg_utf8_valid(it->value, strlen(it->value))) {
-            tg_error(ctx, TG_ERR_VALUE, fn, "%s: metadata item %zu has a NULL or non-UTF-8 key or value", path, i);
+            tg_error(ctx, TG_ERR_VALUE, fn, "%s: metadata item %zu has a NULL or non-UTF-8 key or value",
+                     path, i);
             st = TG_ERR_VALUE;
             goto done;
         }
@@ -384,15 +390,15 @@ static tg_status save_impl(tg_ctx *ctx, const char *fn, const char *path, const 
     tg_ckpt_io io = resolve_io(opt ? opt->io : NULL);
     int fd = -1, err = 0;
     for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
-        sprintf(tmp, "%s.tmp-%ld-%d", path, (long)getpid(), attempt);
+        snprintf(tmp, tmp_size, "%s.tmp-%ld-%d", path, (long)getpid(), attempt);
         errno = 0;
         fd = io.create(tmp, io.user);
         err = errno;
         if (fd < 0 && err != EEXIST) break;
     }
     if (fd < 0) {
-        tg_error(ctx, TG_ERR_IO, fn, "%s: cannot create the temporary file %s: %s (the old file is unchanged)", path, tmp,
-                 strerror(err ? err : EIO));
+        tg_error(ctx, TG_ERR_IO, fn, "%s: cannot create the temporary file %s: %s (the old file is unchanged)",
+                 path, tmp, strerror(err ? err : EIO));
         st = TG_ERR_IO;
         goto done;
     }

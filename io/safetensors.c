@@ -72,7 +72,7 @@ typedef struct qname {
     char s[72];
 } qname;
 static qname quote(const char *s, size_t n) {
-    qname q;
+    qname q = {""};
     tg_json_quote(q.s, sizeof q.s, s, n);
     return q;
 }
@@ -206,8 +206,9 @@ static bool parse_tensor(tg_st_tensor *t, const tg_json *m, tg_st_error *err) {
         return st_fail(err, TG_ERR_FORMAT, "tensor \"%s\": shape %s of %s overflows 64 bits", q.s, sh,
                        st_dtype_name(t->dtype));
     if (t->begin > t->end)
-        return st_fail(err, TG_ERR_FORMAT, "tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64 "] end before they begin",
-                       q.s, t->begin, t->end);
+        return st_fail(err, TG_ERR_FORMAT,
+                       "tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64 "] end before they begin", q.s,
+                       t->begin, t->end);
     if (t->end - t->begin != t->nbytes)
         return st_fail(err, TG_ERR_FORMAT,
                        "tensor \"%s\": shape %s of %s is %" PRIu64 " bytes but data_offsets [%" PRIu64
@@ -232,7 +233,7 @@ static bool check_layout(const tg_st_file *f, tg_st_error *err) {
             qname q = quote(t->name, t->name_len);
             return st_fail(err, TG_ERR_FORMAT,
                            "tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64
-                           "] are out of range (the data section has %" PRIu64 " bytes)",
+                           "] are out of range: the data section has %" PRIu64 " bytes (a truncated file?)",
                            q.s, t->begin, t->end, f->data_len);
         }
     }
@@ -245,7 +246,8 @@ static bool check_layout(const tg_st_file *f, tg_st_error *err) {
     bool ok = true;
     for (size_t i = 0; i < f->count && ok; i++) {
         const tg_st_tensor *t = order[i];
-        qname q = quote(t->name, t->name_len);
+        qname q = {""};
+        if (t->begin != expected) q = quote(t->name, t->name_len);
         if (t->begin < expected) {
             qname p = quote(prev->name, prev->name_len);
             ok = st_fail(err, TG_ERR_FORMAT,

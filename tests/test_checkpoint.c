@@ -594,7 +594,7 @@ static const struct bad_file {
     {"end before begin", -1, "{" OK_B ",\"a.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[16,8]}}", 16,
      0, TG_ERR_FORMAT, "data_offsets [16, 8] end before they begin"},
     {"out of range", -1, "{" OK_B ",\"a.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 12, 0,
-     TG_ERR_FORMAT, "tensor \"a.w\": data_offsets [8, 16] are out of range (the data section has 12 bytes)"},
+     TG_ERR_FORMAT, "tensor \"a.w\": data_offsets [8, 16] are out of range: the data section has 12 bytes"},
     {"offset near 2^64", -1,
      "{" OK_B ",\"a.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[18446744073709551608,"
      "18446744073709551615]}}",
