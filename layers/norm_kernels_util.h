@@ -58,6 +58,42 @@
         (out) = tg_norm_combine(acc_, tail_);                               \
     } while (0)
 
+/* TG_NORM_ROWSUM2(out1, out2, C, jj, TERM1, TERM2): two sums in one pass
+ * over the row (each exactly as TG_NORM_ROWSUM would do it), so the loads
+ * the two terms share are done once. */
+#define TG_NORM_ROWSUM2(out1, out2, C, jj, TERM1, TERM2)                    \
+    do {                                                                    \
+        double a1_[TG_NORM_LANES] = {0}, a2_[TG_NORM_LANES] = {0};          \
+        double t1_ = 0.0, t2_ = 0.0;                                        \
+        int64_t j_ = 0;                                                     \
+        while (j_ + TG_NORM_GROUP * TG_NORM_LANES <= (C)) {                 \
+            TG_T p1_[TG_NORM_LANES] = {0}, p2_[TG_NORM_LANES] = {0};        \
+            for (int i_ = 0; i_ < TG_NORM_GROUP; i_++, j_ += TG_NORM_LANES) \
+                for (int k_ = 0; k_ < TG_NORM_LANES; k_++) {                \
+                    const int64_t jj = j_ + k_;                             \
+                    p1_[k_] += (TERM1);                                     \
+                    p2_[k_] += (TERM2);                                     \
+                }                                                           \
+            for (int k_ = 0; k_ < TG_NORM_LANES; k_++) {                    \
+                a1_[k_] += (double)p1_[k_];                                 \
+                a2_[k_] += (double)p2_[k_];                                 \
+            }                                                               \
+        }                                                                   \
+        for (; j_ + TG_NORM_LANES <= (C); j_ += TG_NORM_LANES)              \
+            for (int k_ = 0; k_ < TG_NORM_LANES; k_++) {                    \
+                const int64_t jj = j_ + k_;                                 \
+                a1_[k_] += (double)(TERM1);                                 \
+                a2_[k_] += (double)(TERM2);                                 \
+            }                                                               \
+        for (; j_ < (C); j_++) {                                            \
+            const int64_t jj = j_;                                          \
+            t1_ += (double)(TERM1);                                         \
+            t2_ += (double)(TERM2);                                         \
+        }                                                                   \
+        (out1) = tg_norm_combine(a1_, t1_);                                 \
+        (out2) = tg_norm_combine(a2_, t2_);                                 \
+    } while (0)
+
 /* A fast-path sum of squares below C * TG_T_MIN may have lost precision:
  * squares under the type's smallest normal are off by up to half its
  * smallest subnormal, which is then no longer below half an ulp of the sum.
