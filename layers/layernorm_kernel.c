@@ -4,11 +4,12 @@
  *
  * TG_T_SAFE_LO/HI bound the rstd for which elementwise work is done in the
  * input type with r rounded to it once. For float, r outside [2^-120, 2^120]
- * (rows whose spread is near FLT_MAX, or tiny eps with a near-constant row) would
- * make x*r lose precision or overflow, so such rows are done in double. For
- * double the whole range is fine. TG_T_MIN is the type's smallest normal
- * number (see the underflow test in norm_kernels_util.h). */
-/* These loops are the hot path of every norm layer. GCC's -O2 (the
+ * (rows whose spread is near FLT_MAX, or a tiny eps with a near-constant
+ * row) would make x*r lose precision or overflow, so such rows are done in
+ * double. For double the whole range is fine. TG_T_MIN is the type's
+ * smallest normal number (see the underflow test in norm_kernels_util.h).
+ *
+ * These loops are the hot path of every norm layer. GCC's -O2 (the
  * RelWithDebInfo default) uses the "very cheap" vectorizer cost model and
  * leaves most of them scalar: 7x slower, measured. So an optimized GCC
  * build compiles this file at -O3. */

@@ -138,7 +138,8 @@ static inline int tg_norm_scale_exp(double m)
 
 /* rstd for a row rescaled by s = 2^k (x = s x'), from the rescaled mean of
  * squares (or variance) ms1 = mean(x'^2):
- *   1/sqrt(ms + eps) = 1/sqrt(s^2 (ms1 + eps/s^2)) = 2^-k / sqrt(ms1 + eps 2^-2k).
+ *   1/sqrt(ms + eps) = 1/sqrt(s^2 (ms1 + eps/s^2))
+ *                    = 2^-k / sqrt(ms1 + eps 2^-2k).
  * If eps 2^-2k overflows, ms is below 1e-308 of eps and r = 1/sqrt(eps). */
 static inline double tg_norm_rstd_scaled(double ms1, int k, double eps)
 {

@@ -7,8 +7,9 @@
  * (rows with rms near FLT_MAX, or eps < 1e-72 with a near-zero row) would
  * make x*r lose precision or overflow, so such rows are done in double. For
  * double the whole range is fine. TG_T_MIN is the type's smallest normal
- * number (see the underflow test in norm_kernels_util.h). */
-/* These loops are the hot path of every norm layer. GCC's -O2 (the
+ * number (see the underflow test in norm_kernels_util.h).
+ *
+ * These loops are the hot path of every norm layer. GCC's -O2 (the
  * RelWithDebInfo default) uses the "very cheap" vectorizer cost model and
  * leaves most of them scalar: 7x slower, measured. So an optimized GCC
  * build compiles this file at -O3. */

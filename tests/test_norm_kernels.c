@@ -564,8 +564,9 @@ START_TEST(test_rms_arange9) {
     const double want[9] = {0,      0.7746, 1.5492, 0.7348, 0.9798,
                             1.2247, 0.8514, 0.9933, 1.1352};
     for (int i = 0; i < 9; i++)
-        ck_assert_msg(fabs(y[i] - want[i]) <= 1e-4, "%s y[%d] = %.6f, want %.4f",
-                      DT_NAME[dt], i, y[i], want[i]);
+        ck_assert_msg(fabs(y[i] - want[i]) <= 1e-4,
+                      "%s y[%d] = %.6f, want %.4f", DT_NAME[dt], i, y[i],
+                      want[i]);
 }
 END_TEST
 
