@@ -216,7 +216,7 @@ int main(int argc, char **argv) {
     tg_progress_init(&progress, stdout, args.steps, args.every);
     int64_t batch_ctx[BATCH * CONTEXT], batch_next[BATCH];
     double loss_value = NAN, val_loss = NAN;
-    for (int64_t step = tg_optim_steps(opt) + 1; step <= args.steps; step++) {
+    for (int64_t step = tg_optim_steps(opt) + 1; step <= ex_last_step(&args); step++) {
         for (int b = 0; b < BATCH; b++) { /* a random minibatch */
             int64_t j = (int64_t)(tg_rng_uniform(ctx) * (double)train.n);
             memcpy(&batch_ctx[b * CONTEXT], &train.ctx[j * CONTEXT], sizeof(int64_t) * CONTEXT);

@@ -91,6 +91,28 @@ static int64_t argmax_row(tg_ctx *ctx, tg_tensor *logits, int64_t row) {
     return best;
 }
 
+/* --optim and --schedule: every optimizer of the library trains this model. */
+static const char *optim_name = "adam", *schedule_name = "constant";
+
+static tg_optim *make_optimizer(tg_ctx *ctx, const ex_args *args, tg_params *params) {
+    tg_optim *opt;
+    if (strcmp(optim_name, "sgd") == 0) {
+        tg_sgd_opts o = tg_sgd_defaults(args->lr);
+        o.momentum = 0.9;
+        opt = tg_sgd_new(ctx, params, &o);
+    } else {
+        tg_adam_opts o = strcmp(optim_name, "adamw") == 0 ? tg_adamw_defaults() : tg_adam_defaults();
+        o.lr = args->lr;
+        opt = strcmp(optim_name, "adamw") == 0 ? tg_adamw_new(ctx, params, &o) : tg_adam_new(ctx, params, &o);
+    }
+    if (strcmp(schedule_name, "cosine") == 0) {
+        tg_schedule s = {.kind = TG_SCHED_WARMUP_COSINE, .warmup_steps = args->steps / 10,
+                         .total_steps = args->steps, .start_factor = 0.1, .min_lr = args->lr / 100};
+        tg_optim_set_schedule(ctx, opt, &s);
+    }
+    return opt;
+}
+
 typedef struct result {
     double loss, accuracy;
 } result;
@@ -103,9 +125,7 @@ static bool train(tg_ctx *ctx, const ex_args *args, const spiral_data *d, const 
     mlp_init(ctx, &m, norm);
     tg_params params = {0};
     tg_model_params(ctx, &m.model, &params);
-    tg_adam_opts opts = tg_adam_defaults();
-    opts.lr = args->lr;
-    tg_optim *opt = tg_adam_new(ctx, &params, &opts);
+    tg_optim *opt = make_optimizer(ctx, args, &params);
     if (ex_failed(ctx) || !ex_resume(ctx, args, &params, opt)) return false;
     printf("\n== spiral --norm %s\n", norm);
     tg_model_print(stdout, &m.model);
@@ -120,7 +140,7 @@ static bool train(tg_ctx *ctx, const ex_args *args, const spiral_data *d, const 
     }
     tg_progress progress;
     tg_progress_init(&progress, stdout, args->steps, args->every);
-    for (int64_t step = tg_optim_steps(opt) + 1; step <= args->steps; step++) {
+    for (int64_t step = tg_optim_steps(opt) + 1; step <= ex_last_step(args); step++) {
         tg_tensor *x = tg_from_buffer(ctx, TG_F32, TG_SHAPE(d->n, 2), d->x);
         tg_tensor *logits = mlp_forward(ctx, &m, x);
         tg_tensor *loss = tg_cross_entropy(ctx, logits, d->label, NULL);
@@ -204,11 +224,16 @@ int main(int argc, char **argv) {
     const char *norm = "all";
     int64_t per_class = 100;
     static const char *const choices[] = {"none", "rmsnorm", "layernorm", "all", NULL};
+    static const char *const optims[] = {"sgd", "adam", "adamw", NULL};
+    static const char *const schedules[] = {"constant", "cosine", NULL};
     ex_flag extra[] = {
-        {"norm", EX_STR, &norm, "normalization after each hidden Linear", choices},
+        {"norm", EX_STR, &norm, "normalization after each hidden Linear (default all)", choices},
+        {"optim", EX_STR, &optim_name, "optimizer; sgd has momentum 0.9 (default adam)", optims},
+        {"schedule", EX_STR, &schedule_name, "lr schedule; cosine warms up for 10% of the steps (default constant)",
+         schedules},
         {"points", EX_INT, &per_class, "points per class (default 100)", NULL},
     };
-    int rc = ex_parse(&args, argc, argv, "spiral", "Trains an MLP to classify three spirals.", extra, 2);
+    int rc = ex_parse(&args, argc, argv, "spiral", "Trains an MLP to classify three spirals.", extra, 4);
     if (rc >= 0) return rc;
     if (per_class < 2) {
         fprintf(stderr, "spiral: --points must be at least 2\n");

@@ -17,6 +17,7 @@ static void usage(FILE *f, const ex_args *d, const char *prog, const char *about
     fprintf(f, "  --every N       progress every N steps (default %lld)\n", (long long)d->every);
     fprintf(f, "  --save FILE     write a checkpoint (safetensors) at the end\n");
     fprintf(f, "  --resume FILE   start from a checkpoint written by --save\n");
+    fprintf(f, "  --stop-after K  stop after step K of the --steps run (then --save, and --resume later)\n");
     for (int i = 0; i < nextra; i++) {
         fprintf(f, "  --%-13s %s", extra[i].name, extra[i].help);
         if (extra[i].choices) {
@@ -67,6 +68,7 @@ int ex_parse(ex_args *a, int argc, char **argv, const char *prog, const char *ab
         int64_t n;
         if (strcmp(name, "steps") == 0) ok = parse_int(val, 1, &a->steps);
         else if (strcmp(name, "every") == 0) ok = parse_int(val, 1, &a->every);
+        else if (strcmp(name, "stop-after") == 0) ok = parse_int(val, 1, &a->stop_after);
         else if (strcmp(name, "seed") == 0) {
             ok = parse_int(val, 0, &n);
             a->seed = (uint64_t)n;
@@ -100,6 +102,10 @@ int ex_parse(ex_args *a, int argc, char **argv, const char *prog, const char *ab
         }
     }
     return -1;
+}
+
+int64_t ex_last_step(const ex_args *args) {
+    return args->stop_after > 0 && args->stop_after < args->steps ? args->stop_after : args->steps;
 }
 
 bool ex_failed(tg_ctx *ctx) {

@@ -16,6 +16,7 @@ typedef struct ex_args {
     int64_t every;      /* progress every N steps */
     const char *save;   /* checkpoint to write at the end, or NULL */
     const char *resume; /* checkpoint to start from, or NULL */
+    int64_t stop_after; /* stop after this step (0: run all steps), e.g. to --save and --resume later */
 } ex_args;
 
 /* An example-specific flag: --name VALUE. */
@@ -33,6 +34,9 @@ typedef struct ex_flag {
  * --help, 2 after printing the usage for a bad flag or value. */
 int ex_parse(ex_args *args, int argc, char **argv, const char *prog, const char *about, const ex_flag *extra,
              int nextra);
+
+/* The last step to run: min(steps, stop_after) when stop_after is set. */
+int64_t ex_last_step(const ex_args *args);
 
 /* Prints the context's error to stderr and returns true when there is one. */
 bool ex_failed(tg_ctx *ctx);

@@ -3,7 +3,7 @@
 # the loss falls well below where it started, the same seed gives the same
 # losses (with 1 or 2 threads), the pictures are real PNG files, and a bad
 # flag gives the usage and exit status 2.
-# Usage: check.sh BUILD_DIR CASE   (CASE: xor | spiral | charlm | determinism | pngs | flags)
+# Usage: check.sh BUILD_DIR CASE   (CASE: xor | spiral | charlm | determinism | pngs | resume | flags)
 set -euo pipefail
 build=$1
 case_name=$2
@@ -74,6 +74,32 @@ pngs)
     [ "$size" -gt 10000 ] || fail "$png.png is only $size bytes"
     echo "$png.png: PNG, $size bytes"
   done
+  ;;
+resume)
+  # Exact resume: N steps straight == N/2 steps, save, a new process that
+  # loads, N/2 more. The losses of the second half and the final checkpoint
+  # (parameters, optimizer state, RNG state) must be bit-identical.
+  # (last_rows FILE K: the data rows after step K)
+  last_rows() { awk -v k="$2" '!/^#/ && $1 > k' "$1"; }
+  run_pair() { # name, program, its flags...
+    local name=$1 prog=$2; shift 2
+    "$ex/$prog" "$@" --steps 40 --save "$tmp/$name-full.st" --out "$tmp/$name-a" > /dev/null
+    "$ex/$prog" "$@" --steps 40 --stop-after 20 --save "$tmp/$name-half.st" --out "$tmp/$name-b" > /dev/null
+    "$ex/$prog" "$@" --steps 40 --resume "$tmp/$name-half.st" --save "$tmp/$name-resumed.st" --out "$tmp/$name-c" > "$tmp/$name-c.log"
+    grep -q "resumed from .* at step 20" "$tmp/$name-c.log" || fail "$name: did not resume at step 20"
+    cmp "$tmp/$name-full.st" "$tmp/$name-resumed.st" || fail "$name: resumed checkpoint differs from the straight run's"
+  }
+  run_pair sgd spiral --norm rmsnorm --optim sgd --lr 0.05
+  diff <(last_rows "$tmp/sgd-a/loss_rmsnorm.dat" 20) <(last_rows "$tmp/sgd-c/loss_rmsnorm.dat" 20) \
+    || fail "sgd: losses after resuming differ"
+  run_pair adamw spiral --norm layernorm --optim adamw --schedule cosine
+  diff <(last_rows "$tmp/adamw-a/loss_layernorm.dat" 20) <(last_rows "$tmp/adamw-c/loss_layernorm.dat" 20) \
+    || fail "adamw: losses after resuming differ"
+  run_pair charlm charlm --every 10
+  diff <(last_rows "$tmp/charlm-a/train.dat" 20) <(last_rows "$tmp/charlm-c/train.dat" 20) \
+    || fail "charlm: losses after resuming differ"
+  [ "$(last_rows "$tmp/sgd-c/loss_rmsnorm.dat" 20 | wc -l)" -eq 20 ] || fail "sgd: resumed run logged the wrong steps"
+  echo "resume: SGD+momentum, AdamW+warmup-cosine and charlm (AdamW, RNG minibatches) resume bit-exactly"
   ;;
 flags)
   for prog in xor spiral charlm; do
