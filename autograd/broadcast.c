@@ -4,6 +4,21 @@
 
 bool tg_bcast_plan(tg_ctx *ctx, const char *fn, tg_bcast *p, int andim, const int64_t *ashape, int bndim,
                    const int64_t *bshape) {
+    /* Same shapes (the common case): one row of numel elements. */
+    bool same = andim == bndim;
+    for (int d = 0; same && d < andim; d++) same = ashape[d] == bshape[d];
+    if (same) {
+        int64_t numel = 1;
+        for (int d = 0; d < andim; d++) numel *= ashape[d]; /* a tensor's shape: no overflow */
+        p->out_ndim = andim;
+        for (int d = 0; d < TG_MAX_DIMS; d++) p->out_shape[d] = d < andim ? ashape[d] : 1;
+        p->numel = numel;
+        p->ndim = 1;
+        p->size[0] = p->row = numel;
+        p->sa[0] = p->sb[0] = p->ra = p->rb = 1;
+        p->nrows = numel ? 1 : 0;
+        return true;
+    }
     int nd = andim > bndim ? andim : bndim;
     int64_t as[TG_MAX_DIMS], bs[TG_MAX_DIMS];
     for (int d = 0; d < nd; d++) {

@@ -39,7 +39,8 @@ typedef struct tg_bcast {
     int64_t ra, rb;
 } tg_bcast;
 
-/* Computes the plan of a (op) b. On shapes that do not broadcast sets
+/* Computes the plan of a (op) b, given the shapes of two valid tensors
+ * (same shapes take a short path). On shapes that do not broadcast sets
  * TG_ERR_SHAPE from `fn`, naming both shapes and the first dim that does
  * not fit, and returns false. */
 bool tg_bcast_plan(tg_ctx *ctx, const char *fn, tg_bcast *p, int andim, const int64_t *ashape, int bndim,
