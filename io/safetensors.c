@@ -389,7 +389,7 @@ bool tg_st_write(tg_st_sink sink, void *user, const tg_st_tensor *tensors, size_
     for (size_t i = 0; i < count && ok; i++) {
         const tg_st_tensor *t = &tensors[i];
         size_t esize = tg_dtype_size(t->dtype);
-        uint64_t nbytes;
+        uint64_t nbytes = 0; /* validated when the header was written above */
         shape_bytes(t->ndim, t->shape, esize, &nbytes);
         if (!swap) {
             if (nbytes) ok = sink(user, t->data, (size_t)nbytes);
