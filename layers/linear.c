@@ -97,9 +97,14 @@ static void linear_backward(tg_ctx *ctx, tg_node *n) {
     tg_tensor *dx = tg_grad_of(ctx, x);
     tg_tensor *dw = tg_grad_of(ctx, w);
     tg_tensor *db = tg_grad_of(ctx, b);
+    if (!tg_ok(ctx)) return;
     const tg_dtype dt = dy->dtype;
-    if (dx && K > 0 && N > 0) lin_gemm(ctx, n->op, dt, false, false, M, K, N, dy->data, N, w->data, K, 1.0, dx->data, K);
-    if (dw && K > 0 && M > 0) lin_gemm(ctx, n->op, dt, true, false, N, K, M, dy->data, N, x->data, K, 1.0, dw->data, K);
+    /* dx (M,K) = dy (M,N) W (N,K) */
+    if (dx && K > 0 && N > 0)
+        lin_gemm(ctx, n->op, dt, false, false, M, K, N, dy->data, N, w->data, K, 1.0, dx->data, K);
+    /* dW (N,K) = dy^T (N,M) x (M,K); dy read transposed */
+    if (dw && K > 0 && M > 0)
+        lin_gemm(ctx, n->op, dt, true, false, N, K, M, dy->data, N, x->data, K, 1.0, dw->data, K);
     if (db && N > 0 && M > 0) {
         double *acc = tg_arena_alloc_fn(ctx, n->op, (size_t)N * sizeof *acc);
         if (!acc) return;

@@ -197,7 +197,8 @@ bool tg_module_params(tg_ctx *ctx, tg_module *m, tg_params *list) {
     static const char fn[] = "tg_module_params";
     if (!tg_live(ctx)) return false;
     if (!m || !list) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", !m ? "m" : "list");
+        if (!m) tg_error(ctx, TG_ERR_NULL, fn, "argument 'm' (the layer) is NULL");
+        else tg_error(ctx, TG_ERR_NULL, fn, "argument 'list' is NULL");
         return false;
     }
     return m->ops_->params(ctx, m, list);

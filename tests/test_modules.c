@@ -114,6 +114,8 @@ START_TEST(test_params_list) {
     lt_assert_error(ctx, TG_ERR_NULL, "tg_model_params", "'model'", NULL);
     ck_assert(!tg_module_params(ctx, m.items[0], NULL));
     lt_assert_error(ctx, TG_ERR_NULL, "tg_module_params", "'list'", NULL);
+    ck_assert(!tg_rmsnorm_params(ctx, NULL, &q));
+    lt_assert_error(ctx, TG_ERR_NULL, "'m' (the layer) is NULL", NULL);
     tg_model_free(ctx, &m);
 }
 END_TEST
