@@ -1039,10 +1039,14 @@ tg_tensor *tg_rmsnorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tens
 tg_tensor *tg_layernorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
                               double eps);
 /* The composed twins: the same functions and arguments, built only from
- * primitive ops (tg_reshape to rows, tg_pow_scalar, tg_mean_axis,
- * tg_add_scalar, tg_sqrt, tg_sub, tg_div, tg_mul, tg_add), so autograd
- * derives their backward. Statistics are in x's dtype (the float32 range
- * limits of the plain formula apply). For tests, learners and benchmarks. */
+ * primitive ops as PyTorch users write them, e.g. RMSNorm
+ * x * (mean(x^2, -1) + eps)^(-1/2) * gamma (+ beta) with tg_pow_scalar,
+ * tg_mean_axis, tg_add_scalar, tg_mul (tg_sub for LayerNorm's x - mean;
+ * tg_reshape to rows and back when several dims are normalized), so
+ * autograd derives their backward: 6 records for RMSNorm with gamma, 9 for
+ * LayerNorm with gamma and beta. Statistics are in x's dtype (the float32
+ * range limits of the plain formula apply). For tests, learners and
+ * benchmarks. */
 tg_tensor *tg_rmsnorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
                                double eps);
 tg_tensor *tg_layernorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
