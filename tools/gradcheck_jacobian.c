@@ -1,0 +1,314 @@
+/* `tapegrad-gradcheck jacobian NAME --shape SMALL`: the full Jacobians
+ * J[j][i] = d out_j / d x_i of an op's output by each differentiable input,
+ * analytic (one backward per output element) and numeric (central
+ * differences, one pair of forwards per input element), printed side by
+ * side with their difference, and drawn as three heatmaps in
+ * DIR/jacobian_NAME_INPUT.png (data in the .dat beside it). */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "tools/gradcheck_tool.h"
+
+/* Entries above this are refused: the picture and the printout stop being
+ * readable long before tg_gradcheck_jacobian's own cap. */
+#define JAC_MAX_ENTRIES 65536
+/* Widest text line the printout aims for. */
+#define JAC_LINE 150
+
+typedef struct jac_view {
+    const tg_tensor *out, *x;  /* shapes for the labels */
+    const char *xname;
+    int64_t M, N;              /* rows (outputs), columns (input elements) */
+    const double *A, *Nu, *D;  /* analytic, numeric, difference, M x N */
+} jac_view;
+
+static int label_width(const tg_tensor *t, int64_t n) {
+    char buf[64];
+    int w = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int l = (int)strlen(gct_index_text(buf, sizeof buf, t->ndim, t->shape, i));
+        if (l > w) w = l;
+    }
+    return w;
+}
+
+/* One row of a matrix, each value in `fmt` after a space. */
+static void put_row(const double *row, int64_t N, const char *fmt) {
+    for (int64_t i = 0; i < N; i++) {
+        fputc(' ', stdout);
+        printf(fmt, row[i] == 0 ? 0.0 : row[i]); /* no "-0.0000" */
+    }
+}
+
+static void put_header(const jac_view *v, int w, int lw, bool with_rowlabel) {
+    char buf[64];
+    if (with_rowlabel) printf("  %*s ", lw + 3, "");
+    for (int64_t i = 0; i < v->N; i++) {
+        gct_index_text(buf, sizeof buf, v->x->ndim, v->x->shape, i);
+        char col[80];
+        snprintf(col, sizeof col, "%s%s", v->xname, buf);
+        printf(" %*s", w, col);
+    }
+}
+
+/* Prints analytic and numeric side by side when they fit, one after the
+ * other otherwise, then the difference. */
+static void print_matrices(const jac_view *v, bool color) {
+    double m = 0;
+    for (int64_t e = 0; e < v->M * v->N; e++) m = fmax(m, fmax(fabs(v->A[e]), fabs(v->Nu[e])));
+    /* fixed point for ordinary magnitudes, else exponents; columns at
+     * least as wide as their headers ("x[3]") */
+    bool fixed = m == 0 || (m >= 1e-3 && m < 1e4);
+    int xl = (int)strlen(v->xname) + label_width(v->x, v->N);
+    int w = fixed ? 9 : 10, wd = 9;
+    if (xl > w) w = xl;
+    if (xl > wd) wd = xl;
+    char fmtw[16], fmtd[16];
+    snprintf(fmtw, sizeof fmtw, fixed ? "%%%d.4f" : "%%%d.2e", w);
+    snprintf(fmtd, sizeof fmtd, "%%%d.1e", wd);
+    int lw = label_width(v->out, v->M);
+    int block = (int)v->N * (w + 1);
+    bool side = 2 + lw + 3 + 2 * block + 5 <= JAC_LINE;
+    char buf[64];
+
+    if (side) {
+        printf("  %*s  ", lw + 3, "");
+        gct_puts_tone(stdout, "analytic", GCT_BOLD, color);
+        printf("%*s", block - 8 + 5, "");
+        gct_puts_tone(stdout, "numeric", GCT_BOLD, color);
+        printf("\n");
+        put_header(v, w, lw, true);
+        printf("  | ");
+        put_header(v, w, lw, false);
+        printf("\n");
+        for (int64_t j = 0; j < v->M; j++) {
+            printf("  out%-*s ", lw, gct_index_text(buf, sizeof buf, v->out->ndim, v->out->shape, j));
+            put_row(v->A + j * v->N, v->N, fmtw);
+            printf("  | ");
+            put_row(v->Nu + j * v->N, v->N, fmtw);
+            printf("\n");
+        }
+    } else {
+        for (int which = 0; which < 2; which++) {
+            printf("  ");
+            gct_puts_tone(stdout, which ? "numeric" : "analytic", GCT_BOLD, color);
+            printf("\n");
+            put_header(v, w, lw, true);
+            printf("\n");
+            const double *mat = which ? v->Nu : v->A;
+            for (int64_t j = 0; j < v->M; j++) {
+                printf("  out%-*s ", lw, gct_index_text(buf, sizeof buf, v->out->ndim, v->out->shape, j));
+                put_row(mat + j * v->N, v->N, fmtw);
+                printf("\n");
+            }
+            if (!which) printf("\n");
+        }
+    }
+    printf("\n  ");
+    gct_puts_tone(stdout, "difference", GCT_BOLD, color);
+    printf(" (analytic - numeric)\n");
+    put_header(v, wd, lw, true);
+    printf("\n");
+    for (int64_t j = 0; j < v->M; j++) {
+        printf("  out%-*s ", lw, gct_index_text(buf, sizeof buf, v->out->ndim, v->out->shape, j));
+        put_row(v->D + j * v->N, v->N, fmtd);
+        printf("\n");
+    }
+}
+
+/* DIR/NAME.dat: three matrices (gnuplot `index` 0, 1, 2), and NAME.gp
+ * drawing them side by side. */
+static bool write_heatmaps(const char *dir, const char *name, const char *title, const jac_view *v, double h) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.dat", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) return false;
+    const char *what[3] = {"analytic", "numeric", "difference (analytic - numeric)"};
+    const double *mats[3] = {v->A, v->Nu, v->D};
+    double m = 0, md = 0;
+    for (int b = 0; b < 3; b++) {
+        fprintf(f, "%s# %s: %lld rows (output elements) x %lld columns (elements of %s)\n", b ? "\n\n" : "", what[b],
+                (long long)v->M, (long long)v->N, v->xname);
+        for (int64_t j = 0; j < v->M; j++) {
+            for (int64_t i = 0; i < v->N; i++) {
+                double val = mats[b][j * v->N + i];
+                fprintf(f, "%s%.10g", i ? " " : "", val);
+                if (b < 2) m = fmax(m, fabs(val));
+                else if (isfinite(val)) md = fmax(md, fabs(val));
+            }
+            fputc('\n', f);
+        }
+    }
+    bool ok = !ferror(f);
+    ok = fclose(f) == 0 && ok;
+    if (!ok) return false;
+
+    snprintf(path, sizeof path, "%s/%s.gp", dir, name);
+    f = fopen(path, "w");
+    if (!f) return false;
+    char png[300];
+    snprintf(png, sizeof png, "%s.png", name);
+    tg_status st = tg_plot_write_preamble(f, png, 1350, 470);
+    fprintf(f, "set multiplot layout 1,3 title '%s'\n", title);
+    fprintf(f, "set palette defined (-1 '#2166ac', 0 '#f7f7f7', 1 '#b2182b')\n");
+    fprintf(f, "set xrange [-0.5:%lld.5]\nset yrange [%lld.5:-0.5]\n", (long long)v->N - 1, (long long)v->M - 1);
+    fprintf(f, "set xlabel 'element of %s (flat index i)'\nset ylabel 'output element (flat index j)'\n", v->xname);
+    if (v->N <= 24) fprintf(f, "set xtics 1\n");
+    if (v->M <= 24) fprintf(f, "set ytics 1\n");
+    fprintf(f, "set tics out nomirror\nset size ratio %g\n", v->M == 1 ? 0.15 : fmin(2.0, (double)v->M / (double)v->N));
+    fprintf(f, "set cbrange [%.6g:%.6g]\n", -(m > 0 ? m : 1), m > 0 ? m : 1);
+    fprintf(f, "set title 'analytic d out_j / d %s_i'\n", v->xname);
+    fprintf(f, "plot '%s.dat' index 0 matrix with image notitle\n", name);
+    fprintf(f, "set title 'numeric (central differences, h=%g)'\n", h);
+    fprintf(f, "plot '%s.dat' index 1 matrix with image notitle\n", name);
+    fprintf(f, "set cbrange [%.6g:%.6g]\n", -(md > 0 ? md : 1), md > 0 ? md : 1);
+    fprintf(f, "set format cb '%%.0e'\n");
+    fprintf(f, "set title sprintf('difference: max |analytic - numeric| = %%.1e', %.6g)\n", md);
+    fprintf(f, "plot '%s.dat' index 2 matrix with image notitle\n", name);
+    fprintf(f, "unset multiplot\n");
+    if (ferror(f)) st = TG_ERR_IO;
+    if (fclose(f) != 0) st = TG_ERR_IO;
+    return st == TG_OK;
+}
+
+int gct_cmd_jacobian(const gct_args *a) {
+    const tg_op_info *op;
+    const gct_bug *bug;
+    if (!gct_resolve(a, a->name, &op, &bug)) return GCT_EXIT_USAGE;
+    tg_ctx *ctx = tg_ctx_new(a->seed);
+    if (!ctx) {
+        fprintf(stderr, "tapegrad-gradcheck: out of memory\n");
+        return GCT_EXIT_ERROR;
+    }
+    gct_target t;
+    int status = GCT_EXIT_PASS;
+    if (!gct_target_build(ctx, op, bug, a->shape, a->dtype, &t)) {
+        status = gct_usage_error("%s", tg_error_message(ctx));
+        tg_ctx_free(ctx);
+        return status;
+    }
+    /* which inputs */
+    uint32_t which = t.c.check;
+    if (a->input) {
+        which = 0;
+        char names[256] = "";
+        size_t nl = 0;
+        for (int k = 0; k < t.c.n_inputs; k++) {
+            if (!(t.c.check >> k & 1u)) continue;
+            if (!strcmp(t.c.input_names[k], a->input)) which = (uint32_t)1 << k;
+            if (nl < sizeof names)
+                nl += (size_t)snprintf(names + nl, sizeof names - nl, "%s%s", nl ? ", " : "", t.c.input_names[k]);
+        }
+        if (!which) {
+            status = gct_usage_error("%s %s has no differentiable input '%s' (it has: %s)", op->name, t.c.spec,
+                                     a->input, names);
+            tg_ctx_free(ctx);
+            return status;
+        }
+    }
+    /* the output's shape: one plain forward */
+    bool was = tg_set_grad_enabled(ctx, false);
+    tg_tensor *y = t.fn(ctx, t.c.inputs, &t.c);
+    tg_set_grad_enabled(ctx, was);
+    if (!y) {
+        fprintf(stderr, "tapegrad-gradcheck: %s: %s\n", t.label, tg_error_message(ctx));
+        tg_ctx_free(ctx);
+        return GCT_EXIT_ERROR;
+    }
+    for (int k = 0; k < t.c.n_inputs; k++) {
+        if (!(which >> k & 1u)) continue;
+        int64_t M = y->numel, N = t.c.inputs[k]->numel;
+        if (N > 0 && M > JAC_MAX_ENTRIES / N) {
+            char s1[64], s2[64];
+            status = gct_usage_error("the Jacobian of %s (output %s by %s %s) has %lld entries; jacobian is for "
+                                     "small shapes (at most %d entries): try --shape %s",
+                                     op->name, gct_shape_text(s1, sizeof s1, y->ndim, y->shape), t.c.input_names[k],
+                                     gct_shape_text(s2, sizeof s2, t.c.inputs[k]->ndim, t.c.inputs[k]->shape),
+                                     (long long)(M * N), JAC_MAX_ENTRIES, bug ? bug->default_spec : "with fewer elements");
+            tg_ctx_free(ctx);
+            return status;
+        }
+    }
+
+    tg_gradcheck_opts o = gct_target_opts(&t, a);
+    /* the tolerances tg_gradcheck would use, for counting entries */
+    bool f32 = a->dtype == TG_F32;
+    double h = o.h > 0 ? o.h : f32 ? 1e-3 : 1e-6;
+    double atol = o.atol > 0 ? o.atol : f32 ? 1e-3 : 1e-5, rtol = o.rtol > 0 ? o.rtol : f32 ? 1e-2 : 1e-3;
+    o.h = h;
+    char sy[64];
+    gct_puts_tone(stdout, t.label, GCT_BOLD, a->color);
+    printf("  %s, spec %s: output %s, %s, central differences h=%g\n", bug ? bug->function : op->summary, t.c.spec,
+           gct_shape_text(sy, sizeof sy, y->ndim, y->shape), tg_dtype_name(a->dtype), h);
+    if (!gct_mkdir_p(a->out_dir)) {
+        tg_ctx_free(ctx);
+        return GCT_EXIT_ERROR;
+    }
+    int n_bad_total = 0;
+    for (int k = 0; k < t.c.n_inputs; k++) {
+        if (!(which >> k & 1u)) continue;
+        tg_tensor *Ja, *Jn;
+        if (!tg_gradcheck_jacobian(ctx, t.fn, &t.c, t.c.n_inputs, t.c.inputs, k, &o, &Ja, &Jn)) {
+            fprintf(stderr, "tapegrad-gradcheck: %s: %s\n", t.label, tg_error_message(ctx));
+            tg_ctx_free(ctx);
+            return GCT_EXIT_ERROR;
+        }
+        const tg_tensor *x = t.c.inputs[k];
+        int64_t M = Ja->shape[0], N = Ja->shape[1];
+        double *D = tg_arena_alloc(ctx, (size_t)(M * N > 0 ? M * N : 1) * sizeof *D);
+        if (!D) {
+            fprintf(stderr, "tapegrad-gradcheck: out of memory\n");
+            tg_ctx_free(ctx);
+            return GCT_EXIT_ERROR;
+        }
+        const double *A = Ja->data, *Nu = Jn->data;
+        double maxd = 0;
+        int64_t worst = 0, n_bad = 0;
+        for (int64_t e = 0; e < M * N; e++) {
+            D[e] = A[e] - Nu[e];
+            double ad = fabs(D[e]);
+            if (!(ad <= atol + rtol * fabs(Nu[e]))) n_bad++;
+            if (isnan(ad) || ad > maxd) maxd = isnan(ad) ? INFINITY : ad, worst = e;
+        }
+        n_bad_total += (int)n_bad;
+        jac_view v = {y, x, t.c.input_names[k], M, N, A, Nu, D};
+        char sx[64], bj[64], bi[64];
+        printf("\n");
+        gct_puts_tone(stdout, "d out / d ", GCT_BOLD, a->color);
+        gct_puts_tone(stdout, v.xname, GCT_BOLD, a->color);
+        printf("   %lld rows (output elements) x %lld columns (%s %s)\n\n", (long long)M, (long long)N, v.xname,
+               gct_shape_text(sx, sizeof sx, x->ndim, x->shape));
+        if (N * 10 <= 2 * JAC_LINE && M <= 64) print_matrices(&v, a->color);
+        else printf("  (too large to print: %lld x %lld; see the heatmap)\n", (long long)M, (long long)N);
+        printf("\n  max |analytic - numeric| = %.2e at out%s, %s%s;  ", maxd,
+               gct_index_text(bj, sizeof bj, y->ndim, y->shape, N ? worst / N : 0), v.xname,
+               gct_index_text(bi, sizeof bi, x->ndim, x->shape, N ? worst % N : 0));
+        char verdict[128];
+        snprintf(verdict, sizeof verdict, "%lld of %lld entries outside %g + %g |numeric|", (long long)n_bad,
+                 (long long)(M * N), atol, rtol);
+        gct_puts_tone(stdout, verdict, n_bad ? GCT_BAD : GCT_GOOD, a->color);
+        printf("\n");
+
+        char name[256], title[512];
+        snprintf(name, sizeof name, "jacobian_%s%s%s_%s", op->name, bug ? "_" : "", bug ? bug->name : "", v.xname);
+        snprintf(title, sizeof title, "%s  %s  (%s): d out / d %s", t.label, t.c.spec, tg_dtype_name(a->dtype),
+                 v.xname);
+        for (char *p = title; *p; p++)
+            if (*p == '\'') *p = ' ';
+        char gp[4096], msg[512] = "";
+        if (!write_heatmaps(a->out_dir, name, title, &v, h)) {
+            fprintf(stderr, "tapegrad-gradcheck: cannot write %s/%s.dat or .gp\n", a->out_dir, name);
+            tg_ctx_free(ctx);
+            return GCT_EXIT_ERROR;
+        }
+        snprintf(gp, sizeof gp, "%s/%s.gp", a->out_dir, name);
+        bool rendered = false;
+        tg_status st = tg_plot_render(gp, &rendered, msg, sizeof msg);
+        printf("  %s\n", *msg ? msg : gp);
+        if (st != TG_OK) status = GCT_EXIT_ERROR;
+    }
+    tg_ctx_free(ctx);
+    if (status == GCT_EXIT_PASS && n_bad_total) status = GCT_EXIT_FAIL;
+    return status;
+}

@@ -1,0 +1,98 @@
+/* `tapegrad-gradcheck list`: every registered op and layer with its spec
+ * (options), built-in shape variants and inputs, then the seeded bugs. */
+#include <string.h>
+
+#include "tools/gradcheck_tool.h"
+
+#define WRAP 100
+
+/* Prints `label` padded to `lw` columns at `indent`, then the words of
+ * text wrapped at WRAP columns, continuation lines under the text.
+ * `sep` separates the words (" " for prose; a list uses "  "). */
+static void put_wrapped(const char *label, int indent, int lw, const char *const *words, int n, const char *sep) {
+    int col = printf("%*s%-*s", indent, "", lw, label);
+    int start = col;
+    for (int i = 0; i < n; i++) {
+        int w = (int)strlen(words[i]);
+        int s = i ? (int)strlen(sep) : 0;
+        if (i && col + s + w > WRAP) {
+            printf("\n%*s", start, "");
+            col = start;
+            s = 0;
+        } else if (i) {
+            fputs(sep, stdout);
+        }
+        fputs(words[i], stdout);
+        col += s + w;
+    }
+    fputc('\n', stdout);
+}
+
+/* Splits prose into words in buf (modified) and prints it wrapped. */
+static void put_prose(const char *label, int indent, int lw, const char *text) {
+    char buf[1024];
+    const char *words[256];
+    int n = 0;
+    snprintf(buf, sizeof buf, "%s", text);
+    for (char *p = strtok(buf, " "); p && n < 256; p = strtok(NULL, " ")) words[n++] = p;
+    put_wrapped(label, indent, lw, words, n, " ");
+}
+
+int gct_cmd_list(const gct_args *a) {
+    tg_ctx *ctx = tg_ctx_new(a->seed);
+    if (!ctx) {
+        fprintf(stderr, "tapegrad-gradcheck: out of memory\n");
+        return GCT_EXIT_ERROR;
+    }
+    int n_ops = tg_registry_count(), n_variants = 0;
+    for (int i = 0; i < n_ops; i++) n_variants += tg_registry_get(i)->n_variants;
+    printf("%d registered ops and layers, %d built-in shape variants\n", n_ops, n_variants);
+    printf("(check NAME runs every variant; --shape SPEC runs one, a variant or your own)\n\n");
+    for (int i = 0; i < n_ops; i++) {
+        const tg_op_info *op = tg_registry_get(i);
+        printf("  ");
+        gct_puts_tone(stdout, op->name, GCT_BOLD, a->color);
+        printf("%*s%s%s\n", 20 - (int)strlen(op->name) > 1 ? 20 - (int)strlen(op->name) : 1, "", op->summary,
+               op->random ? "  [random: one mask per check]" : "");
+        put_prose("spec", 6, 10, op->spec_help);
+        /* the inputs of the first variant, with their shapes */
+        tg_op_case c;
+        char line[512] = "", sh[64];
+        size_t n = 0;
+        if (tg_registry_build(ctx, op, NULL, TG_F64, &c)) {
+            for (int k = 0; k < c.n_inputs && n < sizeof line; k++)
+                n += (size_t)snprintf(line + n, sizeof line - n, "%s%s %s%s", k ? ", " : "", c.input_names[k],
+                                      gct_shape_text(sh, sizeof sh, c.inputs[k]->ndim, c.inputs[k]->shape),
+                                      c.check >> k & 1u ? "" : " (not differentiated)");
+            if (c.n_index && n < sizeof line)
+                snprintf(line + n, sizeof line - n, "; %lld integer indices", (long long)c.n_index);
+            printf("      %-10s%s  (for %s)\n", "inputs", line, c.spec);
+        } else {
+            printf("      %-10s(the first variant does not build: %s)\n", "inputs", tg_error_message(ctx));
+            tg_clear_error(ctx);
+        }
+        put_wrapped("variants", 6, 10, (const char *const *)op->variants, op->n_variants, "   ");
+        if (op->h || op->atol || op->rtol)
+            printf("      %-10sh=%g atol=%g rtol=%g (float64; 0 = default)\n", "own", op->h, op->atol, op->rtol);
+        fputc('\n', stdout);
+        tg_ctx_reset(ctx);
+    }
+    tg_ctx_free(ctx);
+
+    printf("seeded bugs (--inject BUG: a known-wrong backward in place of the op's; the report must FAIL)\n\n");
+    gct_table t;
+    gct_table_init(&t, "llll", "bug", "op", "function checked", "what is wrong");
+    for (int i = 0; i < gct_bug_count(); i++) {
+        const gct_bug *b = gct_bug_get(i);
+        gct_cell *row = gct_table_row(&t);
+        if (!row) break;
+        gct_cell_set(&row[0], GCT_BOLD, "%s", b->name);
+        gct_cell_set(&row[1], GCT_PLAIN, "%s", b->op);
+        gct_cell_set(&row[2], GCT_PLAIN, "%s", b->function);
+        gct_cell_set(&row[3], GCT_PLAIN, "%s", b->what);
+    }
+    gct_table_print(stdout, &t, 2, a->color);
+    gct_table_free(&t);
+    printf("\ne.g.  tapegrad-gradcheck check --inject rmsnorm-sum\n");
+    return GCT_EXIT_PASS;
+}

@@ -1,0 +1,81 @@
+/* What tapegrad-gradcheck checks: a registered op on inputs built from a
+ * spec, or the same inputs run through an injected bug's function. */
+#include <stdio.h>
+#include <string.h>
+
+#include "autograd/registry.h"
+#include "tools/gradcheck_tool.h"
+
+bool gct_resolve(const gct_args *a, const char *name, const tg_op_info **op, const gct_bug **bug) {
+    *op = NULL;
+    *bug = NULL;
+    if (a->inject) {
+        *bug = gct_bug_find(a->inject);
+        if (!*bug) {
+            gct_usage_error("unknown bug '%s' for --inject (`tapegrad-gradcheck list` shows the catalogue)",
+                            a->inject);
+            return false;
+        }
+        if (name && strcmp(name, (*bug)->op) != 0) {
+            gct_usage_error("bug '%s' is injected into %s, not %s (leave NAME out, or give %s)", (*bug)->name,
+                            (*bug)->op, name, (*bug)->op);
+            return false;
+        }
+        name = (*bug)->op;
+    }
+    if (!name) {
+        gct_usage_error("%s needs an op NAME (`tapegrad-gradcheck list` shows them)", a->command);
+        return false;
+    }
+    *op = tg_registry_find(name);
+    if (!*op) {
+        gct_usage_error("no registered op named '%s' (`tapegrad-gradcheck list` shows them)", name);
+        return false;
+    }
+    return true;
+}
+
+bool gct_target_build(tg_ctx *ctx, const tg_op_info *op, const gct_bug *bug, const char *spec, tg_dtype dtype,
+                      gct_target *t) {
+    memset(t, 0, sizeof *t);
+    t->op = op;
+    t->bug = bug;
+    if (!spec && bug) spec = bug->default_spec;
+    if (!tg_registry_build(ctx, op, spec, dtype, &t->c)) return false;
+    t->fn = bug ? bug->forward : op->forward;
+    if (bug)
+        snprintf(t->label, sizeof t->label, "%s  with bug %s", op->name, bug->name);
+    else
+        snprintf(t->label, sizeof t->label, "%s", op->name);
+    return true;
+}
+
+tg_gradcheck_opts gct_target_opts(const gct_target *t, const gct_args *a) {
+    tg_gradcheck_opts o = {0};
+    o.h = a->h;
+    o.atol = a->atol;
+    o.rtol = a->rtol;
+    /* the op's own step and tolerances hold for float64 (as in
+     * tg_registry_check); float32 takes gradcheck's float32 defaults */
+    if (t->c.dtype == TG_F64) {
+        if (o.h == 0) o.h = t->op->h;
+        if (o.atol == 0) o.atol = t->op->atol;
+        if (o.rtol == 0) o.rtol = t->op->rtol;
+    }
+    o.mode = a->mode;
+    o.seed = a->seed;
+    o.allow_float32 = true;
+    o.inputs = t->c.check;
+    return o;
+}
+
+bool gct_target_check(tg_ctx *ctx, gct_target *t, const tg_gradcheck_opts *o, tg_gradcheck_result *r) {
+    return tg_gradcheck(ctx, t->fn, &t->c, t->c.n_inputs, t->c.inputs, o, r);
+}
+
+int64_t gct_target_numel(const gct_target *t) {
+    int64_t n = 0;
+    for (int k = 0; k < t->c.n_inputs; k++)
+        if (t->c.check >> k & 1u) n += t->c.inputs[k]->numel;
+    return n;
+}

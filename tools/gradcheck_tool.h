@@ -1,0 +1,158 @@
+/* tapegrad-gradcheck: the gradient-check tool (internal to tools/).
+ *
+ *   tools/gradcheck.c          main: the command line, usage, dispatch
+ *   tools/gradcheck_list.c     `list`: every registered op, its spec and variants
+ *   tools/gradcheck_check.c    `check`: one table per op, a row per input
+ *   tools/gradcheck_sweep.c    `sweep`: error against the step h, a log-log PNG
+ *   tools/gradcheck_jacobian.c `jacobian`: both Jacobians side by side, heatmaps
+ *   tools/gradcheck_target.c   what is checked: a registered op, or one with
+ *                              an injected bug; options for tg_gradcheck
+ *   tools/gradcheck_table.c    aligned text tables
+ *   tools/inject.c             the seeded bugs (known-wrong backward passes)
+ *
+ * The tool prints to stdout (reports) and stderr (usage errors). Exit
+ * status: 0 every check passed, 1 a check failed, 2 bad usage (the usage
+ * text is printed), 3 an error while running (a file could not be written,
+ * out of memory). */
+#ifndef TG_TOOLS_GRADCHECK_TOOL_H
+#define TG_TOOLS_GRADCHECK_TOOL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "tapegrad.h"
+
+enum { GCT_EXIT_PASS = 0, GCT_EXIT_FAIL = 1, GCT_EXIT_USAGE = 2, GCT_EXIT_ERROR = 3 };
+
+/* ---- the command line, parsed ---------------------------------------------- */
+
+typedef struct gct_args {
+    const char *command;     /* "list", "check", "sweep", "jacobian" */
+    const char *name;        /* op name, "all", or NULL */
+    const char *shape;       /* --shape SPEC, or NULL */
+    tg_dtype dtype;          /* --dtype (default TG_F64) */
+    bool dtype_set;
+    double h, atol, rtol;    /* 0: not given */
+    tg_gradcheck_mode mode;  /* --mode (default FULL) */
+    bool mode_set;
+    uint64_t seed;           /* --seed (default 0) */
+    const char *inject;      /* --inject BUG, or NULL */
+    const char *input;       /* --input NAME (jacobian), or NULL */
+    const char *out_dir;     /* --out DIR (default out/gradcheck) */
+    bool quiet;              /* -q: failures and the summary only */
+    bool color;              /* ANSI colours (a terminal, NO_COLOR unset) */
+} gct_args;
+
+/* Prints the usage text to `out`. */
+void gct_usage(FILE *out);
+/* A usage error: "tapegrad-gradcheck: <message>", then the usage text, both
+ * on stderr. Returns GCT_EXIT_USAGE. */
+int gct_usage_error(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+int gct_cmd_list(const gct_args *a);
+int gct_cmd_check(const gct_args *a);
+int gct_cmd_sweep(const gct_args *a);
+int gct_cmd_jacobian(const gct_args *a);
+
+/* ---- seeded bugs (tools/inject.c) -------------------------------------------- */
+
+/* A known-wrong backward, swapped in for a registered op. The forward is
+ * the op's own (the raw kernels), so the output is right and only the
+ * gradient is wrong, as in a real bug. */
+typedef struct gct_bug {
+    const char *name;          /* "rmsnorm-sum", ... */
+    const char *op;            /* the registered op whose inputs it takes */
+    const char *what;          /* the bug, one line */
+    const char *function;      /* the function checked, e.g. "rmsnorm(x) + x" */
+    const char *default_spec;  /* a spec that exposes it */
+    tg_gradcheck_fn forward;   /* user: the op's tg_op_case */
+} gct_bug;
+
+int gct_bug_count(void);
+const gct_bug *gct_bug_get(int i);
+const gct_bug *gct_bug_find(const char *name);
+
+/* ---- what is checked (tools/gradcheck_target.c) -------------------------- */
+
+/* A registered op with inputs built from a spec, or the same inputs with an
+ * injected bug's function. Do not copy a built target: the function's
+ * `user` is &t->c. */
+typedef struct gct_target {
+    const tg_op_info *op;
+    const gct_bug *bug;        /* NULL: the op as registered */
+    tg_op_case c;              /* the inputs */
+    tg_gradcheck_fn fn;        /* op->forward or bug->forward */
+    char label[160];           /* "rmsnorm" or "rmsnorm + bug rmsnorm-sum" */
+} gct_target;
+
+/* Finds NAME (and --inject) as the command line gives them: the op, and
+ * the bug or NULL. On a usage error prints it and returns false. */
+bool gct_resolve(const gct_args *a, const char *name, const tg_op_info **op, const gct_bug **bug);
+/* Builds t's inputs from spec (NULL: the bug's default spec, else the op's
+ * first variant) in dtype from the context's RNG. False and the context's
+ * error on a spec the op refuses. */
+bool gct_target_build(tg_ctx *ctx, const tg_op_info *op, const gct_bug *bug, const char *spec, tg_dtype dtype,
+                      gct_target *t);
+/* The gradcheck options for t from the command line: the op's own h, atol,
+ * rtol (float64) where the command line gives none; float32 allowed. */
+tg_gradcheck_opts gct_target_opts(const gct_target *t, const gct_args *a);
+/* Runs tg_gradcheck on t. */
+bool gct_target_check(tg_ctx *ctx, gct_target *t, const tg_gradcheck_opts *o, tg_gradcheck_result *r);
+/* Number of differentiable elements of t's inputs. */
+int64_t gct_target_numel(const gct_target *t);
+
+/* ---- small helpers (tools/gradcheck_table.c) ------------------------------- */
+
+/* How a table cell is drawn when colours are on. */
+typedef enum gct_tone { GCT_PLAIN = 0, GCT_GOOD, GCT_BAD, GCT_DIM, GCT_BOLD } gct_tone;
+
+#define GCT_MAX_COLS 12
+#define GCT_CELL 96
+
+typedef struct gct_cell {
+    char text[GCT_CELL];
+    gct_tone tone;
+} gct_cell;
+
+/* A table of text cells printed with aligned columns: headers, a rule,
+ * rows; 'l' or 'r' alignment per column. */
+typedef struct gct_table {
+    int ncols;
+    char head[GCT_MAX_COLS][GCT_CELL];
+    char align[GCT_MAX_COLS];
+    gct_cell *cells;           /* nrows * ncols */
+    int nrows, cap;
+    int *rule_before;          /* nrows flags: a blank line before the row */
+} gct_table;
+
+void gct_table_init(gct_table *t, const char *align, ...); /* the headers, ncols = strlen(align) */
+/* Appends a row of empty cells; NULL when out of memory. */
+gct_cell *gct_table_row(gct_table *t);
+/* Marks the last row as starting a new group (a blank line before it). */
+void gct_table_group(gct_table *t);
+void gct_cell_set(gct_cell *c, gct_tone tone, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+void gct_table_print(FILE *out, const gct_table *t, int indent, bool color);
+void gct_table_free(gct_table *t);
+
+/* Text in a tone (ANSI escapes when color). */
+void gct_puts_tone(FILE *out, const char *s, gct_tone tone, bool color);
+/* "(4, 8)" as "4x8", "()" for 0-d. */
+char *gct_shape_text(char *buf, size_t size, int ndim, const int64_t *shape);
+/* The multi-index of flat index i in a tensor of that shape: "[2,5]". */
+char *gct_index_text(char *buf, size_t size, int ndim, const int64_t *shape, int64_t i);
+/* Makes directory `dir` and its parents (like mkdir -p). False on error,
+ * with a message on stderr. */
+bool gct_mkdir_p(const char *dir);
+/* Seconds on a monotonic clock. */
+double gct_now(void);
+
+#endif

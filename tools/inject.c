@@ -1,0 +1,237 @@
+/* Seeded bugs for teaching: known-wrong backward passes that
+ * `tapegrad-gradcheck --inject BUG` swaps in for a registered op.
+ *
+ * Each buggy op runs the real forward (the raw kernels of
+ * layers/norm_kernels.h), records itself on the tape exactly as the real
+ * fused op does (x, gamma, beta in; mean and rstd saved), and differs only
+ * in its backward. So the output is right and only the gradient is wrong:
+ * what a gradient check exists to catch. The correct formulas are in
+ * layers/rmsnorm.c, layers/layernorm.c and docs/normalization-gradients.md;
+ * what each bug looks like in a report is in docs/gradcheck.md.
+ *
+ * Notation as in layers/norm_kernels.h: rows of C elements, r the row's
+ * rstd, xhat the normalized row, u = gamma * dy. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/tape.h"
+#include "layers/module.h"
+#include "layers/norm_kernels.h"
+#include "tools/gradcheck_tool.h"
+
+/* ---- the norm arguments of a registry case ("4x8;eps=0.1;bias=1") ---------- */
+
+typedef struct bug_norm_args {
+    int ndim_norm;
+    double eps;
+    tg_tensor *x, *gamma, *beta;
+} bug_norm_args;
+
+static const char *case_arg(const tg_op_case *c, const char *key) {
+    for (int a = 0; a < c->n_args; a++)
+        if (strcmp(c->arg_name[a], key) == 0) return c->arg_value[a];
+    return NULL;
+}
+
+/* The registry built and validated the case; its inputs are x, then gamma
+ * (affine), then beta (bias). */
+static bug_norm_args norm_args(tg_tensor *const *in, const tg_op_case *c, double default_eps) {
+    bug_norm_args a;
+    const char *s = case_arg(c, "norm");
+    a.ndim_norm = s ? atoi(s) : 1;
+    s = case_arg(c, "eps");
+    a.eps = s ? strtod(s, NULL) : default_eps;
+    a.x = in[0];
+    a.gamma = c->n_inputs > 1 ? in[1] : NULL;
+    a.beta = c->n_inputs > 2 ? in[2] : NULL;
+    return a;
+}
+
+/* ---- the shared forward ------------------------------------------------------ */
+
+/* The real RMSNorm or LayerNorm forward, recorded with `backward`:
+ *   in = {x, gamma, beta},  i[0] = N rows, i[1] = C per row, f[0] = eps,
+ *   saved: rstd (N) for RMSNorm; mean (N) then rstd (N) for LayerNorm. */
+static tg_tensor *bug_norm_forward(tg_ctx *ctx, const char *name, tg_backward_fn backward, bool layernorm,
+                                   const bug_norm_args *a) {
+    int64_t N, C;
+    if (!tg_norm_check_args(ctx, name, a->x, a->gamma, a->beta, a->ndim_norm, a->eps, &N, &C)) return NULL;
+    tg_tensor *y = tg_new_like(ctx, name, a->x);
+    if (!y) return NULL;
+    tg_tensor *in[3] = {a->x, a->gamma, a->beta};
+    double *stats = NULL;
+    tg_node *n = tg_record(ctx, name, backward, y, 3, in);
+    if (n) {
+        n->i[0] = N, n->i[1] = C;
+        n->f[0] = a->eps;
+        stats = tg_node_save(ctx, n, (size_t)(N > 0 ? (layernorm ? 2 : 1) * N : 1) * sizeof *stats);
+    }
+    if (!tg_ok(ctx)) return NULL;
+    const void *g = a->gamma ? a->gamma->data : NULL, *b = a->beta ? a->beta->data : NULL;
+    double *mean = layernorm ? stats : NULL, *rstd = layernorm && stats ? stats + N : stats;
+    int th = tg_threads(ctx);
+    if (layernorm && a->x->dtype == TG_F64)
+        tg_layernorm_forward_f64(y->data, mean, rstd, a->x->data, g, b, N, C, a->eps, th);
+    else if (layernorm)
+        tg_layernorm_forward_f32(y->data, mean, rstd, a->x->data, g, b, N, C, a->eps, th);
+    else if (a->x->dtype == TG_F64)
+        tg_rmsnorm_forward_f64(y->data, rstd, a->x->data, g, b, N, C, a->eps, th);
+    else
+        tg_rmsnorm_forward_f32(y->data, rstd, a->x->data, g, b, N, C, a->eps, th);
+    return y;
+}
+
+/* The real RMSNorm backward kernel with the given rstd per row. */
+static void rms_kernel(tg_ctx *ctx, tg_node *n, tg_tensor *dx, const double *rstd) {
+    tg_tensor *x = n->in[0], *g = n->in[1], *dg = tg_grad_of(ctx, n->in[1]), *db = tg_grad_of(ctx, n->in[2]);
+    if (!tg_ok(ctx)) return;
+    const tg_tensor *dy = n->out->grad;
+    if (x->dtype == TG_F64)
+        tg_rmsnorm_backward_f64(dx ? dx->data : NULL, dg ? dg->data : NULL, db ? db->data : NULL, dy->data, x->data,
+                                g ? g->data : NULL, rstd, n->i[0], n->i[1], tg_threads(ctx));
+    else
+        tg_rmsnorm_backward_f32(dx ? dx->data : NULL, dg ? dg->data : NULL, db ? db->data : NULL, dy->data, x->data,
+                                g ? g->data : NULL, rstd, n->i[0], n->i[1], tg_threads(ctx));
+}
+
+/* 1 / sqrt(s_n / div + eps) for each row's sum of squares s_n: the rstd a
+ * backward gets when it recomputes the statistic instead of using the saved
+ * one. NULL (and the context's error) when out of memory. */
+static double *recomputed_rstd(tg_ctx *ctx, const tg_node *n, bool divide_by_C, bool with_eps) {
+    const tg_tensor *x = n->in[0];
+    int64_t N = n->i[0], C = n->i[1];
+    double *r = tg_arena_alloc_fn(ctx, n->op, (size_t)(N > 0 ? N : 1) * sizeof *r);
+    if (!r) return NULL;
+    for (int64_t row = 0; row < N; row++) {
+        double s = 0.0;
+        for (int64_t j = 0; j < C; j++) {
+            double v = tg_load(x, row * C + j);
+            s += v * v;
+        }
+        r[row] = 1.0 / sqrt((divide_by_C ? s / (double)C : s) + (with_eps ? n->f[0] : 0.0));
+    }
+    return r;
+}
+
+/* ---- rmsnorm-sum ------------------------------------------------------------
+ * Forward was r = 1 / sqrt(mean_j x_j^2 + eps), y = x r gamma + beta.
+ * BUG: the backward recomputes r from the SUM of squares,
+ *   r' = 1 / sqrt(sum_j x_j^2 + eps)            (about r / sqrt(C))
+ * and uses it in dx = r' (u - x r' mean_j(u_j x_j r')) and in dgamma = dy x r'.
+ * dx and dgamma are off by about a factor sqrt(C); dbeta = dy is right. */
+static void rmsnorm_sum_backward(tg_ctx *ctx, tg_node *n) {
+    tg_tensor *dx = tg_grad_of(ctx, n->in[0]);
+    double *r = tg_ok(ctx) ? recomputed_rstd(ctx, n, false, true) : NULL;
+    if (r) rms_kernel(ctx, n, dx, r);
+}
+
+static tg_tensor *fw_rmsnorm_sum(tg_ctx *ctx, tg_tensor *const *in, void *user) {
+    bug_norm_args a = norm_args(in, user, TG_RMSNORM_EPS);
+    return bug_norm_forward(ctx, "rmsnorm[bug:sum]", rmsnorm_sum_backward, false, &a);
+}
+
+/* ---- rmsnorm-no-eps -----------------------------------------------------------
+ * Forward was r = 1 / sqrt(mean_j x_j^2 + eps).
+ * BUG: the backward recomputes r without eps,
+ *   r' = 1 / sqrt(mean_j x_j^2)
+ * Relative error of the gradient ~ eps / (2 mean_j x_j^2): invisible for
+ * eps = 1e-6 on rows of size ~1 (it hides under rtol), exposed when eps is
+ * comparable to mean x^2 (the bug's default spec uses eps = 0.1). */
+static void rmsnorm_no_eps_backward(tg_ctx *ctx, tg_node *n) {
+    tg_tensor *dx = tg_grad_of(ctx, n->in[0]);
+    double *r = tg_ok(ctx) ? recomputed_rstd(ctx, n, true, false) : NULL;
+    if (r) rms_kernel(ctx, n, dx, r);
+}
+
+static tg_tensor *fw_rmsnorm_no_eps(tg_ctx *ctx, tg_tensor *const *in, void *user) {
+    bug_norm_args a = norm_args(in, user, TG_RMSNORM_EPS);
+    return bug_norm_forward(ctx, "rmsnorm[bug:no-eps]", rmsnorm_no_eps_backward, false, &a);
+}
+
+/* ---- layernorm-no-mean -------------------------------------------------------
+ * Forward was mu = mean_j x_j, r = 1 / sqrt(mean_j (x_j - mu)^2 + eps),
+ * xhat = (x - mu) r, y = xhat gamma + beta. Correct:
+ *   dx_i += r (u_i - mean_j u_j - xhat_i mean_j(u_j xhat_j))
+ * BUG: the term from mu, - mean_j u_j, is dropped (as if the mean were a
+ * constant):
+ *   dx_i += r (u_i - xhat_i mean_j(u_j xhat_j))
+ * dgamma and dbeta are right (the real kernel computes them). */
+static void layernorm_no_mean_backward(tg_ctx *ctx, tg_node *n) {
+    tg_tensor *x = n->in[0], *g = n->in[1], *dx = tg_grad_of(ctx, x), *dg = tg_grad_of(ctx, g),
+              *db = tg_grad_of(ctx, n->in[2]);
+    if (!tg_ok(ctx)) return;
+    const tg_tensor *dy = n->out->grad;
+    int64_t N = n->i[0], C = n->i[1];
+    const double *mean = n->saved, *rstd = mean + N;
+    for (int64_t row = 0; dx && row < N; row++) {
+        int64_t o = row * C;
+        double r = rstd[row], mu = mean[row], uxh = 0.0;
+        for (int64_t j = 0; j < C; j++) {
+            double u = (g ? tg_load(g, j) : 1.0) * tg_load(dy, o + j);
+            uxh += u * (tg_load(x, o + j) - mu) * r;
+        }
+        uxh /= (double)C;
+        for (int64_t i = 0; i < C; i++) {
+            double u = (g ? tg_load(g, i) : 1.0) * tg_load(dy, o + i);
+            double xhat = (tg_load(x, o + i) - mu) * r;
+            tg_store(dx, o + i, tg_load(dx, o + i) + r * (u - xhat * uxh)); /* BUG: no - mean_j u_j */
+        }
+    }
+    /* dgamma, dbeta: the real kernel (dx NULL) */
+    if (x->dtype == TG_F64)
+        tg_layernorm_backward_f64(NULL, dg ? dg->data : NULL, db ? db->data : NULL, dy->data, x->data,
+                                  g ? g->data : NULL, mean, rstd, N, C, tg_threads(ctx));
+    else
+        tg_layernorm_backward_f32(NULL, dg ? dg->data : NULL, db ? db->data : NULL, dy->data, x->data,
+                                  g ? g->data : NULL, mean, rstd, N, C, tg_threads(ctx));
+}
+
+static tg_tensor *fw_layernorm_no_mean(tg_ctx *ctx, tg_tensor *const *in, void *user) {
+    bug_norm_args a = norm_args(in, user, TG_LAYERNORM_EPS);
+    return bug_norm_forward(ctx, "layernorm[bug:no-mean]", layernorm_no_mean_backward, true, &a);
+}
+
+/* ---- overwrite ------------------------------------------------------------
+ * The right formulas, but the gradient is ASSIGNED, not accumulated:
+ *   dx = r (u - xhat mean_j(u_j xhat_j))       instead of  dx += ...
+ * Harmless while x feeds only this op: its grad starts at zero. The checked
+ * function uses x twice, as a residual connection does,
+ *   f(x) = rmsnorm(x) + x
+ * The tape runs backward in reverse: the add puts dy into x's grad first,
+ * then this backward overwrites it, so dx misses the identity term dy. */
+static void rmsnorm_overwrite_backward(tg_ctx *ctx, tg_node *n) {
+    tg_tensor *dx = tg_grad_of(ctx, n->in[0]);
+    if (!tg_ok(ctx)) return;
+    if (dx) memset(dx->data, 0, (size_t)dx->numel * tg_dtype_size(dx->dtype)); /* BUG: = instead of += */
+    rms_kernel(ctx, n, dx, n->saved);
+}
+
+static tg_tensor *fw_rmsnorm_overwrite(tg_ctx *ctx, tg_tensor *const *in, void *user) {
+    bug_norm_args a = norm_args(in, user, TG_RMSNORM_EPS);
+    tg_tensor *y = bug_norm_forward(ctx, "rmsnorm[bug:overwrite]", rmsnorm_overwrite_backward, false, &a);
+    return tg_add(ctx, y, a.x); /* the second use of x */
+}
+
+/* ---- the catalogue ---------------------------------------------------------- */
+
+static const gct_bug BUGS[] = {
+    {"rmsnorm-sum", "rmsnorm", "RMSNorm backward recomputes rstd from the sum of squares instead of the mean",
+     "rmsnorm(x; gamma)", "4x8", fw_rmsnorm_sum},
+    {"rmsnorm-no-eps", "rmsnorm", "RMSNorm backward recomputes rstd without eps", "rmsnorm(x; gamma)",
+     "4x8;eps=0.1", fw_rmsnorm_no_eps},
+    {"layernorm-no-mean", "layernorm", "LayerNorm dx drops the term - mean_j(u_j) that comes from the mean",
+     "layernorm(x; gamma, beta)", "4x8", fw_layernorm_no_mean},
+    {"overwrite", "rmsnorm", "RMSNorm backward assigns dx instead of adding to it (x used twice: a residual)",
+     "rmsnorm(x; gamma) + x", "4x8", fw_rmsnorm_overwrite},
+};
+
+int gct_bug_count(void) { return (int)(sizeof BUGS / sizeof BUGS[0]); }
+
+const gct_bug *gct_bug_get(int i) { return i >= 0 && i < gct_bug_count() ? &BUGS[i] : NULL; }
+
+const gct_bug *gct_bug_find(const char *name) {
+    for (int i = 0; name && i < gct_bug_count(); i++)
+        if (strcmp(BUGS[i].name, name) == 0) return &BUGS[i];
+    return NULL;
+}
