@@ -33,11 +33,13 @@ static int label_width(const tg_tensor *t, int64_t n) {
     return w;
 }
 
-/* One row of a matrix, each value in `fmt` after a space. */
-static void put_row(const double *row, int64_t N, const char *fmt) {
+/* One row of a matrix, each value in `fmt` after a space; exact zeros as
+ * "0" so the structure (diagonal, blocks) stands out. */
+static void put_row(const double *row, int64_t N, const char *fmt, int w) {
     for (int64_t i = 0; i < N; i++) {
         fputc(' ', stdout);
-        printf(fmt, row[i] == 0 ? 0.0 : row[i]); /* no "-0.0000" */
+        if (row[i] == 0) printf("%*s", w, "0");
+        else printf(fmt, row[i]);
     }
 }
 
@@ -84,9 +86,9 @@ static void print_matrices(const jac_view *v, bool color) {
         printf("\n");
         for (int64_t j = 0; j < v->M; j++) {
             printf("  out%-*s ", lw, gct_index_text(buf, sizeof buf, v->out->ndim, v->out->shape, j));
-            put_row(v->A + j * v->N, v->N, fmtw);
+            put_row(v->A + j * v->N, v->N, fmtw, w);
             printf("  | ");
-            put_row(v->Nu + j * v->N, v->N, fmtw);
+            put_row(v->Nu + j * v->N, v->N, fmtw, w);
             printf("\n");
         }
     } else {
@@ -99,7 +101,7 @@ static void print_matrices(const jac_view *v, bool color) {
             const double *mat = which ? v->Nu : v->A;
             for (int64_t j = 0; j < v->M; j++) {
                 printf("  out%-*s ", lw, gct_index_text(buf, sizeof buf, v->out->ndim, v->out->shape, j));
-                put_row(mat + j * v->N, v->N, fmtw);
+                put_row(mat + j * v->N, v->N, fmtw, w);
                 printf("\n");
             }
             if (!which) printf("\n");
@@ -112,7 +114,7 @@ static void print_matrices(const jac_view *v, bool color) {
     printf("\n");
     for (int64_t j = 0; j < v->M; j++) {
         printf("  out%-*s ", lw, gct_index_text(buf, sizeof buf, v->out->ndim, v->out->shape, j));
-        put_row(v->D + j * v->N, v->N, fmtd);
+        put_row(v->D + j * v->N, v->N, fmtd, wd);
         printf("\n");
     }
 }
@@ -238,8 +240,15 @@ int gct_cmd_jacobian(const gct_args *a) {
     double atol = o.atol > 0 ? o.atol : f32 ? 1e-3 : 1e-5, rtol = o.rtol > 0 ? o.rtol : f32 ? 1e-2 : 1e-3;
     o.h = h;
     char sy[64];
-    gct_puts_tone(stdout, t.label, GCT_BOLD, a->color);
-    printf("  %s, spec %s: output %s, %s, central differences h=%g\n", bug ? bug->function : op->summary, t.c.spec,
+    gct_puts_tone(stdout, op->name, GCT_BOLD, a->color);
+    if (bug) {
+        printf("  with injected bug ");
+        gct_puts_tone(stdout, bug->name, GCT_BAD, a->color);
+        printf(": %s\n  function %s,", bug->what, bug->function);
+    } else {
+        printf("  %s\n ", op->summary);
+    }
+    printf(" spec %s: output %s, %s, central differences h=%g\n", t.c.spec,
            gct_shape_text(sy, sizeof sy, y->ndim, y->shape), tg_dtype_name(a->dtype), h);
     if (!gct_mkdir_p(a->out_dir)) {
         tg_ctx_free(ctx);
@@ -291,7 +300,7 @@ int gct_cmd_jacobian(const gct_args *a) {
         printf("\n");
 
         char name[256], title[512];
-        snprintf(name, sizeof name, "jacobian_%s%s%s_%s", op->name, bug ? "_" : "", bug ? bug->name : "", v.xname);
+        snprintf(name, sizeof name, "jacobian_%s_%s", bug ? bug->name : op->name, v.xname);
         snprintf(title, sizeof title, "%s  %s  (%s): d out / d %s", t.label, t.c.spec, tg_dtype_name(a->dtype),
                  v.xname);
         for (char *p = title; *p; p++)
@@ -305,7 +314,8 @@ int gct_cmd_jacobian(const gct_args *a) {
         snprintf(gp, sizeof gp, "%s/%s.gp", a->out_dir, name);
         bool rendered = false;
         tg_status st = tg_plot_render(gp, &rendered, msg, sizeof msg);
-        printf("  %s\n", *msg ? msg : gp);
+        if (rendered) printf("  wrote %s/%s.png (data %s.dat, script %s.gp)\n", a->out_dir, name, name, name);
+        else printf("  wrote %s/%s.dat and %s\n  %s\n", a->out_dir, name, gp, msg);
         if (st != TG_OK) status = GCT_EXIT_ERROR;
     }
     tg_ctx_free(ctx);

@@ -136,9 +136,15 @@ int gct_cmd_sweep(const gct_args *a) {
     }
 
     /* the table */
-    printf("%s", "");
-    gct_puts_tone(stdout, label, GCT_BOLD, a->color);
-    printf("  %s, spec %s: %lld elements, %s\n", bug ? bug->function : op->summary, spec, (long long)numel,
+    gct_puts_tone(stdout, op->name, GCT_BOLD, a->color);
+    if (bug) {
+        printf("  with injected bug ");
+        gct_puts_tone(stdout, bug->name, GCT_BAD, a->color);
+        printf(": %s\n  function %s,", bug->what, bug->function);
+    } else {
+        printf("  %s\n ", op->summary);
+    }
+    printf(" spec %s: %lld elements checked, %s\n", spec, (long long)numel,
            a->mode == TG_GRADCHECK_FULL ? "every element" : "one random direction per input");
     printf("  error = max |analytic - numeric| over the checked elements; * marks each column's minimum\n\n");
     gct_table t;
@@ -188,7 +194,7 @@ int gct_cmd_sweep(const gct_args *a) {
 
     /* the data file, the script, the picture */
     char name[200], gp[4096], png[256], dat[256], title[512];
-    snprintf(name, sizeof name, "sweep_%s%s%s", op->name, bug ? "_" : "", bug ? bug->name : "");
+    snprintf(name, sizeof name, "sweep_%s", bug ? bug->name : op->name);
     const char *cols[1 + SWEEP_CURVES] = {"h", CURVES[0].column, CURVES[1].column, CURVES[2].column,
                                           CURVES[3].column};
     tg_plot *p;

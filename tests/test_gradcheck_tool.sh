@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# tapegrad-gradcheck as a user runs it (registered in tests/gradcheck_tool.cmake):
+#   check_all  `check all` passes in float64 (exit 0), every registered op appears
+#   inject     each seeded bug makes the report FAIL with exit status 1, and only
+#              the inputs whose gradient it breaks; the same op without the bug passes
+#   sweep      the best h of central differences in float64 lies in [1e-7, 1e-3]
+#              for smooth ops (read from the .dat the sweep writes), and the other
+#              curves' minima sit where the theory puts them
+#   jacobian   both Jacobians printed, the heatmap data and picture written;
+#              a seeded bug shows up as a failing Jacobian (exit 1)
+#   usage      bad usage exits 2 and prints the usage text; help exits 0
+#   list       every op with its spec and variants, and the bug catalogue
+# Usage: test_gradcheck_tool.sh PATH/TO/tapegrad-gradcheck CASE
+set -euo pipefail
+tool=${1:?usage: test_gradcheck_tool.sh TOOL CASE}
+case_name=${2:?usage: test_gradcheck_tool.sh TOOL CASE}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export NO_COLOR=1
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+# run EXPECTED_STATUS ARGS...: runs the tool, output in $tmp/out and $tmp/err
+run() {
+  local want=$1; shift
+  local st=0
+  "$tool" "$@" > "$tmp/out" 2> "$tmp/err" || st=$?
+  if [ "$st" -ne "$want" ]; then
+    echo "--- stdout"; cat "$tmp/out"; echo "--- stderr"; cat "$tmp/err"
+    fail "tapegrad-gradcheck $* exited $st, want $want"
+  fi
+}
+# in_range X LO HI: true when LO <= X <= HI (floating point)
+in_range() { awk -v x="$1" -v lo="$2" -v hi="$3" 'BEGIN {exit !(x >= lo && x <= hi)}'; }
+# best_h DAT COLUMN: the h (column 1) where COLUMN is smallest, NaN rows skipped
+best_h() {
+  awk -v c="$2" '!/^#/ && $c != "NaN" && $c != "nan" { if (!n++ || $c + 0 < m) { m = $c + 0; h = $1 } }
+                 END { if (!n) exit 1; print h }' "$1"
+}
+have_gnuplot() { command -v gnuplot > /dev/null 2>&1; }
+is_png() { [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ]; }
+
+case $case_name in
+check_all)
+  run 0 check all
+  grep -q "all pass" "$tmp/out" || fail "check all: no 'all pass' in the summary"
+  grep -q "FAIL" "$tmp/out" && fail "check all: a FAIL in the report of a passing run"
+  n_ops=$(sed -n 's/^summary: \([0-9]*\) ops,.*/\1/p' "$tmp/out")
+  [ -n "$n_ops" ] || fail "check all: no summary line"
+  cp "$tmp/out" "$tmp/check"
+  run 0 list
+  n_list=$(sed -n 's/^\([0-9]*\) registered ops.*/\1/p' "$tmp/out")
+  [ "$n_ops" = "$n_list" ] || fail "check all covered $n_ops ops, list shows $n_list"
+  # every op named by list has a table in the check report
+  for op in $(awk '/^  [a-z_0-9]+  / && !/^  -/ {print $1}' "$tmp/out" | head -n "$n_list"); do
+    grep -q "^$op  " "$tmp/check" || fail "check all: no table for $op"
+  done
+  # every row of every table is a pass with 0 failed elements
+  rows=$(grep -c ' pass$' "$tmp/check")
+  [ "$rows" -gt "$n_ops" ] || fail "check all: only $rows passing rows for $n_ops ops"
+  echo "check all: $n_ops ops, $rows input rows, all pass"
+  # float32 with the float32 defaults: the norm layers pass too
+  run 0 check rmsnorm --dtype f32
+  run 0 check layernorm --dtype f32
+  grep -q "float32" "$tmp/out" || fail "check --dtype f32 does not say float32"
+  ;;
+inject)
+  # bug  inputs that must FAIL  inputs that must pass
+  while read -r bug bad good; do
+    run 1 check --inject "$bug"
+    grep -q "with injected bug $bug" "$tmp/out" || fail "$bug: the report does not name the bug"
+    grep -q "FAIL in 1 case" "$tmp/out" || fail "$bug: no failure in the summary"
+    for x in ${bad//,/ }; do
+      grep -Eq "^ +([^ ]+ +)?$x +[0-9x]+ +[1-9][0-9]*/[0-9]+ .*FAIL$" "$tmp/out" || fail "$bug: input $x does not FAIL"
+    done
+    for x in ${good//,/ }; do
+      [ "$x" = "-" ] && continue
+      grep -Eq "^ +([^ ]+ +)?$x +[0-9x]+ +0/[0-9]+ .*pass$" "$tmp/out" || fail "$bug: input $x does not pass"
+    done
+    # NAME given explicitly is the same check
+    op=$(sed -n "s/^\([a-z_]*\)  with injected bug $bug.*/\1/p" "$tmp/out")
+    run 1 check "$op" --inject "$bug"
+    # the same op and seed without the bug pass: the failure is the bug's
+    run 0 check "$op" --shape "$(awk '$2 == "input" {getline; getline; print $1; exit}' "$tmp/out")"
+    echo "inject $bug: FAIL on $bad, exit 1; $op without it passes"
+  done <<'EOF'
+rmsnorm-sum x,gamma -
+rmsnorm-no-eps x,gamma -
+layernorm-no-mean x gamma,beta
+overwrite x gamma
+EOF
+  # a missing eps hides under rtol when eps << mean(x^2) (docs/gradcheck.md)
+  run 0 check --inject rmsnorm-no-eps --shape 4x8
+  # a bug for another op is a usage error
+  run 2 check layernorm --inject rmsnorm-sum
+  grep -q "usage:" "$tmp/err" || fail "inject: no usage text"
+  run 2 check --inject no-such-bug
+  ;;
+sweep)
+  # Smooth ops (non-zero third derivative): the float64 central-difference
+  # error is smallest between 1e-7 and 1e-3 (theory: ~eps^(1/3) = 6e-6).
+  for op in rmsnorm layernorm rmsnorm_composed layernorm_composed tanh sigmoid gelu silu exp log softmax \
+            log_softmax cross_entropy; do
+    run 0 sweep "$op" --out "$tmp/sw"
+    dat=$tmp/sw/sweep_$op.dat
+    [ -s "$dat" ] || fail "sweep $op: no $dat"
+    head -1 "$dat" | grep -q "h f64_central f64_forward f32_central f32_forward" || fail "sweep $op: bad header"
+    rows=$(grep -vc '^#' "$dat")
+    [ "$rows" -eq 45 ] || fail "sweep $op: $rows rows, want 45 (1e-1 .. 1e-12, 4 a decade)"
+    h=$(best_h "$dat" 2)
+    in_range "$h" 1e-7 1e-3 || fail "sweep $op: best h for float64 central differences is $h, not in [1e-7, 1e-3]"
+    # the printed summary agrees with the data file
+    printed=$(awk '$1 == "f64" && $2 == "central" && NF >= 4 {print $3; exit}' "$tmp/out")
+    awk -v a="$printed" -v b="$h" 'BEGIN {exit !(a / b > 0.95 && a / b < 1.05)}' ||
+      fail "sweep $op: printed best h $printed, data file says $h"
+    hf=$(best_h "$dat" 3); hc32=$(best_h "$dat" 4); hf32=$(best_h "$dat" 5)
+    echo "sweep $op: best h  f64 central $h  f64 forward $hf  f32 central $hc32  f32 forward $hf32"
+  done
+  # the other minima, for RMSNorm (theory: sqrt(eps64) 1.5e-8, cbrt(eps32) 4.9e-3, sqrt(eps32) 3.5e-4)
+  dat=$tmp/sw/sweep_rmsnorm.dat
+  in_range "$(best_h "$dat" 3)" 1e-9 1e-6 || fail "rmsnorm: float64 forward best h $(best_h "$dat" 3)"
+  in_range "$(best_h "$dat" 4)" 3e-4 1e-1 || fail "rmsnorm: float32 central best h $(best_h "$dat" 4)"
+  in_range "$(best_h "$dat" 5)" 1e-5 1e-2 || fail "rmsnorm: float32 forward best h $(best_h "$dat" 5)"
+  # central beats forward at its best, in both dtypes
+  awk '!/^#/ {for (c = 2; c <= 5; c++) if ($c != "NaN" && (!(c in m) || $c + 0 < m[c])) m[c] = $c + 0}
+       END {exit !(m[2] < m[3] && m[4] < m[5])}' "$dat" || fail "rmsnorm: central differences are not the better scheme"
+  [ -s "$tmp/sw/sweep_rmsnorm.gp" ] || fail "sweep: no gnuplot script"
+  if have_gnuplot; then is_png "$tmp/sw/sweep_rmsnorm.png" || fail "sweep: sweep_rmsnorm.png is not a PNG"; fi
+  # a seeded bug: the error no longer falls with h (a floor at the bug's size)
+  run 0 sweep --inject rmsnorm-sum --out "$tmp/sw"
+  awk '!/^#/ && $2 != "NaN" {if (!n++ || $2 + 0 < m) m = $2 + 0} END {exit !(m > 1e-2)}' "$tmp/sw/sweep_rmsnorm-sum.dat" ||
+    fail "sweep --inject rmsnorm-sum: the error fell below 1e-2"
+  ;;
+jacobian)
+  run 0 jacobian rmsnorm --shape 1x5 --out "$tmp/jac"
+  grep -q "analytic" "$tmp/out" && grep -q "numeric" "$tmp/out" || fail "jacobian: matrices not printed"
+  grep -q "0 of 25 entries outside" "$tmp/out" || fail "jacobian rmsnorm: entries disagree"
+  # five rows per matrix of d out / d x, analytic and numeric on one line
+  n=$(grep -c '^  out\[0,[0-4]\] .* | ' "$tmp/out")
+  [ "$n" -eq 10 ] || fail "jacobian: $n side-by-side rows, want 10 (x and gamma)"
+  for x in x gamma; do
+    dat=$tmp/jac/jacobian_rmsnorm_$x.dat
+    [ -s "$dat" ] || fail "jacobian: no $dat"
+    # three 5x5 blocks: analytic, numeric, difference
+    [ "$(grep -vc '^#\|^$' "$dat")" -eq 15 ] || fail "jacobian: $dat does not hold three 5x5 matrices"
+    if have_gnuplot; then is_png "$tmp/jac/jacobian_rmsnorm_$x.png" || fail "jacobian: no PNG for $x"; fi
+  done
+  # one input only; float32
+  run 0 jacobian layernorm --shape 2x3 --input gamma --dtype f32 --out "$tmp/jac"
+  [ -s "$tmp/jac/jacobian_layernorm_gamma.dat" ] || fail "jacobian --input gamma: no data"
+  [ -e "$tmp/jac/jacobian_layernorm_x.dat" ] && fail "jacobian --input gamma also did x"
+  # the overwrite bug: the difference is minus the identity (the lost residual)
+  run 1 jacobian --inject overwrite --shape 1x4 --input x --out "$tmp/jac"
+  grep -q "4 of 16 entries outside" "$tmp/out" || fail "jacobian --inject overwrite: want exactly the 4 diagonal entries off"
+  run 2 jacobian rmsnorm --shape 64x64 --out "$tmp/jac"
+  grep -q "small shapes" "$tmp/err" || fail "jacobian: a big shape is not refused"
+  run 2 jacobian rmsnorm --shape 1x4 --input nope --out "$tmp/jac"
+  ;;
+usage)
+  run 2
+  grep -q "^usage: tapegrad-gradcheck" "$tmp/err" || fail "no arguments: no usage text on stderr"
+  for args in "frobnicate" "check" "check nosuchop" "check all --shape 4x8" "check rmsnorm --dtype f16" \
+              "check rmsnorm --h 0" "check rmsnorm --h abc" "check rmsnorm --atol -1" "check rmsnorm --mode half" \
+              "check rmsnorm --seed -3" "check rmsnorm --bogus" "check rmsnorm --h" "check rmsnorm tanh" \
+              "sweep rmsnorm --atol 1e-3" "list extra" "check rmsnorm --shape 4x" "check rmsnorm --shape 4x8;norm=3" \
+              "jacobian" "sweep rmsnorm --shape 3x4,4x5x"; do
+    # shellcheck disable=SC2086
+    run 2 $args
+    grep -q "^usage: tapegrad-gradcheck" "$tmp/err" || fail "'$args': no usage text"
+    grep -q "^tapegrad-gradcheck: " "$tmp/err" || fail "'$args': no message saying what was wrong"
+    [ -s "$tmp/out" ] && fail "'$args': wrote a report to stdout"
+    echo "usage error, exit 2: $args -- $(head -1 "$tmp/err")"
+  done
+  run 0 help
+  grep -q "^usage: tapegrad-gradcheck" "$tmp/out" || fail "help: no usage on stdout"
+  run 0 check --help
+  ;;
+list)
+  run 0 list
+  for op in add matmul softmax cross_entropy dropout linear rmsnorm layernorm rmsnorm_composed layernorm_composed; do
+    grep -q "^  $op  " "$tmp/out" || fail "list: no $op"
+  done
+  grep -q "spec      X;norm=K;eps=E" "$tmp/out" || fail "list: rmsnorm's options not shown"
+  grep -q "inputs    x 4x8, gamma 8" "$tmp/out" || fail "list: rmsnorm's inputs not shown"
+  grep -q "variants  4x8   4x8;bias=1" "$tmp/out" || fail "list: rmsnorm's variants not shown"
+  for bug in rmsnorm-sum rmsnorm-no-eps layernorm-no-mean overwrite; do
+    grep -q "^  $bug " "$tmp/out" || fail "list: bug $bug missing from the catalogue"
+  done
+  ;;
+*)
+  fail "unknown case $case_name"
+  ;;
+esac
+echo "ok: $case_name"
