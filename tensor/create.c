@@ -62,7 +62,10 @@ tg_tensor *tg_new_tensor(tg_ctx *ctx, const char *fn, tg_dtype dtype, int ndim, 
     memset(t, 0, sizeof *t);
     t->dtype = dtype;
     t->ndim = ndim;
-    for (int i = 0; i < TG_MAX_DIMS; i++) t->shape[i] = i < ndim ? shape[i] : 1;
+    /* Two plain loops: a single `i < ndim ? shape[i] : 1` loop becomes a
+     * masked vector load that is very slow when shape is NULL (ndim 0). */
+    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    for (int i = ndim; i < TG_MAX_DIMS; i++) t->shape[i] = 1;
     t->numel = numel;
     t->data = mem + head;
     t->node_ = -1;
