@@ -71,11 +71,16 @@ static int text_width(const char *s) {
     return w;
 }
 
+/* A cell padded to `width`; the last cell of a line loses its trailing
+ * blanks (no trailing whitespace in pasted output). */
 static void put_cell(FILE *out, const char *s, gct_tone tone, int width, char align, bool last, bool color) {
     int pad = width - text_width(s);
     if (pad < 0) pad = 0;
     if (align == 'r') fprintf(out, "%*s", pad, "");
-    gct_puts_tone(out, s, tone, color);
+    char buf[GCT_CELL];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (size_t n = strlen(buf); last && n > 0 && buf[n - 1] == ' '; n--) buf[n - 1] = '\0';
+    gct_puts_tone(out, buf, tone, color);
     if (align != 'r' && !last) fprintf(out, "%*s", pad, "");
 }
 
