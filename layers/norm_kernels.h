@@ -53,6 +53,11 @@
  *   Limits: float64 rows whose rms exceeds ~1e307 get a subnormal rstd
  *   (less precise); LayerNorm backward in float64 needs x - mean finite.
  *
+ * Speed: the kernels are bound by memory bandwidth at large sizes and by
+ * L1 loads in cache. Give them 64-byte aligned arrays (tensors from the
+ * context are); with C a multiple of 16 floats (8 doubles) every row is
+ * aligned. Misaligned rows measured up to 2x slower in cache.
+ *
  * eps = 0 is allowed (the invariant tests use it); a row of zeros with
  * eps = 0 gives r = inf and y = NaN, exactly as the formula says.
  *
