@@ -127,7 +127,8 @@ sweep)
   if have_gnuplot; then is_png "$tmp/sw/sweep_rmsnorm.png" || fail "sweep: sweep_rmsnorm.png is not a PNG"; fi
   # a seeded bug: the error no longer falls with h (a floor at the bug's size)
   run 0 sweep --inject rmsnorm-sum --out "$tmp/sw"
-  awk '!/^#/ && $2 != "NaN" {if (!n++ || $2 + 0 < m) m = $2 + 0} END {exit !(m > 1e-2)}' "$tmp/sw/sweep_rmsnorm-sum.dat" ||
+  awk '!/^#/ && $2 != "NaN" {if (!n++ || $2 + 0 < m) m = $2 + 0} END {exit !(m > 1e-2)}' \
+      "$tmp/sw/sweep_rmsnorm-sum.dat" ||
     fail "sweep --inject rmsnorm-sum: the error fell below 1e-2"
   ;;
 jacobian)
@@ -150,7 +151,8 @@ jacobian)
   [ -e "$tmp/jac/jacobian_layernorm_x.dat" ] && fail "jacobian --input gamma also did x"
   # the overwrite bug: the difference is minus the identity (the lost residual)
   run 1 jacobian --inject overwrite --shape 1x4 --input x --out "$tmp/jac"
-  grep -q "4 of 16 entries outside" "$tmp/out" || fail "jacobian --inject overwrite: want exactly the 4 diagonal entries off"
+  grep -q "4 of 16 entries outside" "$tmp/out" ||
+    fail "jacobian --inject overwrite: want exactly the 4 diagonal entries off"
   run 2 jacobian rmsnorm --shape 64x64 --out "$tmp/jac"
   grep -q "small shapes" "$tmp/err" || fail "jacobian: a big shape is not refused"
   run 2 jacobian rmsnorm --shape 1x4 --input nope --out "$tmp/jac"

@@ -178,7 +178,8 @@ static int parse_args(int argc, char **argv, gct_args *a) {
             char *e;
             errno = 0;
             unsigned long long s = strtoull(v, &e, 10);
-            if (e == v || *e || errno || v[0] == '-') return gct_usage_error("--seed wants an integer >= 0, not '%s'", v);
+            if (e == v || *e || errno || v[0] == '-')
+                return gct_usage_error("--seed wants an integer >= 0, not '%s'", v);
             a->seed = (uint64_t)s;
         } else if (!strcmp(opt, "--inject")) {
             a->inject = v;

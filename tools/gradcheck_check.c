@@ -84,8 +84,11 @@ static int add_case_rows(gct_table *t, const gct_target *tg, const tg_gradcheck_
         if (in->n_checked == 0) {
             gct_cell_set(&row[6], GCT_DIM, "-");
         } else {
-            if (in->worst_index < 0) gct_cell_set(&row[6], GCT_PLAIN, "direction");
-            else gct_cell_set(&row[6], GCT_PLAIN, "%s", gct_index_text(idx, sizeof idx, x->ndim, x->shape, in->worst_index));
+            if (in->worst_index < 0)
+                gct_cell_set(&row[6], GCT_PLAIN, "direction");
+            else
+                gct_cell_set(&row[6], GCT_PLAIN, "%s",
+                             gct_index_text(idx, sizeof idx, x->ndim, x->shape, in->worst_index));
             gct_cell_set(&row[7], GCT_PLAIN, "%.10g", in->worst_analytic);
             gct_cell_set(&row[8], GCT_PLAIN, "%.10g", in->worst_numeric);
         }
@@ -193,7 +196,8 @@ int gct_cmd_check(const gct_args *a) {
     double t0 = gct_now();
     bool usage_ok = true;
     if (all) {
-        for (int i = 0; i < tg_registry_count() && usage_ok; i++) usage_ok = check_op(ctx, a, tg_registry_get(i), NULL, &T);
+        for (int i = 0; i < tg_registry_count() && usage_ok; i++)
+            usage_ok = check_op(ctx, a, tg_registry_get(i), NULL, &T);
     } else {
         usage_ok = check_op(ctx, a, op, bug, &T);
     }

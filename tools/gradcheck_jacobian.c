@@ -227,7 +227,8 @@ int gct_cmd_jacobian(const gct_args *a) {
                                      "small shapes (at most %d entries): try --shape %s",
                                      op->name, gct_shape_text(s1, sizeof s1, y->ndim, y->shape), t.c.input_names[k],
                                      gct_shape_text(s2, sizeof s2, t.c.inputs[k]->ndim, t.c.inputs[k]->shape),
-                                     (long long)(M * N), JAC_MAX_ENTRIES, bug ? bug->default_spec : "with fewer elements");
+                                     (long long)(M * N), JAC_MAX_ENTRIES,
+                                     bug ? bug->default_spec : "with fewer elements");
             tg_ctx_free(ctx);
             return status;
         }

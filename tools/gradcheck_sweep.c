@@ -94,7 +94,7 @@ int gct_cmd_sweep(const gct_args *a) {
         fprintf(stderr, "tapegrad-gradcheck: out of memory\n");
         return GCT_EXIT_ERROR;
     }
-    static double err[SWEEP_CURVES][SWEEP_N];
+    double err[SWEEP_CURVES][SWEEP_N];
     char spec[128] = "", label[160] = "";
     int64_t numel = 0;
     for (int c = 0; c < SWEEP_CURVES; c++) {
@@ -132,7 +132,11 @@ int gct_cmd_sweep(const gct_args *a) {
         best_e[c] = INFINITY;
         best_h[c] = NAN;
         for (int k = 0; k < SWEEP_N; k++)
-            if (isfinite(err[c][k]) && err[c][k] < best_e[c]) best_e[c] = err[c][k], best_k[c] = k, best_h[c] = sweep_h(k);
+            if (isfinite(err[c][k]) && err[c][k] < best_e[c]) {
+                best_e[c] = err[c][k];
+                best_k[c] = k;
+                best_h[c] = sweep_h(k);
+            }
     }
 
     /* the table */
