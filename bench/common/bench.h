@@ -1,0 +1,119 @@
+/* Shared helpers of the benchmark programs (bench/common/, linked into every
+ * benchmark program). Everything here is prefixed bn_ so it never clashes with a
+ * benchmark's own static helpers.
+ *
+ *  - timing: bn_now, bn_time (warm-up, calibration, median of samples)
+ *  - machine limits: bn_stream (STREAM-like copy/triad bandwidth) and
+ *    bn_fma_peak (f32/f64 FMA throughput with the widest SIMD compiled in)
+ *  - OpenBLAS via dlopen (never a link dependency): bn_blas_open
+ *  - PyTorch as a subprocess (bench/torch_bench.py --server): bn_torch_*
+ */
+#ifndef TG_BENCH_COMMON_BENCH_H
+#define TG_BENCH_COMMON_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- timing ------------------------------------------------------------ */
+
+/* Monotonic wall-clock seconds. */
+double bn_now(void);
+/* CPU seconds used by this process (all threads, user + system) and by
+ * the calling thread. */
+double bn_process_cpu(void);
+double bn_thread_cpu(void);
+/* The clock bn_time uses: wall time (default) or this process's CPU time.
+ * CPU time is the robust measure for one thread on a machine shared with
+ * other jobs (time spent descheduled is not counted); with several threads
+ * it adds up all threads, so thread scaling needs wall time. */
+void bn_use_cpu_clock(bool on);
+bool bn_cpu_clock(void);
+/* Sleeps ms milliseconds (lets spinning thread pools go to sleep). */
+void bn_nap_ms(long ms);
+
+/* The result of timing a function. */
+typedef struct bn_timing {
+    double median_s;  /* median time of one call, on bn_time's clock */
+    double min_s;     /* fastest sample, per call */
+    /* both clocks, whichever bn_time uses */
+    double wall_median_s, wall_min_s;
+    double cpu_median_s, cpu_min_s;
+    int samples;      /* samples taken (each `inner` calls) */
+    int inner;        /* calls per sample */
+} bn_timing;
+
+/* Times fn(arg): one warm-up call (timed, for calibration), then samples of
+ * `inner` calls each, inner chosen so a sample lasts >= sample_s (at least
+ * 1 ms), as many samples as fit in budget_s (at least min_samples, at most
+ * 101). The median of the samples, divided by inner, is the time of one
+ * call. The same algorithm runs in bench/torch_bench.py. */
+bn_timing bn_time(void (*fn)(void *arg), void *arg, double budget_s, int min_samples, double sample_s);
+
+/* ---- machine limits ------------------------------------------------------ */
+
+/* STREAM-like bandwidth with `threads` OpenMP threads over arrays of
+ * `bytes` bytes each (doubles): copy c = a (2 arrays moved), triad
+ * a = b + s c (3 arrays moved); the best of `reps` runs, in GB/s (1e9).
+ * Each thread times its own share with its thread CPU clock and the
+ * threads' rates are added, so time spent descheduled by other jobs on the
+ * machine does not count (the limits below are what the cores can do when
+ * they run). */
+typedef struct bn_stream_result {
+    double copy_gbs, triad_gbs;
+} bn_stream_result;
+bn_stream_result bn_stream(size_t bytes, int threads, int reps);
+
+/* FMA throughput: every thread runs independent chains of vector fused
+ * multiply-adds; GFLOP/s = 2 * lanes * FMAs / time, the best of `reps`. */
+typedef struct bn_fma_result {
+    double f32_gflops, f64_gflops;
+    const char *isa; /* "avx512", "avx2" or "scalar" */
+} bn_fma_result;
+bn_fma_result bn_fma_peak(int threads, int reps);
+
+/* "AMD EPYC ..." from /proc/cpuinfo (or "unknown"), into buf. */
+const char *bn_cpu_name(char *buf, size_t size);
+/* The 1-minute load average, or -1. */
+double bn_loadavg(void);
+
+/* ---- OpenBLAS (dlopen) --------------------------------------------------- */
+
+enum { BN_ROW_MAJOR = 101, BN_NO_TRANS = 111, BN_TRANS = 112 };
+typedef void (*bn_sgemm_fn)(int order, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                            int lda, const float *B, int ldb, float beta, float *C, int ldc);
+typedef struct bn_blas {
+    void *lib;                  /* NULL: OpenBLAS not found */
+    bn_sgemm_fn sgemm;          /* cblas_sgemm */
+    void (*set_threads)(int);   /* openblas_set_num_threads, may be NULL */
+    char *(*config)(void);      /* openblas_get_config, may be NULL */
+} bn_blas;
+/* Opens libopenblas.so.0 (then libopenblas.so); lib NULL when absent. */
+bn_blas bn_blas_open(void);
+void bn_blas_close(bn_blas *b);
+
+/* ---- PyTorch subprocess -------------------------------------------------- */
+
+/* A running `python3 torch_bench.py --server --threads N`. */
+typedef struct bn_torch {
+    int pid;
+    int to_fd, from_fd;    /* pipes: our writes, its replies */
+    bool ok;               /* it started and imported torch */
+    char version[64];      /* torch.__version__ */
+    char why[256];         /* why it is not ok */
+} bn_torch;
+
+/* Starts the server (timing with the same clock as bn_time: process CPU
+ * time when cpu_clock) and waits for its "ready" line; t->ok tells whether
+ * torch could be imported (t->why says why not). */
+void bn_torch_start(bn_torch *t, const char *python, const char *script, int threads, double budget_s,
+                    bool cpu_clock);
+/* Sends one command line (no newline) and reads the one-line JSON reply
+ * into reply (size bytes). false when the server died or answered an error. */
+bool bn_torch_call(bn_torch *t, const char *cmd, char *reply, size_t size);
+/* The number after "key": in a flat JSON object, or NaN. */
+double bn_json_number(const char *json, const char *key);
+/* Ends the server and reaps it. */
+void bn_torch_stop(bn_torch *t);
+
+#endif

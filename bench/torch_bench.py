@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""PyTorch side of tapegrad's benchmark (bench/tapegrad.c runs it).
+
+Each case is the PyTorch counterpart of a tapegrad case, on the same shapes,
+timed with the same algorithm as bench/common/timing.c (bn_time): one
+warm-up call, one calibration call, samples of `inner` calls lasting at
+least `sample` seconds each, as many samples as fit in the budget (at least
+`min_samples`), and the median sample divided by inner.
+
+Modes:
+  --server   read one command per line on stdin, answer each with one line
+             of JSON on stdout (what the C benchmark uses, so each PyTorch
+             case runs right after the matching tapegrad case)
+  (default)  run every case once and print one JSON object
+
+Commands (server mode):
+  norm rms|ln f32|f64 N C    RMSNorm (composed) / LayerNorm (native) fwd+bwd
+  linear M K N               F.linear fwd+bwd, x (M,K), W (N,K), b (N)
+  mlp H B                    one Adam training step of 784-H-H-10 with RMSNorm
+  tiny                       (a + b).backward() for 1-element a, b
+  quit
+
+Thread count: torch.set_num_threads(--threads), the same as tapegrad's.
+Clock (--clock): wall time, or process CPU time (time.process_time, what
+bn_time uses with a CPU clock).
+OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE: unset them (env -u ...) for the fair
+case; scripts/bench.sh does.
+"""
+import argparse
+import json
+import sys
+import time
+
+EPS_RMS = 1e-6
+EPS_LN = 1e-5
+
+
+CLOCK = time.perf_counter
+
+
+def bench(fn, budget, min_samples=5, sample=2e-3):
+    """Median seconds of one call of fn (see the module docstring)."""
+    now = CLOCK
+    sample = max(sample, 1e-3)
+    fn()
+    t0 = now()
+    fn()
+    t1 = max(now() - t0, 1e-9)
+    if t1 < 1e-4:
+        n = int(1e-3 / t1) + 1
+        t0 = now()
+        for _ in range(n):
+            fn()
+        t1 = max((now() - t0) / n, 1e-9)
+    inner = 1 if t1 >= sample else int(sample / t1) + 1
+    samples = int(budget / (t1 * inner))
+    samples = min(max(samples, min_samples), 101)
+    times = []
+    for _ in range(samples):
+        t0 = now()
+        for _ in range(inner):
+            fn()
+        times.append((now() - t0) / inner)
+    times.sort()
+    k = len(times)
+    median = times[k // 2] if k % 2 else 0.5 * (times[k // 2 - 1] + times[k // 2])
+    return {"median_s": median, "min_s": times[0], "samples": k, "inner": inner}
+
+
+def rmsnorm(x, w, eps=EPS_RMS):
+    # the composed form: what one writes in PyTorch 1.13 (no nn.RMSNorm yet)
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def case_norm(kind, dtype, n, c, budget):
+    dt = torch.float32 if dtype == "f32" else torch.float64
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, c, dtype=dt, generator=g).requires_grad_()
+    w = (1 + 0.1 * torch.randn(c, dtype=dt, generator=g)).requires_grad_()
+    b = (0.1 * torch.randn(c, dtype=dt, generator=g)).requires_grad_()
+    dy = torch.randn(n, c, dtype=dt, generator=g)
+
+    def step():
+        x.grad = None
+        w.grad = None
+        b.grad = None
+        if kind == "rms":
+            y = rmsnorm(x, w)
+        else:
+            y = F.layer_norm(x, (c,), w, b, EPS_LN)
+        y.backward(dy)
+
+    return bench(step, budget)
+
+
+def case_linear(m, k, n, budget):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(m, k, generator=g).requires_grad_()
+    w = (torch.rand(n, k, generator=g) - 0.5).requires_grad_()
+    b = (torch.rand(n, generator=g) - 0.5).requires_grad_()
+    dy = torch.randn(m, n, generator=g)
+
+    def step():
+        x.grad = None
+        w.grad = None
+        b.grad = None
+        F.linear(x, w, b).backward(dy)
+
+    return bench(step, budget)
+
+
+def make_mlp(hidden):
+    nn = torch.nn
+
+    class Net(nn.Module):
+        """Linear->RMSNorm->ReLU->Linear->RMSNorm->ReLU->Linear, as the C side."""
+
+        def __init__(self):
+            super().__init__()
+            self.fc1 = nn.Linear(784, hidden)
+            self.g1 = nn.Parameter(torch.ones(hidden))
+            self.fc2 = nn.Linear(hidden, hidden)
+            self.g2 = nn.Parameter(torch.ones(hidden))
+            self.fc3 = nn.Linear(hidden, 10)
+
+        def forward(self, x):
+            h = torch.relu(rmsnorm(self.fc1(x), self.g1))
+            h = torch.relu(rmsnorm(self.fc2(h), self.g2))
+            return self.fc3(h)
+
+    return Net()
+
+
+def case_mlp(hidden, batch, budget):
+    # tiny batches: samples of >= 5 ms, as bench_mlp in bench/tapegrad.c
+    torch.manual_seed(0)
+    model = make_mlp(hidden)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = torch.randn(batch, 784)
+    y = torch.randint(0, 10, (batch,))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+
+    return bench(step, 4 * budget, sample=5e-3)
+
+
+def case_tiny(budget):
+    a = torch.ones(1, requires_grad=True)
+    b = torch.ones(1, requires_grad=True)
+
+    def step():
+        (a + b).backward()
+
+    return bench(step, budget, min_samples=11, sample=5e-3)
+
+
+def run(cmd, budget):
+    w = cmd.split()
+    if w[0] == "norm":
+        return case_norm(w[1], w[2], int(w[3]), int(w[4]), budget)
+    if w[0] == "linear":
+        return case_linear(int(w[1]), int(w[2]), int(w[3]), budget)
+    if w[0] == "mlp":
+        return case_mlp(int(w[1]), int(w[2]), budget)
+    if w[0] == "tiny":
+        return case_tiny(budget)
+    raise ValueError("unknown command: " + cmd)
+
+
+ALL = [
+    *[f"norm {k} {d} {n} {c}" for k in ("rms", "ln") for d in ("f32", "f64")
+      for n, c in ((4096, 768), (256, 4096), (64, 64))],
+    "linear 512 512 512", "linear 64 784 256", "linear 4096 768 3072",
+    "mlp 256 64", "mlp 64 32", "tiny",
+]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--server", action="store_true")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--budget", type=float, default=0.5, help="seconds per case")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="wall time, or this process's CPU time (robust on a shared machine)")
+    args = ap.parse_args()
+    global torch, F, CLOCK
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
+    import torch
+    import torch.nn.functional as F
+    torch.set_num_threads(args.threads)
+    info = {"ready": True, "torch": torch.__version__, "threads": torch.get_num_threads()}
+    if not args.server:
+        info["cases"] = {cmd: run(cmd, args.budget) for cmd in ALL}
+        print(json.dumps(info))
+        return
+    print(json.dumps(info), flush=True)
+    for line in sys.stdin:
+        cmd = line.strip()
+        if not cmd:
+            continue
+        if cmd == "quit":
+            break
+        try:
+            out = run(cmd, args.budget)
+        except Exception as e:  # report, keep serving
+            out = {"error": f"{type(e).__name__}: {e}"}
+        print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

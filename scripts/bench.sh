@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# `make bench`: builds tapegrad in Release with native CPU tuning (its own
+# build folder, build-release/ unless BENCH_BUILD says otherwise), then runs
+# the benchmark, which measures this machine's limits, times every case of
+# issue 9 beside PyTorch (when /usr/bin/python3 can import torch) and
+# OpenBLAS (when libopenblas is installed), prints ONE table and writes it as
+# JSON.
+#
+# Usage: scripts/bench.sh [MAKE_BUILD_DIR] [BENCH_ARGS...]
+#   MAKE_BUILD_DIR  the folder `make` builds in (ignored: the benchmark needs
+#                   a Release build, made in build-release/)
+#   BENCH_ARGS      passed to bench_tapegrad, e.g. --threads 2, --budget 1,
+#                   --only norm, --no-torch (see bench/tapegrad.c)
+# Environment: BENCH_THREADS (default 1), BENCH_JSON (default
+#   out/bench/bench.json), BENCH_BUILD (default build-release), BENCH_ARGS.
+#
+# OpenBLAS and PyTorch run with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset
+# (both together), so OpenBLAS picks its own AVX-512 kernels and cache sizes:
+# the fair case.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then shift; fi  # make's build folder
+build=${BENCH_BUILD:-build-release}
+threads=${BENCH_THREADS:-1}
+json=${BENCH_JSON:-out/bench/bench.json}
+jobs=$(nproc 2>/dev/null || echo 2)
+
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTG_NATIVE=ON -DBUILD_TESTING=OFF >/dev/null
+cmake --build "$build" -j "$jobs" --target bench_tapegrad >/dev/null
+
+mkdir -p "$(dirname "$json")"
+# shellcheck disable=SC2086  # BENCH_ARGS is a list of words
+env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \
+  "$build/bench/bench_tapegrad" --threads "$threads" --json "$json" ${BENCH_ARGS:-} "$@" \
+  | tee "${json%.json}.txt"
