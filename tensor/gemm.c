@@ -36,11 +36,26 @@ static int64_t gemm_kc(int64_t K, int64_t kc_max) {
     return (K + n - 1) / n;
 }
 
-/* Below this many multiply-adds (or with a single row or column) packing
- * costs more than it saves. */
-#define GEMM_SMALL_FMAS ((int64_t)48 * 48 * 48)
-static bool gemm_is_small(int64_t M, int64_t N, int64_t K) {
-    return M == 1 || N == 1 || M * N * K <= GEMM_SMALL_FMAS;
+/* The direct (unpacked) path wins when packing cannot be amortized: few
+ * multiply-adds, few rows (M <= 64: the tiles of a small batch), or, for
+ * A (M,K) times B^T, an A small enough to stay in L2 while the direct path
+ * re-reads it for every column block (measured on Zen 5; see bench/gemm.c).
+ * May-pack: false means no layout of this shape takes the packed path. */
+#define GEMM_DIRECT_FMAS ((int64_t)64 * 64 * 64)
+#define GEMM_DIRECT_ROWS 64
+#define GEMM_DIRECT_NT_BYTES ((int64_t)1 << 20)
+static bool gemm_may_pack(int64_t M, int64_t N, int64_t K) {
+#ifdef TG_GEMM_FORCE /* tuning: 1 always direct, 2 always packed */
+    return TG_GEMM_FORCE == 2;
+#endif
+    return M > GEMM_DIRECT_ROWS && M * N * K > GEMM_DIRECT_FMAS;
+}
+static bool gemm_use_direct(bool ta, bool tb, int64_t M, int64_t N, int64_t K, size_t es) {
+#ifdef TG_GEMM_FORCE
+    (void)ta, (void)tb, (void)es;
+    return !gemm_may_pack(M, N, K);
+#endif
+    return !gemm_may_pack(M, N, K) || (!ta && tb && M * K * (int64_t)es <= GEMM_DIRECT_NT_BYTES);
 }
 
 /* Threads worth starting: at least ~1M multiply-adds each. */
@@ -199,6 +214,7 @@ static inline __m256i gemm_mask4x64(int64_t n) {
 #endif
 #if defined(__AVX512F__)
 #define KERNEL_VEC 1
+#define DIRECT_MR 8
 #define MR_DEFAULT 12
 #define NR_DEFAULT 32
 #define VEC __m512
@@ -215,6 +231,7 @@ static inline __m256i gemm_mask4x64(int64_t n) {
 #define VTRANSPOSE(v) gemm_tr16_ps(v)
 #elif defined(__AVX2__) && defined(__FMA__)
 #define KERNEL_VEC 1
+#define DIRECT_MR 6
 #define MR_DEFAULT 6
 #define NR_DEFAULT 16
 #define VEC __m256
@@ -260,6 +277,9 @@ static inline __m256i gemm_mask4x64(int64_t n) {
 #undef SFX
 #undef FMA_S
 #undef KERNEL_VEC
+#ifdef DIRECT_MR
+#undef DIRECT_MR
+#endif
 #undef MR
 #undef NR
 #undef VEC
@@ -291,6 +311,7 @@ static inline __m256i gemm_mask4x64(int64_t n) {
 #endif
 #if defined(__AVX512F__)
 #define KERNEL_VEC 1
+#define DIRECT_MR 8
 #define MR_DEFAULT 12
 #define NR_DEFAULT 16
 #define VEC __m512d
@@ -307,6 +328,7 @@ static inline __m256i gemm_mask4x64(int64_t n) {
 #define VTRANSPOSE(v) gemm_tr8_pd(v)
 #elif defined(__AVX2__) && defined(__FMA__)
 #define KERNEL_VEC 1
+#define DIRECT_MR 6
 #define MR_DEFAULT 6
 #define NR_DEFAULT 8
 #define VEC __m256d
@@ -352,6 +374,9 @@ static inline __m256i gemm_mask4x64(int64_t n) {
 #undef SFX
 #undef FMA_S
 #undef KERNEL_VEC
+#ifdef DIRECT_MR
+#undef DIRECT_MR
+#endif
 #undef MR
 #undef NR
 #undef VEC
@@ -375,7 +400,7 @@ static inline __m256i gemm_mask4x64(int64_t n) {
 /* ---- dispatch ---------------------------------------------------------- */
 
 size_t tg_gemm_workspace_size(int64_t M, int64_t N, int64_t K, size_t elem_size, int threads) {
-    if (M <= 0 || N <= 0 || K <= 0 || gemm_is_small(M, N, K)) return 0;
+    if (M <= 0 || N <= 0 || K <= 0 || !gemm_may_pack(M, N, K)) return 0;
     return elem_size == sizeof(double) ? gemm_workspace_f64(M, N, K, threads)
                                        : gemm_workspace_f32(M, N, K, threads);
 }

@@ -14,12 +14,18 @@
  * contiguous buffers; no transposed copy is ever made. Linear uses
  *   y  = x W^T   (trans_b)   dx = dy W   (none)   dW = dy^T x   (trans_a).
  *
- * Algorithm (Goto/BLIS): loop over NC-wide column blocks of C, then KC-deep
- * slices of K; each slice of op(B) is packed into NR-wide panels shared by
- * all threads; each thread packs MC x KC blocks of its rows of op(A) into
- * MR-high panels and runs the MR x NR micro-kernel over its tiles.
- * The micro-kernel is chosen at compile time: AVX-512 (__AVX512F__), AVX2+FMA
- * (__AVX2__ && __FMA__) or portable C; tg_gemm_kernel_name() says which.
+ * Two paths, chosen per call from the shape (tensor/gemm.c says how):
+ *  - packed (Goto/BLIS), for large problems: loop over NC-wide column blocks
+ *    of C, then KC-deep slices of K; each slice of op(B) is packed into
+ *    NR-wide panels shared by all threads; each thread packs MC x KC blocks
+ *    of its rows of op(A) into MR-high panels and runs the MR x NR
+ *    micro-kernel over its tiles. Needs a workspace (below).
+ *  - direct, for small batches and small problems: A and B are read in
+ *    place (KC x 2-vector blocks of B are transposed into a stack buffer
+ *    when trans_b), with a smaller register tile; no workspace.
+ * The micro-kernels are chosen at compile time: AVX-512 (__AVX512F__),
+ * AVX2+FMA (__AVX2__ && __FMA__) or portable C; tg_gemm_kernel_name() says
+ * which.
  *
  * Determinism: each element of C is computed by exactly one thread, as
  *   for each KC slice s (in order):  acc = sum over k in s, one FMA at a
@@ -28,18 +34,19 @@
  *   C = alpha*acc + C on the later ones (each one fused multiply-add).
  * The slice boundaries depend only on K and the dtype. Threads split the
  * output tiles (rows or column panels of C), never K, so the result is
- * bitwise identical for any thread count. The small-size path (no packing)
- * and the fallback used when no workspace can be had follow the same
- * per-element recipe, so a row of C does not depend on M either (a batch of
- * 1 gives the same bits as that row inside a batch of 64). Without FMA
- * hardware (portable build) "FMA" above is a separate multiply and add.
+ * bitwise identical for any thread count. Both paths follow this same
+ * per-element recipe, so they give the same bits, and a row of C does not
+ * depend on M either (a batch of 1 gives the same bits as that row inside
+ * a batch of 64). Without FMA hardware (portable build) "FMA" above is a
+ * separate multiply and add.
  *
- * Workspace: the packed buffers. Ask tg_gemm_workspace_size() and pass that
- * many bytes (64-byte aligned, e.g. from the context's arena) to the _ws
- * variants; the same buffer can be reused across calls. With work == NULL or
- * too small, the call allocates its own buffer with aligned_alloc and frees
- * it (page faults on every call: avoid in hot paths). If that allocation
- * fails it still computes the right result, unpacked and slower. */
+ * Workspace: the packed path's buffers. Ask tg_gemm_workspace_size() and
+ * pass that many bytes (64-byte aligned, e.g. from the context's arena) to
+ * the _ws variants; the same buffer can be reused across calls. With
+ * work == NULL or too small, the call allocates its own buffer with
+ * aligned_alloc and frees it (page faults on every call: avoid in hot
+ * paths); a buffer big enough for fewer threads runs with fewer threads
+ * (same bits). If the allocation fails, the call takes the direct path. */
 #ifndef TG_TENSOR_GEMM_H
 #define TG_TENSOR_GEMM_H
 
@@ -47,10 +54,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Bytes of workspace the _ws variants want for this problem with this many
- * threads; elem_size is sizeof(float) or sizeof(double). 0 when the problem
- * takes the unpacked small-size path (then work may be NULL). Includes 64
- * bytes of slack, so an unaligned buffer of this size also works. */
+/* Bytes of workspace the _ws variants want for an (M,N,K) problem with this
+ * many threads, whatever the transposes; elem_size is sizeof(float) or
+ * sizeof(double). 0 when no call of that shape packs (then work may be
+ * NULL). Includes 64 bytes of slack, so an unaligned buffer of this size
+ * also works. */
 size_t tg_gemm_workspace_size(int64_t M, int64_t N, int64_t K, size_t elem_size, int threads);
 
 /* C (M,N) = alpha * op(A) op(B) + beta * C, see above. threads >= 1 (values
@@ -70,6 +78,15 @@ void tg_gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
 void tg_gemm_f64(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
                  const double *A, int64_t lda, const double *B, int64_t ldb, double beta,
                  double *C, int64_t ldc, int threads);
+
+/* Always the direct path (no workspace, no allocation): same bits as the
+ * calls above, slower on large problems. */
+void tg_gemm_f32_direct(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                        const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
+                        float *C, int64_t ldc, int threads);
+void tg_gemm_f64_direct(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+                        const double *A, int64_t lda, const double *B, int64_t ldb, double beta,
+                        double *C, int64_t ldc, int threads);
 
 /* Which micro-kernel was compiled in: "avx512", "avx2" or "portable". */
 const char *tg_gemm_kernel_name(void);
