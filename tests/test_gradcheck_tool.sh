@@ -90,6 +90,12 @@ overwrite x gamma
 EOF
   # a missing eps hides under rtol when eps << mean(x^2) (docs/gradcheck.md)
   run 0 check --inject rmsnorm-no-eps --shape 4x8
+  # overwriting is invisible while x is used once, exposed when used twice
+  run 0 check --inject overwrite --shape '4x8;uses=1'
+  grep -q "function checked: rmsnorm(x; gamma), x used once" "$tmp/out" || fail "overwrite uses=1: wrong function"
+  run 1 check --inject overwrite --shape '4x8;uses=2;bias=1'
+  run 2 check --inject overwrite --shape '4x8;uses=3'
+  run 2 check --inject rmsnorm-sum --shape '4x8;uses=1'
   # a bug for another op is a usage error
   run 2 check layernorm --inject rmsnorm-sum
   grep -q "usage:" "$tmp/err" || fail "inject: no usage text"

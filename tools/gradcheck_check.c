@@ -112,6 +112,7 @@ static bool check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const
     int n_specs = a->shape || bug ? 1 : op->n_variants;
     tg_gradcheck_result first = {0};
     bool have_first = false, op_failed = false, auto_dir = false;
+    const char *function = bug ? bug->function : NULL;
     char errors[1024] = "";
     size_t el = 0;
     for (int v = 0; v < n_specs; v++) {
@@ -133,6 +134,7 @@ static bool check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const
             tg_ctx_reset(ctx);
             continue;
         }
+        if (tg.function) function = tg.function;
         tg_gradcheck_opts o = gct_target_opts(&tg, a);
         if (!a->mode_set && a->dtype == TG_F32 && gct_target_numel(&tg) > F32_FULL_MAX) {
             o.mode = TG_GRADCHECK_DIRECTIONAL;
@@ -163,7 +165,7 @@ static bool check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const
         if (bug) {
             printf("  with injected bug ");
             gct_puts_tone(stdout, bug->name, GCT_BAD, a->color);
-            printf(": %s\n  function checked: %s\n", bug->what, bug->function);
+            printf(": %s\n  function checked: %s\n", bug->what, function);
         } else {
             printf("  %s\n", op->summary);
         }

@@ -245,7 +245,7 @@ int gct_cmd_jacobian(const gct_args *a) {
     if (bug) {
         printf("  with injected bug ");
         gct_puts_tone(stdout, bug->name, GCT_BAD, a->color);
-        printf(": %s\n  function %s,", bug->what, bug->function);
+        printf(": %s\n  function %s,", bug->what, t.function);
     } else {
         printf("  %s\n ", op->summary);
     }

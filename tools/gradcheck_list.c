@@ -93,6 +93,12 @@ int gct_cmd_list(const gct_args *a) {
     }
     gct_table_print(stdout, &t, 2, a->color);
     gct_table_free(&t);
+    for (int i = 0; i < gct_bug_count(); i++) {
+        const gct_bug *b = gct_bug_get(i);
+        if (b->function_once)
+            printf("\n  %s: add ;uses=1 to the spec (--shape '%s;uses=1') to check %s: the bug hides there\n",
+                   b->name, b->default_spec, b->function_once);
+    }
     printf("\ne.g.  tapegrad-gradcheck check --inject rmsnorm-sum\n");
     return GCT_EXIT_PASS;
 }

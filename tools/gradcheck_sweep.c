@@ -96,6 +96,7 @@ int gct_cmd_sweep(const gct_args *a) {
     }
     double err[SWEEP_CURVES][SWEEP_N];
     char spec[128] = "", label[160] = "";
+    const char *function = bug ? bug->function : NULL;
     int64_t numel = 0;
     for (int c = 0; c < SWEEP_CURVES; c++) {
         for (int k = 0; k < SWEEP_N; k++) {
@@ -109,6 +110,7 @@ int gct_cmd_sweep(const gct_args *a) {
             }
             snprintf(spec, sizeof spec, "%s", t.c.spec);
             snprintf(label, sizeof label, "%s", t.label);
+            function = t.function;
             numel = gct_target_numel(&t);
             tg_gradcheck_opts o = gct_target_opts(&t, a);
             o.h = sweep_h(k);
@@ -144,7 +146,7 @@ int gct_cmd_sweep(const gct_args *a) {
     if (bug) {
         printf("  with injected bug ");
         gct_puts_tone(stdout, bug->name, GCT_BAD, a->color);
-        printf(": %s\n  function %s,", bug->what, bug->function);
+        printf(": %s\n  function %s,", bug->what, function);
     } else {
         printf("  %s\n ", op->summary);
     }

@@ -35,14 +35,49 @@ bool gct_resolve(const gct_args *a, const char *name, const tg_op_info **op, con
     return true;
 }
 
+/* A bug's own spec argument "uses=1|2" (gct_bug.uses_help): taken out of
+ * spec into base (what the registry builds) and *uses ('\0' when absent).
+ * False and the context's error for a bad value. */
+static bool split_uses(tg_ctx *ctx, const gct_bug *bug, const char *spec, char *base, size_t size, char *uses) {
+    *uses = '\0';
+    snprintf(base, size, "%s", spec);
+    char *p = strstr(base, ";uses=");
+    if (!p || !bug->function_once) return true;
+    char *end = strchr(p + 1, ';');
+    size_t vlen = end ? (size_t)(end - (p + 6)) : strlen(p + 6);
+    if (vlen != 1 || (p[6] != '1' && p[6] != '2')) {
+        tg_error(ctx, TG_ERR_FORMAT, "--inject",
+                 "%s: spec '%s': uses=2 checks %s (the default), uses=1 checks %s", bug->name, spec, bug->function,
+                 bug->function_once);
+        return false;
+    }
+    *uses = p[6];
+    memmove(p, p + 6 + vlen, strlen(p + 6 + vlen) + 1);
+    return true;
+}
+
 bool gct_target_build(tg_ctx *ctx, const tg_op_info *op, const gct_bug *bug, const char *spec, tg_dtype dtype,
                       gct_target *t) {
     memset(t, 0, sizeof *t);
     t->op = op;
     t->bug = bug;
     if (!spec && bug) spec = bug->default_spec;
+    char base[sizeof t->c.spec], uses = '\0';
+    if (bug && spec) {
+        if (!split_uses(ctx, bug, spec, base, sizeof base, &uses)) return false;
+        spec = base;
+    }
     if (!tg_registry_build(ctx, op, spec, dtype, &t->c)) return false;
+    if (uses && t->c.n_args < TG_OP_MAX_ARGS) {
+        /* handed to the bug's forward as one more argument of the case */
+        snprintf(t->c.arg_name[t->c.n_args], sizeof t->c.arg_name[0], "uses");
+        snprintf(t->c.arg_value[t->c.n_args], sizeof t->c.arg_value[0], "%c", uses);
+        t->c.n_args++;
+        size_t n = strlen(t->c.spec);
+        snprintf(t->c.spec + n, sizeof t->c.spec - n, ";uses=%c", uses);
+    }
     t->fn = bug ? bug->forward : op->forward;
+    t->function = !bug ? NULL : uses == '1' ? bug->function_once : bug->function;
     if (bug)
         snprintf(t->label, sizeof t->label, "%s  with bug %s", op->name, bug->name);
     else

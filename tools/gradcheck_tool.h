@@ -71,6 +71,8 @@ typedef struct gct_bug {
     const char *function;      /* the function checked, e.g. "rmsnorm(x) + x" */
     const char *default_spec;  /* a spec that exposes it */
     tg_gradcheck_fn forward;   /* user: the op's tg_op_case */
+    const char *function_once; /* non-NULL: the spec may add ";uses=1", and
+                                  this function (x used once) is checked */
 } gct_bug;
 
 int gct_bug_count(void);
@@ -87,6 +89,7 @@ typedef struct gct_target {
     const gct_bug *bug;        /* NULL: the op as registered */
     tg_op_case c;              /* the inputs */
     tg_gradcheck_fn fn;        /* op->forward or bug->forward */
+    const char *function;      /* the bug's function checked, or NULL */
     char label[160];           /* "rmsnorm" or "rmsnorm + bug rmsnorm-sum" */
 } gct_target;
 

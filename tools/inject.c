@@ -210,6 +210,9 @@ static void rmsnorm_overwrite_backward(tg_ctx *ctx, tg_node *n) {
 static tg_tensor *fw_rmsnorm_overwrite(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user, TG_RMSNORM_EPS);
     tg_tensor *y = bug_norm_forward(ctx, "rmsnorm[bug:overwrite]", rmsnorm_overwrite_backward, false, &a);
+    /* ";uses=1" (gradcheck_target.c): x used once, the bug stays hidden */
+    const char *uses = case_arg(user, "uses");
+    if (uses && strcmp(uses, "1") == 0) return y;
     return tg_add(ctx, y, a.x); /* the second use of x */
 }
 
@@ -217,13 +220,13 @@ static tg_tensor *fw_rmsnorm_overwrite(tg_ctx *ctx, tg_tensor *const *in, void *
 
 static const gct_bug BUGS[] = {
     {"rmsnorm-sum", "rmsnorm", "RMSNorm backward recomputes rstd from the sum of squares instead of the mean",
-     "rmsnorm(x; gamma)", "4x8", fw_rmsnorm_sum},
+     "rmsnorm(x; gamma)", "4x8", fw_rmsnorm_sum, NULL},
     {"rmsnorm-no-eps", "rmsnorm", "RMSNorm backward recomputes rstd without eps", "rmsnorm(x; gamma)",
-     "4x8;eps=0.1", fw_rmsnorm_no_eps},
+     "4x8;eps=0.1", fw_rmsnorm_no_eps, NULL},
     {"layernorm-no-mean", "layernorm", "LayerNorm dx drops the term - mean_j(u_j) that comes from the mean",
-     "layernorm(x; gamma, beta)", "4x8", fw_layernorm_no_mean},
+     "layernorm(x; gamma, beta)", "4x8", fw_layernorm_no_mean, NULL},
     {"overwrite", "rmsnorm", "RMSNorm backward assigns dx instead of adding to it (x used twice: a residual)",
-     "rmsnorm(x; gamma) + x", "4x8", fw_rmsnorm_overwrite},
+     "rmsnorm(x; gamma) + x", "4x8", fw_rmsnorm_overwrite, "rmsnorm(x; gamma), x used once"},
 };
 
 int gct_bug_count(void) { return (int)(sizeof BUGS / sizeof BUGS[0]); }
