@@ -16,18 +16,25 @@
 
 #include <math.h>
 
+#if defined(__AVX512F__) || defined(__AVX__)
+#include <immintrin.h>
+#endif
+
+/* The update of elements [i0, n), one at a time. p, g, m, v, vmax: (n)
+ * each, distinct arrays (vmax NULL without amsgrad). */
 #define ADAM_KERNEL(T, SQRT, SUFFIX)                                                                    \
-    static void adam_##SUFFIX(T *p, const T *g, T *m, T *v, T *vmax, int64_t n, T lr, T beta1, T beta2, \
-                              T eps, T l2, T decoupled, T step_size, T bc2_sqrt) {                      \
-        for (int64_t i = 0; i < n; i++) {                                                               \
+    static void adam_tail_##SUFFIX(T *restrict p, const T *restrict g, T *restrict m, T *restrict v,    \
+                                   T *restrict vmax, int64_t i0, int64_t n, T lr, T beta1, T beta2,      \
+                                   T eps, T l2, T decoupled, T step_size, T bc2_sqrt) {                 \
+        for (int64_t i = i0; i < n; i++) {                                                              \
             T gi = g[i];                                                                                \
             if (decoupled != 0) p[i] = p[i] * (1 - lr * decoupled);                                     \
             if (l2 != 0) gi = gi + l2 * p[i];                                                           \
             m[i] = m[i] * beta1 + (1 - beta1) * gi;                                                     \
-            v[i] = v[i] * beta2 + (1 - beta2) * (gi * gi);                                                \
+            v[i] = v[i] * beta2 + (1 - beta2) * (gi * gi);                                              \
             T vv = v[i];                                                                                \
             if (vmax) {                                                                                 \
-                if (vv > vmax[i] || vv != vv) vmax[i] = vv; /* torch.maximum: NaN wins */                                   \
+                if (vv > vmax[i] || vv != vv) vmax[i] = vv; /* torch.maximum: NaN wins */               \
                 vv = vmax[i];                                                                           \
             }                                                                                           \
             T denom = SQRT(vv) / bc2_sqrt + eps;                                                        \
@@ -36,6 +43,83 @@
     }
 ADAM_KERNEL(float, sqrtf, f32)
 ADAM_KERNEL(double, sqrt, f64)
+
+/* The same update, W elements at a time with SIMD intrinsics, for the
+ * elements [0, n - n % W); returns where the scalar tail starts. Every
+ * element goes through exactly the scalar expressions above, operation by
+ * operation (separate multiplies and adds, no FMA; IEEE sqrt and division),
+ * so the results are bitwise those of the scalar loop. It exists because
+ * compilers keep that loop scalar: sqrt may set errno, so GCC calls libm
+ * per element (3.6 ns per parameter: 1 ms of a 2 ms MLP step with 270k
+ * parameters). */
+#define ADAM_SIMD(T, SUFFIX, V, W, LOAD, STORE, SET1, ADD, SUB, MUL, DIV, SQRT, AMSMAX)                 \
+    static int64_t adam_simd_##SUFFIX(T *restrict p, const T *restrict g, T *restrict m, T *restrict v, \
+                                      T *restrict vmax, int64_t n, T lr, T beta1, T beta2, T eps, T l2, \
+                                      T decoupled, T step_size, T bc2_sqrt) {                          \
+        const V keep = SET1(1 - lr * decoupled), vl2 = SET1(l2);                                       \
+        const V b1 = SET1(beta1), omb1 = SET1(1 - beta1), b2 = SET1(beta2), omb2 = SET1(1 - beta2);    \
+        const V ve = SET1(eps), vs = SET1(step_size), vb = SET1(bc2_sqrt);                             \
+        int64_t i = 0;                                                                                 \
+        for (; i + (W) <= n; i += (W)) {                                                               \
+            V pi = LOAD(p + i), gi = LOAD(g + i);                                                      \
+            if (decoupled != 0) pi = MUL(pi, keep);                                                    \
+            if (l2 != 0) gi = ADD(gi, MUL(vl2, pi));                                                   \
+            const V mi = ADD(MUL(LOAD(m + i), b1), MUL(omb1, gi));                                     \
+            V vi = ADD(MUL(LOAD(v + i), b2), MUL(omb2, MUL(gi, gi)));                                  \
+            STORE(m + i, mi);                                                                          \
+            STORE(v + i, vi);                                                                          \
+            if (vmax) {                                                                                \
+                vi = AMSMAX(vi, LOAD(vmax + i));                                                       \
+                STORE(vmax + i, vi);                                                                   \
+            }                                                                                          \
+            const V denom = ADD(DIV(SQRT(vi), vb), ve);                                                \
+            STORE(p + i, SUB(pi, MUL(vs, DIV(mi, denom))));                                            \
+        }                                                                                              \
+        return i;                                                                                      \
+    }
+
+#if defined(__AVX512F__)
+/* max(vv, vm) as torch.maximum: vv where vv > vm or vv is NaN */
+#define ADAM_MAX16(a, b) \
+    _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_GT_OQ) | _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), b, a)
+#define ADAM_MAX8(a, b) \
+    _mm512_mask_blend_pd(_mm512_cmp_pd_mask(a, b, _CMP_GT_OQ) | _mm512_cmp_pd_mask(a, a, _CMP_UNORD_Q), b, a)
+ADAM_SIMD(float, f32, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_set1_ps, _mm512_add_ps,
+          _mm512_sub_ps, _mm512_mul_ps, _mm512_div_ps, _mm512_sqrt_ps, ADAM_MAX16)
+ADAM_SIMD(double, f64, __m512d, 8, _mm512_loadu_pd, _mm512_storeu_pd, _mm512_set1_pd, _mm512_add_pd,
+          _mm512_sub_pd, _mm512_mul_pd, _mm512_div_pd, _mm512_sqrt_pd, ADAM_MAX8)
+#define ADAM_HAVE_SIMD 1
+#elif defined(__AVX__)
+#define ADAM_MAX8(a, b) \
+    _mm256_blendv_ps(b, a, _mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_GT_OQ), _mm256_cmp_ps(a, a, _CMP_UNORD_Q)))
+#define ADAM_MAX4(a, b) \
+    _mm256_blendv_pd(b, a, _mm256_or_pd(_mm256_cmp_pd(a, b, _CMP_GT_OQ), _mm256_cmp_pd(a, a, _CMP_UNORD_Q)))
+ADAM_SIMD(float, f32, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps, _mm256_add_ps,
+          _mm256_sub_ps, _mm256_mul_ps, _mm256_div_ps, _mm256_sqrt_ps, ADAM_MAX8)
+ADAM_SIMD(double, f64, __m256d, 4, _mm256_loadu_pd, _mm256_storeu_pd, _mm256_set1_pd, _mm256_add_pd,
+          _mm256_sub_pd, _mm256_mul_pd, _mm256_div_pd, _mm256_sqrt_pd, ADAM_MAX4)
+#define ADAM_HAVE_SIMD 1
+#endif
+
+#ifdef ADAM_HAVE_SIMD
+#define ADAM_DEFINE_UPDATE(T, SUFFIX)                                                                   \
+    static void adam_##SUFFIX(T *p, const T *g, T *m, T *v, T *vmax, int64_t n, T lr, T beta1, T beta2, \
+                              T eps, T l2, T decoupled, T step_size, T bc2_sqrt) {                      \
+        int64_t i0 = adam_simd_##SUFFIX(p, g, m, v, vmax, n, lr, beta1, beta2, eps, l2, decoupled,     \
+                                        step_size, bc2_sqrt);                                          \
+        adam_tail_##SUFFIX(p, g, m, v, vmax, i0, n, lr, beta1, beta2, eps, l2, decoupled, step_size,   \
+                           bc2_sqrt);                                                                  \
+    }
+#else
+#define ADAM_DEFINE_UPDATE(T, SUFFIX)                                                                   \
+    static void adam_##SUFFIX(T *p, const T *g, T *m, T *v, T *vmax, int64_t n, T lr, T beta1, T beta2, \
+                              T eps, T l2, T decoupled, T step_size, T bc2_sqrt) {                      \
+        adam_tail_##SUFFIX(p, g, m, v, vmax, 0, n, lr, beta1, beta2, eps, l2, decoupled, step_size,    \
+                           bc2_sqrt);                                                                  \
+    }
+#endif
+ADAM_DEFINE_UPDATE(float, f32)
+ADAM_DEFINE_UPDATE(double, f64)
 
 void tg_adam_update(tg_optim *o, int index, double lr, bool decay) {
     tg_tensor *p = o->params->items[index].value;
