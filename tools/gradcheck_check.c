@@ -126,9 +126,12 @@ static bool check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const
                 return false;
             }
             /* a built-in variant that does not build is a bug of the registry */
-            el += (size_t)snprintf(errors + el, el < sizeof errors ? sizeof errors - el : 0, "    ERROR %s: %s\n",
-                                   spec, tg_error_message(ctx));
+            if (el < sizeof errors)
+                el += (size_t)snprintf(errors + el, sizeof errors - el, "    ERROR %s: %s\n", spec,
+                                       tg_error_message(ctx));
             T->errors++;
+            T->failed_cases++;
+            note_failure(T, "\n    %s  %s: %s", op->name, spec, "does not build");
             op_failed = true;
             tg_clear_error(ctx);
             tg_ctx_reset(ctx);
