@@ -146,6 +146,23 @@ tg_tensor *tg_detach(tg_ctx *ctx, tg_tensor *t) {
 
 void tg_backward(tg_ctx *ctx, tg_tensor *loss) { tg_backward_ex(ctx, loss, NULL, false); }
 
+/* True when g's data overlaps the grad of an input of records 0..top (the
+ * gradients a backward over them adds into; intermediate grads are made
+ * fresh during the walk and cannot overlap a tensor the caller holds). */
+static bool seed_aliases_a_grad(const tg_ctx *ctx, const tg_tensor *g, int64_t top) {
+    const char *g0 = g->data, *g1 = g0 + (size_t)g->numel * tg_esize(g->dtype);
+    for (int64_t k = 0; k <= top; k++) {
+        const tg_node *n = &ctx->nodes[k];
+        for (int i = 0; i < n->n_in; i++) {
+            const tg_tensor *t = n->in[i] ? n->in[i]->grad : NULL;
+            if (!t || !t->data) continue;
+            const char *t0 = t->data, *t1 = t0 + (size_t)t->numel * tg_esize(t->dtype);
+            if (t0 < g1 && g0 < t1) return true;
+        }
+    }
+    return false;
+}
+
 void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool keep_tape) {
     static const char fn[] = "tg_backward";
     if (!tg_check_arg(ctx, fn, "out", out)) return;
@@ -185,7 +202,14 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
     /* Intermediate gradients start from nothing on every backward. */
     for (int64_t k = 0; k <= top; k++) ctx->nodes[k].out->grad = NULL;
 
-    tg_tensor *seed = grad_out ? tg_copy(ctx, grad_out) : tg_ones(ctx, out->dtype, out->ndim, out->shape);
+    /* The seed: grad_out itself, read-only like every out->grad (backward
+     * functions only read their output's gradient and add into their
+     * inputs'), so no copy of a possibly big gradient is made -- unless
+     * grad_out shares memory with a gradient this backward adds into (a
+     * leaf's grad passed as grad_out), which must not change under it. */
+    tg_tensor *seed = NULL;
+    if (grad_out && !seed_aliases_a_grad(ctx, grad_out, top)) seed = (tg_tensor *)grad_out;
+    else seed = grad_out ? tg_copy(ctx, grad_out) : tg_ones(ctx, out->dtype, out->ndim, out->shape);
     if (!seed) return;
     out->grad = seed;
 
