@@ -43,8 +43,8 @@ typedef struct bn_timing {
     int inner;        /* calls per sample */
 } bn_timing;
 
-/* Times fn(arg): one warm-up call (timed, for calibration), then samples of
- * `inner` calls each, inner chosen so a sample lasts >= sample_s (at least
+/* Times fn(arg): one warm-up call, three calibration calls (the fastest
+ * counts), then samples of `inner` calls each, inner chosen so a sample lasts >= sample_s (at least
  * 1 ms), as many samples as fit in budget_s (at least min_samples, at most
  * 101). The median of the samples, divided by inner, is the time of one
  * call. The same algorithm runs in bench/torch_bench.py. */

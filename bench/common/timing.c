@@ -53,11 +53,16 @@ bn_timing bn_time(void (*fn)(void *arg), void *arg, double budget_s, int min_sam
     if (min_samples < 1) min_samples = 1;
     if (min_samples > BN_MAX_SAMPLES) min_samples = BN_MAX_SAMPLES;
     /* warm-up: the first call pays for page faults and cold caches; the
-     * second one calibrates */
+     * fastest of the next three calibrates (one call slowed down by
+     * another job must not shrink the number of samples) */
     fn(arg);
-    double t0 = clock_now();
-    fn(arg);
-    double t1 = clock_now() - t0;
+    double t0, t1 = 1e300;
+    for (int k = 0; k < 3; k++) {
+        t0 = clock_now();
+        fn(arg);
+        double t = clock_now() - t0;
+        if (t < t1) t1 = t;
+    }
     if (t1 < 1e-9) t1 = 1e-9;
     /* tiny calls: refine the estimate over a few more calls */
     if (t1 < 1e-4) {
