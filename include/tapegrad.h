@@ -798,7 +798,7 @@ bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
                            tg_tensor *const *inputs, int input, const tg_gradcheck_opts *opts,
                            tg_tensor **analytic, tg_tensor **numeric);
 
-/* The op registry (autograd/registry.c): every differentiable op registers
+/* The op registry (layers/registry.c): every differentiable op registers
  * its name, a builder of random valid inputs and its forward, so tests and
  * the gradient-check tool can check every op by iterating over it.
  *

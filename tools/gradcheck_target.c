@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "autograd/registry.h"
+#include "layers/registry.h"
 #include "tools/gradcheck_tool.h"
 
 bool gct_resolve(const gct_args *a, const char *name, const tg_op_info **op, const gct_bug **bug) {

@@ -15,9 +15,9 @@
  *   max                     distinct values at least 4/numel apart
  * (h = 1e-6 is far below those gaps, so no difference straddles a kink.)
  *
- * The table below has one entry per op of TG_OP_LIST (autograd/registry.h),
+ * The table below has one entry per op of TG_OP_LIST (layers/registry.h),
  * in the same order; a static_assert keeps their lengths equal. */
-#include "autograd/registry.h"
+#include "layers/registry.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -797,7 +797,7 @@ static const tg_op_info registry[] = {
 };
 
 static_assert(sizeof registry / sizeof registry[0] == TG_OP_COUNT,
-              "the registry table needs exactly one entry per op of TG_OP_LIST (autograd/registry.h)");
+              "the registry table needs exactly one entry per op of TG_OP_LIST (layers/registry.h)");
 
 /* ---- public API -------------------------------------------------------------- */
 

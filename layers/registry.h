@@ -2,17 +2,19 @@
  * tapegrad.h).
  *
  * TG_OP_LIST is the one list of registered ops. It generates the tg_op_id
- * enum; autograd/registry.c holds one table entry per op, in this order, and
+ * enum; layers/registry.c holds one table entry per op, in this order, and
  * a static_assert keeps the table and the list the same length (a test
  * checks that entry i is the i-th op by id and name). To register an op:
  * add X(name) here, then its variants, builder and forward and its table
- * entry in autograd/registry.c.
+ * entry in layers/registry.c.
  *
  * The layers' fused ops (tg_linear_fused, tg_rmsnorm_fused, ...) are listed
- * too, so one walk checks every op and layer; the registry reaches them only
- * through tapegrad.h. */
-#ifndef TG_AUTOGRAD_REGISTRY_H
-#define TG_AUTOGRAD_REGISTRY_H
+ * too, so one walk checks every op and layer. That is why the registry lives
+ * in layers/, the top of the differentiable stack: it calls into autograd/
+ * and layers/, and no lower folder calls into it (DESIGN.md: data flows
+ * tensor <- autograd <- layers). */
+#ifndef TG_LAYERS_REGISTRY_H
+#define TG_LAYERS_REGISTRY_H
 
 #include "tapegrad.h"
 
