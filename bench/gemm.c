@@ -224,7 +224,7 @@ int main(int argc, char **argv) {
     }
     printf("tapegrad gemm, kernel %s; OpenBLAS %s", tg_gemm_kernel_name(),
            lib ? "libopenblas.so.0" : "not found");
-    if (getenv("OPENBLAS_CORETYPE") || getenv("OPENBLAS_L2_SIZE"))
+    if (lib && (getenv("OPENBLAS_CORETYPE") || getenv("OPENBLAS_L2_SIZE")))
         printf(" (warning: OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE set: run with env -u for a fair comparison)");
     printf("\n%s of %d runs; GFLOP/s = 2*M*N*K / time; ratio = ours / OpenBLAS\n", use_min ? "best" : "median", reps);
 

@@ -265,7 +265,7 @@ static inline __m256i gemm_mask4x64(int64_t n) {
 #define TG_GEMM_MC_F32 (TG_GEMM_MR_F32 * 24)
 #endif
 #ifndef TG_GEMM_NC_F32
-#define TG_GEMM_NC_F32 (TG_GEMM_NR_F32 * 96)
+#define TG_GEMM_NC_F32 (TG_GEMM_NR_F32 * 48)
 #endif
 #define MR TG_GEMM_MR_F32
 #define NR TG_GEMM_NR_F32
@@ -362,7 +362,7 @@ static inline __m256i gemm_mask4x64(int64_t n) {
 #define TG_GEMM_MC_F64 (TG_GEMM_MR_F64 * 24)
 #endif
 #ifndef TG_GEMM_NC_F64
-#define TG_GEMM_NC_F64 (TG_GEMM_NR_F64 * 96)
+#define TG_GEMM_NC_F64 (TG_GEMM_NR_F64 * 64)
 #endif
 #define MR TG_GEMM_MR_F64
 #define NR TG_GEMM_NR_F64
