@@ -83,12 +83,6 @@ tg_tensor *tg_grad_of(tg_ctx *ctx, tg_tensor *t) {
     return t->grad;
 }
 
-void tg_tape_clear(tg_ctx *ctx) {
-    ctx->n_nodes = 0;
-    ctx->saved_bytes = 0;
-    ctx->tape_consumed = false;
-}
-
 int64_t tg_tape_size(const tg_ctx *ctx) { return ctx ? ctx->n_nodes : 0; }
 size_t tg_tape_saved_bytes(const tg_ctx *ctx) { return ctx ? ctx->saved_bytes : 0; }
 

@@ -61,9 +61,6 @@ void tg_node_count_saved(tg_ctx *ctx, tg_node *node, size_t bytes);
  * t has none yet. */
 tg_tensor *tg_grad_of(tg_ctx *ctx, tg_tensor *t);
 
-/* Clears the tape (used by tg_ctx_reset). */
-void tg_tape_clear(tg_ctx *ctx);
-
 /* Gives a persistent tensor a zeroed persistent grad (tensor/create.c). */
 bool tg_persistent_make_grad(tg_ctx *ctx, tg_tensor *t);
 

@@ -7,7 +7,6 @@
  * size, so after the first steps a step runs in a single chunk and never
  * calls the allocator: the footprint stays flat and the pages stay warm. */
 #include "tensor/internal.h"
-#include "autograd/tape.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -91,7 +90,11 @@ static tg_chunk *new_chunk(tg_ctx *ctx, size_t size) {
 
 void tg_ctx_reset(tg_ctx *ctx) {
     if (!ctx) return;
-    tg_tape_clear(ctx);
+    /* The tape's records point at arena tensors: they go with them. (The
+     * record array itself is kept for reuse; autograd/tape.c fills it.) */
+    ctx->n_nodes = 0;
+    ctx->saved_bytes = 0;
+    ctx->tape_consumed = false;
     ctx->epoch++;
     /* Coalesce a multi-chunk arena into one chunk of the same capacity, so
      * the next step bumps through one block. If that allocation fails we
