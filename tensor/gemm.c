@@ -1,13 +1,18 @@
 /* The GEMM driver and micro-kernels: shared helpers here, the per-dtype code
  * in tensor/gemm_impl.inc (included once for float, once for double).
  * See tensor/gemm.h for the contract and the determinism recipe. */
+#define _POSIX_C_SOURCE 200809L /* sched_yield */
 #include "tensor/gemm.h"
 
 #include <math.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
+#elif defined(__SSE2__)
+#include <emmintrin.h>
 #endif
 #ifdef TG_HAVE_OPENMP
 #include <omp.h>
@@ -72,36 +77,43 @@ static int gemm_threads(int64_t M, int64_t N, int64_t K, int threads) {
 #endif
 }
 
-/* Splits nt threads into a tm x tn grid over (row tiles, column panels of one
- * NC block) that minimizes the largest share; ties go to splitting rows. */
-static void gemm_grid(int64_t M, int64_t N, int64_t mr, int64_t nr, int64_t nc, int nt, int *tm,
-                      int *tn) {
-    const int64_t mt = (M + mr - 1) / mr;
-    const int64_t np = ((N < nc ? N : nc) + nr - 1) / nr;
-    int64_t best = -1;
-    *tm = nt;
-    *tn = 1;
-    for (int a = nt; a >= 1; a--) {
-        if (nt % a) continue;
-        const int b = nt / a;
-        const int64_t share = ((mt + a - 1) / a) * ((np + b - 1) / b);
-        if (best < 0 || share < best) {
-            best = share;
-            *tm = a;
-            *tn = b;
-        }
-    }
+/* Lazy (multi-threaded) mode packs op(B) whole-depth in super-blocks of at
+ * most this many bytes (at least one NR panel wide). */
+#define GEMM_LAZY_B_BYTES ((size_t)16 << 20)
+
+#ifdef TG_HAVE_OPENMP
+/* Task grid for nt threads over mt row tiles x np column panels: about 8
+ * tasks per thread, chunks of at least 4 tiles / 4 panels where possible.
+ * (The grid changes who computes what, never the bits.) */
+static void gemm_tasks(int64_t mt, int64_t np, int nt, int64_t *nrc, int64_t *ncc) {
+    const int64_t want = 8 * (int64_t)nt;
+    int64_t r = mt / 4, c, cmax = np / 4;
+    if (r < 1) r = 1;
+    if (r > want) r = want;
+    c = (want + r - 1) / r;
+    if (cmax < 1) cmax = 1;
+    if (c > cmax) c = cmax;
+    *nrc = r;
+    *ncc = c;
+}
+#endif
+
+/* One step of waiting for another thread: a CPU pause, and every 1024 steps
+ * the rest of the time slice to whoever needs it. */
+static void gemm_pause(unsigned spins) {
+#ifdef __SSE2__
+    _mm_pause();
+#endif
+    if (spins % 1024 == 0) sched_yield();
 }
 
-static void gemm_barrier(int nt) {
 #ifdef TG_HAVE_OPENMP
+static void gemm_barrier(int nt) {
     if (nt > 1) {
 #pragma omp barrier
     }
-#else
-    (void)nt;
-#endif
 }
+#endif
 
 /* ---- in-register transposes and partial loads/stores for packing ---- */
 

@@ -9,6 +9,8 @@
  *   C is (M,N) with row stride ldc.
  *   beta == 0 means C is overwritten: it is never read, so NaN garbage in C
  *   is ignored. alpha == 0 or K == 0 gives C = beta * C (A, B not read).
+ *   C must not overlap A or B. Arguments are not checked (internal kernel):
+ *   the caller guarantees lda, ldb, ldc >= the row widths above.
  *
  * The transposes are absorbed while packing panels of A and B into
  * contiguous buffers; no transposed copy is ever made. Linear uses

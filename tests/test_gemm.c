@@ -13,6 +13,13 @@
 
 /* ---- helpers ------------------------------------------------------------ */
 
+/* scripts/memcheck.sh sets TG_UNDER_VALGRIND=1: smaller sweeps there (every
+ * path is still taken: the sizes stay above the packed path's thresholds). */
+static bool under_valgrind(void) {
+    const char *v = getenv("TG_UNDER_VALGRIND");
+    return v && strcmp(v, "1") == 0;
+}
+
 /* Deterministic values in [-1, 1). */
 static double rnd(uint64_t *s) {
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;
@@ -141,7 +148,9 @@ static void check_case(bool f64, bool ta, bool tb, int64_t M, int64_t N, int64_t
 /* ---- correctness against the naive loop --------------------------------- */
 
 static const int64_t sizes[] = {1, 3, 17, 63, 129};
+static const int64_t sizes_vg[] = {1, 17, 70};
 #define NSIZES ((int)(sizeof sizes / sizeof sizes[0]))
+#define NSIZES_VG ((int)(sizeof sizes_vg / sizeof sizes_vg[0]))
 static const double alphas[] = {1.0, -0.5, 2.0, 0.75};
 static const double betas[] = {0.0, 1.0, -1.25, 0.0};
 
@@ -149,11 +158,14 @@ static const double betas[] = {0.0, 1.0, -1.25, 0.0};
  * alpha/beta pairs, padded leading dimensions and 1 or 2 threads. */
 START_TEST(test_gemm_vs_naive) {
     const bool f64 = _i & 4, ta = _i & 2, tb = _i & 1;
+    const bool vg = under_valgrind();
+    const int64_t *sz = vg ? sizes_vg : sizes;
+    const int ns = vg ? NSIZES_VG : NSIZES;
     int n = 0;
-    for (int a = 0; a < NSIZES; a++)
-        for (int b = 0; b < NSIZES; b++)
-            for (int c = 0; c < NSIZES; c++, n++)
-                check_case(f64, ta, tb, sizes[a], sizes[b], sizes[c], alphas[n % 4], betas[n % 4],
+    for (int a = 0; a < ns; a++)
+        for (int b = 0; b < ns; b++)
+            for (int c = 0; c < ns; c++, n++)
+                check_case(f64, ta, tb, sz[a], sz[b], sz[c], alphas[n % 4], betas[n % 4],
                            n % 3 == 0 ? 0 : n % 3 == 1 ? 5 : 33, 1 + n % 2, (uint64_t)(n + 1));
 }
 END_TEST
@@ -161,8 +173,9 @@ END_TEST
 /* Larger, non-multiple sizes: several MC/KC/NC blocks and edge tiles. */
 START_TEST(test_gemm_large_blocks) {
     const bool f64 = _i & 4, ta = _i & 2, tb = _i & 1;
-    check_case(f64, ta, tb, 401, 203, 777, 1.0, 0.0, 3, 2, 7);
-    check_case(f64, ta, tb, 97, 1100, 130, -1.5, 0.5, 0, 1, 8);
+    const int64_t n = under_valgrind() ? 40 : 203;
+    check_case(f64, ta, tb, 401, n, 777, 1.0, 0.0, 3, 2, 7);
+    check_case(f64, ta, tb, 97, 5 * n + 85, 130, -1.5, 0.5, 0, 1, 8);
     check_case(f64, ta, tb, 1, 300, 1000, 1.0, 1.0, 1, 2, 9); /* M = 1 */
     check_case(f64, ta, tb, 300, 1, 1000, 1.0, 0.0, 1, 2, 10); /* N = 1 */
 }
@@ -186,7 +199,7 @@ END_TEST
  * workspace (full-size or too small for all threads) vs without. */
 START_TEST(test_gemm_threads_bitwise) {
     const bool f64 = _i & 4, ta = _i & 2, tb = _i & 1;
-    const int64_t M = 517, N = 389, K = 800;
+    const int64_t M = 517, N = under_valgrind() ? 40 : 389, K = 800;
     const size_t es = f64 ? sizeof(double) : sizeof(float);
     uint64_t seed = 99;
     mat A = ta ? mat_new(K, M, 3, f64, &seed) : mat_new(M, K, 3, f64, &seed);
@@ -225,12 +238,48 @@ START_TEST(test_gemm_threads_bitwise) {
 }
 END_TEST
 
+/* A long K: with several threads op(B) is packed in more than one
+ * super-block (16 MB each); same bits as one thread, and right values. */
+START_TEST(test_gemm_superblocks) {
+    const bool f64 = _i & 4, ta = _i & 2, tb = _i & 1;
+    if (under_valgrind()) return; /* ~1e9 multiply-adds: too slow there */
+    const int64_t M = 80, N = 263, K = 20000;
+    const size_t es = f64 ? sizeof(double) : sizeof(float);
+    uint64_t seed = 42;
+    mat A = ta ? mat_new(K, M, 0, f64, &seed) : mat_new(M, K, 0, f64, &seed);
+    mat B = tb ? mat_new(N, K, 0, f64, &seed) : mat_new(K, N, 0, f64, &seed);
+    mat C1 = mat_new(M, N, 0, f64, &seed), C2 = mat_new(M, N, 0, f64, &seed);
+    gemm(ta, tb, M, N, K, 1.0, &A, &B, 0.0, &C1, 1);
+    gemm(ta, tb, M, N, K, 1.0, &A, &B, 0.0, &C2, 2);
+    ck_assert_msg(memcmp(C1.x, C2.x, (size_t)(M * N) * es) == 0,
+                  "%s ta=%d tb=%d: threads=2 differs from threads=1", f64 ? "f64" : "f32", ta, tb);
+    const double eps = f64 ? DBL_EPSILON : FLT_EPSILON;
+    for (int64_t i = 0; i < M; i += 13)
+        for (int64_t j = 0; j < N; j += 29) {
+            double sum = 0, sabs = 0;
+            for (int64_t k = 0; k < K; k++) {
+                double a = ta ? A.d[k * A.ld + i] : A.d[i * A.ld + k];
+                double b = tb ? B.d[j * B.ld + k] : B.d[k * B.ld + j];
+                sum += a * b;
+                sabs += fabs(a * b);
+            }
+            ck_assert_msg(fabs(mat_get(&C2, i, j) - sum) <= (double)(K + 3) * eps * sabs,
+                          "C[%lld][%lld] = %.17g, want %.17g", (long long)i, (long long)j,
+                          mat_get(&C2, i, j), sum);
+        }
+    mat_free(&A);
+    mat_free(&B);
+    mat_free(&C1);
+    mat_free(&C2);
+}
+END_TEST
+
 /* Batch invariance: each row of a 300-row product (packed path) has the
  * same bits as that row computed alone (M = 1) and inside a 3-row product
  * (direct path). */
 START_TEST(test_gemm_rows_bitwise) {
     const bool f64 = _i & 4, ta = _i & 2, tb = _i & 1;
-    const int64_t M = 300, N = 133, K = 900;
+    const int64_t M = 300, N = under_valgrind() ? 40 : 133, K = 900;
     const size_t es = f64 ? sizeof(double) : sizeof(float);
     uint64_t seed = 3;
     mat A = ta ? mat_new(K, M, 0, f64, &seed) : mat_new(M, K, 0, f64, &seed);
@@ -281,6 +330,7 @@ Suite *make_gemm_suite(void) {
     tcase_set_timeout(td, 600);
     tcase_add_loop_test(td, test_gemm_threads_bitwise, 0, 8);
     tcase_add_loop_test(td, test_gemm_rows_bitwise, 0, 8);
+    tcase_add_loop_test(td, test_gemm_superblocks, 0, 8);
     suite_add_tcase(s, td);
     return s;
 }
