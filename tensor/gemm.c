@@ -63,8 +63,9 @@ static bool gemm_use_direct(bool ta, bool tb, int64_t M, int64_t N, int64_t K, s
     return !gemm_may_pack(M, N, K) || (!ta && tb && M * K * (int64_t)es <= GEMM_DIRECT_NT_BYTES);
 }
 
-/* Threads worth starting: at least ~1M multiply-adds each. */
-#define GEMM_FMAS_PER_THREAD ((int64_t)1 << 20)
+/* Threads worth starting: at least ~4M multiply-adds (~20 us) each, so the
+ * fork and join (a few us) stay small. */
+#define GEMM_FMAS_PER_THREAD ((int64_t)1 << 22)
 static int gemm_threads(int64_t M, int64_t N, int64_t K, int threads) {
 #ifdef TG_HAVE_OPENMP
     if (threads < 1) threads = 1;
@@ -125,7 +126,7 @@ static inline void gemm_tr16_ps(__m512 v[16]) {
         t[2 * i] = _mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]);
         t[2 * i + 1] = _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]);
     }
-    /* v[4i+j], 128-bit lane L: rows 4i..4i+3 of column 4L+j */
+    /* after this step, v[4i+j] holds in 128-bit lane L rows 4i..4i+3 of column 4L+j */
     for (int i = 0; i < 4; i++) {
         __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
         __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
@@ -155,7 +156,7 @@ static inline void gemm_tr8_pd(__m512d v[8]) {
         t[2 * i] = _mm512_unpacklo_pd(v[2 * i], v[2 * i + 1]);
         t[2 * i + 1] = _mm512_unpackhi_pd(v[2 * i], v[2 * i + 1]);
     }
-    /* t[2i+j], 128-bit lane L: rows 2i, 2i+1 of column 2L+j */
+    /* t[2i+j] holds in 128-bit lane L rows 2i, 2i+1 of column 2L+j */
     for (int j = 0; j < 2; j++) {
         u[j] = _mm512_shuffle_f64x2(t[j], t[2 + j], 0x88);
         u[2 + j] = _mm512_shuffle_f64x2(t[j], t[2 + j], 0xdd);
@@ -188,7 +189,7 @@ static inline void gemm_tr8_ps(__m256 v[8]) {
         t[4 * i + 2] = _mm256_castpd_ps(_mm256_unpacklo_pd(b, d));
         t[4 * i + 3] = _mm256_castpd_ps(_mm256_unpackhi_pd(b, d));
     }
-    /* t[4i+j], 128-bit lane L: rows 4i..4i+3 of column 4L+j */
+    /* t[4i+j] holds in 128-bit lane L rows 4i..4i+3 of column 4L+j */
     for (int j = 0; j < 4; j++) {
         v[j] = _mm256_permute2f128_ps(t[j], t[4 + j], 0x20);
         v[4 + j] = _mm256_permute2f128_ps(t[j], t[4 + j], 0x31);
