@@ -585,7 +585,7 @@ static void target_text(char *buf, size_t size, const target *t) {
     }
 }
 
-static void print_table(FILE *out, const options *o, const limits *lim) {
+static void print_table(FILE *out, const options *o, const limits *lim, double load_start) {
     for (int i = 0; i < ntargets; i++) {
         row *r = &rows[targets[i].row];
         char txt[128];
@@ -621,6 +621,25 @@ static void print_table(FILE *out, const options *o, const limits *lim) {
     for (int i = 0; i < ntargets; i++) met += targets[i].met, known += targets[i].known;
     fprintf(out, "\ntargets met: %d of %d (%d measured)%s\n", met, ntargets, known,
             o->threads == 1 ? "" : "  [the targets are defined for 1 thread]");
+    /* what limits each missed target, from this run's own measurements */
+    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    const double load = fmax(load_start, bn_loadavg());
+    for (int i = 0; i < ntargets; i++) {
+        const target *t = &targets[i];
+        if (!t->known || t->met) continue;
+        const row *r = &rows[t->row];
+        fprintf(out, "missed: %s -- ", t->what);
+        if (!strcmp(r->group, "scaling"))
+            fprintf(out, "wall-clock scaling needs %d free cores; load average %.1f on %ld CPUs during this "
+                         "run. The CPU time above says what the split allows on free cores.\n",
+                    o->threads > 2 ? o->threads : 2, load, ncpu);
+        else if (!strcmp(r->group, "norm"))
+            fprintf(out, "memory-bound: other jobs' traffic and cache use count against it (load %.1f on %ld "
+                         "CPUs); compare the other norm rows of this run.\n",
+                    load, ncpu);
+        else
+            fprintf(out, "see the row's numbers above (load %.1f on %ld CPUs).\n", load, ncpu);
+    }
     fprintf(out,
             "limits (%d thread%s): DRAM copy %.1f GB/s, triad %.1f GB/s (best of runs, 256 MiB arrays); "
             "FMA peak f32 %.1f GFLOP/s, f64 %.1f GFLOP/s (%s)\n",
@@ -846,7 +865,7 @@ int main(int argc, char **argv) {
            blas.lib ? "libopenblas (dlopen)" : "not found",
            blas_env ? " -- WARNING: OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE are set: run with env -u for the fair case"
                     : ", OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE unset (fair case)");
-    print_table(stdout, &o, &lim);
+    print_table(stdout, &o, &lim, load0);
     printf("clock: %s\n", bn_cpu_clock() ? "process CPU time (user+sys), the same in PyTorch (time.process_time): "
                                            "robust when other jobs share the cores; the scaling row uses wall time"
                                          : "wall time");
