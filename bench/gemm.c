@@ -11,6 +11,10 @@
  * linked into tapegrad; without it its columns say "-". For a fair comparison
  * let OpenBLAS pick its own kernels and cache sizes:
  *   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/bench/bench_gemm
+ * Multi-thread figures need otherwise idle cores: the load average is
+ * printed before and after; on a busy machine a preempted thread stalls
+ * every fork-join library (ours and OpenBLAS alike), and only the 1-thread
+ * figures (best with --min --cpu) mean something.
  * Options: --f64 (double instead of float), --reps N (default 9), --min (best
  *          run instead of the median), --no-blas (skip OpenBLAS), --cpu
  *          (process CPU time, not wall time: for 1-thread tuning on a busy
@@ -42,6 +46,19 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(use_cpu_time ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The 1-minute load average (-1 where /proc/loadavg is missing): with 2
+ * cores, a load above ~1 means another process competes for the second
+ * core and multi-thread figures are not meaningful. */
+static double load_avg(void) {
+    double l = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1) l = -1;
+        fclose(f);
+    }
+    return l;
 }
 
 static void nap_ms(long ms) {
@@ -173,6 +190,13 @@ static void bench_shape(int64_t M, int64_t K, int64_t N, bool f64, const int *th
         }
         printf("\n");
     }
+    /* Thread scaling of the three GEMMs together, against the first count. */
+    for (int t = 1; t < nthr; t++) {
+        printf("  speedup %dT/%dT (all three): ours %.2fx", threads[t], threads[0],
+               gf[0][t][3] / gf[0][0][3]);
+        if (have) printf(", OpenBLAS %.2fx", gf[1][t][3] / gf[1][0][3]);
+        printf("\n");
+    }
     nap_ms(200);
     for (int i = 0; i < 6; i++) free(d.buf[i]);
     free(d.work);
@@ -223,11 +247,12 @@ int main(int argc, char **argv) {
         *(void **)&blas_set_threads = dlsym(lib, "openblas_set_num_threads");
     }
     printf("tapegrad gemm, kernel %s; OpenBLAS %s", tg_gemm_kernel_name(),
-           lib ? "libopenblas.so.0" : "not found");
+           lib ? "libopenblas.so.0" : no_blas ? "skipped (--no-blas)" : "not found");
     if (lib && (getenv("OPENBLAS_CORETYPE") || getenv("OPENBLAS_L2_SIZE")))
         printf(" (warning: OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE set: run with env -u for a fair comparison)");
     printf("\n%s of %d runs; GFLOP/s = 2*M*N*K / time; ratio = ours / OpenBLAS\n", use_min ? "best" : "median", reps);
 
+    printf("load average before: %.2f\n", load_avg());
     if (shape[0]) {
         bench_shape(shape[0], shape[1], shape[2], f64, threads, nthr, reps);
     } else {
@@ -235,6 +260,7 @@ int main(int argc, char **argv) {
         for (int s = 0; s < 3; s++)
             bench_shape(shapes[s][0], shapes[s][1], shapes[s][2], f64, threads, nthr, reps);
     }
+    printf("\nload average after: %.2f\n", load_avg());
     if (lib) dlclose(lib);
     return 0;
 }
