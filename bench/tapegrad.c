@@ -675,6 +675,7 @@ static bool write_json(const char *path, const options *o, const limits *lim, co
     fprintf(f, ",\n  \"torch\": ");
     if (torch_srv.version[0]) json_str(f, torch_srv.version);
     else fprintf(f, "null");
+    fprintf(f, ",\n  \"torch_threads\": %d", torch_srv.threads);
     fprintf(f, ",\n  \"clock\": \"%s\"", bn_cpu_clock() ? "process_cpu" : "wall");
     fprintf(f, ",\n  \"torch_malloc\": ");
     json_str(f, o->warm_malloc ? "warm" : "default");
@@ -857,8 +858,11 @@ int main(int argc, char **argv) {
     if (uname(&un) != 0) snprintf(un.release, sizeof un.release, "?");
     printf("tapegrad benchmark, %s, %s (%s), %d thread%s, gemm kernel %s, load average %.1f -> %.1f\n", date, cpu,
            un.release, o.threads, o.threads == 1 ? "" : "s", tg_gemm_kernel_name(), load0, load1);
-    printf("PyTorch: %s%s; OpenBLAS: %s%s\n\n",
-           torch_srv.version[0] ? torch_srv.version : "not available",
+    char tver[96] = "not available";
+    if (torch_srv.version[0])
+        snprintf(tver, sizeof tver, "%s, %d thread%s", torch_srv.version, torch_srv.threads,
+                 torch_srv.threads == 1 ? "" : "s");
+    printf("PyTorch: %s%s; OpenBLAS: %s%s\n\n", tver,
            torch_srv.version[0] ? (o.warm_malloc ? " (glibc malloc kept warm: MALLOC_MMAP_THRESHOLD_/"
                                                    "MALLOC_TRIM_THRESHOLD_ raised)"
                                                  : " (default glibc malloc)")

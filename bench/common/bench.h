@@ -100,6 +100,7 @@ typedef struct bn_torch {
     int to_fd, from_fd;    /* pipes: our writes, its replies */
     bool ok;               /* it started and imported torch */
     char version[64];      /* torch.__version__ */
+    int threads;           /* torch.get_num_threads() after set_num_threads */
     char why[256];         /* why it is not ok */
 } bn_torch;
 

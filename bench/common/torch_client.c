@@ -109,6 +109,8 @@ void bn_torch_start(bn_torch *t, const char *python, const char *script, int thr
         memcpy(t->version, v, k);
         t->version[k] = 0;
     }
+    double thr = bn_json_number(line, "threads");
+    t->threads = thr == thr ? (int)thr : 0;
     t->ok = true;
 }
 
