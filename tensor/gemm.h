@@ -18,10 +18,14 @@
  *
  * Two paths, chosen per call from the shape (tensor/gemm.c says how):
  *  - packed (Goto/BLIS), for large problems: loop over NC-wide column blocks
- *    of C, then KC-deep slices of K; each slice of op(B) is packed into
- *    NR-wide panels shared by all threads; each thread packs MC x KC blocks
- *    of its rows of op(A) into MR-high panels and runs the MR x NR
- *    micro-kernel over its tiles. Needs a workspace (below).
+ *    of C, then KC-deep slices of K; op(B) is packed into NR-wide panels,
+ *    MC x KC blocks of op(A) into MR-high panels, and the MR x NR
+ *    micro-kernel runs over the tiles. With several threads there is no
+ *    barrier: C is cut into tasks (row chunks x column chunks) handed out
+ *    through an atomic counter, each thread packs its own A blocks, and
+ *    the B panels (whole K depth, shared) are packed by the first thread
+ *    that needs each one. Needs a workspace (below): with several threads
+ *    it holds op(B) whole-depth, up to 16 MB per super-block of columns.
  *  - direct, for small batches and small problems: A and B are read in
  *    place (KC x 2-vector blocks of B are transposed into a stack buffer
  *    when trans_b), with a smaller register tile; no workspace.
