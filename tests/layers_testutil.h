@@ -21,21 +21,10 @@
 #include <string.h>
 
 #include "tapegrad.h"
+#include "testutil.h"
 
-/* Asserts the context's error has `status` and its message contains each
- * string of the NULL-terminated list; then clears the error. */
-static inline void lt_assert_error(tg_ctx *ctx, tg_status status, ...) {
-    ck_assert_msg(!tg_ok(ctx), "expected an error (%s), got none", tg_status_name(status));
-    ck_assert_msg(tg_status_of(ctx) == status, "expected %s, got %s: %s", tg_status_name(status),
-                  tg_status_name(tg_status_of(ctx)), tg_error_message(ctx));
-    const char *msg = tg_error_message(ctx);
-    va_list ap;
-    va_start(ap, status);
-    for (const char *s = va_arg(ap, const char *); s; s = va_arg(ap, const char *))
-        ck_assert_msg(strstr(msg, s) != NULL, "message '%s' lacks '%s'", msg, s);
-    va_end(ap);
-    tg_clear_error(ctx);
-}
+/* Asserts an error of `status` whose message names each string (testutil.h). */
+#define lt_assert_error tg_test_assert_error
 
 /* A tensor of dtype with the given values (numel doubles). */
 static inline tg_tensor *lt_tensor(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape,
