@@ -54,15 +54,14 @@ static void dropout_backward(tg_ctx *ctx, tg_node *n) {
 }
 
 tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p, bool training) {
-    static const char fn[] = "tg_dropout";
-    if (!tg_check_arg(ctx, fn, "x", x)) return NULL;
+    if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
     if (!(p >= 0.0 && p < 1.0)) {
-        tg_error(ctx, TG_ERR_VALUE, fn, "p = %g is outside [0, 1)", p);
+        tg_error(ctx, TG_ERR_VALUE, __func__, "p = %g is outside [0, 1)", p);
         return NULL;
     }
     if (!training || p == 0.0) return x; /* identity: nothing drawn, nothing recorded */
-    tg_tensor *y = tg_new_like(ctx, fn, x);
-    uint8_t *mask = tg_arena_alloc_fn(ctx, fn, (size_t)(x->numel > 0 ? x->numel : 1));
+    tg_tensor *y = tg_new_like(ctx, __func__, x);
+    uint8_t *mask = tg_arena_alloc_fn(ctx, __func__, (size_t)(x->numel > 0 ? x->numel : 1));
     if (!y || !mask) return NULL;
     int nt = 1;
 #ifdef TG_HAVE_OPENMP
@@ -73,7 +72,7 @@ tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p, bool training) {
     const double scale = 1.0 / (1.0 - p);
     if (x->dtype == TG_F64) dropout_apply_f64(y->data, x->data, mask, x->numel, scale);
     else dropout_apply_f32(y->data, x->data, mask, x->numel, scale);
-    tg_node *n = tg_record(ctx, fn, dropout_backward, y, 1, &x);
+    tg_node *n = tg_record(ctx, __func__, dropout_backward, y, 1, &x);
     if (n) {
         n->saved = mask;
         tg_node_count_saved(ctx, n, (size_t)x->numel);

@@ -62,28 +62,27 @@ static void embedding_backward(tg_ctx *ctx, tg_node *n) {
 }
 
 tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *weight, int ndim, const int64_t *shape, const int64_t *indices) {
-    static const char fn[] = "tg_embedding";
-    if (!tg_check_arg(ctx, fn, "weight", weight)) return NULL;
+    if (!tg_check_arg(ctx, __func__, "weight", weight)) return NULL;
     char sw[TG_SHAPE_STR], ss[TG_SHAPE_STR];
     if (weight->ndim != 2) {
-        tg_error(ctx, TG_ERR_SHAPE, fn, "weight of shape %s is not 2-D (V, D)", tg_shape_of(sw, weight));
+        tg_error(ctx, TG_ERR_SHAPE, __func__, "weight of shape %s is not 2-D (V, D)", tg_shape_of(sw, weight));
         return NULL;
     }
     if (ndim < 0 || ndim > TG_MAX_DIMS - 1) {
-        tg_error(ctx, TG_ERR_SHAPE, fn, "indices ndim %d is outside 0..%d (the result adds a dim)", ndim,
+        tg_error(ctx, TG_ERR_SHAPE, __func__, "indices ndim %d is outside 0..%d (the result adds a dim)", ndim,
                  TG_MAX_DIMS - 1);
         return NULL;
     }
     int64_t cnt;
-    if (!tg_check_shape(ctx, fn, ndim, shape, &cnt)) return NULL;
+    if (!tg_check_shape(ctx, __func__, ndim, shape, &cnt)) return NULL;
     if (cnt > 0 && !indices) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'indices' is NULL");
+        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'indices' is NULL");
         return NULL;
     }
     int64_t V = weight->shape[0], D = weight->shape[1];
     for (int64_t i = 0; i < cnt; i++) {
         if (indices[i] < 0 || indices[i] >= V) {
-            tg_error(ctx, TG_ERR_INDEX, fn, "indices[%lld] = %lld is out of range 0..%lld for weight %s (indices %s)",
+            tg_error(ctx, TG_ERR_INDEX, __func__, "indices[%lld] = %lld is out of range 0..%lld for weight %s (indices %s)",
                      (long long)i, (long long)indices[i], (long long)V - 1, tg_shape_of(sw, weight),
                      tg_shape_str(ss, sizeof ss, ndim, shape));
             return NULL;
@@ -92,10 +91,10 @@ tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *weight, int ndim, const int64_t 
     int64_t oshape[TG_MAX_DIMS];
     for (int d = 0; d < ndim; d++) oshape[d] = shape[d];
     oshape[ndim] = D;
-    tg_tensor *y = tg_new_tensor(ctx, fn, weight->dtype, ndim + 1, oshape);
+    tg_tensor *y = tg_new_tensor(ctx, __func__, weight->dtype, ndim + 1, oshape);
     if (!y) return NULL;
     embedding_forward(y->data, weight->data, indices, cnt, D, tg_esize(weight->dtype));
-    tg_node *n = tg_record(ctx, fn, embedding_backward, y, 1, &weight);
+    tg_node *n = tg_record(ctx, __func__, embedding_backward, y, 1, &weight);
     if (n) {
         n->i[0] = cnt;
         int64_t *saved = tg_node_save(ctx, n, (size_t)(cnt > 0 ? cnt : 1) * sizeof *saved);

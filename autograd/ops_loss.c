@@ -62,22 +62,21 @@ static void mse_backward(tg_ctx *ctx, tg_node *n) {
 }
 
 tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *pred, tg_tensor *target) {
-    static const char fn[] = "tg_mse_loss";
-    if (!tg_check_arg(ctx, fn, "pred", pred) || !tg_check_arg(ctx, fn, "target", target)) return NULL;
-    if (!tg_check_same_dtype(ctx, fn, pred, target)) return NULL;
+    if (!tg_check_arg(ctx, __func__, "pred", pred) || !tg_check_arg(ctx, __func__, "target", target)) return NULL;
+    if (!tg_check_same_dtype(ctx, __func__, pred, target)) return NULL;
     char sp[TG_SHAPE_STR], st[TG_SHAPE_STR];
     if (!tg_same_shape(pred, target)) {
-        tg_error(ctx, TG_ERR_SHAPE, fn, "pred %s and target %s differ in shape", tg_shape_of(sp, pred),
+        tg_error(ctx, TG_ERR_SHAPE, __func__, "pred %s and target %s differ in shape", tg_shape_of(sp, pred),
                  tg_shape_of(st, target));
         return NULL;
     }
     if (pred->numel == 0) {
-        tg_error(ctx, TG_ERR_SHAPE, fn, "pred %s has no elements: empty reduction", tg_shape_of(sp, pred));
+        tg_error(ctx, TG_ERR_SHAPE, __func__, "pred %s has no elements: empty reduction", tg_shape_of(sp, pred));
         return NULL;
     }
     int64_t blocks = (pred->numel + MSE_BLOCK - 1) / MSE_BLOCK;
-    tg_tensor *out = tg_new_tensor(ctx, fn, pred->dtype, 0, NULL);
-    double *part = tg_arena_alloc_fn(ctx, fn, (size_t)blocks * sizeof *part);
+    tg_tensor *out = tg_new_tensor(ctx, __func__, pred->dtype, 0, NULL);
+    double *part = tg_arena_alloc_fn(ctx, __func__, (size_t)blocks * sizeof *part);
     if (!out || !part) return NULL;
     int nt = mse_threads(ctx, blocks);
 #ifdef TG_HAVE_OPENMP
@@ -94,7 +93,7 @@ tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *pred, tg_tensor *target) {
     double s = 0;
     for (int64_t b = 0; b < blocks; b++) s += part[b];
     tg_store(out, 0, s / (double)pred->numel);
-    tg_node *n = tg_record(ctx, fn, mse_backward, out, 2, (tg_tensor *[]){pred, target});
+    tg_node *n = tg_record(ctx, __func__, mse_backward, out, 2, (tg_tensor *[]){pred, target});
     if (n) /* pred and target, read by backward */
         tg_node_count_saved(ctx, n, (size_t)(pred == target ? 1 : 2) * (size_t)pred->numel * tg_esize(pred->dtype));
     return tg_ok(ctx) ? out : NULL;

@@ -116,9 +116,8 @@ static void matmul_backward(tg_ctx *ctx, tg_node *n) {
 }
 
 tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) {
-    static const char fn[] = "tg_matmul";
-    if (!tg_check_arg(ctx, fn, "a", a) || !tg_check_arg(ctx, fn, "b", b)) return NULL;
-    if (!tg_check_same_dtype(ctx, fn, a, b)) return NULL;
+    if (!tg_check_arg(ctx, __func__, "a", a) || !tg_check_arg(ctx, __func__, "b", b)) return NULL;
+    if (!tg_check_same_dtype(ctx, __func__, a, b)) return NULL;
     char sa[TG_SHAPE_STR], sb[TG_SHAPE_STR];
     mm_dims d;
     int64_t shape[3];
@@ -129,7 +128,7 @@ tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) {
         shape[0] = d.M, shape[1] = d.N;
     } else if (a->ndim == 3 && b->ndim == 3) {
         if (a->shape[0] != b->shape[0]) {
-            tg_error(ctx, TG_ERR_SHAPE, fn, "batch sizes differ: a %s x b %s", tg_shape_of(sa, a),
+            tg_error(ctx, TG_ERR_SHAPE, __func__, "batch sizes differ: a %s x b %s", tg_shape_of(sa, a),
                      tg_shape_of(sb, b));
             return NULL;
         }
@@ -142,21 +141,21 @@ tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) {
         ndim = 3;
         shape[0] = a->shape[0], shape[1] = a->shape[1], shape[2] = d.N;
     } else {
-        tg_error(ctx, TG_ERR_SHAPE, fn,
+        tg_error(ctx, TG_ERR_SHAPE, __func__,
                  "a %s x b %s: supported are (M,K) x (K,N), (B,M,K) x (B,K,N) and (B,M,K) x (K,N)",
                  tg_shape_of(sa, a), tg_shape_of(sb, b));
         return NULL;
     }
     int64_t kb = b->shape[b->ndim - 2];
     if (d.K != kb) {
-        tg_error(ctx, TG_ERR_SHAPE, fn, "inner dims differ: a %s x b %s (%lld != %lld)", tg_shape_of(sa, a),
+        tg_error(ctx, TG_ERR_SHAPE, __func__, "inner dims differ: a %s x b %s (%lld != %lld)", tg_shape_of(sa, a),
                  tg_shape_of(sb, b), (long long)d.K, (long long)kb);
         return NULL;
     }
-    tg_tensor *c = tg_new_tensor(ctx, fn, a->dtype, ndim, shape);
+    tg_tensor *c = tg_new_tensor(ctx, __func__, a->dtype, ndim, shape);
     if (!c) return NULL;
-    matmul_forward(ctx, fn, c, a, b, d);
-    tg_node *n = tg_record(ctx, fn, matmul_backward, c, 2, (tg_tensor *[]){a, b});
+    matmul_forward(ctx, __func__, c, a, b, d);
+    tg_node *n = tg_record(ctx, __func__, matmul_backward, c, 2, (tg_tensor *[]){a, b});
     if (n) {
         n->i[0] = d.batch, n->i[1] = d.M, n->i[2] = d.K, n->i[3] = d.N;
         /* kept by pointer: da needs b, db needs a */

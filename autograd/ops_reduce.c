@@ -179,17 +179,16 @@ static void max_axis_bwd(tg_ctx *ctx, tg_node *n) {
 }
 
 tg_tensor *tg_max_axis(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim) {
-    static const char fn[] = "tg_max_axis";
-    if (!tg_check_arg(ctx, fn, "x", x)) return NULL;
+    if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
     axis_split s;
-    if (!split_axis(ctx, fn, x, axis, keepdim, &s)) return NULL;
-    if (empty_axis(ctx, fn, x, &s, axis)) return NULL;
-    tg_tensor *y = tg_new_tensor(ctx, fn, x->dtype, s.out_ndim, s.out_shape);
+    if (!split_axis(ctx, __func__, x, axis, keepdim, &s)) return NULL;
+    if (empty_axis(ctx, __func__, x, &s, axis)) return NULL;
+    tg_tensor *y = tg_new_tensor(ctx, __func__, x->dtype, s.out_ndim, s.out_shape);
     if (!y) return NULL;
     int64_t *idx = NULL;
     size_t idx_bytes = (size_t)(s.outer * s.inner) * sizeof *idx;
     if (tg_needs_grad(ctx, 1, &x)) {
-        idx = tg_arena_alloc_fn(ctx, fn, idx_bytes ? idx_bytes : 1);
+        idx = tg_arena_alloc_fn(ctx, __func__, idx_bytes ? idx_bytes : 1);
         if (!idx) return NULL;
     }
     if (x->dtype == TG_F64) max_axis_forward_f64(y->data, idx, x->data, s.outer, s.R, s.inner);

@@ -79,11 +79,10 @@ static void transpose_backward(tg_ctx *ctx, tg_node *n) {
 }
 
 tg_tensor *tg_transpose(tg_ctx *ctx, tg_tensor *x) {
-    static const char fn[] = "tg_transpose";
-    if (!tg_check_arg(ctx, fn, "x", x)) return NULL;
+    if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
     if (x->ndim < 2) {
         char s[TG_SHAPE_STR];
-        tg_error(ctx, TG_ERR_SHAPE, fn, "x of shape %s has fewer than 2 dims", tg_shape_of(s, x));
+        tg_error(ctx, TG_ERR_SHAPE, __func__, "x of shape %s has fewer than 2 dims", tg_shape_of(s, x));
         return NULL;
     }
     int nd = x->ndim;
@@ -92,11 +91,11 @@ tg_tensor *tg_transpose(tg_ctx *ctx, tg_tensor *x) {
     int64_t R = x->shape[nd - 2], C = x->shape[nd - 1];
     shape[nd - 2] = C;
     shape[nd - 1] = R;
-    tg_tensor *y = tg_new_tensor(ctx, fn, x->dtype, nd, shape);
+    tg_tensor *y = tg_new_tensor(ctx, __func__, x->dtype, nd, shape);
     if (!y) return NULL;
     int64_t B = prod(x->shape, 0, nd - 2);
     transpose_forward(y, x, B, R, C);
-    tg_node *n = tg_record(ctx, fn, transpose_backward, y, 1, &x);
+    tg_node *n = tg_record(ctx, __func__, transpose_backward, y, 1, &x);
     if (n) n->i[0] = B, n->i[1] = R, n->i[2] = C;
     return tg_ok(ctx) ? y : NULL;
 }
@@ -112,14 +111,13 @@ static void reshape_backward(tg_ctx *ctx, tg_node *n) {
 }
 
 tg_tensor *tg_reshape(tg_ctx *ctx, tg_tensor *x, int ndim, const int64_t *shape) {
-    static const char fn[] = "tg_reshape";
-    if (!tg_check_arg(ctx, fn, "x", x)) return NULL;
+    if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
     if (ndim < 0 || ndim > TG_MAX_DIMS) {
-        tg_error(ctx, TG_ERR_SHAPE, fn, "ndim %d is outside 0..%d", ndim, TG_MAX_DIMS);
+        tg_error(ctx, TG_ERR_SHAPE, __func__, "ndim %d is outside 0..%d", ndim, TG_MAX_DIMS);
         return NULL;
     }
     if (ndim > 0 && !shape) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'shape' is NULL");
+        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'shape' is NULL");
         return NULL;
     }
     char sx[TG_SHAPE_STR], ss[TG_SHAPE_STR];
@@ -132,7 +130,7 @@ tg_tensor *tg_reshape(tg_ctx *ctx, tg_tensor *x, int ndim, const int64_t *shape)
         if (s[i] == -1 && infer < 0) {
             infer = i;
         } else if (s[i] < 0) {
-            tg_error(ctx, TG_ERR_SHAPE, fn, "bad size %lld in new shape %s (sizes >= 0, at most one -1)",
+            tg_error(ctx, TG_ERR_SHAPE, __func__, "bad size %lld in new shape %s (sizes >= 0, at most one -1)",
                      (long long)s[i], tg_shape_str(ss, sizeof ss, ndim, shape));
             return NULL;
         } else if (s[i] != 0 && known > INT64_MAX / s[i]) {
@@ -146,13 +144,13 @@ tg_tensor *tg_reshape(tg_ctx *ctx, tg_tensor *x, int ndim, const int64_t *shape)
         known = x->numel;
     }
     if (overflow || known != x->numel || (infer >= 0 && s[infer] < 0)) {
-        tg_error(ctx, TG_ERR_SHAPE, fn, "cannot reshape x of shape %s (numel %lld) to %s", tg_shape_of(sx, x),
+        tg_error(ctx, TG_ERR_SHAPE, __func__, "cannot reshape x of shape %s (numel %lld) to %s", tg_shape_of(sx, x),
                  (long long)x->numel, tg_shape_str(ss, sizeof ss, ndim, shape));
         return NULL;
     }
     tg_tensor *y = tg_view(ctx, x, ndim, s);
     if (!y) return NULL;
-    tg_record(ctx, fn, reshape_backward, y, 1, &x);
+    tg_record(ctx, __func__, reshape_backward, y, 1, &x);
     return tg_ok(ctx) ? y : NULL;
 }
 
@@ -179,23 +177,22 @@ static void concat_backward(tg_ctx *ctx, tg_node *n) {
 }
 
 tg_tensor *tg_concat(tg_ctx *ctx, int n, tg_tensor *const *xs, int axis) {
-    static const char fn[] = "tg_concat";
     if (!tg_live(ctx)) return NULL;
     if (!xs) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'xs' is NULL");
+        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'xs' is NULL");
         return NULL;
     }
     if (n < 1) {
-        tg_error(ctx, TG_ERR_VALUE, fn, "n = %d: need at least one tensor", n);
+        tg_error(ctx, TG_ERR_VALUE, __func__, "n = %d: need at least one tensor", n);
         return NULL;
     }
     for (int k = 0; k < n; k++)
         if (!xs[k]) {
-            tg_error(ctx, TG_ERR_NULL, fn, "argument 'xs[%d]' is NULL", k);
+            tg_error(ctx, TG_ERR_NULL, __func__, "argument 'xs[%d]' is NULL", k);
             return NULL;
         }
     const tg_tensor *x0 = xs[0];
-    int a = norm_axis(ctx, fn, x0, axis);
+    int a = norm_axis(ctx, __func__, x0, axis);
     if (a < 0) return NULL;
     int64_t shape[TG_MAX_DIMS];
     memcpy(shape, x0->shape, sizeof shape);
@@ -203,7 +200,7 @@ tg_tensor *tg_concat(tg_ctx *ctx, int n, tg_tensor *const *xs, int axis) {
     for (int k = 0; k < n; k++) {
         const tg_tensor *x = xs[k];
         if (x->dtype != x0->dtype) {
-            tg_error(ctx, TG_ERR_DTYPE, fn, "dtypes differ: xs[0] is %s, xs[%d] is %s", tg_dtype_name(x0->dtype), k,
+            tg_error(ctx, TG_ERR_DTYPE, __func__, "dtypes differ: xs[0] is %s, xs[%d] is %s", tg_dtype_name(x0->dtype), k,
                      tg_dtype_name(x->dtype));
             return NULL;
         }
@@ -212,13 +209,13 @@ tg_tensor *tg_concat(tg_ctx *ctx, int n, tg_tensor *const *xs, int axis) {
             if (d != a && x->shape[d] != x0->shape[d]) fits = false;
         if (!fits) {
             char s0[TG_SHAPE_STR], sk[TG_SHAPE_STR];
-            tg_error(ctx, TG_ERR_SHAPE, fn, "xs[%d] of shape %s does not fit xs[0] of shape %s along axis %d", k,
+            tg_error(ctx, TG_ERR_SHAPE, __func__, "xs[%d] of shape %s does not fit xs[0] of shape %s along axis %d", k,
                      tg_shape_of(sk, x), tg_shape_of(s0, x0), axis);
             return NULL;
         }
         shape[a] += x->shape[a];
     }
-    tg_tensor *y = tg_new_tensor(ctx, fn, x0->dtype, x0->ndim, shape);
+    tg_tensor *y = tg_new_tensor(ctx, __func__, x0->dtype, x0->ndim, shape);
     if (!y) return NULL;
     size_t es = tg_esize(y->dtype);
     int64_t outer = prod(shape, 0, a), inner = prod(shape, a + 1, y->ndim);
@@ -229,7 +226,7 @@ tg_tensor *tg_concat(tg_ctx *ctx, int n, tg_tensor *const *xs, int axis) {
         copy_rows((unsigned char *)y->data + off, ld_y, xs[k]->data, len, outer, len);
         off += len;
     }
-    tg_node *nd = tg_record(ctx, fn, concat_backward, y, n, xs);
+    tg_node *nd = tg_record(ctx, __func__, concat_backward, y, n, xs);
     if (nd) nd->i[0] = a;
     return tg_ok(ctx) ? y : NULL;
 }
@@ -253,28 +250,27 @@ static void slice_backward(tg_ctx *ctx, tg_node *n) {
 }
 
 tg_tensor *tg_slice(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t end) {
-    static const char fn[] = "tg_slice";
-    if (!tg_check_arg(ctx, fn, "x", x)) return NULL;
-    int a = norm_axis(ctx, fn, x, axis);
+    if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
+    int a = norm_axis(ctx, __func__, x, axis);
     if (a < 0) return NULL;
     int64_t S = x->shape[a];
     if (start < 0 || end < start || end > S) {
         char s[TG_SHAPE_STR];
-        tg_error(ctx, TG_ERR_INDEX, fn, "range [%lld, %lld) is out of range for axis %d of size %lld (x %s)",
+        tg_error(ctx, TG_ERR_INDEX, __func__, "range [%lld, %lld) is out of range for axis %d of size %lld (x %s)",
                  (long long)start, (long long)end, axis, (long long)S, tg_shape_of(s, x));
         return NULL;
     }
     int64_t shape[TG_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
     shape[a] = end - start;
-    tg_tensor *y = tg_new_tensor(ctx, fn, x->dtype, x->ndim, shape);
+    tg_tensor *y = tg_new_tensor(ctx, __func__, x->dtype, x->ndim, shape);
     if (!y) return NULL;
     size_t es = tg_esize(x->dtype);
     int64_t outer = prod(x->shape, 0, a), inner = prod(x->shape, a + 1, x->ndim);
     size_t len = (size_t)((end - start) * inner) * es;
     copy_rows(y->data, len, (const unsigned char *)x->data + (size_t)(start * inner) * es, (size_t)(S * inner) * es,
               outer, len);
-    tg_node *n = tg_record(ctx, fn, slice_backward, y, 1, &x);
+    tg_node *n = tg_record(ctx, __func__, slice_backward, y, 1, &x);
     if (n) n->i[0] = a, n->i[1] = start;
     return tg_ok(ctx) ? y : NULL;
 }

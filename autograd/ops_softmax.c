@@ -167,26 +167,25 @@ static void cross_entropy_backward(tg_ctx *ctx, tg_node *n) {
 
 tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, const int64_t *targets,
                             const tg_cross_entropy_opts *opts) {
-    static const char fn[] = "tg_cross_entropy";
-    if (!tg_check_arg(ctx, fn, "logits", logits)) return NULL;
+    if (!tg_check_arg(ctx, __func__, "logits", logits)) return NULL;
     const tg_cross_entropy_opts o = opts ? *opts : TG_CROSS_ENTROPY_DEFAULTS;
     char sl[TG_SHAPE_STR];
     if (logits->ndim != 2) {
-        tg_error(ctx, TG_ERR_SHAPE, fn, "logits of shape %s are not 2-D (N, C)", tg_shape_of(sl, logits));
+        tg_error(ctx, TG_ERR_SHAPE, __func__, "logits of shape %s are not 2-D (N, C)", tg_shape_of(sl, logits));
         return NULL;
     }
     const int64_t N = logits->shape[0], C = logits->shape[1];
     if (N == 0 || C == 0) {
-        tg_error(ctx, TG_ERR_SHAPE, fn, "logits of shape %s: empty reduction (need N >= 1 and C >= 1)",
+        tg_error(ctx, TG_ERR_SHAPE, __func__, "logits of shape %s: empty reduction (need N >= 1 and C >= 1)",
                  tg_shape_of(sl, logits));
         return NULL;
     }
     if (!targets) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'targets' is NULL");
+        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'targets' is NULL");
         return NULL;
     }
     if (!(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0)) {
-        tg_error(ctx, TG_ERR_VALUE, fn, "label_smoothing = %g is outside [0, 1]", o.label_smoothing);
+        tg_error(ctx, TG_ERR_VALUE, __func__, "label_smoothing = %g is outside [0, 1]", o.label_smoothing);
         return NULL;
     }
     int64_t count = 0;
@@ -194,16 +193,16 @@ tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, const int64_t *targe
         int64_t t = targets[i];
         if (t == o.ignore_index) continue;
         if (t < 0 || t >= C) {
-            tg_error(ctx, TG_ERR_INDEX, fn,
+            tg_error(ctx, TG_ERR_INDEX, __func__,
                      "targets[%lld] = %lld is out of range 0..%lld for logits %s (ignore_index %lld)", (long long)i,
                      (long long)t, (long long)C - 1, tg_shape_of(sl, logits), (long long)o.ignore_index);
             return NULL;
         }
         count++;
     }
-    tg_tensor *out = tg_new_tensor(ctx, fn, logits->dtype, 0, NULL);
+    tg_tensor *out = tg_new_tensor(ctx, __func__, logits->dtype, 0, NULL);
     /* lse and targets (kept for backward), then the per-row losses (scratch) */
-    double *lse = tg_arena_alloc_fn(ctx, fn, (size_t)N * (2 * sizeof(double) + sizeof(int64_t)));
+    double *lse = tg_arena_alloc_fn(ctx, __func__, (size_t)N * (2 * sizeof(double) + sizeof(int64_t)));
     if (!out || !lse) return NULL;
     int64_t *target = (int64_t *)(lse + N);
     double *row_loss = (double *)(target + N);
@@ -232,7 +231,7 @@ tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, const int64_t *targe
     for (int64_t i = 0; i < N; i++) total += row_loss[i]; /* in row order: thread-count independent */
     tg_store(out, 0, count ? total / (double)count : NAN);
 
-    tg_node *n = tg_record(ctx, fn, cross_entropy_backward, out, 1, &logits);
+    tg_node *n = tg_record(ctx, __func__, cross_entropy_backward, out, 1, &logits);
     if (n) {
         n->saved = lse; /* the scratch losses after lse and targets are not counted */
         n->f[0] = eps;

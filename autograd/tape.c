@@ -89,11 +89,10 @@ size_t tg_tape_saved_bytes(const tg_ctx *ctx) { return ctx ? ctx->saved_bytes : 
 /* ---- leaves, modes ------------------------------------------------------- */
 
 tg_tensor *tg_requires_grad(tg_ctx *ctx, tg_tensor *t) {
-    static const char fn[] = "tg_requires_grad";
-    if (!tg_check_arg(ctx, fn, "t", t)) return NULL;
+    if (!tg_check_arg(ctx, __func__, "t", t)) return NULL;
     if (t->node_ >= 0) {
         char s[TG_SHAPE_STR];
-        tg_error(ctx, TG_ERR_STATE, fn, "tensor of shape %s was made by an op ('%s'), not a leaf; detach it first",
+        tg_error(ctx, TG_ERR_STATE, __func__, "tensor of shape %s was made by an op ('%s'), not a leaf; detach it first",
                  tg_shape_of(s, t), t->node_ < ctx->n_nodes ? ctx->nodes[t->node_].op : "?");
         return NULL;
     }
@@ -101,7 +100,7 @@ tg_tensor *tg_requires_grad(tg_ctx *ctx, tg_tensor *t) {
     if (t->grad) return t;
     if (t->persistent) {
         if (!tg_persistent_make_grad(ctx, t)) {
-            tg_error(ctx, TG_ERR_OOM, fn, "out of memory for the grad");
+            tg_error(ctx, TG_ERR_OOM, __func__, "out of memory for the grad");
             return NULL;
         }
     } else {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch side of tapegrad's benchmark (bench/tapegrad.c runs it).
+"""PyTorch side of tapegrad's benchmark (bench/vs_pytorch.c runs it).
 
 Each case is the PyTorch counterpart of a tapegrad case, on the same shapes,
 timed with the same algorithm as bench/common/timing.c (bn_time): one
@@ -136,7 +136,7 @@ def make_mlp(hidden):
 
 
 def case_mlp(hidden, batch, budget):
-    # tiny batches: samples of >= 5 ms, as bench_mlp in bench/tapegrad.c
+    # tiny batches: samples of >= 5 ms, as bench_mlp in bench/vs_pytorch.c
     torch.manual_seed(0)
     model = make_mlp(hidden)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)

@@ -29,14 +29,13 @@ static const tg_module_ops EMBEDDING_OPS = {embedding_repr, embedding_params_m, 
 
 tg_embedding_layer *tg_embedding_layer_new(tg_ctx *ctx, const char *name, int64_t num_embeddings,
                                            int64_t embedding_dim, tg_dtype dtype) {
-    static const char fn[] = "tg_embedding_layer_new";
     if (!tg_live(ctx)) return NULL;
-    if (!tg_check_size_arg(ctx, fn, "num_embeddings", num_embeddings) ||
-        !tg_check_size_arg(ctx, fn, "embedding_dim", embedding_dim))
+    if (!tg_check_size_arg(ctx, __func__, "num_embeddings", num_embeddings) ||
+        !tg_check_size_arg(ctx, __func__, "embedding_dim", embedding_dim))
         return NULL;
     int64_t numel;
-    if (!tg_check_shape(ctx, fn, 2, (const int64_t[]){num_embeddings, embedding_dim}, &numel)) return NULL;
-    tg_embedding_layer *l = tg_module_alloc(ctx, fn, sizeof *l, "Embedding", name, dtype, &EMBEDDING_OPS);
+    if (!tg_check_shape(ctx, __func__, 2, (const int64_t[]){num_embeddings, embedding_dim}, &numel)) return NULL;
+    tg_embedding_layer *l = tg_module_alloc(ctx, __func__, sizeof *l, "Embedding", name, dtype, &EMBEDDING_OPS);
     if (!l) return NULL;
     l->num_embeddings = num_embeddings;
     l->embedding_dim = embedding_dim;

@@ -35,10 +35,9 @@ static void layernorm_backward(tg_ctx *ctx, tg_node *n) {
 
 tg_tensor *tg_layernorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
                               double eps) {
-    static const char fn[] = "tg_layernorm_fused";
     int64_t N, C;
-    if (!tg_norm_check_args(ctx, fn, x, gamma, beta, ndim_norm, eps, &N, &C)) return NULL;
-    tg_tensor *y = tg_new_like(ctx, fn, x);
+    if (!tg_norm_check_args(ctx, __func__, x, gamma, beta, ndim_norm, eps, &N, &C)) return NULL;
+    tg_tensor *y = tg_new_like(ctx, __func__, x);
     if (!y) return NULL;
     tg_tensor *in[3] = {x, gamma, beta};
     double *mean = NULL, *rstd = NULL;
@@ -91,9 +90,8 @@ static const tg_module_ops LAYERNORM_OPS = {layernorm_repr, layernorm_params_m, 
 
 tg_layernorm *tg_layernorm_new(tg_ctx *ctx, const char *name, int ndim, const int64_t *normalized_shape,
                                double eps, bool affine, bool bias, tg_dtype dtype) {
-    static const char fn[] = "tg_layernorm_new";
-    if (!tg_norm_check_new(ctx, fn, ndim, normalized_shape, eps, dtype)) return NULL;
-    tg_layernorm *l = tg_module_alloc(ctx, fn, sizeof *l, "LayerNorm", name, dtype, &LAYERNORM_OPS);
+    if (!tg_norm_check_new(ctx, __func__, ndim, normalized_shape, eps, dtype)) return NULL;
+    tg_layernorm *l = tg_module_alloc(ctx, __func__, sizeof *l, "LayerNorm", name, dtype, &LAYERNORM_OPS);
     if (!l) return NULL;
     l->ndim = ndim;
     for (int d = 0; d < ndim; d++) l->normalized_shape[d] = normalized_shape[d];
@@ -111,13 +109,12 @@ tg_layernorm *tg_layernorm_new(tg_ctx *ctx, const char *name, int ndim, const in
 }
 
 tg_tensor *tg_layernorm_forward(tg_ctx *ctx, tg_layernorm *layer, tg_tensor *x) {
-    static const char fn[] = "tg_layernorm_forward";
     if (!tg_live(ctx)) return NULL;
     if (!layer) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'layer' is NULL");
+        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'layer' is NULL");
         return NULL;
     }
-    if (!tg_norm_check_input(ctx, fn, x, layer->ndim, layer->normalized_shape, layer->base.dtype)) return NULL;
+    if (!tg_norm_check_input(ctx, __func__, x, layer->ndim, layer->normalized_shape, layer->base.dtype)) return NULL;
     return tg_layernorm_fused(ctx, x, layer->gamma, layer->beta, layer->ndim, layer->eps);
 }
 

@@ -113,28 +113,27 @@ static void linear_backward(tg_ctx *ctx, tg_node *n) {
 }
 
 tg_tensor *tg_linear_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *weight, tg_tensor *bias) {
-    static const char fn[] = "tg_linear_fused";
-    if (!tg_check_arg(ctx, fn, "x", x) || !tg_check_arg(ctx, fn, "weight", weight)) return NULL;
-    if (!tg_check_same_dtype(ctx, fn, x, weight)) return NULL;
-    if (bias && !tg_check_same_dtype(ctx, fn, x, bias)) return NULL;
+    if (!tg_check_arg(ctx, __func__, "x", x) || !tg_check_arg(ctx, __func__, "weight", weight)) return NULL;
+    if (!tg_check_same_dtype(ctx, __func__, x, weight)) return NULL;
+    if (bias && !tg_check_same_dtype(ctx, __func__, x, bias)) return NULL;
     char sx[TG_SHAPE_STR], sw[TG_SHAPE_STR], sb[TG_SHAPE_STR];
     if (weight->ndim != 2) {
-        tg_error(ctx, TG_ERR_SHAPE, fn, "weight %s must be 2-d (out_features, in_features)", tg_shape_of(sw, weight));
+        tg_error(ctx, TG_ERR_SHAPE, __func__, "weight %s must be 2-d (out_features, in_features)", tg_shape_of(sw, weight));
         return NULL;
     }
     const int64_t N = weight->shape[0], K = weight->shape[1];
     if (x->ndim < 1) {
-        tg_error(ctx, TG_ERR_SHAPE, fn, "input %s must have at least 1 dim (..., in_features=%lld)",
+        tg_error(ctx, TG_ERR_SHAPE, __func__, "input %s must have at least 1 dim (..., in_features=%lld)",
                  tg_shape_of(sx, x), (long long)K);
         return NULL;
     }
     if (x->shape[x->ndim - 1] != K) {
-        tg_error(ctx, TG_ERR_SHAPE, fn, "input %s last dim %lld != in_features %lld of weight %s", tg_shape_of(sx, x),
+        tg_error(ctx, TG_ERR_SHAPE, __func__, "input %s last dim %lld != in_features %lld of weight %s", tg_shape_of(sx, x),
                  (long long)x->shape[x->ndim - 1], (long long)K, tg_shape_of(sw, weight));
         return NULL;
     }
     if (bias && (bias->ndim != 1 || bias->shape[0] != N)) {
-        tg_error(ctx, TG_ERR_SHAPE, fn, "bias %s is not (%lld,), the out_features of weight %s", tg_shape_of(sb, bias),
+        tg_error(ctx, TG_ERR_SHAPE, __func__, "bias %s is not (%lld,), the out_features of weight %s", tg_shape_of(sb, bias),
                  (long long)N, tg_shape_of(sw, weight));
         return NULL;
     }
@@ -143,9 +142,9 @@ tg_tensor *tg_linear_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *weight, tg_tens
     shape[x->ndim - 1] = N;
     int64_t rows = 1; /* M: the product of the leading dims (also when K == 0) */
     for (int d = 0; d < x->ndim - 1; d++) rows *= x->shape[d];
-    tg_tensor *y = tg_new_tensor(ctx, fn, x->dtype, x->ndim, shape);
+    tg_tensor *y = tg_new_tensor(ctx, __func__, x->dtype, x->ndim, shape);
     if (!y) return NULL;
-    linear_forward(ctx, fn, y, x, weight, bias, rows, N, K);
+    linear_forward(ctx, __func__, y, x, weight, bias, rows, N, K);
     tg_tensor *in[3] = {x, weight, bias};
     tg_node *n = tg_record(ctx, "linear", linear_backward, y, bias ? 3 : 2, in);
     if (n) {
@@ -190,14 +189,13 @@ static const tg_module_ops LINEAR_OPS = {linear_repr, linear_params_m, linear_nu
 
 tg_linear *tg_linear_new(tg_ctx *ctx, const char *name, int64_t in_features, int64_t out_features, bool bias,
                          tg_dtype dtype) {
-    static const char fn[] = "tg_linear_new";
     if (!tg_live(ctx)) return NULL;
-    if (!tg_check_size_arg(ctx, fn, "in_features", in_features) ||
-        !tg_check_size_arg(ctx, fn, "out_features", out_features))
+    if (!tg_check_size_arg(ctx, __func__, "in_features", in_features) ||
+        !tg_check_size_arg(ctx, __func__, "out_features", out_features))
         return NULL;
     int64_t numel;
-    if (!tg_check_shape(ctx, fn, 2, (const int64_t[]){out_features, in_features}, &numel)) return NULL;
-    tg_linear *l = tg_module_alloc(ctx, fn, sizeof *l, "Linear", name, dtype, &LINEAR_OPS);
+    if (!tg_check_shape(ctx, __func__, 2, (const int64_t[]){out_features, in_features}, &numel)) return NULL;
+    tg_linear *l = tg_module_alloc(ctx, __func__, sizeof *l, "Linear", name, dtype, &LINEAR_OPS);
     if (!l) return NULL;
     l->in_features = in_features;
     l->out_features = out_features;
@@ -214,16 +212,15 @@ tg_linear *tg_linear_new(tg_ctx *ctx, const char *name, int64_t in_features, int
 }
 
 tg_tensor *tg_linear_forward(tg_ctx *ctx, tg_linear *layer, tg_tensor *x) {
-    static const char fn[] = "tg_linear_forward";
     if (!tg_live(ctx)) return NULL;
     if (!layer) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'layer' is NULL");
+        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'layer' is NULL");
         return NULL;
     }
-    if (!tg_check_arg(ctx, fn, "x", x) || !tg_check_layer_dtype(ctx, fn, x, layer->base.dtype)) return NULL;
+    if (!tg_check_arg(ctx, __func__, "x", x) || !tg_check_layer_dtype(ctx, __func__, x, layer->base.dtype)) return NULL;
     if (x->ndim < 1 || x->shape[x->ndim - 1] != layer->in_features) {
         char sx[TG_SHAPE_STR];
-        tg_error(ctx, TG_ERR_SHAPE, fn, "input %s last dim %lld != in_features %lld", tg_shape_of(sx, x),
+        tg_error(ctx, TG_ERR_SHAPE, __func__, "input %s last dim %lld != in_features %lld", tg_shape_of(sx, x),
                  x->ndim ? (long long)x->shape[x->ndim - 1] : 0LL, (long long)layer->in_features);
         return NULL;
     }

@@ -194,11 +194,10 @@ size_t tg_norm_repr(char *buf, size_t size, const char *kind, int ndim, const in
 /* ---- tg_module ------------------------------------------------------------------- */
 
 bool tg_module_params(tg_ctx *ctx, tg_module *m, tg_params *list) {
-    static const char fn[] = "tg_module_params";
     if (!tg_live(ctx)) return false;
     if (!m || !list) {
-        if (!m) tg_error(ctx, TG_ERR_NULL, fn, "argument 'm' (the layer) is NULL");
-        else tg_error(ctx, TG_ERR_NULL, fn, "argument 'list' is NULL");
+        if (!m) tg_error(ctx, TG_ERR_NULL, __func__, "argument 'm' (the layer) is NULL");
+        else tg_error(ctx, TG_ERR_NULL, __func__, "argument 'list' is NULL");
         return false;
     }
     return m->ops_->params(ctx, m, list);
@@ -222,36 +221,35 @@ void tg_module_free(tg_ctx *ctx, tg_module *m) {
 /* ---- tg_model -------------------------------------------------------------------- */
 
 bool tg_model_add(tg_ctx *ctx, tg_model *model, tg_module *m) {
-    static const char fn[] = "tg_model_add";
     if (!m) {
-        if (tg_live(ctx)) tg_error(ctx, TG_ERR_NULL, fn, "argument 'm' is NULL");
+        if (tg_live(ctx)) tg_error(ctx, TG_ERR_NULL, __func__, "argument 'm' is NULL");
         return false;
     }
     if (model)
         for (int i = 0; i < model->count; i++)
             if (model->items[i] == m) {
                 /* already owned by this model: keep it */
-                if (tg_live(ctx)) tg_error(ctx, TG_ERR_VALUE, fn, "module '%s' is already in the model", m->name);
+                if (tg_live(ctx)) tg_error(ctx, TG_ERR_VALUE, __func__, "module '%s' is already in the model", m->name);
                 return false;
             }
     /* From here on the model takes m: on any failure m is freed, so
      * tg_model_add(ctx, &model, TG_MODULE(tg_linear_new(...))) never leaks. */
     if (!tg_live(ctx)) goto fail;
     if (!model) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'model' is NULL");
+        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'model' is NULL");
         goto fail;
     }
     if (m->name[0])
         for (int i = 0; i < model->count; i++)
             if (strcmp(model->items[i]->name, m->name) == 0) {
-                tg_error(ctx, TG_ERR_VALUE, fn, "duplicate module name '%s'", m->name);
+                tg_error(ctx, TG_ERR_VALUE, __func__, "duplicate module name '%s'", m->name);
                 goto fail;
             }
     if (model->count == model->capacity) {
         int cap = model->capacity ? model->capacity * 2 : 8;
         tg_module **items = tg_heap_alloc(ctx, (size_t)cap * sizeof *items);
         if (!items) {
-            tg_error(ctx, TG_ERR_OOM, fn, "out of memory growing the model to %d modules", cap);
+            tg_error(ctx, TG_ERR_OOM, __func__, "out of memory growing the model to %d modules", cap);
             goto fail;
         }
         if (model->count) memcpy(items, model->items, (size_t)model->count * sizeof *items);
@@ -267,10 +265,9 @@ fail:
 }
 
 bool tg_model_params(tg_ctx *ctx, const tg_model *model, tg_params *list) {
-    static const char fn[] = "tg_model_params";
     if (!tg_live(ctx)) return false;
     if (!model || !list) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", !model ? "model" : "list");
+        tg_error(ctx, TG_ERR_NULL, __func__, "argument '%s' is NULL", !model ? "model" : "list");
         return false;
     }
     for (int i = 0; i < model->count; i++)

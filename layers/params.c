@@ -8,35 +8,34 @@
 
 bool tg_params_add(tg_ctx *ctx, tg_params *list, const char *prefix, const char *name, tg_tensor *value,
                    bool weight_decay) {
-    static const char fn[] = "tg_params_add";
     if (!tg_live(ctx)) return false;
     if (!list || !name) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", !list ? "list" : "name");
+        tg_error(ctx, TG_ERR_NULL, __func__, "argument '%s' is NULL", !list ? "list" : "name");
         return false;
     }
-    if (!tg_check_arg(ctx, fn, "value", value)) return false;
+    if (!tg_check_arg(ctx, __func__, "value", value)) return false;
     char full[sizeof list->items[0].name];
     int n = (prefix && prefix[0]) ? snprintf(full, sizeof full, "%s.%s", prefix, name)
                                   : snprintf(full, sizeof full, "%s", name);
     if (n < 0 || (size_t)n >= sizeof full || name[0] == '\0') {
-        tg_error(ctx, TG_ERR_VALUE, fn, "parameter name '%s%s%s' is empty or longer than %zu bytes",
+        tg_error(ctx, TG_ERR_VALUE, __func__, "parameter name '%s%s%s' is empty or longer than %zu bytes",
                  prefix ? prefix : "", prefix && prefix[0] ? "." : "", name, sizeof full - 1);
         return false;
     }
     if (!value->persistent) {
-        tg_error(ctx, TG_ERR_STATE, fn, "parameter '%s' is an arena tensor; make it persistent with tg_persist",
+        tg_error(ctx, TG_ERR_STATE, __func__, "parameter '%s' is an arena tensor; make it persistent with tg_persist",
                  full);
         return false;
     }
     if (tg_params_find(list, full)) {
-        tg_error(ctx, TG_ERR_VALUE, fn, "duplicate parameter name '%s'", full);
+        tg_error(ctx, TG_ERR_VALUE, __func__, "duplicate parameter name '%s'", full);
         return false;
     }
     if (list->count == list->capacity) {
         int cap = list->capacity ? list->capacity * 2 : 16;
         tg_param *items = realloc(list->items, (size_t)cap * sizeof *items);
         if (!items) {
-            tg_error(ctx, TG_ERR_OOM, fn, "out of memory growing the parameter list to %d", cap);
+            tg_error(ctx, TG_ERR_OOM, __func__, "out of memory growing the parameter list to %d", cap);
             return false;
         }
         list->items = items;

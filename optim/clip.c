@@ -41,15 +41,14 @@ double tg_grad_norm(tg_ctx *ctx, const tg_params *params) {
 }
 
 double tg_clip_grad_norm(tg_ctx *ctx, tg_params *params, double max_norm) {
-    static const char fn[] = "tg_clip_grad_norm";
-    if (!check_params(ctx, fn, params)) return NAN;
+    if (!check_params(ctx, __func__, params)) return NAN;
     if (!isfinite(max_norm) || max_norm < 0) {
-        tg_error(ctx, TG_ERR_VALUE, fn, "max_norm=%g must be finite and >= 0", max_norm);
+        tg_error(ctx, TG_ERR_VALUE, __func__, "max_norm=%g must be finite and >= 0", max_norm);
         return NAN;
     }
     double norm = tg_grad_norm(ctx, params);
     if (!isfinite(norm)) {
-        tg_error(ctx, TG_ERR_VALUE, fn, "the total gradient norm is %g (non-finite); gradients left unchanged",
+        tg_error(ctx, TG_ERR_VALUE, __func__, "the total gradient norm is %g (non-finite); gradients left unchanged",
                  norm);
         return norm;
     }
@@ -72,10 +71,9 @@ double tg_clip_grad_norm(tg_ctx *ctx, tg_params *params, double max_norm) {
 }
 
 void tg_clip_grad_value(tg_ctx *ctx, tg_params *params, double clip_value) {
-    static const char fn[] = "tg_clip_grad_value";
-    if (!check_params(ctx, fn, params)) return;
+    if (!check_params(ctx, __func__, params)) return;
     if (!isfinite(clip_value) || clip_value < 0) {
-        tg_error(ctx, TG_ERR_VALUE, fn, "clip_value=%g must be finite and >= 0", clip_value);
+        tg_error(ctx, TG_ERR_VALUE, __func__, "clip_value=%g must be finite and >= 0", clip_value);
         return;
     }
     for (int i = 0; i < params->count; i++) {
@@ -90,15 +88,14 @@ void tg_clip_grad_value(tg_ctx *ctx, tg_params *params, double clip_value) {
 }
 
 bool tg_check_grads_finite(tg_ctx *ctx, const tg_params *params) {
-    static const char fn[] = "tg_check_grads_finite";
-    if (!check_params(ctx, fn, params)) return false;
+    if (!check_params(ctx, __func__, params)) return false;
     for (int i = 0; i < params->count; i++) {
         const tg_tensor *g = params->items[i].value->grad;
         if (!g) continue;
         for (int64_t k = 0; k < g->numel; k++) {
             double v = tg_load(g, k);
             if (!isfinite(v)) {
-                tg_error(ctx, TG_ERR_VALUE, fn, "the gradient of '%s' holds %g at flat index %lld",
+                tg_error(ctx, TG_ERR_VALUE, __func__, "the gradient of '%s' holds %g at flat index %lld",
                          params->items[i].name, v, (long long)k);
                 return false;
             }

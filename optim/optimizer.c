@@ -91,20 +91,19 @@ void tg_optim_free(tg_ctx *ctx, tg_optim *o) {
 }
 
 void tg_optim_step(tg_ctx *ctx, tg_optim *o) {
-    static const char fn[] = "tg_optim_step";
     if (!tg_live(ctx)) return;
     if (!o) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'opt' is NULL");
+        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'opt' is NULL");
         return;
     }
     if (o->params->count != o->nparams) {
-        tg_error(ctx, TG_ERR_STATE, fn, "the parameter list changed from %d to %d entries after the optimizer was made",
+        tg_error(ctx, TG_ERR_STATE, __func__, "the parameter list changed from %d to %d entries after the optimizer was made",
                  o->nparams, o->params->count);
         return;
     }
     double lr = tg_optim_lr(o);
     if (!(lr >= 0) || !isfinite(lr)) {
-        tg_error(ctx, TG_ERR_VALUE, fn, "the schedule gave lr=%g at step %lld", lr, (long long)o->step);
+        tg_error(ctx, TG_ERR_VALUE, __func__, "the schedule gave lr=%g at step %lld", lr, (long long)o->step);
         return;
     }
     for (int i = 0; i < o->nparams; i++) {
@@ -159,10 +158,9 @@ void tg_optim_sync_state(tg_ctx *ctx, tg_optim *o) {
 }
 
 void tg_optim_set_schedule(tg_ctx *ctx, tg_optim *o, const tg_schedule *sched) {
-    static const char fn[] = "tg_optim_set_schedule";
     if (!tg_live(ctx)) return;
     if (!o) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'opt' is NULL");
+        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'opt' is NULL");
         return;
     }
     if (!sched) {
@@ -172,7 +170,7 @@ void tg_optim_set_schedule(tg_ctx *ctx, tg_optim *o, const tg_schedule *sched) {
     }
     double probe = tg_schedule_lr(sched, 1.0, 0);
     if (isnan(probe)) {
-        tg_error(ctx, TG_ERR_VALUE, fn,
+        tg_error(ctx, TG_ERR_VALUE, __func__,
                  "invalid schedule (kind %d, step_size %lld, gamma %g, warmup %lld, total %lld, start_factor %g, "
                  "min_lr %g, fn %s)",
                  (int)sched->kind, (long long)sched->step_size, sched->gamma, (long long)sched->warmup_steps,

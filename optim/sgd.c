@@ -52,37 +52,36 @@ tg_sgd_opts tg_sgd_defaults(double lr) {
 static bool finite_nonneg(double v) { return isfinite(v) && v >= 0; }
 
 tg_optim *tg_sgd_new(tg_ctx *ctx, tg_params *params, const tg_sgd_opts *opts) {
-    static const char fn[] = "tg_sgd_new";
     if (!tg_live(ctx)) return NULL;
     if (!opts) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'opts' is NULL (use tg_sgd_defaults(lr))");
+        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'opts' is NULL (use tg_sgd_defaults(lr))");
         return NULL;
     }
     const tg_sgd_opts *s = opts;
     if (!finite_nonneg(s->lr)) {
-        tg_error(ctx, TG_ERR_VALUE, fn, "lr=%g must be finite and >= 0", s->lr);
+        tg_error(ctx, TG_ERR_VALUE, __func__, "lr=%g must be finite and >= 0", s->lr);
         return NULL;
     }
     if (!finite_nonneg(s->momentum)) {
-        tg_error(ctx, TG_ERR_VALUE, fn, "momentum=%g must be finite and >= 0", s->momentum);
+        tg_error(ctx, TG_ERR_VALUE, __func__, "momentum=%g must be finite and >= 0", s->momentum);
         return NULL;
     }
     if (!isfinite(s->dampening)) {
-        tg_error(ctx, TG_ERR_VALUE, fn, "dampening=%g must be finite", s->dampening);
+        tg_error(ctx, TG_ERR_VALUE, __func__, "dampening=%g must be finite", s->dampening);
         return NULL;
     }
     if (!finite_nonneg(s->weight_decay)) {
-        tg_error(ctx, TG_ERR_VALUE, fn, "weight_decay=%g must be finite and >= 0", s->weight_decay);
+        tg_error(ctx, TG_ERR_VALUE, __func__, "weight_decay=%g must be finite and >= 0", s->weight_decay);
         return NULL;
     }
     if (s->nesterov && (s->momentum <= 0 || s->dampening != 0)) {
-        tg_error(ctx, TG_ERR_VALUE, fn, "nesterov needs momentum > 0 and dampening 0 (momentum=%g, dampening=%g)",
+        tg_error(ctx, TG_ERR_VALUE, __func__, "nesterov needs momentum > 0 and dampening 0 (momentum=%g, dampening=%g)",
                  s->momentum, s->dampening);
         return NULL;
     }
     bool want[SLOT_COUNT] = {false};
     want[SLOT_MOMENTUM] = s->momentum != 0;
-    tg_optim *o = tg_optim_make(ctx, fn, TG_OPTIM_SGD, params, s->lr, want);
+    tg_optim *o = tg_optim_make(ctx, __func__, TG_OPTIM_SGD, params, s->lr, want);
     if (o) o->sgd = *s;
     return o;
 }

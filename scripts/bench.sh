@@ -9,8 +9,8 @@
 # Usage: scripts/bench.sh [MAKE_BUILD_DIR] [BENCH_ARGS...]
 #   MAKE_BUILD_DIR  the folder `make` builds in (ignored: the benchmark needs
 #                   a Release build, made in build-release/)
-#   BENCH_ARGS      passed to bench_tapegrad, e.g. --threads 2, --budget 1,
-#                   --only norm, --no-torch (see bench/tapegrad.c)
+#   BENCH_ARGS      passed to bench_vs_pytorch, e.g. --threads 2, --budget 1,
+#                   --only norm, --no-torch (see bench/vs_pytorch.c)
 # Environment: BENCH_THREADS (default 1), BENCH_JSON (default
 #   out/bench/bench.json), BENCH_BUILD (default build-release), BENCH_ARGS.
 #
@@ -27,10 +27,10 @@ json=${BENCH_JSON:-out/bench/bench.json}
 jobs=$(nproc 2>/dev/null || echo 2)
 
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTG_NATIVE=ON -DBUILD_TESTING=OFF >/dev/null
-cmake --build "$build" -j "$jobs" --target bench_tapegrad >/dev/null
+cmake --build "$build" -j "$jobs" --target bench_vs_pytorch >/dev/null
 
 mkdir -p "$(dirname "$json")"
 # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \
-  "$build/bench/bench_tapegrad" --threads "$threads" --json "$json" ${BENCH_ARGS:-} "$@" \
+  "$build/bench/bench_vs_pytorch" --threads "$threads" --json "$json" ${BENCH_ARGS:-} "$@" \
   | tee "${json%.json}.txt"

@@ -50,14 +50,13 @@ char *tg_shape_of(char buf[TG_SHAPE_STR], const tg_tensor *t) {
 }
 
 tg_tensor *tg_view(tg_ctx *ctx, tg_tensor *t, int ndim, const int64_t *shape) {
-    static const char fn[] = "tg_view";
-    if (!tg_check_arg(ctx, fn, "t", t)) return NULL;
+    if (!tg_check_arg(ctx, __func__, "t", t)) return NULL;
     if (ndim < 0 || ndim > TG_MAX_DIMS) {
-        tg_error(ctx, TG_ERR_SHAPE, fn, "ndim %d is outside 0..%d", ndim, TG_MAX_DIMS);
+        tg_error(ctx, TG_ERR_SHAPE, __func__, "ndim %d is outside 0..%d", ndim, TG_MAX_DIMS);
         return NULL;
     }
     if (ndim > 0 && !shape) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'shape' is NULL");
+        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'shape' is NULL");
         return NULL;
     }
     int64_t s[TG_MAX_DIMS];
@@ -67,13 +66,13 @@ tg_tensor *tg_view(tg_ctx *ctx, tg_tensor *t, int ndim, const int64_t *shape) {
         s[i] = shape[i];
         if (s[i] == -1) {
             if (infer >= 0) {
-                tg_error(ctx, TG_ERR_SHAPE, fn, "more than one -1 in the new shape");
+                tg_error(ctx, TG_ERR_SHAPE, __func__, "more than one -1 in the new shape");
                 return NULL;
             }
             infer = i;
         } else if (s[i] < 0) {
             char ns[TG_SHAPE_STR];
-            tg_error(ctx, TG_ERR_SHAPE, fn, "negative size in new shape %s", tg_shape_str(ns, sizeof ns, ndim, shape));
+            tg_error(ctx, TG_ERR_SHAPE, __func__, "negative size in new shape %s", tg_shape_str(ns, sizeof ns, ndim, shape));
             return NULL;
         } else {
             if (s[i] != 0 && known > INT64_MAX / s[i]) known = -1;
@@ -83,7 +82,7 @@ tg_tensor *tg_view(tg_ctx *ctx, tg_tensor *t, int ndim, const int64_t *shape) {
     if (infer >= 0) {
         if (known <= 0 || t->numel % known != 0) {
             char a[TG_SHAPE_STR], b[TG_SHAPE_STR];
-            tg_error(ctx, TG_ERR_SHAPE, fn, "cannot view %s (numel %lld) as %s", tg_shape_of(a, t),
+            tg_error(ctx, TG_ERR_SHAPE, __func__, "cannot view %s (numel %lld) as %s", tg_shape_of(a, t),
                      (long long)t->numel, tg_shape_str(b, sizeof b, ndim, shape));
             return NULL;
         }
@@ -92,11 +91,11 @@ tg_tensor *tg_view(tg_ctx *ctx, tg_tensor *t, int ndim, const int64_t *shape) {
     }
     if (known != t->numel) {
         char a[TG_SHAPE_STR], b[TG_SHAPE_STR];
-        tg_error(ctx, TG_ERR_SHAPE, fn, "cannot view %s (numel %lld) as %s", tg_shape_of(a, t),
+        tg_error(ctx, TG_ERR_SHAPE, __func__, "cannot view %s (numel %lld) as %s", tg_shape_of(a, t),
                  (long long)t->numel, tg_shape_str(b, sizeof b, ndim, shape));
         return NULL;
     }
-    tg_tensor *v = tg_arena_alloc_fn(ctx, fn, sizeof *v);
+    tg_tensor *v = tg_arena_alloc_fn(ctx, __func__, sizeof *v);
     if (!v) return NULL;
     memset(v, 0, sizeof *v);
     v->dtype = t->dtype;
@@ -136,9 +135,8 @@ tg_tensor *tg_to_dtype(tg_ctx *ctx, const tg_tensor *t, tg_dtype dtype) {
 }
 
 tg_tensor *tg_assign(tg_ctx *ctx, tg_tensor *dst, const tg_tensor *src) {
-    static const char fn[] = "tg_assign";
-    if (!tg_check_arg(ctx, fn, "dst", dst) || !tg_check_arg(ctx, fn, "src", src)) return NULL;
-    if (!tg_check_same_dtype(ctx, fn, dst, src) || !tg_check_same_shape(ctx, fn, dst, src)) return NULL;
+    if (!tg_check_arg(ctx, __func__, "dst", dst) || !tg_check_arg(ctx, __func__, "src", src)) return NULL;
+    if (!tg_check_same_dtype(ctx, __func__, dst, src) || !tg_check_same_shape(ctx, __func__, dst, src)) return NULL;
     if (dst->data != src->data && dst->numel) memmove(dst->data, src->data, (size_t)dst->numel * tg_esize(dst->dtype));
     return dst;
 }

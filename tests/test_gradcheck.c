@@ -11,6 +11,7 @@
 
 #include "autograd/tape.h"
 #include "tapegrad.h"
+#include "tapegrad/check.h"
 
 static tg_ctx *ctx;
 static void setup(void) { ctx = tg_ctx_new(99); }

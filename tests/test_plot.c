@@ -1,4 +1,4 @@
-/* Tests for io/plot.c and io/gnuplot.c: data files, gnuplot scripts, PNG
+/* Tests for train/plot.c and train/gnuplot.c: data files, gnuplot scripts, PNG
  * rendering with and without gnuplot, and argument checking.
  *
  * Each test works in its own mkdtemp folder, removed at the end. "gnuplot

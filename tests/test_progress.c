@@ -1,4 +1,4 @@
-/* Tests for io/progress.c: plain lines, the terminal bar, mode detection,
+/* Tests for train/progress.c: plain lines, the terminal bar, mode detection,
  * speed and ETA (with a fake clock, so the numbers are exact). */
 #define _XOPEN_SOURCE 700
 

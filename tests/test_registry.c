@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layers/registry.h"
+#include "check/registry.h"
 #include "tapegrad.h"
 
 static tg_ctx *ctx;

@@ -26,12 +26,12 @@
  *     optimizer state) against params + grads + state + saved activations.
  *   Tiny op: c = a + b of 1-element tensors, backward, tg_ctx_reset.
  *
- * Usage: bench_tapegrad [--threads N] [--json FILE] [--budget S] [--no-torch]
+ * Usage: bench_vs_pytorch [--threads N] [--json FILE] [--budget S] [--no-torch]
  *                       [--no-blas] [--python PATH] [--torch-script PATH]
  *                       [--torch-malloc warm|default] [--clock auto|wall|cpu]
  *                       [--only GROUP]
  * For the fair OpenBLAS / PyTorch case run it as
- *   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build-release/bench/bench_tapegrad */
+ *   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build-release/bench/bench_vs_pytorch */
 #define _POSIX_C_SOURCE 200809L
 #include "bench/common/bench.h"
 #include "tapegrad.h"

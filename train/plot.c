@@ -9,7 +9,7 @@
  * data files in other folders are referred to by absolute path. */
 #define _XOPEN_SOURCE 700
 
-#include "io/gnuplot.h"
+#include "train/gnuplot.h"
 
 #include <errno.h>
 #include <limits.h>

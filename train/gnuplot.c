@@ -10,7 +10,7 @@
  * this is safe in a program that runs OpenMP threads. */
 #define _XOPEN_SOURCE 700
 
-#include "io/gnuplot.h"
+#include "train/gnuplot.h"
 
 #include <errno.h>
 #include <fcntl.h>

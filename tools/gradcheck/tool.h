@@ -1,14 +1,14 @@
 /* tapegrad-gradcheck: the gradient-check tool (internal to tools/).
  *
- *   tools/gradcheck.c          main: the command line, usage, dispatch
- *   tools/gradcheck_list.c     `list`: every registered op, its spec and variants
- *   tools/gradcheck_check.c    `check`: one table per op, a row per input
- *   tools/gradcheck_sweep.c    `sweep`: error against the step h, a log-log PNG
- *   tools/gradcheck_jacobian.c `jacobian`: both Jacobians side by side, heatmaps
- *   tools/gradcheck_target.c   what is checked: a registered op, or one with
- *                              an injected bug; options for tg_gradcheck
- *   tools/gradcheck_table.c    aligned text tables
- *   tools/inject.c             the seeded bugs (known-wrong backward passes)
+ *   main.c       the command line, usage, dispatch
+ *   list.c       `list`: every registered op, its spec and variants
+ *   check.c      `check`: one table per op, a row per input
+ *   sweep.c      `sweep`: error against the step h, a log-log PNG
+ *   jacobian.c   `jacobian`: both Jacobians side by side, heatmaps
+ *   target.c     what is checked: a registered op, or one with
+ *                an injected bug; options for tg_gradcheck
+ *   table.c      aligned text tables
+ *   inject.c     the seeded bugs (known-wrong backward passes)
  *
  * The tool prints to stdout (reports) and stderr (usage errors). Exit
  * status: 0 every check passed, 1 a check failed, 2 bad usage (the usage
@@ -22,6 +22,7 @@
 #include <stdio.h>
 
 #include "tapegrad.h"
+#include "tapegrad/check.h"
 
 enum { GCT_EXIT_PASS = 0, GCT_EXIT_FAIL = 1, GCT_EXIT_USAGE = 2, GCT_EXIT_ERROR = 3 };
 
@@ -59,7 +60,7 @@ int gct_cmd_check(const gct_args *a);
 int gct_cmd_sweep(const gct_args *a);
 int gct_cmd_jacobian(const gct_args *a);
 
-/* ---- seeded bugs (tools/inject.c) -------------------------------------------- */
+/* ---- seeded bugs (inject.c) -------------------------------------------- */
 
 /* A known-wrong backward, swapped in for a registered op. The forward is
  * the op's own (the raw kernels), so the output is right and only the
@@ -79,7 +80,7 @@ int gct_bug_count(void);
 const gct_bug *gct_bug_get(int i);
 const gct_bug *gct_bug_find(const char *name);
 
-/* ---- what is checked (tools/gradcheck_target.c) -------------------------- */
+/* ---- what is checked (target.c) -------------------------- */
 
 /* A registered op with inputs built from a spec, or the same inputs with an
  * injected bug's function. Do not copy a built target: the function's
@@ -109,7 +110,7 @@ bool gct_target_check(tg_ctx *ctx, gct_target *t, const tg_gradcheck_opts *o, tg
 /* Number of differentiable elements of t's inputs. */
 int64_t gct_target_numel(const gct_target *t);
 
-/* ---- small helpers (tools/gradcheck_table.c) ------------------------------- */
+/* ---- small helpers (table.c) ------------------------------- */
 
 /* How a table cell is drawn when colours are on. */
 typedef enum gct_tone { GCT_PLAIN = 0, GCT_GOOD, GCT_BAD, GCT_DIM, GCT_BOLD } gct_tone;

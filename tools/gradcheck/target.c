@@ -3,8 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "layers/registry.h"
-#include "tools/gradcheck_tool.h"
+#include "check/registry.h"
+#include "tools/gradcheck/tool.h"
 
 bool gct_resolve(const gct_args *a, const char *name, const tg_op_info **op, const gct_bug **bug) {
     *op = NULL;

@@ -17,6 +17,7 @@
 #define TG_LAYERS_REGISTRY_H
 
 #include "tapegrad.h"
+#include "tapegrad/check.h"
 
 #define TG_OP_LIST(X) \
     X(add)            \

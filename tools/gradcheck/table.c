@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "tools/gradcheck_tool.h"
+#include "tools/gradcheck/tool.h"
 
 void gct_table_init(gct_table *t, const char *align, ...) {
     memset(t, 0, sizeof *t);

@@ -2,7 +2,7 @@
  * (options), built-in shape variants and inputs, then the seeded bugs. */
 #include <string.h>
 
-#include "tools/gradcheck_tool.h"
+#include "tools/gradcheck/tool.h"
 
 #define WRAP 100
 

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "tools/gradcheck_tool.h"
+#include "tools/gradcheck/tool.h"
 
 /* float32 cases with more checked elements than this are checked along
  * random directions unless --mode says otherwise: in full mode the

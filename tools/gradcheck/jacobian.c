@@ -8,7 +8,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "tools/gradcheck_tool.h"
+#include "tools/gradcheck/tool.h"
 
 /* Entries above this are refused: the picture and the printout stop being
  * readable long before tg_gradcheck_jacobian's own cap. */

@@ -17,7 +17,7 @@
  *
  * The table below has one entry per op of TG_OP_LIST (layers/registry.h),
  * in the same order; a static_assert keeps their lengths equal. */
-#include "layers/registry.h"
+#include "check/registry.h"
 
 #include <assert.h>
 #include <errno.h>

@@ -21,7 +21,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "tools/gradcheck_tool.h"
+#include "tools/gradcheck/tool.h"
 
 #define SWEEP_PER_DECADE 4
 #define SWEEP_N (11 * SWEEP_PER_DECADE + 1) /* 1e-1 .. 1e-12 */

@@ -8,7 +8,7 @@
  *   ... --inject BUG swaps in a known-wrong backward (see `list`)
  *
  * This file parses the command line and dispatches; the commands live in
- * tools/gradcheck_*.c (see tools/gradcheck_tool.h). */
+ * the other files of tools/gradcheck/ (see tool.h). */
 #define _POSIX_C_SOURCE 200809L
 
 #include <errno.h>
@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tools/gradcheck_tool.h"
+#include "tools/gradcheck/tool.h"
 
 void gct_usage(FILE *out) {
     fputs("usage: tapegrad-gradcheck COMMAND [NAME] [OPTIONS]\n"

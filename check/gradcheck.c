@@ -24,6 +24,7 @@
  * (a mark and rollback of the bump pointer), so the check's footprint does
  * not grow with the number of evaluations. */
 #include "autograd/tape.h"
+#include "tapegrad/check.h"
 
 #include <float.h>
 #include <math.h>
@@ -410,7 +411,6 @@ static bool gc_check_args(tg_ctx *ctx, const char *fn, tg_gradcheck_fn f, int n_
 
 bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
                   const tg_gradcheck_opts *opts, tg_gradcheck_result *result) {
-    static const char fn[] = "tg_gradcheck";
     if (result) {
         memset(result, 0, sizeof *result);
         result->worst_input = -1;
@@ -418,12 +418,12 @@ bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_t
     }
     if (!tg_live(ctx)) return false;
     if (!result) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'result' is NULL");
+        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'result' is NULL");
         return false;
     }
-    if (!gc_check_args(ctx, fn, f, n_inputs, inputs)) return false;
+    if (!gc_check_args(ctx, __func__, f, n_inputs, inputs)) return false;
     gc_config cfg;
-    if (!gc_configure(ctx, fn, opts, n_inputs, inputs, opts ? opts->inputs : 0, &cfg)) return false;
+    if (!gc_configure(ctx, __func__, opts, n_inputs, inputs, opts ? opts->inputs : 0, &cfg)) return false;
 
     tg_gradcheck_result *R = result;
     R->h = cfg.h;
@@ -438,12 +438,12 @@ bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_t
     }
 
     gc_session s;
-    gc_begin(&s, ctx, fn, f, user, n_inputs);
+    gc_begin(&s, ctx, __func__, f, user, n_inputs);
     bool ok = gc_copy_inputs(&s, inputs, cfg.mask);
 
     /* The analytic side: one recorded forward, one backward seeded with r. */
     tg_tensor *y = ok ? gc_eval(&s, true) : NULL;
-    tg_tensor *r = y ? tg_new_like(ctx, fn, y) : NULL;
+    tg_tensor *r = y ? tg_new_like(ctx, __func__, y) : NULL;
     ok = r != NULL;
     if (ok) {
         s.out0 = y;
@@ -476,24 +476,23 @@ bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_t
 bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs,
                            tg_tensor *const *inputs, int input, const tg_gradcheck_opts *opts,
                            tg_tensor **analytic, tg_tensor **numeric) {
-    static const char fn[] = "tg_gradcheck_jacobian";
     if (analytic) *analytic = NULL;
     if (numeric) *numeric = NULL;
     if (!tg_live(ctx)) return false;
     if (!analytic || !numeric) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", analytic ? "numeric" : "analytic");
+        tg_error(ctx, TG_ERR_NULL, __func__, "argument '%s' is NULL", analytic ? "numeric" : "analytic");
         return false;
     }
-    if (!gc_check_args(ctx, fn, f, n_inputs, inputs)) return false;
+    if (!gc_check_args(ctx, __func__, f, n_inputs, inputs)) return false;
     if (input < 0 || input >= n_inputs) {
-        tg_error(ctx, TG_ERR_INDEX, fn, "input %d is outside 0..%d", input, n_inputs - 1);
+        tg_error(ctx, TG_ERR_INDEX, __func__, "input %d is outside 0..%d", input, n_inputs - 1);
         return false;
     }
     gc_config cfg;
-    if (!gc_configure(ctx, fn, opts, n_inputs, inputs, (uint32_t)1 << input, &cfg)) return false;
+    if (!gc_configure(ctx, __func__, opts, n_inputs, inputs, (uint32_t)1 << input, &cfg)) return false;
 
     gc_session s;
-    gc_begin(&s, ctx, fn, f, user, n_inputs);
+    gc_begin(&s, ctx, __func__, f, user, n_inputs);
     tg_tensor *Ja = NULL, *Jn = NULL;
     bool ok = gc_copy_inputs(&s, inputs, cfg.mask);
     tg_tensor *y = ok ? gc_eval(&s, true) : NULL;
@@ -504,7 +503,7 @@ bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
         int64_t M = y->numel, N = x->numel;
         if (N != 0 && M > GC_JACOBIAN_MAX / N) {
             char s1[TG_SHAPE_STR], s2[TG_SHAPE_STR];
-            tg_error(ctx, TG_ERR_VALUE, fn, "the Jacobian of an output of shape %s by an input of shape %s "
+            tg_error(ctx, TG_ERR_VALUE, __func__, "the Jacobian of an output of shape %s by an input of shape %s "
                      "has over %lld entries: this mode is for small functions",
                      tg_shape_of(s1, y), tg_shape_of(s2, x), (long long)GC_JACOBIAN_MAX);
             ok = false;

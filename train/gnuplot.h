@@ -1,4 +1,4 @@
-/* Internal helpers shared by io/plot.c and io/gnuplot.c (not public API).
+/* Internal helpers shared by train/plot.c and train/gnuplot.c (not public API).
  *
  * Paths and labels end up inside gnuplot scripts ('single-quoted' strings)
  * and inside the shell command we print when gnuplot is missing. Rather than

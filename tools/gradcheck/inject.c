@@ -18,7 +18,7 @@
 #include "autograd/tape.h"
 #include "layers/module.h"
 #include "layers/norm_kernels.h"
-#include "tools/gradcheck_tool.h"
+#include "tools/gradcheck/tool.h"
 
 /* ---- the norm arguments of a registry case ("4x8;eps=0.1;bias=1") ---------- */
 

@@ -1,0 +1,204 @@
+/* tapegrad/autograd.h: the tape and the differentiable ops (autograd/).
+ *
+ * Leaves, grad mode, backward; then the ops: elementwise, activations,
+ * reductions, matmul, shapes, embedding, softmax, losses, dropout. */
+#ifndef TAPEGRAD_AUTOGRAD_H
+#define TAPEGRAD_AUTOGRAD_H
+
+#include "tapegrad/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ======================================================================== */
+/* Autograd                                                                 */
+/* ======================================================================== */
+
+/* Marks t as a leaf that requires grad and gives it a zeroed grad of the same
+ * kind (persistent for persistent tensors). Returns t. */
+tg_tensor *tg_requires_grad(tg_ctx *ctx, tg_tensor *t);
+/* Turns recording on or off (no-grad mode for evaluation); returns the
+ * previous setting. */
+bool tg_set_grad_enabled(tg_ctx *ctx, bool enabled);
+bool tg_grad_enabled(const tg_ctx *ctx);
+/* Zeroes t's grad (if it has one). */
+void tg_zero_grad(tg_ctx *ctx, tg_tensor *t);
+/* A tensor sharing t's data that requires no grad and has no history. */
+tg_tensor *tg_detach(tg_ctx *ctx, tg_tensor *t);
+
+/* Back-propagates from a scalar `loss` (numel 1): walks the tape in reverse
+ * and accumulates (+=) gradients into the grad of every leaf that requires
+ * grad. The tape is consumed: a second backward is an error. */
+void tg_backward(tg_ctx *ctx, tg_tensor *loss);
+/* General form: `grad_out` (same shape as out) seeds the gradient, NULL
+ * meaning 1 for a scalar; keep_tape=true keeps the tape for another
+ * backward (PyTorch's retain_graph). */
+void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool keep_tape);
+/* Number of records on the tape, and bytes they saved for backward. */
+int64_t tg_tape_size(const tg_ctx *ctx);
+size_t tg_tape_saved_bytes(const tg_ctx *ctx);
+
+
+/* ======================================================================== */
+/* Autograd ops: elementwise, activations, reductions                       */
+/* ======================================================================== */
+/* Differentiable ops (autograd/ops_elementwise.c, ops_activation.c,
+ * ops_reduce.c), float32 and float64, with PyTorch's semantics. Each returns
+ * a new arena tensor of its input's dtype and records itself on the tape
+ * when an input requires grad and grad mode is on. NULL inputs (TG_ERR_NULL)
+ * or a context already in error: NULL, nothing done.
+ *
+ * Broadcasting (NumPy rules) in tg_add, tg_sub, tg_mul, tg_div: shapes are
+ * aligned at their last dims, missing leading dims count as 1, and two sizes
+ * fit when they are equal or one of them is 1; the result takes the larger.
+ * Shapes that do not fit are TG_ERR_SHAPE naming both; dtypes that differ
+ * are TG_ERR_DTYPE. Backward sums the gradient over the dims an input was
+ * broadcast along, so each input's grad has the input's own shape.
+ *
+ * Non-finite values follow IEEE and PyTorch: log(0) = -inf, log(x<0) = NaN,
+ * sqrt(0)'s gradient is inf, NaN propagates. */
+
+/* a + b, a - b, a * b, a / b elementwise, with broadcasting. */
+tg_tensor *tg_add(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);
+tg_tensor *tg_sub(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);
+tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);
+tg_tensor *tg_div(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);
+/* y = -x */
+tg_tensor *tg_neg(tg_ctx *ctx, tg_tensor *x);
+/* y = x + s  (any s; e.g. -inf for masks) */
+tg_tensor *tg_add_scalar(tg_ctx *ctx, tg_tensor *x, double s);
+/* y = s x  (any s) */
+tg_tensor *tg_mul_scalar(tg_ctx *ctx, tg_tensor *x, double s);
+/* y = x^p with p finite (TG_ERR_VALUE otherwise); dy/dx = p x^(p-1), and 0
+ * when p == 0 (as PyTorch). At x = 0 with p < 1 the gradient is inf/NaN. */
+tg_tensor *tg_pow_scalar(tg_ctx *ctx, tg_tensor *x, double p);
+/* y = e^x */
+tg_tensor *tg_exp(tg_ctx *ctx, tg_tensor *x);
+/* y = ln x; ln 0 = -inf, ln of a negative = NaN; dy/dx = 1/x */
+tg_tensor *tg_log(tg_ctx *ctx, tg_tensor *x);
+/* y = sqrt(x); dy/dx = 1/(2 sqrt x), inf at x = 0 */
+tg_tensor *tg_sqrt(tg_ctx *ctx, tg_tensor *x);
+/* y = |x|; dy/dx = sign(x), 0 at x = 0 */
+tg_tensor *tg_abs(tg_ctx *ctx, tg_tensor *x);
+
+/* Activations (autograd/ops_activation.c). */
+/* y = max(x, 0); dy/dx = 1 for x > 0, 0 for x <= 0 (0 at the kink) */
+tg_tensor *tg_relu(tg_ctx *ctx, tg_tensor *x);
+/* y = x for x > 0, negative_slope * x otherwise; negative_slope finite
+ * (TG_ERR_VALUE otherwise). PyTorch's default slope is 0.01. */
+tg_tensor *tg_leaky_relu(tg_ctx *ctx, tg_tensor *x, double negative_slope);
+/* y = 1 / (1 + e^-x), without overflow for any x; dy/dx = y (1 - y) */
+tg_tensor *tg_sigmoid(tg_ctx *ctx, tg_tensor *x);
+/* y = tanh x; dy/dx = 1 - y^2 */
+tg_tensor *tg_tanh(tg_ctx *ctx, tg_tensor *x);
+/* GELU. Exact (tanh_approx false): y = x/2 (1 + erf(x / sqrt 2)).
+ * tanh_approx: y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), PyTorch's
+ * approximate='tanh'. */
+tg_tensor *tg_gelu(tg_ctx *ctx, tg_tensor *x, bool tanh_approx);
+/* SiLU (swish): y = x sigmoid(x) */
+tg_tensor *tg_silu(tg_ctx *ctx, tg_tensor *x);
+
+/* Reductions (autograd/ops_reduce.c). `axis` may be negative (-1 is the
+ * last dim); out of range is TG_ERR_SHAPE. A 0-d tensor takes axis 0 or -1
+ * and is its own sum (PyTorch does the same). keepdim keeps the reduced dim
+ * with size 1, else it is removed. Sums and means accumulate in double
+ * (float32 too), each output in a fixed order: results never depend on the
+ * thread count. */
+/* Sum of all elements: a 0-d tensor (0 for an empty x). */
+tg_tensor *tg_sum(tg_ctx *ctx, tg_tensor *x);
+/* Mean of all elements: a 0-d tensor. An empty x is TG_ERR_VALUE "empty
+ * reduction": PyTorch returns NaN there; we call it misuse. */
+tg_tensor *tg_mean(tg_ctx *ctx, tg_tensor *x);
+/* Sum over one axis (an axis of size 0 sums to 0). */
+tg_tensor *tg_sum_axis(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim);
+/* Mean over one axis; an axis of size 0 is TG_ERR_VALUE "empty reduction". */
+tg_tensor *tg_mean_axis(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim);
+/* Max over one axis (values only). Ties: the gradient goes to the first
+ * maximal element along the axis (lowest index), the others get 0. NaN
+ * counts as the largest value (the first NaN wins), as PyTorch propagates
+ * it. An axis of size 0 is TG_ERR_VALUE "empty reduction". */
+tg_tensor *tg_max_axis(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim);
+
+/* ======================================================================== */
+/* Autograd ops: matmul, shapes, embedding, softmax, losses, dropout        */
+/* ======================================================================== */
+/* Differentiable ops (autograd/ops_matmul.c, ops_shape.c, ops_embedding.c,
+ * ops_softmax.c, ops_loss.c, ops_dropout.c), float32 and float64. Each
+ * returns a new arena tensor of its inputs' dtype (tensor inputs must share
+ * one dtype) and records itself on the tape when an input requires grad and
+ * grad mode is on. On error: NULL and the context's error names the op and
+ * the offending shapes or values. Axis arguments may be negative (counted
+ * from the end, -1 is the last dim). */
+
+/* Matrix product c = a b, c_ij = sum_k a_ik b_kj:
+ *   a (M,K)   x b (K,N)   -> (M,N)
+ *   a (B,M,K) x b (B,K,N) -> (B,M,N)   (batched: one product per batch)
+ *   a (B,M,K) x b (K,N)   -> (B,M,N)   (b shared by every batch)
+ * Backward uses the transposed GEMM cases (da = dc b^T, db = a^T dc)
+ * without copying a transpose. */
+tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);
+/* Swaps the last two dims (ndim >= 2): y[..., j, i] = x[..., i, j]. A copy. */
+tg_tensor *tg_transpose(tg_ctx *ctx, tg_tensor *x);
+/* x with a new shape of the same numel; one size may be -1 (inferred).
+ * Shares x's data like tg_view, but is recorded (dx = dy reshaped). */
+tg_tensor *tg_reshape(tg_ctx *ctx, tg_tensor *x, int ndim, const int64_t *shape);
+/* Joins n >= 1 tensors along `axis`; all have the same ndim and the same
+ * sizes except along axis. */
+tg_tensor *tg_concat(tg_ctx *ctx, int n, tg_tensor *const *xs, int axis);
+/* Elements start..end-1 of x along `axis` (0 <= start <= end <= size; no
+ * clamping: out of range is an error). A copy. */
+tg_tensor *tg_slice(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t end);
+
+/* Embedding lookup: y[i, :] = weight[indices[i], :] for weight (V,D) and
+ * the numel(shape) indices (row-major, each in 0..V-1, copied); the result
+ * has shape + (D), so ndim <= TG_MAX_DIMS - 1. Backward scatter-adds dy
+ * rows into dweight; repeated indices accumulate. */
+tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *weight, int ndim, const int64_t *shape,
+                        const int64_t *indices);
+
+/* Softmax over the last axis: y_i = exp(x_i - m) / sum_j exp(x_j - m), with
+ * m the row's max (so logits of +-1e4 stay finite in float32). A 0-d x is
+ * one row of one element. */
+tg_tensor *tg_softmax(tg_ctx *ctx, tg_tensor *x);
+/* log_softmax over the last axis: y_i = x_i - m - log(sum_j exp(x_j - m)).
+ * Finite for finite logits; a -inf logit gives -inf, as in PyTorch. */
+tg_tensor *tg_log_softmax(tg_ctx *ctx, tg_tensor *x);
+
+/* Options of tg_cross_entropy, as PyTorch's F.cross_entropy. Defaults
+ * (also what a NULL opts means): ignore_index = -100, label_smoothing = 0.
+ * Start from TG_CROSS_ENTROPY_DEFAULTS and change what you need. */
+typedef struct tg_cross_entropy_opts {
+    int64_t ignore_index;   /* rows whose target equals it add nothing */
+    double label_smoothing; /* eps in [0, 1]: the target distribution is
+                               (1 - eps) one_hot(t) + eps / C */
+} tg_cross_entropy_opts;
+#define TG_CROSS_ENTROPY_DEFAULTS ((tg_cross_entropy_opts){-100, 0.0})
+
+/* Cross-entropy from logits (N,C) with targets[N] (int64, each in 0..C-1
+ * or ignore_index), mean reduction over the non-ignored rows:
+ *   loss = 1/|R| sum_{i in R} [ -(1 - eps) logp_i[t_i] - eps/C sum_c logp_i[c] ]
+ * with logp = log_softmax(logits) and R the rows not ignored. Fused with
+ * log_softmax: one tape record saving the targets and each row's
+ * log-sum-exp. A scalar. When every row is ignored the loss is NaN (0/0,
+ * as in PyTorch) and its gradient is 0. N = 0 or C = 0 is an error. */
+tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, const int64_t *targets,
+                            const tg_cross_entropy_opts *opts);
+/* Mean squared error, a scalar: mean((pred - target)^2). Same shapes, at
+ * least one element. Both inputs may require grad. */
+tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *pred, tg_tensor *target);
+
+/* Dropout (inverted): in training, y_i = x_i / (1 - p) when kept, 0 when
+ * dropped, each element dropped with probability p in [0, 1). Element i is
+ * dropped when u_i < p, u_i the f64 uniform of Philox block i of the
+ * context's stream (see Random numbers), so the mask depends only on the
+ * seed and offset, never on the thread count; the offset then advances by
+ * numel. With training=false or p = 0 it returns x itself and draws
+ * nothing. */
+tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p, bool training);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TAPEGRAD_AUTOGRAD_H */

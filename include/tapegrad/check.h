@@ -1,0 +1,208 @@
+/* tapegrad/check.h: gradient checking and the op registry (check/), in
+ * their own library, tapegrad::check (link tapegrad_check; pkg-config
+ * tapegrad-check). Tests and tools use it; a training program does not
+ * need it. */
+#ifndef TAPEGRAD_CHECK_H
+#define TAPEGRAD_CHECK_H
+
+#include "tapegrad/layers.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ======================================================================== */
+/* Gradient checking and the op registry                                    */
+/* ======================================================================== */
+/* tg_gradcheck compares an op's hand-written backward with central finite
+ * differences (check/gradcheck.c). For f(inputs) and a random weighting
+ * r of f's outputs (uniform in [-1, 1), from opts.seed), L = sum_j r_j f_j:
+ *   analytic  a_i = dL/dx_i              one tg_backward_ex seeded with r
+ *   numeric   n_i = (L(x + h e_i) - L(x - h e_i)) / 2h
+ * and an element passes when |a_i - n_i| <= atol + rtol |n_i| (PyTorch's
+ * gradcheck rule; defaults h = 1e-6, atol = 1e-5, rtol = 1e-3). The
+ * denominator is the step actually stored (x+h and x-h rounded to the
+ * dtype), so float32 checks are not biased by rounding of the step.
+ *
+ * Forward evaluations for the differences run in no-grad mode, each from
+ * the same RNG state (so dropout sees one mask throughout); afterwards the
+ * RNG is left where one call of f leaves it. The check uses its own tape
+ * (the caller's tape, tensors and grads are untouched) and copies of the
+ * inputs. Its tensors live in the arena; memory of the difference
+ * evaluations is reused, so a big check does not grow the arena with the
+ * number of evaluations. Never call tg_ctx_reset inside f.
+ *
+ * It refuses float32 inputs unless allow_float32: float32 round-off (~1e-7
+ * relative) swamps the difference quotient: with h = 1e-6 the error of
+ * f(x +- h) is ~1e-7 |f|, which divided by 2h is ~0.05 |f|. With
+ * allow_float32, unset h/atol/rtol default to 1e-3, 1e-3, 1e-2. */
+
+/* The function checked: builds its output from inputs[0..n-1] with
+ * differentiable ops; `user` is passed through (op arguments, a layer...).
+ * It must give the same output for the same inputs and RNG state. */
+typedef tg_tensor *(*tg_gradcheck_fn)(tg_ctx *ctx, tg_tensor *const *inputs, void *user);
+
+/* Most inputs a checked function may take. */
+#define TG_GRADCHECK_MAX_INPUTS 8
+
+typedef enum tg_gradcheck_mode {
+    TG_GRADCHECK_FULL = 0,    /* every element of every checked input:
+                                 2 forwards per element */
+    TG_GRADCHECK_DIRECTIONAL  /* one random unit direction v per input:
+                                 compares dL/dx . v with
+                                 (L(x + h v) - L(x - h v)) / 2h; 2 forwards
+                                 per input, for big tensors */
+} tg_gradcheck_mode;
+
+/* Options. Zero-initialized means the defaults (NULL opts too); a zero h,
+ * atol or rtol means "the default" (or the op's own, in the registry). */
+typedef struct tg_gradcheck_opts {
+    double h;              /* finite-difference step (> 0) */
+    double atol, rtol;     /* tolerances (>= 0) */
+    tg_gradcheck_mode mode;
+    uint64_t seed;         /* seeds r and the directions v (not the ctx RNG) */
+    bool allow_float32;    /* check float32 inputs anyway */
+    uint32_t inputs;       /* bit k set: check input k; 0: every input */
+    bool forward_diff;     /* one-sided (L(x + h) - L(x)) / h instead of
+                              central differences: error O(h), not O(h^2);
+                              for comparing the schemes (step sweeps) */
+} tg_gradcheck_opts;
+
+/* The outcome for one input. */
+typedef struct tg_gradcheck_input {
+    bool checked;          /* false: skipped (not in opts.inputs) */
+    bool pass;
+    int64_t n_checked;     /* elements (FULL) or directions (DIRECTIONAL) */
+    int64_t n_failed;
+    double max_abs_err;    /* max |a - n| */
+    double max_rel_err;    /* max |a - n| / max(|n|, atol) */
+    int64_t worst_index;   /* flat index of the worst element; -1 in
+                              DIRECTIONAL mode or when nothing was checked */
+    double worst_analytic, worst_numeric;
+    double worst_ratio;    /* |a - n| / (atol + rtol |n|): pass when <= 1 */
+} tg_gradcheck_input;
+
+/* The outcome of a check: what the caller asserts on. "Worst" is the
+ * comparison with the largest ratio |a - n| / (atol + rtol |n|) (NaN counts
+ * as the worst of all). */
+typedef struct tg_gradcheck_result {
+    bool pass;             /* every comparison passed (and no error) */
+    int64_t n_checked;     /* comparisons over all inputs */
+    int64_t n_failed;
+    int64_t n_evals;       /* forward evaluations of f: 1 + 2 per element
+                              (FULL) or per input (DIRECTIONAL); 2 + 1 per
+                              with forward_diff */
+    double max_abs_err, max_rel_err;
+    int worst_input;       /* -1 when nothing was checked */
+    int64_t worst_index;   /* as in tg_gradcheck_input */
+    double worst_analytic, worst_numeric, worst_ratio;
+    double h, atol, rtol;  /* the values used */
+    tg_gradcheck_mode mode;
+    bool forward_diff;
+    int n_inputs;
+    tg_gradcheck_input input[TG_GRADCHECK_MAX_INPUTS];
+} tg_gradcheck_result;
+
+/* The defaults: h = 1e-6, atol = 1e-5, rtol = 1e-3, FULL, seed 0, every
+ * input. */
+tg_gradcheck_opts tg_gradcheck_defaults(void);
+/* Checks f's backward at inputs[0..n_inputs-1] (1..TG_GRADCHECK_MAX_INPUTS)
+ * and fills *result. Returns result->pass. A failed comparison is a result,
+ * not an error; errors (bad arguments, float32 refused, f failing) set the
+ * context's error and return false. */
+bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                  const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
+/* The full Jacobians of f's output with respect to input `input`, as float64
+ * arena tensors of shape (numel(out), numel(input)): J[j][i] = d out_j / d x_i.
+ * *analytic from one backward per output element, *numeric from central
+ * differences (h from opts as above). For small functions: at most 2^22
+ * entries. Returns false (and sets the error) on failure. */
+bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs,
+                           tg_tensor *const *inputs, int input, const tg_gradcheck_opts *opts,
+                           tg_tensor **analytic, tg_tensor **numeric);
+
+/* The op registry (check/registry.c): every differentiable op registers
+ * its name, a builder of random valid inputs and its forward, so tests and
+ * the gradient-check tool can check every op by iterating over it.
+ *
+ * Inputs are described by a spec string: the input shapes separated by
+ * commas, each as sizes joined by 'x' ("()" for a 0-d tensor), then
+ * optional ";key=value" arguments, e.g. "2x1x3,4x3" (add broadcasting from
+ * both sides), "2x3x4;axis=1;keepdim=1" (sum_axis), "4x5;smoothing=0.1"
+ * (cross_entropy). Each op documents its spec in spec_help and lists
+ * built-in specs (its shape variants). Builders keep inputs away from the
+ * op's kinks: relu/abs/leaky_relu inputs away from 0, max without ties,
+ * log/sqrt/pow inputs positive, div denominators away from 0. */
+
+/* Most key=value arguments in a spec. */
+#define TG_OP_MAX_ARGS 8
+
+struct tg_op_info;
+
+/* One concrete input set of an op, made by tg_registry_build. */
+typedef struct tg_op_case {
+    const struct tg_op_info *op;
+    char spec[128];                /* the spec it was built from */
+    tg_dtype dtype;
+    int n_inputs;                  /* tensor inputs of the forward */
+    tg_tensor *inputs[TG_GRADCHECK_MAX_INPUTS];
+    const char *input_names[TG_GRADCHECK_MAX_INPUTS]; /* "a", "b", "x", "weight"... */
+    uint32_t check;                /* bit k: input k is differentiable */
+    /* the spec, parsed */
+    int n_shapes;
+    int ndim[TG_GRADCHECK_MAX_INPUTS];
+    int64_t shape[TG_GRADCHECK_MAX_INPUTS][TG_MAX_DIMS];
+    int n_args;
+    char arg_name[TG_OP_MAX_ARGS][16];
+    char arg_value[TG_OP_MAX_ARGS][48];
+    /* integer data the forward needs (embedding indices, class targets),
+     * in the arena; NULL when none */
+    int64_t *index;
+    int64_t n_index;
+} tg_op_case;
+
+/* A registered op. */
+typedef struct tg_op_info {
+    int id;                        /* its position in the registry */
+    const char *name;              /* "add", "matmul", ... */
+    const char *summary;           /* what it computes, one line */
+    const char *spec_help;         /* the spec it takes and its arguments */
+    const char *const *variants;   /* built-in specs, NULL-terminated */
+    int n_variants;
+    bool random;                   /* draws from the context's RNG (dropout) */
+    double h, atol, rtol;          /* its own float64 step and tolerances;
+                                      0: the gradcheck default */
+    /* Makes c->inputs (and c->index) from c's parsed spec and dtype with
+     * the context's RNG; false and an error on a bad spec. */
+    bool (*build)(tg_ctx *ctx, tg_op_case *c);
+    /* The op applied to inputs (c->inputs or copies of them); user is the
+     * tg_op_case. */
+    tg_gradcheck_fn forward;
+} tg_op_info;
+
+/* Number of registered ops, the i-th (NULL when out of range), and the one
+ * named `name` (NULL when there is none). */
+int tg_registry_count(void);
+const tg_op_info *tg_registry_get(int i);
+const tg_op_info *tg_registry_find(const char *name);
+/* Parses spec (NULL: the op's first variant) and builds random valid inputs
+ * of dtype into *c. Errors (TG_ERR_FORMAT for a malformed spec,
+ * TG_ERR_SHAPE / TG_ERR_VALUE for shapes or arguments the op cannot take)
+ * name the op and the spec. */
+bool tg_registry_build(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_dtype dtype, tg_op_case *c);
+/* The op's forward on c's inputs. */
+tg_tensor *tg_registry_forward(tg_ctx *ctx, tg_op_case *c);
+/* Builds the op's variant-th built-in spec (0..n_variants-1), or `spec`,
+ * and gradchecks it: opts (NULL: defaults) with the op's own h, atol and
+ * rtol where opts leaves them 0 (float64 only), over the differentiable
+ * inputs (intersected with opts->inputs when set). As tg_gradcheck. */
+bool tg_registry_check(tg_ctx *ctx, const tg_op_info *op, int variant, tg_dtype dtype,
+                       const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
+bool tg_registry_check_spec(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_dtype dtype,
+                            const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TAPEGRAD_CHECK_H */

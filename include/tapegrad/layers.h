@@ -1,0 +1,268 @@
+/* tapegrad/layers.h: parameters, fused layer ops and modules (layers/).
+ *
+ * The parameter list that optimizers, clipping and checkpoints share; the
+ * fused ops (Linear, RMSNorm, LayerNorm) and their composed twins; the
+ * modules and the model list. */
+#ifndef TAPEGRAD_LAYERS_H
+#define TAPEGRAD_LAYERS_H
+
+#include "tapegrad/autograd.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ======================================================================== */
+/* Parameters                                                               */
+/* ======================================================================== */
+
+/* A model's named parameters, used by optimizers, clipping, checkpoints and
+ * the model summary. */
+typedef struct tg_param {
+    char name[64];        /* dotted name, e.g. "fc1.weight" */
+    tg_tensor *value;     /* persistent, requires grad */
+    bool weight_decay;    /* whether weight decay applies */
+} tg_param;
+
+typedef struct tg_params {
+    tg_param *items;
+    int count;
+    int capacity;
+} tg_params;
+
+/* Appends a parameter named prefix + "." + name (just name when prefix is
+ * NULL or ""). Errors: NULL value, a name over 63 bytes, a duplicate name,
+ * a tensor that is not persistent. Returns false on error. */
+bool tg_params_add(tg_ctx *ctx, tg_params *list, const char *prefix, const char *name,
+                   tg_tensor *value, bool weight_decay);
+/* The parameter with that name, or NULL. */
+tg_param *tg_params_find(tg_params *list, const char *name);
+/* Total number of scalar parameters. */
+int64_t tg_params_numel(const tg_params *list);
+/* Zeroes every parameter's grad. */
+void tg_params_zero_grad(tg_ctx *ctx, tg_params *list);
+/* Frees the list's array (not the tensors, which their layers own). */
+void tg_params_free(tg_params *list);
+
+/* ======================================================================== */
+/* Layers: fused ops and modules                                            */
+/* ======================================================================== */
+/* Layers come in two levels (files in layers/), as in kann:
+ *  - fused differentiable ops that take their parameters as tensors:
+ *    tg_linear_fused, tg_rmsnorm_fused, tg_layernorm_fused. Each is ONE
+ *    tape record with a hand-derived backward (derivations above the code
+ *    and in docs/normalization-gradients.md). The norms also have composed
+ *    twins, tg_rmsnorm_composed and tg_layernorm_composed, built only from
+ *    primitive ops: same math, same gradients, many records.
+ *  - modules: a struct owning its persistent parameters, made by _new, run
+ *    by _forward (which calls the fused op), listed by _params, freed by
+ *    _free. PyTorch's semantics, defaults, init and repr.
+ *
+ * Tape accounting (tg_tape_size, tg_tape_saved_bytes) is done the same way
+ * for fused and primitive ops: a record counts what it allocates for
+ * backward (a norm's per-row float64 statistics) plus every tensor its
+ * backward reads through the record (x, weight, gamma; what a primitive op
+ * like mul or div counts too), so fused and composed forms compare fairly. */
+
+/* Defaults of PyTorch's nn.RMSNorm (as used in LLaMA) and nn.LayerNorm. */
+#define TG_RMSNORM_EPS 1e-6
+#define TG_LAYERNORM_EPS 1e-5
+
+/* y = x W^T + b with x (..., in), weight W (out, in), bias b (out) or NULL;
+ * y is (..., out). Any number of leading dims (x is flattened to rows; a
+ * 1-d x is one row). One GEMM writes x W^T onto rows prefilled with b, so
+ * the bias costs no extra pass. Backward: dx += dy W, dW += dy^T x,
+ * db += column sums of dy (transposed GEMM cases, no transposed copies). */
+tg_tensor *tg_linear_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *weight, tg_tensor *bias);
+
+/* Normalizations over the last ndim_norm dims of x (1 <= ndim_norm <=
+ * x->ndim): each "row" is C = the product of those sizes elements (C >= 1),
+ * and there are N = numel / C rows. gamma and beta have exactly the
+ * normalized shape (x's trailing ndim_norm sizes) and x's dtype, or are
+ * NULL (gamma NULL: gain 1; beta NULL: no bias). eps must be finite and
+ * >= 0 here; eps = 0 is allowed for studying the invariants (a zero row
+ * then gives NaN, as the formula says); the modules require eps > 0.
+ * The output has x's shape and dtype. Row statistics are accumulated in
+ * float64 for both dtypes and saved as float64 (8 bytes per row). Why:
+ * float32 squares always fit a double, so float32 rows around 1e20 (whose
+ * sum of squares overflows float32) or 1e-20 normalize correctly and have
+ * finite gradients; a float32 row of 1e4 + small noise keeps its mean to
+ * far below a float32 ulp; backward sees exactly forward's statistics; and
+ * it costs nothing measurable (the kernels are memory-bound). float64 rows
+ * that would overflow are rescaled by a power of two (exact). The variance
+ * is two-pass, never E[x^2] - E[x]^2. See layers/norm_kernels.h. */
+
+/* RMSNorm, one record saving only rstd per row:
+ *   r = 1 / sqrt(mean_j x_j^2 + eps),   y = x r * gamma + beta
+ * Backward, with xhat = x r, u = gamma dy:
+ *   dx = r (u - xhat mean_j(u_j xhat_j)),  dgamma = sum_rows dy xhat,
+ *   dbeta = sum_rows dy. */
+tg_tensor *tg_rmsnorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
+                            double eps);
+/* LayerNorm, one record saving only mean and rstd per row:
+ *   mu = mean_j x_j, var = mean_j (x_j - mu)^2 (biased, two-pass: no
+ *   E[x^2] - E[x]^2 cancellation), r = 1 / sqrt(var + eps),
+ *   y = (x - mu) r * gamma + beta
+ * Backward, with xhat = (x - mu) r, u = gamma dy:
+ *   dx = r (u - mean_j u_j - xhat mean_j(u_j xhat_j)),
+ *   dgamma = sum_rows dy xhat,  dbeta = sum_rows dy. */
+tg_tensor *tg_layernorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
+                              double eps);
+/* The composed twins: the same functions and arguments, built only from
+ * primitive ops as PyTorch users write them, e.g. RMSNorm
+ * x * (mean(x^2, -1) + eps)^(-1/2) * gamma (+ beta) with tg_pow_scalar,
+ * tg_mean_axis, tg_add_scalar, tg_mul (tg_sub for LayerNorm's x - mean;
+ * tg_reshape to rows and back when several dims are normalized), so
+ * autograd derives their backward: 6 records for RMSNorm with gamma, 9 for
+ * LayerNorm with gamma and beta. Statistics are in x's dtype (the float32
+ * range limits of the plain formula apply). For tests, learners and
+ * benchmarks. */
+tg_tensor *tg_rmsnorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
+                               double eps);
+tg_tensor *tg_layernorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
+                                 double eps);
+
+/* Modules. Every layer struct starts with a tg_module (its member `base`),
+ * the generic view used by models, summaries and parameter lists. Fields
+ * are read-only for users. A layer's parameters are persistent tensors that
+ * require grad (they survive tg_ctx_reset); the layer owns them and its
+ * _free frees them. Free layers (or their model) before the context. */
+typedef struct tg_module_ops tg_module_ops; /* internal: the layer's methods */
+typedef struct tg_module {
+    const char *kind;          /* "Linear", "RMSNorm", "LayerNorm", "Embedding" */
+    char name[48];             /* prefix of its parameter names ("fc1"), or "" */
+    tg_dtype dtype;
+    const tg_module_ops *ops_; /* internal */
+} tg_module;
+/* The generic view of a layer pointer (NULL stays NULL). `layer` is
+ * evaluated once (the sizeof only checks, at compile time, that it is a
+ * layer), so TG_MODULE(tg_linear_new(...)) is fine. */
+#define TG_MODULE(layer) ((void)sizeof(&(layer)->base == (tg_module *)0), (tg_module *)(void *)(layer))
+
+/* Appends the module's parameters to list as "name.param" (just "param"
+ * when the name is ""), with their weight-decay flags. False on error. */
+bool tg_module_params(tg_ctx *ctx, tg_module *m, tg_params *list);
+/* Number of scalar parameters. */
+int64_t tg_module_numel(const tg_module *m);
+/* Writes the module's repr and parameter count into buf (snprintf
+ * semantics: returns the length the full text needs), e.g.
+ *   Linear(in_features=784, out_features=256, bias=true)  params=200960
+ *   RMSNorm(dim=384, eps=1e-06, affine=true, bias=false)  params=384
+ *   LayerNorm(dim=(4, 8), eps=1e-05, affine=true, bias=true)  params=64 */
+size_t tg_module_format(char *buf, size_t size, const tg_module *m);
+/* Frees the module and its parameters (any layer kind). NULL is a no-op. */
+void tg_module_free(tg_ctx *ctx, tg_module *m);
+
+/* Linear(in_features, out_features, bias=true), as torch.nn.Linear:
+ * y = x W^T + b. weight (out, in) and bias (out) are drawn uniform in
+ * [-1/sqrt(in), 1/sqrt(in)) from the context's RNG, weight first (PyTorch's
+ * default init). Parameters: "weight" (weight decay on), "bias" (off). */
+typedef struct tg_linear {
+    tg_module base;
+    int64_t in_features, out_features;
+    tg_tensor *weight; /* (out_features, in_features) */
+    tg_tensor *bias;   /* (out_features), or NULL when made with bias=false */
+} tg_linear;
+/* Errors: in or out < 1, a name over 47 bytes, an unknown dtype. */
+tg_linear *tg_linear_new(tg_ctx *ctx, const char *name, int64_t in_features, int64_t out_features, bool bias,
+                         tg_dtype dtype);
+/* tg_linear_fused(x, weight, bias); x's last dim must be in_features and
+ * its dtype the layer's. */
+tg_tensor *tg_linear_forward(tg_ctx *ctx, tg_linear *layer, tg_tensor *x);
+bool tg_linear_params(tg_ctx *ctx, tg_linear *layer, tg_params *list);
+void tg_linear_free(tg_ctx *ctx, tg_linear *layer);
+
+/* RMSNorm(normalized_shape, eps=1e-6, affine=true, bias=false) and
+ * LayerNorm(normalized_shape, eps=1e-5, affine=true, bias=true) over the
+ * trailing dims normalized_shape[0..ndim-1] of their input. affine=false:
+ * no gamma and no beta (zero parameters; `bias` is then ignored, as in
+ * PyTorch); bias=false: no beta. gamma starts at 1, beta at 0, so a fresh
+ * layer with bias computes the same as one without. Parameters: "gamma",
+ * "beta", both without weight decay. */
+typedef struct tg_rmsnorm {
+    tg_module base;
+    int ndim;                              /* normalized dims, 1..TG_MAX_DIMS */
+    int64_t normalized_shape[TG_MAX_DIMS];
+    double eps;
+    bool affine, bias;                     /* bias: the layer has a beta */
+    tg_tensor *gamma;                      /* normalized_shape, or NULL */
+    tg_tensor *beta;                       /* normalized_shape, or NULL */
+} tg_rmsnorm;
+typedef struct tg_layernorm {
+    tg_module base;
+    int ndim;
+    int64_t normalized_shape[TG_MAX_DIMS];
+    double eps;
+    bool affine, bias;
+    tg_tensor *gamma;
+    tg_tensor *beta;
+} tg_layernorm;
+/* Errors (TG_ERR_VALUE, naming the argument and its value): ndim outside
+ * 1..TG_MAX_DIMS, a size < 1, eps <= 0, NaN or inf; a name over 47 bytes;
+ * a NULL normalized_shape; an unknown dtype. */
+tg_rmsnorm *tg_rmsnorm_new(tg_ctx *ctx, const char *name, int ndim, const int64_t *normalized_shape, double eps,
+                           bool affine, bool bias, tg_dtype dtype);
+tg_layernorm *tg_layernorm_new(tg_ctx *ctx, const char *name, int ndim, const int64_t *normalized_shape,
+                               double eps, bool affine, bool bias, tg_dtype dtype);
+/* The fused op on x, whose trailing dims must equal normalized_shape
+ * (TG_ERR_SHAPE naming both shapes otherwise) and whose dtype must be the
+ * layer's. */
+tg_tensor *tg_rmsnorm_forward(tg_ctx *ctx, tg_rmsnorm *layer, tg_tensor *x);
+tg_tensor *tg_layernorm_forward(tg_ctx *ctx, tg_layernorm *layer, tg_tensor *x);
+bool tg_rmsnorm_params(tg_ctx *ctx, tg_rmsnorm *layer, tg_params *list);
+bool tg_layernorm_params(tg_ctx *ctx, tg_layernorm *layer, tg_params *list);
+void tg_rmsnorm_free(tg_ctx *ctx, tg_rmsnorm *layer);
+void tg_layernorm_free(tg_ctx *ctx, tg_layernorm *layer);
+
+/* Embedding(num_embeddings, embedding_dim), as torch.nn.Embedding: a table
+ * of num_embeddings rows initialized N(0, 1) from the context's RNG; the
+ * forward is tg_embedding on it. Parameter: "weight" (weight decay on). */
+typedef struct tg_embedding_layer {
+    tg_module base;
+    int64_t num_embeddings, embedding_dim;
+    tg_tensor *weight; /* (num_embeddings, embedding_dim) */
+} tg_embedding_layer;
+/* Errors: a size < 1, a name over 47 bytes, an unknown dtype. */
+tg_embedding_layer *tg_embedding_layer_new(tg_ctx *ctx, const char *name, int64_t num_embeddings,
+                                           int64_t embedding_dim, tg_dtype dtype);
+/* Rows of the table for the numel(shape) indices: shape + (embedding_dim). */
+tg_tensor *tg_embedding_layer_forward(tg_ctx *ctx, tg_embedding_layer *layer, int ndim, const int64_t *shape,
+                                      const int64_t *indices);
+bool tg_embedding_layer_params(tg_ctx *ctx, tg_embedding_layer *layer, tg_params *list);
+void tg_embedding_layer_free(tg_ctx *ctx, tg_embedding_layer *layer);
+
+/* A model: an ordered list of modules, for the parameter list, the summary
+ * and freeing. The forward is the user's own C code calling the layers.
+ * Start from tg_model m = {0}. The model owns the modules added to it. */
+typedef struct tg_model {
+    tg_module **items;
+    int count;
+    int capacity;
+} tg_model;
+/* Appends m; the model owns it from then on. It takes m in every case: if
+ * m cannot be added (the context in error, a duplicate name, out of
+ * memory) m is freed, so tg_model_add(ctx, &model,
+ * TG_MODULE(tg_linear_new(...))) never leaks. NULL m is TG_ERR_NULL (when
+ * the context is healthy); a module already in the model is TG_ERR_VALUE
+ * and stays owned by it. */
+bool tg_model_add(tg_ctx *ctx, tg_model *model, tg_module *m);
+/* Appends every module's parameters to list, in the order added. */
+bool tg_model_params(tg_ctx *ctx, const tg_model *model, tg_params *list);
+/* Number of scalar parameters of every module. */
+int64_t tg_model_numel(const tg_model *model);
+/* The summary, one line per module and the total (snprintf semantics):
+ *   (fc1): Linear(in_features=784, out_features=256, bias=true)  params=200960
+ *   (norm1): RMSNorm(dim=256, eps=1e-06, affine=true, bias=false)  params=256
+ *   total params=201216
+ * An unnamed module shows its position, "(0): ...". */
+size_t tg_model_format(char *buf, size_t size, const tg_model *model);
+/* Prints the summary to out. */
+void tg_model_print(FILE *out, const tg_model *model);
+/* Frees every module and the list; the model is empty again. */
+void tg_model_free(tg_ctx *ctx, tg_model *model);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TAPEGRAD_LAYERS_H */

@@ -1,0 +1,116 @@
+/* tapegrad/optim.h: optimizers, learning-rate schedules and gradient
+ * clipping (optim/). */
+#ifndef TAPEGRAD_OPTIM_H
+#define TAPEGRAD_OPTIM_H
+
+#include "tapegrad/layers.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ======================================================================== */
+/* Optimizers, learning-rate schedules, gradient clipping                   */
+/* ======================================================================== */
+/* An optimizer updates the parameters of a tg_params list (which must
+ * outlive it) from their grads, with PyTorch's formulas (optim/sgd.c,
+ * optim/adam.c). Parameters whose weight_decay flag is false get no decay.
+ * Hyper-parameters are checked when the optimizer is made:
+ * lr >= 0, momentum >= 0, dampening finite, weight_decay >= 0,
+ * betas in [0, 1), eps > 0, nesterov only with momentum > 0 and
+ * dampening 0; NaN or inf anywhere is refused. */
+typedef struct tg_optim tg_optim;
+
+/* SGD: with d = g + weight_decay * p,
+ *   buf = d (first step), buf = momentum * buf + (1 - dampening) * d (after);
+ *   d = d + momentum * buf (nesterov) or d = buf (momentum > 0);  p -= lr * d */
+typedef struct tg_sgd_opts {
+    double lr, momentum, dampening, weight_decay;
+    bool nesterov;
+} tg_sgd_opts;
+/* Adam / AdamW: m = b1 m + (1-b1) g,  v = b2 v + (1-b2) g^2,
+ *   p -= lr/(1-b1^t) * m / (sqrt(v')/sqrt(1-b2^t) + eps), v' = v or the
+ *   running max of v (amsgrad). Adam adds weight_decay * p to g (L2);
+ *   AdamW first scales p by (1 - lr * weight_decay) (decoupled). */
+typedef struct tg_adam_opts {
+    double lr, beta1, beta2, eps, weight_decay;
+    bool amsgrad;
+} tg_adam_opts;
+
+/* PyTorch's defaults: SGD momentum 0; Adam lr 1e-3, betas (0.9, 0.999),
+ * eps 1e-8, weight_decay 0; AdamW the same with weight_decay 1e-2. */
+tg_sgd_opts tg_sgd_defaults(double lr);
+tg_adam_opts tg_adam_defaults(void);
+tg_adam_opts tg_adamw_defaults(void);
+
+/* New optimizers over `params`; NULL (and an error) on bad hyper-parameters.
+ * Their state tensors are persistent, made zero at creation. */
+tg_optim *tg_sgd_new(tg_ctx *ctx, tg_params *params, const tg_sgd_opts *opts);
+tg_optim *tg_adam_new(tg_ctx *ctx, tg_params *params, const tg_adam_opts *opts);
+tg_optim *tg_adamw_new(tg_ctx *ctx, tg_params *params, const tg_adam_opts *opts);
+/* Frees the optimizer and its state tensors. */
+void tg_optim_free(tg_ctx *ctx, tg_optim *opt);
+/* One update of every parameter from its grad, at the schedule's lr for the
+ * current step; then the step count advances. */
+void tg_optim_step(tg_ctx *ctx, tg_optim *opt);
+/* Zeroes the grads of the optimizer's parameters. */
+void tg_optim_zero_grad(tg_ctx *ctx, tg_optim *opt);
+/* The lr the next step will use (for logging), and the base lr. */
+double tg_optim_lr(const tg_optim *opt);
+/* Sets the base lr (the schedule scales it). lr < 0 or NaN: error. */
+void tg_optim_set_lr(tg_ctx *ctx, tg_optim *opt, double lr);
+/* Steps taken so far. */
+int64_t tg_optim_steps(const tg_optim *opt);
+/* The optimizer's state by name, for checkpoints: "optim.step" (a float64
+ * scalar holding the step count), and per parameter P "optim.P.exp_avg",
+ * "optim.P.exp_avg_sq", "optim.P.max_exp_avg_sq" (amsgrad) or
+ * "optim.P.momentum_buffer" (SGD with momentum). The tensors are the live
+ * state: writing them (e.g. loading a checkpoint) restores it; call
+ * tg_optim_sync_state after writing "optim.step". */
+tg_params *tg_optim_state(tg_optim *opt);
+/* Reads "optim.step" back into the step count after a restore. */
+void tg_optim_sync_state(tg_ctx *ctx, tg_optim *opt);
+
+/* Learning-rate schedules: lr(t) = base_lr * factor(t) at step t (0-based). */
+typedef enum tg_schedule_kind {
+    TG_SCHED_CONSTANT = 0, /* factor 1 */
+    TG_SCHED_STEP,         /* gamma^floor(t / step_size) (PyTorch StepLR) */
+    TG_SCHED_WARMUP_COSINE,/* linear from start_factor to 1 over warmup_steps,
+                              then cosine from base_lr to min_lr over the
+                              remaining total_steps - warmup_steps, then min_lr */
+    TG_SCHED_CALLBACK      /* lr(t) = fn(t, base_lr, user) */
+} tg_schedule_kind;
+typedef struct tg_schedule {
+    tg_schedule_kind kind;
+    int64_t step_size;       /* STEP */
+    double gamma;            /* STEP */
+    int64_t warmup_steps;    /* WARMUP_COSINE */
+    int64_t total_steps;     /* WARMUP_COSINE */
+    double start_factor;     /* WARMUP_COSINE, in (0, 1] */
+    double min_lr;           /* WARMUP_COSINE */
+    double (*fn)(int64_t step, double base_lr, void *user); /* CALLBACK */
+    void *user;
+} tg_schedule;
+/* The lr of `sched` at step t for a base lr; NaN for an invalid schedule. */
+double tg_schedule_lr(const tg_schedule *sched, double base_lr, int64_t step);
+/* Attaches a schedule (copied) to the optimizer; NULL restores constant. */
+void tg_optim_set_schedule(tg_ctx *ctx, tg_optim *opt, const tg_schedule *sched);
+
+/* Scales all grads so their global L2 norm is at most max_norm (PyTorch's
+ * clip_grad_norm_: coef = max_norm / (norm + 1e-6), applied when < 1).
+ * Returns the norm before clipping. A non-finite norm is an error and the
+ * grads are left unchanged. */
+double tg_clip_grad_norm(tg_ctx *ctx, tg_params *params, double max_norm);
+/* The global L2 norm of all grads (no change). */
+double tg_grad_norm(tg_ctx *ctx, const tg_params *params);
+/* Clamps every grad element to [-clip_value, clip_value]. */
+void tg_clip_grad_value(tg_ctx *ctx, tg_params *params, double clip_value);
+/* Anomaly check, to call after backward: false (and an error naming the
+ * first parameter and element) when a grad holds NaN or inf. */
+bool tg_check_grads_finite(tg_ctx *ctx, const tg_params *params);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TAPEGRAD_OPTIM_H */

@@ -1,0 +1,230 @@
+/* tapegrad/tensor.h: tensors and the context (tensor/).
+ *
+ * Core types and status codes, the context (arena, persistent tensors,
+ * error state, threads), the seeded RNG, tensor creation, manipulation and
+ * printing. Include <tapegrad.h> for the whole library. */
+#ifndef TAPEGRAD_TENSOR_H
+#define TAPEGRAD_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ======================================================================== */
+/* Core types                                                               */
+/* ======================================================================== */
+
+/* Maximum number of dimensions of a tensor. */
+#define TG_MAX_DIMS 8
+
+/* Element types. Mixing dtypes in one op is an error, never a silent cast. */
+typedef enum tg_dtype { TG_F32 = 0, TG_F64 = 1 } tg_dtype;
+
+/* Status codes: the kind of the context's first error (TG_OK when none). */
+typedef enum tg_status {
+    TG_OK = 0,
+    TG_ERR_NULL,     /* a NULL argument where a value was required */
+    TG_ERR_SHAPE,    /* shapes that do not fit the operation */
+    TG_ERR_DTYPE,    /* dtypes that differ or are not supported */
+    TG_ERR_VALUE,    /* a bad scalar argument (eps <= 0, NaN, out of range) */
+    TG_ERR_INDEX,    /* an index out of range */
+    TG_ERR_OOM,      /* the allocator returned NULL, or a size overflowed */
+    TG_ERR_STATE,    /* a call that is invalid in the current state */
+    TG_ERR_IO,       /* a file could not be read or written */
+    TG_ERR_FORMAT    /* a file or string is malformed */
+} tg_status;
+
+typedef struct tg_ctx tg_ctx;
+
+/* An n-d tensor. Fields are read-only for users: use the functions below to
+ * make and change tensors. data points at numel contiguous row-major
+ * elements of dtype (float or double). */
+typedef struct tg_tensor {
+    tg_dtype dtype;
+    int ndim;                     /* 0 (a scalar) .. TG_MAX_DIMS */
+    int64_t shape[TG_MAX_DIMS];   /* sizes, >= 0; unused entries are 1 */
+    int64_t numel;                /* product of shape */
+    void *data;                   /* float* or double*, numel elements */
+    struct tg_tensor *grad;       /* gradient, same shape and dtype, or NULL */
+    bool requires_grad;           /* record ops on it; accumulate into grad */
+    bool persistent;              /* lives on the heap, survives resets */
+    /* internal */
+    bool is_view_;                /* data belongs to another tensor */
+    int32_t node_;                /* index of the tape record that made it, or -1 */
+    uint32_t epoch_;              /* arena epoch it was made in (persistent: 0) */
+    struct tg_tensor *next_;      /* persistent list links */
+    struct tg_tensor *prev_;
+} tg_tensor;
+
+/* A custom allocator (tests use it to simulate allocation failure). alloc
+ * returns memory aligned to `align` bytes (a power of two >= 8) or NULL. */
+typedef struct tg_allocator {
+    void *(*alloc)(size_t size, size_t align, void *user);
+    void (*free)(void *ptr, void *user);
+    void *user;
+} tg_allocator;
+
+/* ======================================================================== */
+/* Context: arena, persistent tensors, RNG, tape, error state               */
+/* ======================================================================== */
+
+/* A new context whose RNG is seeded with `seed`. NULL if out of memory. */
+tg_ctx *tg_ctx_new(uint64_t seed);
+/* As tg_ctx_new, with every allocation made through `alloc` (copied). */
+tg_ctx *tg_ctx_new_with_allocator(uint64_t seed, const tg_allocator *alloc);
+/* Frees the context, its arena and every persistent tensor it still owns. */
+void tg_ctx_free(tg_ctx *ctx);
+/* Frees every arena tensor and the tape at once, in O(1); keeps persistent
+ * tensors and the arena's memory for reuse (no malloc per step once warm). */
+void tg_ctx_reset(tg_ctx *ctx);
+
+/* True when the context has no error. False for NULL. */
+bool tg_ok(const tg_ctx *ctx);
+/* The first error's status (TG_OK when none; TG_ERR_NULL for a NULL ctx). */
+tg_status tg_status_of(const tg_ctx *ctx);
+/* The first error's message, "tg_fn: what was wrong", or "" when none. */
+const char *tg_error_message(const tg_ctx *ctx);
+/* Clears the error so the context can be used again. */
+void tg_clear_error(tg_ctx *ctx);
+/* Sets the context's error unless one is already set (the first error wins).
+ * `fn` is the public function's name. Aborts with the message when
+ * TG_ABORT_ON_ERROR=1 was in the environment at tg_ctx_new or when
+ * tg_set_abort_on_error(ctx, true) was called. The one place to set a
+ * breakpoint on. */
+void tg_error(tg_ctx *ctx, tg_status status, const char *fn, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+/* Turns abort-at-first-error on or off for this context. */
+void tg_set_abort_on_error(tg_ctx *ctx, bool on);
+/* A short name for a status, e.g. "shape error". */
+const char *tg_status_name(tg_status status);
+
+/* Bytes the arena holds from the allocator (its footprint), and bytes in use
+ * since the last reset. */
+size_t tg_arena_capacity(const tg_ctx *ctx);
+size_t tg_arena_used(const tg_ctx *ctx);
+/* Allocates `size` bytes, 64-byte aligned, from the arena (freed at reset).
+ * For kernels' scratch space and saved tensors. NULL on error. */
+void *tg_arena_alloc(tg_ctx *ctx, size_t size);
+
+/* Number of threads kernels may use (OpenMP); 1 without OpenMP. Results do
+ * not depend on it. n <= 0 restores the default. */
+void tg_set_threads(tg_ctx *ctx, int n);
+int tg_threads(const tg_ctx *ctx);
+
+/* ======================================================================== */
+/* Random numbers                                                           */
+/* ======================================================================== */
+
+/* Philox4x32-10 (Salmon et al., SC'11, "Parallel random
+ * numbers: as easy as 1, 2, 3").
+ *
+ * The context holds a 64-bit seed and a 64-bit offset. The i-th number drawn
+ * by a call is made from one Philox block: counter = (offset + i) as two
+ * 32-bit words (low, high), then 0, 0; key = seed as two 32-bit words (low,
+ * high). A call then advances the offset by the count it drew. So a number
+ * depends only on the seed and its position in the stream, never on the
+ * thread count. From the block's four words x0..x3:
+ *   uniform f32 = (x0 >> 8) * 2^-24                       in [0, 1)
+ *   uniform f64 = ((x0 << 21) ^ (x1 >> 11)) * 2^-53, i.e. the top 53 bits
+ *                 of the 64-bit word (x0:x1)               in [0, 1)
+ *   normal      = Box-Muller: sqrt(-2 ln(1 - u1)) * cos(2 pi u2) with u1,
+ *                 u2 the f64 uniforms of words (x0:x1) and (x2:x3).        */
+
+/* One Philox4x32-10 block: out = philox(counter, key). */
+void tg_philox4x32_10(uint32_t out[4], const uint32_t counter[4], const uint32_t key[2]);
+/* Reseeds the context's RNG and rewinds its offset to 0. */
+void tg_rng_seed(tg_ctx *ctx, uint64_t seed);
+/* Reads or restores the RNG state (for checkpoints). */
+void tg_rng_state(const tg_ctx *ctx, uint64_t *seed, uint64_t *offset);
+void tg_rng_set_state(tg_ctx *ctx, uint64_t seed, uint64_t offset);
+/* Draws one uniform double in [0, 1) and advances the stream by one. */
+double tg_rng_uniform(tg_ctx *ctx);
+/* Draws one standard normal double and advances the stream by one. */
+double tg_rng_normal(tg_ctx *ctx);
+
+/* ======================================================================== */
+/* Tensor creation. All return a new arena tensor, or NULL on error.        */
+/* ======================================================================== */
+
+/* Zeros of the given shape (ndim 0..TG_MAX_DIMS, every size >= 0). */
+tg_tensor *tg_zeros(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape);
+/* Ones of the given shape. */
+tg_tensor *tg_ones(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape);
+/* Every element `value`. */
+tg_tensor *tg_full(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, double value);
+/* The 1-d tensor start, start+step, ... below `end` (above it for step < 0). */
+tg_tensor *tg_arange(tg_ctx *ctx, tg_dtype dtype, double start, double end, double step);
+/* A copy of `data`, which holds numel elements of dtype (float or double). */
+tg_tensor *tg_from_buffer(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, const void *data);
+/* Uniform numbers in [low, high) from the context's RNG. */
+tg_tensor *tg_rand(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, double low, double high);
+/* Normal numbers with the given mean and standard deviation. */
+tg_tensor *tg_randn(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, double mean, double std);
+/* Shape shorthands: TG_SHAPE(2, 3) expands to `2, (const int64_t[]){2, 3}`. */
+#define TG_SHAPE(...) \
+    (int)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
+
+/* Moves `t` out of the arena into a heap tensor that survives resets and is
+ * owned by the context (freed by tg_tensor_free or tg_ctx_free). Returns the
+ * persistent tensor; `t` itself stays valid until the next reset. */
+tg_tensor *tg_persist(tg_ctx *ctx, tg_tensor *t);
+/* Frees a persistent tensor (and its grad). Arena tensors are freed by reset. */
+void tg_tensor_free(tg_ctx *ctx, tg_tensor *t);
+
+/* ======================================================================== */
+/* Tensor manipulation                                                      */
+/* ======================================================================== */
+
+/* Not recorded on the tape; see tapegrad/autograd.h for the differentiable
+ * versions. */
+
+/* A view of t with a new shape of the same numel; shares t's data. One size
+ * may be -1 (inferred). */
+tg_tensor *tg_view(tg_ctx *ctx, tg_tensor *t, int ndim, const int64_t *shape);
+/* A contiguous copy of t (an arena tensor with its own data). */
+tg_tensor *tg_copy(tg_ctx *ctx, const tg_tensor *t);
+/* t converted to dtype (a copy, even when the dtype is the same). */
+tg_tensor *tg_to_dtype(tg_ctx *ctx, const tg_tensor *t, tg_dtype dtype);
+/* Copies src's values into dst (same shape and dtype). Returns dst or NULL. */
+tg_tensor *tg_assign(tg_ctx *ctx, tg_tensor *dst, const tg_tensor *src);
+/* Sets every element of t to value. */
+void tg_fill(tg_ctx *ctx, tg_tensor *t, double value);
+
+/* Element access by multi-index (ndim entries) or flat row-major index.
+ * Out-of-range indices set an error; get then returns NaN. */
+double tg_get(tg_ctx *ctx, const tg_tensor *t, const int64_t *index);
+void tg_set(tg_ctx *ctx, tg_tensor *t, const int64_t *index, double value);
+double tg_get_flat(tg_ctx *ctx, const tg_tensor *t, int64_t i);
+void tg_set_flat(tg_ctx *ctx, tg_tensor *t, int64_t i, double value);
+/* Typed data pointers: NULL (and an error) when the dtype differs. */
+float *tg_data_f32(tg_ctx *ctx, tg_tensor *t);
+double *tg_data_f64(tg_ctx *ctx, tg_tensor *t);
+
+/* Size in bytes of one element of dtype; "float32" or "float64". */
+size_t tg_dtype_size(tg_dtype dtype);
+const char *tg_dtype_name(tg_dtype dtype);
+/* True when a and b have the same ndim and sizes. */
+bool tg_same_shape(const tg_tensor *a, const tg_tensor *b);
+/* Writes "(2, 3)" into buf (at most size bytes, always terminated); returns buf. */
+char *tg_shape_str(char *buf, size_t size, int ndim, const int64_t *shape);
+
+/* Prints t in PyTorch's format, e.g. tensor([[0.1000, 0.2000]], dtype=float32).
+ * Tensors over 1000 elements are summarized with "..." (3 items per edge). */
+void tg_print(FILE *out, const tg_tensor *t);
+/* As tg_print into buf; returns the length the full text needs (snprintf
+ * semantics). */
+size_t tg_format(char *buf, size_t size, const tg_tensor *t);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TAPEGRAD_TENSOR_H */
