@@ -1,13 +1,5 @@
 /* NumPy broadcasting: plans and the reduction back to an input's shape.
  * See broadcast.h for what a plan is. */
-/* GCC's -O2 (the RelWithDebInfo default) uses the "very cheap" vectorizer
- * cost model and leaves these loops scalar, so an optimized GCC build
- * compiles this file at -O3 (as layers/ does). Vectorizing changes no
- * result: no loop is reassociated (-std=c11 also keeps FMA contraction
- * off). */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__OPTIMIZE__)
-#pragma GCC optimize("O3")
-#endif
 
 #include "autograd/broadcast.h"
 

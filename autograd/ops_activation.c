@@ -4,14 +4,6 @@
  * The kernels (each forward beside its backward, with the derivation) are
  * in ops_activation.inc, instantiated here for float and double; the glue
  * is the shared unary driver (autograd/unary.h). */
-/* GCC's -O2 (the RelWithDebInfo default) uses the "very cheap" vectorizer
- * cost model and leaves these loops scalar, so an optimized GCC build
- * compiles this file at -O3 (as layers/ does). Vectorizing changes no
- * result: no loop is reassociated (-std=c11 also keeps FMA contraction
- * off). */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__OPTIMIZE__)
-#pragma GCC optimize("O3")
-#endif
 
 #include "autograd/unary.h"
 

@@ -7,14 +7,6 @@
  * the tape record. Binary ops keep their inputs and output by pointer for
  * backward (nothing is copied) and rebuild the broadcast plan there from
  * the inputs' shapes. */
-/* GCC's -O2 (the RelWithDebInfo default) uses the "very cheap" vectorizer
- * cost model and leaves these loops scalar, so an optimized GCC build
- * compiles this file at -O3 (as layers/ does). Vectorizing changes no
- * result: no loop is reassociated (-std=c11 also keeps FMA contraction
- * off). */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__OPTIMIZE__)
-#pragma GCC optimize("O3")
-#endif
 
 #include "autograd/broadcast.h"
 #include "autograd/unary.h"

@@ -6,14 +6,6 @@
  * holds the glue: argument checks, the axis split, the output shape,
  * dispatch by dtype and the tape record. Sums save nothing for backward
  * (the input's shape is enough); max saves the index of each maximum. */
-/* GCC's -O2 (the RelWithDebInfo default) uses the "very cheap" vectorizer
- * cost model and leaves these loops scalar, so an optimized GCC build
- * compiles this file at -O3 (as layers/ does). Vectorizing changes no
- * result: no loop is reassociated (-std=c11 also keeps FMA contraction
- * off). */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__OPTIMIZE__)
-#pragma GCC optimize("O3")
-#endif
 
 #include "autograd/unary.h"
 

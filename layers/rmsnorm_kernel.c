@@ -9,13 +9,8 @@
  * double the whole range is fine. TG_T_MIN is the type's smallest normal
  * number (see the underflow test in norm_kernels_util.h).
  *
- * These loops are the hot path of every norm layer. GCC's -O2 (the
- * RelWithDebInfo default) uses the "very cheap" vectorizer cost model and
- * leaves most of them scalar: 7x slower, measured. So an optimized GCC
- * build compiles this file at -O3. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__OPTIMIZE__)
-#pragma GCC optimize("O3")
-#endif
+ * These loops are the hot path of every norm layer: the build compiles
+ * this file at -O3 (CMakeLists.txt, TG_O3_SOURCES). */
 
 #include "layers/norm_kernels.h"
 
