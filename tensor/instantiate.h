@@ -28,7 +28,7 @@
 
 #define T float
 #define TG_FN(name) name##_f32
-#define TG_M(f) f##f
+#define TG_M(fn) fn##f
 #define TG_F64 0
 #include TG_TEMPLATE
 #undef T
@@ -38,7 +38,7 @@
 
 #define T double
 #define TG_FN(name) name##_f64
-#define TG_M(f) f
+#define TG_M(fn) fn
 #define TG_F64 1
 #include TG_TEMPLATE
 #undef T
