@@ -11,6 +11,7 @@ typedef enum tg_optim_kind { TG_OPTIM_SGD, TG_OPTIM_ADAM, TG_OPTIM_ADAMW } tg_op
 enum { SLOT_EXP_AVG, SLOT_EXP_AVG_SQ, SLOT_MAX_EXP_AVG_SQ, SLOT_MOMENTUM, SLOT_COUNT };
 
 struct tg_optim {
+    tg_allocator alloc;      /* the context's: this struct and slots came from it */
     tg_optim_kind kind;
     const char *fn_new;      /* "tg_sgd_new", ... for messages */
     tg_params *params;       /* the caller's list */
