@@ -5,8 +5,10 @@
  * then PyTorch on the same shapes right after (a bench/torch_bench.py
  * server), then OpenBLAS where it applies -- and prints ONE table: our median
  * time, the rate (GB/s, GFLOP/s, steps/s), the fraction of the machine's
- * limit, PyTorch's median and the speedup, OpenBLAS, and the targets of
- * issue 9 (met, or missed by how much). --json FILE writes the same as JSON.
+ * limit, PyTorch's median and the speedup, OpenBLAS, and our performance
+ * targets (the add_target calls below: met, or missed by how much).
+ * --json FILE writes the same as JSON. How the bench is organized:
+ * docs/DESIGN.md.
  *
  * Cases (f32 unless said; every timing is a median of samples after a
  * warm-up, see bench/common/timing.c):
