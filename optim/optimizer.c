@@ -23,6 +23,11 @@ static bool add_state(tg_ctx *ctx, const char *fn, tg_params *list, const char *
     return true;
 }
 
+bool tg_optim_check(tg_ctx *ctx, const char *fn, bool ok, const char *name, double value, const char *rule) {
+    if (!ok) tg_error(ctx, TG_ERR_VALUE, fn, "%s=%g must be %s", name, value, rule);
+    return ok;
+}
+
 static const char *const slot_names[SLOT_COUNT] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"};
 
 tg_optim *tg_optim_make(tg_ctx *ctx, const char *fn, tg_optim_kind kind, tg_params *params, double lr,
