@@ -31,8 +31,7 @@ demo: build
 	scripts/demo.sh $(BUILD)
 
 bench: build
-	@if [ -f scripts/bench.sh ]; then bash scripts/bench.sh $(BUILD); \
-	else scripts/run-benches.sh $(BUILD); fi
+	bash scripts/bench.sh $(BUILD)
 
 # Optimized (-O2 -g) but with asserts on (no -DNDEBUG): ASan and UBSan need
 # no -O0, and the heavier suites run several times faster than at -O0.
@@ -54,10 +53,6 @@ memcheck:
 	scripts/memcheck.sh build-memcheck
 
 fuzz:
-	@if [ ! -f scripts/fuzz.sh ]; then \
-	  echo "make fuzz: scripts/fuzz.sh does not exist yet (the checkpoint-loader fuzzer, issue 7)" >&2; \
-	  exit 1; \
-	fi
 	@scripts/deps.sh clang
 	bash scripts/fuzz.sh
 

@@ -5,8 +5,10 @@
  * then PyTorch on the same shapes right after (a bench/torch_bench.py
  * server), then OpenBLAS where it applies -- and prints ONE table: our median
  * time, the rate (GB/s, GFLOP/s, steps/s), the fraction of the machine's
- * limit, PyTorch's median and the speedup, OpenBLAS, and the targets of
- * issue 9 (met, or missed by how much). --json FILE writes the same as JSON.
+ * limit, PyTorch's median and the speedup, OpenBLAS, and our performance
+ * targets (the add_target calls below: met, or missed by how much).
+ * --json FILE writes the same as JSON. How the bench is organized:
+ * docs/DESIGN.md.
  *
  * Cases (f32 unless said; every timing is a median of samples after a
  * warm-up, see bench/common/timing.c):
@@ -241,6 +243,18 @@ typedef struct linear_arg {
     tg_tensor *x, *w, *b, *dy;
 } linear_arg;
 
+/* The persistent operands of a Linear (M,K) -> (M,N): x and dy normal with
+ * std 1, W and b with std 1/sqrt(K); x, W and b require grad. */
+static linear_arg linear_setup(tg_ctx *ctx, int64_t M, int64_t K, int64_t N) {
+    const double bound = 1.0 / sqrt((double)K);
+    linear_arg a = {ctx, NULL, NULL, NULL, NULL};
+    a.x = tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(M, K), 0, 1));
+    a.w = tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(N, K), 0, bound));
+    a.b = tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(N), 0, bound));
+    a.dy = prand(ctx, TG_F32, TG_SHAPE(M, N), 0, 1);
+    return a;
+}
+
 /* y = x W^T + b; backward: dx += dy W, dW += dy^T x, db += colsum(dy). */
 static void linear_step(void *p) {
     linear_arg *a = p;
@@ -284,12 +298,7 @@ static float *blas_buf(int64_t n, unsigned seed) {
 static bn_timing time_linear(const options *o, int64_t M, int64_t K, int64_t N, int threads) {
     tg_ctx *ctx = tg_ctx_new(2);
     tg_set_threads(ctx, threads);
-    const double bound = 1.0 / sqrt((double)K);
-    linear_arg a = {ctx, NULL, NULL, NULL, NULL};
-    a.x = tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(M, K), 0, 1));
-    a.w = tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(N, K), 0, bound));
-    a.b = tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(N), 0, bound));
-    a.dy = prand(ctx, TG_F32, TG_SHAPE(M, N), 0, 1);
+    linear_arg a = linear_setup(ctx, M, K, N);
     bn_timing t = bn_time(linear_step, &a, o->budget, 5, 2e-3);
     if (!tg_ok(ctx)) die_ctx(ctx, "Linear");
     tg_ctx_free(ctx);
@@ -351,12 +360,7 @@ static void bench_scaling(const options *o, const limits *lim) {
     progress("Linear %lldx%lldx%lld, %d threads vs 1", (long long)M, (long long)K, (long long)N, nt);
     const double flops = 6.0 * (double)M * (double)N * (double)K;
     tg_ctx *ctx = tg_ctx_new(2);
-    const double bound = 1.0 / sqrt((double)K);
-    linear_arg a = {ctx, NULL, NULL, NULL, NULL};
-    a.x = tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(M, K), 0, 1));
-    a.w = tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(N, K), 0, bound));
-    a.b = tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(N), 0, bound));
-    a.dy = prand(ctx, TG_F32, TG_SHAPE(M, N), 0, 1);
+    linear_arg a = linear_setup(ctx, M, K, N);
     enum { ROUNDS = 11 };
     double wall[2][ROUNDS], cpu[2][ROUNDS];
     for (int r = -1; r < ROUNDS; r++) { /* round -1: warm-up */
@@ -662,83 +666,69 @@ static void json_num(FILE *f, double v) {
     else fprintf(f, "%.6g", v);
 }
 
+/* Writes `pre`, then the member "key": value. */
+static void json_kstr(FILE *f, const char *pre, const char *key, const char *s) {
+    fprintf(f, "%s\"%s\": ", pre, key);
+    json_str(f, s);
+}
+
+static void json_knum(FILE *f, const char *pre, const char *key, double v) {
+    fprintf(f, "%s\"%s\": ", pre, key);
+    json_num(f, v);
+}
+
 static bool write_json(const char *path, const options *o, const limits *lim, const char *date, const char *cpu,
                        double load0, double load1) {
     FILE *f = fopen(path, "w");
     if (!f) return false;
-    fprintf(f, "{\n  \"date\": ");
-    json_str(f, date);
-    fprintf(f, ",\n  \"cpu\": ");
-    json_str(f, cpu);
-    fprintf(f, ",\n  \"threads\": %d,\n  \"gemm_kernel\": ", o->threads);
-    json_str(f, tg_gemm_kernel_name());
+    json_kstr(f, "{\n  ", "date", date);
+    json_kstr(f, ",\n  ", "cpu", cpu);
+    fprintf(f, ",\n  \"threads\": %d", o->threads);
+    json_kstr(f, ",\n  ", "gemm_kernel", tg_gemm_kernel_name());
     fprintf(f, ",\n  \"torch\": ");
     if (torch_srv.version[0]) json_str(f, torch_srv.version);
     else fprintf(f, "null");
     fprintf(f, ",\n  \"torch_threads\": %d", torch_srv.threads);
     fprintf(f, ",\n  \"clock\": \"%s\"", bn_cpu_clock() ? "process_cpu" : "wall");
-    fprintf(f, ",\n  \"torch_malloc\": ");
-    json_str(f, o->warm_malloc ? "warm" : "default");
+    json_kstr(f, ",\n  ", "torch_malloc", o->warm_malloc ? "warm" : "default");
     fprintf(f, ",\n  \"openblas_env_unset\": %s", getenv("OPENBLAS_CORETYPE") || getenv("OPENBLAS_L2_SIZE")
                                                    ? "false" : "true");
     fprintf(f, ",\n  \"loadavg\": [");
     json_num(f, load0);
     fprintf(f, ", ");
     json_num(f, load1);
-    fprintf(f, "],\n  \"limits\": {\"copy_gbs\": ");
-    json_num(f, lim->stream.copy_gbs);
-    fprintf(f, ", \"triad_gbs\": ");
-    json_num(f, lim->stream.triad_gbs);
-    fprintf(f, ", \"fma_f32_gflops\": ");
-    json_num(f, lim->fma.f32_gflops);
-    fprintf(f, ", \"fma_f64_gflops\": ");
-    json_num(f, lim->fma.f64_gflops);
-    fprintf(f, ", \"isa\": ");
-    json_str(f, lim->fma.isa);
+    json_knum(f, "],\n  \"limits\": {", "copy_gbs", lim->stream.copy_gbs);
+    json_knum(f, ", ", "triad_gbs", lim->stream.triad_gbs);
+    json_knum(f, ", ", "fma_f32_gflops", lim->fma.f32_gflops);
+    json_knum(f, ", ", "fma_f64_gflops", lim->fma.f64_gflops);
+    json_kstr(f, ", ", "isa", lim->fma.isa);
     fprintf(f, "},\n  \"cases\": [\n");
     for (int i = 0; i < nrows; i++) {
         const row *r = &rows[i];
-        fprintf(f, "    {\"name\": ");
-        json_str(f, r->name);
-        fprintf(f, ", \"group\": ");
-        json_str(f, r->group);
-        fprintf(f, ", \"ours_s\": ");
-        json_num(f, r->ours_s);
-        fprintf(f, ", \"rate\": ");
-        json_num(f, r->rate);
-        fprintf(f, ", \"unit\": ");
-        json_str(f, r->unit);
-        fprintf(f, ", \"fraction_of_limit\": ");
-        json_num(f, r->frac);
-        fprintf(f, ", \"limit\": ");
-        json_str(f, r->limit_name);
-        fprintf(f, ", \"torch_s\": ");
-        json_num(f, r->torch_s);
-        fprintf(f, ", \"speedup_vs_torch\": ");
-        json_num(f, r->ratio_torch);
-        fprintf(f, ", \"openblas_s\": ");
-        json_num(f, r->blas_s);
-        fprintf(f, ", \"openblas_rate\": ");
-        json_num(f, r->blas_rate);
-        fprintf(f, ", \"ratio_vs_openblas\": ");
-        json_num(f, r->ratio_blas);
-        fprintf(f, ", \"note\": ");
-        json_str(f, r->extra);
+        json_kstr(f, "    {", "name", r->name);
+        json_kstr(f, ", ", "group", r->group);
+        json_knum(f, ", ", "ours_s", r->ours_s);
+        json_knum(f, ", ", "rate", r->rate);
+        json_kstr(f, ", ", "unit", r->unit);
+        json_knum(f, ", ", "fraction_of_limit", r->frac);
+        json_kstr(f, ", ", "limit", r->limit_name);
+        json_knum(f, ", ", "torch_s", r->torch_s);
+        json_knum(f, ", ", "speedup_vs_torch", r->ratio_torch);
+        json_knum(f, ", ", "openblas_s", r->blas_s);
+        json_knum(f, ", ", "openblas_rate", r->blas_rate);
+        json_knum(f, ", ", "ratio_vs_openblas", r->ratio_blas);
+        json_kstr(f, ", ", "note", r->extra);
         fprintf(f, "}%s\n", i + 1 < nrows ? "," : "");
     }
     fprintf(f, "  ],\n  \"targets\": [\n");
     for (int i = 0; i < ntargets; i++) {
         const target *t = &targets[i];
-        fprintf(f, "    {\"what\": ");
-        json_str(f, t->what);
-        fprintf(f, ", \"case\": ");
-        json_str(f, rows[t->row].name);
-        fprintf(f, ", \"measured\": ");
-        json_num(f, t->known ? t->measured : NAN);
-        fprintf(f, ", \"goal\": ");
-        json_num(f, t->goal);
-        fprintf(f, ", \"direction\": \"%s\", \"unit\": ", t->ge ? ">=" : "<=");
-        json_str(f, t->unit);
+        json_kstr(f, "    {", "what", t->what);
+        json_kstr(f, ", ", "case", rows[t->row].name);
+        json_knum(f, ", ", "measured", t->known ? t->measured : NAN);
+        json_knum(f, ", ", "goal", t->goal);
+        fprintf(f, ", \"direction\": \"%s\"", t->ge ? ">=" : "<=");
+        json_kstr(f, ", ", "unit", t->unit);
         fprintf(f, ", \"met\": %s}%s\n", !t->known ? "null" : t->met ? "true" : "false", i + 1 < ntargets ? "," : "");
     }
     fprintf(f, "  ]\n}\n");

@@ -22,18 +22,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "io/json.h"
 #include "io/safetensors.h"
-#include "tapegrad.h"
-
-static char *dup_str(const char *s) {
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d) memcpy(d, s, n);
-    return d;
-}
+#include "tensor/internal.h"
 
 /* ---- POSIX file operations ------------------------------------------------------ */
 
@@ -165,13 +159,13 @@ static int cmp_meta_keys(const void *a, const void *b) {
 }
 
 /* The folder of path: "dir" for "dir/x", "." for "x", "/" for "/x". */
-static char *folder_of(const char *path) {
+static char *folder_of(tg_ctx *ctx, const char *path) {
     const char *slash = strrchr(path, '/');
-    if (!slash) return dup_str(".");
-    size_t n = slash == path ? 1 : (size_t)(slash - path);
-    char *d = malloc(n + 1);
+    const char *from = slash ? path : ".";
+    size_t n = !slash || slash == path ? 1 : (size_t)(slash - path);
+    char *d = tg_io_alloc(&ctx->alloc, n + 1);
     if (d) {
-        memcpy(d, path, n);
+        memcpy(d, from, n);
         d[n] = '\0';
     }
     return d;
@@ -198,12 +192,12 @@ static tg_status save_impl(tg_ctx *ctx, const char *fn, const char *path, const 
 
     size_t np = (size_t)params->count, ns = state ? (size_t)state->count : 0;
     size_t nt = np + ns, nm = meta ? (size_t)meta->count : 0;
-    tg_st_tensor *t = calloc(nt ? nt : 1, sizeof *t);
-    tg_st_tensor *sorted = malloc((nt ? nt : 1) * sizeof *sorted);
-    tg_st_kv *kv = calloc(nm ? nm : 1, sizeof *kv);
+    tg_st_tensor *t = tg_io_calloc(&ctx->alloc, nt ? nt : 1, sizeof *t);
+    tg_st_tensor *sorted = tg_io_calloc(&ctx->alloc, nt ? nt : 1, sizeof *sorted);
+    tg_st_kv *kv = tg_io_calloc(&ctx->alloc, nm ? nm : 1, sizeof *kv);
     size_t tmp_size = strlen(path) + 64; /* + ".tmp-<pid>-<attempt>" */
-    char *tmp = malloc(tmp_size);
-    char *dir = folder_of(path);
+    char *tmp = tg_io_alloc(&ctx->alloc, tmp_size);
+    char *dir = folder_of(ctx, path);
     tg_status st = TG_OK;
     if (!t || !sorted || !kv || !tmp || !dir) {
         tg_error(ctx, TG_ERR_OOM, fn, "%s: out of memory", path);
@@ -280,7 +274,7 @@ static tg_status save_impl(tg_ctx *ctx, const char *fn, const char *path, const 
     file_sink sink = {&io, fd, 0};
     tg_st_error werr;
     const char *step = NULL;
-    if (!tg_st_write(sink_write, &sink, t, nt, kv, nm, true, &werr)) {
+    if (!tg_st_write_with(&ctx->alloc, sink_write, &sink, t, nt, kv, nm, true, &werr)) {
         if (werr.status == TG_ERR_OOM) {
             io.close(fd, io.user);
             io.remove(tmp, io.user);
@@ -330,11 +324,11 @@ static tg_status save_impl(tg_ctx *ctx, const char *fn, const char *path, const 
         st = TG_ERR_IO;
     }
 done:
-    free(t);
-    free(sorted);
-    free(kv);
-    free(tmp);
-    free(dir);
+    tg_io_free(&ctx->alloc, t);
+    tg_io_free(&ctx->alloc, sorted);
+    tg_io_free(&ctx->alloc, kv);
+    tg_io_free(&ctx->alloc, tmp);
+    tg_io_free(&ctx->alloc, dir);
     return st;
 }
 
@@ -350,45 +344,56 @@ tg_status tg_ckpt_save_ex(tg_ctx *ctx, const char *path, const tg_params *params
 
 /* ---- load ------------------------------------------------------------------------ */
 
-/* Reads the whole file at path into a new buffer (*buf, *len). */
+/* Reads the whole file at path into a new buffer from the context's
+ * allocator (*buf, *len). Plain read(2), no stdio: a FILE would allocate
+ * its own buffer with malloc. The buffer starts one byte larger than the
+ * file, so the read that returns 0 at its end proves the end (a file that
+ * grew meanwhile, or has no size such as a pipe, makes it grow). */
 static tg_status read_file(tg_ctx *ctx, const char *fn, const char *path, unsigned char **buf, size_t *len) {
     *buf = NULL;
     *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
         tg_error(ctx, TG_ERR_IO, fn, "cannot open %s: %s", path, strerror(errno));
         return TG_ERR_IO;
     }
+    struct stat sb;
     size_t cap = 1 << 16, n = 0;
-    unsigned char *b = malloc(cap);
+    if (fstat(fd, &sb) == 0 && sb.st_size > 0 && (uintmax_t)sb.st_size < SIZE_MAX) cap = (size_t)sb.st_size + 1;
+    unsigned char *b = tg_io_alloc(&ctx->alloc, cap);
     tg_status st = TG_OK;
     while (b) {
-        n += fread(b + n, 1, cap - n, f);
-        if (n < cap) break; /* end of file or an error, told apart below */
-        unsigned char *nb = cap <= SIZE_MAX / 2 ? realloc(b, cap * 2) : NULL;
-        if (!nb) {
-            free(b);
-            b = NULL;
+        if (n == cap) { /* grow: allocate, copy, free */
+            unsigned char *nb = cap <= SIZE_MAX / 2 ? tg_io_alloc(&ctx->alloc, cap * 2) : NULL;
+            if (nb) memcpy(nb, b, n);
+            tg_io_free(&ctx->alloc, b);
+            b = nb;
+            cap *= 2;
+            continue;
+        }
+        ssize_t k = read(fd, b + n, cap - n);
+        if (k > 0) {
+            n += (size_t)k;
+        } else if (k == 0) {
+            break;
+        } else if (errno != EINTR) {
+            tg_error(ctx, TG_ERR_IO, fn, "%s: read error: %s", path, strerror(errno));
+            st = TG_ERR_IO;
             break;
         }
-        b = nb;
-        cap *= 2;
     }
-    if (!b) {
+    close(fd);
+    if (st == TG_OK && !b) {
         tg_error(ctx, TG_ERR_OOM, fn, "%s: out of memory reading the file", path);
         st = TG_ERR_OOM;
-    } else if (ferror(f)) {
-        tg_error(ctx, TG_ERR_IO, fn, "%s: read error: %s", path, strerror(errno));
-        st = TG_ERR_IO;
-        free(b);
-        b = NULL;
     }
-    fclose(f);
-    if (st == TG_OK) {
-        *buf = b;
-        *len = n;
+    if (st != TG_OK) {
+        tg_io_free(&ctx->alloc, b);
+        return st;
     }
-    return st;
+    *buf = b;
+    *len = n;
+    return TG_OK;
 }
 
 static tg_status load_impl(tg_ctx *ctx, const char *fn, const char *path, tg_params *params,
@@ -404,7 +409,7 @@ static tg_status load_impl(tg_ctx *ctx, const char *fn, const char *path, tg_par
     tg_status st = read_file(ctx, fn, path, &buf, &len);
     if (st != TG_OK) return st;
     st = tg_st_load_memory(ctx, fn, path, buf, len, params, state, meta, opt && opt->ignore_extra);
-    free(buf);
+    tg_io_free(&ctx->alloc, buf);
     return st;
 }
 

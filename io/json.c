@@ -24,6 +24,7 @@ typedef struct json_chunk {
 } json_chunk;
 
 struct tg_json_doc {
+    tg_allocator alloc;   /* every block below comes from it */
     json_chunk *chunks;
     char *strings;
     tg_json *root;
@@ -39,6 +40,28 @@ typedef struct parser {
     size_t strpos;        /* next free byte in doc->strings */
     bool failed;
 } parser;
+
+/* ---- memory --------------------------------------------------------------- */
+
+static bool has_alloc(const tg_allocator *a) { return a && a->alloc && a->free; }
+
+void *tg_io_alloc(const tg_allocator *a, size_t size) {
+    if (!has_alloc(a)) return malloc(size ? size : 1);
+    return a->alloc(size, _Alignof(max_align_t), a->user);
+}
+
+void *tg_io_calloc(const tg_allocator *a, size_t n, size_t size) {
+    if (size && n > SIZE_MAX / size) return NULL;
+    void *p = tg_io_alloc(a, n * size);
+    if (p) memset(p, 0, n * size);
+    return p;
+}
+
+void tg_io_free(const tg_allocator *a, void *p) {
+    if (!p) return;
+    if (has_alloc(a)) a->free(p, a->user);
+    else free(p);
+}
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -88,7 +111,7 @@ static const char *describe(const parser *p, size_t i, char buf[24]) {
 static tg_json *new_node(parser *p, tg_json_kind kind, size_t offset) {
     json_chunk *c = p->doc->chunks;
     if (!c || c->used == TG_JSON_CHUNK) {
-        c = malloc(sizeof *c);
+        c = tg_io_alloc(&p->doc->alloc, sizeof *c);
         if (!c) {
             fail_oom(p);
             return NULL;
@@ -386,7 +409,7 @@ static int cmp_member(const void *a, const void *b) {
  * side by side (in text order); the reported one is the earliest repeat. */
 static bool check_duplicates(parser *p, const tg_json *obj) {
     if (obj->count < 2) return true;
-    const tg_json **m = malloc(obj->count * sizeof *m);
+    const tg_json **m = tg_io_calloc(&p->doc->alloc, obj->count, sizeof *m);
     if (!m) {
         fail_oom(p);
         return false;
@@ -404,7 +427,7 @@ static bool check_duplicates(parser *p, const tg_json *obj) {
         }
         if (!dup || m[i]->key_offset < dup->key_offset) dup = m[i], first = m[run];
     }
-    free(m);
+    tg_io_free(&p->doc->alloc, m);
     if (dup) {
         char q[80];
         fail(p, dup->key_offset, "duplicate key \"%s\" (first at byte %zu)",
@@ -414,34 +437,40 @@ static bool check_duplicates(parser *p, const tg_json *obj) {
     return true;
 }
 
-static tg_json *parse_object(parser *p, int depth) {
-    tg_json *obj = new_node(p, TG_JSON_OBJECT, p->pos);
-    if (!obj) return NULL;
-    p->pos++; /* '{' */
+/* An object ('{' at p->pos) or an array ('['): members separated by commas
+ * up to the closing bracket; an object's members are "key": value. */
+static tg_json *parse_container(parser *p, int depth, bool object) {
+    const char close = object ? '}' : ']';
+    tg_json *box = new_node(p, object ? TG_JSON_OBJECT : TG_JSON_ARRAY, p->pos);
+    if (!box) return NULL;
+    p->pos++; /* '{' or '[' */
     skip_ws(p);
-    if (peek(p) == '}') {
+    if (peek(p) == close) {
         p->pos++;
-        return obj;
+        return box;
     }
-    tg_json **tail = &obj->first;
+    tg_json **tail = &box->first;
     for (;;) {
-        skip_ws(p);
-        if (peek(p) != '"') {
-            char d[24];
-            fail(p, p->pos, "expected a string key, found %s", describe(p, p->pos, d));
-            return NULL;
+        size_t key_offset = 0;
+        const char *key = NULL;
+        size_t key_len = 0;
+        if (object) {
+            skip_ws(p);
+            if (peek(p) != '"') {
+                char d[24];
+                fail(p, p->pos, "expected a string key, found %s", describe(p, p->pos, d));
+                return NULL;
+            }
+            key_offset = p->pos;
+            if (!parse_string(p, &key, &key_len)) return NULL;
+            skip_ws(p);
+            if (peek(p) != ':') {
+                char d[24];
+                fail(p, p->pos, "expected ':' after an object key, found %s", describe(p, p->pos, d));
+                return NULL;
+            }
+            p->pos++;
         }
-        size_t key_offset = p->pos;
-        const char *key;
-        size_t key_len;
-        if (!parse_string(p, &key, &key_len)) return NULL;
-        skip_ws(p);
-        if (peek(p) != ':') {
-            char d[24];
-            fail(p, p->pos, "expected ':' after an object key, found %s", describe(p, p->pos, d));
-            return NULL;
-        }
-        p->pos++;
         tg_json *v = parse_value(p, depth);
         if (!v) return NULL;
         v->key = key;
@@ -449,54 +478,23 @@ static tg_json *parse_object(parser *p, int depth) {
         v->key_offset = key_offset;
         *tail = v;
         tail = &v->next;
-        obj->count++;
+        box->count++;
         skip_ws(p);
         int c = peek(p);
         if (c == ',') {
             p->pos++;
             continue;
         }
-        if (c == '}') {
+        if (c == close) {
             p->pos++;
             break;
         }
         char d[24];
-        fail(p, p->pos, "expected ',' or '}' in an object, found %s", describe(p, p->pos, d));
+        fail(p, p->pos, "expected ',' or '%c' in %s, found %s", close, object ? "an object" : "an array",
+             describe(p, p->pos, d));
         return NULL;
     }
-    return check_duplicates(p, obj) ? obj : NULL;
-}
-
-static tg_json *parse_array(parser *p, int depth) {
-    tg_json *arr = new_node(p, TG_JSON_ARRAY, p->pos);
-    if (!arr) return NULL;
-    p->pos++; /* '[' */
-    skip_ws(p);
-    if (peek(p) == ']') {
-        p->pos++;
-        return arr;
-    }
-    tg_json **tail = &arr->first;
-    for (;;) {
-        tg_json *v = parse_value(p, depth);
-        if (!v) return NULL;
-        *tail = v;
-        tail = &v->next;
-        arr->count++;
-        skip_ws(p);
-        int c = peek(p);
-        if (c == ',') {
-            p->pos++;
-            continue;
-        }
-        if (c == ']') {
-            p->pos++;
-            return arr;
-        }
-        char d[24];
-        fail(p, p->pos, "expected ',' or ']' in an array, found %s", describe(p, p->pos, d));
-        return NULL;
-    }
+    return !object || check_duplicates(p, box) ? box : NULL;
 }
 
 /* A value whose containers sit `depth` levels deep. */
@@ -514,7 +512,7 @@ static tg_json *parse_value(parser *p, int depth) {
             fail(p, p->pos, "nesting deeper than %d levels", p->max_depth);
             return NULL;
         }
-        return c == '{' ? parse_object(p, depth + 1) : parse_array(p, depth + 1);
+        return parse_container(p, depth + 1, c == '{');
     case '"': {
         tg_json *v = new_node(p, TG_JSON_STRING, p->pos);
         if (!v || !parse_string(p, &v->str, &v->len)) return NULL;
@@ -532,7 +530,8 @@ static tg_json *parse_value(parser *p, int depth) {
 
 /* ---- documents ---------------------------------------------------------------- */
 
-tg_json_doc *tg_json_parse(const char *text, size_t len, int max_depth, tg_json_error *err) {
+tg_json_doc *tg_json_parse_with(const tg_allocator *alloc, const char *text, size_t len, int max_depth,
+                                tg_json_error *err) {
     tg_json_error scratch;
     if (!err) err = &scratch;
     memset(err, 0, sizeof *err);
@@ -540,14 +539,15 @@ tg_json_doc *tg_json_parse(const char *text, size_t len, int max_depth, tg_json_
         snprintf(err->msg, sizeof err->msg, "no text");
         return NULL;
     }
-    tg_json_doc *doc = calloc(1, sizeof *doc);
-    char *strings = doc && len < SIZE_MAX ? malloc(len + 1) : NULL;
+    tg_json_doc *doc = tg_io_calloc(alloc, 1, sizeof *doc);
+    char *strings = doc && len < SIZE_MAX ? tg_io_alloc(alloc, len + 1) : NULL;
     if (!strings) {
-        free(doc);
+        tg_io_free(alloc, doc);
         err->oom = true;
         snprintf(err->msg, sizeof err->msg, "out of memory");
         return NULL;
     }
+    if (alloc) doc->alloc = *alloc;
     doc->strings = strings;
     parser p = {(const unsigned char *)text, len, 0, max_depth < 1 ? 1 : max_depth, doc, err, 0, false};
     tg_json *root = parse_value(&p, 0);
@@ -566,18 +566,23 @@ tg_json_doc *tg_json_parse(const char *text, size_t len, int max_depth, tg_json_
     return doc;
 }
 
+tg_json_doc *tg_json_parse(const char *text, size_t len, int max_depth, tg_json_error *err) {
+    return tg_json_parse_with(NULL, text, len, max_depth, err);
+}
+
 const tg_json *tg_json_root(const tg_json_doc *doc) { return doc ? doc->root : NULL; }
 
 void tg_json_free(tg_json_doc *doc) {
     if (!doc) return;
+    tg_allocator a = doc->alloc;
     json_chunk *c = doc->chunks;
     while (c) {
         json_chunk *next = c->next;
-        free(c);
+        tg_io_free(&a, c);
         c = next;
     }
-    free(doc->strings);
-    free(doc);
+    tg_io_free(&a, doc->strings);
+    tg_io_free(&a, doc);
 }
 
 const tg_json *tg_json_get(const tg_json *obj, const char *key) {
@@ -600,11 +605,13 @@ static bool jw_reserve(tg_json_writer *w, size_t extra) {
     if (need <= w->cap) return true;
     size_t cap = w->cap ? w->cap : 256;
     while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-    char *b = realloc(w->buf, cap);
+    char *b = tg_io_alloc(&w->alloc, cap); /* allocate, copy, free: no realloc in tg_allocator */
     if (!b) {
         w->failed = true;
         return false;
     }
+    if (w->len) memcpy(b, w->buf, w->len + 1);
+    tg_io_free(&w->alloc, w->buf);
     w->buf = b;
     w->cap = cap;
     return true;
@@ -661,6 +668,8 @@ void tg_jw_u64(tg_json_writer *w, uint64_t v) {
 
 void tg_jw_free(tg_json_writer *w) {
     if (!w) return;
-    free(w->buf);
+    tg_allocator a = w->alloc;
+    tg_io_free(&a, w->buf);
     memset(w, 0, sizeof *w);
+    w->alloc = a;
 }

@@ -27,6 +27,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tapegrad/tensor.h"
+
+/* Memory. Everything io/ allocates goes through a tg_allocator: the
+ * context's (tapegrad/tensor.h promises that a context made with
+ * tg_ctx_new_with_allocator sees every allocation made for it), or, where
+ * the allocator is NULL or all zero (no context: the JSON tests, the fuzz
+ * target's parse and rewrite), malloc and free. */
+void *tg_io_alloc(const tg_allocator *a, size_t size);
+/* As tg_io_alloc, zeroed, for n elements of `size` bytes (NULL on overflow). */
+void *tg_io_calloc(const tg_allocator *a, size_t n, size_t size);
+void tg_io_free(const tg_allocator *a, void *p);
+
 typedef enum tg_json_kind {
     TG_JSON_NULL,
     TG_JSON_FALSE,
@@ -71,7 +83,10 @@ typedef struct tg_json_error {
 
 /* Parses text[0 .. len) as one JSON value (surrounding whitespace allowed).
  * Containers may nest at most max_depth deep (>= 1). Returns the document,
- * or NULL with *err filled in. */
+ * or NULL with *err filled in. The document's memory comes from `alloc`
+ * (copied; NULL: malloc), tg_json_parse's from malloc. */
+tg_json_doc *tg_json_parse_with(const tg_allocator *alloc, const char *text, size_t len, int max_depth,
+                                tg_json_error *err);
 tg_json_doc *tg_json_parse(const char *text, size_t len, int max_depth, tg_json_error *err);
 /* The document's top-level value. */
 const tg_json *tg_json_root(const tg_json_doc *doc);
@@ -88,12 +103,14 @@ char *tg_json_quote(char *out, size_t size, const char *s, size_t n);
 
 /* The writer: append-only text in a heap buffer (buf is NUL-terminated
  * while len > 0). Any allocation failure sets `failed` and makes later
- * appends no-ops, so callers check once at the end. */
+ * appends no-ops, so callers check once at the end. Start from {0} (malloc)
+ * or set `alloc` before the first append. */
 typedef struct tg_json_writer {
     char *buf;
     size_t len;
     size_t cap;
     bool failed;
+    tg_allocator alloc;       /* where buf comes from (all zero: malloc) */
 } tg_json_writer;
 
 /* Appends n raw bytes. */

@@ -1,18 +1,30 @@
 /* Checkpoint metadata: the tg_meta string list (include/tapegrad/io.h),
  * stored as a safetensors file's "__metadata__" by io/checkpoint.c and
- * read back by io/safetensors.c. */
+ * read back by io/safetensors.c.
+ *
+ * Every block of a list (the array, each key and each value) comes from one
+ * allocator, remembered in meta->alloc_: that of the context that first
+ * stored something in it. So tg_meta_free needs no context, and a list
+ * filled through a context made with tg_ctx_new_with_allocator never
+ * touches malloc. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "io/json.h"
+#include "io/safetensors.h"
 #include "tensor/internal.h"
 
-static char *dup_str(const char *s) {
+/* The list's allocator, taken from the context when the list has none yet. */
+static const tg_allocator *meta_alloc(tg_ctx *ctx, tg_meta *meta) {
+    if (!meta->alloc_.alloc) meta->alloc_ = ctx->alloc;
+    return &meta->alloc_;
+}
+
+static char *dup_str(const tg_allocator *a, const char *s) {
     size_t n = strlen(s) + 1;
-    char *d = malloc(n);
+    char *d = tg_io_alloc(a, n);
     if (d) memcpy(d, s, n);
     return d;
 }
@@ -36,32 +48,34 @@ bool tg_meta_set(tg_ctx *ctx, tg_meta *meta, const char *key, const char *value)
                  tg_json_quote(q, sizeof q, key, strlen(key)));
         return false;
     }
-    char *v = dup_str(value);
+    const tg_allocator *a = meta_alloc(ctx, meta);
+    char *v = dup_str(a, value);
     if (!v) {
         tg_error(ctx, TG_ERR_OOM, __func__, "out of memory");
         return false;
     }
     tg_meta_item *old = meta_find(meta, key);
     if (old) {
-        free(old->value);
+        tg_io_free(a, old->value);
         old->value = v;
         return true;
     }
     if (meta->count == meta->capacity) {
         int cap = meta->capacity ? meta->capacity * 2 : 8;
-        tg_meta_item *items =
-            meta->capacity < (1 << 28) ? realloc(meta->items, (size_t)cap * sizeof *items) : NULL;
+        tg_meta_item *items = meta->capacity < (1 << 28) ? tg_io_alloc(a, (size_t)cap * sizeof *items) : NULL;
         if (!items) {
-            free(v);
+            tg_io_free(a, v);
             tg_error(ctx, TG_ERR_OOM, __func__, "out of memory");
             return false;
         }
+        if (meta->count) memcpy(items, meta->items, (size_t)meta->count * sizeof *items);
+        tg_io_free(a, meta->items);
         meta->items = items;
         meta->capacity = cap;
     }
-    char *k = dup_str(key);
+    char *k = dup_str(a, key);
     if (!k) {
-        free(v);
+        tg_io_free(a, v);
         tg_error(ctx, TG_ERR_OOM, __func__, "out of memory");
         return false;
     }
@@ -109,13 +123,35 @@ bool tg_meta_get_u64(tg_ctx *ctx, const tg_meta *meta, const char *key, uint64_t
     return true;
 }
 
+bool tg_meta_copy_kv(tg_ctx *ctx, tg_meta *out, const tg_st_kv *kv, size_t n) {
+    memset(out, 0, sizeof *out);
+    if (n == 0) return true;
+    if (n > (size_t)INT32_MAX) return false;
+    const tg_allocator *a = meta_alloc(ctx, out);
+    out->items = tg_io_calloc(a, n, sizeof *out->items);
+    if (!out->items) return false;
+    out->capacity = (int)n;
+    for (size_t i = 0; i < n; i++) {
+        out->items[i].key = dup_str(a, kv[i].key);
+        out->items[i].value = dup_str(a, kv[i].value);
+        out->count++;
+        if (!out->items[i].key || !out->items[i].value) {
+            tg_meta_free(out);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* A hand-built list (alloc_ all zero) is taken to own malloc'd strings. */
 void tg_meta_free(tg_meta *meta) {
     if (!meta) return;
+    const tg_allocator *a = &meta->alloc_;
     for (int i = 0; i < meta->count; i++) {
-        free(meta->items[i].key);
-        free(meta->items[i].value);
+        tg_io_free(a, meta->items[i].key);
+        tg_io_free(a, meta->items[i].value);
     }
-    free(meta->items);
+    tg_io_free(a, meta->items);
     memset(meta, 0, sizeof *meta);
 }
 

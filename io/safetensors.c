@@ -9,6 +9,7 @@
  * Phase 2 cannot fail. The file's bytes (the caller's buffer) are the
  * staging area, so nothing is read from disk after phase 1 starts. */
 #include "io/safetensors.h"
+#include "tensor/internal.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -237,7 +238,7 @@ static bool check_layout(const tg_st_file *f, tg_st_error *err) {
                            q.s, t->begin, t->end, f->data_len);
         }
     }
-    const tg_st_tensor **order = malloc((f->count ? f->count : 1) * sizeof *order);
+    const tg_st_tensor **order = tg_io_calloc(&f->alloc, f->count ? f->count : 1, sizeof *order);
     if (!order) return st_fail(err, TG_ERR_OOM, "out of memory");
     for (size_t i = 0; i < f->count; i++) order[i] = &f->tensors[i];
     qsort(order, f->count, sizeof *order, cmp_by_offsets);
@@ -263,7 +264,7 @@ static bool check_layout(const tg_st_file *f, tg_st_error *err) {
         expected = t->end;
         prev = t;
     }
-    free(order);
+    tg_io_free(&f->alloc, order);
     if (ok && expected != f->data_len)
         ok = st_fail(err, TG_ERR_FORMAT,
                      "%" PRIu64 " bytes of data after the last tensor (the tensors end at offset %" PRIu64
@@ -272,8 +273,10 @@ static bool check_layout(const tg_st_file *f, tg_st_error *err) {
     return ok;
 }
 
-bool tg_st_parse(tg_st_file *f, const void *buf, size_t len, tg_st_error *err) {
+bool tg_st_parse_with(tg_st_file *f, const tg_allocator *alloc, const void *buf, size_t len,
+                      tg_st_error *err) {
     memset(f, 0, sizeof *f);
+    if (alloc) f->alloc = *alloc;
     err->status = TG_OK;
     err->msg[0] = '\0';
     if (!buf && len > 0) return st_fail(err, TG_ERR_NULL, "no buffer");
@@ -292,7 +295,7 @@ bool tg_st_parse(tg_st_file *f, const void *buf, size_t len, tg_st_error *err) {
                        TG_ST_MAX_HEADER);
     const char *text = (const char *)buf + 8;
     tg_json_error je;
-    f->doc = tg_json_parse(text, (size_t)n, TG_ST_MAX_DEPTH, &je);
+    f->doc = tg_json_parse_with(&f->alloc, text, (size_t)n, TG_ST_MAX_DEPTH, &je);
     if (!f->doc)
         return st_fail(err, je.oom ? TG_ERR_OOM : TG_ERR_FORMAT,
                        "invalid JSON header at byte %zu (file offset %zu): %s", je.offset, je.offset + 8,
@@ -306,9 +309,9 @@ bool tg_st_parse(tg_st_file *f, const void *buf, size_t len, tg_st_error *err) {
         ok = st_fail(err, TG_ERR_FORMAT, "the header is not a JSON object");
     } else {
         size_t cap = root->count ? root->count : 1;
-        f->tensors = calloc(cap, sizeof *f->tensors);
+        f->tensors = tg_io_calloc(&f->alloc, cap, sizeof *f->tensors);
         const tg_json *meta = tg_json_get(root, "__metadata__");
-        f->meta = calloc(meta && meta->count ? meta->count : 1, sizeof *f->meta);
+        f->meta = tg_io_calloc(&f->alloc, meta && meta->count ? meta->count : 1, sizeof *f->meta);
         if (!f->tensors || !f->meta) ok = st_fail(err, TG_ERR_OOM, "out of memory");
         for (const tg_json *m = root->first; m && ok; m = m->next) {
             if (m == meta) ok = parse_meta(f, m, err);
@@ -321,22 +324,28 @@ bool tg_st_parse(tg_st_file *f, const void *buf, size_t len, tg_st_error *err) {
     return ok;
 }
 
+bool tg_st_parse(tg_st_file *f, const void *buf, size_t len, tg_st_error *err) {
+    return tg_st_parse_with(f, NULL, buf, len, err);
+}
+
 void tg_st_file_free(tg_st_file *f) {
     if (!f) return;
     tg_json_free(f->doc);
-    free(f->tensors);
-    free(f->meta);
+    tg_io_free(&f->alloc, f->tensors);
+    tg_io_free(&f->alloc, f->meta);
     memset(f, 0, sizeof *f);
 }
 
 /* ---- write -------------------------------------------------------------------- */
 
-bool tg_st_write(tg_st_sink sink, void *user, const tg_st_tensor *tensors, size_t count,
-                 const tg_st_kv *meta, size_t meta_count, bool host_order, tg_st_error *err) {
+bool tg_st_write_with(const tg_allocator *alloc, tg_st_sink sink, void *user, const tg_st_tensor *tensors,
+                      size_t count, const tg_st_kv *meta, size_t meta_count, bool host_order,
+                      tg_st_error *err) {
     err->status = TG_OK;
     err->msg[0] = '\0';
     /* The 8 length bytes go first in the same buffer: one write for both. */
     tg_json_writer w = {0};
+    if (alloc) w.alloc = *alloc;
     tg_jw_raw(&w, "\0\0\0\0\0\0\0\0", 8);
     tg_jw_lit(&w, "{");
     if (meta_count > 0) {
@@ -406,6 +415,11 @@ bool tg_st_write(tg_st_sink sink, void *user, const tg_st_tensor *tensors, size_
     return true;
 }
 
+bool tg_st_write(tg_st_sink sink, void *user, const tg_st_tensor *tensors, size_t count,
+                 const tg_st_kv *meta, size_t meta_count, bool host_order, tg_st_error *err) {
+    return tg_st_write_with(NULL, sink, user, tensors, count, meta, meta_count, host_order, err);
+}
+
 /* ---- load into named tensors -------------------------------------------------- */
 
 typedef struct model_entry {
@@ -439,33 +453,6 @@ static model_entry *find_entry(model_entry *e, size_t n, const char *name, size_
         else hi = mid;
     }
     return NULL;
-}
-
-static char *dup_str(const char *s) {
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d) memcpy(d, s, n);
-    return d;
-}
-
-/* Copies the file's metadata into a new tg_meta (false: out of memory). */
-static bool copy_meta(tg_meta *out, const tg_st_file *f) {
-    memset(out, 0, sizeof *out);
-    if (f->meta_count == 0) return true;
-    if (f->meta_count > (size_t)INT32_MAX) return false;
-    out->items = calloc(f->meta_count, sizeof *out->items);
-    if (!out->items) return false;
-    out->capacity = (int)f->meta_count;
-    for (size_t i = 0; i < f->meta_count; i++) {
-        out->items[i].key = dup_str(f->meta[i].key);
-        out->items[i].value = dup_str(f->meta[i].value);
-        out->count++;
-        if (!out->items[i].key || !out->items[i].value) {
-            tg_meta_free(out);
-            return false;
-        }
-    }
-    return true;
 }
 
 /* Fills entries from one list; false (and ctx's error) on a bad item. */
@@ -506,13 +493,13 @@ tg_status tg_st_load_memory(tg_ctx *ctx, const char *fn, const char *what, const
     }
     tg_st_file f;
     tg_st_error err;
-    if (!tg_st_parse(&f, buf, len, &err)) {
+    if (!tg_st_parse_with(&f, &ctx->alloc, buf, len, &err)) {
         tg_error(ctx, err.status, fn, "%s: %s", what, err.msg);
         return err.status;
     }
     size_t total = (size_t)(params->count > 0 ? params->count : 0) +
                    (size_t)(state && state->count > 0 ? state->count : 0);
-    model_entry *e = malloc((total ? total : 1) * sizeof *e);
+    model_entry *e = tg_io_alloc(&ctx->alloc, (total ? total : 1) * sizeof *e);
     tg_meta new_meta = {0};
     tg_status st = TG_OK;
     size_t n = 0;
@@ -574,7 +561,7 @@ tg_status tg_st_load_memory(tg_ctx *ctx, const char *fn, const char *what, const
         st = TG_ERR_VALUE;
         goto done;
     }
-    if (meta && !copy_meta(&new_meta, &f)) {
+    if (meta && !tg_meta_copy_kv(ctx, &new_meta, f.meta, f.meta_count)) {
         tg_error(ctx, TG_ERR_OOM, fn, "%s: out of memory for the metadata", what);
         st = TG_ERR_OOM;
         goto done;
@@ -592,7 +579,7 @@ tg_status tg_st_load_memory(tg_ctx *ctx, const char *fn, const char *what, const
     }
 done:
     tg_meta_free(&new_meta);
-    free(e);
+    tg_io_free(&ctx->alloc, e);
     tg_st_file_free(&f);
     return st;
 }

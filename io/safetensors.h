@@ -61,6 +61,7 @@ typedef struct tg_st_kv {
 
 /* A parsed, validated file. Borrows the buffer it was parsed from. */
 typedef struct tg_st_file {
+    tg_allocator alloc;     /* where doc, tensors and meta come from (zero: malloc) */
     tg_json_doc *doc;
     tg_st_tensor *tensors;  /* in header order */
     size_t count;
@@ -74,7 +75,10 @@ typedef struct tg_st_file {
 /* Parses and validates buf[0 .. len) (see the rules above). On success
  * fills *f (free it with tg_st_file_free) and returns true; otherwise
  * returns false with *err naming the problem (status TG_ERR_FORMAT, or
- * TG_ERR_OOM) and leaves *f empty. */
+ * TG_ERR_OOM) and leaves *f empty. Memory comes from `alloc` (copied;
+ * NULL: malloc), tg_st_parse's from malloc. */
+bool tg_st_parse_with(tg_st_file *f, const tg_allocator *alloc, const void *buf, size_t len,
+                      tg_st_error *err);
 bool tg_st_parse(tg_st_file *f, const void *buf, size_t len, tg_st_error *err);
 void tg_st_file_free(tg_st_file *f);
 
@@ -87,7 +91,11 @@ typedef bool (*tg_st_sink)(void *user, const void *bytes, size_t n);
  * (swapped to little-endian on a big-endian host); otherwise it is already
  * little-endian. Names, keys and values must be valid UTF-8 (the caller
  * checks). Returns false when the sink fails (err->status TG_ERR_IO, the
- * sink may add detail) or on out of memory. */
+ * sink may add detail) or on out of memory. The header is built in memory
+ * from `alloc` (NULL: malloc), tg_st_write's from malloc. */
+bool tg_st_write_with(const tg_allocator *alloc, tg_st_sink sink, void *user, const tg_st_tensor *tensors,
+                      size_t count, const tg_st_kv *meta, size_t meta_count, bool host_order,
+                      tg_st_error *err);
 bool tg_st_write(tg_st_sink sink, void *user, const tg_st_tensor *tensors, size_t count,
                  const tg_st_kv *meta, size_t meta_count, bool host_order, tg_st_error *err);
 
@@ -99,6 +107,11 @@ bool tg_st_write(tg_st_sink sink, void *user, const tg_st_tensor *tensors, size_
 tg_status tg_st_load_memory(tg_ctx *ctx, const char *fn, const char *what, const void *buf,
                             size_t len, tg_params *params, tg_params *state, tg_meta *meta,
                             bool ignore_extra);
+
+/* Replaces *out (which must be empty) by a copy of the n key/value pairs,
+ * allocated with the context's allocator (io/meta.c). False when out of
+ * memory (no error set; *out stays empty). */
+bool tg_meta_copy_kv(tg_ctx *ctx, tg_meta *out, const tg_st_kv *kv, size_t n);
 
 /* Reads / writes a little-endian u64. */
 uint64_t tg_st_le64(const void *p);

@@ -1,5 +1,10 @@
 /* A model's parameter list: named persistent tensors with a weight-decay
- * flag, shared by optimizers, clipping, checkpoints and the model summary. */
+ * flag, shared by optimizers, clipping, checkpoints and the model summary.
+ *
+ * The array comes from the allocator of the context that first grew the
+ * list, remembered in list->alloc_ (later growth uses it too), so that
+ * tg_params_free needs no context and a context made with
+ * tg_ctx_new_with_allocator sees the list's memory. */
 #include "tensor/internal.h"
 #include "autograd/tape.h"
 
@@ -31,13 +36,16 @@ bool tg_params_add(tg_ctx *ctx, tg_params *list, const char *prefix, const char 
         tg_error(ctx, TG_ERR_VALUE, __func__, "duplicate parameter name '%s'", full);
         return false;
     }
-    if (list->count == list->capacity) {
+    if (list->count == list->capacity) { /* grow: allocate, copy, free */
         int cap = list->capacity ? list->capacity * 2 : 16;
-        tg_param *items = realloc(list->items, (size_t)cap * sizeof *items);
+        if (!list->alloc_.alloc) list->alloc_ = ctx->alloc;
+        tg_param *items = list->alloc_.alloc((size_t)cap * sizeof *items, TG_ALIGN, list->alloc_.user);
         if (!items) {
             tg_error(ctx, TG_ERR_OOM, __func__, "out of memory growing the parameter list to %d", cap);
             return false;
         }
+        if (list->count) memcpy(items, list->items, (size_t)list->count * sizeof *items);
+        if (list->items) list->alloc_.free(list->items, list->alloc_.user);
         list->items = items;
         list->capacity = cap;
     }
@@ -69,9 +77,10 @@ void tg_params_zero_grad(tg_ctx *ctx, tg_params *list) {
     for (int i = 0; i < list->count; i++) tg_zero_grad(ctx, list->items[i].value);
 }
 
+/* A hand-built list (alloc_ all zero) is taken to own a malloc'd array. */
 void tg_params_free(tg_params *list) {
     if (!list) return;
-    free(list->items);
-    list->items = NULL;
-    list->count = list->capacity = 0;
+    if (list->items && list->alloc_.free) list->alloc_.free(list->items, list->alloc_.user);
+    else free(list->items);
+    memset(list, 0, sizeof *list);
 }

@@ -161,22 +161,15 @@ static tg_optim *adam_new(tg_ctx *ctx, const char *fn, tg_optim_kind kind, tg_pa
         tg_error(ctx, TG_ERR_NULL, fn, "argument 'opts' is NULL (use tg_adam_defaults())");
         return NULL;
     }
-    if (!isfinite(a->lr) || a->lr < 0) {
-        tg_error(ctx, TG_ERR_VALUE, fn, "lr=%g must be finite and >= 0", a->lr);
-        return NULL;
-    }
+    if (!tg_optim_check(ctx, fn, tg_finite_nonneg(a->lr), "lr", a->lr, "finite and >= 0")) return NULL;
     if (!(a->beta1 >= 0 && a->beta1 < 1) || !(a->beta2 >= 0 && a->beta2 < 1)) {
         tg_error(ctx, TG_ERR_VALUE, fn, "betas=(%g, %g) must lie in [0, 1)", a->beta1, a->beta2);
         return NULL;
     }
-    if (!isfinite(a->eps) || a->eps <= 0) {
-        tg_error(ctx, TG_ERR_VALUE, fn, "eps=%g must be finite and > 0", a->eps);
+    if (!tg_optim_check(ctx, fn, isfinite(a->eps) && a->eps > 0, "eps", a->eps, "finite and > 0") ||
+        !tg_optim_check(ctx, fn, tg_finite_nonneg(a->weight_decay), "weight_decay", a->weight_decay,
+                        "finite and >= 0"))
         return NULL;
-    }
-    if (!isfinite(a->weight_decay) || a->weight_decay < 0) {
-        tg_error(ctx, TG_ERR_VALUE, fn, "weight_decay=%g must be finite and >= 0", a->weight_decay);
-        return NULL;
-    }
     bool want[SLOT_COUNT] = {false};
     want[SLOT_EXP_AVG] = want[SLOT_EXP_AVG_SQ] = true;
     want[SLOT_MAX_EXP_AVG_SQ] = a->amsgrad;

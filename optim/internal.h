@@ -5,12 +5,15 @@
 
 #include "tensor/internal.h"
 
+#include <math.h>
+
 typedef enum tg_optim_kind { TG_OPTIM_SGD, TG_OPTIM_ADAM, TG_OPTIM_ADAMW } tg_optim_kind;
 
 /* Per-parameter state slots; unused ones are NULL. */
 enum { SLOT_EXP_AVG, SLOT_EXP_AVG_SQ, SLOT_MAX_EXP_AVG_SQ, SLOT_MOMENTUM, SLOT_COUNT };
 
 struct tg_optim {
+    tg_allocator alloc;      /* the context's: this struct and slots came from it */
     tg_optim_kind kind;
     const char *fn_new;      /* "tg_sgd_new", ... for messages */
     tg_params *params;       /* the caller's list */
@@ -24,6 +27,11 @@ struct tg_optim {
     tg_tensor *step_tensor;  /* "optim.step", float64 scalar */
     tg_params state;         /* named view of step_tensor and slots */
 };
+
+/* Checks a hyper-parameter when an optimizer is made: when !ok, sets
+ * TG_ERR_VALUE "fn: name=value must be rule" and returns false. */
+bool tg_optim_check(tg_ctx *ctx, const char *fn, bool ok, const char *name, double value, const char *rule);
+static inline bool tg_finite_nonneg(double v) { return isfinite(v) && v >= 0; }
 
 /* Makes the optimizer shell and the state slots listed in `want`. */
 tg_optim *tg_optim_make(tg_ctx *ctx, const char *fn, tg_optim_kind kind, tg_params *params, double lr,

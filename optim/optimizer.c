@@ -2,24 +2,15 @@
  * the step loop over parameters, the lr schedule, state by name. */
 #include "optim/internal.h"
 
+#include <limits.h>
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
-/* Appends a state tensor to the optimizer's named list. Unlike
- * tg_params_add it gives the tensor no grad: state is not trained. */
+/* Appends a state tensor to the optimizer's named list, which was made
+ * large enough for every state tensor. Unlike tg_params_add it gives the
+ * tensor no grad: state is not trained. */
 static bool add_state(tg_ctx *ctx, const char *fn, tg_params *list, const char *name, tg_tensor *t) {
     if (!t) return false;
-    if (list->count == list->capacity) {
-        int cap = list->capacity ? list->capacity * 2 : 16;
-        tg_param *items = realloc(list->items, (size_t)cap * sizeof *items);
-        if (!items) {
-            tg_error(ctx, TG_ERR_OOM, fn, "out of memory for the optimizer state list");
-            return false;
-        }
-        list->items = items;
-        list->capacity = cap;
-    }
     tg_param *p = &list->items[list->count];
     memset(p, 0, sizeof *p);
     int n = snprintf(p->name, sizeof p->name, "%s", name);
@@ -32,6 +23,11 @@ static bool add_state(tg_ctx *ctx, const char *fn, tg_params *list, const char *
     return true;
 }
 
+bool tg_optim_check(tg_ctx *ctx, const char *fn, bool ok, const char *name, double value, const char *rule) {
+    if (!ok) tg_error(ctx, TG_ERR_VALUE, fn, "%s=%g must be %s", name, value, rule);
+    return ok;
+}
+
 static const char *const slot_names[SLOT_COUNT] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"};
 
 tg_optim *tg_optim_make(tg_ctx *ctx, const char *fn, tg_optim_kind kind, tg_params *params, double lr,
@@ -41,14 +37,33 @@ tg_optim *tg_optim_make(tg_ctx *ctx, const char *fn, tg_optim_kind kind, tg_para
         tg_error(ctx, TG_ERR_NULL, fn, "argument 'params' is NULL");
         return NULL;
     }
-    tg_optim *o = calloc(1, sizeof *o);
-    tg_tensor **slots = calloc((size_t)(params->count ? params->count : 1) * SLOT_COUNT, sizeof *slots);
+    /* Everything through the context's allocator, remembered for
+     * tg_optim_free (which may be called without a context). */
+    size_t nslots = (size_t)(params->count ? params->count : 1) * SLOT_COUNT;
+    tg_optim *o = tg_heap_alloc(ctx, sizeof *o);
+    tg_tensor **slots = tg_heap_alloc(ctx, nslots * sizeof *slots);
     if (!o || !slots) {
-        free(o);
-        free(slots);
+        tg_heap_free(ctx, o);
+        tg_heap_free(ctx, slots);
         tg_error(ctx, TG_ERR_OOM, fn, "out of memory for an optimizer over %d parameters", params->count);
         return NULL;
     }
+    memset(o, 0, sizeof *o);
+    memset(slots, 0, nslots * sizeof *slots);
+    o->alloc = ctx->alloc;
+    /* The state list: "optim.step", then the wanted slots of each parameter. */
+    int per_param = 0;
+    for (int s = 0; s < SLOT_COUNT; s++) per_param += want[s];
+    size_t nstate = 1 + (size_t)params->count * (size_t)per_param;
+    o->state.items = nstate <= INT_MAX ? tg_heap_alloc(ctx, nstate * sizeof *o->state.items) : NULL;
+    if (!o->state.items) {
+        tg_heap_free(ctx, slots);
+        tg_heap_free(ctx, o);
+        tg_error(ctx, TG_ERR_OOM, fn, "out of memory for the optimizer state list");
+        return NULL;
+    }
+    o->state.capacity = (int)nstate;
+    o->state.alloc_ = ctx->alloc;
     o->kind = kind;
     o->fn_new = fn;
     o->params = params;
@@ -86,8 +101,9 @@ void tg_optim_free(tg_ctx *ctx, tg_optim *o) {
         for (int i = 0; i < o->state.count; i++) tg_tensor_free(ctx, o->state.items[i].value);
     }
     tg_params_free(&o->state);
-    free(o->slots);
-    free(o);
+    tg_allocator a = o->alloc;
+    a.free(o->slots, a.user);
+    a.free(o, a.user);
 }
 
 void tg_optim_step(tg_ctx *ctx, tg_optim *o) {

@@ -49,8 +49,6 @@ tg_sgd_opts tg_sgd_defaults(double lr) {
     return o;
 }
 
-static bool finite_nonneg(double v) { return isfinite(v) && v >= 0; }
-
 tg_optim *tg_sgd_new(tg_ctx *ctx, tg_params *params, const tg_sgd_opts *opts) {
     if (!tg_live(ctx)) return NULL;
     if (!opts) {
@@ -58,22 +56,12 @@ tg_optim *tg_sgd_new(tg_ctx *ctx, tg_params *params, const tg_sgd_opts *opts) {
         return NULL;
     }
     const tg_sgd_opts *s = opts;
-    if (!finite_nonneg(s->lr)) {
-        tg_error(ctx, TG_ERR_VALUE, __func__, "lr=%g must be finite and >= 0", s->lr);
+    const char *nonneg = "finite and >= 0";
+    if (!tg_optim_check(ctx, __func__, tg_finite_nonneg(s->lr), "lr", s->lr, nonneg) ||
+        !tg_optim_check(ctx, __func__, tg_finite_nonneg(s->momentum), "momentum", s->momentum, nonneg) ||
+        !tg_optim_check(ctx, __func__, isfinite(s->dampening), "dampening", s->dampening, "finite") ||
+        !tg_optim_check(ctx, __func__, tg_finite_nonneg(s->weight_decay), "weight_decay", s->weight_decay, nonneg))
         return NULL;
-    }
-    if (!finite_nonneg(s->momentum)) {
-        tg_error(ctx, TG_ERR_VALUE, __func__, "momentum=%g must be finite and >= 0", s->momentum);
-        return NULL;
-    }
-    if (!isfinite(s->dampening)) {
-        tg_error(ctx, TG_ERR_VALUE, __func__, "dampening=%g must be finite", s->dampening);
-        return NULL;
-    }
-    if (!finite_nonneg(s->weight_decay)) {
-        tg_error(ctx, TG_ERR_VALUE, __func__, "weight_decay=%g must be finite and >= 0", s->weight_decay);
-        return NULL;
-    }
     if (s->nesterov && (s->momentum <= 0 || s->dampening != 0)) {
         tg_error(ctx, TG_ERR_VALUE, __func__, "nesterov needs momentum > 0 and dampening 0 (momentum=%g, dampening=%g)",
                  s->momentum, s->dampening);

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # `make bench`: builds tapegrad in Release with native CPU tuning (its own
 # build folder, build-release/ unless BENCH_BUILD says otherwise), then runs
-# the benchmark, which measures this machine's limits, times every case of
-# issue 9 beside PyTorch (when /usr/bin/python3 can import torch) and
-# OpenBLAS (when libopenblas is installed), prints ONE table and writes it as
-# JSON.
+# the benchmark, which measures this machine's limits, times every case
+# (bench/vs_pytorch.c lists them, docs/DESIGN.md describes the bench) beside
+# PyTorch (when /usr/bin/python3 can import torch) and OpenBLAS (when
+# libopenblas is installed), prints ONE table with our performance targets
+# and writes it as JSON.
 #
 # Usage: scripts/bench.sh [MAKE_BUILD_DIR] [BENCH_ARGS...]
 #   MAKE_BUILD_DIR  the folder `make` builds in (ignored: the benchmark needs

@@ -518,7 +518,7 @@ START_TEST(test_argument_errors) {
     expect_error(tg_ckpt_save(ctx, p, &r, NULL, NULL), TG_ERR_VALUE, "reserved", NULL);
     /* a hand-built list with a NULL tensor */
     tg_param items[1] = {{"w", NULL, false}};
-    tg_params hand = {items, 1, 1};
+    tg_params hand = {.items = items, .count = 1, .capacity = 1};
     expect_error(tg_ckpt_save(ctx, p, &hand, NULL, NULL), TG_ERR_NULL, "\"w\"", "no tensor");
     expect_error(tg_ckpt_load(ctx, p, &hand, NULL, NULL), TG_ERR_IO, "cannot open", p);
     char names[256];

@@ -46,6 +46,10 @@ typedef struct tg_meta {
     tg_meta_item *items;
     int count;
     int capacity;
+    /* internal */
+    tg_allocator alloc_;  /* where items, keys and values come from: the
+                             allocator of the context that first stored into
+                             the list (zero: none yet) */
 } tg_meta;
 
 /* Sets key to value (both copied, valid UTF-8), replacing an old value.

@@ -24,10 +24,14 @@ typedef struct tg_param {
     bool weight_decay;    /* whether weight decay applies */
 } tg_param;
 
+/* Start from tg_params list = {0}; free with tg_params_free. */
 typedef struct tg_params {
     tg_param *items;
     int count;
     int capacity;
+    /* internal */
+    tg_allocator alloc_;  /* where items come from: the allocator of the
+                             context that first grew the list (zero: none yet) */
 } tg_params;
 
 /* Appends a parameter named prefix + "." + name (just name when prefix is
