@@ -103,16 +103,16 @@ static int add_case_rows(gct_table *t, const gct_target *tg, const tg_gradcheck_
     return failed;
 }
 
-/* Checks one op (every variant, or a->shape). Returns false when a spec
- * given on the command line was refused (a usage error, printed). */
-static bool check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const gct_bug *bug, check_totals *T) {
+/* Checks one op (every variant, or a->shape). Returns -1, or the exit
+ * status when a spec given on the command line was refused (printed). */
+static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const gct_bug *bug, check_totals *T) {
     gct_table t;
     gct_table_init(&t, "lllrrrlrrl", "spec", "input", "shape", "failed", "max abs err", "max rel err", "worst at",
                    "analytic", "numeric", "result");
     int n_specs = a->shape || bug ? 1 : op->n_variants;
     tg_gradcheck_result first = {0};
     bool have_first = false, op_failed = false, auto_dir = false;
-    const char *function = bug ? bug->function : NULL;
+    char function[160] = "";
     char errors[1024] = "";
     size_t el = 0;
     for (int v = 0; v < n_specs; v++) {
@@ -121,9 +121,8 @@ static bool check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const
         tg_rng_seed(ctx, a->seed); /* a spec's inputs do not depend on the order of the run */
         if (!gct_target_build(ctx, op, bug, spec, a->dtype, &tg)) {
             if (a->shape) {
-                gct_usage_error("%s", tg_error_message(ctx));
                 gct_table_free(&t);
-                return false;
+                return gct_build_failed(ctx);
             }
             /* a built-in variant that does not build is a bug of the registry */
             if (el < sizeof errors)
@@ -137,7 +136,7 @@ static bool check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const
             tg_ctx_reset(ctx);
             continue;
         }
-        if (tg.function) function = tg.function;
+        snprintf(function, sizeof function, "%s", tg.function);
         tg_gradcheck_opts o = gct_target_opts(&tg, a);
         if (!a->mode_set && a->dtype == TG_F32 && gct_target_numel(&tg) > F32_FULL_MAX) {
             o.mode = TG_GRADCHECK_DIRECTIONAL;
@@ -164,14 +163,7 @@ static bool check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const
     T->ops++;
     if (!a->quiet || op_failed) {
         printf("%s", T->ops > 1 || a->quiet ? "\n" : "");
-        gct_puts_tone(stdout, op->name, GCT_BOLD, a->color);
-        if (bug) {
-            printf("  with injected bug ");
-            gct_puts_tone(stdout, bug->name, GCT_BAD, a->color);
-            printf(": %s\n  function checked: %s\n", bug->what, function);
-        } else {
-            printf("  %s\n", op->summary);
-        }
+        gct_put_title(a, op, bug, function);
         if (have_first) put_settings(a, &first, a->dtype, auto_dir);
         if (t.nrows) {
             fputc('\n', stdout);
@@ -180,7 +172,7 @@ static bool check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const
         if (el) printf("\n%s", errors);
     }
     gct_table_free(&t);
-    return true;
+    return -1;
 }
 
 int gct_cmd_check(const gct_args *a) {
@@ -191,23 +183,20 @@ int gct_cmd_check(const gct_args *a) {
     if (all && a->shape) return gct_usage_error("--shape SPEC is for one op, not 'all' (ops take different specs)");
     if (!all && !gct_resolve(a, a->name, &op, &bug)) return GCT_EXIT_USAGE;
 
-    tg_ctx *ctx = tg_ctx_new(a->seed);
-    if (!ctx) {
-        fprintf(stderr, "tapegrad-gradcheck: out of memory\n");
-        return GCT_EXIT_ERROR;
-    }
+    tg_ctx *ctx = gct_ctx_new(a->seed);
+    if (!ctx) return GCT_EXIT_ERROR;
     check_totals T;
     memset(&T, 0, sizeof T);
     double t0 = gct_now();
-    bool usage_ok = true;
+    int refused = -1;
     if (all) {
-        for (int i = 0; i < tg_registry_count() && usage_ok; i++)
-            usage_ok = check_op(ctx, a, tg_registry_get(i), NULL, &T);
+        for (int i = 0; i < tg_registry_count() && refused < 0; i++)
+            refused = check_op(ctx, a, tg_registry_get(i), NULL, &T);
     } else {
-        usage_ok = check_op(ctx, a, op, bug, &T);
+        refused = check_op(ctx, a, op, bug, &T);
     }
     tg_ctx_free(ctx);
-    if (!usage_ok) return GCT_EXIT_USAGE;
+    if (refused >= 0) return refused;
 
     double secs = gct_now() - t0;
     bool pass = T.failed_cases == 0 && T.errors == 0;
