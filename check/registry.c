@@ -160,13 +160,21 @@ static double num_of(const tg_op_case *c, const char *key) {
     return s ? strtod(s, NULL) : 0.0;
 }
 
+/* The next item of a comma-separated list at *p, as *item and its length;
+ * *p moves past it and its comma. */
+static size_t next_item(const char **p, const char **item) {
+    size_t len = strcspn(*p, ",");
+    *item = *p;
+    *p += len + ((*p)[len] == ',');
+    return len;
+}
+
 /* Whether `decl` declares `key`. */
 static bool declares(const char *decl, const char *key) {
     size_t kl = strlen(key);
-    for (const char *p = decl; *p;) {
-        size_t len = strcspn(p, ",");
-        if (strcspn(p, "=,") == kl && strncmp(p, key, kl) == 0) return true;
-        p += len + (p[len] == ',');
+    for (const char *p = decl, *it; *p;) {
+        next_item(&p, &it);
+        if (strcspn(it, "=,") == kl && strncmp(it, key, kl) == 0) return true;
     }
     return false;
 }
@@ -182,19 +190,14 @@ static bool apply_args(tg_ctx *ctx, tg_op_case *c) {
             return false;
         }
     }
-    for (const char *p = decl; *p;) {
-        size_t len = strcspn(p, ","), klen = strcspn(p, "=,");
-        if (klen < len) {
-            char key[sizeof c->arg_name[0]];
-            snprintf(key, sizeof key, "%.*s", (int)klen, p);
-            if (!tg_registry_arg(c, key) && c->n_args < TG_OP_MAX_ARGS) {
-                snprintf(c->arg_name[c->n_args], sizeof c->arg_name[0], "%s", key);
-                snprintf(c->arg_value[c->n_args], sizeof c->arg_value[0], "%.*s", (int)(len - klen - 1),
-                         p + klen + 1);
-                c->n_args++;
-            }
-        }
-        p += len + (p[len] == ',');
+    for (const char *p = decl, *it; *p;) {
+        size_t len = next_item(&p, &it), klen = strcspn(it, "=,");
+        char key[sizeof c->arg_name[0]];
+        snprintf(key, sizeof key, "%.*s", (int)klen, it);
+        if (klen == len || tg_registry_arg(c, key) || c->n_args == TG_OP_MAX_ARGS) continue; /* no default */
+        snprintf(c->arg_name[c->n_args], sizeof c->arg_name[0], "%s", key);
+        snprintf(c->arg_value[c->n_args], sizeof c->arg_value[0], "%.*s", (int)(len - klen - 1), it + klen + 1);
+        c->n_args++;
     }
     return true;
 }
@@ -202,11 +205,10 @@ static bool apply_args(tg_ctx *ctx, tg_op_case *c) {
 /* Checks that each argument in the comma-separated `keys` is a finite
  * number, or an integer when `integer` (absent ones pass). */
 static bool check_args(tg_ctx *ctx, const tg_op_case *c, const char *keys, bool integer) {
-    for (const char *p = keys; *p;) {
-        size_t len = strcspn(p, ",");
+    for (const char *p = keys, *it; *p;) {
+        size_t len = next_item(&p, &it);
         char key[sizeof c->arg_name[0]];
-        snprintf(key, sizeof key, "%.*s", (int)len, p);
-        p += len + (p[len] == ',');
+        snprintf(key, sizeof key, "%.*s", (int)len, it);
         const char *s = tg_registry_arg(c, key);
         if (!s) continue;
         char *e;

@@ -308,6 +308,71 @@ START_TEST(test_check_options) {
 }
 END_TEST
 
+/* Arguments a spec leaves out get the op's declared defaults; the forward
+ * reads them from the case. */
+START_TEST(test_argument_defaults) {
+    tg_op_case c;
+    const tg_op_info *rn = tg_registry_find("rmsnorm"), *ln = tg_registry_find("layernorm");
+    ck_assert(tg_registry_build(ctx, rn, "4x8;bias=1", TG_F64, &c));
+    ck_assert_int_eq(c.n_args, 4);
+    ck_assert_str_eq(tg_registry_arg(&c, "bias"), "1");
+    ck_assert_double_eq(strtod(tg_registry_arg(&c, "eps"), NULL), TG_RMSNORM_EPS);
+    ck_assert_str_eq(tg_registry_arg(&c, "norm"), "1");
+    ck_assert_str_eq(tg_registry_arg(&c, "affine"), "1");
+    ck_assert_int_eq(c.n_inputs, 3);
+    ck_assert(tg_registry_build(ctx, ln, "4x8", TG_F64, &c));
+    ck_assert_double_eq(strtod(tg_registry_arg(&c, "eps"), NULL), TG_LAYERNORM_EPS);
+    ck_assert_str_eq(tg_registry_arg(&c, "bias"), "1");
+    ck_assert_int_eq(c.n_inputs, 3);
+    ck_assert_ptr_null(tg_registry_arg(&c, "nope"));
+    ck_assert_ptr_null(tg_registry_arg(NULL, "eps"));
+    /* an argument without a default stays absent: slice's end is the size */
+    const tg_op_info *sl = tg_registry_find("slice");
+    ck_assert(tg_registry_build(ctx, sl, "5x4;start=3", TG_F64, &c));
+    ck_assert_ptr_null(tg_registry_arg(&c, "end"));
+    ck_assert_str_eq(tg_registry_arg(&c, "axis"), "0");
+    tg_tensor *y = tg_registry_forward(ctx, &c);
+    ck_assert_ptr_nonnull(y);
+    ck_assert_int_eq(y->shape[0], 2);
+    /* the unknown argument names what the op takes, with the defaults */
+    ck_assert(!tg_registry_build(ctx, sl, "5x4;stop=3", TG_F64, &c));
+    ck_assert_int_eq(tg_status_of(ctx), TG_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(tg_error_message(ctx), "takes: axis=0,start=0,end"));
+}
+END_TEST
+
+/* The options a check runs with: explicit values, else the op's own for
+ * the dtype, else the dtype's defaults; the op's float32 values never leak
+ * into float64. */
+START_TEST(test_own_tolerances) {
+    const tg_op_info *mm = tg_registry_find("matmul"), *add = tg_registry_find("add");
+    ck_assert(mm->f32.h > 0);
+    tg_gradcheck_opts o = tg_registry_opts(mm, TG_F32, NULL);
+    ck_assert(o.no_defaults);
+    ck_assert(o.h == mm->f32.h && o.atol == 1e-3 && o.rtol == 1e-2);
+    o = tg_registry_opts(mm, TG_F64, NULL);
+    ck_assert(o.h == 1e-6 && o.atol == 1e-5 && o.rtol == 1e-3);
+    o = tg_registry_opts(add, TG_F32, NULL);
+    ck_assert(o.h == 1e-3 && o.atol == 1e-3 && o.rtol == 1e-2);
+    tg_gradcheck_opts mine = {0};
+    mine.h = 0.5;
+    mine.allow_float32 = true;
+    o = tg_registry_opts(mm, TG_F32, &mine);
+    ck_assert(o.h == 0.5 && o.atol == 1e-3 && o.allow_float32);
+    /* used by the check, and reported */
+    tg_gradcheck_result r;
+    mine.h = 0;
+    mine.mode = TG_GRADCHECK_DIRECTIONAL;
+    ck_assert(tg_registry_check(ctx, mm, 0, TG_F32, &mine, &r));
+    ck_assert(r.h == mm->f32.h);
+    /* a 0 tolerance can be asked for once the options are resolved */
+    o = tg_registry_opts(add, TG_F64, NULL);
+    o.atol = 0;
+    ck_assert(tg_registry_check(ctx, add, 0, TG_F64, &o, &r));
+    ck_assert(r.atol == 0 && r.rtol == 1e-3);
+}
+END_TEST
+
 Suite *make_registry_suite(void) {
     Suite *s = suite_create("registry");
     TCase *tc = tcase_create("table");
@@ -317,6 +382,8 @@ Suite *make_registry_suite(void) {
     tcase_add_test(tc, test_spec_parsing);
     tcase_add_test(tc, test_inputs_avoid_kinks);
     tcase_add_test(tc, test_check_options);
+    tcase_add_test(tc, test_argument_defaults);
+    tcase_add_test(tc, test_own_tolerances);
     tcase_add_loop_test(tc, test_every_variant_builds, 0, tg_registry_count());
     suite_add_tcase(s, tc);
 
