@@ -141,9 +141,7 @@ static bool write_heatmaps(const char *dir, const char *name, const char *title,
             fputc('\n', f);
         }
     }
-    bool ok = !ferror(f);
-    ok = fclose(f) == 0 && ok;
-    if (!ok) return false;
+    if (!gct_fclose(f)) return false;
 
     snprintf(path, sizeof path, "%s/%s.gp", dir, name);
     f = fopen(path, "w");
@@ -168,19 +166,17 @@ static bool write_heatmaps(const char *dir, const char *name, const char *title,
     fprintf(f, "set title sprintf('difference: max |analytic - numeric| = %%.1e', %.6g)\n", md);
     fprintf(f, "plot '%s.dat' index 2 matrix with image notitle\n", name);
     fprintf(f, "unset multiplot\n");
-    if (ferror(f)) st = TG_ERR_IO;
-    if (fclose(f) != 0) st = TG_ERR_IO;
-    return st == TG_OK;
+    return gct_fclose(f) && st == TG_OK;
 }
 
 int gct_cmd_jacobian(const gct_args *a) {
     const tg_op_info *op;
     const gct_bug *bug;
-    if (!gct_resolve(a, a->name, &op, &bug)) return GCT_EXIT_USAGE;
-    tg_ctx *ctx = gct_ctx_new(a->seed);
-    if (!ctx) return GCT_EXIT_ERROR;
+    tg_ctx *ctx;
+    int status = gct_begin(a, &op, &bug, &ctx);
+    if (status >= 0) return status;
+    status = GCT_EXIT_PASS;
     gct_target t;
-    int status = GCT_EXIT_PASS;
     if (!gct_target_build(ctx, op, bug, a->shape, a->dtype, &t)) {
         status = gct_build_failed(ctx);
         tg_ctx_free(ctx);

@@ -80,17 +80,15 @@ static bool write_script(const char *gp_path, const char *png, const char *dat, 
                 c + 2, CURVES[c].dash, CURVES[c].color, CURVES[c].label);
     fprintf(f, "$best using 1:2 with points pt 6 ps 2.6 lw 2 lc rgb 'black' title 'best h', \\\n"
                "     $best using 1:2:3 with labels offset 0,1.5 font ',9' notitle\n");
-    if (ferror(f)) st = TG_ERR_IO;
-    if (fclose(f) != 0) st = TG_ERR_IO;
-    return st == TG_OK;
+    return gct_fclose(f) && st == TG_OK;
 }
 
 int gct_cmd_sweep(const gct_args *a) {
     const tg_op_info *op;
     const gct_bug *bug;
-    if (!gct_resolve(a, a->name, &op, &bug)) return GCT_EXIT_USAGE;
-    tg_ctx *ctx = gct_ctx_new(a->seed);
-    if (!ctx) return GCT_EXIT_ERROR;
+    tg_ctx *ctx;
+    int status = gct_begin(a, &op, &bug, &ctx);
+    if (status >= 0) return status;
     double err[SWEEP_CURVES][SWEEP_N];
     char spec[128] = "", label[160] = "", function[160] = "";
     int64_t numel = 0;

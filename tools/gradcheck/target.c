@@ -41,6 +41,13 @@ bool gct_resolve(const gct_args *a, const char *name, const tg_op_info **op, con
     return true;
 }
 
+int gct_begin(const gct_args *a, const tg_op_info **op, const gct_bug **bug, tg_ctx **ctx) {
+    *ctx = NULL;
+    if (!gct_resolve(a, a->name, op, bug)) return GCT_EXIT_USAGE;
+    *ctx = gct_ctx_new(a->seed);
+    return *ctx ? -1 : GCT_EXIT_ERROR;
+}
+
 /* A bug's own spec argument "uses=1|2" (gct_bug.then_once): taken out of
  * spec into base (what the registry builds) and *uses ('\0' when absent).
  * False and the context's error for a bad value. */

@@ -102,6 +102,10 @@ tg_ctx *gct_ctx_new(uint64_t seed);
 /* Finds NAME (and --inject) as the command line gives them: the op, and
  * the bug or NULL. On a usage error prints it and returns false. */
 bool gct_resolve(const gct_args *a, const char *name, const tg_op_info **op, const gct_bug **bug);
+/* The start of a command on one op: resolves NAME and --inject (a usage
+ * error is printed) and makes the context. Returns -1 to go on, or the
+ * exit status. */
+int gct_begin(const gct_args *a, const tg_op_info **op, const gct_bug **bug, tg_ctx **ctx);
 /* Builds t's inputs from spec (NULL: the bug's default spec, else the op's
  * first variant) in dtype from the context's RNG, and runs the function
  * once on them (no grad; the RNG left as it was). False and the context's
@@ -171,6 +175,8 @@ char *gct_index_text(char *buf, size_t size, int ndim, const int64_t *shape, int
 /* Makes directory `dir` and its parents (like mkdir -p). False on error,
  * with a message on stderr. */
 bool gct_mkdir_p(const char *dir);
+/* Closes f: false when a write to it or the close failed. */
+bool gct_fclose(FILE *f);
 /* Seconds on a monotonic clock. */
 double gct_now(void);
 
