@@ -7,20 +7,9 @@
 
 #include "tools/gradcheck/tool.h"
 
-/* float32 cases with more checked elements than this are checked along
- * random directions unless --mode says otherwise: in full mode the
- * float32 round-off of every output a perturbed element touches adds up
- * (e.g. matmul 70x65,65x40: 40 outputs of size ~10 per element of a, each
- * rounded by ~6e-7, divided by 2h = 2e-3) and trips the tolerances of
- * correct ops. The same rule as tests/test_registry.c. */
-#define F32_FULL_MAX 300
-#define TG_STR_(x) #x
-#define TG_STR(x) TG_STR_(x)
-
 /* Totals over the run. */
 typedef struct check_totals {
     int ops, cases, inputs, failed_inputs, failed_cases, errors;
-    bool auto_dir;          /* some float32 cases ran directional */
     double f32_worst_ratio; /* float32: the largest error / tolerance of a failing input */
     char failures[2048]; /* "rmsnorm 4x8: x, gamma; ..." */
     size_t flen;
@@ -37,16 +26,12 @@ static void fmt_err(gct_cell *c, double v) {
     else gct_cell_set(c, GCT_PLAIN, "%.2e", v);
 }
 
-/* The settings line under an op's name; `auto_dir`: some cases were
- * switched to directional mode (float32, large). */
-static void put_settings(const gct_args *a, const tg_gradcheck_result *r, tg_dtype dt, bool auto_dir) {
+/* The settings line under an op's name. */
+static void put_settings(const gct_args *a, const tg_gradcheck_result *r, tg_dtype dt) {
     printf("  %s, %s, central differences h=%g, passes when |analytic - numeric| <= %g + %g |numeric|, seed %llu\n",
            tg_dtype_name(dt),
            a->mode == TG_GRADCHECK_FULL ? "every element" : "one random direction per input", r->h, r->atol, r->rtol,
            (unsigned long long)a->seed);
-    if (auto_dir)
-        printf("  (cases over %d elements: one random direction per input, as float32 round-off adds up over "
-               "outputs; --mode full to force)\n", F32_FULL_MAX);
 }
 
 /* Appends the rows of one checked case to the table. Returns the number of
@@ -111,7 +96,7 @@ static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
                    "analytic", "numeric", "result");
     int n_specs = a->shape || bug ? 1 : op->n_variants;
     tg_gradcheck_result first = {0};
-    bool have_first = false, op_failed = false, auto_dir = false;
+    bool have_first = false, op_failed = false;
     char function[160] = "";
     char errors[1024] = "";
     size_t el = 0;
@@ -138,10 +123,6 @@ static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
         }
         snprintf(function, sizeof function, "%s", tg.function);
         tg_gradcheck_opts o = gct_target_opts(&tg, a);
-        if (!a->mode_set && a->dtype == TG_F32 && gct_target_numel(&tg) > F32_FULL_MAX) {
-            o.mode = TG_GRADCHECK_DIRECTIONAL;
-            auto_dir = T->auto_dir = true;
-        }
         tg_gradcheck_result r;
         gct_target_check(ctx, &tg, &o, &r);
         T->cases++;
@@ -164,7 +145,7 @@ static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
     if (!a->quiet || op_failed) {
         printf("%s", T->ops > 1 || a->quiet ? "\n" : "");
         gct_put_title(a, op, bug, function);
-        if (have_first) put_settings(a, &first, a->dtype, auto_dir);
+        if (have_first) put_settings(a, &first, a->dtype);
         if (t.nrows) {
             fputc('\n', stdout);
             gct_table_print(stdout, &t, 2, a->color);
@@ -204,10 +185,7 @@ int gct_cmd_check(const gct_args *a) {
     gct_puts_tone(stdout, "summary:", GCT_BOLD, a->color);
     printf(" %d op%s, %d case%s, %d input%s checked in %s (%s) in %.2f s: ", T.ops, T.ops == 1 ? "" : "s", T.cases,
            T.cases == 1 ? "" : "s", T.inputs, T.inputs == 1 ? "" : "s", tg_dtype_name(a->dtype),
-           a->mode == TG_GRADCHECK_DIRECTIONAL ? "directional"
-           : T.auto_dir                        ? "full; directional over " TG_STR(F32_FULL_MAX) " elements"
-                                               : "full",
-           secs);
+           a->mode == TG_GRADCHECK_DIRECTIONAL ? "directional" : "full", secs);
     if (pass) {
         gct_puts_tone(stdout, "all pass", GCT_GOOD, a->color);
         printf("\n");

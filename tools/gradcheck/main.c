@@ -177,7 +177,6 @@ static int parse_args(int argc, char **argv, gct_args *a) {
             if (!strcmp(v, "full")) a->mode = TG_GRADCHECK_FULL;
             else if (!strcmp(v, "directional")) a->mode = TG_GRADCHECK_DIRECTIONAL;
             else return gct_usage_error("--mode is full or directional, not '%s'", v);
-            a->mode_set = true;
         } else if (!strcmp(opt, "--seed")) {
             char *e;
             errno = 0;

@@ -36,7 +36,6 @@ typedef struct gct_args {
     bool dtype_set;
     double h, atol, rtol;    /* NAN: not given */
     tg_gradcheck_mode mode;  /* --mode (default FULL) */
-    bool mode_set;
     uint64_t seed;           /* --seed (default 0) */
     const char *inject;      /* --inject BUG, or NULL */
     const char *input;       /* --input NAME (jacobian), or NULL */
