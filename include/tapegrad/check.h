@@ -32,6 +32,8 @@ extern "C" {
  *   float32  h 1e-3, atol 1e-3, rtol 1e-2 (when any checked input is float32)
  * A value set explicitly is used as given in either dtype. To use a 0
  * tolerance itself (atol 0: a purely relative test), set no_defaults.
+ * (In the registry an op's own values come between the two:
+ * tg_registry_opts. docs/gradcheck.md measures why float32 needs these.)
  *
  * Forward evaluations for the differences run in no-grad mode, each from
  * the same RNG state (so dropout sees one mask throughout); afterwards the
