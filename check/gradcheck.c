@@ -24,7 +24,7 @@
  * (a mark and rollback of the bump pointer), so the check's footprint does
  * not grow with the number of evaluations. */
 #include "autograd/tape.h"
-#include "tapegrad/check.h"
+#include "check/registry.h"
 
 #include <float.h>
 #include <math.h>
@@ -77,10 +77,21 @@ static void gc_arena_rollback(tg_ctx *ctx, gc_mark m) {
     ctx->arena_used = m.arena_used;
 }
 
-/* ---- options --------------------------------------------------------------- */
+/* ---- options ---------------------------------------------------------------
+ * h, atol and rtol left 0 follow the dtype of the checked inputs (float32
+ * when any of them is float32): the float64 values are PyTorch's; float32
+ * needs a step a thousand times larger (its round-off, eps32 |L| / h, would
+ * swamp the quotient at h = 1e-6) and tolerances that sit above the error
+ * left at that step (docs/gradcheck.md measures both). */
+
+static const tg_gradcheck_tol GC_F64 = {1e-6, 1e-5, 1e-3};
+static const tg_gradcheck_tol GC_F32 = {1e-3, 1e-3, 1e-2};
+
+tg_gradcheck_tol tg_gradcheck_dtype_tol(tg_dtype dtype) { return dtype == TG_F32 ? GC_F32 : GC_F64; }
 
 tg_gradcheck_opts tg_gradcheck_defaults(void) {
-    tg_gradcheck_opts o = {1e-6, 1e-5, 1e-3, TG_GRADCHECK_FULL, 0, false, 0, false};
+    tg_gradcheck_opts o = {0};
+    o.mode = TG_GRADCHECK_FULL;
     return o;
 }
 
@@ -94,8 +105,8 @@ typedef struct gc_config {
 } gc_config;
 
 /* Fills cfg from opts (NULL: defaults) for inputs[0..n-1] with `mask`
- * (0: all) as the inputs to check: zero h/atol/rtol take the defaults, the
- * float64 ones, or with a float32 input (allowed) 1e-3, 1e-3, 1e-2. */
+ * (0: all) as the inputs to check; h, atol, rtol left 0 take the defaults
+ * of the checked inputs' dtype (unless opts->no_defaults). */
 static bool gc_configure(tg_ctx *ctx, const char *fn, const tg_gradcheck_opts *opts, int n,
                          tg_tensor *const *inputs, uint32_t mask, gc_config *cfg) {
     tg_gradcheck_opts o = opts ? *opts : tg_gradcheck_defaults();
@@ -114,23 +125,28 @@ static bool gc_configure(tg_ctx *ctx, const char *fn, const tg_gradcheck_opts *o
                  o.h, o.atol, o.rtol);
         return false;
     }
+    if (o.no_defaults && o.h == 0) {
+        tg_error(ctx, TG_ERR_VALUE, fn, "h=0 with no_defaults: the step must be > 0");
+        return false;
+    }
     bool f32 = false;
     for (int k = 0; k < n; k++) {
         if (!(mask >> k & 1u) || inputs[k]->dtype != TG_F32) continue;
         f32 = true;
         if (!o.allow_float32) {
-            double h = o.h > 0 ? o.h : 1e-6;
+            double h = o.h > 0 ? o.h : GC_F64.h;
             tg_error(ctx, TG_ERR_DTYPE, fn,
                      "input %d is float32: its round-off (~1e-7 relative) swamps the difference quotient "
                      "(with h=%g the error of f(x+-h) is ~1e-7*|f|, divided by 2h it is ~%.2g*|f|); check in "
-                     "float64, or set allow_float32 (h, atol, rtol then default to 1e-3, 1e-3, 1e-2)",
-                     k, h, 1e-7 / (2 * h));
+                     "float64, or set allow_float32 (h, atol, rtol left 0 then follow float32: %g, %g, %g)",
+                     k, h, 1e-7 / (2 * h), GC_F32.h, GC_F32.atol, GC_F32.rtol);
             return false;
         }
     }
-    cfg->h = o.h > 0 ? o.h : (f32 ? 1e-3 : 1e-6);
-    cfg->atol = o.atol > 0 ? o.atol : (f32 ? 1e-3 : 1e-5);
-    cfg->rtol = o.rtol > 0 ? o.rtol : (f32 ? 1e-2 : 1e-3);
+    tg_gradcheck_tol def = f32 ? GC_F32 : GC_F64;
+    cfg->h = o.h > 0 || o.no_defaults ? o.h : def.h;
+    cfg->atol = o.atol > 0 || o.no_defaults ? o.atol : def.atol;
+    cfg->rtol = o.rtol > 0 || o.no_defaults ? o.rtol : def.rtol;
     cfg->mode = o.mode;
     cfg->seed = o.seed;
     cfg->mask = mask;
@@ -139,6 +155,26 @@ static bool gc_configure(tg_ctx *ctx, const char *fn, const tg_gradcheck_opts *o
 }
 
 /* ---- a checking session ---------------------------------------------------- */
+
+/* The context's tape: the caller's is swapped out while the check records
+ * on a private one. */
+typedef struct gc_tape {
+    struct tg_node *nodes;
+    int64_t n_nodes, cap_nodes;
+    size_t saved_bytes;
+    bool consumed;
+} gc_tape;
+
+/* Exchanges the context's tape with *t. */
+static void gc_swap_tape(tg_ctx *ctx, gc_tape *t) {
+    gc_tape ctx_tape = {ctx->nodes, ctx->n_nodes, ctx->cap_nodes, ctx->saved_bytes, ctx->tape_consumed};
+    ctx->nodes = t->nodes;
+    ctx->n_nodes = t->n_nodes;
+    ctx->cap_nodes = t->cap_nodes;
+    ctx->saved_bytes = t->saved_bytes;
+    ctx->tape_consumed = t->consumed;
+    *t = ctx_tape;
+}
 
 typedef struct gc_session {
     tg_ctx *ctx;
@@ -150,10 +186,8 @@ typedef struct gc_session {
     const tg_tensor *out0;                 /* the first output: its shape */
     int64_t n_evals;
     /* the caller's state, restored at the end */
-    struct tg_node *nodes;
-    int64_t n_nodes, cap_nodes;
-    size_t saved_bytes;
-    bool tape_consumed, grad_enabled;
+    gc_tape tape;
+    bool grad_enabled;
     uint64_t rng_seed, rng_offset;        /* every evaluation starts here */
     uint64_t after_seed, after_offset;    /* where one evaluation ends */
     bool have_after;
@@ -167,19 +201,9 @@ static void gc_begin(gc_session *s, tg_ctx *ctx, const char *fn, tg_gradcheck_fn
     s->f = f;
     s->user = user;
     s->n = n;
-    s->nodes = ctx->nodes;
-    s->n_nodes = ctx->n_nodes;
-    s->cap_nodes = ctx->cap_nodes;
-    s->saved_bytes = ctx->saved_bytes;
-    s->tape_consumed = ctx->tape_consumed;
-    s->grad_enabled = ctx->grad_enabled;
-    s->rng_seed = ctx->seed;
-    s->rng_offset = ctx->rng_offset;
-    ctx->nodes = NULL;
-    ctx->n_nodes = 0;
-    ctx->cap_nodes = 0;
-    ctx->saved_bytes = 0;
-    ctx->tape_consumed = false;
+    gc_swap_tape(ctx, &s->tape);
+    s->grad_enabled = tg_grad_enabled(ctx);
+    tg_rng_state(ctx, &s->rng_seed, &s->rng_offset);
 }
 
 /* Frees the private tape and gives the caller's back; the RNG is left where
@@ -187,19 +211,10 @@ static void gc_begin(gc_session *s, tg_ctx *ctx, const char *fn, tg_gradcheck_fn
 static void gc_end(gc_session *s) {
     tg_ctx *ctx = s->ctx;
     tg_heap_free(ctx, ctx->nodes);
-    ctx->nodes = s->nodes;
-    ctx->n_nodes = s->n_nodes;
-    ctx->cap_nodes = s->cap_nodes;
-    ctx->saved_bytes = s->saved_bytes;
-    ctx->tape_consumed = s->tape_consumed;
-    ctx->grad_enabled = s->grad_enabled;
-    if (s->have_after) {
-        ctx->seed = s->after_seed;
-        ctx->rng_offset = s->after_offset;
-    } else {
-        ctx->seed = s->rng_seed;
-        ctx->rng_offset = s->rng_offset;
-    }
+    gc_swap_tape(ctx, &s->tape);
+    tg_set_grad_enabled(ctx, s->grad_enabled);
+    if (s->have_after) tg_rng_set_state(ctx, s->after_seed, s->after_offset);
+    else tg_rng_set_state(ctx, s->rng_seed, s->rng_offset);
 }
 
 /* Copies the inputs; the ones in `mask` become leaves that require grad. */
@@ -216,9 +231,8 @@ static bool gc_copy_inputs(gc_session *s, tg_tensor *const *inputs, uint32_t mas
 static tg_tensor *gc_eval(gc_session *s, bool record) {
     tg_ctx *ctx = s->ctx;
     char s1[TG_SHAPE_STR], s2[TG_SHAPE_STR];
-    ctx->seed = s->rng_seed;
-    ctx->rng_offset = s->rng_offset;
-    ctx->grad_enabled = record;
+    tg_rng_set_state(ctx, s->rng_seed, s->rng_offset);
+    tg_set_grad_enabled(ctx, record);
     tg_tensor *y = s->f(ctx, s->x, s->user);
     s->n_evals++;
     if (!tg_ok(ctx)) return NULL;
@@ -227,8 +241,7 @@ static tg_tensor *gc_eval(gc_session *s, bool record) {
         return NULL;
     }
     if (!s->have_after) {
-        s->after_seed = ctx->seed;
-        s->after_offset = ctx->rng_offset;
+        tg_rng_state(ctx, &s->after_seed, &s->after_offset);
         s->have_after = true;
     }
     if (s->out0 && !tg_same_shape(y, s->out0)) {
@@ -388,16 +401,12 @@ static bool gc_check_directional(gc_session *s, tg_gradcheck_result *R, int k, c
 
 static bool gc_check_args(tg_ctx *ctx, const char *fn, tg_gradcheck_fn f, int n_inputs,
                           tg_tensor *const *inputs) {
-    if (!f) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'f' is NULL");
+    if (!f || !inputs) {
+        tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", f ? "inputs" : "f");
         return false;
     }
     if (n_inputs < 1 || n_inputs > TG_GRADCHECK_MAX_INPUTS) {
         tg_error(ctx, TG_ERR_VALUE, fn, "n_inputs %d is outside 1..%d", n_inputs, TG_GRADCHECK_MAX_INPUTS);
-        return false;
-    }
-    if (!inputs) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'inputs' is NULL");
         return false;
     }
     for (int k = 0; k < n_inputs; k++) {
@@ -409,8 +418,7 @@ static bool gc_check_args(tg_ctx *ctx, const char *fn, tg_gradcheck_fn f, int n_
     return true;
 }
 
-bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
-                  const tg_gradcheck_opts *opts, tg_gradcheck_result *result) {
+bool tg_gradcheck_start(tg_ctx *ctx, const char *fn, tg_gradcheck_result *result) {
     if (result) {
         memset(result, 0, sizeof *result);
         result->worst_input = -1;
@@ -418,10 +426,15 @@ bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_t
     }
     if (!tg_live(ctx)) return false;
     if (!result) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'result' is NULL");
+        tg_error(ctx, TG_ERR_NULL, fn, "argument 'result' is NULL");
         return false;
     }
-    if (!gc_check_args(ctx, __func__, f, n_inputs, inputs)) return false;
+    return true;
+}
+
+bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                  const tg_gradcheck_opts *opts, tg_gradcheck_result *result) {
+    if (!tg_gradcheck_start(ctx, __func__, result) || !gc_check_args(ctx, __func__, f, n_inputs, inputs)) return false;
     gc_config cfg;
     if (!gc_configure(ctx, __func__, opts, n_inputs, inputs, opts ? opts->inputs : 0, &cfg)) return false;
 
@@ -451,7 +464,7 @@ bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_t
         /* An output that does not require grad does not depend on any
          * checked input: every analytic derivative is 0 (the zeroed grads). */
         if (y->requires_grad) tg_backward_ex(ctx, y, r, false);
-        ctx->grad_enabled = false;
+        tg_set_grad_enabled(ctx, false);
         ok = tg_ok(ctx);
     }
     /* forward differences: L(x) once, from a no-grad evaluation like the rest */
@@ -531,7 +544,7 @@ bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
             gc_arena_rollback(ctx, m);
         }
     }
-    ctx->grad_enabled = false;
+    tg_set_grad_enabled(ctx, false);
     /* Numeric: column i is (y(x + h e_i) - y(x - h e_i)) / (x+_i - x-_i), or
      * (y(x + h e_i) - y(x)) / (x+_i - x_i) with forward differences. */
     if (ok) {

@@ -1,25 +1,28 @@
-/* The op registry: every differentiable op with a builder of random valid
- * inputs and its forward, so tests and the gradient-check tool can check
- * every op by walking one table.
+/* The op registry: every differentiable op and layer with a builder of
+ * random valid inputs and its forward, in one table (at the end of this
+ * file) whose index is the op's id, so tests and the gradient-check tool
+ * check every op by walking it.
  *
- * An op's inputs are described by a spec string (see tapegrad.h): shapes
+ * An op's inputs are described by a spec string (tapegrad/check.h): shapes
  * separated by commas ("2x1x3,4x3"; "()" is 0-d), then ";key=value"
- * arguments. tg_registry_build parses the spec into a tg_op_case, then the
- * op's builder checks the shapes and arguments it needs and draws the
- * inputs from the context's RNG. Builders keep inputs away from the op's
- * kinks, where the one-sided derivatives differ and central differences
- * return their average:
+ * arguments. tg_registry_build parses the spec into a tg_op_case, refuses
+ * arguments the op does not declare and fills in the defaults of those the
+ * spec leaves out; then the op's builder checks the shapes and argument
+ * values it needs and draws the inputs from the context's RNG. Builders
+ * keep inputs away from the op's kinks, where the one-sided derivatives
+ * differ and central differences return their average:
  *   relu, abs, leaky_relu   |x| in [0.2, 2), either sign
  *   div denominators        |b| in [0.5, 2)
  *   log, sqrt, pow          x in [0.5, 2)
  *   max                     distinct values at least 4/numel apart
- * (h = 1e-6 is far below those gaps, so no difference straddles a kink.)
+ * (h = 1e-6, and 1e-3 in float32, are far below those gaps, so no
+ * difference straddles a kink.)
  *
- * The table below has one entry per op of TG_OP_LIST (layers/registry.h),
- * in the same order; a static_assert keeps their lengths equal. */
+ * Forwards: most entries name the library function in `fn` and one generic
+ * forward per arity calls it (fw_unary, fw_binary, fw_scalar, fw_axis,
+ * fw_norm); ops with their own arguments or extra data have their own. */
 #include "check/registry.h"
 
-#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -27,7 +30,11 @@
 
 #include "tensor/internal.h"
 
+/* Builders report as the public call they run under. */
 static const char BUILD_FN[] = "tg_registry_build";
+
+#define TG_XSTR_(x) #x
+#define TG_XSTR(x) TG_XSTR_(x)
 
 /* ---- spec parsing -----------------------------------------------------------
  * spec  := shapes { ';' key '=' value }
@@ -136,72 +143,87 @@ static bool parse_spec(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_o
     return true;
 }
 
-/* ---- helpers for builders -------------------------------------------------- */
+/* ---- arguments -------------------------------------------------------------
+ * An op declares the arguments it takes in its entry, with their defaults:
+ * args = "axis=-1,keepdim=0"; a key without '=' has no default ("to" of
+ * reshape, "end" of slice). */
 
-/* Refuses arguments not in the comma-separated list `allowed`. */
-static bool allow_args(tg_ctx *ctx, const tg_op_case *c, const char *allowed) {
+const char *tg_registry_arg(const tg_op_case *c, const char *key) {
+    for (int a = 0; c && key && a < c->n_args; a++)
+        if (strcmp(c->arg_name[a], key) == 0) return c->arg_value[a];
+    return NULL;
+}
+
+/* The argument as a number (validated by the builder); 0 when absent. */
+static double num_of(const tg_op_case *c, const char *key) {
+    const char *s = tg_registry_arg(c, key);
+    return s ? strtod(s, NULL) : 0.0;
+}
+
+/* The next item of a comma-separated list at *p, as *item and its length;
+ * *p moves past it and its comma. */
+static size_t next_item(const char **p, const char **item) {
+    size_t len = strcspn(*p, ",");
+    *item = *p;
+    *p += len + ((*p)[len] == ',');
+    return len;
+}
+
+/* Whether `decl` declares `key`. */
+static bool declares(const char *decl, const char *key) {
+    size_t kl = strlen(key);
+    for (const char *p = decl, *it; *p;) {
+        next_item(&p, &it);
+        if (strcspn(it, "=,") == kl && strncmp(it, key, kl) == 0) return true;
+    }
+    return false;
+}
+
+/* Refuses arguments c's op does not declare, then appends the declared
+ * defaults of those the spec leaves out. */
+static bool apply_args(tg_ctx *ctx, tg_op_case *c) {
+    const char *decl = c->op->args ? c->op->args : "";
     for (int a = 0; a < c->n_args; a++) {
-        const char *k = c->arg_name[a];
-        size_t kl = strlen(k);
-        bool found = false;
-        for (const char *p = allowed; *p;) {
-            const char *comma = strchr(p, ',');
-            size_t l = comma ? (size_t)(comma - p) : strlen(p);
-            if (l == kl && strncmp(p, k, l) == 0) found = true;
-            p += l + (comma ? 1 : 0);
-        }
-        if (!found) {
+        if (!declares(decl, c->arg_name[a])) {
             tg_error(ctx, TG_ERR_FORMAT, BUILD_FN, "%s: unknown argument '%s' in spec '%s' (takes: %s)", c->op->name,
-                     k, c->spec, *allowed ? allowed : "none");
+                     c->arg_name[a], c->spec, *decl ? decl : "none");
+            return false;
+        }
+    }
+    for (const char *p = decl, *it; *p;) {
+        size_t len = next_item(&p, &it), klen = strcspn(it, "=,");
+        char key[sizeof c->arg_name[0]];
+        snprintf(key, sizeof key, "%.*s", (int)klen, it);
+        if (klen == len || tg_registry_arg(c, key) || c->n_args == TG_OP_MAX_ARGS) continue; /* no default */
+        snprintf(c->arg_name[c->n_args], sizeof c->arg_name[0], "%s", key);
+        snprintf(c->arg_value[c->n_args], sizeof c->arg_value[0], "%.*s", (int)(len - klen - 1), it + klen + 1);
+        c->n_args++;
+    }
+    return true;
+}
+
+/* Checks that each argument in the comma-separated `keys` is a finite
+ * number, or an integer when `integer` (absent ones pass). */
+static bool check_args(tg_ctx *ctx, const tg_op_case *c, const char *keys, bool integer) {
+    for (const char *p = keys, *it; *p;) {
+        size_t len = next_item(&p, &it);
+        char key[sizeof c->arg_name[0]];
+        snprintf(key, sizeof key, "%.*s", (int)len, it);
+        const char *s = tg_registry_arg(c, key);
+        if (!s) continue;
+        char *e;
+        errno = 0;
+        double v = integer ? (double)strtoll(s, &e, 10) : strtod(s, &e);
+        if (*e || errno || !isfinite(v)) {
+            tg_error(ctx, TG_ERR_FORMAT, BUILD_FN, "%s: argument %s=%s in spec '%s' is not %s", c->op->name, key, s,
+                     c->spec, integer ? "an integer" : "a finite number");
             return false;
         }
     }
     return true;
 }
 
-static const char *arg_str(const tg_op_case *c, const char *key) {
-    for (int a = 0; a < c->n_args; a++)
-        if (strcmp(c->arg_name[a], key) == 0) return c->arg_value[a];
-    return NULL;
-}
-
-/* A number argument, or `def` when absent. */
-static bool arg_num(tg_ctx *ctx, const tg_op_case *c, const char *key, double def, double *out) {
-    const char *s = arg_str(c, key);
-    if (!s) {
-        *out = def;
-        return true;
-    }
-    char *e;
-    errno = 0;
-    double v = strtod(s, &e);
-    if (*e || errno || !isfinite(v)) {
-        tg_error(ctx, TG_ERR_FORMAT, BUILD_FN, "%s: argument %s=%s in spec '%s' is not a finite number",
-                 c->op->name, key, s, c->spec);
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
-/* An integer argument, or `def` when absent. */
-static bool arg_int(tg_ctx *ctx, const tg_op_case *c, const char *key, int64_t def, int64_t *out) {
-    const char *s = arg_str(c, key);
-    if (!s) {
-        *out = def;
-        return true;
-    }
-    char *e;
-    errno = 0;
-    long long v = strtoll(s, &e, 10);
-    if (*e || errno) {
-        tg_error(ctx, TG_ERR_FORMAT, BUILD_FN, "%s: argument %s=%s in spec '%s' is not an integer", c->op->name,
-                 key, s, c->spec);
-        return false;
-    }
-    *out = (int64_t)v;
-    return true;
-}
+/* ---- helpers for builders -------------------------------------------------- */
 
 /* Requires between lo and hi shapes. */
 static bool need_shapes(tg_ctx *ctx, const tg_op_case *c, int lo, int hi) {
@@ -267,7 +289,37 @@ static tg_tensor *make_input(tg_ctx *ctx, tg_op_case *c, int k, int from, const 
     return make_input_shaped(ctx, c, k, c->ndim[from], c->shape[from], name, dist, check);
 }
 
-/* ---- elementwise: binary with broadcasting ------------------------------- */
+/* ---- generic forwards: the entry's fn, by arity ------------------------------ */
+
+static tg_tensor *fw_unary(tg_ctx *ctx, tg_tensor *const *in, void *u) {
+    const tg_op_case *c = u;
+    return c->op->fn.unary(ctx, in[0]);
+}
+
+static tg_tensor *fw_binary(tg_ctx *ctx, tg_tensor *const *in, void *u) {
+    const tg_op_case *c = u;
+    return c->op->fn.binary(ctx, in[0], in[1]);
+}
+
+/* x and the op's one argument (s, p or slope). */
+static tg_tensor *fw_scalar(tg_ctx *ctx, tg_tensor *const *in, void *u) {
+    const tg_op_case *c = u;
+    return c->op->fn.scalar(ctx, in[0], strtod(c->arg_value[0], NULL));
+}
+
+static tg_tensor *fw_axis(tg_ctx *ctx, tg_tensor *const *in, void *u) {
+    const tg_op_case *c = u;
+    return c->op->fn.axis(ctx, in[0], (int)num_of(c, "axis"), num_of(c, "keepdim") != 0);
+}
+
+/* x, then gamma and beta when the spec has them (affine, bias). */
+static tg_tensor *fw_norm(tg_ctx *ctx, tg_tensor *const *in, void *u) {
+    const tg_op_case *c = u;
+    return c->op->fn.norm(ctx, in[0], c->n_inputs > 1 ? in[1] : NULL, c->n_inputs > 2 ? in[2] : NULL,
+                          (int)num_of(c, "norm"), num_of(c, "eps"));
+}
+
+/* ---- elementwise: binary with broadcasting, and matmul ------------------------ */
 
 static const char HELP_BINARY[] = "A,B: two shapes that broadcast (NumPy rules), e.g. 2x1x3,4x3";
 static const char *const V_BINARY[] = {
@@ -282,137 +334,15 @@ static const char *const V_BINARY[] = {
     "8x33,33",     /* larger: directional */
     NULL};
 
-static bool build_binary_any(tg_ctx *ctx, tg_op_case *c) {
-    return need_shapes(ctx, c, 2, 2) && allow_args(ctx, c, "") && make_input(ctx, c, 0, 0, "a", RG_ANY, true) &&
+static bool build_binary(tg_ctx *ctx, tg_op_case *c) {
+    return need_shapes(ctx, c, 2, 2) && make_input(ctx, c, 0, 0, "a", RG_ANY, true) &&
            make_input(ctx, c, 1, 1, "b", RG_ANY, true);
 }
 
 static bool build_binary_denom(tg_ctx *ctx, tg_op_case *c) {
-    return need_shapes(ctx, c, 2, 2) && allow_args(ctx, c, "") && make_input(ctx, c, 0, 0, "a", RG_ANY, true) &&
+    return need_shapes(ctx, c, 2, 2) && make_input(ctx, c, 0, 0, "a", RG_ANY, true) &&
            make_input(ctx, c, 1, 1, "b", RG_DENOM, true);
 }
-
-static tg_tensor *fw_add(tg_ctx *ctx, tg_tensor *const *in, void *u) { (void)u; return tg_add(ctx, in[0], in[1]); }
-static tg_tensor *fw_sub(tg_ctx *ctx, tg_tensor *const *in, void *u) { (void)u; return tg_sub(ctx, in[0], in[1]); }
-static tg_tensor *fw_mul(tg_ctx *ctx, tg_tensor *const *in, void *u) { (void)u; return tg_mul(ctx, in[0], in[1]); }
-static tg_tensor *fw_div(tg_ctx *ctx, tg_tensor *const *in, void *u) { (void)u; return tg_div(ctx, in[0], in[1]); }
-
-/* ---- elementwise: unary ------------------------------------------------- */
-
-static const char HELP_UNARY[] = "X: any shape, e.g. 3x4";
-static const char *const V_UNARY[] = {"3x4", "1", "()", "2x1x3", "16x33", NULL};
-
-static bool build_unary(tg_ctx *ctx, tg_op_case *c, rg_dist dist, const char *args) {
-    return need_shapes(ctx, c, 1, 1) && allow_args(ctx, c, args) && make_input(ctx, c, 0, 0, "x", dist, true);
-}
-static bool build_unary_any(tg_ctx *ctx, tg_op_case *c) { return build_unary(ctx, c, RG_ANY, ""); }
-static bool build_unary_pos(tg_ctx *ctx, tg_op_case *c) { return build_unary(ctx, c, RG_POS, ""); }
-static bool build_unary_away0(tg_ctx *ctx, tg_op_case *c) { return build_unary(ctx, c, RG_AWAY0, ""); }
-
-static tg_tensor *fw_neg(tg_ctx *ctx, tg_tensor *const *in, void *u) { (void)u; return tg_neg(ctx, in[0]); }
-static tg_tensor *fw_exp(tg_ctx *ctx, tg_tensor *const *in, void *u) { (void)u; return tg_exp(ctx, in[0]); }
-static tg_tensor *fw_log(tg_ctx *ctx, tg_tensor *const *in, void *u) { (void)u; return tg_log(ctx, in[0]); }
-static tg_tensor *fw_sqrt(tg_ctx *ctx, tg_tensor *const *in, void *u) { (void)u; return tg_sqrt(ctx, in[0]); }
-static tg_tensor *fw_abs(tg_ctx *ctx, tg_tensor *const *in, void *u) { (void)u; return tg_abs(ctx, in[0]); }
-
-/* Scalar arguments: s (add_scalar, mul_scalar), p (pow_scalar). */
-static const char HELP_SCALAR_S[] = "X;s=S: any shape and the scalar s (default 1.5)";
-static const char *const V_ADD_SCALAR[] = {"3x4;s=1.5", "()", "2x1x3;s=-3", "16x33;s=0.25", NULL};
-static const char *const V_MUL_SCALAR[] = {"3x4;s=-0.7", "()", "2x1x3;s=3", "3x4;s=0", "16x33;s=1.5", NULL};
-static const char HELP_POW[] = "X;p=P: any shape (inputs drawn in [0.5, 2)) and the exponent p (default 2)";
-static const char *const V_POW[] = {"3x4;p=2", "3x4;p=3", "3x4;p=0.5", "2x1x3;p=-1.5", "();p=2.5", "16x33;p=1.7",
-                                    NULL};
-
-static bool build_scalar_s(tg_ctx *ctx, tg_op_case *c) {
-    double s;
-    return build_unary(ctx, c, RG_ANY, "s") && arg_num(ctx, c, "s", 1.5, &s);
-}
-static bool build_pow(tg_ctx *ctx, tg_op_case *c) {
-    double p;
-    return build_unary(ctx, c, RG_POS, "p") && arg_num(ctx, c, "p", 2.0, &p);
-}
-
-/* The spec's number argument `key` (validated by the builder). */
-static double num_of(const tg_op_case *c, const char *key, double def) {
-    const char *s = arg_str(c, key);
-    return s ? strtod(s, NULL) : def;
-}
-
-static tg_tensor *fw_add_scalar(tg_ctx *ctx, tg_tensor *const *in, void *u) {
-    return tg_add_scalar(ctx, in[0], num_of(u, "s", 1.5));
-}
-static tg_tensor *fw_mul_scalar(tg_ctx *ctx, tg_tensor *const *in, void *u) {
-    return tg_mul_scalar(ctx, in[0], num_of(u, "s", 1.5));
-}
-static tg_tensor *fw_pow_scalar(tg_ctx *ctx, tg_tensor *const *in, void *u) {
-    return tg_pow_scalar(ctx, in[0], num_of(u, "p", 2.0));
-}
-
-/* ---- activations ------------------------------------------------------------ */
-
-static const char HELP_LEAKY[] = "X;slope=S: any shape and the negative slope (default 0.01)";
-static const char *const V_LEAKY[] = {"3x4", "3x4;slope=0.2", "()", "2x1x3;slope=-0.5", "16x33;slope=0.1", NULL};
-static const char HELP_GELU[] = "X;approx=erf|tanh: any shape; the exact erf form (default) or the tanh one";
-static const char *const V_GELU[] = {"3x4", "3x4;approx=tanh", "()", "2x1x3;approx=tanh", "16x33", NULL};
-
-static bool build_leaky(tg_ctx *ctx, tg_op_case *c) {
-    double s;
-    return build_unary(ctx, c, RG_AWAY0, "slope") && arg_num(ctx, c, "slope", 0.01, &s);
-}
-static bool build_gelu(tg_ctx *ctx, tg_op_case *c) {
-    if (!build_unary(ctx, c, RG_ANY, "approx")) return false;
-    const char *a = arg_str(c, "approx");
-    if (a && strcmp(a, "erf") != 0 && strcmp(a, "tanh") != 0) {
-        tg_error(ctx, TG_ERR_FORMAT, BUILD_FN, "gelu: approx=%s in spec '%s' is neither erf nor tanh", a, c->spec);
-        return false;
-    }
-    return true;
-}
-
-static tg_tensor *fw_relu(tg_ctx *ctx, tg_tensor *const *in, void *u) { (void)u; return tg_relu(ctx, in[0]); }
-static tg_tensor *fw_leaky_relu(tg_ctx *ctx, tg_tensor *const *in, void *u) {
-    return tg_leaky_relu(ctx, in[0], num_of(u, "slope", 0.01));
-}
-static tg_tensor *fw_sigmoid(tg_ctx *ctx, tg_tensor *const *in, void *u) { (void)u; return tg_sigmoid(ctx, in[0]); }
-static tg_tensor *fw_tanh(tg_ctx *ctx, tg_tensor *const *in, void *u) { (void)u; return tg_tanh(ctx, in[0]); }
-static tg_tensor *fw_gelu(tg_ctx *ctx, tg_tensor *const *in, void *u) {
-    const char *a = arg_str(u, "approx");
-    return tg_gelu(ctx, in[0], a && strcmp(a, "tanh") == 0);
-}
-static tg_tensor *fw_silu(tg_ctx *ctx, tg_tensor *const *in, void *u) { (void)u; return tg_silu(ctx, in[0]); }
-
-/* ---- reductions ----------------------------------------------------------------- */
-
-static const char *const V_SUM[] = {"3x4", "()", "1", "2x3x4", "16x33", NULL};
-static const char HELP_AXIS[] = "X;axis=A;keepdim=0|1: any shape, the axis (default -1, may be negative) and "
-                                "whether to keep it with size 1 (default 0)";
-static const char *const V_AXIS[] = {"3x4;axis=0", "3x4;axis=1;keepdim=1", "2x3x4;axis=-1", "2x3x4;axis=1;keepdim=1",
-                                     "();axis=0", "5;axis=0", "1x4;axis=0", "16x33;axis=1", NULL};
-
-static bool build_axis(tg_ctx *ctx, tg_op_case *c, rg_dist dist) {
-    int64_t v;
-    return build_unary(ctx, c, dist, "axis,keepdim") && arg_int(ctx, c, "axis", -1, &v) &&
-           arg_int(ctx, c, "keepdim", 0, &v);
-}
-static bool build_axis_any(tg_ctx *ctx, tg_op_case *c) { return build_axis(ctx, c, RG_ANY); }
-static bool build_axis_distinct(tg_ctx *ctx, tg_op_case *c) { return build_axis(ctx, c, RG_DISTINCT); }
-
-static int axis_of(const tg_op_case *c) { return (int)num_of(c, "axis", -1); }
-static bool keepdim_of(const tg_op_case *c) { return num_of(c, "keepdim", 0) != 0; }
-
-static tg_tensor *fw_sum(tg_ctx *ctx, tg_tensor *const *in, void *u) { (void)u; return tg_sum(ctx, in[0]); }
-static tg_tensor *fw_mean(tg_ctx *ctx, tg_tensor *const *in, void *u) { (void)u; return tg_mean(ctx, in[0]); }
-static tg_tensor *fw_sum_axis(tg_ctx *ctx, tg_tensor *const *in, void *u) {
-    return tg_sum_axis(ctx, in[0], axis_of(u), keepdim_of(u));
-}
-static tg_tensor *fw_mean_axis(tg_ctx *ctx, tg_tensor *const *in, void *u) {
-    return tg_mean_axis(ctx, in[0], axis_of(u), keepdim_of(u));
-}
-static tg_tensor *fw_max_axis(tg_ctx *ctx, tg_tensor *const *in, void *u) {
-    return tg_max_axis(ctx, in[0], axis_of(u), keepdim_of(u));
-}
-
-/* ---- matmul ----------------------------------------------------------------- */
 
 static const char HELP_MATMUL[] = "A,B: (M,K),(K,N) or (B,M,K),(B,K,N) or (B,M,K),(K,N)";
 static const char *const V_MATMUL[] = {
@@ -425,13 +355,65 @@ static const char *const V_MATMUL[] = {
     "70x65,65x40",   /* larger: blocked GEMM paths, directional */
     NULL};
 
-static bool build_matmul(tg_ctx *ctx, tg_op_case *c) {
-    return need_shapes(ctx, c, 2, 2) && allow_args(ctx, c, "") && make_input(ctx, c, 0, 0, "a", RG_ANY, true) &&
-           make_input(ctx, c, 1, 1, "b", RG_ANY, true);
+/* ---- elementwise: unary, with a scalar, activations --------------------------- */
+
+static const char HELP_UNARY[] = "X: any shape, e.g. 3x4";
+static const char *const V_UNARY[] = {"3x4", "1", "()", "2x1x3", "16x33", NULL};
+
+static bool build_unary(tg_ctx *ctx, tg_op_case *c, rg_dist dist) {
+    return need_shapes(ctx, c, 1, 1) && make_input(ctx, c, 0, 0, "x", dist, true);
 }
-static tg_tensor *fw_matmul(tg_ctx *ctx, tg_tensor *const *in, void *u) {
-    (void)u;
-    return tg_matmul(ctx, in[0], in[1]);
+static bool build_unary_any(tg_ctx *ctx, tg_op_case *c) { return build_unary(ctx, c, RG_ANY); }
+static bool build_unary_pos(tg_ctx *ctx, tg_op_case *c) { return build_unary(ctx, c, RG_POS); }
+static bool build_unary_away0(tg_ctx *ctx, tg_op_case *c) { return build_unary(ctx, c, RG_AWAY0); }
+
+/* One number argument: s (add_scalar, mul_scalar), p (pow_scalar), slope
+ * (leaky_relu). */
+static const char HELP_SCALAR_S[] = "X;s=S: any shape and the scalar s (default 1.5)";
+static const char *const V_ADD_SCALAR[] = {"3x4;s=1.5", "()", "2x1x3;s=-3", "16x33;s=0.25", NULL};
+static const char *const V_MUL_SCALAR[] = {"3x4;s=-0.7", "()", "2x1x3;s=3", "3x4;s=0", "16x33;s=1.5", NULL};
+static const char HELP_POW[] = "X;p=P: any shape (inputs drawn in [0.5, 2)) and the exponent p (default 2)";
+static const char *const V_POW[] = {"3x4;p=2", "3x4;p=3", "3x4;p=0.5", "2x1x3;p=-1.5", "();p=2.5", "16x33;p=1.7",
+                                    NULL};
+static const char HELP_LEAKY[] = "X;slope=S: any shape and the negative slope (default 0.01)";
+static const char *const V_LEAKY[] = {"3x4", "3x4;slope=0.2", "()", "2x1x3;slope=-0.5", "16x33;slope=0.1", NULL};
+
+static bool build_scalar(tg_ctx *ctx, tg_op_case *c, rg_dist dist) {
+    return build_unary(ctx, c, dist) && check_args(ctx, c, c->arg_name[0], false);
+}
+static bool build_scalar_any(tg_ctx *ctx, tg_op_case *c) { return build_scalar(ctx, c, RG_ANY); }
+static bool build_scalar_pos(tg_ctx *ctx, tg_op_case *c) { return build_scalar(ctx, c, RG_POS); }
+static bool build_scalar_away0(tg_ctx *ctx, tg_op_case *c) { return build_scalar(ctx, c, RG_AWAY0); }
+
+static const char HELP_GELU[] = "X;approx=erf|tanh: any shape; the exact erf form (default) or the tanh one";
+static const char *const V_GELU[] = {"3x4", "3x4;approx=tanh", "()", "2x1x3;approx=tanh", "16x33", NULL};
+
+static bool build_gelu(tg_ctx *ctx, tg_op_case *c) {
+    if (!build_unary(ctx, c, RG_ANY)) return false;
+    const char *a = tg_registry_arg(c, "approx");
+    if (strcmp(a, "erf") != 0 && strcmp(a, "tanh") != 0) {
+        tg_error(ctx, TG_ERR_FORMAT, BUILD_FN, "gelu: approx=%s in spec '%s' is neither erf nor tanh", a, c->spec);
+        return false;
+    }
+    return true;
+}
+static tg_tensor *fw_gelu(tg_ctx *ctx, tg_tensor *const *in, void *u) {
+    return tg_gelu(ctx, in[0], strcmp(tg_registry_arg(u, "approx"), "tanh") == 0);
+}
+
+/* ---- reductions ----------------------------------------------------------------- */
+
+static const char *const V_SUM[] = {"3x4", "()", "1", "2x3x4", "16x33", NULL};
+static const char HELP_AXIS[] = "X;axis=A;keepdim=0|1: any shape, the axis (default -1, may be negative) and "
+                                "whether to keep it with size 1 (default 0)";
+static const char *const V_AXIS[] = {"3x4;axis=0", "3x4;axis=1;keepdim=1", "2x3x4;axis=-1", "2x3x4;axis=1;keepdim=1",
+                                     "();axis=0", "5;axis=0", "1x4;axis=0", "16x33;axis=1", NULL};
+
+static bool build_axis_any(tg_ctx *ctx, tg_op_case *c) {
+    return build_unary(ctx, c, RG_ANY) && check_args(ctx, c, "axis,keepdim", true);
+}
+static bool build_axis_distinct(tg_ctx *ctx, tg_op_case *c) {
+    return build_unary(ctx, c, RG_DISTINCT) && check_args(ctx, c, "axis,keepdim", true);
 }
 
 /* ---- shapes: transpose, reshape, concat, slice ------------------------------- */
@@ -439,25 +421,19 @@ static tg_tensor *fw_matmul(tg_ctx *ctx, tg_tensor *const *in, void *u) {
 static const char HELP_TRANSPOSE[] = "X: ndim >= 2; the last two dims are swapped";
 static const char *const V_TRANSPOSE[] = {"3x4", "1x5", "2x3x4", "2x1x3x2", "33x65", NULL};
 
-static bool build_transpose(tg_ctx *ctx, tg_op_case *c) { return build_unary(ctx, c, RG_ANY, ""); }
-static tg_tensor *fw_transpose(tg_ctx *ctx, tg_tensor *const *in, void *u) {
-    (void)u;
-    return tg_transpose(ctx, in[0]);
-}
-
 static const char HELP_RESHAPE[] = "X;to=SHAPE: the new shape, one size may be -1, e.g. 2x3x4;to=4x-1";
 static const char *const V_RESHAPE[] = {"2x3x4;to=6x4", "2x3x4;to=4x-1", "2x6;to=3x1x4", "1;to=()", "();to=1x1",
                                         "40x30;to=-1x20", NULL};
 
 /* The reshape target (validated by the builder). */
 static bool reshape_target(const tg_op_case *c, int *ndim, int64_t *shape) {
-    const char *s = arg_str(c, "to");
+    const char *s = tg_registry_arg(c, "to");
     return s && parse_shape(s, strlen(s), true, ndim, shape);
 }
 static bool build_reshape(tg_ctx *ctx, tg_op_case *c) {
     int nd;
     int64_t sh[TG_MAX_DIMS];
-    if (!build_unary(ctx, c, RG_ANY, "to")) return false;
+    if (!build_unary(ctx, c, RG_ANY)) return false;
     if (!reshape_target(c, &nd, sh)) {
         tg_error(ctx, TG_ERR_FORMAT, BUILD_FN, "reshape: spec '%s' needs to=SHAPE (sizes joined by 'x', one may "
                  "be -1, '()' for 0-d)", c->spec);
@@ -478,17 +454,14 @@ static const char *const V_CONCAT[] = {"2x3,4x3,1x3;axis=0", "2x3,2x1,2x2;axis=-
 static const char *const CONCAT_NAMES[TG_GRADCHECK_MAX_INPUTS] = {"x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7"};
 
 static bool build_concat(tg_ctx *ctx, tg_op_case *c) {
-    int64_t axis;
-    if (!need_shapes(ctx, c, 1, TG_GRADCHECK_MAX_INPUTS) || !allow_args(ctx, c, "axis") ||
-        !arg_int(ctx, c, "axis", 0, &axis))
-        return false;
+    if (!need_shapes(ctx, c, 1, TG_GRADCHECK_MAX_INPUTS) || !check_args(ctx, c, "axis", true)) return false;
     for (int k = 0; k < c->n_shapes; k++)
         if (!make_input(ctx, c, k, k, CONCAT_NAMES[k], RG_ANY, true)) return false;
     return true;
 }
 static tg_tensor *fw_concat(tg_ctx *ctx, tg_tensor *const *in, void *u) {
     const tg_op_case *c = u;
-    return tg_concat(ctx, c->n_inputs, in, (int)num_of(c, "axis", 0));
+    return tg_concat(ctx, c->n_inputs, in, (int)num_of(c, "axis"));
 }
 
 static const char HELP_SLICE[] = "X;axis=A;start=S;end=E: elements S..E-1 along axis A (defaults: 0, 0, size)";
@@ -497,17 +470,16 @@ static const char *const V_SLICE[] = {"5x4;axis=0;start=1;end=4", "3x6;axis=1;st
                                       "1;axis=0;start=0;end=1", "33x20;axis=0;start=5;end=30", NULL};
 
 static bool build_slice(tg_ctx *ctx, tg_op_case *c) {
-    int64_t v;
-    return build_unary(ctx, c, RG_ANY, "axis,start,end") && arg_int(ctx, c, "axis", 0, &v) &&
-           arg_int(ctx, c, "start", 0, &v) && arg_int(ctx, c, "end", 0, &v);
+    return build_unary(ctx, c, RG_ANY) && check_args(ctx, c, "axis,start,end", true);
 }
 static tg_tensor *fw_slice(tg_ctx *ctx, tg_tensor *const *in, void *u) {
     const tg_op_case *c = u;
-    int axis = (int)num_of(c, "axis", 0);
+    int axis = (int)num_of(c, "axis");
     int nd = in[0]->ndim;
     int a = axis < 0 ? axis + nd : axis;
     int64_t size = a >= 0 && a < nd ? in[0]->shape[a] : 0;
-    return tg_slice(ctx, in[0], axis, (int64_t)num_of(c, "start", 0), (int64_t)num_of(c, "end", (double)size));
+    int64_t end = tg_registry_arg(c, "end") ? (int64_t)num_of(c, "end") : size;
+    return tg_slice(ctx, in[0], axis, (int64_t)num_of(c, "start"), end);
 }
 
 /* ---- embedding ---------------------------------------------------------------- */
@@ -517,7 +489,7 @@ static const char HELP_EMBEDDING[] = "W,I: the weight (V,D) and the shape of the
 static const char *const V_EMBEDDING[] = {"10x4,6", "5x3,2x4", "1x1,1", "7x2,()", "50x16,4x9", NULL};
 
 static bool build_embedding(tg_ctx *ctx, tg_op_case *c) {
-    if (!need_shapes(ctx, c, 2, 2) || !allow_args(ctx, c, "")) return false;
+    if (!need_shapes(ctx, c, 2, 2)) return false;
     if (c->ndim[0] != 2 || c->shape[0][0] < 1) {
         tg_error(ctx, TG_ERR_SHAPE, BUILD_FN, "embedding: spec '%s': the weight must be (V,D) with V >= 1", c->spec);
         return false;
@@ -545,12 +517,6 @@ static tg_tensor *fw_embedding(tg_ctx *ctx, tg_tensor *const *in, void *u) {
 static const char HELP_SOFTMAX[] = "X: any shape; over the last axis";
 static const char *const V_SOFTMAX[] = {"3x5", "5", "2x3x4", "4x1", "()", "8x65", NULL};
 
-static tg_tensor *fw_softmax(tg_ctx *ctx, tg_tensor *const *in, void *u) { (void)u; return tg_softmax(ctx, in[0]); }
-static tg_tensor *fw_log_softmax(tg_ctx *ctx, tg_tensor *const *in, void *u) {
-    (void)u;
-    return tg_log_softmax(ctx, in[0]);
-}
-
 static const char HELP_CE[] = "NxC;smoothing=E;ignore_index=I;ignore_rows=K: logits (N,C), random targets in "
                               "0..C-1; the first K < N rows get target I (default -100)";
 static const char *const V_CE[] = {"4x5", "4x5;smoothing=0.1", "6x3;ignore_rows=2",
@@ -558,18 +524,17 @@ static const char *const V_CE[] = {"4x5", "4x5;smoothing=0.1", "6x3;ignore_rows=
                                    "32x10;smoothing=0.05", NULL};
 
 static bool build_cross_entropy(tg_ctx *ctx, tg_op_case *c) {
-    double eps;
-    int64_t ign, rows;
-    if (!build_unary(ctx, c, RG_ANY, "smoothing,ignore_index,ignore_rows") ||
-        !arg_num(ctx, c, "smoothing", 0.0, &eps) || !arg_int(ctx, c, "ignore_index", -100, &ign) ||
-        !arg_int(ctx, c, "ignore_rows", 0, &rows))
+    if (!build_unary(ctx, c, RG_ANY) || !check_args(ctx, c, "smoothing", false) ||
+        !check_args(ctx, c, "ignore_index,ignore_rows", true))
         return false;
+    c->input_names[0] = "logits";
     if (c->ndim[0] != 2 || c->shape[0][0] < 1 || c->shape[0][1] < 1) {
         tg_error(ctx, TG_ERR_SHAPE, BUILD_FN, "cross_entropy: spec '%s': the logits must be (N,C) with N, C >= 1",
                  c->spec);
         return false;
     }
     int64_t N = c->shape[0][0], C = c->shape[0][1];
+    int64_t ign = (int64_t)num_of(c, "ignore_index"), rows = (int64_t)num_of(c, "ignore_rows");
     if (rows < 0 || rows >= N) {
         tg_error(ctx, TG_ERR_VALUE, BUILD_FN, "cross_entropy: spec '%s': ignore_rows=%lld must be in 0..N-1=%lld "
                  "(with every row ignored the loss is NaN)", c->spec, (long long)rows, (long long)(N - 1));
@@ -584,14 +549,13 @@ static bool build_cross_entropy(tg_ctx *ctx, tg_op_case *c) {
     }
     /* keep one row counted when ignore_index is a class */
     if (c->index[N - 1] == ign) c->index[N - 1] = (ign + 1) % C;
-    c->input_names[0] = "logits";
     return true;
 }
 static tg_tensor *fw_cross_entropy(tg_ctx *ctx, tg_tensor *const *in, void *u) {
     const tg_op_case *c = u;
     tg_cross_entropy_opts o = TG_CROSS_ENTROPY_DEFAULTS;
-    o.ignore_index = (int64_t)num_of(c, "ignore_index", -100);
-    o.label_smoothing = num_of(c, "smoothing", 0.0);
+    o.ignore_index = (int64_t)num_of(c, "ignore_index");
+    o.label_smoothing = num_of(c, "smoothing");
     return tg_cross_entropy(ctx, in[0], c->index, &o);
 }
 
@@ -599,12 +563,8 @@ static const char HELP_MSE[] = "P,T: prediction and target of one shape (both di
 static const char *const V_MSE[] = {"3x4,3x4", "1,1", "(),()", "2x3x4,2x3x4", "16x33,16x33", NULL};
 
 static bool build_mse(tg_ctx *ctx, tg_op_case *c) {
-    return need_shapes(ctx, c, 2, 2) && allow_args(ctx, c, "") &&
-           make_input(ctx, c, 0, 0, "pred", RG_ANY, true) && make_input(ctx, c, 1, 1, "target", RG_ANY, true);
-}
-static tg_tensor *fw_mse_loss(tg_ctx *ctx, tg_tensor *const *in, void *u) {
-    (void)u;
-    return tg_mse_loss(ctx, in[0], in[1]);
+    return need_shapes(ctx, c, 2, 2) && make_input(ctx, c, 0, 0, "pred", RG_ANY, true) &&
+           make_input(ctx, c, 1, 1, "target", RG_ANY, true);
 }
 
 static const char HELP_DROPOUT[] = "X;p=P;train=0|1: any shape, drop probability (default 0.3), training (1)";
@@ -612,13 +572,10 @@ static const char *const V_DROPOUT[] = {"4x5;p=0.3", "3x7;p=0.5", "2x3;p=0", "4x
                                         NULL};
 
 static bool build_dropout(tg_ctx *ctx, tg_op_case *c) {
-    double p;
-    int64_t train;
-    return build_unary(ctx, c, RG_ANY, "p,train") && arg_num(ctx, c, "p", 0.3, &p) &&
-           arg_int(ctx, c, "train", 1, &train);
+    return build_unary(ctx, c, RG_ANY) && check_args(ctx, c, "p", false) && check_args(ctx, c, "train", true);
 }
 static tg_tensor *fw_dropout(tg_ctx *ctx, tg_tensor *const *in, void *u) {
-    return tg_dropout(ctx, in[0], num_of(u, "p", 0.3), num_of(u, "train", 1) != 0);
+    return tg_dropout(ctx, in[0], num_of(u, "p"), num_of(u, "train") != 0);
 }
 
 /* ---- layers: Linear, RMSNorm, LayerNorm (fused, and the composed twins) ---------- */
@@ -628,16 +585,14 @@ static const char *const V_LINEAR[] = {"4x3,5x3", "4x3,5x3;bias=0", "3,2x3", "2x
                                        "33x40,24x40", NULL};
 
 static bool build_linear(tg_ctx *ctx, tg_op_case *c) {
-    int64_t bias;
-    if (!need_shapes(ctx, c, 2, 2) || !allow_args(ctx, c, "bias") || !arg_int(ctx, c, "bias", 1, &bias))
-        return false;
+    if (!need_shapes(ctx, c, 2, 2) || !check_args(ctx, c, "bias", true)) return false;
     if (c->ndim[1] != 2) {
         tg_error(ctx, TG_ERR_SHAPE, BUILD_FN, "linear: spec '%s': the weight must be (out, in)", c->spec);
         return false;
     }
     if (!make_input(ctx, c, 0, 0, "x", RG_ANY, true) || !make_input(ctx, c, 1, 1, "weight", RG_ANY, true))
         return false;
-    return !bias || make_input_shaped(ctx, c, 2, 1, c->shape[1], "bias", RG_ANY, true);
+    return !num_of(c, "bias") || make_input_shaped(ctx, c, 2, 1, c->shape[1], "bias", RG_ANY, true);
 }
 static tg_tensor *fw_linear(tg_ctx *ctx, tg_tensor *const *in, void *u) {
     const tg_op_case *c = u;
@@ -652,164 +607,170 @@ static const char HELP_RMSNORM[] = "X;norm=K;eps=E;affine=0|1;bias=0|1: normaliz
 static const char HELP_LAYERNORM[] = "X;norm=K;eps=E;affine=0|1;bias=0|1: normalizes the last K dims of X (default "
                                      "1); gamma and beta (when affine; beta when bias) have their shape; defaults "
                                      "eps=1e-5, affine=1, bias=1";
+static const char ARGS_RMSNORM[] = "norm=1,eps=" TG_XSTR(TG_RMSNORM_EPS) ",affine=1,bias=0";
+static const char ARGS_LAYERNORM[] = "norm=1,eps=" TG_XSTR(TG_LAYERNORM_EPS) ",affine=1,bias=1";
 static const char *const V_RMSNORM[] = {"4x8", "4x8;bias=1", "4x8;affine=0", "2x3x4;norm=2;bias=1", "6;eps=0.1",
                                         "16x64;bias=1", NULL};
 static const char *const V_LAYERNORM[] = {"4x8", "4x8;bias=0", "4x8;affine=0", "2x3x4;norm=2", "6;eps=0.1",
                                           "3x1", "16x64", NULL};
 
-typedef struct norm_args {
-    int64_t norm, affine, bias;
-    double eps;
-} norm_args;
-
-/* The norm arguments of a spec (validated by the builder), with the
- * defaults of RMSNorm (bias 0, eps 1e-6) or LayerNorm (bias 1, eps 1e-5). */
-static norm_args norm_args_of(const tg_op_case *c, bool layernorm) {
-    norm_args a;
-    a.norm = (int64_t)num_of(c, "norm", 1);
-    a.affine = (int64_t)num_of(c, "affine", 1);
-    a.bias = (int64_t)num_of(c, "bias", layernorm ? 1 : 0);
-    a.eps = num_of(c, "eps", layernorm ? TG_LAYERNORM_EPS : TG_RMSNORM_EPS);
-    return a;
-}
-
-static bool build_norm(tg_ctx *ctx, tg_op_case *c, bool layernorm) {
-    norm_args a;
-    int64_t v;
-    if (!build_unary(ctx, c, RG_ANY, "norm,eps,affine,bias") || !arg_int(ctx, c, "norm", 1, &v) ||
-        !arg_int(ctx, c, "affine", 1, &v) || !arg_int(ctx, c, "bias", 0, &v) || !arg_num(ctx, c, "eps", 0, &a.eps))
+static bool build_norm(tg_ctx *ctx, tg_op_case *c) {
+    if (!build_unary(ctx, c, RG_ANY) || !check_args(ctx, c, "norm,affine,bias", true) ||
+        !check_args(ctx, c, "eps", false))
         return false;
-    c->input_names[0] = "x";
-    a = norm_args_of(c, layernorm);
-    if (a.norm < 1 || a.norm > c->ndim[0]) {
+    int64_t norm = (int64_t)num_of(c, "norm");
+    if (norm < 1 || norm > c->ndim[0]) {
         tg_error(ctx, TG_ERR_SHAPE, BUILD_FN, "%s: spec '%s': norm=%lld must be in 1..ndim(x)=%d", c->op->name,
-                 c->spec, (long long)a.norm, c->ndim[0]);
+                 c->spec, (long long)norm, c->ndim[0]);
         return false;
     }
-    int nd = (int)a.norm;
+    int nd = (int)norm;
     const int64_t *shape = c->shape[0] + c->ndim[0] - nd;
-    if (a.affine && !make_input_shaped(ctx, c, 1, nd, shape, "gamma", RG_ANY, true)) return false;
-    if (a.affine && a.bias && !make_input_shaped(ctx, c, 2, nd, shape, "beta", RG_ANY, true)) return false;
+    bool affine = num_of(c, "affine") != 0, bias = num_of(c, "bias") != 0;
+    if (affine && !make_input_shaped(ctx, c, 1, nd, shape, "gamma", RG_ANY, true)) return false;
+    if (affine && bias && !make_input_shaped(ctx, c, 2, nd, shape, "beta", RG_ANY, true)) return false;
     return true;
 }
-static bool build_rmsnorm(tg_ctx *ctx, tg_op_case *c) { return build_norm(ctx, c, false); }
-static bool build_layernorm(tg_ctx *ctx, tg_op_case *c) { return build_norm(ctx, c, true); }
 
-typedef tg_tensor *(*norm_fn)(tg_ctx *, tg_tensor *, tg_tensor *, tg_tensor *, int, double);
+/* ---- the table ----------------------------------------------------------------
+ * One entry per op; its index is the op's id. Each names the op, says what
+ * it computes, its spec and arguments (with defaults), its built-in specs,
+ * its builder and forward (with `fn` for a generic forward), and where the
+ * default step and tolerances of a dtype do not fit it, its own.
+ *
+ * Own values, float32 only (the float64 defaults fit every op): where the
+ * float32 round-off of L, about eps32 |L| / h in the quotient, reaches the
+ * tolerance at h = 1e-3. It does when a perturbed element moves many
+ * outputs -- a row of log_softmax and of the norms, a row or column
+ * of matmul and linear (K products each) -- or large ones (exp). Those
+ * smooth ops take h = 1e-2, near the measured float32 optimum (`sweep`:
+ * 1e-2 for rmsnorm and layernorm), where truncation, h^2 |L'''| / 6, is
+ * still far below the tolerance; matmul and linear are linear in each
+ * input, so central differences have no truncation error and take h = 0.1.
+ * Measured: `tapegrad-gradcheck check all --dtype f32`, with and without
+ * --mode full, passes seeds 0..59; at h = 1e-3 some seeds failed the norms
+ * at 16x64, exp at 16x33, matmul at 70x65,65x40, log_softmax at 8x65 and
+ * linear at 33x40,24x40 (docs/gradcheck.md). */
 
-static tg_tensor *fw_norm(tg_ctx *ctx, tg_tensor *const *in, const tg_op_case *c, norm_fn f, bool layernorm) {
-    norm_args a = norm_args_of(c, layernorm);
-    return f(ctx, in[0], c->n_inputs > 1 ? in[1] : NULL, c->n_inputs > 2 ? in[2] : NULL, (int)a.norm, a.eps);
-}
-static tg_tensor *fw_rmsnorm(tg_ctx *ctx, tg_tensor *const *in, void *u) {
-    return fw_norm(ctx, in, u, tg_rmsnorm_fused, false);
-}
-static tg_tensor *fw_layernorm(tg_ctx *ctx, tg_tensor *const *in, void *u) {
-    return fw_norm(ctx, in, u, tg_layernorm_fused, true);
-}
-static tg_tensor *fw_rmsnorm_composed(tg_ctx *ctx, tg_tensor *const *in, void *u) {
-    return fw_norm(ctx, in, u, tg_rmsnorm_composed, false);
-}
-static tg_tensor *fw_layernorm_composed(tg_ctx *ctx, tg_tensor *const *in, void *u) {
-    return fw_norm(ctx, in, u, tg_layernorm_composed, true);
-}
-
-/* ---- the table ---------------------------------------------------------------- */
-
-/* variants and their count (without the NULL) */
-#define VARIANTS(v) v, (int)(sizeof v / sizeof v[0]) - 1
+/* .variants and .n_variants (without the NULL) */
+#define VARIANTS(v) .variants = v, .n_variants = (int)(sizeof v / sizeof v[0]) - 1
 
 static const tg_op_info registry[] = {
-    {TG_OP_add, "add", "a + b, broadcasting", HELP_BINARY, VARIANTS(V_BINARY), false, 0, 0, 0, build_binary_any,
-     fw_add},
-    {TG_OP_sub, "sub", "a - b, broadcasting", HELP_BINARY, VARIANTS(V_BINARY), false, 0, 0, 0, build_binary_any,
-     fw_sub},
-    {TG_OP_mul, "mul", "a * b, broadcasting", HELP_BINARY, VARIANTS(V_BINARY), false, 0, 0, 0, build_binary_any,
-     fw_mul},
-    {TG_OP_div, "div", "a / b, broadcasting (|b| >= 0.5)", HELP_BINARY, VARIANTS(V_BINARY), false, 0, 0, 0,
-     build_binary_denom, fw_div},
-    {TG_OP_neg, "neg", "-x", HELP_UNARY, VARIANTS(V_UNARY), false, 0, 0, 0, build_unary_any, fw_neg},
-    {TG_OP_add_scalar, "add_scalar", "x + s", HELP_SCALAR_S, VARIANTS(V_ADD_SCALAR), false, 0, 0, 0,
-     build_scalar_s, fw_add_scalar},
-    {TG_OP_mul_scalar, "mul_scalar", "x * s", HELP_SCALAR_S, VARIANTS(V_MUL_SCALAR), false, 0, 0, 0,
-     build_scalar_s, fw_mul_scalar},
-    {TG_OP_pow_scalar, "pow_scalar", "x^p (x in [0.5, 2))", HELP_POW, VARIANTS(V_POW), false, 0, 0, 0, build_pow,
-     fw_pow_scalar},
-    {TG_OP_exp, "exp", "e^x", HELP_UNARY, VARIANTS(V_UNARY), false, 0, 0, 0, build_unary_any, fw_exp},
-    {TG_OP_log, "log", "ln x (x in [0.5, 2))", HELP_UNARY, VARIANTS(V_UNARY), false, 0, 0, 0, build_unary_pos,
-     fw_log},
-    {TG_OP_sqrt, "sqrt", "sqrt x (x in [0.5, 2))", HELP_UNARY, VARIANTS(V_UNARY), false, 0, 0, 0, build_unary_pos,
-     fw_sqrt},
-    {TG_OP_abs, "abs", "|x| (|x| >= 0.2)", HELP_UNARY, VARIANTS(V_UNARY), false, 0, 0, 0, build_unary_away0,
-     fw_abs},
-    {TG_OP_relu, "relu", "max(x, 0) (|x| >= 0.2)", HELP_UNARY, VARIANTS(V_UNARY), false, 0, 0, 0,
-     build_unary_away0, fw_relu},
-    {TG_OP_leaky_relu, "leaky_relu", "x > 0 ? x : slope x (|x| >= 0.2)", HELP_LEAKY, VARIANTS(V_LEAKY), false, 0,
-     0, 0, build_leaky, fw_leaky_relu},
-    {TG_OP_sigmoid, "sigmoid", "1 / (1 + e^-x)", HELP_UNARY, VARIANTS(V_UNARY), false, 0, 0, 0, build_unary_any,
-     fw_sigmoid},
-    {TG_OP_tanh, "tanh", "tanh x", HELP_UNARY, VARIANTS(V_UNARY), false, 0, 0, 0, build_unary_any, fw_tanh},
-    {TG_OP_gelu, "gelu", "x/2 (1 + erf(x / sqrt 2)), or the tanh approximation", HELP_GELU, VARIANTS(V_GELU),
-     false, 0, 0, 0, build_gelu, fw_gelu},
-    {TG_OP_silu, "silu", "x sigmoid(x)", HELP_UNARY, VARIANTS(V_UNARY), false, 0, 0, 0, build_unary_any, fw_silu},
-    {TG_OP_sum, "sum", "sum of all elements", HELP_UNARY, VARIANTS(V_SUM), false, 0, 0, 0, build_unary_any,
-     fw_sum},
-    {TG_OP_mean, "mean", "mean of all elements", HELP_UNARY, VARIANTS(V_SUM), false, 0, 0, 0, build_unary_any,
-     fw_mean},
-    {TG_OP_sum_axis, "sum_axis", "sum over one axis", HELP_AXIS, VARIANTS(V_AXIS), false, 0, 0, 0, build_axis_any,
-     fw_sum_axis},
-    {TG_OP_mean_axis, "mean_axis", "mean over one axis", HELP_AXIS, VARIANTS(V_AXIS), false, 0, 0, 0,
-     build_axis_any, fw_mean_axis},
-    {TG_OP_max_axis, "max_axis", "max over one axis (distinct inputs: no ties)", HELP_AXIS, VARIANTS(V_AXIS), false,
-     0, 0, 0, build_axis_distinct, fw_max_axis},
-    {TG_OP_matmul, "matmul", "a b: 2-D, batched 3-D, or batched by shared 2-D", HELP_MATMUL, VARIANTS(V_MATMUL),
-     false, 0, 0, 0, build_matmul, fw_matmul},
-    {TG_OP_transpose, "transpose", "swaps the last two dims", HELP_TRANSPOSE, VARIANTS(V_TRANSPOSE), false, 0, 0,
-     0, build_transpose, fw_transpose},
-    {TG_OP_reshape, "reshape", "x with a new shape", HELP_RESHAPE, VARIANTS(V_RESHAPE), false, 0, 0, 0,
-     build_reshape, fw_reshape},
-    {TG_OP_concat, "concat", "joins tensors along an axis", HELP_CONCAT, VARIANTS(V_CONCAT), false, 0, 0, 0,
-     build_concat, fw_concat},
-    {TG_OP_slice, "slice", "x[start:end] along an axis", HELP_SLICE, VARIANTS(V_SLICE), false, 0, 0, 0,
-     build_slice, fw_slice},
-    {TG_OP_embedding, "embedding", "rows of weight by index", HELP_EMBEDDING, VARIANTS(V_EMBEDDING), false, 0, 0,
-     0, build_embedding, fw_embedding},
-    {TG_OP_softmax, "softmax", "exp(x_i) / sum_j exp(x_j) over the last axis", HELP_SOFTMAX,
-     VARIANTS(V_SOFTMAX), false, 0, 0, 0, build_unary_any, fw_softmax},
-    {TG_OP_log_softmax, "log_softmax", "x_i - log sum_j exp(x_j) over the last axis", HELP_SOFTMAX,
-     VARIANTS(V_SOFTMAX), false, 0, 0, 0, build_unary_any, fw_log_softmax},
-    {TG_OP_cross_entropy, "cross_entropy", "mean -log softmax(logits)[target], label smoothing, ignore_index",
-     HELP_CE, VARIANTS(V_CE), false, 0, 0, 0, build_cross_entropy, fw_cross_entropy},
-    {TG_OP_mse_loss, "mse_loss", "mean((pred - target)^2)", HELP_MSE, VARIANTS(V_MSE), false, 0, 0, 0, build_mse,
-     fw_mse_loss},
-    {TG_OP_dropout, "dropout", "x / (1 - p) where kept, 0 where dropped (p)", HELP_DROPOUT, VARIANTS(V_DROPOUT),
-     true, 0, 0, 0, build_dropout, fw_dropout},
-    {TG_OP_linear, "linear", "x W^T + b (Linear, fused)", HELP_LINEAR, VARIANTS(V_LINEAR), false, 0, 0, 0,
-     build_linear, fw_linear},
-    {TG_OP_rmsnorm, "rmsnorm", "x / sqrt(mean x^2 + eps) * gamma + beta (RMSNorm, fused)", HELP_RMSNORM,
-     VARIANTS(V_RMSNORM), false, 0, 0, 0, build_rmsnorm, fw_rmsnorm},
-    {TG_OP_layernorm, "layernorm", "(x - mean) / sqrt(var + eps) * gamma + beta (LayerNorm, fused)",
-     HELP_LAYERNORM, VARIANTS(V_LAYERNORM), false, 0, 0, 0, build_layernorm, fw_layernorm},
-    {TG_OP_rmsnorm_composed, "rmsnorm_composed", "RMSNorm built from primitive ops", HELP_RMSNORM,
-     VARIANTS(V_RMSNORM), false, 0, 0, 0, build_rmsnorm, fw_rmsnorm_composed},
-    {TG_OP_layernorm_composed, "layernorm_composed", "LayerNorm built from primitive ops", HELP_LAYERNORM,
-     VARIANTS(V_LAYERNORM), false, 0, 0, 0, build_layernorm, fw_layernorm_composed},
+    /* elementwise, binary */
+    {.name = "add", .summary = "a + b, broadcasting", .spec_help = HELP_BINARY, VARIANTS(V_BINARY),
+     .build = build_binary, .forward = fw_binary, .fn.binary = tg_add},
+    {.name = "sub", .summary = "a - b, broadcasting", .spec_help = HELP_BINARY, VARIANTS(V_BINARY),
+     .build = build_binary, .forward = fw_binary, .fn.binary = tg_sub},
+    {.name = "mul", .summary = "a * b, broadcasting", .spec_help = HELP_BINARY, VARIANTS(V_BINARY),
+     .build = build_binary, .forward = fw_binary, .fn.binary = tg_mul},
+    {.name = "div", .summary = "a / b, broadcasting (|b| >= 0.5)", .spec_help = HELP_BINARY, VARIANTS(V_BINARY),
+     .build = build_binary_denom, .forward = fw_binary, .fn.binary = tg_div},
+    /* elementwise, unary */
+    {.name = "neg", .summary = "-x", .spec_help = HELP_UNARY, VARIANTS(V_UNARY), .build = build_unary_any,
+     .forward = fw_unary, .fn.unary = tg_neg},
+    {.name = "add_scalar", .summary = "x + s", .spec_help = HELP_SCALAR_S, .args = "s=1.5", VARIANTS(V_ADD_SCALAR),
+     .build = build_scalar_any, .forward = fw_scalar, .fn.scalar = tg_add_scalar},
+    {.name = "mul_scalar", .summary = "x * s", .spec_help = HELP_SCALAR_S, .args = "s=1.5", VARIANTS(V_MUL_SCALAR),
+     .build = build_scalar_any, .forward = fw_scalar, .fn.scalar = tg_mul_scalar},
+    {.name = "pow_scalar", .summary = "x^p (x in [0.5, 2))", .spec_help = HELP_POW, .args = "p=2", VARIANTS(V_POW),
+     .build = build_scalar_pos, .forward = fw_scalar, .fn.scalar = tg_pow_scalar},
+    {.name = "exp", .summary = "e^x", .spec_help = HELP_UNARY, VARIANTS(V_UNARY), .build = build_unary_any,
+     .forward = fw_unary, .fn.unary = tg_exp, .f32 = {.h = 1e-2}},
+    {.name = "log", .summary = "ln x (x in [0.5, 2))", .spec_help = HELP_UNARY, VARIANTS(V_UNARY),
+     .build = build_unary_pos, .forward = fw_unary, .fn.unary = tg_log},
+    {.name = "sqrt", .summary = "sqrt x (x in [0.5, 2))", .spec_help = HELP_UNARY, VARIANTS(V_UNARY),
+     .build = build_unary_pos, .forward = fw_unary, .fn.unary = tg_sqrt},
+    {.name = "abs", .summary = "|x| (|x| >= 0.2)", .spec_help = HELP_UNARY, VARIANTS(V_UNARY),
+     .build = build_unary_away0, .forward = fw_unary, .fn.unary = tg_abs},
+    /* activations */
+    {.name = "relu", .summary = "max(x, 0) (|x| >= 0.2)", .spec_help = HELP_UNARY, VARIANTS(V_UNARY),
+     .build = build_unary_away0, .forward = fw_unary, .fn.unary = tg_relu},
+    {.name = "leaky_relu", .summary = "x > 0 ? x : slope x (|x| >= 0.2)", .spec_help = HELP_LEAKY,
+     .args = "slope=0.01", VARIANTS(V_LEAKY), .build = build_scalar_away0, .forward = fw_scalar,
+     .fn.scalar = tg_leaky_relu},
+    {.name = "sigmoid", .summary = "1 / (1 + e^-x)", .spec_help = HELP_UNARY, VARIANTS(V_UNARY),
+     .build = build_unary_any, .forward = fw_unary, .fn.unary = tg_sigmoid},
+    {.name = "tanh", .summary = "tanh x", .spec_help = HELP_UNARY, VARIANTS(V_UNARY), .build = build_unary_any,
+     .forward = fw_unary, .fn.unary = tg_tanh},
+    {.name = "gelu", .summary = "x/2 (1 + erf(x / sqrt 2)), or the tanh approximation", .spec_help = HELP_GELU,
+     .args = "approx=erf", VARIANTS(V_GELU), .build = build_gelu, .forward = fw_gelu},
+    {.name = "silu", .summary = "x sigmoid(x)", .spec_help = HELP_UNARY, VARIANTS(V_UNARY),
+     .build = build_unary_any, .forward = fw_unary, .fn.unary = tg_silu},
+    /* reductions */
+    {.name = "sum", .summary = "sum of all elements", .spec_help = HELP_UNARY, VARIANTS(V_SUM),
+     .build = build_unary_any, .forward = fw_unary, .fn.unary = tg_sum},
+    {.name = "mean", .summary = "mean of all elements", .spec_help = HELP_UNARY, VARIANTS(V_SUM),
+     .build = build_unary_any, .forward = fw_unary, .fn.unary = tg_mean},
+    {.name = "sum_axis", .summary = "sum over one axis", .spec_help = HELP_AXIS, .args = "axis=-1,keepdim=0",
+     VARIANTS(V_AXIS), .build = build_axis_any, .forward = fw_axis, .fn.axis = tg_sum_axis},
+    {.name = "mean_axis", .summary = "mean over one axis", .spec_help = HELP_AXIS, .args = "axis=-1,keepdim=0",
+     VARIANTS(V_AXIS), .build = build_axis_any, .forward = fw_axis, .fn.axis = tg_mean_axis},
+    {.name = "max_axis", .summary = "max over one axis (distinct inputs: no ties)", .spec_help = HELP_AXIS,
+     .args = "axis=-1,keepdim=0", VARIANTS(V_AXIS), .build = build_axis_distinct, .forward = fw_axis,
+     .fn.axis = tg_max_axis},
+    /* matmul */
+    {.name = "matmul", .summary = "a b: 2-D, batched 3-D, or batched by shared 2-D", .spec_help = HELP_MATMUL,
+     VARIANTS(V_MATMUL), .build = build_binary, .forward = fw_binary, .fn.binary = tg_matmul,
+     .f32 = {.h = 0.1}},
+    /* shapes */
+    {.name = "transpose", .summary = "swaps the last two dims", .spec_help = HELP_TRANSPOSE,
+     VARIANTS(V_TRANSPOSE), .build = build_unary_any, .forward = fw_unary, .fn.unary = tg_transpose},
+    {.name = "reshape", .summary = "x with a new shape", .spec_help = HELP_RESHAPE, .args = "to",
+     VARIANTS(V_RESHAPE), .build = build_reshape, .forward = fw_reshape},
+    {.name = "concat", .summary = "joins tensors along an axis", .spec_help = HELP_CONCAT, .args = "axis=0",
+     VARIANTS(V_CONCAT), .build = build_concat, .forward = fw_concat},
+    {.name = "slice", .summary = "x[start:end] along an axis", .spec_help = HELP_SLICE,
+     .args = "axis=0,start=0,end", VARIANTS(V_SLICE), .build = build_slice, .forward = fw_slice},
+    {.name = "embedding", .summary = "rows of weight by index", .spec_help = HELP_EMBEDDING,
+     VARIANTS(V_EMBEDDING), .build = build_embedding, .forward = fw_embedding},
+    /* softmax, losses, dropout */
+    {.name = "softmax", .summary = "exp(x_i) / sum_j exp(x_j) over the last axis", .spec_help = HELP_SOFTMAX,
+     VARIANTS(V_SOFTMAX), .build = build_unary_any, .forward = fw_unary, .fn.unary = tg_softmax},
+    {.name = "log_softmax", .summary = "x_i - log sum_j exp(x_j) over the last axis", .spec_help = HELP_SOFTMAX,
+     VARIANTS(V_SOFTMAX), .build = build_unary_any, .forward = fw_unary, .fn.unary = tg_log_softmax,
+     .f32 = {.h = 1e-2}},
+    {.name = "cross_entropy", .summary = "mean -log softmax(logits)[target], label smoothing, ignore_index",
+     .spec_help = HELP_CE, .args = "smoothing=0,ignore_index=-100,ignore_rows=0", VARIANTS(V_CE),
+     .build = build_cross_entropy, .forward = fw_cross_entropy},
+    {.name = "mse_loss", .summary = "mean((pred - target)^2)", .spec_help = HELP_MSE, VARIANTS(V_MSE),
+     .build = build_mse, .forward = fw_binary, .fn.binary = tg_mse_loss},
+    {.name = "dropout", .summary = "x / (1 - p) where kept, 0 where dropped (p)", .spec_help = HELP_DROPOUT,
+     .args = "p=0.3,train=1", VARIANTS(V_DROPOUT), .random = true, .build = build_dropout, .forward = fw_dropout},
+    /* layers */
+    {.name = "linear", .summary = "x W^T + b (Linear, fused)", .spec_help = HELP_LINEAR, .args = "bias=1",
+     VARIANTS(V_LINEAR), .build = build_linear, .forward = fw_linear, .f32 = {.h = 0.1}},
+    {.name = "rmsnorm", .summary = "x / sqrt(mean x^2 + eps) * gamma + beta (RMSNorm, fused)",
+     .spec_help = HELP_RMSNORM, .args = ARGS_RMSNORM, VARIANTS(V_RMSNORM), .build = build_norm, .forward = fw_norm,
+     .fn.norm = tg_rmsnorm_fused, .f32 = {.h = 1e-2}},
+    {.name = "layernorm", .summary = "(x - mean) / sqrt(var + eps) * gamma + beta (LayerNorm, fused)",
+     .spec_help = HELP_LAYERNORM, .args = ARGS_LAYERNORM, VARIANTS(V_LAYERNORM), .build = build_norm,
+     .forward = fw_norm, .fn.norm = tg_layernorm_fused, .f32 = {.h = 1e-2}},
+    {.name = "rmsnorm_composed", .summary = "RMSNorm built from primitive ops", .spec_help = HELP_RMSNORM,
+     .args = ARGS_RMSNORM, VARIANTS(V_RMSNORM), .build = build_norm, .forward = fw_norm,
+     .fn.norm = tg_rmsnorm_composed, .f32 = {.h = 1e-2}},
+    {.name = "layernorm_composed", .summary = "LayerNorm built from primitive ops", .spec_help = HELP_LAYERNORM,
+     .args = ARGS_LAYERNORM, VARIANTS(V_LAYERNORM), .build = build_norm, .forward = fw_norm,
+     .fn.norm = tg_layernorm_composed, .f32 = {.h = 1e-2}},
 };
 
-static_assert(sizeof registry / sizeof registry[0] == TG_OP_COUNT,
-              "the registry table needs exactly one entry per op of TG_OP_LIST (layers/registry.h)");
+#define N_OPS ((int)(sizeof registry / sizeof registry[0]))
 
 /* ---- public API -------------------------------------------------------------- */
 
-int tg_registry_count(void) { return TG_OP_COUNT; }
+int tg_registry_count(void) { return N_OPS; }
 
-const tg_op_info *tg_registry_get(int i) { return i >= 0 && i < TG_OP_COUNT ? &registry[i] : NULL; }
+const tg_op_info *tg_registry_get(int i) { return i >= 0 && i < N_OPS ? &registry[i] : NULL; }
 
 const tg_op_info *tg_registry_find(const char *name) {
-    if (!name) return NULL;
-    for (int i = 0; i < TG_OP_COUNT; i++)
+    for (int i = 0; name && i < N_OPS; i++)
         if (strcmp(registry[i].name, name) == 0) return &registry[i];
     return NULL;
+}
+
+int tg_registry_index(const tg_op_info *op) {
+    for (int i = 0; op && i < N_OPS; i++)
+        if (op == &registry[i]) return i;
+    return -1;
 }
 
 bool tg_registry_build(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_dtype dtype, tg_op_case *c) {
@@ -826,7 +787,7 @@ bool tg_registry_build(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_d
     if (!spec) spec = op->variants[0];
     c->op = op;
     c->dtype = dtype;
-    if (!parse_spec(ctx, op, spec, c)) return false;
+    if (!parse_spec(ctx, op, spec, c) || !apply_args(ctx, c)) return false;
     if (!op->build(ctx, c)) {
         if (tg_ok(ctx)) tg_error(ctx, TG_ERR_VALUE, BUILD_FN, "%s: spec '%s' was refused", op->name, spec);
         return false;
@@ -837,38 +798,35 @@ bool tg_registry_build(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_d
 tg_tensor *tg_registry_forward(tg_ctx *ctx, tg_op_case *c) {
     if (!tg_live(ctx)) return NULL;
     if (!c || !c->op) {
-        tg_error(ctx, TG_ERR_NULL, "tg_registry_forward", "argument 'c' is NULL or was not built");
+        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'c' is NULL or was not built");
         return NULL;
     }
     return c->op->forward(ctx, c->inputs, c);
 }
 
+tg_gradcheck_opts tg_registry_opts(const tg_op_info *op, tg_dtype dtype, const tg_gradcheck_opts *opts) {
+    tg_gradcheck_opts o = opts ? *opts : tg_gradcheck_defaults();
+    if (o.no_defaults) return o;
+    tg_gradcheck_tol own = op ? (dtype == TG_F32 ? op->f32 : op->f64) : (tg_gradcheck_tol){0};
+    tg_gradcheck_tol def = tg_gradcheck_dtype_tol(dtype);
+    if (o.h == 0) o.h = own.h > 0 ? own.h : def.h;
+    if (o.atol == 0) o.atol = own.atol > 0 ? own.atol : def.atol;
+    if (o.rtol == 0) o.rtol = own.rtol > 0 ? own.rtol : def.rtol;
+    o.no_defaults = true;
+    return o;
+}
+
 bool tg_registry_check_spec(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_dtype dtype,
                             const tg_gradcheck_opts *opts, tg_gradcheck_result *result) {
-    static const char fn[] = "tg_registry_check";
-    if (result) {
-        memset(result, 0, sizeof *result);
-        result->worst_input = -1;
-        result->worst_index = -1;
-    }
-    if (!tg_live(ctx)) return false;
-    if (!result) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'result' is NULL");
-        return false;
-    }
     tg_op_case c;
-    if (!tg_registry_build(ctx, op, spec, dtype, &c)) return false;
-    tg_gradcheck_opts o = {0};
-    if (opts) o = *opts;
-    if (dtype == TG_F64) {
-        if (o.h == 0) o.h = op->h;
-        if (o.atol == 0) o.atol = op->atol;
-        if (o.rtol == 0) o.rtol = op->rtol;
-    }
+    if (!tg_gradcheck_start(ctx, "tg_registry_check", result) || !tg_registry_build(ctx, op, spec, dtype, &c))
+        return false;
+    tg_gradcheck_opts o = tg_registry_opts(op, dtype, opts);
     uint32_t mask = o.inputs ? o.inputs & c.check : c.check;
     if (mask == 0) {
-        tg_error(ctx, TG_ERR_VALUE, fn, "%s: inputs mask 0x%x selects no differentiable input (those are 0x%x)",
-                 op->name, (unsigned)o.inputs, (unsigned)c.check);
+        tg_error(ctx, TG_ERR_VALUE, "tg_registry_check",
+                 "%s: inputs mask 0x%x selects no differentiable input (those are 0x%x)", op->name,
+                 (unsigned)o.inputs, (unsigned)c.check);
         return false;
     }
     o.inputs = mask;
@@ -877,18 +835,13 @@ bool tg_registry_check_spec(tg_ctx *ctx, const tg_op_info *op, const char *spec,
 
 bool tg_registry_check(tg_ctx *ctx, const tg_op_info *op, int variant, tg_dtype dtype,
                        const tg_gradcheck_opts *opts, tg_gradcheck_result *result) {
-    if (result) {
-        memset(result, 0, sizeof *result);
-        result->worst_input = -1;
-        result->worst_index = -1;
-    }
-    if (!tg_live(ctx)) return false;
+    if (!tg_gradcheck_start(ctx, __func__, result)) return false;
     if (!op) {
-        tg_error(ctx, TG_ERR_NULL, "tg_registry_check", "argument 'op' is NULL");
+        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'op' is NULL");
         return false;
     }
     if (variant < 0 || variant >= op->n_variants) {
-        tg_error(ctx, TG_ERR_INDEX, "tg_registry_check", "%s: variant %d is outside 0..%d", op->name, variant,
+        tg_error(ctx, TG_ERR_INDEX, __func__, "%s: variant %d is outside 0..%d", op->name, variant,
                  op->n_variants - 1);
         return false;
     }

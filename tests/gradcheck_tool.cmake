@@ -1,8 +1,9 @@
 # tapegrad-gradcheck under ctest: `check all` passes in float64, each seeded
 # bug fails with exit 1, the best h of central differences, Jacobians and
-# their pictures, usage errors exit 2 (tests/test_gradcheck_tool.sh).
+# their pictures, usage errors and refused specs exit 2, options and headers
+# (tests/test_gradcheck_tool.sh).
 if(TARGET tapegrad-gradcheck)
-  foreach(_case check_all inject sweep jacobian usage list)
+  foreach(_case check_all inject sweep jacobian usage options list)
     add_test(NAME gradcheck_tool_${_case}
              COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/test_gradcheck_tool.sh
                      $<TARGET_FILE:tapegrad-gradcheck> ${_case})

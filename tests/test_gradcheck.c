@@ -143,13 +143,99 @@ static tg_tensor *vec(tg_dtype dt, int n, const double *v) {
 
 /* ---- tests ------------------------------------------------------------------ */
 
+/* The defaults leave h, atol, rtol to the dtype: in float64 a check with
+ * them runs at h = 1e-6, atol = 1e-5, rtol = 1e-3. */
 START_TEST(test_defaults) {
     tg_gradcheck_opts o = tg_gradcheck_defaults();
-    ck_assert(o.h == 1e-6 && o.atol == 1e-5 && o.rtol == 1e-3);
+    ck_assert(o.h == 0 && o.atol == 0 && o.rtol == 0);
     ck_assert_int_eq(o.mode, TG_GRADCHECK_FULL);
     ck_assert(!o.allow_float32);
     ck_assert_uint_eq(o.inputs, 0);
     ck_assert(!o.forward_diff);
+    ck_assert(!o.no_defaults);
+    tg_gradcheck_tol t64 = tg_gradcheck_dtype_tol(TG_F64), t32 = tg_gradcheck_dtype_tol(TG_F32);
+    ck_assert(t64.h == 1e-6 && t64.atol == 1e-5 && t64.rtol == 1e-3);
+    ck_assert(t32.h == 1e-3 && t32.atol == 1e-3 && t32.rtol == 1e-2);
+    tg_tensor *x = tg_randn(ctx, TG_F64, TG_SHAPE(4), 0, 1);
+    tg_gradcheck_result r;
+    ck_assert(tg_gradcheck(ctx, f_square, NULL, 1, &x, &o, &r));
+    ck_assert(r.h == 1e-6 && r.atol == 1e-5 && r.rtol == 1e-3);
+}
+END_TEST
+
+/* float32 RMSNorm with gamma and beta (x 4x16: 96 elements). */
+static tg_tensor *f_rmsnorm(tg_ctx *c, tg_tensor *const *in, void *u) {
+    (void)u;
+    return tg_rmsnorm_fused(c, in[0], in[1], in[2], 1, TG_RMSNORM_EPS);
+}
+
+/* The step and tolerances follow the dtype however the options were made:
+ * a correct float32 RMSNorm passes with tg_gradcheck_defaults() and with
+ * zero-initialized options once float32 is allowed (the first version kept
+ * the float64 h = 1e-6 from tg_gradcheck_defaults() and failed most of the
+ * 96 elements: 74 here); an h set explicitly is used as given. */
+START_TEST(test_float32_defaults_follow_dtype) {
+    tg_tensor *in[3] = {tg_randn(ctx, TG_F32, TG_SHAPE(4, 16), 0, 1), tg_rand(ctx, TG_F32, TG_SHAPE(16), 0.5, 1.5),
+                        tg_randn(ctx, TG_F32, TG_SHAPE(16), 0, 1)};
+    tg_gradcheck_result r;
+    for (int m = 0; m < 2; m++) {
+        tg_gradcheck_opts o = {0}; /* m = 1: zero-initialized */
+        if (m == 0) o = tg_gradcheck_defaults();
+        o.allow_float32 = true;
+        ck_assert_msg(tg_gradcheck(ctx, f_rmsnorm, NULL, 3, in, &o, &r),
+                      "options %d: %lld of %lld failed at h=%g; worst input %d analytic %g numeric %g", m,
+                      (long long)r.n_failed, (long long)r.n_checked, r.h, r.worst_input, r.worst_analytic,
+                      r.worst_numeric);
+        ck_assert_int_eq(r.n_checked, 96);
+        ck_assert(r.h == 1e-3 && r.atol == 1e-3 && r.rtol == 1e-2);
+    }
+    /* the float64 step, asked for explicitly, is taken -- and fails */
+    tg_gradcheck_opts o = tg_gradcheck_defaults();
+    o.allow_float32 = true;
+    o.h = 1e-6;
+    ck_assert(!tg_gradcheck(ctx, f_rmsnorm, NULL, 3, in, &o, &r));
+    ck_assert(tg_ok(ctx));
+    ck_assert(r.h == 1e-6 && r.atol == 1e-3 && r.rtol == 1e-2);
+    ck_assert_msg(r.n_failed > 48, "%lld of 96 failed at h = 1e-6", (long long)r.n_failed);
+    /* NULL options refuse float32, and the advice leads to the float32 defaults */
+    ck_assert(!tg_gradcheck(ctx, f_rmsnorm, NULL, 3, in, NULL, &r));
+    ck_assert_int_eq(tg_status_of(ctx), TG_ERR_DTYPE);
+    ck_assert_ptr_nonnull(strstr(tg_error_message(ctx), "left 0 then follow float32: 0.001, 0.001, 0.01"));
+    tg_clear_error(ctx);
+    /* the Jacobian follows the same rule */
+    tg_tensor *Ja, *Jn;
+    o.h = 0;
+    ck_assert(tg_gradcheck_jacobian(ctx, f_rmsnorm, NULL, 3, in, 0, &o, &Ja, &Jn));
+    for (int64_t e = 0; e < Ja->numel; e++)
+        ck_assert_msg(fabs(tg_get_flat(ctx, Ja, e) - tg_get_flat(ctx, Jn, e)) <=
+                          1e-3 + 1e-2 * fabs(tg_get_flat(ctx, Jn, e)),
+                      "entry %lld", (long long)e);
+}
+END_TEST
+
+/* no_defaults: h, atol, rtol used as given, zeros included. */
+START_TEST(test_no_defaults) {
+    double xv[3] = {0.5, -1.5, 2.0};
+    tg_tensor *x = vec(TG_F64, 3, xv);
+    tg_gradcheck_result r;
+    tg_gradcheck_opts o = tg_gradcheck_defaults();
+    o.no_defaults = true;
+    o.h = 1e-4;
+    o.rtol = 1e-6;
+    /* atol 0: a purely relative test; x^2 has no truncation error */
+    ck_assert(tg_gradcheck(ctx, f_square, NULL, 1, &x, &o, &r));
+    ck_assert(r.h == 1e-4 && r.atol == 0 && r.rtol == 1e-6);
+    /* rtol 0 and atol 0: only an exact match passes */
+    o.rtol = 0;
+    tg_gradcheck(ctx, f_square, NULL, 1, &x, &o, &r);
+    ck_assert(tg_ok(ctx));
+    ck_assert(r.atol == 0 && r.rtol == 0);
+    ck_assert(r.pass == (r.max_abs_err == 0));
+    /* the step cannot be 0 */
+    o.h = 0;
+    ck_assert(!tg_gradcheck(ctx, f_square, NULL, 1, &x, &o, &r));
+    ck_assert_int_eq(tg_status_of(ctx), TG_ERR_VALUE);
+    ck_assert_ptr_nonnull(strstr(tg_error_message(ctx), "h=0 with no_defaults"));
 }
 END_TEST
 
@@ -282,12 +368,9 @@ START_TEST(test_float32_refused) {
     ck_assert(!tg_gradcheck(ctx, f_square, NULL, 1, &x, NULL, &r));
     ck_assert(!r.pass);
     ck_assert_int_eq(tg_status_of(ctx), TG_ERR_DTYPE);
-    const char *m = tg_error_message(ctx);
-    ck_assert_ptr_nonnull(strstr(m, "tg_gradcheck"));
-    ck_assert_ptr_nonnull(strstr(m, "input 0 is float32"));
-    ck_assert_ptr_nonnull(strstr(m, "round-off"));
-    ck_assert_ptr_nonnull(strstr(m, "2h"));
-    ck_assert_ptr_nonnull(strstr(m, "allow_float32"));
+    static const char *const says[] = {"tg_gradcheck", "input 0 is float32", "round-off", "2h", "allow_float32"};
+    for (size_t i = 0; i < sizeof says / sizeof says[0]; i++)
+        ck_assert_msg(strstr(tg_error_message(ctx), says[i]), "no '%s' in: %s", says[i], tg_error_message(ctx));
     tg_clear_error(ctx);
     /* allowed: float32 defaults, and a correct op passes */
     tg_gradcheck_opts o = {0};
@@ -539,6 +622,8 @@ Suite *make_gradcheck_suite(void) {
     TCase *tc = tcase_create("core");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_defaults);
+    tcase_add_test(tc, test_float32_defaults_follow_dtype);
+    tcase_add_test(tc, test_no_defaults);
     tcase_add_test(tc, test_correct_composite_passes);
     tcase_add_test(tc, test_wrong_backward_one_element);
     tcase_add_test(tc, test_wrong_backward_worst_element);

@@ -8,7 +8,10 @@
 #              curves' minima sit where the theory puts them
 #   jacobian   both Jacobians printed, the heatmap data and picture written;
 #              a seeded bug shows up as a failing Jacobian (exit 1)
-#   usage      bad usage exits 2 and prints the usage text; help exits 0
+#   usage      bad usage exits 2 and prints the usage text, a spec the op refuses
+#              too (not 1, which means a wrong gradient); help exits 0
+#   options    --atol 0 is taken as given; the injected bug's header names the
+#              inputs the spec gives (bias=1, affine=0); float32 follows its defaults
 #   list       every op with its spec and variants, and the bug catalogue
 # Usage: test_gradcheck_tool.sh PATH/TO/tapegrad-gradcheck CASE
 set -euo pipefail
@@ -58,10 +61,12 @@ check_all)
   rows=$(grep -c ' pass$' "$tmp/check")
   [ "$rows" -gt "$n_ops" ] || fail "check all: only $rows passing rows for $n_ops ops"
   echo "check all: $n_ops ops, $rows input rows, all pass"
-  # float32 with the float32 defaults: the norm layers pass too
+  # float32 with the float32 defaults and the ops' own steps: every op passes
   run 0 check rmsnorm --dtype f32
   run 0 check layernorm --dtype f32
   grep -q "float32" "$tmp/out" || fail "check --dtype f32 does not say float32"
+  run 0 check all --dtype f32
+  run 0 check all --dtype f32 --mode full
   ;;
 inject)
   # bug  inputs that must FAIL  inputs that must pass
@@ -170,7 +175,11 @@ usage)
               "check rmsnorm --h 0" "check rmsnorm --h abc" "check rmsnorm --atol -1" "check rmsnorm --mode half" \
               "check rmsnorm --seed -3" "check rmsnorm --bogus" "check rmsnorm --h" "check rmsnorm tanh" \
               "sweep rmsnorm --atol 1e-3" "list extra" "check rmsnorm --shape 4x" "check rmsnorm --shape 4x8;norm=3" \
-              "jacobian" "sweep rmsnorm --shape 3x4,4x5x"; do
+              "jacobian" "sweep rmsnorm --shape 3x4,4x5x" "check rmsnorm --atol -0.5" \
+              "check matmul --shape 2x3,4x5" "check rmsnorm --shape 4x0" "check rmsnorm --shape 4x8;eps=-1" \
+              "check layernorm --shape 4x0" "check cross_entropy --shape 4x5;smoothing=2" \
+              "sweep matmul --shape 2x3,4x5" "jacobian rmsnorm --shape 4x8;eps=-1" \
+              "check --inject rmsnorm-sum --shape 4x8;eps=-1"; do
     # shellcheck disable=SC2086
     run 2 $args
     grep -q "^usage: tapegrad-gradcheck" "$tmp/err" || fail "'$args': no usage text"
@@ -178,9 +187,47 @@ usage)
     [ -s "$tmp/out" ] && fail "'$args': wrote a report to stdout"
     echo "usage error, exit 2: $args -- $(head -1 "$tmp/err")"
   done
+  # a refused spec: the op's own message, not a report of a wrong gradient
+  run 2 check matmul --shape 2x3,4x5
+  grep -q "tg_matmul" "$tmp/err" || fail "matmul 2x3,4x5: the message does not name tg_matmul"
+  run 2 check cross_entropy --shape '4x5;smoothing=2'
+  grep -q "smoothing" "$tmp/err" || fail "smoothing=2: the message does not name the smoothing"
   run 0 help
   grep -q "^usage: tapegrad-gradcheck" "$tmp/out" || fail "help: no usage on stdout"
   run 0 check --help
+  ;;
+options)
+  # --atol 0: a purely relative test, as the header says (was: a usage error)
+  run 0 check rmsnorm --shape 4x8 --atol 0
+  grep -q "passes when |analytic - numeric| <= 0 + 0.001 |numeric|" "$tmp/out" || fail "--atol 0: not used as 0"
+  run 0 jacobian rmsnorm --shape 1x4 --atol 0 --rtol 1e-4 --out "$tmp/jac"
+  grep -q "0 of 16 entries outside 0 + 0.0001 |numeric|" "$tmp/out" || fail "jacobian --atol 0: not used as 0"
+  # float32: the dtype's defaults (h 1e-3 unless the op has its own), and
+  # the op's own step where `list` shows one
+  run 0 check tanh --dtype f32 --shape 3x4
+  grep -q "float32, every element, central differences h=0.001, passes when .* <= 0.001 + 0.01 |numeric|" \
+    "$tmp/out" || fail "f32 tanh: not the float32 defaults"
+  run 0 check rmsnorm --dtype f32 --shape 4x8
+  grep -q "central differences h=0.01," "$tmp/out" || fail "f32 rmsnorm: not its own h=0.01"
+  run 0 check rmsnorm --dtype f32 --shape 4x8 --h 2e-3
+  grep -q "central differences h=0.002," "$tmp/out" || fail "f32 rmsnorm --h 2e-3: not taken"
+  run 0 check rmsnorm --shape 4x8
+  grep -q "central differences h=1e-06," "$tmp/out" || fail "f64 rmsnorm: not the float64 default"
+  run 0 list
+  grep -q "own       float32 h=0.01" "$tmp/out" || fail "list: the ops' own steps are not shown"
+  # the injected bug's header names the function with the inputs the spec gives
+  run 1 check --inject overwrite --shape '4x8;bias=1'
+  grep -q "function checked: rmsnorm(x; gamma, beta) + x$" "$tmp/out" || fail "overwrite bias=1: header"
+  run 1 check --inject rmsnorm-sum --shape '4x8;affine=0'
+  grep -q "function checked: rmsnorm(x)$" "$tmp/out" || fail "rmsnorm-sum affine=0: header"
+  run 1 check --inject layernorm-no-mean --shape '4x8;bias=0'
+  grep -q "function checked: layernorm(x; gamma)$" "$tmp/out" || fail "layernorm-no-mean bias=0: header"
+  run 0 check --inject overwrite --shape '4x8;uses=1;affine=0'
+  grep -q "function checked: rmsnorm(x), x used once$" "$tmp/out" || fail "overwrite uses=1 affine=0: header"
+  run 0 sweep --inject overwrite --shape '4x8;bias=1' --out "$tmp/sw"
+  grep -q "function checked: rmsnorm(x; gamma, beta) + x$" "$tmp/out" || fail "sweep overwrite bias=1: header"
+  run 1 jacobian --inject overwrite --shape '1x4;bias=1' --input x --out "$tmp/jac"
+  grep -q "function checked: rmsnorm(x; gamma, beta) + x$" "$tmp/out" || fail "jacobian overwrite bias=1: header"
   ;;
 list)
   run 0 list

@@ -1,16 +1,18 @@
-/* The op registry: its table matches the op list, every spec builds, specs
- * are parsed strictly, builders keep inputs off the kinks, and -- the point
- * of it all -- every registered op passes tg_gradcheck in float64 over every
- * one of its shape variants (full mode for small inputs, directional for
- * larger ones; directional for every variant too). */
+/* The op registry: every entry is complete and its index is its id, every
+ * spec builds, specs are parsed strictly and missing arguments get the op's
+ * defaults, builders keep inputs off the kinks, per-op steps and
+ * tolerances apply per dtype, and -- the point of it all -- every
+ * registered op passes tg_gradcheck in float64 over every one of its shape
+ * variants (full mode for small inputs, directional for larger ones;
+ * directional for every variant too). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "check/registry.h"
 #include "tapegrad.h"
+#include "tapegrad/check.h"
 
 static tg_ctx *ctx;
 static void setup(void) { ctx = tg_ctx_new(1234); }
@@ -64,7 +66,8 @@ START_TEST(test_gradcheck_every_op_f64) {
 END_TEST
 
 /* float32 is refused by default (and says why); allowed, every variant of
- * every op passes a directional check with the float32 defaults. */
+ * every op passes a directional check with its own float32 step and
+ * tolerances where it has them, else the float32 defaults. */
 START_TEST(test_float32_refused_then_allowed) {
     const tg_op_info *op = tg_registry_get(_i);
     tg_gradcheck_result r;
@@ -77,29 +80,28 @@ START_TEST(test_float32_refused_then_allowed) {
     tg_gradcheck_opts o = {0};
     o.allow_float32 = true;
     o.mode = TG_GRADCHECK_DIRECTIONAL;
+    /* the op's own float32 step and tolerances, else the float32 defaults */
+    tg_gradcheck_tol own = op->f32;
+    double h = own.h > 0 ? own.h : 1e-3, atol = own.atol > 0 ? own.atol : 1e-3, rtol = own.rtol > 0 ? own.rtol : 1e-2;
     for (int v = 0; v < op->n_variants; v++) {
         tg_registry_check(ctx, op, v, TG_F32, &o, &r);
         assert_pass(op, op->variants[v], "float32 directional", &r);
-        ck_assert(r.h == 1e-3 && r.atol == 1e-3 && r.rtol == 1e-2);
+        ck_assert(r.h == h && r.atol == atol && r.rtol == rtol);
         tg_ctx_reset(ctx);
     }
 }
 END_TEST
 
-/* Entry i of the table is the i-th op of TG_OP_LIST, by id and by name, and
- * every entry is complete. */
-START_TEST(test_table_matches_op_list) {
-#define NAME_(n) #n,
-    static const char *const names[] = {TG_OP_LIST(NAME_)};
-#undef NAME_
-    ck_assert_int_eq(tg_registry_count(), TG_OP_COUNT);
-    ck_assert_int_eq((int)(sizeof names / sizeof names[0]), TG_OP_COUNT);
+/* Entry i of the table has index (id) i, a unique name that finds it, and
+ * every field a check needs. */
+START_TEST(test_table_complete) {
+    ck_assert_int_gt(tg_registry_count(), 0);
     for (int i = 0; i < tg_registry_count(); i++) {
         const tg_op_info *op = tg_registry_get(i);
         ck_assert_ptr_nonnull(op);
-        ck_assert_int_eq(op->id, i);
-        ck_assert_str_eq(op->name, names[i]);
-        ck_assert_ptr_eq(tg_registry_find(names[i]), op);
+        ck_assert_int_eq(tg_registry_index(op), i);
+        ck_assert_ptr_nonnull(op->name);
+        ck_assert_ptr_eq(tg_registry_find(op->name), op);
         ck_assert_ptr_nonnull(op->summary);
         ck_assert_ptr_nonnull(op->spec_help);
         ck_assert(op->build != NULL);
@@ -107,13 +109,17 @@ START_TEST(test_table_matches_op_list) {
         ck_assert_int_gt(op->n_variants, 0);
         ck_assert_ptr_null(op->variants[op->n_variants]);
         for (int v = 0; v < op->n_variants; v++) ck_assert_ptr_nonnull(op->variants[v]);
-        ck_assert(op->h >= 0 && op->atol >= 0 && op->rtol >= 0);
+        ck_assert(op->f64.h >= 0 && op->f64.atol >= 0 && op->f64.rtol >= 0);
+        ck_assert(op->f32.h >= 0 && op->f32.atol >= 0 && op->f32.rtol >= 0);
         for (int j = 0; j < i; j++) ck_assert_str_ne(tg_registry_get(j)->name, op->name);
     }
     ck_assert_ptr_null(tg_registry_get(-1));
-    ck_assert_ptr_null(tg_registry_get(TG_OP_COUNT));
+    ck_assert_ptr_null(tg_registry_get(tg_registry_count()));
     ck_assert_ptr_null(tg_registry_find("no_such_op"));
     ck_assert_ptr_null(tg_registry_find(NULL));
+    ck_assert_int_eq(tg_registry_index(NULL), -1);
+    tg_op_info copy = *tg_registry_get(0);
+    ck_assert_int_eq(tg_registry_index(&copy), -1);
 }
 END_TEST
 
@@ -303,15 +309,82 @@ START_TEST(test_check_options) {
 }
 END_TEST
 
+/* Arguments a spec leaves out get the op's declared defaults; the forward
+ * reads them from the case. */
+START_TEST(test_argument_defaults) {
+    tg_op_case c;
+    const tg_op_info *rn = tg_registry_find("rmsnorm"), *ln = tg_registry_find("layernorm");
+    ck_assert(tg_registry_build(ctx, rn, "4x8;bias=1", TG_F64, &c));
+    ck_assert_int_eq(c.n_args, 4);
+    ck_assert_str_eq(tg_registry_arg(&c, "bias"), "1");
+    ck_assert_double_eq(strtod(tg_registry_arg(&c, "eps"), NULL), TG_RMSNORM_EPS);
+    ck_assert_str_eq(tg_registry_arg(&c, "norm"), "1");
+    ck_assert_str_eq(tg_registry_arg(&c, "affine"), "1");
+    ck_assert_int_eq(c.n_inputs, 3);
+    ck_assert(tg_registry_build(ctx, ln, "4x8", TG_F64, &c));
+    ck_assert_double_eq(strtod(tg_registry_arg(&c, "eps"), NULL), TG_LAYERNORM_EPS);
+    ck_assert_str_eq(tg_registry_arg(&c, "bias"), "1");
+    ck_assert_int_eq(c.n_inputs, 3);
+    ck_assert_ptr_null(tg_registry_arg(&c, "nope"));
+    ck_assert_ptr_null(tg_registry_arg(NULL, "eps"));
+    /* an argument without a default stays absent: slice's end is the size */
+    const tg_op_info *sl = tg_registry_find("slice");
+    ck_assert(tg_registry_build(ctx, sl, "5x4;start=3", TG_F64, &c));
+    ck_assert_ptr_null(tg_registry_arg(&c, "end"));
+    ck_assert_str_eq(tg_registry_arg(&c, "axis"), "0");
+    tg_tensor *y = tg_registry_forward(ctx, &c);
+    ck_assert_ptr_nonnull(y);
+    ck_assert_int_eq(y->shape[0], 2);
+    /* the unknown argument names what the op takes, with the defaults */
+    ck_assert(!tg_registry_build(ctx, sl, "5x4;stop=3", TG_F64, &c));
+    ck_assert_int_eq(tg_status_of(ctx), TG_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(tg_error_message(ctx), "takes: axis=0,start=0,end"));
+}
+END_TEST
+
+/* The options a check runs with: explicit values, else the op's own for
+ * the dtype, else the dtype's defaults; the op's float32 values never leak
+ * into float64. */
+START_TEST(test_own_tolerances) {
+    const tg_op_info *mm = tg_registry_find("matmul"), *add = tg_registry_find("add");
+    ck_assert(mm->f32.h > 0);
+    tg_gradcheck_opts o = tg_registry_opts(mm, TG_F32, NULL);
+    ck_assert(o.no_defaults);
+    ck_assert(o.h == mm->f32.h && o.atol == 1e-3 && o.rtol == 1e-2);
+    o = tg_registry_opts(mm, TG_F64, NULL);
+    ck_assert(o.h == 1e-6 && o.atol == 1e-5 && o.rtol == 1e-3);
+    o = tg_registry_opts(add, TG_F32, NULL);
+    ck_assert(o.h == 1e-3 && o.atol == 1e-3 && o.rtol == 1e-2);
+    tg_gradcheck_opts mine = {0};
+    mine.h = 0.5;
+    mine.allow_float32 = true;
+    o = tg_registry_opts(mm, TG_F32, &mine);
+    ck_assert(o.h == 0.5 && o.atol == 1e-3 && o.allow_float32);
+    /* used by the check, and reported */
+    tg_gradcheck_result r;
+    mine.h = 0;
+    mine.mode = TG_GRADCHECK_DIRECTIONAL;
+    ck_assert(tg_registry_check(ctx, mm, 0, TG_F32, &mine, &r));
+    ck_assert(r.h == mm->f32.h);
+    /* a 0 tolerance can be asked for once the options are resolved */
+    o = tg_registry_opts(add, TG_F64, NULL);
+    o.atol = 0;
+    ck_assert(tg_registry_check(ctx, add, 0, TG_F64, &o, &r));
+    ck_assert(r.atol == 0 && r.rtol == 1e-3);
+}
+END_TEST
+
 Suite *make_registry_suite(void) {
     Suite *s = suite_create("registry");
     TCase *tc = tcase_create("table");
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_table_matches_op_list);
+    tcase_add_test(tc, test_table_complete);
     tcase_add_test(tc, test_null_spec_is_first_variant);
     tcase_add_test(tc, test_spec_parsing);
     tcase_add_test(tc, test_inputs_avoid_kinks);
     tcase_add_test(tc, test_check_options);
+    tcase_add_test(tc, test_argument_defaults);
+    tcase_add_test(tc, test_own_tolerances);
     tcase_add_loop_test(tc, test_every_variant_builds, 0, tg_registry_count());
     suite_add_tcase(s, tc);
 

@@ -20,9 +20,20 @@ extern "C" {
  *   analytic  a_i = dL/dx_i              one tg_backward_ex seeded with r
  *   numeric   n_i = (L(x + h e_i) - L(x - h e_i)) / 2h
  * and an element passes when |a_i - n_i| <= atol + rtol |n_i| (PyTorch's
- * gradcheck rule; defaults h = 1e-6, atol = 1e-5, rtol = 1e-3). The
- * denominator is the step actually stored (x+h and x-h rounded to the
- * dtype), so float32 checks are not biased by rounding of the step.
+ * gradcheck rule). The denominator is the step actually stored (x+h and
+ * x-h rounded to the dtype), so float32 checks are not biased by rounding
+ * of the step.
+ *
+ * The step and tolerances follow the dtype. An h, atol or rtol left 0 --
+ * in zero-initialized options, NULL options and tg_gradcheck_defaults()
+ * alike -- takes the default of the checked inputs' dtype
+ * (tg_gradcheck_dtype_tol):
+ *   float64  h 1e-6, atol 1e-5, rtol 1e-3 (PyTorch's)
+ *   float32  h 1e-3, atol 1e-3, rtol 1e-2 (when any checked input is float32)
+ * A value set explicitly is used as given in either dtype. To use a 0
+ * tolerance itself (atol 0: a purely relative test), set no_defaults.
+ * (In the registry an op's own values come between the two:
+ * tg_registry_opts. docs/gradcheck.md measures why float32 needs these.)
  *
  * Forward evaluations for the differences run in no-grad mode, each from
  * the same RNG state (so dropout sees one mask throughout); afterwards the
@@ -33,9 +44,13 @@ extern "C" {
  * number of evaluations. Never call tg_ctx_reset inside f.
  *
  * It refuses float32 inputs unless allow_float32: float32 round-off (~1e-7
- * relative) swamps the difference quotient: with h = 1e-6 the error of
- * f(x +- h) is ~1e-7 |f|, which divided by 2h is ~0.05 |f|. With
- * allow_float32, unset h/atol/rtol default to 1e-3, 1e-3, 1e-2. */
+ * relative) swamps the difference quotient at a float64 step: with h = 1e-6
+ * the error of f(x +- h) is ~1e-7 |f|, which divided by 2h is ~0.05 |f|.
+ * With allow_float32 the float32 defaults above apply.
+ *
+ * Changes from the first version: tg_gradcheck_defaults() leaves h, atol
+ * and rtol 0 (it returned the float64 values, which float32 checks then
+ * kept); no_defaults and tg_gradcheck_dtype_tol are new. */
 
 /* The function checked: builds its output from inputs[0..n-1] with
  * differentiable ops; `user` is passed through (op arguments, a layer...).
@@ -54,11 +69,18 @@ typedef enum tg_gradcheck_mode {
                                  per input, for big tensors */
 } tg_gradcheck_mode;
 
-/* Options. Zero-initialized means the defaults (NULL opts too); a zero h,
- * atol or rtol means "the default" (or the op's own, in the registry). */
+/* A finite-difference step and the tolerances of the pass rule. */
+typedef struct tg_gradcheck_tol {
+    double h;              /* step */
+    double atol, rtol;     /* pass when |a - n| <= atol + rtol |n| */
+} tg_gradcheck_tol;
+
+/* Options. Zero-initialized means the defaults (NULL opts too); an h, atol
+ * or rtol left 0 means the default of the dtype (or the op's own, in the
+ * registry), unless no_defaults. */
 typedef struct tg_gradcheck_opts {
-    double h;              /* finite-difference step (> 0) */
-    double atol, rtol;     /* tolerances (>= 0) */
+    double h;              /* finite-difference step (> 0; 0: the default) */
+    double atol, rtol;     /* tolerances (>= 0; 0: the default) */
     tg_gradcheck_mode mode;
     uint64_t seed;         /* seeds r and the directions v (not the ctx RNG) */
     bool allow_float32;    /* check float32 inputs anyway */
@@ -66,6 +88,8 @@ typedef struct tg_gradcheck_opts {
     bool forward_diff;     /* one-sided (L(x + h) - L(x)) / h instead of
                               central differences: error O(h), not O(h^2);
                               for comparing the schemes (step sweeps) */
+    bool no_defaults;      /* use h, atol, rtol as given, zeros included
+                              (then h must be > 0) */
 } tg_gradcheck_opts;
 
 /* The outcome for one input. */
@@ -103,9 +127,12 @@ typedef struct tg_gradcheck_result {
     tg_gradcheck_input input[TG_GRADCHECK_MAX_INPUTS];
 } tg_gradcheck_result;
 
-/* The defaults: h = 1e-6, atol = 1e-5, rtol = 1e-3, FULL, seed 0, every
- * input. */
+/* The defaults: h, atol, rtol 0 (the dtype's, see above), FULL, seed 0,
+ * every input, float32 refused. */
 tg_gradcheck_opts tg_gradcheck_defaults(void);
+/* The step and tolerances an h, atol, rtol left 0 take in `dtype`:
+ * TG_F64 {1e-6, 1e-5, 1e-3}, TG_F32 {1e-3, 1e-3, 1e-2}. */
+tg_gradcheck_tol tg_gradcheck_dtype_tol(tg_dtype dtype);
 /* Checks f's backward at inputs[0..n_inputs-1] (1..TG_GRADCHECK_MAX_INPUTS)
  * and fills *result. Returns result->pass. A failed comparison is a result,
  * not an error; errors (bad arguments, float32 refused, f failing) set the
@@ -121,18 +148,24 @@ bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
                            tg_tensor *const *inputs, int input, const tg_gradcheck_opts *opts,
                            tg_tensor **analytic, tg_tensor **numeric);
 
-/* The op registry (check/registry.c): every differentiable op registers
- * its name, a builder of random valid inputs and its forward, so tests and
- * the gradient-check tool can check every op by iterating over it.
+/* The op registry (check/registry.c): one table with an entry per
+ * differentiable op and layer -- its name, a builder of random valid inputs
+ * and its forward -- so tests and the gradient-check tool check every op by
+ * walking it. An op's index in the table is its id.
  *
  * Inputs are described by a spec string: the input shapes separated by
  * commas, each as sizes joined by 'x' ("()" for a 0-d tensor), then
  * optional ";key=value" arguments, e.g. "2x1x3,4x3" (add broadcasting from
  * both sides), "2x3x4;axis=1;keepdim=1" (sum_axis), "4x5;smoothing=0.1"
- * (cross_entropy). Each op documents its spec in spec_help and lists
- * built-in specs (its shape variants). Builders keep inputs away from the
- * op's kinks: relu/abs/leaky_relu inputs away from 0, max without ties,
- * log/sqrt/pow inputs positive, div denominators away from 0. */
+ * (cross_entropy). Each op documents its spec in spec_help, declares its
+ * arguments with their defaults in args, and lists built-in specs (its
+ * shape variants). Builders keep inputs away from the op's kinks:
+ * relu/abs/leaky_relu inputs away from 0, max without ties, log/sqrt/pow
+ * inputs positive, div denominators away from 0.
+ *
+ * Changes from the first version: tg_op_info.id is gone (the index is the
+ * id: tg_registry_index); its h, atol, rtol (float64 only, 0 everywhere)
+ * became f64 and f32, used by tg_registry_opts; args and fn are new. */
 
 /* Most key=value arguments in a spec. */
 #define TG_OP_MAX_ARGS 8
@@ -152,6 +185,8 @@ typedef struct tg_op_case {
     int n_shapes;
     int ndim[TG_GRADCHECK_MAX_INPUTS];
     int64_t shape[TG_GRADCHECK_MAX_INPUTS][TG_MAX_DIMS];
+    /* the arguments: the spec's, then the op's defaults for those it
+     * leaves out (tg_registry_arg reads one) */
     int n_args;
     char arg_name[TG_OP_MAX_ARGS][16];
     char arg_value[TG_OP_MAX_ARGS][48];
@@ -161,41 +196,66 @@ typedef struct tg_op_case {
     int64_t n_index;
 } tg_op_case;
 
+/* The library function an entry's generic forward calls, by arity. */
+typedef union tg_op_fn {
+    tg_tensor *(*unary)(tg_ctx *ctx, tg_tensor *x);                        /* tg_exp, tg_sum, ... */
+    tg_tensor *(*binary)(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);         /* tg_add, tg_matmul, ... */
+    tg_tensor *(*scalar)(tg_ctx *ctx, tg_tensor *x, double s);             /* tg_mul_scalar, ... */
+    tg_tensor *(*axis)(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim); /* tg_sum_axis, ... */
+    tg_tensor *(*norm)(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
+                       double eps);                                        /* tg_rmsnorm_fused, ... */
+} tg_op_fn;
+
 /* A registered op. */
 typedef struct tg_op_info {
-    int id;                        /* its position in the registry */
     const char *name;              /* "add", "matmul", ... */
     const char *summary;           /* what it computes, one line */
     const char *spec_help;         /* the spec it takes and its arguments */
+    const char *args;              /* its arguments and their defaults, e.g.
+                                      "axis=-1,keepdim=0" ("to": no default);
+                                      NULL: none */
     const char *const *variants;   /* built-in specs, NULL-terminated */
     int n_variants;
     bool random;                   /* draws from the context's RNG (dropout) */
-    double h, atol, rtol;          /* its own float64 step and tolerances;
-                                      0: the gradcheck default */
+    /* its own step and tolerances by dtype, where the defaults do not fit
+     * it; a 0 field: the dtype's default (tg_gradcheck_dtype_tol) */
+    tg_gradcheck_tol f64, f32;
     /* Makes c->inputs (and c->index) from c's parsed spec and dtype with
      * the context's RNG; false and an error on a bad spec. */
     bool (*build)(tg_ctx *ctx, tg_op_case *c);
     /* The op applied to inputs (c->inputs or copies of them); user is the
      * tg_op_case. */
     tg_gradcheck_fn forward;
+    tg_op_fn fn;                   /* what a generic forward calls */
 } tg_op_info;
 
-/* Number of registered ops, the i-th (NULL when out of range), and the one
- * named `name` (NULL when there is none). */
+/* Number of registered ops, the i-th (NULL when out of range), the one
+ * named `name` (NULL when there is none), and op's index (-1 when op is
+ * not an entry of the registry). */
 int tg_registry_count(void);
 const tg_op_info *tg_registry_get(int i);
 const tg_op_info *tg_registry_find(const char *name);
+int tg_registry_index(const tg_op_info *op);
 /* Parses spec (NULL: the op's first variant) and builds random valid inputs
- * of dtype into *c. Errors (TG_ERR_FORMAT for a malformed spec,
- * TG_ERR_SHAPE / TG_ERR_VALUE for shapes or arguments the op cannot take)
- * name the op and the spec. */
+ * of dtype into *c; arguments the spec leaves out get the op's defaults.
+ * Errors (TG_ERR_FORMAT for a malformed spec or an argument the op does
+ * not take, TG_ERR_SHAPE / TG_ERR_VALUE for shapes or arguments its builder
+ * refuses) name the op and the spec. Shapes the op itself refuses (add of
+ * 2x3 and 4) build, and fail in the forward with the op's error. */
 bool tg_registry_build(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_dtype dtype, tg_op_case *c);
+/* The value of argument `key` of a built case, as text (NULL: none). */
+const char *tg_registry_arg(const tg_op_case *c, const char *key);
 /* The op's forward on c's inputs. */
 tg_tensor *tg_registry_forward(tg_ctx *ctx, tg_op_case *c);
+/* The options a check of op in dtype runs with: opts (NULL: the defaults),
+ * where it leaves h, atol or rtol 0 the op's own for dtype, else the
+ * dtype's default; every one resolved, and no_defaults set so they are used
+ * as they are (a caller may then set a tolerance to 0). */
+tg_gradcheck_opts tg_registry_opts(const tg_op_info *op, tg_dtype dtype, const tg_gradcheck_opts *opts);
 /* Builds the op's variant-th built-in spec (0..n_variants-1), or `spec`,
- * and gradchecks it: opts (NULL: defaults) with the op's own h, atol and
- * rtol where opts leaves them 0 (float64 only), over the differentiable
- * inputs (intersected with opts->inputs when set). As tg_gradcheck. */
+ * and gradchecks it with tg_registry_opts(op, dtype, opts) over the
+ * differentiable inputs (intersected with opts->inputs when set). As
+ * tg_gradcheck. */
 bool tg_registry_check(tg_ctx *ctx, const tg_op_info *op, int variant, tg_dtype dtype,
                        const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
 bool tg_registry_check_spec(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_dtype dtype,

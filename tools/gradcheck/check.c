@@ -7,20 +7,9 @@
 
 #include "tools/gradcheck/tool.h"
 
-/* float32 cases with more checked elements than this are checked along
- * random directions unless --mode says otherwise: in full mode the
- * float32 round-off of every output a perturbed element touches adds up
- * (e.g. matmul 70x65,65x40: 40 outputs of size ~10 per element of a, each
- * rounded by ~6e-7, divided by 2h = 2e-3) and trips the tolerances of
- * correct ops. The same rule as tests/test_registry.c. */
-#define F32_FULL_MAX 300
-#define TG_STR_(x) #x
-#define TG_STR(x) TG_STR_(x)
-
 /* Totals over the run. */
 typedef struct check_totals {
     int ops, cases, inputs, failed_inputs, failed_cases, errors;
-    bool auto_dir;          /* some float32 cases ran directional */
     double f32_worst_ratio; /* float32: the largest error / tolerance of a failing input */
     char failures[2048]; /* "rmsnorm 4x8: x, gamma; ..." */
     size_t flen;
@@ -37,16 +26,12 @@ static void fmt_err(gct_cell *c, double v) {
     else gct_cell_set(c, GCT_PLAIN, "%.2e", v);
 }
 
-/* The settings line under an op's name; `auto_dir`: some cases were
- * switched to directional mode (float32, large). */
-static void put_settings(const gct_args *a, const tg_gradcheck_result *r, tg_dtype dt, bool auto_dir) {
+/* The settings line under an op's name. */
+static void put_settings(const gct_args *a, const tg_gradcheck_result *r, tg_dtype dt) {
     printf("  %s, %s, central differences h=%g, passes when |analytic - numeric| <= %g + %g |numeric|, seed %llu\n",
            tg_dtype_name(dt),
            a->mode == TG_GRADCHECK_FULL ? "every element" : "one random direction per input", r->h, r->atol, r->rtol,
            (unsigned long long)a->seed);
-    if (auto_dir)
-        printf("  (cases over %d elements: one random direction per input, as float32 round-off adds up over "
-               "outputs; --mode full to force)\n", F32_FULL_MAX);
 }
 
 /* Appends the rows of one checked case to the table. Returns the number of
@@ -103,16 +88,16 @@ static int add_case_rows(gct_table *t, const gct_target *tg, const tg_gradcheck_
     return failed;
 }
 
-/* Checks one op (every variant, or a->shape). Returns false when a spec
- * given on the command line was refused (a usage error, printed). */
-static bool check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const gct_bug *bug, check_totals *T) {
+/* Checks one op (every variant, or a->shape). Returns -1, or the exit
+ * status when a spec given on the command line was refused (printed). */
+static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const gct_bug *bug, check_totals *T) {
     gct_table t;
     gct_table_init(&t, "lllrrrlrrl", "spec", "input", "shape", "failed", "max abs err", "max rel err", "worst at",
                    "analytic", "numeric", "result");
     int n_specs = a->shape || bug ? 1 : op->n_variants;
     tg_gradcheck_result first = {0};
-    bool have_first = false, op_failed = false, auto_dir = false;
-    const char *function = bug ? bug->function : NULL;
+    bool have_first = false, op_failed = false;
+    char function[160] = "";
     char errors[1024] = "";
     size_t el = 0;
     for (int v = 0; v < n_specs; v++) {
@@ -121,9 +106,8 @@ static bool check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const
         tg_rng_seed(ctx, a->seed); /* a spec's inputs do not depend on the order of the run */
         if (!gct_target_build(ctx, op, bug, spec, a->dtype, &tg)) {
             if (a->shape) {
-                gct_usage_error("%s", tg_error_message(ctx));
                 gct_table_free(&t);
-                return false;
+                return gct_build_failed(ctx);
             }
             /* a built-in variant that does not build is a bug of the registry */
             if (el < sizeof errors)
@@ -137,12 +121,8 @@ static bool check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const
             tg_ctx_reset(ctx);
             continue;
         }
-        if (tg.function) function = tg.function;
+        snprintf(function, sizeof function, "%s", tg.function);
         tg_gradcheck_opts o = gct_target_opts(&tg, a);
-        if (!a->mode_set && a->dtype == TG_F32 && gct_target_numel(&tg) > F32_FULL_MAX) {
-            o.mode = TG_GRADCHECK_DIRECTIONAL;
-            auto_dir = T->auto_dir = true;
-        }
         tg_gradcheck_result r;
         gct_target_check(ctx, &tg, &o, &r);
         T->cases++;
@@ -164,15 +144,8 @@ static bool check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const
     T->ops++;
     if (!a->quiet || op_failed) {
         printf("%s", T->ops > 1 || a->quiet ? "\n" : "");
-        gct_puts_tone(stdout, op->name, GCT_BOLD, a->color);
-        if (bug) {
-            printf("  with injected bug ");
-            gct_puts_tone(stdout, bug->name, GCT_BAD, a->color);
-            printf(": %s\n  function checked: %s\n", bug->what, function);
-        } else {
-            printf("  %s\n", op->summary);
-        }
-        if (have_first) put_settings(a, &first, a->dtype, auto_dir);
+        gct_put_title(a, op, bug, function);
+        if (have_first) put_settings(a, &first, a->dtype);
         if (t.nrows) {
             fputc('\n', stdout);
             gct_table_print(stdout, &t, 2, a->color);
@@ -180,7 +153,7 @@ static bool check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const
         if (el) printf("\n%s", errors);
     }
     gct_table_free(&t);
-    return true;
+    return -1;
 }
 
 int gct_cmd_check(const gct_args *a) {
@@ -191,23 +164,20 @@ int gct_cmd_check(const gct_args *a) {
     if (all && a->shape) return gct_usage_error("--shape SPEC is for one op, not 'all' (ops take different specs)");
     if (!all && !gct_resolve(a, a->name, &op, &bug)) return GCT_EXIT_USAGE;
 
-    tg_ctx *ctx = tg_ctx_new(a->seed);
-    if (!ctx) {
-        fprintf(stderr, "tapegrad-gradcheck: out of memory\n");
-        return GCT_EXIT_ERROR;
-    }
+    tg_ctx *ctx = gct_ctx_new(a->seed);
+    if (!ctx) return GCT_EXIT_ERROR;
     check_totals T;
     memset(&T, 0, sizeof T);
     double t0 = gct_now();
-    bool usage_ok = true;
+    int refused = -1;
     if (all) {
-        for (int i = 0; i < tg_registry_count() && usage_ok; i++)
-            usage_ok = check_op(ctx, a, tg_registry_get(i), NULL, &T);
+        for (int i = 0; i < tg_registry_count() && refused < 0; i++)
+            refused = check_op(ctx, a, tg_registry_get(i), NULL, &T);
     } else {
-        usage_ok = check_op(ctx, a, op, bug, &T);
+        refused = check_op(ctx, a, op, bug, &T);
     }
     tg_ctx_free(ctx);
-    if (!usage_ok) return GCT_EXIT_USAGE;
+    if (refused >= 0) return refused;
 
     double secs = gct_now() - t0;
     bool pass = T.failed_cases == 0 && T.errors == 0;
@@ -215,10 +185,7 @@ int gct_cmd_check(const gct_args *a) {
     gct_puts_tone(stdout, "summary:", GCT_BOLD, a->color);
     printf(" %d op%s, %d case%s, %d input%s checked in %s (%s) in %.2f s: ", T.ops, T.ops == 1 ? "" : "s", T.cases,
            T.cases == 1 ? "" : "s", T.inputs, T.inputs == 1 ? "" : "s", tg_dtype_name(a->dtype),
-           a->mode == TG_GRADCHECK_DIRECTIONAL ? "directional"
-           : T.auto_dir                        ? "full; directional over " TG_STR(F32_FULL_MAX) " elements"
-                                               : "full",
-           secs);
+           a->mode == TG_GRADCHECK_DIRECTIONAL ? "directional" : "full", secs);
     if (pass) {
         gct_puts_tone(stdout, "all pass", GCT_GOOD, a->color);
         printf("\n");

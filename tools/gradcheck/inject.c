@@ -28,20 +28,12 @@ typedef struct bug_norm_args {
     tg_tensor *x, *gamma, *beta;
 } bug_norm_args;
 
-static const char *case_arg(const tg_op_case *c, const char *key) {
-    for (int a = 0; a < c->n_args; a++)
-        if (strcmp(c->arg_name[a], key) == 0) return c->arg_value[a];
-    return NULL;
-}
-
-/* The registry built and validated the case; its inputs are x, then gamma
- * (affine), then beta (bias). */
-static bug_norm_args norm_args(tg_tensor *const *in, const tg_op_case *c, double default_eps) {
+/* The registry built and validated the case and filled in the defaults of
+ * norm and eps; its inputs are x, then gamma (affine), then beta (bias). */
+static bug_norm_args norm_args(tg_tensor *const *in, const tg_op_case *c) {
     bug_norm_args a;
-    const char *s = case_arg(c, "norm");
-    a.ndim_norm = s ? atoi(s) : 1;
-    s = case_arg(c, "eps");
-    a.eps = s ? strtod(s, NULL) : default_eps;
+    a.ndim_norm = atoi(tg_registry_arg(c, "norm"));
+    a.eps = strtod(tg_registry_arg(c, "eps"), NULL);
     a.x = in[0];
     a.gamma = c->n_inputs > 1 ? in[1] : NULL;
     a.beta = c->n_inputs > 2 ? in[2] : NULL;
@@ -51,10 +43,11 @@ static bug_norm_args norm_args(tg_tensor *const *in, const tg_op_case *c, double
 /* ---- the shared forward ------------------------------------------------------ */
 
 /* The real RMSNorm or LayerNorm forward, recorded with `backward`:
- *   in = {x, gamma, beta},  i[0] = N rows, i[1] = C per row, f[0] = eps,
+ *   in = {x, gamma, beta},  i[0] = N rows, i[1] = C per row, i[2] = flags
+ *   (the bug's own, for its backward), f[0] = eps,
  *   saved: rstd (N) for RMSNorm; mean (N) then rstd (N) for LayerNorm. */
 static tg_tensor *bug_norm_forward(tg_ctx *ctx, const char *name, tg_backward_fn backward, bool layernorm,
-                                   const bug_norm_args *a) {
+                                   int64_t flags, const bug_norm_args *a) {
     int64_t N, C;
     if (!tg_norm_check_args(ctx, name, a->x, a->gamma, a->beta, a->ndim_norm, a->eps, &N, &C)) return NULL;
     tg_tensor *y = tg_new_like(ctx, name, a->x);
@@ -63,7 +56,7 @@ static tg_tensor *bug_norm_forward(tg_ctx *ctx, const char *name, tg_backward_fn
     double *stats = NULL;
     tg_node *n = tg_record(ctx, name, backward, y, 3, in);
     if (n) {
-        n->i[0] = N, n->i[1] = C;
+        n->i[0] = N, n->i[1] = C, n->i[2] = flags;
         n->f[0] = a->eps;
         stats = tg_node_save(ctx, n, (size_t)(N > 0 ? (layernorm ? 2 : 1) * N : 1) * sizeof *stats);
     }
@@ -95,12 +88,17 @@ static void rms_kernel(tg_ctx *ctx, tg_node *n, tg_tensor *dx, const double *rst
                                 g ? g->data : NULL, rstd, n->i[0], n->i[1], tg_threads(ctx));
 }
 
-/* 1 / sqrt(s_n / div + eps) for each row's sum of squares s_n: the rstd a
- * backward gets when it recomputes the statistic instead of using the saved
- * one. NULL (and the context's error) when out of memory. */
-static double *recomputed_rstd(tg_ctx *ctx, const tg_node *n, bool divide_by_C, bool with_eps) {
+/* How a buggy RMSNorm backward recomputes rstd (node->i[2]). */
+enum { BUG_SUM = 1, BUG_NO_EPS = 2 };
+
+/* 1 / sqrt(mean_j x_j^2 + eps) for each row -- with the sum in place of the
+ * mean (BUG_SUM), without eps (BUG_NO_EPS): the rstd a backward gets when it
+ * recomputes the statistic instead of using the saved one. NULL (and the
+ * context's error) when out of memory. */
+static double *recomputed_rstd(tg_ctx *ctx, const tg_node *n) {
     const tg_tensor *x = n->in[0];
     int64_t N = n->i[0], C = n->i[1];
+    bool sum = n->i[2] & BUG_SUM, no_eps = n->i[2] & BUG_NO_EPS;
     double *r = tg_arena_alloc_fn(ctx, n->op, (size_t)(N > 0 ? N : 1) * sizeof *r);
     if (!r) return NULL;
     for (int64_t row = 0; row < N; row++) {
@@ -109,9 +107,16 @@ static double *recomputed_rstd(tg_ctx *ctx, const tg_node *n, bool divide_by_C, 
             double v = tg_load(x, row * C + j);
             s += v * v;
         }
-        r[row] = 1.0 / sqrt((divide_by_C ? s / (double)C : s) + (with_eps ? n->f[0] : 0.0));
+        r[row] = 1.0 / sqrt((sum ? s : s / (double)C) + (no_eps ? 0.0 : n->f[0]));
     }
     return r;
+}
+
+/* The real RMSNorm backward kernel with the recomputed rstd. */
+static void rmsnorm_recomputed_backward(tg_ctx *ctx, tg_node *n) {
+    tg_tensor *dx = tg_grad_of(ctx, n->in[0]);
+    double *r = tg_ok(ctx) ? recomputed_rstd(ctx, n) : NULL;
+    if (r) rms_kernel(ctx, n, dx, r);
 }
 
 /* ---- rmsnorm-sum ------------------------------------------------------------
@@ -120,15 +125,9 @@ static double *recomputed_rstd(tg_ctx *ctx, const tg_node *n, bool divide_by_C, 
  *   r' = 1 / sqrt(sum_j x_j^2 + eps)            (about r / sqrt(C))
  * and uses it in dx = r' (u - x r' mean_j(u_j x_j r')) and in dgamma = dy x r'.
  * dx and dgamma are off by about a factor sqrt(C); dbeta = dy is right. */
-static void rmsnorm_sum_backward(tg_ctx *ctx, tg_node *n) {
-    tg_tensor *dx = tg_grad_of(ctx, n->in[0]);
-    double *r = tg_ok(ctx) ? recomputed_rstd(ctx, n, false, true) : NULL;
-    if (r) rms_kernel(ctx, n, dx, r);
-}
-
 static tg_tensor *fw_rmsnorm_sum(tg_ctx *ctx, tg_tensor *const *in, void *user) {
-    bug_norm_args a = norm_args(in, user, TG_RMSNORM_EPS);
-    return bug_norm_forward(ctx, "rmsnorm[bug:sum]", rmsnorm_sum_backward, false, &a);
+    bug_norm_args a = norm_args(in, user);
+    return bug_norm_forward(ctx, "rmsnorm[bug:sum]", rmsnorm_recomputed_backward, false, BUG_SUM, &a);
 }
 
 /* ---- rmsnorm-no-eps -----------------------------------------------------------
@@ -138,15 +137,9 @@ static tg_tensor *fw_rmsnorm_sum(tg_ctx *ctx, tg_tensor *const *in, void *user) 
  * Relative error of the gradient ~ eps / (2 mean_j x_j^2): invisible for
  * eps = 1e-6 on rows of size ~1 (it hides under rtol), exposed when eps is
  * comparable to mean x^2 (the bug's default spec uses eps = 0.1). */
-static void rmsnorm_no_eps_backward(tg_ctx *ctx, tg_node *n) {
-    tg_tensor *dx = tg_grad_of(ctx, n->in[0]);
-    double *r = tg_ok(ctx) ? recomputed_rstd(ctx, n, true, false) : NULL;
-    if (r) rms_kernel(ctx, n, dx, r);
-}
-
 static tg_tensor *fw_rmsnorm_no_eps(tg_ctx *ctx, tg_tensor *const *in, void *user) {
-    bug_norm_args a = norm_args(in, user, TG_RMSNORM_EPS);
-    return bug_norm_forward(ctx, "rmsnorm[bug:no-eps]", rmsnorm_no_eps_backward, false, &a);
+    bug_norm_args a = norm_args(in, user);
+    return bug_norm_forward(ctx, "rmsnorm[bug:no-eps]", rmsnorm_recomputed_backward, false, BUG_NO_EPS, &a);
 }
 
 /* ---- layernorm-no-mean -------------------------------------------------------
@@ -188,8 +181,8 @@ static void layernorm_no_mean_backward(tg_ctx *ctx, tg_node *n) {
 }
 
 static tg_tensor *fw_layernorm_no_mean(tg_ctx *ctx, tg_tensor *const *in, void *user) {
-    bug_norm_args a = norm_args(in, user, TG_LAYERNORM_EPS);
-    return bug_norm_forward(ctx, "layernorm[bug:no-mean]", layernorm_no_mean_backward, true, &a);
+    bug_norm_args a = norm_args(in, user);
+    return bug_norm_forward(ctx, "layernorm[bug:no-mean]", layernorm_no_mean_backward, true, 0, &a);
 }
 
 /* ---- overwrite ------------------------------------------------------------
@@ -208,10 +201,10 @@ static void rmsnorm_overwrite_backward(tg_ctx *ctx, tg_node *n) {
 }
 
 static tg_tensor *fw_rmsnorm_overwrite(tg_ctx *ctx, tg_tensor *const *in, void *user) {
-    bug_norm_args a = norm_args(in, user, TG_RMSNORM_EPS);
-    tg_tensor *y = bug_norm_forward(ctx, "rmsnorm[bug:overwrite]", rmsnorm_overwrite_backward, false, &a);
-    /* ";uses=1" (gradcheck_target.c): x used once, the bug stays hidden */
-    const char *uses = case_arg(user, "uses");
+    bug_norm_args a = norm_args(in, user);
+    tg_tensor *y = bug_norm_forward(ctx, "rmsnorm[bug:overwrite]", rmsnorm_overwrite_backward, false, 0, &a);
+    /* ";uses=1" (target.c): x used once, the bug stays hidden */
+    const char *uses = tg_registry_arg(user, "uses");
     if (uses && strcmp(uses, "1") == 0) return y;
     return tg_add(ctx, y, a.x); /* the second use of x */
 }
@@ -219,14 +212,14 @@ static tg_tensor *fw_rmsnorm_overwrite(tg_ctx *ctx, tg_tensor *const *in, void *
 /* ---- the catalogue ---------------------------------------------------------- */
 
 static const gct_bug BUGS[] = {
-    {"rmsnorm-sum", "rmsnorm", "RMSNorm backward recomputes rstd from the sum of squares instead of the mean",
-     "rmsnorm(x; gamma)", "4x8", fw_rmsnorm_sum, NULL},
-    {"rmsnorm-no-eps", "rmsnorm", "RMSNorm backward recomputes rstd without eps", "rmsnorm(x; gamma)",
-     "4x8;eps=0.1", fw_rmsnorm_no_eps, NULL},
-    {"layernorm-no-mean", "layernorm", "LayerNorm dx drops the term - mean_j(u_j) that comes from the mean",
-     "layernorm(x; gamma, beta)", "4x8", fw_layernorm_no_mean, NULL},
+    {"rmsnorm-sum", "rmsnorm", "RMSNorm backward recomputes rstd from the sum of squares instead of the mean", "",
+     "4x8", fw_rmsnorm_sum, NULL},
+    {"rmsnorm-no-eps", "rmsnorm", "RMSNorm backward recomputes rstd without eps", "", "4x8;eps=0.1",
+     fw_rmsnorm_no_eps, NULL},
+    {"layernorm-no-mean", "layernorm", "LayerNorm dx drops the term - mean_j(u_j) that comes from the mean", "",
+     "4x8", fw_layernorm_no_mean, NULL},
     {"overwrite", "rmsnorm", "RMSNorm backward assigns dx instead of adding to it (x used twice: a residual)",
-     "rmsnorm(x; gamma) + x", "4x8", fw_rmsnorm_overwrite, "rmsnorm(x; gamma), x used once"},
+     " + x", "4x8", fw_rmsnorm_overwrite, ", x used once"},
 };
 
 int gct_bug_count(void) { return (int)(sizeof BUGS / sizeof BUGS[0]); }

@@ -54,6 +54,21 @@ static void put_header(const jac_view *v, int w, int lw, bool with_rowlabel) {
     }
 }
 
+/* The rows of matrix `mat` under their labels "out[j]", each followed by
+ * "  | " and the row of `right` when given (side by side). */
+static void put_rows(const jac_view *v, const double *mat, const double *right, const char *fmt, int w, int lw) {
+    char buf[64];
+    for (int64_t j = 0; j < v->M; j++) {
+        printf("  out%-*s ", lw, gct_index_text(buf, sizeof buf, v->out->ndim, v->out->shape, j));
+        put_row(mat + j * v->N, v->N, fmt, w);
+        if (right) {
+            printf("  | ");
+            put_row(right + j * v->N, v->N, fmt, w);
+        }
+        printf("\n");
+    }
+}
+
 /* Prints analytic and numeric side by side when they fit, one after the
  * other otherwise, then the difference. */
 static void print_matrices(const jac_view *v, bool color) {
@@ -72,7 +87,6 @@ static void print_matrices(const jac_view *v, bool color) {
     int lw = label_width(v->out, v->M);
     int block = (int)v->N * (w + 1);
     bool side = 2 + lw + 3 + 2 * block + 5 <= JAC_LINE;
-    char buf[64];
 
     if (side) {
         printf("  %*s  ", lw + 3, "");
@@ -84,13 +98,7 @@ static void print_matrices(const jac_view *v, bool color) {
         printf("  | ");
         put_header(v, w, lw, false);
         printf("\n");
-        for (int64_t j = 0; j < v->M; j++) {
-            printf("  out%-*s ", lw, gct_index_text(buf, sizeof buf, v->out->ndim, v->out->shape, j));
-            put_row(v->A + j * v->N, v->N, fmtw, w);
-            printf("  | ");
-            put_row(v->Nu + j * v->N, v->N, fmtw, w);
-            printf("\n");
-        }
+        put_rows(v, v->A, v->Nu, fmtw, w, lw);
     } else {
         for (int which = 0; which < 2; which++) {
             printf("  ");
@@ -98,12 +106,7 @@ static void print_matrices(const jac_view *v, bool color) {
             printf("\n");
             put_header(v, w, lw, true);
             printf("\n");
-            const double *mat = which ? v->Nu : v->A;
-            for (int64_t j = 0; j < v->M; j++) {
-                printf("  out%-*s ", lw, gct_index_text(buf, sizeof buf, v->out->ndim, v->out->shape, j));
-                put_row(mat + j * v->N, v->N, fmtw, w);
-                printf("\n");
-            }
+            put_rows(v, which ? v->Nu : v->A, NULL, fmtw, w, lw);
             if (!which) printf("\n");
         }
     }
@@ -112,11 +115,7 @@ static void print_matrices(const jac_view *v, bool color) {
     printf(" (analytic - numeric)\n");
     put_header(v, wd, lw, true);
     printf("\n");
-    for (int64_t j = 0; j < v->M; j++) {
-        printf("  out%-*s ", lw, gct_index_text(buf, sizeof buf, v->out->ndim, v->out->shape, j));
-        put_row(v->D + j * v->N, v->N, fmtd, wd);
-        printf("\n");
-    }
+    put_rows(v, v->D, NULL, fmtd, wd, lw);
 }
 
 /* DIR/NAME.dat: three matrices (gnuplot `index` 0, 1, 2), and NAME.gp
@@ -142,9 +141,7 @@ static bool write_heatmaps(const char *dir, const char *name, const char *title,
             fputc('\n', f);
         }
     }
-    bool ok = !ferror(f);
-    ok = fclose(f) == 0 && ok;
-    if (!ok) return false;
+    if (!gct_fclose(f)) return false;
 
     snprintf(path, sizeof path, "%s/%s.gp", dir, name);
     f = fopen(path, "w");
@@ -169,24 +166,19 @@ static bool write_heatmaps(const char *dir, const char *name, const char *title,
     fprintf(f, "set title sprintf('difference: max |analytic - numeric| = %%.1e', %.6g)\n", md);
     fprintf(f, "plot '%s.dat' index 2 matrix with image notitle\n", name);
     fprintf(f, "unset multiplot\n");
-    if (ferror(f)) st = TG_ERR_IO;
-    if (fclose(f) != 0) st = TG_ERR_IO;
-    return st == TG_OK;
+    return gct_fclose(f) && st == TG_OK;
 }
 
 int gct_cmd_jacobian(const gct_args *a) {
     const tg_op_info *op;
     const gct_bug *bug;
-    if (!gct_resolve(a, a->name, &op, &bug)) return GCT_EXIT_USAGE;
-    tg_ctx *ctx = tg_ctx_new(a->seed);
-    if (!ctx) {
-        fprintf(stderr, "tapegrad-gradcheck: out of memory\n");
-        return GCT_EXIT_ERROR;
-    }
+    tg_ctx *ctx;
+    int status = gct_begin(a, &op, &bug, &ctx);
+    if (status >= 0) return status;
+    status = GCT_EXIT_PASS;
     gct_target t;
-    int status = GCT_EXIT_PASS;
     if (!gct_target_build(ctx, op, bug, a->shape, a->dtype, &t)) {
-        status = gct_usage_error("%s", tg_error_message(ctx));
+        status = gct_build_failed(ctx);
         tg_ctx_free(ctx);
         return status;
     }
@@ -209,15 +201,7 @@ int gct_cmd_jacobian(const gct_args *a) {
             return status;
         }
     }
-    /* the output's shape: one plain forward */
-    bool was = tg_set_grad_enabled(ctx, false);
-    tg_tensor *y = t.fn(ctx, t.c.inputs, &t.c);
-    tg_set_grad_enabled(ctx, was);
-    if (!y) {
-        fprintf(stderr, "tapegrad-gradcheck: %s: %s\n", t.label, tg_error_message(ctx));
-        tg_ctx_free(ctx);
-        return GCT_EXIT_ERROR;
-    }
+    const tg_tensor *y = t.out;
     for (int k = 0; k < t.c.n_inputs; k++) {
         if (!(which >> k & 1u)) continue;
         int64_t M = y->numel, N = t.c.inputs[k]->numel;
@@ -234,22 +218,12 @@ int gct_cmd_jacobian(const gct_args *a) {
         }
     }
 
+    /* the step and tolerances tg_gradcheck would use, for counting entries */
     tg_gradcheck_opts o = gct_target_opts(&t, a);
-    /* the tolerances tg_gradcheck would use, for counting entries */
-    bool f32 = a->dtype == TG_F32;
-    double h = o.h > 0 ? o.h : f32 ? 1e-3 : 1e-6;
-    double atol = o.atol > 0 ? o.atol : f32 ? 1e-3 : 1e-5, rtol = o.rtol > 0 ? o.rtol : f32 ? 1e-2 : 1e-3;
-    o.h = h;
+    double h = o.h, atol = o.atol, rtol = o.rtol;
     char sy[64];
-    gct_puts_tone(stdout, op->name, GCT_BOLD, a->color);
-    if (bug) {
-        printf("  with injected bug ");
-        gct_puts_tone(stdout, bug->name, GCT_BAD, a->color);
-        printf(": %s\n  function %s,", bug->what, t.function);
-    } else {
-        printf("  %s\n ", op->summary);
-    }
-    printf(" spec %s: output %s, %s, central differences h=%g\n", t.c.spec,
+    gct_put_title(a, op, bug, t.function);
+    printf("  spec %s: output %s, %s, central differences h=%g\n", t.c.spec,
            gct_shape_text(sy, sizeof sy, y->ndim, y->shape), tg_dtype_name(a->dtype), h);
     if (!gct_mkdir_p(a->out_dir)) {
         tg_ctx_free(ctx);

@@ -39,11 +39,8 @@ static void put_prose(const char *label, int indent, int lw, const char *text) {
 }
 
 int gct_cmd_list(const gct_args *a) {
-    tg_ctx *ctx = tg_ctx_new(a->seed);
-    if (!ctx) {
-        fprintf(stderr, "tapegrad-gradcheck: out of memory\n");
-        return GCT_EXIT_ERROR;
-    }
+    tg_ctx *ctx = gct_ctx_new(a->seed);
+    if (!ctx) return GCT_EXIT_ERROR;
     int n_ops = tg_registry_count(), n_variants = 0;
     for (int i = 0; i < n_ops; i++) n_variants += tg_registry_get(i)->n_variants;
     printf("%d registered ops and layers, %d built-in shape variants\n", n_ops, n_variants);
@@ -72,32 +69,48 @@ int gct_cmd_list(const gct_args *a) {
             tg_clear_error(ctx);
         }
         put_wrapped("variants", 6, 10, (const char *const *)op->variants, op->n_variants, "   ");
-        if (op->h || op->atol || op->rtol)
-            printf("      %-10sh=%g atol=%g rtol=%g (float64; 0 = default)\n", "own", op->h, op->atol, op->rtol);
+        /* its own step and tolerances, where it has them */
+        for (int d = 0; d < 2; d++) {
+            tg_gradcheck_tol own = d ? op->f32 : op->f64;
+            const char *names[3] = {"h", "atol", "rtol"};
+            double vals[3] = {own.h, own.atol, own.rtol};
+            char text[128] = "";
+            size_t n = 0;
+            for (int k = 0; k < 3 && n < sizeof text; k++)
+                if (vals[k] > 0) n += (size_t)snprintf(text + n, sizeof text - n, " %s=%g", names[k], vals[k]);
+            if (n) printf("      %-10s%s%s (the rest: the defaults)\n", "own", tg_dtype_name(d ? TG_F32 : TG_F64), text);
+        }
         fputc('\n', stdout);
         tg_ctx_reset(ctx);
     }
-    tg_ctx_free(ctx);
 
     printf("seeded bugs (--inject BUG: a known-wrong backward in place of the op's; the report must FAIL)\n\n");
     gct_table t;
     gct_table_init(&t, "llll", "bug", "op", "function checked", "what is wrong");
     for (int i = 0; i < gct_bug_count(); i++) {
         const gct_bug *b = gct_bug_get(i);
+        gct_target tg;
         gct_cell *row = gct_table_row(&t);
         if (!row) break;
         gct_cell_set(&row[0], GCT_BOLD, "%s", b->name);
         gct_cell_set(&row[1], GCT_PLAIN, "%s", b->op);
-        gct_cell_set(&row[2], GCT_PLAIN, "%s", b->function);
+        /* the function of the default spec */
+        if (gct_target_build(ctx, tg_registry_find(b->op), b, NULL, TG_F64, &tg))
+            gct_cell_set(&row[2], GCT_PLAIN, "%s", tg.function);
+        else
+            gct_cell_set(&row[2], GCT_BAD, "(%s)", tg_error_message(ctx));
         gct_cell_set(&row[3], GCT_PLAIN, "%s", b->what);
+        tg_clear_error(ctx);
+        tg_ctx_reset(ctx);
     }
     gct_table_print(stdout, &t, 2, a->color);
     gct_table_free(&t);
+    tg_ctx_free(ctx);
     for (int i = 0; i < gct_bug_count(); i++) {
         const gct_bug *b = gct_bug_get(i);
-        if (b->function_once)
-            printf("\n  %s: add ;uses=1 to the spec (--shape '%s;uses=1') to check %s: the bug hides there\n",
-                   b->name, b->default_spec, b->function_once);
+        if (b->then_once)
+            printf("\n  %s: add ;uses=1 to the spec (--shape '%s;uses=1') to check the op with %s: the bug hides "
+                   "there\n", b->name, b->default_spec, b->then_once + 2);
     }
     printf("\ne.g.  tapegrad-gradcheck check --inject rmsnorm-sum\n");
     return GCT_EXIT_PASS;

@@ -43,9 +43,11 @@ void gct_usage(FILE *out) {
           "  --shape SPEC      inputs, e.g. 4x8 or '2x3x4;norm=2;bias=1' (see list); default:\n"
           "                    check every built-in variant, sweep/jacobian the first\n"
           "  --dtype f32|f64   check, jacobian (default f64; sweep runs both)\n"
-          "  --h H             step of the differences (default 1e-6; f32: 1e-3)\n"
+          "  --h H             step of the differences (> 0)\n"
           "  --atol A          an element passes when |analytic - numeric| <= atol + rtol |numeric|\n"
-          "  --rtol R          (defaults atol 1e-5, rtol 1e-3; f32: 1e-3, 1e-2)\n"
+          "  --rtol R          (>= 0; atol 0: a purely relative test)\n"
+          "                    defaults: the op's own where `list` shows them, else by dtype:\n"
+          "                    f64 h 1e-6, atol 1e-5, rtol 1e-3; f32 h 1e-3, atol 1e-3, rtol 1e-2\n"
           "  --mode full|directional\n"
           "                    every element (default), or one random direction per input\n"
           "  --seed N          seeds the inputs, the output weighting and directions (default 0)\n"
@@ -79,13 +81,14 @@ int gct_usage_error(const char *fmt, ...) {
     return GCT_EXIT_USAGE;
 }
 
-/* A number option: finite and > 0 (gradcheck reads 0 as "the default"). */
-static bool parse_positive(const char *opt, const char *s, double *out) {
+/* A number option: finite and > 0 (the step), or >= 0 (a tolerance: 0 is
+ * used as given, see gct_target_opts). */
+static bool parse_number(const char *opt, const char *s, bool zero_ok, double *out) {
     char *e;
     errno = 0;
     double v = strtod(s, &e);
-    if (e == s || *e || errno || !isfinite(v) || !(v > 0)) {
-        gct_usage_error("%s wants a finite number > 0, not '%s'", opt, s);
+    if (e == s || *e || errno || !isfinite(v) || !(zero_ok ? v >= 0 : v > 0)) {
+        gct_usage_error("%s wants a finite number %s, not '%s'", opt, zero_ok ? ">= 0" : "> 0", s);
         return false;
     }
     *out = v;
@@ -123,6 +126,7 @@ static int parse_args(int argc, char **argv, gct_args *a) {
     a->dtype = TG_F64;
     a->mode = TG_GRADCHECK_FULL;
     a->out_dir = "out/gradcheck";
+    a->h = a->atol = a->rtol = NAN;
     a->color = isatty(fileno(stdout)) && !getenv("NO_COLOR");
     if (argc < 2) return gct_usage_error("no command given");
     a->command = argv[1];
@@ -164,16 +168,15 @@ static int parse_args(int argc, char **argv, gct_args *a) {
             else return gct_usage_error("--dtype is f32 or f64, not '%s'", v);
             a->dtype_set = true;
         } else if (!strcmp(opt, "--h")) {
-            if (!parse_positive(opt, v, &a->h)) return GCT_EXIT_USAGE;
+            if (!parse_number(opt, v, false, &a->h)) return GCT_EXIT_USAGE;
         } else if (!strcmp(opt, "--atol")) {
-            if (!parse_positive(opt, v, &a->atol)) return GCT_EXIT_USAGE;
+            if (!parse_number(opt, v, true, &a->atol)) return GCT_EXIT_USAGE;
         } else if (!strcmp(opt, "--rtol")) {
-            if (!parse_positive(opt, v, &a->rtol)) return GCT_EXIT_USAGE;
+            if (!parse_number(opt, v, true, &a->rtol)) return GCT_EXIT_USAGE;
         } else if (!strcmp(opt, "--mode")) {
             if (!strcmp(v, "full")) a->mode = TG_GRADCHECK_FULL;
             else if (!strcmp(v, "directional")) a->mode = TG_GRADCHECK_DIRECTIONAL;
             else return gct_usage_error("--mode is full or directional, not '%s'", v);
-            a->mode_set = true;
         } else if (!strcmp(opt, "--seed")) {
             char *e;
             errno = 0;

@@ -80,23 +80,17 @@ static bool write_script(const char *gp_path, const char *png, const char *dat, 
                 c + 2, CURVES[c].dash, CURVES[c].color, CURVES[c].label);
     fprintf(f, "$best using 1:2 with points pt 6 ps 2.6 lw 2 lc rgb 'black' title 'best h', \\\n"
                "     $best using 1:2:3 with labels offset 0,1.5 font ',9' notitle\n");
-    if (ferror(f)) st = TG_ERR_IO;
-    if (fclose(f) != 0) st = TG_ERR_IO;
-    return st == TG_OK;
+    return gct_fclose(f) && st == TG_OK;
 }
 
 int gct_cmd_sweep(const gct_args *a) {
     const tg_op_info *op;
     const gct_bug *bug;
-    if (!gct_resolve(a, a->name, &op, &bug)) return GCT_EXIT_USAGE;
-    tg_ctx *ctx = tg_ctx_new(a->seed);
-    if (!ctx) {
-        fprintf(stderr, "tapegrad-gradcheck: out of memory\n");
-        return GCT_EXIT_ERROR;
-    }
+    tg_ctx *ctx;
+    int status = gct_begin(a, &op, &bug, &ctx);
+    if (status >= 0) return status;
     double err[SWEEP_CURVES][SWEEP_N];
-    char spec[128] = "", label[160] = "";
-    const char *function = bug ? bug->function : NULL;
+    char spec[128] = "", label[160] = "", function[160] = "";
     int64_t numel = 0;
     for (int c = 0; c < SWEEP_CURVES; c++) {
         for (int k = 0; k < SWEEP_N; k++) {
@@ -104,13 +98,13 @@ int gct_cmd_sweep(const gct_args *a) {
             tg_ctx_reset(ctx);
             tg_rng_seed(ctx, a->seed); /* the same inputs (rounded to the dtype) for every h */
             if (!gct_target_build(ctx, op, bug, a->shape, CURVES[c].dtype, &t)) {
-                int st = gct_usage_error("%s", tg_error_message(ctx));
+                int st = gct_build_failed(ctx);
                 tg_ctx_free(ctx);
                 return st;
             }
             snprintf(spec, sizeof spec, "%s", t.c.spec);
             snprintf(label, sizeof label, "%s", t.label);
-            function = t.function;
+            snprintf(function, sizeof function, "%s", t.function);
             numel = gct_target_numel(&t);
             tg_gradcheck_opts o = gct_target_opts(&t, a);
             o.h = sweep_h(k);
@@ -142,15 +136,8 @@ int gct_cmd_sweep(const gct_args *a) {
     }
 
     /* the table */
-    gct_puts_tone(stdout, op->name, GCT_BOLD, a->color);
-    if (bug) {
-        printf("  with injected bug ");
-        gct_puts_tone(stdout, bug->name, GCT_BAD, a->color);
-        printf(": %s\n  function %s,", bug->what, function);
-    } else {
-        printf("  %s\n ", op->summary);
-    }
-    printf(" spec %s: %lld elements checked, %s\n", spec, (long long)numel,
+    gct_put_title(a, op, bug, function);
+    printf("  spec %s: %lld elements checked, %s\n", spec, (long long)numel,
            a->mode == TG_GRADCHECK_FULL ? "every element" : "one random direction per input");
     printf("  error = max |analytic - numeric| over the checked elements; * marks each column's minimum\n\n");
     gct_table t;

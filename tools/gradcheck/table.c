@@ -172,6 +172,11 @@ bool gct_mkdir_p(const char *dir) {
     return true;
 }
 
+bool gct_fclose(FILE *f) {
+    bool ok = !ferror(f);
+    return fclose(f) == 0 && ok;
+}
+
 double gct_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

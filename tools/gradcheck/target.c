@@ -1,10 +1,16 @@
 /* What tapegrad-gradcheck checks: a registered op on inputs built from a
  * spec, or the same inputs run through an injected bug's function. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "check/registry.h"
 #include "tools/gradcheck/tool.h"
+
+tg_ctx *gct_ctx_new(uint64_t seed) {
+    tg_ctx *ctx = tg_ctx_new(seed);
+    if (!ctx) fprintf(stderr, "tapegrad-gradcheck: out of memory\n");
+    return ctx;
+}
 
 bool gct_resolve(const gct_args *a, const char *name, const tg_op_info **op, const gct_bug **bug) {
     *op = NULL;
@@ -35,25 +41,43 @@ bool gct_resolve(const gct_args *a, const char *name, const tg_op_info **op, con
     return true;
 }
 
-/* A bug's own spec argument "uses=1|2" (gct_bug.uses_help): taken out of
+int gct_begin(const gct_args *a, const tg_op_info **op, const gct_bug **bug, tg_ctx **ctx) {
+    *ctx = NULL;
+    if (!gct_resolve(a, a->name, op, bug)) return GCT_EXIT_USAGE;
+    *ctx = gct_ctx_new(a->seed);
+    return *ctx ? -1 : GCT_EXIT_ERROR;
+}
+
+/* A bug's own spec argument "uses=1|2" (gct_bug.then_once): taken out of
  * spec into base (what the registry builds) and *uses ('\0' when absent).
  * False and the context's error for a bad value. */
 static bool split_uses(tg_ctx *ctx, const gct_bug *bug, const char *spec, char *base, size_t size, char *uses) {
     *uses = '\0';
     snprintf(base, size, "%s", spec);
     char *p = strstr(base, ";uses=");
-    if (!p || !bug->function_once) return true;
+    if (!p || !bug->then_once) return true;
     char *end = strchr(p + 1, ';');
     size_t vlen = end ? (size_t)(end - (p + 6)) : strlen(p + 6);
     if (vlen != 1 || (p[6] != '1' && p[6] != '2')) {
-        tg_error(ctx, TG_ERR_FORMAT, "--inject",
-                 "%s: spec '%s': uses=2 checks %s (the default), uses=1 checks %s", bug->name, spec, bug->function,
-                 bug->function_once);
+        tg_error(ctx, TG_ERR_FORMAT, "--inject", "%s: spec '%s': uses=2 checks x used twice (the default), uses=1 once",
+                 bug->name, spec);
         return false;
     }
     *uses = p[6];
     memmove(p, p + 6 + vlen, strlen(p + 6 + vlen) + 1);
     return true;
+}
+
+/* "rmsnorm(x; gamma, beta)": the op on the case's inputs, then the bug's
+ * `then` (or `then_once` with uses=1). */
+static void bug_function(gct_target *t, char uses) {
+    const tg_op_case *c = &t->c;
+    size_t n = (size_t)snprintf(t->function, sizeof t->function, "%s(%s", t->op->name, c->input_names[0]);
+    for (int k = 1; k < c->n_inputs && n < sizeof t->function; k++)
+        n += (size_t)snprintf(t->function + n, sizeof t->function - n, "%s%s", k == 1 ? "; " : ", ",
+                              c->input_names[k]);
+    if (n < sizeof t->function)
+        snprintf(t->function + n, sizeof t->function - n, ")%s", uses == '1' ? t->bug->then_once : t->bug->then);
 }
 
 bool gct_target_build(tg_ctx *ctx, const tg_op_info *op, const gct_bug *bug, const char *spec, tg_dtype dtype,
@@ -77,26 +101,50 @@ bool gct_target_build(tg_ctx *ctx, const tg_op_info *op, const gct_bug *bug, con
         snprintf(t->c.spec + n, sizeof t->c.spec - n, ";uses=%c", uses);
     }
     t->fn = bug ? bug->forward : op->forward;
-    t->function = !bug ? NULL : uses == '1' ? bug->function_once : bug->function;
-    if (bug)
+    if (bug) {
+        bug_function(t, uses);
         snprintf(t->label, sizeof t->label, "%s  with bug %s", op->name, bug->name);
-    else
+    } else {
         snprintf(t->label, sizeof t->label, "%s", op->name);
-    return true;
+    }
+    /* The registry builds what its parser and builders accept; the op
+     * itself refuses the rest (shapes that do not fit, eps <= 0) when it
+     * runs. One plain run finds out, without moving the RNG. */
+    uint64_t seed, offset;
+    tg_rng_state(ctx, &seed, &offset);
+    bool was = tg_set_grad_enabled(ctx, false);
+    t->out = t->fn(ctx, t->c.inputs, &t->c);
+    tg_set_grad_enabled(ctx, was);
+    tg_rng_set_state(ctx, seed, offset);
+    if (t->out || !tg_ok(ctx)) return t->out != NULL;
+    tg_error(ctx, TG_ERR_STATE, "tapegrad-gradcheck", "%s: the forward returned NULL without an error", t->label);
+    return false;
+}
+
+int gct_build_failed(tg_ctx *ctx) {
+    if (tg_status_of(ctx) == TG_ERR_OOM) {
+        fprintf(stderr, "tapegrad-gradcheck: %s\n", tg_error_message(ctx));
+        return GCT_EXIT_ERROR;
+    }
+    return gct_usage_error("%s", tg_error_message(ctx));
+}
+
+void gct_put_title(const gct_args *a, const tg_op_info *op, const gct_bug *bug, const char *function) {
+    gct_puts_tone(stdout, op->name, GCT_BOLD, a->color);
+    if (!bug) {
+        printf("  %s\n", op->summary);
+        return;
+    }
+    printf("  with injected bug ");
+    gct_puts_tone(stdout, bug->name, GCT_BAD, a->color);
+    printf(": %s\n  function checked: %s\n", bug->what, function);
 }
 
 tg_gradcheck_opts gct_target_opts(const gct_target *t, const gct_args *a) {
-    tg_gradcheck_opts o = {0};
-    o.h = a->h;
-    o.atol = a->atol;
-    o.rtol = a->rtol;
-    /* the op's own step and tolerances hold for float64 (as in
-     * tg_registry_check); float32 takes gradcheck's float32 defaults */
-    if (t->c.dtype == TG_F64) {
-        if (o.h == 0) o.h = t->op->h;
-        if (o.atol == 0) o.atol = t->op->atol;
-        if (o.rtol == 0) o.rtol = t->op->rtol;
-    }
+    tg_gradcheck_opts o = tg_registry_opts(t->op, t->c.dtype, NULL);
+    if (!isnan(a->h)) o.h = a->h;
+    if (!isnan(a->atol)) o.atol = a->atol;
+    if (!isnan(a->rtol)) o.rtol = a->rtol;
     o.mode = a->mode;
     o.seed = a->seed;
     o.allow_float32 = true;

@@ -34,9 +34,8 @@ typedef struct gct_args {
     const char *shape;       /* --shape SPEC, or NULL */
     tg_dtype dtype;          /* --dtype (default TG_F64) */
     bool dtype_set;
-    double h, atol, rtol;    /* 0: not given */
+    double h, atol, rtol;    /* NAN: not given */
     tg_gradcheck_mode mode;  /* --mode (default FULL) */
-    bool mode_set;
     uint64_t seed;           /* --seed (default 0) */
     const char *inject;      /* --inject BUG, or NULL */
     const char *input;       /* --input NAME (jacobian), or NULL */
@@ -64,16 +63,17 @@ int gct_cmd_jacobian(const gct_args *a);
 
 /* A known-wrong backward, swapped in for a registered op. The forward is
  * the op's own (the raw kernels), so the output is right and only the
- * gradient is wrong, as in a real bug. */
+ * gradient is wrong, as in a real bug. The function checked is the op on
+ * the case's inputs ("rmsnorm(x; gamma, beta)"), then `then`. */
 typedef struct gct_bug {
     const char *name;          /* "rmsnorm-sum", ... */
     const char *op;            /* the registered op whose inputs it takes */
     const char *what;          /* the bug, one line */
-    const char *function;      /* the function checked, e.g. "rmsnorm(x) + x" */
+    const char *then;          /* what the function does after the op: "" or " + x" */
     const char *default_spec;  /* a spec that exposes it */
     tg_gradcheck_fn forward;   /* user: the op's tg_op_case */
-    const char *function_once; /* non-NULL: the spec may add ";uses=1", and
-                                  this function (x used once) is checked */
+    const char *then_once;     /* non-NULL: the spec may add ";uses=1", and
+                                  the op then ends with this (x used once) */
 } gct_bug;
 
 int gct_bug_count(void);
@@ -90,20 +90,38 @@ typedef struct gct_target {
     const gct_bug *bug;        /* NULL: the op as registered */
     tg_op_case c;              /* the inputs */
     tg_gradcheck_fn fn;        /* op->forward or bug->forward */
-    const char *function;      /* the bug's function checked, or NULL */
-    char label[160];           /* "rmsnorm" or "rmsnorm + bug rmsnorm-sum" */
+    const tg_tensor *out;      /* fn's output on the inputs (its shape) */
+    char function[160];        /* with a bug, the function checked:
+                                  "rmsnorm(x; gamma) + x"; else "" */
+    char label[160];           /* "rmsnorm" or "rmsnorm  with bug rmsnorm-sum" */
 } gct_target;
 
+/* A context seeded with `seed`; NULL (and a message) when out of memory. */
+tg_ctx *gct_ctx_new(uint64_t seed);
 /* Finds NAME (and --inject) as the command line gives them: the op, and
  * the bug or NULL. On a usage error prints it and returns false. */
 bool gct_resolve(const gct_args *a, const char *name, const tg_op_info **op, const gct_bug **bug);
+/* The start of a command on one op: resolves NAME and --inject (a usage
+ * error is printed) and makes the context. Returns -1 to go on, or the
+ * exit status. */
+int gct_begin(const gct_args *a, const tg_op_info **op, const gct_bug **bug, tg_ctx **ctx);
 /* Builds t's inputs from spec (NULL: the bug's default spec, else the op's
- * first variant) in dtype from the context's RNG. False and the context's
- * error on a spec the op refuses. */
+ * first variant) in dtype from the context's RNG, and runs the function
+ * once on them (no grad; the RNG left as it was). False and the context's
+ * error on a spec the registry or the op itself refuses (a matmul of 2x3 by
+ * 4x5, eps=-1). */
 bool gct_target_build(tg_ctx *ctx, const tg_op_info *op, const gct_bug *bug, const char *spec, tg_dtype dtype,
                       gct_target *t);
-/* The gradcheck options for t from the command line: the op's own h, atol,
- * rtol (float64) where the command line gives none; float32 allowed. */
+/* After gct_target_build failed: the exit status, with the message
+ * printed -- a refused spec is a usage error (2), running out of memory an
+ * error (3). */
+int gct_build_failed(tg_ctx *ctx);
+/* The title of a report: "NAME  summary", or with a bug, its name, what
+ * is wrong and the function checked. */
+void gct_put_title(const gct_args *a, const tg_op_info *op, const gct_bug *bug, const char *function);
+/* The gradcheck options for t from the command line: the values given,
+ * else the op's own for t's dtype, else the dtype's defaults (as
+ * tg_registry_opts); float32 allowed. */
 tg_gradcheck_opts gct_target_opts(const gct_target *t, const gct_args *a);
 /* Runs tg_gradcheck on t. */
 bool gct_target_check(tg_ctx *ctx, gct_target *t, const tg_gradcheck_opts *o, tg_gradcheck_result *r);
@@ -156,6 +174,8 @@ char *gct_index_text(char *buf, size_t size, int ndim, const int64_t *shape, int
 /* Makes directory `dir` and its parents (like mkdir -p). False on error,
  * with a message on stderr. */
 bool gct_mkdir_p(const char *dir);
+/* Closes f: false when a write to it or the close failed. */
+bool gct_fclose(FILE *f);
 /* Seconds on a monotonic clock. */
 double gct_now(void);
 
