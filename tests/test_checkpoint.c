@@ -9,7 +9,6 @@
  * the values, then writes one back for PyTorch to compare). */
 #define _POSIX_C_SOURCE 200809L
 
-#include <check.h>
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -19,7 +18,7 @@
 #include <unistd.h>
 
 #include "io/safetensors.h"
-#include "tapegrad.h"
+#include "testutil.h"
 
 static tg_ctx *ctx;
 static char dir[256];
@@ -1034,45 +1033,17 @@ END_TEST
 
 Suite *make_checkpoint_suite(void) {
     Suite *s = suite_create("checkpoint");
-    TCase *tc = tcase_create("roundtrip");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_roundtrip_values);
-    tcase_add_test(tc, test_roundtrip_bits);
-    tcase_add_test(tc, test_exact_bytes);
-    tcase_add_test(tc, test_shapes_and_layout);
-    tcase_add_test(tc, test_metadata_roundtrip);
-    tcase_add_test(tc, test_training_state);
-    tcase_add_test(tc, test_rng_state);
-    tcase_add_test(tc, test_meta_api);
-    tcase_add_test(tc, test_argument_errors);
-    tcase_add_test(tc, test_load_memory);
-    suite_add_tcase(s, tc);
-    TCase *tb = tcase_create("validation");
-    tcase_add_checked_fixture(tb, setup, teardown);
+    tg_test_tcase(s, "roundtrip", setup, teardown, test_roundtrip_values, test_roundtrip_bits, test_exact_bytes,
+                  test_shapes_and_layout, test_metadata_roundtrip, test_training_state, test_rng_state, test_meta_api,
+                  test_argument_errors, test_load_memory, NULL);
+    TCase *tb = tg_test_tcase(s, "validation", setup, teardown, test_every_truncation, test_corpus, NULL);
     tcase_add_loop_test(tb, test_bad_file, 0, (int)(sizeof bad_files / sizeof *bad_files));
-    tcase_add_test(tb, test_every_truncation);
-    tcase_add_test(tb, test_corpus);
-    suite_add_tcase(s, tb);
-    TCase *ta = tcase_create("atomic");
-    tcase_add_checked_fixture(ta, setup, teardown);
-    tcase_add_test(ta, test_atomic_save_faults);
-    tcase_add_test(ta, test_atomic_first_save_faults);
-    tcase_add_test(ta, test_short_writes);
-    tcase_add_test(ta, test_stale_temporary);
-    suite_add_tcase(s, ta);
+    tg_test_tcase(s, "atomic", setup, teardown, test_atomic_save_faults, test_atomic_first_save_faults,
+                  test_short_writes, test_stale_temporary, NULL);
     if (getenv("TG_INTEROP_DIR")) {
-        TCase *ti = tcase_create("interop");
-        tcase_add_checked_fixture(ti, setup, teardown);
-        tcase_add_test(ti, test_interop);
-        suite_add_tcase(s, ti);
+        tg_test_tcase(s, "interop", setup, teardown, test_interop, NULL);
     }
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_checkpoint_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+int main(void) { return tg_test_run(make_checkpoint_suite()); }

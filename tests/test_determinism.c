@@ -14,13 +14,12 @@
  * Built without OpenMP, tg_threads() stays 1: the test still runs, the
  * comparison is then trivially equal, and it says so on stderr. Under
  * valgrind (TG_UNDER_VALGRIND=1) only 1 and 2 threads are compared. */
-#include <check.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tapegrad.h"
+#include "testutil.h"
 
 /* ---- snapshots of results ------------------------------------------------ */
 
@@ -303,9 +302,8 @@ END_TEST
 
 Suite *make_determinism_suite(void) {
     Suite *s = suite_create("determinism");
-    TCase *tc = tcase_create("threads");
+    TCase *tc = tg_test_tcase(s, "threads", NULL, NULL, test_thread_count_is_honoured, NULL);
     tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_thread_count_is_honoured);
     tcase_add_loop_test(tc, test_linear, 0, 2);
     tcase_add_loop_test(tc, test_rmsnorm, 0, 2);
     tcase_add_loop_test(tc, test_layernorm, 0, 2);
@@ -313,14 +311,7 @@ Suite *make_determinism_suite(void) {
     tcase_add_loop_test(tc, test_cross_entropy, 0, 2);
     tcase_add_loop_test(tc, test_embedding, 0, 2);
     tcase_add_loop_test(tc, test_mlp_adam, 0, 2);
-    suite_add_tcase(s, tc);
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_determinism_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tg_test_run(make_determinism_suite()); }

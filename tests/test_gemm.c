@@ -4,12 +4,13 @@
  * depend on the thread count, the workspace, or the number of rows. */
 #include "tensor/gemm.h"
 
-#include <check.h>
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "testutil.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -319,26 +320,17 @@ END_TEST
 
 Suite *make_gemm_suite(void) {
     Suite *s = suite_create("gemm");
-    TCase *tc = tcase_create("naive");
+    TCase *tc = tg_test_tcase(s, "naive", NULL, NULL, test_gemm_kernel_name, NULL);
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, test_gemm_vs_naive, 0, 8);
     tcase_add_loop_test(tc, test_gemm_large_blocks, 0, 8);
     tcase_add_loop_test(tc, test_gemm_degenerate, 0, 2);
-    tcase_add_test(tc, test_gemm_kernel_name);
-    suite_add_tcase(s, tc);
-    TCase *td = tcase_create("determinism");
+    TCase *td = tg_test_tcase(s, "determinism", NULL, NULL, NULL);
     tcase_set_timeout(td, 600);
     tcase_add_loop_test(td, test_gemm_threads_bitwise, 0, 8);
     tcase_add_loop_test(td, test_gemm_rows_bitwise, 0, 8);
     tcase_add_loop_test(td, test_gemm_superblocks, 0, 8);
-    suite_add_tcase(s, td);
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_gemm_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tg_test_run(make_gemm_suite()); }

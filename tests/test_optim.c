@@ -1,12 +1,11 @@
 /* Optimizers, schedules and clipping against PyTorch 1.13.
  * Reference values: tests/fixtures/optim_trajectories.txt, made by
  * tests/fixtures/make_optim_fixture.py (the problem is described there). */
-#include <check.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tapegrad.h"
+#include "testutil.h"
 
 #ifndef TG_TEST_DIR
 #define TG_TEST_DIR "tests"
@@ -347,26 +346,11 @@ END_TEST
 
 Suite *make_optim_suite(void) {
     Suite *s = suite_create("optim");
-    TCase *tc = tcase_create("pytorch");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_trajectories_match_pytorch);
-    tcase_add_test(tc, test_schedules_match_pytorch);
-    tcase_add_test(tc, test_callback_schedule);
-    tcase_add_test(tc, test_clip_grad_norm_matches_pytorch);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("checks");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_clip_value_and_anomaly);
-    tcase_add_test(tc, test_invalid_hyperparameters);
-    tcase_add_test(tc, test_no_decay_flag_and_state_names);
-    suite_add_tcase(s, tc);
+    tg_test_tcase(s, "pytorch", setup, teardown, test_trajectories_match_pytorch, test_schedules_match_pytorch,
+                  test_callback_schedule, test_clip_grad_norm_matches_pytorch, NULL);
+    tg_test_tcase(s, "checks", setup, teardown, test_clip_value_and_anomaly, test_invalid_hyperparameters,
+                  test_no_decay_flag_and_state_names, NULL);
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_optim_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tg_test_run(make_optim_suite()); }

@@ -8,7 +8,6 @@
  * stderr and check the no-gnuplot behaviour instead. */
 #define _XOPEN_SOURCE 700
 
-#include <check.h>
 #include <ftw.h>
 #include <math.h>
 #include <stdio.h>
@@ -17,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "tapegrad.h"
+#include "testutil.h"
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                  */
@@ -614,31 +613,14 @@ END_TEST
 Suite *make_plot_suite(void)
 {
     Suite *s = suite_create("plot");
-    TCase *tc = tcase_create("files");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    TCase *tc = tg_test_tcase(s, "files", setup, teardown, test_dat_rows_and_columns, test_open_replaces_old_file,
+                              test_trailing_slash, test_close_renders_png, test_close_default_style,
+                              test_labels_with_quotes, test_without_gnuplot_keeps_files_and_says_how,
+                              test_overlay_three_runs, test_render_custom_script,
+                              test_render_failure_reports_gnuplot_error, test_close_without_rows,
+                              test_gnuplot_detection, test_bad_arguments, NULL);
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_dat_rows_and_columns);
-    tcase_add_test(tc, test_open_replaces_old_file);
-    tcase_add_test(tc, test_trailing_slash);
-    tcase_add_test(tc, test_close_renders_png);
-    tcase_add_test(tc, test_close_default_style);
-    tcase_add_test(tc, test_labels_with_quotes);
-    tcase_add_test(tc, test_without_gnuplot_keeps_files_and_says_how);
-    tcase_add_test(tc, test_overlay_three_runs);
-    tcase_add_test(tc, test_render_custom_script);
-    tcase_add_test(tc, test_render_failure_reports_gnuplot_error);
-    tcase_add_test(tc, test_close_without_rows);
-    tcase_add_test(tc, test_gnuplot_detection);
-    tcase_add_test(tc, test_bad_arguments);
-    suite_add_tcase(s, tc);
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(make_plot_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+int main(void) { return tg_test_run(make_plot_suite()); }

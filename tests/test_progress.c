@@ -2,7 +2,6 @@
  * speed and ETA (with a fake clock, so the numbers are exact). */
 #define _XOPEN_SOURCE 700
 
-#include <check.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tapegrad.h"
+#include "testutil.h"
 
 /* A fake clock: the seconds are whatever the test stores in *user. */
 static double fake_clock(void *user)
@@ -331,24 +330,10 @@ END_TEST
 Suite *make_progress_suite(void)
 {
     Suite *s = suite_create("progress");
-    TCase *tc = tcase_create("output");
-    tcase_add_test(tc, test_plain_lines);
-    tcase_add_test(tc, test_plain_last_step_and_unknown_fields);
-    tcase_add_test(tc, test_unknown_total_and_finish_shows_last);
-    tcase_add_test(tc, test_eta_hours);
-    tcase_add_test(tc, test_bar_mode);
-    tcase_add_test(tc, test_bar_narrow_terminal);
-    tcase_add_test(tc, test_auto_mode_on_a_terminal);
-    tcase_add_test(tc, test_quiet_null_and_real_clock);
-    suite_add_tcase(s, tc);
+    tg_test_tcase(s, "output", NULL, NULL, test_plain_lines, test_plain_last_step_and_unknown_fields,
+                  test_unknown_total_and_finish_shows_last, test_eta_hours, test_bar_mode, test_bar_narrow_terminal,
+                  test_auto_mode_on_a_terminal, test_quiet_null_and_real_clock, NULL);
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(make_progress_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+int main(void) { return tg_test_run(make_progress_suite()); }
