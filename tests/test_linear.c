@@ -60,7 +60,8 @@ START_TEST(test_forward_naive_leading_dims) {
                 ck_assert_int_eq(y->shape[1], B);
                 ck_assert_int_eq(y->shape[2], N);
                 ck_assert_int_eq(y->dtype, dtype);
-                double *xv = tg_test_values(ctx, x), *wv = tg_test_values(ctx, w), *bv = b ? tg_test_values(ctx, b) : NULL;
+                double *xv = tg_test_values(ctx, x), *wv = tg_test_values(ctx, w),
+                       *bv = b ? tg_test_values(ctx, b) : NULL;
                 double *ref = tg_test_malloc((size_t)(A * B * N) * sizeof *ref);
                 naive_linear(ref, xv, wv, bv, A * B, N, K);
                 double tol = dtype == TG_F64 ? 1e-12 : 1e-5;
@@ -118,8 +119,8 @@ START_TEST(test_init_and_module_forward) {
     /* same seed, same parameters; the parameters survive a reset */
     tg_ctx *c2 = tg_ctx_new(42);
     tg_linear *l2 = tg_linear_new(c2, "fc1", 100, 64, true, TG_F32);
-    ck_assert_int_eq(memcmp(l->weight->data, l2->weight->data, 6400 * sizeof(float)), 0);
-    ck_assert_int_eq(memcmp(l->bias->data, l2->bias->data, 64 * sizeof(float)), 0);
+    tg_test_assert_same_bits("weight", l->weight, l2->weight);
+    tg_test_assert_same_bits("bias", l->bias, l2->bias);
     tg_linear_free(c2, l2);
     tg_ctx_free(c2);
     tg_ctx_reset(ctx);
@@ -253,8 +254,7 @@ START_TEST(test_threads_bitwise) {
         ck_assert(tg_ok(ctx));
         res[t][0] = y, res[t][1] = x->grad, res[t][2] = w->grad, res[t][3] = b->grad;
     }
-    for (int k = 0; k < 4; k++)
-        ck_assert_int_eq(memcmp(res[0][k]->data, res[1][k]->data, (size_t)res[0][k]->numel * sizeof(float)), 0);
+    for (int k = 0; k < 4; k++) tg_test_assert_same_bits("1 vs 4 threads", res[0][k], res[1][k]);
 }
 END_TEST
 
@@ -296,43 +296,41 @@ START_TEST(test_params_and_repr) {
 END_TEST
 
 START_TEST(test_errors) {
-    ck_assert_ptr_null(tg_linear_new(ctx, "fc", 0, 4, true, TG_F32));
-    tg_test_assert_error(ctx, TG_ERR_VALUE, "tg_linear_new", "in_features = 0", NULL);
-    ck_assert_ptr_null(tg_linear_new(ctx, "fc", 4, -2, true, TG_F32));
-    tg_test_assert_error(ctx, TG_ERR_VALUE, "tg_linear_new", "out_features = -2", NULL);
-    ck_assert_ptr_null(tg_linear_new(ctx, "fc", 4, 2, true, (tg_dtype)7));
-    tg_test_assert_error(ctx, TG_ERR_DTYPE, "tg_linear_new", "dtype 7", NULL);
-    ck_assert_ptr_null(tg_linear_new(ctx, "a_name_that_is_much_longer_than_forty_seven_bytes_x", 4, 2, true, TG_F32));
-    tg_test_assert_error(ctx, TG_ERR_VALUE, "tg_linear_new", "at most 47", NULL);
+    tg_test_assert_fails(ctx, tg_linear_new(ctx, "fc", 0, 4, true, TG_F32), TG_ERR_VALUE, "tg_linear_new",
+                         "in_features = 0", NULL);
+    tg_test_assert_fails(ctx, tg_linear_new(ctx, "fc", 4, -2, true, TG_F32), TG_ERR_VALUE, "tg_linear_new",
+                         "out_features = -2", NULL);
+    tg_test_assert_fails(ctx, tg_linear_new(ctx, "fc", 4, 2, true, (tg_dtype)7), TG_ERR_DTYPE, "tg_linear_new",
+                         "dtype 7", NULL);
+    tg_test_assert_fails(ctx,
+                         tg_linear_new(ctx, "a_name_that_is_much_longer_than_forty_seven_bytes_x", 4, 2, true, TG_F32),
+                         TG_ERR_VALUE, "tg_linear_new", "at most 47", NULL);
 
     tg_linear *l = tg_linear_new(ctx, "fc", 384, 4, true, TG_F32);
-    ck_assert_ptr_null(tg_linear_forward(ctx, l, tg_zeros(ctx, TG_F32, TG_SHAPE(2, 383))));
-    tg_test_assert_error(ctx, TG_ERR_SHAPE, "tg_linear_forward", "(2, 383)", "383 != in_features 384", NULL);
-    ck_assert_ptr_null(tg_linear_forward(ctx, l, tg_zeros(ctx, TG_F64, TG_SHAPE(2, 384))));
-    tg_test_assert_error(ctx, TG_ERR_DTYPE, "tg_linear_forward", "float64", "float32", NULL);
-    ck_assert_ptr_null(tg_linear_forward(ctx, l, NULL));
-    tg_test_assert_error(ctx, TG_ERR_NULL, "tg_linear_forward", "'x'", NULL);
-    ck_assert_ptr_null(tg_linear_forward(ctx, NULL, tg_zeros(ctx, TG_F32, TG_SHAPE(384))));
-    tg_test_assert_error(ctx, TG_ERR_NULL, "tg_linear_forward", "'layer'", NULL);
-    ck_assert_ptr_null(tg_linear_forward(ctx, l, tg_zeros(ctx, TG_F32, 0, NULL)));
-    tg_test_assert_error(ctx, TG_ERR_SHAPE, "tg_linear_forward", "()", NULL);
+    tg_test_assert_fails(ctx, tg_linear_forward(ctx, l, tg_zeros(ctx, TG_F32, TG_SHAPE(2, 383))), TG_ERR_SHAPE,
+                         "tg_linear_forward", "(2, 383)", "383 != in_features 384", NULL);
+    tg_test_assert_fails(ctx, tg_linear_forward(ctx, l, tg_zeros(ctx, TG_F64, TG_SHAPE(2, 384))), TG_ERR_DTYPE,
+                         "tg_linear_forward", "float64", "float32", NULL);
+    tg_test_assert_fails(ctx, tg_linear_forward(ctx, l, NULL), TG_ERR_NULL, "tg_linear_forward", "'x'", NULL);
+    tg_test_assert_fails(ctx, tg_linear_forward(ctx, NULL, tg_zeros(ctx, TG_F32, TG_SHAPE(384))), TG_ERR_NULL,
+                         "tg_linear_forward", "'layer'", NULL);
+    tg_test_assert_fails(ctx, tg_linear_forward(ctx, l, tg_zeros(ctx, TG_F32, 0, NULL)), TG_ERR_SHAPE,
+                         "tg_linear_forward", "()", NULL);
 
     tg_tensor *x = tg_zeros(ctx, TG_F32, TG_SHAPE(2, 3));
     tg_tensor *w = tg_zeros(ctx, TG_F32, TG_SHAPE(4, 3));
-    ck_assert_ptr_null(tg_linear_fused(ctx, x, tg_zeros(ctx, TG_F32, TG_SHAPE(12)), NULL));
-    tg_test_assert_error(ctx, TG_ERR_SHAPE, "tg_linear_fused", "weight (12,)", "2-d", NULL);
-    ck_assert_ptr_null(tg_linear_fused(ctx, x, tg_zeros(ctx, TG_F32, TG_SHAPE(3, 4)), NULL));
-    tg_test_assert_error(ctx, TG_ERR_SHAPE, "tg_linear_fused", "(2, 3)", "3 != in_features 4", "(3, 4)", NULL);
-    ck_assert_ptr_null(tg_linear_fused(ctx, x, w, tg_zeros(ctx, TG_F32, TG_SHAPE(3))));
-    tg_test_assert_error(ctx, TG_ERR_SHAPE, "tg_linear_fused", "bias (3,)", "(4,)", NULL);
-    ck_assert_ptr_null(tg_linear_fused(ctx, x, w, tg_zeros(ctx, TG_F64, TG_SHAPE(4))));
-    tg_test_assert_error(ctx, TG_ERR_DTYPE, "tg_linear_fused", NULL);
-    ck_assert_ptr_null(tg_linear_fused(ctx, x, tg_zeros(ctx, TG_F64, TG_SHAPE(4, 3)), NULL));
-    tg_test_assert_error(ctx, TG_ERR_DTYPE, "tg_linear_fused", NULL);
-    ck_assert_ptr_null(tg_linear_fused(ctx, x, NULL, NULL));
-    tg_test_assert_error(ctx, TG_ERR_NULL, "tg_linear_fused", "'weight'", NULL);
-    ck_assert_ptr_null(tg_linear_fused(ctx, NULL, w, NULL));
-    tg_test_assert_error(ctx, TG_ERR_NULL, "tg_linear_fused", "'x'", NULL);
+    tg_test_assert_fails(ctx, tg_linear_fused(ctx, x, tg_zeros(ctx, TG_F32, TG_SHAPE(12)), NULL), TG_ERR_SHAPE,
+                         "tg_linear_fused", "weight (12,)", "2-d", NULL);
+    tg_test_assert_fails(ctx, tg_linear_fused(ctx, x, tg_zeros(ctx, TG_F32, TG_SHAPE(3, 4)), NULL), TG_ERR_SHAPE,
+                         "tg_linear_fused", "(2, 3)", "3 != in_features 4", "(3, 4)", NULL);
+    tg_test_assert_fails(ctx, tg_linear_fused(ctx, x, w, tg_zeros(ctx, TG_F32, TG_SHAPE(3))), TG_ERR_SHAPE,
+                         "tg_linear_fused", "bias (3,)", "(4,)", NULL);
+    tg_test_assert_fails(ctx, tg_linear_fused(ctx, x, w, tg_zeros(ctx, TG_F64, TG_SHAPE(4))), TG_ERR_DTYPE,
+                         "tg_linear_fused", NULL);
+    tg_test_assert_fails(ctx, tg_linear_fused(ctx, x, tg_zeros(ctx, TG_F64, TG_SHAPE(4, 3)), NULL), TG_ERR_DTYPE,
+                         "tg_linear_fused", NULL);
+    tg_test_assert_fails(ctx, tg_linear_fused(ctx, x, NULL, NULL), TG_ERR_NULL, "tg_linear_fused", "'weight'", NULL);
+    tg_test_assert_fails(ctx, tg_linear_fused(ctx, NULL, w, NULL), TG_ERR_NULL, "tg_linear_fused", "'x'", NULL);
 
     /* a context in error: nothing is done, the first error stays */
     tg_error(ctx, TG_ERR_STATE, "test", "first");
@@ -384,12 +382,10 @@ START_TEST(test_oom_no_leak) {
 END_TEST
 
 Suite *make_linear_suite(void) {
-    Suite *s = suite_create("linear");
-    tg_test_tcase(s, "linear", setup, teardown, test_forward_by_hand, test_forward_naive_leading_dims,
-                  test_init_and_module_forward, test_backward_naive_and_accumulates, test_gradcheck,
-                  test_one_record_saved_bytes, test_threads_bitwise, test_params_and_repr, test_errors,
-                  test_oom_no_leak, NULL);
-    return s;
+    return tg_test_suite("linear", setup, teardown, test_forward_by_hand, test_forward_naive_leading_dims,
+                         test_init_and_module_forward, test_backward_naive_and_accumulates, test_gradcheck,
+                         test_one_record_saved_bytes, test_threads_bitwise, test_params_and_repr, test_errors,
+                         test_oom_no_leak, NULL);
 }
 
 int main(void) { return tg_test_run(make_linear_suite()); }

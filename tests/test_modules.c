@@ -191,14 +191,14 @@ START_TEST(test_embedding_layer) {
     char buf[128];
     tg_module_format(buf, sizeof buf, TG_MODULE(e));
     ck_assert_str_eq(buf, "Embedding(num_embeddings=64, embedding_dim=64)  params=4096");
-    ck_assert_ptr_null(tg_embedding_layer_forward(ctx, e, TG_SHAPE(1), (int64_t[]){64}));
-    tg_test_assert_error(ctx, TG_ERR_INDEX, "tg_embedding", NULL);
-    ck_assert_ptr_null(tg_embedding_layer_forward(ctx, NULL, TG_SHAPE(1), (int64_t[]){0}));
-    tg_test_assert_error(ctx, TG_ERR_NULL, "tg_embedding_layer_forward", "'layer'", NULL);
-    ck_assert_ptr_null(tg_embedding_layer_new(ctx, "e", 0, 4, TG_F32));
-    tg_test_assert_error(ctx, TG_ERR_VALUE, "tg_embedding_layer_new", "num_embeddings = 0", NULL);
-    ck_assert_ptr_null(tg_embedding_layer_new(ctx, "e", 4, -1, TG_F32));
-    tg_test_assert_error(ctx, TG_ERR_VALUE, "tg_embedding_layer_new", "embedding_dim = -1", NULL);
+    tg_test_assert_fails(ctx, tg_embedding_layer_forward(ctx, e, TG_SHAPE(1), (int64_t[]){64}), TG_ERR_INDEX,
+                         "tg_embedding", NULL);
+    tg_test_assert_fails(ctx, tg_embedding_layer_forward(ctx, NULL, TG_SHAPE(1), (int64_t[]){0}), TG_ERR_NULL,
+                         "tg_embedding_layer_forward", "'layer'", NULL);
+    tg_test_assert_fails(ctx, tg_embedding_layer_new(ctx, "e", 0, 4, TG_F32), TG_ERR_VALUE, "tg_embedding_layer_new",
+                         "num_embeddings = 0", NULL);
+    tg_test_assert_fails(ctx, tg_embedding_layer_new(ctx, "e", 4, -1, TG_F32), TG_ERR_VALUE, "tg_embedding_layer_new",
+                         "embedding_dim = -1", NULL);
     tg_embedding_layer_free(ctx, e);
 }
 END_TEST
@@ -250,10 +250,8 @@ START_TEST(test_training_loop) {
 END_TEST
 
 Suite *make_modules_suite(void) {
-    Suite *s = suite_create("modules");
-    tg_test_tcase(s, "modules", setup, teardown, test_summary, test_long_summary, test_params_list, test_add_ownership,
-                  test_embedding_layer, test_training_loop, NULL);
-    return s;
+    return tg_test_suite("modules", setup, teardown, test_summary, test_long_summary, test_params_list,
+                         test_add_ownership, test_embedding_layer, test_training_loop, NULL);
 }
 
 int main(void) { return tg_test_run(make_modules_suite()); }

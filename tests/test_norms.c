@@ -38,7 +38,10 @@ typedef struct norm_layer {
     bool affine, bias;
 } norm_layer;
 
+enum { RMS, LN };
+
 typedef struct norm_kind {
+    int id;               /* RMS or LN */
     const char *name;     /* "rmsnorm": the functions are tg_<name>_new... */
     const char *repr;     /* the module's repr name */
     bool centered;        /* LayerNorm subtracts the mean (tg_test_norm_ref) */
@@ -48,48 +51,38 @@ typedef struct norm_kind {
     int stats;            /* float64 statistics saved per row: rstd, or mean and rstd */
     uint64_t seed;        /* the context's seed for this norm's tests */
     tg_test_norm_op fused, composed;
-    norm_layer (*make)(tg_ctx *ctx, const char *name, int ndim, const int64_t *shape, double eps, bool affine,
-                       bool bias, tg_dtype dtype);
-    tg_tensor *(*forward)(tg_ctx *ctx, tg_module *m, tg_tensor *x);
-    bool (*params)(tg_ctx *ctx, tg_module *m, tg_params *list);
-    void (*free)(tg_ctx *ctx, tg_module *m);
 } norm_kind;
 
-/* The two norms' own functions behind norm_kind's pointers (a module is its
- * layer: tg_module is the layer struct's first member). */
-static norm_layer rms_make(tg_ctx *c, const char *name, int ndim, const int64_t *shape, double eps, bool affine,
-                           bool bias, tg_dtype dtype) {
+static const norm_kind NORMS[] = {
+    [RMS] = {RMS, "rmsnorm", "RMSNorm", false, TG_RMSNORM_EPS, "1e-06", false, 1, 7, tg_rmsnorm_fused,
+             tg_rmsnorm_composed},
+    [LN] = {LN, "layernorm", "LayerNorm", true, TG_LAYERNORM_EPS, "1e-05", true, 2, 8, tg_layernorm_fused,
+            tg_layernorm_composed},
+};
+
+/* The module functions of the kind (tg_rmsnorm_new or tg_layernorm_new...).
+ * A module is its layer: tg_module is the layer struct's first member. */
+static norm_layer layer_new(const norm_kind *k, tg_ctx *c, const char *name, int ndim, const int64_t *shape,
+                            double eps, bool affine, bool bias, tg_dtype dtype) {
+    if (k->id == LN) {
+        tg_layernorm *l = tg_layernorm_new(c, name, ndim, shape, eps, affine, bias, dtype);
+        return l ? (norm_layer){TG_MODULE(l), l->gamma, l->beta, l->affine, l->bias} : (norm_layer){0};
+    }
     tg_rmsnorm *l = tg_rmsnorm_new(c, name, ndim, shape, eps, affine, bias, dtype);
     return l ? (norm_layer){TG_MODULE(l), l->gamma, l->beta, l->affine, l->bias} : (norm_layer){0};
 }
-static tg_tensor *rms_forward(tg_ctx *c, tg_module *m, tg_tensor *x) {
-    return tg_rmsnorm_forward(c, (tg_rmsnorm *)(void *)m, x);
+static tg_tensor *layer_forward(const norm_kind *k, tg_ctx *c, tg_module *m, tg_tensor *x) {
+    return k->id == LN ? tg_layernorm_forward(c, (tg_layernorm *)(void *)m, x)
+                       : tg_rmsnorm_forward(c, (tg_rmsnorm *)(void *)m, x);
 }
-static bool rms_params(tg_ctx *c, tg_module *m, tg_params *list) {
-    return tg_rmsnorm_params(c, (tg_rmsnorm *)(void *)m, list);
+static bool layer_params(const norm_kind *k, tg_ctx *c, tg_module *m, tg_params *list) {
+    return k->id == LN ? tg_layernorm_params(c, (tg_layernorm *)(void *)m, list)
+                       : tg_rmsnorm_params(c, (tg_rmsnorm *)(void *)m, list);
 }
-static void rms_free(tg_ctx *c, tg_module *m) { tg_rmsnorm_free(c, (tg_rmsnorm *)(void *)m); }
-
-static norm_layer ln_make(tg_ctx *c, const char *name, int ndim, const int64_t *shape, double eps, bool affine,
-                          bool bias, tg_dtype dtype) {
-    tg_layernorm *l = tg_layernorm_new(c, name, ndim, shape, eps, affine, bias, dtype);
-    return l ? (norm_layer){TG_MODULE(l), l->gamma, l->beta, l->affine, l->bias} : (norm_layer){0};
+static void layer_free(const norm_kind *k, tg_ctx *c, tg_module *m) {
+    if (k->id == LN) tg_layernorm_free(c, (tg_layernorm *)(void *)m);
+    else tg_rmsnorm_free(c, (tg_rmsnorm *)(void *)m);
 }
-static tg_tensor *ln_forward(tg_ctx *c, tg_module *m, tg_tensor *x) {
-    return tg_layernorm_forward(c, (tg_layernorm *)(void *)m, x);
-}
-static bool ln_params(tg_ctx *c, tg_module *m, tg_params *list) {
-    return tg_layernorm_params(c, (tg_layernorm *)(void *)m, list);
-}
-static void ln_free(tg_ctx *c, tg_module *m) { tg_layernorm_free(c, (tg_layernorm *)(void *)m); }
-
-enum { RMS, LN };
-static const norm_kind NORMS[] = {
-    [RMS] = {"rmsnorm", "RMSNorm", false, TG_RMSNORM_EPS, "1e-06", false, 1, 7, tg_rmsnorm_fused,
-             tg_rmsnorm_composed, rms_make, rms_forward, rms_params, rms_free},
-    [LN] = {"layernorm", "LayerNorm", true, TG_LAYERNORM_EPS, "1e-05", true, 2, 8, tg_layernorm_fused,
-            tg_layernorm_composed, ln_make, ln_forward, ln_params, ln_free},
-};
 
 /* The norm a test runs for, with the context's RNG seeded for it. */
 static const norm_kind *norm_begin(int i) {
@@ -97,13 +90,10 @@ static const norm_kind *norm_begin(int i) {
     return &NORMS[i];
 }
 
-/* "tg_<name>_<suffix>", the name the norm's errors start with. */
-static const char *fn_name(const norm_kind *k, const char *suffix) {
-    static char buf[4][64];
-    static int n;
-    char *b = buf[n++ % 4];
-    snprintf(b, 64, "tg_%s_%s", k->name, suffix);
-    return b;
+/* "tg_<name>_<suffix>" in buf: the function the norm's errors name. */
+static const char *fn_name(char buf[64], const norm_kind *k, const char *suffix) {
+    snprintf(buf, 64, "tg_%s_%s", k->name, suffix);
+    return buf;
 }
 
 /* ---- both norms ------------------------------------------------------------- */
@@ -115,9 +105,9 @@ static const char *fn_name(const norm_kind *k, const char *suffix) {
  * 1 / (1 + eps / mean(x^2)). */
 START_TEST(test_two_normalized_dims) {
     const norm_kind *k = norm_begin(_i);
-    norm_layer l = k->make(ctx, "n2", 2, (int64_t[]){2, 3}, k->eps, true, k->bias, TG_F64);
+    norm_layer l = layer_new(k, ctx, "n2", 2, (int64_t[]){2, 3}, k->eps, true, k->bias, TG_F64);
     tg_tensor *x = tg_test_rand(ctx, TG_F64, TG_SHAPE(4, 2, 3), -2, 2);
-    tg_tensor *y = k->forward(ctx, l.m, x);
+    tg_tensor *y = layer_forward(k, ctx, l.m, x);
     double *xv = tg_test_values(ctx, x), ref[24], ref3[24];
     tg_test_norm_ref(k->centered, xv, NULL, NULL, 4, 6, k->eps, NULL, ref);
     tg_test_norm_ref(k->centered, xv, NULL, NULL, 8, 3, k->eps, NULL, ref3);
@@ -134,7 +124,7 @@ START_TEST(test_two_normalized_dims) {
         ck_assert_double_eq_tol(v, 1, 1e-3);
     }
     free(xv);
-    k->free(ctx, l.m);
+    layer_free(k, ctx, l.m);
 }
 END_TEST
 
@@ -166,55 +156,52 @@ START_TEST(test_values_naive) {
 }
 END_TEST
 
+/* tg_<name>_new(ndim, shape, eps, dtype) is refused with `status` and a
+ * message naming the function and containing `part` (and part2 if any). */
+static void assert_new_fails(const norm_kind *k, int ndim, const int64_t *shape, double eps, tg_dtype dtype,
+                             tg_status status, const char *part, const char *part2) {
+    char fn[64];
+    tg_test_assert_fails(ctx, layer_new(k, ctx, "n", ndim, shape, eps, true, false, dtype).m, status,
+                         fn_name(fn, k, "new"), part, part2, NULL);
+}
+
 /* Non-positive sizes, eps <= 0, NaN or inf eps: refused, naming the
  * argument and its value. */
 START_TEST(test_bad_arguments) {
     const norm_kind *k = norm_begin(_i);
-    const char *fn_new = fn_name(k, "new"), *fn_fused = fn_name(k, "fused");
+    char fn_fused[64], fn_composed[64];
+    fn_name(fn_fused, k, "fused");
+    fn_name(fn_composed, k, "composed");
     const int64_t s4[] = {4};
-    ck_assert_ptr_null(k->make(ctx, "n", 1, s4, 0.0, true, false, TG_F32).m);
-    tg_test_assert_error(ctx, TG_ERR_VALUE, fn_new, "eps = 0", NULL);
-    ck_assert_ptr_null(k->make(ctx, "n", 1, s4, -1e-6, true, false, TG_F32).m);
-    tg_test_assert_error(ctx, TG_ERR_VALUE, fn_new, "eps = -1e-06", NULL);
-    ck_assert_ptr_null(k->make(ctx, "n", 1, s4, NAN, true, false, TG_F32).m);
-    tg_test_assert_error(ctx, TG_ERR_VALUE, fn_new, "eps = ", "nan", NULL);
-    ck_assert_ptr_null(k->make(ctx, "n", 1, s4, INFINITY, true, false, TG_F32).m);
-    tg_test_assert_error(ctx, TG_ERR_VALUE, fn_new, "eps = inf", NULL);
-    ck_assert_ptr_null(k->make(ctx, "n", 1, s4, -INFINITY, true, false, TG_F32).m);
-    tg_test_assert_error(ctx, TG_ERR_VALUE, fn_new, "eps = -inf", NULL);
-    ck_assert_ptr_null(k->make(ctx, "n", 1, (int64_t[]){0}, 1e-6, true, false, TG_F32).m);
-    tg_test_assert_error(ctx, TG_ERR_VALUE, fn_new, "normalized_shape[0] = 0", NULL);
-    ck_assert_ptr_null(k->make(ctx, "n", 2, (int64_t[]){3, -5}, 1e-6, true, false, TG_F32).m);
-    tg_test_assert_error(ctx, TG_ERR_VALUE, fn_new, "normalized_shape[1] = -5", NULL);
-    ck_assert_ptr_null(k->make(ctx, "n", 0, s4, 1e-6, true, false, TG_F32).m);
-    tg_test_assert_error(ctx, TG_ERR_VALUE, fn_new, "ndim = 0", NULL);
-    ck_assert_ptr_null(k->make(ctx, "n", 9, s4, 1e-6, true, false, TG_F32).m);
-    tg_test_assert_error(ctx, TG_ERR_VALUE, fn_new, "ndim = 9", NULL);
-    ck_assert_ptr_null(k->make(ctx, "n", 1, NULL, 1e-6, true, false, TG_F32).m);
-    tg_test_assert_error(ctx, TG_ERR_NULL, fn_new, "normalized_shape", NULL);
-    ck_assert_ptr_null(k->make(ctx, "n", 1, s4, 1e-6, true, false, (tg_dtype)3).m);
-    tg_test_assert_error(ctx, TG_ERR_DTYPE, fn_new, "dtype 3", NULL);
+    assert_new_fails(k, 1, s4, 0.0, TG_F32, TG_ERR_VALUE, "eps = 0", NULL);
+    assert_new_fails(k, 1, s4, -1e-6, TG_F32, TG_ERR_VALUE, "eps = -1e-06", NULL);
+    assert_new_fails(k, 1, s4, NAN, TG_F32, TG_ERR_VALUE, "eps = ", "nan");
+    assert_new_fails(k, 1, s4, INFINITY, TG_F32, TG_ERR_VALUE, "eps = inf", NULL);
+    assert_new_fails(k, 1, s4, -INFINITY, TG_F32, TG_ERR_VALUE, "eps = -inf", NULL);
+    assert_new_fails(k, 1, (int64_t[]){0}, 1e-6, TG_F32, TG_ERR_VALUE, "normalized_shape[0] = 0", NULL);
+    assert_new_fails(k, 2, (int64_t[]){3, -5}, 1e-6, TG_F32, TG_ERR_VALUE, "normalized_shape[1] = -5", NULL);
+    assert_new_fails(k, 0, s4, 1e-6, TG_F32, TG_ERR_VALUE, "ndim = 0", NULL);
+    assert_new_fails(k, 9, s4, 1e-6, TG_F32, TG_ERR_VALUE, "ndim = 9", NULL);
+    assert_new_fails(k, 1, NULL, 1e-6, TG_F32, TG_ERR_NULL, "normalized_shape", NULL);
+    assert_new_fails(k, 1, s4, 1e-6, (tg_dtype)3, TG_ERR_DTYPE, "dtype 3", NULL);
     /* the fused op: eps = 0 is allowed (invariants), negative or NaN not */
     tg_tensor *x = tg_test_rand(ctx, TG_F64, TG_SHAPE(2, 4), -1, 1);
     ck_assert_ptr_nonnull(k->fused(ctx, x, NULL, NULL, 1, 0.0));
-    ck_assert_ptr_null(k->fused(ctx, x, NULL, NULL, 1, -1.0));
-    tg_test_assert_error(ctx, TG_ERR_VALUE, fn_fused, "eps = -1", NULL);
-    ck_assert_ptr_null(k->composed(ctx, x, NULL, NULL, 1, NAN));
-    tg_test_assert_error(ctx, TG_ERR_VALUE, fn_name(k, "composed"), "eps = ", "nan", NULL);
-    ck_assert_ptr_null(k->fused(ctx, x, NULL, NULL, 0, 1e-6));
-    tg_test_assert_error(ctx, TG_ERR_VALUE, fn_fused, "ndim_norm = 0", "1..2", NULL);
-    ck_assert_ptr_null(k->fused(ctx, x, NULL, NULL, 3, 1e-6));
-    tg_test_assert_error(ctx, TG_ERR_VALUE, fn_fused, "ndim_norm = 3", NULL);
-    ck_assert_ptr_null(k->fused(ctx, x, tg_ones(ctx, TG_F64, TG_SHAPE(3)), NULL, 1, 1e-6));
-    tg_test_assert_error(ctx, TG_ERR_SHAPE, fn_fused, "gamma (3,)", "(4,)", "(2, 4)", NULL);
-    ck_assert_ptr_null(k->fused(ctx, x, NULL, tg_ones(ctx, TG_F64, TG_SHAPE(2, 4)), 1, 1e-6));
-    tg_test_assert_error(ctx, TG_ERR_SHAPE, fn_fused, "beta (2, 4)", NULL);
-    ck_assert_ptr_null(k->fused(ctx, x, tg_ones(ctx, TG_F32, TG_SHAPE(4)), NULL, 1, 1e-6));
-    tg_test_assert_error(ctx, TG_ERR_DTYPE, fn_fused, NULL);
-    ck_assert_ptr_null(k->fused(ctx, tg_zeros(ctx, TG_F64, TG_SHAPE(3, 0)), NULL, NULL, 1, 1e-6));
-    tg_test_assert_error(ctx, TG_ERR_SHAPE, fn_fused, "no element", NULL);
-    ck_assert_ptr_null(k->fused(ctx, NULL, NULL, NULL, 1, 1e-6));
-    tg_test_assert_error(ctx, TG_ERR_NULL, fn_fused, "'x'", NULL);
+    tg_test_assert_fails(ctx, k->fused(ctx, x, NULL, NULL, 1, -1.0), TG_ERR_VALUE, fn_fused, "eps = -1", NULL);
+    tg_test_assert_fails(ctx, k->composed(ctx, x, NULL, NULL, 1, NAN), TG_ERR_VALUE, fn_composed,
+                         "eps = ", "nan", NULL);
+    tg_test_assert_fails(ctx, k->fused(ctx, x, NULL, NULL, 0, 1e-6), TG_ERR_VALUE, fn_fused, "ndim_norm = 0", "1..2",
+                         NULL);
+    tg_test_assert_fails(ctx, k->fused(ctx, x, NULL, NULL, 3, 1e-6), TG_ERR_VALUE, fn_fused, "ndim_norm = 3", NULL);
+    tg_test_assert_fails(ctx, k->fused(ctx, x, tg_ones(ctx, TG_F64, TG_SHAPE(3)), NULL, 1, 1e-6), TG_ERR_SHAPE,
+                         fn_fused, "gamma (3,)", "(4,)", "(2, 4)", NULL);
+    tg_test_assert_fails(ctx, k->fused(ctx, x, NULL, tg_ones(ctx, TG_F64, TG_SHAPE(2, 4)), 1, 1e-6), TG_ERR_SHAPE,
+                         fn_fused, "beta (2, 4)", NULL);
+    tg_test_assert_fails(ctx, k->fused(ctx, x, tg_ones(ctx, TG_F32, TG_SHAPE(4)), NULL, 1, 1e-6), TG_ERR_DTYPE,
+                         fn_fused, NULL);
+    tg_test_assert_fails(ctx, k->fused(ctx, tg_zeros(ctx, TG_F64, TG_SHAPE(3, 0)), NULL, NULL, 1, 1e-6), TG_ERR_SHAPE,
+                         fn_fused, "no element", NULL);
+    tg_test_assert_fails(ctx, k->fused(ctx, NULL, NULL, NULL, 1, 1e-6), TG_ERR_NULL, fn_fused, "'x'", NULL);
     /* no rows is fine: an empty output */
     tg_tensor *e = k->fused(ctx, tg_zeros(ctx, TG_F64, TG_SHAPE(0, 4)), NULL, NULL, 1, 1e-6);
     ck_assert_ptr_nonnull(e);
@@ -235,40 +222,40 @@ START_TEST(test_affine_bias_options) {
     const norm_kind *k = norm_begin(_i);
     char opts[160];
     tg_params p = {0};
-    norm_layer a0 = k->make(ctx, "norm0", 1, (int64_t[]){384}, k->eps, false, true, TG_F32);
+    norm_layer a0 = layer_new(k, ctx, "norm0", 1, (int64_t[]){384}, k->eps, false, true, TG_F32);
     ck_assert_ptr_nonnull(a0.m);
     ck_assert_ptr_null(a0.gamma);
     ck_assert_ptr_null(a0.beta);
     ck_assert(!a0.affine && !a0.bias);
-    ck_assert(k->params(ctx, a0.m, &p));
+    ck_assert(layer_params(k, ctx, a0.m, &p));
     ck_assert_int_eq(p.count, 0);
     ck_assert_int_eq(tg_module_numel(a0.m), 0);
     snprintf(opts, sizeof opts, "dim=384, eps=%s, affine=false, bias=false)  params=0", k->eps_repr);
     assert_repr(k, &a0, opts);
 
-    norm_layer a1 = k->make(ctx, "norm1", 1, (int64_t[]){384}, k->eps, true, false, TG_F32);
+    norm_layer a1 = layer_new(k, ctx, "norm1", 1, (int64_t[]){384}, k->eps, true, false, TG_F32);
     ck_assert_ptr_nonnull(a1.gamma);
     ck_assert_ptr_null(a1.beta);
     for (int64_t i = 0; i < 384; i++) ck_assert_double_eq(tg_get_flat(ctx, a1.gamma, i), 1.0);
-    ck_assert(k->params(ctx, a1.m, &p));
+    ck_assert(layer_params(k, ctx, a1.m, &p));
     ck_assert_int_eq(p.count, 1);
     ck_assert_str_eq(p.items[0].name, "norm1.gamma");
     ck_assert(!p.items[0].weight_decay);
     snprintf(opts, sizeof opts, "dim=384, eps=%s, affine=true, bias=false)  params=384", k->eps_repr);
     assert_repr(k, &a1, opts);
     /* the defaults */
-    norm_layer def = k->make(ctx, "n", 1, (int64_t[]){384}, k->eps, true, k->bias, TG_F32);
+    norm_layer def = layer_new(k, ctx, "n", 1, (int64_t[]){384}, k->eps, true, k->bias, TG_F32);
     snprintf(opts, sizeof opts, "dim=384, eps=%s, affine=true, bias=%s)  params=%d", k->eps_repr,
              k->bias ? "true" : "false", k->bias ? 768 : 384);
     assert_repr(k, &def, opts);
-    k->free(ctx, def.m);
+    layer_free(k, ctx, def.m);
 
-    norm_layer a2 = k->make(ctx, "norm2", 2, (int64_t[]){4, 8}, 1e-5, true, true, TG_F64);
+    norm_layer a2 = layer_new(k, ctx, "norm2", 2, (int64_t[]){4, 8}, 1e-5, true, true, TG_F64);
     ck_assert_ptr_nonnull(a2.beta);
     ck_assert_int_eq(a2.beta->ndim, 2);
     ck_assert_int_eq(a2.beta->shape[1], 8);
     for (int64_t i = 0; i < 32; i++) ck_assert_double_eq(tg_get_flat(ctx, a2.beta, i), 0.0);
-    ck_assert(k->params(ctx, a2.m, &p));
+    ck_assert(layer_params(k, ctx, a2.m, &p));
     ck_assert_int_eq(p.count, 3);
     ck_assert_str_eq(p.items[1].name, "norm2.gamma");
     ck_assert_str_eq(p.items[2].name, "norm2.beta");
@@ -279,8 +266,8 @@ START_TEST(test_affine_bias_options) {
     tg_ctx_reset(ctx);
     ck_assert_double_eq(tg_get_flat(ctx, a2.gamma, 31), 1.0);
     tg_params_free(&p);
-    k->free(ctx, a0.m);
-    k->free(ctx, a1.m);
+    layer_free(k, ctx, a0.m);
+    layer_free(k, ctx, a1.m);
     tg_module_free(ctx, a2.m);
 }
 END_TEST
@@ -291,21 +278,21 @@ START_TEST(test_fresh_bias_equals_no_bias) {
     const norm_kind *k = norm_begin(_i);
     for (int dt = 0; dt < 2; dt++) {
         tg_dtype dtype = dt ? TG_F64 : TG_F32;
-        norm_layer nb = k->make(ctx, "a", 1, (int64_t[]){16}, 1e-6, true, false, dtype);
-        norm_layer wb = k->make(ctx, "b", 1, (int64_t[]){16}, 1e-6, true, true, dtype);
+        norm_layer nb = layer_new(k, ctx, "a", 1, (int64_t[]){16}, 1e-6, true, false, dtype);
+        norm_layer wb = layer_new(k, ctx, "b", 1, (int64_t[]){16}, 1e-6, true, true, dtype);
         tg_tensor *x1 = tg_requires_grad(ctx, tg_test_rand(ctx, dtype, TG_SHAPE(5, 16), -2, 2));
         tg_tensor *x2 = tg_requires_grad(ctx, tg_copy(ctx, x1));
         tg_tensor *dy = tg_test_rand(ctx, dtype, TG_SHAPE(5, 16), -1, 1);
-        tg_tensor *y1 = k->forward(ctx, nb.m, x1);
+        tg_tensor *y1 = layer_forward(k, ctx, nb.m, x1);
         tg_backward_ex(ctx, y1, dy, false);
-        tg_tensor *y2 = k->forward(ctx, wb.m, x2);
+        tg_tensor *y2 = layer_forward(k, ctx, wb.m, x2);
         tg_backward_ex(ctx, y2, dy, false);
         ck_assert(tg_ok(ctx));
         ck_assert_double_eq(tg_test_max_abs_diff(ctx, y1, y2), 0);
         ck_assert_double_eq(tg_test_max_abs_diff(ctx, x1->grad, x2->grad), 0);
         ck_assert_double_eq(tg_test_max_abs_diff(ctx, nb.gamma->grad, wb.gamma->grad), 0);
-        k->free(ctx, nb.m);
-        k->free(ctx, wb.m);
+        layer_free(k, ctx, nb.m);
+        layer_free(k, ctx, wb.m);
         tg_ctx_reset(ctx);
     }
 }
@@ -315,23 +302,23 @@ END_TEST
  * both shapes. The output keeps the input's shape and dtype. */
 START_TEST(test_trailing_dims_and_shape_dtype) {
     const norm_kind *k = norm_begin(_i);
-    const char *fn = fn_name(k, "forward");
-    norm_layer n = k->make(ctx, "n", 1, (int64_t[]){4}, 1e-6, true, false, TG_F32);
-    ck_assert_ptr_null(k->forward(ctx, n.m, tg_zeros(ctx, TG_F32, TG_SHAPE(2, 5))));
-    tg_test_assert_error(ctx, TG_ERR_SHAPE, fn, "(2, 5)", "(4,)", NULL);
-    norm_layer n2 = k->make(ctx, "n2", 2, (int64_t[]){3, 4}, 1e-6, true, false, TG_F32);
-    ck_assert_ptr_null(k->forward(ctx, n2.m, tg_zeros(ctx, TG_F32, TG_SHAPE(5, 4, 3))));
-    tg_test_assert_error(ctx, TG_ERR_SHAPE, fn, "(5, 4, 3)", "(3, 4)", NULL);
-    ck_assert_ptr_null(k->forward(ctx, n2.m, tg_zeros(ctx, TG_F32, TG_SHAPE(4))));
-    tg_test_assert_error(ctx, TG_ERR_SHAPE, fn, "(4,)", "(3, 4)", NULL);
-    ck_assert_ptr_null(k->forward(ctx, n.m, tg_zeros(ctx, TG_F64, TG_SHAPE(2, 4))));
-    tg_test_assert_error(ctx, TG_ERR_DTYPE, fn, "float64", "float32", NULL);
-    ck_assert_ptr_null(k->forward(ctx, NULL, tg_zeros(ctx, TG_F32, TG_SHAPE(2, 4))));
-    tg_test_assert_error(ctx, TG_ERR_NULL, fn, "'layer'", NULL);
-    ck_assert_ptr_null(k->forward(ctx, n.m, NULL));
-    tg_test_assert_error(ctx, TG_ERR_NULL, fn, "'x'", NULL);
-    k->free(ctx, n.m);
-    k->free(ctx, n2.m);
+    char fn[64];
+    fn_name(fn, k, "forward");
+    norm_layer n = layer_new(k, ctx, "n", 1, (int64_t[]){4}, 1e-6, true, false, TG_F32);
+    tg_test_assert_fails(ctx, layer_forward(k, ctx, n.m, tg_zeros(ctx, TG_F32, TG_SHAPE(2, 5))), TG_ERR_SHAPE, fn,
+                         "(2, 5)", "(4,)", NULL);
+    norm_layer n2 = layer_new(k, ctx, "n2", 2, (int64_t[]){3, 4}, 1e-6, true, false, TG_F32);
+    tg_test_assert_fails(ctx, layer_forward(k, ctx, n2.m, tg_zeros(ctx, TG_F32, TG_SHAPE(5, 4, 3))), TG_ERR_SHAPE, fn,
+                         "(5, 4, 3)", "(3, 4)", NULL);
+    tg_test_assert_fails(ctx, layer_forward(k, ctx, n2.m, tg_zeros(ctx, TG_F32, TG_SHAPE(4))), TG_ERR_SHAPE, fn, "(4,)",
+                         "(3, 4)", NULL);
+    tg_test_assert_fails(ctx, layer_forward(k, ctx, n.m, tg_zeros(ctx, TG_F64, TG_SHAPE(2, 4))), TG_ERR_DTYPE, fn,
+                         "float64", "float32", NULL);
+    tg_test_assert_fails(ctx, layer_forward(k, ctx, NULL, tg_zeros(ctx, TG_F32, TG_SHAPE(2, 4))), TG_ERR_NULL, fn,
+                         "'layer'", NULL);
+    tg_test_assert_fails(ctx, layer_forward(k, ctx, n.m, NULL), TG_ERR_NULL, fn, "'x'", NULL);
+    layer_free(k, ctx, n.m);
+    layer_free(k, ctx, n2.m);
 
     const int64_t shapes[][4] = {{5, 1, 1, 1}, {2, 5, 1, 1}, {2, 3, 5, 1}, {1, 1, 1, 5}};
     const int nds[] = {1, 2, 3, 4};
@@ -339,13 +326,13 @@ START_TEST(test_trailing_dims_and_shape_dtype) {
         tg_dtype dtype = dt ? TG_F64 : TG_F32;
         for (int s = 0; s < 4; s++) {
             int nd = nds[s];
-            norm_layer l = k->make(ctx, "l", 1, &shapes[s][nd - 1], 1e-6, true, true, dtype);
+            norm_layer l = layer_new(k, ctx, "l", 1, &shapes[s][nd - 1], 1e-6, true, true, dtype);
             tg_tensor *x = tg_test_rand(ctx, dtype, nd, shapes[s], -1, 1);
-            tg_tensor *y = k->forward(ctx, l.m, x);
+            tg_tensor *y = layer_forward(k, ctx, l.m, x);
             ck_assert_ptr_nonnull(y);
             ck_assert(tg_same_shape(x, y));
             ck_assert_int_eq(y->dtype, dtype);
-            k->free(ctx, l.m);
+            layer_free(k, ctx, l.m);
         }
     }
 }
@@ -431,19 +418,19 @@ START_TEST(test_one_record_saved_bytes) {
     } cases[] = {{2, {4, 8}, {10, 4, 8}, 10, 320, 32, TG_F32}, {1, {8}, {3, 5, 8}, 15, 120, 8, TG_F64}};
     for (int i = 0; i < 2; i++) {
         tg_dtype dt = cases[i].dtype;
-        norm_layer l = k->make(ctx, "n", cases[i].ndim_norm, cases[i].norm_shape, k->eps, true, true, dt);
+        norm_layer l = layer_new(k, ctx, "n", cases[i].ndim_norm, cases[i].norm_shape, k->eps, true, true, dt);
         tg_tensor *x = tg_requires_grad(ctx, tg_test_rand(ctx, dt, 3, cases[i].shape, -1, 1));
-        ck_assert_ptr_nonnull(k->forward(ctx, l.m, x));
+        ck_assert_ptr_nonnull(layer_forward(k, ctx, l.m, x));
         ck_assert_int_eq(tg_tape_size(ctx), 1);
         ck_assert_uint_eq(tg_tape_saved_bytes(ctx), (size_t)(k->stats * cases[i].rows) * sizeof(double) +
                                                         (size_t)(cases[i].numel + cases[i].gamma_numel) *
                                                             tg_dtype_size(dt));
         tg_ctx_reset(ctx);
         tg_set_grad_enabled(ctx, false);
-        ck_assert_ptr_nonnull(k->forward(ctx, l.m, tg_test_rand(ctx, dt, 3, cases[i].shape, -1, 1)));
+        ck_assert_ptr_nonnull(layer_forward(k, ctx, l.m, tg_test_rand(ctx, dt, 3, cases[i].shape, -1, 1)));
         ck_assert_int_eq(tg_tape_size(ctx), 0);
         tg_set_grad_enabled(ctx, true);
-        k->free(ctx, l.m);
+        layer_free(k, ctx, l.m);
     }
 }
 END_TEST
@@ -463,27 +450,26 @@ START_TEST(test_threads_bitwise) {
         ck_assert(tg_ok(ctx));
         res[t][0] = y, res[t][1] = x->grad, res[t][2] = g->grad, res[t][3] = b->grad;
     }
-    for (int i = 0; i < 4; i++)
-        ck_assert_int_eq(memcmp(res[0][i]->data, res[1][i]->data, (size_t)res[0][i]->numel * sizeof(float)), 0);
+    for (int i = 0; i < 4; i++) tg_test_assert_same_bits("1 vs 4 threads", res[0][i], res[1][i]);
 }
 END_TEST
 
 /* A context in error: nothing is done and the first error stays. */
 START_TEST(test_error_state) {
     const norm_kind *k = norm_begin(_i);
-    norm_layer l = k->make(ctx, "n", 1, (int64_t[]){4}, 1e-6, true, false, TG_F32);
+    norm_layer l = layer_new(k, ctx, "n", 1, (int64_t[]){4}, 1e-6, true, false, TG_F32);
     tg_tensor *x = tg_test_rand(ctx, TG_F32, TG_SHAPE(2, 4), -1, 1);
     tg_error(ctx, TG_ERR_STATE, "test", "first");
-    ck_assert_ptr_null(k->make(ctx, "m", 1, (int64_t[]){4}, 1e-6, true, false, TG_F32).m);
-    ck_assert_ptr_null(k->forward(ctx, l.m, x));
+    ck_assert_ptr_null(layer_new(k, ctx, "m", 1, (int64_t[]){4}, 1e-6, true, false, TG_F32).m);
+    ck_assert_ptr_null(layer_forward(k, ctx, l.m, x));
     ck_assert_ptr_null(k->fused(ctx, x, NULL, NULL, 1, 1e-6));
     ck_assert_ptr_null(k->composed(ctx, x, NULL, NULL, 1, 1e-6));
     ck_assert_str_eq(tg_error_message(ctx), "test: first");
     tg_clear_error(ctx);
     ck_assert_ptr_null(k->fused(NULL, x, NULL, NULL, 1, 1e-6));
-    ck_assert_ptr_null(k->make(NULL, "m", 1, (int64_t[]){4}, 1e-6, true, false, TG_F32).m);
-    k->free(ctx, l.m);
-    k->free(ctx, NULL);
+    ck_assert_ptr_null(layer_new(k, NULL, "m", 1, (int64_t[]){4}, 1e-6, true, false, TG_F32).m);
+    layer_free(k, ctx, l.m);
+    layer_free(k, ctx, NULL);
 }
 END_TEST
 
@@ -522,13 +508,13 @@ START_TEST(test_rmsnorm_arange_3x3) {
     static const double want[9] = {0, 0.7746, 1.5492, 0.7348, 0.9798, 1.2247, 0.8514, 0.9933, 1.1352};
     for (int dt = 0; dt < 2; dt++) {
         tg_dtype dtype = dt ? TG_F64 : TG_F32;
-        norm_layer n = k->make(ctx, "norm", 1, (int64_t[]){3}, 1e-5, true, false, dtype);
+        norm_layer n = layer_new(k, ctx, "norm", 1, (int64_t[]){3}, 1e-5, true, false, dtype);
         ck_assert_ptr_nonnull(n.m);
         tg_tensor *x = tg_view(ctx, tg_arange(ctx, dtype, 0, 9, 1), TG_SHAPE(3, 3));
-        tg_tensor *y = k->forward(ctx, n.m, x);
+        tg_tensor *y = layer_forward(k, ctx, n.m, x);
         ck_assert_ptr_nonnull(y);
         tg_test_assert_close(ctx, "rmsnorm(arange(9))", y, want, 9, 1e-4, 0);
-        k->free(ctx, n.m);
+        layer_free(k, ctx, n.m);
     }
 }
 END_TEST
@@ -540,18 +526,18 @@ START_TEST(test_rmsnorm_mean_not_sum) {
     const norm_kind *k = norm_begin(RMS);
     /* a constant row c: mean(x^2) = c^2, so y = c / sqrt(c^2 + eps) ~ 1
      * (a sum would give c / sqrt(C c^2) = 1/2 for C = 4) */
-    norm_layer n1 = k->make(ctx, "n1", 1, (int64_t[]){4}, 1e-6, true, false, TG_F64);
-    tg_tensor *y = k->forward(ctx, n1.m, tg_full(ctx, TG_F64, TG_SHAPE(2, 4), 2.0));
+    norm_layer n1 = layer_new(k, ctx, "n1", 1, (int64_t[]){4}, 1e-6, true, false, TG_F64);
+    tg_tensor *y = layer_forward(k, ctx, n1.m, tg_full(ctx, TG_F64, TG_SHAPE(2, 4), 2.0));
     for (int i = 0; i < 8; i++) ck_assert_double_eq_tol(tg_get_flat(ctx, y, i), 2.0 / sqrt(4.0 + 1e-6), 1e-15);
     /* two normalized dims (2, 3): mean over all 6 elements of each row */
-    norm_layer n2 = k->make(ctx, "n2", 2, (int64_t[]){2, 3}, 1e-6, true, false, TG_F64);
-    y = k->forward(ctx, n2.m, tg_full(ctx, TG_F64, TG_SHAPE(4, 2, 3), -3.0));
+    norm_layer n2 = layer_new(k, ctx, "n2", 2, (int64_t[]){2, 3}, 1e-6, true, false, TG_F64);
+    y = layer_forward(k, ctx, n2.m, tg_full(ctx, TG_F64, TG_SHAPE(4, 2, 3), -3.0));
     for (int i = 0; i < 24; i++) ck_assert_double_eq_tol(tg_get_flat(ctx, y, i), -3.0 / sqrt(9.0 + 1e-6), 1e-15);
     /* one row of 2 values by hand: x = (3, 4): mean(x^2) = 12.5 */
     y = k->fused(ctx, tg_test_tensor(ctx, TG_F64, TG_SHAPE(1, 2), (double[]){3, 4}), NULL, NULL, 1, 0.0);
     tg_test_assert_close(ctx, "(3,4)", y, (double[]){3 / sqrt(12.5), 4 / sqrt(12.5)}, 2, 1e-15, 0);
-    k->free(ctx, n1.m);
-    k->free(ctx, n2.m);
+    layer_free(k, ctx, n1.m);
+    layer_free(k, ctx, n2.m);
 }
 END_TEST
 
@@ -611,9 +597,9 @@ START_TEST(test_rmsnorm_float32_extreme_rows) {
         xv[2 * C + j] = s * u;
     }
     for (int64_t i = 0; i < N * C; i++) dyv[i] = 2.0 * tg_rng_uniform(ctx) - 1.0;
-    norm_layer l = k->make(ctx, "n", 1, (int64_t[]){C}, 1e-6, true, false, TG_F32);
+    norm_layer l = layer_new(k, ctx, "n", 1, (int64_t[]){C}, 1e-6, true, false, TG_F32);
     tg_tensor *x = tg_requires_grad(ctx, tg_test_tensor(ctx, TG_F32, TG_SHAPE(N, C), xv));
-    tg_tensor *y = k->forward(ctx, l.m, x);
+    tg_tensor *y = layer_forward(k, ctx, l.m, x);
     tg_backward_ex(ctx, y, tg_test_tensor(ctx, TG_F32, TG_SHAPE(N, C), dyv), false);
     ck_assert(tg_ok(ctx));
     /* gradients: finite and close to float64 on the same values */
@@ -631,7 +617,7 @@ START_TEST(test_rmsnorm_float32_extreme_rows) {
         ck_assert_msg(v == 0 || !isfinite(v), "composed float32 at 1e20 gave %g", v);
     }
     free(x32);
-    k->free(ctx, l.m);
+    layer_free(k, ctx, l.m);
 }
 END_TEST
 
@@ -647,11 +633,11 @@ START_TEST(test_layernorm_values_by_hand) {
     for (int dt = 0; dt < 2; dt++) {
         tg_dtype dtype = dt ? TG_F64 : TG_F32;
         double tol = dt ? 1e-15 : 1e-6;
-        norm_layer l = k->make(ctx, "ln", 1, (int64_t[]){3}, 1e-5, true, true, dtype);
-        tg_tensor *y = k->forward(ctx, l.m, tg_test_tensor(ctx, dtype, TG_SHAPE(1, 3), (double[]){1, 2, 3}));
+        norm_layer l = layer_new(k, ctx, "ln", 1, (int64_t[]){3}, 1e-5, true, true, dtype);
+        tg_tensor *y = layer_forward(k, ctx, l.m, tg_test_tensor(ctx, dtype, TG_SHAPE(1, 3), (double[]){1, 2, 3}));
         double a = 1 / sqrt(2.0 / 3.0 + 1e-5);
         tg_test_assert_close(ctx, "(1,2,3)", y, (double[]){-a, 0, a}, 3, tol, tol);
-        y = k->forward(ctx, l.m, tg_view(ctx, tg_arange(ctx, dtype, 0, 9, 1), TG_SHAPE(3, 3)));
+        y = layer_forward(k, ctx, l.m, tg_view(ctx, tg_arange(ctx, dtype, 0, 9, 1), TG_SHAPE(3, 3)));
         tg_test_assert_close(ctx, "arange(9)", y,
                              (double[]){-1.2247, 0, 1.2247, -1.2247, 0, 1.2247, -1.2247, 0, 1.2247}, 9, 1e-4, 0);
         y = k->fused(ctx, tg_test_tensor(ctx, dtype, TG_SHAPE(2), (double[]){0, 2}), NULL, NULL, 1, 1e-5);
@@ -662,7 +648,7 @@ START_TEST(test_layernorm_values_by_hand) {
         tg_tensor *be = tg_test_tensor(ctx, dtype, TG_SHAPE(3), (double[]){0.5, -1, 7});
         y = k->fused(ctx, tg_full(ctx, dtype, TG_SHAPE(2, 3), 5.0), g, be, 1, 1e-5);
         tg_test_assert_close(ctx, "constant row", y, (double[]){0.5, -1, 7, 0.5, -1, 7}, 6, 0, 0);
-        k->free(ctx, l.m);
+        layer_free(k, ctx, l.m);
     }
 }
 END_TEST
@@ -702,9 +688,9 @@ START_TEST(test_layernorm_invariants) {
         free(xv), free(dx);
     }
     /* through a fresh layer (gamma = 1): sum(dx) = 0 exactly in math */
-    norm_layer l = k->make(ctx, "ln", 2, (int64_t[]){2, 5}, 1e-5, true, true, TG_F64);
+    norm_layer l = layer_new(k, ctx, "ln", 2, (int64_t[]){2, 5}, 1e-5, true, true, TG_F64);
     tg_tensor *x = tg_requires_grad(ctx, tg_test_rand(ctx, TG_F64, TG_SHAPE(3, 2, 5), -2, 2));
-    tg_tensor *y = k->forward(ctx, l.m, x);
+    tg_tensor *y = layer_forward(k, ctx, l.m, x);
     tg_backward_ex(ctx, y, tg_test_rand(ctx, TG_F64, TG_SHAPE(3, 2, 5), -1, 1), false);
     for (int64_t n = 0; n < 3; n++) {
         double sum = 0, mx = 0;
@@ -714,7 +700,7 @@ START_TEST(test_layernorm_invariants) {
         }
         ck_assert(mx > 0.01 && fabs(sum) < 1e-13 * mx);
     }
-    k->free(ctx, l.m);
+    layer_free(k, ctx, l.m);
 }
 END_TEST
 
@@ -734,9 +720,9 @@ START_TEST(test_layernorm_float32_hard_rows) {
         xv[3 * C + j] = (1.5 + u) * 1e-20 * (j % 3 ? 1 : -1);
     }
     for (int64_t i = 0; i < N * C; i++) dyv[i] = 2.0 * tg_rng_uniform(ctx) - 1.0;
-    norm_layer l = k->make(ctx, "ln", 1, (int64_t[]){C}, 1e-5, true, true, TG_F32);
+    norm_layer l = layer_new(k, ctx, "ln", 1, (int64_t[]){C}, 1e-5, true, true, TG_F32);
     tg_tensor *x = tg_requires_grad(ctx, tg_test_tensor(ctx, TG_F32, TG_SHAPE(N, C), xv));
-    tg_tensor *y = k->forward(ctx, l.m, x);
+    tg_tensor *y = layer_forward(k, ctx, l.m, x);
     tg_backward_ex(ctx, y, tg_test_tensor(ctx, TG_F32, TG_SHAPE(N, C), dyv), false);
     ck_assert(tg_ok(ctx));
     /* gradients: finite and close to float64 on the same values */
@@ -754,7 +740,7 @@ START_TEST(test_layernorm_float32_hard_rows) {
     for (int64_t j = 0; j < C; j++) v += pow(tg_get_flat(ctx, y, j) - m, 2) / C;
     ck_assert_msg(fabs(m) < 1e-4 && fabs(v - 1) < 2e-3, "row 1e4+noise: mean %g var %g", m, v);
     free(x32);
-    k->free(ctx, l.m);
+    layer_free(k, ctx, l.m);
 }
 END_TEST
 

@@ -160,11 +160,9 @@ START_TEST(test_persistent_leaf_across_steps) {
 END_TEST
 
 Suite *make_tape_suite(void) {
-    Suite *s = suite_create("tape");
-    tg_test_tcase(s, "core", setup, teardown, test_records_only_when_needed, test_backward_scalar,
-                  test_accumulate_keep_tape_and_consumed, test_non_scalar_needs_gradient, test_detach_and_no_history,
-                  test_persistent_leaf_across_steps, NULL);
-    return s;
+    return tg_test_suite("tape", setup, teardown, test_records_only_when_needed, test_backward_scalar,
+                         test_accumulate_keep_tape_and_consumed, test_non_scalar_needs_gradient,
+                         test_detach_and_no_history, test_persistent_leaf_across_steps, NULL);
 }
 
 int main(void) { return tg_test_run(make_tape_suite()); }

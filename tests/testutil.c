@@ -20,15 +20,30 @@ int tg_test_run(Suite *suite) {
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
-TCase *tg_test_tcase(Suite *suite, const char *name, void (*setup)(void), void (*teardown)(void), ...) {
+/* A test case of the listed tests (ap: NULL-terminated), added to suite. */
+static TCase *add_tcase(Suite *suite, const char *name, void (*setup)(void), void (*teardown)(void), va_list ap) {
     TCase *tc = tcase_create(name);
     if (setup || teardown) tcase_add_checked_fixture(tc, setup, teardown);
-    va_list ap;
-    va_start(ap, teardown);
     for (const TTest *t = va_arg(ap, const TTest *); t; t = va_arg(ap, const TTest *)) tcase_add_test(tc, t);
-    va_end(ap);
     suite_add_tcase(suite, tc);
     return tc;
+}
+
+TCase *tg_test_tcase(Suite *suite, const char *name, void (*setup)(void), void (*teardown)(void), ...) {
+    va_list ap;
+    va_start(ap, teardown);
+    TCase *tc = add_tcase(suite, name, setup, teardown, ap);
+    va_end(ap);
+    return tc;
+}
+
+Suite *tg_test_suite(const char *name, void (*setup)(void), void (*teardown)(void), ...) {
+    Suite *s = suite_create(name);
+    va_list ap;
+    va_start(ap, teardown);
+    add_tcase(s, name, setup, teardown, ap);
+    va_end(ap);
+    return s;
 }
 
 bool tg_test_under_valgrind(void) {
@@ -122,17 +137,54 @@ void tg_test_assert_close_tensors(tg_ctx *ctx, const char *what, const tg_tensor
         assert_close_at(what, i, tg_get_flat(ctx, a, i), tg_get_flat(ctx, b, i), atol, rtol);
 }
 
-void tg_test_assert_error(tg_ctx *ctx, tg_status status, ...) {
+/* The error check of tg_test_assert_error and tg_test_assert_fails. */
+static void assert_error_v(tg_ctx *ctx, tg_status status, va_list ap) {
     ck_assert_msg(!tg_ok(ctx), "expected an error, got none");
     ck_assert_msg(tg_status_of(ctx) == status, "status %s, expected %s (%s)", tg_status_name(tg_status_of(ctx)),
                   tg_status_name(status), tg_error_message(ctx));
     const char *msg = tg_error_message(ctx);
-    va_list ap;
-    va_start(ap, status);
     for (const char *s = va_arg(ap, const char *); s; s = va_arg(ap, const char *))
         ck_assert_msg(strstr(msg, s) != NULL, "error message \"%s\" lacks \"%s\"", msg, s);
-    va_end(ap);
     tg_clear_error(ctx);
+}
+
+void tg_test_assert_error(tg_ctx *ctx, tg_status status, ...) {
+    va_list ap;
+    va_start(ap, status);
+    assert_error_v(ctx, status, ap);
+    va_end(ap);
+}
+
+void tg_test_assert_fails(tg_ctx *ctx, const void *got, tg_status status, ...) {
+    ck_assert_msg(got == NULL, "expected NULL from a call failing with %s, got %p", tg_status_name(status), got);
+    va_list ap;
+    va_start(ap, status);
+    assert_error_v(ctx, status, ap);
+    va_end(ap);
+}
+
+/* Element i of a float32 or float64 tensor, without a context. */
+static double elem(const tg_tensor *t, int64_t i) {
+    return t->dtype == TG_F64 ? ((const double *)t->data)[i] : (double)((const float *)t->data)[i];
+}
+
+void tg_test_assert_same_bits(const char *what, const tg_tensor *a, const tg_tensor *b) {
+    ck_assert_msg(a != NULL && b != NULL, "%s: NULL tensor", what);
+    ck_assert_msg(a->dtype == b->dtype && a->numel == b->numel, "%s: %s[%lld] vs %s[%lld]", what,
+                  tg_dtype_name(a->dtype), (long long)a->numel, tg_dtype_name(b->dtype), (long long)b->numel);
+    size_t es = tg_dtype_size(a->dtype);
+    for (int64_t i = 0; i < a->numel; i++)
+        if (memcmp((const char *)a->data + (size_t)i * es, (const char *)b->data + (size_t)i * es, es) != 0)
+            ck_abort_msg("%s: element %lld differs: %.17g vs %.17g", what, (long long)i, elem(a, i), elem(b, i));
+}
+
+void tg_test_assert_contains(const char *text, ...) {
+    ck_assert_msg(text != NULL, "no text");
+    va_list ap;
+    va_start(ap, text);
+    for (const char *s = va_arg(ap, const char *); s; s = va_arg(ap, const char *))
+        ck_assert_msg(strstr(text, s) != NULL, "\"%s\" not found in:\n%s", s, text);
+    va_end(ap);
 }
 
 /* ---- fixtures ------------------------------------------------------------------ */

@@ -2,11 +2,13 @@
  * test program as the library tg_testutil). All names start with tg_test_.
  *
  *  - running: tg_test_run (a suite's main), tg_test_tcase (a test case with
- *    its fixture and tests), tg_test_under_valgrind, tg_test_malloc;
+ *    its fixture and tests), tg_test_suite (a suite of one test case),
+ *    tg_test_under_valgrind, tg_test_malloc;
  *  - tensors: tg_test_tensor, tg_test_rand, tg_test_smooth_leaf,
  *    tg_test_values, tg_test_max_abs_diff;
  *  - asserts: tg_test_assert_close (tensor vs values), tg_test_assert_close_tensors,
- *    tg_test_assert_error;
+ *    tg_test_assert_same_bits, tg_test_assert_contains, tg_test_assert_error,
+ *    tg_test_assert_fails;
  *  - fixtures (text files in tests/fixtures/, "name count v1 v2 ..."):
  *    tg_test_fixture, tg_test_fixture_tensor, tg_test_fixture_weights,
  *    tg_test_assert_fixture, tg_test_op_vs_fixture;
@@ -42,6 +44,10 @@ int tg_test_run(Suite *suite);
  * NULL-terminated list of START_TEST names. Returns the case, for loop
  * tests (tcase_add_loop_test) or a timeout. */
 TCase *tg_test_tcase(Suite *suite, const char *name, void (*setup)(void), void (*teardown)(void), ...);
+
+/* A suite `name` of one test case of the same name, with the fixture and
+ * the NULL-terminated tests as tg_test_tcase. */
+Suite *tg_test_suite(const char *name, void (*setup)(void), void (*teardown)(void), ...);
 
 /* True when scripts/memcheck.sh runs the test (TG_UNDER_VALGRIND=1): the
  * heaviest sweeps shrink there (valgrind runs code ~30x slower). */
@@ -80,6 +86,15 @@ void tg_test_assert_close_tensors(tg_ctx *ctx, const char *what, const tg_tensor
 /* Asserts the context holds an error of `status` whose message contains
  * each of the NULL-terminated strings, then clears it. */
 void tg_test_assert_error(tg_ctx *ctx, tg_status status, ...);
+/* Asserts a and b have the same dtype, numel and bits (the message names
+ * the first element that differs). */
+void tg_test_assert_same_bits(const char *what, const tg_tensor *a, const tg_tensor *b);
+/* Asserts text contains each of the NULL-terminated strings. */
+void tg_test_assert_contains(const char *text, ...);
+/* Asserts a call failed: it returned NULL (got) and left such an error
+ * (then cleared), e.g.
+ *   tg_test_assert_fails(ctx, tg_matmul(ctx, a, b), TG_ERR_SHAPE, "tg_matmul", "(2, 3)", NULL); */
+void tg_test_assert_fails(tg_ctx *ctx, const void *got, tg_status status, ...);
 
 /* ---- fixtures ----------------------------------------------------------------
  * Text files tests/fixtures/<file> written by the scripts beside them: one
