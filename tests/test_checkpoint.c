@@ -26,24 +26,11 @@ static char dir[256];
 static void setup(void) {
     ctx = tg_ctx_new(42);
     ck_assert_ptr_nonnull(ctx);
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/tg-ckpt-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    tg_test_make_tmpdir(dir, sizeof dir, "tg-ckpt");
 }
 
 static void teardown(void) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        char p[512];
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(dir);
+    tg_test_remove_tree(dir);
     tg_ctx_free(ctx);
     ctx = NULL;
 }
@@ -61,15 +48,12 @@ static void expect_ok(tg_status st) {
     ck_assert_msg(st == TG_OK && tg_ok(ctx), "status %d: %s", (int)st, tg_error_message(ctx));
 }
 
-/* Asserts the context holds error `want` whose message contains every
- * non-NULL part, then clears it. */
+/* Asserts a call returned `want` (st) and left that error in the context
+ * with part1 (and part2 unless NULL) in its message, then clears it. */
 static void expect_error(tg_status st, tg_status want, const char *part1, const char *part2) {
-    const char *msg = tg_error_message(ctx);
-    ck_assert_msg(st == want, "status %s, want %s: %s", tg_status_name(st), tg_status_name(want), msg);
-    ck_assert_int_eq(tg_status_of(ctx), want);
-    ck_assert_msg(!part1 || strstr(msg, part1), "message \"%s\" lacks \"%s\"", msg, part1);
-    ck_assert_msg(!part2 || strstr(msg, part2), "message \"%s\" lacks \"%s\"", msg, part2);
-    tg_clear_error(ctx);
+    ck_assert_msg(st == want, "status %s, want %s: %s", tg_status_name(st), tg_status_name(want),
+                  tg_error_message(ctx));
+    tg_test_assert_error(ctx, want, part1, part2, NULL);
 }
 
 /* ---- models ------------------------------------------------------------------- */
@@ -143,23 +127,7 @@ static bool same_as(const tg_params *list, const snapshot *s) {
 
 /* ---- files -------------------------------------------------------------------- */
 
-static void write_file(const char *path, const void *bytes, size_t n) {
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(bytes, 1, n, f), n);
-    ck_assert_int_eq(fclose(f), 0);
-}
-
-static unsigned char *read_whole(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    ck_assert_ptr_nonnull(f);
-    size_t cap = 1 << 16;
-    unsigned char *b = malloc(cap);
-    *n = fread(b, 1, cap, f);
-    ck_assert(feof(f));
-    fclose(f);
-    return b;
-}
+static unsigned char *read_whole(const char *path, size_t *n) { return (unsigned char *)tg_test_read_file(path, n); }
 
 /* A safetensors file by hand: header length (LE u64, as given), the header
  * text as is, then data_len bytes 0x40, 0x41, ... */
@@ -658,7 +626,7 @@ START_TEST(test_bad_file) {
     unsigned char *bytes = build(n_field, c->header, c->data_len, &len);
     len -= c->cut;
     const char *p = path_in("bad.safetensors");
-    write_file(p, bytes, len);
+    tg_test_write_file(p, bytes, len);
     free(bytes);
 
     tg_params m = {0};
@@ -711,13 +679,13 @@ START_TEST(test_every_truncation) {
     snapshot s = snap(&b);
     const char *q = path_in("cut.safetensors");
     for (size_t k = 0; k < n; k++) {
-        write_file(q, f, k);
+        tg_test_write_file(q, f, k);
         tg_status st = tg_ckpt_load(ctx, q, &b, NULL, NULL);
         ck_assert_msg(st == TG_ERR_FORMAT, "cut at %zu: %s", k, tg_error_message(ctx));
         ck_assert_msg(same_as(&b, &s), "cut at %zu changed the model", k);
         tg_clear_error(ctx);
     }
-    write_file(q, f, n);
+    tg_test_write_file(q, f, n);
     expect_ok(tg_ckpt_load(ctx, q, &b, NULL, NULL));
     ck_assert(has_values(&b, 5.0));
     free(f);
@@ -907,7 +875,7 @@ START_TEST(test_stale_temporary) {
     const char *p = path_in("c.safetensors");
     char stale[600];
     snprintf(stale, sizeof stale, "%s.tmp-%ld-0", p, (long)getpid());
-    write_file(stale, "stale", 5);
+    tg_test_write_file(stale, "stale", 5);
     expect_ok(tg_ckpt_save(ctx, p, &a, NULL, NULL));
     expect_ok(tg_ckpt_load(ctx, p, &b, NULL, NULL));
     ck_assert(has_values(&b, 4.0));

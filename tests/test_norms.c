@@ -475,15 +475,24 @@ END_TEST
 
 /* ---- float32 rows far from 1 -------------------------------------------------- */
 
-/* x (N, C) in float32, requiring grad, went through the float32 layer
- * (no gamma effect: gamma = 1, eps) with upstream gradient dyv: its grad is
- * finite and, row by row, within tol * (the row's largest |dx|) of the
- * float64 gradient of the same (float32-rounded) values. Returns those
- * values as doubles (free them). */
-static double *assert_grad_matches_f64(const norm_kind *k, tg_tensor *x, const double *dyv, int64_t N, int64_t C,
-                                       double eps, double tol) {
-    double *x32 = tg_test_values(ctx, x);
-    tg_tensor *x64 = tg_requires_grad(ctx, tg_test_tensor(ctx, TG_F64, TG_SHAPE(N, C), x32));
+/* The kind's float32 layer (gamma = 1, eps, its default bias) on the rows
+ * x = xv (N, C), back-propagating an upstream gradient uniform in [-1, 1)
+ * drawn from the RNG: x's grad is finite and, row by row, within
+ * tol * (the row's largest |dx|) of the float64 gradient of the same
+ * (float32-rounded) values. Returns y; *x gets the float32 input and *x32
+ * its values as doubles (free them). */
+static tg_tensor *f32_rows(const norm_kind *k, const double *xv, int64_t N, int64_t C, double eps, double tol,
+                           tg_tensor **x, double **x32) {
+    double *dyv = tg_test_malloc((size_t)(N * C) * sizeof *dyv);
+    for (int64_t i = 0; i < N * C; i++) dyv[i] = 2.0 * tg_rng_uniform(ctx) - 1.0;
+    norm_layer l = layer_new(k, ctx, "n", 1, (int64_t[]){C}, eps, true, k->bias, TG_F32);
+    *x = tg_requires_grad(ctx, tg_test_tensor(ctx, TG_F32, TG_SHAPE(N, C), xv));
+    tg_tensor *y = layer_forward(k, ctx, l.m, *x);
+    tg_backward_ex(ctx, y, tg_test_tensor(ctx, TG_F32, TG_SHAPE(N, C), dyv), false);
+    ck_assert(tg_ok(ctx));
+    /* the float64 gradient of the same values */
+    *x32 = tg_test_values(ctx, *x);
+    tg_tensor *x64 = tg_requires_grad(ctx, tg_test_tensor(ctx, TG_F64, TG_SHAPE(N, C), *x32));
     tg_tensor *y64 = k->fused(ctx, x64, NULL, NULL, 1, eps);
     tg_backward_ex(ctx, y64, tg_test_tensor(ctx, TG_F64, TG_SHAPE(N, C), dyv), false);
     for (int64_t n = 0; n < N; n++) {
@@ -491,12 +500,14 @@ static double *assert_grad_matches_f64(const norm_kind *k, tg_tensor *x, const d
         for (int64_t j = 0; j < C; j++) scale = fmax(scale, fabs(tg_get_flat(ctx, x64->grad, n * C + j)));
         ck_assert(scale > 0 && isfinite(scale));
         for (int64_t j = 0; j < C; j++) {
-            double a = tg_get_flat(ctx, x->grad, n * C + j), b = tg_get_flat(ctx, x64->grad, n * C + j);
+            double a = tg_get_flat(ctx, (*x)->grad, n * C + j), b = tg_get_flat(ctx, x64->grad, n * C + j);
             ck_assert_msg(isfinite(a), "dx[%lld][%lld] = %g", (long long)n, (long long)j, a);
             ck_assert_msg(fabs(a - b) <= tol * scale, "dx[%lld][%lld]: %g vs %g", (long long)n, (long long)j, a, b);
         }
     }
-    return x32;
+    free(dyv);
+    layer_free(k, ctx, l.m);
+    return y;
 }
 
 /* ---- RMSNorm only --------------------------------------------------------------- */
@@ -589,21 +600,14 @@ END_TEST
 START_TEST(test_rmsnorm_float32_extreme_rows) {
     const norm_kind *k = norm_begin(RMS);
     const int64_t N = 3, C = 64;
-    double xv[3 * 64], dyv[3 * 64];
+    double xv[3 * 64], ref[3 * 64], *x32;
     for (int64_t j = 0; j < C; j++) {
         double u = 1.0 + tg_rng_uniform(ctx), s = tg_rng_uniform(ctx) < 0.5 ? -1 : 1;
         xv[j] = s * u * 1e20;
         xv[C + j] = s * (2.0 - u) * 1e-20;
         xv[2 * C + j] = s * u;
     }
-    for (int64_t i = 0; i < N * C; i++) dyv[i] = 2.0 * tg_rng_uniform(ctx) - 1.0;
-    norm_layer l = layer_new(k, ctx, "n", 1, (int64_t[]){C}, 1e-6, true, false, TG_F32);
-    tg_tensor *x = tg_requires_grad(ctx, tg_test_tensor(ctx, TG_F32, TG_SHAPE(N, C), xv));
-    tg_tensor *y = layer_forward(k, ctx, l.m, x);
-    tg_backward_ex(ctx, y, tg_test_tensor(ctx, TG_F32, TG_SHAPE(N, C), dyv), false);
-    ck_assert(tg_ok(ctx));
-    /* gradients: finite and close to float64 on the same values */
-    double *x32 = assert_grad_matches_f64(k, x, dyv, N, C, 1e-6, 1e-5), ref[3 * 64];
+    tg_tensor *x, *y = f32_rows(k, xv, N, C, 1e-6, 1e-5, &x, &x32);
     /* y against the float64 reference of the same values */
     tg_test_norm_ref(false, x32, NULL, NULL, N, C, 1e-6, NULL, ref);
     tg_test_assert_close(ctx, "y", y, ref, N * C, 0, 2e-6); /* relative, at every scale */
@@ -617,7 +621,6 @@ START_TEST(test_rmsnorm_float32_extreme_rows) {
         ck_assert_msg(v == 0 || !isfinite(v), "composed float32 at 1e20 gave %g", v);
     }
     free(x32);
-    layer_free(k, ctx, l.m);
 }
 END_TEST
 
@@ -711,7 +714,7 @@ END_TEST
 START_TEST(test_layernorm_float32_hard_rows) {
     const norm_kind *k = norm_begin(LN);
     const int64_t N = 4, C = 256;
-    double xv[4 * 256], dyv[4 * 256];
+    double xv[4 * 256], ref[4 * 256], *x32;
     for (int64_t j = 0; j < C; j++) {
         double u = tg_rng_uniform(ctx) - 0.5;
         xv[j] = 1e4 + 0.3 * u; /* 1e4 + noise of std ~0.09 */
@@ -719,14 +722,7 @@ START_TEST(test_layernorm_float32_hard_rows) {
         xv[2 * C + j] = (1.5 + u) * 1e20 * (j % 2 ? 1 : -1);
         xv[3 * C + j] = (1.5 + u) * 1e-20 * (j % 3 ? 1 : -1);
     }
-    for (int64_t i = 0; i < N * C; i++) dyv[i] = 2.0 * tg_rng_uniform(ctx) - 1.0;
-    norm_layer l = layer_new(k, ctx, "ln", 1, (int64_t[]){C}, 1e-5, true, true, TG_F32);
-    tg_tensor *x = tg_requires_grad(ctx, tg_test_tensor(ctx, TG_F32, TG_SHAPE(N, C), xv));
-    tg_tensor *y = layer_forward(k, ctx, l.m, x);
-    tg_backward_ex(ctx, y, tg_test_tensor(ctx, TG_F32, TG_SHAPE(N, C), dyv), false);
-    ck_assert(tg_ok(ctx));
-    /* gradients: finite and close to float64 on the same values */
-    double *x32 = assert_grad_matches_f64(k, x, dyv, N, C, 1e-5, 2e-3), ref[4 * 256];
+    tg_tensor *x, *y = f32_rows(k, xv, N, C, 1e-5, 2e-3, &x, &x32);
     tg_test_norm_ref(true, x32, NULL, NULL, N, C, 1e-5, NULL, ref);
     /* y is O(1) for rows 0..2: absolute error at float32 level */
     for (int64_t i = 0; i < 3 * C; i++)
@@ -740,7 +736,6 @@ START_TEST(test_layernorm_float32_hard_rows) {
     for (int64_t j = 0; j < C; j++) v += pow(tg_get_flat(ctx, y, j) - m, 2) / C;
     ck_assert_msg(fabs(m) < 1e-4 && fabs(v - 1) < 2e-3, "row 1e4+noise: mean %g var %g", m, v);
     free(x32);
-    layer_free(k, ctx, l.m);
 }
 END_TEST
 
