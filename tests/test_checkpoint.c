@@ -9,7 +9,6 @@
  * the values, then writes one back for PyTorch to compare). */
 #define _POSIX_C_SOURCE 200809L
 
-#include <check.h>
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -19,7 +18,7 @@
 #include <unistd.h>
 
 #include "io/safetensors.h"
-#include "tapegrad.h"
+#include "testutil.h"
 
 static tg_ctx *ctx;
 static char dir[256];
@@ -27,24 +26,11 @@ static char dir[256];
 static void setup(void) {
     ctx = tg_ctx_new(42);
     ck_assert_ptr_nonnull(ctx);
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/tg-ckpt-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    tg_test_make_tmpdir(dir, sizeof dir, "tg-ckpt");
 }
 
 static void teardown(void) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        char p[512];
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(dir);
+    tg_test_remove_tree(dir);
     tg_ctx_free(ctx);
     ctx = NULL;
 }
@@ -62,15 +48,12 @@ static void expect_ok(tg_status st) {
     ck_assert_msg(st == TG_OK && tg_ok(ctx), "status %d: %s", (int)st, tg_error_message(ctx));
 }
 
-/* Asserts the context holds error `want` whose message contains every
- * non-NULL part, then clears it. */
+/* Asserts a call returned `want` (st) and left that error in the context
+ * with part1 (and part2 unless NULL) in its message, then clears it. */
 static void expect_error(tg_status st, tg_status want, const char *part1, const char *part2) {
-    const char *msg = tg_error_message(ctx);
-    ck_assert_msg(st == want, "status %s, want %s: %s", tg_status_name(st), tg_status_name(want), msg);
-    ck_assert_int_eq(tg_status_of(ctx), want);
-    ck_assert_msg(!part1 || strstr(msg, part1), "message \"%s\" lacks \"%s\"", msg, part1);
-    ck_assert_msg(!part2 || strstr(msg, part2), "message \"%s\" lacks \"%s\"", msg, part2);
-    tg_clear_error(ctx);
+    ck_assert_msg(st == want, "status %s, want %s: %s", tg_status_name(st), tg_status_name(want),
+                  tg_error_message(ctx));
+    tg_test_assert_error(ctx, want, part1, part2, NULL);
 }
 
 /* ---- models ------------------------------------------------------------------- */
@@ -144,23 +127,7 @@ static bool same_as(const tg_params *list, const snapshot *s) {
 
 /* ---- files -------------------------------------------------------------------- */
 
-static void write_file(const char *path, const void *bytes, size_t n) {
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(bytes, 1, n, f), n);
-    ck_assert_int_eq(fclose(f), 0);
-}
-
-static unsigned char *read_whole(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    ck_assert_ptr_nonnull(f);
-    size_t cap = 1 << 16;
-    unsigned char *b = malloc(cap);
-    *n = fread(b, 1, cap, f);
-    ck_assert(feof(f));
-    fclose(f);
-    return b;
-}
+static unsigned char *read_whole(const char *path, size_t *n) { return (unsigned char *)tg_test_read_file(path, n); }
 
 /* A safetensors file by hand: header length (LE u64, as given), the header
  * text as is, then data_len bytes 0x40, 0x41, ... */
@@ -659,7 +626,7 @@ START_TEST(test_bad_file) {
     unsigned char *bytes = build(n_field, c->header, c->data_len, &len);
     len -= c->cut;
     const char *p = path_in("bad.safetensors");
-    write_file(p, bytes, len);
+    tg_test_write_file(p, bytes, len);
     free(bytes);
 
     tg_params m = {0};
@@ -712,13 +679,13 @@ START_TEST(test_every_truncation) {
     snapshot s = snap(&b);
     const char *q = path_in("cut.safetensors");
     for (size_t k = 0; k < n; k++) {
-        write_file(q, f, k);
+        tg_test_write_file(q, f, k);
         tg_status st = tg_ckpt_load(ctx, q, &b, NULL, NULL);
         ck_assert_msg(st == TG_ERR_FORMAT, "cut at %zu: %s", k, tg_error_message(ctx));
         ck_assert_msg(same_as(&b, &s), "cut at %zu changed the model", k);
         tg_clear_error(ctx);
     }
-    write_file(q, f, n);
+    tg_test_write_file(q, f, n);
     expect_ok(tg_ckpt_load(ctx, q, &b, NULL, NULL));
     ck_assert(has_values(&b, 5.0));
     free(f);
@@ -908,7 +875,7 @@ START_TEST(test_stale_temporary) {
     const char *p = path_in("c.safetensors");
     char stale[600];
     snprintf(stale, sizeof stale, "%s.tmp-%ld-0", p, (long)getpid());
-    write_file(stale, "stale", 5);
+    tg_test_write_file(stale, "stale", 5);
     expect_ok(tg_ckpt_save(ctx, p, &a, NULL, NULL));
     expect_ok(tg_ckpt_load(ctx, p, &b, NULL, NULL));
     ck_assert(has_values(&b, 4.0));
@@ -1034,45 +1001,17 @@ END_TEST
 
 Suite *make_checkpoint_suite(void) {
     Suite *s = suite_create("checkpoint");
-    TCase *tc = tcase_create("roundtrip");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_roundtrip_values);
-    tcase_add_test(tc, test_roundtrip_bits);
-    tcase_add_test(tc, test_exact_bytes);
-    tcase_add_test(tc, test_shapes_and_layout);
-    tcase_add_test(tc, test_metadata_roundtrip);
-    tcase_add_test(tc, test_training_state);
-    tcase_add_test(tc, test_rng_state);
-    tcase_add_test(tc, test_meta_api);
-    tcase_add_test(tc, test_argument_errors);
-    tcase_add_test(tc, test_load_memory);
-    suite_add_tcase(s, tc);
-    TCase *tb = tcase_create("validation");
-    tcase_add_checked_fixture(tb, setup, teardown);
+    tg_test_tcase(s, "roundtrip", setup, teardown, test_roundtrip_values, test_roundtrip_bits, test_exact_bytes,
+                  test_shapes_and_layout, test_metadata_roundtrip, test_training_state, test_rng_state, test_meta_api,
+                  test_argument_errors, test_load_memory, NULL);
+    TCase *tb = tg_test_tcase(s, "validation", setup, teardown, test_every_truncation, test_corpus, NULL);
     tcase_add_loop_test(tb, test_bad_file, 0, (int)(sizeof bad_files / sizeof *bad_files));
-    tcase_add_test(tb, test_every_truncation);
-    tcase_add_test(tb, test_corpus);
-    suite_add_tcase(s, tb);
-    TCase *ta = tcase_create("atomic");
-    tcase_add_checked_fixture(ta, setup, teardown);
-    tcase_add_test(ta, test_atomic_save_faults);
-    tcase_add_test(ta, test_atomic_first_save_faults);
-    tcase_add_test(ta, test_short_writes);
-    tcase_add_test(ta, test_stale_temporary);
-    suite_add_tcase(s, ta);
+    tg_test_tcase(s, "atomic", setup, teardown, test_atomic_save_faults, test_atomic_first_save_faults,
+                  test_short_writes, test_stale_temporary, NULL);
     if (getenv("TG_INTEROP_DIR")) {
-        TCase *ti = tcase_create("interop");
-        tcase_add_checked_fixture(ti, setup, teardown);
-        tcase_add_test(ti, test_interop);
-        suite_add_tcase(s, ti);
+        tg_test_tcase(s, "interop", setup, teardown, test_interop, NULL);
     }
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_checkpoint_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+int main(void) { return tg_test_run(make_checkpoint_suite()); }

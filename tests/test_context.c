@@ -1,14 +1,13 @@
 /* The context: the sticky error state and every error path of the tensor
  * core, the allocator hook, the arena and persistent tensors. */
 #define _POSIX_C_SOURCE 200809L
-#include <check.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tapegrad.h"
+#include "testutil.h"
 
 static tg_ctx *ctx;
 
@@ -290,33 +289,14 @@ END_TEST
 
 Suite *make_context_suite(void) {
     Suite *s = suite_create("context");
-    TCase *tc = tcase_create("errors");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_bad_shapes);
-    tcase_add_test(tc, test_size_overflow);
-    tcase_add_test(tc, test_null_inputs);
-    tcase_add_test(tc, test_mismatched_dtypes_and_shapes);
-    tcase_add_test(tc, test_first_error_wins_and_calls_do_nothing);
-    tcase_add_test(tc, test_error_message_names_values);
-    tcase_add_test(tc, test_abort_on_error_env);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("memory");
+    tg_test_tcase(s, "errors", setup, teardown, test_bad_shapes, test_size_overflow, test_null_inputs,
+                  test_mismatched_dtypes_and_shapes, test_first_error_wins_and_calls_do_nothing,
+                  test_error_message_names_values, test_abort_on_error_env, NULL);
+    TCase *tc = tg_test_tcase(s, "memory", setup, teardown, test_allocation_failure_is_an_error,
+                              test_custom_allocator_used, test_arena_alignment_and_reset, test_arena_footprint_flat,
+                              test_persistent_survives_reset, test_params_list, NULL);
     tcase_set_timeout(tc, 120);
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_allocation_failure_is_an_error);
-    tcase_add_test(tc, test_custom_allocator_used);
-    tcase_add_test(tc, test_arena_alignment_and_reset);
-    tcase_add_test(tc, test_arena_footprint_flat);
-    tcase_add_test(tc, test_persistent_survives_reset);
-    tcase_add_test(tc, test_params_list);
-    suite_add_tcase(s, tc);
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_context_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tg_test_run(make_context_suite()); }

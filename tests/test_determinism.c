@@ -1,5 +1,5 @@
 /* Determinism: every result is bitwise identical whatever the thread count
- * (DESIGN.md, "Speed by design"; issue 9). Each case builds the same
+ * (a design rule, docs/DESIGN.md). Each case builds the same
  * inputs from the same seed in a fresh context, runs with 1 thread, then
  * with 2 and 3 threads, and compares every output and gradient byte for
  * byte:
@@ -14,13 +14,12 @@
  * Built without OpenMP, tg_threads() stays 1: the test still runs, the
  * comparison is then trivially equal, and it says so on stderr. Under
  * valgrind (TG_UNDER_VALGRIND=1) only 1 and 2 threads are compared. */
-#include <check.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tapegrad.h"
+#include "testutil.h"
 
 /* ---- snapshots of results ------------------------------------------------ */
 
@@ -39,8 +38,7 @@ static void snap_add(snap *s, const char *name, const tg_tensor *t) {
     ck_assert_msg(t != NULL, "%s: no tensor", name);
     ck_assert_int_lt(s->n, SNAP_MAX);
     size_t size = (size_t)t->numel * tg_dtype_size(t->dtype);
-    void *p = malloc(size ? size : 1);
-    ck_assert_ptr_nonnull(p);
+    void *p = tg_test_malloc(size);
     memcpy(p, t->data, size);
     snprintf(s->name[s->n], sizeof s->name[s->n], "%s", name);
     s->buf[s->n] = p;
@@ -110,7 +108,7 @@ static void check_case(case_fn f, tg_dtype dt, const char *name) {
     run_case(f, 1, dt, &ref, what);
     assert_meaningful(&ref, what);
     /* under valgrind (~30x slower, scripts/memcheck.sh) 1 vs 2 threads only */
-    const int max_threads = getenv("TG_UNDER_VALGRIND") ? 2 : 3;
+    const int max_threads = tg_test_under_valgrind() ? 2 : 3;
     for (int threads = 2; threads <= max_threads; threads++) {
         snap got;
         run_case(f, threads, dt, &got, what);
@@ -123,14 +121,17 @@ static void check_case(case_fn f, tg_dtype dt, const char *name) {
                         "single-threaded code and are trivially equal\n", what);
 }
 
-static tg_tensor *rand_t(tg_ctx *ctx, tg_dtype dt, int ndim, const int64_t *shape, double lo, double hi) {
-    tg_tensor *t = tg_rand(ctx, dt, ndim, shape, lo, hi);
-    ck_assert_msg(t != NULL, "%s", tg_error_message(ctx));
-    return t;
+static tg_tensor *leaf(tg_ctx *ctx, tg_dtype dt, int ndim, const int64_t *shape, double lo, double hi) {
+    return tg_requires_grad(ctx, tg_test_rand(ctx, dt, ndim, shape, lo, hi));
 }
 
-static tg_tensor *leaf(tg_ctx *ctx, tg_dtype dt, int ndim, const int64_t *shape, double lo, double hi) {
-    return tg_requires_grad(ctx, rand_t(ctx, dt, ndim, shape, lo, hi));
+/* Back-propagates dy (NULL: y is a scalar loss) from y and records y as
+ * `name`; the caller records the grads. */
+static void backward_and_add(tg_ctx *ctx, snap *out, const char *name, tg_tensor *y, tg_tensor *dy) {
+    ck_assert_msg(y != NULL, "%s: %s", name, tg_error_message(ctx));
+    if (dy) tg_backward_ex(ctx, y, dy, false);
+    else tg_backward(ctx, y);
+    snap_add(out, name, y);
 }
 
 /* ---- the cases ------------------------------------------------------------ */
@@ -144,11 +145,9 @@ static void case_linear(tg_ctx *ctx, tg_dtype dt, snap *out) {
     tg_tensor *x = leaf(ctx, dt, TG_SHAPE(2, 176, 384), -1, 1);
     tg_tensor *w = leaf(ctx, dt, TG_SHAPE(256, 384), -0.05, 0.05);
     tg_tensor *b = leaf(ctx, dt, TG_SHAPE(256), -0.05, 0.05);
-    tg_tensor *dy = rand_t(ctx, dt, TG_SHAPE(2, 176, 256), -1, 1);
+    tg_tensor *dy = tg_test_rand(ctx, dt, TG_SHAPE(2, 176, 256), -1, 1);
     tg_tensor *y = tg_linear_fused(ctx, x, w, b);
-    ck_assert_msg(y != NULL, "%s", tg_error_message(ctx));
-    tg_backward_ex(ctx, y, dy, false);
-    snap_add(out, "y", y);
+    backward_and_add(ctx, out, "y", y, dy);
     snap_add(out, "dx", x->grad);
     snap_add(out, "dW", w->grad);
     snap_add(out, "db", b->grad);
@@ -159,11 +158,9 @@ static void norm_case(tg_ctx *ctx, tg_dtype dt, snap *out, bool layernorm) {
     tg_tensor *x = leaf(ctx, dt, TG_SHAPE(1024, 384), -2, 2);
     tg_tensor *g = leaf(ctx, dt, TG_SHAPE(384), 0.5, 1.5);
     tg_tensor *b = leaf(ctx, dt, TG_SHAPE(384), -0.5, 0.5);
-    tg_tensor *dy = rand_t(ctx, dt, TG_SHAPE(1024, 384), -1, 1);
+    tg_tensor *dy = tg_test_rand(ctx, dt, TG_SHAPE(1024, 384), -1, 1);
     tg_tensor *y = layernorm ? tg_layernorm_fused(ctx, x, g, b, 1, 1e-5) : tg_rmsnorm_fused(ctx, x, g, b, 1, 1e-6);
-    ck_assert_msg(y != NULL, "%s", tg_error_message(ctx));
-    tg_backward_ex(ctx, y, dy, false);
-    snap_add(out, "y", y);
+    backward_and_add(ctx, out, "y", y, dy);
     snap_add(out, "dx", x->grad);
     snap_add(out, "dgamma", g->grad);
     snap_add(out, "dbeta", b->grad);
@@ -176,18 +173,14 @@ static void case_matmul(tg_ctx *ctx, tg_dtype dt, snap *out) {
     tg_tensor *a = leaf(ctx, dt, TG_SHAPE(300, 200), -1, 1);
     tg_tensor *b = leaf(ctx, dt, TG_SHAPE(200, 260), -1, 1);
     tg_tensor *c = tg_matmul(ctx, a, b);
-    ck_assert_msg(c != NULL, "%s", tg_error_message(ctx));
-    tg_backward_ex(ctx, c, rand_t(ctx, dt, TG_SHAPE(300, 260), -1, 1), false);
-    snap_add(out, "c", c);
+    backward_and_add(ctx, out, "c", c, tg_test_rand(ctx, dt, TG_SHAPE(300, 260), -1, 1));
     snap_add(out, "da", a->grad);
     snap_add(out, "db", b->grad);
 
     tg_tensor *p = leaf(ctx, dt, TG_SHAPE(4, 96, 128), -1, 1);
     tg_tensor *q = leaf(ctx, dt, TG_SHAPE(4, 128, 112), -1, 1);
     tg_tensor *r = tg_matmul(ctx, p, q);
-    ck_assert_msg(r != NULL, "%s", tg_error_message(ctx));
-    tg_backward_ex(ctx, r, rand_t(ctx, dt, TG_SHAPE(4, 96, 112), -1, 1), false);
-    snap_add(out, "batched c", r);
+    backward_and_add(ctx, out, "batched c", r, tg_test_rand(ctx, dt, TG_SHAPE(4, 96, 112), -1, 1));
     snap_add(out, "batched da", p->grad);
     snap_add(out, "batched db", q->grad);
 }
@@ -198,16 +191,13 @@ static void case_matmul(tg_ctx *ctx, tg_dtype dt, snap *out) {
 static void case_cross_entropy(tg_ctx *ctx, tg_dtype dt, snap *out) {
     const int64_t N = 512, C = 200;
     tg_tensor *logits = leaf(ctx, dt, TG_SHAPE(N, C), -4, 4);
-    int64_t *t = malloc((size_t)N * sizeof *t);
-    ck_assert_ptr_nonnull(t);
+    int64_t *t = tg_test_malloc((size_t)N * sizeof *t);
     for (int64_t i = 0; i < N; i++) t[i] = i % 7 == 3 ? -100 : (i * 37 + 11) % C;
     tg_cross_entropy_opts o = TG_CROSS_ENTROPY_DEFAULTS;
     o.label_smoothing = 0.1;
     tg_tensor *loss = tg_cross_entropy(ctx, logits, t, &o);
     free(t);
-    ck_assert_msg(loss != NULL, "%s", tg_error_message(ctx));
-    tg_backward(ctx, loss);
-    snap_add(out, "loss", loss);
+    backward_and_add(ctx, out, "loss", loss, NULL);
     snap_add(out, "dlogits", logits->grad);
 }
 
@@ -217,14 +207,11 @@ static void case_cross_entropy(tg_ctx *ctx, tg_dtype dt, snap *out) {
 static void case_embedding(tg_ctx *ctx, tg_dtype dt, snap *out) {
     const int64_t V = 64, D = 128, n = 1024;
     tg_tensor *w = leaf(ctx, dt, TG_SHAPE(V, D), -1, 1);
-    int64_t *idx = malloc((size_t)n * sizeof *idx);
-    ck_assert_ptr_nonnull(idx);
+    int64_t *idx = tg_test_malloc((size_t)n * sizeof *idx);
     for (int64_t i = 0; i < n; i++) idx[i] = (i * 29 + i / 5) % V;
     tg_tensor *y = tg_embedding(ctx, w, TG_SHAPE(32, 32), idx);
     free(idx);
-    ck_assert_msg(y != NULL, "%s", tg_error_message(ctx));
-    tg_backward_ex(ctx, y, rand_t(ctx, dt, TG_SHAPE(32, 32, 128), -1, 1), false);
-    snap_add(out, "y", y);
+    backward_and_add(ctx, out, "y", y, tg_test_rand(ctx, dt, TG_SHAPE(32, 32, 128), -1, 1));
     snap_add(out, "dweight", w->grad);
 }
 
@@ -249,7 +236,7 @@ static void case_mlp(tg_ctx *ctx, tg_dtype dt, snap *out) {
     tg_adam_opts ao = tg_adam_defaults();
     tg_optim *opt = tg_adam_new(ctx, &params, &ao);
     ck_assert_msg(opt != NULL, "%s", tg_error_message(ctx));
-    tg_tensor *x = tg_persist(ctx, rand_t(ctx, dt, TG_SHAPE(B, I), -1, 1));
+    tg_tensor *x = tg_persist(ctx, tg_test_rand(ctx, dt, TG_SHAPE(B, I), -1, 1));
     int64_t targets[128];
     for (int64_t i = 0; i < B; i++) targets[i] = (i * 7 + 3) % O;
     for (int step = 0; step < 3; step++) {
@@ -272,21 +259,22 @@ static void case_mlp(tg_ctx *ctx, tg_dtype dt, snap *out) {
 
 /* ---- tests ---------------------------------------------------------------- */
 
-static tg_dtype dtype_of(int i) { return i ? TG_F64 : TG_F32; }
+static const struct {
+    case_fn f;
+    const char *name;
+} CASES[] = {
+    {case_linear, "Linear forward+backward"},
+    {case_rmsnorm, "RMSNorm fused forward+backward"},
+    {case_layernorm, "LayerNorm fused forward+backward"},
+    {case_matmul, "matmul forward+backward"},
+    {case_cross_entropy, "softmax cross-entropy"},
+    {case_embedding, "embedding backward"},
+    {case_mlp, "MLP after 3 Adam steps"},
+};
+#define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
 
-START_TEST(test_linear) { check_case(case_linear, dtype_of(_i), "Linear forward+backward"); }
-END_TEST
-START_TEST(test_rmsnorm) { check_case(case_rmsnorm, dtype_of(_i), "RMSNorm fused forward+backward"); }
-END_TEST
-START_TEST(test_layernorm) { check_case(case_layernorm, dtype_of(_i), "LayerNorm fused forward+backward"); }
-END_TEST
-START_TEST(test_matmul) { check_case(case_matmul, dtype_of(_i), "matmul forward+backward"); }
-END_TEST
-START_TEST(test_cross_entropy) { check_case(case_cross_entropy, dtype_of(_i), "softmax cross-entropy"); }
-END_TEST
-START_TEST(test_embedding) { check_case(case_embedding, dtype_of(_i), "embedding backward"); }
-END_TEST
-START_TEST(test_mlp_adam) { check_case(case_mlp, dtype_of(_i), "MLP after 3 Adam steps"); }
+/* Loop test over CASES x {float32, float64}. */
+START_TEST(test_case) { check_case(CASES[_i / 2].f, _i % 2 ? TG_F64 : TG_F32, CASES[_i / 2].name); }
 END_TEST
 
 /* The comparison is only meaningful if 2 threads really ran 2 threads;
@@ -303,24 +291,10 @@ END_TEST
 
 Suite *make_determinism_suite(void) {
     Suite *s = suite_create("determinism");
-    TCase *tc = tcase_create("threads");
+    TCase *tc = tg_test_tcase(s, "threads", NULL, NULL, test_thread_count_is_honoured, NULL);
     tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_thread_count_is_honoured);
-    tcase_add_loop_test(tc, test_linear, 0, 2);
-    tcase_add_loop_test(tc, test_rmsnorm, 0, 2);
-    tcase_add_loop_test(tc, test_layernorm, 0, 2);
-    tcase_add_loop_test(tc, test_matmul, 0, 2);
-    tcase_add_loop_test(tc, test_cross_entropy, 0, 2);
-    tcase_add_loop_test(tc, test_embedding, 0, 2);
-    tcase_add_loop_test(tc, test_mlp_adam, 0, 2);
-    suite_add_tcase(s, tc);
+    tcase_add_loop_test(tc, test_case, 0, 2 * N_CASES);
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_determinism_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tg_test_run(make_determinism_suite()); }

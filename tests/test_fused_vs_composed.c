@@ -5,7 +5,12 @@
  * the record counts and saved bytes of both forms (the figures the
  * normalization guide and the benchmarks quote) and asserts fused <
  * composed for each. */
-#include "layers_testutil.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
 
 static tg_ctx *ctx;
 static void setup(void) { ctx = tg_ctx_new(2024); }
@@ -22,10 +27,10 @@ typedef struct run_out {
  * upstream gradient dy: counts the records and saved bytes of the forward
  * (the tape starts fresh: any earlier tape was consumed by its backward),
  * then back-propagates dy and copies out y and the grads. */
-static run_out run_case(lt_norm_case c, tg_tensor **in, int n_in, tg_tensor *dy) {
+static run_out run_case(tg_test_norm_case c, tg_tensor **in, int n_in, tg_tensor *dy) {
     for (int k = 0; k < n_in; k++) tg_zero_grad(ctx, in[k]);
     run_out o = {0};
-    tg_tensor *y = lt_fw_norm(ctx, in, &c);
+    tg_tensor *y = tg_test_norm_fn(ctx, in, &c);
     ck_assert_msg(y != NULL, "%s", tg_error_message(ctx));
     o.records = tg_tape_size(ctx);
     o.saved = tg_tape_saved_bytes(ctx);
@@ -39,7 +44,7 @@ static run_out run_case(lt_norm_case c, tg_tensor **in, int n_in, tg_tensor *dy)
     return o;
 }
 
-static const char *opt_name(const lt_norm_case *c) {
+static const char *opt_name(const tg_test_norm_case *c) {
     return c->affine ? (c->bias ? "gamma+beta" : "gamma     ") : (c->bias ? "beta      " : "none      ");
 }
 
@@ -47,27 +52,24 @@ static const char *opt_name(const lt_norm_case *c) {
  * gradient; fused uses 1 record and fewer bytes. Prints the figures. */
 static void compare(bool layernorm, bool affine, bool bias, tg_dtype dtype, int ndim, const int64_t *shape,
                     int ndim_norm, double tol, bool print) {
-    lt_norm_case c = {layernorm, false, ndim_norm, layernorm ? TG_LAYERNORM_EPS : TG_RMSNORM_EPS, affine, bias};
+    tg_test_norm_case c = {layernorm ? tg_layernorm_fused : tg_rmsnorm_fused, ndim_norm,
+                           layernorm ? TG_LAYERNORM_EPS : TG_RMSNORM_EPS, affine, bias};
     tg_tensor *in[3];
-    int n = 0;
-    in[n++] = tg_requires_grad(ctx, lt_rand(ctx, dtype, ndim, shape, -2, 2));
-    const int64_t *ns = shape + ndim - ndim_norm;
-    if (affine) in[n++] = tg_requires_grad(ctx, lt_rand(ctx, dtype, ndim_norm, ns, 0.5, 1.5));
-    if (bias) in[n++] = tg_requires_grad(ctx, lt_rand(ctx, dtype, ndim_norm, ns, -1, 1));
-    tg_tensor *dy = lt_rand(ctx, dtype, ndim, shape, -1, 1);
+    int n = tg_test_norm_inputs(ctx, &c, dtype, ndim, shape, 2.0, in);
+    tg_tensor *dy = tg_test_rand(ctx, dtype, ndim, shape, -1, 1);
 
     run_out f = run_case(c, in, n, dy);
-    c.composed = true;
+    c.op = layernorm ? tg_layernorm_composed : tg_rmsnorm_composed;
     run_out k = run_case(c, in, n, dy);
 
     char what[160], s[64];
     tg_shape_str(s, sizeof s, ndim, shape);
     snprintf(what, sizeof what, "%s %s %s norm=%d %s", layernorm ? "layernorm" : "rmsnorm", tg_dtype_name(dtype), s,
              ndim_norm, opt_name(&c));
-    lt_assert_close(ctx, "y", f.y, k.y, tol, 0);
-    lt_assert_close(ctx, "dx", f.dx, k.dx, tol, 0);
-    if (affine) lt_assert_close(ctx, "dgamma", f.dg, k.dg, tol, 0);
-    if (bias) lt_assert_close(ctx, "dbeta", f.db, k.db, tol, 0);
+    tg_test_assert_close_tensors(ctx, "y", f.y, k.y, tol, 0);
+    tg_test_assert_close_tensors(ctx, "dx", f.dx, k.dx, tol, 0);
+    if (affine) tg_test_assert_close_tensors(ctx, "dgamma", f.dg, k.dg, tol, 0);
+    if (bias) tg_test_assert_close_tensors(ctx, "dbeta", f.db, k.db, tol, 0);
     if (print) {
         /* the inputs x and gamma exist anyway; what each form adds on top */
         size_t own = (size_t)(in[0]->numel + (affine ? in[1]->numel : 0)) * tg_dtype_size(dtype);
@@ -123,16 +125,16 @@ END_TEST
 START_TEST(test_exact_counts) {
     const int64_t N = 10, C = 16;
     for (int k = 0; k < 4; k++) {
-        tg_tensor *x = tg_requires_grad(ctx, lt_rand(ctx, TG_F64, TG_SHAPE(N, C), -1, 1));
-        tg_tensor *g = tg_requires_grad(ctx, lt_rand(ctx, TG_F64, TG_SHAPE(C), -1, 1));
-        tg_tensor *b = tg_requires_grad(ctx, lt_rand(ctx, TG_F64, TG_SHAPE(C), -1, 1));
+        tg_tensor *x = tg_requires_grad(ctx, tg_test_rand(ctx, TG_F64, TG_SHAPE(N, C), -1, 1));
+        tg_tensor *g = tg_requires_grad(ctx, tg_test_rand(ctx, TG_F64, TG_SHAPE(C), -1, 1));
+        tg_tensor *b = tg_requires_grad(ctx, tg_test_rand(ctx, TG_F64, TG_SHAPE(C), -1, 1));
         switch (k) {
         case 0:
             ck_assert_ptr_nonnull(tg_rmsnorm_composed(ctx, x, g, NULL, 1, 1e-6));
             ck_assert_int_eq(tg_tape_size(ctx), 6);
             tg_ctx_reset(ctx);
-            x = tg_requires_grad(ctx, lt_rand(ctx, TG_F64, TG_SHAPE(N, 4, 4), -1, 1));
-            g = tg_requires_grad(ctx, lt_rand(ctx, TG_F64, TG_SHAPE(4, 4), -1, 1));
+            x = tg_requires_grad(ctx, tg_test_rand(ctx, TG_F64, TG_SHAPE(N, 4, 4), -1, 1));
+            g = tg_requires_grad(ctx, tg_test_rand(ctx, TG_F64, TG_SHAPE(4, 4), -1, 1));
             ck_assert_ptr_nonnull(tg_rmsnorm_composed(ctx, x, g, NULL, 2, 1e-6));
             ck_assert_int_eq(tg_tape_size(ctx), 8);
             break;
@@ -155,19 +157,10 @@ END_TEST
 
 Suite *make_fused_vs_composed_suite(void) {
     Suite *s = suite_create("fused_vs_composed");
-    TCase *tc = tcase_create("fused_vs_composed");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    TCase *tc = tg_test_tcase(s, "fused_vs_composed", setup, teardown, test_report_records_and_bytes, test_exact_counts,
+                              NULL);
     tcase_add_loop_test(tc, test_agree_float64, 0, 2); /* 0: RMSNorm, 1: LayerNorm */
-    tcase_add_test(tc, test_report_records_and_bytes);
-    tcase_add_test(tc, test_exact_counts);
-    suite_add_tcase(s, tc);
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_fused_vs_composed_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tg_test_run(make_fused_vs_composed_suite()); }

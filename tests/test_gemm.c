@@ -4,32 +4,20 @@
  * depend on the thread count, the workspace, or the number of rows. */
 #include "tensor/gemm.h"
 
-#include <check.h>
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- helpers ------------------------------------------------------------ */
+#include "testutil.h"
 
-/* scripts/memcheck.sh sets TG_UNDER_VALGRIND=1: smaller sweeps there (every
- * path is still taken: the sizes stay above the packed path's thresholds). */
-static bool under_valgrind(void) {
-    const char *v = getenv("TG_UNDER_VALGRIND");
-    return v && strcmp(v, "1") == 0;
-}
+/* ---- helpers ------------------------------------------------------------ */
 
 /* Deterministic values in [-1, 1). */
 static double rnd(uint64_t *s) {
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;
     return (double)(*s >> 11) / (double)(1ull << 52) - 1.0;
-}
-
-static void *xalloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
 }
 
 /* A matrix of `rows` x `cols` with row stride ld >= cols, stored as double
@@ -46,8 +34,8 @@ typedef struct {
 static mat mat_new(int64_t rows, int64_t cols, int64_t pad, bool f64, uint64_t *seed) {
     mat m = {rows, cols, cols + pad, NULL, NULL, f64};
     size_t n = (size_t)(rows * m.ld);
-    m.d = xalloc(n * sizeof(double));
-    m.x = xalloc(n * (f64 ? sizeof(double) : sizeof(float)));
+    m.d = tg_test_malloc(n * sizeof(double));
+    m.x = tg_test_malloc(n * (f64 ? sizeof(double) : sizeof(float)));
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < m.ld; j++) {
             double v = j < cols ? rnd(seed) : SENTINEL;
@@ -57,6 +45,11 @@ static mat mat_new(int64_t rows, int64_t cols, int64_t pad, bool f64, uint64_t *
             else ((float *)m.x)[i * m.ld + j] = (float)v;
         }
     return m;
+}
+
+/* A matrix whose op() is rows x cols: stored cols x rows when trans. */
+static mat mat_op(bool trans, int64_t rows, int64_t cols, int64_t pad, bool f64, uint64_t *seed) {
+    return trans ? mat_new(cols, rows, pad, f64, seed) : mat_new(rows, cols, pad, f64, seed);
 }
 
 static void mat_free(mat *m) {
@@ -95,17 +88,32 @@ static void gemm_direct(bool ta, bool tb, int64_t M, int64_t N, int64_t K, doubl
                            ldc, threads);
 }
 
+/* sum_k op(A)[i][k] op(B)[k][j] in double, from the reference copies, and
+ * sum_k |op(A)[i][k] op(B)[k][j]| (for the error bound). */
+static void ref_dot(const mat *A, const mat *B, bool ta, bool tb, int64_t i, int64_t j, int64_t K, double *sum,
+                    double *sabs) {
+    double s = 0, sa = 0;
+    for (int64_t k = 0; k < K; k++) {
+        double a = ta ? A->d[k * A->ld + i] : A->d[i * A->ld + k];
+        double b = tb ? B->d[j * B->ld + k] : B->d[k * B->ld + j];
+        s += a * b;
+        sa += fabs(a * b);
+    }
+    *sum = s;
+    *sabs = sa;
+}
+
 /* Runs one GEMM and checks every element against the double reference
  * alpha * sum_k op(A)[i][k] op(B)[k][j] + beta * C0[i][j], within the
  * forward error bound of a K-term sum, and that the padding of C is intact. */
 static void check_case(bool f64, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
                        double beta, int64_t pad, int threads, uint64_t seed) {
-    mat A = ta ? mat_new(K, M, pad, f64, &seed) : mat_new(M, K, pad, f64, &seed);
-    mat B = tb ? mat_new(N, K, pad + 1, f64, &seed) : mat_new(K, N, pad + 1, f64, &seed);
+    mat A = mat_op(ta, M, K, pad, f64, &seed);
+    mat B = mat_op(tb, K, N, pad + 1, f64, &seed);
     mat C = mat_new(M, N, pad + 2, f64, &seed);
     if (beta == 0) mat_fill_nan(&C); /* never read */
     const size_t cbytes = (size_t)(M * C.ld) * (f64 ? sizeof(double) : sizeof(float));
-    void *c_direct = xalloc(cbytes);
+    void *c_direct = tg_test_malloc(cbytes);
     memcpy(c_direct, C.x, cbytes);
 
     gemm(ta, tb, M, N, K, alpha, &A, &B, beta, &C, threads);
@@ -119,13 +127,8 @@ static void check_case(bool f64, bool ta, bool tb, int64_t M, int64_t N, int64_t
     const double eps = f64 ? DBL_EPSILON : FLT_EPSILON;
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++) {
-            double s = 0, sabs = 0;
-            for (int64_t k = 0; k < K; k++) {
-                double a = ta ? A.d[k * A.ld + i] : A.d[i * A.ld + k];
-                double b = tb ? B.d[j * B.ld + k] : B.d[k * B.ld + j];
-                s += a * b;
-                sabs += fabs(a * b);
-            }
+            double s, sabs;
+            ref_dot(&A, &B, ta, tb, i, j, K, &s, &sabs);
             double c0 = beta == 0 ? 0 : C.d[i * C.ld + j];
             double want = alpha * s + beta * c0;
             double bound = (double)(K + 3) * eps * (fabs(alpha) * sabs + fabs(beta * c0)) + 1e-300;
@@ -158,7 +161,7 @@ static const double betas[] = {0.0, 1.0, -1.25, 0.0};
  * alpha/beta pairs, padded leading dimensions and 1 or 2 threads. */
 START_TEST(test_gemm_vs_naive) {
     const bool f64 = _i & 4, ta = _i & 2, tb = _i & 1;
-    const bool vg = under_valgrind();
+    const bool vg = tg_test_under_valgrind();
     const int64_t *sz = vg ? sizes_vg : sizes;
     const int ns = vg ? NSIZES_VG : NSIZES;
     int n = 0;
@@ -173,7 +176,7 @@ END_TEST
 /* Larger, non-multiple sizes: several MC/KC/NC blocks and edge tiles. */
 START_TEST(test_gemm_large_blocks) {
     const bool f64 = _i & 4, ta = _i & 2, tb = _i & 1;
-    const int64_t n = under_valgrind() ? 40 : 203;
+    const int64_t n = tg_test_under_valgrind() ? 40 : 203;
     check_case(f64, ta, tb, 401, n, 777, 1.0, 0.0, 3, 2, 7);
     check_case(f64, ta, tb, 97, 5 * n + 85, 130, -1.5, 0.5, 0, 1, 8);
     check_case(f64, ta, tb, 1, 300, 1000, 1.0, 1.0, 1, 2, 9); /* M = 1 */
@@ -199,11 +202,11 @@ END_TEST
  * workspace (full-size or too small for all threads) vs without. */
 START_TEST(test_gemm_threads_bitwise) {
     const bool f64 = _i & 4, ta = _i & 2, tb = _i & 1;
-    const int64_t M = 517, N = under_valgrind() ? 40 : 389, K = 800;
+    const int64_t M = 517, N = tg_test_under_valgrind() ? 40 : 389, K = 800;
     const size_t es = f64 ? sizeof(double) : sizeof(float);
     uint64_t seed = 99;
-    mat A = ta ? mat_new(K, M, 3, f64, &seed) : mat_new(M, K, 3, f64, &seed);
-    mat B = tb ? mat_new(N, K, 0, f64, &seed) : mat_new(K, N, 0, f64, &seed);
+    mat A = mat_op(ta, M, K, 3, f64, &seed);
+    mat B = mat_op(tb, K, N, 0, f64, &seed);
     mat C[5];
     for (int r = 0; r < 5; r++) {
         uint64_t s2 = 5;
@@ -216,7 +219,7 @@ START_TEST(test_gemm_threads_bitwise) {
     size_t ws = tg_gemm_workspace_size(M, N, K, es, 2);
     ck_assert_uint_gt(ws, 0);
     ck_assert_uint_ge(ws, tg_gemm_workspace_size(M, N, K, es, 1));
-    void *work = xalloc(ws);
+    void *work = tg_test_malloc(ws);
     for (int r = 3; r < 5; r++) {
         size_t size = r == 3 ? ws : tg_gemm_workspace_size(M, N, K, es, 1);
         if (f64)
@@ -242,12 +245,12 @@ END_TEST
  * super-block (16 MB each); same bits as one thread, and right values. */
 START_TEST(test_gemm_superblocks) {
     const bool f64 = _i & 4, ta = _i & 2, tb = _i & 1;
-    if (under_valgrind()) return; /* ~1e9 multiply-adds: too slow there */
+    if (tg_test_under_valgrind()) return; /* ~1e9 multiply-adds: too slow there */
     const int64_t M = 80, N = 263, K = 20000;
     const size_t es = f64 ? sizeof(double) : sizeof(float);
     uint64_t seed = 42;
-    mat A = ta ? mat_new(K, M, 0, f64, &seed) : mat_new(M, K, 0, f64, &seed);
-    mat B = tb ? mat_new(N, K, 0, f64, &seed) : mat_new(K, N, 0, f64, &seed);
+    mat A = mat_op(ta, M, K, 0, f64, &seed);
+    mat B = mat_op(tb, K, N, 0, f64, &seed);
     mat C1 = mat_new(M, N, 0, f64, &seed), C2 = mat_new(M, N, 0, f64, &seed);
     gemm(ta, tb, M, N, K, 1.0, &A, &B, 0.0, &C1, 1);
     gemm(ta, tb, M, N, K, 1.0, &A, &B, 0.0, &C2, 2);
@@ -256,13 +259,8 @@ START_TEST(test_gemm_superblocks) {
     const double eps = f64 ? DBL_EPSILON : FLT_EPSILON;
     for (int64_t i = 0; i < M; i += 13)
         for (int64_t j = 0; j < N; j += 29) {
-            double sum = 0, sabs = 0;
-            for (int64_t k = 0; k < K; k++) {
-                double a = ta ? A.d[k * A.ld + i] : A.d[i * A.ld + k];
-                double b = tb ? B.d[j * B.ld + k] : B.d[k * B.ld + j];
-                sum += a * b;
-                sabs += fabs(a * b);
-            }
+            double sum, sabs;
+            ref_dot(&A, &B, ta, tb, i, j, K, &sum, &sabs);
             ck_assert_msg(fabs(mat_get(&C2, i, j) - sum) <= (double)(K + 3) * eps * sabs,
                           "C[%lld][%lld] = %.17g, want %.17g", (long long)i, (long long)j,
                           mat_get(&C2, i, j), sum);
@@ -279,11 +277,11 @@ END_TEST
  * (direct path). */
 START_TEST(test_gemm_rows_bitwise) {
     const bool f64 = _i & 4, ta = _i & 2, tb = _i & 1;
-    const int64_t M = 300, N = under_valgrind() ? 40 : 133, K = 900;
+    const int64_t M = 300, N = tg_test_under_valgrind() ? 40 : 133, K = 900;
     const size_t es = f64 ? sizeof(double) : sizeof(float);
     uint64_t seed = 3;
-    mat A = ta ? mat_new(K, M, 0, f64, &seed) : mat_new(M, K, 0, f64, &seed);
-    mat B = tb ? mat_new(N, K, 2, f64, &seed) : mat_new(K, N, 2, f64, &seed);
+    mat A = mat_op(ta, M, K, 0, f64, &seed);
+    mat B = mat_op(tb, K, N, 2, f64, &seed);
     mat C = mat_new(M, N, 0, f64, &seed);
     mat R = mat_new(3, N, 0, f64, &seed);
     gemm(ta, tb, M, N, K, -1.0, &A, &B, 0.0, &C, 2);
@@ -319,26 +317,17 @@ END_TEST
 
 Suite *make_gemm_suite(void) {
     Suite *s = suite_create("gemm");
-    TCase *tc = tcase_create("naive");
+    TCase *tc = tg_test_tcase(s, "naive", NULL, NULL, test_gemm_kernel_name, NULL);
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, test_gemm_vs_naive, 0, 8);
     tcase_add_loop_test(tc, test_gemm_large_blocks, 0, 8);
     tcase_add_loop_test(tc, test_gemm_degenerate, 0, 2);
-    tcase_add_test(tc, test_gemm_kernel_name);
-    suite_add_tcase(s, tc);
-    TCase *td = tcase_create("determinism");
+    TCase *td = tg_test_tcase(s, "determinism", NULL, NULL, NULL);
     tcase_set_timeout(td, 600);
     tcase_add_loop_test(td, test_gemm_threads_bitwise, 0, 8);
     tcase_add_loop_test(td, test_gemm_rows_bitwise, 0, 8);
     tcase_add_loop_test(td, test_gemm_superblocks, 0, 8);
-    suite_add_tcase(s, td);
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_gemm_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tg_test_run(make_gemm_suite()); }

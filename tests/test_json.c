@@ -2,12 +2,12 @@
  * safetensors headers: grammar, escapes, UTF-8, duplicate keys, depth,
  * error offsets, and that no input makes it read past its buffer (each
  * input is parsed from an exact-size heap copy, so ASan would see it). */
-#include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "io/json.h"
+#include "testutil.h"
 
 /* Parses s[0 .. n) from an exact-size heap copy (no NUL after it). */
 static tg_json_doc *parse_n(const char *s, size_t n, int depth, tg_json_error *err) {
@@ -398,30 +398,12 @@ END_TEST
 
 Suite *make_json_suite(void) {
     Suite *s = suite_create("json");
-    TCase *tc = tcase_create("parse");
-    tcase_add_test(tc, test_scalars);
-    tcase_add_test(tc, test_structure);
-    tcase_add_test(tc, test_numbers);
-    tcase_add_test(tc, test_string_escapes);
+    TCase *tc = tg_test_tcase(s, "parse", NULL, NULL, test_scalars, test_structure, test_numbers, test_string_escapes,
+                              test_not_duplicates, test_many_keys_one_duplicate, test_depth, test_prefixes,
+                              test_mutations, test_utf8_valid, NULL);
     tcase_add_loop_test(tc, test_errors, 0, (int)(sizeof bad_cases / sizeof *bad_cases));
-    tcase_add_test(tc, test_not_duplicates);
-    tcase_add_test(tc, test_many_keys_one_duplicate);
-    tcase_add_test(tc, test_depth);
-    tcase_add_test(tc, test_prefixes);
-    tcase_add_test(tc, test_mutations);
-    tcase_add_test(tc, test_utf8_valid);
-    suite_add_tcase(s, tc);
-    TCase *tw = tcase_create("write");
-    tcase_add_test(tw, test_writer_roundtrip);
-    tcase_add_test(tw, test_quote);
-    suite_add_tcase(s, tw);
+    tg_test_tcase(s, "write", NULL, NULL, test_writer_roundtrip, test_quote, NULL);
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_json_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+int main(void) { return tg_test_run(make_json_suite()); }

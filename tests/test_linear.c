@@ -3,7 +3,12 @@
  * loops and finite differences (tg_gradcheck), one tape record with its
  * saved bytes, bitwise results for any thread count, parameters, repr and
  * every error. */
-#include "layers_testutil.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
 
 static tg_ctx *ctx;
 static void setup(void) { ctx = tg_ctx_new(42); }
@@ -22,18 +27,18 @@ static void naive_linear(double *y, const double *x, const double *w, const doub
 
 START_TEST(test_forward_by_hand) {
     /* x (2,3), W (2,3), b (2): y = x W^T + b computed by hand */
-    tg_tensor *x = lt_tensor(ctx, TG_F64, TG_SHAPE(2, 3), (double[]){1, 2, 3, -1, 0, 4});
-    tg_tensor *w = lt_tensor(ctx, TG_F64, TG_SHAPE(2, 3), (double[]){1, 0, -1, 0.5, 2, 1});
-    tg_tensor *b = lt_tensor(ctx, TG_F64, TG_SHAPE(2), (double[]){10, -10});
+    tg_tensor *x = tg_test_tensor(ctx, TG_F64, TG_SHAPE(2, 3), (double[]){1, 2, 3, -1, 0, 4});
+    tg_tensor *w = tg_test_tensor(ctx, TG_F64, TG_SHAPE(2, 3), (double[]){1, 0, -1, 0.5, 2, 1});
+    tg_tensor *b = tg_test_tensor(ctx, TG_F64, TG_SHAPE(2), (double[]){10, -10});
     tg_tensor *y = tg_linear_fused(ctx, x, w, b);
     ck_assert_ptr_nonnull(y);
     /* row 0: 1-3+10 = 8, 0.5+4+3-10 = -2.5;  row 1: -1-4+10 = 5, -0.5+0+4-10 = -6.5 */
-    lt_assert_close_arr(ctx, "y", y, (double[]){8, -2.5, 5, -6.5}, 0, 0);
+    tg_test_assert_close(ctx, "y", y, (double[]){8, -2.5, 5, -6.5}, 4, 0, 0);
     ck_assert_int_eq(y->ndim, 2);
     ck_assert_int_eq(y->shape[0], 2);
     ck_assert_int_eq(y->shape[1], 2);
     tg_tensor *y0 = tg_linear_fused(ctx, x, w, NULL);
-    lt_assert_close_arr(ctx, "y without bias", y0, (double[]){-2, 7.5, -5, 3.5}, 0, 0);
+    tg_test_assert_close(ctx, "y without bias", y0, (double[]){-2, 7.5, -5, 3.5}, 4, 0, 0);
 }
 END_TEST
 
@@ -45,9 +50,9 @@ START_TEST(test_forward_naive_leading_dims) {
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             const int64_t A = shapes[s][0], B = shapes[s][1], K = shapes[s][2], N = shapes[s][3];
             for (int bias = 0; bias < 2; bias++) {
-                tg_tensor *x = lt_rand(ctx, dtype, TG_SHAPE(A, B, K), -1, 1);
-                tg_tensor *w = lt_rand(ctx, dtype, TG_SHAPE(N, K), -1, 1);
-                tg_tensor *b = bias ? lt_rand(ctx, dtype, TG_SHAPE(N), -1, 1) : NULL;
+                tg_tensor *x = tg_test_rand(ctx, dtype, TG_SHAPE(A, B, K), -1, 1);
+                tg_tensor *w = tg_test_rand(ctx, dtype, TG_SHAPE(N, K), -1, 1);
+                tg_tensor *b = bias ? tg_test_rand(ctx, dtype, TG_SHAPE(N), -1, 1) : NULL;
                 tg_tensor *y = tg_linear_fused(ctx, x, w, b);
                 ck_assert_msg(y != NULL, "%s", tg_error_message(ctx));
                 ck_assert_int_eq(y->ndim, 3);
@@ -55,23 +60,25 @@ START_TEST(test_forward_naive_leading_dims) {
                 ck_assert_int_eq(y->shape[1], B);
                 ck_assert_int_eq(y->shape[2], N);
                 ck_assert_int_eq(y->dtype, dtype);
-                double *xv = lt_values(ctx, x), *wv = lt_values(ctx, w), *bv = b ? lt_values(ctx, b) : NULL;
-                double *ref = malloc((size_t)(A * B * N) * sizeof *ref);
+                double *xv = tg_test_values(ctx, x), *wv = tg_test_values(ctx, w),
+                       *bv = b ? tg_test_values(ctx, b) : NULL;
+                double *ref = tg_test_malloc((size_t)(A * B * N) * sizeof *ref);
                 naive_linear(ref, xv, wv, bv, A * B, N, K);
-                lt_assert_close_arr(ctx, "y", y, ref, dtype == TG_F64 ? 1e-12 : 1e-5, dtype == TG_F64 ? 1e-12 : 1e-5);
+                double tol = dtype == TG_F64 ? 1e-12 : 1e-5;
+                tg_test_assert_close(ctx, "y", y, ref, A * B * N, tol, tol);
                 free(xv), free(wv), free(bv), free(ref);
                 /* the same product on the flattened 2-D x */
                 tg_tensor *x2 = tg_view(ctx, x, TG_SHAPE(A * B, K));
                 tg_tensor *y2 = tg_linear_fused(ctx, x2, w, b);
-                ck_assert_double_eq(lt_max_abs_diff(ctx, y, y2), 0);
+                ck_assert_double_eq(tg_test_max_abs_diff(ctx, y, y2), 0);
             }
             tg_ctx_reset(ctx);
         }
     }
     /* a 1-d x is one row: (K) -> (N) */
-    tg_tensor *x = lt_tensor(ctx, TG_F64, TG_SHAPE(2), (double[]){3, -1});
-    tg_tensor *w = lt_tensor(ctx, TG_F64, TG_SHAPE(1, 2), (double[]){2, 5});
-    tg_tensor *y = tg_linear_fused(ctx, x, w, lt_tensor(ctx, TG_F64, TG_SHAPE(1), (double[]){0.5}));
+    tg_tensor *x = tg_test_tensor(ctx, TG_F64, TG_SHAPE(2), (double[]){3, -1});
+    tg_tensor *w = tg_test_tensor(ctx, TG_F64, TG_SHAPE(1, 2), (double[]){2, 5});
+    tg_tensor *y = tg_linear_fused(ctx, x, w, tg_test_tensor(ctx, TG_F64, TG_SHAPE(1), (double[]){0.5}));
     ck_assert_int_eq(y->ndim, 1);
     ck_assert_int_eq(y->shape[0], 1);
     ck_assert_double_eq(tg_get_flat(ctx, y, 0), 1.5);
@@ -112,16 +119,16 @@ START_TEST(test_init_and_module_forward) {
     /* same seed, same parameters; the parameters survive a reset */
     tg_ctx *c2 = tg_ctx_new(42);
     tg_linear *l2 = tg_linear_new(c2, "fc1", 100, 64, true, TG_F32);
-    ck_assert_int_eq(memcmp(l->weight->data, l2->weight->data, 6400 * sizeof(float)), 0);
-    ck_assert_int_eq(memcmp(l->bias->data, l2->bias->data, 64 * sizeof(float)), 0);
+    tg_test_assert_same_bits("weight", l->weight, l2->weight);
+    tg_test_assert_same_bits("bias", l->bias, l2->bias);
     tg_linear_free(c2, l2);
     tg_ctx_free(c2);
     tg_ctx_reset(ctx);
-    tg_tensor *x = lt_rand(ctx, TG_F32, TG_SHAPE(2, 3, 100), -1, 1);
+    tg_tensor *x = tg_test_rand(ctx, TG_F32, TG_SHAPE(2, 3, 100), -1, 1);
     tg_tensor *y = tg_linear_forward(ctx, l, x);
     ck_assert_ptr_nonnull(y);
     ck_assert_int_eq(y->shape[2], 64);
-    ck_assert_double_eq(lt_max_abs_diff(ctx, y, tg_linear_fused(ctx, x, l->weight, l->bias)), 0);
+    ck_assert_double_eq(tg_test_max_abs_diff(ctx, y, tg_linear_fused(ctx, x, l->weight, l->bias)), 0);
     /* bias=false: no bias tensor, forward is x W^T */
     tg_linear *nb = tg_linear_new(ctx, NULL, 100, 8, false, TG_F64);
     ck_assert_ptr_nonnull(nb);
@@ -140,11 +147,11 @@ START_TEST(test_backward_naive_and_accumulates) {
     for (int dt = 0; dt < 2; dt++) {
         tg_dtype dtype = dt ? TG_F64 : TG_F32;
         double tol = dt ? 1e-12 : 1e-5;
-        tg_tensor *x = tg_requires_grad(ctx, lt_rand(ctx, dtype, TG_SHAPE(2, 3, K), -1, 1));
-        tg_tensor *w = tg_requires_grad(ctx, lt_rand(ctx, dtype, TG_SHAPE(N, K), -1, 1));
-        tg_tensor *b = tg_requires_grad(ctx, lt_rand(ctx, dtype, TG_SHAPE(N), -1, 1));
-        tg_tensor *dy = lt_rand(ctx, dtype, TG_SHAPE(2, 3, N), -1, 1);
-        double *xv = lt_values(ctx, x), *wv = lt_values(ctx, w), *dyv = lt_values(ctx, dy);
+        tg_tensor *x = tg_requires_grad(ctx, tg_test_rand(ctx, dtype, TG_SHAPE(2, 3, K), -1, 1));
+        tg_tensor *w = tg_requires_grad(ctx, tg_test_rand(ctx, dtype, TG_SHAPE(N, K), -1, 1));
+        tg_tensor *b = tg_requires_grad(ctx, tg_test_rand(ctx, dtype, TG_SHAPE(N), -1, 1));
+        tg_tensor *dy = tg_test_rand(ctx, dtype, TG_SHAPE(2, 3, N), -1, 1);
+        double *xv = tg_test_values(ctx, x), *wv = tg_test_values(ctx, w), *dyv = tg_test_values(ctx, dy);
         double dx[30] = {0}, dw[20] = {0}, db[4] = {0};
         for (int64_t m = 0; m < M; m++)
             for (int64_t j = 0; j < N; j++) {
@@ -160,11 +167,11 @@ START_TEST(test_backward_naive_and_accumulates) {
             ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
             double s2[30];
             for (int i = 0; i < 30; i++) s2[i] = pass * dx[i];
-            lt_assert_close_arr(ctx, "dx", x->grad, s2, tol, tol);
+            tg_test_assert_close(ctx, "dx", x->grad, s2, 30, tol, tol);
             for (int i = 0; i < 20; i++) s2[i] = pass * dw[i];
-            lt_assert_close_arr(ctx, "dW", w->grad, s2, tol, tol);
+            tg_test_assert_close(ctx, "dW", w->grad, s2, 20, tol, tol);
             for (int i = 0; i < 4; i++) s2[i] = pass * db[i];
-            lt_assert_close_arr(ctx, "db", b->grad, s2, tol, tol);
+            tg_test_assert_close(ctx, "db", b->grad, s2, 4, tol, tol);
         }
         free(xv), free(wv), free(dyv);
         tg_ctx_reset(ctx);
@@ -176,21 +183,30 @@ static tg_tensor *fw_linear(tg_ctx *c, tg_tensor *const *in, void *user) {
     return tg_linear_fused(c, in[0], in[1], *(bool *)user ? in[2] : NULL);
 }
 
-/* Finite differences: full Jacobian for small shapes, directional for a
- * larger one (packed GEMM paths), with and without bias. */
+/* tg_gradcheck in float64 (h = 1e-6, |a - n| <= 1e-5 + 1e-3 |n|): full
+ * Jacobian for small shapes, directional for a larger one (packed GEMM
+ * paths), with and without bias. */
+static tg_gradcheck_opts check_opts(tg_gradcheck_mode mode, uint64_t seed) {
+    return (tg_gradcheck_opts){.h = 1e-6, .atol = 1e-5, .rtol = 1e-3, .mode = mode, .seed = seed};
+}
+
 START_TEST(test_gradcheck) {
     for (int bias = 0; bias < 2; bias++) {
         bool has_bias = bias;
-        tg_tensor *in[3] = {lt_rand(ctx, TG_F64, TG_SHAPE(3, 4), -2, 2), lt_rand(ctx, TG_F64, TG_SHAPE(5, 4), -2, 2),
-                            lt_rand(ctx, TG_F64, TG_SHAPE(5), -2, 2)};
-        lt_check_grad(ctx, "linear 3x4 -> 5", fw_linear, &has_bias, bias ? 3 : 2, in, TG_GRADCHECK_FULL, 1);
-        tg_tensor *in3[3] = {lt_rand(ctx, TG_F64, TG_SHAPE(2, 2, 3), -2, 2),
-                             lt_rand(ctx, TG_F64, TG_SHAPE(1, 3), -2, 2), lt_rand(ctx, TG_F64, TG_SHAPE(1), -2, 2)};
-        lt_check_grad(ctx, "linear 2x2x3 -> 1", fw_linear, &has_bias, bias ? 3 : 2, in3, TG_GRADCHECK_FULL, 2);
-        tg_tensor *big[3] = {lt_rand(ctx, TG_F64, TG_SHAPE(4, 30, 70), -1, 1),
-                             lt_rand(ctx, TG_F64, TG_SHAPE(65, 70), -1, 1), lt_rand(ctx, TG_F64, TG_SHAPE(65), -1, 1)};
-        lt_check_grad(ctx, "linear 4x30x70 -> 65", fw_linear, &has_bias, bias ? 3 : 2, big,
-                      TG_GRADCHECK_DIRECTIONAL, 3);
+        int n = bias ? 3 : 2;
+        tg_tensor *in[3] = {tg_test_rand(ctx, TG_F64, TG_SHAPE(3, 4), -2, 2),
+                            tg_test_rand(ctx, TG_F64, TG_SHAPE(5, 4), -2, 2),
+                            tg_test_rand(ctx, TG_F64, TG_SHAPE(5), -2, 2)};
+        tg_test_gradcheck(ctx, "linear 3x4 -> 5", fw_linear, &has_bias, n, in, check_opts(TG_GRADCHECK_FULL, 1));
+        tg_tensor *in3[3] = {tg_test_rand(ctx, TG_F64, TG_SHAPE(2, 2, 3), -2, 2),
+                             tg_test_rand(ctx, TG_F64, TG_SHAPE(1, 3), -2, 2),
+                             tg_test_rand(ctx, TG_F64, TG_SHAPE(1), -2, 2)};
+        tg_test_gradcheck(ctx, "linear 2x2x3 -> 1", fw_linear, &has_bias, n, in3, check_opts(TG_GRADCHECK_FULL, 2));
+        tg_tensor *big[3] = {tg_test_rand(ctx, TG_F64, TG_SHAPE(4, 30, 70), -1, 1),
+                             tg_test_rand(ctx, TG_F64, TG_SHAPE(65, 70), -1, 1),
+                             tg_test_rand(ctx, TG_F64, TG_SHAPE(65), -1, 1)};
+        tg_test_gradcheck(ctx, "linear 4x30x70 -> 65", fw_linear, &has_bias, n, big,
+                          check_opts(TG_GRADCHECK_DIRECTIONAL, 3));
         tg_ctx_reset(ctx);
     }
 }
@@ -200,20 +216,20 @@ END_TEST
  * as kept for backward. */
 START_TEST(test_one_record_saved_bytes) {
     tg_linear *l = tg_linear_new(ctx, "fc", 16, 8, true, TG_F32);
-    tg_tensor *x = tg_requires_grad(ctx, lt_rand(ctx, TG_F32, TG_SHAPE(10, 16), -1, 1));
+    tg_tensor *x = tg_requires_grad(ctx, tg_test_rand(ctx, TG_F32, TG_SHAPE(10, 16), -1, 1));
     tg_tensor *y = tg_linear_forward(ctx, l, x);
     ck_assert_ptr_nonnull(y);
     ck_assert_int_eq(tg_tape_size(ctx), 1);
     ck_assert_uint_eq(tg_tape_saved_bytes(ctx), (8 * 16 + 10 * 16) * sizeof(float));
     tg_ctx_reset(ctx);
     /* x without grad: dx is not needed, so W is not counted */
-    y = tg_linear_forward(ctx, l, lt_rand(ctx, TG_F32, TG_SHAPE(10, 16), -1, 1));
+    y = tg_linear_forward(ctx, l, tg_test_rand(ctx, TG_F32, TG_SHAPE(10, 16), -1, 1));
     ck_assert_int_eq(tg_tape_size(ctx), 1);
     ck_assert_uint_eq(tg_tape_saved_bytes(ctx), 10 * 16 * sizeof(float));
     tg_ctx_reset(ctx);
     /* no-grad mode records nothing */
     tg_set_grad_enabled(ctx, false);
-    x = tg_requires_grad(ctx, lt_rand(ctx, TG_F32, TG_SHAPE(10, 16), -1, 1));
+    x = tg_requires_grad(ctx, tg_test_rand(ctx, TG_F32, TG_SHAPE(10, 16), -1, 1));
     y = tg_linear_forward(ctx, l, x);
     ck_assert_ptr_nonnull(y);
     ck_assert_int_eq(tg_tape_size(ctx), 0);
@@ -229,17 +245,16 @@ START_TEST(test_threads_bitwise) {
     for (int t = 0; t < 2; t++) {
         tg_set_threads(ctx, t ? 4 : 1);
         tg_rng_seed(ctx, 5);
-        tg_tensor *x = tg_requires_grad(ctx, lt_rand(ctx, TG_F32, TG_SHAPE(300, 130), -1, 1));
-        tg_tensor *w = tg_requires_grad(ctx, lt_rand(ctx, TG_F32, TG_SHAPE(300, 130), -1, 1));
-        tg_tensor *b = tg_requires_grad(ctx, lt_rand(ctx, TG_F32, TG_SHAPE(300), -1, 1));
-        tg_tensor *dy = lt_rand(ctx, TG_F32, TG_SHAPE(300, 300), -1, 1);
+        tg_tensor *x = tg_requires_grad(ctx, tg_test_rand(ctx, TG_F32, TG_SHAPE(300, 130), -1, 1));
+        tg_tensor *w = tg_requires_grad(ctx, tg_test_rand(ctx, TG_F32, TG_SHAPE(300, 130), -1, 1));
+        tg_tensor *b = tg_requires_grad(ctx, tg_test_rand(ctx, TG_F32, TG_SHAPE(300), -1, 1));
+        tg_tensor *dy = tg_test_rand(ctx, TG_F32, TG_SHAPE(300, 300), -1, 1);
         tg_tensor *y = tg_linear_fused(ctx, x, w, b);
         tg_backward_ex(ctx, y, dy, false);
         ck_assert(tg_ok(ctx));
         res[t][0] = y, res[t][1] = x->grad, res[t][2] = w->grad, res[t][3] = b->grad;
     }
-    for (int k = 0; k < 4; k++)
-        ck_assert_int_eq(memcmp(res[0][k]->data, res[1][k]->data, (size_t)res[0][k]->numel * sizeof(float)), 0);
+    for (int k = 0; k < 4; k++) tg_test_assert_same_bits("1 vs 4 threads", res[0][k], res[1][k]);
 }
 END_TEST
 
@@ -266,7 +281,7 @@ START_TEST(test_params_and_repr) {
     ck_assert_str_eq(small, "Linear(");
     /* again: a duplicate name is refused by the list */
     ck_assert(!tg_linear_params(ctx, l, &p));
-    lt_assert_error(ctx, TG_ERR_VALUE, "duplicate", "fc1.weight", NULL);
+    tg_test_assert_error(ctx, TG_ERR_VALUE, "duplicate", "fc1.weight", NULL);
     tg_params_free(&p);
     tg_linear *nb = tg_linear_new(ctx, "head", 3, 2, false, TG_F64);
     ck_assert(tg_linear_params(ctx, nb, &p));
@@ -281,43 +296,41 @@ START_TEST(test_params_and_repr) {
 END_TEST
 
 START_TEST(test_errors) {
-    ck_assert_ptr_null(tg_linear_new(ctx, "fc", 0, 4, true, TG_F32));
-    lt_assert_error(ctx, TG_ERR_VALUE, "tg_linear_new", "in_features = 0", NULL);
-    ck_assert_ptr_null(tg_linear_new(ctx, "fc", 4, -2, true, TG_F32));
-    lt_assert_error(ctx, TG_ERR_VALUE, "tg_linear_new", "out_features = -2", NULL);
-    ck_assert_ptr_null(tg_linear_new(ctx, "fc", 4, 2, true, (tg_dtype)7));
-    lt_assert_error(ctx, TG_ERR_DTYPE, "tg_linear_new", "dtype 7", NULL);
-    ck_assert_ptr_null(tg_linear_new(ctx, "a_name_that_is_much_longer_than_forty_seven_bytes_x", 4, 2, true, TG_F32));
-    lt_assert_error(ctx, TG_ERR_VALUE, "tg_linear_new", "at most 47", NULL);
+    tg_test_assert_fails(ctx, tg_linear_new(ctx, "fc", 0, 4, true, TG_F32), TG_ERR_VALUE, "tg_linear_new",
+                         "in_features = 0", NULL);
+    tg_test_assert_fails(ctx, tg_linear_new(ctx, "fc", 4, -2, true, TG_F32), TG_ERR_VALUE, "tg_linear_new",
+                         "out_features = -2", NULL);
+    tg_test_assert_fails(ctx, tg_linear_new(ctx, "fc", 4, 2, true, (tg_dtype)7), TG_ERR_DTYPE, "tg_linear_new",
+                         "dtype 7", NULL);
+    tg_test_assert_fails(ctx,
+                         tg_linear_new(ctx, "a_name_that_is_much_longer_than_forty_seven_bytes_x", 4, 2, true, TG_F32),
+                         TG_ERR_VALUE, "tg_linear_new", "at most 47", NULL);
 
     tg_linear *l = tg_linear_new(ctx, "fc", 384, 4, true, TG_F32);
-    ck_assert_ptr_null(tg_linear_forward(ctx, l, tg_zeros(ctx, TG_F32, TG_SHAPE(2, 383))));
-    lt_assert_error(ctx, TG_ERR_SHAPE, "tg_linear_forward", "(2, 383)", "383 != in_features 384", NULL);
-    ck_assert_ptr_null(tg_linear_forward(ctx, l, tg_zeros(ctx, TG_F64, TG_SHAPE(2, 384))));
-    lt_assert_error(ctx, TG_ERR_DTYPE, "tg_linear_forward", "float64", "float32", NULL);
-    ck_assert_ptr_null(tg_linear_forward(ctx, l, NULL));
-    lt_assert_error(ctx, TG_ERR_NULL, "tg_linear_forward", "'x'", NULL);
-    ck_assert_ptr_null(tg_linear_forward(ctx, NULL, tg_zeros(ctx, TG_F32, TG_SHAPE(384))));
-    lt_assert_error(ctx, TG_ERR_NULL, "tg_linear_forward", "'layer'", NULL);
-    ck_assert_ptr_null(tg_linear_forward(ctx, l, tg_zeros(ctx, TG_F32, 0, NULL)));
-    lt_assert_error(ctx, TG_ERR_SHAPE, "tg_linear_forward", "()", NULL);
+    tg_test_assert_fails(ctx, tg_linear_forward(ctx, l, tg_zeros(ctx, TG_F32, TG_SHAPE(2, 383))), TG_ERR_SHAPE,
+                         "tg_linear_forward", "(2, 383)", "383 != in_features 384", NULL);
+    tg_test_assert_fails(ctx, tg_linear_forward(ctx, l, tg_zeros(ctx, TG_F64, TG_SHAPE(2, 384))), TG_ERR_DTYPE,
+                         "tg_linear_forward", "float64", "float32", NULL);
+    tg_test_assert_fails(ctx, tg_linear_forward(ctx, l, NULL), TG_ERR_NULL, "tg_linear_forward", "'x'", NULL);
+    tg_test_assert_fails(ctx, tg_linear_forward(ctx, NULL, tg_zeros(ctx, TG_F32, TG_SHAPE(384))), TG_ERR_NULL,
+                         "tg_linear_forward", "'layer'", NULL);
+    tg_test_assert_fails(ctx, tg_linear_forward(ctx, l, tg_zeros(ctx, TG_F32, 0, NULL)), TG_ERR_SHAPE,
+                         "tg_linear_forward", "()", NULL);
 
     tg_tensor *x = tg_zeros(ctx, TG_F32, TG_SHAPE(2, 3));
     tg_tensor *w = tg_zeros(ctx, TG_F32, TG_SHAPE(4, 3));
-    ck_assert_ptr_null(tg_linear_fused(ctx, x, tg_zeros(ctx, TG_F32, TG_SHAPE(12)), NULL));
-    lt_assert_error(ctx, TG_ERR_SHAPE, "tg_linear_fused", "weight (12,)", "2-d", NULL);
-    ck_assert_ptr_null(tg_linear_fused(ctx, x, tg_zeros(ctx, TG_F32, TG_SHAPE(3, 4)), NULL));
-    lt_assert_error(ctx, TG_ERR_SHAPE, "tg_linear_fused", "(2, 3)", "3 != in_features 4", "(3, 4)", NULL);
-    ck_assert_ptr_null(tg_linear_fused(ctx, x, w, tg_zeros(ctx, TG_F32, TG_SHAPE(3))));
-    lt_assert_error(ctx, TG_ERR_SHAPE, "tg_linear_fused", "bias (3,)", "(4,)", NULL);
-    ck_assert_ptr_null(tg_linear_fused(ctx, x, w, tg_zeros(ctx, TG_F64, TG_SHAPE(4))));
-    lt_assert_error(ctx, TG_ERR_DTYPE, "tg_linear_fused", NULL);
-    ck_assert_ptr_null(tg_linear_fused(ctx, x, tg_zeros(ctx, TG_F64, TG_SHAPE(4, 3)), NULL));
-    lt_assert_error(ctx, TG_ERR_DTYPE, "tg_linear_fused", NULL);
-    ck_assert_ptr_null(tg_linear_fused(ctx, x, NULL, NULL));
-    lt_assert_error(ctx, TG_ERR_NULL, "tg_linear_fused", "'weight'", NULL);
-    ck_assert_ptr_null(tg_linear_fused(ctx, NULL, w, NULL));
-    lt_assert_error(ctx, TG_ERR_NULL, "tg_linear_fused", "'x'", NULL);
+    tg_test_assert_fails(ctx, tg_linear_fused(ctx, x, tg_zeros(ctx, TG_F32, TG_SHAPE(12)), NULL), TG_ERR_SHAPE,
+                         "tg_linear_fused", "weight (12,)", "2-d", NULL);
+    tg_test_assert_fails(ctx, tg_linear_fused(ctx, x, tg_zeros(ctx, TG_F32, TG_SHAPE(3, 4)), NULL), TG_ERR_SHAPE,
+                         "tg_linear_fused", "(2, 3)", "3 != in_features 4", "(3, 4)", NULL);
+    tg_test_assert_fails(ctx, tg_linear_fused(ctx, x, w, tg_zeros(ctx, TG_F32, TG_SHAPE(3))), TG_ERR_SHAPE,
+                         "tg_linear_fused", "bias (3,)", "(4,)", NULL);
+    tg_test_assert_fails(ctx, tg_linear_fused(ctx, x, w, tg_zeros(ctx, TG_F64, TG_SHAPE(4))), TG_ERR_DTYPE,
+                         "tg_linear_fused", NULL);
+    tg_test_assert_fails(ctx, tg_linear_fused(ctx, x, tg_zeros(ctx, TG_F64, TG_SHAPE(4, 3)), NULL), TG_ERR_DTYPE,
+                         "tg_linear_fused", NULL);
+    tg_test_assert_fails(ctx, tg_linear_fused(ctx, x, NULL, NULL), TG_ERR_NULL, "tg_linear_fused", "'weight'", NULL);
+    tg_test_assert_fails(ctx, tg_linear_fused(ctx, NULL, w, NULL), TG_ERR_NULL, "tg_linear_fused", "'x'", NULL);
 
     /* a context in error: nothing is done, the first error stays */
     tg_error(ctx, TG_ERR_STATE, "test", "first");
@@ -369,27 +382,10 @@ START_TEST(test_oom_no_leak) {
 END_TEST
 
 Suite *make_linear_suite(void) {
-    Suite *s = suite_create("linear");
-    TCase *tc = tcase_create("linear");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_forward_by_hand);
-    tcase_add_test(tc, test_forward_naive_leading_dims);
-    tcase_add_test(tc, test_init_and_module_forward);
-    tcase_add_test(tc, test_backward_naive_and_accumulates);
-    tcase_add_test(tc, test_gradcheck);
-    tcase_add_test(tc, test_one_record_saved_bytes);
-    tcase_add_test(tc, test_threads_bitwise);
-    tcase_add_test(tc, test_params_and_repr);
-    tcase_add_test(tc, test_errors);
-    tcase_add_test(tc, test_oom_no_leak);
-    suite_add_tcase(s, tc);
-    return s;
+    return tg_test_suite("linear", setup, teardown, test_forward_by_hand, test_forward_naive_leading_dims,
+                         test_init_and_module_forward, test_backward_naive_and_accumulates, test_gradcheck,
+                         test_one_record_saved_bytes, test_threads_bitwise, test_params_and_repr, test_errors,
+                         test_oom_no_leak, NULL);
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_linear_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tg_test_run(make_linear_suite()); }

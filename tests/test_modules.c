@@ -4,7 +4,12 @@
  * every case, so nothing leaks under ASan/valgrind), the Embedding module,
  * and a small training loop through Linear -> RMSNorm -> LayerNorm ->
  * Linear whose loss falls and whose arena stops growing after warm-up. */
-#include "layers_testutil.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
 
 static tg_ctx *ctx;
 static void setup(void) { ctx = tg_ctx_new(99); }
@@ -111,11 +116,11 @@ START_TEST(test_params_list) {
     ck_assert_int_eq(m.items[2]->dtype, TG_F32);
     tg_params_free(&q);
     ck_assert(!tg_model_params(ctx, NULL, &q));
-    lt_assert_error(ctx, TG_ERR_NULL, "tg_model_params", "'model'", NULL);
+    tg_test_assert_error(ctx, TG_ERR_NULL, "tg_model_params", "'model'", NULL);
     ck_assert(!tg_module_params(ctx, m.items[0], NULL));
-    lt_assert_error(ctx, TG_ERR_NULL, "tg_module_params", "'list'", NULL);
+    tg_test_assert_error(ctx, TG_ERR_NULL, "tg_module_params", "'list'", NULL);
     ck_assert(!tg_rmsnorm_params(ctx, NULL, &q));
-    lt_assert_error(ctx, TG_ERR_NULL, "'m' (the layer) is NULL", NULL);
+    tg_test_assert_error(ctx, TG_ERR_NULL, "'m' (the layer) is NULL", NULL);
     tg_model_free(ctx, &m);
 }
 END_TEST
@@ -128,16 +133,16 @@ START_TEST(test_add_ownership) {
     tg_linear *a = tg_linear_new(ctx, "fc", 2, 2, true, TG_F32);
     ck_assert(tg_model_add(ctx, &m, TG_MODULE(a)));
     ck_assert(!tg_model_add(ctx, &m, TG_MODULE(a)));
-    lt_assert_error(ctx, TG_ERR_VALUE, "tg_model_add", "already in the model", NULL);
+    tg_test_assert_error(ctx, TG_ERR_VALUE, "tg_model_add", "already in the model", NULL);
     ck_assert(!tg_model_add(ctx, &m, TG_MODULE(tg_linear_new(ctx, "fc", 3, 3, true, TG_F32))));
-    lt_assert_error(ctx, TG_ERR_VALUE, "tg_model_add", "duplicate module name 'fc'", NULL);
+    tg_test_assert_error(ctx, TG_ERR_VALUE, "tg_model_add", "duplicate module name 'fc'", NULL);
     ck_assert(!tg_model_add(ctx, &m, NULL));
-    lt_assert_error(ctx, TG_ERR_NULL, "tg_model_add", "'m'", NULL);
+    tg_test_assert_error(ctx, TG_ERR_NULL, "tg_model_add", "'m'", NULL);
     ck_assert(!tg_model_add(ctx, NULL, TG_MODULE(tg_linear_new(ctx, "x", 3, 3, true, TG_F32))));
-    lt_assert_error(ctx, TG_ERR_NULL, "tg_model_add", "'model'", NULL);
+    tg_test_assert_error(ctx, TG_ERR_NULL, "tg_model_add", "'model'", NULL);
     /* a failed constructor gives NULL: no second error, nothing to free */
     ck_assert(!tg_model_add(ctx, &m, TG_MODULE(tg_linear_new(ctx, "bad", 0, 3, true, TG_F32))));
-    lt_assert_error(ctx, TG_ERR_VALUE, "tg_linear_new", "in_features = 0", NULL);
+    tg_test_assert_error(ctx, TG_ERR_VALUE, "tg_linear_new", "in_features = 0", NULL);
     /* a context in error: the module is freed, the first error stays */
     tg_rmsnorm *r = tg_rmsnorm_new(ctx, "r", 1, (int64_t[]){4}, 1e-6, true, true, TG_F64);
     tg_error(ctx, TG_ERR_STATE, "test", "first");
@@ -186,14 +191,14 @@ START_TEST(test_embedding_layer) {
     char buf[128];
     tg_module_format(buf, sizeof buf, TG_MODULE(e));
     ck_assert_str_eq(buf, "Embedding(num_embeddings=64, embedding_dim=64)  params=4096");
-    ck_assert_ptr_null(tg_embedding_layer_forward(ctx, e, TG_SHAPE(1), (int64_t[]){64}));
-    lt_assert_error(ctx, TG_ERR_INDEX, "tg_embedding", NULL);
-    ck_assert_ptr_null(tg_embedding_layer_forward(ctx, NULL, TG_SHAPE(1), (int64_t[]){0}));
-    lt_assert_error(ctx, TG_ERR_NULL, "tg_embedding_layer_forward", "'layer'", NULL);
-    ck_assert_ptr_null(tg_embedding_layer_new(ctx, "e", 0, 4, TG_F32));
-    lt_assert_error(ctx, TG_ERR_VALUE, "tg_embedding_layer_new", "num_embeddings = 0", NULL);
-    ck_assert_ptr_null(tg_embedding_layer_new(ctx, "e", 4, -1, TG_F32));
-    lt_assert_error(ctx, TG_ERR_VALUE, "tg_embedding_layer_new", "embedding_dim = -1", NULL);
+    tg_test_assert_fails(ctx, tg_embedding_layer_forward(ctx, e, TG_SHAPE(1), (int64_t[]){64}), TG_ERR_INDEX,
+                         "tg_embedding", NULL);
+    tg_test_assert_fails(ctx, tg_embedding_layer_forward(ctx, NULL, TG_SHAPE(1), (int64_t[]){0}), TG_ERR_NULL,
+                         "tg_embedding_layer_forward", "'layer'", NULL);
+    tg_test_assert_fails(ctx, tg_embedding_layer_new(ctx, "e", 0, 4, TG_F32), TG_ERR_VALUE, "tg_embedding_layer_new",
+                         "num_embeddings = 0", NULL);
+    tg_test_assert_fails(ctx, tg_embedding_layer_new(ctx, "e", 4, -1, TG_F32), TG_ERR_VALUE, "tg_embedding_layer_new",
+                         "embedding_dim = -1", NULL);
     tg_embedding_layer_free(ctx, e);
 }
 END_TEST
@@ -245,23 +250,8 @@ START_TEST(test_training_loop) {
 END_TEST
 
 Suite *make_modules_suite(void) {
-    Suite *s = suite_create("modules");
-    TCase *tc = tcase_create("modules");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_summary);
-    tcase_add_test(tc, test_long_summary);
-    tcase_add_test(tc, test_params_list);
-    tcase_add_test(tc, test_add_ownership);
-    tcase_add_test(tc, test_embedding_layer);
-    tcase_add_test(tc, test_training_loop);
-    suite_add_tcase(s, tc);
-    return s;
+    return tg_test_suite("modules", setup, teardown, test_summary, test_long_summary, test_params_list,
+                         test_add_ownership, test_embedding_layer, test_training_loop, NULL);
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_modules_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tg_test_run(make_modules_suite()); }

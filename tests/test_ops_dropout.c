@@ -3,7 +3,12 @@
  * values are scaled by 1/(1-p), the drop rate is near p, the RNG offset
  * advances by numel, the mask does not depend on the thread count; backward
  * by hand and by finite differences; the error paths. */
-#include "ops2_testutil.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
 
 static tg_ctx *ctx;
 
@@ -77,7 +82,7 @@ START_TEST(test_threads_and_seeds) {
         tg_rng_set_state(ctx, 77, 1000);
         y[r] = tg_dropout(ctx, x, 0.4, true);
     }
-    ck_assert(memcmp(y[0]->data, y[1]->data, 40000 * 4) == 0);
+    tg_test_assert_same_bits("1 vs 2 threads", y[0], y[1]);
     /* the next call continues the stream: a different mask */
     tg_tensor *z = tg_dropout(ctx, x, 0.4, true);
     ck_assert(memcmp(y[1]->data, z->data, 40000 * 4) != 0);
@@ -99,14 +104,14 @@ START_TEST(test_backward_by_hand) {
 }
 END_TEST
 
-static tg_tensor *f_dropout(tg_ctx *c, tg_tensor **in, void *u) {
+static tg_tensor *f_dropout(tg_ctx *c, tg_tensor *const *in, void *u) {
     (void)u;
     return tg_dropout(c, in[0], 0.3, true);
 }
 
 START_TEST(test_fd) {
     tg_tensor *in[1] = {tg_requires_grad(ctx, tg_randn(ctx, TG_F64, TG_SHAPE(4, 5), 0, 1))};
-    fd_check(ctx, f_dropout, 1, in, NULL, FD_H, FD_ATOL, FD_RTOL);
+    tg_test_op_gradcheck(ctx, "dropout", f_dropout, NULL, 1, in);
 }
 END_TEST
 
@@ -114,34 +119,17 @@ START_TEST(test_errors) {
     tg_tensor *x = tg_zeros(ctx, TG_F32, TG_SHAPE(2));
     double bad[] = {1.0, -0.1, 1.5, NAN};
     for (int i = 0; i < 4; i++) {
-        ck_assert_ptr_null(tg_dropout(ctx, x, bad[i], true));
-        assert_error(ctx, TG_ERR_VALUE, "tg_dropout", "p = ", "[0, 1)", NULL);
+        tg_test_assert_fails(ctx, tg_dropout(ctx, x, bad[i], true), TG_ERR_VALUE, "tg_dropout", "p = ", "[0, 1)", NULL);
     }
-    ck_assert_ptr_null(tg_dropout(ctx, x, 1.0, false)); /* checked in eval mode too */
-    assert_error(ctx, TG_ERR_VALUE, "tg_dropout", "p = 1", NULL);
-    ck_assert_ptr_null(tg_dropout(ctx, NULL, 0.5, true));
-    assert_error(ctx, TG_ERR_NULL, "tg_dropout", "'x'", NULL);
+    /* checked in eval mode too */
+    tg_test_assert_fails(ctx, tg_dropout(ctx, x, 1.0, false), TG_ERR_VALUE, "tg_dropout", "p = 1", NULL);
+    tg_test_assert_fails(ctx, tg_dropout(ctx, NULL, 0.5, true), TG_ERR_NULL, "tg_dropout", "'x'", NULL);
 }
 END_TEST
 
 Suite *make_ops_dropout_suite(void) {
-    Suite *s = suite_create("ops_dropout");
-    TCase *tc = tcase_create("dropout");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_eval_and_zero_p);
-    tcase_add_test(tc, test_mask_is_documented_stream);
-    tcase_add_test(tc, test_threads_and_seeds);
-    tcase_add_test(tc, test_backward_by_hand);
-    tcase_add_test(tc, test_fd);
-    tcase_add_test(tc, test_errors);
-    suite_add_tcase(s, tc);
-    return s;
+    return tg_test_suite("ops_dropout", setup, teardown, test_eval_and_zero_p, test_mask_is_documented_stream,
+                         test_threads_and_seeds, test_backward_by_hand, test_fd, test_errors, NULL);
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_ops_dropout_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tg_test_run(make_ops_dropout_suite()); }

@@ -6,13 +6,11 @@
  * PyTorch fixture (tests/fixtures/ops_values.py), broadcasting against an
  * index mapping computed here, edge cases by hand; every backward against
  * central finite differences in float64. */
-#include <check.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops1_testutil.h"
-#include "tapegrad.h"
+#include "testutil.h"
 
 static const double PI = 3.14159265358979323846;
 
@@ -21,11 +19,13 @@ static tg_ctx *ctx;
 static void setup(void) { ctx = tg_ctx_new(42); }
 static void teardown(void) { tg_ctx_free(ctx); }
 
-/* ---- the ops as o1_fn, by name -------------------------------------------- */
+#define OPS "ops_values.txt"
 
-/* The op as an o1_fn. */
+/* ---- the ops as checked functions (tg_gradcheck_fn), by name --------------- */
+
+/* The op as a tg_gradcheck_fn. */
 #define WRAP(NAME, CALL) \
-    static tg_tensor *NAME(tg_ctx *c, tg_tensor **in, const void *arg) { (void)arg; return CALL; }
+    static tg_tensor *NAME(tg_ctx *c, tg_tensor *const *in, void *arg) { (void)arg; return CALL; }
 WRAP(f_neg, tg_neg(c, in[0]))
 WRAP(f_add_scalar, tg_add_scalar(c, in[0], 2.5))
 WRAP(f_mul_scalar, tg_mul_scalar(c, in[0], -1.5))
@@ -42,12 +42,12 @@ WRAP(f_gelu, tg_gelu(c, in[0], false))
 WRAP(f_gelu_tanh, tg_gelu(c, in[0], true))
 WRAP(f_silu, tg_silu(c, in[0]))
 
-static const double P2 = 2, P3 = 3, PHALF = 0.5, PM1P5 = -1.5;
+static double P2 = 2, P3 = 3, PHALF = 0.5, PM1P5 = -1.5;
 
 typedef struct unary_case {
     const char *name; /* fixture name */
-    o1_fn f;
-    const void *arg;
+    tg_gradcheck_fn f;
+    void *arg;
     bool positive;    /* domain x > 0 */
 } unary_case;
 
@@ -79,33 +79,10 @@ static const unary_case UNARY[] = {
 START_TEST(test_unary_vs_pytorch) {
     const unary_case *uc = &UNARY[_i / 2];
     tg_dtype dt = _i % 2 ? TG_F32 : TG_F64;
-    const char *dn = dt == TG_F64 ? "f64" : "f32";
-    double tol = dt == TG_F64 ? 1e-13 : 2e-6;
-    char name[96];
-    int64_t nx, ny, ndx, nw;
-    snprintf(name, sizeof name, "%s.%s.x", uc->name, dn);
-    double *xv = o1_fx(name, &nx);
-    snprintf(name, sizeof name, "%s.%s.y", uc->name, dn);
-    double *yv = o1_fx(name, &ny);
-    snprintf(name, sizeof name, "%s.%s.dx", uc->name, dn);
-    double *dxv = o1_fx(name, &ndx);
-    double *w = o1_fx("w", &nw);
-
-    tg_tensor *x = o1_tensor(ctx, dt, TG_SHAPE(nx), xv, true);
-    tg_tensor *in[1] = {x};
-    tg_tensor *y = uc->f(ctx, in, uc->arg);
-    ck_assert_msg(y != NULL, "%s: %s", uc->name, tg_error_message(ctx));
-    ck_assert_int_eq(y->dtype, dt);
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "%s.%s", uc->name, dt == TG_F64 ? "f64" : "f32");
+    tg_tensor *y = tg_test_op_vs_fixture(ctx, OPS, prefix, dt, -1, NULL, uc->f, uc->arg, dt == TG_F64 ? 1e-13 : 2e-6);
     ck_assert_int_eq(y->ndim, 1);
-    snprintf(name, sizeof name, "%s %s forward", uc->name, dn);
-    o1_assert_close(ctx, y, yv, ny, tol, name);
-
-    tg_tensor *g = o1_tensor(ctx, dt, TG_SHAPE(ny), w, false);
-    tg_backward_ex(ctx, y, g, false);
-    ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
-    snprintf(name, sizeof name, "%s %s grad", uc->name, dn);
-    o1_assert_close(ctx, x->grad, dxv, ndx, tol, name);
-    free(xv), free(yv), free(dxv), free(w);
 }
 END_TEST
 
@@ -130,24 +107,10 @@ START_TEST(test_binary_broadcast_vs_pytorch) {
     static const int na[2] = {3, 1}, nb[2] = {2, 2};
     char name[96], p[64];
     snprintf(p, sizeof p, "%s_bc%d.%s", BINOP_NAMES[op], cs + 1, dn);
-    int64_t n;
     snprintf(name, sizeof name, "%s.a", p);
-    double *av = o1_fx(name, &n);
+    tg_tensor *a = tg_requires_grad(ctx, tg_test_fixture_tensor(ctx, OPS, name, dt, na[cs], sa[cs]));
     snprintf(name, sizeof name, "%s.b", p);
-    double *bv = o1_fx(name, &n);
-    snprintf(name, sizeof name, "%s.y", p);
-    int64_t ny;
-    double *yv = o1_fx(name, &ny);
-    int64_t nda, ndb;
-    snprintf(name, sizeof name, "%s.da", p);
-    double *dav = o1_fx(name, &nda);
-    snprintf(name, sizeof name, "%s.db", p);
-    double *dbv = o1_fx(name, &ndb);
-    int64_t nw;
-    double *w = o1_fx("w", &nw);
-
-    tg_tensor *a = o1_tensor(ctx, dt, na[cs], sa[cs], av, true);
-    tg_tensor *b = o1_tensor(ctx, dt, nb[cs], sb[cs], bv, true);
+    tg_tensor *b = tg_requires_grad(ctx, tg_test_fixture_tensor(ctx, OPS, name, dt, nb[cs], sb[cs]));
     tg_tensor *y = binop(ctx, op, a, b);
     ck_assert_msg(y != NULL, "%s", tg_error_message(ctx));
     if (cs == 0) {
@@ -160,17 +123,15 @@ START_TEST(test_binary_broadcast_vs_pytorch) {
         ck_assert_int_eq(y->shape[0], 2);
         ck_assert_int_eq(y->shape[1], 3);
     }
-    snprintf(name, sizeof name, "%s y", p);
-    o1_assert_close(ctx, y, yv, ny, tol, name);
-    tg_tensor *g = o1_tensor(ctx, dt, y->ndim, y->shape, w, false);
-    tg_backward_ex(ctx, y, g, false);
+    snprintf(name, sizeof name, "%s.y", p);
+    tg_test_assert_fixture(ctx, y, OPS, name, tol);
+    tg_backward_ex(ctx, y, tg_test_fixture_weights(ctx, OPS, dt, y->ndim, y->shape), false);
     ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
-    snprintf(name, sizeof name, "%s da", p);
-    o1_assert_close(ctx, a->grad, dav, nda, tol, name);
-    snprintf(name, sizeof name, "%s db", p);
-    o1_assert_close(ctx, b->grad, dbv, ndb, tol, name);
+    snprintf(name, sizeof name, "%s.da", p);
+    tg_test_assert_fixture(ctx, a->grad, OPS, name, tol);
+    snprintf(name, sizeof name, "%s.db", p);
+    tg_test_assert_fixture(ctx, b->grad, OPS, name, tol);
     ck_assert(a->grad->ndim == a->ndim && b->grad->ndim == b->ndim);
-    free(av), free(bv), free(yv), free(dav), free(dbv), free(w);
 }
 END_TEST
 
@@ -211,7 +172,7 @@ static int64_t bindex(int nx, const int64_t *sx, int no, const int64_t *idx) {
     return off;
 }
 
-static tg_tensor *bc_fn(tg_ctx *c, tg_tensor **in, const void *arg) {
+static tg_tensor *bc_fn(tg_ctx *c, tg_tensor *const *in, void *arg) {
     return binop(c, *(const int *)arg, in[0], in[1]);
 }
 
@@ -222,8 +183,8 @@ START_TEST(test_broadcast_index_mapping) {
     int op = _i % 4;
     for (int k = 0; k < 2; k++) {
         tg_dtype dt = k ? TG_F32 : TG_F64;
-        tg_tensor *a = o1_leaf(ctx, sp->na, sp->a, 1);
-        tg_tensor *b = o1_leaf(ctx, sp->nb, sp->b, 2);
+        tg_tensor *a = tg_test_smooth_leaf(ctx, sp->na, sp->a, 1);
+        tg_tensor *b = tg_test_smooth_leaf(ctx, sp->nb, sp->b, 2);
         tg_tensor *ac = tg_to_dtype(ctx, a, dt), *bc = tg_to_dtype(ctx, b, dt);
         tg_tensor *y = binop(ctx, op, ac, bc);
         ck_assert_msg(y != NULL, "%s", tg_error_message(ctx));
@@ -246,14 +207,15 @@ START_TEST(test_broadcast_index_mapping) {
                           _i / 4, (long long)i, tg_get_flat(ctx, y, i), e);
         }
     }
-    tg_tensor *in[2] = {o1_leaf(ctx, sp->na, sp->a, 3), o1_leaf(ctx, sp->nb, sp->b, 4)};
-    o1_fd_check(ctx, bc_fn, 2, in, &op, O1_H, O1_ATOL, O1_RTOL);
-    /* Each side alone (the other needing no grad). */
+    tg_tensor *in[2] = {tg_test_smooth_leaf(ctx, sp->na, sp->a, 3), tg_test_smooth_leaf(ctx, sp->nb, sp->b, 4)};
+    tg_test_op_gradcheck(ctx, BINOP_NAMES[op], bc_fn, &op, 2, in);
+    /* Each side alone (the other needing no grad, and getting none). */
     for (int side = 0; side < 2; side++) {
-        tg_tensor *s2[2] = {o1_leaf(ctx, sp->na, sp->a, 5), o1_leaf(ctx, sp->nb, sp->b, 6)};
+        tg_tensor *s2[2] = {tg_test_smooth_leaf(ctx, sp->na, sp->a, 5), tg_test_smooth_leaf(ctx, sp->nb, sp->b, 6)};
         s2[1 - side]->requires_grad = false;
         s2[1 - side]->grad = NULL;
-        o1_fd_check(ctx, bc_fn, 2, s2, &op, O1_H, O1_ATOL, O1_RTOL);
+        tg_test_op_gradcheck(ctx, BINOP_NAMES[op], bc_fn, &op, 2, s2);
+        tg_test_backward(ctx, bc_fn, &op, 2, s2);
         ck_assert_ptr_null(s2[1 - side]->grad);
     }
 }
@@ -271,18 +233,17 @@ START_TEST(test_unary_fd) {
         const int64_t *s;
     } shapes[] = {{1, s1}, {2, s2}, {0, NULL}};
     for (int k = 0; k < 3; k++) {
-        tg_tensor *x = o1_leaf(ctx, shapes[k].nd, shapes[k].s, k);
+        tg_tensor *x = tg_test_smooth_leaf(ctx, shapes[k].nd, shapes[k].s, k);
         if (uc->positive)
             for (int64_t i = 0; i < x->numel; i++) ((double *)x->data)[i] = fabs(((double *)x->data)[i]) + 0.1;
-        tg_tensor *in[1] = {x};
-        o1_fd_check(ctx, uc->f, 1, in, uc->arg, O1_H, O1_ATOL, O1_RTOL);
+        tg_test_op_gradcheck(ctx, uc->name, uc->f, uc->arg, 1, &x);
     }
 }
 END_TEST
 
 /* Chains: an intermediate used twice, an input used by two ops, and the
  * same tensor on both sides of a binary op. */
-static tg_tensor *chain_fn(tg_ctx *c, tg_tensor **in, const void *arg) {
+static tg_tensor *chain_fn(tg_ctx *c, tg_tensor *const *in, void *arg) {
     (void)arg;
     tg_tensor *x = in[0], *b = in[1];
     tg_tensor *e = tg_tanh(c, tg_mul(c, x, b));           /* (3,4) */
@@ -293,15 +254,15 @@ static tg_tensor *chain_fn(tg_ctx *c, tg_tensor **in, const void *arg) {
 }
 
 START_TEST(test_chain_fd) {
-    tg_tensor *in[2] = {o1_leaf(ctx, TG_SHAPE(3, 4), 1), o1_leaf(ctx, TG_SHAPE(4), 2)};
-    o1_fd_check(ctx, chain_fn, 2, in, NULL, O1_H, O1_ATOL, O1_RTOL);
+    tg_tensor *in[2] = {tg_test_smooth_leaf(ctx, TG_SHAPE(3, 4), 1), tg_test_smooth_leaf(ctx, TG_SHAPE(4), 2)};
+    tg_test_op_gradcheck(ctx, "chain", chain_fn, NULL, 2, in);
 }
 END_TEST
 
 START_TEST(test_same_tensor_both_sides) {
     double v[3] = {0.5, -2.0, 3.0};
     for (int op = 0; op < 4; op++) {
-        tg_tensor *x = o1_tensor(ctx, TG_F64, TG_SHAPE(3), v, true);
+        tg_tensor *x = tg_requires_grad(ctx, tg_test_tensor(ctx, TG_F64, TG_SHAPE(3), v));
         tg_tensor *y = binop(ctx, op, x, x);
         tg_backward_ex(ctx, y, tg_ones(ctx, TG_F64, TG_SHAPE(3)), false);
         ck_assert(tg_ok(ctx));
@@ -319,8 +280,8 @@ START_TEST(test_accumulation) {
     for (int k = 0; k < 2; k++) {
         tg_dtype dt = k ? TG_F32 : TG_F64;
         double av[6] = {0.5, -1, 2, 0.25, -0.75, 1.5}, bv[3] = {2, -4, 0.5};
-        tg_tensor *a = o1_tensor(ctx, dt, TG_SHAPE(2, 3), av, true);
-        tg_tensor *b = o1_tensor(ctx, dt, TG_SHAPE(3), bv, true);
+        tg_tensor *a = tg_requires_grad(ctx, tg_test_tensor(ctx, dt, TG_SHAPE(2, 3), av));
+        tg_tensor *b = tg_requires_grad(ctx, tg_test_tensor(ctx, dt, TG_SHAPE(3), bv));
         double once_a[6], once_b[3];
         for (int pass = 0; pass < 2; pass++) {
             tg_tensor *y = tg_sum(ctx, tg_exp(ctx, tg_div(ctx, a, b)));
@@ -354,7 +315,7 @@ START_TEST(test_backward_adds_to_existing_grad) {
         bool un = k < N_UNARY;
         double fresh[2][12];
         for (int pass = 0; pass < 2; pass++) {
-            tg_tensor *in[2] = {o1_leaf(ctx, TG_SHAPE(3, 4), 1), o1_leaf(ctx, TG_SHAPE(4), 2)};
+            tg_tensor *in[2] = {tg_test_smooth_leaf(ctx, TG_SHAPE(3, 4), 1), tg_test_smooth_leaf(ctx, TG_SHAPE(4), 2)};
             for (int j = 0; j < 2; j++)
                 for (int64_t i = 0; i < in[j]->numel; i++) {
                     double *v = in[j]->data;
@@ -382,10 +343,9 @@ END_TEST
 /* ---- edge cases, by hand ---------------------------------------------------- */
 
 /* y = op(x) at one point; returns y and sets *g to dy/dx. */
-static double at(tg_dtype dt, o1_fn f, const void *arg, double x, double *g) {
-    tg_tensor *t = o1_tensor(ctx, dt, TG_SHAPE(1), &x, true);
-    tg_tensor *in[1] = {t};
-    tg_tensor *y = f(ctx, in, arg);
+static double at(tg_dtype dt, tg_gradcheck_fn f, void *arg, double x, double *g) {
+    tg_tensor *t = tg_requires_grad(ctx, tg_test_tensor(ctx, dt, TG_SHAPE(1), &x));
+    tg_tensor *y = f(ctx, &t, arg);
     ck_assert_msg(y != NULL, "%s", tg_error_message(ctx));
     tg_backward(ctx, y);
     ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
@@ -418,7 +378,7 @@ START_TEST(test_pytorch_edge_semantics) {
         ck_assert_double_eq_tol(g, 0.1, 1e-7);
         y = at(dt, f_leaky, NULL, -3.0, &g);
         ck_assert_double_eq_tol(y, -0.3, 1e-6);
-        static const double p0 = 0, phalf = 0.5, p1 = 1;
+        static double p0 = 0, phalf = 0.5, p1 = 1;
         y = at(dt, f_pow, &p0, 0.0, &g); /* x^0 = 1, gradient 0 (not 0 * 0^-1) */
         ck_assert(y == 1 && g == 0);
         y = at(dt, f_pow, &phalf, 0.0, &g); /* 0.5 * 0^-0.5 = inf */
@@ -440,31 +400,30 @@ END_TEST
 /* Softplus-like numerics: the saturating functions stay finite and exact
  * in their tails, in both dtypes, with finite (zero) gradients. */
 START_TEST(test_saturating_tails) {
+    static const struct {
+        const char *name;
+        tg_gradcheck_fn f;
+        double x, y, g; /* f(x) = y exactly, f'(x) = g exactly */
+    } tails[] = {
+        {"sigmoid", f_sigmoid, 1e4, 1, 0},
+        {"sigmoid", f_sigmoid, -1e4, 0, 0},
+        {"tanh", f_tanh, 1e4, 1, 0},
+        {"tanh", f_tanh, -1e4, -1, 0},
+        {"silu", f_silu, -1e4, 0, 0},
+        {"silu", f_silu, 1e4, 1e4, 1},
+        {"gelu", f_gelu, -1e4, 0, 0},
+        {"gelu", f_gelu, 1e4, 1e4, 1},
+        {"gelu_tanh", f_gelu_tanh, -1e4, 0, 0},
+        {"gelu_tanh", f_gelu_tanh, 1e4, 1e4, 1},
+        {"exp", f_exp, -1e4, 0, 0},
+    };
     for (int k = 0; k < 2; k++) {
         tg_dtype dt = k ? TG_F32 : TG_F64;
-        double g, y;
-        y = at(dt, f_sigmoid, NULL, 1e4, &g);
-        ck_assert(y == 1 && g == 0);
-        y = at(dt, f_sigmoid, NULL, -1e4, &g);
-        ck_assert(y == 0 && g == 0);
-        y = at(dt, f_tanh, NULL, 1e4, &g);
-        ck_assert(y == 1 && g == 0);
-        y = at(dt, f_tanh, NULL, -1e4, &g);
-        ck_assert(y == -1 && g == 0);
-        y = at(dt, f_silu, NULL, -1e4, &g);
-        ck_assert(y == 0 && g == 0 && !isnan(g));
-        y = at(dt, f_silu, NULL, 1e4, &g);
-        ck_assert(y == 1e4 && g == 1);
-        y = at(dt, f_gelu, NULL, -1e4, &g);
-        ck_assert(y == 0 && g == 0);
-        y = at(dt, f_gelu, NULL, 1e4, &g);
-        ck_assert(y == 1e4 && g == 1);
-        y = at(dt, f_gelu_tanh, NULL, -1e4, &g);
-        ck_assert(y == 0 && g == 0);
-        y = at(dt, f_gelu_tanh, NULL, 1e4, &g);
-        ck_assert(y == 1e4 && g == 1);
-        y = at(dt, f_exp, NULL, -1e4, &g);
-        ck_assert(y == 0 && g == 0);
+        for (size_t i = 0; i < sizeof tails / sizeof tails[0]; i++) {
+            double g, y = at(dt, tails[i].f, NULL, tails[i].x, &g);
+            ck_assert_msg(y == tails[i].y && g == tails[i].g, "%s %s(%g) = %g, gradient %g; expected %g, %g",
+                          tg_dtype_name(dt), tails[i].name, tails[i].x, y, g, tails[i].y, tails[i].g);
+        }
     }
     /* The left tails keep relative accuracy (no 1 - 1 cancellation):
      * sigmoid(-100) = e^-100 / (1 + e^-100); Phi(-10) = 7.619853024160526e-24. */
@@ -583,16 +542,11 @@ START_TEST(test_errors_shapes_dtypes_nulls) {
     tg_tensor *c = tg_ones(ctx, TG_F32, TG_SHAPE(2, 3));
     static const char *names[] = {"tg_add", "tg_sub", "tg_mul", "tg_div"};
     for (int op = 0; op < 4; op++) {
-        ck_assert_ptr_null(binop(ctx, op, a, b));
-        o1_assert_error(ctx, TG_ERR_SHAPE, names[op], "(2, 3)", "(4,)", "broadcast", NULL);
-        ck_assert_ptr_null(binop(ctx, op, b, a));
-        o1_assert_error(ctx, TG_ERR_SHAPE, names[op], "(4,)", "(2, 3)", NULL);
-        ck_assert_ptr_null(binop(ctx, op, a, c));
-        o1_assert_error(ctx, TG_ERR_DTYPE, names[op], "float64", "float32", NULL);
-        ck_assert_ptr_null(binop(ctx, op, NULL, a));
-        o1_assert_error(ctx, TG_ERR_NULL, names[op], "'a'", NULL);
-        ck_assert_ptr_null(binop(ctx, op, a, NULL));
-        o1_assert_error(ctx, TG_ERR_NULL, names[op], "'b'", NULL);
+        tg_test_assert_fails(ctx, binop(ctx, op, a, b), TG_ERR_SHAPE, names[op], "(2, 3)", "(4,)", "broadcast", NULL);
+        tg_test_assert_fails(ctx, binop(ctx, op, b, a), TG_ERR_SHAPE, names[op], "(4,)", "(2, 3)", NULL);
+        tg_test_assert_fails(ctx, binop(ctx, op, a, c), TG_ERR_DTYPE, names[op], "float64", "float32", NULL);
+        tg_test_assert_fails(ctx, binop(ctx, op, NULL, a), TG_ERR_NULL, names[op], "'a'", NULL);
+        tg_test_assert_fails(ctx, binop(ctx, op, a, NULL), TG_ERR_NULL, names[op], "'b'", NULL);
     }
     /* (2,3,1) and (3,2): dims (3 vs 3) fit, (1 vs 2) fit, ... (2 vs 3)? no:
      * aligned from the end: 1|2, 3|3, 2|- -> fits: (2,3,2). */
@@ -602,24 +556,18 @@ START_TEST(test_errors_shapes_dtypes_nulls) {
     ck_assert_int_eq(r->ndim, 3);
     ck_assert_int_eq(r->shape[2], 2);
     tg_tensor *e = tg_ones(ctx, TG_F64, TG_SHAPE(0, 3)), *f = tg_ones(ctx, TG_F64, TG_SHAPE(2, 3));
-    ck_assert_ptr_null(tg_add(ctx, e, f)); /* 0 vs 2 does not broadcast (only 1 does) */
-    o1_assert_error(ctx, TG_ERR_SHAPE, "(0, 3)", "(2, 3)", NULL);
+    /* 0 vs 2 does not broadcast (only 1 does) */
+    tg_test_assert_fails(ctx, tg_add(ctx, e, f), TG_ERR_SHAPE, "(0, 3)", "(2, 3)", NULL);
 
     for (int k = 0; k < N_UNARY; k++) {
         tg_tensor *in[1] = {NULL};
-        ck_assert_ptr_null(UNARY[k].f(ctx, in, UNARY[k].arg));
-        o1_assert_error(ctx, TG_ERR_NULL, "'x'", NULL);
+        tg_test_assert_fails(ctx, UNARY[k].f(ctx, in, UNARY[k].arg), TG_ERR_NULL, "'x'", NULL);
     }
-    ck_assert_ptr_null(tg_pow_scalar(ctx, a, NAN));
-    o1_assert_error(ctx, TG_ERR_VALUE, "tg_pow_scalar", "nan", NULL);
-    ck_assert_ptr_null(tg_pow_scalar(ctx, a, INFINITY));
-    o1_assert_error(ctx, TG_ERR_VALUE, "tg_pow_scalar", NULL);
-    ck_assert_ptr_null(tg_leaky_relu(ctx, a, INFINITY));
-    o1_assert_error(ctx, TG_ERR_VALUE, "tg_leaky_relu", "negative_slope", NULL);
-    ck_assert_ptr_null(tg_gelu(ctx, NULL, true));
-    o1_assert_error(ctx, TG_ERR_NULL, "tg_gelu", NULL);
-    ck_assert_ptr_null(tg_exp(ctx, NULL));
-    o1_assert_error(ctx, TG_ERR_NULL, "tg_exp", NULL);
+    tg_test_assert_fails(ctx, tg_pow_scalar(ctx, a, NAN), TG_ERR_VALUE, "tg_pow_scalar", "nan", NULL);
+    tg_test_assert_fails(ctx, tg_pow_scalar(ctx, a, INFINITY), TG_ERR_VALUE, "tg_pow_scalar", NULL);
+    tg_test_assert_fails(ctx, tg_leaky_relu(ctx, a, INFINITY), TG_ERR_VALUE, "tg_leaky_relu", "negative_slope", NULL);
+    tg_test_assert_fails(ctx, tg_gelu(ctx, NULL, true), TG_ERR_NULL, "tg_gelu", NULL);
+    tg_test_assert_fails(ctx, tg_exp(ctx, NULL), TG_ERR_NULL, "tg_exp", NULL);
 }
 END_TEST
 
@@ -643,7 +591,7 @@ START_TEST(test_errors_context_in_error) {
     }
     ck_assert_uint_eq(tg_arena_used(ctx), used);
     ck_assert_int_eq(tg_tape_size(ctx), 0);
-    o1_assert_error(ctx, TG_ERR_VALUE, "first", NULL);
+    tg_test_assert_error(ctx, TG_ERR_VALUE, "first", NULL);
 
     ck_assert_ptr_null(tg_add(NULL, a, a));
     ck_assert_ptr_null(tg_mul_scalar(NULL, a, 2));
@@ -656,40 +604,19 @@ END_TEST
 
 Suite *make_ops_elementwise_suite(void) {
     Suite *s = suite_create("ops_elementwise");
-    TCase *tc = tcase_create("values");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    TCase *tc = tg_test_tcase(s, "values", setup, teardown, test_pytorch_edge_semantics, test_saturating_tails,
+                              test_activation_definitions, test_empty_tensors, NULL);
     tcase_add_loop_test(tc, test_unary_vs_pytorch, 0, 2 * N_UNARY);
     tcase_add_loop_test(tc, test_binary_broadcast_vs_pytorch, 0, 16);
     tcase_add_loop_test(tc, test_broadcast_index_mapping, 0, 4 * N_PAIRS);
-    tcase_add_test(tc, test_pytorch_edge_semantics);
-    tcase_add_test(tc, test_saturating_tails);
-    tcase_add_test(tc, test_activation_definitions);
-    tcase_add_test(tc, test_empty_tensors);
-    suite_add_tcase(s, tc);
 
-    tc = tcase_create("gradients");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tc = tg_test_tcase(s, "gradients", setup, teardown, test_chain_fd, test_same_tensor_both_sides, test_accumulation,
+                       test_backward_adds_to_existing_grad, test_large_threads_deterministic, test_recording_rules,
+                       NULL);
     tcase_add_loop_test(tc, test_unary_fd, 0, N_UNARY);
-    tcase_add_test(tc, test_chain_fd);
-    tcase_add_test(tc, test_same_tensor_both_sides);
-    tcase_add_test(tc, test_accumulation);
-    tcase_add_test(tc, test_backward_adds_to_existing_grad);
-    tcase_add_test(tc, test_large_threads_deterministic);
-    tcase_add_test(tc, test_recording_rules);
-    suite_add_tcase(s, tc);
 
-    tc = tcase_create("errors");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_errors_shapes_dtypes_nulls);
-    tcase_add_test(tc, test_errors_context_in_error);
-    suite_add_tcase(s, tc);
+    tg_test_tcase(s, "errors", setup, teardown, test_errors_shapes_dtypes_nulls, test_errors_context_in_error, NULL);
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_ops_elementwise_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tg_test_run(make_ops_elementwise_suite()); }

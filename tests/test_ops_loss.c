@@ -1,7 +1,12 @@
 /* tg_mse_loss: values by hand and against a plain double loop, backward
  * for both inputs against central finite differences, thread-count
  * independence, and the error paths. */
-#include "ops2_testutil.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
 
 static tg_ctx *ctx;
 
@@ -24,7 +29,7 @@ START_TEST(test_by_hand) {
         ck_assert_double_eq(tg_get_flat(ctx, l, 0), 2.0);
         tg_backward(ctx, l);
         /* dp = 2 (p - t) / 4 */
-        assert_close(ctx, p->grad, (double[]){0, 1, 0, -1}, 4, 0, "dp");
+        tg_test_assert_close(ctx, "dp", p->grad, (double[]){0, 1, 0, -1}, 4, 0, 0);
         ck_assert_ptr_null(t->grad);
     }
 }
@@ -44,7 +49,7 @@ START_TEST(test_large_vs_loop) {
 }
 END_TEST
 
-static tg_tensor *f_mse(tg_ctx *c, tg_tensor **in, void *u) {
+static tg_tensor *f_mse(tg_ctx *c, tg_tensor *const *in, void *u) {
     (void)u;
     return tg_mse_loss(c, in[0], in[1]);
 }
@@ -52,13 +57,13 @@ static tg_tensor *f_mse(tg_ctx *c, tg_tensor **in, void *u) {
 START_TEST(test_fd) {
     tg_tensor *in[2] = {tg_requires_grad(ctx, tg_randn(ctx, TG_F64, TG_SHAPE(3, 4), 0, 1)),
                         tg_requires_grad(ctx, tg_randn(ctx, TG_F64, TG_SHAPE(3, 4), 0, 1))};
-    fd_check(ctx, f_mse, 2, in, NULL, FD_H, FD_ATOL, FD_RTOL);
+    tg_test_op_gradcheck(ctx, "mse", f_mse, NULL, 2, in);
     tg_tensor *in2[2] = {tg_requires_grad(ctx, tg_randn(ctx, TG_F64, TG_SHAPE(5), 0, 1)),
                          tg_randn(ctx, TG_F64, TG_SHAPE(5), 0, 1)};
-    fd_check(ctx, f_mse, 2, in2, NULL, FD_H, FD_ATOL, FD_RTOL);
+    tg_test_op_gradcheck(ctx, "mse", f_mse, NULL, 2, in2);
     tg_tensor *in3[2] = {tg_requires_grad(ctx, tg_full(ctx, TG_F64, 0, NULL, 1.5)),
                          tg_requires_grad(ctx, tg_full(ctx, TG_F64, 0, NULL, -0.5))};
-    fd_check(ctx, f_mse, 2, in3, NULL, FD_H, FD_ATOL, FD_RTOL);
+    tg_test_op_gradcheck(ctx, "mse", f_mse, NULL, 2, in3);
 }
 END_TEST
 
@@ -67,7 +72,7 @@ START_TEST(test_same_tensor) {
     tg_tensor *l = tg_mse_loss(ctx, x, x);
     ck_assert_double_eq(tg_get_flat(ctx, l, 0), 0.0);
     tg_backward(ctx, l);
-    assert_close(ctx, x->grad, (double[]){0, 0, 0, 0}, 4, 0, "dx");
+    tg_test_assert_close(ctx, "dx", x->grad, (double[]){0, 0, 0, 0}, 4, 0, 0);
 }
 END_TEST
 
@@ -88,45 +93,27 @@ START_TEST(test_threads_bitwise) {
     }
     ck_assert(tg_ok(ctx));
     ck_assert(v[0] == v[1]);
-    ck_assert(memcmp(gp[0]->data, gp[1]->data, 50000 * 4) == 0);
-    ck_assert(memcmp(gt[0]->data, gt[1]->data, 50000 * 4) == 0);
+    tg_test_assert_same_bits("dpred, 1 vs 2 threads", gp[0], gp[1]);
+    tg_test_assert_same_bits("dtarget, 1 vs 2 threads", gt[0], gt[1]);
 }
 END_TEST
 
 START_TEST(test_errors) {
     tg_tensor *a = tg_zeros(ctx, TG_F32, TG_SHAPE(2, 3));
-    ck_assert_ptr_null(tg_mse_loss(ctx, a, tg_zeros(ctx, TG_F32, TG_SHAPE(3, 2))));
-    assert_error(ctx, TG_ERR_SHAPE, "tg_mse_loss", "(2, 3)", "(3, 2)", NULL);
-    ck_assert_ptr_null(tg_mse_loss(ctx, a, tg_zeros(ctx, TG_F64, TG_SHAPE(2, 3))));
-    assert_error(ctx, TG_ERR_DTYPE, "tg_mse_loss", "float32", "float64", NULL);
+    tg_test_assert_fails(ctx, tg_mse_loss(ctx, a, tg_zeros(ctx, TG_F32, TG_SHAPE(3, 2))), TG_ERR_SHAPE, "tg_mse_loss",
+                         "(2, 3)", "(3, 2)", NULL);
+    tg_test_assert_fails(ctx, tg_mse_loss(ctx, a, tg_zeros(ctx, TG_F64, TG_SHAPE(2, 3))), TG_ERR_DTYPE, "tg_mse_loss",
+                         "float32", "float64", NULL);
     tg_tensor *e = tg_zeros(ctx, TG_F32, TG_SHAPE(0, 3));
-    ck_assert_ptr_null(tg_mse_loss(ctx, e, e));
-    assert_error(ctx, TG_ERR_SHAPE, "tg_mse_loss", "empty", "(0, 3)", NULL);
-    ck_assert_ptr_null(tg_mse_loss(ctx, NULL, a));
-    assert_error(ctx, TG_ERR_NULL, "tg_mse_loss", "'pred'", NULL);
-    ck_assert_ptr_null(tg_mse_loss(ctx, a, NULL));
-    assert_error(ctx, TG_ERR_NULL, "tg_mse_loss", "'target'", NULL);
+    tg_test_assert_fails(ctx, tg_mse_loss(ctx, e, e), TG_ERR_SHAPE, "tg_mse_loss", "empty", "(0, 3)", NULL);
+    tg_test_assert_fails(ctx, tg_mse_loss(ctx, NULL, a), TG_ERR_NULL, "tg_mse_loss", "'pred'", NULL);
+    tg_test_assert_fails(ctx, tg_mse_loss(ctx, a, NULL), TG_ERR_NULL, "tg_mse_loss", "'target'", NULL);
 }
 END_TEST
 
 Suite *make_ops_loss_suite(void) {
-    Suite *s = suite_create("ops_loss");
-    TCase *tc = tcase_create("mse");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_by_hand);
-    tcase_add_test(tc, test_large_vs_loop);
-    tcase_add_test(tc, test_fd);
-    tcase_add_test(tc, test_same_tensor);
-    tcase_add_test(tc, test_threads_bitwise);
-    tcase_add_test(tc, test_errors);
-    suite_add_tcase(s, tc);
-    return s;
+    return tg_test_suite("ops_loss", setup, teardown, test_by_hand, test_large_vs_loop, test_fd, test_same_tensor,
+                         test_threads_bitwise, test_errors, NULL);
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_ops_loss_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tg_test_run(make_ops_loss_suite()); }

@@ -3,7 +3,12 @@
  * differences (small shapes) and against the naive formulas da = dc b^T,
  * db = a^T dc (shapes large enough for the GEMM's packed path); thread-count
  * independence; every error path. */
-#include "ops2_testutil.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
 
 static tg_ctx *ctx;
 
@@ -39,10 +44,10 @@ static void check_forward(tg_dtype dt, int64_t batch, int64_t M, int64_t K, int6
     ck_assert_int_eq(c->shape[c->ndim - 2], M);
     ck_assert_int_eq(c->shape[c->ndim - 1], N);
     ck_assert_int_eq(c->dtype, dt);
-    double *ref = malloc(sizeof *ref * (size_t)(nb * M * N + 1));
+    double *ref = tg_test_malloc(sizeof *ref * (size_t)(nb * M * N + 1));
     naive_mm(ref, a, b, nb, M, K, N, shared || batch == 0 ? 0 : K * N);
     /* tolerance relative to sqrt(K): sums of K products of N(0,1) numbers */
-    assert_close(ctx, c, ref, nb * M * N, tol * sqrt((double)K), "matmul");
+    tg_test_assert_close(ctx, "matmul", c, ref, nb * M * N, tol * sqrt((double)K), tol * sqrt((double)K));
     free(ref);
     ck_assert(!c->requires_grad); /* no input required grad: nothing recorded */
     ck_assert_int_eq(tg_tape_size(ctx), 0);
@@ -76,7 +81,7 @@ START_TEST(test_forward_by_hand) {
     tg_tensor *a = tg_from_buffer(ctx, TG_F32, TG_SHAPE(2, 3), (float[]){1, 2, 3, 4, 5, 6});
     tg_tensor *b = tg_from_buffer(ctx, TG_F32, TG_SHAPE(3, 2), (float[]){7, 8, 9, 10, 11, 12});
     tg_tensor *c = tg_matmul(ctx, a, b);
-    assert_close(ctx, c, (double[]){58, 64, 139, 154}, 4, 0, "c");
+    tg_test_assert_close(ctx, "c", c, (double[]){58, 64, 139, 154}, 4, 0, 0);
 }
 END_TEST
 
@@ -85,18 +90,18 @@ START_TEST(test_empty_inner_dim) {
     tg_tensor *b = tg_zeros(ctx, TG_F64, TG_SHAPE(0, 3));
     tg_tensor *c = tg_matmul(ctx, a, b);
     ck_assert_ptr_nonnull(c);
-    assert_close(ctx, c, (double[]){0, 0, 0, 0, 0, 0}, 6, 0, "c");
+    tg_test_assert_close(ctx, "c", c, (double[]){0, 0, 0, 0, 0, 0}, 6, 0, 0);
 }
 END_TEST
 
 /* ---- backward vs finite differences ------------------------------------ */
 
-static tg_tensor *f_matmul(tg_ctx *c, tg_tensor **in, void *user) {
+static tg_tensor *f_matmul(tg_ctx *c, tg_tensor *const *in, void *user) {
     (void)user;
     return tg_matmul(c, in[0], in[1]);
 }
 
-static tg_tensor *f_matmul_self(tg_ctx *c, tg_tensor **in, void *user) {
+static tg_tensor *f_matmul_self(tg_ctx *c, tg_tensor *const *in, void *user) {
     (void)user;
     return tg_matmul(c, in[0], in[0]);
 }
@@ -104,7 +109,7 @@ static tg_tensor *f_matmul_self(tg_ctx *c, tg_tensor **in, void *user) {
 static void fd_mm(int na, const int64_t *sa, int nb, const int64_t *sb) {
     tg_tensor *in[2] = {tg_requires_grad(ctx, tg_randn(ctx, TG_F64, na, sa, 0, 1)),
                         tg_requires_grad(ctx, tg_randn(ctx, TG_F64, nb, sb, 0, 1))};
-    fd_check(ctx, f_matmul, 2, in, NULL, FD_H, FD_ATOL, FD_RTOL);
+    tg_test_op_gradcheck(ctx, "matmul", f_matmul, NULL, 2, in);
 }
 
 START_TEST(test_backward_2d_nonsquare) {
@@ -127,11 +132,13 @@ START_TEST(test_backward_one_side) {
     /* only b requires grad, then only a */
     tg_tensor *in[2] = {tg_randn(ctx, TG_F64, TG_SHAPE(3, 4), 0, 1),
                         tg_requires_grad(ctx, tg_randn(ctx, TG_F64, TG_SHAPE(4, 2), 0, 1))};
-    fd_check(ctx, f_matmul, 2, in, NULL, FD_H, FD_ATOL, FD_RTOL);
+    tg_test_op_gradcheck(ctx, "matmul, b only", f_matmul, NULL, 2, in);
+    tg_test_backward(ctx, f_matmul, NULL, 2, in);
     ck_assert_ptr_null(in[0]->grad);
     tg_tensor *in2[2] = {tg_requires_grad(ctx, tg_randn(ctx, TG_F64, TG_SHAPE(2, 3, 4), 0, 1)),
                          tg_randn(ctx, TG_F64, TG_SHAPE(2, 4, 3), 0, 1)};
-    fd_check(ctx, f_matmul, 2, in2, NULL, FD_H, FD_ATOL, FD_RTOL);
+    tg_test_op_gradcheck(ctx, "matmul, a only", f_matmul, NULL, 2, in2);
+    tg_test_backward(ctx, f_matmul, NULL, 2, in2);
     ck_assert_ptr_null(in2[1]->grad);
 }
 END_TEST
@@ -139,7 +146,7 @@ END_TEST
 START_TEST(test_backward_same_operand) {
     /* c = a a: both contributions must accumulate into a's grad */
     tg_tensor *in[1] = {tg_requires_grad(ctx, tg_randn(ctx, TG_F64, TG_SHAPE(3, 3), 0, 1))};
-    fd_check(ctx, f_matmul_self, 1, in, NULL, FD_H, FD_ATOL, FD_RTOL);
+    tg_test_op_gradcheck(ctx, "matmul of a with itself", f_matmul_self, NULL, 1, in);
 }
 END_TEST
 
@@ -172,8 +179,8 @@ static void check_backward_large(tg_dtype dt, int64_t batch, int64_t M, int64_t 
                     db[t * sb + k * N + j] += g * tg_get_flat(ctx, a, t * M * K + i * K + k);
                 }
             }
-    assert_close(ctx, a->grad, da, a->numel, tol * sqrt((double)N), "da");
-    assert_close(ctx, b->grad, db, b->numel, tol * sqrt((double)(M * nb)), "db");
+    tg_test_assert_close(ctx, "da", a->grad, da, a->numel, tol * sqrt((double)N), tol * sqrt((double)N));
+    tg_test_assert_close(ctx, "db", b->grad, db, b->numel, tol * sqrt((double)(M * nb)), tol * sqrt((double)(M * nb)));
     free(da);
     free(db);
 }
@@ -204,9 +211,9 @@ static void threads_bitwise(int64_t batch, int64_t M, int64_t K, int64_t N) {
         gb[r] = tg_copy(ctx, b->grad);
     }
     ck_assert(tg_ok(ctx));
-    ck_assert(memcmp(out[0]->data, out[1]->data, (size_t)out[0]->numel * 4) == 0);
-    ck_assert(memcmp(ga[0]->data, ga[1]->data, (size_t)ga[0]->numel * 4) == 0);
-    ck_assert(memcmp(gb[0]->data, gb[1]->data, (size_t)gb[0]->numel * 4) == 0);
+    tg_test_assert_same_bits("c, 1 vs 2 threads", out[0], out[1]);
+    tg_test_assert_same_bits("da, 1 vs 2 threads", ga[0], ga[1]);
+    tg_test_assert_same_bits("db, 1 vs 2 threads", gb[0], gb[1]);
 }
 
 START_TEST(test_threads_bitwise) {
@@ -236,41 +243,34 @@ END_TEST
 START_TEST(test_error_inner_dims) {
     tg_tensor *a = tg_zeros(ctx, TG_F32, TG_SHAPE(2, 3));
     tg_tensor *b = tg_zeros(ctx, TG_F32, TG_SHAPE(4, 5));
-    ck_assert_ptr_null(tg_matmul(ctx, a, b));
-    assert_error(ctx, TG_ERR_SHAPE, "tg_matmul", "(2, 3)", "(4, 5)", NULL);
+    tg_test_assert_fails(ctx, tg_matmul(ctx, a, b), TG_ERR_SHAPE, "tg_matmul", "(2, 3)", "(4, 5)", NULL);
     tg_tensor *a3 = tg_zeros(ctx, TG_F32, TG_SHAPE(2, 3, 4));
     tg_tensor *b3 = tg_zeros(ctx, TG_F32, TG_SHAPE(2, 5, 6));
-    ck_assert_ptr_null(tg_matmul(ctx, a3, b3));
-    assert_error(ctx, TG_ERR_SHAPE, "tg_matmul", "(2, 3, 4)", "(2, 5, 6)", NULL);
+    tg_test_assert_fails(ctx, tg_matmul(ctx, a3, b3), TG_ERR_SHAPE, "tg_matmul", "(2, 3, 4)", "(2, 5, 6)", NULL);
     tg_tensor *b2 = tg_zeros(ctx, TG_F32, TG_SHAPE(3, 5));
-    ck_assert_ptr_null(tg_matmul(ctx, a3, b2)); /* shared b: 4 != 3 */
-    assert_error(ctx, TG_ERR_SHAPE, "tg_matmul", "(2, 3, 4)", "(3, 5)", NULL);
+    /* shared b: 4 != 3 */
+    tg_test_assert_fails(ctx, tg_matmul(ctx, a3, b2), TG_ERR_SHAPE, "tg_matmul", "(2, 3, 4)", "(3, 5)", NULL);
 }
 END_TEST
 
 START_TEST(test_error_batch_and_rank) {
     tg_tensor *a = tg_zeros(ctx, TG_F64, TG_SHAPE(2, 3, 4));
     tg_tensor *b = tg_zeros(ctx, TG_F64, TG_SHAPE(3, 4, 5));
-    ck_assert_ptr_null(tg_matmul(ctx, a, b));
-    assert_error(ctx, TG_ERR_SHAPE, "tg_matmul", "batch", "(2, 3, 4)", "(3, 4, 5)", NULL);
+    tg_test_assert_fails(ctx, tg_matmul(ctx, a, b), TG_ERR_SHAPE, "tg_matmul", "batch", "(2, 3, 4)", "(3, 4, 5)", NULL);
     tg_tensor *v = tg_zeros(ctx, TG_F64, TG_SHAPE(4));
-    ck_assert_ptr_null(tg_matmul(ctx, v, b));
-    assert_error(ctx, TG_ERR_SHAPE, "tg_matmul", "(4,)", NULL);
+    tg_test_assert_fails(ctx, tg_matmul(ctx, v, b), TG_ERR_SHAPE, "tg_matmul", "(4,)", NULL);
     tg_tensor *m = tg_zeros(ctx, TG_F64, TG_SHAPE(5, 4));
-    ck_assert_ptr_null(tg_matmul(ctx, m, b)); /* (M,K) x (B,K,N) is not supported */
-    assert_error(ctx, TG_ERR_SHAPE, "tg_matmul", "(5, 4)", "(3, 4, 5)", NULL);
+    /* (M,K) x (B,K,N) is not supported */
+    tg_test_assert_fails(ctx, tg_matmul(ctx, m, b), TG_ERR_SHAPE, "tg_matmul", "(5, 4)", "(3, 4, 5)", NULL);
 }
 END_TEST
 
 START_TEST(test_error_dtype_null_sticky) {
     tg_tensor *a = tg_zeros(ctx, TG_F32, TG_SHAPE(2, 3));
     tg_tensor *b = tg_zeros(ctx, TG_F64, TG_SHAPE(3, 2));
-    ck_assert_ptr_null(tg_matmul(ctx, a, b));
-    assert_error(ctx, TG_ERR_DTYPE, "tg_matmul", "float32", "float64", NULL);
-    ck_assert_ptr_null(tg_matmul(ctx, NULL, b));
-    assert_error(ctx, TG_ERR_NULL, "tg_matmul", "'a'", NULL);
-    ck_assert_ptr_null(tg_matmul(ctx, a, NULL));
-    assert_error(ctx, TG_ERR_NULL, "tg_matmul", "'b'", NULL);
+    tg_test_assert_fails(ctx, tg_matmul(ctx, a, b), TG_ERR_DTYPE, "tg_matmul", "float32", "float64", NULL);
+    tg_test_assert_fails(ctx, tg_matmul(ctx, NULL, b), TG_ERR_NULL, "tg_matmul", "'a'", NULL);
+    tg_test_assert_fails(ctx, tg_matmul(ctx, a, NULL), TG_ERR_NULL, "tg_matmul", "'b'", NULL);
     /* a context in error: NULL, nothing done, the first error kept */
     tg_error(ctx, TG_ERR_VALUE, "test", "first");
     tg_tensor *a2 = tg_zeros(ctx, TG_F32, TG_SHAPE(2, 3));
@@ -283,33 +283,11 @@ START_TEST(test_error_dtype_null_sticky) {
 END_TEST
 
 Suite *make_ops_matmul_suite(void) {
-    Suite *s = suite_create("ops_matmul");
-    TCase *tc = tcase_create("matmul");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_forward_2d);
-    tcase_add_test(tc, test_forward_batched);
-    tcase_add_test(tc, test_forward_shared_b);
-    tcase_add_test(tc, test_forward_by_hand);
-    tcase_add_test(tc, test_empty_inner_dim);
-    tcase_add_test(tc, test_backward_2d_nonsquare);
-    tcase_add_test(tc, test_backward_batched);
-    tcase_add_test(tc, test_backward_shared_b);
-    tcase_add_test(tc, test_backward_one_side);
-    tcase_add_test(tc, test_backward_same_operand);
-    tcase_add_test(tc, test_backward_large);
-    tcase_add_test(tc, test_threads_bitwise);
-    tcase_add_test(tc, test_records_once);
-    tcase_add_test(tc, test_error_inner_dims);
-    tcase_add_test(tc, test_error_batch_and_rank);
-    tcase_add_test(tc, test_error_dtype_null_sticky);
-    suite_add_tcase(s, tc);
-    return s;
+    return tg_test_suite("ops_matmul", setup, teardown, test_forward_2d, test_forward_batched, test_forward_shared_b,
+                         test_forward_by_hand, test_empty_inner_dim, test_backward_2d_nonsquare, test_backward_batched,
+                         test_backward_shared_b, test_backward_one_side, test_backward_same_operand,
+                         test_backward_large, test_threads_bitwise, test_records_once, test_error_inner_dims,
+                         test_error_batch_and_rank, test_error_dtype_null_sticky, NULL);
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_ops_matmul_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tg_test_run(make_ops_matmul_suite()); }

@@ -3,13 +3,11 @@
  * fixture (tests/fixtures/ops_values.py) and against sums computed here;
  * every backward against central finite differences in float64; ties,
  * NaN, empty reductions, axis errors. */
-#include <check.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops1_testutil.h"
-#include "tapegrad.h"
+#include "testutil.h"
 
 static tg_ctx *ctx;
 
@@ -32,7 +30,7 @@ static tg_tensor *apply(tg_ctx *c, const red *r, tg_tensor *x) {
     default: return tg_max_axis(c, x, r->axis, r->keepdim);
     }
 }
-static tg_tensor *red_fn(tg_ctx *c, tg_tensor **in, const void *arg) { return apply(c, arg, in[0]); }
+static tg_tensor *red_fn(tg_ctx *c, tg_tensor *const *in, void *arg) { return apply(c, arg, in[0]); }
 
 /* ---- against PyTorch ------------------------------------------------------ */
 
@@ -58,32 +56,13 @@ static const struct {
 START_TEST(test_reduce_vs_pytorch) {
     int k = _i / 2;
     tg_dtype dt = _i % 2 ? TG_F32 : TG_F64;
-    const char *dn = dt == TG_F64 ? "f64" : "f32";
     double tol = dt == TG_F64 ? 1e-14 : 2e-6;
-    char name[96];
-    int64_t nx, ny, ndx, nw;
-    snprintf(name, sizeof name, "%s.%s.x", FIX[k].name, dn);
-    double *xv = o1_fx(name, &nx);
-    snprintf(name, sizeof name, "%s.%s.y", FIX[k].name, dn);
-    double *yv = o1_fx(name, &ny);
-    snprintf(name, sizeof name, "%s.%s.dx", FIX[k].name, dn);
-    double *dxv = o1_fx(name, &ndx);
-    double *w = o1_fx("w", &nw);
-
-    tg_tensor *x = o1_tensor(ctx, dt, TG_SHAPE(2, 3, 4), xv, true);
-    tg_tensor *y = apply(ctx, &FIX[k].r, x);
-    ck_assert_msg(y != NULL, "%s", tg_error_message(ctx));
-    ck_assert_int_eq(y->dtype, dt);
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "%s.%s", FIX[k].name, dt == TG_F64 ? "f64" : "f32");
+    red r = FIX[k].r;
+    tg_tensor *y = tg_test_op_vs_fixture(ctx, "ops_values.txt", prefix, dt, TG_SHAPE(2, 3, 4), red_fn, &r, tol);
     ck_assert_int_eq(y->ndim, FIX[k].ndim);
     for (int d = 0; d < y->ndim; d++) ck_assert_int_eq(y->shape[d], FIX[k].shape[d]);
-    snprintf(name, sizeof name, "%s %s y", FIX[k].name, dn);
-    o1_assert_close(ctx, y, yv, ny, tol, name);
-    tg_tensor *g = o1_tensor(ctx, dt, y->ndim, y->shape, w, false);
-    tg_backward_ex(ctx, y, g, false);
-    ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
-    snprintf(name, sizeof name, "%s %s dx", FIX[k].name, dn);
-    o1_assert_close(ctx, x->grad, dxv, ndx, tol, name);
-    free(xv), free(yv), free(dxv), free(w);
 }
 END_TEST
 
@@ -210,8 +189,8 @@ START_TEST(test_reduce_fd) {
                 for (int keep = 0; keep < 2; keep++) {
                     if (kind <= 1 && (axis != lo || keep)) continue; /* whole-tensor: once */
                     red r = {kind, axis, keep};
-                    tg_tensor *in[1] = {o1_leaf(ctx, nd, shapes[si].s, kind * 10 + axis)};
-                    o1_fd_check(ctx, red_fn, 1, in, &r, O1_H, O1_ATOL, O1_RTOL);
+                    tg_tensor *x = tg_test_smooth_leaf(ctx, nd, shapes[si].s, kind * 10 + axis);
+                    tg_test_op_gradcheck(ctx, "reduction", red_fn, &r, 1, &x);
                 }
             }
         }
@@ -223,7 +202,7 @@ END_TEST
 /* Ties: the gradient goes to the first maximum only; NaN wins. */
 START_TEST(test_max_ties_and_nan) {
     double v[6] = {1, 3, 3, 2, 2, 2};
-    tg_tensor *x = o1_tensor(ctx, TG_F64, TG_SHAPE(2, 3), v, true);
+    tg_tensor *x = tg_requires_grad(ctx, tg_test_tensor(ctx, TG_F64, TG_SHAPE(2, 3), v));
     tg_tensor *y = tg_max_axis(ctx, x, 1, false);
     ck_assert_double_eq(tg_get_flat(ctx, y, 0), 3);
     ck_assert_double_eq(tg_get_flat(ctx, y, 1), 2);
@@ -232,24 +211,24 @@ START_TEST(test_max_ties_and_nan) {
     for (int i = 0; i < 6; i++) ck_assert_double_eq(tg_get_flat(ctx, x->grad, i), e[i]);
 
     double u[6] = {5, 1, 7, 5, 2, 7}; /* axis 0: columns (5,5), (1,2), (7,7) */
-    tg_tensor *x2 = o1_tensor(ctx, TG_F32, TG_SHAPE(2, 3), u, true);
+    tg_tensor *x2 = tg_requires_grad(ctx, tg_test_tensor(ctx, TG_F32, TG_SHAPE(2, 3), u));
     tg_tensor *y2 = tg_max_axis(ctx, x2, 0, true);
     ck_assert_int_eq(y2->ndim, 2);
     ck_assert_int_eq(y2->shape[0], 1);
     double w[3] = {10, 20, 30};
-    tg_backward_ex(ctx, y2, o1_tensor(ctx, TG_F32, TG_SHAPE(1, 3), w, false), false);
+    tg_backward_ex(ctx, y2, tg_test_tensor(ctx, TG_F32, TG_SHAPE(1, 3), w), false);
     double e2[6] = {10, 0, 30, 0, 20, 0};
     for (int i = 0; i < 6; i++) ck_assert_double_eq(tg_get_flat(ctx, x2->grad, i), e2[i]);
 
     double n[4] = {1, NAN, 5, NAN};
-    tg_tensor *x3 = o1_tensor(ctx, TG_F64, TG_SHAPE(4), n, true);
+    tg_tensor *x3 = tg_requires_grad(ctx, tg_test_tensor(ctx, TG_F64, TG_SHAPE(4), n));
     tg_tensor *y3 = tg_max_axis(ctx, x3, 0, false);
     ck_assert(isnan(tg_get_flat(ctx, y3, 0)));
     tg_backward(ctx, y3);
     double e3[4] = {0, 1, 0, 0};
     for (int i = 0; i < 4; i++) ck_assert_double_eq(tg_get_flat(ctx, x3->grad, i), e3[i]);
     double m[3] = {-INFINITY, -INFINITY, -1e300};
-    tg_tensor *y4 = tg_max_axis(ctx, o1_tensor(ctx, TG_F64, TG_SHAPE(3), m, false), -1, false);
+    tg_tensor *y4 = tg_max_axis(ctx, tg_test_tensor(ctx, TG_F64, TG_SHAPE(3), m), -1, false);
     ck_assert_double_eq(tg_get_flat(ctx, y4, 0), -1e300);
 }
 END_TEST
@@ -257,7 +236,7 @@ END_TEST
 /* Two backward passes add up. */
 START_TEST(test_accumulation) {
     double v[6] = {0.5, -1, 2, 0.25, -0.75, 1.5};
-    tg_tensor *x = o1_tensor(ctx, TG_F64, TG_SHAPE(2, 3), v, true);
+    tg_tensor *x = tg_requires_grad(ctx, tg_test_tensor(ctx, TG_F64, TG_SHAPE(2, 3), v));
     for (int pass = 1; pass <= 2; pass++) {
         tg_tensor *l = tg_add(ctx, tg_mean(ctx, tg_sum_axis(ctx, x, 0, false)),
                               tg_sum(ctx, tg_max_axis(ctx, x, 1, true)));
@@ -280,7 +259,7 @@ START_TEST(test_backward_adds_to_existing_grad) {
                 red r = {kind, axis, keep};
                 double fresh[6];
                 for (int pass = 0; pass < 2; pass++) {
-                    tg_tensor *x = o1_leaf(ctx, TG_SHAPE(2, 3), kind);
+                    tg_tensor *x = tg_test_smooth_leaf(ctx, TG_SHAPE(2, 3), kind);
                     if (pass)
                         for (int i = 0; i < 6; i++) ((double *)x->grad->data)[i] = 0.5;
                     tg_tensor *y = apply(ctx, &r, x);
@@ -303,7 +282,7 @@ END_TEST
 /* A 0-d tensor reduces over axis 0 or -1 to itself. */
 START_TEST(test_scalar_axis) {
     double v = 2.5;
-    tg_tensor *x = o1_tensor(ctx, TG_F64, 0, NULL, &v, true);
+    tg_tensor *x = tg_requires_grad(ctx, tg_test_tensor(ctx, TG_F64, 0, NULL, &v));
     for (int kind = 2; kind <= 4; kind++)
         for (int axis = -1; axis <= 0; axis++) {
             red r = {kind, axis, axis == 0};
@@ -339,12 +318,11 @@ START_TEST(test_empty_reductions) {
     ck_assert_ptr_nonnull(x1);
     ck_assert_int_eq(x1->numel, 0);
 
-    ck_assert_ptr_null(tg_mean(ctx, e));
-    o1_assert_error(ctx, TG_ERR_VALUE, "tg_mean", "empty reduction", "(0, 3)", NULL);
-    ck_assert_ptr_null(tg_mean_axis(ctx, e, 0, false));
-    o1_assert_error(ctx, TG_ERR_VALUE, "tg_mean_axis", "empty reduction", "(0, 3)", NULL);
-    ck_assert_ptr_null(tg_max_axis(ctx, e, -2, true));
-    o1_assert_error(ctx, TG_ERR_VALUE, "tg_max_axis", "empty reduction", "axis -2", NULL);
+    tg_test_assert_fails(ctx, tg_mean(ctx, e), TG_ERR_VALUE, "tg_mean", "empty reduction", "(0, 3)", NULL);
+    tg_test_assert_fails(ctx, tg_mean_axis(ctx, e, 0, false), TG_ERR_VALUE, "tg_mean_axis", "empty reduction", "(0, 3)",
+                         NULL);
+    tg_test_assert_fails(ctx, tg_max_axis(ctx, e, -2, true), TG_ERR_VALUE, "tg_max_axis", "empty reduction", "axis -2",
+                         NULL);
 }
 END_TEST
 
@@ -352,22 +330,16 @@ START_TEST(test_errors) {
     tg_tensor *x = tg_ones(ctx, TG_F64, TG_SHAPE(2, 3));
     for (int kind = 2; kind <= 4; kind++) {
         red r = {kind, 2, false};
-        ck_assert_ptr_null(apply(ctx, &r, x));
-        o1_assert_error(ctx, TG_ERR_SHAPE, "axis 2", "(2, 3)", "-2..1", NULL);
+        tg_test_assert_fails(ctx, apply(ctx, &r, x), TG_ERR_SHAPE, "axis 2", "(2, 3)", "-2..1", NULL);
         r.axis = -3;
-        ck_assert_ptr_null(apply(ctx, &r, x));
-        o1_assert_error(ctx, TG_ERR_SHAPE, "axis -3", NULL);
+        tg_test_assert_fails(ctx, apply(ctx, &r, x), TG_ERR_SHAPE, "axis -3", NULL);
         red s = {kind, 1, false};
         tg_tensor *z = tg_ones(ctx, TG_F32, 0, NULL);
-        ck_assert_ptr_null(apply(ctx, &s, z));
-        o1_assert_error(ctx, TG_ERR_SHAPE, "axis 1", "()", NULL);
-        ck_assert_ptr_null(apply(ctx, &s, NULL));
-        o1_assert_error(ctx, TG_ERR_NULL, "'x'", NULL);
+        tg_test_assert_fails(ctx, apply(ctx, &s, z), TG_ERR_SHAPE, "axis 1", "()", NULL);
+        tg_test_assert_fails(ctx, apply(ctx, &s, NULL), TG_ERR_NULL, "'x'", NULL);
     }
-    ck_assert_ptr_null(tg_sum(ctx, NULL));
-    o1_assert_error(ctx, TG_ERR_NULL, "tg_sum", NULL);
-    ck_assert_ptr_null(tg_mean(ctx, NULL));
-    o1_assert_error(ctx, TG_ERR_NULL, "tg_mean", NULL);
+    tg_test_assert_fails(ctx, tg_sum(ctx, NULL), TG_ERR_NULL, "tg_sum", NULL);
+    tg_test_assert_fails(ctx, tg_mean(ctx, NULL), TG_ERR_NULL, "tg_mean", NULL);
 
     /* In error: every reduction returns NULL and the first error stays. */
     tg_requires_grad(ctx, x);
@@ -379,7 +351,7 @@ START_TEST(test_errors) {
     ck_assert_ptr_null(tg_max_axis(ctx, x, 0, false));
     ck_assert_ptr_null(tg_max_axis(ctx, x, 9, false));
     ck_assert_int_eq(tg_tape_size(ctx), 0);
-    o1_assert_error(ctx, TG_ERR_IO, "first", NULL);
+    tg_test_assert_error(ctx, TG_ERR_IO, "first", NULL);
     ck_assert_ptr_null(tg_sum(NULL, x));
     ck_assert_ptr_null(tg_max_axis(NULL, x, 0, true));
 }
@@ -406,36 +378,15 @@ END_TEST
 
 Suite *make_ops_reduce_suite(void) {
     Suite *s = suite_create("ops_reduce");
-    TCase *tc = tcase_create("values");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    TCase *tc = tg_test_tcase(s, "values", setup, teardown, test_axis_values_by_hand, test_f32_sums_in_double,
+                              test_threads_deterministic, test_scalar_axis, NULL);
     tcase_add_loop_test(tc, test_reduce_vs_pytorch, 0, 2 * N_FIX);
-    tcase_add_test(tc, test_axis_values_by_hand);
-    tcase_add_test(tc, test_f32_sums_in_double);
-    tcase_add_test(tc, test_threads_deterministic);
-    tcase_add_test(tc, test_scalar_axis);
-    suite_add_tcase(s, tc);
 
-    tc = tcase_create("gradients");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_reduce_fd);
-    tcase_add_test(tc, test_max_ties_and_nan);
-    tcase_add_test(tc, test_accumulation);
-    tcase_add_test(tc, test_backward_adds_to_existing_grad);
-    tcase_add_test(tc, test_saved_bytes);
-    suite_add_tcase(s, tc);
+    tg_test_tcase(s, "gradients", setup, teardown, test_reduce_fd, test_max_ties_and_nan, test_accumulation,
+                  test_backward_adds_to_existing_grad, test_saved_bytes, NULL);
 
-    tc = tcase_create("errors");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_empty_reductions);
-    tcase_add_test(tc, test_errors);
-    suite_add_tcase(s, tc);
+    tg_test_tcase(s, "errors", setup, teardown, test_empty_reductions, test_errors, NULL);
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_ops_reduce_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tg_test_run(make_ops_reduce_suite()); }

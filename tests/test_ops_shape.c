@@ -1,7 +1,12 @@
 /* Shape ops: tg_transpose, tg_reshape, tg_concat, tg_slice. Forward values
  * against index formulas and hand-written results, backward against central
  * finite differences in float64, and every error path. */
-#include "ops2_testutil.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
 
 static tg_ctx *ctx;
 
@@ -20,7 +25,7 @@ START_TEST(test_transpose_by_hand) {
     ck_assert_int_eq(y->ndim, 2);
     ck_assert_int_eq(y->shape[0], 3);
     ck_assert_int_eq(y->shape[1], 2);
-    assert_close(ctx, y, (double[]){1, 4, 2, 5, 3, 6}, 6, 0, "transpose");
+    tg_test_assert_close(ctx, "transpose", y, (double[]){1, 4, 2, 5, 3, 6}, 6, 0, 0);
 }
 END_TEST
 
@@ -45,24 +50,23 @@ START_TEST(test_transpose_batched) {
 }
 END_TEST
 
-static tg_tensor *f_transpose(tg_ctx *c, tg_tensor **in, void *u) {
+static tg_tensor *f_transpose(tg_ctx *c, tg_tensor *const *in, void *u) {
     (void)u;
     return tg_transpose(c, in[0]);
 }
 
 START_TEST(test_transpose_backward) {
     tg_tensor *in[1] = {randleaf(TG_SHAPE(2, 3, 4))};
-    fd_check(ctx, f_transpose, 1, in, NULL, FD_H, FD_ATOL, FD_RTOL);
+    tg_test_op_gradcheck(ctx, "transpose", f_transpose, NULL, 1, in);
     tg_tensor *in2[1] = {randleaf(TG_SHAPE(5, 3))};
-    fd_check(ctx, f_transpose, 1, in2, NULL, FD_H, FD_ATOL, FD_RTOL);
+    tg_test_op_gradcheck(ctx, "transpose", f_transpose, NULL, 1, in2);
 }
 END_TEST
 
 START_TEST(test_transpose_errors) {
-    ck_assert_ptr_null(tg_transpose(ctx, tg_zeros(ctx, TG_F32, TG_SHAPE(4))));
-    assert_error(ctx, TG_ERR_SHAPE, "tg_transpose", "(4,)", NULL);
-    ck_assert_ptr_null(tg_transpose(ctx, NULL));
-    assert_error(ctx, TG_ERR_NULL, "tg_transpose", "'x'", NULL);
+    tg_test_assert_fails(ctx, tg_transpose(ctx, tg_zeros(ctx, TG_F32, TG_SHAPE(4))), TG_ERR_SHAPE, "tg_transpose",
+                         "(4,)", NULL);
+    tg_test_assert_fails(ctx, tg_transpose(ctx, NULL), TG_ERR_NULL, "tg_transpose", "'x'", NULL);
 }
 END_TEST
 
@@ -87,7 +91,7 @@ START_TEST(test_reshape_values) {
 END_TEST
 
 /* reshape then matmul, so the gradient through the reshape is not just r */
-static tg_tensor *f_reshape_mm(tg_ctx *c, tg_tensor **in, void *u) {
+static tg_tensor *f_reshape_mm(tg_ctx *c, tg_tensor *const *in, void *u) {
     (void)u;
     tg_tensor *a = tg_reshape(c, in[0], TG_SHAPE(-1, 3));
     return tg_matmul(c, a, tg_reshape(c, in[1], TG_SHAPE(3, 2)));
@@ -95,29 +99,24 @@ static tg_tensor *f_reshape_mm(tg_ctx *c, tg_tensor **in, void *u) {
 
 START_TEST(test_reshape_backward) {
     tg_tensor *in[2] = {randleaf(TG_SHAPE(2, 3, 2)), randleaf(TG_SHAPE(6))};
-    fd_check(ctx, f_reshape_mm, 2, in, NULL, FD_H, FD_ATOL, FD_RTOL);
+    tg_test_op_gradcheck(ctx, "reshape + matmul", f_reshape_mm, NULL, 2, in);
+    tg_test_backward(ctx, f_reshape_mm, NULL, 2, in);
     ck_assert_int_eq(in[0]->grad->ndim, 3); /* the grad has x's shape */
 }
 END_TEST
 
 START_TEST(test_reshape_errors) {
     tg_tensor *x = tg_zeros(ctx, TG_F32, TG_SHAPE(2, 3));
-    ck_assert_ptr_null(tg_reshape(ctx, x, TG_SHAPE(4, 2)));
-    assert_error(ctx, TG_ERR_SHAPE, "tg_reshape", "(2, 3)", "(4, 2)", NULL);
-    ck_assert_ptr_null(tg_reshape(ctx, x, TG_SHAPE(4, -1)));
-    assert_error(ctx, TG_ERR_SHAPE, "tg_reshape", "(2, 3)", "(4, -1)", NULL);
-    ck_assert_ptr_null(tg_reshape(ctx, x, TG_SHAPE(-1, -1)));
-    assert_error(ctx, TG_ERR_SHAPE, "tg_reshape", "-1", NULL);
-    ck_assert_ptr_null(tg_reshape(ctx, x, TG_SHAPE(-2, -3)));
-    assert_error(ctx, TG_ERR_SHAPE, "tg_reshape", "-2", NULL);
-    ck_assert_ptr_null(tg_reshape(ctx, x, 9, (int64_t[9]){1, 1, 1, 1, 1, 1, 1, 2, 3}));
-    assert_error(ctx, TG_ERR_SHAPE, "tg_reshape", "ndim 9", NULL);
-    ck_assert_ptr_null(tg_reshape(ctx, x, 2, NULL));
-    assert_error(ctx, TG_ERR_NULL, "tg_reshape", "shape", NULL);
-    ck_assert_ptr_null(tg_reshape(ctx, NULL, TG_SHAPE(6)));
-    assert_error(ctx, TG_ERR_NULL, "tg_reshape", "'x'", NULL);
-    ck_assert_ptr_null(tg_reshape(ctx, x, TG_SHAPE(INT64_MAX, 4)));
-    assert_error(ctx, TG_ERR_SHAPE, "tg_reshape", NULL);
+    tg_test_assert_fails(ctx, tg_reshape(ctx, x, TG_SHAPE(4, 2)), TG_ERR_SHAPE, "tg_reshape", "(2, 3)", "(4, 2)", NULL);
+    tg_test_assert_fails(ctx, tg_reshape(ctx, x, TG_SHAPE(4, -1)), TG_ERR_SHAPE, "tg_reshape", "(2, 3)", "(4, -1)",
+                         NULL);
+    tg_test_assert_fails(ctx, tg_reshape(ctx, x, TG_SHAPE(-1, -1)), TG_ERR_SHAPE, "tg_reshape", "-1", NULL);
+    tg_test_assert_fails(ctx, tg_reshape(ctx, x, TG_SHAPE(-2, -3)), TG_ERR_SHAPE, "tg_reshape", "-2", NULL);
+    tg_test_assert_fails(ctx, tg_reshape(ctx, x, 9, (int64_t[9]){1, 1, 1, 1, 1, 1, 1, 2, 3}), TG_ERR_SHAPE,
+                         "tg_reshape", "ndim 9", NULL);
+    tg_test_assert_fails(ctx, tg_reshape(ctx, x, 2, NULL), TG_ERR_NULL, "tg_reshape", "shape", NULL);
+    tg_test_assert_fails(ctx, tg_reshape(ctx, NULL, TG_SHAPE(6)), TG_ERR_NULL, "tg_reshape", "'x'", NULL);
+    tg_test_assert_fails(ctx, tg_reshape(ctx, x, TG_SHAPE(INT64_MAX, 4)), TG_ERR_SHAPE, "tg_reshape", NULL);
 }
 END_TEST
 
@@ -130,32 +129,33 @@ START_TEST(test_concat_by_hand) {
     tg_tensor *y = tg_concat(ctx, 3, (tg_tensor *[]){a, b, c}, 1);
     ck_assert_int_eq(y->shape[0], 2);
     ck_assert_int_eq(y->shape[1], 6);
-    assert_close(ctx, y, (double[]){1, 2, 5, 7, 8, 9, 3, 4, 6, 10, 11, 12}, 12, 0, "concat axis 1");
+    tg_test_assert_close(ctx, "concat axis 1", y, (double[]){1, 2, 5, 7, 8, 9, 3, 4, 6, 10, 11, 12}, 12, 0, 0);
     tg_tensor *y2 = tg_concat(ctx, 2, (tg_tensor *[]){a, tg_transpose(ctx, b)}, 0);
     ck_assert_int_eq(y2->shape[0], 3);
-    assert_close(ctx, y2, (double[]){1, 2, 3, 4, 5, 6}, 6, 0, "concat axis 0");
+    tg_test_assert_close(ctx, "concat axis 0", y2, (double[]){1, 2, 3, 4, 5, 6}, 6, 0, 0);
     tg_tensor *y3 = tg_concat(ctx, 2, (tg_tensor *[]){b, a}, -1); /* negative axis */
-    assert_close(ctx, y3, (double[]){5, 1, 2, 6, 3, 4}, 6, 0, "concat axis -1");
+    tg_test_assert_close(ctx, "concat axis -1", y3, (double[]){5, 1, 2, 6, 3, 4}, 6, 0, 0);
     tg_tensor *f = tg_concat(ctx, 2,
                              (tg_tensor *[]){tg_from_buffer(ctx, TG_F32, TG_SHAPE(2), (float[]){1, 2}),
                                              tg_zeros(ctx, TG_F32, TG_SHAPE(0))},
                              0);
-    assert_close(ctx, f, (double[]){1, 2}, 2, 0, "concat with an empty piece");
+    tg_test_assert_close(ctx, "concat with an empty piece", f, (double[]){1, 2}, 2, 0, 0);
 }
 END_TEST
 
-static tg_tensor *f_concat_mid(tg_ctx *c, tg_tensor **in, void *u) {
+static tg_tensor *f_concat_mid(tg_ctx *c, tg_tensor *const *in, void *u) {
     (void)u;
     return tg_concat(c, 3, in, 1);
 }
 
 START_TEST(test_concat_backward) {
     tg_tensor *in[3] = {randleaf(TG_SHAPE(2, 1, 3)), randleaf(TG_SHAPE(2, 4, 3)), randleaf(TG_SHAPE(2, 2, 3))};
-    fd_check(ctx, f_concat_mid, 3, in, NULL, FD_H, FD_ATOL, FD_RTOL);
+    tg_test_op_gradcheck(ctx, "concat", f_concat_mid, NULL, 3, in);
     /* one piece without grad */
     tg_tensor *in2[3] = {randleaf(TG_SHAPE(3, 2)), tg_randn(ctx, TG_F64, TG_SHAPE(3, 1), 0, 1),
                          randleaf(TG_SHAPE(3, 2))};
-    fd_check(ctx, f_concat_mid, 3, in2, NULL, FD_H, FD_ATOL, FD_RTOL);
+    tg_test_op_gradcheck(ctx, "concat, one piece without grad", f_concat_mid, NULL, 3, in2);
+    tg_test_backward(ctx, f_concat_mid, NULL, 3, in2);
     ck_assert_ptr_null(in2[1]->grad);
 }
 END_TEST
@@ -163,24 +163,19 @@ END_TEST
 START_TEST(test_concat_errors) {
     tg_tensor *a = tg_zeros(ctx, TG_F32, TG_SHAPE(2, 3));
     tg_tensor *b = tg_zeros(ctx, TG_F32, TG_SHAPE(4, 3));
-    ck_assert_ptr_null(tg_concat(ctx, 2, (tg_tensor *[]){a, b}, 1));
-    assert_error(ctx, TG_ERR_SHAPE, "tg_concat", "(2, 3)", "(4, 3)", NULL);
-    ck_assert_ptr_null(tg_concat(ctx, 2, (tg_tensor *[]){a, tg_zeros(ctx, TG_F32, TG_SHAPE(2, 3, 1))}, 0));
-    assert_error(ctx, TG_ERR_SHAPE, "tg_concat", "(2, 3, 1)", NULL);
-    ck_assert_ptr_null(tg_concat(ctx, 2, (tg_tensor *[]){a, tg_zeros(ctx, TG_F64, TG_SHAPE(2, 3))}, 0));
-    assert_error(ctx, TG_ERR_DTYPE, "tg_concat", "float32", "float64", NULL);
-    ck_assert_ptr_null(tg_concat(ctx, 2, (tg_tensor *[]){a, b}, 2));
-    assert_error(ctx, TG_ERR_INDEX, "tg_concat", "axis 2", NULL);
-    ck_assert_ptr_null(tg_concat(ctx, 2, (tg_tensor *[]){a, b}, -3));
-    assert_error(ctx, TG_ERR_INDEX, "tg_concat", "axis -3", NULL);
-    ck_assert_ptr_null(tg_concat(ctx, 0, (tg_tensor *[]){a}, 0));
-    assert_error(ctx, TG_ERR_VALUE, "tg_concat", "n = 0", NULL);
-    ck_assert_ptr_null(tg_concat(ctx, 2, (tg_tensor *[]){a, NULL}, 0));
-    assert_error(ctx, TG_ERR_NULL, "tg_concat", "xs[1]", NULL);
-    ck_assert_ptr_null(tg_concat(ctx, 2, NULL, 0));
-    assert_error(ctx, TG_ERR_NULL, "tg_concat", "xs", NULL);
-    ck_assert_ptr_null(tg_concat(ctx, 1, (tg_tensor *[]){tg_full(ctx, TG_F32, 0, NULL, 1)}, 0));
-    assert_error(ctx, TG_ERR_INDEX, "tg_concat", "axis 0", "()", NULL);
+    tg_test_assert_fails(ctx, tg_concat(ctx, 2, (tg_tensor *[]){a, b}, 1), TG_ERR_SHAPE, "tg_concat", "(2, 3)",
+                         "(4, 3)", NULL);
+    tg_test_assert_fails(ctx, tg_concat(ctx, 2, (tg_tensor *[]){a, tg_zeros(ctx, TG_F32, TG_SHAPE(2, 3, 1))}, 0),
+                         TG_ERR_SHAPE, "tg_concat", "(2, 3, 1)", NULL);
+    tg_test_assert_fails(ctx, tg_concat(ctx, 2, (tg_tensor *[]){a, tg_zeros(ctx, TG_F64, TG_SHAPE(2, 3))}, 0),
+                         TG_ERR_DTYPE, "tg_concat", "float32", "float64", NULL);
+    tg_test_assert_fails(ctx, tg_concat(ctx, 2, (tg_tensor *[]){a, b}, 2), TG_ERR_INDEX, "tg_concat", "axis 2", NULL);
+    tg_test_assert_fails(ctx, tg_concat(ctx, 2, (tg_tensor *[]){a, b}, -3), TG_ERR_INDEX, "tg_concat", "axis -3", NULL);
+    tg_test_assert_fails(ctx, tg_concat(ctx, 0, (tg_tensor *[]){a}, 0), TG_ERR_VALUE, "tg_concat", "n = 0", NULL);
+    tg_test_assert_fails(ctx, tg_concat(ctx, 2, (tg_tensor *[]){a, NULL}, 0), TG_ERR_NULL, "tg_concat", "xs[1]", NULL);
+    tg_test_assert_fails(ctx, tg_concat(ctx, 2, NULL, 0), TG_ERR_NULL, "tg_concat", "xs", NULL);
+    tg_test_assert_fails(ctx, tg_concat(ctx, 1, (tg_tensor *[]){tg_full(ctx, TG_F32, 0, NULL, 1)}, 0), TG_ERR_INDEX,
+                         "tg_concat", "axis 0", "()", NULL);
 }
 END_TEST
 
@@ -192,9 +187,10 @@ START_TEST(test_slice_values) {
     ck_assert_int_eq(y->shape[0], 2);
     ck_assert_int_eq(y->shape[1], 2);
     ck_assert_int_eq(y->shape[2], 4);
-    assert_close(ctx, y, (double[]){4, 5, 6, 7, 8, 9, 10, 11, 16, 17, 18, 19, 20, 21, 22, 23}, 16, 0, "slice axis 1");
+    tg_test_assert_close(ctx, "slice axis 1", y, (double[]){4, 5, 6, 7, 8, 9, 10, 11, 16, 17, 18, 19, 20, 21, 22, 23},
+                         16, 0, 0);
     tg_tensor *z = tg_slice(ctx, x, -1, 3, 4);
-    assert_close(ctx, z, (double[]){3, 7, 11, 15, 19, 23}, 6, 0, "slice axis -1");
+    tg_test_assert_close(ctx, "slice axis -1", z, (double[]){3, 7, 11, 15, 19, 23}, 6, 0, 0);
     tg_tensor *w = tg_slice(ctx, x, 0, 1, 2);
     ck_assert_int_eq(w->shape[0], 1);
     ck_assert_double_eq(tg_get_flat(ctx, w, 0), 12);
@@ -207,13 +203,13 @@ START_TEST(test_slice_values) {
 }
 END_TEST
 
-static tg_tensor *f_slice(tg_ctx *c, tg_tensor **in, void *u) {
+static tg_tensor *f_slice(tg_ctx *c, tg_tensor *const *in, void *u) {
     const int64_t *a = u;
     return tg_slice(c, in[0], (int)a[0], a[1], a[2]);
 }
 
 /* two overlapping slices multiplied: both routes accumulate into x's grad */
-static tg_tensor *f_two_slices(tg_ctx *c, tg_tensor **in, void *u) {
+static tg_tensor *f_two_slices(tg_ctx *c, tg_tensor *const *in, void *u) {
     (void)u;
     tg_tensor *s1 = tg_slice(c, in[0], 0, 0, 3);
     tg_tensor *s2 = tg_slice(c, in[0], 0, 1, 4);
@@ -222,26 +218,21 @@ static tg_tensor *f_two_slices(tg_ctx *c, tg_tensor **in, void *u) {
 
 START_TEST(test_slice_backward) {
     tg_tensor *in[1] = {randleaf(TG_SHAPE(3, 5, 2))};
-    fd_check(ctx, f_slice, 1, in, (int64_t[]){1, 1, 4}, FD_H, FD_ATOL, FD_RTOL);
-    fd_check(ctx, f_slice, 1, in, (int64_t[]){0, 2, 3}, FD_H, FD_ATOL, FD_RTOL);
-    fd_check(ctx, f_slice, 1, in, (int64_t[]){-1, 0, 1}, FD_H, FD_ATOL, FD_RTOL);
+    tg_test_op_gradcheck(ctx, "slice", f_slice, (int64_t[]){1, 1, 4}, 1, in);
+    tg_test_op_gradcheck(ctx, "slice", f_slice, (int64_t[]){0, 2, 3}, 1, in);
+    tg_test_op_gradcheck(ctx, "slice", f_slice, (int64_t[]){-1, 0, 1}, 1, in);
     tg_tensor *in2[1] = {randleaf(TG_SHAPE(4, 3))};
-    fd_check(ctx, f_two_slices, 1, in2, NULL, FD_H, FD_ATOL, FD_RTOL);
+    tg_test_op_gradcheck(ctx, "two overlapping slices", f_two_slices, NULL, 1, in2);
 }
 END_TEST
 
 START_TEST(test_slice_errors) {
     tg_tensor *x = tg_zeros(ctx, TG_F64, TG_SHAPE(2, 5));
-    ck_assert_ptr_null(tg_slice(ctx, x, 1, 2, 6));
-    assert_error(ctx, TG_ERR_INDEX, "tg_slice", "[2, 6)", "size 5", "(2, 5)", NULL);
-    ck_assert_ptr_null(tg_slice(ctx, x, 1, -1, 2));
-    assert_error(ctx, TG_ERR_INDEX, "tg_slice", "[-1, 2)", NULL);
-    ck_assert_ptr_null(tg_slice(ctx, x, 0, 2, 1));
-    assert_error(ctx, TG_ERR_INDEX, "tg_slice", "[2, 1)", NULL);
-    ck_assert_ptr_null(tg_slice(ctx, x, 2, 0, 1));
-    assert_error(ctx, TG_ERR_INDEX, "tg_slice", "axis 2", NULL);
-    ck_assert_ptr_null(tg_slice(ctx, NULL, 0, 0, 1));
-    assert_error(ctx, TG_ERR_NULL, "tg_slice", "'x'", NULL);
+    tg_test_assert_fails(ctx, tg_slice(ctx, x, 1, 2, 6), TG_ERR_INDEX, "tg_slice", "[2, 6)", "size 5", "(2, 5)", NULL);
+    tg_test_assert_fails(ctx, tg_slice(ctx, x, 1, -1, 2), TG_ERR_INDEX, "tg_slice", "[-1, 2)", NULL);
+    tg_test_assert_fails(ctx, tg_slice(ctx, x, 0, 2, 1), TG_ERR_INDEX, "tg_slice", "[2, 1)", NULL);
+    tg_test_assert_fails(ctx, tg_slice(ctx, x, 2, 0, 1), TG_ERR_INDEX, "tg_slice", "axis 2", NULL);
+    tg_test_assert_fails(ctx, tg_slice(ctx, NULL, 0, 0, 1), TG_ERR_NULL, "tg_slice", "'x'", NULL);
 }
 END_TEST
 
@@ -258,31 +249,10 @@ START_TEST(test_no_record_without_grad) {
 END_TEST
 
 Suite *make_ops_shape_suite(void) {
-    Suite *s = suite_create("ops_shape");
-    TCase *tc = tcase_create("shape");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_transpose_by_hand);
-    tcase_add_test(tc, test_transpose_batched);
-    tcase_add_test(tc, test_transpose_backward);
-    tcase_add_test(tc, test_transpose_errors);
-    tcase_add_test(tc, test_reshape_values);
-    tcase_add_test(tc, test_reshape_backward);
-    tcase_add_test(tc, test_reshape_errors);
-    tcase_add_test(tc, test_concat_by_hand);
-    tcase_add_test(tc, test_concat_backward);
-    tcase_add_test(tc, test_concat_errors);
-    tcase_add_test(tc, test_slice_values);
-    tcase_add_test(tc, test_slice_backward);
-    tcase_add_test(tc, test_slice_errors);
-    tcase_add_test(tc, test_no_record_without_grad);
-    suite_add_tcase(s, tc);
-    return s;
+    return tg_test_suite("ops_shape", setup, teardown, test_transpose_by_hand, test_transpose_batched,
+                         test_transpose_backward, test_transpose_errors, test_reshape_values, test_reshape_backward,
+                         test_reshape_errors, test_concat_by_hand, test_concat_backward, test_concat_errors,
+                         test_slice_values, test_slice_backward, test_slice_errors, test_no_record_without_grad, NULL);
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_ops_shape_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tg_test_run(make_ops_shape_suite()); }

@@ -3,7 +3,12 @@
  * backward against central finite differences in float64, logits of +-1e4
  * in float32, ignore_index and label smoothing, thread-count independence,
  * and every error path. */
-#include "ops2_testutil.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
 
 #define FX "softmax_ce.txt"
 
@@ -12,28 +17,19 @@ static tg_ctx *ctx;
 static void setup(void) { ctx = tg_ctx_new(5); }
 static void teardown(void) { tg_ctx_free(ctx); }
 
-/* A tensor of dtype dt holding the fixture array `name` with this shape. */
+/* The fixture array `name` as a tensor of dtype dt and this shape. */
 static tg_tensor *fx_tensor(const char *name, tg_dtype dt, int ndim, const int64_t *shape) {
-    int64_t n;
-    double *v = fx_get(FX, name, &n);
-    tg_tensor *t = tg_zeros(ctx, dt, ndim, shape);
-    ck_assert_int_eq(t->numel, n);
-    for (int64_t i = 0; i < n; i++) tg_set_flat(ctx, t, i, v[i]);
-    free(v);
-    return t;
+    return tg_test_fixture_tensor(ctx, FX, name, dt, ndim, shape);
 }
 
 static void assert_fx(const tg_tensor *t, const char *name, double tol) {
-    int64_t n;
-    double *v = fx_get(FX, name, &n);
-    assert_close(ctx, t, v, n, tol, name);
-    free(v);
+    tg_test_assert_fixture(ctx, t, FX, name, tol);
 }
 
 /* int64 targets from the fixture; *n gets the count */
 static int64_t *fx_targets(const char *name, int64_t *n) {
-    double *v = fx_get(FX, name, n);
-    int64_t *t = malloc(sizeof *t * (size_t)*n);
+    double *v = tg_test_fixture(FX, name, n);
+    int64_t *t = tg_test_malloc(sizeof *t * (size_t)*n);
     for (int64_t i = 0; i < *n; i++) t[i] = (int64_t)v[i];
     free(v);
     return t;
@@ -72,14 +68,14 @@ END_TEST
 START_TEST(test_softmax_by_hand) {
     /* softmax(0, ln 3) = (1/4, 3/4); rows sum to 1; a 0-d x gives 1 */
     tg_tensor *x = tg_from_buffer(ctx, TG_F64, TG_SHAPE(1, 2), (double[]){0, log(3.0)});
-    assert_close(ctx, tg_softmax(ctx, x), (double[]){0.25, 0.75}, 2, 1e-15, "softmax");
-    assert_close(ctx, tg_log_softmax(ctx, x), (double[]){log(0.25), log(0.75)}, 2, 1e-15, "log_softmax");
+    tg_test_assert_close(ctx, "softmax", tg_softmax(ctx, x), (double[]){0.25, 0.75}, 2, 1e-15, 1e-15);
+    tg_test_assert_close(ctx, "log_softmax", tg_log_softmax(ctx, x), (double[]){log(0.25), log(0.75)}, 2, 1e-15, 1e-15);
     tg_tensor *s = tg_softmax(ctx, tg_full(ctx, TG_F32, 0, NULL, -3));
     ck_assert_int_eq(s->ndim, 0);
     ck_assert_double_eq(tg_get(ctx, s, NULL), 1.0);
     /* a -inf logit: probability 0, log-probability -inf (as PyTorch) */
     tg_tensor *xi = tg_from_buffer(ctx, TG_F32, TG_SHAPE(3), (float[]){0, -INFINITY, 0});
-    assert_close(ctx, tg_softmax(ctx, xi), (double[]){0.5, 0, 0.5}, 3, 1e-7, "softmax -inf");
+    tg_test_assert_close(ctx, "softmax -inf", tg_softmax(ctx, xi), (double[]){0.5, 0, 0.5}, 3, 1e-7, 1e-7);
     tg_tensor *li = tg_log_softmax(ctx, xi);
     ck_assert(isinf(tg_get_flat(ctx, li, 1)) && tg_get_flat(ctx, li, 1) < 0);
     ck_assert_double_eq_tol(tg_get_flat(ctx, li, 0), log(0.5), 1e-7);
@@ -128,7 +124,7 @@ static void ce_case(const char *cname, tg_dtype dt, double tol) {
     int64_t *t = fx_targets(name, &n);
     ck_assert_int_eq(n, 6);
     snprintf(name, sizeof name, "ce_%s_opts", cname);
-    double *ov = fx_get(FX, name, &n);
+    double *ov = tg_test_fixture(FX, name, &n);
     tg_cross_entropy_opts o = {.ignore_index = (int64_t)ov[0], .label_smoothing = ov[1]};
     free(ov);
     tg_tensor *loss = tg_cross_entropy(ctx, x, t, &o);
@@ -163,9 +159,9 @@ START_TEST(test_ce_defaults_and_scaling) {
     assert_fx(loss, "ce_ign_loss", 1e-13);
     /* an upstream gradient of 2.5 scales dx */
     tg_backward_ex(ctx, loss, tg_full(ctx, TG_F64, 0, NULL, 2.5), false);
-    double *ref = fx_get(FX, "ce_ign_dx", &n);
+    double *ref = tg_test_fixture(FX, "ce_ign_dx", &n);
     for (int64_t i = 0; i < n; i++) ref[i] *= 2.5;
-    assert_close(ctx, x->grad, ref, n, 1e-13, "2.5 dx");
+    tg_test_assert_close(ctx, "2.5 dx", x->grad, ref, n, 1e-13, 1e-13);
     /* ignored rows (1 and 4) get exactly 0 */
     for (int64_t c = 0; c < 5; c++) {
         ck_assert_double_eq(tg_get_flat(ctx, x->grad, 1 * 5 + c), 0.0);
@@ -194,11 +190,11 @@ END_TEST
 
 /* ---- finite differences ----------------------------------------------------------- */
 
-static tg_tensor *f_softmax(tg_ctx *c, tg_tensor **in, void *u) {
+static tg_tensor *f_softmax(tg_ctx *c, tg_tensor *const *in, void *u) {
     (void)u;
     return tg_softmax(c, in[0]);
 }
-static tg_tensor *f_log_softmax(tg_ctx *c, tg_tensor **in, void *u) {
+static tg_tensor *f_log_softmax(tg_ctx *c, tg_tensor *const *in, void *u) {
     (void)u;
     return tg_log_softmax(c, in[0]);
 }
@@ -208,20 +204,20 @@ typedef struct ce_args {
     tg_cross_entropy_opts o;
 } ce_args;
 
-static tg_tensor *f_ce(tg_ctx *c, tg_tensor **in, void *u) {
+static tg_tensor *f_ce(tg_ctx *c, tg_tensor *const *in, void *u) {
     const ce_args *a = u;
     return tg_cross_entropy(c, in[0], a->t, &a->o);
 }
 
 START_TEST(test_fd_softmax) {
     tg_tensor *in[1] = {tg_requires_grad(ctx, tg_randn(ctx, TG_F64, TG_SHAPE(3, 4), 0, 2))};
-    fd_check(ctx, f_softmax, 1, in, NULL, FD_H, FD_ATOL, FD_RTOL);
-    fd_check(ctx, f_log_softmax, 1, in, NULL, FD_H, FD_ATOL, FD_RTOL);
+    tg_test_op_gradcheck(ctx, "softmax", f_softmax, NULL, 1, in);
+    tg_test_op_gradcheck(ctx, "log_softmax", f_log_softmax, NULL, 1, in);
     tg_tensor *in3[1] = {tg_requires_grad(ctx, tg_randn(ctx, TG_F64, TG_SHAPE(2, 2, 5), 0, 2))};
-    fd_check(ctx, f_softmax, 1, in3, NULL, FD_H, FD_ATOL, FD_RTOL);
-    fd_check(ctx, f_log_softmax, 1, in3, NULL, FD_H, FD_ATOL, FD_RTOL);
+    tg_test_op_gradcheck(ctx, "softmax", f_softmax, NULL, 1, in3);
+    tg_test_op_gradcheck(ctx, "log_softmax", f_log_softmax, NULL, 1, in3);
     tg_tensor *in1[1] = {tg_requires_grad(ctx, tg_randn(ctx, TG_F64, TG_SHAPE(4, 1), 0, 2))};
-    fd_check(ctx, f_softmax, 1, in1, NULL, FD_H, FD_ATOL, FD_RTOL);
+    tg_test_op_gradcheck(ctx, "softmax", f_softmax, NULL, 1, in1);
 }
 END_TEST
 
@@ -229,18 +225,19 @@ START_TEST(test_fd_cross_entropy) {
     tg_tensor *in[1] = {tg_requires_grad(ctx, tg_randn(ctx, TG_F64, TG_SHAPE(5, 4), 0, 2))};
     const int64_t t[5] = {3, -100, 0, 3, 1};
     ce_args a = {t, {-100, 0.0}};
-    fd_check(ctx, f_ce, 1, in, &a, FD_H, FD_ATOL, FD_RTOL);
+    tg_test_op_gradcheck(ctx, "cross_entropy", f_ce, &a, 1, in);
     a.o.label_smoothing = 0.2;
-    fd_check(ctx, f_ce, 1, in, &a, FD_H, FD_ATOL, FD_RTOL);
+    tg_test_op_gradcheck(ctx, "cross_entropy", f_ce, &a, 1, in);
     const int64_t t3[5] = {3, 1, 0, 3, 2};
     a.t = t3;
     a.o.ignore_index = 3; /* ignore an in-range class */
-    fd_check(ctx, f_ce, 1, in, &a, FD_H, FD_ATOL, FD_RTOL);
+    tg_test_op_gradcheck(ctx, "cross_entropy, ignore_index 3", f_ce, &a, 1, in);
+    tg_test_backward(ctx, f_ce, &a, 1, in);
     ck_assert_double_eq(tg_get_flat(ctx, in[0]->grad, 0), 0.0); /* row 0 has target 3: ignored */
     const int64_t t1[1] = {2};
     tg_tensor *in1[1] = {tg_requires_grad(ctx, tg_randn(ctx, TG_F64, TG_SHAPE(1, 3), 0, 2))};
     ce_args b = {t1, {-100, 0.7}};
-    fd_check(ctx, f_ce, 1, in1, &b, FD_H, FD_ATOL, FD_RTOL);
+    tg_test_op_gradcheck(ctx, "cross_entropy", f_ce, &b, 1, in1);
 }
 END_TEST
 
@@ -274,8 +271,8 @@ START_TEST(test_threads_bitwise) {
                               0);
     }
     ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
-    for (int k = 0; k < 5; k++)
-        ck_assert_msg(memcmp(res[0][k]->data, res[1][k]->data, (size_t)res[0][k]->numel * 4) == 0, "result %d", k);
+    static const char *const what[5] = {"softmax", "softmax dx", "log_softmax", "log_softmax dx", "cross_entropy"};
+    for (int k = 0; k < 5; k++) tg_test_assert_same_bits(what[k], res[0][k], res[1][k]);
     free(t);
 }
 END_TEST
@@ -284,38 +281,35 @@ END_TEST
 
 START_TEST(test_ce_errors) {
     tg_tensor *x = tg_zeros(ctx, TG_F32, TG_SHAPE(3, 4));
-    ck_assert_ptr_null(tg_cross_entropy(ctx, x, (int64_t[]){0, 4, 1}, NULL));
-    assert_error(ctx, TG_ERR_INDEX, "tg_cross_entropy", "targets[1] = 4", "0..3", "(3, 4)", NULL);
-    ck_assert_ptr_null(tg_cross_entropy(ctx, x, (int64_t[]){0, 1, -1}, NULL));
-    assert_error(ctx, TG_ERR_INDEX, "tg_cross_entropy", "targets[2] = -1", NULL);
+    tg_test_assert_fails(ctx, tg_cross_entropy(ctx, x, (int64_t[]){0, 4, 1}, NULL), TG_ERR_INDEX, "tg_cross_entropy",
+                         "targets[1] = 4", "0..3", "(3, 4)", NULL);
+    tg_test_assert_fails(ctx, tg_cross_entropy(ctx, x, (int64_t[]){0, 1, -1}, NULL), TG_ERR_INDEX, "tg_cross_entropy",
+                         "targets[2] = -1", NULL);
     /* -100 is fine by default, but not when another ignore_index is set */
     tg_cross_entropy_opts o = {.ignore_index = 1, .label_smoothing = 0};
-    ck_assert_ptr_null(tg_cross_entropy(ctx, x, (int64_t[]){-100, 1, 2}, &o));
-    assert_error(ctx, TG_ERR_INDEX, "tg_cross_entropy", "targets[0] = -100", NULL);
+    tg_test_assert_fails(ctx, tg_cross_entropy(ctx, x, (int64_t[]){-100, 1, 2}, &o), TG_ERR_INDEX, "tg_cross_entropy",
+                         "targets[0] = -100", NULL);
     double bad[] = {-0.1, 1.5, NAN};
     for (int i = 0; i < 3; i++) {
         o = (tg_cross_entropy_opts){-100, bad[i]};
-        ck_assert_ptr_null(tg_cross_entropy(ctx, x, (int64_t[]){0, 1, 2}, &o));
-        assert_error(ctx, TG_ERR_VALUE, "tg_cross_entropy", "label_smoothing", NULL);
+        tg_test_assert_fails(ctx, tg_cross_entropy(ctx, x, (int64_t[]){0, 1, 2}, &o), TG_ERR_VALUE, "tg_cross_entropy",
+                             "label_smoothing", NULL);
     }
-    ck_assert_ptr_null(tg_cross_entropy(ctx, tg_zeros(ctx, TG_F32, TG_SHAPE(4)), (int64_t[]){0}, NULL));
-    assert_error(ctx, TG_ERR_SHAPE, "tg_cross_entropy", "(4,)", NULL);
-    ck_assert_ptr_null(tg_cross_entropy(ctx, tg_zeros(ctx, TG_F32, TG_SHAPE(0, 4)), (int64_t[]){0}, NULL));
-    assert_error(ctx, TG_ERR_SHAPE, "tg_cross_entropy", "empty", "(0, 4)", NULL);
-    ck_assert_ptr_null(tg_cross_entropy(ctx, tg_zeros(ctx, TG_F32, TG_SHAPE(2, 0)), (int64_t[]){0, 0}, NULL));
-    assert_error(ctx, TG_ERR_SHAPE, "tg_cross_entropy", "empty", NULL);
-    ck_assert_ptr_null(tg_cross_entropy(ctx, x, NULL, NULL));
-    assert_error(ctx, TG_ERR_NULL, "tg_cross_entropy", "targets", NULL);
-    ck_assert_ptr_null(tg_cross_entropy(ctx, NULL, (int64_t[]){0}, NULL));
-    assert_error(ctx, TG_ERR_NULL, "tg_cross_entropy", "logits", NULL);
+    tg_test_assert_fails(ctx, tg_cross_entropy(ctx, tg_zeros(ctx, TG_F32, TG_SHAPE(4)), (int64_t[]){0}, NULL),
+                         TG_ERR_SHAPE, "tg_cross_entropy", "(4,)", NULL);
+    tg_test_assert_fails(ctx, tg_cross_entropy(ctx, tg_zeros(ctx, TG_F32, TG_SHAPE(0, 4)), (int64_t[]){0}, NULL),
+                         TG_ERR_SHAPE, "tg_cross_entropy", "empty", "(0, 4)", NULL);
+    tg_test_assert_fails(ctx, tg_cross_entropy(ctx, tg_zeros(ctx, TG_F32, TG_SHAPE(2, 0)), (int64_t[]){0, 0}, NULL),
+                         TG_ERR_SHAPE, "tg_cross_entropy", "empty", NULL);
+    tg_test_assert_fails(ctx, tg_cross_entropy(ctx, x, NULL, NULL), TG_ERR_NULL, "tg_cross_entropy", "targets", NULL);
+    tg_test_assert_fails(ctx, tg_cross_entropy(ctx, NULL, (int64_t[]){0}, NULL), TG_ERR_NULL, "tg_cross_entropy",
+                         "logits", NULL);
 }
 END_TEST
 
 START_TEST(test_softmax_errors) {
-    ck_assert_ptr_null(tg_softmax(ctx, NULL));
-    assert_error(ctx, TG_ERR_NULL, "tg_softmax", "'x'", NULL);
-    ck_assert_ptr_null(tg_log_softmax(ctx, NULL));
-    assert_error(ctx, TG_ERR_NULL, "tg_log_softmax", "'x'", NULL);
+    tg_test_assert_fails(ctx, tg_softmax(ctx, NULL), TG_ERR_NULL, "tg_softmax", "'x'", NULL);
+    tg_test_assert_fails(ctx, tg_log_softmax(ctx, NULL), TG_ERR_NULL, "tg_log_softmax", "'x'", NULL);
     tg_tensor *x = tg_zeros(ctx, TG_F32, TG_SHAPE(2, 2));
     tg_error(ctx, TG_ERR_VALUE, "test", "first");
     ck_assert_ptr_null(tg_softmax(ctx, x));
@@ -327,28 +321,10 @@ START_TEST(test_softmax_errors) {
 END_TEST
 
 Suite *make_ops_softmax_suite(void) {
-    Suite *s = suite_create("ops_softmax");
-    TCase *tc = tcase_create("softmax");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_softmax_vs_torch);
-    tcase_add_test(tc, test_softmax_by_hand);
-    tcase_add_test(tc, test_large_logits_f32);
-    tcase_add_test(tc, test_ce_vs_torch);
-    tcase_add_test(tc, test_ce_defaults_and_scaling);
-    tcase_add_test(tc, test_ce_by_hand);
-    tcase_add_test(tc, test_fd_softmax);
-    tcase_add_test(tc, test_fd_cross_entropy);
-    tcase_add_test(tc, test_threads_bitwise);
-    tcase_add_test(tc, test_ce_errors);
-    tcase_add_test(tc, test_softmax_errors);
-    suite_add_tcase(s, tc);
-    return s;
+    return tg_test_suite("ops_softmax", setup, teardown, test_softmax_vs_torch, test_softmax_by_hand,
+                         test_large_logits_f32, test_ce_vs_torch, test_ce_defaults_and_scaling, test_ce_by_hand,
+                         test_fd_softmax, test_fd_cross_entropy, test_threads_bitwise, test_ce_errors,
+                         test_softmax_errors, NULL);
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_ops_softmax_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tg_test_run(make_ops_softmax_suite()); }

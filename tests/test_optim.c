@@ -1,16 +1,12 @@
 /* Optimizers, schedules and clipping against PyTorch 1.13.
  * Reference values: tests/fixtures/optim_trajectories.txt, made by
  * tests/fixtures/make_optim_fixture.py (the problem is described there). */
-#include <check.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tapegrad.h"
+#include "testutil.h"
 
-#ifndef TG_TEST_DIR
-#define TG_TEST_DIR "tests"
-#endif
 #define FIXTURE TG_TEST_DIR "/fixtures/optim_trajectories.txt"
 
 static tg_ctx *ctx;
@@ -19,17 +15,13 @@ static void teardown(void) { tg_ctx_free(ctx); }
 
 /* ---- fixture reading ------------------------------------------------------ */
 
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    ck_assert_uint_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = '\0';
-    fclose(f);
-    return s;
+/* The next line of the fixture starting with `prefix`, or NULL at its end:
+ * strtok_r over text (the fixture, read whole) with *save; text is NULL
+ * after the first call. */
+static char *next_line(char *text, char **save, const char *prefix) {
+    for (char *line = strtok_r(text, "\n", save); line; line = strtok_r(NULL, "\n", save))
+        if (strncmp(line, prefix, strlen(prefix)) == 0) return line;
+    return NULL;
 }
 
 /* The value of "key=" in a line, or `dflt` when absent. */
@@ -57,6 +49,14 @@ static int numbers_after(const char *line, int skip, double *out, int n) {
         p = end;
     }
     return k;
+}
+
+/* t made persistent and added to ps as "<module>.<name>" (just "<name>"
+ * when module is NULL), with its weight-decay flag. */
+static tg_tensor *add_param(tg_params *ps, const char *module, const char *name, tg_tensor *t, bool decay) {
+    t = tg_persist(ctx, t);
+    ck_assert_msg(tg_params_add(ctx, ps, module, name, t, decay), "%s", tg_error_message(ctx));
+    return t;
 }
 
 /* ---- the problem: L = sum((tanh(W x + b) - t)^2) ------------------------- */
@@ -101,7 +101,7 @@ static tg_optim *make_optim(tg_params *ps, const char *line) {
 }
 
 START_TEST(test_trajectories_match_pytorch) {
-    char *text = read_file(FIXTURE);
+    char *text = tg_test_read_file(FIXTURE, NULL);
     int cases = 0, steps_checked = 0;
     double worst = 0;
     char *save = NULL;
@@ -114,10 +114,8 @@ START_TEST(test_trajectories_match_pytorch) {
             tg_params_free(&ps);
             if (W) tg_tensor_free(ctx, W);
             if (b) tg_tensor_free(ctx, b);
-            W = tg_persist(ctx, tg_from_buffer(ctx, TG_F64, TG_SHAPE(3, 4), W0));
-            b = tg_persist(ctx, tg_from_buffer(ctx, TG_F64, TG_SHAPE(3), B0));
-            tg_params_add(ctx, &ps, "fc", "weight", W, true);
-            tg_params_add(ctx, &ps, "fc", "bias", b, false);
+            W = add_param(&ps, "fc", "weight", tg_from_buffer(ctx, TG_F64, TG_SHAPE(3, 4), W0), true);
+            b = add_param(&ps, "fc", "bias", tg_from_buffer(ctx, TG_F64, TG_SHAPE(3), B0), false);
             opt = make_optim(&ps, line);
             ck_assert_msg(opt != NULL, "%s: %s", line, tg_error_message(ctx));
             cases++;
@@ -147,11 +145,10 @@ START_TEST(test_trajectories_match_pytorch) {
 END_TEST
 
 START_TEST(test_schedules_match_pytorch) {
-    char *text = read_file(FIXTURE);
+    char *text = tg_test_read_file(FIXTURE, NULL);
     int found = 0;
     char *save = NULL;
-    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-        if (strncmp(line, "sched ", 6) != 0) continue;
+    for (char *line = next_line(text, &save, "sched "); line; line = next_line(NULL, &save, "sched ")) {
         tg_schedule s = {0};
         int skip;
         if (strncmp(line + 6, "step ", 5) == 0) {
@@ -171,8 +168,7 @@ START_TEST(test_schedules_match_pytorch) {
         ck_assert_int_eq(numbers_after(line, skip, want, 30), 30);
         /* through an optimizer, as a training loop reads it */
         tg_params ps = {0};
-        tg_tensor *p = tg_persist(ctx, tg_zeros(ctx, TG_F64, TG_SHAPE(1)));
-        tg_params_add(ctx, &ps, NULL, "p", p, true);
+        add_param(&ps, NULL, "p", tg_zeros(ctx, TG_F64, TG_SHAPE(1)), true);
         tg_sgd_opts o = tg_sgd_defaults(kv(line, "base", 0));
         tg_optim *opt = tg_sgd_new(ctx, &ps, &o);
         tg_optim_set_schedule(ctx, opt, &s);
@@ -209,18 +205,15 @@ START_TEST(test_callback_schedule) {
 END_TEST
 
 START_TEST(test_clip_grad_norm_matches_pytorch) {
-    char *text = read_file(FIXTURE);
+    char *text = tg_test_read_file(FIXTURE, NULL);
     int found = 0;
     char *save = NULL;
-    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-        if (strncmp(line, "clip ", 5) != 0) continue;
+    for (char *line = next_line(text, &save, "clip "); line; line = next_line(NULL, &save, "clip ")) {
         double want[10];
         ck_assert_int_eq(numbers_after(line, 3, want, 10), 10);
         tg_params ps = {0};
-        tg_tensor *a = tg_persist(ctx, tg_zeros(ctx, TG_F64, TG_SHAPE(2, 3)));
-        tg_tensor *c = tg_persist(ctx, tg_zeros(ctx, TG_F64, TG_SHAPE(4)));
-        tg_params_add(ctx, &ps, NULL, "a", a, true);
-        tg_params_add(ctx, &ps, NULL, "c", c, true);
+        tg_tensor *a = add_param(&ps, NULL, "a", tg_zeros(ctx, TG_F64, TG_SHAPE(2, 3)), true);
+        tg_tensor *c = add_param(&ps, NULL, "c", tg_zeros(ctx, TG_F64, TG_SHAPE(4)), true);
         const double ga[6] = {1.0, -2.0, 3.0, 0.5, 0.25, -4.0}, gc[4] = {2.0, -1.0, 0.0, 6.0};
         memcpy(a->grad->data, ga, sizeof ga);
         memcpy(c->grad->data, gc, sizeof gc);
@@ -240,10 +233,8 @@ END_TEST
 
 START_TEST(test_clip_value_and_anomaly) {
     tg_params ps = {0};
-    tg_tensor *a = tg_persist(ctx, tg_zeros(ctx, TG_F32, TG_SHAPE(4)));
-    tg_tensor *c = tg_persist(ctx, tg_zeros(ctx, TG_F32, TG_SHAPE(2)));
-    tg_params_add(ctx, &ps, "fc1", "weight", a, true);
-    tg_params_add(ctx, &ps, "fc1", "bias", c, false);
+    tg_tensor *a = add_param(&ps, "fc1", "weight", tg_zeros(ctx, TG_F32, TG_SHAPE(4)), true);
+    tg_tensor *c = add_param(&ps, "fc1", "bias", tg_zeros(ctx, TG_F32, TG_SHAPE(2)), false);
     float *g = a->grad->data;
     g[0] = 3;
     g[1] = -0.5f;
@@ -270,7 +261,7 @@ END_TEST
 
 START_TEST(test_invalid_hyperparameters) {
     tg_params ps = {0};
-    tg_params_add(ctx, &ps, NULL, "p", tg_persist(ctx, tg_zeros(ctx, TG_F64, TG_SHAPE(2))), true);
+    add_param(&ps, NULL, "p", tg_zeros(ctx, TG_F64, TG_SHAPE(2)), true);
     struct {
         tg_sgd_opts o;
         const char *msg;
@@ -282,12 +273,8 @@ START_TEST(test_invalid_hyperparameters) {
         {{0.1, 0, 0, 0, true}, "nesterov needs momentum > 0"},
         {{0.1, 0.9, 0.1, 0, true}, "dampening 0"},
     };
-    for (size_t i = 0; i < sizeof sgd_bad / sizeof sgd_bad[0]; i++) {
-        ck_assert_ptr_null(tg_sgd_new(ctx, &ps, &sgd_bad[i].o));
-        ck_assert_int_eq(tg_status_of(ctx), TG_ERR_VALUE);
-        ck_assert_msg(strstr(tg_error_message(ctx), sgd_bad[i].msg), "%s", tg_error_message(ctx));
-        tg_clear_error(ctx);
-    }
+    for (size_t i = 0; i < sizeof sgd_bad / sizeof sgd_bad[0]; i++)
+        tg_test_assert_fails(ctx, tg_sgd_new(ctx, &ps, &sgd_bad[i].o), TG_ERR_VALUE, sgd_bad[i].msg, NULL);
     struct {
         tg_adam_opts o;
         const char *msg;
@@ -299,15 +286,9 @@ START_TEST(test_invalid_hyperparameters) {
         {{1e-3, 0.9, 0.999, 0, 0, false}, "eps=0 must be finite and > 0"},
         {{1e-3, 0.9, 0.999, 1e-8, INFINITY, false}, "weight_decay=inf"},
     };
-    for (size_t i = 0; i < sizeof adam_bad / sizeof adam_bad[0]; i++) {
-        ck_assert_ptr_null(tg_adam_new(ctx, &ps, &adam_bad[i].o));
-        ck_assert_int_eq(tg_status_of(ctx), TG_ERR_VALUE);
-        ck_assert_msg(strstr(tg_error_message(ctx), adam_bad[i].msg), "%s", tg_error_message(ctx));
-        tg_clear_error(ctx);
-    }
-    ck_assert_ptr_null(tg_adamw_new(ctx, &ps, NULL));
-    ck_assert_int_eq(tg_status_of(ctx), TG_ERR_NULL);
-    tg_clear_error(ctx);
+    for (size_t i = 0; i < sizeof adam_bad / sizeof adam_bad[0]; i++)
+        tg_test_assert_fails(ctx, tg_adam_new(ctx, &ps, &adam_bad[i].o), TG_ERR_VALUE, adam_bad[i].msg, NULL);
+    tg_test_assert_fails(ctx, tg_adamw_new(ctx, &ps, NULL), TG_ERR_NULL, NULL);
     tg_params_free(&ps);
 }
 END_TEST
@@ -316,10 +297,8 @@ END_TEST
  * AdamW shrinks the decaying parameter and leaves the other one alone. */
 START_TEST(test_no_decay_flag_and_state_names) {
     tg_params ps = {0};
-    tg_tensor *w = tg_persist(ctx, tg_ones(ctx, TG_F64, TG_SHAPE(2)));
-    tg_tensor *g = tg_persist(ctx, tg_ones(ctx, TG_F64, TG_SHAPE(2)));
-    tg_params_add(ctx, &ps, "fc", "weight", w, true);
-    tg_params_add(ctx, &ps, "norm", "gamma", g, false);
+    tg_tensor *w = add_param(&ps, "fc", "weight", tg_ones(ctx, TG_F64, TG_SHAPE(2)), true);
+    tg_tensor *g = add_param(&ps, "norm", "gamma", tg_ones(ctx, TG_F64, TG_SHAPE(2)), false);
     tg_adam_opts o = tg_adamw_defaults();
     o.lr = 0.1;
     o.weight_decay = 0.5;
@@ -347,26 +326,11 @@ END_TEST
 
 Suite *make_optim_suite(void) {
     Suite *s = suite_create("optim");
-    TCase *tc = tcase_create("pytorch");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_trajectories_match_pytorch);
-    tcase_add_test(tc, test_schedules_match_pytorch);
-    tcase_add_test(tc, test_callback_schedule);
-    tcase_add_test(tc, test_clip_grad_norm_matches_pytorch);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("checks");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_clip_value_and_anomaly);
-    tcase_add_test(tc, test_invalid_hyperparameters);
-    tcase_add_test(tc, test_no_decay_flag_and_state_names);
-    suite_add_tcase(s, tc);
+    tg_test_tcase(s, "pytorch", setup, teardown, test_trajectories_match_pytorch, test_schedules_match_pytorch,
+                  test_callback_schedule, test_clip_grad_norm_matches_pytorch, NULL);
+    tg_test_tcase(s, "checks", setup, teardown, test_clip_value_and_anomaly, test_invalid_hyperparameters,
+                  test_no_decay_flag_and_state_names, NULL);
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_optim_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tg_test_run(make_optim_suite()); }

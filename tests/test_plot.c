@@ -8,8 +8,6 @@
  * stderr and check the no-gnuplot behaviour instead. */
 #define _XOPEN_SOURCE 700
 
-#include <check.h>
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "tapegrad.h"
+#include "testutil.h"
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                  */
@@ -28,22 +26,15 @@ static char saved_path[8192];  /* PATH before the test */
 
 static void setup(void)
 {
-    strcpy(tmp, "/tmp/tg_test_plot_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmp));
+    tg_test_make_tmpdir(tmp, sizeof tmp, "tg_test_plot");
     const char *path = getenv("PATH");
     snprintf(saved_path, sizeof saved_path, "%s", path ? path : "/usr/bin:/bin");
-}
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(path);
 }
 
 static void teardown(void)
 {
     setenv("PATH", saved_path, 1);
-    nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tg_test_remove_tree(tmp);
 }
 
 /* tmp + "/" + rel, in a static rotating buffer (4 live at once). */
@@ -54,23 +45,6 @@ static const char *in_tmp(const char *rel)
     char *b = bufs[k++ % 4];
     snprintf(b, 512, "%s/%s", tmp, rel);
     return b;
-}
-
-/* The whole file, malloc'd and terminated; NULL if it cannot be read. */
-static char *slurp(const char *path, long *size)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(s);
-    ck_assert_int_eq((long)fread(s, 1, (size_t)n, f), n);
-    s[n] = '\0';
-    fclose(f);
-    if (size) *size = n;
-    return s;
 }
 
 static bool exists(const char *path)
@@ -89,12 +63,11 @@ static bool have_gnuplot(void)
 /* A real PNG: the 8-byte signature and more than 1 KB (a drawn plot). */
 static void assert_png(const char *path)
 {
-    long size = 0;
-    char *data = slurp(path, &size);
-    ck_assert_msg(data != NULL, "no picture at %s", path);
+    size_t size = 0;
+    char *data = tg_test_read_file(path, &size);
     static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
     ck_assert_msg(size >= 8 && memcmp(data, sig, 8) == 0, "%s lacks the PNG signature", path);
-    ck_assert_msg(size > 1024, "%s is only %ld bytes", path, size);
+    ck_assert_msg(size > 1024, "%s is only %zu bytes", path, size);
     free(data);
 }
 
@@ -160,14 +133,12 @@ START_TEST(test_dat_rows_and_columns)
     for (int i = 0; i < 5; i++) ck_assert_int_eq(tg_plot_row(p, rows[i]), TG_OK);
 
     /* Flushed per row: the rows are on disk before the file is closed. */
-    char *text = slurp(in_tmp("a/b/c/loss.dat"), NULL);
-    ck_assert_ptr_nonnull(text);
+    char *text = tg_test_read_file(in_tmp("a/b/c/loss.dat"), NULL);
     ck_assert_ptr_nonnull(strstr(text, "5 0.125 0.3333333333 0\n"));
     free(text);
     ck_assert_int_eq(tg_plot_close_data(p), TG_OK);
 
-    text = slurp(in_tmp("a/b/c/loss.dat"), NULL);
-    ck_assert_ptr_nonnull(text);
+    text = tg_test_read_file(in_tmp("a/b/c/loss.dat"), NULL);
     ck_assert_msg(strncmp(text, "# step train_loss val_loss lr\n", 30) == 0, "header: %s", text);
     int nrows = 0;
     char *line = strchr(text, '\n') + 1;
@@ -209,7 +180,7 @@ START_TEST(test_open_replaces_old_file)
     ck_assert_int_eq(tg_plot_close_data(p), TG_OK);
     p = make_log(tmp, "run", 3, 1.0);
     ck_assert_int_eq(tg_plot_close_data(p), TG_OK);
-    char *text = slurp(in_tmp("run.dat"), NULL);
+    char *text = tg_test_read_file(in_tmp("run.dat"), NULL);
     int lines = 0;
     for (char *c = text; *c; c++) lines += *c == '\n';
     ck_assert_int_eq(lines, 1 + 3);
@@ -231,17 +202,11 @@ START_TEST(test_close_renders_png)
     tg_status st = tg_plot_close(p, &style, &rendered, msg, sizeof msg);
     ck_assert_msg(st == TG_OK, "status %d: %s", st, msg);
 
-    char *gp = slurp(in_tmp("loss.gp"), NULL);
-    ck_assert_ptr_nonnull(gp);
-    ck_assert_ptr_nonnull(strstr(gp, "set title 'Spiral MLP training'\n"));
-    ck_assert_ptr_nonnull(strstr(gp, "set xlabel 'step'\n"));
-    ck_assert_ptr_nonnull(strstr(gp, "set ylabel 'cross-entropy loss'\n"));
-    ck_assert_ptr_nonnull(strstr(gp, "set logscale y\n"));
-    ck_assert_ptr_nonnull(strstr(gp, "set key"));
-    ck_assert_ptr_nonnull(strstr(gp, "set output 'loss.png'\n"));
-    ck_assert_ptr_nonnull(strstr(gp, "'loss.dat' using 1:2 with lines lw 2 title 'loss'"));
-    ck_assert_ptr_nonnull(strstr(gp, "'loss.dat' using 1:3 with lines lw 2 title 'lr'"));
-    ck_assert_ptr_nonnull(strstr(gp, "pngcairo"));
+    char *gp = tg_test_read_file(in_tmp("loss.gp"), NULL);
+    tg_test_assert_contains(gp, "set title 'Spiral MLP training'\n", "set xlabel 'step'\n",
+                            "set ylabel 'cross-entropy loss'\n", "set logscale y\n", "set key",
+                            "set output 'loss.png'\n", "'loss.dat' using 1:2 with lines lw 2 title 'loss'",
+                            "'loss.dat' using 1:3 with lines lw 2 title 'lr'", "pngcairo", NULL);
     free(gp);
     ck_assert(exists(in_tmp("loss.dat")));
 
@@ -260,15 +225,11 @@ START_TEST(test_close_default_style)
     tg_plot *p = make_log(tmp, "train", 20, 1.0);
     char msg[1024];
     ck_assert_int_eq(tg_plot_close(p, NULL, NULL, msg, sizeof msg), TG_OK);
-    char *gp = slurp(in_tmp("train.gp"), NULL);
-    ck_assert_ptr_nonnull(gp);
+    char *gp = tg_test_read_file(in_tmp("train.gp"), NULL);
     /* Defaults: the name as title, the step column as x label, "value" for
      * two series, a legend entry per column; linear y. */
-    ck_assert_ptr_nonnull(strstr(gp, "set title 'train'\n"));
-    ck_assert_ptr_nonnull(strstr(gp, "set xlabel 'step'\n"));
-    ck_assert_ptr_nonnull(strstr(gp, "set ylabel 'value'\n"));
-    ck_assert_ptr_nonnull(strstr(gp, "title 'loss'"));
-    ck_assert_ptr_nonnull(strstr(gp, "title 'lr'"));
+    tg_test_assert_contains(gp, "set title 'train'\n", "set xlabel 'step'\n", "set ylabel 'value'\n",
+                            "title 'loss'", "title 'lr'", NULL);
     ck_assert_ptr_null(strstr(gp, "logscale"));
     free(gp);
 }
@@ -287,11 +248,10 @@ START_TEST(test_labels_with_quotes)
     bool rendered = false;
     char msg[1024];
     ck_assert_int_eq(tg_plot_close(p, &style, &rendered, msg, sizeof msg), TG_OK);
-    char *gp = slurp(in_tmp("q.gp"), NULL);
-    ck_assert_ptr_nonnull(strstr(gp, "set title 'Karpathy''s \"toy\" run'\n"));
-    ck_assert_ptr_nonnull(strstr(gp, "set xlabel 'epoch'\n"));
-    ck_assert_ptr_nonnull(strstr(gp, "set ylabel 'it''s'\n"));   /* the one series */
-    ck_assert_ptr_nonnull(strstr(gp, "size 640,400"));
+    char *gp = tg_test_read_file(in_tmp("q.gp"), NULL);
+    /* the one series names the y axis */
+    tg_test_assert_contains(gp, "set title 'Karpathy''s \"toy\" run'\n", "set xlabel 'epoch'\n",
+                            "set ylabel 'it''s'\n", "size 640,400", NULL);
     free(gp);
     if (have_gnuplot()) {
         ck_assert_msg(rendered, "%s", msg);
@@ -357,15 +317,12 @@ START_TEST(test_overlay_three_runs)
     tg_status st = tg_plot_overlay(in_tmp("demo"), "loss", &style, s, 4, &rendered, msg, sizeof msg);
     ck_assert_msg(st == TG_OK, "status %d: %s", st, msg);
 
-    char *gp = slurp(in_tmp("demo/loss.gp"), NULL);
-    ck_assert_ptr_nonnull(gp);
-    ck_assert_ptr_nonnull(strstr(gp, "set title 'Spiral: training loss'\n"));
-    ck_assert_ptr_nonnull(strstr(gp, "set xlabel 'step'\n"));
-    ck_assert_ptr_nonnull(strstr(gp, "set ylabel 'loss'\n"));
-    ck_assert_ptr_nonnull(strstr(gp, "set logscale y\n"));
-    ck_assert_ptr_nonnull(strstr(gp, "'loss_none.dat' using 1:2 with lines lw 2 title 'no norm'"));
-    ck_assert_ptr_nonnull(strstr(gp, "'loss_rmsnorm.dat' using 1:2 with lines lw 2 title 'RMSNorm'"));
-    ck_assert_ptr_nonnull(strstr(gp, "'loss_layernorm.dat' using 1:2 with lines lw 2 title 'LayerNorm'"));
+    char *gp = tg_test_read_file(in_tmp("demo/loss.gp"), NULL);
+    tg_test_assert_contains(gp, "set title 'Spiral: training loss'\n", "set xlabel 'step'\n",
+                            "set ylabel 'loss'\n", "set logscale y\n",
+                            "'loss_none.dat' using 1:2 with lines lw 2 title 'no norm'",
+                            "'loss_rmsnorm.dat' using 1:2 with lines lw 2 title 'RMSNorm'",
+                            "'loss_layernorm.dat' using 1:2 with lines lw 2 title 'LayerNorm'", NULL);
     char far[600];
     char real_tmp[512];
     ck_assert_ptr_nonnull(realpath(tmp, real_tmp));
@@ -614,31 +571,14 @@ END_TEST
 Suite *make_plot_suite(void)
 {
     Suite *s = suite_create("plot");
-    TCase *tc = tcase_create("files");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    TCase *tc = tg_test_tcase(s, "files", setup, teardown, test_dat_rows_and_columns, test_open_replaces_old_file,
+                              test_trailing_slash, test_close_renders_png, test_close_default_style,
+                              test_labels_with_quotes, test_without_gnuplot_keeps_files_and_says_how,
+                              test_overlay_three_runs, test_render_custom_script,
+                              test_render_failure_reports_gnuplot_error, test_close_without_rows,
+                              test_gnuplot_detection, test_bad_arguments, NULL);
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_dat_rows_and_columns);
-    tcase_add_test(tc, test_open_replaces_old_file);
-    tcase_add_test(tc, test_trailing_slash);
-    tcase_add_test(tc, test_close_renders_png);
-    tcase_add_test(tc, test_close_default_style);
-    tcase_add_test(tc, test_labels_with_quotes);
-    tcase_add_test(tc, test_without_gnuplot_keeps_files_and_says_how);
-    tcase_add_test(tc, test_overlay_three_runs);
-    tcase_add_test(tc, test_render_custom_script);
-    tcase_add_test(tc, test_render_failure_reports_gnuplot_error);
-    tcase_add_test(tc, test_close_without_rows);
-    tcase_add_test(tc, test_gnuplot_detection);
-    tcase_add_test(tc, test_bad_arguments);
-    suite_add_tcase(s, tc);
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(make_plot_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+int main(void) { return tg_test_run(make_plot_suite()); }

@@ -2,7 +2,6 @@
  * speed and ETA (with a fake clock, so the numbers are exact). */
 #define _XOPEN_SOURCE 700
 
-#include <check.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tapegrad.h"
+#include "testutil.h"
 
 /* A fake clock: the seconds are whatever the test stores in *user. */
 static double fake_clock(void *user)
@@ -24,26 +23,48 @@ static char *contents(FILE *f)
     fflush(f);
     long n = ftell(f);
     rewind(f);
-    char *s = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(s);
+    char *s = tg_test_malloc((size_t)n + 1);
     ck_assert_int_eq((long)fread(s, 1, (size_t)n, f), n);
     s[n] = '\0';
     return s;
 }
 
-/* Line i (0-based) of text, copied into buf. */
-static const char *line_at(const char *text, int i, char *buf, size_t size)
+/* Asserts line i (0-based) of text is `want`. */
+static void assert_line(const char *text, int i, const char *want)
 {
-    for (; i > 0 && text; i--) {
+    for (int k = i; k > 0 && text; k--) {
         text = strchr(text, '\n');
         if (text) text++;
     }
-    ck_assert_ptr_nonnull(text);
+    ck_assert_msg(text != NULL, "no line %d", i);
+    char line[256];
     size_t n = strcspn(text, "\n");
-    ck_assert_uint_lt(n, size);
-    memcpy(buf, text, n);
-    buf[n] = '\0';
-    return buf;
+    ck_assert_uint_lt(n, sizeof line);
+    memcpy(line, text, n);
+    line[n] = '\0';
+    ck_assert_str_eq(line, want);
+}
+
+/* A progress of `total` steps shown every `every` into a new temporary
+ * file (returned), in `mode` unless TG_PROGRESS_AUTO (then as detected),
+ * on the fake clock reading *t unless t is NULL. */
+static FILE *open_progress(tg_progress *p, int64_t total, int64_t every, tg_progress_mode mode, double *t)
+{
+    FILE *f = tmpfile();
+    ck_assert_ptr_nonnull(f);
+    tg_progress_init(p, f, total, every);
+    if (mode != TG_PROGRESS_AUTO) tg_progress_set_mode(p, mode);
+    if (t) tg_progress_set_clock(p, fake_clock, t);
+    return f;
+}
+
+/* Finishes p and returns everything written to f (free it); closes f. */
+static char *finish_progress(tg_progress *p, FILE *f)
+{
+    tg_progress_finish(p);
+    char *out = contents(f);
+    fclose(f);
+    return out;
 }
 
 static int count_char(const char *s, char c)
@@ -55,59 +76,41 @@ static int count_char(const char *s, char c)
 
 START_TEST(test_plain_lines)
 {
-    FILE *f = tmpfile();
-    ck_assert_ptr_nonnull(f);
     tg_progress p;
     double t = 0;
-    tg_progress_init(&p, f, 100, 10);
+    FILE *f = open_progress(&p, 100, 10, TG_PROGRESS_AUTO, &t);
     ck_assert_int_eq(p.mode, TG_PROGRESS_PLAIN);   /* a file is not a terminal */
-    tg_progress_set_clock(&p, fake_clock, &t);
     for (int step = 1; step <= 100; step++) {
         t = 0.5 * step;   /* 2 steps/s */
         tg_progress_update(&p, step, 1.0 / step, 0.01, 2.0);
     }
-    tg_progress_finish(&p);
-    char *out = contents(f);
-    fclose(f);
+    char *out = finish_progress(&p, f);
 
     ck_assert_int_eq(count_char(out, '\n'), 10 + 1);   /* steps 10..100, then done */
     ck_assert_ptr_null(strchr(out, '\r'));
-    char line[256];
     /* Step 10: (10 - 1) steps in (5 - 0.5) s = 2 steps/s; 90 left -> 45 s. */
-    ck_assert_str_eq(line_at(out, 0, line, sizeof line),
-                     "step 10/100  loss 0.1  lr 0.01  grad_norm 2  2.0 steps/s  ETA 0:45");
-    ck_assert_str_eq(line_at(out, 4, line, sizeof line),
-                     "step 50/100  loss 0.02  lr 0.01  grad_norm 2  2.0 steps/s  ETA 0:25");
-    ck_assert_str_eq(line_at(out, 9, line, sizeof line),
-                     "step 100/100  loss 0.01  lr 0.01  grad_norm 2  2.0 steps/s  ETA 0:00");
-    ck_assert_str_eq(line_at(out, 10, line, sizeof line),
-                     "done: 100 steps in 50.0 s (2.0 steps/s), final loss 0.01");
+    assert_line(out, 0, "step 10/100  loss 0.1  lr 0.01  grad_norm 2  2.0 steps/s  ETA 0:45");
+    assert_line(out, 4, "step 50/100  loss 0.02  lr 0.01  grad_norm 2  2.0 steps/s  ETA 0:25");
+    assert_line(out, 9, "step 100/100  loss 0.01  lr 0.01  grad_norm 2  2.0 steps/s  ETA 0:00");
+    assert_line(out, 10, "done: 100 steps in 50.0 s (2.0 steps/s), final loss 0.01");
     free(out);
 }
 END_TEST
 
 START_TEST(test_plain_last_step_and_unknown_fields)
 {
-    FILE *f = tmpfile();
     tg_progress p;
     double t = 0;
-    tg_progress_init(&p, f, 25, 10);
-    tg_progress_set_mode(&p, TG_PROGRESS_PLAIN);
-    tg_progress_set_clock(&p, fake_clock, &t);
+    FILE *f = open_progress(&p, 25, 10, TG_PROGRESS_PLAIN, &t);
     for (int step = 1; step <= 25; step++) {
         t = step;
         tg_progress_update(&p, step, 3.0, NAN, NAN);   /* lr, norm unknown */
     }
-    tg_progress_finish(&p);
-    char *out = contents(f);
-    fclose(f);
-    char line[256];
+    char *out = finish_progress(&p, f);
     /* 10, 20 and the last step 25 even though 25 % 10 != 0. */
     ck_assert_int_eq(count_char(out, '\n'), 3 + 1);
-    ck_assert_str_eq(line_at(out, 0, line, sizeof line),
-                     "step 10/25  loss 3  1.0 steps/s  ETA 0:15");
-    ck_assert_str_eq(line_at(out, 2, line, sizeof line),
-                     "step 25/25  loss 3  1.0 steps/s  ETA 0:00");
+    assert_line(out, 0, "step 10/25  loss 3  1.0 steps/s  ETA 0:15");
+    assert_line(out, 2, "step 25/25  loss 3  1.0 steps/s  ETA 0:00");
     ck_assert_ptr_null(strstr(out, "lr "));
     ck_assert_ptr_null(strstr(out, "grad_norm"));
     free(out);
@@ -116,27 +119,19 @@ END_TEST
 
 START_TEST(test_unknown_total_and_finish_shows_last)
 {
-    FILE *f = tmpfile();
     tg_progress p;
     double t = 100;
-    tg_progress_init(&p, f, 0, 10);
-    tg_progress_set_clock(&p, fake_clock, &t);
+    FILE *f = open_progress(&p, 0, 10, TG_PROGRESS_AUTO, &t);
     for (int step = 1; step <= 15; step++) {
         t = 100 + 0.25 * step;
         tg_progress_update(&p, step, 0.5, 1e-4, 0.125);
     }
     t = 104;
-    tg_progress_finish(&p);
-    char *out = contents(f);
-    fclose(f);
-    char line[256];
-    ck_assert_str_eq(line_at(out, 0, line, sizeof line),
-                     "step 10  loss 0.5  lr 0.0001  grad_norm 0.125  4.0 steps/s");
+    char *out = finish_progress(&p, f);
+    assert_line(out, 0, "step 10  loss 0.5  lr 0.0001  grad_norm 0.125  4.0 steps/s");
     /* finish redraws step 15, never shown by update. */
-    ck_assert_str_eq(line_at(out, 1, line, sizeof line),
-                     "step 15  loss 0.5  lr 0.0001  grad_norm 0.125  4.0 steps/s");
-    ck_assert_str_eq(line_at(out, 2, line, sizeof line),
-                     "done: 15 steps in 4.0 s (3.8 steps/s), final loss 0.5");
+    assert_line(out, 1, "step 15  loss 0.5  lr 0.0001  grad_norm 0.125  4.0 steps/s");
+    assert_line(out, 2, "done: 15 steps in 4.0 s (3.8 steps/s), final loss 0.5");
     ck_assert_ptr_null(strstr(out, "ETA"));
     free(out);
 }
@@ -166,13 +161,10 @@ END_TEST
 
 START_TEST(test_bar_mode)
 {
-    FILE *f = tmpfile();
     tg_progress p;
     double t = 0;
-    tg_progress_init(&p, f, 200, 20);
-    tg_progress_set_mode(&p, TG_PROGRESS_BAR);
+    FILE *f = open_progress(&p, 200, 20, TG_PROGRESS_BAR, &t);
     p.width = 120;
-    tg_progress_set_clock(&p, fake_clock, &t);
     for (int step = 1; step <= 200; step++) {
         t = 0.01 * step;
         /* The loss's text gets shorter late in the run. */
@@ -182,10 +174,8 @@ START_TEST(test_bar_mode)
     /* Before finish: one line redrawn with \r, no newline yet. */
     ck_assert_int_eq(count_char(before, '\r'), 10);
     ck_assert_ptr_null(strchr(before, '\n'));
-    ck_assert_ptr_nonnull(strstr(before, "\r[======>"));
-    ck_assert_ptr_nonnull(strstr(before, " 50% step 100/200  loss 1.23457"));
-    ck_assert_ptr_nonnull(strstr(before, "ETA 0:01"));
-    ck_assert_ptr_nonnull(strstr(before, "[==============================] 100% step 200/200"));
+    tg_test_assert_contains(before, "\r[======>", " 50% step 100/200  loss 1.23457", "ETA 0:01",
+                            "[==============================] 100% step 200/200", NULL);
     /* Every redraw fits in width - 1 columns, and a shorter line is padded
      * with spaces over the end of the longer one before it. */
     size_t prev = 0;
@@ -199,9 +189,7 @@ START_TEST(test_bar_mode)
     free(before);
 
     fseek(f, 0, SEEK_END);
-    tg_progress_finish(&p);
-    char *out = contents(f);
-    fclose(f);
+    char *out = finish_progress(&p, f);
     /* finish ends the bar line, then prints the summary. */
     ck_assert_ptr_nonnull(strstr(out, "ETA 0:00\ndone: 200 steps in 2.0 s (100.0 steps/s), final loss 1\n"));
     ck_assert_int_eq(count_char(out, '\n'), 2);
@@ -211,15 +199,11 @@ END_TEST
 
 START_TEST(test_bar_narrow_terminal)
 {
-    FILE *f = tmpfile();
     tg_progress p;
-    tg_progress_init(&p, f, 50, 5);
-    tg_progress_set_mode(&p, TG_PROGRESS_BAR);
+    FILE *f = open_progress(&p, 50, 5, TG_PROGRESS_BAR, NULL);
     p.width = 40;
     for (int step = 1; step <= 50; step++) tg_progress_update(&p, step, 0.123456, 0.001, 1.5);
-    tg_progress_finish(&p);
-    char *out = contents(f);
-    fclose(f);
+    char *out = finish_progress(&p, f);
     ck_assert_ptr_null(strchr(out, '['));   /* no room for a bar */
     char *done = strstr(out, "\ndone:");
     ck_assert_ptr_nonnull(done);
@@ -283,10 +267,8 @@ END_TEST
 
 START_TEST(test_quiet_null_and_real_clock)
 {
-    FILE *f = tmpfile();
     tg_progress p;
-    tg_progress_init(&p, f, 10, 1);
-    tg_progress_set_mode(&p, TG_PROGRESS_QUIET);
+    FILE *f = open_progress(&p, 10, 1, TG_PROGRESS_QUIET, NULL);
     for (int step = 1; step <= 10; step++) tg_progress_update(&p, step, 1.0, 0.1, 1.0);
     tg_progress_finish(&p);
     fflush(f);
@@ -330,25 +312,9 @@ END_TEST
 
 Suite *make_progress_suite(void)
 {
-    Suite *s = suite_create("progress");
-    TCase *tc = tcase_create("output");
-    tcase_add_test(tc, test_plain_lines);
-    tcase_add_test(tc, test_plain_last_step_and_unknown_fields);
-    tcase_add_test(tc, test_unknown_total_and_finish_shows_last);
-    tcase_add_test(tc, test_eta_hours);
-    tcase_add_test(tc, test_bar_mode);
-    tcase_add_test(tc, test_bar_narrow_terminal);
-    tcase_add_test(tc, test_auto_mode_on_a_terminal);
-    tcase_add_test(tc, test_quiet_null_and_real_clock);
-    suite_add_tcase(s, tc);
-    return s;
+    return tg_test_suite("progress", NULL, NULL, test_plain_lines, test_plain_last_step_and_unknown_fields,
+                         test_unknown_total_and_finish_shows_last, test_eta_hours, test_bar_mode,
+                         test_bar_narrow_terminal, test_auto_mode_on_a_terminal, test_quiet_null_and_real_clock, NULL);
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(make_progress_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+int main(void) { return tg_test_run(make_progress_suite()); }

@@ -2,12 +2,11 @@
  * no-grad mode, detach and the errors of backward. Uses two tiny test-local
  * ops written with the op-writer API of autograd/tape.h, so the tape is
  * tested on its own, independent of the library's op files. */
-#include <check.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "autograd/tape.h"
-#include "tapegrad.h"
+#include "testutil.h"
 
 static tg_ctx *ctx;
 static void setup(void) { ctx = tg_ctx_new(1); }
@@ -161,23 +160,9 @@ START_TEST(test_persistent_leaf_across_steps) {
 END_TEST
 
 Suite *make_tape_suite(void) {
-    Suite *s = suite_create("tape");
-    TCase *tc = tcase_create("core");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_records_only_when_needed);
-    tcase_add_test(tc, test_backward_scalar);
-    tcase_add_test(tc, test_accumulate_keep_tape_and_consumed);
-    tcase_add_test(tc, test_non_scalar_needs_gradient);
-    tcase_add_test(tc, test_detach_and_no_history);
-    tcase_add_test(tc, test_persistent_leaf_across_steps);
-    suite_add_tcase(s, tc);
-    return s;
+    return tg_test_suite("tape", setup, teardown, test_records_only_when_needed, test_backward_scalar,
+                         test_accumulate_keep_tape_and_consumed, test_non_scalar_needs_gradient,
+                         test_detach_and_no_history, test_persistent_leaf_across_steps, NULL);
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_tape_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tg_test_run(make_tape_suite()); }

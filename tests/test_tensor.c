@@ -1,11 +1,10 @@
 /* Tensor core: creation and values, the RNG, views, copies, conversion,
  * element access and printing. */
-#include <check.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tapegrad.h"
+#include "testutil.h"
 
 static tg_ctx *ctx;
 
@@ -259,39 +258,14 @@ END_TEST
 
 Suite *make_tensor_suite(void) {
     Suite *s = suite_create("tensor");
-    TCase *tc = tcase_create("create");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_zeros_ones_full);
-    tcase_add_test(tc, test_scalar_and_empty);
-    tcase_add_test(tc, test_arange);
-    tcase_add_test(tc, test_from_buffer_copies);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("rng");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_philox_known_answers);
-    tcase_add_test(tc, test_rng_follows_documented_mapping);
-    tcase_add_test(tc, test_rng_same_seed_same_numbers);
-    tcase_add_test(tc, test_rng_state_restores_stream);
-    tcase_add_test(tc, test_rng_distribution);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("views");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_view_shares_data);
-    tcase_add_test(tc, test_copy_and_convert);
-    tcase_add_test(tc, test_typed_data_and_index_errors);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("print");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_print_pytorch_format);
-    tcase_add_test(tc, test_print_summarizes_large);
-    suite_add_tcase(s, tc);
+    tg_test_tcase(s, "create", setup, teardown, test_zeros_ones_full, test_scalar_and_empty, test_arange,
+                  test_from_buffer_copies, NULL);
+    tg_test_tcase(s, "rng", setup, teardown, test_philox_known_answers, test_rng_follows_documented_mapping,
+                  test_rng_same_seed_same_numbers, test_rng_state_restores_stream, test_rng_distribution, NULL);
+    tg_test_tcase(s, "views", setup, teardown, test_view_shares_data, test_copy_and_convert,
+                  test_typed_data_and_index_errors, NULL);
+    tg_test_tcase(s, "print", setup, teardown, test_print_pytorch_format, test_print_summarizes_large, NULL);
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_tensor_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tg_test_run(make_tensor_suite()); }
