@@ -1,6 +1,7 @@
-/* Internal helpers shared by rmsnorm_kernel.c and layernorm_kernel.c:
- * fixed-order lane sums, the power-of-two rescaling used for extreme rows,
- * and the thread/blocking policy. Not part of any public API. */
+/* Internal helpers shared by the norm kernels (layers/rmsnorm_kernel.inc,
+ * layers/layernorm_kernel.inc): fixed-order lane sums, the per-type
+ * constants, the power-of-two rescaling used for extreme rows, and the
+ * thread/blocking policy. Not part of any public API. */
 #ifndef TG_LAYERS_NORM_KERNELS_UTIL_H
 #define TG_LAYERS_NORM_KERNELS_UTIL_H
 
@@ -25,9 +26,9 @@
 #define TG_NORM_GROUP 4
 
 /* TG_NORM_ROWSUM(out, C, jj, TERM): out = sum over jj in [0, C) of TERM, a
- * TG_T expression of the index jj (TG_T is the element type defined by the
+ * T expression of the index jj (T is the element type defined by the
  * including file). Lane k of each group of TG_NORM_LANES elements takes
- * element j0 + k; groups of TG_NORM_GROUP lane-steps are summed in TG_T,
+ * element j0 + k; groups of TG_NORM_GROUP lane-steps are summed in T,
  * then added to double lanes; leftover lane-steps go to the double lanes
  * directly and the last C mod TG_NORM_LANES elements to one double; the
  * lanes are combined by tg_norm_combine. A fixed order, on every build. */
@@ -37,7 +38,7 @@
         double tail_ = 0.0;                                                 \
         int64_t j_ = 0;                                                     \
         while (j_ + TG_NORM_GROUP * TG_NORM_LANES <= (C)) {                 \
-            TG_T p_[TG_NORM_LANES] = {0};                                   \
+            T p_[TG_NORM_LANES] = {0};                                   \
             for (int i_ = 0; i_ < TG_NORM_GROUP; i_++, j_ += TG_NORM_LANES) \
                 for (int k_ = 0; k_ < TG_NORM_LANES; k_++) {                \
                     const int64_t jj = j_ + k_;                             \
@@ -67,7 +68,7 @@
         double t1_ = 0.0, t2_ = 0.0;                                        \
         int64_t j_ = 0;                                                     \
         while (j_ + TG_NORM_GROUP * TG_NORM_LANES <= (C)) {                 \
-            TG_T p1_[TG_NORM_LANES] = {0}, p2_[TG_NORM_LANES] = {0};        \
+            T p1_[TG_NORM_LANES] = {0}, p2_[TG_NORM_LANES] = {0};        \
             for (int i_ = 0; i_ < TG_NORM_GROUP; i_++, j_ += TG_NORM_LANES) \
                 for (int k_ = 0; k_ < TG_NORM_LANES; k_++) {                \
                     const int64_t jj = j_ + k_;                             \
@@ -94,11 +95,25 @@
         (out2) = tg_norm_combine(a2_, t2_);                                 \
     } while (0)
 
-/* A fast-path sum of squares below C * TG_T_MIN may have lost precision:
- * squares under the type's smallest normal are off by up to half its
- * smallest subnormal, which is then no longer below half an ulp of the sum.
- * Such rows (and rows whose squares overflow) are redone in double on a
- * power-of-two rescaled copy; see tg_norm_rstd_scaled. */
+/* Per-type constants, for use inside the kernel templates, where TG_F64 is
+ * 0 (float) or 1 (double) (tensor/instantiate.h).
+ *
+ * TG_NORM_MIN is the type's smallest normal number. A fast-path sum of
+ * squares below C * TG_NORM_MIN may have lost precision: squares under the
+ * smallest normal are off by up to half the smallest subnormal, which is
+ * then no longer below half an ulp of the sum. Such rows (and rows whose
+ * squares overflow) are redone in double on a power-of-two rescaled copy;
+ * see tg_norm_rstd_scaled.
+ *
+ * TG_NORM_SAFE_LO/HI bound the rstd r for which elementwise work is done
+ * in the input type with r rounded to it once. For float, r outside
+ * [2^-120, 2^120] (rows whose rms or spread is near FLT_MAX, or a tiny eps
+ * with a near-zero or near-constant row) would make x*r lose precision or
+ * overflow, so such rows are done in double. For double the whole range is
+ * fine. */
+#define TG_NORM_MIN (TG_F64 ? DBL_MIN : (double)FLT_MIN)
+#define TG_NORM_SAFE_LO (TG_F64 ? 0.0 : 0x1p-120)
+#define TG_NORM_SAFE_HI (TG_F64 ? HUGE_VAL : 0x1p+120)
 
 /* Rows per block in the threaded backward: sized so one block of x and one
  * of dy (about 256 KiB each) stay in L2 between the dx phase and the
