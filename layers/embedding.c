@@ -41,20 +41,12 @@ tg_embedding_layer *tg_embedding_layer_new(tg_ctx *ctx, const char *name, int64_
     l->embedding_dim = embedding_dim;
     /* PyTorch: normal_(0, 1) */
     l->weight = tg_param_from(ctx, tg_randn(ctx, dtype, TG_SHAPE(num_embeddings, embedding_dim), 0.0, 1.0));
-    if (!tg_ok(ctx)) {
-        embedding_free_m(ctx, &l->base);
-        return NULL;
-    }
-    return l;
+    return tg_module_built(ctx, &l->base);
 }
 
 tg_tensor *tg_embedding_layer_forward(tg_ctx *ctx, tg_embedding_layer *layer, int ndim, const int64_t *shape,
                                       const int64_t *indices) {
-    if (!tg_live(ctx)) return NULL;
-    if (!layer) {
-        tg_error(ctx, TG_ERR_NULL, "tg_embedding_layer_forward", "argument 'layer' is NULL");
-        return NULL;
-    }
+    if (!tg_check_layer(ctx, __func__, layer)) return NULL;
     return tg_embedding(ctx, layer->weight, ndim, shape, indices);
 }
 
@@ -62,6 +54,4 @@ bool tg_embedding_layer_params(tg_ctx *ctx, tg_embedding_layer *layer, tg_params
     return tg_module_params(ctx, TG_MODULE(layer), list);
 }
 
-void tg_embedding_layer_free(tg_ctx *ctx, tg_embedding_layer *layer) {
-    if (ctx && layer) embedding_free_m(ctx, &layer->base);
-}
+void tg_embedding_layer_free(tg_ctx *ctx, tg_embedding_layer *layer) { tg_module_free(ctx, TG_MODULE(layer)); }

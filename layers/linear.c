@@ -204,19 +204,11 @@ tg_linear *tg_linear_new(tg_ctx *ctx, const char *name, int64_t in_features, int
     const double bound = 1.0 / sqrt((double)in_features);
     l->weight = tg_param_from(ctx, tg_rand(ctx, dtype, TG_SHAPE(out_features, in_features), -bound, bound));
     if (bias) l->bias = tg_param_from(ctx, tg_rand(ctx, dtype, TG_SHAPE(out_features), -bound, bound));
-    if (!tg_ok(ctx)) {
-        linear_free_m(ctx, &l->base);
-        return NULL;
-    }
-    return l;
+    return tg_module_built(ctx, &l->base);
 }
 
 tg_tensor *tg_linear_forward(tg_ctx *ctx, tg_linear *layer, tg_tensor *x) {
-    if (!tg_live(ctx)) return NULL;
-    if (!layer) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'layer' is NULL");
-        return NULL;
-    }
+    if (!tg_check_layer(ctx, __func__, layer)) return NULL;
     if (!tg_check_arg(ctx, __func__, "x", x) || !tg_check_layer_dtype(ctx, __func__, x, layer->base.dtype)) return NULL;
     if (x->ndim < 1 || x->shape[x->ndim - 1] != layer->in_features) {
         char sx[TG_SHAPE_STR];
@@ -231,6 +223,4 @@ bool tg_linear_params(tg_ctx *ctx, tg_linear *layer, tg_params *list) {
     return tg_module_params(ctx, TG_MODULE(layer), list);
 }
 
-void tg_linear_free(tg_ctx *ctx, tg_linear *layer) {
-    if (ctx && layer) linear_free_m(ctx, &layer->base);
-}
+void tg_linear_free(tg_ctx *ctx, tg_linear *layer) { tg_module_free(ctx, TG_MODULE(layer)); }

@@ -7,7 +7,6 @@
  * Linear, RMSNorm, LayerNorm and Embedding layers side by side. */
 #include "layers/module.h"
 
-#include <math.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -57,6 +56,19 @@ void *tg_module_alloc(tg_ctx *ctx, const char *fn, size_t size, const char *kind
     return p;
 }
 
+bool tg_check_layer(tg_ctx *ctx, const char *fn, const void *layer) {
+    if (!tg_live(ctx)) return false;
+    if (layer) return true;
+    tg_error(ctx, TG_ERR_NULL, fn, "argument 'layer' is NULL");
+    return false;
+}
+
+void *tg_module_built(tg_ctx *ctx, tg_module *m) {
+    if (tg_ok(ctx)) return m;
+    tg_module_free(ctx, m);
+    return NULL;
+}
+
 tg_tensor *tg_param_from(tg_ctx *ctx, tg_tensor *t) {
     if (!t) return NULL;
     tg_tensor *p = tg_persist(ctx, t);
@@ -84,111 +96,6 @@ static void appendf(char *buf, size_t size, size_t *pos, const char *fmt, ...) {
     int n = vsnprintf(dst, room, fmt, ap);
     va_end(ap);
     if (n > 0) *pos += (size_t)n;
-}
-
-/* ---- normalization layers ---------------------------------------------------- */
-
-bool tg_norm_check_args(tg_ctx *ctx, const char *fn, const tg_tensor *x, const tg_tensor *gamma,
-                        const tg_tensor *beta, int ndim_norm, double eps, int64_t *N, int64_t *C) {
-    if (!tg_check_arg(ctx, fn, "x", x)) return false;
-    char sx[TG_SHAPE_STR], sp[TG_SHAPE_STR], sn[TG_SHAPE_STR];
-    if (ndim_norm < 1 || ndim_norm > x->ndim) {
-        tg_error(ctx, TG_ERR_VALUE, fn, "ndim_norm = %d must be in 1..%d (the dims of x %s)", ndim_norm, x->ndim,
-                 tg_shape_of(sx, x));
-        return false;
-    }
-    if (!isfinite(eps) || eps < 0) {
-        tg_error(ctx, TG_ERR_VALUE, fn, "eps = %g must be finite and >= 0", eps);
-        return false;
-    }
-    const int lead = x->ndim - ndim_norm;
-    const int64_t *nshape = x->shape + lead;
-    int64_t c = 1;
-    for (int d = 0; d < ndim_norm; d++) c *= nshape[d];
-    if (c < 1) {
-        tg_error(ctx, TG_ERR_SHAPE, fn, "x %s: the normalized dims %s hold no element", tg_shape_of(sx, x),
-                 tg_shape_str(sn, sizeof sn, ndim_norm, nshape));
-        return false;
-    }
-    const tg_tensor *ps[2] = {gamma, beta};
-    const char *names[2] = {"gamma", "beta"};
-    for (int k = 0; k < 2; k++) {
-        const tg_tensor *p = ps[k];
-        if (!p) continue;
-        if (!tg_check_same_dtype(ctx, fn, x, p)) return false;
-        bool same = p->ndim == ndim_norm;
-        for (int d = 0; same && d < ndim_norm; d++) same = p->shape[d] == nshape[d];
-        if (!same) {
-            tg_error(ctx, TG_ERR_SHAPE, fn, "%s %s is not the normalized shape %s (the last %d dims of x %s)",
-                     names[k], tg_shape_of(sp, p), tg_shape_str(sn, sizeof sn, ndim_norm, nshape), ndim_norm,
-                     tg_shape_of(sx, x));
-            return false;
-        }
-    }
-    *C = c;
-    *N = c ? x->numel / c : 0;
-    return true;
-}
-
-bool tg_norm_check_new(tg_ctx *ctx, const char *fn, int ndim, const int64_t *normalized_shape, double eps,
-                       tg_dtype dtype) {
-    if (!tg_live(ctx)) return false;
-    if (ndim < 1 || ndim > TG_MAX_DIMS) {
-        tg_error(ctx, TG_ERR_VALUE, fn, "ndim = %d must be in 1..%d", ndim, TG_MAX_DIMS);
-        return false;
-    }
-    if (!normalized_shape) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'normalized_shape' is NULL");
-        return false;
-    }
-    for (int d = 0; d < ndim; d++) {
-        if (normalized_shape[d] < 1) {
-            char s[TG_SHAPE_STR];
-            tg_error(ctx, TG_ERR_VALUE, fn, "normalized_shape[%d] = %lld must be >= 1 (normalized_shape %s)", d,
-                     (long long)normalized_shape[d], tg_shape_str(s, sizeof s, ndim, normalized_shape));
-            return false;
-        }
-    }
-    int64_t numel;
-    if (!tg_check_shape(ctx, fn, ndim, normalized_shape, &numel)) return false;
-    if (!(eps > 0) || !isfinite(eps)) {
-        tg_error(ctx, TG_ERR_VALUE, fn, "eps = %g must be > 0 and finite", eps);
-        return false;
-    }
-    return tg_check_dtype_value(ctx, fn, dtype);
-}
-
-tg_tensor *tg_norm_param(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, double value) {
-    return tg_param_from(ctx, tg_full(ctx, dtype, ndim, shape, value));
-}
-
-bool tg_norm_check_input(tg_ctx *ctx, const char *fn, const tg_tensor *x, int ndim, const int64_t *shape,
-                         tg_dtype dtype) {
-    if (!tg_check_arg(ctx, fn, "x", x)) return false;
-    bool fits = x->ndim >= ndim;
-    for (int d = 0; fits && d < ndim; d++) fits = x->shape[x->ndim - ndim + d] == shape[d];
-    if (!fits) {
-        char sx[TG_SHAPE_STR], sn[TG_SHAPE_STR];
-        tg_error(ctx, TG_ERR_SHAPE, fn, "input %s does not end with normalized_shape %s", tg_shape_of(sx, x),
-                 tg_shape_str(sn, sizeof sn, ndim, shape));
-        return false;
-    }
-    return tg_check_layer_dtype(ctx, fn, x, dtype);
-}
-
-size_t tg_norm_repr(char *buf, size_t size, const char *kind, int ndim, const int64_t *shape, double eps,
-                    bool affine, bool bias) {
-    size_t pos = 0;
-    if (buf && size) buf[0] = '\0';
-    if (ndim == 1) {
-        appendf(buf, size, &pos, "%s(dim=%lld", kind, (long long)shape[0]);
-    } else {
-        char s[TG_SHAPE_STR];
-        appendf(buf, size, &pos, "%s(dim=%s", kind, tg_shape_str(s, sizeof s, ndim, shape));
-    }
-    appendf(buf, size, &pos, ", eps=%g, affine=%s, bias=%s)", eps, affine ? "true" : "false",
-            bias ? "true" : "false");
-    return pos;
 }
 
 /* ---- tg_module ------------------------------------------------------------------- */

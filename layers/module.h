@@ -1,6 +1,7 @@
 /* Internal helpers shared by the layer modules (layers/linear.c,
- * rmsnorm.c, layernorm.c, embedding.c) and their fused ops. Not installed;
- * users see tg_module, tg_model and the layers in include/tapegrad.h. */
+ * layers/norm.c, layers/embedding.c) and their fused ops. Not installed;
+ * users see tg_module, tg_model and the layers in
+ * include/tapegrad/layers.h. How to add a layer: docs/DESIGN.md. */
 #ifndef TG_LAYERS_MODULE_H
 #define TG_LAYERS_MODULE_H
 
@@ -26,6 +27,14 @@ struct tg_module_ops {
 void *tg_module_alloc(tg_ctx *ctx, const char *fn, size_t size, const char *kind, const char *name,
                       tg_dtype dtype, const tg_module_ops *ops);
 
+/* The start of a layer's forward: false when the context is in error or
+ * `layer` is NULL (TG_ERR_NULL "argument 'layer' is NULL", naming `fn`). */
+bool tg_check_layer(tg_ctx *ctx, const char *fn, const void *layer);
+
+/* The end of a layer's constructor: m (the layer) when the context is
+ * healthy; otherwise NULL, with the half-built layer freed. */
+void *tg_module_built(tg_ctx *ctx, tg_module *m);
+
 /* A new parameter: the arena tensor t moved to the heap (tg_persist) and
  * marked as requiring grad (with a zeroed persistent grad). NULL on error. */
 tg_tensor *tg_param_from(tg_ctx *ctx, tg_tensor *t);
@@ -40,32 +49,8 @@ bool tg_check_size_arg(tg_ctx *ctx, const char *fn, const char *arg, int64_t siz
 /* Checks that x has the layer's dtype (TG_ERR_DTYPE naming both). */
 bool tg_check_layer_dtype(tg_ctx *ctx, const char *fn, const tg_tensor *x, tg_dtype dtype);
 
-/* ---- normalization layers (RMSNorm, LayerNorm) ----------------------------- */
-
-/* The arguments of a fused or composed norm, checked: x non-NULL; ndim_norm
- * in 1..x->ndim; gamma/beta NULL or of the normalized shape (x's trailing
- * ndim_norm sizes) and x's dtype; eps finite and >= 0 (eps_min_exclusive:
- * > 0); the row size C >= 1. Fills N (rows) and C (row size). */
-bool tg_norm_check_args(tg_ctx *ctx, const char *fn, const tg_tensor *x, const tg_tensor *gamma,
-                        const tg_tensor *beta, int ndim_norm, double eps, int64_t *N, int64_t *C);
-
-/* The constructor arguments of a norm layer: ndim in 1..TG_MAX_DIMS,
- * normalized_shape non-NULL with sizes >= 1, eps > 0 and finite, a known
- * dtype. Errors name the argument and its value. */
-bool tg_norm_check_new(tg_ctx *ctx, const char *fn, int ndim, const int64_t *normalized_shape, double eps,
-                       tg_dtype dtype);
-
-/* A persistent parameter of the normalized shape filled with `value`. */
-tg_tensor *tg_norm_param(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, double value);
-
-/* Checks that x's trailing dims equal normalized_shape and that x has the
- * layer's dtype; the shape error names both shapes. */
-bool tg_norm_check_input(tg_ctx *ctx, const char *fn, const tg_tensor *x, int ndim, const int64_t *shape,
-                         tg_dtype dtype);
-
-/* "Kind(dim=384, eps=1e-06, affine=true, bias=false)"; dim is "(4, 8)"
- * when more than one dim is normalized. snprintf semantics. */
-size_t tg_norm_repr(char *buf, size_t size, const char *kind, int ndim, const int64_t *shape, double eps,
-                    bool affine, bool bias);
+/* The norms' shared parts, among them tg_norm_check_args (used by the
+ * fused and composed norms and the gradcheck tool). */
+#include "layers/norm.h"
 
 #endif

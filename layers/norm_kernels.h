@@ -21,7 +21,7 @@
  *   Row sums ACCUMULATE IN DOUBLE for both dtypes: each term (x_j^2,
  *   (x_j - mu)^2, u_j xhat_j, ...) is formed in the input type, four terms
  *   per lane are added in the input type, and these partials go into 32
- *   double lanes (TG_NORM_ROWSUM in norm_kernels_util.h). For float32 that
+ *   double lanes (tg_norm_rowsum in layers/norm_reduce.inc). For float32 that
  *   is "at least float32" with an error that does not grow with C (each
  *   partial carries a few float roundings of its own size), while the
  *   float-to-double conversions, the costly part, happen once per four

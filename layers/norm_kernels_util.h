@@ -1,6 +1,7 @@
-/* Internal helpers shared by rmsnorm_kernel.c and layernorm_kernel.c:
- * fixed-order lane sums, the power-of-two rescaling used for extreme rows,
- * and the thread/blocking policy. Not part of any public API. */
+/* Internal helpers shared by the norm kernels (layers/rmsnorm_kernel.inc,
+ * layers/layernorm_kernel.inc): fixed-order lane sums, the per-type
+ * constants, the power-of-two rescaling used for extreme rows, and the
+ * thread/blocking policy. Not part of any public API. */
 #ifndef TG_LAYERS_NORM_KERNELS_UTIL_H
 #define TG_LAYERS_NORM_KERNELS_UTIL_H
 
@@ -16,89 +17,43 @@
  * independent chains, enough to hide the add latency. */
 #define TG_NORM_LANES 32 /* tg_norm_combine is written for 32 */
 
-/* Fast-path row sums (TG_NORM_ROWSUM below) form each term in the input
- * type and add TG_NORM_GROUP lane-steps of terms in the input type before
- * moving the partial into the double lanes: for float that is 4 float
- * additions per partial, so every partial carries at most ~4 float
- * roundings of its own size whatever C is, while the conversions to double
- * (the costly part) happen once per 4 elements of each lane. */
+/* Fast-path row sums (tg_norm_rowsum in layers/norm_reduce.inc) form each
+ * term in the input type and add TG_NORM_GROUP lane-steps of terms in the
+ * input type before moving the partial into the double lanes: for float
+ * that is 4 float additions per partial, so every partial carries at most
+ * ~4 float roundings of its own size whatever C is, while the conversions
+ * to double (the costly part) happen once per 4 elements of each lane. */
 #define TG_NORM_GROUP 4
 
-/* TG_NORM_ROWSUM(out, C, jj, TERM): out = sum over jj in [0, C) of TERM, a
- * TG_T expression of the index jj (TG_T is the element type defined by the
- * including file). Lane k of each group of TG_NORM_LANES elements takes
- * element j0 + k; groups of TG_NORM_GROUP lane-steps are summed in TG_T,
- * then added to double lanes; leftover lane-steps go to the double lanes
- * directly and the last C mod TG_NORM_LANES elements to one double; the
- * lanes are combined by tg_norm_combine. A fixed order, on every build. */
-#define TG_NORM_ROWSUM(out, C, jj, TERM)                                    \
-    do {                                                                    \
-        double acc_[TG_NORM_LANES] = {0};                                   \
-        double tail_ = 0.0;                                                 \
-        int64_t j_ = 0;                                                     \
-        while (j_ + TG_NORM_GROUP * TG_NORM_LANES <= (C)) {                 \
-            TG_T p_[TG_NORM_LANES] = {0};                                   \
-            for (int i_ = 0; i_ < TG_NORM_GROUP; i_++, j_ += TG_NORM_LANES) \
-                for (int k_ = 0; k_ < TG_NORM_LANES; k_++) {                \
-                    const int64_t jj = j_ + k_;                             \
-                    p_[k_] += (TERM);                                       \
-                }                                                           \
-            for (int k_ = 0; k_ < TG_NORM_LANES; k_++)                      \
-                acc_[k_] += (double)p_[k_];                                 \
-        }                                                                   \
-        for (; j_ + TG_NORM_LANES <= (C); j_ += TG_NORM_LANES)              \
-            for (int k_ = 0; k_ < TG_NORM_LANES; k_++) {                    \
-                const int64_t jj = j_ + k_;                                 \
-                acc_[k_] += (double)(TERM);                                 \
-            }                                                               \
-        for (; j_ < (C); j_++) {                                            \
-            const int64_t jj = j_;                                          \
-            tail_ += (double)(TERM);                                        \
-        }                                                                   \
-        (out) = tg_norm_combine(acc_, tail_);                               \
-    } while (0)
+/* For the row sums (layers/norm_reduce.inc): inlined at each call, their
+ * term function is a known constant and is inlined into the loop, which
+ * then vectorizes as if written out. Without the attribute GCC keeps
+ * tg_norm_rowsum2 as a call and calls the term once per element. */
+#if defined(__GNUC__)
+#define TG_NORM_INLINE inline __attribute__((always_inline))
+#else
+#define TG_NORM_INLINE inline
+#endif
 
-/* TG_NORM_ROWSUM2(out1, out2, C, jj, TERM1, TERM2): two sums in one pass
- * over the row (each exactly as TG_NORM_ROWSUM would do it), so the loads
- * the two terms share are done once. */
-#define TG_NORM_ROWSUM2(out1, out2, C, jj, TERM1, TERM2)                    \
-    do {                                                                    \
-        double a1_[TG_NORM_LANES] = {0}, a2_[TG_NORM_LANES] = {0};          \
-        double t1_ = 0.0, t2_ = 0.0;                                        \
-        int64_t j_ = 0;                                                     \
-        while (j_ + TG_NORM_GROUP * TG_NORM_LANES <= (C)) {                 \
-            TG_T p1_[TG_NORM_LANES] = {0}, p2_[TG_NORM_LANES] = {0};        \
-            for (int i_ = 0; i_ < TG_NORM_GROUP; i_++, j_ += TG_NORM_LANES) \
-                for (int k_ = 0; k_ < TG_NORM_LANES; k_++) {                \
-                    const int64_t jj = j_ + k_;                             \
-                    p1_[k_] += (TERM1);                                     \
-                    p2_[k_] += (TERM2);                                     \
-                }                                                           \
-            for (int k_ = 0; k_ < TG_NORM_LANES; k_++) {                    \
-                a1_[k_] += (double)p1_[k_];                                 \
-                a2_[k_] += (double)p2_[k_];                                 \
-            }                                                               \
-        }                                                                   \
-        for (; j_ + TG_NORM_LANES <= (C); j_ += TG_NORM_LANES)              \
-            for (int k_ = 0; k_ < TG_NORM_LANES; k_++) {                    \
-                const int64_t jj = j_ + k_;                                 \
-                a1_[k_] += (double)(TERM1);                                 \
-                a2_[k_] += (double)(TERM2);                                 \
-            }                                                               \
-        for (; j_ < (C); j_++) {                                            \
-            const int64_t jj = j_;                                          \
-            t1_ += (double)(TERM1);                                         \
-            t2_ += (double)(TERM2);                                         \
-        }                                                                   \
-        (out1) = tg_norm_combine(a1_, t1_);                                 \
-        (out2) = tg_norm_combine(a2_, t2_);                                 \
-    } while (0)
-
-/* A fast-path sum of squares below C * TG_T_MIN may have lost precision:
- * squares under the type's smallest normal are off by up to half its
- * smallest subnormal, which is then no longer below half an ulp of the sum.
- * Such rows (and rows whose squares overflow) are redone in double on a
- * power-of-two rescaled copy; see tg_norm_rstd_scaled. */
+/* Per-type constants, for use inside the kernel templates, where TG_F64 is
+ * 0 (float) or 1 (double) (tensor/instantiate.h).
+ *
+ * TG_NORM_MIN is the type's smallest normal number. A fast-path sum of
+ * squares below C * TG_NORM_MIN may have lost precision: squares under the
+ * smallest normal are off by up to half the smallest subnormal, which is
+ * then no longer below half an ulp of the sum. Such rows (and rows whose
+ * squares overflow) are redone in double on a power-of-two rescaled copy;
+ * see tg_norm_rstd_scaled.
+ *
+ * TG_NORM_SAFE_LO/HI bound the rstd r for which elementwise work is done
+ * in the input type with r rounded to it once. For float, r outside
+ * [2^-120, 2^120] (rows whose rms or spread is near FLT_MAX, or a tiny eps
+ * with a near-zero or near-constant row) would make x*r lose precision or
+ * overflow, so such rows are done in double. For double the whole range is
+ * fine. */
+#define TG_NORM_MIN (TG_F64 ? DBL_MIN : (double)FLT_MIN)
+#define TG_NORM_SAFE_LO (TG_F64 ? 0.0 : 0x1p-120)
+#define TG_NORM_SAFE_HI (TG_F64 ? HUGE_VAL : 0x1p+120)
 
 /* Rows per block in the threaded backward: sized so one block of x and one
  * of dy (about 256 KiB each) stay in L2 between the dx phase and the

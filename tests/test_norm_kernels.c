@@ -6,7 +6,7 @@
  *    own, and a backward that applies the chain rule through those same
  *    steps one at a time, as a tape over the composed ops would);
  *  - central finite differences of sum(w * y) for random w (float64);
- *  - the arange(9) RMSNorm values quoted in issue 4;
+ *  - the arange(9) RMSNorm values, worked by hand from the formula;
  *  - exact identities: invariants of the Jacobian, scale equivariance
  *    under power-of-two scaling (exact in floating point), accumulation.
  * The kernels take no context, so the tests need no fixture. */
@@ -24,6 +24,8 @@
 
 enum { F64 = 0, F32 = 1 };
 static const char *const DT_NAME[2] = {"f64", "f32"};
+enum { RMS = 0, LN = 1 }; /* the norm under test */
+static const char *const NORM_NAME[2] = {"rmsnorm", "layernorm"};
 
 /* splitmix64: a deterministic stream for test data */
 static uint64_t rng_state;
@@ -106,74 +108,100 @@ static bool all_finite(const double *a, int64_t n) {
     return true;
 }
 
+/* ---- test inputs and outputs --------------------------------------------- */
+
+/* A test's inputs, drawn in this order: x (N,C) uniform in [xlo, xhi),
+ * dy (N,C) in [-1, 1), then g (C) in [0.5, 1.5) and b (C) in [-0.5, 0.5)
+ * when asked for (NULL otherwise). */
+typedef struct inputs {
+    double *x, *dy, *g, *b;
+} inputs;
+
+static inputs draw_inputs(int64_t N, int64_t C, double xlo, double xhi,
+                          bool affine, bool bias) {
+    inputs in = {dalloc(N * C), dalloc(N * C), affine ? dalloc(C) : NULL,
+                 bias ? dalloc(C) : NULL};
+    fill(in.x, N * C, xlo, xhi);
+    fill(in.dy, N * C, -1.0, 1.0);
+    if (in.g)
+        fill(in.g, C, 0.5, 1.5);
+    if (in.b)
+        fill(in.b, C, -0.5, 0.5);
+    return in;
+}
+/* every input rounded to float (see to_f32_values) */
+static void inputs_to_f32(inputs *in, int64_t N, int64_t C) {
+    to_f32_values(in->x, N * C), to_f32_values(in->dy, N * C);
+    to_f32_values(in->g, C), to_f32_values(in->b, C);
+}
+static void free_inputs(inputs *in) {
+    free(in->x), free(in->dy), free(in->g), free(in->b);
+}
+
+/* What a forward and a backward write, zeroed: y (N,C); mu and r (N), the
+ * saved mean (LayerNorm's) and rstd; dx (N,C); dg and db (C). */
+typedef struct outputs {
+    double *y, *mu, *r, *dx, *dg, *db;
+} outputs;
+
+static outputs new_outputs(int64_t N, int64_t C) {
+    return (outputs){dalloc(N * C), dalloc(N),     dalloc(N),
+                     dalloc(N * C), dalloc(C),     dalloc(C)};
+}
+static void free_outputs(outputs *o) {
+    free(o->y), free(o->mu), free(o->r), free(o->dx), free(o->dg), free(o->db);
+}
+
 /* ---- the kernels under test, with double arrays for both dtypes -------- */
-/* f32: arrays are converted to float, the f32 kernel runs, results are
- * converted back. Saved statistics are double for both dtypes. */
+/* norm: RMS or LN; dt: F64 or F32. f32: arrays are converted to float, the
+ * f32 kernel runs, results are converted back. Saved statistics are double
+ * for both dtypes; mean is LayerNorm's (not used for RMSNorm). */
 
-static void k_rms_fwd(int dt, double *y, double *rstd, const double *x,
-                      const double *g, const double *b, int64_t N, int64_t C,
-                      double eps, int threads) {
+static void k_fwd(int norm, int dt, double *y, double *mean, double *rstd,
+                  const double *x, const double *g, const double *b,
+                  int64_t N, int64_t C, double eps, int threads) {
     if (dt == F64) {
-        tg_rmsnorm_forward_f64(y, rstd, x, g, b, N, C, eps, threads);
+        if (norm == LN)
+            tg_layernorm_forward_f64(y, mean, rstd, x, g, b, N, C, eps,
+                                     threads);
+        else
+            tg_rmsnorm_forward_f64(y, rstd, x, g, b, N, C, eps, threads);
         return;
     }
     float *yf = fdup(NULL, N * C), *xf = fdup(x, N * C);
     float *gf = g ? fdup(g, C) : NULL, *bf = b ? fdup(b, C) : NULL;
-    tg_rmsnorm_forward_f32(yf, rstd, xf, gf, bf, N, C, eps, threads);
+    if (norm == LN)
+        tg_layernorm_forward_f32(yf, mean, rstd, xf, gf, bf, N, C, eps,
+                                 threads);
+    else
+        tg_rmsnorm_forward_f32(yf, rstd, xf, gf, bf, N, C, eps, threads);
     fback(y, yf, N * C);
     free(yf), free(xf), free(gf), free(bf);
 }
 
-static void k_rms_bwd(int dt, double *dx, double *dg, double *db,
-                      const double *dy, const double *x, const double *g,
-                      const double *rstd, int64_t N, int64_t C, int threads) {
+static void k_bwd(int norm, int dt, double *dx, double *dg, double *db,
+                  const double *dy, const double *x, const double *g,
+                  const double *mean, const double *rstd, int64_t N,
+                  int64_t C, int threads) {
     if (dt == F64) {
-        tg_rmsnorm_backward_f64(dx, dg, db, dy, x, g, rstd, N, C, threads);
+        if (norm == LN)
+            tg_layernorm_backward_f64(dx, dg, db, dy, x, g, mean, rstd, N, C,
+                                      threads);
+        else
+            tg_rmsnorm_backward_f64(dx, dg, db, dy, x, g, rstd, N, C,
+                                    threads);
         return;
     }
     float *dxf = dx ? fdup(dx, N * C) : NULL, *dgf = dg ? fdup(dg, C) : NULL;
     float *dbf = db ? fdup(db, C) : NULL;
     float *dyf = fdup(dy, N * C), *xf = fdup(x, N * C);
     float *gf = g ? fdup(g, C) : NULL;
-    tg_rmsnorm_backward_f32(dxf, dgf, dbf, dyf, xf, gf, rstd, N, C, threads);
-    if (dx)
-        fback(dx, dxf, N * C);
-    if (dg)
-        fback(dg, dgf, C);
-    if (db)
-        fback(db, dbf, C);
-    free(dxf), free(dgf), free(dbf), free(dyf), free(xf), free(gf);
-}
-
-static void k_ln_fwd(int dt, double *y, double *mean, double *rstd,
-                     const double *x, const double *g, const double *b,
-                     int64_t N, int64_t C, double eps, int threads) {
-    if (dt == F64) {
-        tg_layernorm_forward_f64(y, mean, rstd, x, g, b, N, C, eps, threads);
-        return;
-    }
-    float *yf = fdup(NULL, N * C), *xf = fdup(x, N * C);
-    float *gf = g ? fdup(g, C) : NULL, *bf = b ? fdup(b, C) : NULL;
-    tg_layernorm_forward_f32(yf, mean, rstd, xf, gf, bf, N, C, eps, threads);
-    fback(y, yf, N * C);
-    free(yf), free(xf), free(gf), free(bf);
-}
-
-static void k_ln_bwd(int dt, double *dx, double *dg, double *db,
-                     const double *dy, const double *x, const double *g,
-                     const double *mean, const double *rstd, int64_t N,
-                     int64_t C, int threads) {
-    if (dt == F64) {
-        tg_layernorm_backward_f64(dx, dg, db, dy, x, g, mean, rstd, N, C,
-                                  threads);
-        return;
-    }
-    float *dxf = dx ? fdup(dx, N * C) : NULL, *dgf = dg ? fdup(dg, C) : NULL;
-    float *dbf = db ? fdup(db, C) : NULL;
-    float *dyf = fdup(dy, N * C), *xf = fdup(x, N * C);
-    float *gf = g ? fdup(g, C) : NULL;
-    tg_layernorm_backward_f32(dxf, dgf, dbf, dyf, xf, gf, mean, rstd, N, C,
-                              threads);
+    if (norm == LN)
+        tg_layernorm_backward_f32(dxf, dgf, dbf, dyf, xf, gf, mean, rstd, N,
+                                  C, threads);
+    else
+        tg_rmsnorm_backward_f32(dxf, dgf, dbf, dyf, xf, gf, rstd, N, C,
+                                threads);
     if (dx)
         fback(dx, dxf, N * C);
     if (dg)
@@ -184,49 +212,65 @@ static void k_ln_bwd(int dt, double *dx, double *dg, double *db,
 }
 
 /* ---- naive double references --------------------------------------------- */
+/* Each step of the composed forward on its own, and a backward that goes
+ * back through the same steps one at a time, as a tape would. Rows one at
+ * a time; gradients accumulate. */
 
-/* RMSNorm composed: ms = mean(x^2); t = ms + eps; r = t^(-1/2);
- * xhat = x r; y = g xhat + b. */
-static void ref_rms_fwd(double *y, double *rstd, const double *x,
-                        const double *g, const double *b, int64_t N,
-                        int64_t C, double eps) {
-    for (int64_t n = 0; n < N; n++) {
-        const double *xr = x + n * C;
-        double ms = 0.0;
-        for (int64_t j = 0; j < C; j++)
-            ms += xr[j] * xr[j];
-        ms /= (double)C;
-        double t = ms + eps;
-        double r = 1.0 / sqrt(t);
-        if (rstd)
-            rstd[n] = r;
-        for (int64_t j = 0; j < C; j++) {
-            double xhat = xr[j] * r;
-            y[n * C + j] = (g ? g[j] : 1.0) * xhat + (b ? b[j] : 0.0);
-        }
+/* y = g xhat + b for one row (g NULL: 1, b NULL: 0) */
+static void ref_affine_fwd(double *y, const double *xhat, const double *g,
+                           const double *b, int64_t C) {
+    for (int64_t j = 0; j < C; j++)
+        y[j] = (g ? g[j] : 1.0) * xhat[j] + (b ? b[j] : 0.0);
+}
+/* back through y = g xhat + b: dxhat = dy g; dg += dy xhat; db += dy */
+static void ref_affine_bwd(double *dxhat, double *dg, double *db,
+                           const double *dy, const double *xhat,
+                           const double *g, int64_t C) {
+    for (int64_t j = 0; j < C; j++) {
+        dxhat[j] = dy[j] * (g ? g[j] : 1.0);
+        if (dg)
+            dg[j] += dy[j] * xhat[j];
+        if (db)
+            db[j] += dy[j];
     }
 }
 
-/* Backward through the composed steps, one at a time (accumulating). */
+/* RMSNorm composed, one row: ms = mean(x^2); t = ms + eps; r = t^(-1/2);
+ * xhat = x r. Returns t; fills xhat. */
+static double ref_rms_row(double *xhat, const double *xr, int64_t C,
+                          double eps) {
+    double ms = 0.0;
+    for (int64_t j = 0; j < C; j++)
+        ms += xr[j] * xr[j];
+    ms /= (double)C;
+    const double t = ms + eps, r = 1.0 / sqrt(t);
+    for (int64_t j = 0; j < C; j++)
+        xhat[j] = xr[j] * r;
+    return t;
+}
+
+/* RMSNorm composed: the row steps, then y = g xhat + b. */
+static void ref_rms_fwd(double *y, double *rstd, const double *x,
+                        const double *g, const double *b, int64_t N,
+                        int64_t C, double eps) {
+    double *xhat = dalloc(C);
+    for (int64_t n = 0; n < N; n++) {
+        const double t = ref_rms_row(xhat, x + n * C, C, eps);
+        if (rstd)
+            rstd[n] = 1.0 / sqrt(t);
+        ref_affine_fwd(y + n * C, xhat, g, b, C);
+    }
+    free(xhat);
+}
+
 static void ref_rms_bwd(double *dx, double *dg, double *db, const double *dy,
                         const double *x, const double *g, int64_t N,
                         int64_t C, double eps) {
-    double *dxhat = dalloc(C);
+    double *xhat = dalloc(C), *dxhat = dalloc(C);
     for (int64_t n = 0; n < N; n++) {
-        const double *xr = x + n * C, *dyr = dy + n * C;
-        double ms = 0.0;
-        for (int64_t j = 0; j < C; j++)
-            ms += xr[j] * xr[j];
-        ms /= (double)C;
-        const double t = ms + eps, r = 1.0 / sqrt(t);
-        /* y = g xhat + b */
-        for (int64_t j = 0; j < C; j++) {
-            dxhat[j] = dyr[j] * (g ? g[j] : 1.0);
-            if (dg)
-                dg[j] += dyr[j] * (xr[j] * r);
-            if (db)
-                db[j] += dyr[j];
-        }
+        const double *xr = x + n * C;
+        const double t = ref_rms_row(xhat, xr, C, eps), r = 1.0 / sqrt(t);
+        ref_affine_bwd(dxhat, dg, db, dy + n * C, xhat, g, C);
         /* xhat = x r: x directly, and r */
         double dr = 0.0;
         for (int64_t j = 0; j < C; j++)
@@ -238,58 +282,54 @@ static void ref_rms_bwd(double *dx, double *dg, double *db, const double *dy,
             for (int64_t j = 0; j < C; j++)
                 dx[n * C + j] += dxhat[j] * r + dms * 2.0 * xr[j] / (double)C;
     }
-    free(dxhat);
+    free(xhat), free(dxhat);
 }
 
-/* LayerNorm composed: mu = mean(x); d = x - mu; v = mean(d^2);
- * t = v + eps; r = t^(-1/2); xhat = d r; y = g xhat + b. */
+/* LayerNorm composed, one row: mu = mean(x); d = x - mu; v = mean(d^2);
+ * t = v + eps; r = t^(-1/2); xhat = d r. Returns t; fills d, xhat, *mu. */
+static double ref_ln_row(double *d, double *xhat, double *mu,
+                         const double *xr, int64_t C, double eps) {
+    double m = 0.0, v = 0.0;
+    for (int64_t j = 0; j < C; j++)
+        m += xr[j];
+    m /= (double)C;
+    for (int64_t j = 0; j < C; j++) {
+        d[j] = xr[j] - m;
+        v += d[j] * d[j];
+    }
+    v /= (double)C;
+    const double t = v + eps, r = 1.0 / sqrt(t);
+    for (int64_t j = 0; j < C; j++)
+        xhat[j] = d[j] * r;
+    *mu = m;
+    return t;
+}
+
+/* LayerNorm composed: the row steps, then y = g xhat + b. */
 static void ref_ln_fwd(double *y, double *mean, double *rstd, const double *x,
                        const double *g, const double *b, int64_t N, int64_t C,
                        double eps) {
+    double *d = dalloc(C), *xhat = dalloc(C), mu;
     for (int64_t n = 0; n < N; n++) {
-        const double *xr = x + n * C;
-        double mu = 0.0, v = 0.0;
-        for (int64_t j = 0; j < C; j++)
-            mu += xr[j];
-        mu /= (double)C;
-        for (int64_t j = 0; j < C; j++)
-            v += (xr[j] - mu) * (xr[j] - mu);
-        v /= (double)C;
-        double r = 1.0 / sqrt(v + eps);
+        const double t = ref_ln_row(d, xhat, &mu, x + n * C, C, eps);
         if (mean)
             mean[n] = mu;
         if (rstd)
-            rstd[n] = r;
-        for (int64_t j = 0; j < C; j++)
-            y[n * C + j] =
-                (g ? g[j] : 1.0) * ((xr[j] - mu) * r) + (b ? b[j] : 0.0);
+            rstd[n] = 1.0 / sqrt(t);
+        ref_affine_fwd(y + n * C, xhat, g, b, C);
     }
+    free(d), free(xhat);
 }
 
 static void ref_ln_bwd(double *dx, double *dg, double *db, const double *dy,
                        const double *x, const double *g, int64_t N, int64_t C,
                        double eps) {
-    double *d = dalloc(C), *dxhat = dalloc(C), *dd = dalloc(C);
+    double *d = dalloc(C), *xhat = dalloc(C), *dxhat = dalloc(C),
+           *dd = dalloc(C), mu;
     for (int64_t n = 0; n < N; n++) {
-        const double *xr = x + n * C, *dyr = dy + n * C;
-        double mu = 0.0, v = 0.0;
-        for (int64_t j = 0; j < C; j++)
-            mu += xr[j];
-        mu /= (double)C;
-        for (int64_t j = 0; j < C; j++) {
-            d[j] = xr[j] - mu;
-            v += d[j] * d[j];
-        }
-        v /= (double)C;
-        const double t = v + eps, r = 1.0 / sqrt(t);
-        /* y = g xhat + b */
-        for (int64_t j = 0; j < C; j++) {
-            dxhat[j] = dyr[j] * (g ? g[j] : 1.0);
-            if (dg)
-                dg[j] += dyr[j] * (d[j] * r);
-            if (db)
-                db[j] += dyr[j];
-        }
+        const double t = ref_ln_row(d, xhat, &mu, x + n * C, C, eps);
+        const double r = 1.0 / sqrt(t);
+        ref_affine_bwd(dxhat, dg, db, dy + n * C, xhat, g, C);
         /* xhat = d r */
         double dr = 0.0;
         for (int64_t j = 0; j < C; j++) {
@@ -308,7 +348,25 @@ static void ref_ln_bwd(double *dx, double *dg, double *db, const double *dy,
             for (int64_t j = 0; j < C; j++)
                 dx[n * C + j] += dd[j] + dmu / (double)C;
     }
-    free(d), free(dxhat), free(dd);
+    free(d), free(xhat), free(dxhat), free(dd);
+}
+
+/* the reference of the norm under test (mean: LayerNorm's, may be NULL) */
+static void ref_fwd(int norm, double *y, double *mean, double *rstd,
+                    const double *x, const double *g, const double *b,
+                    int64_t N, int64_t C, double eps) {
+    if (norm == LN)
+        ref_ln_fwd(y, mean, rstd, x, g, b, N, C, eps);
+    else
+        ref_rms_fwd(y, rstd, x, g, b, N, C, eps);
+}
+static void ref_bwd(int norm, double *dx, double *dg, double *db,
+                    const double *dy, const double *x, const double *g,
+                    int64_t N, int64_t C, double eps) {
+    if (norm == LN)
+        ref_ln_bwd(dx, dg, db, dy, x, g, N, C, eps);
+    else
+        ref_rms_bwd(dx, dg, db, dy, x, g, N, C, eps);
 }
 
 /* ---- fused vs reference, both dtypes, all options ------------------------ */
@@ -337,108 +395,57 @@ static void decode(int i, int *s, int *affine, int *bias, int *dt) {
 static double tol_of(int dt) { return dt == F64 ? 1e-12 : 2e-6; }
 static double stat_tol_of(int dt) { return dt == F64 ? 1e-13 : 1e-6; }
 
-START_TEST(test_rms_vs_reference) {
+static void vs_reference(int norm, int i) {
     int s, affine, bias, dt;
-    decode(_i, &s, &affine, &bias, &dt);
+    decode(i, &s, &affine, &bias, &dt);
     const int64_t N = SHAPES[s].N, C = SHAPES[s].C;
-    rng_seed(100 + (uint64_t)_i);
-    double *x = dalloc(N * C), *dy = dalloc(N * C), *g = NULL, *b = NULL;
-    fill(x, N * C, -2.0, 3.0);
-    fill(dy, N * C, -1.0, 1.0);
-    if (affine)
-        fill(g = dalloc(C), C, 0.5, 1.5);
-    if (bias)
-        fill(b = dalloc(C), C, -0.5, 0.5);
-    if (dt == F32) {
-        to_f32_values(x, N * C), to_f32_values(dy, N * C);
-        to_f32_values(g, C), to_f32_values(b, C);
-    }
+    rng_seed((norm == LN ? 200 : 100) + (uint64_t)i);
+    inputs in = draw_inputs(N, C, -2.0, 3.0, affine, bias);
+    if (dt == F32)
+        inputs_to_f32(&in, N, C);
     const double eps = 1e-5;
 
-    double *y = dalloc(N * C), *r = dalloc(N), *yr = dalloc(N * C),
-           *rr = dalloc(N);
-    k_rms_fwd(dt, y, r, x, g, b, N, C, eps, 1);
-    ref_rms_fwd(yr, rr, x, g, b, N, C, eps);
+    outputs o = new_outputs(N, C), ref = new_outputs(N, C);
+    k_fwd(norm, dt, o.y, o.mu, o.r, in.x, in.g, in.b, N, C, eps, 1);
+    ref_fwd(norm, ref.y, ref.mu, ref.r, in.x, in.g, in.b, N, C, eps);
     double tol = tol_of(dt);
-    ck_assert_msg(scaled_err(y, yr, N * C, 1e-300) <= tol,
-                  "%s N=%ld C=%ld affine=%d bias=%d: y err %g", DT_NAME[dt],
-                  (long)N, (long)C, affine, bias,
-                  scaled_err(y, yr, N * C, 1e-300));
-    ck_assert_msg(scaled_err(r, rr, N, 1e-300) <= stat_tol_of(dt),
-                  "rstd err %g", scaled_err(r, rr, N, 1e-300));
+    /* LayerNorm with C = 1: xhat = 0, y = b exactly; the floor keeps 0 vs 0
+     * meaningful */
+    ck_assert_msg(scaled_err(o.y, ref.y, N * C, 1e-300) <= tol,
+                  "%s %s N=%ld C=%ld affine=%d bias=%d: y err %g",
+                  NORM_NAME[norm], DT_NAME[dt], (long)N, (long)C, affine,
+                  bias, scaled_err(o.y, ref.y, N * C, 1e-300));
+    if (norm == LN)
+        for (int64_t n = 0; n < N; n++) /* relative to the spread, 1/rstd */
+            ck_assert_msg(fabs(o.mu[n] - ref.mu[n]) * ref.r[n] <=
+                              stat_tol_of(dt),
+                          "mean %.17g vs %.17g", o.mu[n], ref.mu[n]);
+    ck_assert_msg(scaled_err(o.r, ref.r, N, 1e-300) <= stat_tol_of(dt),
+                  "rstd err %g", scaled_err(o.r, ref.r, N, 1e-300));
 
-    double *dx = dalloc(N * C), *dg = dalloc(C), *db = dalloc(C);
-    double *dxr = dalloc(N * C), *dgr = dalloc(C), *dbr = dalloc(C);
-    k_rms_bwd(dt, dx, dg, db, dy, x, g, r, N, C, 1);
-    ref_rms_bwd(dxr, dgr, dbr, dy, x, g, N, C, eps);
-    const double dxs = dx_scale(rr, dy, g, N, C);
-    ck_assert_msg(scaled_err(dx, dxr, N * C, dxs) <= tol,
-                  "%s N=%ld C=%ld affine=%d bias=%d: dx err %g", DT_NAME[dt],
-                  (long)N, (long)C, affine, bias,
-                  scaled_err(dx, dxr, N * C, dxs));
-    ck_assert_msg(scaled_err(dg, dgr, C, 1e-300) <= tol, "dg err %g",
-                  scaled_err(dg, dgr, C, 1e-300));
-    ck_assert_msg(scaled_err(db, dbr, C, 1e-300) <= tol, "db err %g",
-                  scaled_err(db, dbr, C, 1e-300));
+    k_bwd(norm, dt, o.dx, o.dg, o.db, in.dy, in.x, in.g, o.mu, o.r, N, C, 1);
+    ref_bwd(norm, ref.dx, ref.dg, ref.db, in.dy, in.x, in.g, N, C, eps);
+    const double dxs = dx_scale(ref.r, in.dy, in.g, N, C);
+    ck_assert_msg(scaled_err(o.dx, ref.dx, N * C, dxs) <= tol,
+                  "%s %s N=%ld C=%ld affine=%d bias=%d: dx err %g",
+                  NORM_NAME[norm], DT_NAME[dt], (long)N, (long)C, affine,
+                  bias, scaled_err(o.dx, ref.dx, N * C, dxs));
+    const double dg_floor = norm == LN ? 1e-12 : 1e-300;
+    ck_assert_msg(scaled_err(o.dg, ref.dg, C, dg_floor) <= tol, "dg err %g",
+                  scaled_err(o.dg, ref.dg, C, dg_floor));
+    ck_assert_msg(scaled_err(o.db, ref.db, C, 1e-300) <= tol, "db err %g",
+                  scaled_err(o.db, ref.db, C, 1e-300));
 
-    free(x), free(dy), free(g), free(b), free(y), free(r), free(yr), free(rr);
-    free(dx), free(dg), free(db), free(dxr), free(dgr), free(dbr);
+    free_inputs(&in);
+    free_outputs(&o), free_outputs(&ref);
 }
+
+START_TEST(test_rms_vs_reference) { vs_reference(RMS, _i); }
 END_TEST
 
-START_TEST(test_ln_vs_reference) {
-    int s, affine, bias, dt;
-    decode(_i, &s, &affine, &bias, &dt);
-    const int64_t N = SHAPES[s].N, C = SHAPES[s].C;
-    rng_seed(200 + (uint64_t)_i);
-    double *x = dalloc(N * C), *dy = dalloc(N * C), *g = NULL, *b = NULL;
-    fill(x, N * C, -2.0, 3.0);
-    fill(dy, N * C, -1.0, 1.0);
-    if (affine)
-        fill(g = dalloc(C), C, 0.5, 1.5);
-    if (bias)
-        fill(b = dalloc(C), C, -0.5, 0.5);
-    if (dt == F32) {
-        to_f32_values(x, N * C), to_f32_values(dy, N * C);
-        to_f32_values(g, C), to_f32_values(b, C);
-    }
-    const double eps = 1e-5;
-
-    double *y = dalloc(N * C), *mu = dalloc(N), *r = dalloc(N);
-    double *yr = dalloc(N * C), *mur = dalloc(N), *rr = dalloc(N);
-    k_ln_fwd(dt, y, mu, r, x, g, b, N, C, eps, 1);
-    ref_ln_fwd(yr, mur, rr, x, g, b, N, C, eps);
-    double tol = tol_of(dt);
-    /* C = 1: xhat = 0, y = b exactly; the floor keeps 0 vs 0 meaningful */
-    ck_assert_msg(scaled_err(y, yr, N * C, 1e-300) <= tol,
-                  "%s N=%ld C=%ld affine=%d bias=%d: y err %g", DT_NAME[dt],
-                  (long)N, (long)C, affine, bias,
-                  scaled_err(y, yr, N * C, 1e-300));
-    for (int64_t n = 0; n < N; n++) /* relative to the spread, 1/rstd */
-        ck_assert_msg(fabs(mu[n] - mur[n]) * rr[n] <= stat_tol_of(dt),
-                      "mean %.17g vs %.17g", mu[n], mur[n]);
-    ck_assert_msg(scaled_err(r, rr, N, 1e-300) <= stat_tol_of(dt),
-                  "rstd err %g", scaled_err(r, rr, N, 1e-300));
-
-    double *dx = dalloc(N * C), *dg = dalloc(C), *db = dalloc(C);
-    double *dxr = dalloc(N * C), *dgr = dalloc(C), *dbr = dalloc(C);
-    k_ln_bwd(dt, dx, dg, db, dy, x, g, mu, r, N, C, 1);
-    ref_ln_bwd(dxr, dgr, dbr, dy, x, g, N, C, eps);
-    const double dxs = dx_scale(rr, dy, g, N, C);
-    ck_assert_msg(scaled_err(dx, dxr, N * C, dxs) <= tol,
-                  "%s N=%ld C=%ld affine=%d bias=%d: dx err %g", DT_NAME[dt],
-                  (long)N, (long)C, affine, bias,
-                  scaled_err(dx, dxr, N * C, dxs));
-    ck_assert_msg(scaled_err(dg, dgr, C, 1e-12) <= tol, "dg err %g",
-                  scaled_err(dg, dgr, C, 1e-12));
-    ck_assert_msg(scaled_err(db, dbr, C, 1e-300) <= tol, "db err %g",
-                  scaled_err(db, dbr, C, 1e-300));
-
-    free(x), free(dy), free(g), free(b), free(y), free(mu), free(r);
-    free(yr), free(mur), free(rr);
-    free(dx), free(dg), free(db), free(dxr), free(dgr), free(dbr);
-}
+START_TEST(test_ln_vs_reference) { vs_reference(LN, _i); }
 END_TEST
+
 
 /* ---- finite differences (float64) --------------------------------------- */
 
@@ -462,13 +469,11 @@ static const fdcase FD[] = {
 };
 #define N_FD ((int)(sizeof FD / sizeof FD[0]))
 
-static double loss(int ln, const double *w, const double *x, const double *g,
-                   const double *b, int64_t N, int64_t C, double eps) {
+static double loss(int norm, const double *w, const double *x,
+                   const double *g, const double *b, int64_t N, int64_t C,
+                   double eps) {
     double *y = dalloc(N * C), L = 0.0;
-    if (ln)
-        tg_layernorm_forward_f64(y, NULL, NULL, x, g, b, N, C, eps, 1);
-    else
-        tg_rmsnorm_forward_f64(y, NULL, x, g, b, N, C, eps, 1);
+    k_fwd(norm, F64, y, NULL, NULL, x, g, b, N, C, eps, 1);
     for (int64_t i = 0; i < N * C; i++)
         L += w[i] * y[i];
     free(y);
@@ -476,16 +481,16 @@ static double loss(int ln, const double *w, const double *x, const double *g,
 }
 
 /* numeric d L / d p_i for every element of p (an input array of n) */
-static void numeric_grad(double *out, int ln, double *p, int64_t n,
+static void numeric_grad(double *out, int norm, double *p, int64_t n,
                          const double *w, const double *x, const double *g,
                          const double *b, int64_t N, int64_t C, double eps) {
     for (int64_t i = 0; i < n; i++) {
         const double p0 = p[i];
         const double h = 1e-6 * fmax(1.0, fabs(p0));
         p[i] = p0 + h;
-        double lp = loss(ln, w, x, g, b, N, C, eps);
+        double lp = loss(norm, w, x, g, b, N, C, eps);
         p[i] = p0 - h;
-        double lm = loss(ln, w, x, g, b, N, C, eps);
+        double lm = loss(norm, w, x, g, b, N, C, eps);
         p[i] = p0;
         out[i] = (lp - lm) / (2.0 * h);
     }
@@ -508,10 +513,10 @@ static void assert_fd(const char *name, const char *what, const double *a,
                       what, (long)i, a[i], num[i]);
 }
 
-static void fd_check(int ln, int k) {
+static void fd_check(int norm, int k) {
     const fdcase *fc = &FD[k];
     const int64_t N = fc->N, C = fc->C;
-    rng_seed(300 + (uint64_t)k + 1000 * (uint64_t)ln);
+    rng_seed(300 + (uint64_t)k + 1000 * (uint64_t)norm);
     double *x = dalloc(N * C), *w = dalloc(N * C), *g = NULL, *b = NULL;
     fill(x, N * C, fc->xlo, fc->xhi);
     /* random signs for the large-input case, so rows are not all positive */
@@ -524,47 +529,40 @@ static void fd_check(int ln, int k) {
     if (fc->bias)
         fill(b = dalloc(C), C, -0.5, 0.5);
 
-    double *y = dalloc(N * C), *mu = dalloc(N), *r = dalloc(N);
-    double *dx = dalloc(N * C), *dg = dalloc(C), *db = dalloc(C);
-    if (ln) {
-        tg_layernorm_forward_f64(y, mu, r, x, g, b, N, C, fc->eps, 1);
-        tg_layernorm_backward_f64(dx, g ? dg : NULL, b ? db : NULL, w, x, g,
-                                  mu, r, N, C, 1);
-    } else {
-        tg_rmsnorm_forward_f64(y, r, x, g, b, N, C, fc->eps, 1);
-        tg_rmsnorm_backward_f64(dx, g ? dg : NULL, b ? db : NULL, w, x, g, r,
-                                N, C, 1);
-    }
-    const char *name = ln ? "layernorm" : "rmsnorm";
+    outputs o = new_outputs(N, C);
+    k_fwd(norm, F64, o.y, o.mu, o.r, x, g, b, N, C, fc->eps, 1);
+    k_bwd(norm, F64, o.dx, g ? o.dg : NULL, b ? o.db : NULL, w, x, g, o.mu,
+          o.r, N, C, 1);
+    const char *name = NORM_NAME[norm];
     double *num = dalloc(N * C);
-    numeric_grad(num, ln, x, N * C, w, x, g, b, N, C, fc->eps);
-    assert_fd(name, fc->what, dx, num, N * C, dx_scale(r, w, g, N, C));
+    numeric_grad(num, norm, x, N * C, w, x, g, b, N, C, fc->eps);
+    assert_fd(name, fc->what, o.dx, num, N * C, dx_scale(o.r, w, g, N, C));
     if (g) {
-        numeric_grad(num, ln, g, C, w, x, g, b, N, C, fc->eps);
-        assert_fd(name, "dgamma", dg, num, C, 0.0);
+        numeric_grad(num, norm, g, C, w, x, g, b, N, C, fc->eps);
+        assert_fd(name, "dgamma", o.dg, num, C, 0.0);
     }
     if (b) {
-        numeric_grad(num, ln, b, C, w, x, g, b, N, C, fc->eps);
-        assert_fd(name, "dbeta", db, num, C, 0.0);
+        numeric_grad(num, norm, b, C, w, x, g, b, N, C, fc->eps);
+        assert_fd(name, "dbeta", o.db, num, C, 0.0);
     }
-    free(x), free(w), free(g), free(b), free(y), free(mu), free(r);
-    free(dx), free(dg), free(db), free(num);
+    free(x), free(w), free(g), free(b), free(num);
+    free_outputs(&o);
 }
 
-START_TEST(test_rms_finite_differences) { fd_check(0, _i); }
+START_TEST(test_rms_finite_differences) { fd_check(RMS, _i); }
 END_TEST
 
-START_TEST(test_ln_finite_differences) { fd_check(1, _i); }
+START_TEST(test_ln_finite_differences) { fd_check(LN, _i); }
 END_TEST
 
-/* ---- the arange(9) example of issue 4 ------------------------------------ */
+/* ---- the arange(9) example, worked by hand ------------------------------- */
 
 START_TEST(test_rms_arange9) {
     const int dt = _i;
     double x[9], y[9], r[3];
     for (int i = 0; i < 9; i++)
         x[i] = i;
-    k_rms_fwd(dt, y, r, x, NULL, NULL, 3, 3, 1e-5, 1);
+    k_fwd(RMS, dt, y, NULL, r, x, NULL, NULL, 3, 3, 1e-5, 1);
     const double want[9] = {0,      0.7746, 1.5492, 0.7348, 0.9798,
                             1.2247, 0.8514, 0.9933, 1.1352};
     for (int i = 0; i < 9; i++)
@@ -581,20 +579,16 @@ END_TEST
  * the scaled inputs are exact too. s = 2^66 ~ 7.4e19 puts the squares at
  * ~1e40, beyond float32's 3.4e38; s = 2^-66 puts them at ~1e-40, below
  * float32's smallest normal. */
-static void scale_check(int ln, int dt, double s) {
+static void scale_check(int norm, int dt, double s) {
     const int64_t N = 4, C = 96;
-    rng_seed(400 + (uint64_t)ln);
-    double *x1 = dalloc(N * C), *xs = dalloc(N * C), *dy = dalloc(N * C);
-    double *g = dalloc(C), *b = dalloc(C);
-    fill(x1, N * C, -3.0, 3.0);
-    if (ln)
+    rng_seed(400 + (uint64_t)norm);
+    inputs in = draw_inputs(N, C, -3.0, 3.0, true, true);
+    double *x1 = in.x, *dy = in.dy, *g = in.g, *b = in.b;
+    if (norm == LN)
         for (int64_t i = 0; i < N * C; i++)
             x1[i] += 5.0; /* a mean to take out */
-    fill(dy, N * C, -1.0, 1.0);
-    fill(g, C, 0.5, 1.5);
-    fill(b, C, -0.5, 0.5);
-    to_f32_values(x1, N * C), to_f32_values(dy, N * C);
-    to_f32_values(g, C), to_f32_values(b, C);
+    inputs_to_f32(&in, N, C);
+    double *xs = dalloc(N * C);
     for (int64_t i = 0; i < N * C; i++)
         xs[i] = x1[i] * s; /* exact: s is a power of two */
     /* eps1 a power of two, so eps1 s^2 is exact (even when subnormal) */
@@ -605,18 +599,11 @@ static void scale_check(int ln, int dt, double s) {
     double *dx1 = dalloc(N * C), *dxs = dalloc(N * C);
     double *dg1 = dalloc(C), *dgs = dalloc(C), *db1 = dalloc(C),
            *dbs = dalloc(C);
-    if (ln) {
-        k_ln_fwd(dt, y1, m1, r1, x1, g, b, N, C, eps1, 1);
-        k_ln_fwd(dt, ys, ms, rs, xs, g, b, N, C, epss, 1);
-        k_ln_bwd(dt, dx1, dg1, db1, dy, x1, g, m1, r1, N, C, 1);
-        k_ln_bwd(dt, dxs, dgs, dbs, dy, xs, g, ms, rs, N, C, 1);
-    } else {
-        k_rms_fwd(dt, y1, r1, x1, g, b, N, C, eps1, 1);
-        k_rms_fwd(dt, ys, rs, xs, g, b, N, C, epss, 1);
-        k_rms_bwd(dt, dx1, dg1, db1, dy, x1, g, r1, N, C, 1);
-        k_rms_bwd(dt, dxs, dgs, dbs, dy, xs, g, rs, N, C, 1);
-    }
-    const char *name = ln ? "layernorm" : "rmsnorm";
+    k_fwd(norm, dt, y1, m1, r1, x1, g, b, N, C, eps1, 1);
+    k_fwd(norm, dt, ys, ms, rs, xs, g, b, N, C, epss, 1);
+    k_bwd(norm, dt, dx1, dg1, db1, dy, x1, g, m1, r1, N, C, 1);
+    k_bwd(norm, dt, dxs, dgs, dbs, dy, xs, g, ms, rs, N, C, 1);
+    const char *name = NORM_NAME[norm];
     const double tol = dt == F64 ? 1e-13 : 1e-6;
     ck_assert_msg(all_finite(ys, N * C), "%s %s s=%g: y not finite", name,
                   DT_NAME[dt], s);
@@ -629,7 +616,7 @@ static void scale_check(int ln, int dt, double s) {
         ck_assert_msg(fabs(rs[n] * s - r1[n]) <= stat_tol_of(dt) * r1[n],
                       "%s %s s=%g: rstd %g vs %g / s", name, DT_NAME[dt], s,
                       rs[n], r1[n]);
-        if (ln)
+        if (norm == LN)
             ck_assert_msg(fabs(ms[n] / s - m1[n]) * r1[n] <= stat_tol_of(dt),
                           "%s: mean %g vs %g s", name, ms[n], m1[n]);
     }
@@ -645,30 +632,31 @@ static void scale_check(int ln, int dt, double s) {
     ck_assert_msg(scaled_err(dbs, db1, C, 1e-300) <= tol, "db err %g",
                   scaled_err(dbs, db1, C, 1e-300));
 
-    free(x1), free(xs), free(dy), free(g), free(b), free(y1), free(ys);
+    free_inputs(&in);
+    free(xs), free(y1), free(ys);
     free(m1), free(ms), free(r1), free(rs), free(dx1), free(dxs);
     free(dg1), free(dgs), free(db1), free(dbs);
 }
 
 START_TEST(test_scale_f32_1e20) {
-    scale_check(0, F32, 0x1p66);
-    scale_check(1, F32, 0x1p66);
+    scale_check(RMS, F32, 0x1p66);
+    scale_check(LN, F32, 0x1p66);
 }
 END_TEST
 
 START_TEST(test_scale_f32_1e_minus20) {
-    scale_check(0, F32, 0x1p-66);
-    scale_check(1, F32, 0x1p-66);
+    scale_check(RMS, F32, 0x1p-66);
+    scale_check(LN, F32, 0x1p-66);
 }
 END_TEST
 
 /* float64 rows whose squares overflow (2^510 ~ 3e153) or underflow
  * (2^-520 ~ 3e-157) exercise the power-of-two rescaling path. */
 START_TEST(test_scale_f64_extreme) {
-    scale_check(0, F64, 0x1p510);
-    scale_check(1, F64, 0x1p510);
-    scale_check(0, F64, 0x1p-520);
-    scale_check(1, F64, 0x1p-520);
+    scale_check(RMS, F64, 0x1p510);
+    scale_check(LN, F64, 0x1p510);
+    scale_check(RMS, F64, 0x1p-520);
+    scale_check(LN, F64, 0x1p-520);
 }
 END_TEST
 
@@ -681,52 +669,40 @@ START_TEST(test_scale_f32_fixed_eps) {
     const double scales[2] = {1e20, 1e-20};
     for (int k = 0; k < 2; k++) {
         rng_seed(500 + (uint64_t)k);
-        double *x = dalloc(N * C), *dy = dalloc(N * C), *g = dalloc(C);
-        fill(x, N * C, -2.0 * scales[k], 2.0 * scales[k]);
-        fill(dy, N * C, -1.0, 1.0);
-        fill(g, C, 0.5, 1.5);
-        to_f32_values(x, N * C), to_f32_values(dy, N * C),
-            to_f32_values(g, C);
+        inputs in = draw_inputs(N, C, -2.0 * scales[k], 2.0 * scales[k],
+                                true, false);
+        inputs_to_f32(&in, N, C);
+        const double *x = in.x, *dy = in.dy, *g = in.g;
         float naive = 0.0f;
         for (int64_t j = 0; j < C; j++)
             naive += (float)x[j] * (float)x[j];
         ck_assert(k == 0 ? isinf(naive) : naive < FLT_MIN);
 
-        double *y = dalloc(N * C), *r = dalloc(N), *yr = dalloc(N * C);
-        double *dx = dalloc(N * C), *dg = dalloc(C), *dxr = dalloc(N * C),
-               *dgr = dalloc(C);
-        k_rms_fwd(F32, y, r, x, g, NULL, N, C, 1e-6, 1);
-        ref_rms_fwd(yr, NULL, x, g, NULL, N, C, 1e-6);
-        ck_assert_msg(scaled_err(y, yr, N * C, 1e-300) <= 2e-6,
-                      "scale %g: y err %g", scales[k],
-                      scaled_err(y, yr, N * C, 1e-300));
-        k_rms_bwd(F32, dx, dg, NULL, dy, x, g, r, N, C, 1);
-        ref_rms_bwd(dxr, dgr, NULL, dy, x, g, N, C, 1e-6);
-        ck_assert(all_finite(dx, N * C) && all_finite(dg, C));
-        ck_assert_msg(scaled_err(dx, dxr, N * C, 1e-300) <= 2e-6,
-                      "scale %g: dx err %g", scales[k],
-                      scaled_err(dx, dxr, N * C, 1e-300));
-        ck_assert_msg(scaled_err(dg, dgr, C, 1e-300) <= 2e-6,
-                      "scale %g: dg err %g", scales[k],
-                      scaled_err(dg, dgr, C, 1e-300));
-
-        /* LayerNorm the same way */
-        double *mu = dalloc(N), *mur = dalloc(N), *rr = dalloc(N);
-        memset(dx, 0, sizeof(double) * (size_t)(N * C));
-        memset(dxr, 0, sizeof(double) * (size_t)(N * C));
-        k_ln_fwd(F32, y, mu, r, x, g, NULL, N, C, 1e-6, 1);
-        ref_ln_fwd(yr, mur, rr, x, g, NULL, N, C, 1e-6);
-        ck_assert_msg(scaled_err(y, yr, N * C, 1e-300) <= 2e-6,
-                      "layernorm scale %g: y err %g", scales[k],
-                      scaled_err(y, yr, N * C, 1e-300));
-        k_ln_bwd(F32, dx, NULL, NULL, dy, x, g, mu, r, N, C, 1);
-        ref_ln_bwd(dxr, NULL, NULL, dy, x, g, N, C, 1e-6);
-        ck_assert(all_finite(dx, N * C));
-        ck_assert_msg(scaled_err(dx, dxr, N * C, 1e-300) <= 2e-6,
-                      "layernorm scale %g: dx err %g", scales[k],
-                      scaled_err(dx, dxr, N * C, 1e-300));
-        free(x), free(dy), free(g), free(y), free(r), free(yr), free(dx);
-        free(dg), free(dxr), free(dgr), free(mu), free(mur), free(rr);
+        outputs o = new_outputs(N, C), ref = new_outputs(N, C);
+        for (int norm = RMS; norm <= LN; norm++) {
+            const char *name = NORM_NAME[norm];
+            memset(o.dx, 0, sizeof(double) * (size_t)(N * C));
+            memset(ref.dx, 0, sizeof(double) * (size_t)(N * C));
+            k_fwd(norm, F32, o.y, o.mu, o.r, x, g, NULL, N, C, 1e-6, 1);
+            ref_fwd(norm, ref.y, ref.mu, ref.r, x, g, NULL, N, C, 1e-6);
+            ck_assert_msg(scaled_err(o.y, ref.y, N * C, 1e-300) <= 2e-6,
+                          "%s scale %g: y err %g", name, scales[k],
+                          scaled_err(o.y, ref.y, N * C, 1e-300));
+            /* dgamma: RMSNorm's only */
+            double *pg = norm == RMS ? o.dg : NULL, *pgr = pg ? ref.dg : NULL;
+            k_bwd(norm, F32, o.dx, pg, NULL, dy, x, g, o.mu, o.r, N, C, 1);
+            ref_bwd(norm, ref.dx, pgr, NULL, dy, x, g, N, C, 1e-6);
+            ck_assert(all_finite(o.dx, N * C) && (!pg || all_finite(o.dg, C)));
+            ck_assert_msg(scaled_err(o.dx, ref.dx, N * C, 1e-300) <= 2e-6,
+                          "%s scale %g: dx err %g", name, scales[k],
+                          scaled_err(o.dx, ref.dx, N * C, 1e-300));
+            if (pg)
+                ck_assert_msg(scaled_err(o.dg, ref.dg, C, 1e-300) <= 2e-6,
+                              "%s scale %g: dg err %g", name, scales[k],
+                              scaled_err(o.dg, ref.dg, C, 1e-300));
+        }
+        free_inputs(&in);
+        free_outputs(&o), free_outputs(&ref);
     }
 }
 END_TEST
@@ -736,23 +712,23 @@ END_TEST
 START_TEST(test_f32_rows_near_flt_max) {
     const int64_t N = 2, C = 40;
     rng_seed(550);
-    double *x = dalloc(N * C), *dy = dalloc(N * C);
-    fill(x, N * C, -3e37, 3e37);
-    fill(dy, N * C, -1.0, 1.0);
-    to_f32_values(x, N * C), to_f32_values(dy, N * C);
+    inputs in = draw_inputs(N, C, -3e37, 3e37, false, false);
+    inputs_to_f32(&in, N, C);
+    const double *x = in.x, *dy = in.dy;
     double *y = dalloc(N * C), *r = dalloc(N), *yr = dalloc(N * C);
     double *dx = dalloc(N * C), *dxr = dalloc(N * C);
-    k_rms_fwd(F32, y, r, x, NULL, NULL, N, C, 1e-6, 1);
+    k_fwd(RMS, F32, y, NULL, r, x, NULL, NULL, N, C, 1e-6, 1);
     ck_assert(r[0] < 0x1p-120); /* the row took the double path */
     ref_rms_fwd(yr, NULL, x, NULL, NULL, N, C, 1e-6);
     ck_assert_msg(scaled_err(y, yr, N * C, 1e-300) <= 2e-6, "y err %g",
                   scaled_err(y, yr, N * C, 1e-300));
-    k_rms_bwd(F32, dx, NULL, NULL, dy, x, NULL, r, N, C, 1);
+    k_bwd(RMS, F32, dx, NULL, NULL, dy, x, NULL, NULL, r, N, C, 1);
     ref_rms_bwd(dxr, NULL, NULL, dy, x, NULL, N, C, 1e-6);
     /* dx ~ 1e-38 sits among float32 subnormals: compare at their spacing */
     ck_assert_msg(scaled_err(dx, dxr, N * C, 1e-300) <= 1e-5, "dx err %g",
                   scaled_err(dx, dxr, N * C, 1e-300));
-    free(x), free(dy), free(y), free(r), free(yr), free(dx), free(dxr);
+    free_inputs(&in);
+    free(y), free(r), free(yr), free(dx), free(dxr);
 }
 END_TEST
 
@@ -787,28 +763,25 @@ START_TEST(test_ln_f32_offset_row) {
                       (double)var_naive, var);
     }
 
-    double *y = dalloc(N * C), *mu = dalloc(N), *r = dalloc(N);
-    double *yr = dalloc(N * C), *mur = dalloc(N), *rr = dalloc(N);
-    k_ln_fwd(F32, y, mu, r, x, NULL, NULL, N, C, 1e-5, 1);
-    ref_ln_fwd(yr, mur, rr, x, NULL, NULL, N, C, 1e-5);
-    ck_assert_msg(scaled_err(y, yr, N * C, 1e-300) <= 2e-6, "y err %g",
-                  scaled_err(y, yr, N * C, 1e-300));
-    ck_assert_msg(scaled_err(r, rr, N, 1e-300) <= 1e-6, "rstd err %g",
-                  scaled_err(r, rr, N, 1e-300));
+    outputs o = new_outputs(N, C), ref = new_outputs(N, C);
+    k_fwd(LN, F32, o.y, o.mu, o.r, x, NULL, NULL, N, C, 1e-5, 1);
+    ref_ln_fwd(ref.y, ref.mu, ref.r, x, NULL, NULL, N, C, 1e-5);
+    ck_assert_msg(scaled_err(o.y, ref.y, N * C, 1e-300) <= 2e-6, "y err %g",
+                  scaled_err(o.y, ref.y, N * C, 1e-300));
+    ck_assert_msg(scaled_err(o.r, ref.r, N, 1e-300) <= 1e-6, "rstd err %g",
+                  scaled_err(o.r, ref.r, N, 1e-300));
     for (int64_t n = 0; n < N; n++)
-        ck_assert_msg(fabs(mu[n] - mur[n]) <= 1e-9, "mean %.12g vs %.12g",
-                      mu[n], mur[n]);
+        ck_assert_msg(fabs(o.mu[n] - ref.mu[n]) <= 1e-9, "mean %.12g vs %.12g",
+                      o.mu[n], ref.mu[n]);
 
-    double *dx = dalloc(N * C), *dg = dalloc(C), *db = dalloc(C);
-    double *dxr = dalloc(N * C), *dgr = dalloc(C), *dbr = dalloc(C);
-    k_ln_bwd(F32, dx, dg, db, dy, x, NULL, mu, r, N, C, 1);
-    ref_ln_bwd(dxr, dgr, dbr, dy, x, NULL, N, C, 1e-5);
-    ck_assert_msg(scaled_err(dx, dxr, N * C, 1e-300) <= 2e-6, "dx err %g",
-                  scaled_err(dx, dxr, N * C, 1e-300));
-    ck_assert_msg(scaled_err(dg, dgr, C, 1e-300) <= 2e-6, "dg err %g",
-                  scaled_err(dg, dgr, C, 1e-300));
-    free(x), free(dy), free(y), free(mu), free(r), free(yr), free(mur);
-    free(rr), free(dx), free(dg), free(db), free(dxr), free(dgr), free(dbr);
+    k_bwd(LN, F32, o.dx, o.dg, o.db, dy, x, NULL, o.mu, o.r, N, C, 1);
+    ref_ln_bwd(ref.dx, ref.dg, ref.db, dy, x, NULL, N, C, 1e-5);
+    ck_assert_msg(scaled_err(o.dx, ref.dx, N * C, 1e-300) <= 2e-6, "dx err %g",
+                  scaled_err(o.dx, ref.dx, N * C, 1e-300));
+    ck_assert_msg(scaled_err(o.dg, ref.dg, C, 1e-300) <= 2e-6, "dg err %g",
+                  scaled_err(o.dg, ref.dg, C, 1e-300));
+    free(x), free(dy);
+    free_outputs(&o), free_outputs(&ref);
 }
 END_TEST
 
@@ -819,12 +792,9 @@ END_TEST
 START_TEST(test_rms_invariants) {
     const int64_t N = 4, C = 33;
     rng_seed(700);
-    double *x = dalloc(N * C), *cx = dalloc(N * C), *dy = dalloc(N * C);
-    double *g = dalloc(C), *b = dalloc(C);
-    fill(x, N * C, -2.0, 2.0);
-    fill(dy, N * C, -1.0, 1.0);
-    fill(g, C, 0.5, 1.5);
-    fill(b, C, -0.5, 0.5);
+    inputs in = draw_inputs(N, C, -2.0, 2.0, true, true);
+    const double *x = in.x, *dy = in.dy, *g = in.g, *b = in.b;
+    double *cx = dalloc(N * C);
     const double c = 3.7;
     for (int64_t i = 0; i < N * C; i++)
         cx[i] = c * x[i];
@@ -869,8 +839,8 @@ START_TEST(test_rms_invariants) {
                       want);
         ck_assert(fabs(want) > 1e-3); /* not trivially zero */
     }
-    free(x), free(cx), free(dy), free(g), free(b), free(y), free(cy);
-    free(r), free(cr), free(dx);
+    free_inputs(&in);
+    free(cx), free(y), free(cy), free(r), free(cr), free(dx);
 }
 END_TEST
 
@@ -883,9 +853,9 @@ END_TEST
 START_TEST(test_ln_invariants) {
     const int64_t N = 5, C = 41;
     rng_seed(800);
-    double *x = dalloc(N * C), *dy = dalloc(N * C), *ones = dalloc(C);
-    fill(x, N * C, -2.0, 5.0);
-    fill(dy, N * C, -1.0, 1.0);
+    inputs in = draw_inputs(N, C, -2.0, 5.0, false, false);
+    const double *x = in.x, *dy = in.dy;
+    double *ones = dalloc(C);
     for (int64_t j = 0; j < C; j++)
         ones[j] = 1.0;
     for (int pass = 0; pass < 4; pass++) {
@@ -938,7 +908,8 @@ START_TEST(test_ln_invariants) {
         ck_assert(scaled_err(db, dbw, C, 1e-300) <= 1e-14);
         free(y), free(r), free(dg), free(db), free(dgw), free(dbw);
     }
-    free(x), free(dy), free(ones);
+    free_inputs(&in);
+    free(ones);
 }
 END_TEST
 
@@ -949,105 +920,79 @@ END_TEST
  * exactly); dg and db add row by row, so they double up to rounding. A
  * pre-filled gradient is added to. Loop: norm (2) x dtype (2). */
 START_TEST(test_accumulate) {
-    const int ln = _i / 2, dt = _i % 2;
+    const int norm = _i / 2, dt = _i % 2;
     const int64_t N = 6, C = 70;
     rng_seed(900 + (uint64_t)_i);
-    double *x = dalloc(N * C), *dy = dalloc(N * C), *g = dalloc(C),
-           *b = dalloc(C);
-    fill(x, N * C, -2.0, 2.0);
-    fill(dy, N * C, -1.0, 1.0);
-    fill(g, C, 0.5, 1.5);
-    fill(b, C, -0.5, 0.5);
-    to_f32_values(x, N * C), to_f32_values(dy, N * C);
-    to_f32_values(g, C), to_f32_values(b, C);
-    double *y = dalloc(N * C), *mu = dalloc(N), *r = dalloc(N);
-    double *dx = dalloc(N * C), *dg = dalloc(C), *db = dalloc(C);
-    if (ln)
-        k_ln_fwd(dt, y, mu, r, x, g, b, N, C, 1e-5, 1);
-    else
-        k_rms_fwd(dt, y, r, x, g, b, N, C, 1e-5, 1);
-#define BWD()                                                                  \
-    (ln ? k_ln_bwd(dt, dx, dg, db, dy, x, g, mu, r, N, C, 1)                  \
-        : k_rms_bwd(dt, dx, dg, db, dy, x, g, r, N, C, 1))
-    BWD();
-    double *dx1 = dcopy(dx, N * C), *dg1 = dcopy(dg, C), *db1 = dcopy(db, C);
-    BWD();
+    inputs in = draw_inputs(N, C, -2.0, 2.0, true, true);
+    inputs_to_f32(&in, N, C);
+    const double *x = in.x, *dy = in.dy, *g = in.g, *b = in.b;
+    outputs o = new_outputs(N, C);
+    k_fwd(norm, dt, o.y, o.mu, o.r, x, g, b, N, C, 1e-5, 1);
+    k_bwd(norm, dt, o.dx, o.dg, o.db, dy, x, g, o.mu, o.r, N, C, 1);
+    double *dx1 = dcopy(o.dx, N * C), *dg1 = dcopy(o.dg, C),
+           *db1 = dcopy(o.db, C);
+    k_bwd(norm, dt, o.dx, o.dg, o.db, dy, x, g, o.mu, o.r, N, C, 1);
     for (int64_t i = 0; i < N * C; i++)
-        ck_assert_msg(dx[i] == 2.0 * dx1[i], "dx[%ld] %g != 2 * %g", (long)i,
-                      dx[i], dx1[i]);
+        ck_assert_msg(o.dx[i] == 2.0 * dx1[i], "dx[%ld] %g != 2 * %g", (long)i,
+                      o.dx[i], dx1[i]);
     const double tol = dt == F64 ? 1e-14 : 1e-6;
-    ck_assert(scaled_err(dg, dg1, C, 1e-300) > 0.9); /* not unchanged */
+    ck_assert(scaled_err(o.dg, dg1, C, 1e-300) > 0.9); /* not unchanged */
     for (int64_t j = 0; j < C; j++) {
-        ck_assert(fabs(dg[j] - 2.0 * dg1[j]) <= tol * (double)N);
-        ck_assert(fabs(db[j] - 2.0 * db1[j]) <= tol * (double)N);
+        ck_assert(fabs(o.dg[j] - 2.0 * dg1[j]) <= tol * (double)N);
+        ck_assert(fabs(o.db[j] - 2.0 * db1[j]) <= tol * (double)N);
     }
     /* pre-filled with 1: the result is 1 + one gradient (to rounding) */
     for (int64_t i = 0; i < N * C; i++)
-        dx[i] = 1.0;
+        o.dx[i] = 1.0;
     for (int64_t j = 0; j < C; j++)
-        dg[j] = db[j] = 1.0;
-    BWD();
-#undef BWD
+        o.dg[j] = o.db[j] = 1.0;
+    k_bwd(norm, dt, o.dx, o.dg, o.db, dy, x, g, o.mu, o.r, N, C, 1);
     for (int64_t i = 0; i < N * C; i++)
-        ck_assert(fabs(dx[i] - (1.0 + dx1[i])) <= tol * (1.0 + fabs(dx1[i])));
+        ck_assert(fabs(o.dx[i] - (1.0 + dx1[i])) <= tol * (1.0 + fabs(dx1[i])));
     for (int64_t j = 0; j < C; j++) {
-        ck_assert(fabs(dg[j] - (1.0 + dg1[j])) <= tol * (double)N);
-        ck_assert(fabs(db[j] - (1.0 + db1[j])) <= tol * (double)N);
+        ck_assert(fabs(o.dg[j] - (1.0 + dg1[j])) <= tol * (double)N);
+        ck_assert(fabs(o.db[j] - (1.0 + db1[j])) <= tol * (double)N);
     }
-    free(x), free(dy), free(g), free(b), free(y), free(mu), free(r);
-    free(dx), free(dg), free(db), free(dx1), free(dg1), free(db1);
+    free_inputs(&in);
+    free_outputs(&o);
+    free(dx1), free(dg1), free(db1);
 }
 END_TEST
 
 /* Any of dx, dg, db may be NULL (and the saved statistics in forward): the
  * others come out bitwise the same. Loop: norm (2) x dtype (2). */
 START_TEST(test_optional_outputs) {
-    const int ln = _i / 2, dt = _i % 2;
+    const int norm = _i / 2, dt = _i % 2;
     const int64_t N = 5, C = 130;
     rng_seed(950 + (uint64_t)_i);
-    double *x = dalloc(N * C), *dy = dalloc(N * C), *g = dalloc(C),
-           *b = dalloc(C);
-    fill(x, N * C, -2.0, 2.0);
-    fill(dy, N * C, -1.0, 1.0);
-    fill(g, C, 0.5, 1.5);
-    fill(b, C, -0.5, 0.5);
-    double *y = dalloc(N * C), *y2 = dalloc(N * C), *mu = dalloc(N),
-           *r = dalloc(N);
-    if (ln) {
-        k_ln_fwd(dt, y, mu, r, x, g, b, N, C, 1e-5, 1);
-        k_ln_fwd(dt, y2, NULL, NULL, x, g, b, N, C, 1e-5, 1);
-    } else {
-        k_rms_fwd(dt, y, r, x, g, b, N, C, 1e-5, 1);
-        k_rms_fwd(dt, y2, NULL, x, g, b, N, C, 1e-5, 1);
-    }
-    ck_assert(memcmp(y, y2, sizeof(double) * (size_t)(N * C)) == 0);
+    inputs in = draw_inputs(N, C, -2.0, 2.0, true, true);
+    const double *x = in.x, *dy = in.dy, *g = in.g, *b = in.b;
+    outputs o = new_outputs(N, C);
+    double *y2 = dalloc(N * C);
+    k_fwd(norm, dt, o.y, o.mu, o.r, x, g, b, N, C, 1e-5, 1);
+    k_fwd(norm, dt, y2, NULL, NULL, x, g, b, N, C, 1e-5, 1);
+    ck_assert(memcmp(o.y, y2, sizeof(double) * (size_t)(N * C)) == 0);
 
-    double *dx = dalloc(N * C), *dg = dalloc(C), *db = dalloc(C);
-    if (ln)
-        k_ln_bwd(dt, dx, dg, db, dy, x, g, mu, r, N, C, 1);
-    else
-        k_rms_bwd(dt, dx, dg, db, dy, x, g, r, N, C, 1);
+    k_bwd(norm, dt, o.dx, o.dg, o.db, dy, x, g, o.mu, o.r, N, C, 1);
     for (int mask = 0; mask < 8; mask++) { /* which outputs to ask for */
         double *ex = dalloc(N * C), *eg = dalloc(C), *eb = dalloc(C);
         double *px = mask & 1 ? ex : NULL, *pg = mask & 2 ? eg : NULL,
                *pb = mask & 4 ? eb : NULL;
-        if (ln)
-            k_ln_bwd(dt, px, pg, pb, dy, x, g, mu, r, N, C, 1);
-        else
-            k_rms_bwd(dt, px, pg, pb, dy, x, g, r, N, C, 1);
+        k_bwd(norm, dt, px, pg, pb, dy, x, g, o.mu, o.r, N, C, 1);
         if (px)
-            ck_assert_msg(memcmp(ex, dx, sizeof(double) * (size_t)(N * C)) == 0,
+            ck_assert_msg(memcmp(ex, o.dx,
+                                 sizeof(double) * (size_t)(N * C)) == 0,
                           "mask %d: dx differs", mask);
         if (pg)
-            ck_assert_msg(memcmp(eg, dg, sizeof(double) * (size_t)C) == 0,
+            ck_assert_msg(memcmp(eg, o.dg, sizeof(double) * (size_t)C) == 0,
                           "mask %d: dg differs", mask);
         if (pb)
-            ck_assert_msg(memcmp(eb, db, sizeof(double) * (size_t)C) == 0,
+            ck_assert_msg(memcmp(eb, o.db, sizeof(double) * (size_t)C) == 0,
                           "mask %d: db differs", mask);
         free(ex), free(eg), free(eb);
     }
-    free(x), free(dy), free(g), free(b), free(y), free(y2), free(mu), free(r);
-    free(dx), free(dg), free(db);
+    free_inputs(&in);
+    free_outputs(&o), free(y2);
 }
 END_TEST
 
@@ -1056,42 +1001,34 @@ END_TEST
  * shape is above the kernels' threading threshold, with C not a multiple
  * of 16 so the column ranges have ragged ends. Loop: norm x dtype. */
 START_TEST(test_threads_bitwise) {
-    const int ln = _i / 2, dt = _i % 2;
+    const int norm = _i / 2, dt = _i % 2;
     const int64_t N = 301, C = 133;
     rng_seed(990 + (uint64_t)_i);
-    double *x = dalloc(N * C), *dy = dalloc(N * C), *g = dalloc(C),
-           *b = dalloc(C);
-    fill(x, N * C, -2.0, 2.0);
-    fill(dy, N * C, -1.0, 1.0);
-    fill(g, C, 0.5, 1.5);
-    fill(b, C, -0.5, 0.5);
-    double *out[3][6];
+    inputs in = draw_inputs(N, C, -2.0, 2.0, true, true);
+    const double *x = in.x, *dy = in.dy, *g = in.g, *b = in.b;
+    outputs out[3];
     for (int t = 0; t < 3; t++) {
-        double *y = dalloc(N * C), *mu = dalloc(N), *r = dalloc(N);
-        double *dx = dalloc(N * C), *dg = dalloc(C), *db = dalloc(C);
-        if (ln) {
-            k_ln_fwd(dt, y, mu, r, x, g, b, N, C, 1e-5, t + 1);
-            k_ln_bwd(dt, dx, dg, db, dy, x, g, mu, r, N, C, t + 1);
-        } else {
-            k_rms_fwd(dt, y, r, x, g, b, N, C, 1e-5, t + 1);
-            k_rms_bwd(dt, dx, dg, db, dy, x, g, r, N, C, t + 1);
-        }
-        out[t][0] = y, out[t][1] = mu, out[t][2] = r;
-        out[t][3] = dx, out[t][4] = dg, out[t][5] = db;
+        outputs *o = &out[t];
+        *o = new_outputs(N, C);
+        k_fwd(norm, dt, o->y, o->mu, o->r, x, g, b, N, C, 1e-5, t + 1);
+        k_bwd(norm, dt, o->dx, o->dg, o->db, dy, x, g, o->mu, o->r, N, C,
+              t + 1);
     }
     const int64_t len[6] = {N * C, N, N, N * C, C, C};
     const char *nm[6] = {"y", "mean", "rstd", "dx", "dg", "db"};
-    for (int t = 1; t < 3; t++)
+    for (int t = 1; t < 3; t++) {
+        const outputs *o = &out[t], *o1 = &out[0];
+        const double *got[6] = {o->y, o->mu, o->r, o->dx, o->dg, o->db};
+        const double *want[6] = {o1->y, o1->mu, o1->r, o1->dx, o1->dg, o1->db};
         for (int k = 0; k < 6; k++)
-            ck_assert_msg(memcmp(out[t][k], out[0][k],
+            ck_assert_msg(memcmp(got[k], want[k],
                                  sizeof(double) * (size_t)len[k]) == 0,
                           "%s %s: %s differs with %d threads",
-                          ln ? "layernorm" : "rmsnorm", DT_NAME[dt], nm[k],
-                          t + 1);
+                          NORM_NAME[norm], DT_NAME[dt], nm[k], t + 1);
+    }
     for (int t = 0; t < 3; t++)
-        for (int k = 0; k < 6; k++)
-            free(out[t][k]);
-    free(x), free(dy), free(g), free(b);
+        free_outputs(&out[t]);
+    free_inputs(&in);
 }
 END_TEST
 
@@ -1118,17 +1055,17 @@ START_TEST(test_degenerate) {
             b[j] = 0.25 * (double)j;
             dy[j] = 1.0 - 0.1 * (double)j;
         }
-        k_rms_fwd(dt, y, &r, z, NULL, b, 1, C, 1e-4, 1);
+        k_fwd(RMS, dt, y, NULL, &r, z, NULL, b, 1, C, 1e-4, 1);
         ck_assert(r == 100.0);
         ck_assert(memcmp(y, b, sizeof(double) * (size_t)C) == 0);
-        k_rms_bwd(dt, dx, NULL, NULL, dy, z, NULL, &r, 1, C, 1);
+        k_bwd(RMS, dt, dx, NULL, NULL, dy, z, NULL, NULL, &r, 1, C, 1);
         for (int64_t j = 0; j < C; j++) /* dx = r dy at x = 0 */
             ck_assert(fabs(dx[j] - 100.0 * dy[j]) <= 1e-5 * 100.0);
-        k_ln_fwd(dt, y, &mu, &r, c5, NULL, b, 1, C, 1e-4, 1);
+        k_fwd(LN, dt, y, &mu, &r, c5, NULL, b, 1, C, 1e-4, 1);
         ck_assert(mu == 5.0 && r == 100.0);
         ck_assert(memcmp(y, b, sizeof(double) * (size_t)C) == 0);
         memset(dx, 0, sizeof(double) * (size_t)C);
-        k_ln_bwd(dt, dx, NULL, NULL, dy, c5, NULL, &mu, &r, 1, C, 1);
+        k_bwd(LN, dt, dx, NULL, NULL, dy, c5, NULL, &mu, &r, 1, C, 1);
         double mdy = 0.0;
         for (int64_t j = 0; j < C; j++)
             mdy += dy[j] / (double)C;

@@ -1,0 +1,252 @@
+/* The RMSNorm and LayerNorm modules, one implementation for both: the two
+ * differ only in their name and their fused op (a small descriptor,
+ * norm_kind), so constructor checks, parameters, repr, forward checks and
+ * free are written once here. Also the parts of the fused ops that do not
+ * depend on the norm (layers/norm.h).
+ *
+ * The ops themselves, their backward passes and derivations, are in
+ * layers/rmsnorm.c and layers/layernorm.c; the math in full is in
+ * docs/normalization-gradients.md; how layers fit together, in
+ * docs/DESIGN.md. */
+#include "layers/norm.h"
+
+#include "layers/module.h"
+
+#include <math.h>
+#include <stddef.h>
+
+/* ---- the fused and composed ops' shared parts --------------------------------- */
+
+bool tg_norm_check_args(tg_ctx *ctx, const char *fn, const tg_tensor *x, const tg_tensor *gamma,
+                        const tg_tensor *beta, int ndim_norm, double eps, int64_t *N, int64_t *C) {
+    if (!tg_check_arg(ctx, fn, "x", x)) return false;
+    char sx[TG_SHAPE_STR], sp[TG_SHAPE_STR], sn[TG_SHAPE_STR];
+    if (ndim_norm < 1 || ndim_norm > x->ndim) {
+        tg_error(ctx, TG_ERR_VALUE, fn, "ndim_norm = %d must be in 1..%d (the dims of x %s)", ndim_norm, x->ndim,
+                 tg_shape_of(sx, x));
+        return false;
+    }
+    if (!isfinite(eps) || eps < 0) {
+        tg_error(ctx, TG_ERR_VALUE, fn, "eps = %g must be finite and >= 0", eps);
+        return false;
+    }
+    const int lead = x->ndim - ndim_norm;
+    const int64_t *nshape = x->shape + lead;
+    int64_t c = 1;
+    for (int d = 0; d < ndim_norm; d++) c *= nshape[d];
+    if (c < 1) {
+        tg_error(ctx, TG_ERR_SHAPE, fn, "x %s: the normalized dims %s hold no element", tg_shape_of(sx, x),
+                 tg_shape_str(sn, sizeof sn, ndim_norm, nshape));
+        return false;
+    }
+    const tg_tensor *ps[2] = {gamma, beta};
+    const char *names[2] = {"gamma", "beta"};
+    for (int k = 0; k < 2; k++) {
+        const tg_tensor *p = ps[k];
+        if (!p) continue;
+        if (!tg_check_same_dtype(ctx, fn, x, p)) return false;
+        bool same = p->ndim == ndim_norm;
+        for (int d = 0; same && d < ndim_norm; d++) same = p->shape[d] == nshape[d];
+        if (!same) {
+            tg_error(ctx, TG_ERR_SHAPE, fn, "%s %s is not the normalized shape %s (the last %d dims of x %s)",
+                     names[k], tg_shape_of(sp, p), tg_shape_str(sn, sizeof sn, ndim_norm, nshape), ndim_norm,
+                     tg_shape_of(sx, x));
+            return false;
+        }
+    }
+    *C = c;
+    *N = c ? x->numel / c : 0;
+    return true;
+}
+
+static void *data_of(const tg_tensor *t) { return t ? t->data : NULL; }
+
+bool tg_norm_record(tg_ctx *ctx, const char *fn, const char *op, tg_backward_fn backward, tg_tensor *x,
+                    tg_tensor *gamma, tg_tensor *beta, int ndim_norm, double eps, int n_stats, tg_norm_fwd *f) {
+    int64_t N, C;
+    if (!tg_norm_check_args(ctx, fn, x, gamma, beta, ndim_norm, eps, &N, &C)) return false;
+    tg_tensor *y = tg_new_like(ctx, fn, x);
+    if (!y) return false;
+    tg_tensor *in[3] = {x, gamma, beta};
+    double *saved = NULL;
+    tg_node *n = tg_record(ctx, op, backward, y, 3, in);
+    if (n) {
+        n->i[0] = N, n->i[1] = C;
+        n->f[0] = eps;
+        saved = tg_node_save(ctx, n, (size_t)(N > 0 ? n_stats * N : 1) * sizeof *saved);
+        size_t es = tg_esize(x->dtype);
+        tg_node_count_saved(ctx, n, (size_t)x->numel * es + (gamma ? (size_t)C * es : 0));
+    }
+    if (!tg_ok(ctx)) return false;
+    *f = (tg_norm_fwd){.out = y, .y = y->data, .x = x->data, .g = data_of(gamma), .b = data_of(beta),
+                       .saved = saved, .N = N, .C = C, .f64 = x->dtype == TG_F64, .threads = tg_threads(ctx)};
+    return true;
+}
+
+bool tg_norm_grads(tg_ctx *ctx, tg_node *n, tg_norm_bwd *b) {
+    tg_tensor *x = n->in[0], *gamma = n->in[1], *beta = n->in[2];
+    tg_tensor *dx = tg_grad_of(ctx, x), *dg = tg_grad_of(ctx, gamma), *db = tg_grad_of(ctx, beta);
+    if (!tg_ok(ctx)) return false;
+    *b = (tg_norm_bwd){.dx = data_of(dx), .dg = data_of(dg), .db = data_of(db), .dy = n->out->grad->data,
+                       .x = x->data, .g = data_of(gamma), .saved = n->saved, .N = n->i[0], .C = n->i[1],
+                       .f64 = x->dtype == TG_F64, .threads = tg_threads(ctx)};
+    return true;
+}
+
+/* ---- the modules ------------------------------------------------------------------ */
+
+/* What tells RMSNorm and LayerNorm apart. */
+typedef struct norm_kind {
+    const char *name; /* the module's kind, "RMSNorm" or "LayerNorm" */
+    tg_tensor *(*fused)(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm, double eps);
+} norm_kind;
+
+static const norm_kind RMSNORM = {"RMSNorm", tg_rmsnorm_fused};
+static const norm_kind LAYERNORM = {"LayerNorm", tg_layernorm_fused};
+
+/* tg_rmsnorm and tg_layernorm (include/tapegrad/layers.h) have the same
+ * members in the same order. The shared code reaches either through this
+ * union, as .rms: C11 6.5.2.3 lets the members of a common initial
+ * sequence be used through any of the union's structs. */
+typedef union norm_layer {
+    tg_module base;
+    tg_rmsnorm rms;
+    tg_layernorm ln;
+} norm_layer;
+_Static_assert(sizeof(tg_rmsnorm) == sizeof(tg_layernorm) &&
+                   offsetof(tg_rmsnorm, beta) == offsetof(tg_layernorm, beta),
+               "tg_rmsnorm and tg_layernorm must keep the same members");
+
+/* The members of a norm layer of either kind, read through the union. */
+static const tg_rmsnorm *fields_of(const tg_module *m) { return &((const norm_layer *)(const void *)m)->rms; }
+
+/* "RMSNorm(dim=384, eps=1e-06, affine=true, bias=false)"; dim is "(4, 8)"
+ * when more than one dim is normalized. */
+static size_t norm_repr(const tg_module *m, char *buf, size_t size) {
+    const tg_rmsnorm *l = fields_of(m);
+    char dim[TG_SHAPE_STR];
+    if (l->ndim == 1) snprintf(dim, sizeof dim, "%lld", (long long)l->normalized_shape[0]);
+    else tg_shape_str(dim, sizeof dim, l->ndim, l->normalized_shape);
+    int n = snprintf(buf, size, "%s(dim=%s, eps=%g, affine=%s, bias=%s)", m->kind, dim, l->eps,
+                     l->affine ? "true" : "false", l->bias ? "true" : "false");
+    return n > 0 ? (size_t)n : 0;
+}
+
+static bool norm_params(tg_ctx *ctx, tg_module *m, tg_params *list) {
+    const tg_rmsnorm *l = fields_of(m);
+    if (l->gamma && !tg_params_add(ctx, list, m->name, "gamma", l->gamma, false)) return false;
+    return !l->beta || tg_params_add(ctx, list, m->name, "beta", l->beta, false);
+}
+
+static int64_t norm_numel(const tg_module *m) {
+    const tg_rmsnorm *l = fields_of(m);
+    return (l->gamma ? l->gamma->numel : 0) + (l->beta ? l->beta->numel : 0);
+}
+
+static void norm_free(tg_ctx *ctx, tg_module *m) {
+    const tg_rmsnorm *l = fields_of(m);
+    tg_tensor_free(ctx, l->gamma);
+    tg_tensor_free(ctx, l->beta);
+    tg_heap_free(ctx, m);
+}
+
+static const tg_module_ops NORM_OPS = {norm_repr, norm_params, norm_numel, norm_free};
+
+/* The constructor arguments: ndim in 1..TG_MAX_DIMS, normalized_shape
+ * non-NULL with sizes >= 1, eps > 0 and finite, a known dtype. Errors name
+ * the argument and its value. */
+static bool check_new(tg_ctx *ctx, const char *fn, int ndim, const int64_t *normalized_shape, double eps,
+                      tg_dtype dtype) {
+    if (!tg_live(ctx)) return false;
+    if (ndim < 1 || ndim > TG_MAX_DIMS) {
+        tg_error(ctx, TG_ERR_VALUE, fn, "ndim = %d must be in 1..%d", ndim, TG_MAX_DIMS);
+        return false;
+    }
+    if (!normalized_shape) {
+        tg_error(ctx, TG_ERR_NULL, fn, "argument 'normalized_shape' is NULL");
+        return false;
+    }
+    for (int d = 0; d < ndim; d++) {
+        if (normalized_shape[d] < 1) {
+            char s[TG_SHAPE_STR];
+            tg_error(ctx, TG_ERR_VALUE, fn, "normalized_shape[%d] = %lld must be >= 1 (normalized_shape %s)", d,
+                     (long long)normalized_shape[d], tg_shape_str(s, sizeof s, ndim, normalized_shape));
+            return false;
+        }
+    }
+    int64_t numel;
+    if (!tg_check_shape(ctx, fn, ndim, normalized_shape, &numel)) return false;
+    if (!(eps > 0) || !isfinite(eps)) {
+        tg_error(ctx, TG_ERR_VALUE, fn, "eps = %g must be > 0 and finite", eps);
+        return false;
+    }
+    return tg_check_dtype_value(ctx, fn, dtype);
+}
+
+/* A new layer of the given kind; gamma starts at 1, beta at 0. */
+static void *norm_new(tg_ctx *ctx, const char *fn, const norm_kind *kind, const char *name, int ndim,
+                      const int64_t *normalized_shape, double eps, bool affine, bool bias, tg_dtype dtype) {
+    if (!check_new(ctx, fn, ndim, normalized_shape, eps, dtype)) return NULL;
+    norm_layer *u = tg_module_alloc(ctx, fn, sizeof *u, kind->name, name, dtype, &NORM_OPS);
+    if (!u) return NULL;
+    tg_rmsnorm *l = &u->rms;
+    l->ndim = ndim;
+    for (int d = 0; d < ndim; d++) l->normalized_shape[d] = normalized_shape[d];
+    for (int d = ndim; d < TG_MAX_DIMS; d++) l->normalized_shape[d] = 1;
+    l->eps = eps;
+    l->affine = affine;
+    l->bias = affine && bias; /* no affine: no parameters at all (PyTorch) */
+    if (l->affine) l->gamma = tg_param_from(ctx, tg_full(ctx, dtype, ndim, normalized_shape, 1.0));
+    if (l->bias) l->beta = tg_param_from(ctx, tg_full(ctx, dtype, ndim, normalized_shape, 0.0));
+    return tg_module_built(ctx, &u->base);
+}
+
+/* The kind's fused op on x, whose trailing dims must be the layer's
+ * normalized_shape and whose dtype the layer's. */
+static tg_tensor *norm_forward(tg_ctx *ctx, const char *fn, const norm_kind *kind, tg_module *m, tg_tensor *x) {
+    if (!tg_check_layer(ctx, fn, m)) return NULL;
+    const tg_rmsnorm *l = fields_of(m);
+    if (!tg_check_arg(ctx, fn, "x", x)) return NULL;
+    bool fits = x->ndim >= l->ndim;
+    for (int d = 0; fits && d < l->ndim; d++) fits = x->shape[x->ndim - l->ndim + d] == l->normalized_shape[d];
+    if (!fits) {
+        char sx[TG_SHAPE_STR], sn[TG_SHAPE_STR];
+        tg_error(ctx, TG_ERR_SHAPE, fn, "input %s does not end with normalized_shape %s", tg_shape_of(sx, x),
+                 tg_shape_str(sn, sizeof sn, l->ndim, l->normalized_shape));
+        return NULL;
+    }
+    if (!tg_check_layer_dtype(ctx, fn, x, m->dtype)) return NULL;
+    return kind->fused(ctx, x, l->gamma, l->beta, l->ndim, l->eps);
+}
+
+/* ---- the public functions ---------------------------------------------------------- */
+
+tg_rmsnorm *tg_rmsnorm_new(tg_ctx *ctx, const char *name, int ndim, const int64_t *normalized_shape, double eps,
+                           bool affine, bool bias, tg_dtype dtype) {
+    return norm_new(ctx, __func__, &RMSNORM, name, ndim, normalized_shape, eps, affine, bias, dtype);
+}
+
+tg_layernorm *tg_layernorm_new(tg_ctx *ctx, const char *name, int ndim, const int64_t *normalized_shape,
+                               double eps, bool affine, bool bias, tg_dtype dtype) {
+    return norm_new(ctx, __func__, &LAYERNORM, name, ndim, normalized_shape, eps, affine, bias, dtype);
+}
+
+tg_tensor *tg_rmsnorm_forward(tg_ctx *ctx, tg_rmsnorm *layer, tg_tensor *x) {
+    return norm_forward(ctx, __func__, &RMSNORM, TG_MODULE(layer), x);
+}
+
+tg_tensor *tg_layernorm_forward(tg_ctx *ctx, tg_layernorm *layer, tg_tensor *x) {
+    return norm_forward(ctx, __func__, &LAYERNORM, TG_MODULE(layer), x);
+}
+
+bool tg_rmsnorm_params(tg_ctx *ctx, tg_rmsnorm *layer, tg_params *list) {
+    return tg_module_params(ctx, TG_MODULE(layer), list);
+}
+
+bool tg_layernorm_params(tg_ctx *ctx, tg_layernorm *layer, tg_params *list) {
+    return tg_module_params(ctx, TG_MODULE(layer), list);
+}
+
+void tg_rmsnorm_free(tg_ctx *ctx, tg_rmsnorm *layer) { tg_module_free(ctx, TG_MODULE(layer)); }
+
+void tg_layernorm_free(tg_ctx *ctx, tg_layernorm *layer) { tg_module_free(ctx, TG_MODULE(layer)); }

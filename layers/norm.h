@@ -1,0 +1,55 @@
+/* What RMSNorm and LayerNorm share (layers/norm.c): the argument check of
+ * their fused and composed ops, and the two halves of a fused norm's tape
+ * record that do not depend on the norm — recording the forward, and
+ * gathering the backward's tensors. The norm-specific parts, the kernels'
+ * calls and the derivations, are in layers/rmsnorm.c and layers/layernorm.c;
+ * the modules (tg_rmsnorm_new, tg_layernorm_new, ...) are in layers/norm.c.
+ * Not installed. */
+#ifndef TG_LAYERS_NORM_H
+#define TG_LAYERS_NORM_H
+
+#include "autograd/tape.h"
+
+/* The arguments of a fused or composed norm, checked: x non-NULL; ndim_norm
+ * in 1..x->ndim; gamma/beta NULL or of the normalized shape (x's trailing
+ * ndim_norm sizes) and x's dtype; eps finite and >= 0; the row size C >= 1.
+ * Fills N (rows) and C (row size). */
+bool tg_norm_check_args(tg_ctx *ctx, const char *fn, const tg_tensor *x, const tg_tensor *gamma,
+                        const tg_tensor *beta, int ndim_norm, double eps, int64_t *N, int64_t *C);
+
+/* A fused norm's forward, ready for its kernel: x viewed as N rows of C,
+ * gamma and beta of C elements (the kernels' g and b). */
+typedef struct tg_norm_fwd {
+    tg_tensor *out;        /* y, the op's result */
+    void *y;               /* out->data */
+    const void *x, *g, *b; /* the data of x, gamma, beta; NULL when absent */
+    double *saved;         /* n_stats arrays of N doubles for the backward;
+                              NULL when no backward will run */
+    int64_t N, C;
+    bool f64;              /* float64 data (else float32) */
+    int threads;
+} tg_norm_fwd;
+
+/* Checks the arguments (tg_norm_check_args, errors naming `fn`), makes y
+ * like x, records op `op` with `backward` on inputs (x, gamma, beta) with
+ * i[0] = N, i[1] = C, f[0] = eps, and saves n_stats doubles per row (the
+ * row statistics the kernel writes), counting x and gamma as kept by
+ * pointer. False on error. */
+bool tg_norm_record(tg_ctx *ctx, const char *fn, const char *op, tg_backward_fn backward, tg_tensor *x,
+                    tg_tensor *gamma, tg_tensor *beta, int ndim_norm, double eps, int n_stats, tg_norm_fwd *f);
+
+/* A fused norm's backward, ready for its kernel. */
+typedef struct tg_norm_bwd {
+    void *dx, *dg, *db;     /* the gradients to add into; NULL when not wanted */
+    const void *dy, *x, *g; /* g NULL: no gamma */
+    const double *saved;    /* the row statistics the forward saved */
+    int64_t N, C;
+    bool f64;
+    int threads;
+} tg_norm_bwd;
+
+/* Gathers the backward's arrays from a record made by tg_norm_record.
+ * False when the context is in error (nothing to do). */
+bool tg_norm_grads(tg_ctx *ctx, tg_node *n, tg_norm_bwd *b);
+
+#endif
