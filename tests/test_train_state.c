@@ -542,6 +542,44 @@ START_TEST(test_progress_resume) {
 }
 END_TEST
 
+/* ---- the loss log of a resumed run ------------------------------------------------- */
+
+static char *slurp(const char *path) {
+    size_t len;
+    unsigned char *b = read_all(path, &len);
+    b = realloc(b, len + 1);
+    b[len] = '\0';
+    return (char *)b;
+}
+
+/* A run logs steps 1..10, a checkpoint was taken at step 6: the resumed
+ * log keeps rows 1..6 (NaN included) and goes on from there. Other columns
+ * or step 0: a new log. */
+START_TEST(test_plot_open_resume) {
+    const char *cols[] = {"step", "loss"}, *other[] = {"step", "accuracy"};
+    tg_plot *log;
+    ck_assert_int_eq(tg_plot_open(&log, dir, "loss", 2, cols), TG_OK);
+    for (int s = 1; s <= 10; s++) tg_plot_row(log, (double[]){s, s == 3 ? NAN : 1.0 / s});
+    ck_assert_int_eq(tg_plot_close_data(log), TG_OK);
+    ck_assert_int_eq(tg_plot_open_resume(&log, dir, "loss", 2, cols, 6), TG_OK);
+    tg_plot_row(log, (double[]){7, 0.5});
+    ck_assert_int_eq(tg_plot_close_data(log), TG_OK);
+    char *got = slurp(path_in("loss.dat"));
+    ck_assert_str_eq(got, "# step loss\n1 1\n2 0.5\n3 NaN\n4 0.25\n5 0.2\n6 0.1666666667\n7 0.5\n");
+    free(got);
+    ck_assert_int_eq(tg_plot_open_resume(&log, dir, "loss", 2, other, 6), TG_OK);
+    ck_assert_int_eq(tg_plot_close_data(log), TG_OK);
+    got = slurp(path_in("loss.dat"));
+    ck_assert_str_eq(got, "# step accuracy\n");
+    free(got);
+    ck_assert_int_eq(tg_plot_open_resume(&log, dir, "new", 2, cols, 6), TG_OK);
+    ck_assert_int_eq(tg_plot_close_data(log), TG_OK);
+    ck_assert_int_eq(tg_plot_open_resume(NULL, dir, "loss", 2, cols, 6), TG_ERR_NULL);
+    ck_assert_int_eq(tg_plot_open_resume(&log, dir, "loss", 1, cols, 6), TG_ERR_VALUE);
+    ck_assert_ptr_null(log);
+}
+END_TEST
+
 Suite *make_train_state_suite(void) {
     Suite *s = suite_create("train_state");
     TCase *tc = tcase_create("state");
@@ -556,6 +594,7 @@ Suite *make_train_state_suite(void) {
     tcase_add_test(tc, test_arguments);
     tcase_add_test(tc, test_stale_temporaries_removed);
     tcase_add_test(tc, test_progress_resume);
+    tcase_add_test(tc, test_plot_open_resume);
     suite_add_tcase(s, tc);
     return s;
 }

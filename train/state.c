@@ -1,5 +1,6 @@
 /* Training state in one call: tg_train_save / tg_train_load and their
- * several-model forms (include/tapegrad/train.h).
+ * several-model forms, and tg_plot_open_resume for the loss log of a
+ * resumed run (include/tapegrad/train.h).
  *
  * A save gathers one list of parameters and one of optimizer state, with
  * each part's prefix on the names, adds the metadata (format, RNG state,
@@ -394,4 +395,91 @@ tg_status tg_train_load_parts(tg_ctx *ctx, const char *path, const tg_train_part
 tg_status tg_train_load(tg_ctx *ctx, const char *path, tg_params *params, tg_optim *optim, tg_meta *meta) {
     tg_train_part part = {NULL, params, optim};
     return load_parts(ctx, __func__, path, params ? &part : NULL, 1, meta);
+}
+
+/* ---- the loss log of a resumed run ----------------------------------------------- */
+
+/* The rows of DIR/NAME.dat (a regular file whose header names colnames)
+ * with a step <= step, as ncols doubles each, into *rows / *nrows. A
+ * missing or other file gives no rows; a line that does not parse (the
+ * half-written last row of a killed run) is skipped. */
+static tg_status read_rows(const char *dir, const char *name, int ncols, const char *const *colnames,
+                           int64_t step, double **rows, size_t *nrows) {
+    *rows = NULL;
+    *nrows = 0;
+    size_t plen = strlen(dir) + strlen(name) + 6;
+    char *path = malloc(plen);
+    if (!path) return TG_ERR_OOM;
+    snprintf(path, plen, "%s/%s.dat", dir, name);
+    FILE *f = fopen(path, "r");
+    free(path);
+    struct stat sb;
+    if (!f) return TG_OK;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fclose(f);
+        return TG_OK;
+    }
+    tg_status st = TG_OK;
+    char *line = NULL;
+    size_t cap = 0, have = 0;
+    bool header = false;
+    ssize_t n;
+    while ((n = getline(&line, &cap, f)) > 0) {
+        line[strcspn(line, "\n")] = '\0';
+        if (!header) { /* "# step loss ...": the same columns, or no rows */
+            const char *s = line;
+            header = *s++ == '#';
+            for (int c = 0; header && c < ncols; c++) {
+                size_t k = strlen(colnames[c]);
+                header = *s++ == ' ' && strncmp(s, colnames[c], k) == 0;
+                s += header ? k : 0;
+            }
+            if (!header || *s) break;
+            continue;
+        }
+        double v[64];
+        const char *s = line;
+        int c = 0;
+        for (char *end; c < ncols && c < 64; c++, s = end) {
+            v[c] = strtod(s, &end);
+            if (end == s) break;
+        }
+        if (c < ncols || *s || !(v[0] <= (double)step)) continue;
+        if (*nrows == have) {
+            have = have ? 2 * have : 256;
+            double *r = realloc(*rows, have * (size_t)ncols * sizeof *r);
+            if (!r) {
+                st = TG_ERR_OOM;
+                break;
+            }
+            *rows = r;
+        }
+        memcpy(*rows + *nrows * (size_t)ncols, v, (size_t)ncols * sizeof *v);
+        (*nrows)++;
+    }
+    free(line);
+    fclose(f);
+    return st;
+}
+
+tg_status tg_plot_open_resume(tg_plot **out, const char *dir, const char *name, int ncols,
+                              const char *const *colnames, int64_t step) {
+    if (!out) return TG_ERR_NULL;
+    *out = NULL;
+    if (!dir || !name || !colnames) return TG_ERR_NULL;
+    if (ncols < 2 || ncols > 64) return TG_ERR_VALUE;
+    for (int c = 0; c < ncols; c++)
+        if (!colnames[c]) return TG_ERR_NULL;
+    double *rows = NULL;
+    size_t nrows = 0;
+    /* Read before tg_plot_open replaces the file. */
+    tg_status st = step > 0 ? read_rows(dir, name, ncols, colnames, step, &rows, &nrows) : TG_OK;
+    if (st == TG_OK) st = tg_plot_open(out, dir, name, ncols, colnames);
+    for (size_t i = 0; i < nrows && st == TG_OK; i++) st = tg_plot_row(*out, rows + i * (size_t)ncols);
+    if (st != TG_OK && *out) {
+        tg_plot_close_data(*out);
+        *out = NULL;
+    }
+    free(rows);
+    return st;
 }

@@ -211,6 +211,15 @@ tg_status tg_train_save_parts(tg_ctx *ctx, const char *path, const tg_train_part
 tg_status tg_train_load_parts(tg_ctx *ctx, const char *path, const tg_train_part *parts, int nparts,
                               tg_meta *meta);
 
+/* As tg_plot_open, for a run resumed after `step`: the rows of an existing
+ * DIR/NAME.dat with the same columns whose step (first value) is at most
+ * `step` are written again first, so the log and its plot continue the
+ * earlier run's (rows past `step`, from a run that went further than the
+ * checkpoint, are dropped). With step <= 0, or no such file, it is
+ * tg_plot_open. */
+tg_status tg_plot_open_resume(tg_plot **out, const char *dir, const char *name, int ncols,
+                              const char *const *colnames, int64_t step);
+
 #ifdef __cplusplus
 }
 #endif
