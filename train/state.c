@@ -474,6 +474,7 @@ tg_status tg_plot_open_resume(tg_plot **out, const char *dir, const char *name, 
     size_t nrows = 0;
     /* Read before tg_plot_open replaces the file. */
     tg_status st = step > 0 ? read_rows(dir, name, ncols, colnames, step, &rows, &nrows) : TG_OK;
+    errno = 0; /* so after a failure errno tells tg_plot_open's, not a missing old log */
     if (st == TG_OK) st = tg_plot_open(out, dir, name, ncols, colnames);
     for (size_t i = 0; i < nrows && st == TG_OK; i++) st = tg_plot_row(*out, rows + i * (size_t)ncols);
     if (st != TG_OK && *out) {
