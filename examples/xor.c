@@ -135,7 +135,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 4 && tg_ok(ctx); i++)
         printf("%g xor %g = %.3f (want %g)\n", x[i][0], x[i][1], tg_get_flat(ctx, pred, i), y[i][0]);
     if (tg_ok(ctx)) printf("final loss %.6f\n", loss_value);
-    else fprintf(stderr, "xor: error: %s\n", tg_error_message(ctx));
+    else fprintf(stderr, "error: %s\n", tg_error_message(ctx));
     rc = tg_ok(ctx) ? 0 : 1;
     tg_optim_free(ctx, opt);
     tg_params_free(&params);
