@@ -640,11 +640,12 @@ static void print_table(FILE *out, const options *o, const limits *lim, double l
         else
             fprintf(out, "see the row's numbers above (load %.1f on %ld CPUs).\n", load, ncpu);
     }
+    char fma[160];
     fprintf(out,
             "limits (%d thread%s): DRAM copy %.1f GB/s, triad %.1f GB/s (best of runs, 256 MiB arrays); "
             "FMA peak f32 %.1f GFLOP/s, f64 %.1f GFLOP/s (%s)\n",
             o->threads, o->threads == 1 ? "" : "s", lim->stream.copy_gbs, lim->stream.triad_gbs,
-            lim->fma.f32_gflops, lim->fma.f64_gflops, lim->fma.isa);
+            lim->fma.f32_gflops, lim->fma.f64_gflops, bn_fma_describe(fma, sizeof fma, &lim->fma));
 }
 
 static void json_str(FILE *f, const char *s) {
@@ -695,6 +696,12 @@ static bool write_json(const char *path, const options *o, const limits *lim, co
     json_num(f, lim->fma.f64_gflops);
     fprintf(f, ", \"isa\": ");
     json_str(f, lim->fma.isa);
+    fprintf(f, ", \"clock_ghz\": ");
+    json_num(f, lim->fma.clock_ghz > 0 ? lim->fma.clock_ghz : NAN);
+    fprintf(f, ", \"fma_f32_theory_gflops\": ");
+    json_num(f, lim->fma.clock_ghz > 0 ? lim->fma.f32_theory : NAN);
+    fprintf(f, ", \"fma_f64_theory_gflops\": ");
+    json_num(f, lim->fma.clock_ghz > 0 ? lim->fma.f64_theory : NAN);
     fprintf(f, "},\n  \"cases\": [\n");
     for (int i = 0; i < nrows; i++) {
         const row *r = &rows[i];
