@@ -362,5 +362,5 @@ int main(int argc, char **argv) {
     free(train_set.next);
     free(val_set.ctx);
     free(val_set.next);
-    return ok ? 0 : 1;
+    return ex_exit(ok);
 }

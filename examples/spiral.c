@@ -320,5 +320,5 @@ int main(int argc, char **argv) {
     free(d.x);
     free(d.label);
     tg_ctx_free(ctx);
-    return ok ? 0 : 1;
+    return ex_exit(ok);
 }

@@ -137,6 +137,7 @@ int main(int argc, char **argv) {
     if (tg_ok(ctx)) printf("final loss %.6f\n", loss_value);
     else fprintf(stderr, "error: %s\n", tg_error_message(ctx));
     rc = tg_ok(ctx) ? 0 : 1;
+    if (fflush(stdout) != 0) rc = 1, fprintf(stderr, "xor: cannot write the output: %s\n", strerror(errno));
     tg_optim_free(ctx, opt);
     tg_params_free(&params);
     tg_model_free(ctx, &model);

@@ -4,10 +4,10 @@
  * pipe are refused with an error naming the call and leave everything as
  * it was; several models in one file; the stale temporary files of killed
  * saves are removed; a resumed progress line counts only the steps run. */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* nftw */
 
 #include <check.h>
-#include <dirent.h>
+#include <ftw.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -20,35 +20,26 @@
 #include "tapegrad.h"
 #include "testutil.h"
 
-static char dir[256];
+/* Each test runs in a new temporary folder, its working directory, so the
+ * files it makes are named plainly ("s.st"); teardown removes the folder. */
+static char dir[256], home[4096];
 
 static void setup(void) {
     const char *tmp = getenv("TMPDIR");
     snprintf(dir, sizeof dir, "%s/tg-train-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    ck_assert_ptr_nonnull(getcwd(home, sizeof home));
     ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_int_eq(chdir(dir), 0);
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
+    (void)sb, (void)type, (void)ftw;
+    return remove(path);
 }
 
 static void teardown(void) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        char p[512];
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
-static const char *path_in(const char *name) {
-    static char buf[2][512];
-    static int k;
-    k ^= 1;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
+    ck_assert_int_eq(chdir(home), 0);
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 static bool exists(const char *path) {
@@ -95,6 +86,12 @@ static void net_free(tg_ctx *ctx, net *n) {
     tg_optim_free(ctx, n->opt);
     tg_params_free(&n->params);
     tg_model_free(ctx, &n->model);
+}
+
+/* Frees the net and its context. */
+static void done(tg_ctx *ctx, net *n) {
+    net_free(ctx, n);
+    tg_ctx_free(ctx);
 }
 
 /* One step on a fresh random batch (drawn from the context's RNG, so a
@@ -170,16 +167,15 @@ START_TEST(test_resume_bit_exact) {
     for (int s = 0; s < 5; s++) resumed[s] = net_step(b, &nb);
     tg_meta meta = {0};
     tg_meta_set(b, &meta, "run", "test");
-    ck_assert_int_eq(tg_train_save(b, path_in("s.st"), &nb.params, nb.opt, &meta), TG_OK);
+    ck_assert_int_eq(tg_train_save(b, "s.st", &nb.params, nb.opt, &meta), TG_OK);
     tg_meta_free(&meta);
-    net_free(b, &nb);
-    tg_ctx_free(b);
+    done(b, &nb);
 
     tg_ctx *c = tg_ctx_new(99);
     net nc;
     net_init(c, &nc, 6, kind, 0.05);
     tg_rng_uniform(c);
-    ck_assert_int_eq(tg_train_load(c, path_in("s.st"), &nc.params, nc.opt, &meta), TG_OK);
+    ck_assert_int_eq(tg_train_load(c, "s.st", &nc.params, nc.opt, &meta), TG_OK);
     ck_assert_int_eq(tg_optim_steps(nc.opt), 5);
     ck_assert_str_eq(tg_meta_get(&meta, "run"), "test");
     ck_assert_str_eq(tg_meta_get(&meta, "tapegrad.train"), "1");
@@ -190,10 +186,8 @@ START_TEST(test_resume_bit_exact) {
         ck_assert_msg(memcmp(&straight[s], &resumed[s], sizeof(double)) == 0, "step %d: loss %.17g vs %.17g",
                       s + 1, straight[s], resumed[s]);
     assert_same(snap(a, &na), snap(c, &nc), "the resumed run's state differs from the straight run's");
-    net_free(a, &na);
-    net_free(c, &nc);
-    tg_ctx_free(a);
-    tg_ctx_free(c);
+    done(a, &na);
+    done(c, &nc);
 }
 END_TEST
 
@@ -203,20 +197,18 @@ START_TEST(test_params_only) {
     net na, nb;
     net_init(a, &na, 4, OPT_ADAM, 0.01);
     net_init(b, &nb, 4, OPT_ADAM, 0.01);
-    ck_assert_int_eq(tg_train_save(a, path_in("p.st"), &na.params, NULL, NULL), TG_OK);
-    ck_assert_int_eq(tg_train_load(b, path_in("p.st"), &nb.params, NULL, NULL), TG_OK);
+    ck_assert_int_eq(tg_train_save(a, "p.st", &na.params, NULL, NULL), TG_OK);
+    ck_assert_int_eq(tg_train_load(b, "p.st", &nb.params, NULL, NULL), TG_OK);
     for (int i = 0; i < na.params.count; i++) {
         const tg_tensor *x = na.params.items[i].value, *y = nb.params.items[i].value;
         ck_assert(memcmp(x->data, y->data, (size_t)x->numel * 4) == 0);
     }
     ck_assert(tg_rng_uniform(a) == tg_rng_uniform(b));
     /* The file has no optimizer state: loading one is refused. */
-    ck_assert_int_eq(tg_train_load(b, path_in("p.st"), &nb.params, nb.opt, NULL), TG_ERR_VALUE);
+    ck_assert_int_eq(tg_train_load(b, "p.st", &nb.params, nb.opt, NULL), TG_ERR_VALUE);
     tg_test_assert_error(b, TG_ERR_VALUE, "tg_train_load: ", "optim.step", "missing from the file", NULL);
-    net_free(a, &na);
-    net_free(b, &nb);
-    tg_ctx_free(a);
-    tg_ctx_free(b);
+    done(a, &na);
+    done(b, &nb);
 }
 END_TEST
 
@@ -229,12 +221,12 @@ START_TEST(test_parts) {
     for (int s = 0; s < 3; s++) net_step(a, &x);
     for (int s = 0; s < 2; s++) net_step(a, &y);
     tg_train_part parts[2] = {{"x", &x.params, x.opt}, {"y", &y.params, y.opt}};
-    ck_assert_int_eq(tg_train_save_parts(a, path_in("two.st"), parts, 2, NULL), TG_OK);
+    ck_assert_int_eq(tg_train_save_parts(a, "two.st", parts, 2, NULL), TG_OK);
     net_init(b, &x2, 4, OPT_ADAMW, 0.01);
     net_init(b, &y2, 5, OPT_SGD, 0.1);
     tg_train_part parts2[2] = {{"x", &x2.params, x2.opt}, {"y", &y2.params, y2.opt}};
     tg_meta meta = {0};
-    ck_assert_int_eq(tg_train_load_parts(b, path_in("two.st"), parts2, 2, &meta), TG_OK);
+    ck_assert_int_eq(tg_train_load_parts(b, "two.st", parts2, 2, &meta), TG_OK);
     ck_assert_ptr_nonnull(tg_meta_get(&meta, "tapegrad.optim.x"));
     ck_assert_ptr_nonnull(strstr(tg_meta_get(&meta, "tapegrad.optim.y"), "sgd lr=0.1 momentum=0.9"));
     tg_meta_free(&meta);
@@ -242,16 +234,16 @@ START_TEST(test_parts) {
     assert_same(snap(a, &y), snap(b, &y2), "part y");
     /* The parts swapped: the shapes differ, refused. */
     tg_train_part swapped[2] = {{"y", &x2.params, x2.opt}, {"x", &y2.params, y2.opt}};
-    ck_assert_int_ne(tg_train_load_parts(b, path_in("two.st"), swapped, 2, NULL), TG_OK);
+    ck_assert_int_ne(tg_train_load_parts(b, "two.st", swapped, 2, NULL), TG_OK);
     tg_test_assert_error(b, TG_ERR_SHAPE, "tg_train_load_parts: ", NULL);
     /* Bad part lists. */
     tg_train_part same[2] = {{"x", &x2.params, NULL}, {"x", &y2.params, NULL}};
-    tg_train_load_parts(b, path_in("two.st"), same, 2, NULL);
+    tg_train_load_parts(b, "two.st", same, 2, NULL);
     tg_test_assert_error(b, TG_ERR_VALUE, "tg_train_load_parts: ", "both named \"x\"", NULL);
     tg_train_part dotted[1] = {{"a.b", &x2.params, NULL}};
-    tg_train_save_parts(b, path_in("d.st"), dotted, 1, NULL);
+    tg_train_save_parts(b, "d.st", dotted, 1, NULL);
     tg_test_assert_error(b, TG_ERR_VALUE, "tg_train_save_parts: ", "holds a '.'", NULL);
-    tg_train_save_parts(b, path_in("d.st"), parts2, 0, NULL);
+    tg_train_save_parts(b, "d.st", parts2, 0, NULL);
     tg_test_assert_error(b, TG_ERR_VALUE, "tg_train_save_parts: ", "nparts = 0", NULL);
     net_free(a, &x);
     net_free(a, &y);
@@ -306,8 +298,7 @@ static void save_reference(const char *path) {
     net_init(ctx, &n, 4, OPT_ADAMW, 0.01);
     for (int s = 0; s < 3; s++) net_step(ctx, &n);
     ck_assert_int_eq(tg_train_save(ctx, path, &n.params, n.opt, NULL), TG_OK);
-    net_free(ctx, &n);
-    tg_ctx_free(ctx);
+    done(ctx, &n);
 }
 
 static unsigned char *read_all(const char *path, size_t *len) {
@@ -330,31 +321,39 @@ static void write_all(const char *path, const unsigned char *b, size_t len) {
 }
 
 /* A damaged file: truncated, a header byte changed, the first 8 bytes
- * zeroed; a missing file; and one that is not a training state. */
+ * zeroed; a missing file; one that is not a training state; a step count
+ * that is not one. */
 START_TEST(test_damaged_file) {
-    const char *ref = path_in("ref.st");
+    const char *ref = "ref.st";
     save_reference(ref);
     size_t len;
     unsigned char *b = read_all(ref, &len);
     fixture f;
     fixture_init(&f, 4, OPT_ADAMW, 0.01);
 
-    write_all(path_in("cut.st"), b, len - 5);
-    fixture_expect_refused(&f, path_in("cut.st"), TG_ERR_FORMAT, "cut.st");
+    write_all("cut.st", b, len - 5);
+    fixture_expect_refused(&f, "cut.st", TG_ERR_FORMAT, "cut.st");
     unsigned char *c = malloc(len);
     memcpy(c, b, len);
     c[12] = '{'; /* inside the JSON header */
-    write_all(path_in("json.st"), c, len);
-    fixture_expect_refused(&f, path_in("json.st"), TG_ERR_FORMAT, "json.st");
+    write_all("json.st", c, len);
+    fixture_expect_refused(&f, "json.st", TG_ERR_FORMAT, "json.st");
     memcpy(c, b, len);
     memset(c, 0, 8);
-    write_all(path_in("zero.st"), c, len);
-    fixture_expect_refused(&f, path_in("zero.st"), TG_ERR_FORMAT, "zero.st");
-    fixture_expect_refused(&f, path_in("missing.st"), TG_ERR_IO, "No such file");
+    write_all("zero.st", c, len);
+    fixture_expect_refused(&f, "zero.st", TG_ERR_FORMAT, "zero.st");
+    fixture_expect_refused(&f, "missing.st", TG_ERR_IO, "No such file");
 
     /* A plain checkpoint (tg_ckpt_save) of the same tensors: not a training state. */
-    ck_assert_int_eq(tg_ckpt_save(f.ctx, path_in("plain.st"), &f.n.params, tg_optim_state(f.n.opt), NULL), TG_OK);
-    fixture_expect_refused(&f, path_in("plain.st"), TG_ERR_FORMAT, "not a training-state file");
+    ck_assert_int_eq(tg_ckpt_save(f.ctx, "plain.st", &f.n.params, tg_optim_state(f.n.opt), NULL), TG_OK);
+    fixture_expect_refused(&f, "plain.st", TG_ERR_FORMAT, "not a training-state file");
+    /* A step count that is not one (optim.step = 2.5), refused before anything is written. */
+    tg_tensor *step = tg_params_find(tg_optim_state(f.n.opt), "optim.step")->value;
+    double was = tg_get_flat(f.ctx, step, 0);
+    tg_set_flat(f.ctx, step, 0, 2.5);
+    ck_assert_int_eq(tg_train_save(f.ctx, "half.st", &f.n.params, f.n.opt, NULL), TG_OK);
+    tg_set_flat(f.ctx, step, 0, was);
+    fixture_expect_refused(&f, "half.st", TG_ERR_FORMAT, "\"optim.step\" = 2.5 is not a step count");
     free(c);
     free(b);
     fixture_free(&f);
@@ -364,7 +363,7 @@ END_TEST
 /* Another model (hidden 5 instead of 4), another optimizer kind, other
  * settings, another schedule: refused, each with a message that says so. */
 START_TEST(test_mismatch) {
-    const char *ref = path_in("ref.st");
+    const char *ref = "ref.st";
     save_reference(ref);
     fixture f;
     fixture_init(&f, 5, OPT_ADAMW, 0.01);
@@ -397,31 +396,13 @@ START_TEST(test_mismatch) {
 }
 END_TEST
 
-/* A bad step count in the file (optim.step = 2.5) is refused before
- * anything is written. */
-START_TEST(test_bad_step) {
-    tg_ctx *ctx = tg_ctx_new(5);
-    net n;
-    net_init(ctx, &n, 4, OPT_ADAMW, 0.01);
-    tg_tensor *step = tg_params_find(tg_optim_state(n.opt), "optim.step")->value;
-    tg_set_flat(ctx, step, 0, 2.5);
-    ck_assert_int_eq(tg_train_save(ctx, path_in("half.st"), &n.params, n.opt, NULL), TG_OK);
-    net_free(ctx, &n);
-    tg_ctx_free(ctx);
-    fixture f;
-    fixture_init(&f, 4, OPT_ADAMW, 0.01);
-    fixture_expect_refused(&f, path_in("half.st"), TG_ERR_FORMAT, "\"optim.step\" = 2.5 is not a step count");
-    fixture_free(&f);
-}
-END_TEST
-
 /* A device or a pipe: refused up front, never read or replaced. */
 START_TEST(test_not_regular) {
     fixture f;
     fixture_init(&f, 4, OPT_ADAMW, 0.01);
     fixture_expect_refused(&f, "/dev/zero", TG_ERR_IO, "/dev/zero is a character device, not a regular file");
     fixture_expect_refused(&f, dir, TG_ERR_IO, "is a directory");
-    const char *fifo = path_in("fifo");
+    const char *fifo = "fifo";
     ck_assert_int_eq(mkfifo(fifo, 0600), 0);
     ck_assert_int_eq(tg_train_save(f.ctx, fifo, &f.n.params, f.n.opt, NULL), TG_ERR_IO);
     tg_test_assert_error(f.ctx, TG_ERR_IO, "tg_train_save: ", "a pipe (FIFO), not a regular file", NULL);
@@ -440,24 +421,23 @@ START_TEST(test_arguments) {
     net_init(ctx, &n, 3, OPT_ADAM, 0.01);
     ck_assert_int_eq(tg_train_save(ctx, NULL, &n.params, n.opt, NULL), TG_ERR_NULL);
     tg_test_assert_error(ctx, TG_ERR_NULL, "tg_train_save: argument 'path' is NULL", NULL);
-    ck_assert_int_eq(tg_train_load(ctx, path_in("x.st"), NULL, n.opt, NULL), TG_ERR_NULL);
+    ck_assert_int_eq(tg_train_load(ctx, "x.st", NULL, n.opt, NULL), TG_ERR_NULL);
     tg_test_assert_error(ctx, TG_ERR_NULL, "tg_train_load: argument 'params' is NULL", NULL);
-    ck_assert_int_eq(tg_train_save(NULL, path_in("x.st"), &n.params, n.opt, NULL), TG_ERR_NULL);
+    ck_assert_int_eq(tg_train_save(NULL, "x.st", &n.params, n.opt, NULL), TG_ERR_NULL);
     tg_error(ctx, TG_ERR_SHAPE, "earlier", "an earlier error");
-    ck_assert_int_eq(tg_train_save(ctx, path_in("x.st"), &n.params, n.opt, NULL), TG_ERR_SHAPE);
-    ck_assert(!exists(path_in("x.st")));
+    ck_assert_int_eq(tg_train_save(ctx, "x.st", &n.params, n.opt, NULL), TG_ERR_SHAPE);
+    ck_assert(!exists("x.st"));
     tg_test_assert_error(ctx, TG_ERR_SHAPE, "earlier: an earlier error", NULL);
     /* The caller's "tapegrad." keys are the library's to write. */
     tg_meta meta = {0};
     tg_meta_set(ctx, &meta, "tapegrad.train", "99");
     tg_meta_set(ctx, &meta, "mine", "1");
-    ck_assert_int_eq(tg_train_save(ctx, path_in("x.st"), &n.params, n.opt, &meta), TG_OK);
-    ck_assert_int_eq(tg_train_load(ctx, path_in("x.st"), &n.params, n.opt, &meta), TG_OK);
+    ck_assert_int_eq(tg_train_save(ctx, "x.st", &n.params, n.opt, &meta), TG_OK);
+    ck_assert_int_eq(tg_train_load(ctx, "x.st", &n.params, n.opt, &meta), TG_OK);
     ck_assert_str_eq(tg_meta_get(&meta, "tapegrad.train"), "1");
     ck_assert_str_eq(tg_meta_get(&meta, "mine"), "1");
     tg_meta_free(&meta);
-    net_free(ctx, &n);
-    tg_ctx_free(ctx);
+    done(ctx, &n);
 }
 END_TEST
 
@@ -479,7 +459,7 @@ START_TEST(test_stale_temporaries_removed) {
     tg_ctx *ctx = tg_ctx_new(1);
     net n;
     net_init(ctx, &n, 3, OPT_ADAM, 0.01);
-    const char *target = path_in("a.st");
+    const char *target = "a.st";
     char dead[3][600], keep[5][600];
     pid_t gone = dead_pid();
     snprintf(dead[0], sizeof dead[0], "%s.tmp-%ld-0", target, (long)gone);
@@ -487,7 +467,7 @@ START_TEST(test_stale_temporaries_removed) {
     snprintf(dead[2], sizeof dead[2], "%s.tmp-%ld-0", target, (long)dead_pid());
     snprintf(keep[0], sizeof keep[0], "%s.tmp-%ld-0", target, (long)getppid()); /* alive */
     snprintf(keep[1], sizeof keep[1], "%s.tmp-%ld-0", target, (long)getpid());  /* this process */
-    snprintf(keep[2], sizeof keep[2], "%s/b.st.tmp-%ld-0", dir, (long)gone);     /* another target */
+    snprintf(keep[2], sizeof keep[2], "b.st.tmp-%ld-0", (long)gone);                 /* another target */
     snprintf(keep[3], sizeof keep[3], "%s.tmp-%ldx-0", target, (long)gone);      /* not a temporary's name */
     snprintf(keep[4], sizeof keep[4], "%s.tmp-%ld-0.bak", target, (long)gone);
     for (int i = 0; i < 3; i++) write_all(dead[i], (const unsigned char *)"x", 1);
@@ -496,8 +476,7 @@ START_TEST(test_stale_temporaries_removed) {
     for (int i = 0; i < 3; i++) ck_assert_msg(!exists(dead[i]), "%s was not removed", dead[i]);
     for (int i = 0; i < 5; i++) ck_assert_msg(exists(keep[i]), "%s was removed", keep[i]);
     ck_assert_int_eq(tg_train_load(ctx, target, &n.params, n.opt, NULL), TG_OK);
-    net_free(ctx, &n);
-    tg_ctx_free(ctx);
+    done(ctx, &n);
 }
 END_TEST
 
@@ -564,12 +543,12 @@ START_TEST(test_plot_open_resume) {
     ck_assert_int_eq(tg_plot_open_resume(&log, dir, "loss", 2, cols, 6), TG_OK);
     tg_plot_row(log, (double[]){7, 0.5});
     ck_assert_int_eq(tg_plot_close_data(log), TG_OK);
-    char *got = slurp(path_in("loss.dat"));
+    char *got = slurp("loss.dat");
     ck_assert_str_eq(got, "# step loss\n1 1\n2 0.5\n3 NaN\n4 0.25\n5 0.2\n6 0.1666666667\n7 0.5\n");
     free(got);
     ck_assert_int_eq(tg_plot_open_resume(&log, dir, "loss", 2, other, 6), TG_OK);
     ck_assert_int_eq(tg_plot_close_data(log), TG_OK);
-    got = slurp(path_in("loss.dat"));
+    got = slurp("loss.dat");
     ck_assert_str_eq(got, "# step accuracy\n");
     free(got);
     ck_assert_int_eq(tg_plot_open_resume(&log, dir, "new", 2, cols, 6), TG_OK);
@@ -589,7 +568,6 @@ Suite *make_train_state_suite(void) {
     tcase_add_test(tc, test_parts);
     tcase_add_test(tc, test_damaged_file);
     tcase_add_test(tc, test_mismatch);
-    tcase_add_test(tc, test_bad_step);
     tcase_add_test(tc, test_not_regular);
     tcase_add_test(tc, test_arguments);
     tcase_add_test(tc, test_stale_temporaries_removed);

@@ -108,21 +108,11 @@ static void part_key(char *buf, size_t size, const char *what, const tg_train_pa
 
 /* ---- the lists of tensors, with each part's prefix ------------------------------ */
 
-/* Appends `value` under prefix + "." + name (or name). */
-static bool list_add(tg_ctx *ctx, const char *fn, tg_params *list, const char *prefix, const char *name,
-                     tg_tensor *value) {
-    if (list->count == list->capacity) {
-        int cap = list->capacity ? list->capacity * 2 : 16;
-        tg_param *items = realloc(list->items, (size_t)cap * sizeof *items);
-        if (!items) {
-            tg_error(ctx, TG_ERR_OOM, fn, "out of memory for the list of tensors");
-            return false;
-        }
-        list->items = items;
-        list->capacity = cap;
-    }
+/* Fills list's next entry (allocated by gather): `value` under prefix + "."
+ * + name, or name. */
+static bool put(tg_ctx *ctx, const char *fn, tg_params *list, const char *prefix, const char *name,
+                tg_tensor *value) {
     tg_param *p = &list->items[list->count];
-    memset(p, 0, sizeof *p);
     bool has_prefix = prefix && *prefix;
     int n = snprintf(p->name, sizeof p->name, "%s%s%s", has_prefix ? prefix : "", has_prefix ? "." : "", name);
     if (n < 0 || (size_t)n >= sizeof p->name) {
@@ -183,20 +173,31 @@ static bool check_parts(tg_ctx *ctx, const char *fn, const tg_train_part *parts,
  * shape (to load into) instead of the live one. */
 static bool gather(tg_ctx *ctx, const char *fn, const tg_train_part *parts, int nparts, bool scratch,
                    tg_params *params, tg_params *state) {
-    for (int i = 0; i < nparts && tg_ok(ctx); i++) {
-        const tg_train_part *p = &parts[i];
-        for (int pass = 0; pass < 2; pass++) {
-            const tg_params *from = pass == 0 ? p->params : p->optim ? tg_optim_state(p->optim) : NULL;
-            tg_params *to = pass == 0 ? params : state;
-            for (int k = 0; from && k < from->count && tg_ok(ctx); k++) {
-                tg_tensor *t = from->items[k].value;
-                if (scratch) t = tg_persist(ctx, tg_zeros(ctx, t->dtype, t->ndim, t->shape));
-                if (t && !list_add(ctx, fn, to, p->name, from->items[k].name, t) && scratch)
-                    tg_tensor_free(ctx, t);
-            }
+    tg_params *lists[2] = {params, state};
+    for (int i = 0; i < nparts; i++) {
+        params->capacity += parts[i].params->count;
+        state->capacity += parts[i].optim ? tg_optim_state(parts[i].optim)->count : 0;
+    }
+    for (int l = 0; l < 2; l++) {
+        lists[l]->items = calloc(lists[l]->capacity ? (size_t)lists[l]->capacity : 1, sizeof *lists[l]->items);
+        if (!lists[l]->items) {
+            tg_error(ctx, TG_ERR_OOM, fn, "out of memory for a list of %d tensors", lists[l]->capacity);
+            return false;
         }
     }
-    return tg_ok(ctx);
+    for (int i = 0; i < nparts; i++)
+        for (int l = 0; l < 2; l++) {
+            const tg_params *from = l == 0 ? parts[i].params : tg_optim_state(parts[i].optim);
+            for (int k = 0; from && k < from->count; k++) {
+                tg_tensor *t = from->items[k].value;
+                if (scratch && !(t = tg_persist(ctx, tg_zeros(ctx, t->dtype, t->ndim, t->shape)))) return false;
+                if (!put(ctx, fn, lists[l], parts[i].name, from->items[k].name, t)) {
+                    if (scratch) tg_tensor_free(ctx, t);
+                    return false;
+                }
+            }
+        }
+    return true;
 }
 
 static void free_scratch(tg_ctx *ctx, tg_params *list) {
@@ -242,17 +243,23 @@ static bool check_regular(tg_ctx *ctx, const char *fn, const char *path, bool ma
     return false;
 }
 
+/* The checks every call starts with: false when it must stop (the
+ * context's status says why, TG_ERR_NULL for a NULL context). */
+static bool begin(tg_ctx *ctx, const char *fn, const char *path, const tg_train_part *parts, int nparts,
+                  bool saving) {
+    if (!tg_ok(ctx)) return false;
+    if (!path) {
+        tg_error(ctx, TG_ERR_NULL, fn, "argument 'path' is NULL");
+        return false;
+    }
+    return check_parts(ctx, fn, parts, nparts) && check_regular(ctx, fn, path, saving);
+}
+
 /* ---- save ------------------------------------------------------------------------ */
 
 static tg_status save_parts(tg_ctx *ctx, const char *fn, const char *path, const tg_train_part *parts,
                             int nparts, const tg_meta *user) {
-    if (!ctx) return TG_ERR_NULL;
-    if (!tg_ok(ctx)) return tg_status_of(ctx);
-    if (!path) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'path' is NULL");
-        return TG_ERR_NULL;
-    }
-    if (!check_parts(ctx, fn, parts, nparts) || !check_regular(ctx, fn, path, true)) return tg_status_of(ctx);
+    if (!begin(ctx, fn, path, parts, nparts, true)) return tg_status_of(ctx);
     if (user && (user->count < 0 || (user->count > 0 && !user->items))) {
         tg_error(ctx, TG_ERR_NULL, fn, "meta has %d items but no array", user->count);
         return TG_ERR_NULL;
@@ -353,13 +360,7 @@ static bool check_loaded(tg_ctx *ctx, const char *fn, const char *path, const tg
 
 static tg_status load_parts(tg_ctx *ctx, const char *fn, const char *path, const tg_train_part *parts, int nparts,
                             tg_meta *meta) {
-    if (!ctx) return TG_ERR_NULL;
-    if (!tg_ok(ctx)) return tg_status_of(ctx);
-    if (!path) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'path' is NULL");
-        return TG_ERR_NULL;
-    }
-    if (!check_parts(ctx, fn, parts, nparts) || !check_regular(ctx, fn, path, false)) return tg_status_of(ctx);
+    if (!begin(ctx, fn, path, parts, nparts, false)) return tg_status_of(ctx);
     tg_params live_params = {0}, live_state = {0}, params = {0}, state = {0};
     tg_meta file_meta = {0};
     uint64_t seed = 0, offset = 0;

@@ -240,3 +240,12 @@ bool ex_picture(tg_status st, bool rendered, const char *msg, const char *png_pa
     else printf("%s\n", msg);
     return exists;
 }
+
+int ex_exit(bool ok) {
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "%s: cannot write the output: %s\n", prog, errno ? strerror(errno) : "write error");
+        return 1;
+    }
+    return ok ? 0 : 1;
+}

@@ -77,4 +77,8 @@ bool ex_close(FILE *f, const char *path);
  * not installed (the message says how to render it later). */
 bool ex_picture(tg_status st, bool rendered, const char *msg, const char *png_path, bool *failed);
 
+/* The exit status: 1 when !ok, or when stdout could not be written (a full
+ * disk, /dev/full: said on stderr); else 0. */
+int ex_exit(bool ok);
+
 #endif

@@ -338,6 +338,12 @@ full_disk)
     no_false_claims "$tmp/log"
     if grep -q "^saved" "$tmp/log" && [ ! -s "$tmp/$name-$limit.st" ]; then fail "$name: claims a save it did not make"; fi
   done
+  # The output itself: stdout on a full device.
+  for prog in "spiral --norm none --steps 3" "charlm --steps 3" "xor --steps 3"; do
+    # shellcheck disable=SC2086
+    expect 1 "$tmp/log" bash -c "\"\$0\" \"\$@\" > /dev/full" "$ex/"$prog --out "$tmp/full"
+    grep -q "cannot write the output: No space left on device" "$tmp/log" || fail "${prog%% *} > /dev/full: $(cat "$tmp/log")"
+  done
   mkdir "$tmp/small" "$tmp/probe"
   # shellcheck disable=SC2016
   if command -v unshare > /dev/null &&
