@@ -129,7 +129,7 @@ static bool put(tg_ctx *ctx, const char *fn, tg_params *list, const char *prefix
  * without '.', every tensor present. */
 static bool check_parts(tg_ctx *ctx, const char *fn, const tg_train_part *parts, int nparts) {
     if (!parts) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", nparts == 1 ? "params" : "parts");
+        tg_error(ctx, TG_ERR_NULL, fn, "argument 'parts' is NULL");
         return false;
     }
     if (nparts < 1 || nparts > MAX_PARTS) {
@@ -139,6 +139,10 @@ static bool check_parts(tg_ctx *ctx, const char *fn, const tg_train_part *parts,
     for (int i = 0; i < nparts; i++) {
         const tg_train_part *p = &parts[i];
         const char *name = p->name ? p->name : "";
+        if (!p->params && nparts == 1 && !p->name) { /* tg_train_save / tg_train_load */
+            tg_error(ctx, TG_ERR_NULL, fn, "argument 'params' is NULL");
+            return false;
+        }
         if (!p->params) {
             tg_error(ctx, TG_ERR_NULL, fn, "part %d (\"%s\") has no params", i, name);
             return false;
@@ -300,7 +304,7 @@ tg_status tg_train_save(tg_ctx *ctx, const char *path, const tg_params *params, 
                         const tg_meta *meta) {
     /* The part's params are only read here. */
     tg_train_part part = {NULL, (tg_params *)params, optim};
-    return save_parts(ctx, __func__, path, params ? &part : NULL, 1, meta);
+    return save_parts(ctx, __func__, path, &part, 1, meta);
 }
 
 /* ---- load ------------------------------------------------------------------------ */
@@ -395,7 +399,7 @@ tg_status tg_train_load_parts(tg_ctx *ctx, const char *path, const tg_train_part
 
 tg_status tg_train_load(tg_ctx *ctx, const char *path, tg_params *params, tg_optim *optim, tg_meta *meta) {
     tg_train_part part = {NULL, params, optim};
-    return load_parts(ctx, __func__, path, params ? &part : NULL, 1, meta);
+    return load_parts(ctx, __func__, path, &part, 1, meta);
 }
 
 /* ---- the loss log of a resumed run ----------------------------------------------- */
