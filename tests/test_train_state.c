@@ -456,15 +456,16 @@ static pid_t dead_pid(void) {
  * gone (left by a save killed with kill -9); it keeps those of a live
  * process (a save in progress), those of other targets and other names. */
 START_TEST(test_stale_temporaries_removed) {
+    /* (the children first, so they inherit no context to leak under valgrind) */
+    pid_t gone = dead_pid(), gone2 = dead_pid();
     tg_ctx *ctx = tg_ctx_new(1);
     net n;
     net_init(ctx, &n, 3, OPT_ADAM, 0.01);
     const char *target = "a.st";
     char dead[3][600], keep[5][600];
-    pid_t gone = dead_pid();
     snprintf(dead[0], sizeof dead[0], "%s.tmp-%ld-0", target, (long)gone);
     snprintf(dead[1], sizeof dead[1], "%s.tmp-%ld-7", target, (long)gone);
-    snprintf(dead[2], sizeof dead[2], "%s.tmp-%ld-0", target, (long)dead_pid());
+    snprintf(dead[2], sizeof dead[2], "%s.tmp-%ld-0", target, (long)gone2);
     snprintf(keep[0], sizeof keep[0], "%s.tmp-%ld-0", target, (long)getppid()); /* alive */
     snprintf(keep[1], sizeof keep[1], "%s.tmp-%ld-0", target, (long)getpid());  /* this process */
     snprintf(keep[2], sizeof keep[2], "b.st.tmp-%ld-0", (long)gone);                 /* another target */
