@@ -644,11 +644,12 @@ static void print_table(FILE *out, const options *o, const limits *lim, double l
         else
             fprintf(out, "see the row's numbers above (load %.1f on %ld CPUs).\n", load, ncpu);
     }
+    char fma[160];
     fprintf(out,
             "limits (%d thread%s): DRAM copy %.1f GB/s, triad %.1f GB/s (best of runs, 256 MiB arrays); "
             "FMA peak f32 %.1f GFLOP/s, f64 %.1f GFLOP/s (%s)\n",
             o->threads, o->threads == 1 ? "" : "s", lim->stream.copy_gbs, lim->stream.triad_gbs,
-            lim->fma.f32_gflops, lim->fma.f64_gflops, lim->fma.isa);
+            lim->fma.f32_gflops, lim->fma.f64_gflops, bn_fma_describe(fma, sizeof fma, &lim->fma));
 }
 
 static void json_str(FILE *f, const char *s) {
@@ -702,6 +703,10 @@ static bool write_json(const char *path, const options *o, const limits *lim, co
     json_knum(f, ", ", "fma_f32_gflops", lim->fma.f32_gflops);
     json_knum(f, ", ", "fma_f64_gflops", lim->fma.f64_gflops);
     json_kstr(f, ", ", "isa", lim->fma.isa);
+    const bool clock_known = lim->fma.clock_ghz > 0;
+    json_knum(f, ", ", "clock_ghz", clock_known ? lim->fma.clock_ghz : NAN);
+    json_knum(f, ", ", "fma_f32_theory_gflops", clock_known ? lim->fma.f32_theory : NAN);
+    json_knum(f, ", ", "fma_f64_theory_gflops", clock_known ? lim->fma.f64_theory : NAN);
     fprintf(f, "},\n  \"cases\": [\n");
     for (int i = 0; i < nrows; i++) {
         const row *r = &rows[i];

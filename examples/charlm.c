@@ -10,10 +10,14 @@
  * are shuffled with the seed and split 90% train / 10% validation. Writes
  * OUT/loss.png (train and validation loss) and prints a dozen sampled
  * words at the end. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/example.h"
 
@@ -23,7 +27,8 @@
 #define HIDDEN 192
 #define BATCH 128
 #define VAL_SAMPLES 4096
-#define MAX_WORD 24
+#define MAX_WORD 24   /* words have 2..MAX_WORD-1 letters */
+#define MIN_WORDS 20
 
 typedef struct dataset {
     int64_t n;
@@ -34,43 +39,106 @@ typedef struct dataset {
 static int char_id(char c) { return c == '.' ? 0 : c - 'a' + 1; }
 static char id_char(int64_t id) { return id == 0 ? '.' : (char)('a' + id - 1); }
 
-/* Reads the word list, keeping words of 2..MAX_WORD-1 letters a-z. */
-static char **read_words(const char *path, int64_t *count) {
-    FILE *f = fopen(path, "r");
-    if (!f) return NULL;
-    int64_t n = 0, cap = 1024;
-    char **words = malloc((size_t)cap * sizeof *words);
-    char line[256];
-    while (words && fgets(line, sizeof line, f)) {
-        size_t len = strcspn(line, "\r\n");
-        line[len] = '\0';
-        bool ok = len >= 2 && len < MAX_WORD;
-        for (size_t i = 0; ok && i < len; i++) ok = line[i] >= 'a' && line[i] <= 'z';
-        if (!ok) continue;
-        if (n == cap) {
-            cap *= 2;
-            char **w = realloc(words, (size_t)cap * sizeof *words);
-            if (!w) break;
-            words = w;
-        }
-        char *copy = malloc(len + 1);
-        if (!copy) break;
-        memcpy(copy, line, len + 1);
-        words[n++] = copy;
+/* The word list: words of 2..MAX_WORD-1 letters a-z, one per line. */
+typedef struct word_list {
+    char **words;
+    int64_t n, cap;
+} word_list;
+
+static void word_list_free(word_list *w) {
+    for (int64_t i = 0; i < w->n; i++) free(w->words[i]);
+    free(w->words);
+    memset(w, 0, sizeof *w);
+}
+
+static bool word_list_add(word_list *w, const char *line, size_t len) {
+    if (w->n == w->cap) {
+        int64_t cap = w->cap ? 2 * w->cap : 1024;
+        char **words = realloc(w->words, (size_t)cap * sizeof *words);
+        if (!words) return false;
+        w->words = words;
+        w->cap = cap;
     }
+    char *copy = malloc(len + 1);
+    if (!copy) return false;
+    memcpy(copy, line, len);
+    copy[len] = '\0';
+    w->words[w->n++] = copy;
+    return true;
+}
+
+/* A device or a pipe need not end (/dev/zero never does): at most this
+ * much is read from anything but a regular file. The default word list is
+ * about 1 MB. */
+#define MAX_STREAM_BYTES (64 << 20)
+
+/* Reads the words of path into w. On failure prints why (a missing file, a
+ * folder, an empty file, binary data, too few words) and returns false. */
+static bool read_words(const char *path, bool is_default, word_list *w) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "charlm: cannot open %s: %s%s\n", path, strerror(errno),
+                is_default && errno == ENOENT ? " (on Debian: apt-get install wamerican, or pass --data FILE)" : "");
+        return false;
+    }
+    struct stat sb;
+    const char *problem = NULL;
+    bool regular = fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode);
+    if (!regular && S_ISDIR(sb.st_mode)) problem = "is a directory, not a word list";
+    char line[MAX_WORD];
+    size_t len = 0;
+    int64_t bytes = 0, lineno = 1;
+    bool ok = true, cut = false; /* the line so far is a word; a '\r' ended it */
+    for (int c; !problem && (c = getc(f)) != EOF;) {
+        if (++bytes > MAX_STREAM_BYTES && !regular) {
+            fprintf(stderr, "charlm: note: %s is not a regular file, so only its first %d MiB were read\n", path,
+                    MAX_STREAM_BYTES >> 20);
+            break;
+        }
+        if (c == '\0') {
+            fprintf(stderr, "charlm: %s holds binary data (a NUL byte on line %lld), not a word list\n", path,
+                    (long long)lineno);
+            problem = ""; /* printed */
+        } else if (c == '\n') {
+            if (ok && len >= 2 && !word_list_add(w, line, len)) problem = "is too big: out of memory";
+            len = 0, ok = true, cut = false, lineno++;
+        } else if (cut || c == '\r') {
+            cut = true;
+        } else if (len < MAX_WORD - 1) {
+            line[len++] = (char)c;
+            ok = ok && c >= 'a' && c <= 'z';
+        } else {
+            ok = false;
+        }
+    }
+    if (!problem && ferror(f)) problem = strerror(errno);
+    if (!problem && ok && len >= 2 && !word_list_add(w, line, len)) problem = "is too big: out of memory";
+    if (!problem && bytes == 0) problem = "is empty";
     fclose(f);
-    *count = n;
-    return words;
+    if (problem) {
+        if (*problem) fprintf(stderr, "charlm: %s %s\n", path, problem);
+        return false;
+    }
+    if (w->n < MIN_WORDS) {
+        fprintf(stderr, "charlm: %s has %lld usable word%s (lines of 2-%d letters a-z); at least %d are needed\n", path,
+                (long long)w->n, w->n == 1 ? "" : "s", MAX_WORD - 1, MIN_WORDS);
+        return false;
+    }
+    return true;
 }
 
 /* Every (context, next) pair of words[lo..hi): "emma" gives
  * "..." -> e, "..e" -> m, ".em" -> m, "emm" -> a, "mma" -> '.'. */
-static void build_dataset(dataset *d, char **words, int64_t lo, int64_t hi) {
+static bool build_dataset(dataset *d, char **words, int64_t lo, int64_t hi) {
     int64_t n = 0;
     for (int64_t w = lo; w < hi; w++) n += (int64_t)strlen(words[w]) + 1;
     d->n = n;
     d->ctx = malloc((size_t)n * CONTEXT * sizeof *d->ctx);
     d->next = malloc((size_t)n * sizeof *d->next);
+    if (!d->ctx || !d->next) {
+        fprintf(stderr, "charlm: out of memory for %lld samples\n", (long long)n);
+        return false;
+    }
     int64_t k = 0;
     for (int64_t w = lo; w < hi; w++) {
         int64_t window[CONTEXT] = {0};
@@ -83,6 +151,7 @@ static void build_dataset(dataset *d, char **words, int64_t lo, int64_t hi) {
             window[CONTEXT - 1] = id;
         }
     }
+    return true;
 }
 
 typedef struct charlm {
@@ -156,9 +225,53 @@ static void sample_word(tg_ctx *ctx, charlm *m, double temperature, char *out) {
     tg_ctx_reset(ctx);
 }
 
+/* Trains m from step start + 1 to the last step; logs OUT/train.dat (every
+ * step's batch loss) and OUT/val.dat (the validation loss every --every
+ * steps). Sets *loss_value and *val_loss to the last ones. */
+static bool train(tg_ctx *ctx, const ex_args *args, charlm *m, tg_params *params, tg_optim *opt,
+                  const dataset *train, const dataset *val, int64_t start, double *loss_value, double *val_loss) {
+    const char *tcols[] = {"step", "train_loss"}, *vcols[] = {"step", "val_loss"};
+    tg_plot *tlog = NULL, *vlog = NULL;
+    if (!ex_log_open(&tlog, args, "train", 2, tcols, start) || !ex_log_open(&vlog, args, "val", 2, vcols, start)) {
+        ex_log_close(&tlog);
+        return false;
+    }
+    tg_progress progress;
+    tg_progress_init(&progress, stdout, args->steps, args->every);
+    tg_progress_resume(&progress, start);
+    int64_t batch_ctx[BATCH * CONTEXT], batch_next[BATCH];
+    bool ok = true;
+    for (int64_t step = start + 1; step <= ex_last_step(args) && ok; step++) {
+        for (int b = 0; b < BATCH; b++) { /* a random minibatch */
+            int64_t j = (int64_t)(tg_rng_uniform(ctx) * (double)train->n);
+            memcpy(&batch_ctx[b * CONTEXT], &train->ctx[j * CONTEXT], sizeof(int64_t) * CONTEXT);
+            batch_next[b] = train->next[j];
+        }
+        tg_tensor *loss = tg_cross_entropy(ctx, charlm_forward(ctx, m, BATCH, batch_ctx), batch_next, NULL);
+        tg_optim_zero_grad(ctx, opt);
+        tg_backward(ctx, loss);
+        double gnorm = tg_clip_grad_norm(ctx, params, 1.0);
+        double lr = tg_optim_lr(opt);
+        tg_optim_step(ctx, opt);
+        if (ex_failed(ctx)) break;
+        *loss_value = tg_get_flat(ctx, loss, 0);
+        ok = ex_log_row(&tlog, (double[]){(double)step, *loss_value});
+        if (ok && (step == 1 || step % args->every == 0 || step == args->steps)) {
+            *val_loss = evaluate(ctx, m, val);
+            ok = ex_log_row(&vlog, (double[]){(double)step, *val_loss});
+        }
+        tg_progress_update(&progress, step, *loss_value, lr, gnorm);
+        tg_ctx_reset(ctx);
+    }
+    tg_progress_finish(&progress);
+    ok = ok && tg_ok(ctx);
+    ok = ex_log_close(&tlog) && ok;
+    return ex_log_close(&vlog) && ok;
+}
+
 int main(int argc, char **argv) {
     ex_args args = {.steps = 3000, .lr = 3e-3, .seed = 1, .out = "out/charlm", .every = 250};
-    const char *data = "/usr/share/dict/words";
+    const char *default_data = "/usr/share/dict/words", *data = default_data;
     double temperature = 1.0;
     ex_flag extra[] = {
         {"data", EX_STR, &data, "word list, one word per line (default /usr/share/dict/words)", NULL},
@@ -171,102 +284,83 @@ int main(int argc, char **argv) {
         fprintf(stderr, "charlm: --temperature must be > 0\n");
         return 2;
     }
-    int64_t nwords = 0;
-    char **words = read_words(data, &nwords);
-    if (!words || nwords < 20) {
-        fprintf(stderr, "charlm: cannot read enough words from %s (on Debian: apt-get install wamerican)\n", data);
+    word_list words = {0};
+    if (!read_words(data, data == default_data, &words)) {
+        word_list_free(&words);
         return 1;
     }
     tg_ctx *ctx = tg_ctx_new(args.seed);
-    ex_setup(ctx, &args);
-    for (int64_t i = nwords - 1; i > 0; i--) { /* seeded Fisher-Yates shuffle */
-        int64_t j = (int64_t)(tg_rng_uniform(ctx) * (double)(i + 1));
-        char *w = words[i];
-        words[i] = words[j];
-        words[j] = w;
-    }
-    dataset train, val;
-    int64_t split = nwords * 9 / 10;
-    build_dataset(&train, words, 0, split);
-    build_dataset(&val, words, split, nwords);
-    printf("%lld words from %s: %lld training and %lld validation samples\n", (long long)nwords, data,
-           (long long)train.n, (long long)val.n);
-
-    charlm m;
-    charlm_init(ctx, &m);
-    tg_model_print(stdout, &m.model);
-    tg_params params = {0};
-    tg_model_params(ctx, &m.model, &params);
-    tg_adam_opts opts = tg_adamw_defaults();
-    opts.lr = args.lr;
-    tg_optim *opt = tg_adamw_new(ctx, &params, &opts);
-    tg_schedule sched = {.kind = TG_SCHED_WARMUP_COSINE, .warmup_steps = args.steps / 20,
-                         .total_steps = args.steps, .start_factor = 0.1, .min_lr = args.lr / 20};
-    tg_optim_set_schedule(ctx, opt, &sched);
-    if (ex_failed(ctx) || !ex_resume(ctx, &args, &params, opt)) return 1;
-
-    const char *tcols[] = {"step", "train_loss"}, *vcols[] = {"step", "val_loss"};
-    tg_plot *tlog = NULL, *vlog = NULL;
-    if (tg_plot_open(&tlog, args.out, "train", 2, tcols) != TG_OK ||
-        tg_plot_open(&vlog, args.out, "val", 2, vcols) != TG_OK) {
-        fprintf(stderr, "charlm: cannot write logs in %s\n", args.out);
+    if (!ctx) {
+        fprintf(stderr, "charlm: out of memory\n");
+        word_list_free(&words);
         return 1;
     }
-    tg_progress progress;
-    tg_progress_init(&progress, stdout, args.steps, args.every);
-    int64_t batch_ctx[BATCH * CONTEXT], batch_next[BATCH];
-    double loss_value = NAN, val_loss = NAN;
-    for (int64_t step = tg_optim_steps(opt) + 1; step <= ex_last_step(&args); step++) {
-        for (int b = 0; b < BATCH; b++) { /* a random minibatch */
-            int64_t j = (int64_t)(tg_rng_uniform(ctx) * (double)train.n);
-            memcpy(&batch_ctx[b * CONTEXT], &train.ctx[j * CONTEXT], sizeof(int64_t) * CONTEXT);
-            batch_next[b] = train.next[j];
-        }
-        tg_tensor *loss = tg_cross_entropy(ctx, charlm_forward(ctx, &m, BATCH, batch_ctx), batch_next, NULL);
-        tg_optim_zero_grad(ctx, opt);
-        tg_backward(ctx, loss);
-        double gnorm = tg_clip_grad_norm(ctx, &params, 1.0);
-        double lr = tg_optim_lr(opt);
-        tg_optim_step(ctx, opt);
-        if (ex_failed(ctx)) return 1;
-        loss_value = tg_get_flat(ctx, loss, 0);
-        tg_plot_row(tlog, (double[]){(double)step, loss_value});
-        if (step == 1 || step % args.every == 0 || step == args.steps) {
-            val_loss = evaluate(ctx, &m, &val);
-            tg_plot_row(vlog, (double[]){(double)step, val_loss});
-        }
-        tg_progress_update(&progress, step, loss_value, lr, gnorm);
-        tg_ctx_reset(ctx);
+    ex_setup(ctx, &args);
+    for (int64_t i = words.n - 1; i > 0; i--) { /* seeded Fisher-Yates shuffle */
+        int64_t j = (int64_t)(tg_rng_uniform(ctx) * (double)(i + 1));
+        char *w = words.words[i];
+        words.words[i] = words.words[j];
+        words.words[j] = w;
     }
-    tg_progress_finish(&progress);
-    tg_plot_close_data(tlog);
-    tg_plot_close_data(vlog);
-    char tdat[512], vdat[512], msg[512];
-    snprintf(tdat, sizeof tdat, "%s/train.dat", args.out);
-    snprintf(vdat, sizeof vdat, "%s/val.dat", args.out);
-    tg_plot_series series[2] = {{tdat, 1, 2, "train (one batch)"}, {vdat, 1, 2, "validation"}};
-    tg_plot_style style = {.title = "charlm: cross-entropy per character", .xlabel = "step", .ylabel = "loss (nats)"};
-    tg_plot_overlay(args.out, "loss", &style, series, 2, NULL, msg, sizeof msg);
-    printf("%s\nfinal train loss %.4f, validation loss %.4f (uniform guessing: %.4f)\n", msg, loss_value, val_loss,
-           log((double)VOCAB));
-    if (!ex_save(ctx, &args, &params, opt)) return 1;
+    dataset train_set = {0}, val_set = {0};
+    int64_t split = words.n * 9 / 10;
+    bool ok = build_dataset(&train_set, words.words, 0, split) && build_dataset(&val_set, words.words, split, words.n);
+    if (ok)
+        printf("%lld words from %s: %lld training and %lld validation samples\n", (long long)words.n, data,
+               (long long)train_set.n, (long long)val_set.n);
 
-    printf("sampled words (temperature %g):", temperature);
-    for (int i = 0; i < 12; i++) {
-        char word[MAX_WORD];
-        sample_word(ctx, &m, temperature, word);
-        printf("%s %s", i % 6 ? "" : "\n ", word);
+    charlm m = {0};
+    tg_params params = {0};
+    tg_optim *opt = NULL;
+    int64_t start = 0;
+    if (ok) {
+        charlm_init(ctx, &m);
+        tg_model_print(stdout, &m.model);
+        tg_model_params(ctx, &m.model, &params);
+        tg_adam_opts opts = tg_adamw_defaults();
+        opts.lr = args.lr;
+        opt = tg_adamw_new(ctx, &params, &opts);
+        tg_schedule sched = {.kind = TG_SCHED_WARMUP_COSINE, .warmup_steps = args.steps / 20,
+                             .total_steps = args.steps, .start_factor = 0.1, .min_lr = args.lr / 20};
+        tg_optim_set_schedule(ctx, opt, &sched);
+        tg_train_part part = {NULL, &params, opt};
+        ok = !ex_failed(ctx) && ex_resume(ctx, &args, &part, 1, &start);
     }
-    printf("\n");
+    double loss_value = NAN, val_loss = NAN;
+    ok = ok && train(ctx, &args, &m, &params, opt, &train_set, &val_set, start, &loss_value, &val_loss);
+    if (ok) {
+        char tdat[512], vdat[512], png[512], msg[512];
+        snprintf(tdat, sizeof tdat, "%s/train.dat", args.out);
+        snprintf(vdat, sizeof vdat, "%s/val.dat", args.out);
+        snprintf(png, sizeof png, "%s/loss.png", args.out);
+        tg_plot_series series[2] = {{tdat, 1, 2, "train (one batch)"}, {vdat, 1, 2, "validation"}};
+        tg_plot_style style = {.title = "charlm: cross-entropy per character", .xlabel = "step",
+                               .ylabel = "loss (nats)"};
+        bool rendered = false, failed = false;
+        tg_status st = tg_plot_overlay(args.out, "loss", &style, series, 2, &rendered, msg, sizeof msg);
+        ex_picture(st, rendered, msg, png, &failed);
+        printf("final train loss %.4f, validation loss %.4f (uniform guessing: %.4f)\n", loss_value, val_loss,
+               log((double)VOCAB));
+        tg_train_part part = {NULL, &params, opt};
+        ok = ex_save(ctx, &args, &part, 1) && !failed;
+    }
+    if (ok) {
+        printf("sampled words (temperature %g):", temperature);
+        for (int i = 0; i < 12; i++) {
+            char word[MAX_WORD];
+            sample_word(ctx, &m, temperature, word);
+            printf("%s %s", i % 6 ? "" : "\n ", word);
+        }
+        printf("\n");
+    }
     tg_optim_free(ctx, opt);
     tg_params_free(&params);
     tg_model_free(ctx, &m.model);
     tg_ctx_free(ctx);
-    for (int64_t i = 0; i < nwords; i++) free(words[i]);
-    free(words);
-    free(train.ctx);
-    free(train.next);
-    free(val.ctx);
-    free(val.next);
-    return 0;
+    word_list_free(&words);
+    free(train_set.ctx);
+    free(train_set.next);
+    free(val_set.ctx);
+    free(val_set.next);
+    return ex_exit(ok);
 }

@@ -14,11 +14,16 @@
  *   6. open the folder and fsync it, so the rename itself is on disk.
  * A failure in steps 1-5 removes the temporary and leaves the target as it
  * was. A failure in step 6 is still reported: the new checkpoint is in place
- * but may not survive a power cut. */
+ * but may not survive a power cut.
+ * A save killed before it can clean up (kill -9, a crash) leaves its
+ * temporary behind; before step 1, a save removes the temporaries of its
+ * own target whose process is gone (see remove_stale_temporaries). */
 #define _POSIX_C_SOURCE 200809L
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,6 +176,44 @@ static char *folder_of(tg_ctx *ctx, const char *path) {
     return d;
 }
 
+/* Removes dir's files "<name>.tmp-<pid>-<k>" (name: path's last component)
+ * whose process is gone: leftovers of saves of this target that were
+ * killed. kill(pid, 0) failing with ESRCH says no such process; a live pid
+ * is a save in progress (or a reused pid) and its file is kept. A pid is
+ * only told apart within this PID namespace: a folder shared with another
+ * container could lose that container's temporary mid-save, whose rename
+ * then fails and leaves its target as it was. Best effort: errors are
+ * ignored, the save goes on. */
+static void remove_stale_temporaries(const char *dir, const char *path) {
+    const char *slash = strrchr(path, '/');
+    const char *name = slash ? slash + 1 : path;
+    size_t n = strlen(name);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *s = e->d_name;
+        if (strncmp(s, name, n) != 0 || strncmp(s + n, ".tmp-", 5) != 0) continue;
+        s += n + 5;
+        char *end;
+        errno = 0;
+        long pid = strtol(s, &end, 10);
+        if (errno || end == s || *s < '0' || *s > '9' || *end != '-' || pid <= 0 || pid == (long)getpid())
+            continue;
+        s = end + 1;
+        strtol(s, &end, 10);
+        if (end == s || *s < '0' || *s > '9' || *end) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        size_t len = strlen(dir) + strlen(e->d_name) + 2;
+        char *stale = malloc(len);
+        if (!stale) break;
+        snprintf(stale, len, "%s/%s", dir, e->d_name);
+        unlink(stale);
+        free(stale);
+    }
+    closedir(d);
+}
+
 static tg_status save_impl(tg_ctx *ctx, const char *fn, const char *path, const tg_params *params,
                            const tg_params *state, const tg_meta *meta, const tg_ckpt_options *opt) {
     if (!ctx) return TG_ERR_NULL;
@@ -254,7 +297,9 @@ static tg_status save_impl(tg_ctx *ctx, const char *fn, const char *path, const 
         }
     }
 
-    /* 1. a new temporary file in the same folder */
+    /* 1. a new temporary file in the same folder (after clearing the
+     * leftovers of killed saves, which may hold the space it needs) */
+    remove_stale_temporaries(dir, path);
     tg_ckpt_io io = resolve_io(opt ? opt->io : NULL);
     int fd = -1, err = 0;
     for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {

@@ -12,6 +12,8 @@
  * Speed is measured from the first update on, so the first step's warm-up
  * (page faults, allocations) does not bias it:
  *   rate = (step - step_first) / (t - t_first),   ETA = (total - step) / rate
+ * and at the first update from the start: (step - base) / (t - t_init), where
+ * base is 0, or the step a resumed run starts after (tg_progress_resume).
  * Times come from a monotonic clock, immune to wall-clock jumps. */
 #define _XOPEN_SOURCE 700
 
@@ -77,6 +79,13 @@ void tg_progress_init(tg_progress *p, FILE *out, int64_t total_steps, int64_t ev
     p->t_init_ = now(p);
 }
 
+void tg_progress_resume(tg_progress *p, int64_t step)
+{
+    if (!p) return;
+    p->step_base_ = step > 0 ? step : 0;
+    p->t_init_ = now(p);
+}
+
 void tg_progress_set_clock(tg_progress *p, double (*clock)(void *user), void *user)
 {
     if (!p) return;
@@ -91,8 +100,8 @@ static double rate(const tg_progress *p)
     if (!p->seen_) return NAN;
     if (p->step_last_ > p->step_first_ && p->t_last_ > p->t_first_)
         return (double)(p->step_last_ - p->step_first_) / (p->t_last_ - p->t_first_);
-    if (p->step_last_ > 0 && p->t_last_ > p->t_init_)
-        return (double)p->step_last_ / (p->t_last_ - p->t_init_);
+    if (p->step_last_ > p->step_base_ && p->t_last_ > p->t_init_)
+        return (double)(p->step_last_ - p->step_base_) / (p->t_last_ - p->t_init_);
     return NAN;
 }
 
@@ -230,7 +239,7 @@ void tg_progress_finish(tg_progress *p)
     char took[32];
     if (elapsed < 60) snprintf(took, sizeof took, "%.1f s", elapsed < 0 ? 0.0 : elapsed);
     else format_duration(took, sizeof took, elapsed);
-    long long steps = p->seen_ ? (long long)p->step_last_ : 0;
+    long long steps = p->seen_ ? (long long)(p->step_last_ - p->step_base_) : 0;
     fprintf(p->out, "done: %lld steps in %s", steps, took);
     if (steps > 0 && elapsed > 0) fprintf(p->out, " (%.1f steps/s)", (double)steps / elapsed);
     if (p->seen_) fprintf(p->out, ", final loss %.6g", p->loss_);

@@ -65,12 +65,18 @@ typedef struct bn_stream_result {
 bn_stream_result bn_stream(size_t bytes, int threads, int reps);
 
 /* FMA throughput: every thread runs independent chains of vector fused
- * multiply-adds; GFLOP/s = 2 * lanes * FMAs / time, the best of `reps`. */
+ * multiply-adds; GFLOP/s = 2 * lanes * FMAs / time, the best of `reps`.
+ * Beside it the theoretical peak, 2 FMA ports x lanes x 2 x clock x
+ * threads, when the clock is known (clock_ghz > 0). */
 typedef struct bn_fma_result {
     double f32_gflops, f64_gflops;
     const char *isa; /* "avx512", "avx2" or "scalar" */
+    double clock_ghz, f32_theory, f64_theory;
 } bn_fma_result;
 bn_fma_result bn_fma_peak(int threads, int reps);
+/* "avx512; theoretical 156.8 and 78.4 at 2 FMA ports x 16|8 lanes x 2 x
+ * 2.45 GHz" (or that the clock is unknown), into buf. */
+const char *bn_fma_describe(char *buf, size_t size, const bn_fma_result *r);
 
 /* "AMD EPYC ..." from /proc/cpuinfo (or "unknown"), into buf. */
 const char *bn_cpu_name(char *buf, size_t size);

@@ -1,22 +1,27 @@
 /* Flag parsing and small chores shared by the examples. */
+#define _POSIX_C_SOURCE 200809L
+
 #include "example.h"
 
 #include <errno.h>
-#include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-static void usage(FILE *f, const ex_args *d, const char *prog, const char *about, const ex_flag *extra,
-                  int nextra) {
+static const char *prog = "example";
+
+static void usage(FILE *f, const ex_args *d, const char *about, const ex_flag *extra, int nextra) {
     fprintf(f, "usage: %s [flags]\n%s\n\nflags:\n", prog, about);
     fprintf(f, "  --steps N       training steps (default %lld)\n", (long long)d->steps);
     fprintf(f, "  --lr X          learning rate (default %g)\n", d->lr);
     fprintf(f, "  --seed N        RNG seed: same seed, same run (default %llu)\n", (unsigned long long)d->seed);
     fprintf(f, "  --out DIR       where logs and plots go (default %s)\n", d->out);
-    fprintf(f, "  --threads N     kernel threads, results do not depend on it (default: all cores)\n");
+    fprintf(f, "  --threads N     kernel threads, at most the cores; results do not depend on it (default: all)\n");
     fprintf(f, "  --every N       progress every N steps (default %lld)\n", (long long)d->every);
-    fprintf(f, "  --save FILE     write a checkpoint (safetensors) at the end\n");
-    fprintf(f, "  --resume FILE   start from a checkpoint written by --save\n");
+    fprintf(f, "  --save FILE     write the training state (safetensors) at the end\n");
+    fprintf(f, "  --resume FILE   continue from a state written by --save (same flags otherwise)\n");
     fprintf(f, "  --stop-after K  stop after step K of the --steps run (then --save, and --resume later)\n");
     for (int i = 0; i < nextra; i++) {
         fprintf(f, "  --%-13s %s", extra[i].name, extra[i].help);
@@ -39,32 +44,48 @@ static bool parse_int(const char *s, int64_t lo, int64_t *out) {
     return true;
 }
 
+/* A finite number: "inf" and "nan" would only fail later, less clearly. */
 static bool parse_dbl(const char *s, double *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || *end || v != v) return false;
+    if (errno || end == s || *end || !isfinite(v)) return false;
     *out = v;
     return true;
 }
 
-int ex_parse(ex_args *a, int argc, char **argv, const char *prog, const char *about, const ex_flag *extra,
+static const char *const common_flags[] = {"steps", "lr", "seed", "out", "threads", "every",
+                                           "save", "resume", "stop-after"};
+
+static bool known_flag(const char *name, const ex_flag *extra, int nextra) {
+    for (size_t k = 0; k < sizeof common_flags / sizeof *common_flags; k++)
+        if (strcmp(name, common_flags[k]) == 0) return true;
+    for (int k = 0; k < nextra; k++)
+        if (strcmp(name, extra[k].name) == 0) return true;
+    return false;
+}
+
+int ex_parse(ex_args *a, int argc, char **argv, const char *name_of_prog, const char *about, const ex_flag *extra,
              int nextra) {
+    prog = name_of_prog;
     ex_args defaults = *a;
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
         if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
-            usage(stdout, &defaults, prog, about, extra, nextra);
+            usage(stdout, &defaults, about, extra, nextra);
             return 0;
         }
-        if (strncmp(flag, "--", 2) != 0 || i + 1 >= argc) {
-            fprintf(stderr, "%s: %s '%s'\n\n", prog, strncmp(flag, "--", 2) ? "unexpected argument" : "missing value for",
-                    flag);
-            usage(stderr, &defaults, prog, about, extra, nextra);
+        const char *problem = strncmp(flag, "--", 2) != 0             ? "unexpected argument"
+                              : !known_flag(flag + 2, extra, nextra) ? "unknown flag"
+                              : i + 1 >= argc                         ? "missing value for"
+                                                                      : NULL;
+        if (problem) {
+            fprintf(stderr, "%s: %s '%s'\n\n", prog, problem, flag);
+            usage(stderr, &defaults, about, extra, nextra);
             return 2;
         }
         const char *name = flag + 2, *val = argv[++i];
-        bool ok = true, known = true;
+        bool ok = true;
         int64_t n;
         if (strcmp(name, "steps") == 0) ok = parse_int(val, 1, &a->steps);
         else if (strcmp(name, "every") == 0) ok = parse_int(val, 1, &a->every);
@@ -79,25 +100,20 @@ int ex_parse(ex_args *a, int argc, char **argv, const char *prog, const char *ab
         else if (strcmp(name, "out") == 0) a->out = val;
         else if (strcmp(name, "save") == 0) a->save = val;
         else if (strcmp(name, "resume") == 0) a->resume = val;
-        else {
-            known = false;
-            for (int k = 0; k < nextra; k++) {
-                if (strcmp(name, extra[k].name) != 0) continue;
-                known = true;
-                if (extra[k].kind == EX_INT) ok = parse_int(val, 0, (int64_t *)extra[k].target);
-                else if (extra[k].kind == EX_DBL) ok = parse_dbl(val, (double *)extra[k].target);
-                else {
-                    ok = extra[k].choices == NULL;
-                    for (int c = 0; extra[k].choices && extra[k].choices[c]; c++)
-                        if (strcmp(val, extra[k].choices[c]) == 0) ok = true;
-                    if (ok) *(const char **)extra[k].target = val;
-                }
+        for (int k = 0; k < nextra; k++) {
+            if (strcmp(name, extra[k].name) != 0) continue;
+            if (extra[k].kind == EX_INT) ok = parse_int(val, 0, (int64_t *)extra[k].target);
+            else if (extra[k].kind == EX_DBL) ok = parse_dbl(val, (double *)extra[k].target);
+            else {
+                ok = extra[k].choices == NULL;
+                for (int c = 0; extra[k].choices && extra[k].choices[c]; c++)
+                    if (strcmp(val, extra[k].choices[c]) == 0) ok = true;
+                if (ok) *(const char **)extra[k].target = val;
             }
         }
-        if (!known || !ok) {
-            fprintf(stderr, "%s: %s '%s'%s%s\n\n", prog, known ? "bad value for" : "unknown flag", flag,
-                    known ? ": " : "", known ? val : "");
-            usage(stderr, &defaults, prog, about, extra, nextra);
+        if (!ok) {
+            fprintf(stderr, "%s: bad value for '%s': %s\n\n", prog, flag, val);
+            usage(stderr, &defaults, about, extra, nextra);
             return 2;
         }
     }
@@ -110,34 +126,126 @@ int64_t ex_last_step(const ex_args *args) {
 
 bool ex_failed(tg_ctx *ctx) {
     if (tg_ok(ctx)) return false;
-    fprintf(stderr, "error: %s\n", tg_error_message(ctx));
+    fprintf(stderr, "%s: error: %s\n", prog, tg_error_message(ctx));
     return true;
 }
 
-void ex_setup(tg_ctx *ctx, const ex_args *args) { tg_set_threads(ctx, args->threads); }
-
-/* A checkpoint holds the parameters, the optimizer's state (its step count
- * is the schedule's position) and the RNG state, so a resumed run continues
- * bit for bit where the saved one stopped. */
-bool ex_save(tg_ctx *ctx, const ex_args *args, tg_params *params, tg_optim *opt) {
-    if (!args->save) return true;
-    tg_meta meta = {0};
-    tg_meta_set_rng(ctx, &meta);
-    tg_ckpt_save(ctx, args->save, params, opt ? tg_optim_state(opt) : NULL, &meta);
-    tg_meta_free(&meta);
-    if (ex_failed(ctx)) return false;
-    printf("saved checkpoint %s\n", args->save);
-    return true;
+void ex_setup(tg_ctx *ctx, const ex_args *args) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = args->threads;
+    if (cores > 0 && threads > cores) {
+        fprintf(stderr, "%s: note: --threads %d is more than the %ld cores here, which only slows the kernels "
+                        "down; using %ld\n",
+                prog, threads, cores, cores);
+        threads = (int)cores;
+    }
+    tg_set_threads(ctx, threads);
 }
 
-bool ex_resume(tg_ctx *ctx, const ex_args *args, tg_params *params, tg_optim *opt) {
+bool ex_resume(tg_ctx *ctx, const ex_args *args, const tg_train_part *parts, int nparts, int64_t *start) {
+    *start = 0;
     if (!args->resume) return true;
-    tg_meta meta = {0};
-    tg_ckpt_load(ctx, args->resume, params, opt ? tg_optim_state(opt) : NULL, &meta);
-    if (tg_ok(ctx)) tg_meta_get_rng(ctx, &meta);
-    if (tg_ok(ctx) && opt) tg_optim_sync_state(ctx, opt);
-    tg_meta_free(&meta);
-    if (ex_failed(ctx)) return false;
-    printf("resumed from %s at step %lld\n", args->resume, (long long)(opt ? tg_optim_steps(opt) : 0));
+    if (tg_train_load_parts(ctx, args->resume, parts, nparts, NULL) != TG_OK) {
+        ex_failed(ctx);
+        return false;
+    }
+    *start = parts[0].optim ? tg_optim_steps(parts[0].optim) : 0;
+    if (*start >= ex_last_step(args)) {
+        fprintf(stderr,
+                "%s: %s holds the state after step %lld, and this run would stop at step %lld: nothing to "
+                "train (pass a larger --steps to go on)\n",
+                prog, args->resume, (long long)*start, (long long)ex_last_step(args));
+        return false;
+    }
+    printf("resumed from %s at step %lld\n", args->resume, (long long)*start);
     return true;
+}
+
+bool ex_save(tg_ctx *ctx, const ex_args *args, const tg_train_part *parts, int nparts) {
+    if (!args->save) return true;
+    if (tg_train_save_parts(ctx, args->save, parts, nparts, NULL) != TG_OK) {
+        ex_failed(ctx);
+        return false;
+    }
+    printf("saved the training state to %s\n", args->save);
+    return true;
+}
+
+/* "DIR/NAME.dat: No space left on device", or the status's name when the
+ * call failed before any system call (errno was left 0). */
+static void log_failed(const char *dir, const char *name, tg_status st, int err) {
+    fprintf(stderr, "%s: cannot write %s/%s.dat: %s\n", prog, dir, name,
+            err                       ? strerror(err)
+            : st == TG_ERR_VALUE ? "the folder's name holds a quote or a control character, which the plot "
+                                   "scripts cannot carry"
+                                 : tg_status_name(st));
+}
+
+bool ex_log_open(tg_plot **log, const ex_args *args, const char *name, int ncols, const char *const *cols,
+                 int64_t start) {
+    errno = 0;
+    tg_status st = tg_plot_open_resume(log, args->out, name, ncols, cols, start);
+    if (st == TG_OK) return true;
+    log_failed(args->out, name, st, errno);
+    return false;
+}
+
+bool ex_log_row(tg_plot **log, const double *values) {
+    errno = 0;
+    tg_status st = tg_plot_row(*log, values);
+    if (st == TG_OK) return true;
+    fprintf(stderr, "%s: cannot write %s: %s\n", prog, tg_plot_dat_path(*log),
+            errno ? strerror(errno) : tg_status_name(st));
+    ex_log_close(log);
+    return false;
+}
+
+bool ex_log_close(tg_plot **log) {
+    if (!*log) return true;
+    char *path = strdup(tg_plot_dat_path(*log));
+    errno = 0;
+    tg_status st = tg_plot_close_data(*log);
+    *log = NULL;
+    if (st != TG_OK)
+        fprintf(stderr, "%s: cannot write %s: %s\n", prog, path ? path : "the log",
+                errno ? strerror(errno) : tg_status_name(st));
+    free(path);
+    return st == TG_OK;
+}
+
+FILE *ex_create(const char *path) {
+    FILE *f = fopen(path, "w");
+    if (!f) fprintf(stderr, "%s: cannot write %s: %s\n", prog, path, strerror(errno));
+    return f;
+}
+
+bool ex_close(FILE *f, const char *path) {
+    errno = 0;
+    bool ok = fflush(f) == 0 && !ferror(f);
+    int err = errno;
+    if (fclose(f) != 0 && ok) ok = false, err = errno;
+    if (!ok) fprintf(stderr, "%s: cannot write %s: %s\n", prog, path, err ? strerror(err) : "write error");
+    return ok;
+}
+
+bool ex_picture(tg_status st, bool rendered, const char *msg, const char *png_path, bool *failed) {
+    struct stat sb;
+    bool exists = stat(png_path, &sb) == 0 && sb.st_size > 0;
+    if (st != TG_OK || (rendered && !exists)) {
+        fprintf(stderr, "%s: %s%s\n", prog, st != TG_OK ? msg : "gnuplot ran but wrote no ", st != TG_OK ? "" : png_path);
+        *failed = true;
+        return false;
+    }
+    if (exists) printf("wrote %s\n", png_path);
+    else printf("%s\n", msg);
+    return exists;
+}
+
+int ex_exit(bool ok) {
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "%s: cannot write the output: %s\n", prog, errno ? strerror(errno) : "write error");
+        return 1;
+    }
+    return ok ? 0 : 1;
 }

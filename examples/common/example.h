@@ -1,8 +1,11 @@
-/* What every example shares: command-line flags and the training-loop
- * chores (error check, progress). Kept small so each example still reads
- * top to bottom on its own. */
+/* What spiral and charlm share: command-line flags and the training-loop
+ * chores (error checks, checkpoints, logs, output files). Kept small so
+ * each example still reads top to bottom on its own. xor.c, the README's
+ * first program, does without it: it uses only the installed library. */
 #ifndef TG_EXAMPLE_H
 #define TG_EXAMPLE_H
+
+#include <stdio.h>
 
 #include "tapegrad.h"
 
@@ -14,8 +17,8 @@ typedef struct ex_args {
     const char *out;    /* output folder for logs and plots */
     int threads;        /* 0: the default */
     int64_t every;      /* progress every N steps */
-    const char *save;   /* checkpoint to write at the end, or NULL */
-    const char *resume; /* checkpoint to start from, or NULL */
+    const char *save;   /* training state to write at the end, or NULL */
+    const char *resume; /* training state to start from, or NULL */
     int64_t stop_after; /* stop after this step (0: run all steps), e.g. to --save and --resume later */
 } ex_args;
 
@@ -30,8 +33,9 @@ typedef struct ex_flag {
 } ex_flag;
 
 /* Parses argv into args (whose fields hold the defaults) and the extra
- * flags. Returns -1 to go on, or the exit status to return at once: 0 after
- * --help, 2 after printing the usage for a bad flag or value. */
+ * flags; numbers must be finite. Returns -1 to go on, or the exit status to
+ * return at once: 0 after --help, 2 after printing the usage for an unknown
+ * flag, a missing or a bad value. Remembers prog for the messages below. */
 int ex_parse(ex_args *args, int argc, char **argv, const char *prog, const char *about, const ex_flag *extra,
              int nextra);
 
@@ -41,12 +45,40 @@ int64_t ex_last_step(const ex_args *args);
 /* Prints the context's error to stderr and returns true when there is one. */
 bool ex_failed(tg_ctx *ctx);
 
-/* Applies --threads to the context. */
+/* Applies --threads to the context; more threads than cores would only
+ * slow the run down, so they are capped at the core count, with a note. */
 void ex_setup(tg_ctx *ctx, const ex_args *args);
 
-/* Saves params (+ optimizer state and RNG) to args->save when set; loads
- * them from args->resume when set. Return false on error (printed). */
-bool ex_save(tg_ctx *ctx, const ex_args *args, tg_params *params, tg_optim *opt);
-bool ex_resume(tg_ctx *ctx, const ex_args *args, tg_params *params, tg_optim *opt);
+/* --resume: loads the training state (tg_train_load_parts) and sets *start
+ * to the step it holds (0 without --resume). Fails (printed) when the file
+ * does not fit, or when it is already at or past the last step to run:
+ * there is nothing to train, and no numbers to report. */
+bool ex_resume(tg_ctx *ctx, const ex_args *args, const tg_train_part *parts, int nparts, int64_t *start);
+/* --save: writes the training state (tg_train_save_parts). */
+bool ex_save(tg_ctx *ctx, const ex_args *args, const tg_train_part *parts, int nparts);
+
+/* A loss log in --out that continues the earlier rows after a resume
+ * (tg_plot_open_resume); each failure is printed with errno's text. */
+bool ex_log_open(tg_plot **log, const ex_args *args, const char *name, int ncols, const char *const *cols,
+                 int64_t start);
+bool ex_log_row(tg_plot **log, const double *values);
+bool ex_log_close(tg_plot **log);
+
+/* An output file of our own (regions, points, scripts): opened for
+ * writing, and closed with every write checked (ferror, fclose), each
+ * failure printed with errno's text. */
+FILE *ex_create(const char *path);
+bool ex_close(FILE *f, const char *path);
+
+/* Reports a plot call (tg_plot_overlay, tg_plot_render, ...) that should
+ * have drawn png_path, from its status, *rendered and message: true when
+ * the picture exists ("wrote PATH"); false with *failed set when gnuplot
+ * failed or wrote nothing (printed to stderr); false alone when gnuplot is
+ * not installed (the message says how to render it later). */
+bool ex_picture(tg_status st, bool rendered, const char *msg, const char *png_path, bool *failed);
+
+/* The exit status: 1 when !ok, or when stdout could not be written (a full
+ * disk, /dev/full: said on stderr); else 0. */
+int ex_exit(bool ok);
 
 #endif

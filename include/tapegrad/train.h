@@ -123,6 +123,7 @@ typedef struct tg_progress {
     void *clock_user_;
     double t_init_, t_first_, t_last_;
     int64_t step_first_, step_last_, step_shown_;
+    int64_t step_base_;     /* steps done before this run (tg_progress_resume) */
     double loss_, lr_, gnorm_;
     int line_len_;
     bool seen_, line_open_;
@@ -146,6 +147,78 @@ void tg_progress_set_clock(tg_progress *p, double (*clock)(void *user), void *us
 /* Writes the line `update` would print for the current state into buf
  * (without \r or newline; BAR mode includes the bar). Returns buf. */
 char *tg_progress_format(const tg_progress *p, char *buf, size_t size);
+/* Says the run resumes after `step` steps done earlier (call it after init,
+ * before the first update): rates, the ETA and the closing "done: N steps"
+ * count only the steps this run takes. */
+void tg_progress_resume(tg_progress *p, int64_t step);
+
+/* ======================================================================== */
+/* Training state: save and resume a run in one call (train/state.c)        */
+/* ======================================================================== */
+#include "tapegrad/io.h"
+#include "tapegrad/optim.h"
+
+/* A training-state file is a checkpoint (tapegrad/io.h: safetensors, saved
+ * atomically) holding all a run needs to continue bit for bit:
+ *  - the parameters, by name;
+ *  - the optimizer's state (tg_optim_state): moments or momentum buffers and
+ *    "optim.step", the step count, which is also the schedule's position;
+ *  - metadata: "tapegrad.train" (the format, "1"), the RNG state
+ *    (tg_meta_set_rng), the optimizer's kind and hyper-parameters and its lr
+ *    schedule as text ("tapegrad.optim", "tapegrad.schedule", e.g.
+ *    "adamw lr=0.003 beta1=0.9 ...") and the caller's own keys.
+ * The training step is the optimizer's step count (tg_optim_steps after a
+ * load); keep any other counter in meta.
+ *
+ * Loading checks before it changes anything: the file must hold exactly the
+ * model's and the optimizer's tensors (names, dtypes, shapes), and the
+ * optimizer must be made as when the run started (same kind,
+ * hyper-parameters and schedule: compared with the file's text, and an
+ * error shows both). To change the lr or the schedule on resuming, change
+ * them after the load. A schedule given by a callback is compared by kind
+ * only. On any error nothing changes: parameters, optimizer, RNG and meta
+ * keep their values. Only regular files are read or replaced: a device or
+ * a pipe may never end (/dev/zero), and a save renames its temporary file
+ * over the path, which would replace a device node.
+ * Errors name tg_train_save / tg_train_load and the problem (an error of
+ * the checkpoint layer is quoted after it); statuses as in tapegrad/io.h. */
+
+/* Saves params, optim's state (optim may be NULL: parameters only), the RNG
+ * state and meta (may be NULL; its keys starting with "tapegrad." are
+ * replaced by the library's) to path, atomically. */
+tg_status tg_train_save(tg_ctx *ctx, const char *path, const tg_params *params, tg_optim *optim,
+                        const tg_meta *meta);
+/* Restores what tg_train_save wrote into params and optim (NULL if the file
+ * has no optimizer state) and the context's RNG; meta (may be NULL)
+ * receives the file's metadata, replacing its contents. */
+tg_status tg_train_load(tg_ctx *ctx, const char *path, tg_params *params, tg_optim *optim,
+                        tg_meta *meta);
+
+/* Several models in one file, e.g. the same network trained three ways.
+ * Each part's tensors are stored under "NAME." + their names
+ * ("rmsnorm.fc1.weight", "rmsnorm.optim.step"), its optimizer's text under
+ * "tapegrad.optim.NAME" and "tapegrad.schedule.NAME"; a NULL or empty name
+ * adds no prefix (what tg_train_save does with its one part). Names must be
+ * unique, without '.', and the prefixed names shorter than 64 bytes. The
+ * RNG state and meta are the file's, once. */
+typedef struct tg_train_part {
+    const char *name;   /* prefix of the part's names, or NULL */
+    tg_params *params;  /* the part's parameters (required) */
+    tg_optim *optim;    /* its optimizer, or NULL */
+} tg_train_part;
+tg_status tg_train_save_parts(tg_ctx *ctx, const char *path, const tg_train_part *parts, int nparts,
+                              const tg_meta *meta);
+tg_status tg_train_load_parts(tg_ctx *ctx, const char *path, const tg_train_part *parts, int nparts,
+                              tg_meta *meta);
+
+/* As tg_plot_open, for a run resumed after `step`: the rows of an existing
+ * DIR/NAME.dat with the same columns whose step (first value) is at most
+ * `step` are written again first, so the log and its plot continue the
+ * earlier run's (rows past `step`, from a run that went further than the
+ * checkpoint, are dropped). With step <= 0, or no such file, it is
+ * tg_plot_open. */
+tg_status tg_plot_open_resume(tg_plot **out, const char *dir, const char *name, int ncols,
+                              const char *const *colnames, int64_t step);
 
 #ifdef __cplusplus
 }

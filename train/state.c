@@ -1,0 +1,491 @@
+/* Training state in one call: tg_train_save / tg_train_load and their
+ * several-model forms, and tg_plot_open_resume for the loss log of a
+ * resumed run (include/tapegrad/train.h).
+ *
+ * A save gathers one list of parameters and one of optimizer state, with
+ * each part's prefix on the names, adds the metadata (format, RNG state,
+ * each optimizer's description) to the caller's, and hands them to
+ * tg_ckpt_save, which writes atomically.
+ *
+ * A load must change nothing when it fails, but some checks need the
+ * file's metadata, which comes with its tensors. So it loads into scratch
+ * copies of every tensor first, checks the metadata and the step counts,
+ * and only then copies the scratch values into the model and the
+ * optimizers and restores the RNG (a commit that cannot fail: same shapes
+ * and dtypes by construction). The scratch copies cost the model's and the
+ * state's size once, for the duration of the call. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "optim/internal.h" /* the optimizer's kind, hyper-parameters and schedule */
+#include "tapegrad.h"
+
+#define FORMAT_KEY "tapegrad.train"
+#define FORMAT_VERSION "1"
+#define RESERVED_PREFIX "tapegrad."
+#define MAX_PARTS 64
+
+/* ---- descriptions of an optimizer and its schedule ----------------------------- */
+
+/* v in the fewest digits that read back as exactly v ("0.003", not
+ * "0.0030000000000000001"), so equal settings give equal text. */
+static void put_num(char *buf, size_t size, size_t *len, const char *key, double v) {
+    char num[40];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(num, sizeof num, "%.*g", prec, v);
+        if (strtod(num, NULL) == v || isnan(v)) break;
+    }
+    if (*len < size) {
+        int n = snprintf(buf + *len, size - *len, "%s%s=%s", *len ? " " : "", key, num);
+        if (n > 0) *len += (size_t)n;
+    }
+}
+
+static void put_int(char *buf, size_t size, size_t *len, const char *key, long long v) {
+    if (*len < size) {
+        int n = snprintf(buf + *len, size - *len, " %s=%lld", key, v);
+        if (n > 0) *len += (size_t)n;
+    }
+}
+
+/* "adamw lr=0.003 beta1=0.9 beta2=0.999 eps=1e-08 weight_decay=0.01 amsgrad=0" */
+static void describe_optim(const tg_optim *o, char *buf, size_t size) {
+    static const char *const kinds[] = {"sgd", "adam", "adamw"};
+    size_t len = (size_t)snprintf(buf, size, "%s", kinds[o->kind]);
+    put_num(buf, size, &len, "lr", o->lr);
+    if (o->kind == TG_OPTIM_SGD) {
+        put_num(buf, size, &len, "momentum", o->sgd.momentum);
+        put_num(buf, size, &len, "dampening", o->sgd.dampening);
+        put_num(buf, size, &len, "weight_decay", o->sgd.weight_decay);
+        put_int(buf, size, &len, "nesterov", o->sgd.nesterov);
+    } else {
+        put_num(buf, size, &len, "beta1", o->adam.beta1);
+        put_num(buf, size, &len, "beta2", o->adam.beta2);
+        put_num(buf, size, &len, "eps", o->adam.eps);
+        put_num(buf, size, &len, "weight_decay", o->adam.weight_decay);
+        put_int(buf, size, &len, "amsgrad", o->adam.amsgrad);
+    }
+}
+
+/* "constant", "step step_size=10 gamma=0.5", "warmup_cosine warmup_steps=4
+ * total_steps=40 start_factor=0.1 min_lr=0.0001", or "callback" (a function
+ * cannot be written down; only its kind is compared). */
+static void describe_schedule(const tg_schedule *s, char *buf, size_t size) {
+    size_t len;
+    switch (s->kind) {
+    case TG_SCHED_STEP:
+        len = (size_t)snprintf(buf, size, "step");
+        put_int(buf, size, &len, "step_size", (long long)s->step_size);
+        put_num(buf, size, &len, "gamma", s->gamma);
+        break;
+    case TG_SCHED_WARMUP_COSINE:
+        len = (size_t)snprintf(buf, size, "warmup_cosine");
+        put_int(buf, size, &len, "warmup_steps", (long long)s->warmup_steps);
+        put_int(buf, size, &len, "total_steps", (long long)s->total_steps);
+        put_num(buf, size, &len, "start_factor", s->start_factor);
+        put_num(buf, size, &len, "min_lr", s->min_lr);
+        break;
+    case TG_SCHED_CALLBACK:
+        snprintf(buf, size, "callback");
+        break;
+    default:
+        snprintf(buf, size, "constant");
+        break;
+    }
+}
+
+/* "tapegrad.optim" or "tapegrad.optim.NAME" */
+static void part_key(char *buf, size_t size, const char *what, const tg_train_part *part) {
+    if (part->name && *part->name) snprintf(buf, size, "tapegrad.%s.%s", what, part->name);
+    else snprintf(buf, size, "tapegrad.%s", what);
+}
+
+/* ---- the lists of tensors, with each part's prefix ------------------------------ */
+
+/* Fills list's next entry (allocated by gather): `value` under prefix + "."
+ * + name, or name. */
+static bool put(tg_ctx *ctx, const char *fn, tg_params *list, const char *prefix, const char *name,
+                tg_tensor *value) {
+    tg_param *p = &list->items[list->count];
+    bool has_prefix = prefix && *prefix;
+    int n = snprintf(p->name, sizeof p->name, "%s%s%s", has_prefix ? prefix : "", has_prefix ? "." : "", name);
+    if (n < 0 || (size_t)n >= sizeof p->name) {
+        tg_error(ctx, TG_ERR_VALUE, fn, "the name \"%s%s%s\" is longer than %zu bytes", has_prefix ? prefix : "",
+                 has_prefix ? "." : "", name, sizeof p->name - 1);
+        return false;
+    }
+    p->value = value;
+    list->count++;
+    return true;
+}
+
+/* Checks the parts: at least one, each with params, names unique and
+ * without '.', every tensor present. */
+static bool check_parts(tg_ctx *ctx, const char *fn, const tg_train_part *parts, int nparts) {
+    if (!parts) {
+        tg_error(ctx, TG_ERR_NULL, fn, "argument 'parts' is NULL");
+        return false;
+    }
+    if (nparts < 1 || nparts > MAX_PARTS) {
+        tg_error(ctx, TG_ERR_VALUE, fn, "nparts = %d must be in 1..%d", nparts, MAX_PARTS);
+        return false;
+    }
+    for (int i = 0; i < nparts; i++) {
+        const tg_train_part *p = &parts[i];
+        const char *name = p->name ? p->name : "";
+        if (!p->params && nparts == 1 && !p->name) { /* tg_train_save / tg_train_load */
+            tg_error(ctx, TG_ERR_NULL, fn, "argument 'params' is NULL");
+            return false;
+        }
+        if (!p->params) {
+            tg_error(ctx, TG_ERR_NULL, fn, "part %d (\"%s\") has no params", i, name);
+            return false;
+        }
+        if (strchr(name, '.')) {
+            tg_error(ctx, TG_ERR_VALUE, fn, "part %d: the name \"%s\" holds a '.'", i, name);
+            return false;
+        }
+        for (int j = 0; j < i; j++) {
+            if (strcmp(parts[j].name ? parts[j].name : "", name) == 0) {
+                tg_error(ctx, TG_ERR_VALUE, fn, "parts %d and %d are both named \"%s\"", j, i, name);
+                return false;
+            }
+        }
+        if (p->params->count < 0 || (p->params->count > 0 && !p->params->items)) {
+            tg_error(ctx, TG_ERR_NULL, fn, "part %d (\"%s\"): params has %d items but no array", i, name,
+                     p->params->count);
+            return false;
+        }
+        for (int k = 0; k < p->params->count; k++) {
+            if (!p->params->items[k].value) {
+                tg_error(ctx, TG_ERR_NULL, fn, "part %d (\"%s\"): parameter %d has no tensor", i, name, k);
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+/* The parts' parameters and optimizer state as two named lists. With
+ * scratch, each entry is a new zero persistent tensor of the same dtype and
+ * shape (to load into) instead of the live one. */
+static bool gather(tg_ctx *ctx, const char *fn, const tg_train_part *parts, int nparts, bool scratch,
+                   tg_params *params, tg_params *state) {
+    tg_params *lists[2] = {params, state};
+    for (int i = 0; i < nparts; i++) {
+        params->capacity += parts[i].params->count;
+        state->capacity += parts[i].optim ? tg_optim_state(parts[i].optim)->count : 0;
+    }
+    for (int l = 0; l < 2; l++) {
+        lists[l]->items = calloc(lists[l]->capacity ? (size_t)lists[l]->capacity : 1, sizeof *lists[l]->items);
+        if (!lists[l]->items) {
+            tg_error(ctx, TG_ERR_OOM, fn, "out of memory for a list of %d tensors", lists[l]->capacity);
+            return false;
+        }
+    }
+    for (int i = 0; i < nparts; i++)
+        for (int l = 0; l < 2; l++) {
+            const tg_params *from = l == 0 ? parts[i].params : tg_optim_state(parts[i].optim);
+            for (int k = 0; from && k < from->count; k++) {
+                tg_tensor *t = from->items[k].value;
+                if (scratch && !(t = tg_persist(ctx, tg_zeros(ctx, t->dtype, t->ndim, t->shape)))) return false;
+                if (!put(ctx, fn, lists[l], parts[i].name, from->items[k].name, t)) {
+                    if (scratch) tg_tensor_free(ctx, t);
+                    return false;
+                }
+            }
+        }
+    return true;
+}
+
+static void free_scratch(tg_ctx *ctx, tg_params *list) {
+    for (int i = 0; i < list->count; i++) tg_tensor_free(ctx, list->items[i].value);
+    tg_params_free(list);
+}
+
+/* Quotes an error raised below us after our own function name, so every
+ * error of these calls names the call the user made:
+ * "tg_train_load: tg_ckpt_load: cannot open a.st: No such file ...". */
+static tg_status name_error(tg_ctx *ctx, const char *fn) {
+    tg_status st = tg_status_of(ctx);
+    const char *msg = tg_error_message(ctx);
+    size_t n = strlen(fn);
+    if (st == TG_OK || (strncmp(msg, fn, n) == 0 && msg[n] == ':')) return st;
+    char inner[512];
+    snprintf(inner, sizeof inner, "%s", msg);
+    tg_clear_error(ctx);
+    tg_error(ctx, st, fn, "%s", inner);
+    return st;
+}
+
+/* Only regular files (or none yet, for a save): see train.h for why. */
+static bool check_regular(tg_ctx *ctx, const char *fn, const char *path, bool may_be_missing) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        if (may_be_missing && errno == ENOENT) return true;
+        tg_error(ctx, TG_ERR_IO, fn, "cannot open %s: %s", path, strerror(errno));
+        return false;
+    }
+    if (S_ISREG(sb.st_mode)) return true;
+    const char *kind = S_ISDIR(sb.st_mode)    ? "a directory"
+                       : S_ISCHR(sb.st_mode)  ? "a character device"
+                       : S_ISBLK(sb.st_mode)  ? "a block device"
+                       : S_ISFIFO(sb.st_mode) ? "a pipe (FIFO)"
+                       : S_ISSOCK(sb.st_mode) ? "a socket"
+                                              : "not a regular file";
+    tg_error(ctx, TG_ERR_IO, fn,
+             may_be_missing ? "%s is %s, not a regular file: a save replaces the file at the path"
+                            : "%s is %s, not a regular file: a checkpoint is read whole, and a device or a "
+                              "pipe need not end",
+             path, kind);
+    return false;
+}
+
+/* The checks every call starts with: false when it must stop (the
+ * context's status says why, TG_ERR_NULL for a NULL context). */
+static bool begin(tg_ctx *ctx, const char *fn, const char *path, const tg_train_part *parts, int nparts,
+                  bool saving) {
+    if (!tg_ok(ctx)) return false;
+    if (!path) {
+        tg_error(ctx, TG_ERR_NULL, fn, "argument 'path' is NULL");
+        return false;
+    }
+    return check_parts(ctx, fn, parts, nparts) && check_regular(ctx, fn, path, saving);
+}
+
+/* ---- save ------------------------------------------------------------------------ */
+
+static tg_status save_parts(tg_ctx *ctx, const char *fn, const char *path, const tg_train_part *parts,
+                            int nparts, const tg_meta *user) {
+    if (!begin(ctx, fn, path, parts, nparts, true)) return tg_status_of(ctx);
+    if (user && (user->count < 0 || (user->count > 0 && !user->items))) {
+        tg_error(ctx, TG_ERR_NULL, fn, "meta has %d items but no array", user->count);
+        return TG_ERR_NULL;
+    }
+    tg_params params = {0}, state = {0};
+    tg_meta meta = {0};
+    for (int i = 0; user && i < user->count && tg_ok(ctx); i++) {
+        const tg_meta_item *it = &user->items[i];
+        if (it->key && strncmp(it->key, RESERVED_PREFIX, strlen(RESERVED_PREFIX)) == 0) continue;
+        tg_meta_set(ctx, &meta, it->key, it->value);
+    }
+    tg_meta_set(ctx, &meta, FORMAT_KEY, FORMAT_VERSION);
+    tg_meta_set_rng(ctx, &meta);
+    for (int i = 0; i < nparts && tg_ok(ctx); i++) {
+        if (!parts[i].optim) continue;
+        char key[96], text[512];
+        part_key(key, sizeof key, "optim", &parts[i]);
+        describe_optim(parts[i].optim, text, sizeof text);
+        tg_meta_set(ctx, &meta, key, text);
+        part_key(key, sizeof key, "schedule", &parts[i]);
+        describe_schedule(&parts[i].optim->sched, text, sizeof text);
+        tg_meta_set(ctx, &meta, key, text);
+    }
+    if (gather(ctx, fn, parts, nparts, false, &params, &state))
+        tg_ckpt_save(ctx, path, &params, &state, &meta);
+    tg_params_free(&params);
+    tg_params_free(&state);
+    tg_meta_free(&meta);
+    return name_error(ctx, fn);
+}
+
+tg_status tg_train_save_parts(tg_ctx *ctx, const char *path, const tg_train_part *parts, int nparts,
+                              const tg_meta *meta) {
+    return save_parts(ctx, __func__, path, parts, nparts, meta);
+}
+
+tg_status tg_train_save(tg_ctx *ctx, const char *path, const tg_params *params, tg_optim *optim,
+                        const tg_meta *meta) {
+    /* The part's params are only read here. */
+    tg_train_part part = {NULL, (tg_params *)params, optim};
+    return save_parts(ctx, __func__, path, &part, 1, meta);
+}
+
+/* ---- load ------------------------------------------------------------------------ */
+
+/* The file's metadata agrees with the parts: the format, and each
+ * optimizer's description and schedule; the scratch step counts are step
+ * counts; the RNG state reads. Sets *seed and *offset. */
+static bool check_loaded(tg_ctx *ctx, const char *fn, const char *path, const tg_train_part *parts, int nparts,
+                         const tg_meta *meta, const tg_params *state, uint64_t *seed, uint64_t *offset) {
+    const char *format = tg_meta_get(meta, FORMAT_KEY);
+    if (!format || strcmp(format, FORMAT_VERSION) != 0) {
+        if (format)
+            tg_error(ctx, TG_ERR_FORMAT, fn, "%s: training-state format \"%.40s\", this library reads \"%s\"",
+                     path, format, FORMAT_VERSION);
+        else
+            tg_error(ctx, TG_ERR_FORMAT, fn,
+                     "%s has no \"%s\" key: not a training-state file (a checkpoint of tg_ckpt_save? "
+                     "load it with tg_ckpt_load)",
+                     path, FORMAT_KEY);
+        return false;
+    }
+    for (int i = 0; i < nparts; i++) {
+        if (!parts[i].optim) continue;
+        for (int what = 0; what < 2; what++) {
+            char key[96], mine[512];
+            part_key(key, sizeof key, what == 0 ? "optim" : "schedule", &parts[i]);
+            if (what == 0) describe_optim(parts[i].optim, mine, sizeof mine);
+            else describe_schedule(&parts[i].optim->sched, mine, sizeof mine);
+            const char *theirs = tg_meta_get(meta, key);
+            if (!theirs) {
+                tg_error(ctx, TG_ERR_FORMAT, fn, "%s has no \"%s\" key", path, key);
+                return false;
+            }
+            if (strcmp(theirs, mine) != 0) {
+                tg_error(ctx, TG_ERR_VALUE, fn,
+                         "%s was saved by an optimizer with %s \"%.160s\", this one has \"%.160s\" (make it as "
+                         "when the run started; change it after loading)",
+                         path, what == 0 ? "settings" : "schedule", theirs, mine);
+                return false;
+            }
+        }
+    }
+    /* The rule tg_optim_sync_state applies, checked before anything is written. */
+    for (int i = 0; i < state->count; i++) {
+        const char *name = state->items[i].name;
+        size_t n = strlen(name), k = strlen("optim.step");
+        if (n < k || strcmp(name + n - k, "optim.step") != 0 || (n > k && name[n - k - 1] != '.')) continue;
+        double s = *(const double *)state->items[i].value->data;
+        if (!(s >= 0) || s > 9e15 || s != floor(s)) {
+            tg_error(ctx, TG_ERR_FORMAT, fn, "%s: \"%s\" = %g is not a step count", path, name, s);
+            return false;
+        }
+    }
+    return tg_meta_get_u64(ctx, meta, "tapegrad.rng.seed", seed) &&
+           tg_meta_get_u64(ctx, meta, "tapegrad.rng.offset", offset);
+}
+
+static tg_status load_parts(tg_ctx *ctx, const char *fn, const char *path, const tg_train_part *parts, int nparts,
+                            tg_meta *meta) {
+    if (!begin(ctx, fn, path, parts, nparts, false)) return tg_status_of(ctx);
+    tg_params live_params = {0}, live_state = {0}, params = {0}, state = {0};
+    tg_meta file_meta = {0};
+    uint64_t seed = 0, offset = 0;
+    if (gather(ctx, fn, parts, nparts, false, &live_params, &live_state) &&
+        gather(ctx, fn, parts, nparts, true, &params, &state) &&
+        tg_ckpt_load(ctx, path, &params, &state, &file_meta) == TG_OK &&
+        check_loaded(ctx, fn, path, parts, nparts, &file_meta, &state, &seed, &offset)) {
+        /* Everything checked: commit. The lists match entry for entry. */
+        for (int i = 0; i < params.count; i++) tg_assign(ctx, live_params.items[i].value, params.items[i].value);
+        for (int i = 0; i < state.count; i++) tg_assign(ctx, live_state.items[i].value, state.items[i].value);
+        for (int i = 0; i < nparts; i++)
+            if (parts[i].optim) tg_optim_sync_state(ctx, parts[i].optim);
+        tg_rng_set_state(ctx, seed, offset);
+        if (meta) {
+            tg_meta_free(meta);
+            *meta = file_meta;
+            file_meta = (tg_meta){0};
+        }
+    }
+    tg_params_free(&live_params);
+    tg_params_free(&live_state);
+    free_scratch(ctx, &params);
+    free_scratch(ctx, &state);
+    tg_meta_free(&file_meta);
+    return name_error(ctx, fn);
+}
+
+tg_status tg_train_load_parts(tg_ctx *ctx, const char *path, const tg_train_part *parts, int nparts,
+                              tg_meta *meta) {
+    return load_parts(ctx, __func__, path, parts, nparts, meta);
+}
+
+tg_status tg_train_load(tg_ctx *ctx, const char *path, tg_params *params, tg_optim *optim, tg_meta *meta) {
+    tg_train_part part = {NULL, params, optim};
+    return load_parts(ctx, __func__, path, &part, 1, meta);
+}
+
+/* ---- the loss log of a resumed run ----------------------------------------------- */
+
+/* The rows of DIR/NAME.dat (a regular file whose header names colnames)
+ * with a step <= step, as ncols doubles each, into *rows / *nrows. A
+ * missing or other file gives no rows; a line that does not parse (the
+ * half-written last row of a killed run) is skipped. */
+static tg_status read_rows(const char *dir, const char *name, int ncols, const char *const *colnames,
+                           int64_t step, double **rows, size_t *nrows) {
+    *rows = NULL;
+    *nrows = 0;
+    size_t plen = strlen(dir) + strlen(name) + 6;
+    char *path = malloc(plen);
+    if (!path) return TG_ERR_OOM;
+    snprintf(path, plen, "%s/%s.dat", dir, name);
+    FILE *f = fopen(path, "r");
+    free(path);
+    struct stat sb;
+    if (!f) return TG_OK;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fclose(f);
+        return TG_OK;
+    }
+    tg_status st = TG_OK;
+    char *line = NULL;
+    size_t cap = 0, have = 0;
+    bool header = false;
+    ssize_t n;
+    while ((n = getline(&line, &cap, f)) > 0) {
+        line[strcspn(line, "\n")] = '\0';
+        if (!header) { /* "# step loss ...": the same columns, or no rows */
+            const char *s = line;
+            header = *s++ == '#';
+            for (int c = 0; header && c < ncols; c++) {
+                size_t k = strlen(colnames[c]);
+                header = *s++ == ' ' && strncmp(s, colnames[c], k) == 0;
+                s += header ? k : 0;
+            }
+            if (!header || *s) break;
+            continue;
+        }
+        double v[64];
+        const char *s = line;
+        int c = 0;
+        for (char *end; c < ncols && c < 64; c++, s = end) {
+            v[c] = strtod(s, &end);
+            if (end == s) break;
+        }
+        if (c < ncols || *s || !(v[0] <= (double)step)) continue;
+        if (*nrows == have) {
+            have = have ? 2 * have : 256;
+            double *r = realloc(*rows, have * (size_t)ncols * sizeof *r);
+            if (!r) {
+                st = TG_ERR_OOM;
+                break;
+            }
+            *rows = r;
+        }
+        memcpy(*rows + *nrows * (size_t)ncols, v, (size_t)ncols * sizeof *v);
+        (*nrows)++;
+    }
+    free(line);
+    fclose(f);
+    return st;
+}
+
+tg_status tg_plot_open_resume(tg_plot **out, const char *dir, const char *name, int ncols,
+                              const char *const *colnames, int64_t step) {
+    if (!out) return TG_ERR_NULL;
+    *out = NULL;
+    if (!dir || !name || !colnames) return TG_ERR_NULL;
+    if (ncols < 2 || ncols > 64) return TG_ERR_VALUE;
+    for (int c = 0; c < ncols; c++)
+        if (!colnames[c]) return TG_ERR_NULL;
+    double *rows = NULL;
+    size_t nrows = 0;
+    /* Read before tg_plot_open replaces the file. */
+    tg_status st = step > 0 ? read_rows(dir, name, ncols, colnames, step, &rows, &nrows) : TG_OK;
+    errno = 0; /* so after a failure errno tells tg_plot_open's, not a missing old log */
+    if (st == TG_OK) st = tg_plot_open(out, dir, name, ncols, colnames);
+    for (size_t i = 0; i < nrows && st == TG_OK; i++) st = tg_plot_row(*out, rows + i * (size_t)ncols);
+    if (st != TG_OK && *out) {
+        tg_plot_close_data(*out);
+        *out = NULL;
+    }
+    free(rows);
+    return st;
+}
