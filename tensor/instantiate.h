@@ -47,7 +47,7 @@
 
 #define T float
 #define TG_FN(name) name##_f32
-#define TG_M(f) f##f
+#define TG_M(fn) fn##f
 #define TG_F64 0
 #include TG_TEMPLATE
 #undef T
@@ -57,7 +57,7 @@
 
 #define T double
 #define TG_FN(name) name##_f64
-#define TG_M(f) f
+#define TG_M(fn) fn
 #define TG_F64 1
 #include TG_TEMPLATE
 #undef T
