@@ -9,28 +9,8 @@
 
 #include <math.h>
 
-#define T float
-#define FN(name) name##_f32
-#define M(fun) fun##f
-#include "autograd/ops_activation.inc"
-#undef T
-#undef FN
-#undef M
-
-#define T double
-#define FN(name) name##_f64
-#define M(fun) fun
-#include "autograd/ops_activation.inc"
-#undef T
-#undef FN
-#undef M
-
-/* Declares the op table entry NAME_OP and its tape backward NAME_bwd. */
-#define TG_UNARY(NAME, FNNAME, USES_X, USES_Y)                                   \
-    static const tg_unary_op NAME##_OP = {                                      \
-        FNNAME, #NAME, NAME##_forward_f32, NAME##_forward_f64,                  \
-        NAME##_backward_f32, NAME##_backward_f64, USES_X, USES_Y};              \
-    static void NAME##_bwd(tg_ctx *ctx, tg_node *n) { tg_unary_backward(ctx, n, &NAME##_OP); }
+#define TG_TEMPLATE "autograd/ops_activation.inc"
+#include "tensor/instantiate.h"
 
 TG_UNARY(relu, "tg_relu", true, false)
 TG_UNARY(leaky_relu, "tg_leaky_relu", true, false)

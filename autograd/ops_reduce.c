@@ -26,17 +26,8 @@ static int64_t tg_sum_block_size(int64_t n) {
     return (n + TG_SUM_MAX_BLOCKS - 1) / TG_SUM_MAX_BLOCKS;
 }
 
-#define T float
-#define FN(name) name##_f32
-#include "autograd/ops_reduce.inc"
-#undef T
-#undef FN
-
-#define T double
-#define FN(name) name##_f64
-#include "autograd/ops_reduce.inc"
-#undef T
-#undef FN
+#define TG_TEMPLATE "autograd/ops_reduce.inc"
+#include "tensor/instantiate.h"
 
 /* ---- whole-tensor sum and mean ------------------------------------------- */
 

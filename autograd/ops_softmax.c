@@ -16,21 +16,8 @@
 #include <math.h>
 #include <string.h>
 
-#define TG_T float
-#define TG_N(name) name##_f32
-#define TG_EXP expf
-#include "autograd/ops_softmax.inc"
-#undef TG_T
-#undef TG_N
-#undef TG_EXP
-
-#define TG_T double
-#define TG_N(name) name##_f64
-#define TG_EXP exp
-#include "autograd/ops_softmax.inc"
-#undef TG_T
-#undef TG_N
-#undef TG_EXP
+#define TG_TEMPLATE "autograd/ops_softmax.inc"
+#include "tensor/instantiate.h"
 
 /* Below this many elements one thread does all rows. */
 #define SM_PAR_MIN 32768
