@@ -150,10 +150,7 @@ typedef struct gc_session {
     const tg_tensor *out0;                 /* the first output: its shape */
     int64_t n_evals;
     /* the caller's state, restored at the end */
-    struct tg_node *nodes;
-    int64_t n_nodes, cap_nodes;
-    size_t saved_bytes;
-    bool tape_consumed, grad_enabled;
+    tg_tape tape;                         /* its tape and grad mode */
     uint64_t rng_seed, rng_offset;        /* every evaluation starts here */
     uint64_t after_seed, after_offset;    /* where one evaluation ends */
     bool have_after;
@@ -167,32 +164,16 @@ static void gc_begin(gc_session *s, tg_ctx *ctx, const char *fn, tg_gradcheck_fn
     s->f = f;
     s->user = user;
     s->n = n;
-    s->nodes = ctx->nodes;
-    s->n_nodes = ctx->n_nodes;
-    s->cap_nodes = ctx->cap_nodes;
-    s->saved_bytes = ctx->saved_bytes;
-    s->tape_consumed = ctx->tape_consumed;
-    s->grad_enabled = ctx->grad_enabled;
+    tg_tape_stash(ctx, &s->tape);
     s->rng_seed = ctx->seed;
     s->rng_offset = ctx->rng_offset;
-    ctx->nodes = NULL;
-    ctx->n_nodes = 0;
-    ctx->cap_nodes = 0;
-    ctx->saved_bytes = 0;
-    ctx->tape_consumed = false;
 }
 
 /* Frees the private tape and gives the caller's back; the RNG is left where
  * one evaluation of f leaves it. */
 static void gc_end(gc_session *s) {
     tg_ctx *ctx = s->ctx;
-    tg_heap_free(ctx, ctx->nodes);
-    ctx->nodes = s->nodes;
-    ctx->n_nodes = s->n_nodes;
-    ctx->cap_nodes = s->cap_nodes;
-    ctx->saved_bytes = s->saved_bytes;
-    ctx->tape_consumed = s->tape_consumed;
-    ctx->grad_enabled = s->grad_enabled;
+    tg_tape_restore(ctx, &s->tape);
     if (s->have_after) {
         ctx->seed = s->after_seed;
         ctx->rng_offset = s->after_offset;
@@ -218,7 +199,7 @@ static tg_tensor *gc_eval(gc_session *s, bool record) {
     char s1[TG_SHAPE_STR], s2[TG_SHAPE_STR];
     ctx->seed = s->rng_seed;
     ctx->rng_offset = s->rng_offset;
-    ctx->grad_enabled = record;
+    tg_set_grad_enabled(ctx, record);
     tg_tensor *y = s->f(ctx, s->x, s->user);
     s->n_evals++;
     if (!tg_ok(ctx)) return NULL;
@@ -451,7 +432,7 @@ bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_t
         /* An output that does not require grad does not depend on any
          * checked input: every analytic derivative is 0 (the zeroed grads). */
         if (y->requires_grad) tg_backward_ex(ctx, y, r, false);
-        ctx->grad_enabled = false;
+        tg_set_grad_enabled(ctx, false);
         ok = tg_ok(ctx);
     }
     /* forward differences: L(x) once, from a no-grad evaluation like the rest */
@@ -531,7 +512,7 @@ bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
             gc_arena_rollback(ctx, m);
         }
     }
-    ctx->grad_enabled = false;
+    tg_set_grad_enabled(ctx, false);
     /* Numeric: column i is (y(x + h e_i) - y(x - h e_i)) / (x+_i - x-_i), or
      * (y(x + h e_i) - y(x)) / (x+_i - x_i) with forward differences. */
     if (ok) {

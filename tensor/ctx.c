@@ -49,7 +49,7 @@ tg_ctx *tg_ctx_new_with_allocator(uint64_t seed, const tg_allocator *alloc) {
     memset(ctx, 0, sizeof *ctx);
     ctx->alloc = a;
     ctx->seed = seed;
-    ctx->grad_enabled = true;
+    ctx->tape = tg_tape_empty();
     const char *abort_env = getenv("TG_ABORT_ON_ERROR");
     ctx->abort_on_error = abort_env && strcmp(abort_env, "1") == 0;
     tg_set_threads(ctx, 0);
@@ -69,7 +69,7 @@ void tg_ctx_free(tg_ctx *ctx) {
     if (!ctx) return;
     while (ctx->persistent) tg_tensor_free(ctx, ctx->persistent);
     free_chunks(ctx, ctx->chunks);
-    tg_heap_free(ctx, ctx->nodes);
+    tg_tape_free(ctx, &ctx->tape);
     tg_allocator a = ctx->alloc;
     a.free(ctx, a.user);
 }
@@ -90,11 +90,7 @@ static tg_chunk *new_chunk(tg_ctx *ctx, size_t size) {
 
 void tg_ctx_reset(tg_ctx *ctx) {
     if (!ctx) return;
-    /* The tape's records point at arena tensors: they go with them. (The
-     * record array itself is kept for reuse; autograd/tape.c fills it.) */
-    ctx->n_nodes = 0;
-    ctx->saved_bytes = 0;
-    ctx->tape_consumed = false;
+    tg_tape_clear(&ctx->tape); /* its records point at arena tensors */
     ctx->epoch++;
     /* Coalesce a multi-chunk arena into one chunk of the same capacity, so
      * the next step bumps through one block. If that allocation fails we

@@ -21,6 +21,32 @@ typedef struct tg_chunk {
 
 struct tg_node; /* autograd/tape.h */
 
+/* The tape: the records of differentiable ops in execution order, and grad
+ * mode. autograd/tape.c owns it and is the only reader and writer of these
+ * fields; the struct sits here because the context holds it and tensor/
+ * may not include autograd/. The context makes it with tg_tape_empty,
+ * empties it at every reset with tg_tape_clear and frees its record array
+ * with tg_tape_free (below tg_heap_free). */
+typedef struct tg_tape {
+    struct tg_node *nodes; /* the records (heap; grown by doubling, kept across resets) */
+    int64_t n_nodes;       /* records in use */
+    int64_t cap_nodes;     /* records allocated */
+    size_t saved_bytes;    /* what the records saved for backward (tg_tape_saved_bytes) */
+    bool consumed;         /* a backward walked it: the next record starts a fresh tape */
+    bool grad_enabled;     /* grad mode (tg_set_grad_enabled) */
+} tg_tape;
+
+/* A tape with no records, no array yet, grad mode on. */
+static inline tg_tape tg_tape_empty(void) { return (tg_tape){.grad_enabled = true}; }
+
+/* Forgets the records (they point at arena tensors, which a reset frees),
+ * keeping the record array for reuse, and grad mode. */
+static inline void tg_tape_clear(tg_tape *tape) {
+    tape->n_nodes = 0;
+    tape->saved_bytes = 0;
+    tape->consumed = false;
+}
+
 struct tg_ctx {
     tg_allocator alloc;
 
@@ -43,13 +69,7 @@ struct tg_ctx {
     char message[512];
     bool abort_on_error;
 
-    /* tape (autograd/tape.c) */
-    struct tg_node *nodes;
-    int64_t n_nodes;
-    int64_t cap_nodes;
-    size_t saved_bytes;
-    bool tape_consumed;
-    bool grad_enabled;
+    tg_tape tape; /* autograd/tape.c */
 
     int threads;
 };
@@ -57,6 +77,13 @@ struct tg_ctx {
 /* Allocator wrappers (NULL on failure; no error set). */
 void *tg_heap_alloc(tg_ctx *ctx, size_t size);
 void tg_heap_free(tg_ctx *ctx, void *p);
+
+/* Frees the tape's record array (tg_ctx_free). */
+static inline void tg_tape_free(tg_ctx *ctx, tg_tape *tape) {
+    tg_heap_free(ctx, tape->nodes);
+    tape->nodes = NULL;
+    tape->n_nodes = tape->cap_nodes = 0;
+}
 
 /* True when ctx can be used: non-NULL and not in error. */
 static inline bool tg_live(const tg_ctx *ctx) { return ctx && ctx->status == TG_OK; }
