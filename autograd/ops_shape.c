@@ -146,42 +146,8 @@ static void reshape_backward(tg_ctx *ctx, tg_node *n) {
 
 tg_tensor *tg_reshape(tg_ctx *ctx, tg_tensor *x, int ndim, const int64_t *shape) {
     if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
-    if (ndim < 0 || ndim > TG_MAX_DIMS) {
-        tg_error(ctx, TG_ERR_SHAPE, __func__, "ndim %d is outside 0..%d", ndim, TG_MAX_DIMS);
-        return NULL;
-    }
-    if (ndim > 0 && !shape) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'shape' is NULL");
-        return NULL;
-    }
-    char sx[TG_SHAPE_STR], ss[TG_SHAPE_STR];
     int64_t s[TG_MAX_DIMS];
-    int infer = -1;
-    int64_t known = 1;
-    bool overflow = false;
-    for (int i = 0; i < ndim; i++) {
-        s[i] = shape[i];
-        if (s[i] == -1 && infer < 0) {
-            infer = i;
-        } else if (s[i] < 0) {
-            tg_error(ctx, TG_ERR_SHAPE, __func__, "bad size %lld in new shape %s (sizes >= 0, at most one -1)",
-                     (long long)s[i], tg_shape_str(ss, sizeof ss, ndim, shape));
-            return NULL;
-        } else if (s[i] != 0 && known > INT64_MAX / s[i]) {
-            overflow = true;
-        } else {
-            known *= s[i];
-        }
-    }
-    if (infer >= 0 && !overflow && known > 0 && x->numel % known == 0) {
-        s[infer] = x->numel / known;
-        known = x->numel;
-    }
-    if (overflow || known != x->numel || (infer >= 0 && s[infer] < 0)) {
-        tg_error(ctx, TG_ERR_SHAPE, __func__, "cannot reshape x of shape %s (numel %lld) to %s", tg_shape_of(sx, x),
-                 (long long)x->numel, tg_shape_str(ss, sizeof ss, ndim, shape));
-        return NULL;
-    }
+    if (!tg_infer_shape(ctx, __func__, x, ndim, shape, s)) return NULL;
     tg_tensor *y = tg_view(ctx, x, ndim, s);
     if (!y) return NULL;
     tg_record(ctx, __func__, reshape_backward, y, 1, &x);

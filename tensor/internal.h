@@ -100,6 +100,15 @@ bool tg_check_same_shape(tg_ctx *ctx, const char *fn, const tg_tensor *a, const 
  * are reported as coming from `fn`. */
 bool tg_check_shape(tg_ctx *ctx, const char *fn, int ndim, const int64_t *shape, int64_t *numel);
 
+/* The shape t takes as (ndim, shape) keeping its numel (tg_view,
+ * tg_reshape), written to out[0..ndim): sizes >= 0, and at most one -1,
+ * inferred from t->numel. On a bad shape sets an error naming fn, t's shape
+ * and numel, the new shape and what is wrong with it:
+ *   tg_view: cannot view (12,) (numel 12) as (5, -1): 12 is not a multiple of 5
+ * ("view" is fn without its tg_ prefix) and returns false. */
+bool tg_infer_shape(tg_ctx *ctx, const char *fn, const tg_tensor *t, int ndim, const int64_t *shape,
+                    int64_t out[TG_MAX_DIMS]);
+
 /* A new arena tensor with uninitialized data (NULL and an error on failure). */
 tg_tensor *tg_new_tensor(tg_ctx *ctx, const char *fn, tg_dtype dtype, int ndim, const int64_t *shape);
 /* A new arena tensor with t's shape and dtype, uninitialized. */
