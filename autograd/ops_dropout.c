@@ -46,11 +46,7 @@ static void TG_FN(dropout_backward_kernel)(T *restrict dx, const T *restrict dy,
 
 /* m_i = [u_i >= p] for i < n, u_i from block i of the stream. mask: (n) */
 static void dropout_mask(const tg_ctx *ctx, uint8_t *mask, int64_t n, double p, int nt) {
-#ifdef TG_HAVE_OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-#else
-    (void)nt;
-#endif
+    TG_PARALLEL_FOR(nt)
     for (int64_t i = 0; i < n; i++) {
         uint32_t x[4];
         tg_rng_block(ctx, (uint64_t)i, x);

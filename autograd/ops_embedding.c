@@ -62,8 +62,8 @@ static void embedding_backward(tg_ctx *ctx, tg_node *n) {
         if (nt > D / 16) nt = (int)(D / 16);
         if (nt < 1) nt = 1;
     }
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
 #endif
+    TG_PARALLEL_FOR(nt)
     for (int t = 0; t < nt; t++) {
         int64_t d0 = D * t / nt, d1 = D * (t + 1) / nt;
         if (dw->dtype == TG_F64) embedding_scatter_add_f64(dw->data, dy->data, idx, cnt, D, d0, d1);

@@ -65,11 +65,7 @@ static void mse_backward(tg_ctx *ctx, tg_node *n) {
     if (dp && dp == dt) return; /* mse(x, x): the two terms cancel */
     int64_t blocks = (p->numel + MSE_BLOCK - 1) / MSE_BLOCK;
     int nt = mse_threads(ctx, blocks);
-#ifdef TG_HAVE_OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-#else
-    (void)nt;
-#endif
+    TG_PARALLEL_FOR(nt)
     for (int64_t b = 0; b < blocks; b++) {
         int64_t i0 = b * MSE_BLOCK, len = p->numel - i0 < MSE_BLOCK ? p->numel - i0 : MSE_BLOCK;
         if (p->dtype == TG_F64)
@@ -99,11 +95,7 @@ tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *pred, tg_tensor *target) {
     double *part = tg_arena_alloc_fn(ctx, __func__, (size_t)blocks * sizeof *part);
     if (!out || !part) return NULL;
     int nt = mse_threads(ctx, blocks);
-#ifdef TG_HAVE_OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-#else
-    (void)nt;
-#endif
+    TG_PARALLEL_FOR(nt)
     for (int64_t b = 0; b < blocks; b++) {
         int64_t i0 = b * MSE_BLOCK, len = pred->numel - i0 < MSE_BLOCK ? pred->numel - i0 : MSE_BLOCK;
         part[b] = pred->dtype == TG_F64

@@ -71,4 +71,15 @@ void tg_tape_restore(tg_ctx *ctx, tg_tape *saved);
 /* Gives a persistent tensor a zeroed persistent grad (tensor/create.c). */
 bool tg_persistent_make_grad(tg_ctx *ctx, tg_tensor *t);
 
+/* Put just before a for loop: its iterations are spread over nt threads
+ * (OpenMP, static schedule) when nt > 1; without OpenMP, or with nt == 1,
+ * the loop runs as written. A loop whose iterations write disjoint data,
+ * each in a fixed order, gives the same bits for any nt. */
+#ifdef TG_HAVE_OPENMP
+#define TG_PRAGMA(x) _Pragma(#x)
+#define TG_PARALLEL_FOR(nt) TG_PRAGMA(omp parallel for num_threads(nt) schedule(static) if ((nt) > 1))
+#else
+#define TG_PARALLEL_FOR(nt) (void)(nt);
+#endif
+
 #endif
