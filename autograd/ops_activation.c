@@ -23,11 +23,8 @@ TG_UNARY(silu, "tg_silu", true, false)
 tg_tensor *tg_relu(tg_ctx *ctx, tg_tensor *x) { return tg_unary_apply(ctx, &relu_OP, relu_bwd, x, 0); }
 
 tg_tensor *tg_leaky_relu(tg_ctx *ctx, tg_tensor *x, double negative_slope) {
-    if (!tg_check_arg(ctx, "tg_leaky_relu", "x", x)) return NULL;
-    if (!isfinite(negative_slope)) {
-        tg_error(ctx, TG_ERR_VALUE, "tg_leaky_relu", "negative_slope = %g is not finite", negative_slope);
+    if (!tg_check_arg(ctx, __func__, "x", x) || !tg_check_finite(ctx, __func__, "negative_slope", negative_slope))
         return NULL;
-    }
     return tg_unary_apply(ctx, &leaky_relu_OP, leaky_relu_bwd, x, negative_slope);
 }
 

@@ -105,11 +105,7 @@ tg_tensor *tg_mul_scalar(tg_ctx *ctx, tg_tensor *x, double s) {
     return tg_unary_apply(ctx, &mul_scalar_OP, mul_scalar_bwd, x, s);
 }
 tg_tensor *tg_pow_scalar(tg_ctx *ctx, tg_tensor *x, double p) {
-    if (!tg_check_arg(ctx, "tg_pow_scalar", "x", x)) return NULL;
-    if (!isfinite(p)) {
-        tg_error(ctx, TG_ERR_VALUE, "tg_pow_scalar", "exponent p = %g is not finite", p);
-        return NULL;
-    }
+    if (!tg_check_arg(ctx, __func__, "x", x) || !tg_check_finite(ctx, __func__, "exponent p", p)) return NULL;
     return tg_unary_apply(ctx, &pow_scalar_OP, pow_scalar_bwd, x, p);
 }
 tg_tensor *tg_exp(tg_ctx *ctx, tg_tensor *x) { return tg_unary_apply(ctx, &exp_OP, exp_bwd, x, 0); }

@@ -46,12 +46,7 @@ tg_node *tg_record(tg_ctx *ctx, const char *op, tg_backward_fn backward, tg_tens
     if (!ins) return NULL;
     for (int k = 0; k < n_in; k++) ins[k] = in[k];
     tg_node *n = &ctx->tape.nodes[ctx->tape.n_nodes];
-    memset(n, 0, sizeof *n);
-    n->op = op;
-    n->backward = backward;
-    n->out = out;
-    n->in = ins;
-    n->n_in = n_in;
+    *n = (tg_node){.op = op, .backward = backward, .out = out, .in = ins, .n_in = n_in};
     out->requires_grad = true;
     out->node_ = (int32_t)ctx->tape.n_nodes;
     out->grad = NULL;

@@ -8,6 +8,7 @@
  * calls the allocator: the footprint stays flat and the pages stay warm. */
 #include "tensor/internal.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,6 +208,12 @@ bool tg_check_arg(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor 
         return false;
     }
     return true;
+}
+
+bool tg_check_finite(tg_ctx *ctx, const char *fn, const char *what, double v) {
+    if (isfinite(v)) return true;
+    tg_error(ctx, TG_ERR_VALUE, fn, "%s = %g is not finite", what, v);
+    return false;
 }
 
 bool tg_check_same_dtype(tg_ctx *ctx, const char *fn, const tg_tensor *a, const tg_tensor *b) {

@@ -91,6 +91,9 @@ static inline bool tg_live(const tg_ctx *ctx) { return ctx && ctx->status == TG_
 /* Checks a tensor argument: NULL while healthy is TG_ERR_NULL naming `arg`.
  * Returns false (and does nothing more) when the ctx is already in error. */
 bool tg_check_arg(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t);
+/* Checks that the scalar argument `what` (e.g. "exponent p") is finite:
+ * TG_ERR_VALUE "<fn>: exponent p = inf is not finite" otherwise. */
+bool tg_check_finite(tg_ctx *ctx, const char *fn, const char *what, double v);
 /* Checks that a and b have the same dtype (TG_ERR_DTYPE otherwise). */
 bool tg_check_same_dtype(tg_ctx *ctx, const char *fn, const tg_tensor *a, const tg_tensor *b);
 /* Checks that a and b have the same shape (TG_ERR_SHAPE otherwise). */

@@ -197,20 +197,15 @@ void tg_set_flat(tg_ctx *ctx, tg_tensor *t, int64_t i, double value) {
     if (check_flat(ctx, "tg_set_flat", t, i)) tg_store(t, i, value);
 }
 
-float *tg_data_f32(tg_ctx *ctx, tg_tensor *t) {
-    if (!tg_check_arg(ctx, "tg_data_f32", "t", t)) return NULL;
-    if (t->dtype != TG_F32) {
-        tg_error(ctx, TG_ERR_DTYPE, "tg_data_f32", "tensor is %s, not float32", tg_dtype_name(t->dtype));
+/* t's data, checked to be of dtype `want`. */
+static void *typed_data(tg_ctx *ctx, const char *fn, tg_tensor *t, tg_dtype want) {
+    if (!tg_check_arg(ctx, fn, "t", t)) return NULL;
+    if (t->dtype != want) {
+        tg_error(ctx, TG_ERR_DTYPE, fn, "tensor is %s, not %s", tg_dtype_name(t->dtype), tg_dtype_name(want));
         return NULL;
     }
     return t->data;
 }
 
-double *tg_data_f64(tg_ctx *ctx, tg_tensor *t) {
-    if (!tg_check_arg(ctx, "tg_data_f64", "t", t)) return NULL;
-    if (t->dtype != TG_F64) {
-        tg_error(ctx, TG_ERR_DTYPE, "tg_data_f64", "tensor is %s, not float64", tg_dtype_name(t->dtype));
-        return NULL;
-    }
-    return t->data;
-}
+float *tg_data_f32(tg_ctx *ctx, tg_tensor *t) { return typed_data(ctx, __func__, t, TG_F32); }
+double *tg_data_f64(tg_ctx *ctx, tg_tensor *t) { return typed_data(ctx, __func__, t, TG_F64); }
