@@ -1,27 +1,6 @@
 /* The shared driver of elementwise unary ops; see unary.h. */
 #include "autograd/unary.h"
 
-#ifdef TG_HAVE_OPENMP
-#include <omp.h>
-#endif
-
-void tg_split(tg_ctx *ctx, int64_t n, tg_piece_fn piece, void *arg) {
-#ifdef TG_HAVE_OPENMP
-    int nt = tg_threads(ctx);
-    if (nt > 1 && n >= TG_PAR_MIN) {
-        int64_t nc = (n + TG_PAR_CHUNK - 1) / TG_PAR_CHUNK;
-#pragma omp parallel for num_threads(nt) schedule(static)
-        for (int64_t c = 0; c < nc; c++) {
-            int64_t i0 = c * TG_PAR_CHUNK;
-            piece(arg, i0, n - i0 < TG_PAR_CHUNK ? n - i0 : TG_PAR_CHUNK);
-        }
-        return;
-    }
-#endif
-    (void)ctx;
-    piece(arg, 0, n);
-}
-
 /* One op's kernels on one piece: y = f(x) forward, dx += dy f'(x) backward.
  * x, y, dx, dy: the whole tensors; the piece is [i0, i0 + len). */
 typedef struct unary_job {

@@ -63,7 +63,24 @@ typedef void (*tg_piece_fn)(void *arg, int64_t i0, int64_t len);
 
 /* Calls piece(arg, i0, len) over [0, n): once for all of it, or for
  * TG_PAR_CHUNK-sized pieces spread over the context's threads when
- * n >= TG_PAR_MIN and more than one thread is allowed. */
-void tg_split(tg_ctx *ctx, int64_t n, tg_piece_fn piece, void *arg);
+ * n >= TG_PAR_MIN and more than one thread is allowed. Inline, so that the
+ * serial call, whose piece the caller names, is inlined too: out of line it
+ * cost ~3 ns per op (bench --only tiny: 66 -> 70 ns). */
+static inline void tg_split(tg_ctx *ctx, int64_t n, tg_piece_fn piece, void *arg) {
+#ifdef TG_HAVE_OPENMP
+    int nt = tg_threads(ctx);
+    if (nt > 1 && n >= TG_PAR_MIN) {
+        int64_t nc = (n + TG_PAR_CHUNK - 1) / TG_PAR_CHUNK;
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t c = 0; c < nc; c++) {
+            int64_t i0 = c * TG_PAR_CHUNK;
+            piece(arg, i0, n - i0 < TG_PAR_CHUNK ? n - i0 : TG_PAR_CHUNK);
+        }
+        return;
+    }
+#endif
+    (void)ctx;
+    piece(arg, 0, n);
+}
 
 #endif
