@@ -20,14 +20,14 @@
  * a product (not a select) so a NaN or inf x stays NaN where dropped, as in
  * PyTorch. y, x, mask: (n) */
 static void TG_FN(dropout_apply)(T *restrict y, const T *restrict x, const uint8_t *restrict mask, int64_t n,
-                                double scale) {
+                                 double scale) {
     const T s = (T)scale;
     for (int64_t i = 0; i < n; i++) y[i] = x[i] * (mask[i] ? s : (T)0);
 }
 
 /* dx_i += dy_i * (m_i * scale).  dx, dy, mask: (n) */
 static void TG_FN(dropout_backward_kernel)(T *restrict dx, const T *restrict dy, const uint8_t *restrict mask,
-                                          int64_t n, double scale) {
+                                           int64_t n, double scale) {
     const T s = (T)scale;
     for (int64_t i = 0; i < n; i++) dx[i] += dy[i] * (mask[i] ? s : (T)0);
 }

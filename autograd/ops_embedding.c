@@ -13,8 +13,8 @@
 
 /* dw[idx[i], d] += dy[i, d] for i < n (in increasing i) and d0 <= d < d1.
  * dw: (V, D)   dy: (n, D)   idx: (n), each in 0..V-1 */
-static void TG_FN(embedding_scatter_add)(T *restrict dw, const T *restrict dy, const int64_t *restrict idx,
-                                        int64_t n, int64_t D, int64_t d0, int64_t d1) {
+static void TG_FN(embedding_scatter_add)(T *restrict dw, const T *restrict dy, const int64_t *restrict idx, int64_t n,
+                                         int64_t D, int64_t d0, int64_t d1) {
     for (int64_t i = 0; i < n; i++) {
         T *row = dw + idx[i] * D;
         const T *g = dy + i * D;

@@ -17,8 +17,7 @@
 /* y[b, j, i] = x[b, i, j] (or += when acc), in 32x32 tiles so both the
  * reads and the writes stay within a few cache lines per tile.
  * x: (B, R, C)   y: (B, C, R) */
-static void TG_FN(transpose_kernel)(T *restrict y, const T *restrict x, int64_t B, int64_t R, int64_t C,
-                                   bool acc) {
+static void TG_FN(transpose_kernel)(T *restrict y, const T *restrict x, int64_t B, int64_t R, int64_t C, bool acc) {
     enum { TILE = 32 };
     for (int64_t b = 0; b < B; b++) {
         const T *xb = x + b * R * C;
@@ -40,8 +39,8 @@ static void TG_FN(transpose_kernel)(T *restrict y, const T *restrict x, int64_t 
 /* dst[o, 0:len] += src[o, 0:len] for o < outer, with row strides ld_dst and
  * ld_src: the gradient of a block copied out of (slice) or into (concat) a
  * bigger tensor. */
-static void TG_FN(accum_rows)(T *restrict dst, int64_t ld_dst, const T *restrict src, int64_t ld_src,
-                             int64_t outer, int64_t len) {
+static void TG_FN(accum_rows)(T *restrict dst, int64_t ld_dst, const T *restrict src, int64_t ld_src, int64_t outer,
+                              int64_t len) {
     for (int64_t o = 0; o < outer; o++) {
         T *d = dst + o * ld_dst;
         const T *s = src + o * ld_src;

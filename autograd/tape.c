@@ -96,8 +96,9 @@ tg_tensor *tg_requires_grad(tg_ctx *ctx, tg_tensor *t) {
     if (!tg_check_arg(ctx, __func__, "t", t)) return NULL;
     if (t->node_ >= 0) {
         char s[TG_SHAPE_STR];
-        tg_error(ctx, TG_ERR_STATE, __func__, "tensor of shape %s was made by an op ('%s'), not a leaf; detach it first",
-                 tg_shape_of(s, t), t->node_ < ctx->tape.n_nodes ? ctx->tape.nodes[t->node_].op : "?");
+        tg_error(ctx, TG_ERR_STATE, __func__,
+                 "tensor of shape %s was made by an op ('%s'), not a leaf; detach it first", tg_shape_of(s, t),
+                 t->node_ < ctx->tape.n_nodes ? ctx->tape.nodes[t->node_].op : "?");
         return NULL;
     }
     t->requires_grad = true;

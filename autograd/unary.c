@@ -12,20 +12,18 @@ typedef struct unary_job {
 
 static void forward_piece(void *arg, int64_t i0, int64_t len) {
     const unary_job *j = arg;
-    if (j->x->dtype == TG_F64)
-        j->op->fwd_f64((double *)j->y->data + i0, (const double *)j->x->data + i0, len, j->a);
-    else
-        j->op->fwd_f32((float *)j->y->data + i0, (const float *)j->x->data + i0, len, j->a);
+    if (j->x->dtype == TG_F64) j->op->fwd_f64((double *)j->y->data + i0, (const double *)j->x->data + i0, len, j->a);
+    else j->op->fwd_f32((float *)j->y->data + i0, (const float *)j->x->data + i0, len, j->a);
 }
 
 static void backward_piece(void *arg, int64_t i0, int64_t len) {
     const unary_job *j = arg;
     if (j->x->dtype == TG_F64)
-        j->op->bwd_f64((double *)j->dx->data + i0, (const double *)j->dy->data + i0,
-                       (const double *)j->x->data + i0, (const double *)j->y->data + i0, len, j->a);
+        j->op->bwd_f64((double *)j->dx->data + i0, (const double *)j->dy->data + i0, (const double *)j->x->data + i0,
+                       (const double *)j->y->data + i0, len, j->a);
     else
-        j->op->bwd_f32((float *)j->dx->data + i0, (const float *)j->dy->data + i0,
-                       (const float *)j->x->data + i0, (const float *)j->y->data + i0, len, j->a);
+        j->op->bwd_f32((float *)j->dx->data + i0, (const float *)j->dy->data + i0, (const float *)j->x->data + i0,
+                       (const float *)j->y->data + i0, len, j->a);
 }
 
 tg_tensor *tg_unary_apply(tg_ctx *ctx, const tg_unary_op *op, tg_backward_fn backward, tg_tensor *x, double a) {

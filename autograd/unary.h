@@ -42,13 +42,15 @@ void tg_unary_backward(tg_ctx *ctx, tg_node *n, const tg_unary_op *op);
  * the op family's template, e.g. ops_elementwise.inc), and its tape backward
  * exp_bwd, a call of tg_unary_backward. The public function is then one
  * line: return tg_unary_apply(ctx, &exp_OP, exp_bwd, x, 0); */
-#define TG_UNARY(NAME, FNNAME, USES_X, USES_Y)                                                     \
-    static const tg_unary_op NAME##_OP = {.fn = FNNAME, .name = #NAME,                            \
-                                          .fwd_f32 = NAME##_forward_f32,                            \
-                                          .fwd_f64 = NAME##_forward_f64,                            \
-                                          .bwd_f32 = NAME##_backward_f32,                           \
-                                          .bwd_f64 = NAME##_backward_f64,                           \
-                                          .uses_x = USES_X, .uses_y = USES_Y};                      \
+#define TG_UNARY(NAME, FNNAME, USES_X, USES_Y)                            \
+    static const tg_unary_op NAME##_OP = {.fn = FNNAME,                   \
+                                          .name = #NAME,                  \
+                                          .fwd_f32 = NAME##_forward_f32,  \
+                                          .fwd_f64 = NAME##_forward_f64,  \
+                                          .bwd_f32 = NAME##_backward_f32, \
+                                          .bwd_f64 = NAME##_backward_f64, \
+                                          .uses_x = USES_X,               \
+                                          .uses_y = USES_Y};              \
     static void NAME##_bwd(tg_ctx *ctx, tg_node *n) { tg_unary_backward(ctx, n, &NAME##_OP); }
 
 /* Elementwise work is split over threads in chunks of this many elements,

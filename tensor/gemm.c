@@ -265,8 +265,7 @@ static inline __m256i gemm_mask4x64(int64_t n) {
 #define VSTOREU(p, v) GEMM_PICK(_mm512_storeu_ps(p, v), _mm512_storeu_pd(p, v))
 #define VFMA(a, b, c) GEMM_PICK(_mm512_fmadd_ps(a, b, c), _mm512_fmadd_pd(a, b, c))
 #define VMUL(a, b) GEMM_PICK(_mm512_mul_ps(a, b), _mm512_mul_pd(a, b))
-#define VLOAD_N(p, n) \
-    GEMM_PICK(_mm512_maskz_loadu_ps(GEMM_MASK16(n), p), _mm512_maskz_loadu_pd(GEMM_MASK8(n), p))
+#define VLOAD_N(p, n) GEMM_PICK(_mm512_maskz_loadu_ps(GEMM_MASK16(n), p), _mm512_maskz_loadu_pd(GEMM_MASK8(n), p))
 #define VSTORE_N(p, v, n) \
     GEMM_PICK(_mm512_mask_storeu_ps(p, GEMM_MASK16(n), v), _mm512_mask_storeu_pd(p, GEMM_MASK8(n), v))
 #define VTRANSPOSE(v) GEMM_PICK(gemm_tr16_ps(v), gemm_tr8_pd(v))
@@ -287,8 +286,7 @@ static inline __m256i gemm_mask4x64(int64_t n) {
 #define VSTOREU(p, v) GEMM_PICK(_mm256_storeu_ps(p, v), _mm256_storeu_pd(p, v))
 #define VFMA(a, b, c) GEMM_PICK(_mm256_fmadd_ps(a, b, c), _mm256_fmadd_pd(a, b, c))
 #define VMUL(a, b) GEMM_PICK(_mm256_mul_ps(a, b), _mm256_mul_pd(a, b))
-#define VLOAD_N(p, n) \
-    GEMM_PICK(_mm256_maskload_ps(p, gemm_mask8x32(n)), _mm256_maskload_pd(p, gemm_mask4x64(n)))
+#define VLOAD_N(p, n) GEMM_PICK(_mm256_maskload_ps(p, gemm_mask8x32(n)), _mm256_maskload_pd(p, gemm_mask4x64(n)))
 #define VSTORE_N(p, v, n) \
     GEMM_PICK(_mm256_maskstore_ps(p, gemm_mask8x32(n), v), _mm256_maskstore_pd(p, gemm_mask4x64(n), v))
 #define VTRANSPOSE(v) GEMM_PICK(gemm_tr8_ps(v), gemm_tr4_pd(v))
