@@ -1,5 +1,5 @@
-/* NumPy broadcasting: plans and the reduction back to an input's shape.
- * See broadcast.h for what a plan is. */
+/* NumPy broadcasting: plans and their row iterator. See broadcast.h for
+ * what a plan is. */
 
 #include "autograd/broadcast.h"
 
@@ -95,43 +95,4 @@ void tg_bcast_iter_at(const tg_bcast *p, tg_bcast_iter *it, int64_t r) {
         it->oa += i * p->sa[d];
         it->ob += i * p->sb[d];
     }
-}
-
-/* dst[ia] += src[i] over the plan of dst (op) src: where dst's row stride
- * is 0, the row sums into one element. Accumulated in double per row. */
-#define TG_REDUCE_ROWS(T)                                                          \
-    do {                                                                           \
-        T *d_ = dst->data;                                                         \
-        const T *s_ = src->data;                                                   \
-        tg_bcast_iter it;                                                          \
-        tg_bcast_iter_at(&p, &it, 0);                                              \
-        for (int64_t r = 0; r < p.nrows; r++, tg_bcast_iter_next(&p, &it)) {       \
-            T *dr = d_ + it.oa;                                                    \
-            const T *sr = s_ + r * p.row;                                          \
-            if (p.ra) {                                                            \
-                for (int64_t i = 0; i < p.row; i++) dr[i] += sr[i];                \
-            } else {                                                               \
-                double acc = 0;                                                    \
-                for (int64_t i = 0; i < p.row; i++) acc += sr[i];                  \
-                *dr += (T)acc;                                                     \
-            }                                                                      \
-        }                                                                          \
-    } while (0)
-
-bool tg_reduce_to_shape_acc(tg_ctx *ctx, const char *fn, tg_tensor *dst, const tg_tensor *src) {
-    if (!tg_check_arg(ctx, fn, "dst", dst) || !tg_check_arg(ctx, fn, "src", src)) return false;
-    if (!tg_check_same_dtype(ctx, fn, dst, src)) return false;
-    tg_bcast p;
-    if (!tg_bcast_plan(ctx, fn, &p, dst->ndim, dst->shape, src->ndim, src->shape)) return false;
-    bool same = p.out_ndim == src->ndim;
-    for (int d = 0; same && d < src->ndim; d++) same = p.out_shape[d] == src->shape[d];
-    if (!same) {
-        char s1[TG_SHAPE_STR], s2[TG_SHAPE_STR];
-        tg_error(ctx, TG_ERR_SHAPE, fn, "shape %s does not broadcast to %s", tg_shape_of(s1, dst),
-                 tg_shape_of(s2, src));
-        return false;
-    }
-    if (dst->dtype == TG_F64) TG_REDUCE_ROWS(double);
-    else TG_REDUCE_ROWS(float);
-    return true;
 }

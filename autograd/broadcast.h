@@ -1,6 +1,6 @@
-/* NumPy broadcasting for binary ops: the output shape, the index mapping
- * from output elements to input elements, and the reduction of a gradient
- * back to an input's shape. Internal (not installed).
+/* NumPy broadcasting for binary ops: the output shape and the index mapping
+ * from output elements to input elements, which backward also walks to
+ * reduce a gradient back to an input's shape. Internal (not installed).
  *
  * Rules: shapes are aligned at their last dims; missing leading dims count
  * as 1; sizes fit when equal or when one is 1; the output takes the larger.
@@ -65,11 +65,5 @@ static inline void tg_bcast_iter_next(const tg_bcast *p, tg_bcast_iter *it) {
         it->idx[d] = 0;
     }
 }
-
-/* dst += src summed over the dims along which dst broadcasts to src's
- * shape (the backward of broadcasting). dst's shape must broadcast to
- * exactly src's shape (TG_ERR_SHAPE otherwise); same dtype. Serial, in a
- * fixed order. Returns false on error. */
-bool tg_reduce_to_shape_acc(tg_ctx *ctx, const char *fn, tg_tensor *dst, const tg_tensor *src);
 
 #endif

@@ -9,28 +9,8 @@
 
 #include <math.h>
 
-#define T float
-#define FN(name) name##_f32
-#define M(fun) fun##f
-#include "autograd/ops_activation.inc"
-#undef T
-#undef FN
-#undef M
-
-#define T double
-#define FN(name) name##_f64
-#define M(fun) fun
-#include "autograd/ops_activation.inc"
-#undef T
-#undef FN
-#undef M
-
-/* Declares the op table entry NAME_OP and its tape backward NAME_bwd. */
-#define TG_UNARY(NAME, FNNAME, USES_X, USES_Y)                                   \
-    static const tg_unary_op NAME##_OP = {                                      \
-        FNNAME, #NAME, NAME##_forward_f32, NAME##_forward_f64,                  \
-        NAME##_backward_f32, NAME##_backward_f64, USES_X, USES_Y};              \
-    static void NAME##_bwd(tg_ctx *ctx, tg_node *n) { tg_unary_backward(ctx, n, &NAME##_OP); }
+#define TG_TEMPLATE "autograd/ops_activation.inc"
+#include "tensor/instantiate.h"
 
 TG_UNARY(relu, "tg_relu", true, false)
 TG_UNARY(leaky_relu, "tg_leaky_relu", true, false)
@@ -43,11 +23,8 @@ TG_UNARY(silu, "tg_silu", true, false)
 tg_tensor *tg_relu(tg_ctx *ctx, tg_tensor *x) { return tg_unary_apply(ctx, &relu_OP, relu_bwd, x, 0); }
 
 tg_tensor *tg_leaky_relu(tg_ctx *ctx, tg_tensor *x, double negative_slope) {
-    if (!tg_check_arg(ctx, "tg_leaky_relu", "x", x)) return NULL;
-    if (!isfinite(negative_slope)) {
-        tg_error(ctx, TG_ERR_VALUE, "tg_leaky_relu", "negative_slope = %g is not finite", negative_slope);
+    if (!tg_check_arg(ctx, __func__, "x", x) || !tg_check_finite(ctx, __func__, "negative_slope", negative_slope))
         return NULL;
-    }
     return tg_unary_apply(ctx, &leaky_relu_OP, leaky_relu_bwd, x, negative_slope);
 }
 

@@ -9,33 +9,44 @@
  * every other draw from the stream.
  *
  * The forward saves the mask, one byte per element (a quarter of a float32
- * tensor); backward reads only it and dy. */
+ * tensor); backward reads only it and dy.
+ *
+ * The kernels, written once for T (float, double), open the file, which
+ * instantiates itself (tensor/instantiate.h) and so defines
+ *   dropout_apply_f32  dropout_backward_kernel_f32  and the same with _f64. */
+#ifdef T /* the kernels, compiled once per element type (tensor/instantiate.h) */
+
+/* y_i = x_i * (m_i * scale), m_i = 1 when kept, 0 when dropped. Written as
+ * a product (not a select) so a NaN or inf x stays NaN where dropped, as in
+ * PyTorch. y, x, mask: (n) */
+static void TG_FN(dropout_apply)(T *restrict y, const T *restrict x, const uint8_t *restrict mask, int64_t n,
+                                 double scale) {
+    const T s = (T)scale;
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * (mask[i] ? s : (T)0);
+}
+
+/* dx_i += dy_i * (m_i * scale).  dx, dy, mask: (n) */
+static void TG_FN(dropout_backward_kernel)(T *restrict dx, const T *restrict dy, const uint8_t *restrict mask,
+                                           int64_t n, double scale) {
+    const T s = (T)scale;
+    for (int64_t i = 0; i < n; i++) dx[i] += dy[i] * (mask[i] ? s : (T)0);
+}
+
+#else /* the op, compiled once */
+
 #include "autograd/tape.h"
 
 #include <math.h>
 
-#define TG_T float
-#define TG_N(name) name##_f32
-#include "autograd/ops_dropout.inc"
-#undef TG_T
-#undef TG_N
-
-#define TG_T double
-#define TG_N(name) name##_f64
-#include "autograd/ops_dropout.inc"
-#undef TG_T
-#undef TG_N
+#define TG_TEMPLATE "autograd/ops_dropout.c"
+#include "tensor/instantiate.h"
 
 /* Below this many elements one thread draws the whole mask. */
 #define DROPOUT_PAR_MIN 16384
 
 /* m_i = [u_i >= p] for i < n, u_i from block i of the stream. mask: (n) */
 static void dropout_mask(const tg_ctx *ctx, uint8_t *mask, int64_t n, double p, int nt) {
-#ifdef TG_HAVE_OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-#else
-    (void)nt;
-#endif
+    TG_PARALLEL_FOR(nt)
     for (int64_t i = 0; i < n; i++) {
         uint32_t x[4];
         tg_rng_block(ctx, (uint64_t)i, x);
@@ -80,3 +91,5 @@ tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p, bool training) {
     }
     return tg_ok(ctx) ? y : NULL;
 }
+
+#endif

@@ -18,21 +18,8 @@
 
 typedef enum tg_binop { TG_BINOP_ADD, TG_BINOP_SUB, TG_BINOP_MUL, TG_BINOP_DIV } tg_binop;
 
-#define T float
-#define FN(name) name##_f32
-#define M(fun) fun##f
-#include "autograd/ops_elementwise.inc"
-#undef T
-#undef FN
-#undef M
-
-#define T double
-#define FN(name) name##_f64
-#define M(fun) fun
-#include "autograd/ops_elementwise.inc"
-#undef T
-#undef FN
-#undef M
+#define TG_TEMPLATE "autograd/ops_elementwise.inc"
+#include "tensor/instantiate.h"
 
 /* ---- binary ops ---------------------------------------------------------- */
 
@@ -101,13 +88,6 @@ tg_tensor *tg_div(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) { return binary(ctx, 
 
 /* ---- unary ops ----------------------------------------------------------- */
 
-/* Declares the op table entry NAME_OP and its tape backward NAME_bwd. */
-#define TG_UNARY(NAME, FNNAME, USES_X, USES_Y)                                   \
-    static const tg_unary_op NAME##_OP = {                                      \
-        FNNAME, #NAME, NAME##_forward_f32, NAME##_forward_f64,                  \
-        NAME##_backward_f32, NAME##_backward_f64, USES_X, USES_Y};              \
-    static void NAME##_bwd(tg_ctx *ctx, tg_node *n) { tg_unary_backward(ctx, n, &NAME##_OP); }
-
 TG_UNARY(neg, "tg_neg", false, false)
 TG_UNARY(add_scalar, "tg_add_scalar", false, false)
 TG_UNARY(mul_scalar, "tg_mul_scalar", false, false)
@@ -125,11 +105,7 @@ tg_tensor *tg_mul_scalar(tg_ctx *ctx, tg_tensor *x, double s) {
     return tg_unary_apply(ctx, &mul_scalar_OP, mul_scalar_bwd, x, s);
 }
 tg_tensor *tg_pow_scalar(tg_ctx *ctx, tg_tensor *x, double p) {
-    if (!tg_check_arg(ctx, "tg_pow_scalar", "x", x)) return NULL;
-    if (!isfinite(p)) {
-        tg_error(ctx, TG_ERR_VALUE, "tg_pow_scalar", "exponent p = %g is not finite", p);
-        return NULL;
-    }
+    if (!tg_check_arg(ctx, __func__, "x", x) || !tg_check_finite(ctx, __func__, "exponent p", p)) return NULL;
     return tg_unary_apply(ctx, &pow_scalar_OP, pow_scalar_bwd, x, p);
 }
 tg_tensor *tg_exp(tg_ctx *ctx, tg_tensor *x) { return tg_unary_apply(ctx, &exp_OP, exp_bwd, x, 0); }

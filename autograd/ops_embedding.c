@@ -4,22 +4,32 @@
  *
  * The forward copies rows; the backward scatter-adds the gradient rows
  * back. The indices are copied at the forward (the caller's buffer may
- * change before backward): that copy is all the op saves. */
+ * change before backward): that copy is all the op saves.
+ *
+ * The kernel, written once for T (float, double), opens the file, which
+ * instantiates itself (tensor/instantiate.h) and so defines
+ *   embedding_scatter_add_f32  embedding_scatter_add_f64 */
+#ifdef T /* the kernels, compiled once per element type (tensor/instantiate.h) */
+
+/* dw[idx[i], d] += dy[i, d] for i < n (in increasing i) and d0 <= d < d1.
+ * dw: (V, D)   dy: (n, D)   idx: (n), each in 0..V-1 */
+static void TG_FN(embedding_scatter_add)(T *restrict dw, const T *restrict dy, const int64_t *restrict idx, int64_t n,
+                                         int64_t D, int64_t d0, int64_t d1) {
+    for (int64_t i = 0; i < n; i++) {
+        T *row = dw + idx[i] * D;
+        const T *g = dy + i * D;
+        for (int64_t d = d0; d < d1; d++) row[d] += g[d];
+    }
+}
+
+#else /* the op, compiled once */
+
 #include "autograd/tape.h"
 
 #include <string.h>
 
-#define TG_T float
-#define TG_N(name) name##_f32
-#include "autograd/ops_embedding.inc"
-#undef TG_T
-#undef TG_N
-
-#define TG_T double
-#define TG_N(name) name##_f64
-#include "autograd/ops_embedding.inc"
-#undef TG_T
-#undef TG_N
+#define TG_TEMPLATE "autograd/ops_embedding.c"
+#include "tensor/instantiate.h"
 
 /* Below this many gradient elements one thread does the scatter. */
 #define EMB_PAR_MIN 65536
@@ -52,8 +62,8 @@ static void embedding_backward(tg_ctx *ctx, tg_node *n) {
         if (nt > D / 16) nt = (int)(D / 16);
         if (nt < 1) nt = 1;
     }
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
 #endif
+    TG_PARALLEL_FOR(nt)
     for (int t = 0; t < nt; t++) {
         int64_t d0 = D * t / nt, d1 = D * (t + 1) / nt;
         if (dw->dtype == TG_F64) embedding_scatter_add_f64(dw->data, dy->data, idx, cnt, D, d0, d1);
@@ -102,3 +112,5 @@ tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *weight, int ndim, const int64_t 
     }
     return tg_ok(ctx) ? y : NULL;
 }
+
+#endif

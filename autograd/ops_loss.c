@@ -3,22 +3,42 @@
  * Both inputs may require grad. The sum is taken in double over fixed
  * blocks of MSE_BLOCK elements (threads split the blocks), then the block
  * sums are added in block order: the result is the same for any thread
- * count. Nothing is saved: backward reads p and t. */
+ * count. Nothing is saved: backward reads p and t.
+ *
+ * The kernels, written once for T (float, double), open the file, which
+ * instantiates itself (tensor/instantiate.h) and so defines
+ *   sq_err_sum_f32  mse_backward_kernel_f32  and the same with _f64. */
+#ifdef T /* the kernels, compiled once per element type (tensor/instantiate.h) */
+
+/* sum_i (p_i - t_i)^2 over one block, in double, in increasing i.
+ * p, t: (n) */
+static double TG_FN(sq_err_sum)(const T *restrict p, const T *restrict t, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)p[i] - (double)t[i];
+        s += d * d;
+    }
+    return s;
+}
+
+/* dp_i += c (p_i - t_i) and dt_i -= c (p_i - t_i), each when not NULL.
+ * dp, dt, p, t: (n) */
+static void TG_FN(mse_backward_kernel)(T *dp, T *dt, const T *p, const T *t, int64_t n, double c) {
+    const T ct = (T)c;
+    if (dp)
+        for (int64_t i = 0; i < n; i++) dp[i] += ct * (p[i] - t[i]);
+    if (dt)
+        for (int64_t i = 0; i < n; i++) dt[i] -= ct * (p[i] - t[i]);
+}
+
+#else /* the op, compiled once */
+
 #include "autograd/tape.h"
 
 #include <math.h>
 
-#define TG_T float
-#define TG_N(name) name##_f32
-#include "autograd/ops_loss.inc"
-#undef TG_T
-#undef TG_N
-
-#define TG_T double
-#define TG_N(name) name##_f64
-#include "autograd/ops_loss.inc"
-#undef TG_T
-#undef TG_N
+#define TG_TEMPLATE "autograd/ops_loss.c"
+#include "tensor/instantiate.h"
 
 /* Elements per partial sum (part of the summation order: do not tie it to
  * the thread count). */
@@ -45,11 +65,7 @@ static void mse_backward(tg_ctx *ctx, tg_node *n) {
     if (dp && dp == dt) return; /* mse(x, x): the two terms cancel */
     int64_t blocks = (p->numel + MSE_BLOCK - 1) / MSE_BLOCK;
     int nt = mse_threads(ctx, blocks);
-#ifdef TG_HAVE_OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-#else
-    (void)nt;
-#endif
+    TG_PARALLEL_FOR(nt)
     for (int64_t b = 0; b < blocks; b++) {
         int64_t i0 = b * MSE_BLOCK, len = p->numel - i0 < MSE_BLOCK ? p->numel - i0 : MSE_BLOCK;
         if (p->dtype == TG_F64)
@@ -79,11 +95,7 @@ tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *pred, tg_tensor *target) {
     double *part = tg_arena_alloc_fn(ctx, __func__, (size_t)blocks * sizeof *part);
     if (!out || !part) return NULL;
     int nt = mse_threads(ctx, blocks);
-#ifdef TG_HAVE_OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-#else
-    (void)nt;
-#endif
+    TG_PARALLEL_FOR(nt)
     for (int64_t b = 0; b < blocks; b++) {
         int64_t i0 = b * MSE_BLOCK, len = pred->numel - i0 < MSE_BLOCK ? pred->numel - i0 : MSE_BLOCK;
         part[b] = pred->dtype == TG_F64
@@ -98,3 +110,5 @@ tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *pred, tg_tensor *target) {
         tg_node_count_saved(ctx, n, (size_t)(pred == target ? 1 : 2) * (size_t)pred->numel * tg_esize(pred->dtype));
     return tg_ok(ctx) ? out : NULL;
 }
+
+#endif

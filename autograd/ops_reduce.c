@@ -26,17 +26,8 @@ static int64_t tg_sum_block_size(int64_t n) {
     return (n + TG_SUM_MAX_BLOCKS - 1) / TG_SUM_MAX_BLOCKS;
 }
 
-#define T float
-#define FN(name) name##_f32
-#include "autograd/ops_reduce.inc"
-#undef T
-#undef FN
-
-#define T double
-#define FN(name) name##_f64
-#include "autograd/ops_reduce.inc"
-#undef T
-#undef FN
+#define TG_TEMPLATE "autograd/ops_reduce.inc"
+#include "tensor/instantiate.h"
 
 /* ---- whole-tensor sum and mean ------------------------------------------- */
 
@@ -120,15 +111,20 @@ static bool empty_axis(tg_ctx *ctx, const char *fn, const tg_tensor *x, const ax
     return true;
 }
 
+/* The start of an axis reduction's backward: the input's gradient (NULL:
+ * nothing to do) and the input's split along the axis in n->i[0]. */
+static tg_tensor *axis_grad(tg_ctx *ctx, tg_node *n, axis_split *s) {
+    tg_tensor *dx = tg_grad_of(ctx, n->in[0]);
+    return dx && split_axis(ctx, n->op, n->in[0], (int)n->i[0], false, s) ? dx : NULL;
+}
+
 /* n->i[0] = axis (normalized), n->f[0] = divisor (1: sum, R: mean). */
 static void sum_axis_bwd(tg_ctx *ctx, tg_node *n) {
-    tg_tensor *x = n->in[0];
-    tg_tensor *dx = tg_grad_of(ctx, x);
-    if (!dx) return;
     axis_split s;
-    if (!split_axis(ctx, n->op, x, (int)n->i[0], false, &s)) return;
+    tg_tensor *dx = axis_grad(ctx, n, &s);
+    if (!dx) return;
     const tg_tensor *dy = n->out->grad;
-    if (x->dtype == TG_F64) sum_axis_backward_f64(ctx, dx->data, dy->data, s.outer, s.R, s.inner, n->f[0]);
+    if (dx->dtype == TG_F64) sum_axis_backward_f64(ctx, dx->data, dy->data, s.outer, s.R, s.inner, n->f[0]);
     else sum_axis_backward_f32(ctx, dx->data, dy->data, s.outer, s.R, s.inner, n->f[0]);
 }
 
@@ -160,13 +156,11 @@ tg_tensor *tg_mean_axis(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim) {
 
 /* n->i[0] = axis (normalized); n->saved = the int64 argmax per output. */
 static void max_axis_bwd(tg_ctx *ctx, tg_node *n) {
-    tg_tensor *x = n->in[0];
-    tg_tensor *dx = tg_grad_of(ctx, x);
-    if (!dx) return;
     axis_split s;
-    if (!split_axis(ctx, n->op, x, (int)n->i[0], false, &s)) return;
+    tg_tensor *dx = axis_grad(ctx, n, &s);
+    if (!dx) return;
     const tg_tensor *dy = n->out->grad;
-    if (x->dtype == TG_F64) max_axis_backward_f64(dx->data, dy->data, n->saved, s.outer, s.R, s.inner);
+    if (dx->dtype == TG_F64) max_axis_backward_f64(dx->data, dy->data, n->saved, s.outer, s.R, s.inner);
     else max_axis_backward_f32(dx->data, dy->data, n->saved, s.outer, s.R, s.inner);
 }
 

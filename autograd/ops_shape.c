@@ -7,22 +7,55 @@
  * contiguous row-major, so along `axis` a tensor of shape S is
  *   (outer, S[axis], inner),  outer = prod S[:axis],  inner = prod S[axis+1:]
  * and a block of positions [start, end) along axis is, for each of the
- * `outer` rows, one run of (end - start) * inner contiguous elements. */
+ * `outer` rows, one run of (end - start) * inner contiguous elements.
+ *
+ * The kernels, written once for T (float, double), open the file, which
+ * instantiates itself (tensor/instantiate.h) and so defines
+ *   transpose_kernel_f32  accum_rows_f32  and the same with _f64. */
+#ifdef T /* the kernels, compiled once per element type (tensor/instantiate.h) */
+
+/* y[b, j, i] = x[b, i, j] (or += when acc), in 32x32 tiles so both the
+ * reads and the writes stay within a few cache lines per tile.
+ * x: (B, R, C)   y: (B, C, R) */
+static void TG_FN(transpose_kernel)(T *restrict y, const T *restrict x, int64_t B, int64_t R, int64_t C, bool acc) {
+    enum { TILE = 32 };
+    for (int64_t b = 0; b < B; b++) {
+        const T *xb = x + b * R * C;
+        T *yb = y + b * R * C;
+        for (int64_t i0 = 0; i0 < R; i0 += TILE) {
+            int64_t i1 = i0 + TILE < R ? i0 + TILE : R;
+            for (int64_t j0 = 0; j0 < C; j0 += TILE) {
+                int64_t j1 = j0 + TILE < C ? j0 + TILE : C;
+                for (int64_t j = j0; j < j1; j++)
+                    for (int64_t i = i0; i < i1; i++) {
+                        if (acc) yb[j * R + i] += xb[i * C + j];
+                        else yb[j * R + i] = xb[i * C + j];
+                    }
+            }
+        }
+    }
+}
+
+/* dst[o, 0:len] += src[o, 0:len] for o < outer, with row strides ld_dst and
+ * ld_src: the gradient of a block copied out of (slice) or into (concat) a
+ * bigger tensor. */
+static void TG_FN(accum_rows)(T *restrict dst, int64_t ld_dst, const T *restrict src, int64_t ld_src, int64_t outer,
+                              int64_t len) {
+    for (int64_t o = 0; o < outer; o++) {
+        T *d = dst + o * ld_dst;
+        const T *s = src + o * ld_src;
+        for (int64_t k = 0; k < len; k++) d[k] += s[k];
+    }
+}
+
+#else /* the op, compiled once */
+
 #include "autograd/tape.h"
 
 #include <string.h>
 
-#define TG_T float
-#define TG_N(name) name##_f32
-#include "autograd/ops_shape.inc"
-#undef TG_T
-#undef TG_N
-
-#define TG_T double
-#define TG_N(name) name##_f64
-#include "autograd/ops_shape.inc"
-#undef TG_T
-#undef TG_N
+#define TG_TEMPLATE "autograd/ops_shape.c"
+#include "tensor/instantiate.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -112,42 +145,8 @@ static void reshape_backward(tg_ctx *ctx, tg_node *n) {
 
 tg_tensor *tg_reshape(tg_ctx *ctx, tg_tensor *x, int ndim, const int64_t *shape) {
     if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
-    if (ndim < 0 || ndim > TG_MAX_DIMS) {
-        tg_error(ctx, TG_ERR_SHAPE, __func__, "ndim %d is outside 0..%d", ndim, TG_MAX_DIMS);
-        return NULL;
-    }
-    if (ndim > 0 && !shape) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'shape' is NULL");
-        return NULL;
-    }
-    char sx[TG_SHAPE_STR], ss[TG_SHAPE_STR];
     int64_t s[TG_MAX_DIMS];
-    int infer = -1;
-    int64_t known = 1;
-    bool overflow = false;
-    for (int i = 0; i < ndim; i++) {
-        s[i] = shape[i];
-        if (s[i] == -1 && infer < 0) {
-            infer = i;
-        } else if (s[i] < 0) {
-            tg_error(ctx, TG_ERR_SHAPE, __func__, "bad size %lld in new shape %s (sizes >= 0, at most one -1)",
-                     (long long)s[i], tg_shape_str(ss, sizeof ss, ndim, shape));
-            return NULL;
-        } else if (s[i] != 0 && known > INT64_MAX / s[i]) {
-            overflow = true;
-        } else {
-            known *= s[i];
-        }
-    }
-    if (infer >= 0 && !overflow && known > 0 && x->numel % known == 0) {
-        s[infer] = x->numel / known;
-        known = x->numel;
-    }
-    if (overflow || known != x->numel || (infer >= 0 && s[infer] < 0)) {
-        tg_error(ctx, TG_ERR_SHAPE, __func__, "cannot reshape x of shape %s (numel %lld) to %s", tg_shape_of(sx, x),
-                 (long long)x->numel, tg_shape_str(ss, sizeof ss, ndim, shape));
-        return NULL;
-    }
+    if (!tg_infer_shape(ctx, __func__, x, ndim, shape, s)) return NULL;
     tg_tensor *y = tg_view(ctx, x, ndim, s);
     if (!y) return NULL;
     tg_record(ctx, __func__, reshape_backward, y, 1, &x);
@@ -274,3 +273,5 @@ tg_tensor *tg_slice(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t 
     if (n) n->i[0] = a, n->i[1] = start;
     return tg_ok(ctx) ? y : NULL;
 }
+
+#endif

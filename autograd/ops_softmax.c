@@ -16,21 +16,8 @@
 #include <math.h>
 #include <string.h>
 
-#define TG_T float
-#define TG_N(name) name##_f32
-#define TG_EXP expf
-#include "autograd/ops_softmax.inc"
-#undef TG_T
-#undef TG_N
-#undef TG_EXP
-
-#define TG_T double
-#define TG_N(name) name##_f64
-#define TG_EXP exp
-#include "autograd/ops_softmax.inc"
-#undef TG_T
-#undef TG_N
-#undef TG_EXP
+#define TG_TEMPLATE "autograd/ops_softmax.inc"
+#include "tensor/instantiate.h"
 
 /* Below this many elements one thread does all rows. */
 #define SM_PAR_MIN 32768
@@ -60,11 +47,7 @@ static int row_threads(const tg_ctx *ctx, int64_t rows, int64_t C) {
  * y, x: (rows, C) */
 static void softmax_forward(tg_tensor *y, const tg_tensor *x, int64_t rows, int64_t C, bool log_, int nt) {
     const bool f64 = x->dtype == TG_F64;
-#ifdef TG_HAVE_OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-#else
-    (void)nt;
-#endif
+    TG_PARALLEL_FOR(nt)
     for (int64_t r = 0; r < rows; r++) {
         if (f64) {
             double *yr = (double *)y->data + r * C;
@@ -92,11 +75,7 @@ static void softmax_backward(tg_ctx *ctx, tg_node *n) {
     int64_t rows, C;
     rows_of(y, &rows, &C);
     int nt = row_threads(ctx, rows, C);
-#ifdef TG_HAVE_OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-#else
-    (void)nt;
-#endif
+    TG_PARALLEL_FOR(nt)
     for (int64_t r = 0; r < rows; r++) {
         if (f64) {
             double *g = (double *)dx->data + r * C;
@@ -150,11 +129,7 @@ static void cross_entropy_backward(tg_ctx *ctx, tg_node *n) {
     const double g = tg_load(n->out->grad, 0) / (double)count;
     const bool f64 = x->dtype == TG_F64;
     int nt = row_threads(ctx, N, C);
-#ifdef TG_HAVE_OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-#else
-    (void)nt;
-#endif
+    TG_PARALLEL_FOR(nt)
     for (int64_t i = 0; i < N; i++) {
         int64_t t = target[i];
         if (t == ignore) continue;
@@ -212,11 +187,7 @@ tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, const int64_t *targe
     const double eps = o.label_smoothing;
     const bool f64 = logits->dtype == TG_F64;
     int nt = row_threads(ctx, N, C);
-#ifdef TG_HAVE_OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-#else
-    (void)nt;
-#endif
+    TG_PARALLEL_FOR(nt)
     for (int64_t i = 0; i < N; i++) {
         int64_t t = target[i];
         if (t == o.ignore_index) {

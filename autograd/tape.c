@@ -12,52 +12,45 @@
 #include <string.h>
 
 bool tg_needs_grad(const tg_ctx *ctx, int n_in, tg_tensor *const *in) {
-    if (!ctx->grad_enabled) return false;
+    if (!ctx->tape.grad_enabled) return false;
     for (int k = 0; k < n_in; k++)
         if (in[k] && in[k]->requires_grad) return true;
     return false;
 }
 
 static bool grow_tape(tg_ctx *ctx, const char *op) {
-    int64_t cap = ctx->cap_nodes ? ctx->cap_nodes * 2 : 256;
+    int64_t cap = ctx->tape.cap_nodes ? ctx->tape.cap_nodes * 2 : 256;
     tg_node *nodes = tg_heap_alloc(ctx, (size_t)cap * sizeof *nodes);
     if (!nodes) {
         tg_error(ctx, TG_ERR_OOM, op, "out of memory growing the tape to %lld records", (long long)cap);
         return false;
     }
-    if (ctx->n_nodes) memcpy(nodes, ctx->nodes, (size_t)ctx->n_nodes * sizeof *nodes);
-    tg_heap_free(ctx, ctx->nodes);
-    ctx->nodes = nodes;
-    ctx->cap_nodes = cap;
+    if (ctx->tape.n_nodes) memcpy(nodes, ctx->tape.nodes, (size_t)ctx->tape.n_nodes * sizeof *nodes);
+    tg_heap_free(ctx, ctx->tape.nodes);
+    ctx->tape.nodes = nodes;
+    ctx->tape.cap_nodes = cap;
     return true;
 }
 
 tg_node *tg_record(tg_ctx *ctx, const char *op, tg_backward_fn backward, tg_tensor *out, int n_in,
                    tg_tensor *const *in) {
     if (!tg_live(ctx) || !out || !tg_needs_grad(ctx, n_in, in)) return NULL;
-    if (ctx->tape_consumed) {
+    if (ctx->tape.consumed) {
         /* A new forward after a backward: start a fresh tape on top. Records
          * of the consumed tape stay (their tensors are alive until reset),
          * but they can no longer be walked. */
-        ctx->tape_consumed = false;
-        ctx->n_nodes = 0;
-        ctx->saved_bytes = 0;
+        tg_tape_clear(&ctx->tape);
     }
-    if (ctx->n_nodes == ctx->cap_nodes && !grow_tape(ctx, op)) return NULL;
+    if (ctx->tape.n_nodes == ctx->tape.cap_nodes && !grow_tape(ctx, op)) return NULL;
     tg_tensor **ins = tg_arena_alloc_fn(ctx, op, (size_t)(n_in > 0 ? n_in : 1) * sizeof *ins);
     if (!ins) return NULL;
     for (int k = 0; k < n_in; k++) ins[k] = in[k];
-    tg_node *n = &ctx->nodes[ctx->n_nodes];
-    memset(n, 0, sizeof *n);
-    n->op = op;
-    n->backward = backward;
-    n->out = out;
-    n->in = ins;
-    n->n_in = n_in;
+    tg_node *n = &ctx->tape.nodes[ctx->tape.n_nodes];
+    *n = (tg_node){.op = op, .backward = backward, .out = out, .in = ins, .n_in = n_in};
     out->requires_grad = true;
-    out->node_ = (int32_t)ctx->n_nodes;
+    out->node_ = (int32_t)ctx->tape.n_nodes;
     out->grad = NULL;
-    ctx->n_nodes++;
+    ctx->tape.n_nodes++;
     return n;
 }
 
@@ -66,13 +59,13 @@ void *tg_node_save(tg_ctx *ctx, tg_node *node, size_t bytes) {
     if (!p) return NULL;
     node->saved = p;
     node->saved_bytes += bytes;
-    ctx->saved_bytes += bytes;
+    ctx->tape.saved_bytes += bytes;
     return p;
 }
 
 void tg_node_count_saved(tg_ctx *ctx, tg_node *node, size_t bytes) {
     node->saved_bytes += bytes;
-    ctx->saved_bytes += bytes;
+    ctx->tape.saved_bytes += bytes;
 }
 
 tg_tensor *tg_grad_of(tg_ctx *ctx, tg_tensor *t) {
@@ -83,8 +76,19 @@ tg_tensor *tg_grad_of(tg_ctx *ctx, tg_tensor *t) {
     return t->grad;
 }
 
-int64_t tg_tape_size(const tg_ctx *ctx) { return ctx ? ctx->n_nodes : 0; }
-size_t tg_tape_saved_bytes(const tg_ctx *ctx) { return ctx ? ctx->saved_bytes : 0; }
+int64_t tg_tape_size(const tg_ctx *ctx) { return ctx ? ctx->tape.n_nodes : 0; }
+size_t tg_tape_saved_bytes(const tg_ctx *ctx) { return ctx ? ctx->tape.saved_bytes : 0; }
+
+void tg_tape_stash(tg_ctx *ctx, tg_tape *saved) {
+    *saved = ctx->tape;
+    ctx->tape = tg_tape_empty();
+    ctx->tape.grad_enabled = saved->grad_enabled;
+}
+
+void tg_tape_restore(tg_ctx *ctx, tg_tape *saved) {
+    tg_tape_free(ctx, &ctx->tape);
+    ctx->tape = *saved;
+}
 
 /* ---- leaves, modes ------------------------------------------------------- */
 
@@ -92,8 +96,9 @@ tg_tensor *tg_requires_grad(tg_ctx *ctx, tg_tensor *t) {
     if (!tg_check_arg(ctx, __func__, "t", t)) return NULL;
     if (t->node_ >= 0) {
         char s[TG_SHAPE_STR];
-        tg_error(ctx, TG_ERR_STATE, __func__, "tensor of shape %s was made by an op ('%s'), not a leaf; detach it first",
-                 tg_shape_of(s, t), t->node_ < ctx->n_nodes ? ctx->nodes[t->node_].op : "?");
+        tg_error(ctx, TG_ERR_STATE, __func__,
+                 "tensor of shape %s was made by an op ('%s'), not a leaf; detach it first", tg_shape_of(s, t),
+                 t->node_ < ctx->tape.n_nodes ? ctx->tape.nodes[t->node_].op : "?");
         return NULL;
     }
     t->requires_grad = true;
@@ -112,12 +117,12 @@ tg_tensor *tg_requires_grad(tg_ctx *ctx, tg_tensor *t) {
 
 bool tg_set_grad_enabled(tg_ctx *ctx, bool enabled) {
     if (!ctx) return false;
-    bool was = ctx->grad_enabled;
-    ctx->grad_enabled = enabled;
+    bool was = ctx->tape.grad_enabled;
+    ctx->tape.grad_enabled = enabled;
     return was;
 }
 
-bool tg_grad_enabled(const tg_ctx *ctx) { return ctx && ctx->grad_enabled; }
+bool tg_grad_enabled(const tg_ctx *ctx) { return ctx && ctx->tape.grad_enabled; }
 
 void tg_zero_grad(tg_ctx *ctx, tg_tensor *t) {
     if (!tg_check_arg(ctx, "tg_zero_grad", "t", t)) return;
@@ -145,7 +150,7 @@ void tg_backward(tg_ctx *ctx, tg_tensor *loss) { tg_backward_ex(ctx, loss, NULL,
 static bool seed_aliases_a_grad(const tg_ctx *ctx, const tg_tensor *g, int64_t top) {
     const char *g0 = g->data, *g1 = g0 + (size_t)g->numel * tg_esize(g->dtype);
     for (int64_t k = 0; k <= top; k++) {
-        const tg_node *n = &ctx->nodes[k];
+        const tg_node *n = &ctx->tape.nodes[k];
         for (int i = 0; i < n->n_in; i++) {
             const tg_tensor *t = n->in[i] ? n->in[i]->grad : NULL;
             if (!t || !t->data) continue;
@@ -178,7 +183,7 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
         return;
     }
     int64_t top = out->node_;
-    if (top >= 0 && (ctx->tape_consumed || top >= ctx->n_nodes || ctx->nodes[top].out != out)) {
+    if (top >= 0 && (ctx->tape.consumed || top >= ctx->tape.n_nodes || ctx->tape.nodes[top].out != out)) {
         tg_error(ctx, TG_ERR_STATE, fn, "the tape was already consumed by a backward; pass keep_tape=true to "
                  "tg_backward_ex to run backward twice");
         return;
@@ -193,7 +198,7 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
     }
 
     /* Intermediate gradients start from nothing on every backward. */
-    for (int64_t k = 0; k <= top; k++) ctx->nodes[k].out->grad = NULL;
+    for (int64_t k = 0; k <= top; k++) ctx->tape.nodes[k].out->grad = NULL;
 
     /* The seed: grad_out itself, read-only like every out->grad (backward
      * functions only read their output's gradient and add into their
@@ -207,9 +212,9 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
     out->grad = seed;
 
     for (int64_t k = top; k >= 0 && tg_live(ctx); k--) {
-        tg_node *n = &ctx->nodes[k];
+        tg_node *n = &ctx->tape.nodes[k];
         if (!n->out->grad) continue; /* no gradient flows through this record */
         n->backward(ctx, n);
     }
-    if (!keep_tape) ctx->tape_consumed = true;
+    if (!keep_tape) ctx->tape.consumed = true;
 }

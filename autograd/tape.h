@@ -61,7 +61,25 @@ void tg_node_count_saved(tg_ctx *ctx, tg_node *node, size_t bytes);
  * t has none yet. */
 tg_tensor *tg_grad_of(tg_ctx *ctx, tg_tensor *t);
 
+/* Moves the context's tape (records and grad mode) into *saved and gives
+ * the context an empty one, grad mode unchanged: a private tape, as
+ * gradcheck uses. tg_tape_restore frees the private tape and puts *saved
+ * back, grad mode included. */
+void tg_tape_stash(tg_ctx *ctx, tg_tape *saved);
+void tg_tape_restore(tg_ctx *ctx, tg_tape *saved);
+
 /* Gives a persistent tensor a zeroed persistent grad (tensor/create.c). */
 bool tg_persistent_make_grad(tg_ctx *ctx, tg_tensor *t);
+
+/* Put just before a for loop: its iterations are spread over nt threads
+ * (OpenMP, static schedule) when nt > 1; without OpenMP, or with nt == 1,
+ * the loop runs as written. A loop whose iterations write disjoint data,
+ * each in a fixed order, gives the same bits for any nt. */
+#ifdef TG_HAVE_OPENMP
+#define TG_PRAGMA(x) _Pragma(#x)
+#define TG_PARALLEL_FOR(nt) TG_PRAGMA(omp parallel for num_threads(nt) schedule(static) if ((nt) > 1))
+#else
+#define TG_PARALLEL_FOR(nt) (void)(nt);
+#endif
 
 #endif

@@ -156,26 +156,8 @@ static bool gc_configure(tg_ctx *ctx, const char *fn, const tg_gradcheck_opts *o
 
 /* ---- a checking session ---------------------------------------------------- */
 
-/* The context's tape: the caller's is swapped out while the check records
- * on a private one. */
-typedef struct gc_tape {
-    struct tg_node *nodes;
-    int64_t n_nodes, cap_nodes;
-    size_t saved_bytes;
-    bool consumed;
-} gc_tape;
-
-/* Exchanges the context's tape with *t. */
-static void gc_swap_tape(tg_ctx *ctx, gc_tape *t) {
-    gc_tape ctx_tape = {ctx->nodes, ctx->n_nodes, ctx->cap_nodes, ctx->saved_bytes, ctx->tape_consumed};
-    ctx->nodes = t->nodes;
-    ctx->n_nodes = t->n_nodes;
-    ctx->cap_nodes = t->cap_nodes;
-    ctx->saved_bytes = t->saved_bytes;
-    ctx->tape_consumed = t->consumed;
-    *t = ctx_tape;
-}
-
+/* A check records on a private tape (the caller's is stashed meanwhile,
+ * tg_tape_stash) and starts every evaluation from the same RNG state. */
 typedef struct gc_session {
     tg_ctx *ctx;
     const char *fn;
@@ -186,8 +168,7 @@ typedef struct gc_session {
     const tg_tensor *out0;                 /* the first output: its shape */
     int64_t n_evals;
     /* the caller's state, restored at the end */
-    gc_tape tape;
-    bool grad_enabled;
+    tg_tape tape;                         /* its tape and grad mode */
     uint64_t rng_seed, rng_offset;        /* every evaluation starts here */
     uint64_t after_seed, after_offset;    /* where one evaluation ends */
     bool have_after;
@@ -201,8 +182,7 @@ static void gc_begin(gc_session *s, tg_ctx *ctx, const char *fn, tg_gradcheck_fn
     s->f = f;
     s->user = user;
     s->n = n;
-    gc_swap_tape(ctx, &s->tape);
-    s->grad_enabled = tg_grad_enabled(ctx);
+    tg_tape_stash(ctx, &s->tape);
     tg_rng_state(ctx, &s->rng_seed, &s->rng_offset);
 }
 
@@ -210,9 +190,7 @@ static void gc_begin(gc_session *s, tg_ctx *ctx, const char *fn, tg_gradcheck_fn
  * one evaluation of f leaves it. */
 static void gc_end(gc_session *s) {
     tg_ctx *ctx = s->ctx;
-    tg_heap_free(ctx, ctx->nodes);
-    gc_swap_tape(ctx, &s->tape);
-    tg_set_grad_enabled(ctx, s->grad_enabled);
+    tg_tape_restore(ctx, &s->tape);
     if (s->have_after) tg_rng_set_state(ctx, s->after_seed, s->after_offset);
     else tg_rng_set_state(ctx, s->rng_seed, s->rng_offset);
 }

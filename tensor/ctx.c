@@ -8,6 +8,7 @@
  * calls the allocator: the footprint stays flat and the pages stay warm. */
 #include "tensor/internal.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +50,7 @@ tg_ctx *tg_ctx_new_with_allocator(uint64_t seed, const tg_allocator *alloc) {
     memset(ctx, 0, sizeof *ctx);
     ctx->alloc = a;
     ctx->seed = seed;
-    ctx->grad_enabled = true;
+    ctx->tape = tg_tape_empty();
     const char *abort_env = getenv("TG_ABORT_ON_ERROR");
     ctx->abort_on_error = abort_env && strcmp(abort_env, "1") == 0;
     tg_set_threads(ctx, 0);
@@ -69,7 +70,7 @@ void tg_ctx_free(tg_ctx *ctx) {
     if (!ctx) return;
     while (ctx->persistent) tg_tensor_free(ctx, ctx->persistent);
     free_chunks(ctx, ctx->chunks);
-    tg_heap_free(ctx, ctx->nodes);
+    tg_tape_free(ctx, &ctx->tape);
     tg_allocator a = ctx->alloc;
     a.free(ctx, a.user);
 }
@@ -90,11 +91,7 @@ static tg_chunk *new_chunk(tg_ctx *ctx, size_t size) {
 
 void tg_ctx_reset(tg_ctx *ctx) {
     if (!ctx) return;
-    /* The tape's records point at arena tensors: they go with them. (The
-     * record array itself is kept for reuse; autograd/tape.c fills it.) */
-    ctx->n_nodes = 0;
-    ctx->saved_bytes = 0;
-    ctx->tape_consumed = false;
+    tg_tape_clear(&ctx->tape); /* its records point at arena tensors */
     ctx->epoch++;
     /* Coalesce a multi-chunk arena into one chunk of the same capacity, so
      * the next step bumps through one block. If that allocation fails we
@@ -211,6 +208,12 @@ bool tg_check_arg(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor 
         return false;
     }
     return true;
+}
+
+bool tg_check_finite(tg_ctx *ctx, const char *fn, const char *what, double v) {
+    if (isfinite(v)) return true;
+    tg_error(ctx, TG_ERR_VALUE, fn, "%s = %g is not finite", what, v);
+    return false;
 }
 
 bool tg_check_same_dtype(tg_ctx *ctx, const char *fn, const tg_tensor *a, const tg_tensor *b) {

@@ -1,5 +1,6 @@
-/* The GEMM driver and micro-kernels: shared helpers here, the per-dtype code
- * in tensor/gemm_impl.inc (included once for float, once for double).
+/* The GEMM driver and micro-kernels: shared helpers and the per-ISA vector
+ * set here, the per-dtype code in the template tensor/gemm_impl.inc
+ * (instantiated below for float and double).
  * See tensor/gemm.h for the contract and the determinism recipe.
  *
  * Tuning knobs (compile-time, for experiments with bench/gemm.c):
@@ -228,60 +229,95 @@ static inline __m256i gemm_mask4x64(int64_t n) {
 }
 #endif
 
-/* ---- float ------------------------------------------------------------- */
+/* ---- the vector set, one per ISA ---------------------------------------
+ * The kernels are written once (tensor/gemm_impl.inc, a template: see
+ * tensor/instantiate.h) against these names. Each ISA defines all of them
+ * for both element types; GEMM_PICK(for_f32, for_f64) keeps the one of the
+ * template pass being compiled (TG_F64 is 0 or 1 there).
+ *   GEMM_SIMD          1 when the set below exists, 0 for the portable kernels
+ *   VEC, VL            the vector type and its number of lanes
+ *   VZERO()            all lanes 0              VSET1(x)       all lanes x
+ *   VLOAD(p)           load, p 64-byte aligned  VLOADU(p)      load, any p
+ *   VSTOREU(p, v)      store, any p
+ *   VFMA(a, b, c)      a*b + c, fused           VMUL(a, b)     a*b
+ *   VLOAD_N(p, n)      the first n lanes, zeros after
+ *   VSTORE_N(p, v, n)  stores the first n lanes
+ *   VTRANSPOSE(v)      transposes the VL x VL block held in VEC v[VL]
+ * and the register tiles that suit the ISA:
+ *   GEMM_MR_DEFAULT, GEMM_NR_DEFAULT_F32/_F64  the packed path's micro-tile
+ *   DMR, DNR           the direct path's tile (DNR: two vectors) */
+#define GEMM_PICK(for_f32, for_f64) GEMM_PICK_(TG_F64, for_f32, for_f64)
+/* (two steps, so that TG_F64 becomes 0 or 1 before the paste) */
+#define GEMM_PICK_(f64, a, b) GEMM_PICK__(f64, a, b)
+#define GEMM_PICK__(f64, a, b) GEMM_PICK_##f64(a, b)
+#define GEMM_PICK_0(a, b) a
+#define GEMM_PICK_1(a, b) b
 
-#define T float
-#define SFX f32
+#if defined(__AVX512F__)
+#define GEMM_ISA "avx512"
+#define GEMM_SIMD 1
+#define VEC GEMM_PICK(__m512, __m512d)
+#define VL GEMM_PICK(16, 8)
+#define VZERO() GEMM_PICK(_mm512_setzero_ps(), _mm512_setzero_pd())
+#define VSET1(x) GEMM_PICK(_mm512_set1_ps(x), _mm512_set1_pd(x))
+#define VLOAD(p) GEMM_PICK(_mm512_load_ps(p), _mm512_load_pd(p))
+#define VLOADU(p) GEMM_PICK(_mm512_loadu_ps(p), _mm512_loadu_pd(p))
+#define VSTOREU(p, v) GEMM_PICK(_mm512_storeu_ps(p, v), _mm512_storeu_pd(p, v))
+#define VFMA(a, b, c) GEMM_PICK(_mm512_fmadd_ps(a, b, c), _mm512_fmadd_pd(a, b, c))
+#define VMUL(a, b) GEMM_PICK(_mm512_mul_ps(a, b), _mm512_mul_pd(a, b))
+#define VLOAD_N(p, n) GEMM_PICK(_mm512_maskz_loadu_ps(GEMM_MASK16(n), p), _mm512_maskz_loadu_pd(GEMM_MASK8(n), p))
+#define VSTORE_N(p, v, n) \
+    GEMM_PICK(_mm512_mask_storeu_ps(p, GEMM_MASK16(n), v), _mm512_mask_storeu_pd(p, GEMM_MASK8(n), v))
+#define VTRANSPOSE(v) GEMM_PICK(gemm_tr16_ps(v), gemm_tr8_pd(v))
+#define GEMM_MR_DEFAULT 12
+#define GEMM_NR_DEFAULT_F32 32
+#define GEMM_NR_DEFAULT_F64 16
+#define DMR 8
+#define DNR (2 * VL)
+#elif defined(__AVX2__) && defined(__FMA__)
+#define GEMM_ISA "avx2"
+#define GEMM_SIMD 1
+#define VEC GEMM_PICK(__m256, __m256d)
+#define VL GEMM_PICK(8, 4)
+#define VZERO() GEMM_PICK(_mm256_setzero_ps(), _mm256_setzero_pd())
+#define VSET1(x) GEMM_PICK(_mm256_set1_ps(x), _mm256_set1_pd(x))
+#define VLOAD(p) GEMM_PICK(_mm256_load_ps(p), _mm256_load_pd(p))
+#define VLOADU(p) GEMM_PICK(_mm256_loadu_ps(p), _mm256_loadu_pd(p))
+#define VSTOREU(p, v) GEMM_PICK(_mm256_storeu_ps(p, v), _mm256_storeu_pd(p, v))
+#define VFMA(a, b, c) GEMM_PICK(_mm256_fmadd_ps(a, b, c), _mm256_fmadd_pd(a, b, c))
+#define VMUL(a, b) GEMM_PICK(_mm256_mul_ps(a, b), _mm256_mul_pd(a, b))
+#define VLOAD_N(p, n) GEMM_PICK(_mm256_maskload_ps(p, gemm_mask8x32(n)), _mm256_maskload_pd(p, gemm_mask4x64(n)))
+#define VSTORE_N(p, v, n) \
+    GEMM_PICK(_mm256_maskstore_ps(p, gemm_mask8x32(n), v), _mm256_maskstore_pd(p, gemm_mask4x64(n), v))
+#define VTRANSPOSE(v) GEMM_PICK(gemm_tr8_ps(v), gemm_tr4_pd(v))
+#define GEMM_MR_DEFAULT 6
+#define GEMM_NR_DEFAULT_F32 16
+#define GEMM_NR_DEFAULT_F64 8
+#define DMR 6
+#define DNR (2 * VL)
+#else
+#define GEMM_ISA "portable"
+#define GEMM_SIMD 0
+#define GEMM_MR_DEFAULT 4
+#define GEMM_NR_DEFAULT_F32 8
+#define GEMM_NR_DEFAULT_F64 4
+#define DMR 4
+#define DNR 8
+#endif
+
 #ifdef __FMA__
-#define FMA_S(a, b, c) fmaf(a, b, c)
+#define FMA_S(a, b, c) TG_M(fma)(a, b, c)
 #else
 #define FMA_S(a, b, c) ((a) * (b) + (c))
 #endif
-#if defined(__AVX512F__)
-#define KERNEL_VEC 1
-#define DIRECT_MR 8
-#define MR_DEFAULT 12
-#define NR_DEFAULT 32
-#define VEC __m512
-#define VL 16
-#define VZERO() _mm512_setzero_ps()
-#define VSET1(x) _mm512_set1_ps(x)
-#define VLOAD(p) _mm512_load_ps(p)
-#define VLOADU(p) _mm512_loadu_ps(p)
-#define VSTOREU(p, v) _mm512_storeu_ps(p, v)
-#define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
-#define VMUL(a, b) _mm512_mul_ps(a, b)
-#define VLOAD_N(p, n) _mm512_maskz_loadu_ps(GEMM_MASK16(n), p)
-#define VSTORE_N(p, v, n) _mm512_mask_storeu_ps(p, GEMM_MASK16(n), v)
-#define VTRANSPOSE(v) gemm_tr16_ps(v)
-#elif defined(__AVX2__) && defined(__FMA__)
-#define KERNEL_VEC 1
-#define DIRECT_MR 6
-#define MR_DEFAULT 6
-#define NR_DEFAULT 16
-#define VEC __m256
-#define VL 8
-#define VZERO() _mm256_setzero_ps()
-#define VSET1(x) _mm256_set1_ps(x)
-#define VLOAD(p) _mm256_load_ps(p)
-#define VLOADU(p) _mm256_loadu_ps(p)
-#define VSTOREU(p, v) _mm256_storeu_ps(p, v)
-#define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
-#define VMUL(a, b) _mm256_mul_ps(a, b)
-#define VLOAD_N(p, n) _mm256_maskload_ps(p, gemm_mask8x32(n))
-#define VSTORE_N(p, v, n) _mm256_maskstore_ps(p, gemm_mask8x32(n), v)
-#define VTRANSPOSE(v) gemm_tr8_ps(v)
-#else
-#define KERNEL_VEC 0
-#define MR_DEFAULT 4
-#define NR_DEFAULT 8
-#endif
-/* Tuning knobs: -DTG_GEMM_{MR,NR,KC,MC,NC}_F32=... (MC, NC multiples of MR, NR). */
+
+/* ---- blocking (tuning knobs, see the top of this file) ------------------ */
+
 #ifndef TG_GEMM_MR_F32
-#define TG_GEMM_MR_F32 MR_DEFAULT
+#define TG_GEMM_MR_F32 GEMM_MR_DEFAULT
 #endif
 #ifndef TG_GEMM_NR_F32
-#define TG_GEMM_NR_F32 NR_DEFAULT
+#define TG_GEMM_NR_F32 GEMM_NR_DEFAULT_F32
 #endif
 #ifndef TG_GEMM_KC_F32
 #define TG_GEMM_KC_F32 384
@@ -292,93 +328,11 @@ static inline __m256i gemm_mask4x64(int64_t n) {
 #ifndef TG_GEMM_NC_F32
 #define TG_GEMM_NC_F32 (TG_GEMM_NR_F32 * 48)
 #endif
-#define MR TG_GEMM_MR_F32
-#define NR TG_GEMM_NR_F32
-#define KC_MAX TG_GEMM_KC_F32
-#define MC TG_GEMM_MC_F32
-#define NC TG_GEMM_NC_F32
-#include "tensor/gemm_impl.inc"
-#undef T
-#undef SFX
-#undef FMA_S
-#undef KERNEL_VEC
-#ifdef DIRECT_MR
-#undef DIRECT_MR
-#endif
-#undef MR
-#undef NR
-#undef VEC
-#undef VL
-#undef VZERO
-#undef VSET1
-#undef VLOAD
-#undef VLOADU
-#undef VSTOREU
-#undef VFMA
-#undef VMUL
-#undef VLOAD_N
-#undef VSTORE_N
-#undef VTRANSPOSE
-#undef KC_MAX
-#undef MC
-#undef NC
-#undef MR_DEFAULT
-#undef NR_DEFAULT
-
-/* ---- double ------------------------------------------------------------ */
-
-#define T double
-#define SFX f64
-#ifdef __FMA__
-#define FMA_S(a, b, c) fma(a, b, c)
-#else
-#define FMA_S(a, b, c) ((a) * (b) + (c))
-#endif
-#if defined(__AVX512F__)
-#define KERNEL_VEC 1
-#define DIRECT_MR 8
-#define MR_DEFAULT 12
-#define NR_DEFAULT 16
-#define VEC __m512d
-#define VL 8
-#define VZERO() _mm512_setzero_pd()
-#define VSET1(x) _mm512_set1_pd(x)
-#define VLOAD(p) _mm512_load_pd(p)
-#define VLOADU(p) _mm512_loadu_pd(p)
-#define VSTOREU(p, v) _mm512_storeu_pd(p, v)
-#define VFMA(a, b, c) _mm512_fmadd_pd(a, b, c)
-#define VMUL(a, b) _mm512_mul_pd(a, b)
-#define VLOAD_N(p, n) _mm512_maskz_loadu_pd(GEMM_MASK8(n), p)
-#define VSTORE_N(p, v, n) _mm512_mask_storeu_pd(p, GEMM_MASK8(n), v)
-#define VTRANSPOSE(v) gemm_tr8_pd(v)
-#elif defined(__AVX2__) && defined(__FMA__)
-#define KERNEL_VEC 1
-#define DIRECT_MR 6
-#define MR_DEFAULT 6
-#define NR_DEFAULT 8
-#define VEC __m256d
-#define VL 4
-#define VZERO() _mm256_setzero_pd()
-#define VSET1(x) _mm256_set1_pd(x)
-#define VLOAD(p) _mm256_load_pd(p)
-#define VLOADU(p) _mm256_loadu_pd(p)
-#define VSTOREU(p, v) _mm256_storeu_pd(p, v)
-#define VFMA(a, b, c) _mm256_fmadd_pd(a, b, c)
-#define VMUL(a, b) _mm256_mul_pd(a, b)
-#define VLOAD_N(p, n) _mm256_maskload_pd(p, gemm_mask4x64(n))
-#define VSTORE_N(p, v, n) _mm256_maskstore_pd(p, gemm_mask4x64(n), v)
-#define VTRANSPOSE(v) gemm_tr4_pd(v)
-#else
-#define KERNEL_VEC 0
-#define MR_DEFAULT 4
-#define NR_DEFAULT 4
-#endif
-/* Tuning knobs: -DTG_GEMM_{MR,NR,KC,MC,NC}_F64=... (MC, NC multiples of MR, NR). */
 #ifndef TG_GEMM_MR_F64
-#define TG_GEMM_MR_F64 MR_DEFAULT
+#define TG_GEMM_MR_F64 GEMM_MR_DEFAULT
 #endif
 #ifndef TG_GEMM_NR_F64
-#define TG_GEMM_NR_F64 NR_DEFAULT
+#define TG_GEMM_NR_F64 GEMM_NR_DEFAULT_F64
 #endif
 #ifndef TG_GEMM_KC_F64
 #define TG_GEMM_KC_F64 256
@@ -389,38 +343,22 @@ static inline __m256i gemm_mask4x64(int64_t n) {
 #ifndef TG_GEMM_NC_F64
 #define TG_GEMM_NC_F64 (TG_GEMM_NR_F64 * 64)
 #endif
-#define MR TG_GEMM_MR_F64
-#define NR TG_GEMM_NR_F64
-#define KC_MAX TG_GEMM_KC_F64
-#define MC TG_GEMM_MC_F64
-#define NC TG_GEMM_NC_F64
-#include "tensor/gemm_impl.inc"
-#undef T
-#undef SFX
-#undef FMA_S
-#undef KERNEL_VEC
-#ifdef DIRECT_MR
-#undef DIRECT_MR
-#endif
-#undef MR
-#undef NR
-#undef VEC
-#undef VL
-#undef VZERO
-#undef VSET1
-#undef VLOAD
-#undef VLOADU
-#undef VSTOREU
-#undef VFMA
-#undef VMUL
-#undef VLOAD_N
-#undef VSTORE_N
-#undef VTRANSPOSE
-#undef KC_MAX
-#undef MC
-#undef NC
-#undef MR_DEFAULT
-#undef NR_DEFAULT
+#define MR GEMM_PICK(TG_GEMM_MR_F32, TG_GEMM_MR_F64)
+#define NR GEMM_PICK(TG_GEMM_NR_F32, TG_GEMM_NR_F64)
+#define KC_MAX GEMM_PICK(TG_GEMM_KC_F32, TG_GEMM_KC_F64)
+#define MC GEMM_PICK(TG_GEMM_MC_F32, TG_GEMM_MC_F64)
+#define NC GEMM_PICK(TG_GEMM_NC_F32, TG_GEMM_NC_F64)
+
+/* ---- the kernels for float and double ----------------------------------- */
+
+/* GEMM_PUBLIC(_ws) is tg_gemm_f32_ws in the float pass: the dtype sits in the
+ * middle of the public names, where TG_FN cannot put it. */
+#define GEMM_PASTE_(a, b) a##b
+#define GEMM_PASTE(a, b) GEMM_PASTE_(a, b)
+#define GEMM_PUBLIC(suffix) GEMM_PASTE(TG_FN(tg_gemm), suffix)
+
+#define TG_TEMPLATE "tensor/gemm_impl.inc"
+#include "tensor/instantiate.h"
 
 /* ---- dispatch ---------------------------------------------------------- */
 
@@ -430,12 +368,4 @@ size_t tg_gemm_workspace_size(int64_t M, int64_t N, int64_t K, size_t elem_size,
                                        : gemm_workspace_f32(M, N, K, threads);
 }
 
-const char *tg_gemm_kernel_name(void) {
-#if defined(__AVX512F__)
-    return "avx512";
-#elif defined(__AVX2__) && defined(__FMA__)
-    return "avx2";
-#else
-    return "portable";
-#endif
-}
+const char *tg_gemm_kernel_name(void) { return GEMM_ISA; }

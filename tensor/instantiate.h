@@ -21,10 +21,29 @@
  * comment, so that grep, ctags readers and debugger users find
  * add_row_f32 as text.
  *
+ * Kernels small enough to live in their op's .c file stay there: the file
+ * instantiates itself. Its kernels sit at the top inside `#ifdef T`, the op
+ * code after `#else` (compiled once), and the file names itself by its path
+ * from the source root (not __FILE__: that would name this header where it
+ * is expanded):
+ *
+ *   #ifdef T
+ *   static void TG_FN(dropout_apply)(T *restrict y, ...) { ... }
+ *   #else
+ *   #include "autograd/tape.h"
+ *   #define TG_TEMPLATE "autograd/ops_dropout.c"
+ *   #include "tensor/instantiate.h"
+ *   ... the op, calling dropout_apply_f32 / dropout_apply_f64 ...
+ *   #endif
+ *
  * No include guard: this file is meant to be included once per template. */
 #ifndef TG_TEMPLATE
 #error "define TG_TEMPLATE as the template's path before including tensor/instantiate.h"
 #endif
+#ifdef TG_INSTANTIATING
+#error "tensor/instantiate.h included from a template: is TG_TEMPLATE __FILE__? Give the template's path."
+#endif
+#define TG_INSTANTIATING
 
 #define T float
 #define TG_FN(name) name##_f32
@@ -46,4 +65,5 @@
 #undef TG_M
 #undef TG_F64
 
+#undef TG_INSTANTIATING
 #undef TG_TEMPLATE

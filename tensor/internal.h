@@ -21,6 +21,32 @@ typedef struct tg_chunk {
 
 struct tg_node; /* autograd/tape.h */
 
+/* The tape: the records of differentiable ops in execution order, and grad
+ * mode. autograd/tape.c owns it and is the only reader and writer of these
+ * fields; the struct sits here because the context holds it and tensor/
+ * may not include autograd/. The context makes it with tg_tape_empty,
+ * empties it at every reset with tg_tape_clear and frees its record array
+ * with tg_tape_free (below tg_heap_free). */
+typedef struct tg_tape {
+    struct tg_node *nodes; /* the records (heap; grown by doubling, kept across resets) */
+    int64_t n_nodes;       /* records in use */
+    int64_t cap_nodes;     /* records allocated */
+    size_t saved_bytes;    /* what the records saved for backward (tg_tape_saved_bytes) */
+    bool consumed;         /* a backward walked it: the next record starts a fresh tape */
+    bool grad_enabled;     /* grad mode (tg_set_grad_enabled) */
+} tg_tape;
+
+/* A tape with no records, no array yet, grad mode on. */
+static inline tg_tape tg_tape_empty(void) { return (tg_tape){.grad_enabled = true}; }
+
+/* Forgets the records (they point at arena tensors, which a reset frees),
+ * keeping the record array for reuse, and grad mode. */
+static inline void tg_tape_clear(tg_tape *tape) {
+    tape->n_nodes = 0;
+    tape->saved_bytes = 0;
+    tape->consumed = false;
+}
+
 struct tg_ctx {
     tg_allocator alloc;
 
@@ -43,13 +69,7 @@ struct tg_ctx {
     char message[512];
     bool abort_on_error;
 
-    /* tape (autograd/tape.c) */
-    struct tg_node *nodes;
-    int64_t n_nodes;
-    int64_t cap_nodes;
-    size_t saved_bytes;
-    bool tape_consumed;
-    bool grad_enabled;
+    tg_tape tape; /* autograd/tape.c */
 
     int threads;
 };
@@ -58,12 +78,22 @@ struct tg_ctx {
 void *tg_heap_alloc(tg_ctx *ctx, size_t size);
 void tg_heap_free(tg_ctx *ctx, void *p);
 
+/* Frees the tape's record array (tg_ctx_free). */
+static inline void tg_tape_free(tg_ctx *ctx, tg_tape *tape) {
+    tg_heap_free(ctx, tape->nodes);
+    tape->nodes = NULL;
+    tape->n_nodes = tape->cap_nodes = 0;
+}
+
 /* True when ctx can be used: non-NULL and not in error. */
 static inline bool tg_live(const tg_ctx *ctx) { return ctx && ctx->status == TG_OK; }
 
 /* Checks a tensor argument: NULL while healthy is TG_ERR_NULL naming `arg`.
  * Returns false (and does nothing more) when the ctx is already in error. */
 bool tg_check_arg(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t);
+/* Checks that the scalar argument `what` (e.g. "exponent p") is finite:
+ * TG_ERR_VALUE "<fn>: exponent p = inf is not finite" otherwise. */
+bool tg_check_finite(tg_ctx *ctx, const char *fn, const char *what, double v);
 /* Checks that a and b have the same dtype (TG_ERR_DTYPE otherwise). */
 bool tg_check_same_dtype(tg_ctx *ctx, const char *fn, const tg_tensor *a, const tg_tensor *b);
 /* Checks that a and b have the same shape (TG_ERR_SHAPE otherwise). */
@@ -72,6 +102,15 @@ bool tg_check_same_shape(tg_ctx *ctx, const char *fn, const tg_tensor *a, const 
 /* Validates ndim and sizes and computes numel with overflow checks; errors
  * are reported as coming from `fn`. */
 bool tg_check_shape(tg_ctx *ctx, const char *fn, int ndim, const int64_t *shape, int64_t *numel);
+
+/* The shape t takes as (ndim, shape) keeping its numel (tg_view,
+ * tg_reshape), written to out[0..ndim): sizes >= 0, and at most one -1,
+ * inferred from t->numel. On a bad shape sets an error naming fn, t's shape
+ * and numel, the new shape and what is wrong with it:
+ *   tg_view: cannot view (12,) (numel 12) as (5, -1): 12 is not a multiple of 5
+ * ("view" is fn without its tg_ prefix) and returns false. */
+bool tg_infer_shape(tg_ctx *ctx, const char *fn, const tg_tensor *t, int ndim, const int64_t *shape,
+                    int64_t out[TG_MAX_DIMS]);
 
 /* A new arena tensor with uninitialized data (NULL and an error on failure). */
 tg_tensor *tg_new_tensor(tg_ctx *ctx, const char *fn, tg_dtype dtype, int ndim, const int64_t *shape);

@@ -49,52 +49,54 @@ char *tg_shape_of(char buf[TG_SHAPE_STR], const tg_tensor *t) {
     return tg_shape_str(buf, TG_SHAPE_STR, t->ndim, t->shape);
 }
 
-tg_tensor *tg_view(tg_ctx *ctx, tg_tensor *t, int ndim, const int64_t *shape) {
-    if (!tg_check_arg(ctx, __func__, "t", t)) return NULL;
+bool tg_infer_shape(tg_ctx *ctx, const char *fn, const tg_tensor *t, int ndim, const int64_t *shape,
+                    int64_t out[TG_MAX_DIMS]) {
     if (ndim < 0 || ndim > TG_MAX_DIMS) {
-        tg_error(ctx, TG_ERR_SHAPE, __func__, "ndim %d is outside 0..%d", ndim, TG_MAX_DIMS);
-        return NULL;
+        tg_error(ctx, TG_ERR_SHAPE, fn, "ndim %d is outside 0..%d", ndim, TG_MAX_DIMS);
+        return false;
     }
     if (ndim > 0 && !shape) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'shape' is NULL");
-        return NULL;
+        tg_error(ctx, TG_ERR_NULL, fn, "argument 'shape' is NULL");
+        return false;
     }
-    int64_t s[TG_MAX_DIMS];
+    char why[96]; /* what is wrong, if anything */
+    why[0] = '\0';
     int infer = -1;
-    int64_t known = 1;
-    for (int i = 0; i < ndim; i++) {
-        s[i] = shape[i];
-        if (s[i] == -1) {
-            if (infer >= 0) {
-                tg_error(ctx, TG_ERR_SHAPE, __func__, "more than one -1 in the new shape");
-                return NULL;
-            }
-            infer = i;
-        } else if (s[i] < 0) {
-            char ns[TG_SHAPE_STR];
-            tg_error(ctx, TG_ERR_SHAPE, __func__, "negative size in new shape %s", tg_shape_str(ns, sizeof ns, ndim, shape));
-            return NULL;
-        } else {
-            if (s[i] != 0 && known > INT64_MAX / s[i]) known = -1;
-            else if (known >= 0) known *= s[i];
-        }
+    int64_t known = 1; /* the product of the sizes other than the -1 */
+    bool overflow = false;
+    for (int i = 0; i < ndim && !why[0]; i++) {
+        out[i] = shape[i];
+        if (shape[i] == -1 && infer < 0) infer = i;
+        else if (shape[i] == -1) snprintf(why, sizeof why, ": more than one -1");
+        else if (shape[i] < 0) snprintf(why, sizeof why, ": negative size %lld in dim %d", (long long)shape[i], i);
+        else if (shape[i] != 0 && known > INT64_MAX / shape[i]) overflow = true;
+        else known *= shape[i];
     }
-    if (infer >= 0) {
-        if (known <= 0 || t->numel % known != 0) {
-            char a[TG_SHAPE_STR], b[TG_SHAPE_STR];
-            tg_error(ctx, TG_ERR_SHAPE, __func__, "cannot view %s (numel %lld) as %s", tg_shape_of(a, t),
-                     (long long)t->numel, tg_shape_str(b, sizeof b, ndim, shape));
-            return NULL;
-        }
-        s[infer] = t->numel / known;
-        known = t->numel;
+    const long long n = (long long)t->numel, k = (long long)known;
+    if (why[0]) {
+        /* said above */
+    } else if (overflow) {
+        snprintf(why, sizeof why, ": the sizes' product overflows int64");
+    } else if (infer >= 0 && known == 0) {
+        snprintf(why, sizeof why, ": a -1 beside a size 0 is ambiguous");
+    } else if (infer >= 0 && n % k != 0) {
+        snprintf(why, sizeof why, ": %lld is not a multiple of %lld", n, k);
+    } else if (infer < 0 && known != t->numel) {
+        snprintf(why, sizeof why, " (numel %lld)", k);
+    } else {
+        if (infer >= 0) out[infer] = t->numel / known;
+        return true;
     }
-    if (known != t->numel) {
-        char a[TG_SHAPE_STR], b[TG_SHAPE_STR];
-        tg_error(ctx, TG_ERR_SHAPE, __func__, "cannot view %s (numel %lld) as %s", tg_shape_of(a, t),
-                 (long long)t->numel, tg_shape_str(b, sizeof b, ndim, shape));
-        return NULL;
-    }
+    char so[TG_SHAPE_STR], sn[TG_SHAPE_STR];
+    tg_error(ctx, TG_ERR_SHAPE, fn, "cannot %s %s (numel %lld) as %s%s", strncmp(fn, "tg_", 3) ? fn : fn + 3,
+             tg_shape_of(so, t), n, tg_shape_str(sn, sizeof sn, ndim, shape), why);
+    return false;
+}
+
+tg_tensor *tg_view(tg_ctx *ctx, tg_tensor *t, int ndim, const int64_t *shape) {
+    if (!tg_check_arg(ctx, __func__, "t", t)) return NULL;
+    int64_t s[TG_MAX_DIMS];
+    if (!tg_infer_shape(ctx, __func__, t, ndim, shape, s)) return NULL;
     tg_tensor *v = tg_arena_alloc_fn(ctx, __func__, sizeof *v);
     if (!v) return NULL;
     memset(v, 0, sizeof *v);
@@ -195,20 +197,15 @@ void tg_set_flat(tg_ctx *ctx, tg_tensor *t, int64_t i, double value) {
     if (check_flat(ctx, "tg_set_flat", t, i)) tg_store(t, i, value);
 }
 
-float *tg_data_f32(tg_ctx *ctx, tg_tensor *t) {
-    if (!tg_check_arg(ctx, "tg_data_f32", "t", t)) return NULL;
-    if (t->dtype != TG_F32) {
-        tg_error(ctx, TG_ERR_DTYPE, "tg_data_f32", "tensor is %s, not float32", tg_dtype_name(t->dtype));
+/* t's data, checked to be of dtype `want`. */
+static void *typed_data(tg_ctx *ctx, const char *fn, tg_tensor *t, tg_dtype want) {
+    if (!tg_check_arg(ctx, fn, "t", t)) return NULL;
+    if (t->dtype != want) {
+        tg_error(ctx, TG_ERR_DTYPE, fn, "tensor is %s, not %s", tg_dtype_name(t->dtype), tg_dtype_name(want));
         return NULL;
     }
     return t->data;
 }
 
-double *tg_data_f64(tg_ctx *ctx, tg_tensor *t) {
-    if (!tg_check_arg(ctx, "tg_data_f64", "t", t)) return NULL;
-    if (t->dtype != TG_F64) {
-        tg_error(ctx, TG_ERR_DTYPE, "tg_data_f64", "tensor is %s, not float64", tg_dtype_name(t->dtype));
-        return NULL;
-    }
-    return t->data;
-}
+float *tg_data_f32(tg_ctx *ctx, tg_tensor *t) { return typed_data(ctx, __func__, t, TG_F32); }
+double *tg_data_f64(tg_ctx *ctx, tg_tensor *t) { return typed_data(ctx, __func__, t, TG_F64); }
