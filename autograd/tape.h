@@ -24,6 +24,7 @@
 #define TG_AUTOGRAD_TAPE_H
 
 #include "tensor/internal.h"
+#include "tapegrad/autograd.h"
 
 typedef struct tg_node tg_node;
 typedef void (*tg_backward_fn)(tg_ctx *ctx, tg_node *node);
@@ -67,9 +68,6 @@ tg_tensor *tg_grad_of(tg_ctx *ctx, tg_tensor *t);
  * back, grad mode included. */
 void tg_tape_stash(tg_ctx *ctx, tg_tape *saved);
 void tg_tape_restore(tg_ctx *ctx, tg_tape *saved);
-
-/* Gives a persistent tensor a zeroed persistent grad (tensor/create.c). */
-bool tg_persistent_make_grad(tg_ctx *ctx, tg_tensor *t);
 
 /* Put just before a for loop: its iterations are spread over nt threads
  * (OpenMP, static schedule) when nt > 1; without OpenMP, or with nt == 1,

@@ -14,7 +14,6 @@
 #ifndef TG_CHECK_REGISTRY_H
 #define TG_CHECK_REGISTRY_H
 
-#include "tapegrad.h"
 #include "tapegrad/check.h"
 
 /* The start of every check: clears *result (no worst input or index), then

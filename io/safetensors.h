@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #include "io/json.h"
-#include "tapegrad.h"
+#include "tapegrad/io.h"
 
 /* The largest header accepted, as in the reference implementation. */
 #define TG_ST_MAX_HEADER 100000000u

@@ -8,6 +8,7 @@
  * The row statistics are columns of size 1 (keepdim) that broadcast back
  * over the rows. */
 #include "layers/module.h"
+#include "layers/norm.h"
 
 /* The rows: x itself when one dim is normalized (the statistics are then
  * taken over axis -1 and broadcast back over any leading dims); otherwise

@@ -6,6 +6,7 @@
 #define TG_LAYERS_MODULE_H
 
 #include "tensor/internal.h"
+#include "tapegrad/layers.h"
 
 /* A layer's methods, one static table per layer kind. */
 struct tg_module_ops {
@@ -49,8 +50,5 @@ bool tg_check_size_arg(tg_ctx *ctx, const char *fn, const char *arg, int64_t siz
 /* Checks that x has the layer's dtype (TG_ERR_DTYPE naming both). */
 bool tg_check_layer_dtype(tg_ctx *ctx, const char *fn, const tg_tensor *x, tg_dtype dtype);
 
-/* The norms' shared parts, among them tg_norm_check_args (used by the
- * fused and composed norms and the gradcheck tool). */
-#include "layers/norm.h"
 
 #endif

@@ -9,6 +9,7 @@
 #define TG_LAYERS_NORM_H
 
 #include "autograd/tape.h"
+#include "layers/module.h"
 
 /* The arguments of a fused or composed norm, checked: x non-NULL; ndim_norm
  * in 1..x->ndim; gamma/beta NULL or of the normalized shape (x's trailing

@@ -7,6 +7,7 @@
  * tg_ctx_new_with_allocator sees the list's memory. */
 #include "tensor/internal.h"
 #include "autograd/tape.h"
+#include "layers/module.h"
 
 #include <stdlib.h>
 #include <string.h>

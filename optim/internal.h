@@ -4,6 +4,7 @@
 #define TG_OPTIM_INTERNAL_H
 
 #include "tensor/internal.h"
+#include "tapegrad/optim.h"
 
 #include <math.h>
 

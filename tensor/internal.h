@@ -3,7 +3,7 @@
 #ifndef TG_TENSOR_INTERNAL_H
 #define TG_TENSOR_INTERNAL_H
 
-#include "tapegrad.h"
+#include "tapegrad/tensor.h"
 
 /* Every arena allocation and every persistent buffer is aligned to this. */
 #define TG_ALIGN 64
@@ -114,6 +114,8 @@ bool tg_infer_shape(tg_ctx *ctx, const char *fn, const tg_tensor *t, int ndim, c
 
 /* A new arena tensor with uninitialized data (NULL and an error on failure). */
 tg_tensor *tg_new_tensor(tg_ctx *ctx, const char *fn, tg_dtype dtype, int ndim, const int64_t *shape);
+/* Gives a persistent tensor a zeroed persistent grad (tensor/create.c). */
+bool tg_persistent_make_grad(tg_ctx *ctx, tg_tensor *t);
 /* A new arena tensor with t's shape and dtype, uninitialized. */
 tg_tensor *tg_new_like(tg_ctx *ctx, const char *fn, const tg_tensor *t);
 /* Arena allocation reporting errors as `fn`. */

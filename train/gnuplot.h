@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "tapegrad.h"
+#include "tapegrad/train.h"
 
 /* Default PNG size in pixels. */
 #define TG_PLOT_DEFAULT_WIDTH 800

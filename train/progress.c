@@ -17,7 +17,7 @@
  * Times come from a monotonic clock, immune to wall-clock jumps. */
 #define _XOPEN_SOURCE 700
 
-#include "tapegrad.h"
+#include "tapegrad/train.h"
 
 #include <math.h>
 #include <stdarg.h>

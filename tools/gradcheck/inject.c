@@ -17,6 +17,7 @@
 
 #include "autograd/tape.h"
 #include "layers/module.h"
+#include "layers/norm.h"
 #include "layers/norm_kernels.h"
 #include "tools/gradcheck/tool.h"
 
