@@ -32,10 +32,9 @@ bool tg_bcast_plan(tg_ctx *ctx, const char *fn, tg_bcast *p, int andim, const in
             p->out_shape[d] = bs[d];
         } else {
             char s1[TG_SHAPE_STR], s2[TG_SHAPE_STR];
-            tg_error(ctx, TG_ERR_SHAPE, fn,
-                     "shapes %s and %s do not broadcast (dim %d from the end: %lld vs %lld)",
-                     tg_shape_str(s1, sizeof s1, andim, ashape), tg_shape_str(s2, sizeof s2, bndim, bshape),
-                     d - nd, (long long)as[d], (long long)bs[d]);
+            tg_error(ctx, TG_ERR_SHAPE, fn, "shapes %s and %s do not broadcast (dim %d from the end: %lld vs %lld)",
+                     tg_shape_str(s1, sizeof s1, andim, ashape), tg_shape_str(s2, sizeof s2, bndim, bshape), d - nd,
+                     (long long)as[d], (long long)bs[d]);
             return false;
         }
     }
@@ -57,8 +56,7 @@ bool tg_bcast_plan(tg_ctx *ctx, const char *fn, tg_bcast *p, int andim, const in
     for (int d = 0; d < nd; d++) {
         if (p->out_shape[d] == 1) continue;
         /* Merge into the previous dim when both inputs continue across. */
-        if (k > 0 && p->sa[k - 1] == sa_full[d] * p->out_shape[d] &&
-            p->sb[k - 1] == sb_full[d] * p->out_shape[d]) {
+        if (k > 0 && p->sa[k - 1] == sa_full[d] * p->out_shape[d] && p->sb[k - 1] == sb_full[d] * p->out_shape[d]) {
             p->size[k - 1] *= p->out_shape[d];
             p->sa[k - 1] = sa_full[d];
             p->sb[k - 1] = sb_full[d];

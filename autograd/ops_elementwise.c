@@ -52,8 +52,7 @@ static void binary_backward(tg_ctx *ctx, tg_node *n) {
         bool full = x->numel == p.numel;
         if (y->dtype == TG_F64)
             binary_backward_f64(ctx, op, side, full, dx->data, dy->data, a->data, b->data, y->data, &p);
-        else
-            binary_backward_f32(ctx, op, side, full, dx->data, dy->data, a->data, b->data, y->data, &p);
+        else binary_backward_f32(ctx, op, side, full, dx->data, dy->data, a->data, b->data, y->data, &p);
     }
 }
 

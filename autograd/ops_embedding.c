@@ -92,8 +92,9 @@ tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *weight, int ndim, const int64_t 
     int64_t V = weight->shape[0], D = weight->shape[1];
     for (int64_t i = 0; i < cnt; i++) {
         if (indices[i] < 0 || indices[i] >= V) {
-            tg_error(ctx, TG_ERR_INDEX, __func__, "indices[%lld] = %lld is out of range 0..%lld for weight %s (indices %s)",
-                     (long long)i, (long long)indices[i], (long long)V - 1, tg_shape_of(sw, weight),
+            tg_error(ctx, TG_ERR_INDEX, __func__,
+                     "indices[%lld] = %lld is out of range 0..%lld for weight %s (indices %s)", (long long)i,
+                     (long long)indices[i], (long long)V - 1, tg_shape_of(sw, weight),
                      tg_shape_str(ss, sizeof ss, ndim, shape));
             return NULL;
         }

@@ -29,13 +29,10 @@ typedef struct mm_dims {
 
 /* C (M,N) = op(A) op(B) + beta C in the dtype `dt`, with a workspace of
  * `ws` bytes at `work` (see tensor/gemm.h for op() and the strides). */
-static void mm_gemm(tg_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A,
-                    int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc,
-                    int threads, void *work, size_t ws) {
-    if (dt == TG_F64)
-        tg_gemm_f64_ws(ta, tb, M, N, K, 1.0, A, lda, B, ldb, beta, C, ldc, threads, work, ws);
-    else
-        tg_gemm_f32_ws(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, (float)beta, C, ldc, threads, work, ws);
+static void mm_gemm(tg_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
+                    const void *B, int64_t ldb, double beta, void *C, int64_t ldc, int threads, void *work, size_t ws) {
+    if (dt == TG_F64) tg_gemm_f64_ws(ta, tb, M, N, K, 1.0, A, lda, B, ldb, beta, C, ldc, threads, work, ws);
+    else tg_gemm_f32_ws(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, (float)beta, C, ldc, threads, work, ws);
 }
 
 /* The same GEMM `batch` times: item i uses A + i*sa, B + i*sb, C + i*sc
@@ -43,10 +40,9 @@ static void mm_gemm(tg_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t
  * per thread at a time, each thread with its own single-thread workspace;
  * otherwise one after the other, each using every thread. Either way each
  * item's result is the GEMM's, which does not depend on the thread count. */
-static void mm_gemm_batched(tg_ctx *ctx, const char *fn, tg_dtype dt, bool ta, bool tb, int64_t batch,
-                            int64_t M, int64_t N, int64_t K, const void *A, int64_t lda, int64_t sa,
-                            const void *B, int64_t ldb, int64_t sb, double beta, void *C, int64_t ldc,
-                            int64_t sc) {
+static void mm_gemm_batched(tg_ctx *ctx, const char *fn, tg_dtype dt, bool ta, bool tb, int64_t batch, int64_t M,
+                            int64_t N, int64_t K, const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb,
+                            int64_t sb, double beta, void *C, int64_t ldc, int64_t sc) {
     if (M == 0 || N == 0 || batch == 0) return;
     const size_t es = tg_esize(dt);
     const unsigned char *pa = A, *pb = B;
@@ -61,8 +57,8 @@ static void mm_gemm_batched(tg_ctx *ctx, const char *fn, tg_dtype dt, bool ta, b
         void *work = ws ? tg_arena_alloc_fn(ctx, fn, ws) : NULL;
         if (ws && !work) return;
         for (int64_t i = 0; i < batch; i++)
-            mm_gemm(dt, ta, tb, M, N, K, pa + (size_t)(i * sa) * es, lda, pb + (size_t)(i * sb) * es, ldb,
-                    beta, pc + (size_t)(i * sc) * es, ldc, threads, work, ws);
+            mm_gemm(dt, ta, tb, M, N, K, pa + (size_t)(i * sa) * es, lda, pb + (size_t)(i * sb) * es, ldb, beta,
+                    pc + (size_t)(i * sc) * es, ldc, threads, work, ws);
         return;
     }
 #ifdef TG_HAVE_OPENMP
@@ -90,8 +86,8 @@ static void matmul_forward(tg_ctx *ctx, const char *fn, tg_tensor *c, const tg_t
         if (c->numel) memset(c->data, 0, (size_t)c->numel * tg_esize(c->dtype));
         return;
     }
-    mm_gemm_batched(ctx, fn, c->dtype, false, false, d.batch, d.M, d.N, d.K, a->data, d.K, d.M * d.K, b->data,
-                    d.N, d.K * d.N, 0.0, c->data, d.N, d.M * d.N);
+    mm_gemm_batched(ctx, fn, c->dtype, false, false, d.batch, d.M, d.N, d.K, a->data, d.K, d.M * d.K, b->data, d.N,
+                    d.K * d.N, 0.0, c->data, d.N, d.M * d.N);
 }
 
 /* Forward was c_ij = sum_k a_ik b_kj, so dc_ij reaches a_ik through b_kj
@@ -108,11 +104,11 @@ static void matmul_backward(tg_ctx *ctx, tg_node *n) {
     tg_tensor *da = tg_grad_of(ctx, a);
     tg_tensor *db = tg_grad_of(ctx, b);
     if (da && d.N > 0)
-        mm_gemm_batched(ctx, n->op, dc->dtype, false, true, d.batch, d.M, d.K, d.N, dc->data, d.N, d.M * d.N,
-                        b->data, d.N, d.K * d.N, 1.0, da->data, d.K, d.M * d.K);
+        mm_gemm_batched(ctx, n->op, dc->dtype, false, true, d.batch, d.M, d.K, d.N, dc->data, d.N, d.M * d.N, b->data,
+                        d.N, d.K * d.N, 1.0, da->data, d.K, d.M * d.K);
     if (db && d.M > 0)
-        mm_gemm_batched(ctx, n->op, dc->dtype, true, false, d.batch, d.K, d.N, d.M, a->data, d.K, d.M * d.K,
-                        dc->data, d.N, d.M * d.N, 1.0, db->data, d.N, d.K * d.N);
+        mm_gemm_batched(ctx, n->op, dc->dtype, true, false, d.batch, d.K, d.N, d.M, a->data, d.K, d.M * d.K, dc->data,
+                        d.N, d.M * d.N, 1.0, db->data, d.N, d.K * d.N);
 }
 
 tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) {
@@ -142,8 +138,8 @@ tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) {
         shape[0] = a->shape[0], shape[1] = a->shape[1], shape[2] = d.N;
     } else {
         tg_error(ctx, TG_ERR_SHAPE, __func__,
-                 "a %s x b %s: supported are (M,K) x (K,N), (B,M,K) x (B,K,N) and (B,M,K) x (K,N)",
-                 tg_shape_of(sa, a), tg_shape_of(sb, b));
+                 "a %s x b %s: supported are (M,K) x (K,N), (B,M,K) x (B,K,N) and (B,M,K) x (K,N)", tg_shape_of(sa, a),
+                 tg_shape_of(sb, b));
         return NULL;
     }
     int64_t kb = b->shape[b->ndim - 2];

@@ -69,8 +69,8 @@ tg_tensor *tg_mean(tg_ctx *ctx, tg_tensor *x) { return sum_all(ctx, "tg_mean", "
 /* ---- axis reductions ------------------------------------------------------- */
 
 typedef struct axis_split {
-    int axis;                    /* normalized, 0..ndim-1 (0 for a 0-d x) */
-    int64_t outer, R, inner;     /* x seen as (outer, R, inner) */
+    int axis;                /* normalized, 0..ndim-1 (0 for a 0-d x) */
+    int64_t outer, R, inner; /* x seen as (outer, R, inner) */
     int out_ndim;
     int64_t out_shape[TG_MAX_DIMS];
 } axis_split;

@@ -169,8 +169,8 @@ static void concat_backward(tg_ctx *ctx, tg_node *n) {
     for (int k = 0; k < n->n_in; k++) {
         int64_t len = n->in[k]->shape[axis] * inner;
         tg_tensor *dx = tg_grad_of(ctx, n->in[k]);
-        if (dx) accum_rows(dx->dtype, dx->data, len, (const unsigned char *)dy->data + (size_t)off * es, ld_y, outer,
-                           len);
+        if (dx)
+            accum_rows(dx->dtype, dx->data, len, (const unsigned char *)dy->data + (size_t)off * es, ld_y, outer, len);
         off += len;
     }
 }
@@ -199,8 +199,8 @@ tg_tensor *tg_concat(tg_ctx *ctx, int n, tg_tensor *const *xs, int axis) {
     for (int k = 0; k < n; k++) {
         const tg_tensor *x = xs[k];
         if (x->dtype != x0->dtype) {
-            tg_error(ctx, TG_ERR_DTYPE, __func__, "dtypes differ: xs[0] is %s, xs[%d] is %s", tg_dtype_name(x0->dtype), k,
-                     tg_dtype_name(x->dtype));
+            tg_error(ctx, TG_ERR_DTYPE, __func__, "dtypes differ: xs[0] is %s, xs[%d] is %s", tg_dtype_name(x0->dtype),
+                     k, tg_dtype_name(x->dtype));
             return NULL;
         }
         bool fits = x->ndim == x0->ndim;
@@ -244,8 +244,8 @@ static void slice_backward(tg_ctx *ctx, tg_node *n) {
     int64_t outer = prod(dx->shape, 0, axis), inner = prod(dx->shape, axis + 1, dx->ndim);
     int64_t len = dy->shape[axis] * inner;
     size_t es = tg_esize(dx->dtype);
-    accum_rows(dx->dtype, (unsigned char *)dx->data + (size_t)(start * inner) * es, dx->shape[axis] * inner,
-               dy->data, len, outer, len);
+    accum_rows(dx->dtype, (unsigned char *)dx->data + (size_t)(start * inner) * es, dx->shape[axis] * inner, dy->data,
+               len, outer, len);
 }
 
 tg_tensor *tg_slice(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t end) {

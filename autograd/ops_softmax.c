@@ -133,15 +133,16 @@ static void cross_entropy_backward(tg_ctx *ctx, tg_node *n) {
     for (int64_t i = 0; i < N; i++) {
         int64_t t = target[i];
         if (t == ignore) continue;
-        if (f64) cross_entropy_row_backward_f64((double *)dx->data + i * C, (const double *)x->data + i * C, C, t,
-                                                lse[i], eps, g);
-        else cross_entropy_row_backward_f32((float *)dx->data + i * C, (const float *)x->data + i * C, C, t,
-                                            lse[i], eps, g);
+        if (f64)
+            cross_entropy_row_backward_f64((double *)dx->data + i * C, (const double *)x->data + i * C, C, t, lse[i],
+                                           eps, g);
+        else
+            cross_entropy_row_backward_f32((float *)dx->data + i * C, (const float *)x->data + i * C, C, t, lse[i], eps,
+                                           g);
     }
 }
 
-tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, const int64_t *targets,
-                            const tg_cross_entropy_opts *opts) {
+tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, const int64_t *targets, const tg_cross_entropy_opts *opts) {
     if (!tg_check_arg(ctx, __func__, "logits", logits)) return NULL;
     const tg_cross_entropy_opts o = opts ? *opts : TG_CROSS_ENTROPY_DEFAULTS;
     char sl[TG_SHAPE_STR];
@@ -209,8 +210,8 @@ tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, const int64_t *targe
         n->i[0] = o.ignore_index;
         n->i[1] = count;
         /* lse and targets, and the logits read by backward */
-        tg_node_count_saved(ctx, n, (size_t)N * (sizeof(double) + sizeof(int64_t)) +
-                                        (size_t)logits->numel * tg_esize(logits->dtype));
+        tg_node_count_saved(
+            ctx, n, (size_t)N * (sizeof(double) + sizeof(int64_t)) + (size_t)logits->numel * tg_esize(logits->dtype));
     }
     return tg_ok(ctx) ? out : NULL;
 }

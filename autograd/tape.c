@@ -166,8 +166,10 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
     if (!tg_check_arg(ctx, fn, "out", out)) return;
     char s1[TG_SHAPE_STR], s2[TG_SHAPE_STR];
     if (!out->requires_grad) {
-        tg_error(ctx, TG_ERR_STATE, fn, "output of shape %s does not require grad (no input required grad, "
-                 "or grad mode was off)", tg_shape_of(s1, out));
+        tg_error(ctx, TG_ERR_STATE, fn,
+                 "output of shape %s does not require grad (no input required grad, "
+                 "or grad mode was off)",
+                 tg_shape_of(s1, out));
         return;
     }
     if (grad_out) {
@@ -184,7 +186,8 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
     }
     int64_t top = out->node_;
     if (top >= 0 && (ctx->tape.consumed || top >= ctx->tape.n_nodes || ctx->tape.nodes[top].out != out)) {
-        tg_error(ctx, TG_ERR_STATE, fn, "the tape was already consumed by a backward; pass keep_tape=true to "
+        tg_error(ctx, TG_ERR_STATE, fn,
+                 "the tape was already consumed by a backward; pass keep_tape=true to "
                  "tg_backward_ex to run backward twice");
         return;
     }

@@ -30,15 +30,15 @@ typedef struct tg_node tg_node;
 typedef void (*tg_backward_fn)(tg_ctx *ctx, tg_node *node);
 
 struct tg_node {
-    const char *op;          /* op name, for messages */
+    const char *op; /* op name, for messages */
     tg_backward_fn backward;
     tg_tensor *out;
-    tg_tensor **in;          /* n_in inputs (arena array) */
+    tg_tensor **in; /* n_in inputs (arena array) */
     int n_in;
-    void *saved;             /* what the forward saved for backward (arena) */
+    void *saved; /* what the forward saved for backward (arena) */
     size_t saved_bytes;
-    double f[4];             /* scalar arguments (alpha, eps, ...) */
-    int64_t i[4];            /* integer arguments (axis, flags, ...) */
+    double f[4];  /* scalar arguments (alpha, eps, ...) */
+    int64_t i[4]; /* integer arguments (axis, flags, ...) */
 };
 
 /* True when an op on these inputs must be recorded: grad mode is on and at

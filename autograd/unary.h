@@ -22,14 +22,14 @@ typedef void (*tg_unary_bwd_f64)(double *restrict dx, const double *restrict dy,
                                  const double *restrict y, int64_t n, double a);
 
 typedef struct tg_unary_op {
-    const char *fn;    /* the public function, for messages: "tg_exp" */
-    const char *name;  /* the tape record's name: "exp" */
+    const char *fn;   /* the public function, for messages: "tg_exp" */
+    const char *name; /* the tape record's name: "exp" */
     tg_unary_fwd_f32 fwd_f32;
     tg_unary_fwd_f64 fwd_f64;
     tg_unary_bwd_f32 bwd_f32;
     tg_unary_bwd_f64 bwd_f64;
-    bool uses_x;       /* backward reads the input (counted as saved bytes) */
-    bool uses_y;       /* backward reads the output */
+    bool uses_x; /* backward reads the input (counted as saved bytes) */
+    bool uses_y; /* backward reads the output */
 } tg_unary_op;
 
 /* y = op(x; a). NULL when ctx is NULL or in error, or x is NULL. */

@@ -30,10 +30,10 @@
 #include <time.h>
 
 enum { CblasRowMajor = 101, CblasNoTrans = 111, CblasTrans = 112 };
-typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *,
-                         int, float, float *, int);
-typedef void (*dgemm_fn)(int, int, int, int, int, int, double, const double *, int,
-                         const double *, int, double, double *, int);
+typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *, int, float, float *,
+                         int);
+typedef void (*dgemm_fn)(int, int, int, int, int, int, double, const double *, int, const double *, int, double,
+                         double *, int);
 typedef void (*set_threads_fn)(int);
 
 static sgemm_fn blas_sgemm;
@@ -87,26 +87,26 @@ typedef struct {
 
 static void run_ours(const bench_data *d, const gemm_case *g, int threads) {
     if (d->f64)
-        tg_gemm_f64_ws(g->ta, g->tb, g->M, g->N, g->K, 1.0, d->buf[g->a], g->lda, d->buf[g->b],
-                       g->ldb, 0.0, d->buf[g->c], g->ldc, threads, d->work, d->work_size);
+        tg_gemm_f64_ws(g->ta, g->tb, g->M, g->N, g->K, 1.0, d->buf[g->a], g->lda, d->buf[g->b], g->ldb, 0.0,
+                       d->buf[g->c], g->ldc, threads, d->work, d->work_size);
     else
-        tg_gemm_f32_ws(g->ta, g->tb, g->M, g->N, g->K, 1.0f, d->buf[g->a], g->lda, d->buf[g->b],
-                       g->ldb, 0.0f, d->buf[g->c], g->ldc, threads, d->work, d->work_size);
+        tg_gemm_f32_ws(g->ta, g->tb, g->M, g->N, g->K, 1.0f, d->buf[g->a], g->lda, d->buf[g->b], g->ldb, 0.0f,
+                       d->buf[g->c], g->ldc, threads, d->work, d->work_size);
 }
 
 static void run_blas(const bench_data *d, const gemm_case *g) {
     int ta = g->ta ? CblasTrans : CblasNoTrans, tb = g->tb ? CblasTrans : CblasNoTrans;
     if (d->f64)
-        blas_dgemm(CblasRowMajor, ta, tb, (int)g->M, (int)g->N, (int)g->K, 1.0, d->buf[g->a],
-                   (int)g->lda, d->buf[g->b], (int)g->ldb, 0.0, d->buf[g->c], (int)g->ldc);
+        blas_dgemm(CblasRowMajor, ta, tb, (int)g->M, (int)g->N, (int)g->K, 1.0, d->buf[g->a], (int)g->lda, d->buf[g->b],
+                   (int)g->ldb, 0.0, d->buf[g->c], (int)g->ldc);
     else
-        blas_sgemm(CblasRowMajor, ta, tb, (int)g->M, (int)g->N, (int)g->K, 1.0f, d->buf[g->a],
-                   (int)g->lda, d->buf[g->b], (int)g->ldb, 0.0f, d->buf[g->c], (int)g->ldc);
+        blas_sgemm(CblasRowMajor, ta, tb, (int)g->M, (int)g->N, (int)g->K, 1.0f, d->buf[g->a], (int)g->lda,
+                   d->buf[g->b], (int)g->ldb, 0.0f, d->buf[g->c], (int)g->ldc);
 }
 
 /* Median seconds of `reps` runs of cases [first, last) (after one warm-up). */
-static double time_cases(const bench_data *d, const gemm_case *g, int first, int last, int threads,
-                         bool blas, int reps) {
+static double time_cases(const bench_data *d, const gemm_case *g, int first, int last, int threads, bool blas,
+                         int reps) {
     double t[64];
     if (reps > 64) reps = 64;
     for (int r = -1; r < reps; r++) {
@@ -130,8 +130,7 @@ static void fill(void *p, int64_t n, bool f64, unsigned seed) {
     }
 }
 
-static void bench_shape(int64_t M, int64_t K, int64_t N, bool f64, const int *threads, int nthr,
-                        int reps) {
+static void bench_shape(int64_t M, int64_t K, int64_t N, bool f64, const int *threads, int nthr, int reps) {
     const size_t es = f64 ? sizeof(double) : sizeof(float);
     /* x (M,K)  W (N,K)  dy (M,N)  y (M,N)  dx (M,K)  dW (N,K) */
     const int64_t sizes[6] = {M * K, N * K, M * N, M * N, M * K, N * K};
@@ -158,8 +157,7 @@ static void bench_shape(int64_t M, int64_t K, int64_t N, bool f64, const int *th
     }
     d.work = d.work_size ? aligned_alloc(64, (d.work_size + 63) / 64 * 64) : NULL;
 
-    printf("\n%s (M,K,N) = (%lld,%lld,%lld)\n", f64 ? "f64" : "f32", (long long)M, (long long)K,
-           (long long)N);
+    printf("\n%s (M,K,N) = (%lld,%lld,%lld)\n", f64 ? "f64" : "f32", (long long)M, (long long)K, (long long)N);
     printf("  %-14s", "GFLOP/s");
     for (int t = 0; t < nthr; t++) printf("   ours %dT  blas %dT  ratio", threads[t], threads[t]);
     printf("\n");
@@ -174,8 +172,7 @@ static void bench_shape(int64_t M, int64_t K, int64_t N, bool f64, const int *th
             for (int c = 0; c < 4; c++) {
                 int first = c < 3 ? c : 0, last = c < 3 ? c + 1 : 3;
                 double flops = 0;
-                for (int i = first; i < last; i++)
-                    flops += 2.0 * (double)g[i].M * (double)g[i].N * (double)g[i].K;
+                for (int i = first; i < last; i++) flops += 2.0 * (double)g[i].M * (double)g[i].N * (double)g[i].K;
                 gf[who][t][c] = flops / time_cases(&d, g, first, last, threads[t], who == 1, reps) * 1e-9;
             }
         }
@@ -183,17 +180,14 @@ static void bench_shape(int64_t M, int64_t K, int64_t N, bool f64, const int *th
     for (int c = 0; c < 4; c++) {
         printf("  %-14s", names[c]);
         for (int t = 0; t < nthr; t++) {
-            if (have)
-                printf("  %8.1f  %8.1f  %5.2fx", gf[0][t][c], gf[1][t][c], gf[0][t][c] / gf[1][t][c]);
-            else
-                printf("  %8.1f  %8s  %6s", gf[0][t][c], "-", "-");
+            if (have) printf("  %8.1f  %8.1f  %5.2fx", gf[0][t][c], gf[1][t][c], gf[0][t][c] / gf[1][t][c]);
+            else printf("  %8.1f  %8s  %6s", gf[0][t][c], "-", "-");
         }
         printf("\n");
     }
     /* Thread scaling of the three GEMMs together, against the first count. */
     for (int t = 1; t < nthr; t++) {
-        printf("  speedup %dT/%dT (all three): ours %.2fx", threads[t], threads[0],
-               gf[0][t][3] / gf[0][0][3]);
+        printf("  speedup %dT/%dT (all three): ours %.2fx", threads[t], threads[0], gf[0][t][3] / gf[0][0][3]);
         if (have) printf(", OpenBLAS %.2fx", gf[1][t][3] / gf[1][0][3]);
         printf("\n");
     }
@@ -226,8 +220,8 @@ int main(int argc, char **argv) {
                 if (atoi(s) >= 1) threads[nthr++] = atoi(s);
             if (nthr == 0) threads[nthr++] = 1;
         } else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
-            if (sscanf(argv[++i], "%lld,%lld,%lld", &shape[0], &shape[1], &shape[2]) != 3 ||
-                shape[0] < 1 || shape[1] < 1 || shape[2] < 1) {
+            if (sscanf(argv[++i], "%lld,%lld,%lld", &shape[0], &shape[1], &shape[2]) != 3 || shape[0] < 1 ||
+                shape[1] < 1 || shape[2] < 1) {
                 fprintf(stderr, "bench_gemm: --shape wants M,K,N\n");
                 return 2;
             }
@@ -247,7 +241,9 @@ int main(int argc, char **argv) {
         *(void **)&blas_set_threads = dlsym(lib, "openblas_set_num_threads");
     }
     printf("tapegrad gemm, kernel %s; OpenBLAS %s", tg_gemm_kernel_name(),
-           lib ? "libopenblas.so.0" : no_blas ? "skipped (--no-blas)" : "not found");
+           lib       ? "libopenblas.so.0"
+           : no_blas ? "skipped (--no-blas)"
+                     : "not found");
     if (lib && (getenv("OPENBLAS_CORETYPE") || getenv("OPENBLAS_L2_SIZE")))
         printf(" (warning: OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE set: run with env -u for a fair comparison)");
     printf("\n%s of %d runs; GFLOP/s = 2*M*N*K / time; ratio = ours / OpenBLAS\n", use_min ? "best" : "median", reps);
@@ -257,8 +253,7 @@ int main(int argc, char **argv) {
         bench_shape(shape[0], shape[1], shape[2], f64, threads, nthr, reps);
     } else {
         static const int64_t shapes[3][3] = {{512, 512, 512}, {64, 784, 256}, {4096, 768, 3072}};
-        for (int s = 0; s < 3; s++)
-            bench_shape(shapes[s][0], shapes[s][1], shapes[s][2], f64, threads, nthr, reps);
+        for (int s = 0; s < 3; s++) bench_shape(shapes[s][0], shapes[s][1], shapes[s][2], f64, threads, nthr, reps);
     }
     printf("\nload average after: %.2f\n", load_avg());
     if (lib) dlclose(lib);

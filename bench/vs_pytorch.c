@@ -53,36 +53,36 @@
 typedef struct options {
     int threads;
     const char *json;
-    double budget;          /* seconds per timed side of a case */
+    double budget; /* seconds per timed side of a case */
     bool torch, blas;
     const char *python, *torch_script;
-    bool warm_malloc;       /* PyTorch with glibc's trimming off (see notes) */
-    const char *only;       /* run one group: norm, linear, mlp, tiny */
-    int clock;              /* 0 auto, 1 wall, 2 cpu */
+    bool warm_malloc; /* PyTorch with glibc's trimming off (see notes) */
+    const char *only; /* run one group: norm, linear, mlp, tiny */
+    int clock;        /* 0 auto, 1 wall, 2 cpu */
 } options;
 
 typedef struct limits {
     bn_stream_result stream;
     bn_fma_result fma;
-    double dram_gbs;        /* max(copy, triad) */
+    double dram_gbs; /* max(copy, triad) */
 } limits;
 
 /* One row of the table. NaN means "not measured / not applicable". */
 typedef struct row {
     char name[48];
-    char group[12];         /* norm, linear, scaling, mlp, memory, tiny */
-    double ours_s;          /* our median seconds per call */
-    double rate;            /* in `unit` */
+    char group[12]; /* norm, linear, scaling, mlp, memory, tiny */
+    double ours_s;  /* our median seconds per call */
+    double rate;    /* in `unit` */
     char unit[12];
-    double frac;            /* rate / machine limit */
-    char limit_name[24];    /* "DRAM", "FMA f32", ... */
-    double torch_s;         /* PyTorch's median seconds per call */
-    double blas_s;          /* OpenBLAS's median seconds (Linear) */
+    double frac;         /* rate / machine limit */
+    char limit_name[24]; /* "DRAM", "FMA f32", ... */
+    double torch_s;      /* PyTorch's median seconds per call */
+    double blas_s;       /* OpenBLAS's median seconds (Linear) */
     double blas_rate;
-    double ratio_torch;     /* torch_s / ours_s: > 1 means we are faster */
-    double ratio_blas;      /* our rate / OpenBLAS's rate */
-    char extra[224];        /* free text (memory rows) */
-    char target[160];       /* "met"/"MISSED" text */
+    double ratio_torch; /* torch_s / ours_s: > 1 means we are faster */
+    double ratio_blas;  /* our rate / OpenBLAS's rate */
+    char extra[224];    /* free text (memory rows) */
+    char target[160];   /* "met"/"MISSED" text */
 } row;
 
 #define MAX_ROWS 48
@@ -91,11 +91,11 @@ static int nrows;
 
 typedef struct target {
     char what[96];
-    int row;                /* index into rows */
+    int row; /* index into rows */
     double measured, goal;
-    bool ge;                /* measured >= goal wanted (else <=) */
-    char unit[8];           /* "x", "%", "us" */
-    bool known;             /* measured is available */
+    bool ge;      /* measured >= goal wanted (else <=) */
+    char unit[8]; /* "x", "%", "us" */
+    bool known;   /* measured is available */
     bool met;
 } target;
 #define MAX_TARGETS 16
@@ -220,15 +220,15 @@ static void bench_norms(const options *o, const limits *lim) {
                 snprintf(r->unit, sizeof r->unit, "GB/s");
                 r->frac = r->rate / lim->dram_gbs;
                 snprintf(r->limit_name, sizeof r->limit_name, "DRAM");
-                r->torch_s = torch_time("norm %s %s %lld %lld", kind ? "ln" : "rms", dts, (long long)N,
-                                        (long long)C);
+                r->torch_s = torch_time("norm %s %s %lld %lld", kind ? "ln" : "rms", dts, (long long)N, (long long)C);
                 r->ratio_torch = r->torch_s / r->ours_s;
                 if (dti == 0 && N == 4096 && C == 768) {
-                    add_target(r, kind ? "LayerNorm f32 4096x768 vs PyTorch native"
-                                       : "RMSNorm f32 4096x768 vs PyTorch composed",
+                    add_target(r,
+                               kind ? "LayerNorm f32 4096x768 vs PyTorch native"
+                                    : "RMSNorm f32 4096x768 vs PyTorch composed",
                                r->ratio_torch, kind ? 1.3 : 4.0, true, "x");
-                    add_target(r, kind ? "LayerNorm f32 4096x768 DRAM bandwidth"
-                                       : "RMSNorm f32 4096x768 DRAM bandwidth",
+                    add_target(r,
+                               kind ? "LayerNorm f32 4096x768 DRAM bandwidth" : "RMSNorm f32 4096x768 DRAM bandwidth",
                                100 * r->frac, 70, true, "%");
                 }
             }
@@ -320,8 +320,16 @@ static void bench_linear(const options *o, const limits *lim, const bn_blas *bla
         r->torch_s = torch_time("linear %lld %lld %lld", (long long)M, (long long)K, (long long)N);
         r->ratio_torch = r->torch_s / r->ours_s;
         if (blas->lib) {
-            blas_arg b = {blas, (int)M, (int)K, (int)N, blas_buf(M * K, 1), blas_buf(N * K, 2), blas_buf(M * N, 3),
-                          blas_buf(M * N, 4), blas_buf(M * K, 5), blas_buf(N * K, 6)};
+            blas_arg b = {blas,
+                          (int)M,
+                          (int)K,
+                          (int)N,
+                          blas_buf(M * K, 1),
+                          blas_buf(N * K, 2),
+                          blas_buf(M * N, 3),
+                          blas_buf(M * N, 4),
+                          blas_buf(M * K, 5),
+                          blas_buf(N * K, 6)};
             if (blas->set_threads) blas->set_threads(o->threads);
             bn_nap_ms(50);
             bn_timing t = bn_time(blas_step, &b, o->budget, 5, 2e-3);
@@ -333,8 +341,8 @@ static void bench_linear(const options *o, const limits *lim, const bn_blas *bla
         }
         if ((M == 512 && K == 512) || M == 4096) {
             char what[96];
-            snprintf(what, sizeof what, "Linear %lldx%lldx%lld vs OpenBLAS sgemm GFLOP/s", (long long)M,
-                     (long long)K, (long long)N);
+            snprintf(what, sizeof what, "Linear %lldx%lldx%lld vs OpenBLAS sgemm GFLOP/s", (long long)M, (long long)K,
+                     (long long)N);
             add_target(r, what, r->ratio_blas, 0.8, true, "x");
         }
     }
@@ -407,9 +415,9 @@ typedef struct mlp {
     tg_optim *opt;
     tg_tensor *x;
     int64_t *targets;
-    size_t saved_bytes;     /* tg_tape_saved_bytes after the forward */
-    size_t step_peak;       /* tg_arena_used at the end of the step */
-    bool measure;           /* record both in the next step */
+    size_t saved_bytes; /* tg_tape_saved_bytes after the forward */
+    size_t step_peak;   /* tg_arena_used at the end of the step */
+    bool measure;       /* record both in the next step */
 } mlp;
 
 static tg_tensor *mlp_forward(mlp *m) {
@@ -438,13 +446,13 @@ static void mlp_init(mlp *m, int threads, int64_t H, int64_t B) {
     tg_ctx *ctx = m->ctx = tg_ctx_new(3);
     tg_set_threads(ctx, threads);
     tg_model_add(ctx, &m->model, TG_MODULE(m->fc1 = tg_linear_new(ctx, "fc1", 784, H, true, TG_F32)));
-    tg_model_add(ctx, &m->model,
-                 TG_MODULE(m->n1 = tg_rmsnorm_new(ctx, "norm1", 1, (int64_t[]){H}, TG_RMSNORM_EPS, true, false,
-                                                 TG_F32)));
+    tg_model_add(
+        ctx, &m->model,
+        TG_MODULE(m->n1 = tg_rmsnorm_new(ctx, "norm1", 1, (int64_t[]){H}, TG_RMSNORM_EPS, true, false, TG_F32)));
     tg_model_add(ctx, &m->model, TG_MODULE(m->fc2 = tg_linear_new(ctx, "fc2", H, H, true, TG_F32)));
-    tg_model_add(ctx, &m->model,
-                 TG_MODULE(m->n2 = tg_rmsnorm_new(ctx, "norm2", 1, (int64_t[]){H}, TG_RMSNORM_EPS, true, false,
-                                                 TG_F32)));
+    tg_model_add(
+        ctx, &m->model,
+        TG_MODULE(m->n2 = tg_rmsnorm_new(ctx, "norm2", 1, (int64_t[]){H}, TG_RMSNORM_EPS, true, false, TG_F32)));
     tg_model_add(ctx, &m->model, TG_MODULE(m->fc3 = tg_linear_new(ctx, "fc3", H, 10, true, TG_F32)));
     tg_model_params(ctx, &m->model, &m->params);
     tg_adam_opts ao = tg_adam_defaults(); /* lr 1e-3, betas (0.9, 0.999), eps 1e-8 */
@@ -515,8 +523,7 @@ static void bench_mlp(const options *o, const limits *lim) {
         const double held = (double)m.step_peak + persistent;
         const double held_cap = (double)cap + persistent;
         const double need = persistent + (double)m.saved_bytes;
-        row *q = new_row("memory", "MLP peak memory 784-%lld-%lld-10 b%lld", (long long)H, (long long)H,
-                         (long long)B);
+        row *q = new_row("memory", "MLP peak memory 784-%lld-%lld-10 b%lld", (long long)H, (long long)H, (long long)B);
         q->rate = held / (1 << 20);
         snprintf(q->unit, sizeof q->unit, "MiB");
         q->frac = held / need;
@@ -527,8 +534,8 @@ static void bench_mlp(const options *o, const limits *lim) {
                  (double)m.step_peak / (1 << 20), persistent / (1 << 20), need / (1 << 20),
                  (double)m.saved_bytes / (1 << 20), (double)cap / (1 << 20),
                  cap == cap_after_timing ? " (flat)" : " (GREW)", held_cap / need);
-        add_target(q, H == 256 ? "MLP hidden 256 peak memory / needed" : "MLP hidden 64 peak memory / needed",
-                   q->frac, 1.2, false, "x");
+        add_target(q, H == 256 ? "MLP hidden 256 peak memory / needed" : "MLP hidden 64 peak memory / needed", q->frac,
+                   1.2, false, "x");
         if (!tg_ok(m.ctx)) die_ctx(m.ctx, "MLP step");
         mlp_free(&m);
     }
@@ -617,8 +624,8 @@ static void print_table(FILE *out, const options *o, const limits *lim, double l
         else snprintf(sp, sizeof sp, "%.2fx", r->ratio_torch);
         if (isnan(r->ratio_blas)) snprintf(vb, sizeof vb, "-");
         else snprintf(vb, sizeof vb, "%.2fx", r->ratio_blas);
-        fprintf(out, "%-44s %10s %14s %10s %10s %9s %10s %8s  %s\n", r->name, ours, rate, frac, torch, sp, blas,
-                vb, r->target);
+        fprintf(out, "%-44s %10s %14s %10s %10s %9s %10s %8s  %s\n", r->name, ours, rate, frac, torch, sp, blas, vb,
+                r->target);
         if (r->extra[0]) fprintf(out, "%-44s   %s\n", "", r->extra);
     }
     int met = 0, known = 0;
@@ -634,22 +641,23 @@ static void print_table(FILE *out, const options *o, const limits *lim, double l
         const row *r = &rows[t->row];
         fprintf(out, "missed: %s -- ", t->what);
         if (!strcmp(r->group, "scaling"))
-            fprintf(out, "wall-clock scaling needs %d free cores; load average %.1f on %ld CPUs during this "
-                         "run. The CPU time above says what the split allows on free cores.\n",
+            fprintf(out,
+                    "wall-clock scaling needs %d free cores; load average %.1f on %ld CPUs during this "
+                    "run. The CPU time above says what the split allows on free cores.\n",
                     o->threads > 2 ? o->threads : 2, load, ncpu);
         else if (!strcmp(r->group, "norm"))
-            fprintf(out, "memory-bound: other jobs' traffic and cache use count against it (load %.1f on %ld "
-                         "CPUs); compare the other norm rows of this run.\n",
+            fprintf(out,
+                    "memory-bound: other jobs' traffic and cache use count against it (load %.1f on %ld "
+                    "CPUs); compare the other norm rows of this run.\n",
                     load, ncpu);
-        else
-            fprintf(out, "see the row's numbers above (load %.1f on %ld CPUs).\n", load, ncpu);
+        else fprintf(out, "see the row's numbers above (load %.1f on %ld CPUs).\n", load, ncpu);
     }
     char fma[160];
     fprintf(out,
             "limits (%d thread%s): DRAM copy %.1f GB/s, triad %.1f GB/s (best of runs, 256 MiB arrays); "
             "FMA peak f32 %.1f GFLOP/s, f64 %.1f GFLOP/s (%s)\n",
-            o->threads, o->threads == 1 ? "" : "s", lim->stream.copy_gbs, lim->stream.triad_gbs,
-            lim->fma.f32_gflops, lim->fma.f64_gflops, bn_fma_describe(fma, sizeof fma, &lim->fma));
+            o->threads, o->threads == 1 ? "" : "s", lim->stream.copy_gbs, lim->stream.triad_gbs, lim->fma.f32_gflops,
+            lim->fma.f64_gflops, bn_fma_describe(fma, sizeof fma, &lim->fma));
 }
 
 static void json_str(FILE *f, const char *s) {
@@ -692,8 +700,8 @@ static bool write_json(const char *path, const options *o, const limits *lim, co
     fprintf(f, ",\n  \"torch_threads\": %d", torch_srv.threads);
     fprintf(f, ",\n  \"clock\": \"%s\"", bn_cpu_clock() ? "process_cpu" : "wall");
     json_kstr(f, ",\n  ", "torch_malloc", o->warm_malloc ? "warm" : "default");
-    fprintf(f, ",\n  \"openblas_env_unset\": %s", getenv("OPENBLAS_CORETYPE") || getenv("OPENBLAS_L2_SIZE")
-                                                   ? "false" : "true");
+    fprintf(f, ",\n  \"openblas_env_unset\": %s",
+            getenv("OPENBLAS_CORETYPE") || getenv("OPENBLAS_L2_SIZE") ? "false" : "true");
     fprintf(f, ",\n  \"loadavg\": [");
     json_num(f, load0);
     fprintf(f, ", ");

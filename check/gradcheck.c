@@ -107,8 +107,8 @@ typedef struct gc_config {
 /* Fills cfg from opts (NULL: defaults) for inputs[0..n-1] with `mask`
  * (0: all) as the inputs to check; h, atol, rtol left 0 take the defaults
  * of the checked inputs' dtype (unless opts->no_defaults). */
-static bool gc_configure(tg_ctx *ctx, const char *fn, const tg_gradcheck_opts *opts, int n,
-                         tg_tensor *const *inputs, uint32_t mask, gc_config *cfg) {
+static bool gc_configure(tg_ctx *ctx, const char *fn, const tg_gradcheck_opts *opts, int n, tg_tensor *const *inputs,
+                         uint32_t mask, gc_config *cfg) {
     tg_gradcheck_opts o = opts ? *opts : tg_gradcheck_defaults();
     if (mask == 0) mask = n >= 32 ? 0xffffffffu : ((uint32_t)1 << n) - 1;
     if (n < 32 && (mask >> n) != 0) {
@@ -119,10 +119,9 @@ static bool gc_configure(tg_ctx *ctx, const char *fn, const tg_gradcheck_opts *o
         tg_error(ctx, TG_ERR_VALUE, fn, "unknown mode %d (TG_GRADCHECK_FULL or TG_GRADCHECK_DIRECTIONAL)", (int)o.mode);
         return false;
     }
-    if (!(o.h >= 0) || !isfinite(o.h) || !(o.atol >= 0) || !isfinite(o.atol) || !(o.rtol >= 0) ||
-        !isfinite(o.rtol)) {
-        tg_error(ctx, TG_ERR_VALUE, fn, "h=%g, atol=%g, rtol=%g: each must be finite and >= 0 (0 for the default)",
-                 o.h, o.atol, o.rtol);
+    if (!(o.h >= 0) || !isfinite(o.h) || !(o.atol >= 0) || !isfinite(o.atol) || !(o.rtol >= 0) || !isfinite(o.rtol)) {
+        tg_error(ctx, TG_ERR_VALUE, fn, "h=%g, atol=%g, rtol=%g: each must be finite and >= 0 (0 for the default)", o.h,
+                 o.atol, o.rtol);
         return false;
     }
     if (o.no_defaults && o.h == 0) {
@@ -168,9 +167,9 @@ typedef struct gc_session {
     const tg_tensor *out0;                 /* the first output: its shape */
     int64_t n_evals;
     /* the caller's state, restored at the end */
-    tg_tape tape;                         /* its tape and grad mode */
-    uint64_t rng_seed, rng_offset;        /* every evaluation starts here */
-    uint64_t after_seed, after_offset;    /* where one evaluation ends */
+    tg_tape tape;                      /* its tape and grad mode */
+    uint64_t rng_seed, rng_offset;     /* every evaluation starts here */
+    uint64_t after_seed, after_offset; /* where one evaluation ends */
     bool have_after;
 } gc_session;
 
@@ -223,8 +222,10 @@ static tg_tensor *gc_eval(gc_session *s, bool record) {
         s->have_after = true;
     }
     if (s->out0 && !tg_same_shape(y, s->out0)) {
-        tg_error(ctx, TG_ERR_STATE, s->fn, "the checked function's output changed shape from %s to %s between "
-                 "evaluations", tg_shape_of(s1, s->out0), tg_shape_of(s2, y));
+        tg_error(ctx, TG_ERR_STATE, s->fn,
+                 "the checked function's output changed shape from %s to %s between "
+                 "evaluations",
+                 tg_shape_of(s1, s->out0), tg_shape_of(s2, y));
         return NULL;
     }
     if (s->out0 && y->dtype != s->out0->dtype) {
@@ -271,7 +272,7 @@ static void gc_compare(tg_gradcheck_result *R, int k, int64_t i, double a, doubl
     double rel = err / fmax(fabs(n), fmax(R->atol, DBL_MIN));
     double ratio = tol > 0 ? err / tol : (err == 0 ? 0.0 : INFINITY);
     if (isnan(ratio)) ratio = INFINITY; /* NaN anywhere: the worst of all */
-    bool ok = err <= tol;                /* false for NaN */
+    bool ok = err <= tol;               /* false for NaN */
     in->n_checked++;
     if (!ok) in->n_failed++;
     in->max_abs_err = gc_max(in->max_abs_err, err);
@@ -336,8 +337,8 @@ static bool gc_check_full(gc_session *s, tg_gradcheck_result *R, int k, const tg
  * with x+- = x +- h v as stored (rounded), so both use the same step.
  * Forward differences (L0 = L(x) given) use x and L0 in place of x- and
  * L(x-), and h in place of 2h. */
-static bool gc_check_directional(gc_session *s, tg_gradcheck_result *R, int k, const tg_tensor *r,
-                                 uint64_t seed, const double *L0) {
+static bool gc_check_directional(gc_session *s, tg_gradcheck_result *R, int k, const tg_tensor *r, uint64_t seed,
+                                 const double *L0) {
     tg_ctx *ctx = s->ctx;
     tg_tensor *x = s->x[k];
     const tg_tensor *g = x->grad;
@@ -377,8 +378,7 @@ static bool gc_check_directional(gc_session *s, tg_gradcheck_result *R, int k, c
 
 /* ---- public entry points --------------------------------------------------- */
 
-static bool gc_check_args(tg_ctx *ctx, const char *fn, tg_gradcheck_fn f, int n_inputs,
-                          tg_tensor *const *inputs) {
+static bool gc_check_args(tg_ctx *ctx, const char *fn, tg_gradcheck_fn f, int n_inputs, tg_tensor *const *inputs) {
     if (!f || !inputs) {
         tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", f ? "inputs" : "f");
         return false;
@@ -464,9 +464,8 @@ bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_t
 /* Jacobians are capped so a slip (a big input) fails fast, not slowly. */
 #define GC_JACOBIAN_MAX ((int64_t)1 << 22)
 
-bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs,
-                           tg_tensor *const *inputs, int input, const tg_gradcheck_opts *opts,
-                           tg_tensor **analytic, tg_tensor **numeric) {
+bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                           int input, const tg_gradcheck_opts *opts, tg_tensor **analytic, tg_tensor **numeric) {
     if (analytic) *analytic = NULL;
     if (numeric) *numeric = NULL;
     if (!tg_live(ctx)) return false;
@@ -494,7 +493,8 @@ bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
         int64_t M = y->numel, N = x->numel;
         if (N != 0 && M > GC_JACOBIAN_MAX / N) {
             char s1[TG_SHAPE_STR], s2[TG_SHAPE_STR];
-            tg_error(ctx, TG_ERR_VALUE, __func__, "the Jacobian of an output of shape %s by an input of shape %s "
+            tg_error(ctx, TG_ERR_VALUE, __func__,
+                     "the Jacobian of an output of shape %s by an input of shape %s "
                      "has over %lld entries: this mode is for small functions",
                      tg_shape_of(s1, y), tg_shape_of(s2, x), (long long)GC_JACOBIAN_MAX);
             ok = false;

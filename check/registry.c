@@ -118,8 +118,8 @@ static bool parse_spec(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_o
         if (!eq || klen == 0 || vlen == 0 || klen >= sizeof c->arg_name[0] || vlen >= sizeof c->arg_value[0] ||
             c->n_args == TG_OP_MAX_ARGS) {
             tg_error(ctx, TG_ERR_FORMAT, BUILD_FN,
-                     "%s: bad argument '%.*s' in spec '%s' (key=value, at most %d arguments)", op->name,
-                     (int)(e - p), p, spec, TG_OP_MAX_ARGS);
+                     "%s: bad argument '%.*s' in spec '%s' (key=value, at most %d arguments)", op->name, (int)(e - p),
+                     p, spec, TG_OP_MAX_ARGS);
             return false;
         }
         memcpy(c->arg_name[c->n_args], p, klen);
@@ -232,24 +232,24 @@ static bool need_shapes(tg_ctx *ctx, const tg_op_case *c, int lo, int hi) {
         tg_error(ctx, TG_ERR_SHAPE, BUILD_FN, "%s: spec '%s' has %d shapes; the op takes %d", c->op->name, c->spec,
                  c->n_shapes, lo);
     else
-        tg_error(ctx, TG_ERR_SHAPE, BUILD_FN, "%s: spec '%s' has %d shapes; the op takes %d..%d", c->op->name,
-                 c->spec, c->n_shapes, lo, hi);
+        tg_error(ctx, TG_ERR_SHAPE, BUILD_FN, "%s: spec '%s' has %d shapes; the op takes %d..%d", c->op->name, c->spec,
+                 c->n_shapes, lo, hi);
     return false;
 }
 
 /* How a builder draws an input's values. */
 typedef enum rg_dist {
-    RG_ANY,      /* uniform in [-2, 2) */
-    RG_AWAY0,    /* |x| in [0.2, 2), random sign: relu, abs, leaky_relu */
-    RG_DENOM,    /* |x| in [0.5, 2), random sign: denominators */
-    RG_POS,      /* [0.5, 2): log, sqrt, pow */
-    RG_DISTINCT  /* a shuffled ramp over [-2, 2): no ties, gaps of 4/numel */
+    RG_ANY,     /* uniform in [-2, 2) */
+    RG_AWAY0,   /* |x| in [0.2, 2), random sign: relu, abs, leaky_relu */
+    RG_DENOM,   /* |x| in [0.5, 2), random sign: denominators */
+    RG_POS,     /* [0.5, 2): log, sqrt, pow */
+    RG_DISTINCT /* a shuffled ramp over [-2, 2): no ties, gaps of 4/numel */
 } rg_dist;
 
 /* Makes input k (named `name`) of the given shape with values drawn by
  * `dist`; `check` says whether it is differentiable. */
-static tg_tensor *make_input_shaped(tg_ctx *ctx, tg_op_case *c, int k, int ndim, const int64_t *shape,
-                                    const char *name, rg_dist dist, bool check) {
+static tg_tensor *make_input_shaped(tg_ctx *ctx, tg_op_case *c, int k, int ndim, const int64_t *shape, const char *name,
+                                    rg_dist dist, bool check) {
     tg_tensor *t = tg_new_tensor(ctx, BUILD_FN, c->dtype, ndim, shape);
     if (!t) return NULL;
     int64_t n = t->numel;
@@ -284,8 +284,7 @@ static tg_tensor *make_input_shaped(tg_ctx *ctx, tg_op_case *c, int k, int ndim,
 }
 
 /* Input k with the spec's shape number `from`. */
-static tg_tensor *make_input(tg_ctx *ctx, tg_op_case *c, int k, int from, const char *name, rg_dist dist,
-                             bool check) {
+static tg_tensor *make_input(tg_ctx *ctx, tg_op_case *c, int k, int from, const char *name, rg_dist dist, bool check) {
     return make_input_shaped(ctx, c, k, c->ndim[from], c->shape[from], name, dist, check);
 }
 
@@ -322,17 +321,16 @@ static tg_tensor *fw_norm(tg_ctx *ctx, tg_tensor *const *in, void *u) {
 /* ---- elementwise: binary with broadcasting, and matmul ------------------------ */
 
 static const char HELP_BINARY[] = "A,B: two shapes that broadcast (NumPy rules), e.g. 2x1x3,4x3";
-static const char *const V_BINARY[] = {
-    "3x4,3x4",     /* same shape */
-    "1x1,1x1",     /* size-1 dims */
-    "2x1x3,4x3",   /* a broadcasts over 4, b over 2 (both sides) */
-    "4x3,2x1x3",   /* the other way round */
-    "3,2x3",       /* lower rank on the left */
-    "2x3x1,1x4",   /* both size-1 dims broadcast: (2,3,4) */
-    "(),2x3",      /* a 0-d operand */
-    "2x3,1",       /* a single element on the right */
-    "8x33,33",     /* larger: directional */
-    NULL};
+static const char *const V_BINARY[] = {"3x4,3x4",   /* same shape */
+                                       "1x1,1x1",   /* size-1 dims */
+                                       "2x1x3,4x3", /* a broadcasts over 4, b over 2 (both sides) */
+                                       "4x3,2x1x3", /* the other way round */
+                                       "3,2x3",     /* lower rank on the left */
+                                       "2x3x1,1x4", /* both size-1 dims broadcast: (2,3,4) */
+                                       "(),2x3",    /* a 0-d operand */
+                                       "2x3,1",     /* a single element on the right */
+                                       "8x33,33",   /* larger: directional */
+                                       NULL};
 
 static bool build_binary(tg_ctx *ctx, tg_op_case *c) {
     return need_shapes(ctx, c, 2, 2) && make_input(ctx, c, 0, 0, "a", RG_ANY, true) &&
@@ -345,15 +343,13 @@ static bool build_binary_denom(tg_ctx *ctx, tg_op_case *c) {
 }
 
 static const char HELP_MATMUL[] = "A,B: (M,K),(K,N) or (B,M,K),(B,K,N) or (B,M,K),(K,N)";
-static const char *const V_MATMUL[] = {
-    "3x4,4x5",       /* non-square */
-    "1x4,4x1",       /* row times column */
-    "4x1,1x3",       /* outer product */
-    "1x1,1x1",
-    "2x3x4,2x4x5",   /* batched */
-    "3x2x4,4x3",     /* batched with a shared b */
-    "70x65,65x40",   /* larger: blocked GEMM paths, directional */
-    NULL};
+static const char *const V_MATMUL[] = {"3x4,4x5",                    /* non-square */
+                                       "1x4,4x1",                    /* row times column */
+                                       "4x1,1x3",                    /* outer product */
+                                       "1x1,1x1",     "2x3x4,2x4x5", /* batched */
+                                       "3x2x4,4x3",                  /* batched with a shared b */
+                                       "70x65,65x40",                /* larger: blocked GEMM paths, directional */
+                                       NULL};
 
 /* ---- elementwise: unary, with a scalar, activations --------------------------- */
 
@@ -373,8 +369,7 @@ static const char HELP_SCALAR_S[] = "X;s=S: any shape and the scalar s (default 
 static const char *const V_ADD_SCALAR[] = {"3x4;s=1.5", "()", "2x1x3;s=-3", "16x33;s=0.25", NULL};
 static const char *const V_MUL_SCALAR[] = {"3x4;s=-0.7", "()", "2x1x3;s=3", "3x4;s=0", "16x33;s=1.5", NULL};
 static const char HELP_POW[] = "X;p=P: any shape (inputs drawn in [0.5, 2)) and the exponent p (default 2)";
-static const char *const V_POW[] = {"3x4;p=2", "3x4;p=3", "3x4;p=0.5", "2x1x3;p=-1.5", "();p=2.5", "16x33;p=1.7",
-                                    NULL};
+static const char *const V_POW[] = {"3x4;p=2", "3x4;p=3", "3x4;p=0.5", "2x1x3;p=-1.5", "();p=2.5", "16x33;p=1.7", NULL};
 static const char HELP_LEAKY[] = "X;slope=S: any shape and the negative slope (default 0.01)";
 static const char *const V_LEAKY[] = {"3x4", "3x4;slope=0.2", "()", "2x1x3;slope=-0.5", "16x33;slope=0.1", NULL};
 
@@ -406,8 +401,15 @@ static tg_tensor *fw_gelu(tg_ctx *ctx, tg_tensor *const *in, void *u) {
 static const char *const V_SUM[] = {"3x4", "()", "1", "2x3x4", "16x33", NULL};
 static const char HELP_AXIS[] = "X;axis=A;keepdim=0|1: any shape, the axis (default -1, may be negative) and "
                                 "whether to keep it with size 1 (default 0)";
-static const char *const V_AXIS[] = {"3x4;axis=0", "3x4;axis=1;keepdim=1", "2x3x4;axis=-1", "2x3x4;axis=1;keepdim=1",
-                                     "();axis=0", "5;axis=0", "1x4;axis=0", "16x33;axis=1", NULL};
+static const char *const V_AXIS[] = {"3x4;axis=0",
+                                     "3x4;axis=1;keepdim=1",
+                                     "2x3x4;axis=-1",
+                                     "2x3x4;axis=1;keepdim=1",
+                                     "();axis=0",
+                                     "5;axis=0",
+                                     "1x4;axis=0",
+                                     "16x33;axis=1",
+                                     NULL};
 
 static bool build_axis_any(tg_ctx *ctx, tg_op_case *c) {
     return build_unary(ctx, c, RG_ANY) && check_args(ctx, c, "axis,keepdim", true);
@@ -422,8 +424,8 @@ static const char HELP_TRANSPOSE[] = "X: ndim >= 2; the last two dims are swappe
 static const char *const V_TRANSPOSE[] = {"3x4", "1x5", "2x3x4", "2x1x3x2", "33x65", NULL};
 
 static const char HELP_RESHAPE[] = "X;to=SHAPE: the new shape, one size may be -1, e.g. 2x3x4;to=4x-1";
-static const char *const V_RESHAPE[] = {"2x3x4;to=6x4", "2x3x4;to=4x-1", "2x6;to=3x1x4", "1;to=()", "();to=1x1",
-                                        "40x30;to=-1x20", NULL};
+static const char *const V_RESHAPE[] = {
+    "2x3x4;to=6x4", "2x3x4;to=4x-1", "2x6;to=3x1x4", "1;to=()", "();to=1x1", "40x30;to=-1x20", NULL};
 
 /* The reshape target (validated by the builder). */
 static bool reshape_target(const tg_op_case *c, int *ndim, int64_t *shape) {
@@ -435,8 +437,10 @@ static bool build_reshape(tg_ctx *ctx, tg_op_case *c) {
     int64_t sh[TG_MAX_DIMS];
     if (!build_unary(ctx, c, RG_ANY)) return false;
     if (!reshape_target(c, &nd, sh)) {
-        tg_error(ctx, TG_ERR_FORMAT, BUILD_FN, "reshape: spec '%s' needs to=SHAPE (sizes joined by 'x', one may "
-                 "be -1, '()' for 0-d)", c->spec);
+        tg_error(ctx, TG_ERR_FORMAT, BUILD_FN,
+                 "reshape: spec '%s' needs to=SHAPE (sizes joined by 'x', one may "
+                 "be -1, '()' for 0-d)",
+                 c->spec);
         return false;
     }
     return true;
@@ -449,8 +453,8 @@ static tg_tensor *fw_reshape(tg_ctx *ctx, tg_tensor *const *in, void *u) {
 }
 
 static const char HELP_CONCAT[] = "X1,X2,...;axis=A: 1..8 shapes equal but along axis A (default 0)";
-static const char *const V_CONCAT[] = {"2x3,4x3,1x3;axis=0", "2x3,2x1,2x2;axis=-1", "2x3x4,2x1x4;axis=1",
-                                       "3x2;axis=1", "1,1", "16x8,16x25;axis=1", NULL};
+static const char *const V_CONCAT[] = {
+    "2x3,4x3,1x3;axis=0", "2x3,2x1,2x2;axis=-1", "2x3x4,2x1x4;axis=1", "3x2;axis=1", "1,1", "16x8,16x25;axis=1", NULL};
 static const char *const CONCAT_NAMES[TG_GRADCHECK_MAX_INPUTS] = {"x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7"};
 
 static bool build_concat(tg_ctx *ctx, tg_op_case *c) {
@@ -465,9 +469,13 @@ static tg_tensor *fw_concat(tg_ctx *ctx, tg_tensor *const *in, void *u) {
 }
 
 static const char HELP_SLICE[] = "X;axis=A;start=S;end=E: elements S..E-1 along axis A (defaults: 0, 0, size)";
-static const char *const V_SLICE[] = {"5x4;axis=0;start=1;end=4", "3x6;axis=1;start=0;end=6",
-                                      "2x3x4;axis=-1;start=2;end=3", "4x3;axis=0;start=2;end=2",
-                                      "1;axis=0;start=0;end=1", "33x20;axis=0;start=5;end=30", NULL};
+static const char *const V_SLICE[] = {"5x4;axis=0;start=1;end=4",
+                                      "3x6;axis=1;start=0;end=6",
+                                      "2x3x4;axis=-1;start=2;end=3",
+                                      "4x3;axis=0;start=2;end=2",
+                                      "1;axis=0;start=0;end=1",
+                                      "33x20;axis=0;start=5;end=30",
+                                      NULL};
 
 static bool build_slice(tg_ctx *ctx, tg_op_case *c) {
     return build_unary(ctx, c, RG_ANY) && check_args(ctx, c, "axis,start,end", true);
@@ -519,9 +527,9 @@ static const char *const V_SOFTMAX[] = {"3x5", "5", "2x3x4", "4x1", "()", "8x65"
 
 static const char HELP_CE[] = "NxC;smoothing=E;ignore_index=I;ignore_rows=K: logits (N,C), random targets in "
                               "0..C-1; the first K < N rows get target I (default -100)";
-static const char *const V_CE[] = {"4x5", "4x5;smoothing=0.1", "6x3;ignore_rows=2",
-                                   "6x3;ignore_rows=2;smoothing=0.2", "1x1", "5x4;ignore_index=2",
-                                   "32x10;smoothing=0.05", NULL};
+static const char *const V_CE[] = {
+    "4x5", "4x5;smoothing=0.1",  "6x3;ignore_rows=2",    "6x3;ignore_rows=2;smoothing=0.2",
+    "1x1", "5x4;ignore_index=2", "32x10;smoothing=0.05", NULL};
 
 static bool build_cross_entropy(tg_ctx *ctx, tg_op_case *c) {
     if (!build_unary(ctx, c, RG_ANY) || !check_args(ctx, c, "smoothing", false) ||
@@ -536,8 +544,10 @@ static bool build_cross_entropy(tg_ctx *ctx, tg_op_case *c) {
     int64_t N = c->shape[0][0], C = c->shape[0][1];
     int64_t ign = (int64_t)num_of(c, "ignore_index"), rows = (int64_t)num_of(c, "ignore_rows");
     if (rows < 0 || rows >= N) {
-        tg_error(ctx, TG_ERR_VALUE, BUILD_FN, "cross_entropy: spec '%s': ignore_rows=%lld must be in 0..N-1=%lld "
-                 "(with every row ignored the loss is NaN)", c->spec, (long long)rows, (long long)(N - 1));
+        tg_error(ctx, TG_ERR_VALUE, BUILD_FN,
+                 "cross_entropy: spec '%s': ignore_rows=%lld must be in 0..N-1=%lld "
+                 "(with every row ignored the loss is NaN)",
+                 c->spec, (long long)rows, (long long)(N - 1));
         return false;
     }
     c->index = tg_arena_alloc_fn(ctx, BUILD_FN, (size_t)N * sizeof *c->index);
@@ -568,8 +578,8 @@ static bool build_mse(tg_ctx *ctx, tg_op_case *c) {
 }
 
 static const char HELP_DROPOUT[] = "X;p=P;train=0|1: any shape, drop probability (default 0.3), training (1)";
-static const char *const V_DROPOUT[] = {"4x5;p=0.3", "3x7;p=0.5", "2x3;p=0", "4x5;p=0.3;train=0", "()", "16x33;p=0.2",
-                                        NULL};
+static const char *const V_DROPOUT[] = {"4x5;p=0.3", "3x7;p=0.5",   "2x3;p=0", "4x5;p=0.3;train=0",
+                                        "()",        "16x33;p=0.2", NULL};
 
 static bool build_dropout(tg_ctx *ctx, tg_op_case *c) {
     return build_unary(ctx, c, RG_ANY) && check_args(ctx, c, "p", false) && check_args(ctx, c, "train", true);
@@ -581,8 +591,8 @@ static tg_tensor *fw_dropout(tg_ctx *ctx, tg_tensor *const *in, void *u) {
 /* ---- layers: Linear, RMSNorm, LayerNorm (fused, and the composed twins) ---------- */
 
 static const char HELP_LINEAR[] = "X,W;bias=0|1: input (..., in), weight (out, in); a bias (out) unless bias=0";
-static const char *const V_LINEAR[] = {"4x3,5x3", "4x3,5x3;bias=0", "3,2x3", "2x3x4,5x4", "1x1,1x1",
-                                       "33x40,24x40", NULL};
+static const char *const V_LINEAR[] = {"4x3,5x3", "4x3,5x3;bias=0", "3,2x3", "2x3x4,5x4",
+                                       "1x1,1x1", "33x40,24x40",    NULL};
 
 static bool build_linear(tg_ctx *ctx, tg_op_case *c) {
     if (!need_shapes(ctx, c, 2, 2) || !check_args(ctx, c, "bias", true)) return false;
@@ -590,8 +600,7 @@ static bool build_linear(tg_ctx *ctx, tg_op_case *c) {
         tg_error(ctx, TG_ERR_SHAPE, BUILD_FN, "linear: spec '%s': the weight must be (out, in)", c->spec);
         return false;
     }
-    if (!make_input(ctx, c, 0, 0, "x", RG_ANY, true) || !make_input(ctx, c, 1, 1, "weight", RG_ANY, true))
-        return false;
+    if (!make_input(ctx, c, 0, 0, "x", RG_ANY, true) || !make_input(ctx, c, 1, 1, "weight", RG_ANY, true)) return false;
     return !num_of(c, "bias") || make_input_shaped(ctx, c, 2, 1, c->shape[1], "bias", RG_ANY, true);
 }
 static tg_tensor *fw_linear(tg_ctx *ctx, tg_tensor *const *in, void *u) {
@@ -609,10 +618,10 @@ static const char HELP_LAYERNORM[] = "X;norm=K;eps=E;affine=0|1;bias=0|1: normal
                                      "eps=1e-5, affine=1, bias=1";
 static const char ARGS_RMSNORM[] = "norm=1,eps=" TG_XSTR(TG_RMSNORM_EPS) ",affine=1,bias=0";
 static const char ARGS_LAYERNORM[] = "norm=1,eps=" TG_XSTR(TG_LAYERNORM_EPS) ",affine=1,bias=1";
-static const char *const V_RMSNORM[] = {"4x8", "4x8;bias=1", "4x8;affine=0", "2x3x4;norm=2;bias=1", "6;eps=0.1",
-                                        "16x64;bias=1", NULL};
-static const char *const V_LAYERNORM[] = {"4x8", "4x8;bias=0", "4x8;affine=0", "2x3x4;norm=2", "6;eps=0.1",
-                                          "3x1", "16x64", NULL};
+static const char *const V_RMSNORM[] = {
+    "4x8", "4x8;bias=1", "4x8;affine=0", "2x3x4;norm=2;bias=1", "6;eps=0.1", "16x64;bias=1", NULL};
+static const char *const V_LAYERNORM[] = {"4x8",       "4x8;bias=0", "4x8;affine=0", "2x3x4;norm=2",
+                                          "6;eps=0.1", "3x1",        "16x64",        NULL};
 
 static bool build_norm(tg_ctx *ctx, tg_op_case *c) {
     if (!build_unary(ctx, c, RG_ANY) || !check_args(ctx, c, "norm,affine,bias", true) ||
@@ -620,8 +629,8 @@ static bool build_norm(tg_ctx *ctx, tg_op_case *c) {
         return false;
     int64_t norm = (int64_t)num_of(c, "norm");
     if (norm < 1 || norm > c->ndim[0]) {
-        tg_error(ctx, TG_ERR_SHAPE, BUILD_FN, "%s: spec '%s': norm=%lld must be in 1..ndim(x)=%d", c->op->name,
-                 c->spec, (long long)norm, c->ndim[0]);
+        tg_error(ctx, TG_ERR_SHAPE, BUILD_FN, "%s: spec '%s': norm=%lld must be in 1..ndim(x)=%d", c->op->name, c->spec,
+                 (long long)norm, c->ndim[0]);
         return false;
     }
     int nd = (int)norm;
@@ -657,100 +666,305 @@ static bool build_norm(tg_ctx *ctx, tg_op_case *c) {
 
 static const tg_op_info registry[] = {
     /* elementwise, binary */
-    {.name = "add", .summary = "a + b, broadcasting", .spec_help = HELP_BINARY, VARIANTS(V_BINARY),
-     .build = build_binary, .forward = fw_binary, .fn.binary = tg_add},
-    {.name = "sub", .summary = "a - b, broadcasting", .spec_help = HELP_BINARY, VARIANTS(V_BINARY),
-     .build = build_binary, .forward = fw_binary, .fn.binary = tg_sub},
-    {.name = "mul", .summary = "a * b, broadcasting", .spec_help = HELP_BINARY, VARIANTS(V_BINARY),
-     .build = build_binary, .forward = fw_binary, .fn.binary = tg_mul},
-    {.name = "div", .summary = "a / b, broadcasting (|b| >= 0.5)", .spec_help = HELP_BINARY, VARIANTS(V_BINARY),
-     .build = build_binary_denom, .forward = fw_binary, .fn.binary = tg_div},
+    {.name = "add",
+     .summary = "a + b, broadcasting",
+     .spec_help = HELP_BINARY,
+     VARIANTS(V_BINARY),
+     .build = build_binary,
+     .forward = fw_binary,
+     .fn.binary = tg_add},
+    {.name = "sub",
+     .summary = "a - b, broadcasting",
+     .spec_help = HELP_BINARY,
+     VARIANTS(V_BINARY),
+     .build = build_binary,
+     .forward = fw_binary,
+     .fn.binary = tg_sub},
+    {.name = "mul",
+     .summary = "a * b, broadcasting",
+     .spec_help = HELP_BINARY,
+     VARIANTS(V_BINARY),
+     .build = build_binary,
+     .forward = fw_binary,
+     .fn.binary = tg_mul},
+    {.name = "div",
+     .summary = "a / b, broadcasting (|b| >= 0.5)",
+     .spec_help = HELP_BINARY,
+     VARIANTS(V_BINARY),
+     .build = build_binary_denom,
+     .forward = fw_binary,
+     .fn.binary = tg_div},
     /* elementwise, unary */
-    {.name = "neg", .summary = "-x", .spec_help = HELP_UNARY, VARIANTS(V_UNARY), .build = build_unary_any,
-     .forward = fw_unary, .fn.unary = tg_neg},
-    {.name = "add_scalar", .summary = "x + s", .spec_help = HELP_SCALAR_S, .args = "s=1.5", VARIANTS(V_ADD_SCALAR),
-     .build = build_scalar_any, .forward = fw_scalar, .fn.scalar = tg_add_scalar},
-    {.name = "mul_scalar", .summary = "x * s", .spec_help = HELP_SCALAR_S, .args = "s=1.5", VARIANTS(V_MUL_SCALAR),
-     .build = build_scalar_any, .forward = fw_scalar, .fn.scalar = tg_mul_scalar},
-    {.name = "pow_scalar", .summary = "x^p (x in [0.5, 2))", .spec_help = HELP_POW, .args = "p=2", VARIANTS(V_POW),
-     .build = build_scalar_pos, .forward = fw_scalar, .fn.scalar = tg_pow_scalar},
-    {.name = "exp", .summary = "e^x", .spec_help = HELP_UNARY, VARIANTS(V_UNARY), .build = build_unary_any,
-     .forward = fw_unary, .fn.unary = tg_exp, .f32 = {.h = 1e-2}},
-    {.name = "log", .summary = "ln x (x in [0.5, 2))", .spec_help = HELP_UNARY, VARIANTS(V_UNARY),
-     .build = build_unary_pos, .forward = fw_unary, .fn.unary = tg_log},
-    {.name = "sqrt", .summary = "sqrt x (x in [0.5, 2))", .spec_help = HELP_UNARY, VARIANTS(V_UNARY),
-     .build = build_unary_pos, .forward = fw_unary, .fn.unary = tg_sqrt},
-    {.name = "abs", .summary = "|x| (|x| >= 0.2)", .spec_help = HELP_UNARY, VARIANTS(V_UNARY),
-     .build = build_unary_away0, .forward = fw_unary, .fn.unary = tg_abs},
+    {.name = "neg",
+     .summary = "-x",
+     .spec_help = HELP_UNARY,
+     VARIANTS(V_UNARY),
+     .build = build_unary_any,
+     .forward = fw_unary,
+     .fn.unary = tg_neg},
+    {.name = "add_scalar",
+     .summary = "x + s",
+     .spec_help = HELP_SCALAR_S,
+     .args = "s=1.5",
+     VARIANTS(V_ADD_SCALAR),
+     .build = build_scalar_any,
+     .forward = fw_scalar,
+     .fn.scalar = tg_add_scalar},
+    {.name = "mul_scalar",
+     .summary = "x * s",
+     .spec_help = HELP_SCALAR_S,
+     .args = "s=1.5",
+     VARIANTS(V_MUL_SCALAR),
+     .build = build_scalar_any,
+     .forward = fw_scalar,
+     .fn.scalar = tg_mul_scalar},
+    {.name = "pow_scalar",
+     .summary = "x^p (x in [0.5, 2))",
+     .spec_help = HELP_POW,
+     .args = "p=2",
+     VARIANTS(V_POW),
+     .build = build_scalar_pos,
+     .forward = fw_scalar,
+     .fn.scalar = tg_pow_scalar},
+    {.name = "exp",
+     .summary = "e^x",
+     .spec_help = HELP_UNARY,
+     VARIANTS(V_UNARY),
+     .build = build_unary_any,
+     .forward = fw_unary,
+     .fn.unary = tg_exp,
+     .f32 = {.h = 1e-2}},
+    {.name = "log",
+     .summary = "ln x (x in [0.5, 2))",
+     .spec_help = HELP_UNARY,
+     VARIANTS(V_UNARY),
+     .build = build_unary_pos,
+     .forward = fw_unary,
+     .fn.unary = tg_log},
+    {.name = "sqrt",
+     .summary = "sqrt x (x in [0.5, 2))",
+     .spec_help = HELP_UNARY,
+     VARIANTS(V_UNARY),
+     .build = build_unary_pos,
+     .forward = fw_unary,
+     .fn.unary = tg_sqrt},
+    {.name = "abs",
+     .summary = "|x| (|x| >= 0.2)",
+     .spec_help = HELP_UNARY,
+     VARIANTS(V_UNARY),
+     .build = build_unary_away0,
+     .forward = fw_unary,
+     .fn.unary = tg_abs},
     /* activations */
-    {.name = "relu", .summary = "max(x, 0) (|x| >= 0.2)", .spec_help = HELP_UNARY, VARIANTS(V_UNARY),
-     .build = build_unary_away0, .forward = fw_unary, .fn.unary = tg_relu},
-    {.name = "leaky_relu", .summary = "x > 0 ? x : slope x (|x| >= 0.2)", .spec_help = HELP_LEAKY,
-     .args = "slope=0.01", VARIANTS(V_LEAKY), .build = build_scalar_away0, .forward = fw_scalar,
+    {.name = "relu",
+     .summary = "max(x, 0) (|x| >= 0.2)",
+     .spec_help = HELP_UNARY,
+     VARIANTS(V_UNARY),
+     .build = build_unary_away0,
+     .forward = fw_unary,
+     .fn.unary = tg_relu},
+    {.name = "leaky_relu",
+     .summary = "x > 0 ? x : slope x (|x| >= 0.2)",
+     .spec_help = HELP_LEAKY,
+     .args = "slope=0.01",
+     VARIANTS(V_LEAKY),
+     .build = build_scalar_away0,
+     .forward = fw_scalar,
      .fn.scalar = tg_leaky_relu},
-    {.name = "sigmoid", .summary = "1 / (1 + e^-x)", .spec_help = HELP_UNARY, VARIANTS(V_UNARY),
-     .build = build_unary_any, .forward = fw_unary, .fn.unary = tg_sigmoid},
-    {.name = "tanh", .summary = "tanh x", .spec_help = HELP_UNARY, VARIANTS(V_UNARY), .build = build_unary_any,
-     .forward = fw_unary, .fn.unary = tg_tanh},
-    {.name = "gelu", .summary = "x/2 (1 + erf(x / sqrt 2)), or the tanh approximation", .spec_help = HELP_GELU,
-     .args = "approx=erf", VARIANTS(V_GELU), .build = build_gelu, .forward = fw_gelu},
-    {.name = "silu", .summary = "x sigmoid(x)", .spec_help = HELP_UNARY, VARIANTS(V_UNARY),
-     .build = build_unary_any, .forward = fw_unary, .fn.unary = tg_silu},
+    {.name = "sigmoid",
+     .summary = "1 / (1 + e^-x)",
+     .spec_help = HELP_UNARY,
+     VARIANTS(V_UNARY),
+     .build = build_unary_any,
+     .forward = fw_unary,
+     .fn.unary = tg_sigmoid},
+    {.name = "tanh",
+     .summary = "tanh x",
+     .spec_help = HELP_UNARY,
+     VARIANTS(V_UNARY),
+     .build = build_unary_any,
+     .forward = fw_unary,
+     .fn.unary = tg_tanh},
+    {.name = "gelu",
+     .summary = "x/2 (1 + erf(x / sqrt 2)), or the tanh approximation",
+     .spec_help = HELP_GELU,
+     .args = "approx=erf",
+     VARIANTS(V_GELU),
+     .build = build_gelu,
+     .forward = fw_gelu},
+    {.name = "silu",
+     .summary = "x sigmoid(x)",
+     .spec_help = HELP_UNARY,
+     VARIANTS(V_UNARY),
+     .build = build_unary_any,
+     .forward = fw_unary,
+     .fn.unary = tg_silu},
     /* reductions */
-    {.name = "sum", .summary = "sum of all elements", .spec_help = HELP_UNARY, VARIANTS(V_SUM),
-     .build = build_unary_any, .forward = fw_unary, .fn.unary = tg_sum},
-    {.name = "mean", .summary = "mean of all elements", .spec_help = HELP_UNARY, VARIANTS(V_SUM),
-     .build = build_unary_any, .forward = fw_unary, .fn.unary = tg_mean},
-    {.name = "sum_axis", .summary = "sum over one axis", .spec_help = HELP_AXIS, .args = "axis=-1,keepdim=0",
-     VARIANTS(V_AXIS), .build = build_axis_any, .forward = fw_axis, .fn.axis = tg_sum_axis},
-    {.name = "mean_axis", .summary = "mean over one axis", .spec_help = HELP_AXIS, .args = "axis=-1,keepdim=0",
-     VARIANTS(V_AXIS), .build = build_axis_any, .forward = fw_axis, .fn.axis = tg_mean_axis},
-    {.name = "max_axis", .summary = "max over one axis (distinct inputs: no ties)", .spec_help = HELP_AXIS,
-     .args = "axis=-1,keepdim=0", VARIANTS(V_AXIS), .build = build_axis_distinct, .forward = fw_axis,
+    {.name = "sum",
+     .summary = "sum of all elements",
+     .spec_help = HELP_UNARY,
+     VARIANTS(V_SUM),
+     .build = build_unary_any,
+     .forward = fw_unary,
+     .fn.unary = tg_sum},
+    {.name = "mean",
+     .summary = "mean of all elements",
+     .spec_help = HELP_UNARY,
+     VARIANTS(V_SUM),
+     .build = build_unary_any,
+     .forward = fw_unary,
+     .fn.unary = tg_mean},
+    {.name = "sum_axis",
+     .summary = "sum over one axis",
+     .spec_help = HELP_AXIS,
+     .args = "axis=-1,keepdim=0",
+     VARIANTS(V_AXIS),
+     .build = build_axis_any,
+     .forward = fw_axis,
+     .fn.axis = tg_sum_axis},
+    {.name = "mean_axis",
+     .summary = "mean over one axis",
+     .spec_help = HELP_AXIS,
+     .args = "axis=-1,keepdim=0",
+     VARIANTS(V_AXIS),
+     .build = build_axis_any,
+     .forward = fw_axis,
+     .fn.axis = tg_mean_axis},
+    {.name = "max_axis",
+     .summary = "max over one axis (distinct inputs: no ties)",
+     .spec_help = HELP_AXIS,
+     .args = "axis=-1,keepdim=0",
+     VARIANTS(V_AXIS),
+     .build = build_axis_distinct,
+     .forward = fw_axis,
      .fn.axis = tg_max_axis},
     /* matmul */
-    {.name = "matmul", .summary = "a b: 2-D, batched 3-D, or batched by shared 2-D", .spec_help = HELP_MATMUL,
-     VARIANTS(V_MATMUL), .build = build_binary, .forward = fw_binary, .fn.binary = tg_matmul,
+    {.name = "matmul",
+     .summary = "a b: 2-D, batched 3-D, or batched by shared 2-D",
+     .spec_help = HELP_MATMUL,
+     VARIANTS(V_MATMUL),
+     .build = build_binary,
+     .forward = fw_binary,
+     .fn.binary = tg_matmul,
      .f32 = {.h = 0.1}},
     /* shapes */
-    {.name = "transpose", .summary = "swaps the last two dims", .spec_help = HELP_TRANSPOSE,
-     VARIANTS(V_TRANSPOSE), .build = build_unary_any, .forward = fw_unary, .fn.unary = tg_transpose},
-    {.name = "reshape", .summary = "x with a new shape", .spec_help = HELP_RESHAPE, .args = "to",
-     VARIANTS(V_RESHAPE), .build = build_reshape, .forward = fw_reshape},
-    {.name = "concat", .summary = "joins tensors along an axis", .spec_help = HELP_CONCAT, .args = "axis=0",
-     VARIANTS(V_CONCAT), .build = build_concat, .forward = fw_concat},
-    {.name = "slice", .summary = "x[start:end] along an axis", .spec_help = HELP_SLICE,
-     .args = "axis=0,start=0,end", VARIANTS(V_SLICE), .build = build_slice, .forward = fw_slice},
-    {.name = "embedding", .summary = "rows of weight by index", .spec_help = HELP_EMBEDDING,
-     VARIANTS(V_EMBEDDING), .build = build_embedding, .forward = fw_embedding},
+    {.name = "transpose",
+     .summary = "swaps the last two dims",
+     .spec_help = HELP_TRANSPOSE,
+     VARIANTS(V_TRANSPOSE),
+     .build = build_unary_any,
+     .forward = fw_unary,
+     .fn.unary = tg_transpose},
+    {.name = "reshape",
+     .summary = "x with a new shape",
+     .spec_help = HELP_RESHAPE,
+     .args = "to",
+     VARIANTS(V_RESHAPE),
+     .build = build_reshape,
+     .forward = fw_reshape},
+    {.name = "concat",
+     .summary = "joins tensors along an axis",
+     .spec_help = HELP_CONCAT,
+     .args = "axis=0",
+     VARIANTS(V_CONCAT),
+     .build = build_concat,
+     .forward = fw_concat},
+    {.name = "slice",
+     .summary = "x[start:end] along an axis",
+     .spec_help = HELP_SLICE,
+     .args = "axis=0,start=0,end",
+     VARIANTS(V_SLICE),
+     .build = build_slice,
+     .forward = fw_slice},
+    {.name = "embedding",
+     .summary = "rows of weight by index",
+     .spec_help = HELP_EMBEDDING,
+     VARIANTS(V_EMBEDDING),
+     .build = build_embedding,
+     .forward = fw_embedding},
     /* softmax, losses, dropout */
-    {.name = "softmax", .summary = "exp(x_i) / sum_j exp(x_j) over the last axis", .spec_help = HELP_SOFTMAX,
-     VARIANTS(V_SOFTMAX), .build = build_unary_any, .forward = fw_unary, .fn.unary = tg_softmax},
-    {.name = "log_softmax", .summary = "x_i - log sum_j exp(x_j) over the last axis", .spec_help = HELP_SOFTMAX,
-     VARIANTS(V_SOFTMAX), .build = build_unary_any, .forward = fw_unary, .fn.unary = tg_log_softmax,
+    {.name = "softmax",
+     .summary = "exp(x_i) / sum_j exp(x_j) over the last axis",
+     .spec_help = HELP_SOFTMAX,
+     VARIANTS(V_SOFTMAX),
+     .build = build_unary_any,
+     .forward = fw_unary,
+     .fn.unary = tg_softmax},
+    {.name = "log_softmax",
+     .summary = "x_i - log sum_j exp(x_j) over the last axis",
+     .spec_help = HELP_SOFTMAX,
+     VARIANTS(V_SOFTMAX),
+     .build = build_unary_any,
+     .forward = fw_unary,
+     .fn.unary = tg_log_softmax,
      .f32 = {.h = 1e-2}},
-    {.name = "cross_entropy", .summary = "mean -log softmax(logits)[target], label smoothing, ignore_index",
-     .spec_help = HELP_CE, .args = "smoothing=0,ignore_index=-100,ignore_rows=0", VARIANTS(V_CE),
-     .build = build_cross_entropy, .forward = fw_cross_entropy},
-    {.name = "mse_loss", .summary = "mean((pred - target)^2)", .spec_help = HELP_MSE, VARIANTS(V_MSE),
-     .build = build_mse, .forward = fw_binary, .fn.binary = tg_mse_loss},
-    {.name = "dropout", .summary = "x / (1 - p) where kept, 0 where dropped (p)", .spec_help = HELP_DROPOUT,
-     .args = "p=0.3,train=1", VARIANTS(V_DROPOUT), .random = true, .build = build_dropout, .forward = fw_dropout},
+    {.name = "cross_entropy",
+     .summary = "mean -log softmax(logits)[target], label smoothing, ignore_index",
+     .spec_help = HELP_CE,
+     .args = "smoothing=0,ignore_index=-100,ignore_rows=0",
+     VARIANTS(V_CE),
+     .build = build_cross_entropy,
+     .forward = fw_cross_entropy},
+    {.name = "mse_loss",
+     .summary = "mean((pred - target)^2)",
+     .spec_help = HELP_MSE,
+     VARIANTS(V_MSE),
+     .build = build_mse,
+     .forward = fw_binary,
+     .fn.binary = tg_mse_loss},
+    {.name = "dropout",
+     .summary = "x / (1 - p) where kept, 0 where dropped (p)",
+     .spec_help = HELP_DROPOUT,
+     .args = "p=0.3,train=1",
+     VARIANTS(V_DROPOUT),
+     .random = true,
+     .build = build_dropout,
+     .forward = fw_dropout},
     /* layers */
-    {.name = "linear", .summary = "x W^T + b (Linear, fused)", .spec_help = HELP_LINEAR, .args = "bias=1",
-     VARIANTS(V_LINEAR), .build = build_linear, .forward = fw_linear, .f32 = {.h = 0.1}},
-    {.name = "rmsnorm", .summary = "x / sqrt(mean x^2 + eps) * gamma + beta (RMSNorm, fused)",
-     .spec_help = HELP_RMSNORM, .args = ARGS_RMSNORM, VARIANTS(V_RMSNORM), .build = build_norm, .forward = fw_norm,
-     .fn.norm = tg_rmsnorm_fused, .f32 = {.h = 1e-2}},
-    {.name = "layernorm", .summary = "(x - mean) / sqrt(var + eps) * gamma + beta (LayerNorm, fused)",
-     .spec_help = HELP_LAYERNORM, .args = ARGS_LAYERNORM, VARIANTS(V_LAYERNORM), .build = build_norm,
-     .forward = fw_norm, .fn.norm = tg_layernorm_fused, .f32 = {.h = 1e-2}},
-    {.name = "rmsnorm_composed", .summary = "RMSNorm built from primitive ops", .spec_help = HELP_RMSNORM,
-     .args = ARGS_RMSNORM, VARIANTS(V_RMSNORM), .build = build_norm, .forward = fw_norm,
-     .fn.norm = tg_rmsnorm_composed, .f32 = {.h = 1e-2}},
-    {.name = "layernorm_composed", .summary = "LayerNorm built from primitive ops", .spec_help = HELP_LAYERNORM,
-     .args = ARGS_LAYERNORM, VARIANTS(V_LAYERNORM), .build = build_norm, .forward = fw_norm,
-     .fn.norm = tg_layernorm_composed, .f32 = {.h = 1e-2}},
+    {.name = "linear",
+     .summary = "x W^T + b (Linear, fused)",
+     .spec_help = HELP_LINEAR,
+     .args = "bias=1",
+     VARIANTS(V_LINEAR),
+     .build = build_linear,
+     .forward = fw_linear,
+     .f32 = {.h = 0.1}},
+    {.name = "rmsnorm",
+     .summary = "x / sqrt(mean x^2 + eps) * gamma + beta (RMSNorm, fused)",
+     .spec_help = HELP_RMSNORM,
+     .args = ARGS_RMSNORM,
+     VARIANTS(V_RMSNORM),
+     .build = build_norm,
+     .forward = fw_norm,
+     .fn.norm = tg_rmsnorm_fused,
+     .f32 = {.h = 1e-2}},
+    {.name = "layernorm",
+     .summary = "(x - mean) / sqrt(var + eps) * gamma + beta (LayerNorm, fused)",
+     .spec_help = HELP_LAYERNORM,
+     .args = ARGS_LAYERNORM,
+     VARIANTS(V_LAYERNORM),
+     .build = build_norm,
+     .forward = fw_norm,
+     .fn.norm = tg_layernorm_fused,
+     .f32 = {.h = 1e-2}},
+    {.name = "rmsnorm_composed",
+     .summary = "RMSNorm built from primitive ops",
+     .spec_help = HELP_RMSNORM,
+     .args = ARGS_RMSNORM,
+     VARIANTS(V_RMSNORM),
+     .build = build_norm,
+     .forward = fw_norm,
+     .fn.norm = tg_rmsnorm_composed,
+     .f32 = {.h = 1e-2}},
+    {.name = "layernorm_composed",
+     .summary = "LayerNorm built from primitive ops",
+     .spec_help = HELP_LAYERNORM,
+     .args = ARGS_LAYERNORM,
+     VARIANTS(V_LAYERNORM),
+     .build = build_norm,
+     .forward = fw_norm,
+     .fn.norm = tg_layernorm_composed,
+     .f32 = {.h = 1e-2}},
 };
 
 #define N_OPS ((int)(sizeof registry / sizeof registry[0]))
@@ -825,24 +1039,23 @@ bool tg_registry_check_spec(tg_ctx *ctx, const tg_op_info *op, const char *spec,
     uint32_t mask = o.inputs ? o.inputs & c.check : c.check;
     if (mask == 0) {
         tg_error(ctx, TG_ERR_VALUE, "tg_registry_check",
-                 "%s: inputs mask 0x%x selects no differentiable input (those are 0x%x)", op->name,
-                 (unsigned)o.inputs, (unsigned)c.check);
+                 "%s: inputs mask 0x%x selects no differentiable input (those are 0x%x)", op->name, (unsigned)o.inputs,
+                 (unsigned)c.check);
         return false;
     }
     o.inputs = mask;
     return tg_gradcheck(ctx, op->forward, &c, c.n_inputs, c.inputs, &o, result);
 }
 
-bool tg_registry_check(tg_ctx *ctx, const tg_op_info *op, int variant, tg_dtype dtype,
-                       const tg_gradcheck_opts *opts, tg_gradcheck_result *result) {
+bool tg_registry_check(tg_ctx *ctx, const tg_op_info *op, int variant, tg_dtype dtype, const tg_gradcheck_opts *opts,
+                       tg_gradcheck_result *result) {
     if (!tg_gradcheck_start(ctx, __func__, result)) return false;
     if (!op) {
         tg_error(ctx, TG_ERR_NULL, __func__, "argument 'op' is NULL");
         return false;
     }
     if (variant < 0 || variant >= op->n_variants) {
-        tg_error(ctx, TG_ERR_INDEX, __func__, "%s: variant %d is outside 0..%d", op->name, variant,
-                 op->n_variants - 1);
+        tg_error(ctx, TG_ERR_INDEX, __func__, "%s: variant %d is outside 0..%d", op->name, variant, op->n_variants - 1);
         return false;
     }
     return tg_registry_check_spec(ctx, op, op->variants[variant], dtype, opts, result);

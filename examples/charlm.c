@@ -21,19 +21,19 @@
 
 #include "common/example.h"
 
-#define CONTEXT 3   /* characters of context */
-#define VOCAB 27    /* '.' (word boundary) and a-z */
+#define CONTEXT 3 /* characters of context */
+#define VOCAB 27  /* '.' (word boundary) and a-z */
 #define EMB 24
 #define HIDDEN 192
 #define BATCH 128
 #define VAL_SAMPLES 4096
-#define MAX_WORD 24   /* words have 2..MAX_WORD-1 letters */
+#define MAX_WORD 24 /* words have 2..MAX_WORD-1 letters */
 #define MIN_WORDS 20
 
 typedef struct dataset {
     int64_t n;
-    int64_t *ctx;    /* (n, CONTEXT) character ids */
-    int64_t *next;   /* (n) the character that follows */
+    int64_t *ctx;  /* (n, CONTEXT) character ids */
+    int64_t *next; /* (n) the character that follows */
 } dataset;
 
 static int char_id(char c) { return c == '.' ? 0 : c - 'a' + 1; }
@@ -228,8 +228,8 @@ static void sample_word(tg_ctx *ctx, charlm *m, double temperature, char *out) {
 /* Trains m from step start + 1 to the last step; logs OUT/train.dat (every
  * step's batch loss) and OUT/val.dat (the validation loss every --every
  * steps). Sets *loss_value and *val_loss to the last ones. */
-static bool train(tg_ctx *ctx, const ex_args *args, charlm *m, tg_params *params, tg_optim *opt,
-                  const dataset *train, const dataset *val, int64_t start, double *loss_value, double *val_loss) {
+static bool train(tg_ctx *ctx, const ex_args *args, charlm *m, tg_params *params, tg_optim *opt, const dataset *train,
+                  const dataset *val, int64_t start, double *loss_value, double *val_loss) {
     const char *tcols[] = {"step", "train_loss"}, *vcols[] = {"step", "val_loss"};
     tg_plot *tlog = NULL, *vlog = NULL;
     if (!ex_log_open(&tlog, args, "train", 2, tcols, start) || !ex_log_open(&vlog, args, "val", 2, vcols, start)) {
@@ -277,8 +277,7 @@ int main(int argc, char **argv) {
         {"data", EX_STR, &data, "word list, one word per line (default /usr/share/dict/words)", NULL},
         {"temperature", EX_DBL, &temperature, "sampling temperature > 0 (default 1)", NULL},
     };
-    int rc = ex_parse(&args, argc, argv, "charlm", "Trains a character-level language model on a word list.",
-                      extra, 2);
+    int rc = ex_parse(&args, argc, argv, "charlm", "Trains a character-level language model on a word list.", extra, 2);
     if (rc >= 0) return rc;
     if (!(temperature > 0)) {
         fprintf(stderr, "charlm: --temperature must be > 0\n");
@@ -320,8 +319,11 @@ int main(int argc, char **argv) {
         tg_adam_opts opts = tg_adamw_defaults();
         opts.lr = args.lr;
         opt = tg_adamw_new(ctx, &params, &opts);
-        tg_schedule sched = {.kind = TG_SCHED_WARMUP_COSINE, .warmup_steps = args.steps / 20,
-                             .total_steps = args.steps, .start_factor = 0.1, .min_lr = args.lr / 20};
+        tg_schedule sched = {.kind = TG_SCHED_WARMUP_COSINE,
+                             .warmup_steps = args.steps / 20,
+                             .total_steps = args.steps,
+                             .start_factor = 0.1,
+                             .min_lr = args.lr / 20};
         tg_optim_set_schedule(ctx, opt, &sched);
         tg_train_part part = {NULL, &params, opt};
         ok = !ex_failed(ctx) && ex_resume(ctx, &args, &part, 1, &start);
@@ -334,8 +336,8 @@ int main(int argc, char **argv) {
         snprintf(vdat, sizeof vdat, "%s/val.dat", args.out);
         snprintf(png, sizeof png, "%s/loss.png", args.out);
         tg_plot_series series[2] = {{tdat, 1, 2, "train (one batch)"}, {vdat, 1, 2, "validation"}};
-        tg_plot_style style = {.title = "charlm: cross-entropy per character", .xlabel = "step",
-                               .ylabel = "loss (nats)"};
+        tg_plot_style style = {
+            .title = "charlm: cross-entropy per character", .xlabel = "step", .ylabel = "loss (nats)"};
         bool rendered = false, failed = false;
         tg_status st = tg_plot_overlay(args.out, "loss", &style, series, 2, &rendered, msg, sizeof msg);
         ex_picture(st, rendered, msg, png, &failed);

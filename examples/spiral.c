@@ -24,9 +24,9 @@
 #define EXTENT 1.15
 
 typedef struct spiral_data {
-    int64_t n;        /* points */
-    float *x;         /* (n, 2) */
-    int64_t *label;   /* (n) */
+    int64_t n;      /* points */
+    float *x;       /* (n, 2) */
+    int64_t *label; /* (n) */
 } spiral_data;
 
 /* Class k's i-th point: radius r = i / (m - 1) and angle
@@ -115,13 +115,15 @@ static tg_optim *make_optimizer(tg_ctx *ctx, const ex_args *args, tg_params *par
         opt = strcmp(optim_name, "adamw") == 0 ? tg_adamw_new(ctx, params, &o) : tg_adam_new(ctx, params, &o);
     }
     if (strcmp(schedule_name, "cosine") == 0) {
-        tg_schedule s = {.kind = TG_SCHED_WARMUP_COSINE, .warmup_steps = args->steps / 10,
-                         .total_steps = args->steps, .start_factor = 0.1, .min_lr = args->lr / 100};
+        tg_schedule s = {.kind = TG_SCHED_WARMUP_COSINE,
+                         .warmup_steps = args->steps / 10,
+                         .total_steps = args->steps,
+                         .start_factor = 0.1,
+                         .min_lr = args->lr / 100};
         tg_optim_set_schedule(ctx, opt, &s);
     }
     return opt;
 }
-
 
 /* One model trained on the data: its parameters, optimizer and results. */
 typedef struct run {
@@ -214,15 +216,16 @@ static bool plot_boundaries(const ex_args *args, const spiral_data *d, const run
             (unsigned long long)args->seed);
     fprintf(f, "set palette defined (0 '%s', 1 '%s', 2 '%s')\nset cbrange [0:2]\nunset colorbox\n", region_colour[0],
             region_colour[1], region_colour[2]);
-    fprintf(f, "set size ratio -1\nset xrange [%g:%g]\nset yrange [%g:%g]\nset xlabel 'x1'\nset ylabel 'x2'\n",
-            -EXTENT, EXTENT, -EXTENT, EXTENT);
+    fprintf(f, "set size ratio -1\nset xrange [%g:%g]\nset yrange [%g:%g]\nset xlabel 'x1'\nset ylabel 'x2'\n", -EXTENT,
+            EXTENT, -EXTENT, EXTENT);
     fprintf(f, "set key top right opaque\n");
     for (int k = 0; k < count; k++) {
         fprintf(f, "set title 'norm: %s'\nplot 'regions_%s.dat' using 1:2:3 with image notitle", runs[k].norm,
                 runs[k].norm);
         for (int c = 0; c < CLASSES; c++)
-            fprintf(f, ", \\\n  'points.dat' using 1:($3 == %d ? $2 : 1/0) with points pt 7 ps 0.6 lc rgb '%s' "
-                       "title 'class %d'",
+            fprintf(f,
+                    ", \\\n  'points.dat' using 1:($3 == %d ? $2 : 1/0) with points pt 7 ps 0.6 lc rgb '%s' "
+                    "title 'class %d'",
                     c, point_colour[c], c);
         fprintf(f, "\n");
     }
@@ -297,8 +300,10 @@ int main(int argc, char **argv) {
             snprintf(dats[k], sizeof dats[k], "%s/loss_%s.dat", args.out, runs[k].norm);
             series[k] = (tg_plot_series){dats[k], 1, 2, runs[k].norm};
         }
-        tg_plot_style style = {.title = "Spiral: training loss by normalization", .xlabel = "step",
-                               .ylabel = "cross-entropy loss", .logy = true};
+        tg_plot_style style = {.title = "Spiral: training loss by normalization",
+                               .xlabel = "step",
+                               .ylabel = "cross-entropy loss",
+                               .logy = true};
         bool rendered = false, failed = false, loss_drawn, boundary_drawn = false;
         tg_status st = tg_plot_overlay(args.out, "loss", &style, series, count, &rendered, msg, sizeof msg);
         snprintf(png, sizeof png, "%s/loss.png", args.out);

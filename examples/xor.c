@@ -34,10 +34,14 @@ static int parse(flags *fl, int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(flag, "--help") || !strcmp(flag, "-h")) return usage(stdout, 0);
-        long long *num = !strcmp(flag, "--steps") ? &fl->steps : !strcmp(flag, "--seed") ? &fl->seed
-                         : !strcmp(flag, "--stop-after") ? &fl->stop_after : NULL;
-        const char **str = !strcmp(flag, "--out") ? &fl->out : !strcmp(flag, "--save") ? &fl->save
-                           : !strcmp(flag, "--resume") ? &fl->resume : NULL;
+        long long *num = !strcmp(flag, "--steps")        ? &fl->steps
+                         : !strcmp(flag, "--seed")       ? &fl->seed
+                         : !strcmp(flag, "--stop-after") ? &fl->stop_after
+                                                         : NULL;
+        const char **str = !strcmp(flag, "--out")      ? &fl->out
+                           : !strcmp(flag, "--save")   ? &fl->save
+                           : !strcmp(flag, "--resume") ? &fl->resume
+                                                       : NULL;
         bool lr = !strcmp(flag, "--lr"), ok = true;
         if (!num && !str && !lr) {
             fprintf(stderr, "xor: unknown flag '%s'\n\n", flag);
@@ -88,8 +92,9 @@ int main(int argc, char **argv) {
     if (fl.resume && tg_train_load(ctx, fl.resume, &params, opt, NULL) == TG_OK) {
         first = tg_optim_steps(opt) + 1;
         printf("resumed from %s at step %lld\n", fl.resume, (long long)first - 1);
-        if (first > last) tg_error(ctx, TG_ERR_VALUE, "xor", "%s is at step %lld: nothing to train up to step %lld",
-                                   fl.resume, (long long)first - 1, (long long)last);
+        if (first > last)
+            tg_error(ctx, TG_ERR_VALUE, "xor", "%s is at step %lld: nothing to train up to step %lld", fl.resume,
+                     (long long)first - 1, (long long)last);
     }
     /* the loss log OUT/loss.dat (it goes on from the earlier rows after a resume) */
     const char *cols[] = {"step", "loss"};

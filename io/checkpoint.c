@@ -66,7 +66,7 @@ static int posix_remove(const char *path, void *user) {
 }
 
 tg_ckpt_io tg_ckpt_io_posix(void) {
-    return (tg_ckpt_io){posix_create, posix_write, posix_fsync, posix_close,
+    return (tg_ckpt_io){posix_create, posix_write,    posix_fsync,  posix_close,
                         posix_rename, posix_open_dir, posix_remove, NULL};
 }
 
@@ -128,13 +128,11 @@ static bool check_list(tg_ctx *ctx, const char *fn, const tg_params *list, const
         char q[80];
         tg_json_quote(q, sizeof q, p->name, len);
         if (!tg_utf8_valid(p->name, len)) {
-            tg_error(ctx, TG_ERR_VALUE, fn, "%s item %d: the name \"%s\" is not valid UTF-8", list_name, i,
-                     q);
+            tg_error(ctx, TG_ERR_VALUE, fn, "%s item %d: the name \"%s\" is not valid UTF-8", list_name, i, q);
             return false;
         }
         if (strcmp(p->name, "__metadata__") == 0) {
-            tg_error(ctx, TG_ERR_VALUE, fn, "%s item %d: \"__metadata__\" is reserved by the format",
-                     list_name, i);
+            tg_error(ctx, TG_ERR_VALUE, fn, "%s item %d: \"__metadata__\" is reserved by the format", list_name, i);
             return false;
         }
         if (!p->value) {
@@ -198,8 +196,7 @@ static void remove_stale_temporaries(const char *dir, const char *path) {
         char *end;
         errno = 0;
         long pid = strtol(s, &end, 10);
-        if (errno || end == s || *s < '0' || *s > '9' || *end != '-' || pid <= 0 || pid == (long)getpid())
-            continue;
+        if (errno || end == s || *s < '0' || *s > '9' || *end != '-' || pid <= 0 || pid == (long)getpid()) continue;
         s = end + 1;
         strtol(s, &end, 10);
         if (end == s || *s < '0' || *s > '9' || *end) continue;
@@ -280,8 +277,7 @@ static tg_status save_impl(tg_ctx *ctx, const char *fn, const char *path, const 
         const tg_meta_item *it = &meta->items[i];
         if (!it->key || !it->value || !tg_utf8_valid(it->key, strlen(it->key)) ||
             !tg_utf8_valid(it->value, strlen(it->value))) {
-            tg_error(ctx, TG_ERR_VALUE, fn, "%s: metadata item %zu has a NULL or non-UTF-8 key or value",
-                     path, i);
+            tg_error(ctx, TG_ERR_VALUE, fn, "%s: metadata item %zu has a NULL or non-UTF-8 key or value", path, i);
             st = TG_ERR_VALUE;
             goto done;
         }
@@ -310,8 +306,8 @@ static tg_status save_impl(tg_ctx *ctx, const char *fn, const char *path, const 
         if (fd < 0 && err != EEXIST) break;
     }
     if (fd < 0) {
-        tg_error(ctx, TG_ERR_IO, fn, "%s: cannot create the temporary file %s: %s (the old file is unchanged)",
-                 path, tmp, strerror(err ? err : EIO));
+        tg_error(ctx, TG_ERR_IO, fn, "%s: cannot create the temporary file %s: %s (the old file is unchanged)", path,
+                 tmp, strerror(err ? err : EIO));
         st = TG_ERR_IO;
         goto done;
     }
@@ -345,8 +341,8 @@ static tg_status save_impl(tg_ctx *ctx, const char *fn, const char *path, const 
     }
     if (step) {
         io.remove(tmp, io.user);
-        tg_error(ctx, TG_ERR_IO, fn, "%s: %s of the temporary file %s failed: %s (the old file is unchanged)",
-                 path, step, tmp, strerror(err ? err : EIO));
+        tg_error(ctx, TG_ERR_IO, fn, "%s: %s of the temporary file %s failed: %s (the old file is unchanged)", path,
+                 step, tmp, strerror(err ? err : EIO));
         st = TG_ERR_IO;
         goto done;
     }
@@ -363,9 +359,8 @@ static tg_status save_impl(tg_ctx *ctx, const char *fn, const char *path, const 
         if (io.close(dfd, io.user) != 0 && !step) step = "close", err = errno;
     }
     if (step) {
-        tg_error(ctx, TG_ERR_IO, fn,
-                 "%s: saved, but %s of the folder %s failed: %s (the rename may not be durable)", path, step,
-                 dir, strerror(err ? err : EIO));
+        tg_error(ctx, TG_ERR_IO, fn, "%s: saved, but %s of the folder %s failed: %s (the rename may not be durable)",
+                 path, step, dir, strerror(err ? err : EIO));
         st = TG_ERR_IO;
     }
 done:
@@ -441,8 +436,8 @@ static tg_status read_file(tg_ctx *ctx, const char *fn, const char *path, unsign
     return TG_OK;
 }
 
-static tg_status load_impl(tg_ctx *ctx, const char *fn, const char *path, tg_params *params,
-                           tg_params *state, tg_meta *meta, const tg_ckpt_options *opt) {
+static tg_status load_impl(tg_ctx *ctx, const char *fn, const char *path, tg_params *params, tg_params *state,
+                           tg_meta *meta, const tg_ckpt_options *opt) {
     if (!ctx) return TG_ERR_NULL;
     if (!tg_ok(ctx)) return tg_status_of(ctx);
     if (!path || !params) {

@@ -24,7 +24,7 @@ typedef struct json_chunk {
 } json_chunk;
 
 struct tg_json_doc {
-    tg_allocator alloc;   /* every block below comes from it */
+    tg_allocator alloc; /* every block below comes from it */
     json_chunk *chunks;
     char *strings;
     tg_json *root;
@@ -37,7 +37,7 @@ typedef struct parser {
     int max_depth;
     tg_json_doc *doc;
     tg_json_error *err;
-    size_t strpos;        /* next free byte in doc->strings */
+    size_t strpos; /* next free byte in doc->strings */
     bool failed;
 } parser;
 
@@ -503,9 +503,7 @@ static tg_json *parse_value(parser *p, int depth) {
     int c = peek(p);
     char d[24];
     switch (c) {
-    case -1:
-        fail(p, p->pos, "unexpected end of input, expected a value");
-        return NULL;
+    case -1: fail(p, p->pos, "unexpected end of input, expected a value"); return NULL;
     case '{':
     case '[':
         if (depth >= p->max_depth) {

@@ -52,7 +52,7 @@ typedef enum tg_json_kind {
 /* One parsed value. Every pointer points into the document that owns it. */
 typedef struct tg_json {
     tg_json_kind kind;
-    size_t offset;            /* byte offset of the value's first character */
+    size_t offset; /* byte offset of the value's first character */
     /* As a member of an object: its key (decoded, NUL-terminated; key_len
      * bytes, which may include NUL from \u0000) and the key's offset. */
     const char *key;
@@ -64,11 +64,11 @@ typedef struct tg_json {
     /* TG_JSON_NUMBER: the literal as written (not NUL-terminated). */
     const char *num;
     size_t num_len;
-    bool is_u64;              /* literal is an integer in [0, 2^64) */
+    bool is_u64; /* literal is an integer in [0, 2^64) */
     uint64_t u64;
     /* TG_JSON_ARRAY / TG_JSON_OBJECT: children in document order. */
     struct tg_json *first;
-    struct tg_json *next;     /* next sibling */
+    struct tg_json *next; /* next sibling */
     size_t count;
 } tg_json;
 
@@ -76,9 +76,9 @@ typedef struct tg_json {
 typedef struct tg_json_doc tg_json_doc;
 
 typedef struct tg_json_error {
-    size_t offset;            /* byte offset of the problem in the text */
-    bool oom;                 /* the problem is an allocation failure */
-    char msg[192];            /* what is wrong, without the offset */
+    size_t offset; /* byte offset of the problem in the text */
+    bool oom;      /* the problem is an allocation failure */
+    char msg[192]; /* what is wrong, without the offset */
 } tg_json_error;
 
 /* Parses text[0 .. len) as one JSON value (surrounding whitespace allowed).
@@ -110,7 +110,7 @@ typedef struct tg_json_writer {
     size_t len;
     size_t cap;
     bool failed;
-    tg_allocator alloc;       /* where buf comes from (all zero: malloc) */
+    tg_allocator alloc; /* where buf comes from (all zero: malloc) */
 } tg_json_writer;
 
 /* Appends n raw bytes. */

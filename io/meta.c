@@ -44,8 +44,7 @@ bool tg_meta_set(tg_ctx *ctx, tg_meta *meta, const char *key, const char *value)
     if (!tg_utf8_valid(key, strlen(key)) || !tg_utf8_valid(value, strlen(value))) {
         char q[80];
         tg_error(ctx, TG_ERR_VALUE, __func__, "the %s of key \"%s\" is not valid UTF-8",
-                 tg_utf8_valid(key, strlen(key)) ? "value" : "name",
-                 tg_json_quote(q, sizeof q, key, strlen(key)));
+                 tg_utf8_valid(key, strlen(key)) ? "value" : "name", tg_json_quote(q, sizeof q, key, strlen(key)));
         return false;
     }
     const tg_allocator *a = meta_alloc(ctx, meta);
@@ -162,8 +161,7 @@ bool tg_meta_set_rng(tg_ctx *ctx, tg_meta *meta) {
     if (!tg_ok(ctx)) return false;
     uint64_t seed, offset;
     tg_rng_state(ctx, &seed, &offset);
-    return tg_meta_set_u64(ctx, meta, TG_META_RNG_SEED, seed) &&
-           tg_meta_set_u64(ctx, meta, TG_META_RNG_OFFSET, offset);
+    return tg_meta_set_u64(ctx, meta, TG_META_RNG_SEED, seed) && tg_meta_set_u64(ctx, meta, TG_META_RNG_OFFSET, offset);
 }
 
 bool tg_meta_get_rng(tg_ctx *ctx, const tg_meta *meta) {
@@ -174,4 +172,3 @@ bool tg_meta_get_rng(tg_ctx *ctx, const tg_meta *meta) {
     tg_rng_set_state(ctx, seed, offset);
     return true;
 }
-

@@ -83,9 +83,8 @@ static qname quote(const char *s, size_t n) {
 static const char *st_dtype_name(tg_dtype d) { return d == TG_F64 ? "F64" : "F32"; }
 
 /* The dtypes safetensors defines that tapegrad does not read. */
-static const char *const st_other_dtypes[] = {"BOOL", "U8",  "I8",  "F8_E5M2", "F8_E4M3",
-                                              "I16",  "U16", "F16", "BF16",    "I32",
-                                              "U32",  "I64", "U64", "F8_E8M0", "F4"};
+static const char *const st_other_dtypes[] = {"BOOL", "U8",  "I8",  "F8_E5M2", "F8_E4M3", "I16",     "U16", "F16",
+                                              "BF16", "I32", "U32", "I64",     "U64",     "F8_E8M0", "F4"};
 
 static bool str_is(const tg_json *v, const char *s) {
     size_t n = strlen(s);
@@ -100,8 +99,7 @@ static bool key_is(const tg_json *v, const char *s) {
 /* ---- parse and validate ----------------------------------------------------- */
 
 static bool parse_meta(tg_st_file *f, const tg_json *m, tg_st_error *err) {
-    if (m->kind != TG_JSON_OBJECT)
-        return st_fail(err, TG_ERR_FORMAT, "\"__metadata__\" is not an object of strings");
+    if (m->kind != TG_JSON_OBJECT) return st_fail(err, TG_ERR_FORMAT, "\"__metadata__\" is not an object of strings");
     for (const tg_json *c = m->first; c; c = c->next) {
         qname k = quote(c->key, c->key_len);
         if (c->kind != TG_JSON_STRING)
@@ -118,8 +116,7 @@ static bool parse_meta(tg_st_file *f, const tg_json *m, tg_st_error *err) {
 }
 
 static bool parse_dtype(tg_st_tensor *t, const tg_json *v, const char *name, tg_st_error *err) {
-    if (v->kind != TG_JSON_STRING)
-        return st_fail(err, TG_ERR_FORMAT, "tensor \"%s\": \"dtype\" is not a string", name);
+    if (v->kind != TG_JSON_STRING) return st_fail(err, TG_ERR_FORMAT, "tensor \"%s\": \"dtype\" is not a string", name);
     if (str_is(v, "F32")) {
         t->dtype = TG_F32;
         return true;
@@ -131,23 +128,20 @@ static bool parse_dtype(tg_st_tensor *t, const tg_json *v, const char *name, tg_
     qname d = quote(v->str, v->len);
     for (size_t i = 0; i < sizeof st_other_dtypes / sizeof *st_other_dtypes; i++)
         if (str_is(v, st_other_dtypes[i]))
-            return st_fail(err, TG_ERR_FORMAT,
-                           "tensor \"%s\": unsupported dtype \"%s\" (tapegrad reads F32 and F64)", name,
-                           d.s);
+            return st_fail(err, TG_ERR_FORMAT, "tensor \"%s\": unsupported dtype \"%s\" (tapegrad reads F32 and F64)",
+                           name, d.s);
     return st_fail(err, TG_ERR_FORMAT, "tensor \"%s\": unknown dtype \"%s\"", name, d.s);
 }
 
 static bool parse_shape(tg_st_tensor *t, const tg_json *v, const char *name, tg_st_error *err) {
-    if (v->kind != TG_JSON_ARRAY)
-        return st_fail(err, TG_ERR_FORMAT, "tensor \"%s\": \"shape\" is not an array", name);
+    if (v->kind != TG_JSON_ARRAY) return st_fail(err, TG_ERR_FORMAT, "tensor \"%s\": \"shape\" is not an array", name);
     if (v->count > TG_MAX_DIMS)
-        return st_fail(err, TG_ERR_FORMAT, "tensor \"%s\": shape has %zu dims, at most %d are supported",
-                       name, v->count, TG_MAX_DIMS);
+        return st_fail(err, TG_ERR_FORMAT, "tensor \"%s\": shape has %zu dims, at most %d are supported", name,
+                       v->count, TG_MAX_DIMS);
     int i = 0;
     for (const tg_json *c = v->first; c; c = c->next, i++) {
         if (c->kind != TG_JSON_NUMBER || !c->is_u64 || c->u64 > (uint64_t)INT64_MAX)
-            return st_fail(err, TG_ERR_FORMAT,
-                           "tensor \"%s\": shape entry %d is not an integer in [0, 2^63)", name, i);
+            return st_fail(err, TG_ERR_FORMAT, "tensor \"%s\": shape entry %d is not an integer in [0, 2^63)", name, i);
         t->shape[i] = (int64_t)c->u64;
     }
     t->ndim = i;
@@ -160,8 +154,7 @@ static bool parse_offsets(tg_st_tensor *t, const tg_json *v, const char *name, t
     const tg_json *e = b ? b->next : NULL;
     if (!b || b->kind != TG_JSON_NUMBER || !b->is_u64 || e->kind != TG_JSON_NUMBER || !e->is_u64)
         return st_fail(err, TG_ERR_FORMAT,
-                       "tensor \"%s\": \"data_offsets\" is not two non-negative integers [begin, end]",
-                       name);
+                       "tensor \"%s\": \"data_offsets\" is not two non-negative integers [begin, end]", name);
     t->begin = b->u64;
     t->end = e->u64;
     return true;
@@ -198,8 +191,7 @@ static bool parse_tensor(tg_st_tensor *t, const tg_json *m, tg_st_error *err) {
     }
     const char *missing = !dtype ? "dtype" : !shape ? "shape" : !offsets ? "data_offsets" : NULL;
     if (missing) return st_fail(err, TG_ERR_FORMAT, "tensor \"%s\": missing \"%s\"", q.s, missing);
-    if (!parse_dtype(t, dtype, q.s, err) || !parse_shape(t, shape, q.s, err) ||
-        !parse_offsets(t, offsets, q.s, err))
+    if (!parse_dtype(t, dtype, q.s, err) || !parse_shape(t, shape, q.s, err) || !parse_offsets(t, offsets, q.s, err))
         return false;
     char sh[160];
     tg_shape_str(sh, sizeof sh, t->ndim, t->shape);
@@ -208,12 +200,12 @@ static bool parse_tensor(tg_st_tensor *t, const tg_json *m, tg_st_error *err) {
                        st_dtype_name(t->dtype));
     if (t->begin > t->end)
         return st_fail(err, TG_ERR_FORMAT,
-                       "tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64 "] end before they begin", q.s,
-                       t->begin, t->end);
+                       "tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64 "] end before they begin", q.s, t->begin,
+                       t->end);
     if (t->end - t->begin != t->nbytes)
         return st_fail(err, TG_ERR_FORMAT,
-                       "tensor \"%s\": shape %s of %s is %" PRIu64 " bytes but data_offsets [%" PRIu64
-                       ", %" PRIu64 "] span %" PRIu64,
+                       "tensor \"%s\": shape %s of %s is %" PRIu64 " bytes but data_offsets [%" PRIu64 ", %" PRIu64
+                       "] span %" PRIu64,
                        q.s, sh, st_dtype_name(t->dtype), t->nbytes, t->begin, t->end, t->end - t->begin);
     return true;
 }
@@ -252,8 +244,8 @@ static bool check_layout(const tg_st_file *f, tg_st_error *err) {
         if (t->begin < expected) {
             qname p = quote(prev->name, prev->name_len);
             ok = st_fail(err, TG_ERR_FORMAT,
-                         "tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64
-                         "] overlap tensor \"%s\" [%" PRIu64 ", %" PRIu64 "]",
+                         "tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64 "] overlap tensor \"%s\" [%" PRIu64
+                         ", %" PRIu64 "]",
                          q.s, t->begin, t->end, p.s, prev->begin, prev->end);
         } else if (t->begin > expected) {
             ok = st_fail(err, TG_ERR_FORMAT,
@@ -273,16 +265,14 @@ static bool check_layout(const tg_st_file *f, tg_st_error *err) {
     return ok;
 }
 
-bool tg_st_parse_with(tg_st_file *f, const tg_allocator *alloc, const void *buf, size_t len,
-                      tg_st_error *err) {
+bool tg_st_parse_with(tg_st_file *f, const tg_allocator *alloc, const void *buf, size_t len, tg_st_error *err) {
     memset(f, 0, sizeof *f);
     if (alloc) f->alloc = *alloc;
     err->status = TG_OK;
     err->msg[0] = '\0';
     if (!buf && len > 0) return st_fail(err, TG_ERR_NULL, "no buffer");
     if (len < 8)
-        return st_fail(err, TG_ERR_FORMAT,
-                       "truncated file: %zu bytes, fewer than the 8 of the header length", len);
+        return st_fail(err, TG_ERR_FORMAT, "truncated file: %zu bytes, fewer than the 8 of the header length", len);
     uint64_t n = tg_st_le64(buf);
     uint64_t after = (uint64_t)len - 8;
     if (n > after)
@@ -298,8 +288,7 @@ bool tg_st_parse_with(tg_st_file *f, const tg_allocator *alloc, const void *buf,
     f->doc = tg_json_parse_with(&f->alloc, text, (size_t)n, TG_ST_MAX_DEPTH, &je);
     if (!f->doc)
         return st_fail(err, je.oom ? TG_ERR_OOM : TG_ERR_FORMAT,
-                       "invalid JSON header at byte %zu (file offset %zu): %s", je.offset, je.offset + 8,
-                       je.msg);
+                       "invalid JSON header at byte %zu (file offset %zu): %s", je.offset, je.offset + 8, je.msg);
     f->header_len = n;
     f->data = (const uint8_t *)buf + 8 + n;
     f->data_len = after - n;
@@ -338,9 +327,8 @@ void tg_st_file_free(tg_st_file *f) {
 
 /* ---- write -------------------------------------------------------------------- */
 
-bool tg_st_write_with(const tg_allocator *alloc, tg_st_sink sink, void *user, const tg_st_tensor *tensors,
-                      size_t count, const tg_st_kv *meta, size_t meta_count, bool host_order,
-                      tg_st_error *err) {
+bool tg_st_write_with(const tg_allocator *alloc, tg_st_sink sink, void *user, const tg_st_tensor *tensors, size_t count,
+                      const tg_st_kv *meta, size_t meta_count, bool host_order, tg_st_error *err) {
     err->status = TG_OK;
     err->msg[0] = '\0';
     /* The 8 length bytes go first in the same buffer: one write for both. */
@@ -362,8 +350,8 @@ bool tg_st_write_with(const tg_allocator *alloc, tg_st_sink sink, void *user, co
     for (size_t i = 0; i < count; i++) {
         const tg_st_tensor *t = &tensors[i];
         uint64_t nbytes;
-        if (!shape_bytes(t->ndim, t->shape, tg_dtype_size(t->dtype), &nbytes) ||
-            nbytes > UINT64_MAX - offset || nbytes > SIZE_MAX) {
+        if (!shape_bytes(t->ndim, t->shape, tg_dtype_size(t->dtype), &nbytes) || nbytes > UINT64_MAX - offset ||
+            nbytes > SIZE_MAX) {
             tg_jw_free(&w);
             return st_fail(err, TG_ERR_OOM, "tensor %zu is too large", i);
         }
@@ -415,8 +403,8 @@ bool tg_st_write_with(const tg_allocator *alloc, tg_st_sink sink, void *user, co
     return true;
 }
 
-bool tg_st_write(tg_st_sink sink, void *user, const tg_st_tensor *tensors, size_t count,
-                 const tg_st_kv *meta, size_t meta_count, bool host_order, tg_st_error *err) {
+bool tg_st_write(tg_st_sink sink, void *user, const tg_st_tensor *tensors, size_t count, const tg_st_kv *meta,
+                 size_t meta_count, bool host_order, tg_st_error *err) {
     return tg_st_write_with(NULL, sink, user, tensors, count, meta, meta_count, host_order, err);
 }
 
@@ -426,9 +414,9 @@ typedef struct model_entry {
     const char *name;
     size_t name_len;
     tg_tensor *t;
-    int order;                     /* position in params, then state */
-    const char *list;              /* "params" or "state" */
-    const tg_st_tensor *match;     /* the file's tensor with this name */
+    int order;                 /* position in params, then state */
+    const char *list;          /* "params" or "state" */
+    const tg_st_tensor *match; /* the file's tensor with this name */
 } model_entry;
 
 static int cmp_names(const char *a, size_t an, const char *b, size_t bn) {
@@ -456,8 +444,8 @@ static model_entry *find_entry(model_entry *e, size_t n, const char *name, size_
 }
 
 /* Fills entries from one list; false (and ctx's error) on a bad item. */
-static bool add_list(tg_ctx *ctx, const char *fn, const char *what, model_entry *e, size_t *n,
-                     tg_params *list, const char *list_name) {
+static bool add_list(tg_ctx *ctx, const char *fn, const char *what, model_entry *e, size_t *n, tg_params *list,
+                     const char *list_name) {
     if (list->count > 0 && !list->items) {
         tg_error(ctx, TG_ERR_NULL, fn, "%s: %s has %d items but no array", what, list_name, list->count);
         return false;
@@ -467,13 +455,11 @@ static bool add_list(tg_ctx *ctx, const char *fn, const char *what, model_entry 
         size_t len = 0;
         while (len < sizeof p->name && p->name[len]) len++;
         if (len == sizeof p->name) {
-            tg_error(ctx, TG_ERR_VALUE, fn, "%s: %s item %d has a name without a terminating NUL", what,
-                     list_name, i);
+            tg_error(ctx, TG_ERR_VALUE, fn, "%s: %s item %d has a name without a terminating NUL", what, list_name, i);
             return false;
         }
         if (!p->value) {
-            tg_error(ctx, TG_ERR_NULL, fn, "%s: %s item %d (\"%s\") has no tensor", what, list_name, i,
-                     p->name);
+            tg_error(ctx, TG_ERR_NULL, fn, "%s: %s item %d (\"%s\") has no tensor", what, list_name, i, p->name);
             return false;
         }
         e[*n] = (model_entry){p->name, len, p->value, (int)*n, list_name, NULL};
@@ -482,9 +468,8 @@ static bool add_list(tg_ctx *ctx, const char *fn, const char *what, model_entry 
     return true;
 }
 
-tg_status tg_st_load_memory(tg_ctx *ctx, const char *fn, const char *what, const void *buf,
-                            size_t len, tg_params *params, tg_params *state, tg_meta *meta,
-                            bool ignore_extra) {
+tg_status tg_st_load_memory(tg_ctx *ctx, const char *fn, const char *what, const void *buf, size_t len,
+                            tg_params *params, tg_params *state, tg_meta *meta, bool ignore_extra) {
     if (!ctx) return TG_ERR_NULL;
     if (!tg_ok(ctx)) return tg_status_of(ctx);
     if (!params) {
@@ -497,8 +482,8 @@ tg_status tg_st_load_memory(tg_ctx *ctx, const char *fn, const char *what, const
         tg_error(ctx, err.status, fn, "%s: %s", what, err.msg);
         return err.status;
     }
-    size_t total = (size_t)(params->count > 0 ? params->count : 0) +
-                   (size_t)(state && state->count > 0 ? state->count : 0);
+    size_t total =
+        (size_t)(params->count > 0 ? params->count : 0) + (size_t)(state && state->count > 0 ? state->count : 0);
     model_entry *e = tg_io_alloc(&ctx->alloc, (total ? total : 1) * sizeof *e);
     tg_meta new_meta = {0};
     tg_status st = TG_OK;
@@ -516,8 +501,7 @@ tg_status tg_st_load_memory(tg_ctx *ctx, const char *fn, const char *what, const
     qsort(e, n, sizeof *e, cmp_entries);
     for (size_t i = 1; i < n; i++) {
         if (cmp_names(e[i].name, e[i].name_len, e[i - 1].name, e[i - 1].name_len) == 0) {
-            tg_error(ctx, TG_ERR_VALUE, fn, "%s: the name \"%s\" appears twice in the model's lists", what,
-                     e[i].name);
+            tg_error(ctx, TG_ERR_VALUE, fn, "%s: the name \"%s\" appears twice in the model's lists", what, e[i].name);
             st = TG_ERR_VALUE;
             goto done;
         }
@@ -535,8 +519,8 @@ tg_status tg_st_load_memory(tg_ctx *ctx, const char *fn, const char *what, const
             goto done;
         }
         if (me->t->dtype != ft->dtype) {
-            tg_error(ctx, TG_ERR_DTYPE, fn, "%s: tensor \"%s\" is %s in the file but %s in the model", what,
-                     q.s, st_dtype_name(ft->dtype), st_dtype_name(me->t->dtype));
+            tg_error(ctx, TG_ERR_DTYPE, fn, "%s: tensor \"%s\" is %s in the file but %s in the model", what, q.s,
+                     st_dtype_name(ft->dtype), st_dtype_name(me->t->dtype));
             st = TG_ERR_DTYPE;
             goto done;
         }
@@ -544,8 +528,8 @@ tg_status tg_st_load_memory(tg_ctx *ctx, const char *fn, const char *what, const
         for (int d = 0; same && d < ft->ndim; d++) same = me->t->shape[d] == ft->shape[d];
         if (!same) {
             char a[160], b[160];
-            tg_error(ctx, TG_ERR_SHAPE, fn, "%s: tensor \"%s\" has shape %s in the file but %s in the model",
-                     what, q.s, tg_shape_str(a, sizeof a, ft->ndim, ft->shape),
+            tg_error(ctx, TG_ERR_SHAPE, fn, "%s: tensor \"%s\" has shape %s in the file but %s in the model", what, q.s,
+                     tg_shape_str(a, sizeof a, ft->ndim, ft->shape),
                      tg_shape_str(b, sizeof b, me->t->ndim, me->t->shape));
             st = TG_ERR_SHAPE;
             goto done;
@@ -570,8 +554,7 @@ tg_status tg_st_load_memory(tg_ctx *ctx, const char *fn, const char *what, const
     /* Everything checked: now write. Nothing below can fail. */
     bool swap = !host_is_le();
     for (size_t i = 0; i < n; i++)
-        copy_elements(e[i].t->data, e[i].match->data, (size_t)e[i].match->nbytes,
-                      tg_dtype_size(e[i].t->dtype), swap);
+        copy_elements(e[i].t->data, e[i].match->data, (size_t)e[i].match->nbytes, tg_dtype_size(e[i].t->dtype), swap);
     if (meta) {
         tg_meta_free(meta);
         *meta = new_meta;

@@ -43,14 +43,14 @@ typedef struct tg_st_error {
  * buffer or JSON document. For writing: name, dtype, shape and data are
  * read; begin/end are ignored (the writer lays tensors out in order). */
 typedef struct tg_st_tensor {
-    const char *name;     /* NUL-terminated; name_len bytes (may hold NUL) */
+    const char *name; /* NUL-terminated; name_len bytes (may hold NUL) */
     size_t name_len;
     tg_dtype dtype;
     int ndim;
     int64_t shape[TG_MAX_DIMS];
-    uint64_t nbytes;      /* numel x dtype size */
-    uint64_t begin, end;  /* data_offsets, from the start of the data section */
-    const void *data;     /* nbytes bytes (parsed: little-endian) */
+    uint64_t nbytes;     /* numel x dtype size */
+    uint64_t begin, end; /* data_offsets, from the start of the data section */
+    const void *data;    /* nbytes bytes (parsed: little-endian) */
 } tg_st_tensor;
 
 /* One metadata entry (NUL-terminated strings). */
@@ -61,14 +61,14 @@ typedef struct tg_st_kv {
 
 /* A parsed, validated file. Borrows the buffer it was parsed from. */
 typedef struct tg_st_file {
-    tg_allocator alloc;     /* where doc, tensors and meta come from (zero: malloc) */
+    tg_allocator alloc; /* where doc, tensors and meta come from (zero: malloc) */
     tg_json_doc *doc;
-    tg_st_tensor *tensors;  /* in header order */
+    tg_st_tensor *tensors; /* in header order */
     size_t count;
-    tg_st_kv *meta;         /* in header order */
+    tg_st_kv *meta; /* in header order */
     size_t meta_count;
-    uint64_t header_len;    /* N */
-    const uint8_t *data;    /* the data section */
+    uint64_t header_len; /* N */
+    const uint8_t *data; /* the data section */
     uint64_t data_len;
 } tg_st_file;
 
@@ -77,8 +77,7 @@ typedef struct tg_st_file {
  * returns false with *err naming the problem (status TG_ERR_FORMAT, or
  * TG_ERR_OOM) and leaves *f empty. Memory comes from `alloc` (copied;
  * NULL: malloc), tg_st_parse's from malloc. */
-bool tg_st_parse_with(tg_st_file *f, const tg_allocator *alloc, const void *buf, size_t len,
-                      tg_st_error *err);
+bool tg_st_parse_with(tg_st_file *f, const tg_allocator *alloc, const void *buf, size_t len, tg_st_error *err);
 bool tg_st_parse(tg_st_file *f, const void *buf, size_t len, tg_st_error *err);
 void tg_st_file_free(tg_st_file *f);
 
@@ -93,20 +92,18 @@ typedef bool (*tg_st_sink)(void *user, const void *bytes, size_t n);
  * checks). Returns false when the sink fails (err->status TG_ERR_IO, the
  * sink may add detail) or on out of memory. The header is built in memory
  * from `alloc` (NULL: malloc), tg_st_write's from malloc. */
-bool tg_st_write_with(const tg_allocator *alloc, tg_st_sink sink, void *user, const tg_st_tensor *tensors,
-                      size_t count, const tg_st_kv *meta, size_t meta_count, bool host_order,
-                      tg_st_error *err);
-bool tg_st_write(tg_st_sink sink, void *user, const tg_st_tensor *tensors, size_t count,
-                 const tg_st_kv *meta, size_t meta_count, bool host_order, tg_st_error *err);
+bool tg_st_write_with(const tg_allocator *alloc, tg_st_sink sink, void *user, const tg_st_tensor *tensors, size_t count,
+                      const tg_st_kv *meta, size_t meta_count, bool host_order, tg_st_error *err);
+bool tg_st_write(tg_st_sink sink, void *user, const tg_st_tensor *tensors, size_t count, const tg_st_kv *meta,
+                 size_t meta_count, bool host_order, tg_st_error *err);
 
 /* Loads the file in buf[0 .. len) into params and state (state may be NULL)
  * and copies its metadata into meta (may be NULL), exactly as tg_ckpt_load
  * does for a file: validates the file and its fit to the lists first, then
  * writes. On error sets ctx's error as `fn`, naming `what` (the path, or
  * e.g. "<memory>"), and returns its status. The fuzz target calls this. */
-tg_status tg_st_load_memory(tg_ctx *ctx, const char *fn, const char *what, const void *buf,
-                            size_t len, tg_params *params, tg_params *state, tg_meta *meta,
-                            bool ignore_extra);
+tg_status tg_st_load_memory(tg_ctx *ctx, const char *fn, const char *what, const void *buf, size_t len,
+                            tg_params *params, tg_params *state, tg_meta *meta, bool ignore_extra);
 
 /* Replaces *out (which must be empty) by a copy of the n key/value pairs,
  * allocated with the context's allocator (io/meta.c). False when out of

@@ -19,8 +19,7 @@ static tg_tensor *rows_of(tg_ctx *ctx, tg_tensor *x, int ndim_norm, int64_t N, i
 }
 
 /* xhat (in rows) back to x's shape, then * gamma + beta. */
-static tg_tensor *finish(tg_ctx *ctx, tg_tensor *xhat, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta,
-                         int ndim_norm) {
+static tg_tensor *finish(tg_ctx *ctx, tg_tensor *xhat, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm) {
     tg_tensor *y = ndim_norm == 1 ? xhat : tg_reshape(ctx, xhat, x->ndim, x->shape);
     if (gamma) y = tg_mul(ctx, y, gamma);
     if (beta) y = tg_add(ctx, y, beta);

@@ -27,8 +27,7 @@ static void layernorm_backward(tg_ctx *ctx, tg_node *n) {
     else tg_layernorm_backward_f32(a.dx, a.dg, a.db, a.dy, a.x, a.g, mean, rstd, a.N, a.C, a.threads);
 }
 
-tg_tensor *tg_layernorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
-                              double eps) {
+tg_tensor *tg_layernorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm, double eps) {
     /* saved: mean and rstd, one each per row; kept by pointer: x (and gamma) */
     tg_norm_fwd a;
     if (!tg_norm_record(ctx, __func__, "layernorm", layernorm_backward, x, gamma, beta, ndim_norm, eps, 2, &a))

@@ -29,23 +29,20 @@ static void lin_gemm(tg_ctx *ctx, const char *fn, tg_dtype dt, bool ta, bool tb,
     size_t ws = tg_gemm_workspace_size(M, N, K, tg_esize(dt), threads);
     void *work = ws ? tg_arena_alloc_fn(ctx, fn, ws) : NULL;
     if (ws && !work) return;
-    if (dt == TG_F64)
-        tg_gemm_f64_ws(ta, tb, M, N, K, 1.0, A, lda, B, ldb, beta, C, ldc, threads, work, ws);
-    else
-        tg_gemm_f32_ws(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, (float)beta, C, ldc, threads, work, ws);
+    if (dt == TG_F64) tg_gemm_f64_ws(ta, tb, M, N, K, 1.0, A, lda, B, ldb, beta, C, ldc, threads, work, ws);
+    else tg_gemm_f32_ws(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, (float)beta, C, ldc, threads, work, ws);
 }
 
 /* db_j += sum_i dy_ij over the M rows of dy (M,N), for the columns j0..j1-1,
  * row by row in order 0..M-1 (summed in double for float32). */
-#define LIN_DEFINE_BIAS_BLOCK(T, SUF)                                                             \
-    static void bias_grad_block_##SUF(T *db, const T *dy, double *acc, int64_t M, int64_t N,     \
-                                      int64_t j0, int64_t j1) {                                   \
-        for (int64_t j = j0; j < j1; j++) acc[j] = 0.0;                                           \
-        for (int64_t i = 0; i < M; i++) {                                                         \
-            const T *row = dy + i * N;                                                            \
-            for (int64_t j = j0; j < j1; j++) acc[j] += (double)row[j];                           \
-        }                                                                                         \
-        for (int64_t j = j0; j < j1; j++) db[j] = (T)((double)db[j] + acc[j]);                    \
+#define LIN_DEFINE_BIAS_BLOCK(T, SUF)                                                                                  \
+    static void bias_grad_block_##SUF(T *db, const T *dy, double *acc, int64_t M, int64_t N, int64_t j0, int64_t j1) { \
+        for (int64_t j = j0; j < j1; j++) acc[j] = 0.0;                                                                \
+        for (int64_t i = 0; i < M; i++) {                                                                              \
+            const T *row = dy + i * N;                                                                                 \
+            for (int64_t j = j0; j < j1; j++) acc[j] += (double)row[j];                                                \
+        }                                                                                                              \
+        for (int64_t j = j0; j < j1; j++) db[j] = (T)((double)db[j] + acc[j]);                                         \
     }
 LIN_DEFINE_BIAS_BLOCK(float, f32)
 LIN_DEFINE_BIAS_BLOCK(double, f64)
@@ -103,8 +100,7 @@ static void linear_backward(tg_ctx *ctx, tg_node *n) {
     if (dx && K > 0 && N > 0)
         lin_gemm(ctx, n->op, dt, false, false, M, K, N, dy->data, N, w->data, K, 1.0, dx->data, K);
     /* dW (N,K) = dy^T (N,M) x (M,K); dy read transposed */
-    if (dw && K > 0 && M > 0)
-        lin_gemm(ctx, n->op, dt, true, false, N, K, M, dy->data, N, x->data, K, 1.0, dw->data, K);
+    if (dw && K > 0 && M > 0) lin_gemm(ctx, n->op, dt, true, false, N, K, M, dy->data, N, x->data, K, 1.0, dw->data, K);
     if (db && N > 0 && M > 0) {
         double *acc = tg_arena_alloc_fn(ctx, n->op, (size_t)N * sizeof *acc);
         if (!acc) return;
@@ -118,7 +114,8 @@ tg_tensor *tg_linear_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *weight, tg_tens
     if (bias && !tg_check_same_dtype(ctx, __func__, x, bias)) return NULL;
     char sx[TG_SHAPE_STR], sw[TG_SHAPE_STR], sb[TG_SHAPE_STR];
     if (weight->ndim != 2) {
-        tg_error(ctx, TG_ERR_SHAPE, __func__, "weight %s must be 2-d (out_features, in_features)", tg_shape_of(sw, weight));
+        tg_error(ctx, TG_ERR_SHAPE, __func__, "weight %s must be 2-d (out_features, in_features)",
+                 tg_shape_of(sw, weight));
         return NULL;
     }
     const int64_t N = weight->shape[0], K = weight->shape[1];
@@ -128,13 +125,13 @@ tg_tensor *tg_linear_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *weight, tg_tens
         return NULL;
     }
     if (x->shape[x->ndim - 1] != K) {
-        tg_error(ctx, TG_ERR_SHAPE, __func__, "input %s last dim %lld != in_features %lld of weight %s", tg_shape_of(sx, x),
-                 (long long)x->shape[x->ndim - 1], (long long)K, tg_shape_of(sw, weight));
+        tg_error(ctx, TG_ERR_SHAPE, __func__, "input %s last dim %lld != in_features %lld of weight %s",
+                 tg_shape_of(sx, x), (long long)x->shape[x->ndim - 1], (long long)K, tg_shape_of(sw, weight));
         return NULL;
     }
     if (bias && (bias->ndim != 1 || bias->shape[0] != N)) {
-        tg_error(ctx, TG_ERR_SHAPE, __func__, "bias %s is not (%lld,), the out_features of weight %s", tg_shape_of(sb, bias),
-                 (long long)N, tg_shape_of(sw, weight));
+        tg_error(ctx, TG_ERR_SHAPE, __func__, "bias %s is not (%lld,), the out_features of weight %s",
+                 tg_shape_of(sb, bias), (long long)N, tg_shape_of(sw, weight));
         return NULL;
     }
     int64_t shape[TG_MAX_DIMS];

@@ -26,19 +26,18 @@ bool tg_check_size_arg(tg_ctx *ctx, const char *fn, const char *arg, int64_t siz
 
 bool tg_check_layer_dtype(tg_ctx *ctx, const char *fn, const tg_tensor *x, tg_dtype dtype) {
     if (x->dtype == dtype) return true;
-    tg_error(ctx, TG_ERR_DTYPE, fn, "input is %s but the layer is %s", tg_dtype_name(x->dtype),
-             tg_dtype_name(dtype));
+    tg_error(ctx, TG_ERR_DTYPE, fn, "input is %s but the layer is %s", tg_dtype_name(x->dtype), tg_dtype_name(dtype));
     return false;
 }
 
-void *tg_module_alloc(tg_ctx *ctx, const char *fn, size_t size, const char *kind, const char *name,
-                      tg_dtype dtype, const tg_module_ops *ops) {
+void *tg_module_alloc(tg_ctx *ctx, const char *fn, size_t size, const char *kind, const char *name, tg_dtype dtype,
+                      const tg_module_ops *ops) {
     if (!tg_live(ctx)) return NULL;
     if (!name) name = "";
     size_t len = strlen(name);
-    if (len >= sizeof ((tg_module *)0)->name) {
-        tg_error(ctx, TG_ERR_VALUE, fn, "name '%.60s%s' is %zu bytes long; at most %zu", name,
-                 len > 60 ? "..." : "", len, sizeof ((tg_module *)0)->name - 1);
+    if (len >= sizeof((tg_module *)0)->name) {
+        tg_error(ctx, TG_ERR_VALUE, fn, "name '%.60s%s' is %zu bytes long; at most %zu", name, len > 60 ? "..." : "",
+                 len, sizeof((tg_module *)0)->name - 1);
         return NULL;
     }
     if (!tg_check_dtype_value(ctx, fn, dtype)) return NULL;

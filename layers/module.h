@@ -25,8 +25,8 @@ struct tg_module_ops {
  * fills its tg_module header (the struct's first member). Checks the name
  * (NULL means "", at most 47 bytes) and the dtype; errors are reported as
  * coming from `fn`. NULL on error. Free with tg_heap_free. */
-void *tg_module_alloc(tg_ctx *ctx, const char *fn, size_t size, const char *kind, const char *name,
-                      tg_dtype dtype, const tg_module_ops *ops);
+void *tg_module_alloc(tg_ctx *ctx, const char *fn, size_t size, const char *kind, const char *name, tg_dtype dtype,
+                      const tg_module_ops *ops);
 
 /* The start of a layer's forward: false when the context is in error or
  * `layer` is NULL (TG_ERR_NULL "argument 'layer' is NULL", naming `fn`). */
@@ -49,6 +49,5 @@ bool tg_check_size_arg(tg_ctx *ctx, const char *fn, const char *arg, int64_t siz
 
 /* Checks that x has the layer's dtype (TG_ERR_DTYPE naming both). */
 bool tg_check_layer_dtype(tg_ctx *ctx, const char *fn, const tg_tensor *x, tg_dtype dtype);
-
 
 #endif

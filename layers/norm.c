@@ -17,8 +17,8 @@
 
 /* ---- the fused and composed ops' shared parts --------------------------------- */
 
-bool tg_norm_check_args(tg_ctx *ctx, const char *fn, const tg_tensor *x, const tg_tensor *gamma,
-                        const tg_tensor *beta, int ndim_norm, double eps, int64_t *N, int64_t *C) {
+bool tg_norm_check_args(tg_ctx *ctx, const char *fn, const tg_tensor *x, const tg_tensor *gamma, const tg_tensor *beta,
+                        int ndim_norm, double eps, int64_t *N, int64_t *C) {
     if (!tg_check_arg(ctx, fn, "x", x)) return false;
     char sx[TG_SHAPE_STR], sp[TG_SHAPE_STR], sn[TG_SHAPE_STR];
     if (ndim_norm < 1 || ndim_norm > x->ndim) {
@@ -48,9 +48,8 @@ bool tg_norm_check_args(tg_ctx *ctx, const char *fn, const tg_tensor *x, const t
         bool same = p->ndim == ndim_norm;
         for (int d = 0; same && d < ndim_norm; d++) same = p->shape[d] == nshape[d];
         if (!same) {
-            tg_error(ctx, TG_ERR_SHAPE, fn, "%s %s is not the normalized shape %s (the last %d dims of x %s)",
-                     names[k], tg_shape_of(sp, p), tg_shape_str(sn, sizeof sn, ndim_norm, nshape), ndim_norm,
-                     tg_shape_of(sx, x));
+            tg_error(ctx, TG_ERR_SHAPE, fn, "%s %s is not the normalized shape %s (the last %d dims of x %s)", names[k],
+                     tg_shape_of(sp, p), tg_shape_str(sn, sizeof sn, ndim_norm, nshape), ndim_norm, tg_shape_of(sx, x));
             return false;
         }
     }
@@ -78,8 +77,16 @@ bool tg_norm_record(tg_ctx *ctx, const char *fn, const char *op, tg_backward_fn 
         tg_node_count_saved(ctx, n, (size_t)x->numel * es + (gamma ? (size_t)C * es : 0));
     }
     if (!tg_ok(ctx)) return false;
-    *f = (tg_norm_fwd){.out = y, .y = y->data, .x = x->data, .g = data_of(gamma), .b = data_of(beta),
-                       .saved = saved, .N = N, .C = C, .f64 = x->dtype == TG_F64, .threads = tg_threads(ctx)};
+    *f = (tg_norm_fwd){.out = y,
+                       .y = y->data,
+                       .x = x->data,
+                       .g = data_of(gamma),
+                       .b = data_of(beta),
+                       .saved = saved,
+                       .N = N,
+                       .C = C,
+                       .f64 = x->dtype == TG_F64,
+                       .threads = tg_threads(ctx)};
     return true;
 }
 
@@ -87,9 +94,17 @@ bool tg_norm_grads(tg_ctx *ctx, tg_node *n, tg_norm_bwd *b) {
     tg_tensor *x = n->in[0], *gamma = n->in[1], *beta = n->in[2];
     tg_tensor *dx = tg_grad_of(ctx, x), *dg = tg_grad_of(ctx, gamma), *db = tg_grad_of(ctx, beta);
     if (!tg_ok(ctx)) return false;
-    *b = (tg_norm_bwd){.dx = data_of(dx), .dg = data_of(dg), .db = data_of(db), .dy = n->out->grad->data,
-                       .x = x->data, .g = data_of(gamma), .saved = n->saved, .N = n->i[0], .C = n->i[1],
-                       .f64 = x->dtype == TG_F64, .threads = tg_threads(ctx)};
+    *b = (tg_norm_bwd){.dx = data_of(dx),
+                       .dg = data_of(dg),
+                       .db = data_of(db),
+                       .dy = n->out->grad->data,
+                       .x = x->data,
+                       .g = data_of(gamma),
+                       .saved = n->saved,
+                       .N = n->i[0],
+                       .C = n->i[1],
+                       .f64 = x->dtype == TG_F64,
+                       .threads = tg_threads(ctx)};
     return true;
 }
 
@@ -113,8 +128,7 @@ typedef union norm_layer {
     tg_rmsnorm rms;
     tg_layernorm ln;
 } norm_layer;
-_Static_assert(sizeof(tg_rmsnorm) == sizeof(tg_layernorm) &&
-                   offsetof(tg_rmsnorm, beta) == offsetof(tg_layernorm, beta),
+_Static_assert(sizeof(tg_rmsnorm) == sizeof(tg_layernorm) && offsetof(tg_rmsnorm, beta) == offsetof(tg_layernorm, beta),
                "tg_rmsnorm and tg_layernorm must keep the same members");
 
 /* The members of a norm layer of either kind, read through the union. */
@@ -226,8 +240,8 @@ tg_rmsnorm *tg_rmsnorm_new(tg_ctx *ctx, const char *name, int ndim, const int64_
     return norm_new(ctx, __func__, &RMSNORM, name, ndim, normalized_shape, eps, affine, bias, dtype);
 }
 
-tg_layernorm *tg_layernorm_new(tg_ctx *ctx, const char *name, int ndim, const int64_t *normalized_shape,
-                               double eps, bool affine, bool bias, tg_dtype dtype) {
+tg_layernorm *tg_layernorm_new(tg_ctx *ctx, const char *name, int ndim, const int64_t *normalized_shape, double eps,
+                               bool affine, bool bias, tg_dtype dtype) {
     return norm_new(ctx, __func__, &LAYERNORM, name, ndim, normalized_shape, eps, affine, bias, dtype);
 }
 

@@ -15,8 +15,8 @@
  * in 1..x->ndim; gamma/beta NULL or of the normalized shape (x's trailing
  * ndim_norm sizes) and x's dtype; eps finite and >= 0; the row size C >= 1.
  * Fills N (rows) and C (row size). */
-bool tg_norm_check_args(tg_ctx *ctx, const char *fn, const tg_tensor *x, const tg_tensor *gamma,
-                        const tg_tensor *beta, int ndim_norm, double eps, int64_t *N, int64_t *C);
+bool tg_norm_check_args(tg_ctx *ctx, const char *fn, const tg_tensor *x, const tg_tensor *gamma, const tg_tensor *beta,
+                        int ndim_norm, double eps, int64_t *N, int64_t *C);
 
 /* A fused norm's forward, ready for its kernel: x viewed as N rows of C,
  * gamma and beta of C elements (the kernels' g and b). */
@@ -27,7 +27,7 @@ typedef struct tg_norm_fwd {
     double *saved;         /* n_stats arrays of N doubles for the backward;
                               NULL when no backward will run */
     int64_t N, C;
-    bool f64;              /* float64 data (else float32) */
+    bool f64; /* float64 data (else float32) */
     int threads;
 } tg_norm_fwd;
 

@@ -92,12 +92,10 @@ extern "C" {
  *   y_i = g_i * x_i * r + b_i
  * y, x: (N,C)   g, b: (C) or NULL   rstd: (N) or NULL (saved for backward;
  * NULL when no backward will follow). */
-void tg_rmsnorm_forward_f32(float *y, double *rstd, const float *x,
-                            const float *g, const float *b,
-                            int64_t N, int64_t C, double eps, int threads);
-void tg_rmsnorm_forward_f64(double *y, double *rstd, const double *x,
-                            const double *g, const double *b,
-                            int64_t N, int64_t C, double eps, int threads);
+void tg_rmsnorm_forward_f32(float *y, double *rstd, const float *x, const float *g, const float *b, int64_t N,
+                            int64_t C, double eps, int threads);
+void tg_rmsnorm_forward_f64(double *y, double *rstd, const double *x, const double *g, const double *b, int64_t N,
+                            int64_t C, double eps, int threads);
 
 /* Backward, per row, with xhat = x r and u = g dy:
  *   dx_i += r * (u_i - xhat_i * mean_j(u_j xhat_j))
@@ -105,14 +103,10 @@ void tg_rmsnorm_forward_f64(double *y, double *rstd, const double *x,
  *   db_i += sum over rows of dy_i
  * dx, dy, x: (N,C)   dg, db: (C)   g: (C) or NULL   rstd: (N) from forward.
  * dx, dg, db may each be NULL. */
-void tg_rmsnorm_backward_f32(float *dx, float *dg, float *db,
-                             const float *dy, const float *x, const float *g,
-                             const double *rstd,
-                             int64_t N, int64_t C, int threads);
-void tg_rmsnorm_backward_f64(double *dx, double *dg, double *db,
-                             const double *dy, const double *x,
-                             const double *g, const double *rstd,
-                             int64_t N, int64_t C, int threads);
+void tg_rmsnorm_backward_f32(float *dx, float *dg, float *db, const float *dy, const float *x, const float *g,
+                             const double *rstd, int64_t N, int64_t C, int threads);
+void tg_rmsnorm_backward_f64(double *dx, double *dg, double *db, const double *dy, const double *x, const double *g,
+                             const double *rstd, int64_t N, int64_t C, int threads);
 
 /* -------------------------------------------------------------- LayerNorm
  * Forward, per row (two-pass, never E[x^2] - E[x]^2):
@@ -120,12 +114,9 @@ void tg_rmsnorm_backward_f64(double *dx, double *dg, double *db,
  *   r = 1 / sqrt(var + eps),   xhat_i = (x_i - mu) r
  *   y_i = g_i * xhat_i + b_i
  * y, x: (N,C)   g, b: (C) or NULL   mean, rstd: (N) or NULL (saved). */
-void tg_layernorm_forward_f32(float *y, double *mean, double *rstd,
-                              const float *x, const float *g, const float *b,
+void tg_layernorm_forward_f32(float *y, double *mean, double *rstd, const float *x, const float *g, const float *b,
                               int64_t N, int64_t C, double eps, int threads);
-void tg_layernorm_forward_f64(double *y, double *mean, double *rstd,
-                              const double *x, const double *g,
-                              const double *b,
+void tg_layernorm_forward_f64(double *y, double *mean, double *rstd, const double *x, const double *g, const double *b,
                               int64_t N, int64_t C, double eps, int threads);
 
 /* Backward, per row, with xhat = (x - mu) r and u = g dy:
@@ -134,16 +125,10 @@ void tg_layernorm_forward_f64(double *y, double *mean, double *rstd,
  *   db_i += sum over rows of dy_i
  * dx, dy, x: (N,C)   dg, db: (C)   g: (C) or NULL   mean, rstd: (N).
  * dx, dg, db may each be NULL. */
-void tg_layernorm_backward_f32(float *dx, float *dg, float *db,
-                               const float *dy, const float *x,
-                               const float *g, const double *mean,
-                               const double *rstd,
-                               int64_t N, int64_t C, int threads);
-void tg_layernorm_backward_f64(double *dx, double *dg, double *db,
-                               const double *dy, const double *x,
-                               const double *g, const double *mean,
-                               const double *rstd,
-                               int64_t N, int64_t C, int threads);
+void tg_layernorm_backward_f32(float *dx, float *dg, float *db, const float *dy, const float *x, const float *g,
+                               const double *mean, const double *rstd, int64_t N, int64_t C, int threads);
+void tg_layernorm_backward_f64(double *dx, double *dg, double *db, const double *dy, const double *x, const double *g,
+                               const double *mean, const double *rstd, int64_t N, int64_t C, int threads);
 
 #ifdef __cplusplus
 }

@@ -65,25 +65,18 @@
 
 /* The fixed tree: lanes k and k + 16 first, then k and k + 8, ..., then
  * the tail. */
-static inline double tg_norm_combine(const double acc[TG_NORM_LANES],
-                                     double tail)
-{
+static inline double tg_norm_combine(const double acc[TG_NORM_LANES], double tail) {
     double t[TG_NORM_LANES / 2];
-    for (int k = 0; k < 16; k++)
-        t[k] = acc[k] + acc[k + 16];
-    for (int k = 0; k < 8; k++)
-        t[k] += t[k + 8];
-    for (int k = 0; k < 4; k++)
-        t[k] += t[k + 4];
-    for (int k = 0; k < 2; k++)
-        t[k] += t[k + 2];
+    for (int k = 0; k < 16; k++) t[k] = acc[k] + acc[k + 16];
+    for (int k = 0; k < 8; k++) t[k] += t[k + 8];
+    for (int k = 0; k < 4; k++) t[k] += t[k + 4];
+    for (int k = 0; k < 2; k++) t[k] += t[k + 2];
     return (t[0] + t[1]) + tail;
 }
 
 /* Power-of-two exponent k with max-abs m = f 2^k, f in [0.5, 1), clamped so
  * that 2^k and 2^-k are normal doubles. Multiplying by 2^-k is exact. */
-static inline int tg_norm_scale_exp(double m)
-{
+static inline int tg_norm_scale_exp(double m) {
     int k;
     (void)frexp(m, &k);
     if (k > 1000) k = 1000;
@@ -96,42 +89,33 @@ static inline int tg_norm_scale_exp(double m)
  *   1/sqrt(ms + eps) = 1/sqrt(s^2 (ms1 + eps/s^2))
  *                    = 2^-k / sqrt(ms1 + eps 2^-2k).
  * If eps 2^-2k overflows, ms is below 1e-308 of eps and r = 1/sqrt(eps). */
-static inline double tg_norm_rstd_scaled(double ms1, int k, double eps)
-{
+static inline double tg_norm_rstd_scaled(double ms1, int k, double eps) {
     double t = ms1 + ldexp(eps, -2 * k);
-    if (isinf(t))
-        return 1.0 / sqrt(eps);
+    if (isinf(t)) return 1.0 / sqrt(eps);
     return ldexp(1.0 / sqrt(t), -k);
 }
 
 /* Rows per block for the threaded backward (at least 4 per thread). */
-static inline int64_t tg_norm_block_rows(int64_t C, int64_t elsize,
-                                         int threads)
-{
+static inline int64_t tg_norm_block_rows(int64_t C, int64_t elsize, int threads) {
     int64_t rows = TG_NORM_BLOCK_BYTES / (C * elsize);
     int64_t min_rows = 4 * (int64_t)threads;
     return rows < min_rows ? min_rows : rows;
 }
 
-
 /* y[j] = g[j] * XH + b[j] for j in [0, C), XH an expression of j; g and/or
  * b NULL mean "off". The NULL tests are hoisted out of the loop by hand
  * (four loops): a compiler that if-converts them instead of unswitching
  * emits masked loads from NULL, legal but ~50x slower. */
-#define TG_NORM_AFFINE_STORE(y, g, b, C, j, XH)                             \
-    do {                                                                    \
-        if ((g) && (b))                                                     \
-            for (int64_t j = 0; j < (C); j++)                               \
-                (y)[j] = (g)[j] * (XH) + (b)[j];                            \
-        else if (g)                                                         \
-            for (int64_t j = 0; j < (C); j++)                               \
-                (y)[j] = (g)[j] * (XH);                                     \
-        else if (b)                                                         \
-            for (int64_t j = 0; j < (C); j++)                               \
-                (y)[j] = (XH) + (b)[j];                                     \
-        else                                                                \
-            for (int64_t j = 0; j < (C); j++)                               \
-                (y)[j] = (XH);                                              \
+#define TG_NORM_AFFINE_STORE(y, g, b, C, j, XH)                                \
+    do {                                                                       \
+        if ((g) && (b))                                                        \
+            for (int64_t j = 0; j < (C); j++) (y)[j] = (g)[j] * (XH) + (b)[j]; \
+        else if (g)                                                            \
+            for (int64_t j = 0; j < (C); j++) (y)[j] = (g)[j] * (XH);          \
+        else if (b)                                                            \
+            for (int64_t j = 0; j < (C); j++) (y)[j] = (XH) + (b)[j];          \
+        else                                                                   \
+            for (int64_t j = 0; j < (C); j++) (y)[j] = (XH);                   \
     } while (0)
 
 /* Software prefetch, forward only: while a row is summed and written
@@ -142,18 +126,17 @@ static inline int64_t tg_norm_block_rows(int64_t C, int64_t elsize,
  * prefetching made things slower, so the backward leaves it to the
  * hardware. */
 #define TG_NORM_PF_ROWS 1
-static inline void tg_norm_prefetch(const void *p, int64_t bytes, int write)
-{
+static inline void tg_norm_prefetch(const void *p, int64_t bytes, int write) {
 #if defined(__GNUC__)
     const char *c = (const char *)p;
     if (write)
-        for (int64_t o = 0; o < bytes; o += 64)
-            __builtin_prefetch(c + o, 1, 3);
+        for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 1, 3);
     else
-        for (int64_t o = 0; o < bytes; o += 64)
-            __builtin_prefetch(c + o, 0, 3);
+        for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 3);
 #else
-    (void)p; (void)bytes; (void)write;
+    (void)p;
+    (void)bytes;
+    (void)write;
 #endif
 }
 

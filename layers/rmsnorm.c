@@ -27,12 +27,10 @@ static void rmsnorm_backward(tg_ctx *ctx, tg_node *n) {
     else tg_rmsnorm_backward_f32(a.dx, a.dg, a.db, a.dy, a.x, a.g, rstd, a.N, a.C, a.threads);
 }
 
-tg_tensor *tg_rmsnorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
-                            double eps) {
+tg_tensor *tg_rmsnorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm, double eps) {
     /* saved: rstd, one per row; kept by pointer: x (and gamma) */
     tg_norm_fwd a;
-    if (!tg_norm_record(ctx, __func__, "rmsnorm", rmsnorm_backward, x, gamma, beta, ndim_norm, eps, 1, &a))
-        return NULL;
+    if (!tg_norm_record(ctx, __func__, "rmsnorm", rmsnorm_backward, x, gamma, beta, ndim_norm, eps, 1, &a)) return NULL;
     double *rstd = a.saved;
     if (a.f64) tg_rmsnorm_forward_f64(a.y, rstd, a.x, a.g, a.b, a.N, a.C, eps, a.threads);
     else tg_rmsnorm_forward_f32(a.y, rstd, a.x, a.g, a.b, a.N, a.C, eps, a.threads);

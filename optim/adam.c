@@ -22,24 +22,24 @@
 
 /* The update of elements [i0, n), one at a time. p, g, m, v, vmax: (n)
  * each, distinct arrays (vmax NULL without amsgrad). */
-#define ADAM_KERNEL(T, SQRT, SUFFIX)                                                                    \
-    static void adam_tail_##SUFFIX(T *restrict p, const T *restrict g, T *restrict m, T *restrict v,    \
-                                   T *restrict vmax, int64_t i0, int64_t n, T lr, T beta1, T beta2,      \
-                                   T eps, T l2, T decoupled, T step_size, T bc2_sqrt) {                 \
-        for (int64_t i = i0; i < n; i++) {                                                              \
-            T gi = g[i];                                                                                \
-            if (decoupled != 0) p[i] = p[i] * (1 - lr * decoupled);                                     \
-            if (l2 != 0) gi = gi + l2 * p[i];                                                           \
-            m[i] = m[i] * beta1 + (1 - beta1) * gi;                                                     \
-            v[i] = v[i] * beta2 + (1 - beta2) * (gi * gi);                                              \
-            T vv = v[i];                                                                                \
-            if (vmax) {                                                                                 \
-                if (vv > vmax[i] || vv != vv) vmax[i] = vv; /* torch.maximum: NaN wins */               \
-                vv = vmax[i];                                                                           \
-            }                                                                                           \
-            T denom = SQRT(vv) / bc2_sqrt + eps;                                                        \
-            p[i] = p[i] - step_size * (m[i] / denom);                                                   \
-        }                                                                                               \
+#define ADAM_KERNEL(T, SQRT, SUFFIX)                                                                                   \
+    static void adam_tail_##SUFFIX(T *restrict p, const T *restrict g, T *restrict m, T *restrict v, T *restrict vmax, \
+                                   int64_t i0, int64_t n, T lr, T beta1, T beta2, T eps, T l2, T decoupled,            \
+                                   T step_size, T bc2_sqrt) {                                                          \
+        for (int64_t i = i0; i < n; i++) {                                                                             \
+            T gi = g[i];                                                                                               \
+            if (decoupled != 0) p[i] = p[i] * (1 - lr * decoupled);                                                    \
+            if (l2 != 0) gi = gi + l2 * p[i];                                                                          \
+            m[i] = m[i] * beta1 + (1 - beta1) * gi;                                                                    \
+            v[i] = v[i] * beta2 + (1 - beta2) * (gi * gi);                                                             \
+            T vv = v[i];                                                                                               \
+            if (vmax) {                                                                                                \
+                if (vv > vmax[i] || vv != vv) vmax[i] = vv; /* torch.maximum: NaN wins */                              \
+                vv = vmax[i];                                                                                          \
+            }                                                                                                          \
+            T denom = SQRT(vv) / bc2_sqrt + eps;                                                                       \
+            p[i] = p[i] - step_size * (m[i] / denom);                                                                  \
+        }                                                                                                              \
     }
 ADAM_KERNEL(float, sqrtf, f32)
 ADAM_KERNEL(double, sqrt, f64)
@@ -52,30 +52,30 @@ ADAM_KERNEL(double, sqrt, f64)
  * compilers keep that loop scalar: sqrt may set errno, so GCC calls libm
  * per element (3.6 ns per parameter: 1 ms of a 2 ms MLP step with 270k
  * parameters). */
-#define ADAM_SIMD(T, SUFFIX, V, W, LOAD, STORE, SET1, ADD, SUB, MUL, DIV, SQRT, AMSMAX)                 \
-    static int64_t adam_simd_##SUFFIX(T *restrict p, const T *restrict g, T *restrict m, T *restrict v, \
-                                      T *restrict vmax, int64_t n, T lr, T beta1, T beta2, T eps, T l2, \
-                                      T decoupled, T step_size, T bc2_sqrt) {                          \
-        const V keep = SET1(1 - lr * decoupled), vl2 = SET1(l2);                                       \
-        const V b1 = SET1(beta1), omb1 = SET1(1 - beta1), b2 = SET1(beta2), omb2 = SET1(1 - beta2);    \
-        const V ve = SET1(eps), vs = SET1(step_size), vb = SET1(bc2_sqrt);                             \
-        int64_t i = 0;                                                                                 \
-        for (; i + (W) <= n; i += (W)) {                                                               \
-            V pi = LOAD(p + i), gi = LOAD(g + i);                                                      \
-            if (decoupled != 0) pi = MUL(pi, keep);                                                    \
-            if (l2 != 0) gi = ADD(gi, MUL(vl2, pi));                                                   \
-            const V mi = ADD(MUL(LOAD(m + i), b1), MUL(omb1, gi));                                     \
-            V vi = ADD(MUL(LOAD(v + i), b2), MUL(omb2, MUL(gi, gi)));                                  \
-            STORE(m + i, mi);                                                                          \
-            STORE(v + i, vi);                                                                          \
-            if (vmax) {                                                                                \
-                vi = AMSMAX(vi, LOAD(vmax + i));                                                       \
-                STORE(vmax + i, vi);                                                                   \
-            }                                                                                          \
-            const V denom = ADD(DIV(SQRT(vi), vb), ve);                                                \
-            STORE(p + i, SUB(pi, MUL(vs, DIV(mi, denom))));                                            \
-        }                                                                                              \
-        return i;                                                                                      \
+#define ADAM_SIMD(T, SUFFIX, V, W, LOAD, STORE, SET1, ADD, SUB, MUL, DIV, SQRT, AMSMAX)                              \
+    static int64_t adam_simd_##SUFFIX(T *restrict p, const T *restrict g, T *restrict m, T *restrict v,              \
+                                      T *restrict vmax, int64_t n, T lr, T beta1, T beta2, T eps, T l2, T decoupled, \
+                                      T step_size, T bc2_sqrt) {                                                     \
+        const V keep = SET1(1 - lr * decoupled), vl2 = SET1(l2);                                                     \
+        const V b1 = SET1(beta1), omb1 = SET1(1 - beta1), b2 = SET1(beta2), omb2 = SET1(1 - beta2);                  \
+        const V ve = SET1(eps), vs = SET1(step_size), vb = SET1(bc2_sqrt);                                           \
+        int64_t i = 0;                                                                                               \
+        for (; i + (W) <= n; i += (W)) {                                                                             \
+            V pi = LOAD(p + i), gi = LOAD(g + i);                                                                    \
+            if (decoupled != 0) pi = MUL(pi, keep);                                                                  \
+            if (l2 != 0) gi = ADD(gi, MUL(vl2, pi));                                                                 \
+            const V mi = ADD(MUL(LOAD(m + i), b1), MUL(omb1, gi));                                                   \
+            V vi = ADD(MUL(LOAD(v + i), b2), MUL(omb2, MUL(gi, gi)));                                                \
+            STORE(m + i, mi);                                                                                        \
+            STORE(v + i, vi);                                                                                        \
+            if (vmax) {                                                                                              \
+                vi = AMSMAX(vi, LOAD(vmax + i));                                                                     \
+                STORE(vmax + i, vi);                                                                                 \
+            }                                                                                                        \
+            const V denom = ADD(DIV(SQRT(vi), vb), ve);                                                              \
+            STORE(p + i, SUB(pi, MUL(vs, DIV(mi, denom))));                                                          \
+        }                                                                                                            \
+        return i;                                                                                                    \
     }
 
 #if defined(__AVX512F__)
@@ -84,38 +84,36 @@ ADAM_KERNEL(double, sqrt, f64)
     _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_GT_OQ) | _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), b, a)
 #define ADAM_MAX8(a, b) \
     _mm512_mask_blend_pd(_mm512_cmp_pd_mask(a, b, _CMP_GT_OQ) | _mm512_cmp_pd_mask(a, a, _CMP_UNORD_Q), b, a)
-ADAM_SIMD(float, f32, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_set1_ps, _mm512_add_ps,
-          _mm512_sub_ps, _mm512_mul_ps, _mm512_div_ps, _mm512_sqrt_ps, ADAM_MAX16)
-ADAM_SIMD(double, f64, __m512d, 8, _mm512_loadu_pd, _mm512_storeu_pd, _mm512_set1_pd, _mm512_add_pd,
-          _mm512_sub_pd, _mm512_mul_pd, _mm512_div_pd, _mm512_sqrt_pd, ADAM_MAX8)
+ADAM_SIMD(float, f32, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_set1_ps, _mm512_add_ps, _mm512_sub_ps,
+          _mm512_mul_ps, _mm512_div_ps, _mm512_sqrt_ps, ADAM_MAX16)
+ADAM_SIMD(double, f64, __m512d, 8, _mm512_loadu_pd, _mm512_storeu_pd, _mm512_set1_pd, _mm512_add_pd, _mm512_sub_pd,
+          _mm512_mul_pd, _mm512_div_pd, _mm512_sqrt_pd, ADAM_MAX8)
 #define ADAM_HAVE_SIMD 1
 #elif defined(__AVX__)
 #define ADAM_MAX8(a, b) \
     _mm256_blendv_ps(b, a, _mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_GT_OQ), _mm256_cmp_ps(a, a, _CMP_UNORD_Q)))
 #define ADAM_MAX4(a, b) \
     _mm256_blendv_pd(b, a, _mm256_or_pd(_mm256_cmp_pd(a, b, _CMP_GT_OQ), _mm256_cmp_pd(a, a, _CMP_UNORD_Q)))
-ADAM_SIMD(float, f32, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps, _mm256_add_ps,
-          _mm256_sub_ps, _mm256_mul_ps, _mm256_div_ps, _mm256_sqrt_ps, ADAM_MAX8)
-ADAM_SIMD(double, f64, __m256d, 4, _mm256_loadu_pd, _mm256_storeu_pd, _mm256_set1_pd, _mm256_add_pd,
-          _mm256_sub_pd, _mm256_mul_pd, _mm256_div_pd, _mm256_sqrt_pd, ADAM_MAX4)
+ADAM_SIMD(float, f32, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps, _mm256_add_ps, _mm256_sub_ps,
+          _mm256_mul_ps, _mm256_div_ps, _mm256_sqrt_ps, ADAM_MAX8)
+ADAM_SIMD(double, f64, __m256d, 4, _mm256_loadu_pd, _mm256_storeu_pd, _mm256_set1_pd, _mm256_add_pd, _mm256_sub_pd,
+          _mm256_mul_pd, _mm256_div_pd, _mm256_sqrt_pd, ADAM_MAX4)
 #define ADAM_HAVE_SIMD 1
 #endif
 
 #ifdef ADAM_HAVE_SIMD
-#define ADAM_DEFINE_UPDATE(T, SUFFIX)                                                                   \
-    static void adam_##SUFFIX(T *p, const T *g, T *m, T *v, T *vmax, int64_t n, T lr, T beta1, T beta2, \
-                              T eps, T l2, T decoupled, T step_size, T bc2_sqrt) {                      \
-        int64_t i0 = adam_simd_##SUFFIX(p, g, m, v, vmax, n, lr, beta1, beta2, eps, l2, decoupled,     \
-                                        step_size, bc2_sqrt);                                          \
-        adam_tail_##SUFFIX(p, g, m, v, vmax, i0, n, lr, beta1, beta2, eps, l2, decoupled, step_size,   \
-                           bc2_sqrt);                                                                  \
+#define ADAM_DEFINE_UPDATE(T, SUFFIX)                                                                                \
+    static void adam_##SUFFIX(T *p, const T *g, T *m, T *v, T *vmax, int64_t n, T lr, T beta1, T beta2, T eps, T l2, \
+                              T decoupled, T step_size, T bc2_sqrt) {                                                \
+        int64_t i0 =                                                                                                 \
+            adam_simd_##SUFFIX(p, g, m, v, vmax, n, lr, beta1, beta2, eps, l2, decoupled, step_size, bc2_sqrt);      \
+        adam_tail_##SUFFIX(p, g, m, v, vmax, i0, n, lr, beta1, beta2, eps, l2, decoupled, step_size, bc2_sqrt);      \
     }
 #else
-#define ADAM_DEFINE_UPDATE(T, SUFFIX)                                                                   \
-    static void adam_##SUFFIX(T *p, const T *g, T *m, T *v, T *vmax, int64_t n, T lr, T beta1, T beta2, \
-                              T eps, T l2, T decoupled, T step_size, T bc2_sqrt) {                      \
-        adam_tail_##SUFFIX(p, g, m, v, vmax, 0, n, lr, beta1, beta2, eps, l2, decoupled, step_size,    \
-                           bc2_sqrt);                                                                  \
+#define ADAM_DEFINE_UPDATE(T, SUFFIX)                                                                                \
+    static void adam_##SUFFIX(T *p, const T *g, T *m, T *v, T *vmax, int64_t n, T lr, T beta1, T beta2, T eps, T l2, \
+                              T decoupled, T step_size, T bc2_sqrt) {                                                \
+        adam_tail_##SUFFIX(p, g, m, v, vmax, 0, n, lr, beta1, beta2, eps, l2, decoupled, step_size, bc2_sqrt);       \
     }
 #endif
 ADAM_DEFINE_UPDATE(float, f32)
@@ -136,8 +134,8 @@ void tg_adam_update(tg_optim *o, int index, double lr, bool decay) {
     double step_size = lr / bc1;
     double bc2_sqrt = sqrt(bc2);
     if (p->dtype == TG_F64)
-        adam_f64(p->data, p->grad->data, m->data, v->data, vmax ? vmax->data : NULL, p->numel, lr, a->beta1,
-                 a->beta2, a->eps, l2, decoupled, step_size, bc2_sqrt);
+        adam_f64(p->data, p->grad->data, m->data, v->data, vmax ? vmax->data : NULL, p->numel, lr, a->beta1, a->beta2,
+                 a->eps, l2, decoupled, step_size, bc2_sqrt);
     else
         adam_f32(p->data, p->grad->data, m->data, v->data, vmax ? vmax->data : NULL, p->numel, (float)lr,
                  (float)a->beta1, (float)a->beta2, (float)a->eps, (float)l2, (float)decoupled, (float)step_size,
@@ -154,8 +152,7 @@ tg_adam_opts tg_adamw_defaults(void) {
     return o;
 }
 
-static tg_optim *adam_new(tg_ctx *ctx, const char *fn, tg_optim_kind kind, tg_params *params,
-                          const tg_adam_opts *a) {
+static tg_optim *adam_new(tg_ctx *ctx, const char *fn, tg_optim_kind kind, tg_params *params, const tg_adam_opts *a) {
     if (!tg_live(ctx)) return NULL;
     if (!a) {
         tg_error(ctx, TG_ERR_NULL, fn, "argument 'opts' is NULL (use tg_adam_defaults())");
@@ -167,8 +164,7 @@ static tg_optim *adam_new(tg_ctx *ctx, const char *fn, tg_optim_kind kind, tg_pa
         return NULL;
     }
     if (!tg_optim_check(ctx, fn, isfinite(a->eps) && a->eps > 0, "eps", a->eps, "finite and > 0") ||
-        !tg_optim_check(ctx, fn, tg_finite_nonneg(a->weight_decay), "weight_decay", a->weight_decay,
-                        "finite and >= 0"))
+        !tg_optim_check(ctx, fn, tg_finite_nonneg(a->weight_decay), "weight_decay", a->weight_decay, "finite and >= 0"))
         return NULL;
     bool want[SLOT_COUNT] = {false};
     want[SLOT_EXP_AVG] = want[SLOT_EXP_AVG_SQ] = true;

@@ -14,19 +14,19 @@ typedef enum tg_optim_kind { TG_OPTIM_SGD, TG_OPTIM_ADAM, TG_OPTIM_ADAMW } tg_op
 enum { SLOT_EXP_AVG, SLOT_EXP_AVG_SQ, SLOT_MAX_EXP_AVG_SQ, SLOT_MOMENTUM, SLOT_COUNT };
 
 struct tg_optim {
-    tg_allocator alloc;      /* the context's: this struct and slots came from it */
+    tg_allocator alloc; /* the context's: this struct and slots came from it */
     tg_optim_kind kind;
-    const char *fn_new;      /* "tg_sgd_new", ... for messages */
-    tg_params *params;       /* the caller's list */
-    int nparams;             /* its count when the optimizer was made */
-    double lr;               /* base lr */
+    const char *fn_new; /* "tg_sgd_new", ... for messages */
+    tg_params *params;  /* the caller's list */
+    int nparams;        /* its count when the optimizer was made */
+    double lr;          /* base lr */
     tg_sgd_opts sgd;
     tg_adam_opts adam;
-    int64_t step;            /* steps taken */
+    int64_t step; /* steps taken */
     tg_schedule sched;
-    tg_tensor **slots;       /* nparams * SLOT_COUNT persistent tensors */
-    tg_tensor *step_tensor;  /* "optim.step", float64 scalar */
-    tg_params state;         /* named view of step_tensor and slots */
+    tg_tensor **slots;      /* nparams * SLOT_COUNT persistent tensors */
+    tg_tensor *step_tensor; /* "optim.step", float64 scalar */
+    tg_params state;        /* named view of step_tensor and slots */
 };
 
 /* Checks a hyper-parameter when an optimizer is made: when !ok, sets
@@ -37,9 +37,7 @@ static inline bool tg_finite_nonneg(double v) { return isfinite(v) && v >= 0; }
 /* Makes the optimizer shell and the state slots listed in `want`. */
 tg_optim *tg_optim_make(tg_ctx *ctx, const char *fn, tg_optim_kind kind, tg_params *params, double lr,
                         const bool want[SLOT_COUNT]);
-static inline tg_tensor *tg_optim_slot(const tg_optim *o, int p, int slot) {
-    return o->slots[p * SLOT_COUNT + slot];
-}
+static inline tg_tensor *tg_optim_slot(const tg_optim *o, int p, int slot) { return o->slots[p * SLOT_COUNT + slot]; }
 
 /* The update of one parameter (value p, grad g, both n elements). */
 void tg_sgd_update(tg_optim *o, int index, double lr, bool decay);

@@ -113,8 +113,9 @@ void tg_optim_step(tg_ctx *ctx, tg_optim *o) {
         return;
     }
     if (o->params->count != o->nparams) {
-        tg_error(ctx, TG_ERR_STATE, __func__, "the parameter list changed from %d to %d entries after the optimizer was made",
-                 o->nparams, o->params->count);
+        tg_error(ctx, TG_ERR_STATE, __func__,
+                 "the parameter list changed from %d to %d entries after the optimizer was made", o->nparams,
+                 o->params->count);
         return;
     }
     double lr = tg_optim_lr(o);

@@ -18,8 +18,7 @@ double tg_schedule_lr(const tg_schedule *s, double base, int64_t t) {
     if (!s) return base;
     if (t < 0) return NAN;
     switch (s->kind) {
-    case TG_SCHED_CONSTANT:
-        return base;
+    case TG_SCHED_CONSTANT: return base;
     case TG_SCHED_STEP:
         if (s->step_size <= 0 || !isfinite(s->gamma) || s->gamma < 0) return NAN;
         return base * pow(s->gamma, (double)(t / s->step_size));

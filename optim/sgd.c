@@ -14,19 +14,19 @@
 
 #include <math.h>
 
-#define SGD_KERNEL(T, SUFFIX)                                                                        \
-    static void sgd_##SUFFIX(T *p, const T *g, T *buf, int64_t n, T lr, T wd, T momentum, T dampening, \
-                             bool nesterov, bool first) {                                            \
-        for (int64_t i = 0; i < n; i++) {                                                            \
-            T d = g[i];                                                                              \
-            if (wd != 0) d = d + wd * p[i];                                                          \
-            if (momentum != 0) {                                                                     \
-                T b = first ? d : momentum * buf[i] + (1 - dampening) * d;                           \
-                buf[i] = b;                                                                          \
-                d = nesterov ? d + momentum * b : b;                                                 \
-            }                                                                                        \
-            p[i] = p[i] - lr * d;                                                                    \
-        }                                                                                            \
+#define SGD_KERNEL(T, SUFFIX)                                                                                         \
+    static void sgd_##SUFFIX(T *p, const T *g, T *buf, int64_t n, T lr, T wd, T momentum, T dampening, bool nesterov, \
+                             bool first) {                                                                            \
+        for (int64_t i = 0; i < n; i++) {                                                                             \
+            T d = g[i];                                                                                               \
+            if (wd != 0) d = d + wd * p[i];                                                                           \
+            if (momentum != 0) {                                                                                      \
+                T b = first ? d : momentum * buf[i] + (1 - dampening) * d;                                            \
+                buf[i] = b;                                                                                           \
+                d = nesterov ? d + momentum * b : b;                                                                  \
+            }                                                                                                         \
+            p[i] = p[i] - lr * d;                                                                                     \
+        }                                                                                                             \
     }
 SGD_KERNEL(float, f32)
 SGD_KERNEL(double, f64)
@@ -37,11 +37,11 @@ void tg_sgd_update(tg_optim *o, int index, double lr, bool decay) {
     double wd = decay ? o->sgd.weight_decay : 0.0;
     bool first = o->step == 0;
     if (p->dtype == TG_F64)
-        sgd_f64(p->data, p->grad->data, buf ? buf->data : NULL, p->numel, lr, wd, o->sgd.momentum,
-                o->sgd.dampening, o->sgd.nesterov, first);
+        sgd_f64(p->data, p->grad->data, buf ? buf->data : NULL, p->numel, lr, wd, o->sgd.momentum, o->sgd.dampening,
+                o->sgd.nesterov, first);
     else
-        sgd_f32(p->data, p->grad->data, buf ? buf->data : NULL, p->numel, (float)lr, (float)wd,
-                (float)o->sgd.momentum, (float)o->sgd.dampening, o->sgd.nesterov, first);
+        sgd_f32(p->data, p->grad->data, buf ? buf->data : NULL, p->numel, (float)lr, (float)wd, (float)o->sgd.momentum,
+                (float)o->sgd.dampening, o->sgd.nesterov, first);
 }
 
 tg_sgd_opts tg_sgd_defaults(double lr) {

@@ -109,8 +109,8 @@ tg_tensor *tg_full(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, 
 tg_tensor *tg_arange(tg_ctx *ctx, tg_dtype dtype, double start, double end, double step) {
     if (!tg_live(ctx)) return NULL;
     if (!isfinite(start) || !isfinite(end) || !isfinite(step) || step == 0.0) {
-        tg_error(ctx, TG_ERR_VALUE, "tg_arange", "start=%g end=%g step=%g: need finite values and step != 0",
-                 start, end, step);
+        tg_error(ctx, TG_ERR_VALUE, "tg_arange", "start=%g end=%g step=%g: need finite values and step != 0", start,
+                 end, step);
         return NULL;
     }
     /* PyTorch: size = ceil((end - start) / step), 0 when negative */
@@ -231,8 +231,8 @@ tg_tensor *tg_persist(tg_ctx *ctx, tg_tensor *t) {
     tg_tensor *p = heap_copy(ctx, t);
     if (!p) {
         char s[TG_SHAPE_STR];
-        tg_error(ctx, TG_ERR_OOM, "tg_persist", "out of memory for a %s tensor of shape %s",
-                 tg_dtype_name(t->dtype), tg_shape_of(s, t));
+        tg_error(ctx, TG_ERR_OOM, "tg_persist", "out of memory for a %s tensor of shape %s", tg_dtype_name(t->dtype),
+                 tg_shape_of(s, t));
         return NULL;
     }
     if (t->requires_grad) {

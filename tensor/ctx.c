@@ -29,9 +29,7 @@ static void default_free(void *p, void *user) {
     free(p);
 }
 
-void *tg_heap_alloc(tg_ctx *ctx, size_t size) {
-    return ctx->alloc.alloc(size, TG_ALIGN, ctx->alloc.user);
-}
+void *tg_heap_alloc(tg_ctx *ctx, size_t size) { return ctx->alloc.alloc(size, TG_ALIGN, ctx->alloc.user); }
 
 void tg_heap_free(tg_ctx *ctx, void *p) {
     if (p) ctx->alloc.free(p, ctx->alloc.user);
@@ -218,8 +216,7 @@ bool tg_check_finite(tg_ctx *ctx, const char *fn, const char *what, double v) {
 
 bool tg_check_same_dtype(tg_ctx *ctx, const char *fn, const tg_tensor *a, const tg_tensor *b) {
     if (a->dtype == b->dtype) return true;
-    tg_error(ctx, TG_ERR_DTYPE, fn, "dtypes differ: %s and %s", tg_dtype_name(a->dtype),
-             tg_dtype_name(b->dtype));
+    tg_error(ctx, TG_ERR_DTYPE, fn, "dtypes differ: %s and %s", tg_dtype_name(a->dtype), tg_dtype_name(b->dtype));
     return false;
 }
 

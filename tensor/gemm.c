@@ -38,9 +38,7 @@
 
 static size_t gemm_round64(size_t n) { return (n + 63) / 64 * 64; }
 
-static unsigned char *gemm_align64(void *p) {
-    return (unsigned char *)(((uintptr_t)p + 63) / 64 * 64);
-}
+static unsigned char *gemm_align64(void *p) { return (unsigned char *)(((uintptr_t)p + 63) / 64 * 64); }
 
 /* Depth of the K slices: K cut into equal slices no deeper than kc_max. It
  * depends on K and the dtype only: the sums' order never depends on threads
@@ -364,8 +362,7 @@ static inline __m256i gemm_mask4x64(int64_t n) {
 
 size_t tg_gemm_workspace_size(int64_t M, int64_t N, int64_t K, size_t elem_size, int threads) {
     if (M <= 0 || N <= 0 || K <= 0 || !gemm_may_pack(M, N, K)) return 0;
-    return elem_size == sizeof(double) ? gemm_workspace_f64(M, N, K, threads)
-                                       : gemm_workspace_f32(M, N, K, threads);
+    return elem_size == sizeof(double) ? gemm_workspace_f64(M, N, K, threads) : gemm_workspace_f32(M, N, K, threads);
 }
 
 const char *tg_gemm_kernel_name(void) { return GEMM_ISA; }

@@ -70,29 +70,25 @@ size_t tg_gemm_workspace_size(int64_t M, int64_t N, int64_t K, size_t elem_size,
 /* C (M,N) = alpha * op(A) op(B) + beta * C, see above. threads >= 1 (values
  * below 1 count as 1; ignored without OpenMP). work: work_size bytes of
  * scratch, or NULL. */
-void tg_gemm_f32_ws(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                    const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
-                    int64_t ldc, int threads, void *work, size_t work_size);
-void tg_gemm_f64_ws(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
-                    const double *A, int64_t lda, const double *B, int64_t ldb, double beta,
-                    double *C, int64_t ldc, int threads, void *work, size_t work_size);
+void tg_gemm_f32_ws(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                    int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc, int threads,
+                    void *work, size_t work_size);
+void tg_gemm_f64_ws(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double *A,
+                    int64_t lda, const double *B, int64_t ldb, double beta, double *C, int64_t ldc, int threads,
+                    void *work, size_t work_size);
 
 /* Same, allocating the workspace per call when the problem needs one. */
-void tg_gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                 const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
-                 int64_t ldc, int threads);
-void tg_gemm_f64(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
-                 const double *A, int64_t lda, const double *B, int64_t ldb, double beta,
-                 double *C, int64_t ldc, int threads);
+void tg_gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                 const float *B, int64_t ldb, float beta, float *C, int64_t ldc, int threads);
+void tg_gemm_f64(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double *A,
+                 int64_t lda, const double *B, int64_t ldb, double beta, double *C, int64_t ldc, int threads);
 
 /* Always the direct path (no workspace, no allocation): same bits as the
  * calls above, slower on large problems. */
-void tg_gemm_f32_direct(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                        const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                        float *C, int64_t ldc, int threads);
-void tg_gemm_f64_direct(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
-                        const double *A, int64_t lda, const double *B, int64_t ldb, double beta,
-                        double *C, int64_t ldc, int threads);
+void tg_gemm_f32_direct(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                        int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc, int threads);
+void tg_gemm_f64_direct(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double *A,
+                        int64_t lda, const double *B, int64_t ldb, double beta, double *C, int64_t ldc, int threads);
 
 /* Which micro-kernel was compiled in: "avx512", "avx2" or "portable". */
 const char *tg_gemm_kernel_name(void);

@@ -14,7 +14,7 @@
  * in the current chunk and moves on to the next (or a new) one when full. */
 typedef struct tg_chunk {
     struct tg_chunk *next;
-    unsigned char *base;   /* TG_ALIGN-aligned, `size` bytes */
+    unsigned char *base; /* TG_ALIGN-aligned, `size` bytes */
     size_t size;
     size_t used;
 } tg_chunk;
@@ -51,11 +51,11 @@ struct tg_ctx {
     tg_allocator alloc;
 
     /* arena */
-    tg_chunk *chunks;       /* first chunk */
-    tg_chunk *cur;          /* chunk being bumped */
-    size_t arena_capacity;  /* sum of chunk sizes */
-    size_t arena_used;      /* bytes handed out since the last reset */
-    uint32_t epoch;         /* incremented by every reset */
+    tg_chunk *chunks;      /* first chunk */
+    tg_chunk *cur;         /* chunk being bumped */
+    size_t arena_capacity; /* sum of chunk sizes */
+    size_t arena_used;     /* bytes handed out since the last reset */
+    uint32_t epoch;        /* incremented by every reset */
 
     /* persistent tensors owned by the context (doubly linked) */
     tg_tensor *persistent;

@@ -25,12 +25,12 @@ char *tg_shape_str(char *buf, size_t size, int ndim, const int64_t *shape) {
     if (!buf || size == 0) return buf;
     size_t n = 0;
     buf[0] = '\0';
-#define PUT(...)                                                        \
-    do {                                                                \
-        if (n < size) {                                                 \
-            int k = snprintf(buf + n, size - n, __VA_ARGS__);           \
-            if (k > 0) n += (size_t)k;                                  \
-        }                                                               \
+#define PUT(...)                                              \
+    do {                                                      \
+        if (n < size) {                                       \
+            int k = snprintf(buf + n, size - n, __VA_ARGS__); \
+            if (k > 0) n += (size_t)k;                        \
+        }                                                     \
     } while (0)
     PUT("(");
     for (int i = 0; shape && i < ndim && i < TG_MAX_DIMS + 8; i++) PUT(i ? ", %lld" : "%lld", (long long)shape[i]);
@@ -158,8 +158,8 @@ static int64_t flat_index(tg_ctx *ctx, const char *fn, const tg_tensor *t, const
     for (int i = 0; i < t->ndim; i++) {
         if (index[i] < 0 || index[i] >= t->shape[i]) {
             char s[TG_SHAPE_STR];
-            tg_error(ctx, TG_ERR_INDEX, fn, "index %lld is out of range for dim %d of shape %s",
-                     (long long)index[i], i, tg_shape_of(s, t));
+            tg_error(ctx, TG_ERR_INDEX, fn, "index %lld is out of range for dim %d of shape %s", (long long)index[i], i,
+                     tg_shape_of(s, t));
             return -1;
         }
         f = f * t->shape[i] + index[i];

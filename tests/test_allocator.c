@@ -52,17 +52,17 @@
 
 /* volatile: the compiler takes malloc and free for builtins that touch no
  * variable of ours, and would otherwise fold these across the calls. */
-static volatile int armed;              /* a scenario is running */
-static const void *lib_base;            /* where tapegrad's code is loaded */
-static volatile int stray_calls;        /* malloc-family calls from tapegrad's code */
+static volatile int armed;                /* a scenario is running */
+static const void *lib_base;              /* where tapegrad's code is loaded */
+static volatile int stray_calls;          /* malloc-family calls from tapegrad's code */
 static const void *volatile stray_caller; /* the first one's return address */
-static volatile int reached;            /* the wrappers below were called */
+static volatile int reached;              /* the wrappers below were called */
 
 #if TG_INTERPOSE
 extern void *__libc_malloc(size_t size);
 extern void *__libc_calloc(size_t n, size_t size);
 extern void *__libc_realloc(void *p, size_t size);
-extern void __libc_free(void *p);  /* glibc's own free takes their blocks */
+extern void __libc_free(void *p); /* glibc's own free takes their blocks */
 extern void *__libc_memalign(size_t align, size_t size);
 
 /* Not inlined, so that __builtin_return_address(0) is the caller's. */
@@ -124,10 +124,10 @@ static void disarm(void) { armed = 0; }
 #define MAX_LIVE 4096
 
 typedef struct recorder {
-    int calls;               /* allocations asked for */
-    int fail_at;             /* the call that fails (1-based); 0: none */
+    int calls;   /* allocations asked for */
+    int fail_at; /* the call that fails (1-based); 0: none */
     int frees;
-    int bad_frees;           /* frees of a block it did not hand out */
+    int bad_frees; /* frees of a block it did not hand out */
     int nlive;
     void *live[MAX_LIVE];
 } recorder;

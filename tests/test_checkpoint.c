@@ -196,9 +196,8 @@ END_TEST
 /* Bits survive exactly, including NaN payloads, signed zeros, infinities,
  * subnormals and extremes, in both dtypes. */
 START_TEST(test_roundtrip_bits) {
-    static const uint32_t b32[] = {0x7fc00001u, 0xffc00000u, 0x7f800001u, 0x80000000u, 0x00000000u,
-                                   0x7f800000u, 0xff800000u, 0x00000001u, 0x807fffffu, 0x7f7fffffu,
-                                   0x3f800000u, 0xbeaaaaabu};
+    static const uint32_t b32[] = {0x7fc00001u, 0xffc00000u, 0x7f800001u, 0x80000000u, 0x00000000u, 0x7f800000u,
+                                   0xff800000u, 0x00000001u, 0x807fffffu, 0x7f7fffffu, 0x3f800000u, 0xbeaaaaabu};
     static const uint64_t b64[] = {0x7ff8000000000001ull, 0xfff0000000000001ull, 0x8000000000000000ull,
                                    0x7ff0000000000000ull, 0xfff0000000000000ull, 0x0000000000000001ull,
                                    0x000fffffffffffffull, 0x7fefffffffffffffull, 0x3fb999999999999aull,
@@ -522,10 +521,10 @@ END_TEST
 
 static const struct bad_file {
     const char *what;
-    int64_t n_field;    /* header length field; -1: the header's length */
+    int64_t n_field; /* header length field; -1: the header's length */
     const char *header;
     size_t data_len;
-    size_t cut;         /* bytes cut off the end of the file */
+    size_t cut; /* bytes cut off the end of the file */
     tg_status status;
     const char *msg;
 } bad_files[] = {
@@ -548,18 +547,18 @@ static const struct bad_file {
     {"duplicate field", -1,
      "{\"b\":{\"dtype\":\"F64\",\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}," OK_A "}", 16, 0,
      TG_ERR_FORMAT, "duplicate key \"dtype\""},
-    {"duplicate metadata", -1, "{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}," OK_B "," OK_A "}", 16, 0,
-     TG_ERR_FORMAT, "duplicate key \"k\""},
+    {"duplicate metadata", -1, "{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}," OK_B "," OK_A "}", 16, 0, TG_ERR_FORMAT,
+     "duplicate key \"k\""},
     {"unknown dtype", -1, "{\"b\":{\"dtype\":\"F23\",\"shape\":[1],\"data_offsets\":[0,8]}," OK_A "}", 16, 0,
      TG_ERR_FORMAT, "tensor \"b\": unknown dtype \"F23\""},
-    {"unsupported dtype", -1, "{\"b\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[0,8]}," OK_A "}", 16,
-     0, TG_ERR_FORMAT, "unsupported dtype \"BF16\""},
+    {"unsupported dtype", -1, "{\"b\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[0,8]}," OK_A "}", 16, 0,
+     TG_ERR_FORMAT, "unsupported dtype \"BF16\""},
     {"dtype not a string", -1, "{\"b\":{\"dtype\":64,\"shape\":[1],\"data_offsets\":[0,8]}," OK_A "}", 16, 0,
      TG_ERR_FORMAT, "\"dtype\" is not a string"},
     {"size != span", -1, "{" OK_B ",\"a.w\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[8,16]}}", 16, 0,
      TG_ERR_FORMAT, "tensor \"a.w\": shape (3,) of F32 is 12 bytes but data_offsets [8, 16] span 8"},
-    {"end before begin", -1, "{" OK_B ",\"a.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[16,8]}}", 16,
-     0, TG_ERR_FORMAT, "data_offsets [16, 8] end before they begin"},
+    {"end before begin", -1, "{" OK_B ",\"a.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[16,8]}}", 16, 0,
+     TG_ERR_FORMAT, "data_offsets [16, 8] end before they begin"},
     {"out of range", -1, "{" OK_B ",\"a.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 12, 0,
      TG_ERR_FORMAT, "tensor \"a.w\": data_offsets [8, 16] are out of range: the data section has 12 bytes"},
     {"offset near 2^64", -1,
@@ -570,8 +569,8 @@ static const struct bad_file {
      TG_ERR_FORMAT, "tensor \"a.w\": data_offsets [4, 12] overlap tensor \"b\" [0, 8]"},
     {"same offsets", -1, "{" OK_B ",\"a.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, 0,
      TG_ERR_FORMAT, "overlap"},
-    {"gap", -1, "{" OK_B ",\"a.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]}}", 20, 0,
-     TG_ERR_FORMAT, "tensor \"a.w\": data_offsets [12, 20] leave a gap of 4 bytes after offset 8"},
+    {"gap", -1, "{" OK_B ",\"a.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]}}", 20, 0, TG_ERR_FORMAT,
+     "tensor \"a.w\": data_offsets [12, 20] leave a gap of 4 bytes after offset 8"},
     {"gap at the start", -1,
      "{\"b\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[4,12]},"
      "\"a.w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]}}",
@@ -590,18 +589,16 @@ static const struct bad_file {
     {"dtype differs", -1, "{\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}," OK_A "}", 16, 0,
      TG_ERR_DTYPE, "tensor \"b\" is F32 in the file but F64 in the model"},
     {"not an object", -1, "{\"b\":[0,8]," OK_A "}", 8, 0, TG_ERR_FORMAT, "tensor \"b\": not an object"},
-    {"unexpected field", -1,
-     "{\"b\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8],\"extra\":1}," OK_A "}", 16, 0,
-     TG_ERR_FORMAT, "tensor \"b\": unexpected field \"extra\""},
+    {"unexpected field", -1, "{\"b\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8],\"extra\":1}," OK_A "}",
+     16, 0, TG_ERR_FORMAT, "tensor \"b\": unexpected field \"extra\""},
     {"missing field", -1, "{\"b\":{\"dtype\":\"F64\",\"data_offsets\":[0,8]}," OK_A "}", 16, 0, TG_ERR_FORMAT,
      "tensor \"b\": missing \"shape\""},
     {"negative size", -1, "{\"b\":{\"dtype\":\"F64\",\"shape\":[-1],\"data_offsets\":[0,8]}," OK_A "}", 16, 0,
      TG_ERR_FORMAT, "shape entry 0 is not an integer"},
     {"fractional size", -1, "{\"b\":{\"dtype\":\"F64\",\"shape\":[1.0],\"data_offsets\":[0,8]}," OK_A "}", 16, 0,
      TG_ERR_FORMAT, "shape entry 0 is not an integer"},
-    {"nine dims", -1,
-     "{\"b\":{\"dtype\":\"F64\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,8]}," OK_A "}", 16, 0,
-     TG_ERR_FORMAT, "shape has 9 dims, at most 8"},
+    {"nine dims", -1, "{\"b\":{\"dtype\":\"F64\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,8]}," OK_A "}", 16,
+     0, TG_ERR_FORMAT, "shape has 9 dims, at most 8"},
     {"size overflow", -1,
      "{\"b\":{\"dtype\":\"F64\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,8]}," OK_A "}", 16, 0,
      TG_ERR_FORMAT, "overflows 64 bits"},
@@ -613,8 +610,8 @@ static const struct bad_file {
      "metadata \"k\": the value is not a string"},
     {"metadata not an object", -1, "{\"__metadata__\":null," OK_B "," OK_A "}", 16, 0, TG_ERR_FORMAT,
      "\"__metadata__\" is not an object"},
-    {"metadata with NUL", -1, "{\"__metadata__\":{\"k\":\"a\\u0000b\"}," OK_B "," OK_A "}", 16, 0,
-     TG_ERR_FORMAT, "contains a NUL"},
+    {"metadata with NUL", -1, "{\"__metadata__\":{\"k\":\"a\\u0000b\"}," OK_B "," OK_A "}", 16, 0, TG_ERR_FORMAT,
+     "contains a NUL"},
 };
 
 /* Each broken file is refused with its status and message (naming the
@@ -706,9 +703,9 @@ typedef struct fault {
     int calls;
     int fail_at;
     char failed_op[16];
-    int rename_call;      /* the call number of the rename, when reached */
-    char created[512];    /* the temporary's path */
-    int short_writes;     /* > 0: write at most this many bytes per call, with an EINTR between */
+    int rename_call;   /* the call number of the rename, when reached */
+    char created[512]; /* the temporary's path */
+    int short_writes;  /* > 0: write at most this many bytes per call, with an EINTR between */
     int eintr_toggle;
 } fault;
 
@@ -901,10 +898,10 @@ START_TEST(test_load_memory) {
     float w[2];
     memcpy(w, bytes + len - 8, 8);
     ck_assert(tg_get_flat(ctx, m.items[0].value, 1) == (double)w[1]);
-    expect_error(tg_st_load_memory(ctx, "fuzz", "<memory>", bytes, len - 1, &m, NULL, NULL, false),
-                 TG_ERR_FORMAT, "fuzz: <memory>: ", "out of range");
-    expect_error(tg_st_load_memory(ctx, "fuzz", "<memory>", NULL, 3, &m, NULL, NULL, false), TG_ERR_NULL,
-                 "no buffer", NULL);
+    expect_error(tg_st_load_memory(ctx, "fuzz", "<memory>", bytes, len - 1, &m, NULL, NULL, false), TG_ERR_FORMAT,
+                 "fuzz: <memory>: ", "out of range");
+    expect_error(tg_st_load_memory(ctx, "fuzz", "<memory>", NULL, 3, &m, NULL, NULL, false), TG_ERR_NULL, "no buffer",
+                 NULL);
     free(bytes);
     tg_params_free(&m);
 }
@@ -928,8 +925,10 @@ START_TEST(test_corpus) {
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         const char *name = e->d_name;
-        int kind = strncmp(name, "valid-", 6) == 0 ? 0 : strncmp(name, "parse-", 6) == 0 ? 1
-                   : strncmp(name, "bad-", 4) == 0 ? 2 : -1;
+        int kind = strncmp(name, "valid-", 6) == 0   ? 0
+                   : strncmp(name, "parse-", 6) == 0 ? 1
+                   : strncmp(name, "bad-", 4) == 0   ? 2
+                                                     : -1;
         if (kind < 0) continue;
         seen[kind]++;
         char p[1024];
@@ -985,8 +984,7 @@ START_TEST(test_interop) {
     expect_ok(tg_ckpt_load(ctx, in, &m, NULL, &meta));
     for (int k = 0; k < 4; k++)
         for (int64_t i = 0; i < f[k]->numel; i++)
-            ck_assert_msg(tg_get_flat(ctx, f[k], i) == interop_value(k, i), "%s[%lld]", m.items[k].name,
-                          (long long)i);
+            ck_assert_msg(tg_get_flat(ctx, f[k], i) == interop_value(k, i), "%s[%lld]", m.items[k].name, (long long)i);
     /* -0.0, inf, -inf, NaN, the smallest subnormal: by their bits */
     const uint32_t want[5] = {0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x00000001u};
     ck_assert(memcmp(specials->data, want, sizeof want) == 0);

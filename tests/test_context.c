@@ -19,8 +19,7 @@ static void teardown(void) { tg_ctx_free(ctx); }
 static void expect_error(tg_status status, const char *text) {
     ck_assert_msg(tg_status_of(ctx) == status, "status %d (%s), want %d; message: %s", tg_status_of(ctx),
                   tg_status_name(tg_status_of(ctx)), status, tg_error_message(ctx));
-    ck_assert_msg(strstr(tg_error_message(ctx), text) != NULL, "message '%s' lacks '%s'", tg_error_message(ctx),
-                  text);
+    ck_assert_msg(strstr(tg_error_message(ctx), text) != NULL, "message '%s' lacks '%s'", tg_error_message(ctx), text);
     tg_clear_error(ctx);
     ck_assert(tg_ok(ctx));
     ck_assert_str_eq(tg_error_message(ctx), "");
@@ -143,9 +142,9 @@ END_TEST
 /* ---- allocator hook ------------------------------------------------------ */
 
 typedef struct counting_alloc {
-    int calls;     /* allocations so far */
-    int fail_at;   /* the allocation number that fails (1-based), 0: never */
-    int live;      /* allocations not yet freed */
+    int calls;   /* allocations so far */
+    int fail_at; /* the allocation number that fails (1-based), 0: never */
+    int live;    /* allocations not yet freed */
 } counting_alloc;
 
 static void *hook_alloc(size_t size, size_t align, void *user) {

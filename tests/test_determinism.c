@@ -79,8 +79,8 @@ static void assert_bitwise_equal(const snap *a, const snap *b, int threads, cons
         if (memcmp(a->buf[k], b->buf[k], a->size[k]) == 0) continue;
         size_t es = tg_dtype_size(a->dtype[k]), n = a->size[k] / es, i = 0;
         while (i < n && memcmp((const char *)a->buf[k] + i * es, (const char *)b->buf[k] + i * es, es) == 0) i++;
-        ck_abort_msg("%s: %s differs between 1 and %d threads at element %zu: %.17g vs %.17g", what,
-                     a->name[k], threads, i, elem(a->buf[k], a->dtype[k], i), elem(b->buf[k], b->dtype[k], i));
+        ck_abort_msg("%s: %s differs between 1 and %d threads at element %zu: %.17g vs %.17g", what, a->name[k],
+                     threads, i, elem(a->buf[k], a->dtype[k], i), elem(b->buf[k], b->dtype[k], i));
     }
 }
 
@@ -117,8 +117,10 @@ static void check_case(case_fn f, tg_dtype dt, const char *name) {
     }
     snap_free(&ref);
     if (!have_threads)
-        fprintf(stderr, "test_determinism: %s: built without OpenMP, so 1, 2 and 3 threads run the same "
-                        "single-threaded code and are trivially equal\n", what);
+        fprintf(stderr,
+                "test_determinism: %s: built without OpenMP, so 1, 2 and 3 threads run the same "
+                "single-threaded code and are trivially equal\n",
+                what);
 }
 
 static tg_tensor *leaf(tg_ctx *ctx, tg_dtype dt, int ndim, const int64_t *shape, double lo, double hi) {

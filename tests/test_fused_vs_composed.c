@@ -157,8 +157,8 @@ END_TEST
 
 Suite *make_fused_vs_composed_suite(void) {
     Suite *s = suite_create("fused_vs_composed");
-    TCase *tc = tg_test_tcase(s, "fused_vs_composed", setup, teardown, test_report_records_and_bytes, test_exact_counts,
-                              NULL);
+    TCase *tc =
+        tg_test_tcase(s, "fused_vs_composed", setup, teardown, test_report_records_and_bytes, test_exact_counts, NULL);
     tcase_add_loop_test(tc, test_agree_float64, 0, 2); /* 0: RMSNorm, 1: LayerNorm */
     return s;
 }

@@ -69,23 +69,17 @@ static void mat_fill_nan(mat *m) {
         }
 }
 
-static void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const mat *A,
-                 const mat *B, double beta, mat *C, int threads) {
-    if (C->f64)
-        tg_gemm_f64(ta, tb, M, N, K, alpha, A->x, A->ld, B->x, B->ld, beta, C->x, C->ld, threads);
-    else
-        tg_gemm_f32(ta, tb, M, N, K, (float)alpha, A->x, A->ld, B->x, B->ld, (float)beta, C->x,
-                    C->ld, threads);
+static void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const mat *A, const mat *B,
+                 double beta, mat *C, int threads) {
+    if (C->f64) tg_gemm_f64(ta, tb, M, N, K, alpha, A->x, A->ld, B->x, B->ld, beta, C->x, C->ld, threads);
+    else tg_gemm_f32(ta, tb, M, N, K, (float)alpha, A->x, A->ld, B->x, B->ld, (float)beta, C->x, C->ld, threads);
 }
 
 /* The same on the direct (unpacked) path, into raw storage c like C's. */
-static void gemm_direct(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
-                        const mat *A, const mat *B, double beta, void *c, int64_t ldc, int threads) {
-    if (A->f64)
-        tg_gemm_f64_direct(ta, tb, M, N, K, alpha, A->x, A->ld, B->x, B->ld, beta, c, ldc, threads);
-    else
-        tg_gemm_f32_direct(ta, tb, M, N, K, (float)alpha, A->x, A->ld, B->x, B->ld, (float)beta, c,
-                           ldc, threads);
+static void gemm_direct(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const mat *A, const mat *B,
+                        double beta, void *c, int64_t ldc, int threads) {
+    if (A->f64) tg_gemm_f64_direct(ta, tb, M, N, K, alpha, A->x, A->ld, B->x, B->ld, beta, c, ldc, threads);
+    else tg_gemm_f32_direct(ta, tb, M, N, K, (float)alpha, A->x, A->ld, B->x, B->ld, (float)beta, c, ldc, threads);
 }
 
 /* sum_k op(A)[i][k] op(B)[k][j] in double, from the reference copies, and
@@ -106,8 +100,8 @@ static void ref_dot(const mat *A, const mat *B, bool ta, bool tb, int64_t i, int
 /* Runs one GEMM and checks every element against the double reference
  * alpha * sum_k op(A)[i][k] op(B)[k][j] + beta * C0[i][j], within the
  * forward error bound of a K-term sum, and that the padding of C is intact. */
-static void check_case(bool f64, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
-                       double beta, int64_t pad, int threads, uint64_t seed) {
+static void check_case(bool f64, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, double beta,
+                       int64_t pad, int threads, uint64_t seed) {
     mat A = mat_op(ta, M, K, pad, f64, &seed);
     mat B = mat_op(tb, K, N, pad + 1, f64, &seed);
     mat C = mat_new(M, N, pad + 2, f64, &seed);
@@ -119,9 +113,8 @@ static void check_case(bool f64, bool ta, bool tb, int64_t M, int64_t N, int64_t
     gemm(ta, tb, M, N, K, alpha, &A, &B, beta, &C, threads);
     gemm_direct(ta, tb, M, N, K, alpha, &A, &B, beta, c_direct, C.ld, 3 - threads);
     /* Whichever path the shape took, the direct path gives the same bits. */
-    ck_assert_msg(memcmp(c_direct, C.x, cbytes) == 0,
-                  "%s ta=%d tb=%d M=%lld N=%lld K=%lld: direct path differs", f64 ? "f64" : "f32",
-                  ta, tb, (long long)M, (long long)N, (long long)K);
+    ck_assert_msg(memcmp(c_direct, C.x, cbytes) == 0, "%s ta=%d tb=%d M=%lld N=%lld K=%lld: direct path differs",
+                  f64 ? "f64" : "f32", ta, tb, (long long)M, (long long)N, (long long)K);
     free(c_direct);
 
     const double eps = f64 ? DBL_EPSILON : FLT_EPSILON;
@@ -136,13 +129,13 @@ static void check_case(bool f64, bool ta, bool tb, int64_t M, int64_t N, int64_t
             ck_assert_msg(fabs(got - want) <= bound,
                           "%s ta=%d tb=%d M=%lld N=%lld K=%lld alpha=%g beta=%g threads=%d: "
                           "C[%lld][%lld] = %.17g, want %.17g (bound %.3g)",
-                          f64 ? "f64" : "f32", ta, tb, (long long)M, (long long)N, (long long)K,
-                          alpha, beta, threads, (long long)i, (long long)j, got, want, bound);
+                          f64 ? "f64" : "f32", ta, tb, (long long)M, (long long)N, (long long)K, alpha, beta, threads,
+                          (long long)i, (long long)j, got, want, bound);
         }
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = N; j < C.ld; j++)
-            ck_assert_msg(mat_get(&C, i, j) == SENTINEL, "padding of C written at [%lld][%lld]",
-                          (long long)i, (long long)j);
+            ck_assert_msg(mat_get(&C, i, j) == SENTINEL, "padding of C written at [%lld][%lld]", (long long)i,
+                          (long long)j);
     mat_free(&A);
     mat_free(&B);
     mat_free(&C);
@@ -169,7 +162,10 @@ START_TEST(test_gemm_vs_naive) {
         for (int b = 0; b < ns; b++)
             for (int c = 0; c < ns; c++, n++)
                 check_case(f64, ta, tb, sz[a], sz[b], sz[c], alphas[n % 4], betas[n % 4],
-                           n % 3 == 0 ? 0 : n % 3 == 1 ? 5 : 33, 1 + n % 2, (uint64_t)(n + 1));
+                           n % 3 == 0   ? 0
+                           : n % 3 == 1 ? 5
+                                        : 33,
+                           1 + n % 2, (uint64_t)(n + 1));
 }
 END_TEST
 
@@ -179,7 +175,7 @@ START_TEST(test_gemm_large_blocks) {
     const int64_t n = tg_test_under_valgrind() ? 40 : 203;
     check_case(f64, ta, tb, 401, n, 777, 1.0, 0.0, 3, 2, 7);
     check_case(f64, ta, tb, 97, 5 * n + 85, 130, -1.5, 0.5, 0, 1, 8);
-    check_case(f64, ta, tb, 1, 300, 1000, 1.0, 1.0, 1, 2, 9); /* M = 1 */
+    check_case(f64, ta, tb, 1, 300, 1000, 1.0, 1.0, 1, 2, 9);  /* M = 1 */
     check_case(f64, ta, tb, 300, 1, 1000, 1.0, 0.0, 1, 2, 10); /* N = 1 */
 }
 END_TEST
@@ -222,19 +218,14 @@ START_TEST(test_gemm_threads_bitwise) {
     void *work = tg_test_malloc(ws);
     for (int r = 3; r < 5; r++) {
         size_t size = r == 3 ? ws : tg_gemm_workspace_size(M, N, K, es, 1);
-        if (f64)
-            tg_gemm_f64_ws(ta, tb, M, N, K, 0.5, A.x, A.ld, B.x, B.ld, 1.5, C[r].x, C[r].ld, 2,
-                           work, size);
-        else
-            tg_gemm_f32_ws(ta, tb, M, N, K, 0.5f, A.x, A.ld, B.x, B.ld, 1.5f, C[r].x, C[r].ld, 2,
-                           work, size);
+        if (f64) tg_gemm_f64_ws(ta, tb, M, N, K, 0.5, A.x, A.ld, B.x, B.ld, 1.5, C[r].x, C[r].ld, 2, work, size);
+        else tg_gemm_f32_ws(ta, tb, M, N, K, 0.5f, A.x, A.ld, B.x, B.ld, 1.5f, C[r].x, C[r].ld, 2, work, size);
     }
     free(work);
     const size_t bytes = (size_t)(M * C[0].ld) * es;
     for (int r = 1; r < 5; r++)
-        ck_assert_msg(memcmp(C[0].x, C[r].x, bytes) == 0,
-                      "%s ta=%d tb=%d: run %d differs from threads=1", f64 ? "f64" : "f32", ta,
-                      tb, r);
+        ck_assert_msg(memcmp(C[0].x, C[r].x, bytes) == 0, "%s ta=%d tb=%d: run %d differs from threads=1",
+                      f64 ? "f64" : "f32", ta, tb, r);
     mat_free(&A);
     mat_free(&B);
     for (int r = 0; r < 5; r++) mat_free(&C[r]);
@@ -254,16 +245,15 @@ START_TEST(test_gemm_superblocks) {
     mat C1 = mat_new(M, N, 0, f64, &seed), C2 = mat_new(M, N, 0, f64, &seed);
     gemm(ta, tb, M, N, K, 1.0, &A, &B, 0.0, &C1, 1);
     gemm(ta, tb, M, N, K, 1.0, &A, &B, 0.0, &C2, 2);
-    ck_assert_msg(memcmp(C1.x, C2.x, (size_t)(M * N) * es) == 0,
-                  "%s ta=%d tb=%d: threads=2 differs from threads=1", f64 ? "f64" : "f32", ta, tb);
+    ck_assert_msg(memcmp(C1.x, C2.x, (size_t)(M * N) * es) == 0, "%s ta=%d tb=%d: threads=2 differs from threads=1",
+                  f64 ? "f64" : "f32", ta, tb);
     const double eps = f64 ? DBL_EPSILON : FLT_EPSILON;
     for (int64_t i = 0; i < M; i += 13)
         for (int64_t j = 0; j < N; j += 29) {
             double sum, sabs;
             ref_dot(&A, &B, ta, tb, i, j, K, &sum, &sabs);
             ck_assert_msg(fabs(mat_get(&C2, i, j) - sum) <= (double)(K + 3) * eps * sabs,
-                          "C[%lld][%lld] = %.17g, want %.17g", (long long)i, (long long)j,
-                          mat_get(&C2, i, j), sum);
+                          "C[%lld][%lld] = %.17g, want %.17g", (long long)i, (long long)j, mat_get(&C2, i, j), sum);
         }
     mat_free(&A);
     mat_free(&B);
@@ -292,10 +282,9 @@ START_TEST(test_gemm_rows_bitwise) {
             mat Ai = A;
             Ai.x = (char *)A.x + (size_t)(ta ? i : i * A.ld) * es;
             gemm(ta, tb, rows, N, K, -1.0, &Ai, &B, 0.0, &R, 1);
-            ck_assert_msg(memcmp((char *)C.x + (size_t)(i * C.ld) * es, R.x,
-                                 (size_t)(rows * N) * es) == 0,
-                          "%s ta=%d tb=%d: rows %lld..+%lld alone differ from the full product",
-                          f64 ? "f64" : "f32", ta, tb, (long long)i, (long long)rows);
+            ck_assert_msg(memcmp((char *)C.x + (size_t)(i * C.ld) * es, R.x, (size_t)(rows * N) * es) == 0,
+                          "%s ta=%d tb=%d: rows %lld..+%lld alone differ from the full product", f64 ? "f64" : "f32",
+                          ta, tb, (long long)i, (long long)rows);
         }
     }
     mat_free(&A);

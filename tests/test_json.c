@@ -29,7 +29,7 @@ static tg_json_doc *parse(const char *s, tg_json_error *err) { return parse_n(s,
 START_TEST(test_scalars) {
     tg_json_error err;
     const char *src[] = {"null", "true", "false", "0", "\"\"", " \t\r\n[]\n", "{}"};
-    tg_json_kind kind[] = {TG_JSON_NULL,   TG_JSON_TRUE,   TG_JSON_FALSE, TG_JSON_NUMBER,
+    tg_json_kind kind[] = {TG_JSON_NULL,   TG_JSON_TRUE,  TG_JSON_FALSE, TG_JSON_NUMBER,
                            TG_JSON_STRING, TG_JSON_ARRAY, TG_JSON_OBJECT};
     for (size_t i = 0; i < sizeof src / sizeof *src; i++) {
         tg_json_doc *d = parse(src[i], &err);
@@ -198,7 +198,7 @@ static const struct bad_case {
     {"[\0]", 3, 1, "byte 0x00"},
     {"{\"a\":1,\"b\":2,\"a\":3}", 0, 13, "duplicate key \"a\" (first at byte 1)"},
     {"{\"x\":{\"k\":1,\"k\":2}}", 0, 12, "duplicate key \"k\""},
-    {"{\"a\":1,\"\\u0061\":2}", 0, 7, "duplicate key \"a\""}, /* same decoded key */
+    {"{\"a\":1,\"\\u0061\":2}", 0, 7, "duplicate key \"a\""},            /* same decoded key */
     {"{\"b\":1,\"a\":1,\"b\":2,\"a\":3}", 0, 13, "duplicate key \"b\""}, /* earliest repeat */
     {"[{\"a\":1},{\"q\\n\":1,\"q\\n\":1}]", 0, 18, "duplicate key \"q\\x0a\""},
 };
@@ -209,10 +209,10 @@ START_TEST(test_errors) {
     tg_json_error err;
     tg_json_doc *d = parse_n(c->src, n, 16, &err);
     ck_assert_msg(d == NULL, "case %d (%s) parsed but should not", _i, c->src);
-    ck_assert_msg(err.offset == c->offset, "case %d (%s): offset %zu, want %zu (%s)", _i, c->src, err.offset,
-                  c->offset, err.msg);
-    ck_assert_msg(strstr(err.msg, c->msg) != NULL, "case %d (%s): message \"%s\" lacks \"%s\"", _i, c->src,
-                  err.msg, c->msg);
+    ck_assert_msg(err.offset == c->offset, "case %d (%s): offset %zu, want %zu (%s)", _i, c->src, err.offset, c->offset,
+                  err.msg);
+    ck_assert_msg(strstr(err.msg, c->msg) != NULL, "case %d (%s): message \"%s\" lacks \"%s\"", _i, c->src, err.msg,
+                  c->msg);
     ck_assert(!err.oom);
 }
 END_TEST
@@ -304,8 +304,8 @@ END_TEST
 START_TEST(test_mutations) {
     const char *s = "{\"a\":[1,2.5e1,\"x\\u00e9\\ud83d\\ude00\"],\"b\":{\"c\":null,\"d\":true}}";
     size_t n = strlen(s);
-    const unsigned char bytes[] = {0, '"', '\\', '{', '}', '[', ']', ',', ':', 'u', '0', '-', 'e',
-                                   '.', ' ', 0x80, 0xc3, 0xed, 0xf4, 0xff};
+    const unsigned char bytes[] = {0,   '"', '\\', '{', '}', '[',  ']',  ',',  ':',  'u',
+                                   '0', '-', 'e',  '.', ' ', 0x80, 0xc3, 0xed, 0xf4, 0xff};
     char *m = malloc(n);
     for (size_t i = 0; i < n; i++) {
         for (size_t b = 0; b < sizeof bytes; b++) {

@@ -110,7 +110,7 @@ START_TEST(test_init_and_module_forward) {
         ck_assert(v >= -bound && v < bound);
         lo = fmin(lo, v), hi = fmax(hi, v), sum += v;
     }
-    ck_assert(lo < -0.099 && hi > 0.099);               /* fills the range */
+    ck_assert(lo < -0.099 && hi > 0.099);                    /* fills the range */
     ck_assert(fabs(sum / (double)l->weight->numel) < 0.005); /* mean ~ 0 (sd of the mean 0.0012) */
     for (int64_t i = 0; i < l->bias->numel; i++) {
         double v = tg_get_flat(ctx, l->bias, i);

@@ -51,60 +51,51 @@ static double *dcopy(const double *src, int64_t n) {
     return p;
 }
 static void fill(double *a, int64_t n, double lo, double hi) {
-    for (int64_t i = 0; i < n; i++)
-        a[i] = uni(lo, hi);
+    for (int64_t i = 0; i < n; i++) a[i] = uni(lo, hi);
 }
 /* round to float in place, so f32 kernels and the double reference see
  * the same values */
 static void to_f32_values(double *a, int64_t n) {
     if (a)
-        for (int64_t i = 0; i < n; i++)
-            a[i] = (double)(float)a[i];
+        for (int64_t i = 0; i < n; i++) a[i] = (double)(float)a[i];
 }
 
 static float *fdup(const double *src, int64_t n) {
     float *p = calloc((size_t)(n > 0 ? n : 1), sizeof(float));
     ck_assert_ptr_nonnull(p);
     if (src)
-        for (int64_t i = 0; i < n; i++)
-            p[i] = (float)src[i];
+        for (int64_t i = 0; i < n; i++) p[i] = (float)src[i];
     return p;
 }
 static void fback(double *dst, const float *src, int64_t n) {
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = (double)src[i];
+    for (int64_t i = 0; i < n; i++) dst[i] = (double)src[i];
 }
 
 /* max_i |a_i - ref_i| / max(max_i |ref_i|, floor) */
-static double scaled_err(const double *a, const double *ref, int64_t n,
-                         double floor) {
+static double scaled_err(const double *a, const double *ref, int64_t n, double floor) {
     double e = 0.0, m = floor;
     for (int64_t i = 0; i < n; i++) {
         double d = fabs(a[i] - ref[i]);
         if (!(d <= e)) /* also catches NaN */
             e = d;
-        if (fabs(ref[i]) > m)
-            m = fabs(ref[i]);
+        if (fabs(ref[i]) > m) m = fabs(ref[i]);
     }
     return e / m;
 }
 /* The natural size of dx: max_n r_n times max |u| (u = g dy). dx is a
  * difference of terms of that size (for C = 1 RMSNorm, dx = r u eps /
  * (x^2 + eps) is ~1e-5 of them), so its round-off is measured against it. */
-static double dx_scale(const double *r, const double *dy, const double *g,
-                       int64_t N, int64_t C) {
+static double dx_scale(const double *r, const double *dy, const double *g, int64_t N, int64_t C) {
     double mr = 0.0, mu = 0.0;
     for (int64_t n = 0; n < N; n++) {
         mr = fmax(mr, r[n]);
-        for (int64_t j = 0; j < C; j++)
-            mu = fmax(mu, fabs(dy[n * C + j] * (g ? g[j] : 1.0)));
+        for (int64_t j = 0; j < C; j++) mu = fmax(mu, fabs(dy[n * C + j] * (g ? g[j] : 1.0)));
     }
     return mr * mu;
 }
 static bool all_finite(const double *a, int64_t n) {
     for (int64_t i = 0; i < n; i++)
-        if (!isfinite(a[i]))
-            return false;
+        if (!isfinite(a[i])) return false;
     return true;
 }
 
@@ -117,16 +108,12 @@ typedef struct inputs {
     double *x, *dy, *g, *b;
 } inputs;
 
-static inputs draw_inputs(int64_t N, int64_t C, double xlo, double xhi,
-                          bool affine, bool bias) {
-    inputs in = {dalloc(N * C), dalloc(N * C), affine ? dalloc(C) : NULL,
-                 bias ? dalloc(C) : NULL};
+static inputs draw_inputs(int64_t N, int64_t C, double xlo, double xhi, bool affine, bool bias) {
+    inputs in = {dalloc(N * C), dalloc(N * C), affine ? dalloc(C) : NULL, bias ? dalloc(C) : NULL};
     fill(in.x, N * C, xlo, xhi);
     fill(in.dy, N * C, -1.0, 1.0);
-    if (in.g)
-        fill(in.g, C, 0.5, 1.5);
-    if (in.b)
-        fill(in.b, C, -0.5, 0.5);
+    if (in.g) fill(in.g, C, 0.5, 1.5);
+    if (in.b) fill(in.b, C, -0.5, 0.5);
     return in;
 }
 /* every input rounded to float (see to_f32_values) */
@@ -134,9 +121,7 @@ static void inputs_to_f32(inputs *in, int64_t N, int64_t C) {
     to_f32_values(in->x, N * C), to_f32_values(in->dy, N * C);
     to_f32_values(in->g, C), to_f32_values(in->b, C);
 }
-static void free_inputs(inputs *in) {
-    free(in->x), free(in->dy), free(in->g), free(in->b);
-}
+static void free_inputs(inputs *in) { free(in->x), free(in->dy), free(in->g), free(in->b); }
 
 /* What a forward and a backward write, zeroed: y (N,C); mu and r (N), the
  * saved mean (LayerNorm's) and rstd; dx (N,C); dg and db (C). */
@@ -145,69 +130,46 @@ typedef struct outputs {
 } outputs;
 
 static outputs new_outputs(int64_t N, int64_t C) {
-    return (outputs){dalloc(N * C), dalloc(N),     dalloc(N),
-                     dalloc(N * C), dalloc(C),     dalloc(C)};
+    return (outputs){dalloc(N * C), dalloc(N), dalloc(N), dalloc(N * C), dalloc(C), dalloc(C)};
 }
-static void free_outputs(outputs *o) {
-    free(o->y), free(o->mu), free(o->r), free(o->dx), free(o->dg), free(o->db);
-}
+static void free_outputs(outputs *o) { free(o->y), free(o->mu), free(o->r), free(o->dx), free(o->dg), free(o->db); }
 
 /* ---- the kernels under test, with double arrays for both dtypes -------- */
 /* norm: RMS or LN; dt: F64 or F32. f32: arrays are converted to float, the
  * f32 kernel runs, results are converted back. Saved statistics are double
  * for both dtypes; mean is LayerNorm's (not used for RMSNorm). */
 
-static void k_fwd(int norm, int dt, double *y, double *mean, double *rstd,
-                  const double *x, const double *g, const double *b,
-                  int64_t N, int64_t C, double eps, int threads) {
+static void k_fwd(int norm, int dt, double *y, double *mean, double *rstd, const double *x, const double *g,
+                  const double *b, int64_t N, int64_t C, double eps, int threads) {
     if (dt == F64) {
-        if (norm == LN)
-            tg_layernorm_forward_f64(y, mean, rstd, x, g, b, N, C, eps,
-                                     threads);
-        else
-            tg_rmsnorm_forward_f64(y, rstd, x, g, b, N, C, eps, threads);
+        if (norm == LN) tg_layernorm_forward_f64(y, mean, rstd, x, g, b, N, C, eps, threads);
+        else tg_rmsnorm_forward_f64(y, rstd, x, g, b, N, C, eps, threads);
         return;
     }
     float *yf = fdup(NULL, N * C), *xf = fdup(x, N * C);
     float *gf = g ? fdup(g, C) : NULL, *bf = b ? fdup(b, C) : NULL;
-    if (norm == LN)
-        tg_layernorm_forward_f32(yf, mean, rstd, xf, gf, bf, N, C, eps,
-                                 threads);
-    else
-        tg_rmsnorm_forward_f32(yf, rstd, xf, gf, bf, N, C, eps, threads);
+    if (norm == LN) tg_layernorm_forward_f32(yf, mean, rstd, xf, gf, bf, N, C, eps, threads);
+    else tg_rmsnorm_forward_f32(yf, rstd, xf, gf, bf, N, C, eps, threads);
     fback(y, yf, N * C);
     free(yf), free(xf), free(gf), free(bf);
 }
 
-static void k_bwd(int norm, int dt, double *dx, double *dg, double *db,
-                  const double *dy, const double *x, const double *g,
-                  const double *mean, const double *rstd, int64_t N,
-                  int64_t C, int threads) {
+static void k_bwd(int norm, int dt, double *dx, double *dg, double *db, const double *dy, const double *x,
+                  const double *g, const double *mean, const double *rstd, int64_t N, int64_t C, int threads) {
     if (dt == F64) {
-        if (norm == LN)
-            tg_layernorm_backward_f64(dx, dg, db, dy, x, g, mean, rstd, N, C,
-                                      threads);
-        else
-            tg_rmsnorm_backward_f64(dx, dg, db, dy, x, g, rstd, N, C,
-                                    threads);
+        if (norm == LN) tg_layernorm_backward_f64(dx, dg, db, dy, x, g, mean, rstd, N, C, threads);
+        else tg_rmsnorm_backward_f64(dx, dg, db, dy, x, g, rstd, N, C, threads);
         return;
     }
     float *dxf = dx ? fdup(dx, N * C) : NULL, *dgf = dg ? fdup(dg, C) : NULL;
     float *dbf = db ? fdup(db, C) : NULL;
     float *dyf = fdup(dy, N * C), *xf = fdup(x, N * C);
     float *gf = g ? fdup(g, C) : NULL;
-    if (norm == LN)
-        tg_layernorm_backward_f32(dxf, dgf, dbf, dyf, xf, gf, mean, rstd, N,
-                                  C, threads);
-    else
-        tg_rmsnorm_backward_f32(dxf, dgf, dbf, dyf, xf, gf, rstd, N, C,
-                                threads);
-    if (dx)
-        fback(dx, dxf, N * C);
-    if (dg)
-        fback(dg, dgf, C);
-    if (db)
-        fback(db, dbf, C);
+    if (norm == LN) tg_layernorm_backward_f32(dxf, dgf, dbf, dyf, xf, gf, mean, rstd, N, C, threads);
+    else tg_rmsnorm_backward_f32(dxf, dgf, dbf, dyf, xf, gf, rstd, N, C, threads);
+    if (dx) fback(dx, dxf, N * C);
+    if (dg) fback(dg, dgf, C);
+    if (db) fback(db, dbf, C);
     free(dxf), free(dgf), free(dbf), free(dyf), free(xf), free(gf);
 }
 
@@ -217,55 +179,44 @@ static void k_bwd(int norm, int dt, double *dx, double *dg, double *db,
  * a time; gradients accumulate. */
 
 /* y = g xhat + b for one row (g NULL: 1, b NULL: 0) */
-static void ref_affine_fwd(double *y, const double *xhat, const double *g,
-                           const double *b, int64_t C) {
-    for (int64_t j = 0; j < C; j++)
-        y[j] = (g ? g[j] : 1.0) * xhat[j] + (b ? b[j] : 0.0);
+static void ref_affine_fwd(double *y, const double *xhat, const double *g, const double *b, int64_t C) {
+    for (int64_t j = 0; j < C; j++) y[j] = (g ? g[j] : 1.0) * xhat[j] + (b ? b[j] : 0.0);
 }
 /* back through y = g xhat + b: dxhat = dy g; dg += dy xhat; db += dy */
-static void ref_affine_bwd(double *dxhat, double *dg, double *db,
-                           const double *dy, const double *xhat,
-                           const double *g, int64_t C) {
+static void ref_affine_bwd(double *dxhat, double *dg, double *db, const double *dy, const double *xhat, const double *g,
+                           int64_t C) {
     for (int64_t j = 0; j < C; j++) {
         dxhat[j] = dy[j] * (g ? g[j] : 1.0);
-        if (dg)
-            dg[j] += dy[j] * xhat[j];
-        if (db)
-            db[j] += dy[j];
+        if (dg) dg[j] += dy[j] * xhat[j];
+        if (db) db[j] += dy[j];
     }
 }
 
 /* RMSNorm composed, one row: ms = mean(x^2); t = ms + eps; r = t^(-1/2);
  * xhat = x r. Returns t; fills xhat. */
-static double ref_rms_row(double *xhat, const double *xr, int64_t C,
-                          double eps) {
+static double ref_rms_row(double *xhat, const double *xr, int64_t C, double eps) {
     double ms = 0.0;
-    for (int64_t j = 0; j < C; j++)
-        ms += xr[j] * xr[j];
+    for (int64_t j = 0; j < C; j++) ms += xr[j] * xr[j];
     ms /= (double)C;
     const double t = ms + eps, r = 1.0 / sqrt(t);
-    for (int64_t j = 0; j < C; j++)
-        xhat[j] = xr[j] * r;
+    for (int64_t j = 0; j < C; j++) xhat[j] = xr[j] * r;
     return t;
 }
 
 /* RMSNorm composed: the row steps, then y = g xhat + b. */
-static void ref_rms_fwd(double *y, double *rstd, const double *x,
-                        const double *g, const double *b, int64_t N,
+static void ref_rms_fwd(double *y, double *rstd, const double *x, const double *g, const double *b, int64_t N,
                         int64_t C, double eps) {
     double *xhat = dalloc(C);
     for (int64_t n = 0; n < N; n++) {
         const double t = ref_rms_row(xhat, x + n * C, C, eps);
-        if (rstd)
-            rstd[n] = 1.0 / sqrt(t);
+        if (rstd) rstd[n] = 1.0 / sqrt(t);
         ref_affine_fwd(y + n * C, xhat, g, b, C);
     }
     free(xhat);
 }
 
-static void ref_rms_bwd(double *dx, double *dg, double *db, const double *dy,
-                        const double *x, const double *g, int64_t N,
-                        int64_t C, double eps) {
+static void ref_rms_bwd(double *dx, double *dg, double *db, const double *dy, const double *x, const double *g,
+                        int64_t N, int64_t C, double eps) {
     double *xhat = dalloc(C), *dxhat = dalloc(C);
     for (int64_t n = 0; n < N; n++) {
         const double *xr = x + n * C;
@@ -273,25 +224,21 @@ static void ref_rms_bwd(double *dx, double *dg, double *db, const double *dy,
         ref_affine_bwd(dxhat, dg, db, dy + n * C, xhat, g, C);
         /* xhat = x r: x directly, and r */
         double dr = 0.0;
-        for (int64_t j = 0; j < C; j++)
-            dr += dxhat[j] * xr[j];
+        for (int64_t j = 0; j < C; j++) dr += dxhat[j] * xr[j];
         /* r = t^(-1/2);  t = ms + eps;  ms = sum(x^2) / C */
         const double dt = dr * -0.5 * pow(t, -1.5);
         const double dms = dt;
         if (dx)
-            for (int64_t j = 0; j < C; j++)
-                dx[n * C + j] += dxhat[j] * r + dms * 2.0 * xr[j] / (double)C;
+            for (int64_t j = 0; j < C; j++) dx[n * C + j] += dxhat[j] * r + dms * 2.0 * xr[j] / (double)C;
     }
     free(xhat), free(dxhat);
 }
 
 /* LayerNorm composed, one row: mu = mean(x); d = x - mu; v = mean(d^2);
  * t = v + eps; r = t^(-1/2); xhat = d r. Returns t; fills d, xhat, *mu. */
-static double ref_ln_row(double *d, double *xhat, double *mu,
-                         const double *xr, int64_t C, double eps) {
+static double ref_ln_row(double *d, double *xhat, double *mu, const double *xr, int64_t C, double eps) {
     double m = 0.0, v = 0.0;
-    for (int64_t j = 0; j < C; j++)
-        m += xr[j];
+    for (int64_t j = 0; j < C; j++) m += xr[j];
     m /= (double)C;
     for (int64_t j = 0; j < C; j++) {
         d[j] = xr[j] - m;
@@ -299,33 +246,27 @@ static double ref_ln_row(double *d, double *xhat, double *mu,
     }
     v /= (double)C;
     const double t = v + eps, r = 1.0 / sqrt(t);
-    for (int64_t j = 0; j < C; j++)
-        xhat[j] = d[j] * r;
+    for (int64_t j = 0; j < C; j++) xhat[j] = d[j] * r;
     *mu = m;
     return t;
 }
 
 /* LayerNorm composed: the row steps, then y = g xhat + b. */
-static void ref_ln_fwd(double *y, double *mean, double *rstd, const double *x,
-                       const double *g, const double *b, int64_t N, int64_t C,
-                       double eps) {
+static void ref_ln_fwd(double *y, double *mean, double *rstd, const double *x, const double *g, const double *b,
+                       int64_t N, int64_t C, double eps) {
     double *d = dalloc(C), *xhat = dalloc(C), mu;
     for (int64_t n = 0; n < N; n++) {
         const double t = ref_ln_row(d, xhat, &mu, x + n * C, C, eps);
-        if (mean)
-            mean[n] = mu;
-        if (rstd)
-            rstd[n] = 1.0 / sqrt(t);
+        if (mean) mean[n] = mu;
+        if (rstd) rstd[n] = 1.0 / sqrt(t);
         ref_affine_fwd(y + n * C, xhat, g, b, C);
     }
     free(d), free(xhat);
 }
 
-static void ref_ln_bwd(double *dx, double *dg, double *db, const double *dy,
-                       const double *x, const double *g, int64_t N, int64_t C,
-                       double eps) {
-    double *d = dalloc(C), *xhat = dalloc(C), *dxhat = dalloc(C),
-           *dd = dalloc(C), mu;
+static void ref_ln_bwd(double *dx, double *dg, double *db, const double *dy, const double *x, const double *g,
+                       int64_t N, int64_t C, double eps) {
+    double *d = dalloc(C), *xhat = dalloc(C), *dxhat = dalloc(C), *dd = dalloc(C), mu;
     for (int64_t n = 0; n < N; n++) {
         const double t = ref_ln_row(d, xhat, &mu, x + n * C, C, eps);
         const double r = 1.0 / sqrt(t);
@@ -338,44 +279,33 @@ static void ref_ln_bwd(double *dx, double *dg, double *db, const double *dy,
         }
         /* r = t^(-1/2); t = v + eps; v = sum(d^2) / C */
         const double dv = dr * -0.5 * pow(t, -1.5);
-        for (int64_t j = 0; j < C; j++)
-            dd[j] += dv * 2.0 * d[j] / (double)C;
+        for (int64_t j = 0; j < C; j++) dd[j] += dv * 2.0 * d[j] / (double)C;
         /* d = x - mu; mu = sum(x) / C */
         double dmu = 0.0;
-        for (int64_t j = 0; j < C; j++)
-            dmu -= dd[j];
+        for (int64_t j = 0; j < C; j++) dmu -= dd[j];
         if (dx)
-            for (int64_t j = 0; j < C; j++)
-                dx[n * C + j] += dd[j] + dmu / (double)C;
+            for (int64_t j = 0; j < C; j++) dx[n * C + j] += dd[j] + dmu / (double)C;
     }
     free(d), free(xhat), free(dxhat), free(dd);
 }
 
 /* the reference of the norm under test (mean: LayerNorm's, may be NULL) */
-static void ref_fwd(int norm, double *y, double *mean, double *rstd,
-                    const double *x, const double *g, const double *b,
+static void ref_fwd(int norm, double *y, double *mean, double *rstd, const double *x, const double *g, const double *b,
                     int64_t N, int64_t C, double eps) {
-    if (norm == LN)
-        ref_ln_fwd(y, mean, rstd, x, g, b, N, C, eps);
-    else
-        ref_rms_fwd(y, rstd, x, g, b, N, C, eps);
+    if (norm == LN) ref_ln_fwd(y, mean, rstd, x, g, b, N, C, eps);
+    else ref_rms_fwd(y, rstd, x, g, b, N, C, eps);
 }
-static void ref_bwd(int norm, double *dx, double *dg, double *db,
-                    const double *dy, const double *x, const double *g,
+static void ref_bwd(int norm, double *dx, double *dg, double *db, const double *dy, const double *x, const double *g,
                     int64_t N, int64_t C, double eps) {
-    if (norm == LN)
-        ref_ln_bwd(dx, dg, db, dy, x, g, N, C, eps);
-    else
-        ref_rms_bwd(dx, dg, db, dy, x, g, N, C, eps);
+    if (norm == LN) ref_ln_bwd(dx, dg, db, dy, x, g, N, C, eps);
+    else ref_rms_bwd(dx, dg, db, dy, x, g, N, C, eps);
 }
 
 /* ---- fused vs reference, both dtypes, all options ------------------------ */
 
 /* shapes: C = 1; C below one lane group; tails after lane steps; C with
  * full groups; C = 768 (the benchmark's rows) */
-static const struct {
-    int64_t N, C;
-} SHAPES[] = {{3, 1}, {4, 5}, {2, 37}, {3, 100}, {5, 300}, {2, 768}, {9, 129}};
+static const struct { int64_t N, C; } SHAPES[] = {{3, 1}, {4, 5}, {2, 37}, {3, 100}, {5, 300}, {2, 768}, {9, 129}};
 #define N_SHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
 
 /* loop index: shape x affine(2) x bias(2) x dtype(2) */
@@ -401,8 +331,7 @@ static void vs_reference(int norm, int i) {
     const int64_t N = SHAPES[s].N, C = SHAPES[s].C;
     rng_seed((norm == LN ? 200 : 100) + (uint64_t)i);
     inputs in = draw_inputs(N, C, -2.0, 3.0, affine, bias);
-    if (dt == F32)
-        inputs_to_f32(&in, N, C);
+    if (dt == F32) inputs_to_f32(&in, N, C);
     const double eps = 1e-5;
 
     outputs o = new_outputs(N, C), ref = new_outputs(N, C);
@@ -411,30 +340,23 @@ static void vs_reference(int norm, int i) {
     double tol = tol_of(dt);
     /* LayerNorm with C = 1: xhat = 0, y = b exactly; the floor keeps 0 vs 0
      * meaningful */
-    ck_assert_msg(scaled_err(o.y, ref.y, N * C, 1e-300) <= tol,
-                  "%s %s N=%ld C=%ld affine=%d bias=%d: y err %g",
-                  NORM_NAME[norm], DT_NAME[dt], (long)N, (long)C, affine,
-                  bias, scaled_err(o.y, ref.y, N * C, 1e-300));
+    ck_assert_msg(scaled_err(o.y, ref.y, N * C, 1e-300) <= tol, "%s %s N=%ld C=%ld affine=%d bias=%d: y err %g",
+                  NORM_NAME[norm], DT_NAME[dt], (long)N, (long)C, affine, bias, scaled_err(o.y, ref.y, N * C, 1e-300));
     if (norm == LN)
         for (int64_t n = 0; n < N; n++) /* relative to the spread, 1/rstd */
-            ck_assert_msg(fabs(o.mu[n] - ref.mu[n]) * ref.r[n] <=
-                              stat_tol_of(dt),
-                          "mean %.17g vs %.17g", o.mu[n], ref.mu[n]);
-    ck_assert_msg(scaled_err(o.r, ref.r, N, 1e-300) <= stat_tol_of(dt),
-                  "rstd err %g", scaled_err(o.r, ref.r, N, 1e-300));
+            ck_assert_msg(fabs(o.mu[n] - ref.mu[n]) * ref.r[n] <= stat_tol_of(dt), "mean %.17g vs %.17g", o.mu[n],
+                          ref.mu[n]);
+    ck_assert_msg(scaled_err(o.r, ref.r, N, 1e-300) <= stat_tol_of(dt), "rstd err %g",
+                  scaled_err(o.r, ref.r, N, 1e-300));
 
     k_bwd(norm, dt, o.dx, o.dg, o.db, in.dy, in.x, in.g, o.mu, o.r, N, C, 1);
     ref_bwd(norm, ref.dx, ref.dg, ref.db, in.dy, in.x, in.g, N, C, eps);
     const double dxs = dx_scale(ref.r, in.dy, in.g, N, C);
-    ck_assert_msg(scaled_err(o.dx, ref.dx, N * C, dxs) <= tol,
-                  "%s %s N=%ld C=%ld affine=%d bias=%d: dx err %g",
-                  NORM_NAME[norm], DT_NAME[dt], (long)N, (long)C, affine,
-                  bias, scaled_err(o.dx, ref.dx, N * C, dxs));
+    ck_assert_msg(scaled_err(o.dx, ref.dx, N * C, dxs) <= tol, "%s %s N=%ld C=%ld affine=%d bias=%d: dx err %g",
+                  NORM_NAME[norm], DT_NAME[dt], (long)N, (long)C, affine, bias, scaled_err(o.dx, ref.dx, N * C, dxs));
     const double dg_floor = norm == LN ? 1e-12 : 1e-300;
-    ck_assert_msg(scaled_err(o.dg, ref.dg, C, dg_floor) <= tol, "dg err %g",
-                  scaled_err(o.dg, ref.dg, C, dg_floor));
-    ck_assert_msg(scaled_err(o.db, ref.db, C, 1e-300) <= tol, "db err %g",
-                  scaled_err(o.db, ref.db, C, 1e-300));
+    ck_assert_msg(scaled_err(o.dg, ref.dg, C, dg_floor) <= tol, "dg err %g", scaled_err(o.dg, ref.dg, C, dg_floor));
+    ck_assert_msg(scaled_err(o.db, ref.db, C, 1e-300) <= tol, "db err %g", scaled_err(o.db, ref.db, C, 1e-300));
 
     free_inputs(&in);
     free_outputs(&o), free_outputs(&ref);
@@ -445,7 +367,6 @@ END_TEST
 
 START_TEST(test_ln_vs_reference) { vs_reference(LN, _i); }
 END_TEST
-
 
 /* ---- finite differences (float64) --------------------------------------- */
 
@@ -460,29 +381,23 @@ typedef struct fdcase {
 } fdcase;
 
 static const fdcase FD[] = {
-    {"small", 3, 5, -2.0, 2.0, 1e-5, 1, 1},
-    {"small, no affine", 2, 7, -2.0, 2.0, 1e-5, 0, 0},
-    {"C = 1", 4, 1, -2.0, 2.0, 1e-3, 1, 1},
-    {"eps dominates (inputs near 0)", 3, 6, -1e-4, 1e-4, 1e-2, 1, 1},
-    {"large inputs", 3, 6, 1e3, 1e6, 1e-5, 1, 1},
-    {"tails (C = 37)", 2, 37, -1.0, 3.0, 1e-6, 1, 0},
+    {"small", 3, 5, -2.0, 2.0, 1e-5, 1, 1},       {"small, no affine", 2, 7, -2.0, 2.0, 1e-5, 0, 0},
+    {"C = 1", 4, 1, -2.0, 2.0, 1e-3, 1, 1},       {"eps dominates (inputs near 0)", 3, 6, -1e-4, 1e-4, 1e-2, 1, 1},
+    {"large inputs", 3, 6, 1e3, 1e6, 1e-5, 1, 1}, {"tails (C = 37)", 2, 37, -1.0, 3.0, 1e-6, 1, 0},
 };
 #define N_FD ((int)(sizeof FD / sizeof FD[0]))
 
-static double loss(int norm, const double *w, const double *x,
-                   const double *g, const double *b, int64_t N, int64_t C,
+static double loss(int norm, const double *w, const double *x, const double *g, const double *b, int64_t N, int64_t C,
                    double eps) {
     double *y = dalloc(N * C), L = 0.0;
     k_fwd(norm, F64, y, NULL, NULL, x, g, b, N, C, eps, 1);
-    for (int64_t i = 0; i < N * C; i++)
-        L += w[i] * y[i];
+    for (int64_t i = 0; i < N * C; i++) L += w[i] * y[i];
     free(y);
     return L;
 }
 
 /* numeric d L / d p_i for every element of p (an input array of n) */
-static void numeric_grad(double *out, int norm, double *p, int64_t n,
-                         const double *w, const double *x, const double *g,
+static void numeric_grad(double *out, int norm, double *p, int64_t n, const double *w, const double *x, const double *g,
                          const double *b, int64_t N, int64_t C, double eps) {
     for (int64_t i = 0; i < n; i++) {
         const double p0 = p[i];
@@ -502,15 +417,12 @@ static void numeric_grad(double *out, int norm, double *p, int64_t n,
  * true gradient is exactly 0 (LayerNorm with C = 1) the analytic one is
  * round-off of that size, e.g. when the compiler fuses u - mean(u) into an
  * FMA. */
-static void assert_fd(const char *name, const char *what, const double *a,
-                      const double *num, int64_t n, double floor) {
+static void assert_fd(const char *name, const char *what, const double *a, const double *num, int64_t n, double floor) {
     double m = floor;
-    for (int64_t i = 0; i < n; i++)
-        m = fmax(m, fabs(num[i]));
+    for (int64_t i = 0; i < n; i++) m = fmax(m, fabs(num[i]));
     for (int64_t i = 0; i < n; i++)
         ck_assert_msg(fabs(a[i] - num[i]) <= 1e-6 * m + 1e-5 * fabs(num[i]),
-                      "%s (%s): element %ld analytic %.12g numeric %.12g", name,
-                      what, (long)i, a[i], num[i]);
+                      "%s (%s): element %ld analytic %.12g numeric %.12g", name, what, (long)i, a[i], num[i]);
 }
 
 static void fd_check(int norm, int k) {
@@ -521,18 +433,14 @@ static void fd_check(int norm, int k) {
     fill(x, N * C, fc->xlo, fc->xhi);
     /* random signs for the large-input case, so rows are not all positive */
     for (int64_t i = 0; i < N * C; i++)
-        if (fc->xlo > 0 && urand() < 0.5)
-            x[i] = -x[i];
+        if (fc->xlo > 0 && urand() < 0.5) x[i] = -x[i];
     fill(w, N * C, -1.0, 1.0);
-    if (fc->affine)
-        fill(g = dalloc(C), C, 0.5, 1.5);
-    if (fc->bias)
-        fill(b = dalloc(C), C, -0.5, 0.5);
+    if (fc->affine) fill(g = dalloc(C), C, 0.5, 1.5);
+    if (fc->bias) fill(b = dalloc(C), C, -0.5, 0.5);
 
     outputs o = new_outputs(N, C);
     k_fwd(norm, F64, o.y, o.mu, o.r, x, g, b, N, C, fc->eps, 1);
-    k_bwd(norm, F64, o.dx, g ? o.dg : NULL, b ? o.db : NULL, w, x, g, o.mu,
-          o.r, N, C, 1);
+    k_bwd(norm, F64, o.dx, g ? o.dg : NULL, b ? o.db : NULL, w, x, g, o.mu, o.r, N, C, 1);
     const char *name = NORM_NAME[norm];
     double *num = dalloc(N * C);
     numeric_grad(num, norm, x, N * C, w, x, g, b, N, C, fc->eps);
@@ -560,15 +468,11 @@ END_TEST
 START_TEST(test_rms_arange9) {
     const int dt = _i;
     double x[9], y[9], r[3];
-    for (int i = 0; i < 9; i++)
-        x[i] = i;
+    for (int i = 0; i < 9; i++) x[i] = i;
     k_fwd(RMS, dt, y, NULL, r, x, NULL, NULL, 3, 3, 1e-5, 1);
-    const double want[9] = {0,      0.7746, 1.5492, 0.7348, 0.9798,
-                            1.2247, 0.8514, 0.9933, 1.1352};
+    const double want[9] = {0, 0.7746, 1.5492, 0.7348, 0.9798, 1.2247, 0.8514, 0.9933, 1.1352};
     for (int i = 0; i < 9; i++)
-        ck_assert_msg(fabs(y[i] - want[i]) <= 1e-4,
-                      "%s y[%d] = %.6f, want %.4f", DT_NAME[dt], i, y[i],
-                      want[i]);
+        ck_assert_msg(fabs(y[i] - want[i]) <= 1e-4, "%s y[%d] = %.6f, want %.4f", DT_NAME[dt], i, y[i], want[i]);
 }
 END_TEST
 
@@ -585,52 +489,42 @@ static void scale_check(int norm, int dt, double s) {
     inputs in = draw_inputs(N, C, -3.0, 3.0, true, true);
     double *x1 = in.x, *dy = in.dy, *g = in.g, *b = in.b;
     if (norm == LN)
-        for (int64_t i = 0; i < N * C; i++)
-            x1[i] += 5.0; /* a mean to take out */
+        for (int64_t i = 0; i < N * C; i++) x1[i] += 5.0; /* a mean to take out */
     inputs_to_f32(&in, N, C);
     double *xs = dalloc(N * C);
-    for (int64_t i = 0; i < N * C; i++)
-        xs[i] = x1[i] * s; /* exact: s is a power of two */
+    for (int64_t i = 0; i < N * C; i++) xs[i] = x1[i] * s; /* exact: s is a power of two */
     /* eps1 a power of two, so eps1 s^2 is exact (even when subnormal) */
     const double eps1 = 0x1p-16, epss = eps1 * s * s;
 
     double *y1 = dalloc(N * C), *ys = dalloc(N * C);
     double *m1 = dalloc(N), *ms = dalloc(N), *r1 = dalloc(N), *rs = dalloc(N);
     double *dx1 = dalloc(N * C), *dxs = dalloc(N * C);
-    double *dg1 = dalloc(C), *dgs = dalloc(C), *db1 = dalloc(C),
-           *dbs = dalloc(C);
+    double *dg1 = dalloc(C), *dgs = dalloc(C), *db1 = dalloc(C), *dbs = dalloc(C);
     k_fwd(norm, dt, y1, m1, r1, x1, g, b, N, C, eps1, 1);
     k_fwd(norm, dt, ys, ms, rs, xs, g, b, N, C, epss, 1);
     k_bwd(norm, dt, dx1, dg1, db1, dy, x1, g, m1, r1, N, C, 1);
     k_bwd(norm, dt, dxs, dgs, dbs, dy, xs, g, ms, rs, N, C, 1);
     const char *name = NORM_NAME[norm];
     const double tol = dt == F64 ? 1e-13 : 1e-6;
-    ck_assert_msg(all_finite(ys, N * C), "%s %s s=%g: y not finite", name,
-                  DT_NAME[dt], s);
-    ck_assert_msg(scaled_err(ys, y1, N * C, 1e-300) <= tol,
-                  "%s %s s=%g: y err %g", name, DT_NAME[dt], s,
+    ck_assert_msg(all_finite(ys, N * C), "%s %s s=%g: y not finite", name, DT_NAME[dt], s);
+    ck_assert_msg(scaled_err(ys, y1, N * C, 1e-300) <= tol, "%s %s s=%g: y err %g", name, DT_NAME[dt], s,
                   scaled_err(ys, y1, N * C, 1e-300));
     for (int64_t n = 0; n < N; n++) {
         /* f64: the same up to the last bits; f32: the scaled row may
          * take the double path while the unscaled one does not */
-        ck_assert_msg(fabs(rs[n] * s - r1[n]) <= stat_tol_of(dt) * r1[n],
-                      "%s %s s=%g: rstd %g vs %g / s", name, DT_NAME[dt], s,
-                      rs[n], r1[n]);
+        ck_assert_msg(fabs(rs[n] * s - r1[n]) <= stat_tol_of(dt) * r1[n], "%s %s s=%g: rstd %g vs %g / s", name,
+                      DT_NAME[dt], s, rs[n], r1[n]);
         if (norm == LN)
-            ck_assert_msg(fabs(ms[n] / s - m1[n]) * r1[n] <= stat_tol_of(dt),
-                          "%s: mean %g vs %g s", name, ms[n], m1[n]);
+            ck_assert_msg(fabs(ms[n] / s - m1[n]) * r1[n] <= stat_tol_of(dt), "%s: mean %g vs %g s", name, ms[n],
+                          m1[n]);
     }
-    for (int64_t i = 0; i < N * C; i++)
-        dxs[i] *= s; /* dx(s x) s = dx(x) */
-    ck_assert_msg(all_finite(dxs, N * C) && all_finite(dgs, C),
-                  "%s %s s=%g: gradients not finite", name, DT_NAME[dt], s);
-    ck_assert_msg(scaled_err(dxs, dx1, N * C, 1e-300) <= 10 * tol,
-                  "%s %s s=%g: dx err %g", name, DT_NAME[dt], s,
+    for (int64_t i = 0; i < N * C; i++) dxs[i] *= s; /* dx(s x) s = dx(x) */
+    ck_assert_msg(all_finite(dxs, N * C) && all_finite(dgs, C), "%s %s s=%g: gradients not finite", name, DT_NAME[dt],
+                  s);
+    ck_assert_msg(scaled_err(dxs, dx1, N * C, 1e-300) <= 10 * tol, "%s %s s=%g: dx err %g", name, DT_NAME[dt], s,
                   scaled_err(dxs, dx1, N * C, 1e-300));
-    ck_assert_msg(scaled_err(dgs, dg1, C, 1e-300) <= tol, "dg err %g",
-                  scaled_err(dgs, dg1, C, 1e-300));
-    ck_assert_msg(scaled_err(dbs, db1, C, 1e-300) <= tol, "db err %g",
-                  scaled_err(dbs, db1, C, 1e-300));
+    ck_assert_msg(scaled_err(dgs, dg1, C, 1e-300) <= tol, "dg err %g", scaled_err(dgs, dg1, C, 1e-300));
+    ck_assert_msg(scaled_err(dbs, db1, C, 1e-300) <= tol, "db err %g", scaled_err(dbs, db1, C, 1e-300));
 
     free_inputs(&in);
     free(xs), free(y1), free(ys);
@@ -669,13 +563,11 @@ START_TEST(test_scale_f32_fixed_eps) {
     const double scales[2] = {1e20, 1e-20};
     for (int k = 0; k < 2; k++) {
         rng_seed(500 + (uint64_t)k);
-        inputs in = draw_inputs(N, C, -2.0 * scales[k], 2.0 * scales[k],
-                                true, false);
+        inputs in = draw_inputs(N, C, -2.0 * scales[k], 2.0 * scales[k], true, false);
         inputs_to_f32(&in, N, C);
         const double *x = in.x, *dy = in.dy, *g = in.g;
         float naive = 0.0f;
-        for (int64_t j = 0; j < C; j++)
-            naive += (float)x[j] * (float)x[j];
+        for (int64_t j = 0; j < C; j++) naive += (float)x[j] * (float)x[j];
         ck_assert(k == 0 ? isinf(naive) : naive < FLT_MIN);
 
         outputs o = new_outputs(N, C), ref = new_outputs(N, C);
@@ -685,20 +577,17 @@ START_TEST(test_scale_f32_fixed_eps) {
             memset(ref.dx, 0, sizeof(double) * (size_t)(N * C));
             k_fwd(norm, F32, o.y, o.mu, o.r, x, g, NULL, N, C, 1e-6, 1);
             ref_fwd(norm, ref.y, ref.mu, ref.r, x, g, NULL, N, C, 1e-6);
-            ck_assert_msg(scaled_err(o.y, ref.y, N * C, 1e-300) <= 2e-6,
-                          "%s scale %g: y err %g", name, scales[k],
+            ck_assert_msg(scaled_err(o.y, ref.y, N * C, 1e-300) <= 2e-6, "%s scale %g: y err %g", name, scales[k],
                           scaled_err(o.y, ref.y, N * C, 1e-300));
             /* dgamma: RMSNorm's only */
             double *pg = norm == RMS ? o.dg : NULL, *pgr = pg ? ref.dg : NULL;
             k_bwd(norm, F32, o.dx, pg, NULL, dy, x, g, o.mu, o.r, N, C, 1);
             ref_bwd(norm, ref.dx, pgr, NULL, dy, x, g, N, C, 1e-6);
             ck_assert(all_finite(o.dx, N * C) && (!pg || all_finite(o.dg, C)));
-            ck_assert_msg(scaled_err(o.dx, ref.dx, N * C, 1e-300) <= 2e-6,
-                          "%s scale %g: dx err %g", name, scales[k],
+            ck_assert_msg(scaled_err(o.dx, ref.dx, N * C, 1e-300) <= 2e-6, "%s scale %g: dx err %g", name, scales[k],
                           scaled_err(o.dx, ref.dx, N * C, 1e-300));
             if (pg)
-                ck_assert_msg(scaled_err(o.dg, ref.dg, C, 1e-300) <= 2e-6,
-                              "%s scale %g: dg err %g", name, scales[k],
+                ck_assert_msg(scaled_err(o.dg, ref.dg, C, 1e-300) <= 2e-6, "%s scale %g: dg err %g", name, scales[k],
                               scaled_err(o.dg, ref.dg, C, 1e-300));
         }
         free_inputs(&in);
@@ -720,13 +609,11 @@ START_TEST(test_f32_rows_near_flt_max) {
     k_fwd(RMS, F32, y, NULL, r, x, NULL, NULL, N, C, 1e-6, 1);
     ck_assert(r[0] < 0x1p-120); /* the row took the double path */
     ref_rms_fwd(yr, NULL, x, NULL, NULL, N, C, 1e-6);
-    ck_assert_msg(scaled_err(y, yr, N * C, 1e-300) <= 2e-6, "y err %g",
-                  scaled_err(y, yr, N * C, 1e-300));
+    ck_assert_msg(scaled_err(y, yr, N * C, 1e-300) <= 2e-6, "y err %g", scaled_err(y, yr, N * C, 1e-300));
     k_bwd(RMS, F32, dx, NULL, NULL, dy, x, NULL, NULL, r, N, C, 1);
     ref_rms_bwd(dxr, NULL, NULL, dy, x, NULL, N, C, 1e-6);
     /* dx ~ 1e-38 sits among float32 subnormals: compare at their spacing */
-    ck_assert_msg(scaled_err(dx, dxr, N * C, 1e-300) <= 1e-5, "dx err %g",
-                  scaled_err(dx, dxr, N * C, 1e-300));
+    ck_assert_msg(scaled_err(dx, dxr, N * C, 1e-300) <= 1e-5, "dx err %g", scaled_err(dx, dxr, N * C, 1e-300));
     free_inputs(&in);
     free(y), free(r), free(yr), free(dx), free(dxr);
 }
@@ -738,8 +625,7 @@ START_TEST(test_ln_f32_offset_row) {
     const int64_t N = 3, C = 768;
     rng_seed(600);
     double *x = dalloc(N * C), *dy = dalloc(N * C);
-    for (int64_t i = 0; i < N * C; i++)
-        x[i] = 1e4 + uni(-0.1, 0.1);
+    for (int64_t i = 0; i < N * C; i++) x[i] = 1e4 + uni(-0.1, 0.1);
     fill(dy, N * C, -1.0, 1.0);
     to_f32_values(x, N * C), to_f32_values(dy, N * C);
 
@@ -752,34 +638,27 @@ START_TEST(test_ln_f32_offset_row) {
         }
         float m = s / (float)C, var_naive = s2 / (float)C - m * m;
         double mu = 0.0, var = 0.0;
-        for (int64_t j = 0; j < C; j++)
-            mu += x[j];
+        for (int64_t j = 0; j < C; j++) mu += x[j];
         mu /= (double)C;
-        for (int64_t j = 0; j < C; j++)
-            var += (x[j] - mu) * (x[j] - mu);
+        for (int64_t j = 0; j < C; j++) var += (x[j] - mu) * (x[j] - mu);
         var /= (double)C;
-        ck_assert_msg(fabs((double)var_naive - var) > 0.5 * var,
-                      "naive float variance %g happens to be near %g",
+        ck_assert_msg(fabs((double)var_naive - var) > 0.5 * var, "naive float variance %g happens to be near %g",
                       (double)var_naive, var);
     }
 
     outputs o = new_outputs(N, C), ref = new_outputs(N, C);
     k_fwd(LN, F32, o.y, o.mu, o.r, x, NULL, NULL, N, C, 1e-5, 1);
     ref_ln_fwd(ref.y, ref.mu, ref.r, x, NULL, NULL, N, C, 1e-5);
-    ck_assert_msg(scaled_err(o.y, ref.y, N * C, 1e-300) <= 2e-6, "y err %g",
-                  scaled_err(o.y, ref.y, N * C, 1e-300));
-    ck_assert_msg(scaled_err(o.r, ref.r, N, 1e-300) <= 1e-6, "rstd err %g",
-                  scaled_err(o.r, ref.r, N, 1e-300));
+    ck_assert_msg(scaled_err(o.y, ref.y, N * C, 1e-300) <= 2e-6, "y err %g", scaled_err(o.y, ref.y, N * C, 1e-300));
+    ck_assert_msg(scaled_err(o.r, ref.r, N, 1e-300) <= 1e-6, "rstd err %g", scaled_err(o.r, ref.r, N, 1e-300));
     for (int64_t n = 0; n < N; n++)
-        ck_assert_msg(fabs(o.mu[n] - ref.mu[n]) <= 1e-9, "mean %.12g vs %.12g",
-                      o.mu[n], ref.mu[n]);
+        ck_assert_msg(fabs(o.mu[n] - ref.mu[n]) <= 1e-9, "mean %.12g vs %.12g", o.mu[n], ref.mu[n]);
 
     k_bwd(LN, F32, o.dx, o.dg, o.db, dy, x, NULL, o.mu, o.r, N, C, 1);
     ref_ln_bwd(ref.dx, ref.dg, ref.db, dy, x, NULL, N, C, 1e-5);
     ck_assert_msg(scaled_err(o.dx, ref.dx, N * C, 1e-300) <= 2e-6, "dx err %g",
                   scaled_err(o.dx, ref.dx, N * C, 1e-300));
-    ck_assert_msg(scaled_err(o.dg, ref.dg, C, 1e-300) <= 2e-6, "dg err %g",
-                  scaled_err(o.dg, ref.dg, C, 1e-300));
+    ck_assert_msg(scaled_err(o.dg, ref.dg, C, 1e-300) <= 2e-6, "dg err %g", scaled_err(o.dg, ref.dg, C, 1e-300));
     free(x), free(dy);
     free_outputs(&o), free_outputs(&ref);
 }
@@ -796,14 +675,11 @@ START_TEST(test_rms_invariants) {
     const double *x = in.x, *dy = in.dy, *g = in.g, *b = in.b;
     double *cx = dalloc(N * C);
     const double c = 3.7;
-    for (int64_t i = 0; i < N * C; i++)
-        cx[i] = c * x[i];
-    double *y = dalloc(N * C), *cy = dalloc(N * C), *r = dalloc(N),
-           *cr = dalloc(N), *dx = dalloc(N * C);
+    for (int64_t i = 0; i < N * C; i++) cx[i] = c * x[i];
+    double *y = dalloc(N * C), *cy = dalloc(N * C), *r = dalloc(N), *cr = dalloc(N), *dx = dalloc(N * C);
     tg_rmsnorm_forward_f64(y, r, x, g, b, N, C, 0.0, 1);
     tg_rmsnorm_forward_f64(cy, cr, cx, g, b, N, C, 0.0, 1);
-    ck_assert_msg(scaled_err(cy, y, N * C, 1e-300) <= 1e-14,
-                  "f(cx) != f(x): %g", scaled_err(cy, y, N * C, 1e-300));
+    ck_assert_msg(scaled_err(cy, y, N * C, 1e-300) <= 1e-14, "f(cx) != f(x): %g", scaled_err(cy, y, N * C, 1e-300));
     tg_rmsnorm_backward_f64(dx, NULL, NULL, dy, x, g, r, N, C, 1);
     for (int64_t n = 0; n < N; n++) {
         double dot = 0.0, nx = 0.0, ndx = 0.0;
@@ -812,8 +688,7 @@ START_TEST(test_rms_invariants) {
             nx += x[n * C + j] * x[n * C + j];
             ndx += dx[n * C + j] * dx[n * C + j];
         }
-        ck_assert_msg(fabs(dot) <= 1e-14 * sqrt(nx * ndx),
-                      "row %ld: x.dx = %g (|x||dx| = %g)", (long)n, dot,
+        ck_assert_msg(fabs(dot) <= 1e-14 * sqrt(nx * ndx), "row %ld: x.dx = %g (|x||dx| = %g)", (long)n, dot,
                       sqrt(nx * ndx));
         ck_assert(ndx > 0.0); /* the gradient itself is not zero */
     }
@@ -834,8 +709,7 @@ START_TEST(test_rms_invariants) {
             xdx += xh * dx[n * C + j];
         }
         const double want = r[n] * xu * eps / (ms + eps);
-        ck_assert_msg(fabs(xdx - want) <= 1e-13 * fabs(want),
-                      "row %ld: xhat.dx = %.15g, want %.15g", (long)n, xdx,
+        ck_assert_msg(fabs(xdx - want) <= 1e-13 * fabs(want), "row %ld: xhat.dx = %.15g, want %.15g", (long)n, xdx,
                       want);
         ck_assert(fabs(want) > 1e-3); /* not trivially zero */
     }
@@ -856,8 +730,7 @@ START_TEST(test_ln_invariants) {
     inputs in = draw_inputs(N, C, -2.0, 5.0, false, false);
     const double *x = in.x, *dy = in.dy;
     double *ones = dalloc(C);
-    for (int64_t j = 0; j < C; j++)
-        ones[j] = 1.0;
+    for (int64_t j = 0; j < C; j++) ones[j] = 1.0;
     for (int pass = 0; pass < 4; pass++) {
         const double *g = pass % 2 ? ones : NULL;
         const double eps = pass < 2 ? 0.0 : 0.3;
@@ -874,19 +747,15 @@ START_TEST(test_ln_invariants) {
                 sx += xh * dx[n * C + j];
                 ndx += fabs(dx[n * C + j]);
                 xu += xh * dy[n * C + j];
-                var += (x[n * C + j] - mu[n]) * (x[n * C + j] - mu[n]) /
-                       (double)C;
+                var += (x[n * C + j] - mu[n]) * (x[n * C + j] - mu[n]) / (double)C;
                 dgw[j] += dy[n * C + j] * xh;
                 dbw[j] += dy[n * C + j];
             }
-            ck_assert_msg(fabs(s) <= 1e-14 * ndx, "row %ld: sum(dx) = %g",
-                          (long)n, s);
+            ck_assert_msg(fabs(s) <= 1e-14 * ndx, "row %ld: sum(dx) = %g", (long)n, s);
             const double want = r[n] * xu * eps / (var + eps);
-            ck_assert_msg(fabs(sx - want) <= 1e-14 * ndx * 3.0,
-                          "eps %g row %ld: xhat.dx = %g, want %g", eps,
-                          (long)n, sx, want);
-            if (eps > 0.0)
-                ck_assert(fabs(want) > 1e-3); /* not trivially zero */
+            ck_assert_msg(fabs(sx - want) <= 1e-14 * ndx * 3.0, "eps %g row %ld: xhat.dx = %g, want %g", eps, (long)n,
+                          sx, want);
+            if (eps > 0.0) ck_assert(fabs(want) > 1e-3); /* not trivially zero */
         }
         ck_assert(scaled_err(dg, dgw, C, 1e-300) <= 1e-14);
         ck_assert(scaled_err(db, dbw, C, 1e-300) <= 1e-14);
@@ -895,8 +764,7 @@ START_TEST(test_ln_invariants) {
     }
     /* RMSNorm: dgamma = sum dy xhat with xhat = x r, dbeta = sum dy */
     {
-        double *y = dalloc(N * C), *r = dalloc(N), *dg = dalloc(C),
-               *db = dalloc(C), *dgw = dalloc(C), *dbw = dalloc(C);
+        double *y = dalloc(N * C), *r = dalloc(N), *dg = dalloc(C), *db = dalloc(C), *dgw = dalloc(C), *dbw = dalloc(C);
         tg_rmsnorm_forward_f64(y, r, x, ones, NULL, N, C, 1e-6, 1);
         tg_rmsnorm_backward_f64(NULL, dg, db, dy, x, ones, r, N, C, 1);
         for (int64_t n = 0; n < N; n++)
@@ -929,12 +797,10 @@ START_TEST(test_accumulate) {
     outputs o = new_outputs(N, C);
     k_fwd(norm, dt, o.y, o.mu, o.r, x, g, b, N, C, 1e-5, 1);
     k_bwd(norm, dt, o.dx, o.dg, o.db, dy, x, g, o.mu, o.r, N, C, 1);
-    double *dx1 = dcopy(o.dx, N * C), *dg1 = dcopy(o.dg, C),
-           *db1 = dcopy(o.db, C);
+    double *dx1 = dcopy(o.dx, N * C), *dg1 = dcopy(o.dg, C), *db1 = dcopy(o.db, C);
     k_bwd(norm, dt, o.dx, o.dg, o.db, dy, x, g, o.mu, o.r, N, C, 1);
     for (int64_t i = 0; i < N * C; i++)
-        ck_assert_msg(o.dx[i] == 2.0 * dx1[i], "dx[%ld] %g != 2 * %g", (long)i,
-                      o.dx[i], dx1[i]);
+        ck_assert_msg(o.dx[i] == 2.0 * dx1[i], "dx[%ld] %g != 2 * %g", (long)i, o.dx[i], dx1[i]);
     const double tol = dt == F64 ? 1e-14 : 1e-6;
     ck_assert(scaled_err(o.dg, dg1, C, 1e-300) > 0.9); /* not unchanged */
     for (int64_t j = 0; j < C; j++) {
@@ -942,13 +808,10 @@ START_TEST(test_accumulate) {
         ck_assert(fabs(o.db[j] - 2.0 * db1[j]) <= tol * (double)N);
     }
     /* pre-filled with 1: the result is 1 + one gradient (to rounding) */
-    for (int64_t i = 0; i < N * C; i++)
-        o.dx[i] = 1.0;
-    for (int64_t j = 0; j < C; j++)
-        o.dg[j] = o.db[j] = 1.0;
+    for (int64_t i = 0; i < N * C; i++) o.dx[i] = 1.0;
+    for (int64_t j = 0; j < C; j++) o.dg[j] = o.db[j] = 1.0;
     k_bwd(norm, dt, o.dx, o.dg, o.db, dy, x, g, o.mu, o.r, N, C, 1);
-    for (int64_t i = 0; i < N * C; i++)
-        ck_assert(fabs(o.dx[i] - (1.0 + dx1[i])) <= tol * (1.0 + fabs(dx1[i])));
+    for (int64_t i = 0; i < N * C; i++) ck_assert(fabs(o.dx[i] - (1.0 + dx1[i])) <= tol * (1.0 + fabs(dx1[i])));
     for (int64_t j = 0; j < C; j++) {
         ck_assert(fabs(o.dg[j] - (1.0 + dg1[j])) <= tol * (double)N);
         ck_assert(fabs(o.db[j] - (1.0 + db1[j])) <= tol * (double)N);
@@ -976,19 +839,11 @@ START_TEST(test_optional_outputs) {
     k_bwd(norm, dt, o.dx, o.dg, o.db, dy, x, g, o.mu, o.r, N, C, 1);
     for (int mask = 0; mask < 8; mask++) { /* which outputs to ask for */
         double *ex = dalloc(N * C), *eg = dalloc(C), *eb = dalloc(C);
-        double *px = mask & 1 ? ex : NULL, *pg = mask & 2 ? eg : NULL,
-               *pb = mask & 4 ? eb : NULL;
+        double *px = mask & 1 ? ex : NULL, *pg = mask & 2 ? eg : NULL, *pb = mask & 4 ? eb : NULL;
         k_bwd(norm, dt, px, pg, pb, dy, x, g, o.mu, o.r, N, C, 1);
-        if (px)
-            ck_assert_msg(memcmp(ex, o.dx,
-                                 sizeof(double) * (size_t)(N * C)) == 0,
-                          "mask %d: dx differs", mask);
-        if (pg)
-            ck_assert_msg(memcmp(eg, o.dg, sizeof(double) * (size_t)C) == 0,
-                          "mask %d: dg differs", mask);
-        if (pb)
-            ck_assert_msg(memcmp(eb, o.db, sizeof(double) * (size_t)C) == 0,
-                          "mask %d: db differs", mask);
+        if (px) ck_assert_msg(memcmp(ex, o.dx, sizeof(double) * (size_t)(N * C)) == 0, "mask %d: dx differs", mask);
+        if (pg) ck_assert_msg(memcmp(eg, o.dg, sizeof(double) * (size_t)C) == 0, "mask %d: dg differs", mask);
+        if (pb) ck_assert_msg(memcmp(eb, o.db, sizeof(double) * (size_t)C) == 0, "mask %d: db differs", mask);
         free(ex), free(eg), free(eb);
     }
     free_inputs(&in);
@@ -1011,8 +866,7 @@ START_TEST(test_threads_bitwise) {
         outputs *o = &out[t];
         *o = new_outputs(N, C);
         k_fwd(norm, dt, o->y, o->mu, o->r, x, g, b, N, C, 1e-5, t + 1);
-        k_bwd(norm, dt, o->dx, o->dg, o->db, dy, x, g, o->mu, o->r, N, C,
-              t + 1);
+        k_bwd(norm, dt, o->dx, o->dg, o->db, dy, x, g, o->mu, o->r, N, C, t + 1);
     }
     const int64_t len[6] = {N * C, N, N, N * C, C, C};
     const char *nm[6] = {"y", "mean", "rstd", "dx", "dg", "db"};
@@ -1021,13 +875,10 @@ START_TEST(test_threads_bitwise) {
         const double *got[6] = {o->y, o->mu, o->r, o->dx, o->dg, o->db};
         const double *want[6] = {o1->y, o1->mu, o1->r, o1->dx, o1->dg, o1->db};
         for (int k = 0; k < 6; k++)
-            ck_assert_msg(memcmp(got[k], want[k],
-                                 sizeof(double) * (size_t)len[k]) == 0,
-                          "%s %s: %s differs with %d threads",
-                          NORM_NAME[norm], DT_NAME[dt], nm[k], t + 1);
+            ck_assert_msg(memcmp(got[k], want[k], sizeof(double) * (size_t)len[k]) == 0,
+                          "%s %s: %s differs with %d threads", NORM_NAME[norm], DT_NAME[dt], nm[k], t + 1);
     }
-    for (int t = 0; t < 3; t++)
-        free_outputs(&out[t]);
+    for (int t = 0; t < 3; t++) free_outputs(&out[t]);
     free_inputs(&in);
 }
 END_TEST
@@ -1040,10 +891,8 @@ START_TEST(test_degenerate) {
     tg_rmsnorm_forward_f64(canary, stat, x, NULL, NULL, 0, 4, 1e-5, 1);
     tg_layernorm_forward_f64(canary, stat, stat, x, NULL, NULL, 2, 0, 1e-5, 1);
     tg_rmsnorm_backward_f64(canary, canary, canary, x, x, NULL, stat, 0, 4, 1);
-    tg_layernorm_backward_f64(canary, canary, canary, x, x, NULL, stat, stat,
-                              2, 0, 1);
-    for (int i = 0; i < 4; i++)
-        ck_assert(canary[i] == 7.0);
+    tg_layernorm_backward_f64(canary, canary, canary, x, x, NULL, stat, stat, 2, 0, 1);
+    for (int i = 0; i < 4; i++) ck_assert(canary[i] == 7.0);
     ck_assert(stat[0] == 7.0 && stat[1] == 7.0);
 
     for (int dt = 0; dt < 2; dt++) {
@@ -1067,8 +916,7 @@ START_TEST(test_degenerate) {
         memset(dx, 0, sizeof(double) * (size_t)C);
         k_bwd(LN, dt, dx, NULL, NULL, dy, c5, NULL, &mu, &r, 1, C, 1);
         double mdy = 0.0;
-        for (int64_t j = 0; j < C; j++)
-            mdy += dy[j] / (double)C;
+        for (int64_t j = 0; j < C; j++) mdy += dy[j] / (double)C;
         for (int64_t j = 0; j < C; j++) /* dx = r (dy - mean dy) */
             ck_assert(fabs(dx[j] - 100.0 * (dy[j] - mdy)) <= 1e-5 * 100.0);
         free(z), free(c5), free(b), free(y), free(dy), free(dx);

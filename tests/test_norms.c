@@ -62,8 +62,8 @@ static const norm_kind NORMS[] = {
 
 /* The module functions of the kind (tg_rmsnorm_new or tg_layernorm_new...).
  * A module is its layer: tg_module is the layer struct's first member. */
-static norm_layer layer_new(const norm_kind *k, tg_ctx *c, const char *name, int ndim, const int64_t *shape,
-                            double eps, bool affine, bool bias, tg_dtype dtype) {
+static norm_layer layer_new(const norm_kind *k, tg_ctx *c, const char *name, int ndim, const int64_t *shape, double eps,
+                            bool affine, bool bias, tg_dtype dtype) {
     if (k->id == LN) {
         tg_layernorm *l = tg_layernorm_new(c, name, ndim, shape, eps, affine, bias, dtype);
         return l ? (norm_layer){TG_MODULE(l), l->gamma, l->beta, l->affine, l->bias} : (norm_layer){0};
@@ -188,8 +188,8 @@ START_TEST(test_bad_arguments) {
     tg_tensor *x = tg_test_rand(ctx, TG_F64, TG_SHAPE(2, 4), -1, 1);
     ck_assert_ptr_nonnull(k->fused(ctx, x, NULL, NULL, 1, 0.0));
     tg_test_assert_fails(ctx, k->fused(ctx, x, NULL, NULL, 1, -1.0), TG_ERR_VALUE, fn_fused, "eps = -1", NULL);
-    tg_test_assert_fails(ctx, k->composed(ctx, x, NULL, NULL, 1, NAN), TG_ERR_VALUE, fn_composed,
-                         "eps = ", "nan", NULL);
+    tg_test_assert_fails(ctx, k->composed(ctx, x, NULL, NULL, 1, NAN), TG_ERR_VALUE, fn_composed, "eps = ", "nan",
+                         NULL);
     tg_test_assert_fails(ctx, k->fused(ctx, x, NULL, NULL, 0, 1e-6), TG_ERR_VALUE, fn_fused, "ndim_norm = 0", "1..2",
                          NULL);
     tg_test_assert_fails(ctx, k->fused(ctx, x, NULL, NULL, 3, 1e-6), TG_ERR_VALUE, fn_fused, "ndim_norm = 3", NULL);
@@ -422,9 +422,9 @@ START_TEST(test_one_record_saved_bytes) {
         tg_tensor *x = tg_requires_grad(ctx, tg_test_rand(ctx, dt, 3, cases[i].shape, -1, 1));
         ck_assert_ptr_nonnull(layer_forward(k, ctx, l.m, x));
         ck_assert_int_eq(tg_tape_size(ctx), 1);
-        ck_assert_uint_eq(tg_tape_saved_bytes(ctx), (size_t)(k->stats * cases[i].rows) * sizeof(double) +
-                                                        (size_t)(cases[i].numel + cases[i].gamma_numel) *
-                                                            tg_dtype_size(dt));
+        ck_assert_uint_eq(tg_tape_saved_bytes(ctx),
+                          (size_t)(k->stats * cases[i].rows) * sizeof(double) +
+                              (size_t)(cases[i].numel + cases[i].gamma_numel) * tg_dtype_size(dt));
         tg_ctx_reset(ctx);
         tg_set_grad_enabled(ctx, false);
         ck_assert_ptr_nonnull(layer_forward(k, ctx, l.m, tg_test_rand(ctx, dt, 3, cases[i].shape, -1, 1)));
@@ -685,8 +685,7 @@ START_TEST(test_layernorm_invariants) {
             ck_assert_msg(fabs(sum) < 1e-14 * ndx, "case %d row %lld: sum(dx) = %g", c, (long long)n, sum);
             if (eps == 0)
                 ck_assert_msg(fabs(dot) < 1e-14 * ndx, "case %d row %lld: xhat . dx = %g", c, (long long)n, dot);
-            else
-                ck_assert_msg(fabs(dot) < 1e-3 * ndx, "case %d row %lld: xhat . dx = %g", c, (long long)n, dot);
+            else ck_assert_msg(fabs(dot) < 1e-3 * ndx, "case %d row %lld: xhat . dx = %g", c, (long long)n, dot);
         }
         free(xv), free(dx);
     }

@@ -24,8 +24,11 @@ static void teardown(void) { tg_ctx_free(ctx); }
 /* ---- the ops as checked functions (tg_gradcheck_fn), by name --------------- */
 
 /* The op as a tg_gradcheck_fn. */
-#define WRAP(NAME, CALL) \
-    static tg_tensor *NAME(tg_ctx *c, tg_tensor *const *in, void *arg) { (void)arg; return CALL; }
+#define WRAP(NAME, CALL)                                                 \
+    static tg_tensor *NAME(tg_ctx *c, tg_tensor *const *in, void *arg) { \
+        (void)arg;                                                       \
+        return CALL;                                                     \
+    }
 WRAP(f_neg, tg_neg(c, in[0]))
 WRAP(f_add_scalar, tg_add_scalar(c, in[0], 2.5))
 WRAP(f_mul_scalar, tg_mul_scalar(c, in[0], -1.5))
@@ -48,7 +51,7 @@ typedef struct unary_case {
     const char *name; /* fixture name */
     tg_gradcheck_fn f;
     void *arg;
-    bool positive;    /* domain x > 0 */
+    bool positive; /* domain x > 0 */
 } unary_case;
 
 static const unary_case UNARY[] = {
@@ -203,8 +206,8 @@ START_TEST(test_broadcast_index_mapping) {
             double v = tg_get_flat(ctx, bc, bindex(sp->nb, sp->b, no, idx));
             double e = op == 0 ? u + v : op == 1 ? u - v : op == 2 ? u * v : u / v;
             if (dt == TG_F32) e = (float)e; /* one rounding of the exact result of two floats */
-            ck_assert_msg(tg_get_flat(ctx, y, i) == e, "%s pair %d elem %lld: %.17g vs %.17g", BINOP_NAMES[op],
-                          _i / 4, (long long)i, tg_get_flat(ctx, y, i), e);
+            ck_assert_msg(tg_get_flat(ctx, y, i) == e, "%s pair %d elem %lld: %.17g vs %.17g", BINOP_NAMES[op], _i / 4,
+                          (long long)i, tg_get_flat(ctx, y, i), e);
         }
     }
     tg_tensor *in[2] = {tg_test_smooth_leaf(ctx, sp->na, sp->a, 3), tg_test_smooth_leaf(ctx, sp->nb, sp->b, 4)};
@@ -246,11 +249,11 @@ END_TEST
 static tg_tensor *chain_fn(tg_ctx *c, tg_tensor *const *in, void *arg) {
     (void)arg;
     tg_tensor *x = in[0], *b = in[1];
-    tg_tensor *e = tg_tanh(c, tg_mul(c, x, b));           /* (3,4) */
-    tg_tensor *s = tg_add(c, tg_mul(c, e, e), e);          /* e used three times */
+    tg_tensor *e = tg_tanh(c, tg_mul(c, x, b));   /* (3,4) */
+    tg_tensor *s = tg_add(c, tg_mul(c, e, e), e); /* e used three times */
     tg_tensor *q = tg_div(c, s, tg_add_scalar(c, tg_mul(c, b, b), 1.0));
     tg_tensor *r = tg_sub(c, tg_gelu(c, q, false), tg_silu(c, x));
-    return tg_mul(c, r, tg_sigmoid(c, tg_sub(c, x, x)));  /* x - x = 0: sigmoid 0.5 */
+    return tg_mul(c, r, tg_sigmoid(c, tg_sub(c, x, x))); /* x - x = 0: sigmoid 0.5 */
 }
 
 START_TEST(test_chain_fd) {

@@ -16,8 +16,8 @@ static void setup(void) { ctx = tg_ctx_new(42); }
 static void teardown(void) { tg_ctx_free(ctx); }
 
 /* c[b] = a[b] bm[b] by the textbook loop, in double. sb = 0 shares b. */
-static void naive_mm(double *c, const tg_tensor *a, const tg_tensor *b, int64_t batch, int64_t M, int64_t K,
-                     int64_t N, int64_t sb) {
+static void naive_mm(double *c, const tg_tensor *a, const tg_tensor *b, int64_t batch, int64_t M, int64_t K, int64_t N,
+                     int64_t sb) {
     for (int64_t t = 0; t < batch; t++)
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++) {
@@ -153,15 +153,14 @@ END_TEST
 /* Larger shapes (GEMM packed path, transposed cases): the analytic grads
  * against da = dc b^T and db = a^T dc by the textbook loop, with dc = ones
  * plus a second backward on top to check accumulation (grads double). */
-static void check_backward_large(tg_dtype dt, int64_t batch, int64_t M, int64_t K, int64_t N, bool shared,
-                                 double tol) {
+static void check_backward_large(tg_dtype dt, int64_t batch, int64_t M, int64_t K, int64_t N, bool shared, double tol) {
     tg_tensor *a = tg_requires_grad(ctx, batch ? tg_randn(ctx, dt, TG_SHAPE(batch, M, K), 0, 1)
                                                : tg_randn(ctx, dt, TG_SHAPE(M, K), 0, 1));
     tg_tensor *b = tg_requires_grad(ctx, batch && !shared ? tg_randn(ctx, dt, TG_SHAPE(batch, K, N), 0, 1)
                                                           : tg_randn(ctx, dt, TG_SHAPE(K, N), 0, 1));
     int64_t nb = batch ? batch : 1;
-    tg_tensor *dc = tg_randn(ctx, dt, batch ? 3 : 2,
-                             batch ? (const int64_t[]){batch, M, N} : (const int64_t[]){M, N}, 0, 1);
+    tg_tensor *dc =
+        tg_randn(ctx, dt, batch ? 3 : 2, batch ? (const int64_t[]){batch, M, N} : (const int64_t[]){M, N}, 0, 1);
     for (int rep = 0; rep < 2; rep++) {
         tg_tensor *c = tg_matmul(ctx, a, b);
         tg_backward_ex(ctx, c, dc, false);
@@ -217,7 +216,7 @@ static void threads_bitwise(int64_t batch, int64_t M, int64_t K, int64_t N) {
 }
 
 START_TEST(test_threads_bitwise) {
-    threads_bitwise(16, 9, 13, 11);  /* many small items: batch-parallel path */
+    threads_bitwise(16, 9, 13, 11);    /* many small items: batch-parallel path */
     threads_bitwise(2, 130, 140, 150); /* big items: threads inside the GEMM */
 }
 END_TEST

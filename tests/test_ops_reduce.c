@@ -40,14 +40,10 @@ static const struct {
     int ndim;
     int64_t shape[3]; /* of y */
 } FIX[] = {
-    {"sum", {0, 0, false}, 0, {0}},
-    {"mean", {1, 0, false}, 0, {0}},
-    {"sum_ax1", {2, 1, false}, 2, {2, 4}},
-    {"sum_axm1_keep", {2, -1, true}, 3, {2, 3, 1}},
-    {"mean_ax0", {3, 0, false}, 2, {3, 4}},
-    {"mean_ax2_keep", {3, 2, true}, 3, {2, 3, 1}},
-    {"max_ax0", {4, 0, false}, 2, {3, 4}},
-    {"max_ax1_keep", {4, 1, true}, 3, {2, 1, 4}},
+    {"sum", {0, 0, false}, 0, {0}},          {"mean", {1, 0, false}, 0, {0}},
+    {"sum_ax1", {2, 1, false}, 2, {2, 4}},   {"sum_axm1_keep", {2, -1, true}, 3, {2, 3, 1}},
+    {"mean_ax0", {3, 0, false}, 2, {3, 4}},  {"mean_ax2_keep", {3, 2, true}, 3, {2, 3, 1}},
+    {"max_ax0", {4, 0, false}, 2, {3, 4}},   {"max_ax1_keep", {4, 1, true}, 3, {2, 1, 4}},
     {"max_axm1", {4, -1, false}, 2, {2, 3}},
 };
 #define N_FIX ((int)(sizeof FIX / sizeof FIX[0]))
@@ -238,8 +234,8 @@ START_TEST(test_accumulation) {
     double v[6] = {0.5, -1, 2, 0.25, -0.75, 1.5};
     tg_tensor *x = tg_requires_grad(ctx, tg_test_tensor(ctx, TG_F64, TG_SHAPE(2, 3), v));
     for (int pass = 1; pass <= 2; pass++) {
-        tg_tensor *l = tg_add(ctx, tg_mean(ctx, tg_sum_axis(ctx, x, 0, false)),
-                              tg_sum(ctx, tg_max_axis(ctx, x, 1, true)));
+        tg_tensor *l =
+            tg_add(ctx, tg_mean(ctx, tg_sum_axis(ctx, x, 0, false)), tg_sum(ctx, tg_max_axis(ctx, x, 1, true)));
         tg_backward(ctx, l);
         ck_assert(tg_ok(ctx));
         /* d mean(colsum)/dx = 1/3 everywhere; max picks 2 (idx 2) and 1.5 (idx 5) */

@@ -135,10 +135,10 @@ START_TEST(test_concat_by_hand) {
     tg_test_assert_close(ctx, "concat axis 0", y2, (double[]){1, 2, 3, 4, 5, 6}, 6, 0, 0);
     tg_tensor *y3 = tg_concat(ctx, 2, (tg_tensor *[]){b, a}, -1); /* negative axis */
     tg_test_assert_close(ctx, "concat axis -1", y3, (double[]){5, 1, 2, 6, 3, 4}, 6, 0, 0);
-    tg_tensor *f = tg_concat(ctx, 2,
-                             (tg_tensor *[]){tg_from_buffer(ctx, TG_F32, TG_SHAPE(2), (float[]){1, 2}),
-                                             tg_zeros(ctx, TG_F32, TG_SHAPE(0))},
-                             0);
+    tg_tensor *f = tg_concat(
+        ctx, 2,
+        (tg_tensor *[]){tg_from_buffer(ctx, TG_F32, TG_SHAPE(2), (float[]){1, 2}), tg_zeros(ctx, TG_F32, TG_SHAPE(0))},
+        0);
     tg_test_assert_close(ctx, "concat with an empty piece", f, (double[]){1, 2}, 2, 0, 0);
 }
 END_TEST

@@ -266,8 +266,9 @@ START_TEST(test_threads_bitwise) {
         tg_zero_grad(ctx, x);
         tg_tensor *ce = tg_cross_entropy(ctx, x, t, &o);
         tg_backward(ctx, ce);
-        res[r][4] = tg_concat(ctx, 2, (tg_tensor *[]){tg_reshape(ctx, tg_copy(ctx, ce), TG_SHAPE(1)),
-                                                       tg_reshape(ctx, tg_copy(ctx, x->grad), TG_SHAPE(-1))},
+        res[r][4] = tg_concat(ctx, 2,
+                              (tg_tensor *[]){tg_reshape(ctx, tg_copy(ctx, ce), TG_SHAPE(1)),
+                                              tg_reshape(ctx, tg_copy(ctx, x->grad), TG_SHAPE(-1))},
                               0);
     }
     ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));

@@ -21,25 +21,22 @@
 /* Helpers                                                                  */
 /* ------------------------------------------------------------------------ */
 
-static char tmp[256];          /* this test's folder */
-static char saved_path[8192];  /* PATH before the test */
+static char tmp[256];         /* this test's folder */
+static char saved_path[8192]; /* PATH before the test */
 
-static void setup(void)
-{
+static void setup(void) {
     tg_test_make_tmpdir(tmp, sizeof tmp, "tg_test_plot");
     const char *path = getenv("PATH");
     snprintf(saved_path, sizeof saved_path, "%s", path ? path : "/usr/bin:/bin");
 }
 
-static void teardown(void)
-{
+static void teardown(void) {
     setenv("PATH", saved_path, 1);
     tg_test_remove_tree(tmp);
 }
 
 /* tmp + "/" + rel, in a static rotating buffer (4 live at once). */
-static const char *in_tmp(const char *rel)
-{
+static const char *in_tmp(const char *rel) {
     static char bufs[4][512];
     static int k;
     char *b = bufs[k++ % 4];
@@ -47,22 +44,19 @@ static const char *in_tmp(const char *rel)
     return b;
 }
 
-static bool exists(const char *path)
-{
+static bool exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;
 }
 
-static bool have_gnuplot(void)
-{
+static bool have_gnuplot(void) {
     bool ok = tg_gnuplot_find(NULL, 0) == TG_OK;
     if (!ok) fprintf(stderr, "test_plot: gnuplot not installed; PNG checks skipped\n");
     return ok;
 }
 
 /* A real PNG: the 8-byte signature and more than 1 KB (a drawn plot). */
-static void assert_png(const char *path)
-{
+static void assert_png(const char *path) {
     size_t size = 0;
     char *data = tg_test_read_file(path, &size);
     static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
@@ -72,8 +66,7 @@ static void assert_png(const char *path)
 }
 
 /* Counts the whitespace-separated fields of a line. */
-static int count_fields(const char *line)
-{
+static int count_fields(const char *line) {
     int n = 0;
     bool in = false;
     for (; *line && *line != '\n'; line++) {
@@ -85,8 +78,7 @@ static int count_fields(const char *line)
 }
 
 /* A 3-column log (step, loss, lr) of `rows` rows of a decaying loss. */
-static tg_plot *make_log(const char *dir, const char *name, int rows, double scale)
-{
+static tg_plot *make_log(const char *dir, const char *name, int rows, double scale) {
     static const char *const cols[] = {"step", "loss", "lr"};
     tg_plot *p = NULL;
     ck_assert_int_eq(tg_plot_open(&p, dir, name, 3, cols), TG_OK);
@@ -100,8 +92,7 @@ static tg_plot *make_log(const char *dir, const char *name, int rows, double sca
 
 /* Puts a fake `gnuplot` shell script into folder dir: it lists only the
  * png terminal, as a gnuplot built without cairo would. */
-static void write_fake_gnuplot(const char *dir)
-{
+static void write_fake_gnuplot(const char *dir) {
     char path[600];
     snprintf(path, sizeof path, "%s/gnuplot", dir);
     FILE *f = fopen(path, "w");
@@ -111,7 +102,8 @@ static void write_fake_gnuplot(const char *dir)
           "echo 'Available terminal types:' >&2\n"
           "echo '             png  PNG images using libgd and TrueType fonts' >&2\n"
           "echo '      postscript  PostScript graphics' >&2\n"
-          "exit 0\n", f);
+          "exit 0\n",
+          f);
     fclose(f);
     ck_assert_int_eq(chmod(path, 0755), 0);
 }
@@ -120,16 +112,17 @@ static void write_fake_gnuplot(const char *dir)
 /* Data files                                                               */
 /* ------------------------------------------------------------------------ */
 
-START_TEST(test_dat_rows_and_columns)
-{
+START_TEST(test_dat_rows_and_columns) {
     static const char *const cols[] = {"step", "train_loss", "val_loss", "lr"};
-    const char *dir = in_tmp("a/b/c");   /* nested, created on open */
+    const char *dir = in_tmp("a/b/c"); /* nested, created on open */
     tg_plot *p = NULL;
     ck_assert_int_eq(tg_plot_open(&p, dir, "loss", 4, cols), TG_OK);
     ck_assert_str_eq(tg_plot_dat_path(p), in_tmp("a/b/c/loss.dat"));
-    const double rows[5][4] = {
-        {1, 2.5, 2.75, 1e-3}, {2, 1.25, 1.5, 1e-3}, {3, NAN, 1.0, 5e-4},
-        {4, 0.5, INFINITY, 2.5e-4}, {5, 0.125, 0.3333333333333333, 0}};
+    const double rows[5][4] = {{1, 2.5, 2.75, 1e-3},
+                               {2, 1.25, 1.5, 1e-3},
+                               {3, NAN, 1.0, 5e-4},
+                               {4, 0.5, INFINITY, 2.5e-4},
+                               {5, 0.125, 0.3333333333333333, 0}};
     for (int i = 0; i < 5; i++) ck_assert_int_eq(tg_plot_row(p, rows[i]), TG_OK);
 
     /* Flushed per row: the rows are on disk before the file is closed. */
@@ -163,8 +156,7 @@ START_TEST(test_dat_rows_and_columns)
 }
 END_TEST
 
-START_TEST(test_trailing_slash)
-{
+START_TEST(test_trailing_slash) {
     char dir[600];
     snprintf(dir, sizeof dir, "%s/out//", tmp);
     tg_plot *p = make_log(dir, "run", 4, 1.0);
@@ -174,8 +166,7 @@ START_TEST(test_trailing_slash)
 }
 END_TEST
 
-START_TEST(test_open_replaces_old_file)
-{
+START_TEST(test_open_replaces_old_file) {
     tg_plot *p = make_log(tmp, "run", 10, 1.0);
     ck_assert_int_eq(tg_plot_close_data(p), TG_OK);
     p = make_log(tmp, "run", 3, 1.0);
@@ -192,11 +183,10 @@ END_TEST
 /* Scripts and pictures                                                     */
 /* ------------------------------------------------------------------------ */
 
-START_TEST(test_close_renders_png)
-{
+START_TEST(test_close_renders_png) {
     tg_plot *p = make_log(tmp, "loss", 200, 1.0);
-    tg_plot_style style = {.title = "Spiral MLP training", .xlabel = "step",
-                           .ylabel = "cross-entropy loss", .logy = true};
+    tg_plot_style style = {
+        .title = "Spiral MLP training", .xlabel = "step", .ylabel = "cross-entropy loss", .logy = true};
     bool rendered = true;
     char msg[1024];
     tg_status st = tg_plot_close(p, &style, &rendered, msg, sizeof msg);
@@ -220,23 +210,21 @@ START_TEST(test_close_renders_png)
 }
 END_TEST
 
-START_TEST(test_close_default_style)
-{
+START_TEST(test_close_default_style) {
     tg_plot *p = make_log(tmp, "train", 20, 1.0);
     char msg[1024];
     ck_assert_int_eq(tg_plot_close(p, NULL, NULL, msg, sizeof msg), TG_OK);
     char *gp = tg_test_read_file(in_tmp("train.gp"), NULL);
     /* Defaults: the name as title, the step column as x label, "value" for
      * two series, a legend entry per column; linear y. */
-    tg_test_assert_contains(gp, "set title 'train'\n", "set xlabel 'step'\n", "set ylabel 'value'\n",
-                            "title 'loss'", "title 'lr'", NULL);
+    tg_test_assert_contains(gp, "set title 'train'\n", "set xlabel 'step'\n", "set ylabel 'value'\n", "title 'loss'",
+                            "title 'lr'", NULL);
     ck_assert_ptr_null(strstr(gp, "logscale"));
     free(gp);
 }
 END_TEST
 
-START_TEST(test_labels_with_quotes)
-{
+START_TEST(test_labels_with_quotes) {
     static const char *const cols[] = {"epoch", "it's"};
     tg_plot *p = NULL;
     ck_assert_int_eq(tg_plot_open(&p, tmp, "q", 2, cols), TG_OK);
@@ -250,8 +238,8 @@ START_TEST(test_labels_with_quotes)
     ck_assert_int_eq(tg_plot_close(p, &style, &rendered, msg, sizeof msg), TG_OK);
     char *gp = tg_test_read_file(in_tmp("q.gp"), NULL);
     /* the one series names the y axis */
-    tg_test_assert_contains(gp, "set title 'Karpathy''s \"toy\" run'\n", "set xlabel 'epoch'\n",
-                            "set ylabel 'it''s'\n", "size 640,400", NULL);
+    tg_test_assert_contains(gp, "set title 'Karpathy''s \"toy\" run'\n", "set xlabel 'epoch'\n", "set ylabel 'it''s'\n",
+                            "size 640,400", NULL);
     free(gp);
     if (have_gnuplot()) {
         ck_assert_msg(rendered, "%s", msg);
@@ -260,8 +248,7 @@ START_TEST(test_labels_with_quotes)
 }
 END_TEST
 
-START_TEST(test_without_gnuplot_keeps_files_and_says_how)
-{
+START_TEST(test_without_gnuplot_keeps_files_and_says_how) {
     /* First a real render, so a stale picture exists... */
     bool with_gnuplot = have_gnuplot();
     tg_plot *p = make_log(tmp, "loss", 30, 1.0);
@@ -298,8 +285,7 @@ START_TEST(test_without_gnuplot_keeps_files_and_says_how)
 }
 END_TEST
 
-START_TEST(test_overlay_three_runs)
-{
+START_TEST(test_overlay_three_runs) {
     const char *names[3] = {"loss_none", "loss_rmsnorm", "loss_layernorm"};
     for (int i = 0; i < 3; i++)
         ck_assert_int_eq(tg_plot_close_data(make_log(in_tmp("demo"), names[i], 150, 1.0 + i)), TG_OK);
@@ -309,8 +295,10 @@ START_TEST(test_overlay_three_runs)
     char dats[4][512];
     for (int i = 0; i < 3; i++) snprintf(dats[i], 512, "%s/demo/%s.dat", tmp, names[i]);
     snprintf(dats[3], 512, "%s/other/far.dat", tmp);
-    tg_plot_series s[4] = {{dats[0], 0, 2, "no norm"}, {dats[1], 1, 2, "RMSNorm"},
-                           {dats[2], 1, 2, "LayerNorm"}, {dats[3], 1, 2, "far away"}};
+    tg_plot_series s[4] = {{dats[0], 0, 2, "no norm"},
+                           {dats[1], 1, 2, "RMSNorm"},
+                           {dats[2], 1, 2, "LayerNorm"},
+                           {dats[3], 1, 2, "far away"}};
     tg_plot_style style = {.title = "Spiral: training loss", .ylabel = "loss", .logy = true};
     bool rendered = false;
     char msg[1024];
@@ -318,9 +306,8 @@ START_TEST(test_overlay_three_runs)
     ck_assert_msg(st == TG_OK, "status %d: %s", st, msg);
 
     char *gp = tg_test_read_file(in_tmp("demo/loss.gp"), NULL);
-    tg_test_assert_contains(gp, "set title 'Spiral: training loss'\n", "set xlabel 'step'\n",
-                            "set ylabel 'loss'\n", "set logscale y\n",
-                            "'loss_none.dat' using 1:2 with lines lw 2 title 'no norm'",
+    tg_test_assert_contains(gp, "set title 'Spiral: training loss'\n", "set xlabel 'step'\n", "set ylabel 'loss'\n",
+                            "set logscale y\n", "'loss_none.dat' using 1:2 with lines lw 2 title 'no norm'",
                             "'loss_rmsnorm.dat' using 1:2 with lines lw 2 title 'RMSNorm'",
                             "'loss_layernorm.dat' using 1:2 with lines lw 2 title 'LayerNorm'", NULL);
     char far[600];
@@ -336,15 +323,13 @@ START_TEST(test_overlay_three_runs)
 }
 END_TEST
 
-START_TEST(test_render_custom_script)
-{
+START_TEST(test_render_custom_script) {
     /* A decision-boundary style picture: a grid `with image` plus points,
      * from a hand-written script that starts with the preamble. */
     FILE *g = fopen(in_tmp("grid.dat"), "w");
     ck_assert_ptr_nonnull(g);
     for (int i = 0; i < 40; i++) {
-        for (int j = 0; j < 40; j++)
-            fprintf(g, "%g %g %d\n", -1 + i / 20.0, -1 + j / 20.0, (i * i + j * j) % 3);
+        for (int j = 0; j < 40; j++) fprintf(g, "%g %g %d\n", -1 + i / 20.0, -1 + j / 20.0, (i * i + j * j) % 3);
         fputc('\n', g);
     }
     fclose(g);
@@ -358,7 +343,8 @@ START_TEST(test_render_custom_script)
     fputs("set title 'decision regions'\nset xlabel 'x1'\nset ylabel 'x2'\n"
           "set key top right\nset palette maxcolors 3\n"
           "plot 'grid.dat' using 1:2:3 with image notitle, "
-          "'points.dat' using 1:2:3 with points pt 7 lc palette title 'data'\n", gp);
+          "'points.dat' using 1:2:3 with points pt 7 lc palette title 'data'\n",
+          gp);
     fclose(gp);
 
     bool rendered = false;
@@ -377,8 +363,7 @@ START_TEST(test_render_custom_script)
 }
 END_TEST
 
-START_TEST(test_render_failure_reports_gnuplot_error)
-{
+START_TEST(test_render_failure_reports_gnuplot_error) {
     if (!have_gnuplot()) return;
     FILE *gp = fopen(in_tmp("bad.gp"), "w");
     ck_assert_int_eq(tg_plot_write_preamble(gp, "bad.png", 0, 0), TG_OK);
@@ -402,8 +387,7 @@ START_TEST(test_render_failure_reports_gnuplot_error)
 }
 END_TEST
 
-START_TEST(test_close_without_rows)
-{
+START_TEST(test_close_without_rows) {
     static const char *const cols[] = {"step", "loss"};
     tg_plot *p = NULL;
     ck_assert_int_eq(tg_plot_open(&p, tmp, "empty", 2, cols), TG_OK);
@@ -418,13 +402,12 @@ END_TEST
 /* gnuplot detection                                                        */
 /* ------------------------------------------------------------------------ */
 
-START_TEST(test_gnuplot_detection)
-{
+START_TEST(test_gnuplot_detection) {
     if (have_gnuplot()) {
         char path[512];
         ck_assert_int_eq(tg_gnuplot_find(path, sizeof path), TG_OK);
         ck_assert_int_eq(access(path, X_OK), 0);
-        ck_assert_int_eq(tg_gnuplot_find(path, 3), TG_ERR_VALUE);   /* too small */
+        ck_assert_int_eq(tg_gnuplot_find(path, 3), TG_ERR_VALUE); /* too small */
         bool has = false;
         ck_assert_int_eq(tg_gnuplot_has_terminal("png", &has), TG_OK);
         ck_assert(has);
@@ -462,12 +445,11 @@ END_TEST
 /* Bad arguments                                                            */
 /* ------------------------------------------------------------------------ */
 
-START_TEST(test_bad_arguments)
-{
+START_TEST(test_bad_arguments) {
     static const char *const cols[] = {"step", "loss", "lr"};
     static const char *const spaced[] = {"step", "train loss"};
     static const char *const with_null[] = {"step", NULL};
-    tg_plot *p = (tg_plot *)&p;   /* not NULL: open must reset it */
+    tg_plot *p = (tg_plot *)&p; /* not NULL: open must reset it */
 
     ck_assert_int_eq(tg_plot_open(NULL, tmp, "x", 3, cols), TG_ERR_NULL);
     ck_assert_int_eq(tg_plot_open(&p, NULL, "x", 3, cols), TG_ERR_NULL);
@@ -481,7 +463,7 @@ START_TEST(test_bad_arguments)
     ck_assert_int_eq(tg_plot_open(&p, tmp, "x", 2, spaced), TG_ERR_VALUE);
     ck_assert_int_eq(tg_plot_open(&p, tmp, "", 3, cols), TG_ERR_VALUE);
     ck_assert_int_eq(tg_plot_open(&p, tmp, "a/b", 3, cols), TG_ERR_VALUE);
-    ck_assert_int_eq(tg_plot_open(&p, tmp, "-x", 3, cols), TG_ERR_VALUE);   /* an option */
+    ck_assert_int_eq(tg_plot_open(&p, tmp, "-x", 3, cols), TG_ERR_VALUE); /* an option */
     ck_assert_int_eq(tg_plot_open(&p, tmp, "..", 3, cols), TG_ERR_VALUE);
     ck_assert_int_eq(tg_plot_open(&p, tmp, "it's", 3, cols), TG_ERR_VALUE);
     ck_assert_int_eq(tg_plot_open(&p, tmp, "a\"b", 3, cols), TG_ERR_VALUE);
@@ -490,7 +472,7 @@ START_TEST(test_bad_arguments)
     ck_assert_int_eq(tg_plot_open(&p, in_tmp("new\nline"), "x", 3, cols), TG_ERR_VALUE);
     ck_assert_int_eq(tg_plot_open(&p, "", "x", 3, cols), TG_ERR_VALUE);
     ck_assert_ptr_null(p);
-    ck_assert(!exists(in_tmp("it's")));   /* refused before touching the disk */
+    ck_assert(!exists(in_tmp("it's"))); /* refused before touching the disk */
 
     /* A folder that cannot be made: a file is in the way. */
     FILE *f = fopen(in_tmp("file"), "w");
@@ -568,15 +550,14 @@ START_TEST(test_bad_arguments)
 }
 END_TEST
 
-Suite *make_plot_suite(void)
-{
+Suite *make_plot_suite(void) {
     Suite *s = suite_create("plot");
-    TCase *tc = tg_test_tcase(s, "files", setup, teardown, test_dat_rows_and_columns, test_open_replaces_old_file,
-                              test_trailing_slash, test_close_renders_png, test_close_default_style,
-                              test_labels_with_quotes, test_without_gnuplot_keeps_files_and_says_how,
-                              test_overlay_three_runs, test_render_custom_script,
-                              test_render_failure_reports_gnuplot_error, test_close_without_rows,
-                              test_gnuplot_detection, test_bad_arguments, NULL);
+    TCase *tc =
+        tg_test_tcase(s, "files", setup, teardown, test_dat_rows_and_columns, test_open_replaces_old_file,
+                      test_trailing_slash, test_close_renders_png, test_close_default_style, test_labels_with_quotes,
+                      test_without_gnuplot_keeps_files_and_says_how, test_overlay_three_runs, test_render_custom_script,
+                      test_render_failure_reports_gnuplot_error, test_close_without_rows, test_gnuplot_detection,
+                      test_bad_arguments, NULL);
     tcase_set_timeout(tc, 120);
     return s;
 }

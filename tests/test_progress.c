@@ -12,14 +12,10 @@
 #include "testutil.h"
 
 /* A fake clock: the seconds are whatever the test stores in *user. */
-static double fake_clock(void *user)
-{
-    return *(double *)user;
-}
+static double fake_clock(void *user) { return *(double *)user; }
 
 /* Everything written to f, malloc'd and terminated. */
-static char *contents(FILE *f)
-{
+static char *contents(FILE *f) {
     fflush(f);
     long n = ftell(f);
     rewind(f);
@@ -30,8 +26,7 @@ static char *contents(FILE *f)
 }
 
 /* Asserts line i (0-based) of text is `want`. */
-static void assert_line(const char *text, int i, const char *want)
-{
+static void assert_line(const char *text, int i, const char *want) {
     for (int k = i; k > 0 && text; k--) {
         text = strchr(text, '\n');
         if (text) text++;
@@ -48,8 +43,7 @@ static void assert_line(const char *text, int i, const char *want)
 /* A progress of `total` steps shown every `every` into a new temporary
  * file (returned), in `mode` unless TG_PROGRESS_AUTO (then as detected),
  * on the fake clock reading *t unless t is NULL. */
-static FILE *open_progress(tg_progress *p, int64_t total, int64_t every, tg_progress_mode mode, double *t)
-{
+static FILE *open_progress(tg_progress *p, int64_t total, int64_t every, tg_progress_mode mode, double *t) {
     FILE *f = tmpfile();
     ck_assert_ptr_nonnull(f);
     tg_progress_init(p, f, total, every);
@@ -59,34 +53,31 @@ static FILE *open_progress(tg_progress *p, int64_t total, int64_t every, tg_prog
 }
 
 /* Finishes p and returns everything written to f (free it); closes f. */
-static char *finish_progress(tg_progress *p, FILE *f)
-{
+static char *finish_progress(tg_progress *p, FILE *f) {
     tg_progress_finish(p);
     char *out = contents(f);
     fclose(f);
     return out;
 }
 
-static int count_char(const char *s, char c)
-{
+static int count_char(const char *s, char c) {
     int n = 0;
     for (; *s; s++) n += *s == c;
     return n;
 }
 
-START_TEST(test_plain_lines)
-{
+START_TEST(test_plain_lines) {
     tg_progress p;
     double t = 0;
     FILE *f = open_progress(&p, 100, 10, TG_PROGRESS_AUTO, &t);
-    ck_assert_int_eq(p.mode, TG_PROGRESS_PLAIN);   /* a file is not a terminal */
+    ck_assert_int_eq(p.mode, TG_PROGRESS_PLAIN); /* a file is not a terminal */
     for (int step = 1; step <= 100; step++) {
-        t = 0.5 * step;   /* 2 steps/s */
+        t = 0.5 * step; /* 2 steps/s */
         tg_progress_update(&p, step, 1.0 / step, 0.01, 2.0);
     }
     char *out = finish_progress(&p, f);
 
-    ck_assert_int_eq(count_char(out, '\n'), 10 + 1);   /* steps 10..100, then done */
+    ck_assert_int_eq(count_char(out, '\n'), 10 + 1); /* steps 10..100, then done */
     ck_assert_ptr_null(strchr(out, '\r'));
     /* Step 10: (10 - 1) steps in (5 - 0.5) s = 2 steps/s; 90 left -> 45 s. */
     assert_line(out, 0, "step 10/100  loss 0.1  lr 0.01  grad_norm 2  2.0 steps/s  ETA 0:45");
@@ -97,14 +88,13 @@ START_TEST(test_plain_lines)
 }
 END_TEST
 
-START_TEST(test_plain_last_step_and_unknown_fields)
-{
+START_TEST(test_plain_last_step_and_unknown_fields) {
     tg_progress p;
     double t = 0;
     FILE *f = open_progress(&p, 25, 10, TG_PROGRESS_PLAIN, &t);
     for (int step = 1; step <= 25; step++) {
         t = step;
-        tg_progress_update(&p, step, 3.0, NAN, NAN);   /* lr, norm unknown */
+        tg_progress_update(&p, step, 3.0, NAN, NAN); /* lr, norm unknown */
     }
     char *out = finish_progress(&p, f);
     /* 10, 20 and the last step 25 even though 25 % 10 != 0. */
@@ -117,8 +107,7 @@ START_TEST(test_plain_last_step_and_unknown_fields)
 }
 END_TEST
 
-START_TEST(test_unknown_total_and_finish_shows_last)
-{
+START_TEST(test_unknown_total_and_finish_shows_last) {
     tg_progress p;
     double t = 100;
     FILE *f = open_progress(&p, 0, 10, TG_PROGRESS_AUTO, &t);
@@ -137,8 +126,7 @@ START_TEST(test_unknown_total_and_finish_shows_last)
 }
 END_TEST
 
-START_TEST(test_eta_hours)
-{
+START_TEST(test_eta_hours) {
     tg_progress p;
     double t = 0;
     tg_progress_init(&p, NULL, 100000, 1);
@@ -152,15 +140,14 @@ START_TEST(test_eta_hours)
     /* 1 step/s, 99990 steps left: 27 h 46 min 30 s. */
     ck_assert_msg(strstr(buf, "ETA 27:46:30") != NULL, "%s", buf);
     /* 250 steps/s prints without decimals. */
-    t = 1 + 4999.0 / 250;   /* (5000 - 1) steps since step 1 */
+    t = 1 + 4999.0 / 250; /* (5000 - 1) steps since step 1 */
     tg_progress_update(&p, 5000, 1.0, NAN, NAN);
     tg_progress_format(&p, buf, sizeof buf);
     ck_assert_msg(strstr(buf, " 250 steps/s") != NULL, "%s", buf);
 }
 END_TEST
 
-START_TEST(test_bar_mode)
-{
+START_TEST(test_bar_mode) {
     tg_progress p;
     double t = 0;
     FILE *f = open_progress(&p, 200, 20, TG_PROGRESS_BAR, &t);
@@ -184,7 +171,7 @@ START_TEST(test_bar_mode)
         ck_assert_uint_le(len, 119);
         ck_assert_uint_ge(len, prev);
         prev = strlen(seg);
-        while (prev > 0 && seg[prev - 1] == ' ') prev--;   /* text without padding */
+        while (prev > 0 && seg[prev - 1] == ' ') prev--; /* text without padding */
     }
     free(before);
 
@@ -197,14 +184,13 @@ START_TEST(test_bar_mode)
 }
 END_TEST
 
-START_TEST(test_bar_narrow_terminal)
-{
+START_TEST(test_bar_narrow_terminal) {
     tg_progress p;
     FILE *f = open_progress(&p, 50, 5, TG_PROGRESS_BAR, NULL);
     p.width = 40;
     for (int step = 1; step <= 50; step++) tg_progress_update(&p, step, 0.123456, 0.001, 1.5);
     char *out = finish_progress(&p, f);
-    ck_assert_ptr_null(strchr(out, '['));   /* no room for a bar */
+    ck_assert_ptr_null(strchr(out, '[')); /* no room for a bar */
     char *done = strstr(out, "\ndone:");
     ck_assert_ptr_nonnull(done);
     *done = '\0';
@@ -216,8 +202,7 @@ START_TEST(test_bar_narrow_terminal)
 }
 END_TEST
 
-START_TEST(test_auto_mode_on_a_terminal)
-{
+START_TEST(test_auto_mode_on_a_terminal) {
     /* A pseudo-terminal: AUTO picks the bar there. */
     int master = posix_openpt(O_RDWR | O_NOCTTY);
     if (master < 0) {
@@ -259,14 +244,13 @@ START_TEST(test_auto_mode_on_a_terminal)
     ck_assert_int_eq(p.mode, TG_PROGRESS_BAR);
     tg_progress_set_mode(&p, TG_PROGRESS_AUTO);
     ck_assert_int_eq(p.mode, TG_PROGRESS_PLAIN);
-    tg_progress_set_mode(&p, (tg_progress_mode)42);   /* nonsense: plain */
+    tg_progress_set_mode(&p, (tg_progress_mode)42); /* nonsense: plain */
     ck_assert_int_eq(p.mode, TG_PROGRESS_PLAIN);
     fclose(f);
 }
 END_TEST
 
-START_TEST(test_quiet_null_and_real_clock)
-{
+START_TEST(test_quiet_null_and_real_clock) {
     tg_progress p;
     FILE *f = open_progress(&p, 10, 1, TG_PROGRESS_QUIET, NULL);
     for (int step = 1; step <= 10; step++) tg_progress_update(&p, step, 1.0, 0.1, 1.0);
@@ -277,7 +261,7 @@ START_TEST(test_quiet_null_and_real_clock)
 
     /* NULL out or NULL progress: nothing happens, nothing crashes. */
     tg_progress_init(&p, NULL, 10, 0);
-    ck_assert_int_eq(p.every, 1);   /* every < 1 means 1 */
+    ck_assert_int_eq(p.every, 1); /* every < 1 means 1 */
     tg_progress_update(&p, 1, 1.0, 0.1, 1.0);
     tg_progress_finish(&p);
     tg_progress_init(NULL, stdout, 10, 1);
@@ -310,8 +294,7 @@ START_TEST(test_quiet_null_and_real_clock)
 }
 END_TEST
 
-Suite *make_progress_suite(void)
-{
+Suite *make_progress_suite(void) {
     return tg_test_suite("progress", NULL, NULL, test_plain_lines, test_plain_last_step_and_unknown_fields,
                          test_unknown_total_and_finish_shows_last, test_eta_hours, test_bar_mode,
                          test_bar_narrow_terminal, test_auto_mode_on_a_terminal, test_quiet_null_and_real_clock, NULL);

@@ -34,8 +34,8 @@ static void assert_pass(const tg_op_info *op, const char *spec, const char *mode
                   "%s '%s' (%s): gradcheck failed: %lld of %lld comparisons; worst: input %d index %lld analytic "
                   "%.10g numeric %.10g (max abs err %.3g, max rel err %.3g, h=%g atol=%g rtol=%g)",
                   op->name, spec, mode, (long long)r->n_failed, (long long)r->n_checked, r->worst_input,
-                  (long long)r->worst_index, r->worst_analytic, r->worst_numeric, r->max_abs_err, r->max_rel_err,
-                  r->h, r->atol, r->rtol);
+                  (long long)r->worst_index, r->worst_analytic, r->worst_numeric, r->max_abs_err, r->max_rel_err, r->h,
+                  r->atol, r->rtol);
     ck_assert_msg(r->n_checked > 0, "%s '%s' (%s): nothing was checked", op->name, spec, mode);
 }
 
@@ -131,8 +131,8 @@ START_TEST(test_every_variant_builds) {
         tg_dtype dt = d ? TG_F64 : TG_F32;
         for (int v = 0; v < op->n_variants; v++) {
             tg_op_case c;
-            ck_assert_msg(tg_registry_build(ctx, op, op->variants[v], dt, &c), "%s '%s': %s", op->name,
-                          op->variants[v], tg_error_message(ctx));
+            ck_assert_msg(tg_registry_build(ctx, op, op->variants[v], dt, &c), "%s '%s': %s", op->name, op->variants[v],
+                          tg_error_message(ctx));
             ck_assert_ptr_eq(c.op, op);
             ck_assert_str_eq(c.spec, op->variants[v]);
             ck_assert_int_gt(c.n_inputs, 0);
@@ -142,8 +142,7 @@ START_TEST(test_every_variant_builds) {
                 ck_assert_ptr_nonnull(c.input_names[k]);
                 ck_assert_int_eq(c.inputs[k]->dtype, dt);
                 ck_assert(!c.inputs[k]->requires_grad);
-                for (int64_t i = 0; i < c.inputs[k]->numel; i++)
-                    ck_assert(isfinite(tg_get_flat(ctx, c.inputs[k], i)));
+                for (int64_t i = 0; i < c.inputs[k]->numel; i++) ck_assert(isfinite(tg_get_flat(ctx, c.inputs[k], i)));
             }
             tg_tensor *y = tg_registry_forward(ctx, &c);
             ck_assert_msg(y != NULL, "%s '%s': forward: %s", op->name, op->variants[v], tg_error_message(ctx));
@@ -190,23 +189,22 @@ START_TEST(test_spec_parsing) {
     for (int64_t i = 0; i < y->numel; i++)
         ck_assert_double_eq_tol(tg_get_flat(ctx, y, i), -2.5 * tg_get_flat(ctx, c.inputs[0], i), 1e-12);
 
-    static const char *const bad[] = {
-        "",          /* no shape */
-        "2x,3",      /* dangling x */
-        "2x3,",      /* dangling comma */
-        "2xx3,3",    /* empty size */
-        "a,3",       /* not a number */
-        "-2,3",      /* negative */
-        "1x1x1x1x1x1x1x1x1,1", /* too many dims */
-        "2,3;s",     /* argument without = */
-        "2,3;=1",    /* argument without key */
-        "2,3;q=1",   /* unknown argument */
-        NULL};
+    static const char *const bad[] = {"",                    /* no shape */
+                                      "2x,3",                /* dangling x */
+                                      "2x3,",                /* dangling comma */
+                                      "2xx3,3",              /* empty size */
+                                      "a,3",                 /* not a number */
+                                      "-2,3",                /* negative */
+                                      "1x1x1x1x1x1x1x1x1,1", /* too many dims */
+                                      "2,3;s",               /* argument without = */
+                                      "2,3;=1",              /* argument without key */
+                                      "2,3;q=1",             /* unknown argument */
+                                      NULL};
     for (int i = 0; bad[i]; i++) {
         tg_clear_error(ctx);
         ck_assert_msg(!tg_registry_build(ctx, add, bad[i], TG_F64, &c), "spec '%s' accepted", bad[i]);
-        ck_assert_msg(tg_status_of(ctx) == TG_ERR_FORMAT || tg_status_of(ctx) == TG_ERR_SHAPE,
-                      "spec '%s': %s", bad[i], tg_error_message(ctx));
+        ck_assert_msg(tg_status_of(ctx) == TG_ERR_FORMAT || tg_status_of(ctx) == TG_ERR_SHAPE, "spec '%s': %s", bad[i],
+                      tg_error_message(ctx));
         ck_assert_ptr_nonnull(strstr(tg_error_message(ctx), "tg_registry_build"));
         ck_assert_ptr_nonnull(strstr(tg_error_message(ctx), "add"));
     }

@@ -194,8 +194,7 @@ START_TEST(test_copy_and_convert) {
     ck_assert(tg_same_shape(f, a));
     for (int i = 0; i < 12; i++) ck_assert_float_eq(((float *)f->data)[i], (float)((double *)a->data)[i]);
     tg_tensor *back = tg_to_dtype(ctx, f, TG_F64);
-    for (int i = 0; i < 12; i++)
-        ck_assert_double_eq_tol(((double *)back->data)[i], ((double *)a->data)[i], 1e-6);
+    for (int i = 0; i < 12; i++) ck_assert_double_eq_tol(((double *)back->data)[i], ((double *)a->data)[i], 1e-6);
     ck_assert_ptr_null(tg_assign(ctx, a, f));
     ck_assert_int_eq(tg_status_of(ctx), TG_ERR_DTYPE);
     ck_assert_ptr_nonnull(strstr(tg_error_message(ctx), "tg_assign: dtypes differ: float64 and float32"));

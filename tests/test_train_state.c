@@ -76,8 +76,8 @@ static void net_init(tg_ctx *ctx, net *n, int64_t hidden, int kind, double lr) {
         o.amsgrad = kind == OPT_ADAM;
         n->opt = kind == OPT_ADAM ? tg_adam_new(ctx, &n->params, &o) : tg_adamw_new(ctx, &n->params, &o);
     }
-    tg_schedule s = {.kind = TG_SCHED_WARMUP_COSINE, .warmup_steps = 3, .total_steps = 12, .start_factor = 0.1,
-                     .min_lr = lr / 10};
+    tg_schedule s = {
+        .kind = TG_SCHED_WARMUP_COSINE, .warmup_steps = 3, .total_steps = 12, .start_factor = 0.1, .min_lr = lr / 10};
     tg_optim_set_schedule(ctx, n->opt, &s);
     ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
 }
@@ -183,8 +183,8 @@ START_TEST(test_resume_bit_exact) {
     tg_meta_free(&meta);
     for (int s = 5; s < 12; s++) resumed[s] = net_step(c, &nc);
     for (int s = 5; s < 12; s++)
-        ck_assert_msg(memcmp(&straight[s], &resumed[s], sizeof(double)) == 0, "step %d: loss %.17g vs %.17g",
-                      s + 1, straight[s], resumed[s]);
+        ck_assert_msg(memcmp(&straight[s], &resumed[s], sizeof(double)) == 0, "step %d: loss %.17g vs %.17g", s + 1,
+                      straight[s], resumed[s]);
     assert_same(snap(a, &na), snap(c, &nc), "the resumed run's state differs from the straight run's");
     done(a, &na);
     done(c, &nc);
@@ -375,17 +375,19 @@ START_TEST(test_mismatch) {
     fixture_free(&f);
 
     fixture_init(&f, 4, OPT_ADAMW, 0.02);
-    fixture_expect_refused(&f, ref, TG_ERR_VALUE, "\"adamw lr=0.01 beta1=0.9 beta2=0.999 eps=1e-08 "
-                                                  "weight_decay=0.01 amsgrad=0\", this one has \"adamw lr=0.02");
+    fixture_expect_refused(&f, ref, TG_ERR_VALUE,
+                           "\"adamw lr=0.01 beta1=0.9 beta2=0.999 eps=1e-08 "
+                           "weight_decay=0.01 amsgrad=0\", this one has \"adamw lr=0.02");
     fixture_free(&f);
 
     fixture_init(&f, 4, OPT_ADAMW, 0.01);
     tg_optim_set_schedule(f.ctx, f.n.opt, NULL);
-    fixture_expect_refused(&f, ref, TG_ERR_VALUE, "schedule \"warmup_cosine warmup_steps=3 total_steps=12 "
-                                                  "start_factor=0.1 min_lr=0.001\", this one has \"constant\"");
+    fixture_expect_refused(&f, ref, TG_ERR_VALUE,
+                           "schedule \"warmup_cosine warmup_steps=3 total_steps=12 "
+                           "start_factor=0.1 min_lr=0.001\", this one has \"constant\"");
     /* Changing it after the load is the way to go on differently. */
-    tg_schedule s = {.kind = TG_SCHED_WARMUP_COSINE, .warmup_steps = 3, .total_steps = 12, .start_factor = 0.1,
-                     .min_lr = 0.001};
+    tg_schedule s = {
+        .kind = TG_SCHED_WARMUP_COSINE, .warmup_steps = 3, .total_steps = 12, .start_factor = 0.1, .min_lr = 0.001};
     tg_optim_set_schedule(f.ctx, f.n.opt, &s);
     ck_assert_int_eq(tg_train_load(f.ctx, ref, &f.n.params, f.n.opt, NULL), TG_OK);
     ck_assert_int_eq(tg_optim_steps(f.n.opt), 3);
@@ -468,8 +470,8 @@ START_TEST(test_stale_temporaries_removed) {
     snprintf(dead[2], sizeof dead[2], "%s.tmp-%ld-0", target, (long)gone2);
     snprintf(keep[0], sizeof keep[0], "%s.tmp-%ld-0", target, (long)getppid()); /* alive */
     snprintf(keep[1], sizeof keep[1], "%s.tmp-%ld-0", target, (long)getpid());  /* this process */
-    snprintf(keep[2], sizeof keep[2], "b.st.tmp-%ld-0", (long)gone);                 /* another target */
-    snprintf(keep[3], sizeof keep[3], "%s.tmp-%ldx-0", target, (long)gone);      /* not a temporary's name */
+    snprintf(keep[2], sizeof keep[2], "b.st.tmp-%ld-0", (long)gone);            /* another target */
+    snprintf(keep[3], sizeof keep[3], "%s.tmp-%ldx-0", target, (long)gone);     /* not a temporary's name */
     snprintf(keep[4], sizeof keep[4], "%s.tmp-%ld-0.bak", target, (long)gone);
     for (int i = 0; i < 3; i++) write_all(dead[i], (const unsigned char *)"x", 1);
     for (int i = 0; i < 5; i++) write_all(keep[i], (const unsigned char *)"x", 1);

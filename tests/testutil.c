@@ -117,22 +117,21 @@ static void assert_close_at(const char *what, int64_t i, double v, double ref, d
         return;
     }
     double tol = fmax(atol, rtol * fabs(ref));
-    ck_assert_msg(fabs(v - ref) <= tol, "%s[%lld] = %.17g, expected %.17g (atol %g, rtol %g)", what, (long long)i,
-                  v, ref, atol, rtol);
+    ck_assert_msg(fabs(v - ref) <= tol, "%s[%lld] = %.17g, expected %.17g (atol %g, rtol %g)", what, (long long)i, v,
+                  ref, atol, rtol);
 }
 
-void tg_test_assert_close(tg_ctx *ctx, const char *what, const tg_tensor *t, const double *ref, int64_t n,
-                          double atol, double rtol) {
+void tg_test_assert_close(tg_ctx *ctx, const char *what, const tg_tensor *t, const double *ref, int64_t n, double atol,
+                          double rtol) {
     ck_assert_msg(t != NULL, "%s: NULL tensor (%s)", what, tg_error_message(ctx));
     ck_assert_msg(t->numel == n, "%s: %lld elements, expected %lld", what, (long long)t->numel, (long long)n);
     for (int64_t i = 0; i < n; i++) assert_close_at(what, i, tg_get_flat(ctx, t, i), ref[i], atol, rtol);
 }
 
-void tg_test_assert_close_tensors(tg_ctx *ctx, const char *what, const tg_tensor *a, const tg_tensor *b,
-                                  double atol, double rtol) {
+void tg_test_assert_close_tensors(tg_ctx *ctx, const char *what, const tg_tensor *a, const tg_tensor *b, double atol,
+                                  double rtol) {
     ck_assert_msg(a != NULL && b != NULL, "%s: NULL tensor (%s)", what, tg_error_message(ctx));
-    ck_assert_msg(a->numel == b->numel, "%s: %lld vs %lld elements", what, (long long)a->numel,
-                  (long long)b->numel);
+    ck_assert_msg(a->numel == b->numel, "%s: %lld vs %lld elements", what, (long long)a->numel, (long long)b->numel);
     for (int64_t i = 0; i < a->numel; i++)
         assert_close_at(what, i, tg_get_flat(ctx, a, i), tg_get_flat(ctx, b, i), atol, rtol);
 }
@@ -283,14 +282,13 @@ void tg_test_gradcheck(tg_ctx *ctx, const char *what, tg_gradcheck_fn f, void *u
     ck_assert_msg(r.n_checked > 0, "%s: nothing checked", what);
 }
 
-void tg_test_op_gradcheck(tg_ctx *ctx, const char *what, tg_gradcheck_fn f, void *user, int n,
-                          tg_tensor *const *in) {
+void tg_test_op_gradcheck(tg_ctx *ctx, const char *what, tg_gradcheck_fn f, void *user, int n, tg_tensor *const *in) {
     uint32_t mask = 0;
     for (int k = 0; k < n; k++)
         if (in[k] && in[k]->requires_grad) mask |= (uint32_t)1 << k;
     ck_assert_msg(mask != 0, "%s: no input requires grad", what);
-    tg_gradcheck_opts o = {.h = TG_TEST_OP_H, .atol = TG_TEST_OP_ATOL, .rtol = TG_TEST_OP_RTOL,
-                           .mode = TG_GRADCHECK_FULL, .inputs = mask};
+    tg_gradcheck_opts o = {
+        .h = TG_TEST_OP_H, .atol = TG_TEST_OP_ATOL, .rtol = TG_TEST_OP_RTOL, .mode = TG_GRADCHECK_FULL, .inputs = mask};
     tg_test_gradcheck(ctx, what, f, user, n, in, o);
 }
 

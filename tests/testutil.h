@@ -78,11 +78,11 @@ double tg_test_max_abs_diff(tg_ctx *ctx, const tg_tensor *a, const tg_tensor *b)
  * (an absolute tolerance near 0, a relative one for large values; atol =
  * rtol = tol is "tol relative to max(1, |ref_i|)"); NaN matches NaN and an
  * infinity the same infinity. The message names `what` and the element. */
-void tg_test_assert_close(tg_ctx *ctx, const char *what, const tg_tensor *t, const double *ref, int64_t n,
-                          double atol, double rtol);
+void tg_test_assert_close(tg_ctx *ctx, const char *what, const tg_tensor *t, const double *ref, int64_t n, double atol,
+                          double rtol);
 /* The same, between two tensors of the same numel (b is the reference). */
-void tg_test_assert_close_tensors(tg_ctx *ctx, const char *what, const tg_tensor *a, const tg_tensor *b,
-                                  double atol, double rtol);
+void tg_test_assert_close_tensors(tg_ctx *ctx, const char *what, const tg_tensor *a, const tg_tensor *b, double atol,
+                                  double rtol);
 /* Asserts the context holds an error of `status` whose message contains
  * each of the NULL-terminated strings, then clears it. */
 void tg_test_assert_error(tg_ctx *ctx, tg_status status, ...);
@@ -135,8 +135,7 @@ void tg_test_gradcheck(tg_ctx *ctx, const char *what, tg_gradcheck_fn f, void *u
 #define TG_TEST_OP_H 1e-6
 #define TG_TEST_OP_ATOL 1e-7
 #define TG_TEST_OP_RTOL 1e-6
-void tg_test_op_gradcheck(tg_ctx *ctx, const char *what, tg_gradcheck_fn f, void *user, int n,
-                          tg_tensor *const *in);
+void tg_test_op_gradcheck(tg_ctx *ctx, const char *what, tg_gradcheck_fn f, void *user, int n, tg_tensor *const *in);
 /* One recorded forward of f at in[0 .. n) and a backward seeded with ones
  * into the grads of the inputs that require grad (zeroed first), for tests
  * that assert on those grads (tg_gradcheck works on copies and leaves the

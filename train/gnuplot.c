@@ -27,32 +27,28 @@
 /* Small string helpers                                                     */
 /* ------------------------------------------------------------------------ */
 
-bool tg_plot_label_ok(const char *s)
-{
+bool tg_plot_label_ok(const char *s) {
     if (!s) return false;
     for (const unsigned char *c = (const unsigned char *)s; *c; c++)
         if (*c < 0x20 || *c == 0x7f) return false;
     return true;
 }
 
-bool tg_plot_path_ok(const char *s)
-{
+bool tg_plot_path_ok(const char *s) {
     if (!s || !*s || !tg_plot_label_ok(s)) return false;
     return strpbrk(s, "'\"`") == NULL;
 }
 
-void tg_plot_put_label(FILE *f, const char *s)
-{
+void tg_plot_put_label(FILE *f, const char *s) {
     fputc('\'', f);
     for (; *s; s++) {
-        if (*s == '\'') fputc('\'', f);   /* gnuplot: '' inside '...' is one ' */
+        if (*s == '\'') fputc('\'', f); /* gnuplot: '' inside '...' is one ' */
         fputc(*s, f);
     }
     fputc('\'', f);
 }
 
-void tg_plot_msgf(char *msg, size_t msgsize, const char *fmt, ...)
-{
+void tg_plot_msgf(char *msg, size_t msgsize, const char *fmt, ...) {
     if (!msg || msgsize == 0) return;
     va_list ap;
     va_start(ap, fmt);
@@ -60,8 +56,7 @@ void tg_plot_msgf(char *msg, size_t msgsize, const char *fmt, ...)
     va_end(ap);
 }
 
-char *tg_plot_concat(int n, ...)
-{
+char *tg_plot_concat(int n, ...) {
     va_list ap;
     size_t len = 0;
     va_start(ap, n);
@@ -82,12 +77,11 @@ char *tg_plot_concat(int n, ...)
     return s;
 }
 
-tg_status tg_plot_mkdirs(const char *dir)
-{
+tg_status tg_plot_mkdirs(const char *dir) {
     char *buf = tg_plot_concat(1, dir);
     if (!buf) return TG_ERR_OOM;
     /* mkdir each prefix ending before a '/', then the whole path. */
-    for (char *c = buf + 1; ; c++) {
+    for (char *c = buf + 1;; c++) {
         if (*c == '/' || *c == '\0') {
             char saved = *c;
             *c = '\0';
@@ -112,8 +106,7 @@ tg_status tg_plot_mkdirs(const char *dir)
 /* *out = malloc'd absolute (or PATH-relative) path of gnuplot, or NULL when
  * there is none (TG_ERR_IO). An empty PATH entry means the current folder,
  * as for execvp; an unset PATH means /usr/bin:/bin. */
-static tg_status find_gnuplot(char **out)
-{
+static tg_status find_gnuplot(char **out) {
     *out = NULL;
     const char *path = getenv("PATH");
     if (!path) path = "/usr/bin:/bin";
@@ -141,8 +134,7 @@ static tg_status find_gnuplot(char **out)
     return TG_ERR_IO;
 }
 
-tg_status tg_gnuplot_find(char *path, size_t size)
-{
+tg_status tg_gnuplot_find(char *path, size_t size) {
     char *found = NULL;
     tg_status st = find_gnuplot(&found);
     if (st != TG_OK) return st;
@@ -169,8 +161,7 @@ tg_status tg_gnuplot_find(char *path, size_t size)
  * /dev/null, stdout and stderr captured into *out (malloc'd, terminated;
  * the caller frees it). *exit_status is the exit code, or -1 when the
  * child died from a signal. Returns TG_OK when the child ran to the end. */
-static tg_status run_capture(char *const argv[], const char *cwd, char **out, int *exit_status)
-{
+static tg_status run_capture(char *const argv[], const char *cwd, char **out, int *exit_status) {
     *out = NULL;
     *exit_status = -1;
     size_t cap = 4096, len = 0;
@@ -219,7 +210,7 @@ static tg_status run_capture(char *const argv[], const char *cwd, char **out, in
             char *nb = realloc(buf, ncap);
             if (!nb) {
                 st = TG_ERR_OOM;
-                keep = 0;   /* keep draining so the child can finish */
+                keep = 0; /* keep draining so the child can finish */
             } else {
                 buf = nb;
                 cap = ncap;
@@ -249,8 +240,7 @@ static tg_status run_capture(char *const argv[], const char *cwd, char **out, in
 
 /* The last non-empty line of text, copied into line[size]. gnuplot puts
  * the reason last: `"x.gp" line 3: unrecognized plot type`. */
-static void last_line(char *line, size_t size, const char *text)
-{
+static void last_line(char *line, size_t size, const char *text) {
     const char *end = text + strlen(text);
     while (end > text && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' ')) end--;
     const char *start = end;
@@ -265,14 +255,12 @@ static void last_line(char *line, size_t size, const char *text)
 /* Public: terminals, rendering, preamble                                   */
 /* ------------------------------------------------------------------------ */
 
-tg_status tg_gnuplot_has_terminal(const char *term, bool *has)
-{
+tg_status tg_gnuplot_has_terminal(const char *term, bool *has) {
     if (!term || !has) return TG_ERR_NULL;
     *has = false;
     if (!*term) return TG_ERR_VALUE;
     for (const char *c = term; *c; c++)
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_'))
-            return TG_ERR_VALUE;
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_')) return TG_ERR_VALUE;
 
     char *gnuplot = NULL;
     tg_status st = find_gnuplot(&gnuplot);
@@ -288,7 +276,7 @@ tg_status tg_gnuplot_has_terminal(const char *term, bool *has)
         /* Lines look like "       pngcairo  png terminal based on cairo":
          * the terminal's name is the first word. */
         size_t tlen = strlen(term);
-        for (const char *line = text; *line; ) {
+        for (const char *line = text; *line;) {
             const char *w = line;
             while (*w == ' ' || *w == '\t') w++;
             if (strncmp(w, term, tlen) == 0 &&
@@ -305,9 +293,7 @@ tg_status tg_gnuplot_has_terminal(const char *term, bool *has)
     return st;
 }
 
-tg_status tg_plot_run_gnuplot(const char *dir, const char *gp_name, bool *rendered,
-                              char *msg, size_t msgsize)
-{
+tg_status tg_plot_run_gnuplot(const char *dir, const char *gp_name, bool *rendered, char *msg, size_t msgsize) {
     if (rendered) *rendered = false;
     /* "./-x.gp", so gnuplot does not take a leading '-' for an option. */
     char *name = tg_plot_concat(2, gp_name[0] == '-' ? "./" : "", gp_name);
@@ -344,13 +330,11 @@ tg_status tg_plot_run_gnuplot(const char *dir, const char *gp_name, bool *render
     if (code != 0) {
         char line[512];
         last_line(line, sizeof line, text);
-        if (code == 126)
-            tg_plot_msgf(msg, msgsize, "gnuplot could not enter folder '%s'", dir);
-        else if (code < 0)
-            tg_plot_msgf(msg, msgsize, "gnuplot was killed by a signal on %s/%s", dir, gp_name);
+        if (code == 126) tg_plot_msgf(msg, msgsize, "gnuplot could not enter folder '%s'", dir);
+        else if (code < 0) tg_plot_msgf(msg, msgsize, "gnuplot was killed by a signal on %s/%s", dir, gp_name);
         else
-            tg_plot_msgf(msg, msgsize, "gnuplot failed on %s/%s (exit status %d): %s", dir,
-                         gp_name, code, line[0] ? line : "(no output)");
+            tg_plot_msgf(msg, msgsize, "gnuplot failed on %s/%s (exit status %d): %s", dir, gp_name, code,
+                         line[0] ? line : "(no output)");
         free(text);
         return TG_ERR_IO;
     }
@@ -360,16 +344,14 @@ tg_status tg_plot_run_gnuplot(const char *dir, const char *gp_name, bool *render
     return TG_OK;
 }
 
-tg_status tg_plot_render(const char *gp_path, bool *rendered, char *msg, size_t msgsize)
-{
+tg_status tg_plot_render(const char *gp_path, bool *rendered, char *msg, size_t msgsize) {
     if (rendered) *rendered = false;
     if (!gp_path) {
         tg_plot_msgf(msg, msgsize, "tg_plot_render: gp_path is NULL");
         return TG_ERR_NULL;
     }
     if (!tg_plot_path_ok(gp_path)) {
-        tg_plot_msgf(msg, msgsize,
-                     "tg_plot_render: path is empty or holds a quote or control character");
+        tg_plot_msgf(msg, msgsize, "tg_plot_render: path is empty or holds a quote or control character");
         return TG_ERR_VALUE;
     }
     FILE *f = fopen(gp_path, "r");
@@ -393,7 +375,7 @@ tg_status tg_plot_render(const char *gp_path, bool *rendered, char *msg, size_t 
         folder = ".";
     } else {
         base = gp_path + (slash - dir) + 1;
-        if (slash == dir) slash[1] = '\0';   /* "/x.gp": folder "/" */
+        if (slash == dir) slash[1] = '\0'; /* "/x.gp": folder "/" */
         else *slash = '\0';
         folder = dir;
     }
@@ -407,8 +389,7 @@ tg_status tg_plot_render(const char *gp_path, bool *rendered, char *msg, size_t 
     return st;
 }
 
-tg_status tg_plot_write_preamble(FILE *gp, const char *png_name, int width, int height)
-{
+tg_status tg_plot_write_preamble(FILE *gp, const char *png_name, int width, int height) {
     if (!gp || !png_name) return TG_ERR_NULL;
     if (!tg_plot_path_ok(png_name)) return TG_ERR_VALUE;
     if (width < 0 || height < 0 || width > 20000 || height > 20000) return TG_ERR_VALUE;

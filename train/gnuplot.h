@@ -46,7 +46,6 @@ tg_status tg_plot_mkdirs(const char *dir);
  * ran and succeeded. When gnuplot is missing: TG_OK, *rendered = false and
  * msg holds the command to run later. When gnuplot fails: TG_ERR_IO and msg
  * holds its first error line. */
-tg_status tg_plot_run_gnuplot(const char *dir, const char *gp_name, bool *rendered,
-                              char *msg, size_t msgsize);
+tg_status tg_plot_run_gnuplot(const char *dir, const char *gp_name, bool *rendered, char *msg, size_t msgsize);
 
 #endif /* TG_IO_GNUPLOT_H */

@@ -26,11 +26,11 @@ struct tg_plot {
     FILE *f;
     char *dir;
     char *name;
-    char *dat;          /* "DIR/NAME.dat" */
+    char *dat; /* "DIR/NAME.dat" */
     int ncols;
-    char **colnames;    /* ncols names */
+    char **colnames; /* ncols names */
     int64_t rows;
-    tg_status err;      /* first write error; later rows return it too */
+    tg_status err; /* first write error; later rows return it too */
 };
 
 /* One curve as written into the script: file is relative to the script's
@@ -43,16 +43,14 @@ typedef struct plot_curve {
 
 /* A file name: no '/', not "." or "..", no leading '-' (gnuplot would
  * take it for an option). */
-static bool name_ok(const char *name)
-{
-    return tg_plot_path_ok(name) && !strchr(name, '/') && strcmp(name, ".") != 0 &&
-           strcmp(name, "..") != 0 && name[0] != '-';
+static bool name_ok(const char *name) {
+    return tg_plot_path_ok(name) && !strchr(name, '/') && strcmp(name, ".") != 0 && strcmp(name, "..") != 0 &&
+           name[0] != '-';
 }
 
 /* A malloc'd copy of dir without trailing slashes ("out/" -> "out"; "/"
  * stays), so the paths we build and print read cleanly. */
-static char *trimmed_dir(const char *dir)
-{
+static char *trimmed_dir(const char *dir) {
     char *d = tg_plot_concat(1, dir);
     if (!d) return NULL;
     size_t n = strlen(d);
@@ -60,14 +58,12 @@ static char *trimmed_dir(const char *dir)
     return d;
 }
 
-static bool colname_ok(const char *s)
-{
+static bool colname_ok(const char *s) {
     if (!*s || !tg_plot_label_ok(s)) return false;
     return strpbrk(s, " ") == NULL;
 }
 
-static void plot_free(tg_plot *p)
-{
+static void plot_free(tg_plot *p) {
     if (!p) return;
     if (p->colnames)
         for (int i = 0; i < p->ncols; i++) free(p->colnames[i]);
@@ -78,9 +74,7 @@ static void plot_free(tg_plot *p)
     free(p);
 }
 
-tg_status tg_plot_open(tg_plot **out, const char *dir, const char *name, int ncols,
-                       const char *const *colnames)
-{
+tg_status tg_plot_open(tg_plot **out, const char *dir, const char *name, int ncols, const char *const *colnames) {
     if (!out) return TG_ERR_NULL;
     *out = NULL;
     if (!dir || !name || !colnames) return TG_ERR_NULL;
@@ -96,12 +90,10 @@ tg_status tg_plot_open(tg_plot **out, const char *dir, const char *name, int nco
     p->ncols = ncols;
     p->dir = trimmed_dir(dir);
     p->name = tg_plot_concat(1, name);
-    p->dat = p->dir ? tg_plot_concat(4, p->dir, strcmp(p->dir, "/") ? "/" : "", name, ".dat")
-                    : NULL;
+    p->dat = p->dir ? tg_plot_concat(4, p->dir, strcmp(p->dir, "/") ? "/" : "", name, ".dat") : NULL;
     p->colnames = calloc((size_t)ncols, sizeof *p->colnames);
     bool oom = !p->dir || !p->name || !p->dat || !p->colnames;
-    for (int i = 0; !oom && i < ncols; i++)
-        oom = !(p->colnames[i] = tg_plot_concat(1, colnames[i]));
+    for (int i = 0; !oom && i < ncols; i++) oom = !(p->colnames[i] = tg_plot_concat(1, colnames[i]));
     if (oom) {
         plot_free(p);
         return TG_ERR_OOM;
@@ -130,8 +122,7 @@ tg_status tg_plot_open(tg_plot **out, const char *dir, const char *name, int nco
     return TG_OK;
 }
 
-tg_status tg_plot_row(tg_plot *p, const double *values)
-{
+tg_status tg_plot_row(tg_plot *p, const double *values) {
     if (!p || !values) return TG_ERR_NULL;
     if (p->err != TG_OK) return p->err;
     for (int i = 0; i < p->ncols; i++) {
@@ -150,13 +141,9 @@ tg_status tg_plot_row(tg_plot *p, const double *values)
     return TG_OK;
 }
 
-const char *tg_plot_dat_path(const tg_plot *p)
-{
-    return p ? p->dat : NULL;
-}
+const char *tg_plot_dat_path(const tg_plot *p) { return p ? p->dat : NULL; }
 
-static bool style_ok(const tg_plot_style *s)
-{
+static bool style_ok(const tg_plot_style *s) {
     if (!s) return true;
     if (s->title && !tg_plot_label_ok(s->title)) return false;
     if (s->xlabel && !tg_plot_label_ok(s->xlabel)) return false;
@@ -166,9 +153,8 @@ static bool style_ok(const tg_plot_style *s)
 
 /* Writes DIR/NAME.gp drawing the curves into NAME.png. Labels the style
  * leaves NULL get the given defaults. */
-static tg_status write_script(const char *dir, const char *name, const tg_plot_style *style,
-                              const char *def_xlabel, const plot_curve *curves, int n)
-{
+static tg_status write_script(const char *dir, const char *name, const tg_plot_style *style, const char *def_xlabel,
+                              const plot_curve *curves, int n) {
     static const tg_plot_style no_style;
     if (!style) style = &no_style;
     const char *title = style->title ? style->title : name;
@@ -188,8 +174,10 @@ static tg_status write_script(const char *dir, const char *name, const tg_plot_s
         free(png);
         return TG_ERR_IO;
     }
-    fprintf(f, "# %s.gp, written by tapegrad: draws %s.png from the data beside it.\n"
-               "# Render it from this folder with: gnuplot '%s.gp'\n", name, name, name);
+    fprintf(f,
+            "# %s.gp, written by tapegrad: draws %s.png from the data beside it.\n"
+            "# Render it from this folder with: gnuplot '%s.gp'\n",
+            name, name, name);
     tg_status st = tg_plot_write_preamble(f, png, style->width, style->height);
     free(png);
     fputs("set datafile missing \"NaN\"\n", f);
@@ -204,8 +192,8 @@ static tg_status write_script(const char *dir, const char *name, const tg_plot_s
     if (style->logy) fputs("set logscale y\nset format y '%g'\n", f);
     fputs("plot ", f);
     for (int i = 0; i < n; i++) {
-        fprintf(f, "%s'%s' using %d:%d with lines lw 2 title ", i ? ", \\\n     " : "",
-                curves[i].file, curves[i].xcol, curves[i].ycol);
+        fprintf(f, "%s'%s' using %d:%d with lines lw 2 title ", i ? ", \\\n     " : "", curves[i].file, curves[i].xcol,
+                curves[i].ycol);
         tg_plot_put_label(f, curves[i].label);
     }
     fputc('\n', f);
@@ -215,9 +203,7 @@ static tg_status write_script(const char *dir, const char *name, const tg_plot_s
 }
 
 /* Removes a stale NAME.png, renders NAME.gp, and checks the picture. */
-static tg_status render(const char *dir, const char *name, bool *rendered, char *msg,
-                        size_t msgsize)
-{
+static tg_status render(const char *dir, const char *name, bool *rendered, char *msg, size_t msgsize) {
     char *gp = tg_plot_concat(2, name, ".gp");
     char *png = tg_plot_concat(4, dir, "/", name, ".png");
     if (!gp || !png) {
@@ -230,7 +216,7 @@ static tg_status render(const char *dir, const char *name, bool *rendered, char 
     unlink(png);
     bool done = false;
     tg_status st = tg_plot_run_gnuplot(dir, gp, &done, msg, msgsize);
-    if (st != TG_OK) unlink(png);   /* gnuplot opened it at `set output` */
+    if (st != TG_OK) unlink(png); /* gnuplot opened it at `set output` */
     if (st == TG_OK && done) {
         struct stat sb;
         if (stat(png, &sb) != 0 || sb.st_size == 0) {
@@ -248,8 +234,7 @@ static tg_status render(const char *dir, const char *name, bool *rendered, char 
     return st;
 }
 
-tg_status tg_plot_close_data(tg_plot *p)
-{
+tg_status tg_plot_close_data(tg_plot *p) {
     if (!p) return TG_ERR_NULL;
     tg_status st = p->err;
     if (fclose(p->f) != 0 && st == TG_OK) st = TG_ERR_IO;
@@ -257,9 +242,7 @@ tg_status tg_plot_close_data(tg_plot *p)
     return st;
 }
 
-tg_status tg_plot_close(tg_plot *p, const tg_plot_style *style, bool *rendered, char *msg,
-                        size_t msgsize)
-{
+tg_status tg_plot_close(tg_plot *p, const tg_plot_style *style, bool *rendered, char *msg, size_t msgsize) {
     if (rendered) *rendered = false;
     if (!p) {
         tg_plot_msgf(msg, msgsize, "tg_plot_close: plot is NULL");
@@ -288,17 +271,14 @@ tg_status tg_plot_close(tg_plot *p, const tg_plot_style *style, bool *rendered, 
         tg_plot_msgf(msg, msgsize, "out of memory");
         return TG_ERR_OOM;
     }
-    for (int i = 1; i < p->ncols; i++)
-        curves[i - 1] = (plot_curve){file, 1, i + 1, p->colnames[i]};
+    for (int i = 1; i < p->ncols; i++) curves[i - 1] = (plot_curve){file, 1, i + 1, p->colnames[i]};
     st = write_script(p->dir, p->name, style, p->colnames[0], curves, p->ncols - 1);
     free(file);
     if (st != TG_OK) {
         tg_plot_msgf(msg, msgsize, "tg_plot_close: could not write %s/%s.gp", p->dir, p->name);
     } else if (p->rows == 0) {
         /* gnuplot would fail on an empty file; say why instead. */
-        tg_plot_msgf(msg, msgsize,
-                     "tg_plot_close: no rows were logged to %s, so there is nothing to draw",
-                     p->dat);
+        tg_plot_msgf(msg, msgsize, "tg_plot_close: no rows were logged to %s, so there is nothing to draw", p->dat);
         st = TG_ERR_STATE;
     } else {
         st = render(p->dir, p->name, rendered, msg, msgsize);
@@ -308,8 +288,7 @@ tg_status tg_plot_close(tg_plot *p, const tg_plot_style *style, bool *rendered, 
 }
 
 /* The folder part of a path ("a/b.dat" -> "a", "b.dat" -> "."), malloc'd. */
-static char *dir_of(const char *path)
-{
+static char *dir_of(const char *path) {
     const char *slash = strrchr(path, '/');
     if (!slash) return tg_plot_concat(1, ".");
     if (slash == path) return tg_plot_concat(1, "/");
@@ -318,14 +297,11 @@ static char *dir_of(const char *path)
     return d;
 }
 
-static tg_status overlay(const char *dir, const char *name, const tg_plot_style *style,
-                         const tg_plot_series *series, int nseries, bool *rendered,
-                         char *msg, size_t msgsize)
-{
+static tg_status overlay(const char *dir, const char *name, const tg_plot_style *style, const tg_plot_series *series,
+                         int nseries, bool *rendered, char *msg, size_t msgsize) {
     if (rendered) *rendered = false;
     if (!dir || !name || !series) {
-        tg_plot_msgf(msg, msgsize, "tg_plot_overlay: %s is NULL",
-                     !dir ? "dir" : !name ? "name" : "series");
+        tg_plot_msgf(msg, msgsize, "tg_plot_overlay: %s is NULL", !dir ? "dir" : !name ? "name" : "series");
         return TG_ERR_NULL;
     }
     if (!tg_plot_path_ok(dir) || !name_ok(name)) {
@@ -335,8 +311,7 @@ static tg_status overlay(const char *dir, const char *name, const tg_plot_style 
         return TG_ERR_VALUE;
     }
     if (nseries < 1 || nseries > TG_PLOT_MAX_SERIES) {
-        tg_plot_msgf(msg, msgsize, "tg_plot_overlay: nseries %d is not in 1..%d", nseries,
-                     TG_PLOT_MAX_SERIES);
+        tg_plot_msgf(msg, msgsize, "tg_plot_overlay: nseries %d is not in 1..%d", nseries, TG_PLOT_MAX_SERIES);
         return TG_ERR_VALUE;
     }
     if (!style_ok(style)) {
@@ -348,15 +323,15 @@ static tg_status overlay(const char *dir, const char *name, const tg_plot_style 
     for (int i = 0; i < nseries; i++) {
         const tg_plot_series *s = &series[i];
         if (!s->dat || !s->label) {
-            tg_plot_msgf(msg, msgsize, "tg_plot_overlay: series %d has a NULL %s", i,
-                         !s->dat ? "dat" : "label");
+            tg_plot_msgf(msg, msgsize, "tg_plot_overlay: series %d has a NULL %s", i, !s->dat ? "dat" : "label");
             return TG_ERR_NULL;
         }
-        if (!tg_plot_path_ok(s->dat) || !tg_plot_label_ok(s->label) || s->xcol < 0 ||
-            s->ycol < 1 || s->xcol > 1000 || s->ycol > 1000) {
+        if (!tg_plot_path_ok(s->dat) || !tg_plot_label_ok(s->label) || s->xcol < 0 || s->ycol < 1 || s->xcol > 1000 ||
+            s->ycol > 1000) {
             tg_plot_msgf(msg, msgsize,
                          "tg_plot_overlay: series %d: bad path, label or columns (xcol %d, "
-                         "ycol %d)", i, s->xcol, s->ycol);
+                         "ycol %d)",
+                         i, s->xcol, s->ycol);
             return TG_ERR_VALUE;
         }
     }
@@ -379,8 +354,7 @@ static tg_status overlay(const char *dir, const char *name, const tg_plot_style 
     for (int i = 0; i < nseries && st == TG_OK; i++) {
         char real[PATH_MAX];
         if (!realpath(series[i].dat, real)) {
-            tg_plot_msgf(msg, msgsize, "tg_plot_overlay: cannot read data file %s: %s",
-                         series[i].dat, strerror(errno));
+            tg_plot_msgf(msg, msgsize, "tg_plot_overlay: cannot read data file %s: %s", series[i].dat, strerror(errno));
             st = TG_ERR_IO;
             break;
         }
@@ -397,20 +371,16 @@ static tg_status overlay(const char *dir, const char *name, const tg_plot_style 
             break;
         }
         if (!tg_plot_path_ok(owned[i])) {
-            tg_plot_msgf(msg, msgsize, "tg_plot_overlay: %s resolves to a path with a quote",
-                         series[i].dat);
+            tg_plot_msgf(msg, msgsize, "tg_plot_overlay: %s resolves to a path with a quote", series[i].dat);
             st = TG_ERR_VALUE;
             break;
         }
-        curves[i] = (plot_curve){owned[i], series[i].xcol ? series[i].xcol : 1, series[i].ycol,
-                                 series[i].label};
+        curves[i] = (plot_curve){owned[i], series[i].xcol ? series[i].xcol : 1, series[i].ycol, series[i].label};
     }
     if (st == TG_OK) {
         st = write_script(dir, name, style, "step", curves, nseries);
-        if (st != TG_OK)
-            tg_plot_msgf(msg, msgsize, "tg_plot_overlay: could not write %s/%s.gp", dir, name);
-        else
-            st = render(dir, name, rendered, msg, msgsize);
+        if (st != TG_OK) tg_plot_msgf(msg, msgsize, "tg_plot_overlay: could not write %s/%s.gp", dir, name);
+        else st = render(dir, name, rendered, msg, msgsize);
     } else if (st == TG_ERR_OOM) {
         tg_plot_msgf(msg, msgsize, "out of memory");
     }
@@ -418,10 +388,8 @@ static tg_status overlay(const char *dir, const char *name, const tg_plot_style 
     return st;
 }
 
-tg_status tg_plot_overlay(const char *dir, const char *name, const tg_plot_style *style,
-                          const tg_plot_series *series, int nseries, bool *rendered,
-                          char *msg, size_t msgsize)
-{
+tg_status tg_plot_overlay(const char *dir, const char *name, const tg_plot_style *style, const tg_plot_series *series,
+                          int nseries, bool *rendered, char *msg, size_t msgsize) {
     if (!dir) return overlay(dir, name, style, series, nseries, rendered, msg, msgsize);
     char *d = trimmed_dir(dir);
     if (!d) {

@@ -27,24 +27,19 @@
 #include <time.h>
 #include <unistd.h>
 
-#define TG_PROGRESS_BAR_MAX 30   /* widest bar, in cells */
-#define TG_PROGRESS_BAR_MIN 10   /* narrower than this: no bar, just the % */
+#define TG_PROGRESS_BAR_MAX 30 /* widest bar, in cells */
+#define TG_PROGRESS_BAR_MIN 10 /* narrower than this: no bar, just the % */
 
-static double monotonic_seconds(void)
-{
+static double monotonic_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static double now(const tg_progress *p)
-{
-    return p->clock_ ? p->clock_(p->clock_user_) : monotonic_seconds();
-}
+static double now(const tg_progress *p) { return p->clock_ ? p->clock_(p->clock_user_) : monotonic_seconds(); }
 
 /* Columns of the terminal behind f, or 80. */
-static int terminal_width(FILE *f)
-{
+static int terminal_width(FILE *f) {
 #ifdef TIOCGWINSZ
     struct winsize ws;
     if (f && ioctl(fileno(f), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
@@ -54,20 +49,15 @@ static int terminal_width(FILE *f)
     return 80;
 }
 
-void tg_progress_set_mode(tg_progress *p, tg_progress_mode mode)
-{
+void tg_progress_set_mode(tg_progress *p, tg_progress_mode mode) {
     if (!p) return;
-    if (mode == TG_PROGRESS_AUTO)
-        mode = p->out && isatty(fileno(p->out)) ? TG_PROGRESS_BAR : TG_PROGRESS_PLAIN;
-    if (mode != TG_PROGRESS_PLAIN && mode != TG_PROGRESS_BAR && mode != TG_PROGRESS_QUIET)
-        mode = TG_PROGRESS_PLAIN;
+    if (mode == TG_PROGRESS_AUTO) mode = p->out && isatty(fileno(p->out)) ? TG_PROGRESS_BAR : TG_PROGRESS_PLAIN;
+    if (mode != TG_PROGRESS_PLAIN && mode != TG_PROGRESS_BAR && mode != TG_PROGRESS_QUIET) mode = TG_PROGRESS_PLAIN;
     p->mode = mode;
-    p->width = mode == TG_PROGRESS_BAR && p->out && isatty(fileno(p->out))
-                   ? terminal_width(p->out) : 80;
+    p->width = mode == TG_PROGRESS_BAR && p->out && isatty(fileno(p->out)) ? terminal_width(p->out) : 80;
 }
 
-void tg_progress_init(tg_progress *p, FILE *out, int64_t total_steps, int64_t every)
-{
+void tg_progress_init(tg_progress *p, FILE *out, int64_t total_steps, int64_t every) {
     if (!p) return;
     memset(p, 0, sizeof *p);
     p->out = out;
@@ -79,15 +69,13 @@ void tg_progress_init(tg_progress *p, FILE *out, int64_t total_steps, int64_t ev
     p->t_init_ = now(p);
 }
 
-void tg_progress_resume(tg_progress *p, int64_t step)
-{
+void tg_progress_resume(tg_progress *p, int64_t step) {
     if (!p) return;
     p->step_base_ = step > 0 ? step : 0;
     p->t_init_ = now(p);
 }
 
-void tg_progress_set_clock(tg_progress *p, double (*clock)(void *user), void *user)
-{
+void tg_progress_set_clock(tg_progress *p, double (*clock)(void *user), void *user) {
     if (!p) return;
     p->clock_ = clock;
     p->clock_user_ = user;
@@ -95,8 +83,7 @@ void tg_progress_set_clock(tg_progress *p, double (*clock)(void *user), void *us
 }
 
 /* Steps per second at the last update, or NaN while unknown. */
-static double rate(const tg_progress *p)
-{
+static double rate(const tg_progress *p) {
     if (!p->seen_) return NAN;
     if (p->step_last_ > p->step_first_ && p->t_last_ > p->t_first_)
         return (double)(p->step_last_ - p->step_first_) / (p->t_last_ - p->t_first_);
@@ -106,8 +93,7 @@ static double rate(const tg_progress *p)
 }
 
 /* "1:05" (m:ss) or "2:01:05" (h:mm:ss) for a duration in seconds. */
-static void format_duration(char *buf, size_t size, double s)
-{
+static void format_duration(char *buf, size_t size, double s) {
     if (!isfinite(s) || s < 0 || s > 1e9) {
         snprintf(buf, size, "?");
         return;
@@ -124,8 +110,7 @@ static void put(char *buf, size_t size, size_t *len, const char *fmt, ...)
 #endif
     ;
 
-static void put(char *buf, size_t size, size_t *len, const char *fmt, ...)
-{
+static void put(char *buf, size_t size, size_t *len, const char *fmt, ...) {
     if (*len >= size) return;
     va_list ap;
     va_start(ap, fmt);
@@ -135,14 +120,11 @@ static void put(char *buf, size_t size, size_t *len, const char *fmt, ...)
 }
 
 /* The fields after the bar: step, loss, lr, grad_norm, steps/s, ETA. */
-static size_t format_fields(const tg_progress *p, char *buf, size_t size)
-{
+static size_t format_fields(const tg_progress *p, char *buf, size_t size) {
     size_t len = 0;
     buf[0] = '\0';
-    if (p->total > 0)
-        put(buf, size, &len, "step %lld/%lld", (long long)p->step_last_, (long long)p->total);
-    else
-        put(buf, size, &len, "step %lld", (long long)p->step_last_);
+    if (p->total > 0) put(buf, size, &len, "step %lld/%lld", (long long)p->step_last_, (long long)p->total);
+    else put(buf, size, &len, "step %lld", (long long)p->step_last_);
     put(buf, size, &len, "  loss %.6g", p->loss_);
     if (!isnan(p->lr_)) put(buf, size, &len, "  lr %.3g", p->lr_);
     if (!isnan(p->gnorm_)) put(buf, size, &len, "  grad_norm %.3g", p->gnorm_);
@@ -158,8 +140,7 @@ static size_t format_fields(const tg_progress *p, char *buf, size_t size)
     return len;
 }
 
-char *tg_progress_format(const tg_progress *p, char *buf, size_t size)
-{
+char *tg_progress_format(const tg_progress *p, char *buf, size_t size) {
     if (!buf || size == 0) return buf;
     buf[0] = '\0';
     if (!p) return buf;
@@ -175,14 +156,13 @@ char *tg_progress_format(const tg_progress *p, char *buf, size_t size)
     if (frac < 0) frac = 0;
     if (frac > 1) frac = 1;
     int avail = (p->width > 1 ? p->width : 80) - 1;
-    int cells = avail - (int)flen - 8;   /* "[" "]" " 100% " around the bar */
+    int cells = avail - (int)flen - 8; /* "[" "]" " 100% " around the bar */
     if (cells > TG_PROGRESS_BAR_MAX) cells = TG_PROGRESS_BAR_MAX;
     size_t len = 0;
     if (cells >= TG_PROGRESS_BAR_MIN) {
         int filled = (int)(frac * cells);
         put(buf, size, &len, "[");
-        for (int i = 0; i < cells; i++)
-            put(buf, size, &len, "%c", i < filled ? '=' : i == filled ? '>' : ' ');
+        for (int i = 0; i < cells; i++) put(buf, size, &len, "%c", i < filled ? '=' : i == filled ? '>' : ' ');
         put(buf, size, &len, "]");
     }
     put(buf, size, &len, " %3d%% %s", (int)(frac * 100), fields);
@@ -190,8 +170,7 @@ char *tg_progress_format(const tg_progress *p, char *buf, size_t size)
     return buf;
 }
 
-static void draw(tg_progress *p)
-{
+static void draw(tg_progress *p) {
     char line[512];
     tg_progress_format(p, line, sizeof line);
     int len = (int)strlen(line);
@@ -208,8 +187,7 @@ static void draw(tg_progress *p)
     p->step_shown_ = p->step_last_;
 }
 
-void tg_progress_update(tg_progress *p, int64_t step, double loss, double lr, double grad_norm)
-{
+void tg_progress_update(tg_progress *p, int64_t step, double loss, double lr, double grad_norm) {
     if (!p) return;
     double t = now(p);
     if (!p->seen_) {
@@ -226,8 +204,7 @@ void tg_progress_update(tg_progress *p, int64_t step, double loss, double lr, do
     if (step % p->every == 0 || (p->total > 0 && step >= p->total)) draw(p);
 }
 
-void tg_progress_finish(tg_progress *p)
-{
+void tg_progress_finish(tg_progress *p) {
     if (!p || !p->out || p->mode == TG_PROGRESS_QUIET) return;
     if (p->seen_ && p->step_shown_ != p->step_last_) draw(p);
     if (p->line_open_) {

@@ -91,12 +91,8 @@ static void describe_schedule(const tg_schedule *s, char *buf, size_t size) {
         put_num(buf, size, &len, "start_factor", s->start_factor);
         put_num(buf, size, &len, "min_lr", s->min_lr);
         break;
-    case TG_SCHED_CALLBACK:
-        snprintf(buf, size, "callback");
-        break;
-    default:
-        snprintf(buf, size, "constant");
-        break;
+    case TG_SCHED_CALLBACK: snprintf(buf, size, "callback"); break;
+    default: snprintf(buf, size, "constant"); break;
     }
 }
 
@@ -110,8 +106,7 @@ static void part_key(char *buf, size_t size, const char *what, const tg_train_pa
 
 /* Fills list's next entry (allocated by gather): `value` under prefix + "."
  * + name, or name. */
-static bool put(tg_ctx *ctx, const char *fn, tg_params *list, const char *prefix, const char *name,
-                tg_tensor *value) {
+static bool put(tg_ctx *ctx, const char *fn, tg_params *list, const char *prefix, const char *name, tg_tensor *value) {
     tg_param *p = &list->items[list->count];
     bool has_prefix = prefix && *prefix;
     int n = snprintf(p->name, sizeof p->name, "%s%s%s", has_prefix ? prefix : "", has_prefix ? "." : "", name);
@@ -175,8 +170,8 @@ static bool check_parts(tg_ctx *ctx, const char *fn, const tg_train_part *parts,
 /* The parts' parameters and optimizer state as two named lists. With
  * scratch, each entry is a new zero persistent tensor of the same dtype and
  * shape (to load into) instead of the live one. */
-static bool gather(tg_ctx *ctx, const char *fn, const tg_train_part *parts, int nparts, bool scratch,
-                   tg_params *params, tg_params *state) {
+static bool gather(tg_ctx *ctx, const char *fn, const tg_train_part *parts, int nparts, bool scratch, tg_params *params,
+                   tg_params *state) {
     tg_params *lists[2] = {params, state};
     for (int i = 0; i < nparts; i++) {
         params->capacity += parts[i].params->count;
@@ -249,8 +244,7 @@ static bool check_regular(tg_ctx *ctx, const char *fn, const char *path, bool ma
 
 /* The checks every call starts with: false when it must stop (the
  * context's status says why, TG_ERR_NULL for a NULL context). */
-static bool begin(tg_ctx *ctx, const char *fn, const char *path, const tg_train_part *parts, int nparts,
-                  bool saving) {
+static bool begin(tg_ctx *ctx, const char *fn, const char *path, const tg_train_part *parts, int nparts, bool saving) {
     if (!tg_ok(ctx)) return false;
     if (!path) {
         tg_error(ctx, TG_ERR_NULL, fn, "argument 'path' is NULL");
@@ -261,8 +255,8 @@ static bool begin(tg_ctx *ctx, const char *fn, const char *path, const tg_train_
 
 /* ---- save ------------------------------------------------------------------------ */
 
-static tg_status save_parts(tg_ctx *ctx, const char *fn, const char *path, const tg_train_part *parts,
-                            int nparts, const tg_meta *user) {
+static tg_status save_parts(tg_ctx *ctx, const char *fn, const char *path, const tg_train_part *parts, int nparts,
+                            const tg_meta *user) {
     if (!begin(ctx, fn, path, parts, nparts, true)) return tg_status_of(ctx);
     if (user && (user->count < 0 || (user->count > 0 && !user->items))) {
         tg_error(ctx, TG_ERR_NULL, fn, "meta has %d items but no array", user->count);
@@ -287,8 +281,7 @@ static tg_status save_parts(tg_ctx *ctx, const char *fn, const char *path, const
         describe_schedule(&parts[i].optim->sched, text, sizeof text);
         tg_meta_set(ctx, &meta, key, text);
     }
-    if (gather(ctx, fn, parts, nparts, false, &params, &state))
-        tg_ckpt_save(ctx, path, &params, &state, &meta);
+    if (gather(ctx, fn, parts, nparts, false, &params, &state)) tg_ckpt_save(ctx, path, &params, &state, &meta);
     tg_params_free(&params);
     tg_params_free(&state);
     tg_meta_free(&meta);
@@ -300,8 +293,7 @@ tg_status tg_train_save_parts(tg_ctx *ctx, const char *path, const tg_train_part
     return save_parts(ctx, __func__, path, parts, nparts, meta);
 }
 
-tg_status tg_train_save(tg_ctx *ctx, const char *path, const tg_params *params, tg_optim *optim,
-                        const tg_meta *meta) {
+tg_status tg_train_save(tg_ctx *ctx, const char *path, const tg_params *params, tg_optim *optim, const tg_meta *meta) {
     /* The part's params are only read here. */
     tg_train_part part = {NULL, (tg_params *)params, optim};
     return save_parts(ctx, __func__, path, &part, 1, meta);
@@ -317,8 +309,8 @@ static bool check_loaded(tg_ctx *ctx, const char *fn, const char *path, const tg
     const char *format = tg_meta_get(meta, FORMAT_KEY);
     if (!format || strcmp(format, FORMAT_VERSION) != 0) {
         if (format)
-            tg_error(ctx, TG_ERR_FORMAT, fn, "%s: training-state format \"%.40s\", this library reads \"%s\"",
-                     path, format, FORMAT_VERSION);
+            tg_error(ctx, TG_ERR_FORMAT, fn, "%s: training-state format \"%.40s\", this library reads \"%s\"", path,
+                     format, FORMAT_VERSION);
         else
             tg_error(ctx, TG_ERR_FORMAT, fn,
                      "%s has no \"%s\" key: not a training-state file (a checkpoint of tg_ckpt_save? "
@@ -392,8 +384,7 @@ static tg_status load_parts(tg_ctx *ctx, const char *fn, const char *path, const
     return name_error(ctx, fn);
 }
 
-tg_status tg_train_load_parts(tg_ctx *ctx, const char *path, const tg_train_part *parts, int nparts,
-                              tg_meta *meta) {
+tg_status tg_train_load_parts(tg_ctx *ctx, const char *path, const tg_train_part *parts, int nparts, tg_meta *meta) {
     return load_parts(ctx, __func__, path, parts, nparts, meta);
 }
 
@@ -408,8 +399,8 @@ tg_status tg_train_load(tg_ctx *ctx, const char *path, tg_params *params, tg_opt
  * with a step <= step, as ncols doubles each, into *rows / *nrows. A
  * missing or other file gives no rows; a line that does not parse (the
  * half-written last row of a killed run) is skipped. */
-static tg_status read_rows(const char *dir, const char *name, int ncols, const char *const *colnames,
-                           int64_t step, double **rows, size_t *nrows) {
+static tg_status read_rows(const char *dir, const char *name, int ncols, const char *const *colnames, int64_t step,
+                           double **rows, size_t *nrows) {
     *rows = NULL;
     *nrows = 0;
     size_t plen = strlen(dir) + strlen(name) + 6;
@@ -467,8 +458,8 @@ static tg_status read_rows(const char *dir, const char *name, int ncols, const c
     return st;
 }
 
-tg_status tg_plot_open_resume(tg_plot **out, const char *dir, const char *name, int ncols,
-                              const char *const *colnames, int64_t step) {
+tg_status tg_plot_open_resume(tg_plot **out, const char *dir, const char *name, int ncols, const char *const *colnames,
+                              int64_t step) {
     if (!out) return TG_ERR_NULL;
     *out = NULL;
     if (!dir || !name || !colnames) return TG_ERR_NULL;

@@ -34,13 +34,13 @@ void bn_nap_ms(long ms);
 
 /* The result of timing a function. */
 typedef struct bn_timing {
-    double median_s;  /* median time of one call, on bn_time's clock */
-    double min_s;     /* fastest sample, per call */
+    double median_s; /* median time of one call, on bn_time's clock */
+    double min_s;    /* fastest sample, per call */
     /* both clocks, whichever bn_time uses */
     double wall_median_s, wall_min_s;
     double cpu_median_s, cpu_min_s;
-    int samples;      /* samples taken (each `inner` calls) */
-    int inner;        /* calls per sample */
+    int samples; /* samples taken (each `inner` calls) */
+    int inner;   /* calls per sample */
 } bn_timing;
 
 /* Times fn(arg): one warm-up call, three calibration calls (the fastest
@@ -86,13 +86,13 @@ double bn_loadavg(void);
 /* ---- OpenBLAS (dlopen) --------------------------------------------------- */
 
 enum { BN_ROW_MAJOR = 101, BN_NO_TRANS = 111, BN_TRANS = 112 };
-typedef void (*bn_sgemm_fn)(int order, int ta, int tb, int M, int N, int K, float alpha, const float *A,
-                            int lda, const float *B, int ldb, float beta, float *C, int ldc);
+typedef void (*bn_sgemm_fn)(int order, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                            const float *B, int ldb, float beta, float *C, int ldc);
 typedef struct bn_blas {
-    void *lib;                  /* NULL: OpenBLAS not found */
-    bn_sgemm_fn sgemm;          /* cblas_sgemm */
-    void (*set_threads)(int);   /* openblas_set_num_threads, may be NULL */
-    char *(*config)(void);      /* openblas_get_config, may be NULL */
+    void *lib;                /* NULL: OpenBLAS not found */
+    bn_sgemm_fn sgemm;        /* cblas_sgemm */
+    void (*set_threads)(int); /* openblas_set_num_threads, may be NULL */
+    char *(*config)(void);    /* openblas_get_config, may be NULL */
 } bn_blas;
 /* Opens libopenblas.so.0 (then libopenblas.so); lib NULL when absent. */
 bn_blas bn_blas_open(void);
@@ -103,18 +103,17 @@ void bn_blas_close(bn_blas *b);
 /* A running `python3 torch_bench.py --server --threads N`. */
 typedef struct bn_torch {
     int pid;
-    int to_fd, from_fd;    /* pipes: our writes, its replies */
-    bool ok;               /* it started and imported torch */
-    char version[64];      /* torch.__version__ */
-    int threads;           /* torch.get_num_threads() after set_num_threads */
-    char why[256];         /* why it is not ok */
+    int to_fd, from_fd; /* pipes: our writes, its replies */
+    bool ok;            /* it started and imported torch */
+    char version[64];   /* torch.__version__ */
+    int threads;        /* torch.get_num_threads() after set_num_threads */
+    char why[256];      /* why it is not ok */
 } bn_torch;
 
 /* Starts the server (timing with the same clock as bn_time: process CPU
  * time when cpu_clock) and waits for its "ready" line; t->ok tells whether
  * torch could be imported (t->why says why not). */
-void bn_torch_start(bn_torch *t, const char *python, const char *script, int threads, double budget_s,
-                    bool cpu_clock);
+void bn_torch_start(bn_torch *t, const char *python, const char *script, int threads, double budget_s, bool cpu_clock);
 /* Sends one command line (no newline) and reads the one-line JSON reply
  * into reply (size bytes). false when the server died or answered an error. */
 bool bn_torch_call(bn_torch *t, const char *cmd, char *reply, size_t size);

@@ -130,7 +130,7 @@ bn_stream_result bn_stream(size_t bytes, int threads, int reps) {
 #endif
 
 /* iters rounds of NCHAIN FMAs; returns a value that depends on all. */
-#define BN_DEFINE_FMA_LOOP(NAME, V, SET1, FMA, ADD, FIRST, T)                                  \
+#define BN_DEFINE_FMA_LOOP(NAME, V, SET1, FMA, ADD, FIRST, T)                                 \
     static T NAME(int64_t iters, T seed) {                                                    \
         V a0 = SET1(seed), a1 = SET1(seed + 1), a2 = SET1(seed + 2), a3 = SET1(seed + 3);     \
         V a4 = SET1(seed + 4), a5 = SET1(seed + 5), a6 = SET1(seed + 6), a7 = SET1(seed + 7); \

@@ -48,8 +48,7 @@ static bool write_all(int fd, const char *s, size_t n) {
     return true;
 }
 
-void bn_torch_start(bn_torch *t, const char *python, const char *script, int threads, double budget_s,
-                    bool cpu_clock) {
+void bn_torch_start(bn_torch *t, const char *python, const char *script, int threads, double budget_s, bool cpu_clock) {
     memset(t, 0, sizeof *t);
     t->pid = -1, t->to_fd = -1, t->from_fd = -1;
     if (access(python, X_OK) != 0) {
@@ -84,8 +83,16 @@ void bn_torch_start(bn_torch *t, const char *python, const char *script, int thr
         char thr[16], bud[32];
         snprintf(thr, sizeof thr, "%d", threads);
         snprintf(bud, sizeof bud, "%g", budget_s);
-        char *argv[] = {(char *)python, (char *)script, "--server", "--threads", thr, "--budget", bud,
-                        "--clock", cpu_clock ? "cpu" : "wall", NULL};
+        char *argv[] = {(char *)python,
+                        (char *)script,
+                        "--server",
+                        "--threads",
+                        thr,
+                        "--budget",
+                        bud,
+                        "--clock",
+                        cpu_clock ? "cpu" : "wall",
+                        NULL};
         execv(python, argv);
         _exit(127);
     }

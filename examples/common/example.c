@@ -54,8 +54,8 @@ static bool parse_dbl(const char *s, double *out) {
     return true;
 }
 
-static const char *const common_flags[] = {"steps", "lr", "seed", "out", "threads", "every",
-                                           "save", "resume", "stop-after"};
+static const char *const common_flags[] = {"steps", "lr",   "seed",   "out",       "threads",
+                                           "every", "save", "resume", "stop-after"};
 
 static bool known_flag(const char *name, const ex_flag *extra, int nextra) {
     for (size_t k = 0; k < sizeof common_flags / sizeof *common_flags; k++)
@@ -75,10 +75,10 @@ int ex_parse(ex_args *a, int argc, char **argv, const char *name_of_prog, const 
             usage(stdout, &defaults, about, extra, nextra);
             return 0;
         }
-        const char *problem = strncmp(flag, "--", 2) != 0             ? "unexpected argument"
+        const char *problem = strncmp(flag, "--", 2) != 0            ? "unexpected argument"
                               : !known_flag(flag + 2, extra, nextra) ? "unknown flag"
-                              : i + 1 >= argc                         ? "missing value for"
-                                                                      : NULL;
+                              : i + 1 >= argc                        ? "missing value for"
+                                                                     : NULL;
         if (problem) {
             fprintf(stderr, "%s: %s '%s'\n\n", prog, problem, flag);
             usage(stderr, &defaults, about, extra, nextra);
@@ -134,8 +134,9 @@ void ex_setup(tg_ctx *ctx, const ex_args *args) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = args->threads;
     if (cores > 0 && threads > cores) {
-        fprintf(stderr, "%s: note: --threads %d is more than the %ld cores here, which only slows the kernels "
-                        "down; using %ld\n",
+        fprintf(stderr,
+                "%s: note: --threads %d is more than the %ld cores here, which only slows the kernels "
+                "down; using %ld\n",
                 prog, threads, cores, cores);
         threads = (int)cores;
     }
@@ -175,7 +176,7 @@ bool ex_save(tg_ctx *ctx, const ex_args *args, const tg_train_part *parts, int n
  * call failed before any system call (errno was left 0). */
 static void log_failed(const char *dir, const char *name, tg_status st, int err) {
     fprintf(stderr, "%s: cannot write %s/%s.dat: %s\n", prog, dir, name,
-            err                       ? strerror(err)
+            err                  ? strerror(err)
             : st == TG_ERR_VALUE ? "the folder's name holds a quote or a control character, which the plot "
                                    "scripts cannot carry"
                                  : tg_status_name(st));
@@ -232,7 +233,8 @@ bool ex_picture(tg_status st, bool rendered, const char *msg, const char *png_pa
     struct stat sb;
     bool exists = stat(png_path, &sb) == 0 && sb.st_size > 0;
     if (st != TG_OK || (rendered && !exists)) {
-        fprintf(stderr, "%s: %s%s\n", prog, st != TG_OK ? msg : "gnuplot ran but wrote no ", st != TG_OK ? "" : png_path);
+        fprintf(stderr, "%s: %s%s\n", prog, st != TG_OK ? msg : "gnuplot ran but wrote no ",
+                st != TG_OK ? "" : png_path);
         *failed = true;
         return false;
     }

@@ -25,9 +25,9 @@ typedef struct ex_args {
 /* An example-specific flag: --name VALUE. */
 typedef enum { EX_STR, EX_INT, EX_DBL } ex_kind;
 typedef struct ex_flag {
-    const char *name;   /* without the leading dashes */
+    const char *name; /* without the leading dashes */
     ex_kind kind;
-    void *target;       /* const char **, int64_t *, double * */
+    void *target; /* const char **, int64_t *, double * */
     const char *help;
     const char *const *choices; /* for EX_STR: NULL-terminated allowed values, or NULL */
 } ex_flag;

@@ -39,7 +39,6 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
 int64_t tg_tape_size(const tg_ctx *ctx);
 size_t tg_tape_saved_bytes(const tg_ctx *ctx);
 
-
 /* ======================================================================== */
 /* Autograd ops: elementwise, activations, reductions                       */
 /* ======================================================================== */
@@ -154,8 +153,7 @@ tg_tensor *tg_slice(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t 
  * the numel(shape) indices (row-major, each in 0..V-1, copied); the result
  * has shape + (D), so ndim <= TG_MAX_DIMS - 1. Backward scatter-adds dy
  * rows into dweight; repeated indices accumulate. */
-tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *weight, int ndim, const int64_t *shape,
-                        const int64_t *indices);
+tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *weight, int ndim, const int64_t *shape, const int64_t *indices);
 
 /* Softmax over the last axis: y_i = exp(x_i - m) / sum_j exp(x_j - m), with
  * m the row's max (so logits of +-1e4 stay finite in float32). A 0-d x is
@@ -182,8 +180,7 @@ typedef struct tg_cross_entropy_opts {
  * log_softmax: one tape record saving the targets and each row's
  * log-sum-exp. A scalar. When every row is ignored the loss is NaN (0/0,
  * as in PyTorch) and its gradient is 0. N = 0 or C = 0 is an error. */
-tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, const int64_t *targets,
-                            const tg_cross_entropy_opts *opts);
+tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, const int64_t *targets, const tg_cross_entropy_opts *opts);
 /* Mean squared error, a scalar: mean((pred - target)^2). Same shapes, at
  * least one element. Both inputs may require grad. */
 tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *pred, tg_tensor *target);

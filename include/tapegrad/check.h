@@ -61,9 +61,9 @@ typedef tg_tensor *(*tg_gradcheck_fn)(tg_ctx *ctx, tg_tensor *const *inputs, voi
 #define TG_GRADCHECK_MAX_INPUTS 8
 
 typedef enum tg_gradcheck_mode {
-    TG_GRADCHECK_FULL = 0,    /* every element of every checked input:
+    TG_GRADCHECK_FULL = 0,   /* every element of every checked input:
                                  2 forwards per element */
-    TG_GRADCHECK_DIRECTIONAL  /* one random unit direction v per input:
+    TG_GRADCHECK_DIRECTIONAL /* one random unit direction v per input:
                                  compares dL/dx . v with
                                  (L(x + h v) - L(x - h v)) / 2h; 2 forwards
                                  per input, for big tensors */
@@ -71,56 +71,56 @@ typedef enum tg_gradcheck_mode {
 
 /* A finite-difference step and the tolerances of the pass rule. */
 typedef struct tg_gradcheck_tol {
-    double h;              /* step */
-    double atol, rtol;     /* pass when |a - n| <= atol + rtol |n| */
+    double h;          /* step */
+    double atol, rtol; /* pass when |a - n| <= atol + rtol |n| */
 } tg_gradcheck_tol;
 
 /* Options. Zero-initialized means the defaults (NULL opts too); an h, atol
  * or rtol left 0 means the default of the dtype (or the op's own, in the
  * registry), unless no_defaults. */
 typedef struct tg_gradcheck_opts {
-    double h;              /* finite-difference step (> 0; 0: the default) */
-    double atol, rtol;     /* tolerances (>= 0; 0: the default) */
+    double h;          /* finite-difference step (> 0; 0: the default) */
+    double atol, rtol; /* tolerances (>= 0; 0: the default) */
     tg_gradcheck_mode mode;
-    uint64_t seed;         /* seeds r and the directions v (not the ctx RNG) */
-    bool allow_float32;    /* check float32 inputs anyway */
-    uint32_t inputs;       /* bit k set: check input k; 0: every input */
-    bool forward_diff;     /* one-sided (L(x + h) - L(x)) / h instead of
+    uint64_t seed;      /* seeds r and the directions v (not the ctx RNG) */
+    bool allow_float32; /* check float32 inputs anyway */
+    uint32_t inputs;    /* bit k set: check input k; 0: every input */
+    bool forward_diff;  /* one-sided (L(x + h) - L(x)) / h instead of
                               central differences: error O(h), not O(h^2);
                               for comparing the schemes (step sweeps) */
-    bool no_defaults;      /* use h, atol, rtol as given, zeros included
+    bool no_defaults;   /* use h, atol, rtol as given, zeros included
                               (then h must be > 0) */
 } tg_gradcheck_opts;
 
 /* The outcome for one input. */
 typedef struct tg_gradcheck_input {
-    bool checked;          /* false: skipped (not in opts.inputs) */
+    bool checked; /* false: skipped (not in opts.inputs) */
     bool pass;
-    int64_t n_checked;     /* elements (FULL) or directions (DIRECTIONAL) */
+    int64_t n_checked; /* elements (FULL) or directions (DIRECTIONAL) */
     int64_t n_failed;
-    double max_abs_err;    /* max |a - n| */
-    double max_rel_err;    /* max |a - n| / max(|n|, atol) */
-    int64_t worst_index;   /* flat index of the worst element; -1 in
+    double max_abs_err;  /* max |a - n| */
+    double max_rel_err;  /* max |a - n| / max(|n|, atol) */
+    int64_t worst_index; /* flat index of the worst element; -1 in
                               DIRECTIONAL mode or when nothing was checked */
     double worst_analytic, worst_numeric;
-    double worst_ratio;    /* |a - n| / (atol + rtol |n|): pass when <= 1 */
+    double worst_ratio; /* |a - n| / (atol + rtol |n|): pass when <= 1 */
 } tg_gradcheck_input;
 
 /* The outcome of a check: what the caller asserts on. "Worst" is the
  * comparison with the largest ratio |a - n| / (atol + rtol |n|) (NaN counts
  * as the worst of all). */
 typedef struct tg_gradcheck_result {
-    bool pass;             /* every comparison passed (and no error) */
-    int64_t n_checked;     /* comparisons over all inputs */
+    bool pass;         /* every comparison passed (and no error) */
+    int64_t n_checked; /* comparisons over all inputs */
     int64_t n_failed;
-    int64_t n_evals;       /* forward evaluations of f: 1 + 2 per element
+    int64_t n_evals; /* forward evaluations of f: 1 + 2 per element
                               (FULL) or per input (DIRECTIONAL); 2 + 1 per
                               with forward_diff */
     double max_abs_err, max_rel_err;
-    int worst_input;       /* -1 when nothing was checked */
-    int64_t worst_index;   /* as in tg_gradcheck_input */
+    int worst_input;     /* -1 when nothing was checked */
+    int64_t worst_index; /* as in tg_gradcheck_input */
     double worst_analytic, worst_numeric, worst_ratio;
-    double h, atol, rtol;  /* the values used */
+    double h, atol, rtol; /* the values used */
     tg_gradcheck_mode mode;
     bool forward_diff;
     int n_inputs;
@@ -144,9 +144,8 @@ bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_t
  * *analytic from one backward per output element, *numeric from central
  * differences (h from opts as above). For small functions: at most 2^22
  * entries. Returns false (and sets the error) on failure. */
-bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs,
-                           tg_tensor *const *inputs, int input, const tg_gradcheck_opts *opts,
-                           tg_tensor **analytic, tg_tensor **numeric);
+bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                           int input, const tg_gradcheck_opts *opts, tg_tensor **analytic, tg_tensor **numeric);
 
 /* The op registry (check/registry.c): one table with an entry per
  * differentiable op and layer -- its name, a builder of random valid inputs
@@ -175,12 +174,12 @@ struct tg_op_info;
 /* One concrete input set of an op, made by tg_registry_build. */
 typedef struct tg_op_case {
     const struct tg_op_info *op;
-    char spec[128];                /* the spec it was built from */
+    char spec[128]; /* the spec it was built from */
     tg_dtype dtype;
-    int n_inputs;                  /* tensor inputs of the forward */
+    int n_inputs; /* tensor inputs of the forward */
     tg_tensor *inputs[TG_GRADCHECK_MAX_INPUTS];
     const char *input_names[TG_GRADCHECK_MAX_INPUTS]; /* "a", "b", "x", "weight"... */
-    uint32_t check;                /* bit k: input k is differentiable */
+    uint32_t check;                                   /* bit k: input k is differentiable */
     /* the spec, parsed */
     int n_shapes;
     int ndim[TG_GRADCHECK_MAX_INPUTS];
@@ -203,20 +202,20 @@ typedef union tg_op_fn {
     tg_tensor *(*scalar)(tg_ctx *ctx, tg_tensor *x, double s);             /* tg_mul_scalar, ... */
     tg_tensor *(*axis)(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim); /* tg_sum_axis, ... */
     tg_tensor *(*norm)(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
-                       double eps);                                        /* tg_rmsnorm_fused, ... */
+                       double eps); /* tg_rmsnorm_fused, ... */
 } tg_op_fn;
 
 /* A registered op. */
 typedef struct tg_op_info {
-    const char *name;              /* "add", "matmul", ... */
-    const char *summary;           /* what it computes, one line */
-    const char *spec_help;         /* the spec it takes and its arguments */
-    const char *args;              /* its arguments and their defaults, e.g.
+    const char *name;            /* "add", "matmul", ... */
+    const char *summary;         /* what it computes, one line */
+    const char *spec_help;       /* the spec it takes and its arguments */
+    const char *args;            /* its arguments and their defaults, e.g.
                                       "axis=-1,keepdim=0" ("to": no default);
                                       NULL: none */
-    const char *const *variants;   /* built-in specs, NULL-terminated */
+    const char *const *variants; /* built-in specs, NULL-terminated */
     int n_variants;
-    bool random;                   /* draws from the context's RNG (dropout) */
+    bool random; /* draws from the context's RNG (dropout) */
     /* its own step and tolerances by dtype, where the defaults do not fit
      * it; a 0 field: the dtype's default (tg_gradcheck_dtype_tol) */
     tg_gradcheck_tol f64, f32;
@@ -226,7 +225,7 @@ typedef struct tg_op_info {
     /* The op applied to inputs (c->inputs or copies of them); user is the
      * tg_op_case. */
     tg_gradcheck_fn forward;
-    tg_op_fn fn;                   /* what a generic forward calls */
+    tg_op_fn fn; /* what a generic forward calls */
 } tg_op_info;
 
 /* Number of registered ops, the i-th (NULL when out of range), the one
@@ -256,8 +255,8 @@ tg_gradcheck_opts tg_registry_opts(const tg_op_info *op, tg_dtype dtype, const t
  * and gradchecks it with tg_registry_opts(op, dtype, opts) over the
  * differentiable inputs (intersected with opts->inputs when set). As
  * tg_gradcheck. */
-bool tg_registry_check(tg_ctx *ctx, const tg_op_info *op, int variant, tg_dtype dtype,
-                       const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
+bool tg_registry_check(tg_ctx *ctx, const tg_op_info *op, int variant, tg_dtype dtype, const tg_gradcheck_opts *opts,
+                       tg_gradcheck_result *result);
 bool tg_registry_check_spec(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_dtype dtype,
                             const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
 

@@ -47,7 +47,7 @@ typedef struct tg_meta {
     int count;
     int capacity;
     /* internal */
-    tg_allocator alloc_;  /* where items, keys and values come from: the
+    tg_allocator alloc_; /* where items, keys and values come from: the
                              allocator of the context that first stored into
                              the list (zero: none yet) */
 } tg_meta;
@@ -102,22 +102,20 @@ typedef struct tg_ckpt_options {
  * temporary is removed; only when fsyncing the folder after the rename
  * fails does path already hold the new checkpoint. Names must be unique
  * across both lists and not "__metadata__". */
-tg_status tg_ckpt_save(tg_ctx *ctx, const char *path, const tg_params *params,
-                       const tg_params *state, const tg_meta *meta);
+tg_status tg_ckpt_save(tg_ctx *ctx, const char *path, const tg_params *params, const tg_params *state,
+                       const tg_meta *meta);
 /* As tg_ckpt_save with options (NULL: defaults). */
-tg_status tg_ckpt_save_ex(tg_ctx *ctx, const char *path, const tg_params *params,
-                          const tg_params *state, const tg_meta *meta,
-                          const tg_ckpt_options *opt);
+tg_status tg_ckpt_save_ex(tg_ctx *ctx, const char *path, const tg_params *params, const tg_params *state,
+                          const tg_meta *meta, const tg_ckpt_options *opt);
 /* Loads path into the existing tensors of params (and state, when not NULL)
  * by name. The file must hold exactly those tensors, each with the same
  * dtype and shape; the whole file is validated and read before any tensor
  * is written, so on error nothing changes. meta (may be NULL) receives the
  * file's metadata, replacing its contents. */
-tg_status tg_ckpt_load(tg_ctx *ctx, const char *path, tg_params *params, tg_params *state,
-                       tg_meta *meta);
+tg_status tg_ckpt_load(tg_ctx *ctx, const char *path, tg_params *params, tg_params *state, tg_meta *meta);
 /* As tg_ckpt_load with options (NULL: defaults). */
-tg_status tg_ckpt_load_ex(tg_ctx *ctx, const char *path, tg_params *params, tg_params *state,
-                          tg_meta *meta, const tg_ckpt_options *opt);
+tg_status tg_ckpt_load_ex(tg_ctx *ctx, const char *path, tg_params *params, tg_params *state, tg_meta *meta,
+                          const tg_ckpt_options *opt);
 
 #ifdef __cplusplus
 }

@@ -19,9 +19,9 @@ extern "C" {
 /* A model's named parameters, used by optimizers, clipping, checkpoints and
  * the model summary. */
 typedef struct tg_param {
-    char name[64];        /* dotted name, e.g. "fc1.weight" */
-    tg_tensor *value;     /* persistent, requires grad */
-    bool weight_decay;    /* whether weight decay applies */
+    char name[64];     /* dotted name, e.g. "fc1.weight" */
+    tg_tensor *value;  /* persistent, requires grad */
+    bool weight_decay; /* whether weight decay applies */
 } tg_param;
 
 /* Start from tg_params list = {0}; free with tg_params_free. */
@@ -30,15 +30,15 @@ typedef struct tg_params {
     int count;
     int capacity;
     /* internal */
-    tg_allocator alloc_;  /* where items come from: the allocator of the
+    tg_allocator alloc_; /* where items come from: the allocator of the
                              context that first grew the list (zero: none yet) */
 } tg_params;
 
 /* Appends a parameter named prefix + "." + name (just name when prefix is
  * NULL or ""). Errors: NULL value, a name over 63 bytes, a duplicate name,
  * a tensor that is not persistent. Returns false on error. */
-bool tg_params_add(tg_ctx *ctx, tg_params *list, const char *prefix, const char *name,
-                   tg_tensor *value, bool weight_decay);
+bool tg_params_add(tg_ctx *ctx, tg_params *list, const char *prefix, const char *name, tg_tensor *value,
+                   bool weight_decay);
 /* The parameter with that name, or NULL. */
 tg_param *tg_params_find(tg_params *list, const char *name);
 /* Total number of scalar parameters. */
@@ -101,8 +101,7 @@ tg_tensor *tg_linear_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *weight, tg_tens
  * Backward, with xhat = x r, u = gamma dy:
  *   dx = r (u - xhat mean_j(u_j xhat_j)),  dgamma = sum_rows dy xhat,
  *   dbeta = sum_rows dy. */
-tg_tensor *tg_rmsnorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
-                            double eps);
+tg_tensor *tg_rmsnorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm, double eps);
 /* LayerNorm, one record saving only mean and rstd per row:
  *   mu = mean_j x_j, var = mean_j (x_j - mu)^2 (biased, two-pass: no
  *   E[x^2] - E[x]^2 cancellation), r = 1 / sqrt(var + eps),
@@ -110,8 +109,7 @@ tg_tensor *tg_rmsnorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tens
  * Backward, with xhat = (x - mu) r, u = gamma dy:
  *   dx = r (u - mean_j u_j - xhat mean_j(u_j xhat_j)),
  *   dgamma = sum_rows dy xhat,  dbeta = sum_rows dy. */
-tg_tensor *tg_layernorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
-                              double eps);
+tg_tensor *tg_layernorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm, double eps);
 /* The composed twins: the same functions and arguments, built only from
  * primitive ops as PyTorch users write them, e.g. RMSNorm
  * x * (mean(x^2, -1) + eps)^(-1/2) * gamma (+ beta) with tg_pow_scalar,
@@ -121,8 +119,7 @@ tg_tensor *tg_layernorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_te
  * LayerNorm with gamma and beta. Statistics are in x's dtype (the float32
  * range limits of the plain formula apply). For tests, learners and
  * benchmarks. */
-tg_tensor *tg_rmsnorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
-                               double eps);
+tg_tensor *tg_rmsnorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm, double eps);
 tg_tensor *tg_layernorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
                                  double eps);
 
@@ -133,8 +130,8 @@ tg_tensor *tg_layernorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg
  * _free frees them. Free layers (or their model) before the context. */
 typedef struct tg_module_ops tg_module_ops; /* internal: the layer's methods */
 typedef struct tg_module {
-    const char *kind;          /* "Linear", "RMSNorm", "LayerNorm", "Embedding" */
-    char name[48];             /* prefix of its parameter names ("fc1"), or "" */
+    const char *kind; /* "Linear", "RMSNorm", "LayerNorm", "Embedding" */
+    char name[48];    /* prefix of its parameter names ("fc1"), or "" */
     tg_dtype dtype;
     const tg_module_ops *ops_; /* internal */
 } tg_module;
@@ -185,12 +182,12 @@ void tg_linear_free(tg_ctx *ctx, tg_linear *layer);
  * "beta", both without weight decay. */
 typedef struct tg_rmsnorm {
     tg_module base;
-    int ndim;                              /* normalized dims, 1..TG_MAX_DIMS */
+    int ndim; /* normalized dims, 1..TG_MAX_DIMS */
     int64_t normalized_shape[TG_MAX_DIMS];
     double eps;
-    bool affine, bias;                     /* bias: the layer has a beta */
-    tg_tensor *gamma;                      /* normalized_shape, or NULL */
-    tg_tensor *beta;                       /* normalized_shape, or NULL */
+    bool affine, bias; /* bias: the layer has a beta */
+    tg_tensor *gamma;  /* normalized_shape, or NULL */
+    tg_tensor *beta;   /* normalized_shape, or NULL */
 } tg_rmsnorm;
 typedef struct tg_layernorm {
     tg_module base;
@@ -206,8 +203,8 @@ typedef struct tg_layernorm {
  * a NULL normalized_shape; an unknown dtype. */
 tg_rmsnorm *tg_rmsnorm_new(tg_ctx *ctx, const char *name, int ndim, const int64_t *normalized_shape, double eps,
                            bool affine, bool bias, tg_dtype dtype);
-tg_layernorm *tg_layernorm_new(tg_ctx *ctx, const char *name, int ndim, const int64_t *normalized_shape,
-                               double eps, bool affine, bool bias, tg_dtype dtype);
+tg_layernorm *tg_layernorm_new(tg_ctx *ctx, const char *name, int ndim, const int64_t *normalized_shape, double eps,
+                               bool affine, bool bias, tg_dtype dtype);
 /* The fused op on x, whose trailing dims must equal normalized_shape
  * (TG_ERR_SHAPE naming both shapes otherwise) and whose dtype must be the
  * layer's. */
@@ -227,8 +224,8 @@ typedef struct tg_embedding_layer {
     tg_tensor *weight; /* (num_embeddings, embedding_dim) */
 } tg_embedding_layer;
 /* Errors: a size < 1, a name over 47 bytes, an unknown dtype. */
-tg_embedding_layer *tg_embedding_layer_new(tg_ctx *ctx, const char *name, int64_t num_embeddings,
-                                           int64_t embedding_dim, tg_dtype dtype);
+tg_embedding_layer *tg_embedding_layer_new(tg_ctx *ctx, const char *name, int64_t num_embeddings, int64_t embedding_dim,
+                                           tg_dtype dtype);
 /* Rows of the table for the numel(shape) indices: shape + (embedding_dim). */
 tg_tensor *tg_embedding_layer_forward(tg_ctx *ctx, tg_embedding_layer *layer, int ndim, const int64_t *shape,
                                       const int64_t *indices);

@@ -73,21 +73,21 @@ void tg_optim_sync_state(tg_ctx *ctx, tg_optim *opt);
 
 /* Learning-rate schedules: lr(t) = base_lr * factor(t) at step t (0-based). */
 typedef enum tg_schedule_kind {
-    TG_SCHED_CONSTANT = 0, /* factor 1 */
-    TG_SCHED_STEP,         /* gamma^floor(t / step_size) (PyTorch StepLR) */
-    TG_SCHED_WARMUP_COSINE,/* linear from start_factor to 1 over warmup_steps,
+    TG_SCHED_CONSTANT = 0,  /* factor 1 */
+    TG_SCHED_STEP,          /* gamma^floor(t / step_size) (PyTorch StepLR) */
+    TG_SCHED_WARMUP_COSINE, /* linear from start_factor to 1 over warmup_steps,
                               then cosine from base_lr to min_lr over the
                               remaining total_steps - warmup_steps, then min_lr */
-    TG_SCHED_CALLBACK      /* lr(t) = fn(t, base_lr, user) */
+    TG_SCHED_CALLBACK       /* lr(t) = fn(t, base_lr, user) */
 } tg_schedule_kind;
 typedef struct tg_schedule {
     tg_schedule_kind kind;
-    int64_t step_size;       /* STEP */
-    double gamma;            /* STEP */
-    int64_t warmup_steps;    /* WARMUP_COSINE */
-    int64_t total_steps;     /* WARMUP_COSINE */
-    double start_factor;     /* WARMUP_COSINE, in (0, 1] */
-    double min_lr;           /* WARMUP_COSINE */
+    int64_t step_size;                                      /* STEP */
+    double gamma;                                           /* STEP */
+    int64_t warmup_steps;                                   /* WARMUP_COSINE */
+    int64_t total_steps;                                    /* WARMUP_COSINE */
+    double start_factor;                                    /* WARMUP_COSINE, in (0, 1] */
+    double min_lr;                                          /* WARMUP_COSINE */
     double (*fn)(int64_t step, double base_lr, void *user); /* CALLBACK */
     void *user;
 } tg_schedule;

@@ -28,15 +28,15 @@ typedef enum tg_dtype { TG_F32 = 0, TG_F64 = 1 } tg_dtype;
 /* Status codes: the kind of the context's first error (TG_OK when none). */
 typedef enum tg_status {
     TG_OK = 0,
-    TG_ERR_NULL,     /* a NULL argument where a value was required */
-    TG_ERR_SHAPE,    /* shapes that do not fit the operation */
-    TG_ERR_DTYPE,    /* dtypes that differ or are not supported */
-    TG_ERR_VALUE,    /* a bad scalar argument (eps <= 0, NaN, out of range) */
-    TG_ERR_INDEX,    /* an index out of range */
-    TG_ERR_OOM,      /* the allocator returned NULL, or a size overflowed */
-    TG_ERR_STATE,    /* a call that is invalid in the current state */
-    TG_ERR_IO,       /* a file could not be read or written */
-    TG_ERR_FORMAT    /* a file or string is malformed */
+    TG_ERR_NULL,  /* a NULL argument where a value was required */
+    TG_ERR_SHAPE, /* shapes that do not fit the operation */
+    TG_ERR_DTYPE, /* dtypes that differ or are not supported */
+    TG_ERR_VALUE, /* a bad scalar argument (eps <= 0, NaN, out of range) */
+    TG_ERR_INDEX, /* an index out of range */
+    TG_ERR_OOM,   /* the allocator returned NULL, or a size overflowed */
+    TG_ERR_STATE, /* a call that is invalid in the current state */
+    TG_ERR_IO,    /* a file could not be read or written */
+    TG_ERR_FORMAT /* a file or string is malformed */
 } tg_status;
 
 typedef struct tg_ctx tg_ctx;
@@ -46,18 +46,18 @@ typedef struct tg_ctx tg_ctx;
  * elements of dtype (float or double). */
 typedef struct tg_tensor {
     tg_dtype dtype;
-    int ndim;                     /* 0 (a scalar) .. TG_MAX_DIMS */
-    int64_t shape[TG_MAX_DIMS];   /* sizes, >= 0; unused entries are 1 */
-    int64_t numel;                /* product of shape */
-    void *data;                   /* float* or double*, numel elements */
-    struct tg_tensor *grad;       /* gradient, same shape and dtype, or NULL */
-    bool requires_grad;           /* record ops on it; accumulate into grad */
-    bool persistent;              /* lives on the heap, survives resets */
+    int ndim;                   /* 0 (a scalar) .. TG_MAX_DIMS */
+    int64_t shape[TG_MAX_DIMS]; /* sizes, >= 0; unused entries are 1 */
+    int64_t numel;              /* product of shape */
+    void *data;                 /* float* or double*, numel elements */
+    struct tg_tensor *grad;     /* gradient, same shape and dtype, or NULL */
+    bool requires_grad;         /* record ops on it; accumulate into grad */
+    bool persistent;            /* lives on the heap, survives resets */
     /* internal */
-    bool is_view_;                /* data belongs to another tensor */
-    int32_t node_;                /* index of the tape record that made it, or -1 */
-    uint32_t epoch_;              /* arena epoch it was made in (persistent: 0) */
-    struct tg_tensor *next_;      /* persistent list links */
+    bool is_view_;           /* data belongs to another tensor */
+    int32_t node_;           /* index of the tape record that made it, or -1 */
+    uint32_t epoch_;         /* arena epoch it was made in (persistent: 0) */
+    struct tg_tensor *next_; /* persistent list links */
     struct tg_tensor *prev_;
 } tg_tensor;
 
@@ -170,7 +170,7 @@ tg_tensor *tg_rand(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, 
 tg_tensor *tg_randn(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, double mean, double std);
 /* Shape shorthands: TG_SHAPE(2, 3) expands to `2, (const int64_t[]){2, 3}`. */
 #define TG_SHAPE(...) \
-    (int)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
+    (int)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]) { __VA_ARGS__ }
 
 /* Moves `t` out of the arena into a heap tensor that survives resets and is
  * owned by the context (freed by tg_tensor_free or tg_ctx_free). Returns the

@@ -40,28 +40,27 @@ typedef struct tg_plot tg_plot;
 /* How a plot looks. Zero-initialize and set what you need; NULL strings get
  * defaults so every plot has a title, axis labels and a legend. */
 typedef struct tg_plot_style {
-    const char *title;    /* NULL: the plot's name */
-    const char *xlabel;   /* NULL: the x column's name (close), "step" (overlay) */
-    const char *ylabel;   /* NULL: the one series' label, or "value" */
-    bool logy;            /* log-scale y axis (values <= 0 are not drawn) */
-    int width, height;    /* PNG size in pixels; 0 means 800 x 500 */
+    const char *title;  /* NULL: the plot's name */
+    const char *xlabel; /* NULL: the x column's name (close), "step" (overlay) */
+    const char *ylabel; /* NULL: the one series' label, or "value" */
+    bool logy;          /* log-scale y axis (values <= 0 are not drawn) */
+    int width, height;  /* PNG size in pixels; 0 means 800 x 500 */
 } tg_plot_style;
 
 /* One curve: column `ycol` against column `xcol` (1-based, as gnuplot
  * counts) of a data file, e.g. several runs' NAME.dat overlaid. */
 typedef struct tg_plot_series {
-    const char *dat;      /* path of the data file (it must exist) */
-    int xcol;             /* x column; 0 means 1 (the step) */
-    int ycol;             /* y column, >= 1 */
-    const char *label;    /* legend entry (required) */
+    const char *dat;   /* path of the data file (it must exist) */
+    int xcol;          /* x column; 0 means 1 (the step) */
+    int ycol;          /* y column, >= 1 */
+    const char *label; /* legend entry (required) */
 } tg_plot_series;
 
 /* Starts DIR/NAME.dat (DIR and its parents are created if missing; an
  * existing file is replaced) with `ncols` columns (2..64) named `colnames`
  * (no whitespace); the first column is the x value, usually the step.
  * On error *out is NULL. */
-tg_status tg_plot_open(tg_plot **out, const char *dir, const char *name, int ncols,
-                       const char *const *colnames);
+tg_status tg_plot_open(tg_plot **out, const char *dir, const char *name, int ncols, const char *const *colnames);
 /* Appends one row of ncols values (values[0] is the step) and flushes it,
  * so a crash loses at most the row being written. */
 tg_status tg_plot_row(tg_plot *p, const double *values);
@@ -71,16 +70,14 @@ const char *tg_plot_dat_path(const tg_plot *p);
  * the first against it, labelled with the column names (style may be NULL
  * for the defaults), then renders DIR/NAME.png. Always frees p. With no
  * rows logged: TG_ERR_STATE (the script is written, nothing is drawn). */
-tg_status tg_plot_close(tg_plot *p, const tg_plot_style *style, bool *rendered,
-                        char *msg, size_t msgsize);
+tg_status tg_plot_close(tg_plot *p, const tg_plot_style *style, bool *rendered, char *msg, size_t msgsize);
 /* Closes the data file without writing a script or a picture (e.g. one run
  * of several later drawn together with tg_plot_overlay). Always frees p. */
 tg_status tg_plot_close_data(tg_plot *p);
 /* Writes DIR/NAME.gp drawing the `nseries` curves (from any data files) in
  * one plot and renders DIR/NAME.png; DIR is created if missing. */
-tg_status tg_plot_overlay(const char *dir, const char *name, const tg_plot_style *style,
-                          const tg_plot_series *series, int nseries, bool *rendered,
-                          char *msg, size_t msgsize);
+tg_status tg_plot_overlay(const char *dir, const char *name, const tg_plot_style *style, const tg_plot_series *series,
+                          int nseries, bool *rendered, char *msg, size_t msgsize);
 
 /* Lower level, for hand-written scripts (heatmaps `with image`, points...). */
 /* Writes the first lines of a PNG script to gp: the terminal (pngcairo when
@@ -113,17 +110,17 @@ typedef enum tg_progress_mode {
 /* A plain struct the caller owns (no allocation, nothing to free). Set it up
  * with tg_progress_init; the public fields may be changed afterwards. */
 typedef struct tg_progress {
-    FILE *out;              /* where lines go (NULL: nowhere) */
-    int64_t total;          /* steps in the run; <= 0 if unknown (no bar, no ETA) */
-    int64_t every;          /* print every `every` steps, >= 1 */
-    tg_progress_mode mode;  /* PLAIN, BAR or QUIET once initialized */
-    int width;              /* BAR: columns the line may use (the terminal's, or 80) */
+    FILE *out;             /* where lines go (NULL: nowhere) */
+    int64_t total;         /* steps in the run; <= 0 if unknown (no bar, no ETA) */
+    int64_t every;         /* print every `every` steps, >= 1 */
+    tg_progress_mode mode; /* PLAIN, BAR or QUIET once initialized */
+    int width;             /* BAR: columns the line may use (the terminal's, or 80) */
     /* internal */
     double (*clock_)(void *user); /* seconds; NULL: CLOCK_MONOTONIC */
     void *clock_user_;
     double t_init_, t_first_, t_last_;
     int64_t step_first_, step_last_, step_shown_;
-    int64_t step_base_;     /* steps done before this run (tg_progress_resume) */
+    int64_t step_base_; /* steps done before this run (tg_progress_resume) */
     double loss_, lr_, gnorm_;
     int line_len_;
     bool seen_, line_open_;
@@ -186,13 +183,11 @@ void tg_progress_resume(tg_progress *p, int64_t step);
 /* Saves params, optim's state (optim may be NULL: parameters only), the RNG
  * state and meta (may be NULL; its keys starting with "tapegrad." are
  * replaced by the library's) to path, atomically. */
-tg_status tg_train_save(tg_ctx *ctx, const char *path, const tg_params *params, tg_optim *optim,
-                        const tg_meta *meta);
+tg_status tg_train_save(tg_ctx *ctx, const char *path, const tg_params *params, tg_optim *optim, const tg_meta *meta);
 /* Restores what tg_train_save wrote into params and optim (NULL if the file
  * has no optimizer state) and the context's RNG; meta (may be NULL)
  * receives the file's metadata, replacing its contents. */
-tg_status tg_train_load(tg_ctx *ctx, const char *path, tg_params *params, tg_optim *optim,
-                        tg_meta *meta);
+tg_status tg_train_load(tg_ctx *ctx, const char *path, tg_params *params, tg_optim *optim, tg_meta *meta);
 
 /* Several models in one file, e.g. the same network trained three ways.
  * Each part's tensors are stored under "NAME." + their names
@@ -202,14 +197,13 @@ tg_status tg_train_load(tg_ctx *ctx, const char *path, tg_params *params, tg_opt
  * unique, without '.', and the prefixed names shorter than 64 bytes. The
  * RNG state and meta are the file's, once. */
 typedef struct tg_train_part {
-    const char *name;   /* prefix of the part's names, or NULL */
-    tg_params *params;  /* the part's parameters (required) */
-    tg_optim *optim;    /* its optimizer, or NULL */
+    const char *name;  /* prefix of the part's names, or NULL */
+    tg_params *params; /* the part's parameters (required) */
+    tg_optim *optim;   /* its optimizer, or NULL */
 } tg_train_part;
 tg_status tg_train_save_parts(tg_ctx *ctx, const char *path, const tg_train_part *parts, int nparts,
                               const tg_meta *meta);
-tg_status tg_train_load_parts(tg_ctx *ctx, const char *path, const tg_train_part *parts, int nparts,
-                              tg_meta *meta);
+tg_status tg_train_load_parts(tg_ctx *ctx, const char *path, const tg_train_part *parts, int nparts, tg_meta *meta);
 
 /* As tg_plot_open, for a run resumed after `step`: the rows of an existing
  * DIR/NAME.dat with the same columns whose step (first value) is at most
@@ -217,8 +211,8 @@ tg_status tg_train_load_parts(tg_ctx *ctx, const char *path, const tg_train_part
  * earlier run's (rows past `step`, from a run that went further than the
  * checkpoint, are dropped). With step <= 0, or no such file, it is
  * tg_plot_open. */
-tg_status tg_plot_open_resume(tg_plot **out, const char *dir, const char *name, int ncols,
-                              const char *const *colnames, int64_t step);
+tg_status tg_plot_open_resume(tg_plot **out, const char *dir, const char *name, int ncols, const char *const *colnames,
+                              int64_t step);
 
 #ifdef __cplusplus
 }

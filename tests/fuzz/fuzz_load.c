@@ -27,12 +27,12 @@ static tg_ctx *ctx;
 static tg_params params; /* "a.w" F32 (2,), "b" F64 (1,) */
 static tg_params state;  /* "opt.step" F64 () */
 
-#define CHECK(cond)                                                                 \
-    do {                                                                            \
-        if (!(cond)) {                                                              \
+#define CHECK(cond)                                                                          \
+    do {                                                                                     \
+        if (!(cond)) {                                                                       \
             fprintf(stderr, "fuzz_load: invariant failed: %s (line %d)\n", #cond, __LINE__); \
-            abort();                                                                \
-        }                                                                           \
+            abort();                                                                         \
+        }                                                                                    \
     } while (0)
 
 static tg_tensor *add(tg_params *list, const char *name, tg_dtype dtype, int ndim, const int64_t *shape) {
@@ -148,8 +148,8 @@ static void try_load(const uint8_t *data, size_t size, const tg_st_file *f, bool
     CHECK(tg_meta_set(ctx, &meta, "sentinel", "kept on failure"));
     fill(&params, 0xA5);
     fill(&state, 0xA5);
-    tg_status st = tg_st_load_memory(ctx, "fuzz", "<input>", data, size, &params, with_state ? &state : NULL,
-                                     &meta, ignore_extra);
+    tg_status st =
+        tg_st_load_memory(ctx, "fuzz", "<input>", data, size, &params, with_state ? &state : NULL, &meta, ignore_extra);
     if (st == TG_OK) {
         CHECK(tg_ok(ctx) && f != NULL);
         check_loaded(&params, f);

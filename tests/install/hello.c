@@ -5,8 +5,7 @@
 #include <string.h>
 #include <tapegrad.h>
 
-int main(void)
-{
+int main(void) {
     tg_ctx *ctx = tg_ctx_new(42);
     if (!ctx) {
         fprintf(stderr, "hello: tg_ctx_new failed\n");
@@ -17,13 +16,11 @@ int main(void)
     double x12 = tg_get(ctx, x, (const int64_t[]){1, 2});
     char text[256];
     size_t n = tg_format(text, sizeof text, x);
-    int ok = tg_ok(ctx) && x12 == 5.0 && n > 0 && n < sizeof text
-             && strncmp(text, "tensor(", 7) == 0;
-    if (ok)
-        printf("%s\n", text);
+    int ok = tg_ok(ctx) && x12 == 5.0 && n > 0 && n < sizeof text && strncmp(text, "tensor(", 7) == 0;
+    if (ok) printf("%s\n", text);
     else
-        fprintf(stderr, "hello: failed: %s (x[1,2] = %g, text \"%s\")\n",
-                tg_error_message(ctx), x12, n < sizeof text ? text : "");
+        fprintf(stderr, "hello: failed: %s (x[1,2] = %g, text \"%s\")\n", tg_error_message(ctx), x12,
+                n < sizeof text ? text : "");
     tg_ctx_free(ctx);
     return ok ? 0 : 1;
 }

@@ -11,7 +11,7 @@
 typedef struct check_totals {
     int ops, cases, inputs, failed_inputs, failed_cases, errors;
     double f32_worst_ratio; /* float32: the largest error / tolerance of a failing input */
-    char failures[2048]; /* "rmsnorm 4x8: x, gamma; ..." */
+    char failures[2048];    /* "rmsnorm 4x8: x, gamma; ..." */
     size_t flen;
 } check_totals;
 
@@ -29,9 +29,8 @@ static void fmt_err(gct_cell *c, double v) {
 /* The settings line under an op's name. */
 static void put_settings(const gct_args *a, const tg_gradcheck_result *r, tg_dtype dt) {
     printf("  %s, %s, central differences h=%g, passes when |analytic - numeric| <= %g + %g |numeric|, seed %llu\n",
-           tg_dtype_name(dt),
-           a->mode == TG_GRADCHECK_FULL ? "every element" : "one random direction per input", r->h, r->atol, r->rtol,
-           (unsigned long long)a->seed);
+           tg_dtype_name(dt), a->mode == TG_GRADCHECK_FULL ? "every element" : "one random direction per input", r->h,
+           r->atol, r->rtol, (unsigned long long)a->seed);
 }
 
 /* Appends the rows of one checked case to the table. Returns the number of
@@ -69,8 +68,7 @@ static int add_case_rows(gct_table *t, const gct_target *tg, const tg_gradcheck_
         if (in->n_checked == 0) {
             gct_cell_set(&row[6], GCT_DIM, "-");
         } else {
-            if (in->worst_index < 0)
-                gct_cell_set(&row[6], GCT_PLAIN, "direction");
+            if (in->worst_index < 0) gct_cell_set(&row[6], GCT_PLAIN, "direction");
             else
                 gct_cell_set(&row[6], GCT_PLAIN, "%s",
                              gct_index_text(idx, sizeof idx, x->ndim, x->shape, in->worst_index));

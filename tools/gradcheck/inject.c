@@ -67,12 +67,9 @@ static tg_tensor *bug_norm_forward(tg_ctx *ctx, const char *name, tg_backward_fn
     int th = tg_threads(ctx);
     if (layernorm && a->x->dtype == TG_F64)
         tg_layernorm_forward_f64(y->data, mean, rstd, a->x->data, g, b, N, C, a->eps, th);
-    else if (layernorm)
-        tg_layernorm_forward_f32(y->data, mean, rstd, a->x->data, g, b, N, C, a->eps, th);
-    else if (a->x->dtype == TG_F64)
-        tg_rmsnorm_forward_f64(y->data, rstd, a->x->data, g, b, N, C, a->eps, th);
-    else
-        tg_rmsnorm_forward_f32(y->data, rstd, a->x->data, g, b, N, C, a->eps, th);
+    else if (layernorm) tg_layernorm_forward_f32(y->data, mean, rstd, a->x->data, g, b, N, C, a->eps, th);
+    else if (a->x->dtype == TG_F64) tg_rmsnorm_forward_f64(y->data, rstd, a->x->data, g, b, N, C, a->eps, th);
+    else tg_rmsnorm_forward_f32(y->data, rstd, a->x->data, g, b, N, C, a->eps, th);
     return y;
 }
 
@@ -215,12 +212,12 @@ static tg_tensor *fw_rmsnorm_overwrite(tg_ctx *ctx, tg_tensor *const *in, void *
 static const gct_bug BUGS[] = {
     {"rmsnorm-sum", "rmsnorm", "RMSNorm backward recomputes rstd from the sum of squares instead of the mean", "",
      "4x8", fw_rmsnorm_sum, NULL},
-    {"rmsnorm-no-eps", "rmsnorm", "RMSNorm backward recomputes rstd without eps", "", "4x8;eps=0.1",
-     fw_rmsnorm_no_eps, NULL},
-    {"layernorm-no-mean", "layernorm", "LayerNorm dx drops the term - mean_j(u_j) that comes from the mean", "",
-     "4x8", fw_layernorm_no_mean, NULL},
-    {"overwrite", "rmsnorm", "RMSNorm backward assigns dx instead of adding to it (x used twice: a residual)",
-     " + x", "4x8", fw_rmsnorm_overwrite, ", x used once"},
+    {"rmsnorm-no-eps", "rmsnorm", "RMSNorm backward recomputes rstd without eps", "", "4x8;eps=0.1", fw_rmsnorm_no_eps,
+     NULL},
+    {"layernorm-no-mean", "layernorm", "LayerNorm dx drops the term - mean_j(u_j) that comes from the mean", "", "4x8",
+     fw_layernorm_no_mean, NULL},
+    {"overwrite", "rmsnorm", "RMSNorm backward assigns dx instead of adding to it (x used twice: a residual)", " + x",
+     "4x8", fw_rmsnorm_overwrite, ", x used once"},
 };
 
 int gct_bug_count(void) { return (int)(sizeof BUGS / sizeof BUGS[0]); }

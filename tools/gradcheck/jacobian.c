@@ -17,10 +17,10 @@
 #define JAC_LINE 150
 
 typedef struct jac_view {
-    const tg_tensor *out, *x;  /* shapes for the labels */
+    const tg_tensor *out, *x; /* shapes for the labels */
     const char *xname;
-    int64_t M, N;              /* rows (outputs), columns (input elements) */
-    const double *A, *Nu, *D;  /* analytic, numeric, difference, M x N */
+    int64_t M, N;             /* rows (outputs), columns (input elements) */
+    const double *A, *Nu, *D; /* analytic, numeric, difference, M x N */
 } jac_view;
 
 static int label_width(const tg_tensor *t, int64_t n) {
@@ -207,12 +207,12 @@ int gct_cmd_jacobian(const gct_args *a) {
         int64_t M = y->numel, N = t.c.inputs[k]->numel;
         if (N > 0 && M > JAC_MAX_ENTRIES / N) {
             char s1[64], s2[64];
-            status = gct_usage_error("the Jacobian of %s (output %s by %s %s) has %lld entries; jacobian is for "
-                                     "small shapes (at most %d entries): try --shape %s",
-                                     op->name, gct_shape_text(s1, sizeof s1, y->ndim, y->shape), t.c.input_names[k],
-                                     gct_shape_text(s2, sizeof s2, t.c.inputs[k]->ndim, t.c.inputs[k]->shape),
-                                     (long long)(M * N), JAC_MAX_ENTRIES,
-                                     bug ? bug->default_spec : "with fewer elements");
+            status =
+                gct_usage_error("the Jacobian of %s (output %s by %s %s) has %lld entries; jacobian is for "
+                                "small shapes (at most %d entries): try --shape %s",
+                                op->name, gct_shape_text(s1, sizeof s1, y->ndim, y->shape), t.c.input_names[k],
+                                gct_shape_text(s2, sizeof s2, t.c.inputs[k]->ndim, t.c.inputs[k]->shape),
+                                (long long)(M * N), JAC_MAX_ENTRIES, bug ? bug->default_spec : "with fewer elements");
             tg_ctx_free(ctx);
             return status;
         }

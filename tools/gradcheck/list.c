@@ -78,7 +78,8 @@ int gct_cmd_list(const gct_args *a) {
             size_t n = 0;
             for (int k = 0; k < 3 && n < sizeof text; k++)
                 if (vals[k] > 0) n += (size_t)snprintf(text + n, sizeof text - n, " %s=%g", names[k], vals[k]);
-            if (n) printf("      %-10s%s%s (the rest: the defaults)\n", "own", tg_dtype_name(d ? TG_F32 : TG_F64), text);
+            if (n)
+                printf("      %-10s%s%s (the rest: the defaults)\n", "own", tg_dtype_name(d ? TG_F32 : TG_F64), text);
         }
         fputc('\n', stdout);
         tg_ctx_reset(ctx);
@@ -97,8 +98,7 @@ int gct_cmd_list(const gct_args *a) {
         /* the function of the default spec */
         if (gct_target_build(ctx, tg_registry_find(b->op), b, NULL, TG_F64, &tg))
             gct_cell_set(&row[2], GCT_PLAIN, "%s", tg.function);
-        else
-            gct_cell_set(&row[2], GCT_BAD, "(%s)", tg_error_message(ctx));
+        else gct_cell_set(&row[2], GCT_BAD, "(%s)", tg_error_message(ctx));
         gct_cell_set(&row[3], GCT_PLAIN, "%s", b->what);
         tg_clear_error(ctx);
         tg_ctx_reset(ctx);
@@ -110,7 +110,8 @@ int gct_cmd_list(const gct_args *a) {
         const gct_bug *b = gct_bug_get(i);
         if (b->then_once)
             printf("\n  %s: add ;uses=1 to the spec (--shape '%s;uses=1') to check the op with %s: the bug hides "
-                   "there\n", b->name, b->default_spec, b->then_once + 2);
+                   "there\n",
+                   b->name, b->default_spec, b->then_once + 2);
     }
     printf("\ne.g.  tapegrad-gradcheck check --inject rmsnorm-sum\n");
     return GCT_EXIT_PASS;

@@ -102,10 +102,17 @@ typedef struct opt_use {
 } opt_use;
 
 static const opt_use OPT_USE[] = {
-    {"--shape", "check sweep jacobian"},     {"--dtype", "check jacobian"},  {"--h", "check jacobian"},
-    {"--atol", "check jacobian"},            {"--rtol", "check jacobian"},   {"--mode", "check sweep"},
-    {"--seed", "check sweep jacobian"},      {"--inject", "check sweep jacobian"},
-    {"--input", "jacobian"},                 {"--out", "sweep jacobian"},    {"--quiet", "check"},
+    {"--shape", "check sweep jacobian"},
+    {"--dtype", "check jacobian"},
+    {"--h", "check jacobian"},
+    {"--atol", "check jacobian"},
+    {"--rtol", "check jacobian"},
+    {"--mode", "check sweep"},
+    {"--seed", "check sweep jacobian"},
+    {"--inject", "check sweep jacobian"},
+    {"--input", "jacobian"},
+    {"--out", "sweep jacobian"},
+    {"--quiet", "check"},
 };
 
 static bool takes(const char *command, const char *opt) {

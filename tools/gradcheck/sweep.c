@@ -28,12 +28,12 @@
 #define SWEEP_CURVES 4
 
 typedef struct curve_info {
-    const char *label;   /* table and legend */
-    const char *column;  /* .dat column name */
+    const char *label;  /* table and legend */
+    const char *column; /* .dat column name */
     tg_dtype dtype;
     bool forward;
     const char *color;
-    int dash;            /* gnuplot dash type */
+    int dash; /* gnuplot dash type */
 } curve_info;
 
 static const curve_info CURVES[SWEEP_CURVES] = {
@@ -161,8 +161,7 @@ int gct_cmd_sweep(const gct_args *a) {
     }
     gct_table_print(stdout, &t, 2, a->color);
     gct_table_free(&t);
-    if (vanished)
-        printf("  -: no result; the step vanished (x + h rounds to x for some element, 0/0)\n");
+    if (vanished) printf("  -: no result; the step vanished (x + h rounds to x for some element, 0/0)\n");
 
     printf("\n");
     gct_table s;
@@ -188,8 +187,7 @@ int gct_cmd_sweep(const gct_args *a) {
     /* the data file, the script, the picture */
     char name[200], gp[4096], png[256], dat[256], title[512];
     snprintf(name, sizeof name, "sweep_%s", bug ? bug->name : op->name);
-    const char *cols[1 + SWEEP_CURVES] = {"h", CURVES[0].column, CURVES[1].column, CURVES[2].column,
-                                          CURVES[3].column};
+    const char *cols[1 + SWEEP_CURVES] = {"h", CURVES[0].column, CURVES[1].column, CURVES[2].column, CURVES[3].column};
     tg_plot *p;
     tg_status st = tg_plot_open(&p, a->out_dir, name, 1 + SWEEP_CURVES, cols);
     for (int k = 0; st == TG_OK && k < SWEEP_N; k++) {

@@ -18,8 +18,7 @@ bool gct_resolve(const gct_args *a, const char *name, const tg_op_info **op, con
     if (a->inject) {
         *bug = gct_bug_find(a->inject);
         if (!*bug) {
-            gct_usage_error("unknown bug '%s' for --inject (`tapegrad-gradcheck list` shows the catalogue)",
-                            a->inject);
+            gct_usage_error("unknown bug '%s' for --inject (`tapegrad-gradcheck list` shows the catalogue)", a->inject);
             return false;
         }
         if (name && strcmp(name, (*bug)->op) != 0) {
@@ -74,8 +73,7 @@ static void bug_function(gct_target *t, char uses) {
     const tg_op_case *c = &t->c;
     size_t n = (size_t)snprintf(t->function, sizeof t->function, "%s(%s", t->op->name, c->input_names[0]);
     for (int k = 1; k < c->n_inputs && n < sizeof t->function; k++)
-        n += (size_t)snprintf(t->function + n, sizeof t->function - n, "%s%s", k == 1 ? "; " : ", ",
-                              c->input_names[k]);
+        n += (size_t)snprintf(t->function + n, sizeof t->function - n, "%s%s", k == 1 ? "; " : ", ", c->input_names[k]);
     if (n < sizeof t->function)
         snprintf(t->function + n, sizeof t->function - n, ")%s", uses == '1' ? t->bug->then_once : t->bug->then);
 }

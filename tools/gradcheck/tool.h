@@ -29,19 +29,19 @@ enum { GCT_EXIT_PASS = 0, GCT_EXIT_FAIL = 1, GCT_EXIT_USAGE = 2, GCT_EXIT_ERROR 
 /* ---- the command line, parsed ---------------------------------------------- */
 
 typedef struct gct_args {
-    const char *command;     /* "list", "check", "sweep", "jacobian" */
-    const char *name;        /* op name, "all", or NULL */
-    const char *shape;       /* --shape SPEC, or NULL */
-    tg_dtype dtype;          /* --dtype (default TG_F64) */
+    const char *command; /* "list", "check", "sweep", "jacobian" */
+    const char *name;    /* op name, "all", or NULL */
+    const char *shape;   /* --shape SPEC, or NULL */
+    tg_dtype dtype;      /* --dtype (default TG_F64) */
     bool dtype_set;
-    double h, atol, rtol;    /* NAN: not given */
-    tg_gradcheck_mode mode;  /* --mode (default FULL) */
-    uint64_t seed;           /* --seed (default 0) */
-    const char *inject;      /* --inject BUG, or NULL */
-    const char *input;       /* --input NAME (jacobian), or NULL */
-    const char *out_dir;     /* --out DIR (default out/gradcheck) */
-    bool quiet;              /* -q: failures and the summary only */
-    bool color;              /* ANSI colours (a terminal, NO_COLOR unset) */
+    double h, atol, rtol;   /* NAN: not given */
+    tg_gradcheck_mode mode; /* --mode (default FULL) */
+    uint64_t seed;          /* --seed (default 0) */
+    const char *inject;     /* --inject BUG, or NULL */
+    const char *input;      /* --input NAME (jacobian), or NULL */
+    const char *out_dir;    /* --out DIR (default out/gradcheck) */
+    bool quiet;             /* -q: failures and the summary only */
+    bool color;             /* ANSI colours (a terminal, NO_COLOR unset) */
 } gct_args;
 
 /* Prints the usage text to `out`. */
@@ -66,13 +66,13 @@ int gct_cmd_jacobian(const gct_args *a);
  * gradient is wrong, as in a real bug. The function checked is the op on
  * the case's inputs ("rmsnorm(x; gamma, beta)"), then `then`. */
 typedef struct gct_bug {
-    const char *name;          /* "rmsnorm-sum", ... */
-    const char *op;            /* the registered op whose inputs it takes */
-    const char *what;          /* the bug, one line */
-    const char *then;          /* what the function does after the op: "" or " + x" */
-    const char *default_spec;  /* a spec that exposes it */
-    tg_gradcheck_fn forward;   /* user: the op's tg_op_case */
-    const char *then_once;     /* non-NULL: the spec may add ";uses=1", and
+    const char *name;         /* "rmsnorm-sum", ... */
+    const char *op;           /* the registered op whose inputs it takes */
+    const char *what;         /* the bug, one line */
+    const char *then;         /* what the function does after the op: "" or " + x" */
+    const char *default_spec; /* a spec that exposes it */
+    tg_gradcheck_fn forward;  /* user: the op's tg_op_case */
+    const char *then_once;    /* non-NULL: the spec may add ";uses=1", and
                                   the op then ends with this (x used once) */
 } gct_bug;
 
@@ -87,13 +87,13 @@ const gct_bug *gct_bug_find(const char *name);
  * `user` is &t->c. */
 typedef struct gct_target {
     const tg_op_info *op;
-    const gct_bug *bug;        /* NULL: the op as registered */
-    tg_op_case c;              /* the inputs */
-    tg_gradcheck_fn fn;        /* op->forward or bug->forward */
-    const tg_tensor *out;      /* fn's output on the inputs (its shape) */
-    char function[160];        /* with a bug, the function checked:
+    const gct_bug *bug;   /* NULL: the op as registered */
+    tg_op_case c;         /* the inputs */
+    tg_gradcheck_fn fn;   /* op->forward or bug->forward */
+    const tg_tensor *out; /* fn's output on the inputs (its shape) */
+    char function[160];   /* with a bug, the function checked:
                                   "rmsnorm(x; gamma) + x"; else "" */
-    char label[160];           /* "rmsnorm" or "rmsnorm  with bug rmsnorm-sum" */
+    char label[160];      /* "rmsnorm" or "rmsnorm  with bug rmsnorm-sum" */
 } gct_target;
 
 /* A context seeded with `seed`; NULL (and a message) when out of memory. */
@@ -147,9 +147,9 @@ typedef struct gct_table {
     int ncols;
     char head[GCT_MAX_COLS][GCT_CELL];
     char align[GCT_MAX_COLS];
-    gct_cell *cells;           /* nrows * ncols */
+    gct_cell *cells; /* nrows * ncols */
     int nrows, cap;
-    int *rule_before;          /* nrows flags: a blank line before the row */
+    int *rule_before; /* nrows flags: a blank line before the row */
 } gct_table;
 
 void gct_table_init(gct_table *t, const char *align, ...); /* the headers, ncols = strlen(align) */
