@@ -5,6 +5,7 @@
 #   make sanitize  build with AddressSanitizer + UBSan (build-asan/) and run the tests
 #   make memcheck  build-memcheck/ (portable, -O1 -g), every test under valgrind
 #   make fuzz      run the checkpoint-loader fuzzer (scripts/fuzz.sh)
+#   make format    format the C files with .clang-format; make format-check only checks
 #   make clean     remove the build folders and out/
 # Extra CMake flags: make test CMAKE_ARGS="-DTG_WERROR=ON"
 
@@ -13,7 +14,7 @@ JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
 BUILD    := build
 
-.PHONY: all deps build test demo bench sanitize memcheck fuzz clean
+.PHONY: all deps build test demo bench sanitize memcheck fuzz format format-check clean
 
 all: build
 
@@ -55,6 +56,12 @@ memcheck:
 fuzz:
 	@scripts/deps.sh clang
 	bash scripts/fuzz.sh
+
+format:
+	scripts/format.sh
+
+format-check:
+	scripts/format.sh --check
 
 clean:
 	rm -rf build build-asan build-memcheck build-fuzz out

@@ -3,7 +3,7 @@
 # installs what is missing on Debian/Ubuntu:
 #   - as root:     apt-get update && apt-get install -y <missing packages>
 #   - otherwise:   prints the exact `sudo apt-get install -y ...` and exits 1.
-# Usage: scripts/deps.sh [extra ...]   extras: valgrind, clang (for the fuzzer)
+# Usage: scripts/deps.sh [extra ...]   extras: valgrind, clang (for the fuzzer), clang-format
 set -euo pipefail
 
 missing=()
@@ -32,6 +32,7 @@ for extra in "$@"; do
       # libFuzzer and the sanitizer runtimes for clang.
       need libclang-rt-14-dev sh -c 'ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a'
       ;;
+    clang-format) need clang-format have clang-format ;;
     *) echo "deps.sh: unknown extra '$extra'" >&2; exit 2 ;;
   esac
 done
