@@ -27,6 +27,11 @@ threads=${BENCH_THREADS:-1}
 json=${BENCH_JSON:-out/bench/bench.json}
 jobs=$(nproc 2>/dev/null || echo 2)
 
+# OpenBLAS, for its own column and because Debian's PyTorch multiplies
+# matrices through libblas.so.3: without OpenBLAS that is the reference
+# BLAS, ~40x slower, which would make every Linear ratio meaningless.
+scripts/deps.sh openblas
+
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTG_NATIVE=ON -DBUILD_TESTING=OFF >/dev/null
 cmake --build "$build" -j "$jobs" --target bench_vs_pytorch >/dev/null
 

@@ -3,7 +3,8 @@
 # installs what is missing on Debian/Ubuntu:
 #   - as root:     apt-get update && apt-get install -y <missing packages>
 #   - otherwise:   prints the exact `sudo apt-get install -y ...` and exits 1.
-# Usage: scripts/deps.sh [extra ...]   extras: valgrind, clang (for the fuzzer), clang-format
+# Usage: scripts/deps.sh [extra ...]   extras: valgrind, clang (for the fuzzer),
+#                                      clang-format, openblas (for make bench)
 set -euo pipefail
 
 missing=()
@@ -33,6 +34,8 @@ for extra in "$@"; do
       need libclang-rt-14-dev sh -c 'ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a'
       ;;
     clang-format) need clang-format have clang-format ;;
+    # for make bench: OpenBLAS (also the BLAS behind Debian's PyTorch)
+    openblas) need libopenblas0-pthread sh -c 'ls /usr/lib/*/openblas-pthread/libblas.so.3' ;;
     *) echo "deps.sh: unknown extra '$extra'" >&2; exit 2 ;;
   esac
 done
