@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "tapegrad.h"
+#include "testutil.h"
 
 /* ---- malloc interposition ------------------------------------------------ */
 
@@ -355,10 +356,4 @@ Suite *make_allocator_suite(void) {
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_allocator_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tg_test_run(make_allocator_suite()); }

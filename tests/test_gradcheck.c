@@ -11,6 +11,7 @@
 
 #include "autograd/tape.h"
 #include "tapegrad.h"
+#include "testutil.h"
 #include "tapegrad/check.h"
 
 static tg_ctx *ctx;
@@ -618,33 +619,11 @@ START_TEST(test_errors) {
 END_TEST
 
 Suite *make_gradcheck_suite(void) {
-    Suite *s = suite_create("gradcheck");
-    TCase *tc = tcase_create("core");
-    tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, test_defaults);
-    tcase_add_test(tc, test_float32_defaults_follow_dtype);
-    tcase_add_test(tc, test_no_defaults);
-    tcase_add_test(tc, test_correct_composite_passes);
-    tcase_add_test(tc, test_wrong_backward_one_element);
-    tcase_add_test(tc, test_wrong_backward_worst_element);
-    tcase_add_test(tc, test_seed);
-    tcase_add_test(tc, test_float32_refused);
-    tcase_add_test(tc, test_random_function);
-    tcase_add_test(tc, test_caller_state_untouched);
-    tcase_add_test(tc, test_memory_reused);
-    tcase_add_test(tc, test_nonfinite_fails);
-    tcase_add_test(tc, test_constant_function);
-    tcase_add_test(tc, test_jacobian);
-    tcase_add_test(tc, test_forward_differences);
-    tcase_add_test(tc, test_errors);
-    suite_add_tcase(s, tc);
-    return s;
+    return tg_test_suite("gradcheck", setup, teardown, test_defaults, test_float32_defaults_follow_dtype,
+                         test_no_defaults, test_correct_composite_passes, test_wrong_backward_one_element,
+                         test_wrong_backward_worst_element, test_seed, test_float32_refused, test_random_function,
+                         test_caller_state_untouched, test_memory_reused, test_nonfinite_fails, test_constant_function,
+                         test_jacobian, test_forward_differences, test_errors, NULL);
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_gradcheck_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tg_test_run(make_gradcheck_suite()); }

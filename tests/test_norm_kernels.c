@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "layers/norm_kernels.h"
+#include "testutil.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -961,10 +962,4 @@ Suite *make_norm_kernels_suite(void) {
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_norm_kernels_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tg_test_run(make_norm_kernels_suite()); }

@@ -13,6 +13,7 @@
 
 #include "tapegrad.h"
 #include "tapegrad/check.h"
+#include "testutil.h"
 
 static tg_ctx *ctx;
 static void setup(void) { ctx = tg_ctx_new(1234); }
@@ -395,10 +396,4 @@ Suite *make_registry_suite(void) {
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_registry_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tg_test_run(make_registry_suite()); }

@@ -580,10 +580,4 @@ Suite *make_train_state_suite(void) {
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(make_train_state_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+int main(void) { return tg_test_run(make_train_state_suite()); }
