@@ -202,10 +202,11 @@ options)
   grep -q "passes when |analytic - numeric| <= 0 + 0.001 |numeric|" "$tmp/out" || fail "--atol 0: not used as 0"
   run 0 jacobian rmsnorm --shape 1x4 --atol 0 --rtol 1e-4 --out "$tmp/jac"
   grep -q "0 of 16 entries outside 0 + 0.0001 |numeric|" "$tmp/out" || fail "jacobian --atol 0: not used as 0"
-  # float32: the dtype's defaults (h 1e-3 unless the op has its own), and
-  # the op's own step where `list` shows one
+  # float32: the dtype's defaults (h 1e-3 unless the op has its own, relative
+  # to each element's length scale; atol relative to the gradient's scale),
+  # and the op's own step where `list` shows one
   run 0 check tanh --dtype f32 --shape 3x4
-  grep -q "float32, every element, central differences h=0.001, passes when .* <= 0.001 + 0.01 |numeric|" \
+  grep -q "float32, every element, central differences h=0.001, relative steps h l_i .*, passes when .* <= 0.001 G + 0.01 |numeric|" \
     "$tmp/out" || fail "f32 tanh: not the float32 defaults"
   run 0 check rmsnorm --dtype f32 --shape 4x8
   grep -q "central differences h=0.01," "$tmp/out" || fail "f32 rmsnorm: not its own h=0.01"
