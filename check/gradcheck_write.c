@@ -55,6 +55,7 @@ static void write_json(FILE *f, const tg_gradcheck_result *r, const char *const 
     put_json_num(f, "max_abs_err", r->max_abs_err, true);
     put_json_num(f, "max_rel_err", r->max_rel_err, true);
     put_json_num(f, "max_excess", r->max_excess, true);
+    put_json_num(f, "fail_excess", r->fail_excess, true);
     fprintf(f, "\"worst_input\":");
     if (r->worst_input >= 0) put_json_str(f, input_name(names, r->worst_input, buf, sizeof buf));
     else fputs("null", f);
@@ -86,7 +87,8 @@ static void write_json(FILE *f, const tg_gradcheck_result *r, const char *const 
         put_json_num(f, "scale", in->scale, true);
         put_json_num(f, "grad_scale", in->grad_scale, true);
         put_json_num(f, "atol_used", in->atol_used, true);
-        put_json_num(f, "max_excess", in->max_excess, false);
+        put_json_num(f, "max_excess", in->max_excess, true);
+        put_json_num(f, "fail_excess", in->fail_excess, false);
         fputc('}', f);
     }
     fputs("]}", f);
@@ -104,7 +106,7 @@ static void write_csv(FILE *f, const tg_gradcheck_result *r, const char *const *
         fprintf(f, "%lld,%lld,", (long long)in->worst_index, (long long)in->worst_output);
         const double more[] = {in->worst_analytic, in->worst_numeric, in->worst_ratio, in->worst_step,
                                in->worst_bound,    in->step_min,      in->step_max,    in->scale,
-                               in->grad_scale,     in->atol_used,     in->max_excess};
+                               in->grad_scale,     in->atol_used,     in->max_excess,  in->fail_excess};
         for (size_t c = 0; c < sizeof more / sizeof more[0]; c++) put_csv_num(f, more[c]), fputc(',', f);
         fprintf(f, "%s,%s,", tg_gradcheck_mode_name(r->mode), tg_gradcheck_step_name(r->step));
         put_csv_num(f, r->h);
@@ -132,10 +134,10 @@ static void write_text(FILE *f, const tg_gradcheck_result *r, const char *const 
         if (!in->checked) continue;
         fprintf(f,
                 "  %s: %lld/%lld failed, max abs err %.3g, max rel err %.3g; worst %lld: analytic %.10g, numeric "
-                "%.10g; predicted error %.3g (max excess %.3g)\n",
+                "%.10g; predicted error %.3g (max excess %.3g, over failures %.3g)\n",
                 input_name(names, k, buf, sizeof buf), (long long)in->n_failed, (long long)in->n_checked,
                 in->max_abs_err, in->max_rel_err, (long long)in->worst_index, in->worst_analytic, in->worst_numeric,
-                in->worst_bound, in->max_excess);
+                in->worst_bound, in->max_excess, in->fail_excess);
     }
 }
 

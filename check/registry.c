@@ -337,7 +337,25 @@ static bool build_binary(tg_ctx *ctx, tg_op_case *c) {
            make_input(ctx, c, 1, 1, "b", RG_ANY, true);
 }
 
+/* Length scales for relative steps (tg_gradcheck_scale_fn) of an input
+ * kept away from a singularity at 0 -- log, sqrt and pow of x, 1/b: the
+ * distance to it, |x_i|, over which the derivatives change by O(1) (d^3/dx^3
+ * log x = 2/x^3 against 1/x); the other inputs take the default. */
+static bool abs_scale(tg_tensor *const *in, int k, double *ell) {
+    for (int64_t i = 0; i < in[k]->numel; i++) ell[i] = fabs(tg_load(in[k], i));
+    return true;
+}
+static bool abs_scale_first(tg_tensor *const *in, int k, double *ell, void *user) {
+    (void)user;
+    return k == 0 && abs_scale(in, k, ell);
+}
+static bool abs_scale_second(tg_tensor *const *in, int k, double *ell, void *user) {
+    (void)user;
+    return k == 1 && abs_scale(in, k, ell);
+}
+
 static bool build_binary_denom(tg_ctx *ctx, tg_op_case *c) {
+    c->scale = abs_scale_second;
     return need_shapes(ctx, c, 2, 2) && make_input(ctx, c, 0, 0, "a", RG_ANY, true) &&
            make_input(ctx, c, 1, 1, "b", RG_DENOM, true);
 }
@@ -360,7 +378,10 @@ static bool build_unary(tg_ctx *ctx, tg_op_case *c, rg_dist dist) {
     return need_shapes(ctx, c, 1, 1) && make_input(ctx, c, 0, 0, "x", dist, true);
 }
 static bool build_unary_any(tg_ctx *ctx, tg_op_case *c) { return build_unary(ctx, c, RG_ANY); }
-static bool build_unary_pos(tg_ctx *ctx, tg_op_case *c) { return build_unary(ctx, c, RG_POS); }
+static bool build_unary_pos(tg_ctx *ctx, tg_op_case *c) {
+    c->scale = abs_scale_first;
+    return build_unary(ctx, c, RG_POS);
+}
 static bool build_unary_away0(tg_ctx *ctx, tg_op_case *c) { return build_unary(ctx, c, RG_AWAY0); }
 
 /* One number argument: s (add_scalar, mul_scalar), p (pow_scalar), slope
@@ -377,7 +398,10 @@ static bool build_scalar(tg_ctx *ctx, tg_op_case *c, rg_dist dist) {
     return build_unary(ctx, c, dist) && check_args(ctx, c, c->arg_name[0], false);
 }
 static bool build_scalar_any(tg_ctx *ctx, tg_op_case *c) { return build_scalar(ctx, c, RG_ANY); }
-static bool build_scalar_pos(tg_ctx *ctx, tg_op_case *c) { return build_scalar(ctx, c, RG_POS); }
+static bool build_scalar_pos(tg_ctx *ctx, tg_op_case *c) {
+    c->scale = abs_scale_first;
+    return build_scalar(ctx, c, RG_POS);
+}
 static bool build_scalar_away0(tg_ctx *ctx, tg_op_case *c) { return build_scalar(ctx, c, RG_AWAY0); }
 
 static const char HELP_GELU[] = "X;approx=erf|tanh: any shape; the exact erf form (default) or the tanh one";

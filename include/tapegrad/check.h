@@ -109,8 +109,8 @@ typedef bool (*tg_gradcheck_scale_fn)(tg_tensor *const *inputs, int k, double *s
  * registry's smooth ops: over `check all` in float32 and float64, seeds
  * 0..99, at steps from 1e-4 to 1e-1, the error of a correct op stays under
  * the prediction (docs/gradcheck.md). */
-#define TG_GRADCHECK_C_ROUND 2.0
-#define TG_GRADCHECK_C_TRUNC 0.5
+#define TG_GRADCHECK_C_ROUND 4.0
+#define TG_GRADCHECK_C_TRUNC 3.0
 
 typedef enum tg_gradcheck_mode {
     TG_GRADCHECK_FULL = 0,    /* every element of every checked input:
@@ -173,29 +173,29 @@ typedef void (*tg_gradcheck_element_fn)(void *user, const tg_gradcheck_element *
  * or rtol left 0 means the default of the dtype (or the op's own, in the
  * registry), unless no_defaults. */
 typedef struct tg_gradcheck_opts {
-    double h;          /* finite-difference step (> 0; 0: the default);
-                          relative with STEP_ELEMENT and STEP_SCALED */
+    /* finite-difference step (> 0; 0: the default); relative with
+     * STEP_ELEMENT and STEP_SCALED */
+    double h;
     double atol, rtol; /* tolerances (>= 0; 0: the default) */
     tg_gradcheck_mode mode;
-    uint64_t seed;                               /* seeds r and the directions v (not the ctx RNG) */
-    bool allow_float32;                          /* check float32 inputs anyway */
-    uint32_t inputs;                             /* bit k set: check input k; 0: every input */
-    bool forward_diff;                           /* one-sided (L(x + h) - L(x)) / h instead of
-                              central differences: error O(h), not O(h^2);
-                              for comparing the schemes (step sweeps) */
-    bool no_defaults;                            /* use h, atol, rtol as given, zeros included
-                              (then h must be > 0) */
-    tg_gradcheck_step step;                      /* how h_i follows from h */
-    double step_floor;                           /* STEP_ELEMENT's floor (>= 0; 0: l_i / 10) */
-    tg_gradcheck_scale_fn scale;                 /* l_i; NULL: each input's root mean square */
-    tg_gradcheck_atol_scale atol_scale;          /* what atol is relative to */
-    tg_gradcheck_vec r;                          /* the output weighting (numel of the
-                                           output); none: random from seed */
-    tg_gradcheck_vec v[TG_GRADCHECK_MAX_INPUTS]; /* DIRECTIONAL: input k's
-                                           direction, used as given (not
-                                           normalized); none: a random unit
-                                           vector from seed */
-    tg_gradcheck_element_fn each;                /* called for every comparison */
+    uint64_t seed;      /* seeds r and the directions v (not the ctx RNG) */
+    bool allow_float32; /* check float32 inputs anyway */
+    uint32_t inputs;    /* bit k set: check input k; 0: every input */
+    /* one-sided (L(x + h) - L(x)) / h instead of central differences:
+     * error O(h), not O(h^2); for comparing the schemes (step sweeps) */
+    bool forward_diff;
+    /* use h, atol, rtol as given, zeros included (then h must be > 0) */
+    bool no_defaults;
+    tg_gradcheck_step step;             /* how h_i follows from h */
+    double step_floor;                  /* STEP_ELEMENT's floor (>= 0; 0: l_i / 10) */
+    tg_gradcheck_scale_fn scale;        /* l_i; NULL: each input's root mean square */
+    tg_gradcheck_atol_scale atol_scale; /* what atol is relative to */
+    /* the output weighting (numel of the output); none: random from seed */
+    tg_gradcheck_vec r;
+    /* DIRECTIONAL: input k's direction, used as given (not normalized);
+     * none: a random unit vector from seed */
+    tg_gradcheck_vec v[TG_GRADCHECK_MAX_INPUTS];
+    tg_gradcheck_element_fn each; /* called for every comparison */
     void *each_user;
 } tg_gradcheck_opts;
 
@@ -203,26 +203,28 @@ typedef struct tg_gradcheck_opts {
 typedef struct tg_gradcheck_input {
     bool checked; /* false: skipped (not in opts.inputs) */
     bool pass;
-    int64_t n_checked; /* elements (FULL), directions (DIRECTIONAL) or
-                          entries (JACOBIAN) */
-    int64_t n_failed;
-    double max_abs_err;   /* max |a - n| */
-    double max_rel_err;   /* max |a - n| / max(|n|, atol as used) */
-    int64_t worst_index;  /* flat index of the worst element; -1 in
-                              DIRECTIONAL mode or when nothing was checked */
-    int64_t worst_output; /* JACOBIAN: the worst entry's output element; else -1 */
-    double worst_analytic, worst_numeric;
-    double worst_ratio;        /* |a - n| / (atol + rtol |n|): pass when <= 1 */
-    double worst_step;         /* the step h_i there */
-    double worst_bound;        /* the predicted finite-difference error there */
+    /* comparisons: elements (FULL), directions (DIRECTIONAL) or entries
+     * (JACOBIAN), and how many failed */
+    int64_t n_checked, n_failed;
+    double max_abs_err; /* max |a - n| */
+    double max_rel_err; /* max |a - n| / max(|n|, atol as used) */
+    /* the worst comparison: its element (flat index; -1 in DIRECTIONAL mode
+     * or when nothing was checked), its output element (JACOBIAN; else -1),
+     * values, |a - n| / (atol + rtol |n|) (pass when <= 1), step h_i and
+     * predicted error */
+    int64_t worst_index, worst_output;
+    double worst_analytic, worst_numeric, worst_ratio, worst_step, worst_bound;
     double step_min, step_max; /* the steps h_i used */
     double scale;              /* root mean square of the length scales l_i */
-    double grad_scale;         /* G_k: root mean square of the gradient (of the
-                           compared values: directional derivatives, or
-                           Jacobian entries) */
-    double atol_used;          /* the absolute tolerance: atol, or atol G_k */
-    double max_excess;         /* max |a - n| / predicted error: <= 1 when the
-                           difference is the check's own error */
+    /* G_k: root mean square of the gradient's terms (the larger of the
+     * analytic values and of sum_j |r_j dy_j| / dx_i; of the directional
+     * derivatives, or of the Jacobian's entries) */
+    double grad_scale;
+    double atol_used; /* the absolute tolerance: atol, or atol G_k */
+    /* max |a - n| / predicted error, over every comparison and over the
+     * failing ones (0 when none fails): <= 1, the difference is the
+     * check's own error; a failure far above 1 is the backward's */
+    double max_excess, fail_excess;
 } tg_gradcheck_input;
 
 /* The outcome of a check: what the caller asserts on. "Worst" is the
@@ -232,9 +234,10 @@ typedef struct tg_gradcheck_result {
     bool pass;         /* every comparison passed (and no error) */
     int64_t n_checked; /* comparisons over all inputs */
     int64_t n_failed;
-    int64_t n_evals;     /* forward evaluations of f: 1 + 2 per element
-                              (FULL, JACOBIAN) or per input (DIRECTIONAL);
-                              2 + 1 per with forward_diff */
+    /* forward evaluations of f: 1 + 2 per element (FULL, JACOBIAN) or per
+     * input (DIRECTIONAL); 2 + 1 per with forward_diff; 4 more for each
+     * failure the first predicted error does not explain */
+    int64_t n_evals;
     int64_t n_backwards; /* 1, or one per output element (JACOBIAN) */
     double max_abs_err, max_rel_err;
     int worst_input;     /* -1 when nothing was checked */
@@ -249,7 +252,7 @@ typedef struct tg_gradcheck_result {
     tg_dtype dtype;                     /* TG_F32 when any checked input is */
     double eps;                         /* that dtype's machine epsilon */
     uint64_t seed;
-    double max_excess; /* the largest of the inputs' */
+    double max_excess, fail_excess; /* the largest of the inputs' */
     /* a step that vanished (an error): where */
     bool step_vanished;
     int vanished_input;     /* -1 when none */
@@ -298,8 +301,8 @@ typedef enum tg_gradcheck_format {
 /* The columns of a CSV row, for a header line. */
 #define TG_GRADCHECK_CSV_COLUMNS                                                                                   \
     "input,pass,n_checked,n_failed,max_abs_err,max_rel_err,worst_index,worst_output,worst_analytic,worst_numeric," \
-    "worst_ratio,worst_step,worst_bound,step_min,step_max,scale,grad_scale,atol_used,max_excess,mode,step,h,"      \
-    "atol_scale,atol,rtol,dtype,seed,forward_diff"
+    "worst_ratio,worst_step,worst_bound,step_min,step_max,scale,grad_scale,atol_used,max_excess,fail_excess,"      \
+    "mode,step,h,atol_scale,atol,rtol,dtype,seed,forward_diff"
 
 /* Writes r to f in `format`. names[k] names input k (NULL, or a NULL
  * entry: "k"); each CSV row starts with `prefix` (NULL: nothing), so a
