@@ -76,6 +76,38 @@ static bool split_uses(tg_ctx *ctx, const gct_bug *bug, const char *spec, char *
     return true;
 }
 
+/* A bug's size, ";size=S" (gct_bug.size): taken out of base (in place)
+ * into size[48] (the default when absent). False and the context's error
+ * for a value that is not a finite number. */
+static bool split_size(tg_ctx *ctx, const gct_bug *bug, char *base, char *size) {
+    snprintf(size, 48, "%g", bug->size);
+    char *p = strstr(base, ";size=");
+    if (!p || !bug->size) return true;
+    char *end = strchr(p + 1, ';');
+    size_t vlen = end ? (size_t)(end - (p + 6)) : strlen(p + 6);
+    char *e;
+    snprintf(size, 48, "%.*s", (int)vlen, p + 6);
+    double v = strtod(size, &e);
+    if (vlen == 0 || vlen >= 48 || *e || !isfinite(v)) {
+        tg_error(ctx, TG_ERR_FORMAT, "--inject", "%s: size=%.*s in the spec is not a finite number", bug->name,
+                 (int)vlen, p + 6);
+        return false;
+    }
+    memmove(p, p + 6 + vlen, strlen(p + 6 + vlen) + 1);
+    return true;
+}
+
+/* Appends argument key=value to a built case, and to its spec: handed to
+ * the bug's forward as one more argument of the case. */
+static void add_case_arg(tg_op_case *c, const char *key, const char *value) {
+    if (c->n_args == TG_OP_MAX_ARGS) return;
+    snprintf(c->arg_name[c->n_args], sizeof c->arg_name[0], "%s", key);
+    snprintf(c->arg_value[c->n_args], sizeof c->arg_value[0], "%s", value);
+    c->n_args++;
+    size_t n = strlen(c->spec);
+    snprintf(c->spec + n, sizeof c->spec - n, ";%s=%s", key, value);
+}
+
 /* "rmsnorm(x; gamma, beta)": the op on the case's inputs, then the bug's
  * `then` (or `then_once` with uses=1). */
 static void bug_function(gct_target *t, char uses) {
@@ -93,20 +125,14 @@ bool gct_target_build(tg_ctx *ctx, const tg_op_info *op, const gct_bug *bug, con
     t->op = op;
     t->bug = bug;
     if (!spec && bug) spec = bug->default_spec;
-    char base[sizeof t->c.spec], uses = '\0';
+    char base[sizeof t->c.spec], uses = '\0', size[48] = "";
     if (bug && spec) {
-        if (!split_uses(ctx, bug, spec, base, sizeof base, &uses)) return false;
+        if (!split_uses(ctx, bug, spec, base, sizeof base, &uses) || !split_size(ctx, bug, base, size)) return false;
         spec = base;
     }
     if (!tg_registry_build(ctx, op, spec, dtype, &t->c)) return false;
-    if (uses && t->c.n_args < TG_OP_MAX_ARGS) {
-        /* handed to the bug's forward as one more argument of the case */
-        snprintf(t->c.arg_name[t->c.n_args], sizeof t->c.arg_name[0], "uses");
-        snprintf(t->c.arg_value[t->c.n_args], sizeof t->c.arg_value[0], "%c", uses);
-        t->c.n_args++;
-        size_t n = strlen(t->c.spec);
-        snprintf(t->c.spec + n, sizeof t->c.spec - n, ";uses=%c", uses);
-    }
+    if (uses) add_case_arg(&t->c, "uses", (char[]){uses, '\0'});
+    if (bug && bug->size) add_case_arg(&t->c, "size", size);
     t->fn = bug ? bug->forward : op->forward;
     if (bug) {
         bug_function(t, uses);

@@ -127,6 +127,9 @@ typedef struct gct_bug {
     tg_gradcheck_fn forward;  /* user: the op's tg_op_case */
     const char *then_once;    /* non-NULL: the spec may add ";uses=1", and
                                   the op then ends with this (x used once) */
+    double size;              /* non-zero: the bug's size, the default of the
+                                  spec's ";size=S" (e.g. the relative error
+                                  it puts into dx) */
 } gct_bug;
 
 int gct_bug_count(void);
