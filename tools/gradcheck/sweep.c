@@ -401,7 +401,8 @@ int gct_cmd_sweep(const gct_args *a) {
         if (!a->quiet) gct_table_print(stdout, &t, 2, a->color);
         gct_table_free(&t);
         if (any_vanished)
-            printf("  vanished: x +- h rounds back to x for some element (a check there is an error, not a point)\n");
+            printf("  vanished: the step rounds away (x +- h == x for an element, or most of h v in a direction):\n"
+                   "  a check there is an error, not a point\n");
 
         printf("\n");
         gct_table s;
