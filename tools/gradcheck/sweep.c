@@ -367,7 +367,7 @@ int gct_cmd_sweep(const gct_args *a) {
                 for (int k = 0; k < d.nk; k++) {
                     printf("%s,%s,", op->name, bug ? bug->name : "");
                     for (const char *q = spec; *q; q++) putchar(*q == ',' ? ';' : *q);
-                    printf(",%s,%s,%s,%s,%.6g,%d,%d,%.6g,%.6g,%.6g,%.6g,%.6g,%d\n", tg_dtype_name(ci->dtype),
+                    printf(",%s,%s,%s,%s,%.9g,%d,%d,%.9g,%.9g,%.9g,%.9g,%.9g,%d\n", tg_dtype_name(ci->dtype),
                            ci->forward ? "forward" : "central", i < 0 ? "all" : d.input_name[i], i < 0 ? "abs" : "rel",
                            grid[k], d.ns, d.vanished[c * d.nk + k], b->med[k], b->lo[k], b->hi[k], b->l,
                            theory_h(ci, b->l), k == b->k);
