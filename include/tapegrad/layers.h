@@ -141,26 +141,29 @@ tg_tensor *tg_layernorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg
  * layer owns them and its _free frees them. Free layers (or their model)
  * before the context.
  *
- * Constructors come in three forms. Each takes the layer's sizes; they
- * differ in how the options are given:
- *   tg_rmsnorm_new1(ctx, "norm", 64)                  the short form: one
- *       normalized dim (Linear: in and out), every option at its default,
- *       float32;
- *   tg_rmsnorm_opts o = tg_rmsnorm_defaults();       an options struct, as
- *   o.bias = true;                                    the optimizers have;
- *   tg_rmsnorm_new_ex(ctx, "norm", TG_SHAPE(4, 64), &o);   NULL: defaults;
- *   tg_rmsnorm_new(ctx, "norm", 1, (int64_t[]){64}, TG_RMSNORM_EPS, true,
- *                  false, TG_F32)                     every option in place.
- * Start an options struct from its _defaults(): a zeroed one is not the
- * defaults (its eps of 0 is refused, naming the _defaults function). */
+ * Constructors come in three forms, which differ in how the options are
+ * given:
+ *  - the short form, every option at its default (float32; a norm over one
+ *    dim):
+ *      tg_rmsnorm_new1(ctx, "norm", 64)
+ *  - an options struct started from its defaults, as the optimizers have
+ *    (NULL options: the defaults):
+ *      tg_rmsnorm_opts o = tg_rmsnorm_defaults();
+ *      o.bias = true;
+ *      tg_rmsnorm_new_ex(ctx, "norm", TG_SHAPE(4, 64), &o)
+ *  - every option in place:
+ *      tg_rmsnorm_new(ctx, "norm", 1, (int64_t[]){64}, TG_RMSNORM_EPS, true, false, TG_F32)
+ * A zeroed options struct is not the defaults (a norm refuses its eps of 0,
+ * naming the _defaults function to start from). */
 typedef struct tg_module_ops tg_module_ops; /* internal: the layer's methods */
 typedef struct tg_module {
-    const char *kind;          /* "Linear", "RMSNorm", "LayerNorm", "Embedding",
-                         an activation ("ReLU", "GELU", ...), "Sequential" */
-    char name[48];             /* prefix of its parameter names ("fc1"), or "" */
-    tg_dtype dtype;            /* its parameters' dtype; TG_F32 for the modules with
-                         none of their own (activations, Sequential), which
-                         run on either dtype */
+    /* "Linear", "RMSNorm", "LayerNorm", "Embedding", an activation ("ReLU",
+     * "GELU", ...), "Sequential" */
+    const char *kind;
+    char name[48]; /* prefix of its parameter names ("fc1"), or "" */
+    /* its parameters' dtype; TG_F32 for the modules without parameters of
+     * their own (activations, Sequential), which run on either dtype */
+    tg_dtype dtype;
     const tg_module_ops *ops_; /* internal */
 } tg_module;
 /* The generic view of a layer pointer (NULL stays NULL). `layer` is
