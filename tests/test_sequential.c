@@ -71,9 +71,9 @@ static const char MLP_SUMMARY[] = "Sequential(\n"
 typedef struct by_hand {
     bool f64;
     tg_linear *fc1, *fc2;
-    tg_rmsnorm *rms;    /* make_mlp */
-    tg_layernorm *ln;   /* make_mlp_f64 */
-    tg_params params;   /* in the Sequential's order */
+    tg_rmsnorm *rms;  /* make_mlp */
+    tg_layernorm *ln; /* make_mlp_f64 */
+    tg_params params; /* in the Sequential's order */
 } by_hand;
 
 static by_hand make_by_hand(tg_ctx *c, bool f64, int64_t in, int64_t hidden, int64_t out) {
@@ -323,8 +323,7 @@ START_TEST(test_add_rules) {
     ck_assert(tg_sequential_add(ctx, s, TG_MODULE(fc)));
     /* refused and freed */
     ck_assert(!tg_sequential_add(ctx, s, TG_MODULE(tg_embedding_layer_new(ctx, "tok", 10, 4, TG_F32))));
-    tg_test_assert_error(ctx, TG_ERR_VALUE, "tg_sequential_add", "Embedding 'tok'", "tg_embedding_layer_forward",
-                         NULL);
+    tg_test_assert_error(ctx, TG_ERR_VALUE, "tg_sequential_add", "Embedding 'tok'", "tg_embedding_layer_forward", NULL);
     ck_assert(!tg_sequential_add(ctx, s, TG_MODULE(tg_linear_new1(ctx, "fc", 4, 4))));
     tg_test_assert_error(ctx, TG_ERR_VALUE, "tg_sequential_add", "duplicate module name 'fc'", NULL);
     ck_assert(!tg_sequential_add(ctx, NULL, TG_MODULE(tg_linear_new1(ctx, "x", 4, 4))));
