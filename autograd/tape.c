@@ -42,11 +42,18 @@ tg_node *tg_record(tg_ctx *ctx, const char *op, tg_backward_fn backward, tg_tens
         tg_tape_clear(&ctx->tape);
     }
     if (ctx->tape.n_nodes == ctx->tape.cap_nodes && !grow_tape(ctx, op)) return NULL;
-    tg_tensor **ins = tg_arena_alloc_fn(ctx, op, (size_t)(n_in > 0 ? n_in : 1) * sizeof *ins);
+    /* One arena block: the n_in input pointers, then n_in + 1 versions. */
+    size_t nin = (size_t)(n_in > 0 ? n_in : 0);
+    tg_tensor **ins = tg_arena_alloc_fn(ctx, op, nin * sizeof *ins + (nin + 1) * sizeof(uint32_t));
     if (!ins) return NULL;
-    for (int k = 0; k < n_in; k++) ins[k] = in[k];
+    uint32_t *version = (uint32_t *)(ins + nin);
+    for (size_t k = 0; k < nin; k++) {
+        ins[k] = in[k];
+        version[k] = in[k] ? tg_root(in[k])->version_ : 0;
+    }
+    version[nin] = tg_root(out)->version_;
     tg_node *n = &ctx->tape.nodes[ctx->tape.n_nodes];
-    *n = (tg_node){.op = op, .backward = backward, .out = out, .in = ins, .n_in = n_in};
+    *n = (tg_node){.op = op, .backward = backward, .out = out, .in = ins, .n_in = n_in, .version = version};
     out->requires_grad = true;
     out->node_ = (int32_t)ctx->tape.n_nodes;
     out->grad = NULL;
@@ -72,7 +79,9 @@ tg_tensor *tg_grad_of(tg_ctx *ctx, tg_tensor *t) {
     if (!t || !t->requires_grad || !tg_live(ctx)) return NULL;
     if (!t->grad) {
         t->grad = tg_zeros(ctx, t->dtype, t->ndim, t->shape);
+        if (!t->grad) return NULL;
     }
+    tg_written(t->grad); /* the caller adds into it */
     return t->grad;
 }
 
@@ -125,8 +134,9 @@ bool tg_set_grad_enabled(tg_ctx *ctx, bool enabled) {
 bool tg_grad_enabled(const tg_ctx *ctx) { return ctx && ctx->tape.grad_enabled; }
 
 void tg_zero_grad(tg_ctx *ctx, tg_tensor *t) {
-    if (!tg_check_arg(ctx, "tg_zero_grad", "t", t)) return;
-    if (t->grad && t->grad->numel) memset(t->grad->data, 0, (size_t)t->grad->numel * tg_esize(t->grad->dtype));
+    if (!tg_check_arg(ctx, "tg_zero_grad", "t", t) || !t->grad) return;
+    if (t->grad->numel) memset(t->grad->data, 0, (size_t)t->grad->numel * tg_esize(t->grad->dtype));
+    tg_written(t->grad);
 }
 
 tg_tensor *tg_detach(tg_ctx *ctx, tg_tensor *t) {
@@ -161,9 +171,42 @@ static bool seed_aliases_a_grad(const tg_ctx *ctx, const tg_tensor *g, int64_t t
     return false;
 }
 
+/* Checks that the tensors record n read are still the ones its op used:
+ * each input and the output is of this step, and its data was not written
+ * in place since the op ran (its version is the recorded one). An input
+ * changed in place would make the backward use values the forward never
+ * saw (q = sum(x*x), then tg_fill(x, 100): dq/dx would come out as 200). */
+static bool check_record(tg_ctx *ctx, const char *fn, const tg_node *n) {
+    for (int k = 0; k <= n->n_in; k++) {
+        const tg_tensor *t = k < n->n_in ? n->in[k] : n->out;
+        if (!t) continue;
+        char what[96];
+        if (k < n->n_in) snprintf(what, sizeof what, "input %d", k);
+        else snprintf(what, sizeof what, "the output");
+        if (tg_stale(ctx, t)) {
+            char w[160];
+            snprintf(w, sizeof w, "%s of '%s'", what, n->op);
+            tg_stale_error(ctx, fn, w, t);
+            return false;
+        }
+        uint32_t now = tg_root(t)->version_, then = n->version[k];
+        if (now != then) {
+            char s[TG_SHAPE_STR];
+            tg_error(ctx, TG_ERR_STATE, fn,
+                     "%s %s of '%s' was modified in place (version %u, recorded at %u) after the op used it: "
+                     "its backward needs the values the op saw (change a tensor before the forward, or change "
+                     "a tg_copy of it)",
+                     what, tg_shape_of(s, t), n->op, now, then);
+            return false;
+        }
+    }
+    return true;
+}
+
 void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool keep_tape) {
     static const char fn[] = "tg_backward";
     if (!tg_check_arg(ctx, fn, "out", out)) return;
+    if (grad_out && !tg_check_arg(ctx, fn, "grad_out", grad_out)) return;
     char s1[TG_SHAPE_STR], s2[TG_SHAPE_STR];
     if (!out->requires_grad) {
         tg_error(ctx, TG_ERR_STATE, fn,
@@ -217,6 +260,7 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
     for (int64_t k = top; k >= 0 && tg_live(ctx); k--) {
         tg_node *n = &ctx->tape.nodes[k];
         if (!n->out->grad) continue; /* no gradient flows through this record */
+        if (!check_record(ctx, fn, n)) return;
         n->backward(ctx, n);
     }
     if (!keep_tape) ctx->tape.consumed = true;

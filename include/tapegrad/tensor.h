@@ -54,11 +54,10 @@ typedef struct tg_tensor {
     bool requires_grad;         /* record ops on it; accumulate into grad */
     bool persistent;            /* lives on the heap, survives resets */
     /* internal */
-    bool is_view_;           /* data belongs to another tensor */
     int32_t node_;           /* index of the tape record that made it, or -1 */
-    uint32_t epoch_;         /* arena epoch it was made in (persistent: 0) */
-    struct tg_tensor *next_; /* persistent list links */
-    struct tg_tensor *prev_;
+    uint32_t epoch_;         /* the step (reset count) it was made in; unused when persistent */
+    uint32_t version_;       /* in-place writes so far (kept by base_ for a view) */
+    struct tg_tensor *base_; /* a view's tensor, whose data and version_ it shares; NULL if none */
 } tg_tensor;
 
 /* A custom allocator (tests use it to simulate allocation failure). alloc
@@ -110,6 +109,10 @@ const char *tg_status_name(tg_status status);
  * since the last reset. */
 size_t tg_arena_capacity(const tg_ctx *ctx);
 size_t tg_arena_used(const tg_ctx *ctx);
+/* Bytes of the capacity held back from reuse since the last reset: in
+ * checked builds (TG_CHECKED) the previous step's chunks, so that a tensor
+ * kept across tg_ctx_reset keeps its header and is reported; 0 otherwise. */
+size_t tg_arena_quarantined(const tg_ctx *ctx);
 /* Allocates `size` bytes, 64-byte aligned, from the arena (freed at reset).
  * For kernels' scratch space and saved tensors. NULL on error. */
 void *tg_arena_alloc(tg_ctx *ctx, size_t size);
