@@ -5,7 +5,11 @@
  * one is used. Reset rewinds every chunk in O(1) per chunk. When a step
  * needed more than one chunk, reset replaces them by one chunk of the total
  * size, so after the first steps a step runs in a single chunk and never
- * calls the allocator: the footprint stays flat and the pages stay warm. */
+ * calls the allocator: the footprint stays flat and the pages stay warm.
+ * Checked builds (TG_CHECKED) keep the chunks a step used out of the next
+ * step (quarantine_step), so the arena alternates between two chunks; ASan
+ * builds poison every arena byte not handed out (tensor/lifetime.c says
+ * why both). */
 #include "tensor/internal.h"
 
 #include <math.h>
