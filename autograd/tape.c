@@ -32,6 +32,18 @@ static bool grow_tape(tg_ctx *ctx, const char *op) {
     return true;
 }
 
+/* tg_record's error for a stale input k of op; returns NULL. */
+#if defined(__GNUC__)
+__attribute__((noinline, cold))
+#endif
+static tg_node *
+stale_input(tg_ctx *ctx, const char *op, int k, const tg_tensor *t) {
+    char what[32];
+    snprintf(what, sizeof what, "input %d", k);
+    tg_stale_error(ctx, op, what, t);
+    return NULL;
+}
+
 tg_node *tg_record(tg_ctx *ctx, const char *op, tg_backward_fn backward, tg_tensor *out, int n_in,
                    tg_tensor *const *in) {
     if (!tg_live(ctx) || !out || !tg_needs_grad(ctx, n_in, in)) return NULL;
@@ -49,7 +61,12 @@ tg_node *tg_record(tg_ctx *ctx, const char *op, tg_backward_fn backward, tg_tens
     uint32_t *version = (uint32_t *)(ins + nin);
     for (size_t k = 0; k < nin; k++) {
         ins[k] = in[k];
-        version[k] = in[k] ? tg_root(in[k])->version_ : 0;
+        version[k] = 0;
+        if (!in[k]) continue;
+        /* every op checks its arguments (tg_check_arg); this catches one
+         * that forgot, before a stale tensor reaches the tape */
+        if (tg_stale(ctx, in[k])) return stale_input(ctx, op, (int)k, in[k]);
+        version[k] = tg_root(in[k])->version_;
     }
     version[nin] = tg_root(out)->version_;
     tg_node *n = &ctx->tape.nodes[ctx->tape.n_nodes];
@@ -171,36 +188,37 @@ static bool seed_aliases_a_grad(const tg_ctx *ctx, const tg_tensor *g, int64_t t
     return false;
 }
 
-/* Checks that the tensors record n read are still the ones its op used:
- * each input and the output is of this step, and its data was not written
- * in place since the op ran (its version is the recorded one). An input
- * changed in place would make the backward use values the forward never
- * saw (q = sum(x*x), then tg_fill(x, 100): dq/dx would come out as 200). */
-static bool check_record(tg_ctx *ctx, const char *fn, const tg_node *n) {
+/* True when the tensors record n reads hold what its op saw: no input and
+ * not the output was written in place since the op ran (its version is the
+ * recorded one). An input changed in place would make the backward use
+ * values the forward never saw (q = sum(x*x), then tg_fill(x, 100): dq/dx
+ * would come out as 200). (They are all of this step: a reset empties the
+ * tape, and tg_record refuses stale tensors.) */
+static inline bool record_intact(const tg_node *n) {
+    for (int k = 0; k < n->n_in; k++)
+        if (n->in[k] && tg_root(n->in[k])->version_ != n->version[k]) return false;
+    return tg_root(n->out)->version_ == n->version[n->n_in];
+}
+
+/* The error of a record that is not intact, naming the op and the tensor. */
+#if defined(__GNUC__)
+__attribute__((noinline, cold))
+#endif
+static void
+record_error(tg_ctx *ctx, const char *fn, const tg_node *n) {
     for (int k = 0; k <= n->n_in; k++) {
         const tg_tensor *t = k < n->n_in ? n->in[k] : n->out;
-        if (!t) continue;
-        char what[96];
+        if (!t || tg_root(t)->version_ == n->version[k]) continue;
+        char what[32], s[TG_SHAPE_STR];
         if (k < n->n_in) snprintf(what, sizeof what, "input %d", k);
         else snprintf(what, sizeof what, "the output");
-        if (tg_stale(ctx, t)) {
-            char w[160];
-            snprintf(w, sizeof w, "%s of '%s'", what, n->op);
-            tg_stale_error(ctx, fn, w, t);
-            return false;
-        }
-        uint32_t now = tg_root(t)->version_, then = n->version[k];
-        if (now != then) {
-            char s[TG_SHAPE_STR];
-            tg_error(ctx, TG_ERR_STATE, fn,
-                     "%s %s of '%s' was modified in place (version %u, recorded at %u) after the op used it: "
-                     "its backward needs the values the op saw (change a tensor before the forward, or change "
-                     "a tg_copy of it)",
-                     what, tg_shape_of(s, t), n->op, now, then);
-            return false;
-        }
+        tg_error(ctx, TG_ERR_STATE, fn,
+                 "%s %s of '%s' was modified in place (version %u, recorded at %u) after the op used it: its "
+                 "backward needs the values the op saw (change a tensor before the forward, or change a tg_copy "
+                 "of it)",
+                 what, tg_shape_of(s, t), n->op, tg_root(t)->version_, n->version[k]);
+        return;
     }
-    return true;
 }
 
 void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool keep_tape) {
@@ -260,7 +278,10 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
     for (int64_t k = top; k >= 0 && tg_live(ctx); k--) {
         tg_node *n = &ctx->tape.nodes[k];
         if (!n->out->grad) continue; /* no gradient flows through this record */
-        if (!check_record(ctx, fn, n)) return;
+        if (!record_intact(n)) {
+            record_error(ctx, fn, n);
+            return;
+        }
         n->backward(ctx, n);
     }
     if (!keep_tape) ctx->tape.consumed = true;

@@ -97,13 +97,13 @@ static tg_chunk *new_chunk(tg_ctx *ctx, size_t size) {
     return c;
 }
 
+#ifdef TG_CHECKED
 static size_t total_size(const tg_chunk *c) {
     size_t n = 0;
     for (; c; c = c->next) n += c->size;
     return n;
 }
 
-#ifdef TG_CHECKED
 /* Checked builds: the chunks the ending step used go to quarantine, and the
  * ones quarantined a step ago come back. So the arena does not hand out the
  * ending step's memory in the next step: a tensor kept across the reset
@@ -135,17 +135,20 @@ void tg_ctx_reset(tg_ctx *ctx) {
     ctx->epoch++;
     /* What the step handed out becomes unaddressable for ASan. */
     for (tg_chunk *c = ctx->chunks; c; c = c->next) TG_POISON(c->base, c->used);
+    /* Coalesce a multi-chunk arena into one chunk of the same capacity (in
+     * checked builds, at least the quarantined step's: they alternate
+     * between two such chunks), so the next step bumps through one block.
+     * If that allocation fails we simply keep the old chunks. (An empty
+     * arena is left empty: the step allocates what it needs, reporting
+     * failures.) */
+    bool small = false;
 #ifdef TG_CHECKED
     quarantine_step(ctx);
+    small = ctx->arena_capacity - ctx->quarantined < ctx->quarantined;
 #endif
-    /* Coalesce a multi-chunk arena into one chunk of the same capacity (at
-     * least the quarantined step's: checked builds alternate between two
-     * such chunks), so the next step bumps through one block. If that
-     * allocation fails we simply keep the old chunks. (An empty arena is
-     * left empty: the step allocates what it needs, reporting failures.) */
-    size_t live = ctx->arena_capacity - ctx->quarantined;
-    size_t want = live > ctx->quarantined ? live : ctx->quarantined;
-    if (ctx->chunks && (ctx->chunks->next || live < want)) {
+    if (ctx->chunks && (ctx->chunks->next || small)) {
+        size_t live = ctx->arena_capacity - ctx->quarantined;
+        size_t want = live > ctx->quarantined ? live : ctx->quarantined;
         tg_chunk *one = new_chunk(ctx, want);
         if (one) {
             free_chunks(ctx, ctx->chunks);
@@ -254,26 +257,15 @@ void tg_error(tg_ctx *ctx, tg_status status, const char *fn, const char *fmt, ..
 
 /* ---- argument checks ---------------------------------------------------- */
 
-/* The message of a stale argument, out of tg_check_arg's hot path. */
-#if defined(__GNUC__)
-__attribute__((noinline, cold))
-#endif
-static bool
-stale_arg(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t) {
-    char what[96];
-    snprintf(what, sizeof what, "argument '%s'", arg);
-    tg_stale_error(ctx, fn, what, t);
-    return false;
-}
-
-bool tg_check_arg(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t) {
-    if (!tg_live(ctx)) return false;
+bool tg_check_arg_error(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t) {
     if (!t) {
         tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", arg);
         return false;
     }
-    if (tg_stale(ctx, t)) return stale_arg(ctx, fn, arg, t);
-    return true;
+    char what[96];
+    snprintf(what, sizeof what, "argument '%s'", arg);
+    tg_stale_error(ctx, fn, what, t);
+    return false;
 }
 
 bool tg_check_finite(tg_ctx *ctx, const char *fn, const char *what, double v) {

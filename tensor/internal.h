@@ -123,8 +123,9 @@ static inline bool tg_live(const tg_ctx *ctx) { return ctx && ctx->status == TG_
 /* ---- lifetime (tensor/lifetime.c) ---------------------------------------------
  * Stale tensors: an arena tensor lives until the next tg_ctx_reset. Its
  * header carries the step it was made in (epoch_), and every use checks it
- * against the context's step (tg_check_arg, and backward for the tape's
- * tensors). Release builds can only see a stale header that no new tensor
+ * against the context's step (tg_check_arg, inline below; tg_record too,
+ * for an op that forgot, so the tape holds only tensors of this step: a
+ * reset empties it). Release builds can only see a stale header that no new tensor
  * has overwritten; checked builds (TG_CHECKED, the CMake option) keep the
  * previous step's arena chunks in quarantine, so a tensor of the previous
  * step always keeps its header; AddressSanitizer builds poison the arena
@@ -205,7 +206,15 @@ bool tg_persistent_set_owner(tg_ctx *ctx, const char *fn, tg_tensor *t, const vo
  * an arena tensor from before the last tg_ctx_reset is TG_ERR_STATE
  * (tg_stale_error). Returns false (and does nothing more) when the ctx is
  * already in error. */
-bool tg_check_arg(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t);
+static inline bool tg_check_arg(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t);
+/* tg_check_arg's error: NULL, or stale. Returns false. */
+bool tg_check_arg_error(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t);
+/* Inline: every op calls it on every tensor argument. */
+static inline bool tg_check_arg(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t) {
+    if (!tg_live(ctx)) return false;
+    if (t && !tg_stale(ctx, t)) return true;
+    return tg_check_arg_error(ctx, fn, arg, t);
+}
 /* Checks that the scalar argument `what` (e.g. "exponent p") is finite:
  * TG_ERR_VALUE "<fn>: exponent p = inf is not finite" otherwise. */
 bool tg_check_finite(tg_ctx *ctx, const char *fn, const char *what, double v);

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tensor/internal.h" /* TG_ASAN, TG_UNPOISON */
+#include "autograd/tape.h" /* tg_record, for an op written here; TG_UNPOISON */
 #include "testutil.h"
 
 static tg_ctx *ctx;
@@ -159,6 +159,34 @@ START_TEST(test_every_op_refuses_stale_inputs) {
         free(index);
         tg_ctx_reset(ctx);
     }
+}
+END_TEST
+
+/* An op that forgets to check its arguments: it only makes an output of
+ * its input's shape and records itself. */
+static void forgetful_backward(tg_ctx *c, tg_node *n) {
+    (void)c;
+    (void)n;
+}
+
+static tg_tensor *forgetful(tg_ctx *c, tg_tensor *x) {
+    tg_tensor *y = tg_new_tensor(c, "forgetful", x->dtype, x->ndim, x->shape);
+    if (!y) return NULL;
+    tg_record(c, "forgetful", forgetful_backward, y, 1, &x);
+    return tg_ok(c) ? y : NULL;
+}
+
+/* tg_record refuses a stale input, so no stale tensor reaches the tape even
+ * through such an op (the header is unpoisoned for ASan builds, as above). */
+START_TEST(test_record_refuses_stale_inputs) {
+    tg_tensor *x = tg_requires_grad(ctx, tg_ones(ctx, TG_F64, TG_SHAPE(3)));
+    tg_ctx_reset(ctx);
+    tg_zeros(ctx, TG_F64, TG_SHAPE(64));
+    if (!checked_build()) return;
+    TG_UNPOISON(x, sizeof *x);
+    tg_test_assert_fails(ctx, forgetful(ctx, x), TG_ERR_STATE,
+                         "forgetful: input 0, a (3,) float64 tensor, is from step 0, before tg_ctx_reset", NULL);
+    ck_assert_int_eq(tg_tape_size(ctx), 0);
 }
 END_TEST
 
@@ -372,7 +400,7 @@ Suite *make_lifetime_suite(void) {
     Suite *s = suite_create("lifetime");
     tg_test_tcase(s, "stale", setup, teardown, test_use_after_reset_is_an_error, test_backward_after_reset_is_an_error,
                   test_stale_seen_in_every_build, test_stale_refused_everywhere, test_persistent_never_stale,
-                  test_every_op_refuses_stale_inputs, NULL);
+                  test_every_op_refuses_stale_inputs, test_record_refuses_stale_inputs, NULL);
     TCase *tc = tg_test_tcase(s, "version", setup, teardown, test_writes_outside_the_window_are_fine,
                               test_saved_output_changed_is_an_error, test_write_through_a_view_is_seen,
                               test_optimizer_step_on_a_pending_tape, test_checkpoint_load_on_a_pending_tape, NULL);
