@@ -68,7 +68,12 @@ typedef struct tg_owned {
 #define TG_RECENT_FREES 16
 
 struct tg_ctx {
-    tg_allocator alloc;
+    /* What every op reads first, together (two cache lines). */
+    tg_status status; /* sticky error: the first one wins (message below) */
+    uint32_t epoch;   /* the step: incremented by every reset */
+    int threads;      /* kernels' thread count */
+    bool abort_on_error;
+    tg_tape tape; /* autograd/tape.c */
 
     /* arena */
     tg_chunk *chunks;      /* first chunk of the live list */
@@ -77,7 +82,12 @@ struct tg_ctx {
     size_t arena_capacity; /* sum of chunk sizes, quarantined ones included */
     size_t arena_used;     /* bytes handed out since the last reset */
     size_t quarantined;    /* sum of the quarantined chunks' sizes */
-    uint32_t epoch;        /* the step: incremented by every reset */
+
+    /* RNG (Philox4x32-10, see tapegrad.h) */
+    uint64_t seed;
+    uint64_t rng_offset;
+
+    tg_allocator alloc;
 
     /* The ownership registry: every persistent tensor, persistent grad,
      * layer and optimizer this context made and has not freed, in an
@@ -92,18 +102,7 @@ struct tg_ctx {
     unsigned recent_next;
     const void *releasing; /* the layer or optimizer being freed: may free what it owns */
 
-    /* RNG (Philox4x32-10, see tapegrad.h) */
-    uint64_t seed;
-    uint64_t rng_offset;
-
-    /* sticky error: the first one wins */
-    tg_status status;
-    char message[512];
-    bool abort_on_error;
-
-    tg_tape tape; /* autograd/tape.c */
-
-    int threads;
+    char message[512]; /* the first error's message */
 };
 
 /* Allocator wrappers (NULL on failure; no error set). */
