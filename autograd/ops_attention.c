@@ -65,8 +65,8 @@ static void attention_run(tg_ctx *ctx, const char *fn, tg_tensor *o, double *lse
             const int64_t oq = b * d.Tq * d.D, ok = b * d.Tk * d.D, ov = b * d.Tk * d.Dv, oo = b * d.Tq * d.Dv;
             if (f64)
                 attention_forward_f64((double *)o->data + oo, lse + b * d.Tq, (const double *)q->data + oq,
-                                      (const double *)k->data + ok, (const double *)v->data + ov, d.Tq, d.Tk, d.D,
-                                      d.Dv, scale, causal, (double *)s, inv);
+                                      (const double *)k->data + ok, (const double *)v->data + ov, d.Tq, d.Tk, d.D, d.Dv,
+                                      scale, causal, (double *)s, inv);
             else
                 attention_forward_f32((float *)o->data + oo, lse + b * d.Tq, (const float *)q->data + oq,
                                       (const float *)k->data + ok, (const float *)v->data + ov, d.Tq, d.Tk, d.D, d.Dv,
@@ -127,7 +127,8 @@ static void attention_backward(tg_ctx *ctx, tg_node *n) {
 
 bool tg_attention_check(tg_ctx *ctx, const char *fn, const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
                         bool causal, double *scale, tg_attn_dims *d) {
-    if (!tg_check_arg(ctx, fn, "q", q) || !tg_check_arg(ctx, fn, "k", k) || !tg_check_arg(ctx, fn, "v", v)) return false;
+    if (!tg_check_arg(ctx, fn, "q", q) || !tg_check_arg(ctx, fn, "k", k) || !tg_check_arg(ctx, fn, "v", v))
+        return false;
     if (!tg_check_same_dtype(ctx, fn, q, k) || !tg_check_same_dtype(ctx, fn, q, v)) return false;
     char sq[TG_SHAPE_STR], sk[TG_SHAPE_STR], sv[TG_SHAPE_STR];
     const int nd = q->ndim;

@@ -78,8 +78,8 @@ static void TG_FN(rope_kernel)(T *restrict y, const T *restrict x, const T *rest
 
 /* The rotation of x (its shape, the sequence axis, the base) applied to in
  * and written (or, backward, added) to out; the table comes from the arena. */
-static void rope_run(tg_ctx *ctx, const char *fn, const tg_tensor *x, int axis, double base, void *out,
-                     const void *in, bool backward) {
+static void rope_run(tg_ctx *ctx, const char *fn, const tg_tensor *x, int axis, double base, void *out, const void *in,
+                     bool backward) {
     const int64_t S = x->shape[axis], D = x->shape[x->ndim - 1];
     int64_t outer = 1, inner = 1;
     for (int d = 0; d < axis; d++) outer *= x->shape[d];

@@ -96,7 +96,9 @@ tg_tensor *tg_tanh(tg_ctx *ctx, tg_tensor *x);
  * tanh_approx: y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), PyTorch's
  * approximate='tanh'. */
 tg_tensor *tg_gelu(tg_ctx *ctx, tg_tensor *x, bool tanh_approx);
-/* SiLU (swish): y = x sigmoid(x) */
+/* SiLU (swish): y = x sigmoid(x). LLaMA's SwiGLU gate silu(a) b is
+ * tg_mul(tg_silu(a), b): a fused form measured no faster (the exp is the
+ * cost, not the extra pass). */
 tg_tensor *tg_silu(tg_ctx *ctx, tg_tensor *x);
 
 /* Reductions (autograd/ops_reduce.c). `axis` may be negative (-1 is the
