@@ -134,9 +134,9 @@ static void check_vs_ref(shape5 s, tg_dtype dt, double scale, double lim, double
 /* The blocks are 64 query rows: shapes below, at and across one block, a
  * partial last block, one query, one key, Tq != Tk, D != Dv. */
 static const shape5 SHAPES[] = {
-    {1, 1, 1, 1, 1, true},    {2, 3, 3, 2, 4, true},     {6, 17, 17, 8, 8, true},  {2, 64, 64, 16, 16, true},
-    {2, 65, 65, 4, 8, true},  {3, 130, 130, 32, 32, true}, {1, 200, 200, 8, 3, true}, {5, 70, 33, 8, 4, false},
-    {2, 1, 150, 8, 8, false}, {2, 150, 1, 8, 8, false},   {4, 64, 64, 16, 16, false}, {1, 129, 257, 5, 7, false},
+    {1, 1, 1, 1, 1, true},    {2, 3, 3, 2, 4, true},       {6, 17, 17, 8, 8, true},    {2, 64, 64, 16, 16, true},
+    {2, 65, 65, 4, 8, true},  {3, 130, 130, 32, 32, true}, {1, 200, 200, 8, 3, true},  {5, 70, 33, 8, 4, false},
+    {2, 1, 150, 8, 8, false}, {2, 150, 1, 8, 8, false},    {4, 64, 64, 16, 16, false}, {1, 129, 257, 5, 7, false},
 };
 
 START_TEST(test_vs_reference_f64) {
@@ -221,7 +221,8 @@ START_TEST(test_closed_forms) {
     for (int d = 0; d < 2; d++) {
         const tg_dtype dt = d ? TG_F64 : TG_F32;
         const int64_t T = 100, D = 4, Dv = 3;
-        tg_tensor *q = tg_test_rand(ctx, dt, TG_SHAPE(2, T, D), -1, 1), *k = tg_test_rand(ctx, dt, TG_SHAPE(2, T, D), -1, 1);
+        tg_tensor *q = tg_test_rand(ctx, dt, TG_SHAPE(2, T, D), -1, 1),
+                  *k = tg_test_rand(ctx, dt, TG_SHAPE(2, T, D), -1, 1);
         tg_tensor *v = tg_test_rand(ctx, dt, TG_SHAPE(2, T, Dv), -1, 1);
         tg_tensor *o = tg_attention(ctx, q, k, v, true, 0);
         for (int64_t b = 0; b < 2; b++)
@@ -261,7 +262,8 @@ static tg_tensor *f_attention(tg_ctx *c, tg_tensor *const *in, void *u) {
 
 START_TEST(test_gradcheck) {
     attn_args causal = {true, 0, 0}, cross = {false, 0.8, 0}, self = {true, 0, 1};
-    tg_tensor *in[3] = {tg_test_smooth_leaf(ctx, TG_SHAPE(1, 2, 5, 3), 1), tg_test_smooth_leaf(ctx, TG_SHAPE(1, 2, 5, 3), 2),
+    tg_tensor *in[3] = {tg_test_smooth_leaf(ctx, TG_SHAPE(1, 2, 5, 3), 1),
+                        tg_test_smooth_leaf(ctx, TG_SHAPE(1, 2, 5, 3), 2),
                         tg_test_smooth_leaf(ctx, TG_SHAPE(1, 2, 5, 4), 3)};
     tg_test_op_gradcheck(ctx, "attention causal", f_attention, &causal, 3, in);
     tg_tensor *in2[3] = {tg_test_smooth_leaf(ctx, TG_SHAPE(2, 4, 3), 4), tg_test_smooth_leaf(ctx, TG_SHAPE(2, 6, 3), 5),
@@ -393,8 +395,9 @@ START_TEST(test_record_and_saved_bytes) {
         const size_t lse = (size_t)(B * H * T) * 8;
         ck_assert_uint_eq(tg_tape_saved_bytes(ctx), lse + (size_t)(B * H * T * (D + D + Dv + Dv)) * es);
         /* the 4-D result has the bits of the same problem as (B*H, T, D) */
-        tg_tensor *o3 = tg_attention(ctx, tg_view(ctx, q, TG_SHAPE(B * H, T, D)), tg_view(ctx, k, TG_SHAPE(B * H, T, D)),
-                                     tg_view(ctx, v, TG_SHAPE(B * H, T, Dv)), true, 0);
+        tg_tensor *o3 =
+            tg_attention(ctx, tg_view(ctx, q, TG_SHAPE(B * H, T, D)), tg_view(ctx, k, TG_SHAPE(B * H, T, D)),
+                         tg_view(ctx, v, TG_SHAPE(B * H, T, Dv)), true, 0);
         tg_test_assert_same_bits("4-D vs 3-D", o, o3);
         tg_ctx_reset(ctx);
         /* only v requires grad: lse, q and k */
@@ -441,8 +444,8 @@ START_TEST(test_errors) {
     tg_test_assert_fails(ctx, tg_attention(ctx, q, NULL, v, true, 0), TG_ERR_NULL, "tg_attention", "'k'", NULL);
     tg_test_assert_fails(ctx, tg_attention(ctx, q, k, NULL, true, 0), TG_ERR_NULL, "tg_attention", "'v'", NULL);
     tg_tensor *k64 = tg_zeros(ctx, TG_F64, TG_SHAPE(2, 3, 5, 4));
-    tg_test_assert_fails(ctx, tg_attention(ctx, q, k64, v, true, 0), TG_ERR_DTYPE, "tg_attention", "float32",
-                         "float64", NULL);
+    tg_test_assert_fails(ctx, tg_attention(ctx, q, k64, v, true, 0), TG_ERR_DTYPE, "tg_attention", "float32", "float64",
+                         NULL);
     tg_tensor *vec = tg_zeros(ctx, TG_F32, TG_SHAPE(4));
     tg_test_assert_fails(ctx, tg_attention(ctx, vec, vec, vec, false, 0), TG_ERR_SHAPE, "tg_attention", "(4,)",
                          "at least 2", NULL);
@@ -453,19 +456,18 @@ START_TEST(test_errors) {
     tg_test_assert_fails(ctx, tg_attention(ctx, q, kh, v, true, 0), TG_ERR_SHAPE, "tg_attention", "(2, 4, 5, 4)",
                          "leading dims", NULL);
     tg_tensor *kd = tg_zeros(ctx, TG_F32, TG_SHAPE(2, 3, 5, 3));
-    tg_test_assert_fails(ctx, tg_attention(ctx, q, kd, v, true, 0), TG_ERR_SHAPE, "tg_attention", "last dim (D)",
-                         NULL);
+    tg_test_assert_fails(ctx, tg_attention(ctx, q, kd, v, true, 0), TG_ERR_SHAPE, "tg_attention", "last dim (D)", NULL);
     tg_tensor *vt = tg_zeros(ctx, TG_F32, TG_SHAPE(2, 3, 7, 6));
-    tg_test_assert_fails(ctx, tg_attention(ctx, q, k, vt, false, 0), TG_ERR_SHAPE, "tg_attention", "(2, 3, 7, 6)",
-                         "Tk", NULL);
+    tg_test_assert_fails(ctx, tg_attention(ctx, q, k, vt, false, 0), TG_ERR_SHAPE, "tg_attention", "(2, 3, 7, 6)", "Tk",
+                         NULL);
     tg_tensor *k7 = tg_zeros(ctx, TG_F32, TG_SHAPE(2, 3, 7, 4));
     ck_assert_ptr_nonnull(tg_attention(ctx, q, k7, vt, false, 0)); /* Tq != Tk is fine without the mask */
-    tg_test_assert_fails(ctx, tg_attention(ctx, q, k7, vt, true, 0), TG_ERR_SHAPE, "tg_attention", "causal",
-                         "Tq == Tk", NULL);
+    tg_test_assert_fails(ctx, tg_attention(ctx, q, k7, vt, true, 0), TG_ERR_SHAPE, "tg_attention", "causal", "Tq == Tk",
+                         NULL);
     tg_tensor *k0 = tg_zeros(ctx, TG_F32, TG_SHAPE(2, 3, 0, 4)), *v0 = tg_zeros(ctx, TG_F32, TG_SHAPE(2, 3, 0, 6));
     tg_test_assert_fails(ctx, tg_attention(ctx, q, k0, v0, false, 0), TG_ERR_SHAPE, "tg_attention", "no keys", NULL);
-    tg_test_assert_fails(ctx, tg_attention(ctx, q, k, v, true, INFINITY), TG_ERR_VALUE, "tg_attention", "scale",
-                         "inf", NULL);
+    tg_test_assert_fails(ctx, tg_attention(ctx, q, k, v, true, INFINITY), TG_ERR_VALUE, "tg_attention", "scale", "inf",
+                         NULL);
     tg_test_assert_fails(ctx, tg_attention(ctx, q, k, v, true, NAN), TG_ERR_VALUE, "tg_attention", "scale", NULL);
     /* the composed twin refuses the same inputs with its own name */
     tg_test_assert_fails(ctx, tg_attention_composed(ctx, q, k7, vt, true, 0), TG_ERR_SHAPE, "tg_attention_composed",
