@@ -1,9 +1,8 @@
 /* tg_matmul: 2-D, batched (3-D and any number of leading dims) and shared
  * right operand; forward against a naive triple loop written here,
  * backward against central finite differences (small shapes) and against
- * the naive formulas da = dc b^T,
- * db = a^T dc (shapes large enough for the GEMM's packed path); thread-count
- * independence; every error path. */
+ * the naive formulas da = dc b^T, db = a^T dc (shapes large enough for
+ * the GEMM's packed path); thread-count independence; every error path. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
