@@ -1,10 +1,12 @@
-/* Fused norms against their composed twins (layers/composed.c): in float64
- * they agree to 1e-12 in the output and in every gradient (dx, dgamma,
- * dbeta), for one and two normalized dims and every option; and the fused
- * op costs one tape record and saves less for backward. The test prints
- * the record counts and saved bytes of both forms (the figures the
- * normalization guide and the benchmarks quote) and asserts fused <
- * composed for each. */
+/* Fused ops against their composed twins: the norms (layers/composed.c)
+ * and attention (layers/attention_composed.c). In float64 they agree to
+ * 1e-12 in the output and in every gradient (dx, dgamma, dbeta; dq, dk,
+ * dv), for every option; and the fused op costs one tape record and saves
+ * less for backward. The test prints the record counts and saved bytes of
+ * both forms (the figures the normalization and attention guides and the
+ * benchmarks quote) and asserts fused < composed for each; for attention
+ * at T = 256 it asserts what the fused form saves beyond its inputs and
+ * output is below 1/8 of the composed form's. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,11 +157,104 @@ START_TEST(test_exact_counts) {
 }
 END_TEST
 
+/* ---- attention ------------------------------------------------------------------ */
+
+/* What one forward + backward of attention gave. */
+typedef struct attn_out {
+    tg_tensor *o, *dq, *dk, *dv;
+    int64_t records;
+    size_t saved;
+} attn_out;
+
+static attn_out run_attention(bool fused, tg_tensor *q, tg_tensor *k, tg_tensor *v, tg_tensor *dO, bool causal,
+                              double scale) {
+    tg_zero_grad(ctx, q), tg_zero_grad(ctx, k), tg_zero_grad(ctx, v);
+    attn_out r = {0};
+    tg_tensor *o =
+        fused ? tg_attention(ctx, q, k, v, causal, scale) : tg_attention_composed(ctx, q, k, v, causal, scale);
+    ck_assert_msg(o != NULL, "%s", tg_error_message(ctx));
+    r.records = tg_tape_size(ctx);
+    r.saved = tg_tape_saved_bytes(ctx);
+    tg_backward_ex(ctx, o, dO, false);
+    ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
+    r.o = tg_copy(ctx, o);
+    r.dq = tg_copy(ctx, q->grad), r.dk = tg_copy(ctx, k->grad), r.dv = tg_copy(ctx, v->grad);
+    return r;
+}
+
+/* Fused and composed attention agree to tol in o, dq, dk, dv; fused is one
+ * record saving fewer bytes. With print, prints both forms' records and
+ * saved bytes, in total and beyond the inputs q, k, v and the output
+ * (what each form adds to keep for backward), and returns the ratio of
+ * the latter (fused / composed). */
+static double compare_attention(tg_dtype dt, int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv,
+                                bool causal, double scale, double tol, bool print) {
+    tg_tensor *q = tg_requires_grad(ctx, tg_test_rand(ctx, dt, TG_SHAPE(B, H, Tq, D), -2, 2));
+    tg_tensor *k = tg_requires_grad(ctx, tg_test_rand(ctx, dt, TG_SHAPE(B, H, Tk, D), -2, 2));
+    tg_tensor *v = tg_requires_grad(ctx, tg_test_rand(ctx, dt, TG_SHAPE(B, H, Tk, Dv), -2, 2));
+    tg_tensor *dO = tg_test_rand(ctx, dt, TG_SHAPE(B, H, Tq, Dv), -1, 1);
+    attn_out f = run_attention(true, q, k, v, dO, causal, scale);
+    attn_out c = run_attention(false, q, k, v, dO, causal, scale);
+    char what[160];
+    snprintf(what, sizeof what, "attention %s B %lld H %lld Tq %lld Tk %lld D %lld Dv %lld %s", tg_dtype_name(dt),
+             (long long)B, (long long)H, (long long)Tq, (long long)Tk, (long long)D, (long long)Dv,
+             causal ? "causal" : "full");
+    tg_test_assert_close_tensors(ctx, "o", f.o, c.o, tol, 0);
+    tg_test_assert_close_tensors(ctx, "dq", f.dq, c.dq, tol, 0);
+    tg_test_assert_close_tensors(ctx, "dk", f.dk, c.dk, tol, 0);
+    tg_test_assert_close_tensors(ctx, "dv", f.dv, c.dv, tol, 0);
+    ck_assert_msg(f.records == 1, "%s: fused made %lld records", what, (long long)f.records);
+    ck_assert_msg(c.records == (causal ? 6 : 5), "%s: composed made %lld records", what, (long long)c.records);
+    ck_assert_msg(f.saved < c.saved, "%s: fused saved %zu bytes, composed %zu", what, f.saved, c.saved);
+    const size_t es = tg_dtype_size(dt);
+    const size_t io = (size_t)(q->numel + k->numel + v->numel + B * H * Tq * Dv) * es; /* q, k, v, o */
+    const size_t inputs = (size_t)(q->numel + k->numel + v->numel) * es;
+    /* the fused form counts q, k, v and o; the composed one q, v and the
+     * transposed copy of k (as big as k), but not its output */
+    const size_t f_extra = f.saved - io, c_extra = c.saved - inputs;
+    if (print)
+        printf("%-60s records fused %d composed %lld | saved bytes fused %9zu composed %9zu (%.2fx) | beyond q, k, "
+               "v, o: fused %7zu composed %9zu (1/%.0f)\n",
+               what, (int)f.records, (long long)c.records, f.saved, c.saved, (double)c.saved / (double)f.saved, f_extra,
+               c_extra, (double)c_extra / (double)f_extra);
+    return (double)f_extra / (double)c_extra;
+}
+
+/* Every option, several blocks of 64 rows, Tq != Tk, float64 to 1e-12. */
+START_TEST(test_attention_agree_float64) {
+    compare_attention(TG_F64, 1, 1, 1, 1, 1, 1, true, 0, 1e-12, false);
+    compare_attention(TG_F64, 2, 3, 17, 17, 8, 5, true, 0, 1e-12, false);
+    compare_attention(TG_F64, 2, 2, 130, 130, 16, 16, true, 0, 1e-12, false);
+    compare_attention(TG_F64, 2, 2, 130, 130, 16, 16, false, 0.3, 1e-12, false);
+    compare_attention(TG_F64, 1, 3, 70, 33, 8, 12, false, 0, 1e-12, false);
+    compare_attention(TG_F64, 1, 2, 1, 100, 8, 8, false, 0, 1e-12, false);
+}
+END_TEST
+
+/* The figures at the benchmark's size (B 4, H 6, T 256, D 64), both
+ * dtypes; float32 agreement to 1e-5. Beyond its inputs and output the
+ * fused op keeps one float64 per query row, the composed form the
+ * (T, T) probabilities twice and the mask: the ratio is O(1/T). */
+START_TEST(test_attention_report) {
+    printf("fused vs composed attention, forward with q, k, v requiring grad:\n");
+    double r64 = compare_attention(TG_F64, 4, 6, 256, 256, 64, 64, true, 0, 1e-12, true);
+    tg_ctx_reset(ctx);
+    double r32 = compare_attention(TG_F32, 4, 6, 256, 256, 64, 64, true, 0, 1e-5, true);
+    tg_ctx_reset(ctx);
+    compare_attention(TG_F32, 4, 6, 256, 256, 64, 64, false, 0, 1e-5, true);
+    tg_ctx_reset(ctx);
+    compare_attention(TG_F32, 2, 4, 1024, 1024, 32, 32, true, 0, 1e-5, true);
+    fflush(stdout);
+    ck_assert_msg(r64 < 1.0 / 8 && r32 < 1.0 / 8, "beyond q, k, v, o: fused / composed = %g (f64), %g (f32)", r64, r32);
+}
+END_TEST
+
 Suite *make_fused_vs_composed_suite(void) {
     Suite *s = suite_create("fused_vs_composed");
-    TCase *tc =
-        tg_test_tcase(s, "fused_vs_composed", setup, teardown, test_report_records_and_bytes, test_exact_counts, NULL);
+    TCase *tc = tg_test_tcase(s, "fused_vs_composed", setup, teardown, test_report_records_and_bytes, test_exact_counts,
+                              test_attention_agree_float64, test_attention_report, NULL);
     tcase_add_loop_test(tc, test_agree_float64, 0, 2); /* 0: RMSNorm, 1: LayerNorm */
+    tcase_set_timeout(tc, 120);
     return s;
 }
 
