@@ -3,10 +3,10 @@
  * a naive float64 reference written here over shapes that cover the
  * blocking (one row, one block, a block and one row, several blocks, one
  * key, Tq != Tk), against central finite differences, closed forms (a
- * causal first row copies v's first row; equal scores average v),
- * thread-count independence to the bit, gradients for any subset of
- * inputs, q = k = v, the default scale, what its one record saves, large
- * scores, and every error. */
+ * causal first row copies v's first row; equal scores average v), the
+ * invariance to a shift of every key, thread-count independence to the
+ * bit, gradients for any subset of inputs, q = k = v, the default scale,
+ * what its one record saves, large scores, and every error. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -241,6 +241,25 @@ START_TEST(test_closed_forms) {
                         ck_assert_double_eq_tol(tg_get(ctx, o, (int64_t[]){b, i, e}), mean, d ? 1e-14 : 1e-6);
                     }
         }
+        tg_ctx_reset(ctx);
+    }
+}
+END_TEST
+
+/* Each row of dS sums to zero over the keys it sees (softmax's gradient
+ * is orthogonal to a shift of its row), so moving every key by the same
+ * vector changes nothing: sum_j dk_j = scale sum_i q_i sum_j dS_ij = 0
+ * for every pair and feature, with or without the mask. */
+START_TEST(test_key_shift_invariance) {
+    for (int causal = 0; causal < 2; causal++) {
+        const int64_t P = 3, T = 90, D = 8;
+        tg_tensor *q, *k, *v;
+        make_qkv((shape5){P, T, T, D, 5, causal}, TG_F64, 2, &q, &k, &v);
+        tg_backward_ex(ctx, tg_attention(ctx, q, k, v, causal, 0), tg_test_rand(ctx, TG_F64, TG_SHAPE(P, T, 5), -1, 1),
+                       false);
+        ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
+        tg_tensor *sum = tg_sum_axis(ctx, k->grad, 1, false); /* (P, D) */
+        for (int64_t i = 0; i < sum->numel; i++) ck_assert_double_eq_tol(tg_get_flat(ctx, sum, i), 0, 1e-13);
         tg_ctx_reset(ctx);
     }
 }
@@ -484,9 +503,9 @@ END_TEST
 Suite *make_ops_attention_suite(void) {
     Suite *s = suite_create("ops_attention");
     TCase *tc = tg_test_tcase(s, "ops_attention", setup, teardown, test_vs_reference_f64, test_vs_reference_f32,
-                              test_large_scores, test_vs_pytorch, test_closed_forms, test_gradcheck,
-                              test_threads_bitwise, test_grad_subsets, test_same_tensor_thrice, test_default_scale,
-                              test_record_and_saved_bytes, test_empty, test_errors, NULL);
+                              test_large_scores, test_vs_pytorch, test_closed_forms, test_key_shift_invariance,
+                              test_gradcheck, test_threads_bitwise, test_grad_subsets, test_same_tensor_thrice,
+                              test_default_scale, test_record_and_saved_bytes, test_empty, test_errors, NULL);
     tcase_set_timeout(tc, 120);
     return s;
 }
