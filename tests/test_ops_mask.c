@@ -151,7 +151,8 @@ START_TEST(test_causal_mask) {
     tg_tensor *mask = tg_triu(ctx, ones, 1);
     tg_tensor *keep = tg_tril(ctx, ones, 0);
     tg_test_assert_same_bits("complement", tg_add(ctx, mask, keep), ones);
-    tg_tensor *p = tg_softmax(ctx, tg_masked_fill(ctx, tg_randn(ctx, TG_F64, TG_SHAPE(2, T, T), 0, 1), mask, -INFINITY));
+    tg_tensor *p =
+        tg_softmax(ctx, tg_masked_fill(ctx, tg_randn(ctx, TG_F64, TG_SHAPE(2, T, T), 0, 1), mask, -INFINITY));
     for (int64_t b = 0; b < 2; b++)
         for (int64_t i = 0; i < T; i++) {
             double sum = 0;

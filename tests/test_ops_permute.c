@@ -96,10 +96,10 @@ START_TEST(test_vs_pytorch) {
     perm_arg a = {{0, 2, 1, 3}}, b = {{3, 1, 0, 2}};
     for (int d = 0; d < 2; d++) {
         const tg_dtype dt = d ? TG_F64 : TG_F32;
-        tg_test_op_vs_fixture(ctx, FX, d ? "permute_0213.f64" : "permute_0213.f32", dt, TG_SHAPE(2, 3, 4, 5),
-                              f_permute, &a, 0);
-        tg_test_op_vs_fixture(ctx, FX, d ? "permute_3102.f64" : "permute_3102.f32", dt, TG_SHAPE(2, 3, 4, 5),
-                              f_permute, &b, 0);
+        tg_test_op_vs_fixture(ctx, FX, d ? "permute_0213.f64" : "permute_0213.f32", dt, TG_SHAPE(2, 3, 4, 5), f_permute,
+                              &a, 0);
+        tg_test_op_vs_fixture(ctx, FX, d ? "permute_3102.f64" : "permute_3102.f32", dt, TG_SHAPE(2, 3, 4, 5), f_permute,
+                              &b, 0);
         tg_ctx_reset(ctx);
     }
 }
@@ -135,8 +135,7 @@ START_TEST(test_heads_round_trip) {
                 for (int64_t d = 0; d < D; d++)
                     ck_assert(tg_get(ctx, heads, (int64_t[]){b, h, t, d}) ==
                               tg_get(ctx, x, (int64_t[]){b, t, h * D + d}));
-    tg_tensor *back =
-        tg_reshape(ctx, tg_permute(ctx, heads, (const int[]){0, 2, 1, 3}), TG_SHAPE(B, T, H * D));
+    tg_tensor *back = tg_reshape(ctx, tg_permute(ctx, heads, (const int[]){0, 2, 1, 3}), TG_SHAPE(B, T, H * D));
     tg_test_assert_same_bits("round trip", back, x);
 }
 END_TEST
@@ -150,8 +149,8 @@ START_TEST(test_errors) {
     tg_test_assert_fails(ctx, tg_permute(ctx, x, (const int[]){-4, 0, 1}), TG_ERR_INDEX, "tg_permute", "-4", NULL);
     tg_test_assert_fails(ctx, tg_permute(ctx, x, NULL), TG_ERR_NULL, "tg_permute", "'perm'", NULL);
     tg_test_assert_fails(ctx, tg_permute(ctx, NULL, (const int[]){0}), TG_ERR_NULL, "tg_permute", "'x'", NULL);
-    tg_test_assert_fails(ctx, tg_transpose_dims(ctx, x, 0, 3), TG_ERR_INDEX, "tg_transpose_dims", "axis 3",
-                         "(2, 3, 4)", NULL);
+    tg_test_assert_fails(ctx, tg_transpose_dims(ctx, x, 0, 3), TG_ERR_INDEX, "tg_transpose_dims", "axis 3", "(2, 3, 4)",
+                         NULL);
     tg_test_assert_fails(ctx, tg_transpose_dims(ctx, x, -4, 1), TG_ERR_INDEX, "tg_transpose_dims", "axis -4", NULL);
     tg_test_assert_fails(ctx, tg_transpose_dims(ctx, NULL, 0, 1), TG_ERR_NULL, "tg_transpose_dims", "'x'", NULL);
     tg_error(ctx, TG_ERR_VALUE, "test", "first");

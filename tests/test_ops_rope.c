@@ -36,8 +36,8 @@ START_TEST(test_vs_llama_code) {
         const double tol = d ? 1e-14 : 2e-6;
         tg_test_op_vs_fixture(ctx, FX, d ? "rope_btd.f64" : "rope_btd.f32", dt, TG_SHAPE(2, 5, 3, 8), f_rope, &btd,
                               tol);
-        tg_test_op_vs_fixture(ctx, FX, d ? "rope_bhtd.f64" : "rope_bhtd.f32", dt, TG_SHAPE(1, 2, 24, 6), f_rope,
-                              &bhtd, tol);
+        tg_test_op_vs_fixture(ctx, FX, d ? "rope_bhtd.f64" : "rope_bhtd.f32", dt, TG_SHAPE(1, 2, 24, 6), f_rope, &bhtd,
+                              tol);
         tg_ctx_reset(ctx);
     }
 }
@@ -69,7 +69,8 @@ END_TEST
  * equal and every row of k equal, score(m, n) = score(m + s, n + s). */
 START_TEST(test_relative_positions) {
     const int64_t T = 12, D = 8;
-    tg_tensor *row_q = tg_randn(ctx, TG_F64, TG_SHAPE(1, D), 0, 1), *row_k = tg_randn(ctx, TG_F64, TG_SHAPE(1, D), 0, 1);
+    tg_tensor *row_q = tg_randn(ctx, TG_F64, TG_SHAPE(1, D), 0, 1),
+              *row_k = tg_randn(ctx, TG_F64, TG_SHAPE(1, D), 0, 1);
     tg_tensor *rq = tg_rope(ctx, tg_matmul(ctx, tg_ones(ctx, TG_F64, TG_SHAPE(T, 1)), row_q), 0, 10000);
     tg_tensor *rk = tg_rope(ctx, tg_matmul(ctx, tg_ones(ctx, TG_F64, TG_SHAPE(T, 1)), row_k), 0, 10000);
     tg_tensor *s = tg_matmul(ctx, rq, tg_transpose(ctx, rk));
