@@ -18,31 +18,28 @@ static tg_ctx *ctx;
 static void setup(void) { ctx = tg_ctx_new(2024); }
 static void teardown(void) { tg_ctx_free(ctx); }
 
-/* What one forward + backward of a case gave. */
+/* What one forward + backward gave. */
 typedef struct run_out {
-    tg_tensor *y, *dx, *dg, *db; /* copies; dg/db NULL when absent */
+    tg_tensor *y, *grad[3]; /* copies: the output, then each input's grad */
     int64_t records;
     size_t saved;
 } run_out;
 
-/* Runs case c on the inputs in[] (x, gamma?, beta?; all require grad) with
- * upstream gradient dy: counts the records and saved bytes of the forward
- * (the tape starts fresh: any earlier tape was consumed by its backward),
- * then back-propagates dy and copies out y and the grads. */
-static run_out run_case(tg_test_norm_case c, tg_tensor **in, int n_in, tg_tensor *dy) {
-    for (int k = 0; k < n_in; k++) tg_zero_grad(ctx, in[k]);
+/* Runs f on in[0 .. n) (all require grad) with upstream gradient dy:
+ * counts the records and saved bytes of the forward (the tape starts
+ * fresh: any earlier tape was consumed by its backward), then
+ * back-propagates dy and copies out y and the grads. */
+static run_out run(tg_gradcheck_fn f, void *user, tg_tensor **in, int n, tg_tensor *dy) {
+    for (int k = 0; k < n; k++) tg_zero_grad(ctx, in[k]);
     run_out o = {0};
-    tg_tensor *y = tg_test_norm_fn(ctx, in, &c);
+    tg_tensor *y = f(ctx, in, user);
     ck_assert_msg(y != NULL, "%s", tg_error_message(ctx));
     o.records = tg_tape_size(ctx);
     o.saved = tg_tape_saved_bytes(ctx);
     tg_backward_ex(ctx, y, dy, false);
     ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
     o.y = tg_copy(ctx, y);
-    o.dx = tg_copy(ctx, in[0]->grad);
-    int k = 1;
-    if (c.affine) o.dg = tg_copy(ctx, in[k++]->grad);
-    if (c.bias) o.db = tg_copy(ctx, in[k++]->grad);
+    for (int k = 0; k < n; k++) o.grad[k] = tg_copy(ctx, in[k]->grad);
     return o;
 }
 
@@ -60,18 +57,19 @@ static void compare(bool layernorm, bool affine, bool bias, tg_dtype dtype, int 
     int n = tg_test_norm_inputs(ctx, &c, dtype, ndim, shape, 2.0, in);
     tg_tensor *dy = tg_test_rand(ctx, dtype, ndim, shape, -1, 1);
 
-    run_out f = run_case(c, in, n, dy);
+    run_out f = run(tg_test_norm_fn, &c, in, n, dy);
     c.op = layernorm ? tg_layernorm_composed : tg_rmsnorm_composed;
-    run_out k = run_case(c, in, n, dy);
+    run_out k = run(tg_test_norm_fn, &c, in, n, dy);
 
     char what[160], s[64];
     tg_shape_str(s, sizeof s, ndim, shape);
     snprintf(what, sizeof what, "%s %s %s norm=%d %s", layernorm ? "layernorm" : "rmsnorm", tg_dtype_name(dtype), s,
              ndim_norm, opt_name(&c));
     tg_test_assert_close_tensors(ctx, "y", f.y, k.y, tol, 0);
-    tg_test_assert_close_tensors(ctx, "dx", f.dx, k.dx, tol, 0);
-    if (affine) tg_test_assert_close_tensors(ctx, "dgamma", f.dg, k.dg, tol, 0);
-    if (bias) tg_test_assert_close_tensors(ctx, "dbeta", f.db, k.db, tol, 0);
+    /* the inputs: x, then gamma (affine), then beta (bias) */
+    tg_test_assert_close_tensors(ctx, "dx", f.grad[0], k.grad[0], tol, 0);
+    if (affine) tg_test_assert_close_tensors(ctx, "dgamma", f.grad[1], k.grad[1], tol, 0);
+    if (bias) tg_test_assert_close_tensors(ctx, "dbeta", f.grad[n - 1], k.grad[n - 1], tol, 0);
     if (print) {
         /* the inputs x and gamma exist anyway; what each form adds on top */
         size_t own = (size_t)(in[0]->numel + (affine ? in[1]->numel : 0)) * tg_dtype_size(dtype);
@@ -159,27 +157,14 @@ END_TEST
 
 /* ---- attention ------------------------------------------------------------------ */
 
-/* What one forward + backward of attention gave. */
-typedef struct attn_out {
-    tg_tensor *o, *dq, *dk, *dv;
-    int64_t records;
-    size_t saved;
-} attn_out;
-
-static attn_out run_attention(bool fused, tg_tensor *q, tg_tensor *k, tg_tensor *v, tg_tensor *dO, bool causal,
-                              double scale) {
-    tg_zero_grad(ctx, q), tg_zero_grad(ctx, k), tg_zero_grad(ctx, v);
-    attn_out r = {0};
-    tg_tensor *o =
-        fused ? tg_attention(ctx, q, k, v, causal, scale) : tg_attention_composed(ctx, q, k, v, causal, scale);
-    ck_assert_msg(o != NULL, "%s", tg_error_message(ctx));
-    r.records = tg_tape_size(ctx);
-    r.saved = tg_tape_saved_bytes(ctx);
-    tg_backward_ex(ctx, o, dO, false);
-    ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
-    r.o = tg_copy(ctx, o);
-    r.dq = tg_copy(ctx, q->grad), r.dk = tg_copy(ctx, k->grad), r.dv = tg_copy(ctx, v->grad);
-    return r;
+/* Attention, fused or composed, as a tg_gradcheck_fn of (q, k, v). */
+typedef struct attn_case {
+    bool fused, causal;
+    double scale;
+} attn_case;
+static tg_tensor *attention_fn(tg_ctx *c, tg_tensor *const *in, void *user) {
+    const attn_case *a = user;
+    return (a->fused ? tg_attention : tg_attention_composed)(c, in[0], in[1], in[2], a->causal, a->scale);
 }
 
 /* Fused and composed attention agree to tol in o, dq, dk, dv; fused is one
@@ -193,16 +178,19 @@ static double compare_attention(tg_dtype dt, int64_t B, int64_t H, int64_t Tq, i
     tg_tensor *k = tg_requires_grad(ctx, tg_test_rand(ctx, dt, TG_SHAPE(B, H, Tk, D), -2, 2));
     tg_tensor *v = tg_requires_grad(ctx, tg_test_rand(ctx, dt, TG_SHAPE(B, H, Tk, Dv), -2, 2));
     tg_tensor *dO = tg_test_rand(ctx, dt, TG_SHAPE(B, H, Tq, Dv), -1, 1);
-    attn_out f = run_attention(true, q, k, v, dO, causal, scale);
-    attn_out c = run_attention(false, q, k, v, dO, causal, scale);
+    tg_tensor *in[3] = {q, k, v};
+    attn_case ac = {true, causal, scale};
+    run_out f = run(attention_fn, &ac, in, 3, dO);
+    ac.fused = false;
+    run_out c = run(attention_fn, &ac, in, 3, dO);
     char what[160];
     snprintf(what, sizeof what, "attention %s B %lld H %lld Tq %lld Tk %lld D %lld Dv %lld %s", tg_dtype_name(dt),
              (long long)B, (long long)H, (long long)Tq, (long long)Tk, (long long)D, (long long)Dv,
              causal ? "causal" : "full");
-    tg_test_assert_close_tensors(ctx, "o", f.o, c.o, tol, 0);
-    tg_test_assert_close_tensors(ctx, "dq", f.dq, c.dq, tol, 0);
-    tg_test_assert_close_tensors(ctx, "dk", f.dk, c.dk, tol, 0);
-    tg_test_assert_close_tensors(ctx, "dv", f.dv, c.dv, tol, 0);
+    tg_test_assert_close_tensors(ctx, "o", f.y, c.y, tol, 0);
+    tg_test_assert_close_tensors(ctx, "dq", f.grad[0], c.grad[0], tol, 0);
+    tg_test_assert_close_tensors(ctx, "dk", f.grad[1], c.grad[1], tol, 0);
+    tg_test_assert_close_tensors(ctx, "dv", f.grad[2], c.grad[2], tol, 0);
     ck_assert_msg(f.records == 1, "%s: fused made %lld records", what, (long long)f.records);
     ck_assert_msg(c.records == (causal ? 6 : 5), "%s: composed made %lld records", what, (long long)c.records);
     ck_assert_msg(f.saved < c.saved, "%s: fused saved %zu bytes, composed %zu", what, f.saved, c.saved);
