@@ -225,15 +225,18 @@ END_TEST
  * (T, T) probabilities twice and the mask: the ratio is O(1/T). */
 START_TEST(test_attention_report) {
     printf("fused vs composed attention, forward with q, k, v requiring grad:\n");
-    double r64 = compare_attention(TG_F64, 4, 6, 256, 256, 64, 64, true, 0, 1e-12, true);
-    tg_ctx_reset(ctx);
     double r32 = compare_attention(TG_F32, 4, 6, 256, 256, 64, 64, true, 0, 1e-5, true);
-    tg_ctx_reset(ctx);
-    compare_attention(TG_F32, 4, 6, 256, 256, 64, 64, false, 0, 1e-5, true);
-    tg_ctx_reset(ctx);
-    compare_attention(TG_F32, 2, 4, 1024, 1024, 32, 32, true, 0, 1e-5, true);
+    ck_assert_msg(r32 < 1.0 / 8, "beyond q, k, v, o: fused / composed = %g (f32)", r32);
+    if (!tg_test_under_valgrind()) { /* the rest would take minutes there */
+        tg_ctx_reset(ctx);
+        double r64 = compare_attention(TG_F64, 4, 6, 256, 256, 64, 64, true, 0, 1e-12, true);
+        ck_assert_msg(r64 < 1.0 / 8, "beyond q, k, v, o: fused / composed = %g (f64)", r64);
+        tg_ctx_reset(ctx);
+        compare_attention(TG_F32, 4, 6, 256, 256, 64, 64, false, 0, 1e-5, true);
+        tg_ctx_reset(ctx);
+        compare_attention(TG_F32, 2, 4, 1024, 1024, 32, 32, true, 0, 1e-5, true);
+    }
     fflush(stdout);
-    ck_assert_msg(r64 < 1.0 / 8 && r32 < 1.0 / 8, "beyond q, k, v, o: fused / composed = %g (f64), %g (f32)", r64, r32);
 }
 END_TEST
 
