@@ -27,12 +27,12 @@
 
 /* Query rows per block (BR): the scratch of a pair is (BR, Tk), one block
  * of scores (two in backward: P and dP), which stays in L2 for Tk in the
- * thousands. Taller blocks make better GEMMs (each
- * block of k is reused over more rows); with the causal mask a block
- * computes the whole square on its diagonal, half of it masked, so
- * shorter blocks waste less. Measured at (B, H, D) = (4, 6, 64), T = 64 ..
- * 1024, one thread: causal 32 is the best or within noise of it (64 costs
- * 10-15% at T <= 128), without the mask 64. */
+ * thousands. Taller blocks make better GEMMs (each block of k is reused
+ * over more rows); with the causal mask a block computes the whole square
+ * on its diagonal, half of it masked, so shorter blocks waste less.
+ * Measured at (B, H) = (4, 6), D = 32 and 64, T = 64 .. 1024, one thread:
+ * with the mask 32 is the best or within noise of it (64 cost 10-15% at
+ * T = 64), without it 64. */
 static int64_t attn_block_rows(bool causal) { return causal ? 32 : 64; }
 
 #define TG_TEMPLATE "autograd/ops_attention.inc"
