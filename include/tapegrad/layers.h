@@ -133,6 +133,13 @@ tg_tensor *tg_layernorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_te
 tg_tensor *tg_rmsnorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm, double eps);
 tg_tensor *tg_layernorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
                                  double eps);
+/* The composed twin of tg_attention (tapegrad/autograd.h), same arguments
+ * and checks: tg_matmul(q, tg_transpose(k)) * scale, tg_masked_fill with
+ * tg_triu(ones, 1) and -inf when causal, tg_softmax, tg_matmul with v.
+ * 5 records (6 causal), keeping the (Tq, Tk) probabilities for backward
+ * where the fused op keeps one log-sum-exp per row. For tests, learners
+ * and benchmarks. */
+tg_tensor *tg_attention_composed(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v, bool causal, double scale);
 
 /* Modules. Every layer struct starts with a tg_module (its member `base`),
  * the generic view used by models, sequentials, summaries and parameter
