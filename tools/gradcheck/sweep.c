@@ -540,7 +540,7 @@ int gct_cmd_sweep(const gct_args *a) {
         snprintf(dat2, sizeof dat2, "%s_inputs.dat", name);
         snprintf(png2, sizeof png2, "%s_inputs.png", name);
         snprintf(gp2, sizeof gp2, "%s/%s_inputs.gp", a->out_dir, name);
-        snprintf(title, sizeof title, "%s  %s: each input's error relative to its gradient", label, spec);
+        snprintf(title, sizeof title, "%s  %s: the error of each input relative to its gradient", label, spec);
         for (char *q = title; *q; q++)
             if (*q == '\'') *q = ' ';
         if (!write_inputs_script(gp2, png2, dat2, title, &d, bi)) {
