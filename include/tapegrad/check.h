@@ -106,9 +106,11 @@ typedef bool (*tg_gradcheck_scale_fn)(tg_tensor *const *inputs, int k, double *s
 #define TG_GRADCHECK_MAX_INPUTS 8
 
 /* The constants of the predicted error (see above), measured on the
- * registry's smooth ops: over `check all` in float32 and float64, seeds
- * 0..99, at steps from 1e-4 to 1e-1, the error of a correct op stays under
- * the prediction (docs/gradcheck.md). */
+ * registry's ops: over `check all` in float32 and float64, full and
+ * directional, seeds 0..9, steps 1e-8..1e-1, 9 of 5589 failing correct
+ * inputs exceed the prediction, by at most 1.09x (the kinked max_axis
+ * aside), and every failure of the seeded bugs exceeds it
+ * (docs/gradcheck.md). */
 #define TG_GRADCHECK_C_ROUND 4.0
 #define TG_GRADCHECK_C_TRUNC 3.0
 

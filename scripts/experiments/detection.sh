@@ -19,16 +19,19 @@ csv=$OUT/detection.csv
 batch() { "$TOOL" check "$@" --seeds "$seeds" --format csv || [ $? -eq 1 ]; }
 # the detection rate of input x over the seeds of one batch (CSV rows)
 rate() { awk -F, 'NR > 1 && $7 == "x" {n++; if ($8 == 0) f++} END {printf "%.4f", n ? f / n : 0}'; }
+# the rows BUG,LABEL,DTYPE,MODE,RATE of one bug and spec in both dtypes and modes
+rates() {
+  for dt in f64 f32; do
+    for mode in full directional; do
+      echo "$1,$3,$dt,$mode,$(batch --inject "$1" --shape "$2" --dtype $dt --mode $mode | rate)"
+    done
+  done
+}
 echo "bug,size,dtype,mode,rate" > "$csv"
 for bug in rmsnorm-scale rmsnorm-proj; do
   for size in 1e-6 2.15e-6 4.64e-6 1e-5 2.15e-5 4.64e-5 1e-4 2.15e-4 4.64e-4 1e-3 2.15e-3 4.64e-3 1e-2 2.15e-2 \
               4.64e-2 1e-1 2.15e-1 4.64e-1 1; do
-    for dt in f64 f32; do
-      for mode in full directional; do
-        r=$(batch --inject $bug --shape "4x8;size=$size" --dtype $dt --mode $mode | rate)
-        echo "$bug,$size,$dt,$mode,$r" >> "$csv"
-      done
-    done
+    rates $bug "4x8;size=$size" $size >> "$csv"
   done
 done
 echo "wrote $csv"
@@ -36,12 +39,7 @@ echo "wrote $csv"
 bugs=$OUT/detection_bugs.csv
 echo "bug,spec,dtype,mode,rate" > "$bugs"
 while read -r bug spec; do
-  for dt in f64 f32; do
-    for mode in full directional; do
-      r=$(batch --inject $bug --shape "$spec" --dtype $dt --mode $mode | rate)
-      echo "$bug,$spec,$dt,$mode,$r" >> "$bugs"
-    done
-  done
+  rates $bug "$spec" "$spec" >> "$bugs"
 done <<'BUGS'
 rmsnorm-sum 4x8
 rmsnorm-no-eps 4x8;eps=0.1
