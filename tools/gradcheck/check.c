@@ -133,6 +133,35 @@ static void print_elements_csv(const gct_target *tg, const elem_list *L, const c
     }
 }
 
+/* The rest of one run's report for a program: in JSON its seeds, the
+ * inputs (--print-inputs), the result or the error, closing the object the
+ * caller opened; in CSV its rows. */
+static void print_run(tg_ctx *ctx, const gct_args *a, gct_target *tg, const tg_gradcheck_result *r, const elem_list *L,
+                      bool ok, uint64_t seed) {
+    if (a->format == GCT_JSON) {
+        printf(",\"input_seed\":%llu,\"probe_seed\":%llu", (unsigned long long)gct_input_seed(a, seed),
+               (unsigned long long)gct_probe_seed(a, seed));
+        if (a->print_inputs) {
+            printf(",\"values\":");
+            gct_json_inputs(stdout, tg);
+        }
+        if (ok) {
+            printf(",\"result\":");
+            tg_gradcheck_write(stdout, r, tg->c.input_names, TG_GRADCHECK_JSON, NULL);
+            if (a->elements) print_elements_json(tg, L);
+        } else {
+            printf(",\"error\":");
+            gct_json_str(stdout, tg_error_message(ctx));
+        }
+        printf("}");
+    } else if (a->format == GCT_CSV && ok) {
+        char prefix[256];
+        gct_csv_prefix(prefix, sizeof prefix, tg, gct_input_seed(a, seed), gct_probe_seed(a, seed));
+        if (a->elements) print_elements_csv(tg, L, prefix);
+        else tg_gradcheck_write(stdout, r, tg->c.input_names, TG_GRADCHECK_CSV, prefix);
+    }
+}
+
 /* ---- one case, one seed -------------------------------------------------------- */
 
 /* Appends the rows of one checked case to the table. Returns the number of
@@ -268,7 +297,7 @@ static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, con
     memset(B, 0, sizeof B);
     gct_target tg;
     elem_list L = {0};
-    bool json = a->format == GCT_JSON, csv = a->format == GCT_CSV, opened = false;
+    bool json = a->format == GCT_JSON, opened = false;
     int64_t n_errors = 0;
     char first_error[512] = "";
     for (int64_t i = 0; i < n; i++) {
@@ -319,29 +348,8 @@ static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, con
         tg_gradcheck_result r;
         bool ok = run_check(ctx, a, &tg, s, &r, &L, T);
         T->runs++;
-        char prefix[256];
-        gct_csv_prefix(prefix, sizeof prefix, &tg, gct_input_seed(a, s), gct_probe_seed(a, s));
-        if (json) {
-            printf("%s\n{\"input_seed\":%llu,\"probe_seed\":%llu,", i ? "," : "",
-                   (unsigned long long)gct_input_seed(a, s), (unsigned long long)gct_probe_seed(a, s));
-            if (a->print_inputs) {
-                printf("\"values\":");
-                gct_json_inputs(stdout, &tg);
-                printf(",");
-            }
-            if (ok) {
-                printf("\"result\":");
-                tg_gradcheck_write(stdout, &r, tg.c.input_names, TG_GRADCHECK_JSON, NULL);
-                if (a->elements) print_elements_json(&tg, &L);
-            } else {
-                printf("\"error\":");
-                gct_json_str(stdout, tg_error_message(ctx));
-            }
-            printf("}");
-        } else if (csv && ok) {
-            if (a->elements) print_elements_csv(&tg, &L, prefix);
-            else tg_gradcheck_write(stdout, &r, tg.c.input_names, TG_GRADCHECK_CSV, prefix);
-        }
+        if (json) printf("%s\n{\"seed\":%llu", i ? "," : "", (unsigned long long)s);
+        print_run(ctx, a, &tg, &r, &L, ok, s);
         if (!ok) {
             if (!n_errors++) snprintf(first_error, sizeof first_error, "%s", tg_error_message(ctx));
             T->failed_runs++;
@@ -521,29 +529,10 @@ static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
         bool ok = run_check(ctx, a, &tg, a->seed, &r, &L, T);
         T->cases++;
         T->runs++;
-        char prefix[256];
-        gct_csv_prefix(prefix, sizeof prefix, &tg, gct_input_seed(a, a->seed), gct_probe_seed(a, a->seed));
         if (a->format == GCT_JSON) {
             json_case_head(&tg, T);
-            printf(",\"input_seed\":%llu,\"probe_seed\":%llu", (unsigned long long)gct_input_seed(a, a->seed),
-                   (unsigned long long)gct_probe_seed(a, a->seed));
-            if (a->print_inputs) {
-                printf(",\"values\":");
-                gct_json_inputs(stdout, &tg);
-            }
-            if (ok) {
-                printf(",\"result\":");
-                tg_gradcheck_write(stdout, &r, tg.c.input_names, TG_GRADCHECK_JSON, NULL);
-                if (a->elements) print_elements_json(&tg, &L);
-            } else {
-                printf(",\"error\":");
-                gct_json_str(stdout, tg_error_message(ctx));
-            }
-            printf("}");
-        } else if (a->format == GCT_CSV && ok) {
-            if (a->elements) print_elements_csv(&tg, &L, prefix);
-            else tg_gradcheck_write(stdout, &r, tg.c.input_names, TG_GRADCHECK_CSV, prefix);
         }
+        print_run(ctx, a, &tg, &r, &L, ok, a->seed);
         if (!ok) {
             if (el < sizeof errors)
                 el += (size_t)snprintf(errors + el, sizeof errors - el, "    ERROR %s: %s\n", tg.c.spec,

@@ -249,13 +249,7 @@ int gct_cmd_jacobian(const gct_args *a) {
                : res.step == TG_GRADCHECK_STEP_ELEMENT ? " x max(|x_i|, floor)"
                                                        : "");
     } else if (json) {
-        printf("{\"tool\":\"tapegrad-gradcheck\",\"command\":\"jacobian\",\"op\":");
-        gct_json_str(stdout, op->name);
-        printf(",\"bug\":");
-        if (bug) gct_json_str(stdout, bug->name);
-        else printf("null");
-        printf(",\"spec\":");
-        gct_json_str(stdout, t.c.spec);
+        gct_json_head("jacobian", op, bug, t.c.spec);
         printf(",\"dtype\":\"%s\",\"result\":", tg_dtype_name(a->dtype));
         tg_gradcheck_write(stdout, &res, t.c.input_names, TG_GRADCHECK_JSON, NULL);
         printf(",\"jacobians\":[");

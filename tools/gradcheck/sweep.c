@@ -311,13 +311,7 @@ int gct_cmd_sweep(const gct_args *a) {
     snprintf(name, sizeof name, "sweep_%s", bug ? bug->name : op->name);
 
     if (a->format == GCT_JSON) {
-        printf("{\"tool\":\"tapegrad-gradcheck\",\"command\":\"sweep\",\"op\":");
-        gct_json_str(stdout, op->name);
-        printf(",\"bug\":");
-        if (bug) gct_json_str(stdout, bug->name);
-        else printf("null");
-        printf(",\"spec\":");
-        gct_json_str(stdout, spec);
+        gct_json_head("sweep", op, bug, spec);
         printf(",\"mode\":\"%s\",\"step\":\"%s\",\"seeds\":[%llu,%llu],\"h\":", tg_gradcheck_mode_name(a->mode),
                step_name, (unsigned long long)gct_first_seed(a),
                (unsigned long long)(gct_first_seed(a) + (uint64_t)d.ns - 1));

@@ -207,6 +207,10 @@ bool gct_parse_values(const char *opt, const char *text, double **values, int64_
 double gct_quantile(double *v, int64_t n, double q);
 /* A JSON string (escaped, quoted). */
 void gct_json_str(FILE *out, const char *s);
+/* Opens a command's JSON document on stdout: {"tool":...,"command":...,
+ * "op":...,"bug":... (null without one),"spec":... -- the caller goes on
+ * with its own fields. */
+void gct_json_head(const char *command, const tg_op_info *op, const gct_bug *bug, const char *spec);
 /* A JSON number (null when not finite). */
 void gct_json_num(FILE *out, double v);
 /* "op,bug,spec,dtype,input_seed,probe_seed," for a CSV row of t (the bug
