@@ -14,7 +14,7 @@ detected when the check fails.
 
 Writes OUT/vs_pytorch.csv, OUT/vs_pytorch.md (the table in the doc) and
 docs/img/vs_pytorch.png. Needs PyTorch (the CI does not run this).
-Usage: /usr/bin/python3 scripts/experiments/vs_pytorch.py
+Usage: python3 scripts/experiments/vs_pytorch.py   (a python3 that has torch)
 Environment: TOOL, OUT (as the shell experiments), SEEDS (default 100).
 """
 import csv
