@@ -107,7 +107,7 @@ tg_tensor *tg_mha_forward(tg_ctx *ctx, tg_mha *layer, tg_tensor *x) {
         k = tg_rope(ctx, k, -2, layer->rope_base);
     }
     tg_tensor *o = tg_attention(ctx, q, k, v, true, 0.0); /* (B,H,T,D), scale 1/sqrt(D) */
-    o = tg_permute(ctx, o, (const int[]){0, 2, 1, 3});   /* (B,T,H,D): heads merged back */
+    o = tg_permute(ctx, o, (const int[]){0, 2, 1, 3});    /* (B,T,H,D): heads merged back */
     o = tg_reshape(ctx, o, 3, (const int64_t[]){B, T, C});
     return o ? tg_linear_forward(ctx, layer->proj, o) : NULL;
 }
@@ -173,13 +173,13 @@ tg_tensor *tg_mlp_forward(tg_ctx *ctx, tg_mlp *layer, tg_tensor *x) {
 /* ---- the pre-norm block ---------------------------------------------------------- */
 
 tg_block_opts tg_block_llama(void) {
-    return (tg_block_opts){.norm = TG_NORM_RMS, .mlp = TG_MLP_SWIGLU, .bias = false, .rope_base = 10000.0,
-                           .dtype = TG_F32};
+    return (tg_block_opts){
+        .norm = TG_NORM_RMS, .mlp = TG_MLP_SWIGLU, .bias = false, .rope_base = 10000.0, .dtype = TG_F32};
 }
 
 tg_block_opts tg_block_gpt2(void) {
-    return (tg_block_opts){.norm = TG_NORM_LAYER, .mlp = TG_MLP_GELU_TANH, .bias = true, .rope_base = 0.0,
-                           .dtype = TG_F32};
+    return (tg_block_opts){
+        .norm = TG_NORM_LAYER, .mlp = TG_MLP_GELU_TANH, .bias = true, .rope_base = 0.0, .dtype = TG_F32};
 }
 
 static size_t block_repr(const tg_module *m, char *buf, size_t size) {
@@ -199,8 +199,8 @@ static const tg_module_ops BLOCK_OPS = {
 static tg_module *block_norm(tg_ctx *ctx, const char *name, int64_t C, const tg_block_opts *o) {
     const int64_t shape[1] = {C};
     if (o->norm == TG_NORM_LAYER)
-        return TG_MODULE(tg_layernorm_new(ctx, name, 1, shape, o->eps > 0 ? o->eps : TG_LAYERNORM_EPS, true, o->bias,
-                                          o->dtype));
+        return TG_MODULE(
+            tg_layernorm_new(ctx, name, 1, shape, o->eps > 0 ? o->eps : TG_LAYERNORM_EPS, true, o->bias, o->dtype));
     return TG_MODULE(
         tg_rmsnorm_new(ctx, name, 1, shape, o->eps > 0 ? o->eps : TG_RMSNORM_EPS, true, o->bias, o->dtype));
 }
@@ -231,8 +231,7 @@ tg_block *tg_block_new(tg_ctx *ctx, const char *name, int64_t n_embd, int64_t n_
 }
 
 tg_tensor *tg_block_forward(tg_ctx *ctx, tg_block *layer, tg_tensor *x) {
-    if (!tg_check_layer(ctx, __func__, layer) ||
-        !check_btc(ctx, __func__, x, layer->attn->n_embd, layer->base.dtype))
+    if (!tg_check_layer(ctx, __func__, layer) || !check_btc(ctx, __func__, x, layer->attn->n_embd, layer->base.dtype))
         return NULL;
     tg_tensor *h = tg_add(ctx, x, tg_mha_forward(ctx, layer->attn, tg_module_forward(ctx, layer->ln_1, x)));
     return tg_add(ctx, h, tg_mlp_forward(ctx, layer->mlp, tg_module_forward(ctx, layer->ln_2, h)));

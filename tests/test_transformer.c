@@ -47,7 +47,7 @@ START_TEST(test_names_and_counts) {
             ck_assert_ptr_nonnull(tg_params_find(&list, "h.0.ln_1.beta"));
             ck_assert_ptr_null(tg_params_find(&list, "lm_head.weight"));
             ck_assert_ptr_null(tg_params_find(&list, "h.0.mlp.gate.weight"));
-        } else { /* LLaMA: 2 RMSNorm gains, no biases, SwiGLU's three matrices */
+        } else {                      /* LLaMA: 2 RMSNorm gains, no biases, SwiGLU's three matrices */
             ck_assert_int_eq(Hd, 32); /* ceil(8 * 8 / 3) = 22, rounded up to 32 */
             per_block = 2 * C + 3 * C * C + C * C + 3 * C * Hd;
             expect = V * C + L * per_block + C + C * V;
@@ -134,9 +134,7 @@ START_TEST(test_grads_gpt2) { check_grads(TG_GPT_GPT2); }
 END_TEST
 
 /* The block's gradient with respect to its input, element by element. */
-static tg_tensor *block_fn(tg_ctx *c, tg_tensor *const *in, void *user) {
-    return tg_block_forward(c, user, in[0]);
-}
+static tg_tensor *block_fn(tg_ctx *c, tg_tensor *const *in, void *user) { return tg_block_forward(c, user, in[0]); }
 
 START_TEST(test_block_input_gradcheck) {
     tg_block_opts o[2] = {tg_block_llama(), tg_block_gpt2()};
@@ -164,8 +162,7 @@ START_TEST(test_causal) {
         idx[3] = 9;
         tg_tensor *l1 = tg_gpt_forward(ctx, g, 1, T, idx);
         ck_assert_msg(l0 && l1, "%s", tg_error_message(ctx));
-        for (int64_t i = 0; i < 3 * c.vocab_size; i++)
-            ck_assert(tg_get_flat(ctx, l0, i) == tg_get_flat(ctx, l1, i));
+        for (int64_t i = 0; i < 3 * c.vocab_size; i++) ck_assert(tg_get_flat(ctx, l0, i) == tg_get_flat(ctx, l1, i));
         double diff = 0;
         for (int64_t i = 3 * c.vocab_size; i < T * c.vocab_size; i++)
             diff += fabs(tg_get_flat(ctx, l0, i) - tg_get_flat(ctx, l1, i));
