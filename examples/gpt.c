@@ -87,7 +87,8 @@ static bool read_text(const char *path, bool strict, text *t, int64_t *dropped) 
             if (is_text(buf[i])) {
                 buf[keep++] = buf[i];
             } else if (strict) {
-                fprintf(stderr, "gpt: %s holds a byte that is not text: 0x%02x at offset %lld (--data needs ASCII: "
+                fprintf(stderr,
+                        "gpt: %s holds a byte that is not text: 0x%02x at offset %lld (--data needs ASCII: "
                         "printable characters, newlines, tabs)\n",
                         path, buf[i], (long long)(offset + (int64_t)i));
                 ok = false;
@@ -121,7 +122,8 @@ static int by_name(const void *a, const void *b) { return strcmp(*(char *const *
 static bool read_fortunes(text *t, int64_t *dropped) {
     DIR *d = opendir(FORTUNES);
     if (!d) {
-        fprintf(stderr, "gpt: cannot open %s: %s (on Debian: apt-get install fortunes, or scripts/deps.sh; or pass "
+        fprintf(stderr,
+                "gpt: cannot open %s: %s (on Debian: apt-get install fortunes, or scripts/deps.sh; or pass "
                 "--data FILE)\n",
                 FORTUNES, strerror(errno));
         return false;
@@ -176,17 +178,18 @@ static void fill_batch(const text *d, int64_t B, int64_t T, const int64_t *start
 }
 
 /* The mean loss over EVAL_BATCHES batches of evenly spaced windows of val
- * (the same every time; draws nothing from the RNG), no grad. */
-static double evaluate(tg_ctx *ctx, tg_gpt *g, const text *val, int64_t B, int64_t T, int64_t *idx, int64_t *tgt) {
+ * (the same every time; draws nothing from the RNG), no grad. Resets the
+ * context after each batch. start: B entries of scratch. */
+static double evaluate(tg_ctx *ctx, tg_gpt *g, const text *val, int64_t B, int64_t T, int64_t *idx, int64_t *tgt,
+                       int64_t *start) {
     const int64_t n = EVAL_BATCHES * B, span = val->n - T - 1;
-    int64_t *start = tg_arena_alloc(ctx, (size_t)B * sizeof *start);
-    if (!start) return NAN;
     bool was = tg_set_grad_enabled(ctx, false);
     double sum = 0;
     for (int64_t e = 0; e < EVAL_BATCHES; e++) {
         for (int64_t b = 0; b < B; b++) start[b] = (e * B + b) * span / n;
         fill_batch(val, B, T, start, idx, tgt);
         sum += tg_get_flat(ctx, tg_gpt_loss(ctx, g, B, T, idx, tgt), 0);
+        tg_ctx_reset(ctx);
     }
     tg_set_grad_enabled(ctx, was);
     return sum / EVAL_BATCHES;
@@ -321,8 +324,7 @@ static bool train(tg_ctx *ctx, const ex_args *args, const run *r, tg_gpt *g, tg_
         ok = ex_log_row(&tlog, (double[]){(double)step, *loss_value});
         tg_progress_update(&progress, step, *loss_value, lr, gnorm);
         if (ok && (step == 1 || step % r->eval_every == 0 || step == args->steps)) {
-            *val_loss = evaluate(ctx, g, val, B, T, idx, tgt);
-            tg_ctx_reset(ctx);
+            *val_loss = evaluate(ctx, g, val, B, T, idx, tgt, starts);
             ok = ex_log_row(&vlog, (double[]){(double)step, *val_loss});
             double sec = now() - t0;
             printf("step %lld: train loss %.4f, val loss %.4f, %.0f tokens/s\n", (long long)step, *loss_value,
@@ -359,7 +361,8 @@ static bool check_flags(const tg_gpt_config *c, const run *r) {
     else if (r->batch < 1) snprintf(msg, sizeof msg, "--batch %lld must be >= 1", (long long)r->batch), bad = msg;
     else if (r->eval_every < 1)
         snprintf(msg, sizeof msg, "--eval-every %lld must be >= 1", (long long)r->eval_every), bad = msg;
-    else if (!(r->temperature > 0)) snprintf(msg, sizeof msg, "--temperature %g must be > 0", r->temperature), bad = msg;
+    else if (!(r->temperature > 0))
+        snprintf(msg, sizeof msg, "--temperature %g must be > 0", r->temperature), bad = msg;
     else if (r->warmup < 0 || r->min_lr < 0 || r->weight_decay < 0 || r->clip < 0)
         snprintf(msg, sizeof msg, "--warmup %g, --min-lr %g, --weight-decay %g, --clip %g must be >= 0", r->warmup,
                  r->min_lr, r->weight_decay, r->clip),

@@ -67,22 +67,49 @@ def rope(x, base=10000.0):
 
 def norm(P, x, name, arch):
     if arch == "gpt2":
-        return F.layer_norm(x, (C,), P[name + ".gamma"], P[name + ".beta"], eps=1e-5)
+        return F.layer_norm(x, x.shape[-1:], P[name + ".gamma"], P[name + ".beta"], eps=1e-5)
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * P[name + ".gamma"]
 
 
-def forward(P, idx, arch):
+def param_shapes(arch, n_layer, n_embd, context, vocab):
+    """The parameters' names and shapes, in tapegrad's order (tg_module_params)."""
+    c = n_embd
+    hidden = 4 * c if arch == "gpt2" else ((8 * c + 2) // 3 + 31) // 32 * 32  # tg_mlp_hidden
+    bias = arch == "gpt2"
+    shapes = [("wte.weight", (vocab, c))]
+    if arch == "gpt2":
+        shapes.append(("wpe.weight", (context, c)))
+    for l in range(n_layer):
+        p = "h.%d." % l
+        ln = [(p + "%s.gamma", (c,))] + ([(p + "%s.beta", (c,))] if bias else [])
+        shapes += [(n % "ln_1", s) for n, s in ln]
+        shapes += [(p + "attn.qkv.weight", (3 * c, c))] + ([(p + "attn.qkv.bias", (3 * c,))] if bias else [])
+        shapes += [(p + "attn.proj.weight", (c, c))] + ([(p + "attn.proj.bias", (c,))] if bias else [])
+        shapes += [(n % "ln_2", s) for n, s in ln]
+        shapes += [(p + "mlp.fc.weight", (hidden, c))] + ([(p + "mlp.fc.bias", (hidden,))] if bias else [])
+        if arch == "llama":
+            shapes.append((p + "mlp.gate.weight", (hidden, c)))
+        shapes += [(p + "mlp.proj.weight", (c, hidden))] + ([(p + "mlp.proj.bias", (c,))] if bias else [])
+    shapes += [("ln_f.gamma", (c,))] + ([("ln_f.beta", (c,))] if bias else [])
+    if arch == "llama":
+        shapes.append(("lm_head.weight", (vocab, c)))
+    return shapes
+
+
+def forward(P, idx, arch, n_layer=L, n_head=H):
+    """logits (B, T, V) for token ids idx (B, T); P: the parameters by name."""
     Bn, Tn = idx.shape
+    C = P["wte.weight"].shape[1]
     x = P["wte.weight"][idx]
     if arch == "gpt2":
         x = x + P["wpe.weight"][:Tn]
-    D = C // H
+    D = C // n_head
     mask = torch.triu(torch.ones(Tn, Tn, dtype=torch.bool), 1)
-    for l in range(L):
+    for l in range(n_layer):
         p = "h.%d." % l
         h = norm(P, x, p + "ln_1", arch)
         qkv = F.linear(h, P[p + "attn.qkv.weight"], P.get(p + "attn.qkv.bias"))
-        q, k, v = (t.reshape(Bn, Tn, H, D).transpose(1, 2) for t in qkv.split(C, dim=2))
+        q, k, v = (t.reshape(Bn, Tn, n_head, D).transpose(1, 2) for t in qkv.split(C, dim=2))
         if arch == "llama":
             q, k = rope(q), rope(k)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
@@ -99,9 +126,18 @@ def forward(P, idx, arch):
     return F.linear(x, P["wte.weight"] if arch == "gpt2" else P["lm_head.weight"])
 
 
-def loss_of(P, idx, tgt, arch):
-    logits = forward(P, idx, arch)
-    return F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1)), logits
+def loss_of(P, idx, tgt, arch, n_layer=L, n_head=H):
+    logits = forward(P, idx, arch, n_layer, n_head)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1)), logits
+
+
+def adamw(P, lr=3e-3, betas=(0.9, 0.99), weight_decay=0.1):
+    """AdamW with tapegrad's weight-decay flags: the weights decay, the
+    gains and biases do not."""
+    decay = [t for n, t in P.items() if n.endswith(".weight")]
+    rest = [t for n, t in P.items() if not n.endswith(".weight")]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}],
+                             lr=lr, betas=betas, eps=1e-8)
 
 
 # ---- the comparison -------------------------------------------------------------------
@@ -130,10 +166,7 @@ def compare(arch, init, tg):
         errs["grads"] = gerr
         # 20 AdamW steps, weight decay on the weights only (tapegrad's flags)
         P2 = {n: init[n].to(dt).clone().requires_grad_(True) for n in names}
-        decay = [P2[n] for n in names if n.endswith(".weight")]
-        rest = [P2[n] for n in names if not n.endswith(".weight")]
-        opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                                lr=3e-3, betas=(0.9, 0.99), eps=1e-8)
+        opt = adamw(P2)
         traj = []
         for s in range(STEPS):
             opt.zero_grad()
@@ -170,6 +203,7 @@ def main():
     ok = True
     for arch in ("llama", "gpt2"):
         init, _ = read_safetensors(os.path.join(d, arch + ".init.safetensors"))
+        assert [(n, tuple(t.shape)) for n, t in init.items() if n != "batches"] == param_shapes(arch, L, C, T, V)
         tg, _ = read_safetensors(os.path.join(d, arch + ".tapegrad.safetensors"))
         names, out = compare(arch, init, tg)
         P, loss, logits, _, _ = out["f64"]
