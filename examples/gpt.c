@@ -9,7 +9,8 @@
  * layers/transformer.c): token ids are bytes 0..127. The text is Debian's
  * fortunes (the files of /usr/share/games/fortunes, about 2.5 MB of English;
  * scripts/deps.sh installs it) or --data FILE, split in 4 KiB chunks of
- * which every tenth is validation and the rest training. Each step trains
+ * which every tenth is validation and the rest training (smaller chunks for
+ * a small file). Each step trains
  * on --batch windows of --context bytes, each starting at a random place
  * drawn from the seeded RNG (so --save / --resume continue bit for bit),
  * with AdamW, a warmup-cosine schedule and gradient clipping.
@@ -146,10 +147,14 @@ static bool read_fortunes(text *t, int64_t *dropped) {
     return ok;
 }
 
-/* Chunk c of CHUNK bytes goes to validation when c % SPLIT == SPLIT - 1. */
+/* Chunk c goes to validation when c % SPLIT == SPLIT - 1. Chunks are
+ * CHUNK bytes, smaller for a text under 4 SPLIT CHUNK bytes, so it still
+ * has at least 4 SPLIT chunks. */
 static bool split_text(const text *all, text *train, text *val) {
-    for (int64_t c = 0; c * CHUNK < all->n; c++) {
-        int64_t at = c * CHUNK, len = all->n - at < CHUNK ? all->n - at : CHUNK;
+    int64_t chunk = all->n / (4 * SPLIT);
+    chunk = chunk > CHUNK ? CHUNK : chunk < 1 ? 1 : chunk;
+    for (int64_t c = 0; c * chunk < all->n; c++) {
+        int64_t at = c * chunk, len = all->n - at < chunk ? all->n - at : chunk;
         if (!text_put(c % SPLIT == SPLIT - 1 ? val : train, all->bytes + at, len)) return false;
     }
     return true;
