@@ -380,7 +380,7 @@ int main(int argc, char **argv) {
     ex_args args = {.steps = 1200, .lr = 2e-3, .seed = 1, .out = "out/gpt", .every = 100};
     tg_gpt_config cfg = tg_gpt_defaults(TG_GPT_LLAMA);
     run r = {.batch = 8,
-             .eval_every = 200,
+             .eval_every = 100,
              .sample = 400,
              .warmup = 50,
              .min_lr = 1e-4,
@@ -401,7 +401,7 @@ int main(int argc, char **argv) {
         {"weight-decay", EX_DBL, &r.weight_decay, "AdamW's decoupled weight decay (default 0.1)", NULL},
         {"clip", EX_DBL, &r.clip, "clip the gradient's norm to this; 0: no clipping (default 1)", NULL},
         {"dtype", EX_STR, &dtype, "parameters' type (default f32)", dtypes},
-        {"eval-every", EX_INT, &r.eval_every, "validation loss every N steps (default 200)", NULL},
+        {"eval-every", EX_INT, &r.eval_every, "validation loss every N steps (default 100)", NULL},
         {"sample", EX_INT, &r.sample, "bytes of text to generate at the end (default 400)", NULL},
         {"temperature", EX_DBL, &r.temperature, "sampling temperature > 0 (default 0.8)", NULL},
         {"data", EX_STR, &data, "an ASCII text file to train on (default: the fortunes)", NULL},
