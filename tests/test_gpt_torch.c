@@ -77,7 +77,8 @@ static tg_gpt *model(tg_gpt_arch arch, tg_dtype dt, tg_params *list) {
     tg_params src = {0};
     tg_module_params(ctx, TG_MODULE(g64), &src);
     tg_module_params(ctx, TG_MODULE(g), list);
-    for (int i = 0; i < list->count; i++) tg_assign(ctx, list->items[i].value, tg_to_dtype(ctx, src.items[i].value, dt));
+    for (int i = 0; i < list->count; i++)
+        tg_assign(ctx, list->items[i].value, tg_to_dtype(ctx, src.items[i].value, dt));
     ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
     tg_params_free(&src);
     tg_module_free(ctx, TG_MODULE(g64));
@@ -193,8 +194,8 @@ static void check(tg_gpt_arch arch, tg_dtype dt) {
     ref = tg_test_fixture(FX, name, &n);
     ck_assert_int_eq(n, STEPS);
     for (int s = 0; s < STEPS; s++)
-        ck_assert_msg(rel(traj[s], ref[s], fabs(ref[s])) <= tol, "%s %s step %d loss %.17g, torch %.17g", an, dn,
-                      s + 1, traj[s], ref[s]);
+        ck_assert_msg(rel(traj[s], ref[s], fabs(ref[s])) <= tol, "%s %s step %d loss %.17g, torch %.17g", an, dn, s + 1,
+                      traj[s], ref[s]);
     ck_assert(traj[STEPS - 1] < traj[0] - 0.1); /* it learns */
     free(ref);
     /* the errors the script measured over every element */
@@ -251,7 +252,8 @@ static void dump(const char *dir, tg_gpt_arch arch) {
         snprintf(name, sizeof name, "%s.logits", dn);
         tg_params_add(ctx, &out, NULL, name, logits, false);
         snprintf(name, sizeof name, "%s.traj", dn);
-        tg_params_add(ctx, &out, NULL, name, tg_persist(ctx, tg_from_buffer(ctx, TG_F64, TG_SHAPE(STEPS), traj)), false);
+        tg_params_add(ctx, &out, NULL, name, tg_persist(ctx, tg_from_buffer(ctx, TG_F64, TG_SHAPE(STEPS), traj)),
+                      false);
         for (int i = 0; i < list.count; i++) {
             snprintf(name, sizeof name, "%s.grad.%s", dn, list.items[i].name);
             tg_params_add(ctx, &out, NULL, name, tg_persist(ctx, tg_copy(ctx, list.items[i].value->grad)), false);
