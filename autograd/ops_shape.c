@@ -350,11 +350,11 @@ tg_tensor *tg_concat(tg_ctx *ctx, int n, tg_tensor *const *xs, int axis) {
         tg_error(ctx, TG_ERR_VALUE, __func__, "n = %d: need at least one tensor", n);
         return NULL;
     }
-    for (int k = 0; k < n; k++)
-        if (!xs[k]) {
-            tg_error(ctx, TG_ERR_NULL, __func__, "argument 'xs[%d]' is NULL", k);
-            return NULL;
-        }
+    for (int k = 0; k < n; k++) {
+        char arg[24];
+        snprintf(arg, sizeof arg, "xs[%d]", k);
+        if (!tg_check_arg(ctx, __func__, arg, xs[k])) return NULL;
+    }
     const tg_tensor *x0 = xs[0];
     int a = norm_axis(ctx, __func__, x0, axis);
     if (a < 0) return NULL;

@@ -49,6 +49,10 @@ void *tg_module_alloc(tg_ctx *ctx, const char *fn, size_t size, const char *kind
         tg_error(ctx, TG_ERR_OOM, fn, "out of memory for a %s layer", kind);
         return NULL;
     }
+    if (!tg_own(ctx, fn, p, TG_OWN_LAYER)) { /* tg_module_free checks it there */
+        tg_heap_free(ctx, p);
+        return NULL;
+    }
     memset(p, 0, size);
     tg_module *m = p; /* the header is the struct's first member */
     m->kind = kind;
@@ -65,8 +69,23 @@ bool tg_check_layer(tg_ctx *ctx, const char *fn, const void *layer) {
     return false;
 }
 
+/* Marks each of m's parameters as m's own, so that tg_tensor_free refuses
+ * them ("... is the parameter 'fc1.weight' of a layer; free the layer"):
+ * the layer frees them itself. */
+static bool own_params(tg_ctx *ctx, tg_module *m) {
+    tg_params list = {0};
+    bool ok = !m->ops_->params || m->ops_->params(ctx, m, m->name, &list);
+    for (int i = 0; ok && i < list.count; i++) {
+        char role[160];
+        snprintf(role, sizeof role, "the parameter '%s' of a layer; free the layer", list.items[i].name);
+        ok = tg_persistent_set_owner(ctx, "tg_module_built", list.items[i].value, m, role);
+    }
+    tg_params_free(&list);
+    return ok;
+}
+
 void *tg_module_built(tg_ctx *ctx, tg_module *m) {
-    if (tg_ok(ctx)) return m;
+    if (tg_ok(ctx) && own_params(ctx, m)) return m;
     tg_module_free(ctx, m);
     return NULL;
 }
@@ -248,9 +267,16 @@ void tg_module_print(FILE *out, const tg_module *m) {
     put(&s, "\n");
 }
 
+/* The registry is asked first (by address: a freed layer is never read),
+ * and while the layer frees its parameters it is ctx->releasing, the one
+ * object tg_tensor_free lets free them. */
 void tg_module_free(tg_ctx *ctx, tg_module *m) {
     if (!ctx || !m) return;
+    if (!tg_disown(ctx, __func__, m, TG_OWN_LAYER)) return;
+    const void *outer = ctx->releasing; /* a module inside another being freed */
+    ctx->releasing = m;
     m->ops_->free(ctx, m);
+    ctx->releasing = outer;
 }
 
 /* ---- tg_model -------------------------------------------------------------------- */

@@ -23,14 +23,26 @@ tg_tensor *tg_requires_grad(tg_ctx *ctx, tg_tensor *t);
  * previous setting. */
 bool tg_set_grad_enabled(tg_ctx *ctx, bool enabled);
 bool tg_grad_enabled(const tg_ctx *ctx);
-/* Zeroes t's grad (if it has one). */
+/* Zeroes t's grad (if it has one): an in-place write to the grad. */
 void tg_zero_grad(tg_ctx *ctx, tg_tensor *t);
 /* A tensor sharing t's data that requires no grad and has no history. */
 tg_tensor *tg_detach(tg_ctx *ctx, tg_tensor *t);
 
 /* Back-propagates from a scalar `loss` (numel 1): walks the tape in reverse
  * and accumulates (+=) gradients into the grad of every leaf that requires
- * grad. The tape is consumed: a second backward is an error. */
+ * grad. The tape is consumed: a second backward is an error.
+ * Before it runs an op's backward it checks that the op's inputs and output
+ * are of this step and were not written in place since the op ran (the
+ * count of tapegrad/tensor.h: tg_fill, tg_assign, tg_set*, an optimizer
+ * step, a checkpoint load...); otherwise, as PyTorch, it stops with
+ * TG_ERR_STATE, e.g.
+ *   tg_backward: input 0 (3,) of 'mul' was modified in place (version 1,
+ *   recorded at 0) after the op used it
+ * (q = sum(x*x), tg_fill(x, 100), backward: dq/dx would be 200 from the new
+ * x). The check is conservative: every input counts, whether or not the
+ * op's backward reads it. Change a tensor before the forward, or change a
+ * tg_copy of it. After such an error, leaves whose gradient the walk had
+ * reached before the op may hold part of this backward (as in PyTorch). */
 void tg_backward(tg_ctx *ctx, tg_tensor *loss);
 /* General form: `grad_out` (same shape as out) seeds the gradient, NULL
  * meaning 1 for a scalar; keep_tape=true keeps the tape for another
