@@ -530,6 +530,21 @@ static row *memory_row(tg_params *params, tg_optim *opt, size_t step_peak, size_
     return q;
 }
 
+/* Times a training step (samples of >= 5 ms: tiny steps), then runs one
+ * more with *measure set so it records its saved bytes and arena peak;
+ * *cap_before and *cap_after are the arena's capacity around that step
+ * (the footprint must not grow after the warm-up). */
+static bn_timing time_training_step(const options *o, void (*step)(void *), void *arg, tg_ctx *ctx, bool *measure,
+                                    size_t *cap_before, size_t *cap_after, const char *what) {
+    bn_timing t = bn_time(step, arg, 4 * o->budget, 5, 5e-3);
+    if (!tg_ok(ctx)) die_ctx(ctx, what);
+    *cap_before = tg_arena_capacity(ctx);
+    *measure = true;
+    step(arg);
+    *cap_after = tg_arena_capacity(ctx);
+    return t;
+}
+
 static void bench_mlp(const options *o, const limits *lim) {
     static const int64_t sizes[2][2] = {{256, 64}, {64, 32}};
     for (int s = 0; s < 2; s++) {
@@ -537,14 +552,8 @@ static void bench_mlp(const options *o, const limits *lim) {
         progress("MLP 784-%lld-%lld-10 batch %lld", (long long)H, (long long)H, (long long)B);
         mlp m;
         mlp_init(&m, o->threads, H, B);
-        bn_timing t = bn_time(mlp_step, &m, 4 * o->budget, 5, 5e-3);
-        if (!tg_ok(m.ctx)) die_ctx(m.ctx, "MLP step");
-        const size_t cap_after_timing = tg_arena_capacity(m.ctx);
-        /* one more step recording the saved bytes; the arena's footprint
-         * must not have grown since the warm-up */
-        m.measure = true;
-        mlp_step(&m);
-        const size_t cap = tg_arena_capacity(m.ctx);
+        size_t cap_after_timing, cap;
+        bn_timing t = time_training_step(o, mlp_step, &m, m.ctx, &m.measure, &cap_after_timing, &cap, "MLP step");
 
         /* the GEMMs' flops: forward, dW and dx of each Linear (2 B in out
          * each), except dx of the first (its input needs no gradient) */
@@ -726,12 +735,8 @@ static void bench_gpt(const options *o, const limits *lim) {
                  (long long)C, (long long)T, (long long)B);
         gpt_arg a;
         gpt_init(&a, o->threads, L, H, C, T, B);
-        bn_timing t = bn_time(gpt_step, &a, 4 * o->budget, 5, 5e-3);
-        if (!tg_ok(a.ctx)) die_ctx(a.ctx, "GPT step");
-        const size_t cap_after_timing = tg_arena_capacity(a.ctx);
-        a.measure = true;
-        gpt_step(&a);
-        const size_t cap = tg_arena_capacity(a.ctx);
+        size_t cap_after_timing, cap;
+        bn_timing t = time_training_step(o, gpt_step, &a, a.ctx, &a.measure, &cap_after_timing, &cap, "GPT step");
         const double flops = gpt_flops(L, C, T, B), gflops = flops / t.median_s * 1e-9;
         row *r = new_row("gpt", "GPT-2 step %s L%lld C%lld T%lld B%lld AdamW", cfg[s].name, (long long)L, (long long)C,
                          (long long)T, (long long)B);

@@ -471,20 +471,12 @@ int main(int argc, char **argv) {
     double loss_value = NAN, val_loss = NAN;
     ok = ok && train(ctx, &args, &r, g, &params, opt, &tr, &val, start, &loss_value, &val_loss);
     if (ok) {
-        char tdat[512], vdat[512], png[512], msg[512];
-        snprintf(tdat, sizeof tdat, "%s/train.dat", args.out);
-        snprintf(vdat, sizeof vdat, "%s/val.dat", args.out);
-        snprintf(png, sizeof png, "%s/loss.png", args.out);
-        tg_plot_series series[2] = {{tdat, 1, 2, "train (one batch)"}, {vdat, 1, 2, "validation"}};
         char title[320];
         snprintf(title, sizeof title, "gpt (%s): cross-entropy per byte", r.config);
-        tg_plot_style style = {.title = title, .xlabel = "step", .ylabel = "loss (nats)"};
-        bool rendered = false, failed = false;
-        tg_status st = tg_plot_overlay(args.out, "loss", &style, series, 2, &rendered, msg, sizeof msg);
-        ex_picture(st, rendered, msg, png, &failed);
+        bool plotted = ex_plot_train_val(&args, title);
         printf("final train loss %.4f, validation loss %.4f (unigram baseline %.4f, uniform %.4f)\n", loss_value,
                val_loss, unigram_loss(&tr, &val), log((double)VOCAB));
-        ok = save(ctx, &args, &r, &part) && !failed;
+        ok = save(ctx, &args, &r, &part) && plotted;
     }
     if (ok && r.sample > 0) {
         printf("sampled text (temperature %g):\n", r.temperature);
