@@ -481,8 +481,8 @@ typedef struct tg_mlp {
     tg_linear *fc, *gate, *proj; /* gate: SwiGLU only, else NULL */
     tg_model children_;
 } tg_mlp;
-/* hidden 0: the kind's default, tg_mlp_hidden. Errors: sizes < 0 (n_embd
- * < 1), an unknown kind. */
+/* hidden 0: the kind's default, tg_mlp_hidden. Errors: n_embd < 1,
+ * hidden < 0, an unknown kind. */
 tg_mlp *tg_mlp_new(tg_ctx *ctx, const char *name, int64_t n_embd, int64_t hidden, tg_mlp_kind kind, bool bias,
                    tg_dtype dtype);
 /* The default hidden size: 4C for GELU (GPT-2); for SwiGLU LLaMA's 2/3 of
