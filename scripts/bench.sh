@@ -10,14 +10,16 @@
 # Usage: scripts/bench.sh [MAKE_BUILD_DIR] [BENCH_ARGS...]
 #   MAKE_BUILD_DIR  the folder `make` builds in (ignored: the benchmark needs
 #                   a Release build, made in build-release/)
-#   BENCH_ARGS      passed to bench_vs_pytorch, e.g. --threads 2, --budget 1,
-#                   --only norm, --no-torch (see bench/vs_pytorch.c)
-# Environment: BENCH_THREADS (default 1), BENCH_JSON (default
-#   out/bench/bench.json), BENCH_BUILD (default build-release), BENCH_ARGS.
+#   BENCH_ARGS      passed to bench_vs_pytorch, e.g. --budget 1, --only norm,
+#                   --no-torch, --contend (see bench/vs_pytorch.c)
+# Environment: BENCH_THREADS (default 1: the thread count of ours, PyTorch's
+#   and OpenBLAS's; BENCH_THREADS=2 make bench prints the same rows with 2),
+#   BENCH_JSON (default out/bench/bench.json), BENCH_BUILD (default
+#   build-release), BENCH_ARGS.
 #
 # OpenBLAS and PyTorch run with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset
-# (both together), so OpenBLAS picks its own AVX-512 kernels and cache sizes:
-# the fair case.
+# (both together), so OpenBLAS picks its own kernels and cache sizes (the
+# header names the core it chose): the fair case.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
