@@ -22,9 +22,7 @@
 #elif defined(__SSE2__)
 #include <emmintrin.h>
 #endif
-#ifdef TG_HAVE_OPENMP
-#include <omp.h>
-#endif
+#include "tensor/parallel.h"
 
 /* ---- helpers shared by both dtypes ------------------------------------ */
 
@@ -88,7 +86,6 @@ static int gemm_threads(int64_t M, int64_t N, int64_t K, int threads) {
  * most this many bytes (at least one NR panel wide). */
 #define GEMM_LAZY_B_BYTES ((size_t)16 << 20)
 
-#ifdef TG_HAVE_OPENMP
 /* Task grid for nt threads over mt row tiles x np column panels: about 8
  * tasks per thread, chunks of at least 4 tiles / 4 panels where possible.
  * (The grid changes who computes what, never the bits.) */
@@ -106,7 +103,6 @@ static void gemm_tasks(int64_t mt, int64_t np, int nt, int64_t *nrc, int64_t *nc
     *nrc = r;
     *ncc = c;
 }
-#endif
 
 /* How long a thread waits for a B panel another thread is packing before
  * it packs a private copy instead: packing one panel takes a few
@@ -118,14 +114,6 @@ static inline void gemm_pause(void) {
     _mm_pause();
 #endif
 }
-
-#ifdef TG_HAVE_OPENMP
-static void gemm_barrier(int nt) {
-    if (nt > 1) {
-#pragma omp barrier
-    }
-}
-#endif
 
 /* ---- in-register transposes and partial loads/stores for packing ---- */
 
