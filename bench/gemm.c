@@ -23,7 +23,10 @@
  *          run instead of the median), --no-blas (skip OpenBLAS), --cpu
  *          (process CPU time, not wall time: for 1-thread tuning on a busy
  *          machine; with more threads it adds up all threads' time),
- *          --threads 1,2 (thread counts), --shape M,K,N (only this shape). */
+ *          --threads 1,2 (thread counts), --shape M,K,N (only this shape),
+ *          --contend (a process spins on the last CPU of our affinity mask
+ *          the whole run: how the thread counts fare when a core is taken;
+ *          the GEMM's threading threshold is tuned from these figures). */
 #define _POSIX_C_SOURCE 200809L
 #include "bench/common/bench.h"
 #include "tensor/gemm.h"
@@ -173,7 +176,7 @@ int main(int argc, char **argv) {
     int reps = 9;
     int threads[8] = {1, 2}, nthr = 2;
     long long shape[3] = {0, 0, 0};
-    bool no_blas = false;
+    bool no_blas = false, contend = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--f64")) {
             f64 = true;
@@ -183,6 +186,8 @@ int main(int argc, char **argv) {
             use_cpu_time = true;
         } else if (!strcmp(argv[i], "--no-blas")) {
             no_blas = true;
+        } else if (!strcmp(argv[i], "--contend")) {
+            contend = true;
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
             reps = atoi(argv[++i]);
             if (reps < 1) reps = 1;
@@ -198,10 +203,11 @@ int main(int argc, char **argv) {
                 return 2;
             }
         } else {
-            fprintf(stderr,
-                    "usage: %s [--f64] [--reps N] [--min] [--cpu] [--no-blas] [--threads 1,2] [--shape M,K,N]\n"
-                    "  run as: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE %s\n",
-                    argv[0], argv[0]);
+            fprintf(
+                stderr,
+                "usage: %s [--f64] [--reps N] [--min] [--cpu] [--no-blas] [--threads 1,2] [--shape M,K,N] [--contend]\n"
+                "  run as: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE %s\n",
+                argv[0], argv[0]);
             return 2;
         }
     }
@@ -218,12 +224,15 @@ int main(int argc, char **argv) {
     printf("\n%s of %d runs; GFLOP/s = 2*M*N*K / time; ratio = ours / OpenBLAS\n", use_min ? "best" : "median", reps);
 
     printf("load average before: %.2f\n", bn_loadavg());
+    const int spinner = contend ? bn_spinner_start(bn_last_cpu()) : -1;
+    if (contend) printf("--contend: a process spins on CPU %d the whole run\n", bn_last_cpu());
     if (shape[0]) {
         bench_shape(shape[0], shape[1], shape[2], f64, threads, nthr, reps);
     } else {
         static const int64_t shapes[3][3] = {{512, 512, 512}, {64, 784, 256}, {4096, 768, 3072}};
         for (int s = 0; s < 3; s++) bench_shape(shapes[s][0], shapes[s][1], shapes[s][2], f64, threads, nthr, reps);
     }
+    bn_spinner_stop(spinner);
     printf("\nload average after: %.2f\n", bn_loadavg());
     bn_blas_close(&blas);
     return 0;
