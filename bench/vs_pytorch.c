@@ -28,6 +28,12 @@
  *     cross-entropy, Adam lr 1e-3: H=256 batch 64 and H=64 batch 32, in
  *     steps/s; and its peak memory (arena capacity + parameters, grads and
  *     optimizer state) against params + grads + state + saved activations.
+ *   Attention forward+backward, causal, (B,H,T,D) = (4,6,256,64): the fused
+ *     tg_attention and its composed twin tg_attention_composed, against
+ *     PyTorch's F._scaled_dot_product_attention (1.13's, is_causal) and the
+ *     same composed formula; GFLOP/s counts the 6 products of attention's
+ *     math (2 forward, 4 backward) on the causal half, 6 T^2 D per pair;
+ *     and what each form saves for backward (tg_tape_saved_bytes).
  *   Tiny op: c = a + b of 1-element tensors, backward, tg_ctx_reset.
  * The rows are the same with any --threads; the targets hold for each.
  *
@@ -89,7 +95,7 @@ typedef struct options {
     bool torch, blas;
     const char *python, *torch_script;
     bool warm_malloc; /* PyTorch with glibc's trimming off (see notes) */
-    const char *only; /* run one group: norm, linear, scaling, mlp, tiny */
+    const char *only; /* run one group: norm, linear, scaling, mlp, attention, tiny */
     int clock;        /* 0 auto, 1 wall, 2 cpu */
     int torch_wait;   /* WAIT_*: the PyTorch servers' OpenMP wait policy */
     bool contend;     /* 1 vs 2 threads with a spinning process on one CPU */
@@ -109,7 +115,7 @@ static double fma32_for(const limits *lim, int threads) { return lim->fma[thread
 /* One row of the table. NaN means "not measured / not applicable". */
 typedef struct row {
     char name[48];
-    char group[12]; /* norm, linear, scaling, mlp, memory, tiny, contend */
+    char group[12]; /* norm, linear, scaling, mlp, memory, attention, tiny, contend */
     double ours_s;  /* our median seconds per call */
     double rate;    /* in `unit` */
     char unit[12];
@@ -736,6 +742,82 @@ static void bench_mlp(const options *o, const limits *lim) {
     }
 }
 
+/* ---- attention ------------------------------------------------------------ */
+
+typedef struct attn_arg {
+    tg_ctx *ctx;
+    tg_tensor *q, *k, *v, *dO;
+    bool fused;
+    size_t saved; /* tg_tape_saved_bytes after the forward */
+} attn_arg;
+
+/* o = attention(q, k, v) causal; backward from dO into q, k, v's grads. */
+static void attn_step(void *p) {
+    attn_arg *a = p;
+    tg_tensor *o = a->fused ? tg_attention(a->ctx, a->q, a->k, a->v, true, 0)
+                            : tg_attention_composed(a->ctx, a->q, a->k, a->v, true, 0);
+    a->saved = tg_tape_saved_bytes(a->ctx);
+    tg_backward_ex(a->ctx, o, a->dO, false);
+    tg_ctx_reset(a->ctx);
+}
+
+static const int64_t attn_shape[4] = {4, 6, 256, 64}; /* B, H, T, D */
+
+/* q, k, v (B,H,T,D) normal with std 1, requiring grad, and dO. */
+static attn_arg attn_setup(bool fused) {
+    const int64_t B = attn_shape[0], H = attn_shape[1], T = attn_shape[2], D = attn_shape[3];
+    tg_ctx *ctx = tg_ctx_new(5);
+    attn_arg a = {ctx, NULL, NULL, NULL, NULL, fused, 0};
+    a.q = tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(B, H, T, D), 0, 1));
+    a.k = tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(B, H, T, D), 0, 1));
+    a.v = tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(B, H, T, D), 0, 1));
+    a.dO = prand(ctx, TG_F32, TG_SHAPE(B, H, T, D), 0, 1);
+    return a;
+}
+
+static void bench_attention(const options *o, const limits *lim) {
+    const int64_t B = attn_shape[0], H = attn_shape[1], T = attn_shape[2], D = attn_shape[3];
+    double ours[2];
+    size_t saved[2];
+    row *rs[2];
+    for (int f = 1; f >= 0; f--) {
+        const char *form = f ? "fused" : "composed";
+        progress("attention %s %lldx%lldx%lldx%lld", form, (long long)B, (long long)H, (long long)T, (long long)D);
+        attn_arg a = attn_setup(f == 1);
+        tg_ctx *ctx = a.ctx;
+        row *r = rs[f] = new_row("attention", "attention %s f32 %lldx%lldx%lldx%lld causal", form, (long long)B,
+                                 (long long)H, (long long)T, (long long)D);
+        bn_timing t = time_ours(r, ctx, o->threads, attn_step, &a, o->budget, 5, 2e-3);
+        if (!tg_ok(ctx)) die_ctx(ctx, "attention");
+        tg_ctx_free(ctx);
+        const double flops = 6.0 * (double)(B * H) * (double)(T * T) * (double)D;
+        ours[f] = r->ours_s = t.median_s;
+        saved[f] = a.saved;
+        r->rate = flops / t.median_s * 1e-9;
+        snprintf(r->unit, sizeof r->unit, "GFLOP/s");
+        r->frac = r->rate / fma32_for(lim, o->threads);
+        snprintf(r->limit_name, sizeof r->limit_name, "FMA f32");
+        torch_time(r, "attn %s %lld %lld %lld %lld", f ? "sdpa" : "composed", (long long)B, (long long)H, (long long)T,
+                   (long long)D);
+    }
+    /* what each form keeps for backward: the tape's count (lse plus q, k, v
+     * and o kept by pointer, against kT, q, the mask, P twice and v), and
+     * the part beyond q, k, v (and the fused op's o): O(T) vs O(T^2) */
+    const size_t io = (size_t)(4 * B * H * T * D) * 4, in = (size_t)(3 * B * H * T * D) * 4;
+    snprintf(rs[1]->extra, sizeof rs[1]->extra,
+             "%.2fx the composed twin's speed; saves %.2f MiB vs %.2f MiB (%.2fx); beyond q, k, v, o: %.0f KiB vs "
+             "%.2f MiB (1/%.0f)",
+             ours[0] / ours[1], (double)saved[1] / (1 << 20), (double)saved[0] / (1 << 20),
+             (double)saved[1] / (double)saved[0], (double)(saved[1] - io) / 1024, (double)(saved[0] - in) / (1 << 20),
+             (double)(saved[0] - in) / (double)(saved[1] - io));
+    snprintf(rs[0]->extra, sizeof rs[0]->extra, "transpose, matmul, mul_scalar, masked_fill, softmax, matmul");
+    add_target(rs[1], "fused attention fwd+bwd vs its composed twin", ours[0] / ours[1], 2.0, true, "x");
+    add_target(rs[1], "fused attention saved bytes / composed's", (double)saved[1] / (double)saved[0], 0.125, false,
+               "x");
+    add_target(rs[1], "fused attention saved beyond q,k,v,o / composed's",
+               (double)(saved[1] - io) / (double)(saved[0] - in), 0.125, false, "x");
+}
+
 /* ---- tiny op ------------------------------------------------------------- */
 
 typedef struct tiny_arg {
@@ -855,6 +937,14 @@ static void run_contend(const options *o, int nt) {
             mlp_free(&m);
         }
     }
+    if (!o->only || !strcmp(o->only, "attention")) {
+        for (int f = 1; f >= 0; f--) {
+            attn_arg a = attn_setup(f == 1);
+            snprintf(name, sizeof name, "attention %s f32 4x6x256x64 causal", f ? "fused" : "composed");
+            contend_row(o, name, a.ctx, attn_step, &a, nt);
+            tg_ctx_free(a.ctx);
+        }
+    }
     if (!o->only || !strcmp(o->only, "tiny")) {
         tiny_arg a = tiny_setup();
         contend_row(o, "tiny op: add 1-elem + backward + reset", a.ctx, tiny_step, &a, nt);
@@ -970,6 +1060,11 @@ static void print_summary(FILE *out, const options *o) {
                     busy);
         else if (!strcmp(r->group, "contend"))
             fprintf(out, "see the row's samples above (%s, beside the spinner).\n", busy);
+        else if (!strcmp(r->group, "attention") && strstr(t->what, "saved bytes"))
+            fprintf(out, "the tape counts the inputs and output a record keeps by pointer: the fused op's q, k, v, o "
+                         "(4 T D per pair) against the composed form's q, k^T, v and P twice (3 T D + 2 T^2), so the "
+                         "total falls below 1/8 only from T of about 15 D; beyond q, k, v, o it is one double per "
+                         "row against T^2 (the next target, and docs/attention-gradients.md).\n");
         else fprintf(out, "see the row's numbers above (%s).\n", busy);
     }
 }
@@ -1149,7 +1244,7 @@ static void usage(const char *argv0) {
             "usage: %s [--threads N] [--json FILE] [--budget SECONDS] [--no-torch] [--no-blas]\n"
             "          [--python PATH] [--torch-script PATH] [--torch-malloc warm|default]\n"
             "          [--clock auto|wall|cpu] [--torch-wait default|passive|both]\n"
-            "          [--only norm|linear|scaling|mlp|tiny] [--contend]\n"
+            "          [--only norm|linear|scaling|mlp|attention|tiny] [--contend]\n"
             "fair OpenBLAS/PyTorch case: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE %s ...\n",
             argv0, argv0);
 }
@@ -1301,6 +1396,7 @@ int main(int argc, char **argv) {
         if (run_group(&o, "linear")) bench_linear(&o, &lim, &blas);
         if (run_group(&o, "scaling")) bench_scaling(&o, &lim);
         if (run_group(&o, "mlp")) bench_mlp(&o, &lim);
+        if (run_group(&o, "attention")) bench_attention(&o, &lim);
         if (run_group(&o, "tiny")) bench_tiny(&o);
     }
     meter m1 = meter_now();
