@@ -1069,7 +1069,12 @@ static void print_summary(FILE *out, const options *o) {
     }
 }
 
+/* s as a JSON string; NULL (a limit --contend does not measure) as null */
 static void json_str(FILE *f, const char *s) {
+    if (!s) {
+        fputs("null", f);
+        return;
+    }
     fputc('"', f);
     for (; *s; s++) {
         if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
