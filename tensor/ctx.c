@@ -131,20 +131,24 @@ void tg_ctx_reset(tg_ctx *ctx) {
     ctx->epoch++;
     /* What the step handed out becomes unaddressable for ASan. */
     for (tg_chunk *c = ctx->chunks; c; c = c->next) TG_POISON(c->base, c->used);
-    /* Coalesce a multi-chunk arena into one chunk of the same capacity (in
-     * checked builds, at least the quarantined step's: they alternate
-     * between two such chunks), so the next step bumps through one block.
-     * If that allocation fails we simply keep the old chunks. (An empty
-     * arena is left empty: the step allocates what it needs, reporting
-     * failures.) */
-    bool small = false;
+    /* Coalesce a multi-chunk arena into one chunk, so the next step bumps
+     * through one block: of the same capacity, or in checked builds of
+     * the most one step has used, rounded up to a power of two (the live chunks and the quarantined ones
+     * then alternate, each big enough for a step; sizing it from the live
+     * chunks instead would let the two lists grow into each other without
+     * bound when steps of very different sizes alternate). If that
+     * allocation fails we simply keep the old chunks. (An empty arena is
+     * left empty: the step allocates what it needs, reporting failures.) */
+    size_t want = ctx->arena_capacity;
+    bool merge = ctx->chunks && ctx->chunks->next;
 #ifdef TG_CHECKED
+    if (ctx->arena_used > ctx->step_high) ctx->step_high = ctx->arena_used;
     quarantine_step(ctx);
-    small = ctx->arena_capacity - ctx->quarantined < ctx->quarantined;
+    want = TG_ARENA_CHUNK; /* a power of two: geometric growth, few reallocations */
+    while (want < ctx->step_high && want <= SIZE_MAX / 2) want *= 2;
+    merge = ctx->chunks && (ctx->chunks->next || ctx->arena_capacity - ctx->quarantined < want);
 #endif
-    if (ctx->chunks && (ctx->chunks->next || small)) {
-        size_t live = ctx->arena_capacity - ctx->quarantined;
-        size_t want = live > ctx->quarantined ? live : ctx->quarantined;
+    if (merge) {
         tg_chunk *one = new_chunk(ctx, want);
         if (one) {
             free_chunks(ctx, ctx->chunks);

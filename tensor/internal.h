@@ -82,6 +82,7 @@ struct tg_ctx {
     size_t arena_capacity; /* sum of chunk sizes, quarantined ones included */
     size_t arena_used;     /* bytes handed out since the last reset */
     size_t quarantined;    /* sum of the quarantined chunks' sizes */
+    size_t step_high;      /* checked builds: the most bytes one step has used */
 
     /* RNG (Philox4x32-10, see tapegrad.h) */
     uint64_t seed;

@@ -225,6 +225,25 @@ START_TEST(test_arena_alignment_and_reset) {
 }
 END_TEST
 
+/* Steps of very different sizes alternating (a big step, a tiny one, an
+ * empty one, a big one: what a loop of micro-batches and evaluations does) keep the
+ * footprint within a few of the biggest step: in checked builds the live
+ * and quarantined chunks must not grow into each other (they once doubled
+ * at every such cycle, to 32 GiB under ASan). */
+START_TEST(test_arena_footprint_bounded_when_steps_vary) {
+    const size_t big = (size_t)26 << 20;
+    for (int step = 0; step < 200; step++) {
+        const size_t bytes = step % 4 == 1 ? 100 : step % 4 == 2 ? 0 : big;
+        for (size_t done = 0; done < bytes; done += (size_t)3 << 20)
+            ck_assert_ptr_nonnull(
+                tg_arena_alloc(ctx, bytes - done < ((size_t)3 << 20) ? bytes - done : (size_t)3 << 20));
+        tg_ctx_reset(ctx);
+        ck_assert_uint_le(tg_arena_capacity(ctx), 4 * big);
+    }
+    ck_assert(tg_ok(ctx));
+}
+END_TEST
+
 /* 10,000 allocate/reset cycles of a varying, multi-chunk step: after the
  * first steps the footprint stays flat and the allocator is not called. */
 START_TEST(test_arena_footprint_flat) {
@@ -293,7 +312,8 @@ Suite *make_context_suite(void) {
                   test_error_message_names_values, test_abort_on_error_env, NULL);
     TCase *tc = tg_test_tcase(s, "memory", setup, teardown, test_allocation_failure_is_an_error,
                               test_custom_allocator_used, test_arena_alignment_and_reset, test_arena_footprint_flat,
-                              test_persistent_survives_reset, test_params_list, NULL);
+                              test_arena_footprint_bounded_when_steps_vary, test_persistent_survives_reset,
+                              test_params_list, NULL);
     tcase_set_timeout(tc, 120);
     return s;
 }
