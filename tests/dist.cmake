@@ -1,0 +1,22 @@
+# tapegrad::dist under ctest. test_dist (a Check suite, tests/test_dist.c)
+# runs as one process in every build; with TG_MPI it also runs under
+# mpirun with 2, 3 and 4 processes.
+target_link_libraries(test_dist PRIVATE tapegrad_dist)
+
+# mpirun as root (CI containers), oversubscribed (4 processes on 2 cores),
+# quiet, and under the sanitizers: MPI's own allocations that it never
+# frees are not ours (tests/dist/lsan.supp; its plugins stay loaded so the
+# suppressions can name them).
+set(TG_MPI_TEST_ENV
+  "OMPI_ALLOW_RUN_AS_ROOT=set:1" "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=set:1"
+  "OMPI_MCA_rmaps_base_oversubscribe=set:1" "OMPI_MCA_mca_base_component_disable_dlclose=set:1"
+  "LSAN_OPTIONS=set:suppressions=${CMAKE_CURRENT_SOURCE_DIR}/tests/dist/lsan.supp:fast_unwind_on_malloc=0:print_suppressions=0")
+
+if(TG_MPI)
+  foreach(_np 2 3 4)
+    add_test(NAME test_dist_np${_np}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${_np} $<TARGET_FILE:test_dist>)
+    set_tests_properties(test_dist_np${_np} PROPERTIES TIMEOUT 900 RESOURCE_LOCK mpi
+      ENVIRONMENT_MODIFICATION "${TG_TEST_ENV};${TG_MPI_TEST_ENV}")
+  endforeach()
+endif()
