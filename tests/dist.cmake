@@ -1,10 +1,14 @@
 # tapegrad::dist under ctest. test_dist (a Check suite, tests/test_dist.c)
 # runs as one process in every build; with TG_MPI it also runs under
-# mpirun with 2, 3 and 4 processes.
+# mpirun with 2, 3 and 4 processes, and tests/dist/check.sh runs spiral
+# across processes: bitwise equality with one process accumulating
+# micro-batches, resuming with the same or another process count, a rank
+# that fails, the README's recipe. Without TG_MPI, check.sh checks what
+# one process can: --micro, and the refusal of an mpirun start.
 target_link_libraries(test_dist PRIVATE tapegrad_dist)
 
 # mpirun as root (CI containers), oversubscribed (4 processes on 2 cores),
-# quiet, and under the sanitizers: MPI's own allocations that it never
+# and under the sanitizers: MPI's own allocations that it never
 # frees are not ours (tests/dist/lsan.supp; its plugins stay loaded so the
 # suppressions can name them).
 set(TG_MPI_TEST_ENV
@@ -12,6 +16,7 @@ set(TG_MPI_TEST_ENV
   "OMPI_MCA_rmaps_base_oversubscribe=set:1" "OMPI_MCA_mca_base_component_disable_dlclose=set:1"
   "LSAN_OPTIONS=set:suppressions=${CMAKE_CURRENT_SOURCE_DIR}/tests/dist/lsan.supp:fast_unwind_on_malloc=0:print_suppressions=0")
 
+set(TG_DIST_CASES micro no_mpi)
 if(TG_MPI)
   foreach(_np 2 3 4)
     add_test(NAME test_dist_np${_np}
@@ -19,4 +24,11 @@ if(TG_MPI)
     set_tests_properties(test_dist_np${_np} PROPERTIES TIMEOUT 900 RESOURCE_LOCK mpi
       ENVIRONMENT_MODIFICATION "${TG_TEST_ENV};${TG_MPI_TEST_ENV}")
   endforeach()
+  set(TG_DIST_CASES micro bitwise resume failing_rank flags_differ rank0_output readme_mpi)
 endif()
+foreach(_case IN LISTS TG_DIST_CASES)
+  add_test(NAME dist_${_case}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/dist/check.sh ${CMAKE_BINARY_DIR} ${_case})
+  set_tests_properties(dist_${_case} PROPERTIES TIMEOUT 900 RESOURCE_LOCK mpi
+    ENVIRONMENT_MODIFICATION "${TG_TEST_ENV};${TG_MPI_TEST_ENV}")
+endforeach()
