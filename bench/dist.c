@@ -9,7 +9,8 @@
  *                                          grads summed by the all-reduce
  *
  * and, for the 2-process run, the time spent in tg_dist_allreduce_grads
- * per step (including the wait for the slower rank). Run it as
+ * (including the wait for the slower rank): its share of the whole run,
+ * and that share of a median step in ms. Run it as
  *   build-release/bench/bench_dist [--hidden H] [--batch B] [--samples N]
  * It starts the 2-process run itself (the launcher CMake found, with
  * --allow-run-as-root as root), as `bench_dist --worker ...` under
@@ -143,9 +144,10 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Steps per second on the fixed schedule (top of the file); *allreduce_s
- * gets the all-reduce's seconds per step (0 for one process). */
-static double time_steps(mlp *m, int samples, double *allreduce_s) {
+/* Steps per second on the fixed schedule (top of the file); *allreduce
+ * gets the all-reduce's share of the time of all samples (0 for one
+ * process): its seconds over theirs. */
+static double time_steps(mlp *m, int samples, double *allreduce) {
     for (int i = 0; i < 3; i++) mlp_step(m);
     double t0 = bn_now();
     for (int i = 0; i < 3; i++) mlp_step(m);
@@ -156,17 +158,18 @@ static double time_steps(mlp *m, int samples, double *allreduce_s) {
         inner = mine;
         tg_dist_reset_stats(m->dist);
     }
-    int k = (int)inner, steps = 0;
-    double t[64];
+    int k = (int)inner;
+    double t[64], total = 0;
     if (samples > 64) samples = 64;
     for (int s = 0; s < samples; s++) {
         double a = bn_now();
         for (int i = 0; i < k; i++) mlp_step(m);
-        t[s] = (bn_now() - a) / k;
-        steps += k;
+        double b = bn_now();
+        total += b - a;
+        t[s] = (b - a) / k;
     }
     qsort(t, (size_t)samples, sizeof *t, cmp_double);
-    *allreduce_s = m->dist ? tg_dist_get_stats(m->dist).seconds / steps : 0;
+    *allreduce = m->dist ? tg_dist_get_stats(m->dist).seconds / total : 0;
     return 1.0 / t[samples / 2];
 }
 
@@ -186,7 +189,8 @@ static int worker(const options *o, int *argc, char ***argv) {
 }
 
 /* The 2-process run: `LAUNCHER -np 2 [--allow-run-as-root] THIS --worker
- * ...`, its result line parsed. False (with *why) when it cannot run. */
+ * ...`, its result line parsed: steps/s and the all-reduce's share of the
+ * time. False (with *why) when it cannot run. */
 static bool run_two(const options *o, double *rate, double *ar, char *why, size_t why_size) {
 #ifndef TG_MPIEXEC
     (void)o, (void)rate, (void)ar;
@@ -309,8 +313,8 @@ int main(int argc, char **argv) {
     printf("%-44s %10.1f %8.2fx\n", "1 process x 1 thread, 2 micro-batches", micro, micro / base);
     printf("%-44s %10.1f %8.2fx\n", "1 process x 2 threads", two_threads, two_threads / base);
     if (have_two)
-        printf("%-44s %10.1f %8.2fx %.3f ms (%.1f%% of the step)\n", "2 processes x 1 thread (mpirun -np 2)", two_procs,
-               two_procs / base, ar * 1e3, 100 * ar * two_procs);
+        printf("%-44s %10.1f %8.2fx %.3f ms (%.1f%% of the time)\n", "2 processes x 1 thread (mpirun -np 2)", two_procs,
+               two_procs / base, ar / two_procs * 1e3, 100 * ar);
     else printf("%-44s %10s %9s %s\n", "2 processes x 1 thread (mpirun -np 2)", "-", "-", why);
     printf("load after: %.2f\n", bn_loadavg());
     return 0;

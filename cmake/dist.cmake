@@ -20,19 +20,12 @@ if(TG_MPI AND NOT MPI_C_FOUND)
 endif()
 
 file(GLOB TG_DIST_SOURCES CONFIGURE_DEPENDS dist/*.c)
-add_library(tapegrad_dist ${TG_DIST_SOURCES})
-add_library(tapegrad::dist ALIAS tapegrad_dist)
-set_target_properties(tapegrad_dist PROPERTIES EXPORT_NAME dist
-  VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}
-  POSITION_INDEPENDENT_CODE ON)
-target_link_libraries(tapegrad_dist PUBLIC tapegrad)
-target_include_directories(tapegrad_dist PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+tg_add_library_above(tapegrad_dist dist ${TG_DIST_SOURCES})
 if(TG_MPI)
+  # only dist/comm.c uses it
   target_link_libraries(tapegrad_dist PRIVATE MPI::MPI_C)
   target_compile_definitions(tapegrad_dist PRIVATE TG_HAVE_MPI=1)
 endif()
-tg_target_setup(tapegrad_dist)
-target_compile_options(tapegrad_dist PRIVATE -Wmissing-prototypes)
 
 # The programs that train across processes.
 target_link_libraries(spiral PRIVATE tapegrad_dist)

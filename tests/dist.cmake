@@ -16,7 +16,8 @@ set(TG_MPI_TEST_ENV
   "OMPI_MCA_rmaps_base_oversubscribe=set:1" "OMPI_MCA_mca_base_component_disable_dlclose=set:1"
   "LSAN_OPTIONS=set:suppressions=${CMAKE_CURRENT_SOURCE_DIR}/tests/dist/lsan.supp:fast_unwind_on_malloc=0:print_suppressions=0")
 
-set(TG_DIST_CASES micro no_mpi)
+set(TG_DIST_CASES micro no_mpi installed)
+set(_tg_mpi 0)
 if(TG_MPI)
   foreach(_np 2 3 4)
     add_test(NAME test_dist_np${_np}
@@ -24,11 +25,12 @@ if(TG_MPI)
     set_tests_properties(test_dist_np${_np} PROPERTIES TIMEOUT 900 RESOURCE_LOCK mpi
       ENVIRONMENT_MODIFICATION "${TG_TEST_ENV};${TG_MPI_TEST_ENV}")
   endforeach()
-  set(TG_DIST_CASES micro bitwise resume failing_rank flags_differ rank0_output readme_mpi)
+  set(TG_DIST_CASES micro installed bitwise resume failing_rank flags_differ rank0_output readme_mpi)
+  set(_tg_mpi 1)
 endif()
 foreach(_case IN LISTS TG_DIST_CASES)
   add_test(NAME dist_${_case}
-           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/dist/check.sh ${CMAKE_BINARY_DIR} ${_case})
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/dist/check.sh ${CMAKE_BINARY_DIR} ${_case} ${_tg_mpi})
   set_tests_properties(dist_${_case} PROPERTIES TIMEOUT 900 RESOURCE_LOCK mpi
-    ENVIRONMENT_MODIFICATION "${TG_TEST_ENV};${TG_MPI_TEST_ENV}")
+    ENVIRONMENT_MODIFICATION "${TG_TEST_ENV};${TG_MPI_TEST_ENV};TG_CMAKE=set:${CMAKE_COMMAND};TG_CC=set:${CMAKE_C_COMPILER};TG_LIBDIR=set:${CMAKE_INSTALL_LIBDIR};TG_SANITIZE=set:${TG_SANITIZE}")
 endforeach()

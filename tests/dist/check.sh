@@ -6,15 +6,18 @@
 # a rank that fails ends every rank with the reason (never a hang: every
 # run is bounded by a timeout), only rank 0 writes, and the README's
 # recipe runs as printed.
-# Usage: check.sh BUILD_DIR CASE
-#   CASE: micro | no_mpi (one process, any build);
+# Usage: check.sh BUILD_DIR CASE [MPI]
+#   CASE: micro | no_mpi | installed (any build; installed also runs two
+#         processes when the third argument is 1: an MPI build);
 #         bitwise | resume | failing_rank | flags_differ | rank0_output |
 #         readme_mpi (MPI builds: mpirun must be on PATH).
 # tests/dist.cmake sets the environment: mpirun as root, oversubscribed,
-# and LeakSanitizer's suppressions for MPI's own allocations.
+# LeakSanitizer's suppressions for MPI's own allocations, and for the
+# installed case TG_CMAKE, TG_CC, TG_LIBDIR and TG_SANITIZE.
 set -euo pipefail
 build=$(cd "$1" && pwd)
 case_name=$2
+mpi=${3:-0}
 spiral=$build/examples/spiral
 src=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d)
@@ -33,16 +36,8 @@ expect() {
 }
 # same FILE_A FILE_B WHAT: the two files are identical, byte for byte.
 same() { cmp "$1" "$2" > /dev/null || fail "$3: $1 and $2 differ"; }
-first_loss() { awk '!/^#/ {print $2; exit}' "$1"; }
-last_loss() { awk '!/^#/ {v = $2} END {print v}' "$1"; }
-below() { awk -v a="$1" -v b="$2" -v r="$3" 'BEGIN {exit !(a < r * b)}'; }
-# readme_block NAME: the fenced block after the README comment that names NAME
-readme_block() {
-  awk -v name="$1" '
-    index($0, "<!-- tested by") && index($0, name) {armed = 1; next}
-    armed && /^```/ {if (inside) exit; inside = 1; next}
-    inside {print}' "$src/README.md"
-}
+# losses LOG: "first last", the loss column's first and last values
+losses() { awk '!/^#/ {if (!n++) a = $2; b = $2} END {print a, b}' "$1"; }
 
 case $case_name in
 micro)
@@ -50,8 +45,8 @@ micro)
   # it learns, resumes bit for bit, and refuses splits that cannot be made.
   flags=(--norm rmsnorm --batch 60 --micro 3 --steps 60)
   expect 0 "$tmp/a.log" "$spiral" "${flags[@]}" --save a.st --out a
-  a=$(first_loss a/loss_rmsnorm.dat); b=$(last_loss a/loss_rmsnorm.dat)
-  below "$b" "$a" 0.5 || fail "--micro 3: loss $a -> $b did not halve"
+  read -r a b < <(losses a/loss_rmsnorm.dat)
+  awk -v a="$a" -v b="$b" 'BEGIN {exit !(b < a / 2)}' || fail "--micro 3: loss $a -> $b did not halve"
   grep -q "a global batch of 60 points in 3 micro-batches" "$tmp/a.log" || fail "--micro 3: the split is not said"
   expect 0 "$tmp/h.log" "$spiral" "${flags[@]}" --stop-after 30 --save h.st --out b
   expect 0 "$tmp/r.log" "$spiral" "${flags[@]}" --resume h.st --save r.st --out b
@@ -92,7 +87,8 @@ bitwise)
   done
   # the split changes the sums' rounding, not the run: the states differ, the losses agree closely
   if cmp -s m1.st m3.st; then fail "1 and 3 micro-batches gave the same bits: is anything split?"; fi
-  a=$(last_loss m1/loss_layernorm.dat); b=$(last_loss m3/loss_layernorm.dat)
+  read -r _ a < <(losses m1/loss_layernorm.dat)
+  read -r _ b < <(losses m3/loss_layernorm.dat)
   awk -v a="$a" -v b="$b" 'BEGIN {d = a - b; exit !(d < 1e-3 && d > -1e-3)}' || fail "1 vs 3 micro-batches: losses $a and $b"
   flags=(--norm all --optim adamw --schedule cosine --steps 20)
   expect 0 "$tmp/ma.log" mpirun -np 2 "$spiral" "${flags[@]}" --save ma.st --out ma
@@ -181,11 +177,31 @@ rank0_output)
   [ "$(awk '!/^#/' a/loss_rmsnorm.dat | wc -l)" -eq 20 ] || fail "the loss log does not have 20 rows"
   echo "rank0_output: one copy of the output, files only from rank 0"
   ;;
+installed)
+  # A user's program against a fresh install: built with
+  # `pkg-config tapegrad-dist`, run as one process and (MPI) as two.
+  : "${TG_CMAKE:=cmake}" "${TG_CC:=cc}" "${TG_LIBDIR:=lib}" "${TG_SANITIZE:=}"
+  extra=()
+  [ -z "$TG_SANITIZE" ] || extra=("-fsanitize=$TG_SANITIZE" -fno-omit-frame-pointer)
+  "$TG_CMAKE" --install "$build" --prefix "$tmp/prefix" > "$tmp/install.log"
+  export PKG_CONFIG_PATH="$tmp/prefix/$TG_LIBDIR/pkgconfig"
+  # shellcheck disable=SC2046  # pkg-config's words are meant to split
+  "$TG_CC" "${extra[@]}" -std=c11 -Wall -Wextra -Wpedantic -Werror "$src/tests/dist/hello_dist.c" \
+    $(pkg-config --cflags --libs tapegrad-dist) -o hello || fail "hello_dist.c does not build with pkg-config tapegrad-dist"
+  expect 0 "$tmp/one.log" ./hello
+  grep -qx "1 processes, sum 1" "$tmp/one.log" || fail "one process: $(cat "$tmp/one.log")"
+  if [ "$mpi" = 1 ]; then
+    expect 0 "$tmp/two.log" mpirun -np 2 ./hello
+    grep -qx "2 processes, sum 3" "$tmp/two.log" || fail "two processes: $(cat "$tmp/two.log")"
+  fi
+  echo "installed: a program built with pkg-config tapegrad-dist runs ($(cat "$tmp/one.log"))"
+  ;;
 readme_mpi)
   # The README's recipe, run as printed from a folder whose build/ is this
   # build, says the two runs are the same bit for bit.
   ln -s "$build" build
-  readme_block "case readme_mpi" > recipe.sh
+  # the fenced block after the comment that names this case
+  sed -n '/tested by tests\/dist\/check.sh (case readme_mpi)/,/^```$/p' "$src/README.md" | sed '1,2d;$d' > recipe.sh
   grep -q "mpirun -np 2 build/examples/spiral" recipe.sh || fail "no mpirun recipe in the README"
   expect 0 "$tmp/log" bash -euo pipefail recipe.sh
   grep -q "bit for bit" "$tmp/log" || fail "the recipe did not end with its claim: $(tail -3 "$tmp/log")"
