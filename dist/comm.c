@@ -173,7 +173,7 @@ bool tg_comm_alltoallv(tg_comm *c, const void *send, const int *scounts, const i
         return mpi_ok(MPI_Alltoallv(send, scounts, sdispls, MPI_BYTE, recv, rcounts, rdispls, MPI_BYTE, c->world),
                       "MPI_Alltoallv", err, err_size);
 #endif
-    (void)err, (void)err_size, (void)rcounts;
+    (void)c, (void)err, (void)err_size, (void)rcounts;
     memcpy((char *)recv + rdispls[0], (const char *)send + sdispls[0], (size_t)scounts[0]);
     return true;
 }
