@@ -1,15 +1,21 @@
-/* Matrix product: 2-D, batched 3-D, and a 3-D left operand times a shared
- * 2-D right operand. Every product goes through the internal GEMM
- * (tensor/gemm.h), whose transposed cases give the backward products
- * without copying a transpose. Both dtypes share this code: the GEMM has an
- * f32 and an f64 entry point and mm_gemm() dispatches on the dtype.
+/* Matrix product: 2-D, batched over any number of leading dims, and a
+ * batched left operand times a shared 2-D right operand. Every product
+ * goes through the internal GEMM (tensor/gemm.h), whose transposed cases
+ * give the backward products without copying a transpose. Both dtypes
+ * share this code: the GEMM has an f32 and an f64 entry point and
+ * mm_gemm() dispatches on the dtype.
  *
  * Shapes (one "problem" is M,K,N and a batch count):
- *   a (M,K)   x b (K,N)   -> c (M,N)       batch 1
- *   a (B,M,K) x b (B,K,N) -> c (B,M,N)     batch B, one product per batch
- *   a (B,M,K) x b (K,N)   -> c (B,M,N)     folded into one product
- *                                          (B*M,K) x (K,N): a is contiguous,
- *                                          so its B*M rows are just rows. */
+ *   a (M,K)     x b (K,N)     -> c (M,N)      batch 1
+ *   a (...,M,K) x b (...,K,N) -> c (...,M,N)  batch = product of the
+ *                                             leading dims (the same for a
+ *                                             and b), one product each:
+ *                                             attention's (B,H,T,D) x
+ *                                             (B,H,D,T) is B*H products
+ *   a (...,M,K) x b (K,N)     -> c (...,M,N)  folded into one product
+ *                                             (rows,K) x (K,N): a is
+ *                                             contiguous, so its leading
+ *                                             dims times M are just rows. */
 #include "autograd/tape.h"
 #include "tensor/gemm.h"
 
@@ -115,40 +121,37 @@ tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) {
     if (!tg_check_arg(ctx, __func__, "a", a) || !tg_check_arg(ctx, __func__, "b", b)) return NULL;
     if (!tg_check_same_dtype(ctx, __func__, a, b)) return NULL;
     char sa[TG_SHAPE_STR], sb[TG_SHAPE_STR];
-    mm_dims d;
-    int64_t shape[3];
-    int ndim;
-    if (a->ndim == 2 && b->ndim == 2) {
-        d = (mm_dims){1, a->shape[0], a->shape[1], b->shape[1]};
-        ndim = 2;
-        shape[0] = d.M, shape[1] = d.N;
-    } else if (a->ndim == 3 && b->ndim == 3) {
-        if (a->shape[0] != b->shape[0]) {
-            tg_error(ctx, TG_ERR_SHAPE, __func__, "batch sizes differ: a %s x b %s", tg_shape_of(sa, a),
-                     tg_shape_of(sb, b));
-            return NULL;
-        }
-        d = (mm_dims){a->shape[0], a->shape[1], a->shape[2], b->shape[2]};
-        ndim = 3;
-        shape[0] = d.batch, shape[1] = d.M, shape[2] = d.N;
-    } else if (a->ndim == 3 && b->ndim == 2) {
-        /* fold the batch into the rows: (B*M, K) x (K, N) */
-        d = (mm_dims){1, a->shape[0] * a->shape[1], a->shape[2], b->shape[1]};
-        ndim = 3;
-        shape[0] = a->shape[0], shape[1] = a->shape[1], shape[2] = d.N;
-    } else {
+    const int nd = a->ndim;
+    if (nd < 2 || (b->ndim != 2 && b->ndim != nd)) {
         tg_error(ctx, TG_ERR_SHAPE, __func__,
-                 "a %s x b %s: supported are (M,K) x (K,N), (B,M,K) x (B,K,N) and (B,M,K) x (K,N)", tg_shape_of(sa, a),
-                 tg_shape_of(sb, b));
+                 "a %s x b %s: supported are (M,K) x (K,N), (...,M,K) x (...,K,N) with the same leading dims, and "
+                 "(...,M,K) x (K,N)",
+                 tg_shape_of(sa, a), tg_shape_of(sb, b));
         return NULL;
     }
+    /* c has a's leading dims, then (M, N) */
+    int64_t shape[TG_MAX_DIMS];
+    int64_t lead = 1;
+    for (int d = 0; d < nd - 2; d++) {
+        shape[d] = a->shape[d];
+        lead *= a->shape[d];
+        if (b->ndim == nd && b->shape[d] != a->shape[d]) {
+            tg_error(ctx, TG_ERR_SHAPE, __func__, "batch dims differ: a %s x b %s (dim %d: %lld != %lld)",
+                     tg_shape_of(sa, a), tg_shape_of(sb, b), d, (long long)a->shape[d], (long long)b->shape[d]);
+            return NULL;
+        }
+    }
+    const int64_t M = a->shape[nd - 2], K = a->shape[nd - 1], N = b->shape[b->ndim - 1];
+    shape[nd - 2] = M, shape[nd - 1] = N;
+    /* a shared b folds the batch into the rows: (lead*M, K) x (K, N) */
+    mm_dims d = b->ndim == 2 ? (mm_dims){1, lead * M, K, N} : (mm_dims){lead, M, K, N};
     int64_t kb = b->shape[b->ndim - 2];
     if (d.K != kb) {
         tg_error(ctx, TG_ERR_SHAPE, __func__, "inner dims differ: a %s x b %s (%lld != %lld)", tg_shape_of(sa, a),
                  tg_shape_of(sb, b), (long long)d.K, (long long)kb);
         return NULL;
     }
-    tg_tensor *c = tg_new_tensor(ctx, __func__, a->dtype, ndim, shape);
+    tg_tensor *c = tg_new_tensor(ctx, __func__, a->dtype, nd, shape);
     if (!c) return NULL;
     matmul_forward(ctx, __func__, c, a, b, d);
     tg_node *n = tg_record(ctx, __func__, matmul_backward, c, 2, (tg_tensor *[]){a, b});

@@ -1,7 +1,8 @@
-/* Shape ops: transpose of the last two dims, reshape, concat and slice
- * along an axis. Forwards move data (reshape moves none: it shares it);
- * backwards route each gradient element back to where its value came
- * from. None of them saves anything: the shapes are all backward needs.
+/* Shape ops: permute (any order of the dims), transpose of two dims or of
+ * the last two, reshape, concat and slice along an axis. Forwards move
+ * data (reshape moves none: it shares it); backwards route each gradient
+ * element back to where its value came from. None of them saves anything:
+ * the shapes are all backward needs.
  *
  * An axis argument may be negative (-1 is the last dim). Tensors are
  * contiguous row-major, so along `axis` a tensor of shape S is
@@ -11,27 +12,74 @@
  *
  * The kernels, written once for T (float, double), open the file, which
  * instantiates itself (tensor/instantiate.h) and so defines
- *   transpose_kernel_f32  accum_rows_f32  and the same with _f64. */
+ *   tile_transpose_f32  transpose_kernel_f32  permute_kernel_f32
+ *   accum_rows_f32  and the same with _f64. */
 #ifdef T /* the kernels, compiled once per element type (tensor/instantiate.h) */
 
-/* y[b, j, i] = x[b, i, j] (or += when acc), in 32x32 tiles so both the
- * reads and the writes stay within a few cache lines per tile.
- * x: (B, R, C)   y: (B, C, R) */
-static void TG_FN(transpose_kernel)(T *restrict y, const T *restrict x, int64_t B, int64_t R, int64_t C, bool acc) {
+/* y[j * ldy + i] = x[i * ldx + j] (or += when acc) for i < R, j < C: one
+ * 2-D transpose between strided rows, in 32x32 tiles so both the reads and
+ * the writes stay within a few cache lines per tile. */
+static void TG_FN(tile_transpose)(T *restrict y, int64_t ldy, const T *restrict x, int64_t ldx, int64_t R, int64_t C,
+                                  bool acc) {
     enum { TILE = 32 };
-    for (int64_t b = 0; b < B; b++) {
-        const T *xb = x + b * R * C;
-        T *yb = y + b * R * C;
-        for (int64_t i0 = 0; i0 < R; i0 += TILE) {
-            int64_t i1 = i0 + TILE < R ? i0 + TILE : R;
-            for (int64_t j0 = 0; j0 < C; j0 += TILE) {
-                int64_t j1 = j0 + TILE < C ? j0 + TILE : C;
-                for (int64_t j = j0; j < j1; j++)
-                    for (int64_t i = i0; i < i1; i++) {
-                        if (acc) yb[j * R + i] += xb[i * C + j];
-                        else yb[j * R + i] = xb[i * C + j];
-                    }
-            }
+    for (int64_t i0 = 0; i0 < R; i0 += TILE) {
+        int64_t i1 = i0 + TILE < R ? i0 + TILE : R;
+        for (int64_t j0 = 0; j0 < C; j0 += TILE) {
+            int64_t j1 = j0 + TILE < C ? j0 + TILE : C;
+            for (int64_t j = j0; j < j1; j++)
+                for (int64_t i = i0; i < i1; i++) {
+                    if (acc) y[j * ldy + i] += x[i * ldx + j];
+                    else y[j * ldy + i] = x[i * ldx + j];
+                }
+        }
+    }
+}
+
+/* y[b, j, i] = x[b, i, j] (or += when acc).  x: (B, R, C)   y: (B, C, R) */
+static void TG_FN(transpose_kernel)(T *restrict y, const T *restrict x, int64_t B, int64_t R, int64_t C, bool acc) {
+    for (int64_t b = 0; b < B; b++) TG_FN(tile_transpose)(y + b * R * C, R, x + b * R * C, C, R, C, acc);
+}
+
+/* y = x with its dims permuted (or y += when acc), following a plan
+ * (perm_plan, below): y is walked in row-major order over the plan's r
+ * dims of sizes size[], and y's dim d moves through x with stride xs[d].
+ *  - When y's last dim is also x's last (xs[r-1] == 1), y is a sequence of
+ *    contiguous runs of size[r-1] elements, each copied from one run of x.
+ *  - Otherwise x's last dim is y's dim `lx` (xs[lx] == 1): for each index
+ *    of the other dims, the (lx, r-1) plane is a strided 2-D transpose,
+ *    done in tiles (tile_transpose). */
+static void TG_FN(permute_kernel)(T *restrict y, const T *restrict x, int r, const int64_t *size, const int64_t *xs,
+                                  int lx, bool acc) {
+    int64_t ys[TG_MAX_DIMS]; /* y's own strides */
+    ys[r - 1] = 1;
+    for (int d = r - 2; d >= 0; d--) ys[d] = ys[d + 1] * size[d + 1];
+    const bool runs = lx == r - 1;
+    const int64_t n_last = size[r - 1];
+    /* the outer walk: every dim but the last, and but lx when tiling */
+    int64_t idx[TG_MAX_DIMS] = {0};
+    int64_t n_outer = 1;
+    for (int d = 0; d < r - 1; d++)
+        if (runs || d != lx) n_outer *= size[d];
+    int64_t ox = 0, oy = 0;
+    for (int64_t o = 0; o < n_outer; o++) {
+        if (runs) {
+            T *yr = y + oy;
+            const T *xr = x + ox;
+            if (acc)
+                for (int64_t j = 0; j < n_last; j++) yr[j] += xr[j];
+            else
+                for (int64_t j = 0; j < n_last; j++) yr[j] = xr[j];
+        } else {
+            /* y[oy + a ys[lx] + b] = x[ox + a + b xs[r-1]],  a < size[lx], b < n_last */
+            TG_FN(tile_transpose)(y + oy, ys[lx], x + ox, xs[r - 1], n_last, size[lx], acc);
+        }
+        /* odometer over the outer dims */
+        for (int d = r - 2; d >= 0; d--) {
+            if (!runs && d == lx) continue;
+            ox += xs[d], oy += ys[d];
+            if (++idx[d] < size[d]) break;
+            ox -= xs[d] * size[d], oy -= ys[d] * size[d];
+            idx[d] = 0;
         }
     }
 }
@@ -133,6 +181,123 @@ tg_tensor *tg_transpose(tg_ctx *ctx, tg_tensor *x) {
     return tg_ok(ctx) ? y : NULL;
 }
 
+/* ---- permute and transpose of two dims ------------------------------------ */
+
+/* The walk permute_kernel takes for y = x permuted by perm (y's dim i is
+ * x's dim perm[i]), simplified so the kernel does long runs: dims of size
+ * 1 are dropped, and two dims of y that are adjacent in x too, in the same
+ * order, are merged into one (so (B,T,H,D) -> (B,H,T,D) is a walk over
+ * B x H x T runs of D, and a plain copy is one run). Gives r >= 1 dims of
+ * sizes size[] with their x strides xs[], and lx, the one whose x stride
+ * is 1 (x's innermost non-trivial dim). x has at least one element. */
+static void perm_plan(int nd, const int64_t *xshape, const int *perm, int *r, int64_t *size, int64_t *xs, int *lx) {
+    int64_t xstride[TG_MAX_DIMS];
+    int64_t s = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        xstride[d] = s;
+        s *= xshape[d];
+    }
+    int n = 0;
+    for (int i = 0; i < nd; i++) {
+        int64_t sz = xshape[perm[i]], st = xstride[perm[i]];
+        if (sz == 1) continue;
+        if (n > 0 && xs[n - 1] == st * sz) { /* continues the previous dim in x: merge */
+            size[n - 1] *= sz;
+            xs[n - 1] = st;
+        } else {
+            size[n] = sz;
+            xs[n] = st;
+            n++;
+        }
+    }
+    if (n == 0) size[0] = 1, xs[0] = 1, n = 1;
+    *r = n;
+    *lx = n - 1;
+    for (int d = 0; d < n; d++)
+        if (xs[d] == 1) *lx = d;
+}
+
+/* y = x permuted (or y += when acc); x has shape xshape (nd dims). */
+static void permute_run(tg_dtype dt, void *y, const void *x, int nd, const int64_t *xshape, const int *perm, bool acc) {
+    int r, lx;
+    int64_t size[TG_MAX_DIMS], xs[TG_MAX_DIMS];
+    perm_plan(nd, xshape, perm, &r, size, xs, &lx);
+    if (dt == TG_F64) permute_kernel_f64(y, x, r, size, xs, lx, acc);
+    else permute_kernel_f32(y, x, r, size, xs, lx, acc);
+}
+
+/* A permutation of at most TG_MAX_DIMS dims in one integer of the record:
+ * 4 bits per entry. */
+static int64_t perm_pack(int nd, const int *perm) {
+    int64_t p = 0;
+    for (int i = 0; i < nd; i++) p |= (int64_t)perm[i] << (4 * i);
+    return p;
+}
+
+/* Forward was y[i_0, ..., i_{n-1}] = x[j] with j_{perm[d]} = i_d: every x
+ * element went to exactly one place of y, so its gradient is the dy
+ * element at that place: dx += dy permuted back by the inverse
+ * permutation, inv[perm[d]] = d (dy has y's shape). */
+static void permute_backward(tg_ctx *ctx, tg_node *n) {
+    const tg_tensor *dy = n->out->grad;
+    tg_tensor *dx = tg_grad_of(ctx, n->in[0]);
+    if (!dx || dx->numel == 0) return;
+    int nd = (int)n->i[1], inv[TG_MAX_DIMS];
+    for (int d = 0; d < nd; d++) inv[(n->i[0] >> (4 * d)) & 15] = d;
+    permute_run(dx->dtype, dx->data, dy->data, nd, dy->shape, inv, true);
+}
+
+/* The op behind tg_permute and tg_transpose_dims: perm is already checked
+ * and normalized (0..ndim-1, each once). */
+static tg_tensor *permute_op(tg_ctx *ctx, const char *fn, tg_tensor *x, const int *perm) {
+    const int nd = x->ndim;
+    int64_t shape[TG_MAX_DIMS];
+    for (int d = 0; d < nd; d++) shape[d] = x->shape[perm[d]];
+    tg_tensor *y = tg_new_tensor(ctx, fn, x->dtype, nd, shape);
+    if (!y) return NULL;
+    if (y->numel) permute_run(x->dtype, y->data, x->data, nd, x->shape, perm, false);
+    tg_node *n = tg_record(ctx, fn, permute_backward, y, 1, &x);
+    if (n) n->i[0] = perm_pack(nd, perm), n->i[1] = nd;
+    return tg_ok(ctx) ? y : NULL;
+}
+
+tg_tensor *tg_permute(tg_ctx *ctx, tg_tensor *x, const int *perm) {
+    if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
+    const int nd = x->ndim;
+    if (!perm && nd > 0) {
+        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'perm' is NULL");
+        return NULL;
+    }
+    int p[TG_MAX_DIMS];
+    bool seen[TG_MAX_DIMS] = {false};
+    for (int d = 0; d < nd; d++) {
+        p[d] = perm[d] < 0 ? perm[d] + nd : perm[d];
+        if (p[d] < 0 || p[d] >= nd || seen[p[d]]) {
+            char s[TG_SHAPE_STR], ps[128];
+            int len = 0;
+            for (int e = 0; e < nd; e++) len += snprintf(ps + len, sizeof ps - (size_t)len, e ? ", %d" : "%d", perm[e]);
+            tg_error(ctx, TG_ERR_INDEX, __func__, "perm (%s) for x of shape %s: entry %d = %d is %s", ps,
+                     tg_shape_of(s, x), d, perm[d],
+                     p[d] < 0 || p[d] >= nd ? "out of range" : "repeated (need each dim once)");
+            return NULL;
+        }
+        seen[p[d]] = true;
+    }
+    return permute_op(ctx, __func__, x, p);
+}
+
+tg_tensor *tg_transpose_dims(tg_ctx *ctx, tg_tensor *x, int dim0, int dim1) {
+    if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
+    int d0 = norm_axis(ctx, __func__, x, dim0);
+    int d1 = d0 < 0 ? -1 : norm_axis(ctx, __func__, x, dim1);
+    if (d1 < 0) return NULL;
+    int p[TG_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) p[d] = d;
+    p[d0] = d1;
+    p[d1] = d0;
+    return permute_op(ctx, __func__, x, p);
+}
+
 /* ---- reshape ---------------------------------------------------------------- */
 
 /* Forward: y is x's data under a new shape (no copy), y_k = x_k for the
@@ -185,11 +350,11 @@ tg_tensor *tg_concat(tg_ctx *ctx, int n, tg_tensor *const *xs, int axis) {
         tg_error(ctx, TG_ERR_VALUE, __func__, "n = %d: need at least one tensor", n);
         return NULL;
     }
-    for (int k = 0; k < n; k++)
-        if (!xs[k]) {
-            tg_error(ctx, TG_ERR_NULL, __func__, "argument 'xs[%d]' is NULL", k);
-            return NULL;
-        }
+    for (int k = 0; k < n; k++) {
+        char arg[24];
+        snprintf(arg, sizeof arg, "xs[%d]", k);
+        if (!tg_check_arg(ctx, __func__, arg, xs[k])) return NULL;
+    }
     const tg_tensor *x0 = xs[0];
     int a = norm_axis(ctx, __func__, x0, axis);
     if (a < 0) return NULL;

@@ -32,6 +32,18 @@ static bool grow_tape(tg_ctx *ctx, const char *op) {
     return true;
 }
 
+/* tg_record's error for a stale input k of op; returns NULL. */
+#if defined(__GNUC__)
+__attribute__((noinline, cold))
+#endif
+static tg_node *
+stale_input(tg_ctx *ctx, const char *op, int k, const tg_tensor *t) {
+    char what[32];
+    snprintf(what, sizeof what, "input %d", k);
+    tg_stale_error(ctx, op, what, t);
+    return NULL;
+}
+
 tg_node *tg_record(tg_ctx *ctx, const char *op, tg_backward_fn backward, tg_tensor *out, int n_in,
                    tg_tensor *const *in) {
     if (!tg_live(ctx) || !out || !tg_needs_grad(ctx, n_in, in)) return NULL;
@@ -42,11 +54,23 @@ tg_node *tg_record(tg_ctx *ctx, const char *op, tg_backward_fn backward, tg_tens
         tg_tape_clear(&ctx->tape);
     }
     if (ctx->tape.n_nodes == ctx->tape.cap_nodes && !grow_tape(ctx, op)) return NULL;
-    tg_tensor **ins = tg_arena_alloc_fn(ctx, op, (size_t)(n_in > 0 ? n_in : 1) * sizeof *ins);
+    /* One arena block: the n_in input pointers, then n_in + 1 versions. */
+    size_t nin = (size_t)(n_in > 0 ? n_in : 0);
+    tg_tensor **ins = tg_arena_alloc_fn(ctx, op, nin * sizeof *ins + (nin + 1) * sizeof(uint32_t));
     if (!ins) return NULL;
-    for (int k = 0; k < n_in; k++) ins[k] = in[k];
+    uint32_t *version = (uint32_t *)(ins + nin);
+    for (size_t k = 0; k < nin; k++) {
+        ins[k] = in[k];
+        version[k] = 0;
+        if (!in[k]) continue;
+        /* every op checks its arguments (tg_check_arg); this catches one
+         * that forgot, before a stale tensor reaches the tape */
+        if (tg_stale(ctx, in[k])) return stale_input(ctx, op, (int)k, in[k]);
+        version[k] = tg_root(in[k])->version_;
+    }
+    version[nin] = tg_root(out)->version_;
     tg_node *n = &ctx->tape.nodes[ctx->tape.n_nodes];
-    *n = (tg_node){.op = op, .backward = backward, .out = out, .in = ins, .n_in = n_in};
+    *n = (tg_node){.op = op, .backward = backward, .out = out, .in = ins, .n_in = n_in, .version = version};
     out->requires_grad = true;
     out->node_ = (int32_t)ctx->tape.n_nodes;
     out->grad = NULL;
@@ -72,7 +96,9 @@ tg_tensor *tg_grad_of(tg_ctx *ctx, tg_tensor *t) {
     if (!t || !t->requires_grad || !tg_live(ctx)) return NULL;
     if (!t->grad) {
         t->grad = tg_zeros(ctx, t->dtype, t->ndim, t->shape);
+        if (!t->grad) return NULL;
     }
+    tg_written(t->grad); /* the caller adds into it */
     return t->grad;
 }
 
@@ -125,8 +151,9 @@ bool tg_set_grad_enabled(tg_ctx *ctx, bool enabled) {
 bool tg_grad_enabled(const tg_ctx *ctx) { return ctx && ctx->tape.grad_enabled; }
 
 void tg_zero_grad(tg_ctx *ctx, tg_tensor *t) {
-    if (!tg_check_arg(ctx, "tg_zero_grad", "t", t)) return;
-    if (t->grad && t->grad->numel) memset(t->grad->data, 0, (size_t)t->grad->numel * tg_esize(t->grad->dtype));
+    if (!tg_check_arg(ctx, "tg_zero_grad", "t", t) || !t->grad) return;
+    if (t->grad->numel) memset(t->grad->data, 0, (size_t)t->grad->numel * tg_esize(t->grad->dtype));
+    tg_written(t->grad);
 }
 
 tg_tensor *tg_detach(tg_ctx *ctx, tg_tensor *t) {
@@ -161,9 +188,43 @@ static bool seed_aliases_a_grad(const tg_ctx *ctx, const tg_tensor *g, int64_t t
     return false;
 }
 
+/* True when the tensors record n reads hold what its op saw: no input and
+ * not the output was written in place since the op ran (its version is the
+ * recorded one). An input changed in place would make the backward use
+ * values the forward never saw (q = sum(x*x), then tg_fill(x, 100): dq/dx
+ * would come out as 200). (They are all of this step: a reset empties the
+ * tape, and tg_record refuses stale tensors.) */
+static inline bool record_intact(const tg_node *n) {
+    for (int k = 0; k < n->n_in; k++)
+        if (n->in[k] && tg_root(n->in[k])->version_ != n->version[k]) return false;
+    return tg_root(n->out)->version_ == n->version[n->n_in];
+}
+
+/* The error of a record that is not intact, naming the op and the tensor. */
+#if defined(__GNUC__)
+__attribute__((noinline, cold))
+#endif
+static void
+record_error(tg_ctx *ctx, const char *fn, const tg_node *n) {
+    for (int k = 0; k <= n->n_in; k++) {
+        const tg_tensor *t = k < n->n_in ? n->in[k] : n->out;
+        if (!t || tg_root(t)->version_ == n->version[k]) continue;
+        char what[32], s[TG_SHAPE_STR];
+        if (k < n->n_in) snprintf(what, sizeof what, "input %d", k);
+        else snprintf(what, sizeof what, "the output");
+        tg_error(ctx, TG_ERR_STATE, fn,
+                 "%s %s of '%s' was modified in place (version %u, recorded at %u) after the op used it: its "
+                 "backward needs the values the op saw (change a tensor before the forward, or change a tg_copy "
+                 "of it)",
+                 what, tg_shape_of(s, t), n->op, tg_root(t)->version_, n->version[k]);
+        return;
+    }
+}
+
 void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool keep_tape) {
     static const char fn[] = "tg_backward";
     if (!tg_check_arg(ctx, fn, "out", out)) return;
+    if (grad_out && !tg_check_arg(ctx, fn, "grad_out", grad_out)) return;
     char s1[TG_SHAPE_STR], s2[TG_SHAPE_STR];
     if (!out->requires_grad) {
         tg_error(ctx, TG_ERR_STATE, fn,
@@ -217,6 +278,10 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
     for (int64_t k = top; k >= 0 && tg_live(ctx); k--) {
         tg_node *n = &ctx->tape.nodes[k];
         if (!n->out->grad) continue; /* no gradient flows through this record */
+        if (!record_intact(n)) {
+            record_error(ctx, fn, n);
+            return;
+        }
         n->backward(ctx, n);
     }
     if (!keep_tape) ctx->tape.consumed = true;

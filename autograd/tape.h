@@ -35,6 +35,10 @@ struct tg_node {
     tg_tensor *out;
     tg_tensor **in; /* n_in inputs (arena array) */
     int n_in;
+    /* The version counters (tg_root(t)->version_) of the inputs, then of
+     * the output, when the op ran: backward checks them before it runs the
+     * record, so a saved tensor changed in place since is an error. */
+    uint32_t *version;
     void *saved; /* what the forward saved for backward (arena) */
     size_t saved_bytes;
     double f[4];  /* scalar arguments (alpha, eps, ...) */
@@ -45,8 +49,10 @@ struct tg_node {
  * least one (non-NULL) input requires grad. */
 bool tg_needs_grad(const tg_ctx *ctx, int n_in, tg_tensor *const *in);
 
-/* Appends a record for `out` = op(in...). Marks out as requiring grad.
- * Returns NULL when no record is needed or on error (then the error is set). */
+/* Appends a record for `out` = op(in...). Marks out as requiring grad, and
+ * notes the version of every input and of out (see tg_node.version): call
+ * it once the forward has written out. Returns NULL when no record is
+ * needed or on error (then the error is set). */
 tg_node *tg_record(tg_ctx *ctx, const char *op, tg_backward_fn backward, tg_tensor *out, int n_in,
                    tg_tensor *const *in);
 

@@ -18,6 +18,9 @@ Commands (server mode):
   norm rms|ln f32|f64 N C    RMSNorm (composed) / LayerNorm (native) fwd+bwd
   linear M K N               F.linear fwd+bwd, x (M,K), W (N,K), b (N)
   mlp H B                    one Adam training step of 784-H-H-10 with RMSNorm
+  attn sdpa|composed B H T D causal attention fwd+bwd, q k v (B,H,T,D): 1.13's
+                             F._scaled_dot_product_attention (is_causal), or
+                             softmax((q k^T / sqrt(D)).masked_fill(triu)) v
   tiny                       (a + b).backward() for 1-element a, b
   quit
 
@@ -29,6 +32,7 @@ case; scripts/bench.sh does.
 """
 import argparse
 import json
+import math
 import sys
 import time
 
@@ -152,6 +156,25 @@ def case_mlp(hidden, batch, budget):
     return bench(step, 4 * budget, sample=5e-3)
 
 
+def case_attention(form, b, h, t, d, budget):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(b, h, t, d, generator=g).requires_grad_() for _ in range(3))
+    do = torch.randn(b, h, t, d, generator=g)
+    mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+    scale = 1.0 / math.sqrt(d)
+
+    def step():
+        q.grad = k.grad = v.grad = None
+        if form == "sdpa":
+            o = F._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)[0]
+        else:
+            s = (q @ k.transpose(-2, -1) * scale).masked_fill(mask, float("-inf"))
+            o = torch.softmax(s, dim=-1) @ v
+        o.backward(do)
+
+    return bench(step, budget)
+
+
 def case_tiny(budget):
     a = torch.ones(1, requires_grad=True)
     b = torch.ones(1, requires_grad=True)
@@ -170,6 +193,8 @@ def run(cmd, budget):
         return case_linear(int(w[1]), int(w[2]), int(w[3]), budget)
     if w[0] == "mlp":
         return case_mlp(int(w[1]), int(w[2]), budget)
+    if w[0] == "attn":
+        return case_attention(w[1], int(w[2]), int(w[3]), int(w[4]), int(w[5]), budget)
     if w[0] == "tiny":
         return case_tiny(budget)
     raise ValueError("unknown command: " + cmd)
@@ -179,7 +204,7 @@ ALL = [
     *[f"norm {k} {d} {n} {c}" for k in ("rms", "ln") for d in ("f32", "f64")
       for n, c in ((4096, 768), (256, 4096), (64, 64))],
     "linear 512 512 512", "linear 64 784 256", "linear 4096 768 3072",
-    "mlp 256 64", "mlp 64 32", "tiny",
+    "mlp 256 64", "mlp 64 32", "attn sdpa 4 6 256 64", "attn composed 4 6 256 64", "tiny",
 ]
 
 

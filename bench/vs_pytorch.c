@@ -26,6 +26,12 @@
  *     cross-entropy, Adam lr 1e-3: H=256 batch 64 and H=64 batch 32, in
  *     steps/s; and its peak memory (arena capacity + parameters, grads and
  *     optimizer state) against params + grads + state + saved activations.
+ *   Attention forward+backward, causal, (B,H,T,D) = (4,6,256,64): the fused
+ *     tg_attention and its composed twin tg_attention_composed, against
+ *     PyTorch's F._scaled_dot_product_attention (1.13's, is_causal) and the
+ *     same composed formula; GFLOP/s counts the 6 products of attention's
+ *     math (2 forward, 4 backward) on the causal half, 6 T^2 D per pair;
+ *     and what each form saves for backward (tg_tape_saved_bytes).
  *   Tiny op: c = a + b of 1-element tensors, backward, tg_ctx_reset.
  *
  * Usage: bench_vs_pytorch [--threads N] [--json FILE] [--budget S] [--no-torch]
@@ -57,7 +63,7 @@ typedef struct options {
     bool torch, blas;
     const char *python, *torch_script;
     bool warm_malloc; /* PyTorch with glibc's trimming off (see notes) */
-    const char *only; /* run one group: norm, linear, mlp, tiny */
+    const char *only; /* run one group: norm, linear, scaling, mlp, attention, tiny */
     int clock;        /* 0 auto, 1 wall, 2 cpu */
 } options;
 
@@ -70,7 +76,7 @@ typedef struct limits {
 /* One row of the table. NaN means "not measured / not applicable". */
 typedef struct row {
     char name[48];
-    char group[12]; /* norm, linear, scaling, mlp, memory, tiny */
+    char group[12]; /* norm, linear, scaling, mlp, memory, attention, tiny */
     double ours_s;  /* our median seconds per call */
     double rate;    /* in `unit` */
     char unit[12];
@@ -541,6 +547,74 @@ static void bench_mlp(const options *o, const limits *lim) {
     }
 }
 
+/* ---- attention ------------------------------------------------------------ */
+
+typedef struct attn_arg {
+    tg_ctx *ctx;
+    tg_tensor *q, *k, *v, *dO;
+    bool fused;
+    size_t saved; /* tg_tape_saved_bytes after the forward */
+} attn_arg;
+
+/* o = attention(q, k, v) causal; backward from dO into q, k, v's grads. */
+static void attn_step(void *p) {
+    attn_arg *a = p;
+    tg_tensor *o = a->fused ? tg_attention(a->ctx, a->q, a->k, a->v, true, 0)
+                            : tg_attention_composed(a->ctx, a->q, a->k, a->v, true, 0);
+    a->saved = tg_tape_saved_bytes(a->ctx);
+    tg_backward_ex(a->ctx, o, a->dO, false);
+    tg_ctx_reset(a->ctx);
+}
+
+static void bench_attention(const options *o, const limits *lim) {
+    const int64_t B = 4, H = 6, T = 256, D = 64;
+    double ours[2];
+    size_t saved[2];
+    row *rs[2];
+    for (int f = 1; f >= 0; f--) {
+        const char *form = f ? "fused" : "composed";
+        progress("attention %s %lldx%lldx%lldx%lld", form, (long long)B, (long long)H, (long long)T, (long long)D);
+        tg_ctx *ctx = tg_ctx_new(5);
+        tg_set_threads(ctx, o->threads);
+        attn_arg a = {ctx, NULL, NULL, NULL, NULL, f == 1, 0};
+        a.q = tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(B, H, T, D), 0, 1));
+        a.k = tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(B, H, T, D), 0, 1));
+        a.v = tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(B, H, T, D), 0, 1));
+        a.dO = prand(ctx, TG_F32, TG_SHAPE(B, H, T, D), 0, 1);
+        bn_timing t = bn_time(attn_step, &a, o->budget, 5, 2e-3);
+        if (!tg_ok(ctx)) die_ctx(ctx, "attention");
+        tg_ctx_free(ctx);
+        const double flops = 6.0 * (double)(B * H) * (double)(T * T) * (double)D;
+        row *r = rs[f] = new_row("attention", "attention %s f32 %lldx%lldx%lldx%lld causal", form, (long long)B,
+                                 (long long)H, (long long)T, (long long)D);
+        ours[f] = r->ours_s = t.median_s;
+        saved[f] = a.saved;
+        r->rate = flops / t.median_s * 1e-9;
+        snprintf(r->unit, sizeof r->unit, "GFLOP/s");
+        r->frac = r->rate / lim->fma.f32_gflops;
+        snprintf(r->limit_name, sizeof r->limit_name, "FMA f32");
+        r->torch_s = torch_time("attn %s %lld %lld %lld %lld", f ? "sdpa" : "composed", (long long)B, (long long)H,
+                                (long long)T, (long long)D);
+        r->ratio_torch = r->torch_s / r->ours_s;
+    }
+    /* what each form keeps for backward: the tape's count (lse plus q, k, v
+     * and o kept by pointer, against kT, q, the mask, P twice and v), and
+     * the part beyond q, k, v (and the fused op's o): O(T) vs O(T^2) */
+    const size_t io = (size_t)(4 * B * H * T * D) * 4, in = (size_t)(3 * B * H * T * D) * 4;
+    snprintf(rs[1]->extra, sizeof rs[1]->extra,
+             "%.2fx the composed twin's speed; saves %.2f MiB vs %.2f MiB (%.2fx); beyond q, k, v, o: %.0f KiB vs "
+             "%.2f MiB (1/%.0f)",
+             ours[0] / ours[1], (double)saved[1] / (1 << 20), (double)saved[0] / (1 << 20),
+             (double)saved[1] / (double)saved[0], (double)(saved[1] - io) / 1024, (double)(saved[0] - in) / (1 << 20),
+             (double)(saved[0] - in) / (double)(saved[1] - io));
+    snprintf(rs[0]->extra, sizeof rs[0]->extra, "transpose, matmul, mul_scalar, masked_fill, softmax, matmul");
+    add_target(rs[1], "fused attention fwd+bwd vs its composed twin", ours[0] / ours[1], 2.0, true, "x");
+    add_target(rs[1], "fused attention saved bytes / composed's", (double)saved[1] / (double)saved[0], 0.125, false,
+               "x");
+    add_target(rs[1], "fused attention saved beyond q,k,v,o / composed's",
+               (double)(saved[1] - io) / (double)(saved[0] - in), 0.125, false, "x");
+}
+
 /* ---- tiny op ------------------------------------------------------------- */
 
 typedef struct tiny_arg {
@@ -650,6 +724,11 @@ static void print_table(FILE *out, const options *o, const limits *lim, double l
                     "memory-bound: other jobs' traffic and cache use count against it (load %.1f on %ld "
                     "CPUs); compare the other norm rows of this run.\n",
                     load, ncpu);
+        else if (!strcmp(r->group, "attention") && strstr(t->what, "saved bytes"))
+            fprintf(out, "the tape counts the inputs and output a record keeps by pointer: the fused op's q, k, v, o "
+                         "(4 T D per pair) against the composed form's q, k^T, v and P twice (3 T D + 2 T^2), so the "
+                         "total falls below 1/8 only from T of about 15 D; beyond q, k, v, o it is one double per "
+                         "row against T^2 (the next target, and docs/attention-gradients.md).\n");
         else fprintf(out, "see the row's numbers above (load %.1f on %ld CPUs).\n", load, ncpu);
     }
     char fma[160];
@@ -754,7 +833,7 @@ static void usage(const char *argv0) {
     fprintf(stderr,
             "usage: %s [--threads N] [--json FILE] [--budget SECONDS] [--no-torch] [--no-blas]\n"
             "          [--python PATH] [--torch-script PATH] [--torch-malloc warm|default]\n"
-            "          [--clock auto|wall|cpu] [--only norm|linear|scaling|mlp|tiny]\n"
+            "          [--clock auto|wall|cpu] [--only norm|linear|scaling|mlp|attention|tiny]\n"
             "fair OpenBLAS/PyTorch case: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE %s ...\n",
             argv0, argv0);
 }
@@ -852,6 +931,7 @@ int main(int argc, char **argv) {
     if (run_group(&o, "linear")) bench_linear(&o, &lim, &blas);
     if (run_group(&o, "scaling")) bench_scaling(&o, &lim);
     if (run_group(&o, "mlp")) bench_mlp(&o, &lim);
+    if (run_group(&o, "attention")) bench_attention(&o, &lim);
     if (run_group(&o, "tiny")) bench_tiny(&o);
     const double load1 = bn_loadavg();
     bn_torch_stop(&torch_srv);

@@ -490,6 +490,55 @@ static tg_tensor *fw_slice(tg_ctx *ctx, tg_tensor *const *in, void *u) {
     return tg_slice(ctx, in[0], axis, (int64_t)num_of(c, "start"), end);
 }
 
+static const char HELP_PERMUTE[] = "X;perm=P0,P1,...: the order of the dims, one entry per dim of X (negative "
+                                   "from the end), e.g. 2x3x4x5;perm=0,2,1,3";
+static const char *const V_PERMUTE[] = {"2x3x4;perm=2,0,1",     "2x3x4x5;perm=0,2,1,3",
+                                        "3x4;perm=1,0",         "2x3x4;perm=-1,0,1",
+                                        "2x1x3x2;perm=3,1,0,2", "5;perm=0",
+                                        "33x2x40;perm=2,1,0",   NULL};
+
+/* The perm argument as integers; false when it is not a comma-separated
+ * list of at most TG_MAX_DIMS integers. */
+static bool perm_of(const tg_op_case *c, int *n, int *perm) {
+    const char *p = tg_registry_arg(c, "perm");
+    *n = 0;
+    while (p && *p) {
+        char *e;
+        long v = strtol(p, &e, 10);
+        if (e == p || *n == TG_MAX_DIMS || (*e && *e != ',')) return false;
+        perm[(*n)++] = (int)v;
+        p = *e ? e + 1 : e;
+    }
+    return p != NULL;
+}
+static bool build_permute(tg_ctx *ctx, tg_op_case *c) {
+    int n, perm[TG_MAX_DIMS];
+    if (!build_unary(ctx, c, RG_ANY)) return false;
+    if (!perm_of(c, &n, perm) || n != c->ndim[0]) {
+        tg_error(ctx, TG_ERR_FORMAT, BUILD_FN, "permute: spec '%s' needs perm=P0,P1,... (%d integers, one per dim)",
+                 c->spec, c->ndim[0]);
+        return false;
+    }
+    return true;
+}
+static tg_tensor *fw_permute(tg_ctx *ctx, tg_tensor *const *in, void *u) {
+    int n, perm[TG_MAX_DIMS];
+    perm_of(u, &n, perm);
+    return tg_permute(ctx, in[0], perm);
+}
+
+static const char HELP_TRANSPOSE_DIMS[] =
+    "X;dim0=A;dim1=B: swaps dims A and B (defaults 0 and 1; negative from the end)";
+static const char *const V_TRANSPOSE_DIMS[] = {"2x3x4;dim0=0;dim1=2", "2x3x4x5;dim0=1;dim1=2",   "3x4;dim0=-1;dim1=-2",
+                                               "2x3;dim0=1;dim1=1",   "4x33x2x20;dim0=1;dim1=3", NULL};
+
+static bool build_transpose_dims(tg_ctx *ctx, tg_op_case *c) {
+    return build_unary(ctx, c, RG_ANY) && check_args(ctx, c, "dim0,dim1", true);
+}
+static tg_tensor *fw_transpose_dims(tg_ctx *ctx, tg_tensor *const *in, void *u) {
+    return tg_transpose_dims(ctx, in[0], (int)num_of(u, "dim0"), (int)num_of(u, "dim1"));
+}
+
 /* ---- embedding ---------------------------------------------------------------- */
 
 static const char HELP_EMBEDDING[] = "W,I: the weight (V,D) and the shape of the indices (drawn in 0..V-1, "
@@ -586,6 +635,77 @@ static bool build_dropout(tg_ctx *ctx, tg_op_case *c) {
 }
 static tg_tensor *fw_dropout(tg_ctx *ctx, tg_tensor *const *in, void *u) {
     return tg_dropout(ctx, in[0], num_of(u, "p"), num_of(u, "train") != 0);
+}
+
+/* ---- transformers: masks, rotary embedding, attention, SwiGLU ---------------- */
+
+static const char HELP_MASKED_FILL[] = "X,M;value=V: x and a mask broadcasting to it (drawn 0 or 1); V where the "
+                                       "mask is 1 (default -1.5; finite, so the checked loss is)";
+static const char *const V_MASKED_FILL[] = {"3x4,3x4",       "2x3x4,3x4", "2x3x4,1x4", "2x2x3x3,3x3;value=-30",
+                                            "(),();value=7", "16x33,33",  NULL};
+
+static bool build_masked_fill(tg_ctx *ctx, tg_op_case *c) {
+    if (!need_shapes(ctx, c, 2, 2) || !check_args(ctx, c, "value", false) ||
+        !make_input(ctx, c, 0, 0, "x", RG_ANY, true))
+        return false;
+    tg_tensor *m = make_input(ctx, c, 1, 1, "mask", RG_ANY, false);
+    if (!m) return false;
+    for (int64_t i = 0; i < m->numel; i++) tg_store(m, i, tg_rng_uniform(ctx) < 0.5 ? 1.0 : 0.0);
+    return true;
+}
+static tg_tensor *fw_masked_fill(tg_ctx *ctx, tg_tensor *const *in, void *u) {
+    return tg_masked_fill(ctx, in[0], in[1], num_of(u, "value"));
+}
+
+static const char HELP_TRI[] = "X;diagonal=K: ndim >= 2; the triangle of the last two dims (default diagonal 0)";
+static const char *const V_TRI[] = {
+    "4x5", "4x5;diagonal=1", "4x5;diagonal=-2", "2x3x3", "3x6;diagonal=10", "3x6;diagonal=-7", "16x33;diagonal=3",
+    NULL};
+
+static bool build_tri(tg_ctx *ctx, tg_op_case *c) {
+    return build_unary(ctx, c, RG_ANY) && check_args(ctx, c, "diagonal", true);
+}
+static tg_tensor *fw_tril(tg_ctx *ctx, tg_tensor *const *in, void *u) {
+    return tg_tril(ctx, in[0], (int64_t)num_of(u, "diagonal"));
+}
+static tg_tensor *fw_triu(tg_ctx *ctx, tg_tensor *const *in, void *u) {
+    return tg_triu(ctx, in[0], (int64_t)num_of(u, "diagonal"));
+}
+
+static const char HELP_ROPE[] = "X;axis=A;base=B: pairs along the last dim (even), positions along axis A (default "
+                                "-2), frequency base B (default 10000)";
+static const char *const V_ROPE[] = {
+    "4x6", "2x3x5x8", "2x5x3x4;axis=1", "3x2;base=100", "2x3x4;axis=0", "1x70x2x16;axis=1", NULL};
+
+static bool build_rope(tg_ctx *ctx, tg_op_case *c) {
+    return build_unary(ctx, c, RG_ANY) && check_args(ctx, c, "axis", true) && check_args(ctx, c, "base", false);
+}
+static tg_tensor *fw_rope(tg_ctx *ctx, tg_tensor *const *in, void *u) {
+    return tg_rope(ctx, in[0], (int)num_of(u, "axis"), num_of(u, "base"));
+}
+
+/* Fused attention and its composed twin take the same spec. */
+static const char HELP_ATTENTION[] = "Q,K,V;causal=0|1;scale=S: q (...,Tq,D), k (...,Tk,D), v (...,Tk,Dv), the same "
+                                     "leading dims; causal mask (default 1; needs Tq == Tk); scale (default 0: "
+                                     "1/sqrt(D))";
+static const char *const V_ATTENTION[] = {"1x1x3x2,1x1x3x2,1x1x3x2",
+                                          "2x2x4x3,2x2x4x3,2x2x4x5;causal=0",
+                                          "2x3x4,2x6x4,2x6x3;causal=0",
+                                          "4x3,4x3,4x2;scale=0.7",
+                                          "1x2x70x8,1x2x70x8,1x2x70x8",
+                                          "1x1x65x4,1x1x80x4,1x1x80x3;causal=0",
+                                          NULL};
+
+static bool build_attention(tg_ctx *ctx, tg_op_case *c) {
+    return need_shapes(ctx, c, 3, 3) && check_args(ctx, c, "causal", true) && check_args(ctx, c, "scale", false) &&
+           make_input(ctx, c, 0, 0, "q", RG_ANY, true) && make_input(ctx, c, 1, 1, "k", RG_ANY, true) &&
+           make_input(ctx, c, 2, 2, "v", RG_ANY, true);
+}
+static tg_tensor *fw_attention(tg_ctx *ctx, tg_tensor *const *in, void *u) {
+    return tg_attention(ctx, in[0], in[1], in[2], num_of(u, "causal") != 0, num_of(u, "scale"));
+}
+static tg_tensor *fw_attention_composed(tg_ctx *ctx, tg_tensor *const *in, void *u) {
+    return tg_attention_composed(ctx, in[0], in[1], in[2], num_of(u, "causal") != 0, num_of(u, "scale"));
 }
 
 /* ---- layers: Linear, RMSNorm, LayerNorm (fused, and the composed twins) ---------- */
@@ -855,6 +975,20 @@ static const tg_op_info registry[] = {
      .build = build_unary_any,
      .forward = fw_unary,
      .fn.unary = tg_transpose},
+    {.name = "permute",
+     .summary = "reorders the dims",
+     .spec_help = HELP_PERMUTE,
+     .args = "perm",
+     VARIANTS(V_PERMUTE),
+     .build = build_permute,
+     .forward = fw_permute},
+    {.name = "transpose_dims",
+     .summary = "swaps two dims",
+     .spec_help = HELP_TRANSPOSE_DIMS,
+     .args = "dim0=0,dim1=1",
+     VARIANTS(V_TRANSPOSE_DIMS),
+     .build = build_transpose_dims,
+     .forward = fw_transpose_dims},
     {.name = "reshape",
      .summary = "x with a new shape",
      .spec_help = HELP_RESHAPE,
@@ -920,6 +1054,43 @@ static const tg_op_info registry[] = {
      .random = true,
      .build = build_dropout,
      .forward = fw_dropout},
+    /* transformers */
+    {.name = "masked_fill",
+     .summary = "value where mask != 0, else x",
+     .spec_help = HELP_MASKED_FILL,
+     .args = "value=-1.5",
+     VARIANTS(V_MASKED_FILL),
+     .build = build_masked_fill,
+     .forward = fw_masked_fill},
+    {.name = "tril",
+     .summary = "lower triangle of the last two dims (j - i <= diagonal)",
+     .spec_help = HELP_TRI,
+     .args = "diagonal=0",
+     VARIANTS(V_TRI),
+     .build = build_tri,
+     .forward = fw_tril},
+    {.name = "triu",
+     .summary = "upper triangle of the last two dims (j - i >= diagonal)",
+     .spec_help = HELP_TRI,
+     .args = "diagonal=0",
+     VARIANTS(V_TRI),
+     .build = build_tri,
+     .forward = fw_triu},
+    {.name = "rope",
+     .summary = "rotary position embedding, LLaMA's consecutive pairs",
+     .spec_help = HELP_ROPE,
+     .args = "axis=-2,base=10000",
+     VARIANTS(V_ROPE),
+     .build = build_rope,
+     .forward = fw_rope},
+    {.name = "attention",
+     .summary = "softmax(scale q k^T + causal mask) v (fused, one log-sum-exp saved per row)",
+     .spec_help = HELP_ATTENTION,
+     .args = "causal=1,scale=0",
+     VARIANTS(V_ATTENTION),
+     .build = build_attention,
+     .forward = fw_attention,
+     .f32 = {.h = 1e-2}},
     /* layers */
     {.name = "linear",
      .summary = "x W^T + b (Linear, fused)",
@@ -964,6 +1135,14 @@ static const tg_op_info registry[] = {
      .build = build_norm,
      .forward = fw_norm,
      .fn.norm = tg_layernorm_composed,
+     .f32 = {.h = 1e-2}},
+    {.name = "attention_composed",
+     .summary = "attention built from primitive ops",
+     .spec_help = HELP_ATTENTION,
+     .args = "causal=1,scale=0",
+     VARIANTS(V_ATTENTION),
+     .build = build_attention,
+     .forward = fw_attention_composed,
      .f32 = {.h = 1e-2}},
 };
 

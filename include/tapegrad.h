@@ -45,13 +45,20 @@
  *  - Arena tensors: everything an op or a creation function returns. They
  *    live until the next tg_ctx_reset, which frees them all at once in O(1)
  *    and keeps the arena's memory for the next step (no malloc per step once
- *    warm).
+ *    warm). Using one after the reset is an error naming the call ("... is
+ *    from step 3, before tg_ctx_reset; the context is at step 4"), always
+ *    caught in checked builds (TG_CHECKED: every build type but Release).
  *  - Persistent tensors: parameters and optimizer state (tg_persist, made
  *    by the layers and optimizers). They live on the heap until their owner
- *    frees them (tg_*_free, or tg_ctx_free for what is left).
+ *    frees them (tg_*_free, or tg_ctx_free for what is left). A layer's
+ *    parameters and an optimizer's state are freed with it, never alone;
+ *    a second free, or a free through another context, is an error.
  *  - The tape: an op records itself when grad mode is on and an input
- *    requires grad. tg_backward walks the records in reverse and consumes
- *    them (keep_tape keeps them); tg_ctx_reset empties it.
+ *    requires grad, noting its tensors' in-place write counts. tg_backward
+ *    walks the records in reverse and consumes them (keep_tape keeps them);
+ *    an op whose inputs were written in place since it ran (tg_fill,
+ *    tg_assign, an optimizer step...) stops it with an error. tg_ctx_reset
+ *    empties the tape.
  *  - A step is: forward (records), zero-grad, backward, optimizer step,
  *    check tg_ok once, reset.
  *

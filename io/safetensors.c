@@ -553,8 +553,10 @@ tg_status tg_st_load_memory(tg_ctx *ctx, const char *fn, const char *what, const
 
     /* Everything checked: now write. Nothing below can fail. */
     bool swap = !host_is_le();
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         copy_elements(e[i].t->data, e[i].match->data, (size_t)e[i].match->nbytes, tg_dtype_size(e[i].t->dtype), swap);
+        tg_written(e[i].t); /* an in-place write: a tape that saved it sees it */
+    }
     if (meta) {
         tg_meta_free(meta);
         *meta = new_meta;

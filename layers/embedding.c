@@ -12,9 +12,9 @@ static size_t embedding_repr(const tg_module *m, char *buf, size_t size) {
     return n > 0 ? (size_t)n : 0;
 }
 
-static bool embedding_params_m(tg_ctx *ctx, tg_module *m, tg_params *list) {
+static bool embedding_params_m(tg_ctx *ctx, tg_module *m, const char *prefix, tg_params *list) {
     tg_embedding_layer *l = (tg_embedding_layer *)m;
-    return tg_params_add(ctx, list, m->name, "weight", l->weight, true);
+    return tg_params_add(ctx, list, prefix, "weight", l->weight, true);
 }
 
 static int64_t embedding_numel(const tg_module *m) { return ((const tg_embedding_layer *)m)->weight->numel; }
@@ -25,7 +25,13 @@ static void embedding_free_m(tg_ctx *ctx, tg_module *m) {
     tg_heap_free(ctx, l);
 }
 
-static const tg_module_ops EMBEDDING_OPS = {embedding_repr, embedding_params_m, embedding_numel, embedding_free_m};
+/* No .forward: the input is indices, not a tensor. */
+static const tg_module_ops EMBEDDING_OPS = {
+    .repr = embedding_repr,
+    .params = embedding_params_m,
+    .numel = embedding_numel,
+    .free = embedding_free_m,
+    .forward_hint = "it takes indices (tg_embedding_layer_forward); run it before a Sequential, not inside one"};
 
 tg_embedding_layer *tg_embedding_layer_new(tg_ctx *ctx, const char *name, int64_t num_embeddings, int64_t embedding_dim,
                                            tg_dtype dtype) {

@@ -164,10 +164,10 @@ static size_t linear_repr(const tg_module *m, char *buf, size_t size) {
     return n > 0 ? (size_t)n : 0;
 }
 
-static bool linear_params_m(tg_ctx *ctx, tg_module *m, tg_params *list) {
+static bool linear_params_m(tg_ctx *ctx, tg_module *m, const char *prefix, tg_params *list) {
     tg_linear *l = (tg_linear *)m;
-    if (!tg_params_add(ctx, list, m->name, "weight", l->weight, true)) return false;
-    return !l->bias || tg_params_add(ctx, list, m->name, "bias", l->bias, false);
+    if (!tg_params_add(ctx, list, prefix, "weight", l->weight, true)) return false;
+    return !l->bias || tg_params_add(ctx, list, prefix, "bias", l->bias, false);
 }
 
 static int64_t linear_numel(const tg_module *m) {
@@ -182,17 +182,26 @@ static void linear_free_m(tg_ctx *ctx, tg_module *m) {
     tg_heap_free(ctx, l);
 }
 
-static const tg_module_ops LINEAR_OPS = {linear_repr, linear_params_m, linear_numel, linear_free_m};
+static tg_tensor *linear_forward_m(tg_ctx *ctx, tg_module *m, tg_tensor *x) {
+    return tg_linear_forward(ctx, (tg_linear *)m, x);
+}
 
-tg_linear *tg_linear_new(tg_ctx *ctx, const char *name, int64_t in_features, int64_t out_features, bool bias,
-                         tg_dtype dtype) {
+static const tg_module_ops LINEAR_OPS = {.repr = linear_repr,
+                                         .params = linear_params_m,
+                                         .numel = linear_numel,
+                                         .free = linear_free_m,
+                                         .forward = linear_forward_m};
+
+/* The constructors' common part; errors name fn. */
+static tg_linear *linear_new(tg_ctx *ctx, const char *fn, const char *name, int64_t in_features, int64_t out_features,
+                             bool bias, tg_dtype dtype) {
     if (!tg_live(ctx)) return NULL;
-    if (!tg_check_size_arg(ctx, __func__, "in_features", in_features) ||
-        !tg_check_size_arg(ctx, __func__, "out_features", out_features))
+    if (!tg_check_size_arg(ctx, fn, "in_features", in_features) ||
+        !tg_check_size_arg(ctx, fn, "out_features", out_features))
         return NULL;
     int64_t numel;
-    if (!tg_check_shape(ctx, __func__, 2, (const int64_t[]){out_features, in_features}, &numel)) return NULL;
-    tg_linear *l = tg_module_alloc(ctx, __func__, sizeof *l, "Linear", name, dtype, &LINEAR_OPS);
+    if (!tg_check_shape(ctx, fn, 2, (const int64_t[]){out_features, in_features}, &numel)) return NULL;
+    tg_linear *l = tg_module_alloc(ctx, fn, sizeof *l, "Linear", name, dtype, &LINEAR_OPS);
     if (!l) return NULL;
     l->in_features = in_features;
     l->out_features = out_features;
@@ -202,6 +211,24 @@ tg_linear *tg_linear_new(tg_ctx *ctx, const char *name, int64_t in_features, int
     l->weight = tg_param_from(ctx, tg_rand(ctx, dtype, TG_SHAPE(out_features, in_features), -bound, bound));
     if (bias) l->bias = tg_param_from(ctx, tg_rand(ctx, dtype, TG_SHAPE(out_features), -bound, bound));
     return tg_module_built(ctx, &l->base);
+}
+
+tg_linear_opts tg_linear_defaults(void) { return (tg_linear_opts){.bias = true, .dtype = TG_F32}; }
+
+tg_linear *tg_linear_new(tg_ctx *ctx, const char *name, int64_t in_features, int64_t out_features, bool bias,
+                         tg_dtype dtype) {
+    return linear_new(ctx, __func__, name, in_features, out_features, bias, dtype);
+}
+
+tg_linear *tg_linear_new_ex(tg_ctx *ctx, const char *name, int64_t in_features, int64_t out_features,
+                            const tg_linear_opts *opts) {
+    const tg_linear_opts o = opts ? *opts : tg_linear_defaults();
+    return linear_new(ctx, __func__, name, in_features, out_features, o.bias, o.dtype);
+}
+
+tg_linear *tg_linear_new1(tg_ctx *ctx, const char *name, int64_t in_features, int64_t out_features) {
+    const tg_linear_opts o = tg_linear_defaults();
+    return linear_new(ctx, __func__, name, in_features, out_features, o.bias, o.dtype);
 }
 
 tg_tensor *tg_linear_forward(tg_ctx *ctx, tg_linear *layer, tg_tensor *x) {

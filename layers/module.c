@@ -3,11 +3,14 @@
  * parameter list, and the argument checks the layers have in common.
  *
  * A layer struct starts with a tg_module whose ops_ table holds the layer's
- * methods (repr, params, numel, free; layers/module.h), so a model can hold
- * Linear, RMSNorm, LayerNorm and Embedding layers side by side. */
+ * methods (repr, params, numel, free, forward, children; layers/module.h),
+ * so a model can hold Linear, RMSNorm, LayerNorm, Embedding, activation and
+ * Sequential modules side by side. The functions here walk a container's
+ * children (a Sequential's modules) for its parameters, size and summary. */
 #include "layers/module.h"
 
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- common checks and helpers ----------------------------------------------- */
@@ -46,6 +49,10 @@ void *tg_module_alloc(tg_ctx *ctx, const char *fn, size_t size, const char *kind
         tg_error(ctx, TG_ERR_OOM, fn, "out of memory for a %s layer", kind);
         return NULL;
     }
+    if (!tg_own(ctx, fn, p, TG_OWN_LAYER)) { /* tg_module_free checks it there */
+        tg_heap_free(ctx, p);
+        return NULL;
+    }
     memset(p, 0, size);
     tg_module *m = p; /* the header is the struct's first member */
     m->kind = kind;
@@ -62,8 +69,23 @@ bool tg_check_layer(tg_ctx *ctx, const char *fn, const void *layer) {
     return false;
 }
 
+/* Marks each of m's parameters as m's own, so that tg_tensor_free refuses
+ * them ("... is the parameter 'fc1.weight' of a layer; free the layer"):
+ * the layer frees them itself. */
+static bool own_params(tg_ctx *ctx, tg_module *m) {
+    tg_params list = {0};
+    bool ok = !m->ops_->params || m->ops_->params(ctx, m, "", &list);
+    for (int i = 0; ok && i < list.count; i++) {
+        char role[160];
+        snprintf(role, sizeof role, "the parameter '%s' of a layer; free the layer", list.items[i].name);
+        ok = tg_persistent_set_owner(ctx, "tg_module_built", list.items[i].value, m, role);
+    }
+    tg_params_free(&list);
+    return ok;
+}
+
 void *tg_module_built(tg_ctx *ctx, tg_module *m) {
-    if (tg_ok(ctx)) return m;
+    if (tg_ok(ctx) && own_params(ctx, m)) return m;
     tg_module_free(ctx, m);
     return NULL;
 }
@@ -79,25 +101,125 @@ tg_tensor *tg_param_from(tg_ctx *ctx, tg_tensor *t) {
     return p;
 }
 
-/* Appends printf output at *pos of buf[size] (always terminated when size >
- * 0) and advances *pos by the length the text needs, so the final *pos is
- * what snprintf would return for the whole text. */
-static void appendf(char *buf, size_t size, size_t *pos, const char *fmt, ...)
+/* Where a summary goes: a buffer with snprintf semantics (pos counts the
+ * length the whole text needs, the buffer holds what fits, always
+ * terminated when size > 0), or a FILE. */
+typedef struct sink {
+    char *buf;
+    size_t size;
+    size_t pos;
+    FILE *out;
+} sink;
+
+static void put(sink *s, const char *fmt, ...)
 #if defined(__GNUC__)
-    __attribute__((format(printf, 4, 5)))
+    __attribute__((format(printf, 2, 3)))
 #endif
     ;
-static void appendf(char *buf, size_t size, size_t *pos, const char *fmt, ...) {
+static void put(sink *s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    char *dst = buf && *pos < size ? buf + *pos : NULL;
-    size_t room = dst ? size - *pos : 0;
-    int n = vsnprintf(dst, room, fmt, ap);
+    int n;
+    if (s->out) {
+        n = vfprintf(s->out, fmt, ap);
+    } else {
+        char *dst = s->buf && s->pos < s->size ? s->buf + s->pos : NULL;
+        n = vsnprintf(dst, dst ? s->size - s->pos : 0, fmt, ap);
+    }
     va_end(ap);
-    if (n > 0) *pos += (size_t)n;
+    if (n > 0) s->pos += (size_t)n;
+}
+
+/* The module's repr (its ops' repr, snprintf semantics) into the sink. */
+static void put_repr(sink *s, const tg_module *m) {
+    if (!s->out) {
+        char *dst = s->buf && s->pos < s->size ? s->buf + s->pos : NULL;
+        s->pos += m->ops_->repr(m, dst, dst ? s->size - s->pos : 0);
+        return;
+    }
+    char small[256];
+    size_t n = m->ops_->repr(m, small, sizeof small);
+    if (n < sizeof small) {
+        put(s, "%s", small);
+        return;
+    }
+    char *big = malloc(n + 1); /* printing uses the C library's malloc */
+    if (big) m->ops_->repr(m, big, n + 1);
+    put(s, "%s", big ? big : small);
+    free(big);
+}
+
+/* The modules a container holds, or NULL for a leaf. */
+static const tg_model *children_of(const tg_module *m) { return m->ops_->children ? m->ops_->children(m) : NULL; }
+
+const char *tg_module_child_key(char buf[16], const tg_module *child, int i) {
+    if (child->name[0]) return child->name;
+    snprintf(buf, 16, "%d", i);
+    return buf;
+}
+
+/* "Repr  params=N", or for a container "Repr(", one line per child
+ * indented by indent + 2, and ")  params=N" at indent. */
+static void put_module(sink *s, const tg_module *m, int indent) {
+    put_repr(s, m);
+    const tg_model *kids = children_of(m);
+    if (kids) {
+        put(s, "(%s", kids->count ? "\n" : "");
+        for (int i = 0; i < kids->count; i++) {
+            char key[16];
+            put(s, "%*s(%s): ", indent + 2, "", tg_module_child_key(key, kids->items[i], i));
+            put_module(s, kids->items[i], indent + 2);
+            put(s, "\n");
+        }
+        put(s, "%*s)", kids->count ? indent : 0, "");
+    }
+    put(s, "  params=%lld", (long long)tg_module_numel(m));
+}
+
+/* The model's summary: "(key): module" lines and the total. */
+static void put_model(sink *s, const tg_model *model) {
+    int count = model ? model->count : 0;
+    for (int i = 0; i < count; i++) {
+        char key[16];
+        put(s, "(%s): ", tg_module_child_key(key, model->items[i], i));
+        put_module(s, model->items[i], 0);
+        put(s, "\n");
+    }
+    put(s, "total params=%lld\n", (long long)tg_model_numel(model));
 }
 
 /* ---- tg_module ------------------------------------------------------------------- */
+
+const char *tg_module_label(char buf[TG_MODULE_LABEL], const tg_module *m) {
+    if (m->name[0]) snprintf(buf, TG_MODULE_LABEL, "%s '%s'", m->kind, m->name);
+    else snprintf(buf, TG_MODULE_LABEL, "%s", m->kind);
+    return buf;
+}
+
+void tg_module_no_forward(tg_ctx *ctx, const char *fn, const tg_module *m) {
+    char label[TG_MODULE_LABEL];
+    tg_error(ctx, TG_ERR_VALUE, fn, "%s has no forward on one tensor: %s", tg_module_label(label, m),
+             m->ops_->forward_hint ? m->ops_->forward_hint : "it takes other inputs");
+}
+
+/* Appends m's parameters named under prefix (its dotted path): its own,
+ * then each child's under prefix.KEY. */
+static bool params_at(tg_ctx *ctx, tg_module *m, const char *prefix, tg_params *list) {
+    if (m->ops_->params && !m->ops_->params(ctx, m, prefix, list)) return false;
+    const tg_model *kids = children_of(m);
+    for (int i = 0; kids && i < kids->count; i++) {
+        char key[16], path[sizeof(((tg_param *)0)->name)];
+        const char *k = tg_module_child_key(key, kids->items[i], i);
+        int n = snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", k);
+        if (n < 0 || (size_t)n >= sizeof path) {
+            tg_error(ctx, TG_ERR_VALUE, "tg_module_params", "the path '%s%s%s' of a module is over %zu bytes", prefix,
+                     prefix[0] ? "." : "", k, sizeof path - 1);
+            return false;
+        }
+        if (!params_at(ctx, kids->items[i], path, list)) return false;
+    }
+    return true;
+}
 
 bool tg_module_params(tg_ctx *ctx, tg_module *m, tg_params *list) {
     if (!tg_live(ctx)) return false;
@@ -106,68 +228,105 @@ bool tg_module_params(tg_ctx *ctx, tg_module *m, tg_params *list) {
         else tg_error(ctx, TG_ERR_NULL, __func__, "argument 'list' is NULL");
         return false;
     }
-    return m->ops_->params(ctx, m, list);
+    return params_at(ctx, m, m->name, list);
 }
 
-int64_t tg_module_numel(const tg_module *m) { return m ? m->ops_->numel(m) : 0; }
+int64_t tg_module_numel(const tg_module *m) {
+    if (!m) return 0;
+    int64_t n = m->ops_->numel ? m->ops_->numel(m) : 0;
+    const tg_model *kids = children_of(m);
+    return n + (kids ? tg_model_numel(kids) : 0);
+}
+
+tg_tensor *tg_module_forward(tg_ctx *ctx, tg_module *m, tg_tensor *x) {
+    if (!tg_live(ctx)) return NULL;
+    if (!m) {
+        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'm' (the module) is NULL");
+        return NULL;
+    }
+    if (!m->ops_->forward) {
+        tg_module_no_forward(ctx, __func__, m);
+        return NULL;
+    }
+    if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
+    return m->ops_->forward(ctx, m, x);
+}
 
 size_t tg_module_format(char *buf, size_t size, const tg_module *m) {
     if (buf && size) buf[0] = '\0';
     if (!m) return 0;
-    size_t pos = m->ops_->repr(m, buf, size);
-    appendf(buf, size, &pos, "  params=%lld", (long long)m->ops_->numel(m));
-    return pos;
+    sink s = {.buf = buf, .size = size};
+    put_module(&s, m, 0);
+    return s.pos;
 }
 
+void tg_module_print(FILE *out, const tg_module *m) {
+    if (!out || !m) return;
+    sink s = {.out = out};
+    put_module(&s, m, 0);
+    put(&s, "\n");
+}
+
+/* The registry is asked first (by address: a freed layer is never read),
+ * and while the layer frees its parameters it is ctx->releasing, the one
+ * object tg_tensor_free lets free them. */
 void tg_module_free(tg_ctx *ctx, tg_module *m) {
     if (!ctx || !m) return;
+    if (!tg_disown(ctx, __func__, m, TG_OWN_LAYER)) return;
+    const void *outer = ctx->releasing; /* a module inside another being freed */
+    ctx->releasing = m;
     m->ops_->free(ctx, m);
+    ctx->releasing = outer;
 }
 
 /* ---- tg_model -------------------------------------------------------------------- */
 
-bool tg_model_add(tg_ctx *ctx, tg_model *model, tg_module *m) {
+bool tg_module_list_add(tg_ctx *ctx, const char *fn, const char *what, tg_model *list, tg_module *m) {
     if (!m) {
-        if (tg_live(ctx)) tg_error(ctx, TG_ERR_NULL, __func__, "argument 'm' is NULL");
+        if (tg_live(ctx)) tg_error(ctx, TG_ERR_NULL, fn, "argument 'm' is NULL");
         return false;
     }
-    if (model)
-        for (int i = 0; i < model->count; i++)
-            if (model->items[i] == m) {
-                /* already owned by this model: keep it */
-                if (tg_live(ctx)) tg_error(ctx, TG_ERR_VALUE, __func__, "module '%s' is already in the model", m->name);
+    if (list)
+        for (int i = 0; i < list->count; i++)
+            if (list->items[i] == m) {
+                /* already owned by this list: keep it */
+                if (tg_live(ctx)) tg_error(ctx, TG_ERR_VALUE, fn, "module '%s' is already in the %s", m->name, what);
                 return false;
             }
-    /* From here on the model takes m: on any failure m is freed, so
+    /* From here on the list takes m: on any failure m is freed, so
      * tg_model_add(ctx, &model, TG_MODULE(tg_linear_new(...))) never leaks. */
     if (!tg_live(ctx)) goto fail;
-    if (!model) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'model' is NULL");
+    if (!list) {
+        tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", what);
         goto fail;
     }
     if (m->name[0])
-        for (int i = 0; i < model->count; i++)
-            if (strcmp(model->items[i]->name, m->name) == 0) {
-                tg_error(ctx, TG_ERR_VALUE, __func__, "duplicate module name '%s'", m->name);
+        for (int i = 0; i < list->count; i++)
+            if (strcmp(list->items[i]->name, m->name) == 0) {
+                tg_error(ctx, TG_ERR_VALUE, fn, "duplicate module name '%s'", m->name);
                 goto fail;
             }
-    if (model->count == model->capacity) {
-        int cap = model->capacity ? model->capacity * 2 : 8;
+    if (list->count == list->capacity) {
+        int cap = list->capacity ? list->capacity * 2 : 8;
         tg_module **items = tg_heap_alloc(ctx, (size_t)cap * sizeof *items);
         if (!items) {
-            tg_error(ctx, TG_ERR_OOM, __func__, "out of memory growing the model to %d modules", cap);
+            tg_error(ctx, TG_ERR_OOM, fn, "out of memory growing the %s to %d modules", what, cap);
             goto fail;
         }
-        if (model->count) memcpy(items, model->items, (size_t)model->count * sizeof *items);
-        tg_heap_free(ctx, model->items);
-        model->items = items;
-        model->capacity = cap;
+        if (list->count) memcpy(items, list->items, (size_t)list->count * sizeof *items);
+        tg_heap_free(ctx, list->items);
+        list->items = items;
+        list->capacity = cap;
     }
-    model->items[model->count++] = m;
+    list->items[list->count++] = m;
     return true;
 fail:
     tg_module_free(ctx, m);
     return false;
+}
+
+bool tg_model_add(tg_ctx *ctx, tg_model *model, tg_module *m) {
+    return tg_module_list_add(ctx, __func__, "model", model, m);
 }
 
 bool tg_model_params(tg_ctx *ctx, const tg_model *model, tg_params *list) {
@@ -189,38 +348,16 @@ int64_t tg_model_numel(const tg_model *model) {
 }
 
 size_t tg_model_format(char *buf, size_t size, const tg_model *model) {
-    size_t pos = 0;
     if (buf && size) buf[0] = '\0';
-    int count = model ? model->count : 0;
-    for (int i = 0; i < count; i++) {
-        const tg_module *m = model->items[i];
-        if (m->name[0]) appendf(buf, size, &pos, "(%s): ", m->name);
-        else appendf(buf, size, &pos, "(%d): ", i);
-        char *dst = buf && pos < size ? buf + pos : NULL;
-        pos += tg_module_format(dst, dst ? size - pos : 0, m);
-        appendf(buf, size, &pos, "\n");
-    }
-    appendf(buf, size, &pos, "total params=%lld\n", (long long)tg_model_numel(model));
-    return pos;
+    sink s = {.buf = buf, .size = size};
+    put_model(&s, model);
+    return s.pos;
 }
 
 void tg_model_print(FILE *out, const tg_model *model) {
     if (!out) return;
-    char small[1024];
-    size_t n = tg_model_format(small, sizeof small, model);
-    if (n < sizeof small) {
-        fputs(small, out);
-        return;
-    }
-    /* a long summary: one module at a time */
-    for (int i = 0; model && i < model->count; i++) {
-        const tg_module *m = model->items[i];
-        char line[512];
-        tg_module_format(line, sizeof line, m);
-        if (m->name[0]) fprintf(out, "(%s): %s\n", m->name, line);
-        else fprintf(out, "(%d): %s\n", i, line);
-    }
-    fprintf(out, "total params=%lld\n", (long long)tg_model_numel(model));
+    sink s = {.out = out};
+    put_model(&s, model);
 }
 
 void tg_model_free(tg_ctx *ctx, tg_model *model) {

@@ -8,17 +8,37 @@
 #include "tensor/internal.h"
 #include "tapegrad/layers.h"
 
-/* A layer's methods, one static table per layer kind. */
+/* A layer's methods, one static table per layer kind (designated
+ * initializers; a method left out is NULL).
+ *
+ * A module that holds other modules (a container: Sequential, and the
+ * blocks built from layers) lists them through `children`; the generic
+ * functions of layers/module.c then walk them: tg_module_params appends
+ * the container's own parameters and then each child's under
+ * "PREFIX.KEY" (KEY: the child's name, or its position when unnamed),
+ * tg_module_numel adds them up, and tg_module_format prints the children
+ * one per line, indented, between "REPR(" and ")". The container's own
+ * `free` frees its children (tg_model_free). */
 struct tg_module_ops {
     /* The repr without the parameter count, e.g. "Linear(in_features=4,
-     * out_features=2, bias=true)", snprintf semantics. */
+     * out_features=2, bias=true)", snprintf semantics. A container's is
+     * what comes before its children: its kind, "Sequential". */
     size_t (*repr)(const tg_module *m, char *buf, size_t size);
-    /* Appends the parameters to list (names prefixed by m->name). */
-    bool (*params)(tg_ctx *ctx, tg_module *m, tg_params *list);
-    /* Number of scalar parameters. */
+    /* Appends the module's own parameters to list, named prefix + "." +
+     * param (prefix: the module's dotted path, e.g. "mlp.0"; "" at the top
+     * of an unnamed module). NULL: none. */
+    bool (*params)(tg_ctx *ctx, tg_module *m, const char *prefix, tg_params *list);
+    /* Number of scalar parameters of its own. NULL: none. */
     int64_t (*numel)(const tg_module *m);
-    /* Frees the parameters and the layer struct (whose first member is m). */
+    /* Frees the parameters, the children and the layer struct (whose first
+     * member is m). */
     void (*free)(tg_ctx *ctx, tg_module *m);
+    /* y = module(x), for tg_module_forward and Sequential. NULL: the module
+     * takes no tensor input (forward_hint says what to call instead). */
+    tg_tensor *(*forward)(tg_ctx *ctx, tg_module *m, tg_tensor *x);
+    const char *forward_hint;
+    /* The modules it holds, in order. NULL: a leaf. */
+    const tg_model *(*children)(const tg_module *m);
 };
 
 /* Allocates a zeroed layer struct of `size` bytes on the context's heap and
@@ -27,6 +47,23 @@ struct tg_module_ops {
  * coming from `fn`. NULL on error. Free with tg_heap_free. */
 void *tg_module_alloc(tg_ctx *ctx, const char *fn, size_t size, const char *kind, const char *name, tg_dtype dtype,
                       const tg_module_ops *ops);
+
+/* tg_model_add and tg_sequential_add: appends m to list, which owns it from
+ * then on; on failure m is freed (except when it is already in the list,
+ * TG_ERR_VALUE "already in the <what>"). Errors name fn. */
+bool tg_module_list_add(tg_ctx *ctx, const char *fn, const char *what, tg_model *list, tg_module *m);
+
+/* The key of a container's i-th child in parameter names, summaries and
+ * messages: its name, or its position i (written into buf) when unnamed. */
+const char *tg_module_child_key(char buf[16], const tg_module *child, int i);
+
+/* "Kind 'name'", or "Kind" for an unnamed module, for messages. */
+#define TG_MODULE_LABEL 72
+const char *tg_module_label(char buf[TG_MODULE_LABEL], const tg_module *m);
+
+/* The error for a module without a tensor forward (an Embedding): TG_ERR_VALUE
+ * naming fn, the module and what to call instead (its ops' forward_hint). */
+void tg_module_no_forward(tg_ctx *ctx, const char *fn, const tg_module *m);
 
 /* The start of a layer's forward: false when the context is in error or
  * `layer` is NULL (TG_ERR_NULL "argument 'layer' is NULL", naming `fn`). */

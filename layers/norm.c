@@ -112,12 +112,11 @@ bool tg_norm_grads(tg_ctx *ctx, tg_node *n, tg_norm_bwd *b) {
 
 /* What tells RMSNorm and LayerNorm apart. */
 typedef struct norm_kind {
-    const char *name; /* the module's kind, "RMSNorm" or "LayerNorm" */
+    const char *name;     /* the module's kind, "RMSNorm" or "LayerNorm" */
+    const char *defaults; /* the function giving its options' defaults */
     tg_tensor *(*fused)(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm, double eps);
+    const tg_module_ops *ops; /* its methods: the shared ones, its forward */
 } norm_kind;
-
-static const norm_kind RMSNORM = {"RMSNorm", tg_rmsnorm_fused};
-static const norm_kind LAYERNORM = {"LayerNorm", tg_layernorm_fused};
 
 /* tg_rmsnorm and tg_layernorm (include/tapegrad/layers.h) have the same
  * members in the same order. The shared code reaches either through this
@@ -146,10 +145,10 @@ static size_t norm_repr(const tg_module *m, char *buf, size_t size) {
     return n > 0 ? (size_t)n : 0;
 }
 
-static bool norm_params(tg_ctx *ctx, tg_module *m, tg_params *list) {
+static bool norm_params(tg_ctx *ctx, tg_module *m, const char *prefix, tg_params *list) {
     const tg_rmsnorm *l = fields_of(m);
-    if (l->gamma && !tg_params_add(ctx, list, m->name, "gamma", l->gamma, false)) return false;
-    return !l->beta || tg_params_add(ctx, list, m->name, "beta", l->beta, false);
+    if (l->gamma && !tg_params_add(ctx, list, prefix, "gamma", l->gamma, false)) return false;
+    return !l->beta || tg_params_add(ctx, list, prefix, "beta", l->beta, false);
 }
 
 static int64_t norm_numel(const tg_module *m) {
@@ -164,7 +163,21 @@ static void norm_free(tg_ctx *ctx, tg_module *m) {
     tg_heap_free(ctx, m);
 }
 
-static const tg_module_ops NORM_OPS = {norm_repr, norm_params, norm_numel, norm_free};
+/* The generic forward (tg_module_forward, Sequential) of either kind. */
+static tg_tensor *rmsnorm_forward_m(tg_ctx *ctx, tg_module *m, tg_tensor *x) {
+    return tg_rmsnorm_forward(ctx, (tg_rmsnorm *)(void *)m, x);
+}
+static tg_tensor *layernorm_forward_m(tg_ctx *ctx, tg_module *m, tg_tensor *x) {
+    return tg_layernorm_forward(ctx, (tg_layernorm *)(void *)m, x);
+}
+
+static const tg_module_ops RMSNORM_OPS = {
+    .repr = norm_repr, .params = norm_params, .numel = norm_numel, .free = norm_free, .forward = rmsnorm_forward_m};
+static const tg_module_ops LAYERNORM_OPS = {
+    .repr = norm_repr, .params = norm_params, .numel = norm_numel, .free = norm_free, .forward = layernorm_forward_m};
+
+static const norm_kind RMSNORM = {"RMSNorm", "tg_rmsnorm_defaults", tg_rmsnorm_fused, &RMSNORM_OPS};
+static const norm_kind LAYERNORM = {"LayerNorm", "tg_layernorm_defaults", tg_layernorm_fused, &LAYERNORM_OPS};
 
 /* The constructor arguments: ndim in 1..TG_MAX_DIMS, normalized_shape
  * non-NULL with sizes >= 1, eps > 0 and finite, a known dtype. Errors name
@@ -201,7 +214,7 @@ static bool check_new(tg_ctx *ctx, const char *fn, int ndim, const int64_t *norm
 static void *norm_new(tg_ctx *ctx, const char *fn, const norm_kind *kind, const char *name, int ndim,
                       const int64_t *normalized_shape, double eps, bool affine, bool bias, tg_dtype dtype) {
     if (!check_new(ctx, fn, ndim, normalized_shape, eps, dtype)) return NULL;
-    norm_layer *u = tg_module_alloc(ctx, fn, sizeof *u, kind->name, name, dtype, &NORM_OPS);
+    norm_layer *u = tg_module_alloc(ctx, fn, sizeof *u, kind->name, name, dtype, kind->ops);
     if (!u) return NULL;
     tg_rmsnorm *l = &u->rms;
     l->ndim = ndim;
@@ -233,7 +246,30 @@ static tg_tensor *norm_forward(tg_ctx *ctx, const char *fn, const norm_kind *kin
     return kind->fused(ctx, x, l->gamma, l->beta, l->ndim, l->eps);
 }
 
+/* norm_new for the _new_ex forms, whose options come in a struct: a zero
+ * eps most likely means a zeroed struct, so the message says where the
+ * defaults are. */
+static void *norm_new_opts(tg_ctx *ctx, const char *fn, const norm_kind *kind, const char *name, int ndim,
+                           const int64_t *normalized_shape, double eps, bool affine, bool bias, tg_dtype dtype) {
+    if (eps == 0 && tg_live(ctx)) {
+        tg_error(ctx, TG_ERR_VALUE, fn,
+                 "eps = 0 must be > 0 and finite (start the options from %s(): a zeroed "
+                 "struct is not the defaults)",
+                 kind->defaults);
+        return NULL;
+    }
+    return norm_new(ctx, fn, kind, name, ndim, normalized_shape, eps, affine, bias, dtype);
+}
+
 /* ---- the public functions ---------------------------------------------------------- */
+
+tg_rmsnorm_opts tg_rmsnorm_defaults(void) {
+    return (tg_rmsnorm_opts){.eps = TG_RMSNORM_EPS, .affine = true, .bias = false, .dtype = TG_F32};
+}
+
+tg_layernorm_opts tg_layernorm_defaults(void) {
+    return (tg_layernorm_opts){.eps = TG_LAYERNORM_EPS, .affine = true, .bias = true, .dtype = TG_F32};
+}
 
 tg_rmsnorm *tg_rmsnorm_new(tg_ctx *ctx, const char *name, int ndim, const int64_t *normalized_shape, double eps,
                            bool affine, bool bias, tg_dtype dtype) {
@@ -243,6 +279,28 @@ tg_rmsnorm *tg_rmsnorm_new(tg_ctx *ctx, const char *name, int ndim, const int64_
 tg_layernorm *tg_layernorm_new(tg_ctx *ctx, const char *name, int ndim, const int64_t *normalized_shape, double eps,
                                bool affine, bool bias, tg_dtype dtype) {
     return norm_new(ctx, __func__, &LAYERNORM, name, ndim, normalized_shape, eps, affine, bias, dtype);
+}
+
+tg_rmsnorm *tg_rmsnorm_new_ex(tg_ctx *ctx, const char *name, int ndim, const int64_t *normalized_shape,
+                              const tg_rmsnorm_opts *opts) {
+    const tg_rmsnorm_opts o = opts ? *opts : tg_rmsnorm_defaults();
+    return norm_new_opts(ctx, __func__, &RMSNORM, name, ndim, normalized_shape, o.eps, o.affine, o.bias, o.dtype);
+}
+
+tg_layernorm *tg_layernorm_new_ex(tg_ctx *ctx, const char *name, int ndim, const int64_t *normalized_shape,
+                                  const tg_layernorm_opts *opts) {
+    const tg_layernorm_opts o = opts ? *opts : tg_layernorm_defaults();
+    return norm_new_opts(ctx, __func__, &LAYERNORM, name, ndim, normalized_shape, o.eps, o.affine, o.bias, o.dtype);
+}
+
+tg_rmsnorm *tg_rmsnorm_new1(tg_ctx *ctx, const char *name, int64_t dim) {
+    const tg_rmsnorm_opts o = tg_rmsnorm_defaults();
+    return norm_new(ctx, __func__, &RMSNORM, name, 1, &dim, o.eps, o.affine, o.bias, o.dtype);
+}
+
+tg_layernorm *tg_layernorm_new1(tg_ctx *ctx, const char *name, int64_t dim) {
+    const tg_layernorm_opts o = tg_layernorm_defaults();
+    return norm_new(ctx, __func__, &LAYERNORM, name, 1, &dim, o.eps, o.affine, o.bias, o.dtype);
 }
 
 tg_tensor *tg_rmsnorm_forward(tg_ctx *ctx, tg_rmsnorm *layer, tg_tensor *x) {

@@ -152,12 +152,11 @@ tg_adam_opts tg_adamw_defaults(void) {
     return o;
 }
 
+/* Adam or AdamW from the options (NULL: the kind's defaults). */
 static tg_optim *adam_new(tg_ctx *ctx, const char *fn, tg_optim_kind kind, tg_params *params, const tg_adam_opts *a) {
     if (!tg_live(ctx)) return NULL;
-    if (!a) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'opts' is NULL (use tg_adam_defaults())");
-        return NULL;
-    }
+    const tg_adam_opts dflt = kind == TG_OPTIM_ADAMW ? tg_adamw_defaults() : tg_adam_defaults();
+    if (!a) a = &dflt;
     if (!tg_optim_check(ctx, fn, tg_finite_nonneg(a->lr), "lr", a->lr, "finite and >= 0")) return NULL;
     if (!(a->beta1 >= 0 && a->beta1 < 1) || !(a->beta2 >= 0 && a->beta2 < 1)) {
         tg_error(ctx, TG_ERR_VALUE, fn, "betas=(%g, %g) must lie in [0, 1)", a->beta1, a->beta2);

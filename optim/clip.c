@@ -65,6 +65,7 @@ double tg_clip_grad_norm(tg_ctx *ctx, tg_params *params, double max_norm) {
                 float c = (float)coef;
                 for (int64_t k = 0; k < g->numel; k++) f[k] *= c;
             }
+            tg_written(g);
         }
     }
     return norm;

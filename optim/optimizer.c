@@ -48,6 +48,11 @@ tg_optim *tg_optim_make(tg_ctx *ctx, const char *fn, tg_optim_kind kind, tg_para
         tg_error(ctx, TG_ERR_OOM, fn, "out of memory for an optimizer over %d parameters", params->count);
         return NULL;
     }
+    if (!tg_own(ctx, fn, o, TG_OWN_OPTIM)) { /* tg_optim_free checks it there */
+        tg_heap_free(ctx, o);
+        tg_heap_free(ctx, slots);
+        return NULL;
+    }
     memset(o, 0, sizeof *o);
     memset(slots, 0, nslots * sizeof *slots);
     o->alloc = ctx->alloc;
@@ -57,6 +62,7 @@ tg_optim *tg_optim_make(tg_ctx *ctx, const char *fn, tg_optim_kind kind, tg_para
     size_t nstate = 1 + (size_t)params->count * (size_t)per_param;
     o->state.items = nstate <= INT_MAX ? tg_heap_alloc(ctx, nstate * sizeof *o->state.items) : NULL;
     if (!o->state.items) {
+        tg_disown(ctx, fn, o, TG_OWN_OPTIM);
         tg_heap_free(ctx, slots);
         tg_heap_free(ctx, o);
         tg_error(ctx, TG_ERR_OOM, fn, "out of memory for the optimizer state list");
@@ -88,6 +94,12 @@ tg_optim *tg_optim_make(tg_ctx *ctx, const char *fn, tg_optim_kind kind, tg_para
             }
         }
     }
+    /* The state is the optimizer's own: tg_tensor_free refuses it. */
+    for (int i = 0; i < o->state.count && tg_ok(ctx); i++) {
+        char role[160];
+        snprintf(role, sizeof role, "the state '%s' of an optimizer; free the optimizer", o->state.items[i].name);
+        tg_persistent_set_owner(ctx, fn, o->state.items[i].value, o, role);
+    }
     if (!tg_ok(ctx)) {
         tg_optim_free(ctx, o);
         return NULL;
@@ -95,10 +107,18 @@ tg_optim *tg_optim_make(tg_ctx *ctx, const char *fn, tg_optim_kind kind, tg_para
     return o;
 }
 
+/* With a context, the registry is asked first (by address: a freed
+ * optimizer is never read), and while the optimizer frees its state it is
+ * ctx->releasing, the one object tg_tensor_free lets free it. Without one
+ * nothing can be checked. */
 void tg_optim_free(tg_ctx *ctx, tg_optim *o) {
     if (!o) return;
     if (ctx) {
+        if (!tg_disown(ctx, __func__, o, TG_OWN_OPTIM)) return;
+        const void *outer = ctx->releasing;
+        ctx->releasing = o;
         for (int i = 0; i < o->state.count; i++) tg_tensor_free(ctx, o->state.items[i].value);
+        ctx->releasing = outer;
     }
     tg_params_free(&o->state);
     tg_allocator a = o->alloc;
@@ -128,9 +148,14 @@ void tg_optim_step(tg_ctx *ctx, tg_optim *o) {
         if (!p->value->grad) continue; /* like PyTorch: no grad, no update */
         if (o->kind == TG_OPTIM_SGD) tg_sgd_update(o, i, lr, p->weight_decay);
         else tg_adam_update(o, i, lr, p->weight_decay);
+        /* in-place writes: a tape that saved the parameter sees them */
+        tg_written(p->value);
+        for (int s = 0; s < SLOT_COUNT; s++)
+            if (tg_optim_slot(o, i, s)) tg_written(tg_optim_slot(o, i, s));
     }
     o->step++;
     *(double *)o->step_tensor->data = (double)o->step;
+    tg_written(o->step_tensor);
 }
 
 void tg_optim_zero_grad(tg_ctx *ctx, tg_optim *o) {

@@ -51,11 +51,8 @@ tg_sgd_opts tg_sgd_defaults(double lr) {
 
 tg_optim *tg_sgd_new(tg_ctx *ctx, tg_params *params, const tg_sgd_opts *opts) {
     if (!tg_live(ctx)) return NULL;
-    if (!opts) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'opts' is NULL (use tg_sgd_defaults(lr))");
-        return NULL;
-    }
-    const tg_sgd_opts *s = opts;
+    const tg_sgd_opts dflt = tg_sgd_defaults(TG_SGD_LR);
+    const tg_sgd_opts *s = opts ? opts : &dflt;
     const char *nonneg = "finite and >= 0";
     if (!tg_optim_check(ctx, __func__, tg_finite_nonneg(s->lr), "lr", s->lr, nonneg) ||
         !tg_optim_check(ctx, __func__, tg_finite_nonneg(s->momentum), "momentum", s->momentum, nonneg) ||

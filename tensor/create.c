@@ -196,20 +196,31 @@ tg_tensor *tg_randn(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape,
     return t;
 }
 
-/* ---- persistent tensors ------------------------------------------------- */
+/* ---- persistent tensors -------------------------------------------------
+ * A persistent tensor is a tg_persistent (the tensor, then its owner) with
+ * its data in a second block; its grad, if any, is a bare tg_tensor with
+ * its own data. Both are in the context's ownership registry (TG_OWN_TENSOR,
+ * TG_OWN_GRAD), which is what tg_tensor_free and tg_ctx_free go by. */
 
-static void free_persistent(tg_ctx *ctx, tg_tensor *t) {
+static void free_block(tg_ctx *ctx, tg_tensor *t) {
     if (!t) return;
     tg_heap_free(ctx, t->data);
     tg_heap_free(ctx, t);
 }
 
-/* A heap tensor with t's shape and dtype and a copy of t's data (not linked
- * into the context's list). */
-static tg_tensor *heap_copy(tg_ctx *ctx, const tg_tensor *t) {
-    tg_tensor *p = tg_heap_alloc(ctx, sizeof *p);
+/* Frees t (a registered persistent tensor) and its grad, and takes both out
+ * of the registry. */
+static void free_persistent(tg_ctx *ctx, tg_tensor *t) {
+    if (t->grad && tg_disown(ctx, "tg_tensor_free", t->grad, TG_OWN_GRAD)) free_block(ctx, t->grad);
+    free_block(ctx, t);
+}
+
+/* A heap tensor of `header` bytes (a tg_tensor or a tg_persistent) with t's
+ * shape and dtype and a copy of t's data, not registered. */
+static tg_tensor *heap_copy(tg_ctx *ctx, const tg_tensor *t, size_t header) {
+    tg_tensor *p = tg_heap_alloc(ctx, header);
     if (!p) return NULL;
-    memset(p, 0, sizeof *p);
+    memset(p, 0, header);
     size_t bytes = (size_t)t->numel * tg_esize(t->dtype);
     p->data = tg_heap_alloc(ctx, bytes ? bytes : 1);
     if (!p->data) {
@@ -226,49 +237,90 @@ static tg_tensor *heap_copy(tg_ctx *ctx, const tg_tensor *t) {
     return p;
 }
 
+/* A zeroed persistent grad for t, registered (NULL and an error naming fn
+ * when out of memory). */
+static tg_tensor *new_grad(tg_ctx *ctx, const char *fn, const tg_tensor *t) {
+    tg_tensor *g = heap_copy(ctx, t, sizeof(tg_tensor));
+    if (!g) {
+        tg_error(ctx, TG_ERR_OOM, fn, "out of memory for the grad");
+        return NULL;
+    }
+    memset(g->data, 0, (size_t)t->numel * tg_esize(t->dtype));
+    if (!tg_own(ctx, fn, g, TG_OWN_GRAD)) {
+        free_block(ctx, g);
+        return NULL;
+    }
+    return g;
+}
+
 tg_tensor *tg_persist(tg_ctx *ctx, tg_tensor *t) {
     if (!tg_check_arg(ctx, "tg_persist", "t", t)) return NULL;
-    tg_tensor *p = heap_copy(ctx, t);
+    tg_tensor *p = heap_copy(ctx, t, sizeof(tg_persistent));
     if (!p) {
         char s[TG_SHAPE_STR];
         tg_error(ctx, TG_ERR_OOM, "tg_persist", "out of memory for a %s tensor of shape %s", tg_dtype_name(t->dtype),
                  tg_shape_of(s, t));
         return NULL;
     }
+    if (!tg_own(ctx, "tg_persist", p, TG_OWN_TENSOR)) {
+        free_block(ctx, p);
+        return NULL;
+    }
     if (t->requires_grad) {
         /* a persistent leaf that requires grad keeps a persistent grad */
         p->requires_grad = true;
-        tg_tensor zero = *p;
-        p->grad = heap_copy(ctx, &zero);
+        p->grad = new_grad(ctx, "tg_persist", p);
         if (!p->grad) {
-            free_persistent(ctx, p);
-            tg_error(ctx, TG_ERR_OOM, "tg_persist", "out of memory for the grad");
+            tg_disown(ctx, "tg_persist", p, TG_OWN_TENSOR);
+            free_block(ctx, p);
             return NULL;
         }
-        memset(p->grad->data, 0, (size_t)p->numel * tg_esize(p->dtype));
     }
-    p->next_ = ctx->persistent;
-    if (ctx->persistent) ctx->persistent->prev_ = p;
-    ctx->persistent = p;
     return p;
 }
 
 /* Gives a persistent tensor a zeroed persistent grad (used by
- * tg_requires_grad). Returns false on allocation failure. */
+ * tg_requires_grad). Returns false on allocation failure (error set). */
 bool tg_persistent_make_grad(tg_ctx *ctx, tg_tensor *t) {
     if (t->grad) return true;
-    tg_tensor *g = heap_copy(ctx, t);
-    if (!g) return false;
-    memset(g->data, 0, (size_t)t->numel * tg_esize(t->dtype));
-    t->grad = g;
-    return true;
+    t->grad = new_grad(ctx, "tg_requires_grad", t);
+    return t->grad != NULL;
+}
+
+void tg_persistent_free_all(tg_ctx *ctx) {
+    for (size_t i = 0; i < ctx->owned_cap; i++)
+        if (ctx->owned[i].kind == TG_OWN_TENSOR) {
+            tg_tensor *t = (tg_tensor *)ctx->owned[i].p;
+            if (t->grad && tg_owned_kind(ctx, t->grad) == TG_OWN_GRAD) free_block(ctx, t->grad);
+            free_block(ctx, t);
+        }
+    if (ctx->owned) memset(ctx->owned, 0, ctx->owned_cap * sizeof *ctx->owned);
+    ctx->owned_count = 0;
 }
 
 void tg_tensor_free(tg_ctx *ctx, tg_tensor *t) {
-    if (!ctx || !t || !t->persistent) return;
-    if (t->prev_) t->prev_->next_ = t->next_;
-    else if (ctx->persistent == t) ctx->persistent = t->next_;
-    if (t->next_) t->next_->prev_ = t->prev_;
-    if (t->grad && t->grad->persistent) free_persistent(ctx, t->grad);
+    static const char fn[] = "tg_tensor_free";
+    if (!ctx || !t) return;
+    /* Only what the registry knows is read: a pointer it does not know may
+     * point at freed memory. */
+    switch (tg_owned_kind(ctx, t)) {
+    case TG_OWN_TENSOR: break;
+    case TG_OWN_GRAD:
+        tg_error(ctx, TG_ERR_STATE, fn, "%p is the grad of a persistent tensor; it is freed with that tensor",
+                 (void *)t);
+        return;
+    case TG_OWN_NONE:
+        if (tg_arena_holds(ctx, t)) return;   /* an arena tensor: the reset frees it */
+        tg_disown(ctx, fn, t, TG_OWN_TENSOR); /* says: freed already, or another context's */
+        return;
+    default: tg_disown(ctx, fn, t, TG_OWN_TENSOR); return;
+    }
+    const tg_persistent *p = (const tg_persistent *)t;
+    if (p->owner && p->owner != ctx->releasing) {
+        char s[TG_SHAPE_STR];
+        tg_error(ctx, TG_ERR_STATE, fn, "tensor %s %s is %s", tg_shape_of(s, t), tg_dtype_name(t->dtype), p->role);
+        return;
+    }
+    tg_disown(ctx, fn, t, TG_OWN_TENSOR);
     free_persistent(ctx, t);
 }

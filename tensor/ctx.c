@@ -5,7 +5,11 @@
  * one is used. Reset rewinds every chunk in O(1) per chunk. When a step
  * needed more than one chunk, reset replaces them by one chunk of the total
  * size, so after the first steps a step runs in a single chunk and never
- * calls the allocator: the footprint stays flat and the pages stay warm. */
+ * calls the allocator: the footprint stays flat and the pages stay warm.
+ * Checked builds (TG_CHECKED) keep the chunks a step used out of the next
+ * step (quarantine_step), so the arena alternates between two chunks; ASan
+ * builds poison every arena byte not handed out (tensor/lifetime.c says
+ * why both). */
 #include "tensor/internal.h"
 
 #include <math.h>
@@ -58,6 +62,7 @@ tg_ctx *tg_ctx_new_with_allocator(uint64_t seed, const tg_allocator *alloc) {
 static void free_chunks(tg_ctx *ctx, tg_chunk *c) {
     while (c) {
         tg_chunk *next = c->next;
+        TG_UNPOISON(c->base, c->size); /* the allocator's own bookkeeping may use it */
         tg_heap_free(ctx, c->base);
         tg_heap_free(ctx, c);
         c = next;
@@ -66,13 +71,17 @@ static void free_chunks(tg_ctx *ctx, tg_chunk *c) {
 
 void tg_ctx_free(tg_ctx *ctx) {
     if (!ctx) return;
-    while (ctx->persistent) tg_tensor_free(ctx, ctx->persistent);
+    tg_persistent_free_all(ctx);
+    tg_heap_free(ctx, ctx->owned);
     free_chunks(ctx, ctx->chunks);
+    free_chunks(ctx, ctx->quarantine);
     tg_tape_free(ctx, &ctx->tape);
     tg_allocator a = ctx->alloc;
     a.free(ctx, a.user);
 }
 
+/* A new chunk of `size` bytes. ASan builds poison it whole: only what the
+ * arena hands out (tg_arena_alloc_fn) becomes addressable. */
 static tg_chunk *new_chunk(tg_ctx *ctx, size_t size) {
     tg_chunk *c = tg_heap_alloc(ctx, sizeof *c);
     if (!c) return NULL;
@@ -81,24 +90,70 @@ static tg_chunk *new_chunk(tg_ctx *ctx, size_t size) {
         tg_heap_free(ctx, c);
         return NULL;
     }
+    TG_POISON(c->base, size);
     c->next = NULL;
     c->size = size;
     c->used = 0;
     return c;
 }
 
+#ifdef TG_CHECKED
+static size_t total_size(const tg_chunk *c) {
+    size_t n = 0;
+    for (; c; c = c->next) n += c->size;
+    return n;
+}
+
+/* Checked builds: the chunks the ending step used go to quarantine, and the
+ * ones quarantined a step ago come back. So the arena does not hand out the
+ * ending step's memory in the next step: a tensor kept across the reset
+ * keeps its header (and its step), and tg_check_arg names it. */
+static void quarantine_step(tg_ctx *ctx) {
+    tg_chunk *used = NULL, **used_end = &used;
+    tg_chunk *live = ctx->quarantine, **live_end = &live;
+    while (*live_end) live_end = &(*live_end)->next;
+    for (tg_chunk *c = ctx->chunks, *next; c; c = next) {
+        next = c->next;
+        c->next = NULL;
+        if (c->used) {
+            *used_end = c;
+            used_end = &c->next;
+        } else {
+            *live_end = c;
+            live_end = &c->next;
+        }
+    }
+    ctx->chunks = live;
+    ctx->quarantine = used;
+    ctx->quarantined = total_size(used);
+}
+#endif
+
 void tg_ctx_reset(tg_ctx *ctx) {
     if (!ctx) return;
     tg_tape_clear(&ctx->tape); /* its records point at arena tensors */
     ctx->epoch++;
-    /* Coalesce a multi-chunk arena into one chunk of the same capacity, so
-     * the next step bumps through one block. If that allocation fails we
-     * simply keep the old chunks. */
-    if (ctx->chunks && ctx->chunks->next) {
-        tg_chunk *one = new_chunk(ctx, ctx->arena_capacity);
+    /* What the step handed out becomes unaddressable for ASan. */
+    for (tg_chunk *c = ctx->chunks; c; c = c->next) TG_POISON(c->base, c->used);
+    /* Coalesce a multi-chunk arena into one chunk of the same capacity (in
+     * checked builds, at least the quarantined step's: they alternate
+     * between two such chunks), so the next step bumps through one block.
+     * If that allocation fails we simply keep the old chunks. (An empty
+     * arena is left empty: the step allocates what it needs, reporting
+     * failures.) */
+    bool small = false;
+#ifdef TG_CHECKED
+    quarantine_step(ctx);
+    small = ctx->arena_capacity - ctx->quarantined < ctx->quarantined;
+#endif
+    if (ctx->chunks && (ctx->chunks->next || small)) {
+        size_t live = ctx->arena_capacity - ctx->quarantined;
+        size_t want = live > ctx->quarantined ? live : ctx->quarantined;
+        tg_chunk *one = new_chunk(ctx, want);
         if (one) {
             free_chunks(ctx, ctx->chunks);
             ctx->chunks = one;
+            ctx->arena_capacity = ctx->quarantined + want;
         }
     }
     for (tg_chunk *c = ctx->chunks; c; c = c->next) c->used = 0;
@@ -112,6 +167,7 @@ void *tg_arena_alloc_fn(tg_ctx *ctx, const char *fn, size_t size) {
         tg_error(ctx, TG_ERR_OOM, fn, "allocation of %zu bytes overflows", size);
         return NULL;
     }
+    size_t asked = size;
     size = (size + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN;
     if (size == 0) size = TG_ALIGN;
     tg_chunk *c = ctx->cur;
@@ -137,6 +193,7 @@ void *tg_arena_alloc_fn(tg_ctx *ctx, const char *fn, size_t size) {
     void *p = c->base + c->used;
     c->used += size;
     ctx->arena_used += size;
+    TG_UNPOISON(p, asked);
     return p;
 }
 
@@ -144,6 +201,7 @@ void *tg_arena_alloc(tg_ctx *ctx, size_t size) { return tg_arena_alloc_fn(ctx, "
 
 size_t tg_arena_capacity(const tg_ctx *ctx) { return ctx ? ctx->arena_capacity : 0; }
 size_t tg_arena_used(const tg_ctx *ctx) { return ctx ? ctx->arena_used : 0; }
+size_t tg_arena_quarantined(const tg_ctx *ctx) { return ctx ? ctx->quarantined : 0; }
 
 /* ---- errors ------------------------------------------------------------ */
 
@@ -199,13 +257,15 @@ void tg_error(tg_ctx *ctx, tg_status status, const char *fn, const char *fmt, ..
 
 /* ---- argument checks ---------------------------------------------------- */
 
-bool tg_check_arg(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t) {
-    if (!tg_live(ctx)) return false;
+bool tg_check_arg_error(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t) {
     if (!t) {
         tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", arg);
         return false;
     }
-    return true;
+    char what[96];
+    snprintf(what, sizeof what, "argument '%s'", arg);
+    tg_stale_error(ctx, fn, what, t);
+    return false;
 }
 
 bool tg_check_finite(tg_ctx *ctx, const char *fn, const char *what, double v) {

@@ -47,31 +47,62 @@ static inline void tg_tape_clear(tg_tape *tape) {
     tape->consumed = false;
 }
 
+/* What the context hands out on its heap and takes back when freed: the
+ * kinds in its ownership registry (tensor/lifetime.c). */
+typedef enum tg_own_kind {
+    TG_OWN_NONE = 0,
+    TG_OWN_TENSOR, /* a persistent tensor (a tg_persistent) */
+    TG_OWN_GRAD,   /* the grad of a persistent tensor, freed with it */
+    TG_OWN_LAYER,  /* a layer (tg_module_alloc) */
+    TG_OWN_OPTIM   /* an optimizer (tg_optim_make) */
+} tg_own_kind;
+
+/* One entry of the registry: an object's address and kind. */
+typedef struct tg_owned {
+    const void *p;
+    tg_own_kind kind;
+} tg_owned;
+
+/* How many of the last frees the context remembers, to say "already freed"
+ * rather than "not of this context" on a second free. */
+#define TG_RECENT_FREES 16
+
 struct tg_ctx {
-    tg_allocator alloc;
+    /* What every op reads first, together (two cache lines). */
+    tg_status status; /* sticky error: the first one wins (message below) */
+    uint32_t epoch;   /* the step: incremented by every reset */
+    int threads;      /* kernels' thread count */
+    bool abort_on_error;
+    tg_tape tape; /* autograd/tape.c */
 
     /* arena */
-    tg_chunk *chunks;      /* first chunk */
+    tg_chunk *chunks;      /* first chunk of the live list */
     tg_chunk *cur;         /* chunk being bumped */
-    size_t arena_capacity; /* sum of chunk sizes */
+    tg_chunk *quarantine;  /* checked builds: the previous step's chunks, not handed out again yet */
+    size_t arena_capacity; /* sum of chunk sizes, quarantined ones included */
     size_t arena_used;     /* bytes handed out since the last reset */
-    uint32_t epoch;        /* incremented by every reset */
-
-    /* persistent tensors owned by the context (doubly linked) */
-    tg_tensor *persistent;
+    size_t quarantined;    /* sum of the quarantined chunks' sizes */
 
     /* RNG (Philox4x32-10, see tapegrad.h) */
     uint64_t seed;
     uint64_t rng_offset;
 
-    /* sticky error: the first one wins */
-    tg_status status;
-    char message[512];
-    bool abort_on_error;
+    tg_allocator alloc;
 
-    tg_tape tape; /* autograd/tape.c */
+    /* The ownership registry: every persistent tensor, persistent grad,
+     * layer and optimizer this context made and has not freed, in an
+     * open-addressing hash table (a power-of-two number of slots, at most
+     * half full). A free looks its object up here before touching it, so a
+     * second free, or a free through the wrong context, is an error that
+     * never reads freed memory. */
+    tg_owned *owned;
+    size_t owned_cap;
+    size_t owned_count;
+    tg_owned recent[TG_RECENT_FREES]; /* the last frees, newest at recent_next - 1 */
+    unsigned recent_next;
+    const void *releasing; /* the layer or optimizer being freed: may free what it owns */
 
-    int threads;
+    char message[512]; /* the first error's message */
 };
 
 /* Allocator wrappers (NULL on failure; no error set). */
@@ -88,9 +119,101 @@ static inline void tg_tape_free(tg_ctx *ctx, tg_tape *tape) {
 /* True when ctx can be used: non-NULL and not in error. */
 static inline bool tg_live(const tg_ctx *ctx) { return ctx && ctx->status == TG_OK; }
 
-/* Checks a tensor argument: NULL while healthy is TG_ERR_NULL naming `arg`.
- * Returns false (and does nothing more) when the ctx is already in error. */
-bool tg_check_arg(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t);
+/* ---- lifetime (tensor/lifetime.c) ---------------------------------------------
+ * Stale tensors: an arena tensor lives until the next tg_ctx_reset. Its
+ * header carries the step it was made in (epoch_), and every use checks it
+ * against the context's step (tg_check_arg, inline below; tg_record too,
+ * for an op that forgot, so the tape holds only tensors of this step: a
+ * reset empties it). Release builds can only see a stale header that no new tensor
+ * has overwritten; checked builds (TG_CHECKED, the CMake option) keep the
+ * previous step's arena chunks in quarantine, so a tensor of the previous
+ * step always keeps its header; AddressSanitizer builds poison the arena
+ * memory not handed out (TG_ASAN below), so any read of a stale tensor's
+ * data is reported, and the check recognizes a stale header without reading
+ * it. */
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TG_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TG_ASAN 1
+#endif
+#endif
+#ifdef TG_ASAN
+#include <sanitizer/asan_interface.h>
+#define TG_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define TG_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define TG_POISON(p, n) ((void)(p), (void)(n))
+#define TG_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+/* True when t is an arena tensor of an earlier step than the context's. */
+static inline bool tg_stale(const tg_ctx *ctx, const tg_tensor *t) {
+#ifdef TG_ASAN
+    if (__asan_region_is_poisoned((void *)(uintptr_t)t, sizeof *t)) return true; /* quarantined or freed */
+#endif
+    return !t->persistent && t->epoch_ != ctx->epoch;
+}
+/* Sets TG_ERR_STATE naming fn, the argument `what` (e.g. "argument 'a'",
+ * "input 0 of 'mul'") and the step t comes from:
+ *   tg_add: argument 'a', a (2, 2) float32 tensor, is from step 3, before
+ *   tg_ctx_reset; the context is at step 4 (...)
+ * Reads t's header only when the arena still holds it. */
+void tg_stale_error(tg_ctx *ctx, const char *fn, const char *what, const tg_tensor *t);
+
+/* The tensor whose version_ counts in-place writes to t's data: t, or the
+ * tensor it is a view of. */
+static inline tg_tensor *tg_root(const tg_tensor *t) { return t->base_ ? t->base_ : (tg_tensor *)t; }
+/* Records an in-place write to t's data (tg_fill, tg_assign, an optimizer
+ * step, a checkpoint load...): ops that saved t see it at backward. */
+static inline void tg_written(tg_tensor *t) { tg_root(t)->version_++; }
+
+/* The ownership registry. tg_own adds p (false and TG_ERR_OOM naming fn
+ * when the table cannot grow). tg_disown removes p if the context owns it
+ * as `kind` and returns true; otherwise it sets an error naming fn ("the
+ * layer at 0x... was already freed", "... is not a layer of this context")
+ * and returns false, reading nothing at p. It works (without the error)
+ * when the context is already in error, so a cleanup path stays safe. */
+bool tg_own(tg_ctx *ctx, const char *fn, const void *p, tg_own_kind kind);
+bool tg_disown(tg_ctx *ctx, const char *fn, const void *p, tg_own_kind kind);
+/* The kind p is registered as (TG_OWN_NONE when it is not). */
+tg_own_kind tg_owned_kind(const tg_ctx *ctx, const void *p);
+/* Remembers p among the last frees (for tg_disown's message). */
+void tg_recent_free(tg_ctx *ctx, const void *p, tg_own_kind kind);
+/* True when p lies in the context's arena (live or quarantined chunks). */
+bool tg_arena_holds(const tg_ctx *ctx, const void *p);
+
+/* A persistent tensor's heap block: the tensor, then what ownership needs.
+ * The registry says which pointers are one (TG_OWN_TENSOR); a persistent
+ * grad is a bare tg_tensor. */
+typedef struct tg_persistent {
+    tg_tensor t;       /* first: the pointer users hold */
+    const void *owner; /* the layer or optimizer it belongs to, or NULL */
+    char role[160];    /* what it is to its owner, for tg_tensor_free's message */
+} tg_persistent;
+
+/* Marks the persistent tensor t as owned by `owner` (a layer or an
+ * optimizer): tg_tensor_free then refuses it unless `owner` is the object
+ * being freed (ctx->releasing), with the message "tensor (4, 2) float32 is
+ * <role>", role e.g. "the parameter 'fc1.weight' of a layer; free the
+ * layer". The first owner stays. False (and an error naming fn) when t is
+ * not a persistent tensor of ctx. */
+bool tg_persistent_set_owner(tg_ctx *ctx, const char *fn, tg_tensor *t, const void *owner, const char *role);
+
+/* Checks a tensor argument: NULL while healthy is TG_ERR_NULL naming `arg`;
+ * an arena tensor from before the last tg_ctx_reset is TG_ERR_STATE
+ * (tg_stale_error). Returns false (and does nothing more) when the ctx is
+ * already in error. */
+static inline bool tg_check_arg(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t);
+/* tg_check_arg's error: NULL, or stale. Returns false. */
+bool tg_check_arg_error(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t);
+/* Inline: every op calls it on every tensor argument. */
+static inline bool tg_check_arg(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t) {
+    if (!tg_live(ctx)) return false;
+    if (t && !tg_stale(ctx, t)) return true;
+    return tg_check_arg_error(ctx, fn, arg, t);
+}
 /* Checks that the scalar argument `what` (e.g. "exponent p") is finite:
  * TG_ERR_VALUE "<fn>: exponent p = inf is not finite" otherwise. */
 bool tg_check_finite(tg_ctx *ctx, const char *fn, const char *what, double v);
@@ -116,6 +239,8 @@ bool tg_infer_shape(tg_ctx *ctx, const char *fn, const tg_tensor *t, int ndim, c
 tg_tensor *tg_new_tensor(tg_ctx *ctx, const char *fn, tg_dtype dtype, int ndim, const int64_t *shape);
 /* Gives a persistent tensor a zeroed persistent grad (tensor/create.c). */
 bool tg_persistent_make_grad(tg_ctx *ctx, tg_tensor *t);
+/* Frees every persistent tensor the context still owns (tg_ctx_free). */
+void tg_persistent_free_all(tg_ctx *ctx);
 /* A new arena tensor with t's shape and dtype, uninitialized. */
 tg_tensor *tg_new_like(tg_ctx *ctx, const char *fn, const tg_tensor *t);
 /* Arena allocation reporting errors as `fn`. */

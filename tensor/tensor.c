@@ -105,7 +105,7 @@ tg_tensor *tg_view(tg_ctx *ctx, tg_tensor *t, int ndim, const int64_t *shape) {
     for (int i = 0; i < TG_MAX_DIMS; i++) v->shape[i] = i < ndim ? s[i] : 1;
     v->numel = t->numel;
     v->data = t->data;
-    v->is_view_ = true;
+    v->base_ = tg_root(t); /* shares t's data, so t's version counter */
     v->node_ = -1;
     v->epoch_ = ctx->epoch;
     return v;
@@ -140,12 +140,14 @@ tg_tensor *tg_assign(tg_ctx *ctx, tg_tensor *dst, const tg_tensor *src) {
     if (!tg_check_arg(ctx, __func__, "dst", dst) || !tg_check_arg(ctx, __func__, "src", src)) return NULL;
     if (!tg_check_same_dtype(ctx, __func__, dst, src) || !tg_check_same_shape(ctx, __func__, dst, src)) return NULL;
     if (dst->data != src->data && dst->numel) memmove(dst->data, src->data, (size_t)dst->numel * tg_esize(dst->dtype));
+    tg_written(dst);
     return dst;
 }
 
 void tg_fill(tg_ctx *ctx, tg_tensor *t, double value) {
     if (!tg_check_arg(ctx, "tg_fill", "t", t)) return;
     for (int64_t i = 0; i < t->numel; i++) tg_store(t, i, value);
+    tg_written(t);
 }
 
 /* Flat index of a multi-index, or -1 (with an error) when out of range. */
@@ -184,7 +186,9 @@ double tg_get(tg_ctx *ctx, const tg_tensor *t, const int64_t *index) {
 void tg_set(tg_ctx *ctx, tg_tensor *t, const int64_t *index, double value) {
     if (!tg_check_arg(ctx, "tg_set", "t", t)) return;
     int64_t f = flat_index(ctx, "tg_set", t, index);
-    if (f >= 0) tg_store(t, f, value);
+    if (f < 0) return;
+    tg_store(t, f, value);
+    tg_written(t);
 }
 
 double tg_get_flat(tg_ctx *ctx, const tg_tensor *t, int64_t i) {
@@ -194,7 +198,9 @@ double tg_get_flat(tg_ctx *ctx, const tg_tensor *t, int64_t i) {
 
 void tg_set_flat(tg_ctx *ctx, tg_tensor *t, int64_t i, double value) {
     if (!tg_check_arg(ctx, "tg_set_flat", "t", t)) return;
-    if (check_flat(ctx, "tg_set_flat", t, i)) tg_store(t, i, value);
+    if (!check_flat(ctx, "tg_set_flat", t, i)) return;
+    tg_store(t, i, value);
+    tg_written(t);
 }
 
 /* t's data, checked to be of dtype `want`. */

@@ -1,8 +1,10 @@
 /* Linear: y = x W^T + b. Values against plain loops, leading dims, the
  * bias on and off, PyTorch's init, the backward products against plain
  * loops and finite differences (tg_gradcheck), one tape record with its
- * saved bytes, bitwise results for any thread count, parameters, repr and
- * every error. */
+ * saved bytes, bitwise results for any thread count, parameters, repr,
+ * the three constructors (positional, options struct, short form) and
+ * every error. (Allocation failures while making a layer:
+ * tests/test_modules.c, for every module kind.) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -345,39 +347,55 @@ START_TEST(test_errors) {
 }
 END_TEST
 
-/* Allocation failures while making a layer leave nothing behind. */
-static int fail_after;
-static void *failing_alloc(size_t size, size_t align, void *user) {
-    (void)user;
-    if (fail_after-- <= 0) return NULL;
-    size = (size + align - 1) / align * align;
-    return aligned_alloc(align, size);
-}
-static void plain_free(void *p, void *user) {
-    (void)user;
-    free(p);
-}
-
-START_TEST(test_oom_no_leak) {
-    /* fail the n-th allocation for every n until construction succeeds */
-    for (int n = 0; n < 100; n++) {
-        tg_allocator a = {failing_alloc, plain_free, NULL};
-        fail_after = 1 << 30;
-        tg_ctx *c = tg_ctx_new_with_allocator(1, &a);
-        ck_assert_ptr_nonnull(c);
-        fail_after = n;
-        tg_linear *l = tg_linear_new(c, "fc", 20, 10, true, TG_F64);
-        fail_after = 1 << 30;
-        if (l) {
-            ck_assert(tg_ok(c));
-            tg_linear_free(c, l);
-            tg_ctx_free(c);
-            return;
-        }
-        ck_assert_int_eq(tg_status_of(c), TG_ERR_OOM);
-        tg_ctx_free(c);
+/* The three constructors make the same layer: tg_linear_new with every
+ * option, tg_linear_new_ex with an options struct (NULL: the defaults) and
+ * the short form tg_linear_new1 draw the same weights from the same RNG
+ * state; the options change the layer; errors name the constructor. */
+START_TEST(test_options_and_short_forms) {
+    const tg_linear_opts d = tg_linear_defaults();
+    ck_assert(d.bias);
+    ck_assert_int_eq(d.dtype, TG_F32);
+    tg_rng_seed(ctx, 5);
+    tg_linear *a = tg_linear_new(ctx, "fc", 5, 3, true, TG_F32);
+    tg_rng_seed(ctx, 5);
+    tg_linear *b = tg_linear_new_ex(ctx, "fc", 5, 3, NULL);
+    tg_rng_seed(ctx, 5);
+    tg_linear *c = tg_linear_new1(ctx, "fc", 5, 3);
+    tg_rng_seed(ctx, 5);
+    tg_linear *e = tg_linear_new_ex(ctx, "fc", 5, 3, &d);
+    ck_assert(tg_ok(ctx));
+    tg_linear *same[] = {b, c, e};
+    char want[128], got[128];
+    tg_module_format(want, sizeof want, TG_MODULE(a));
+    ck_assert_str_eq(want, "Linear(in_features=5, out_features=3, bias=true)  params=18");
+    for (int i = 0; i < 3; i++) {
+        tg_test_assert_same_bits("weight", same[i]->weight, a->weight);
+        tg_test_assert_same_bits("bias", same[i]->bias, a->bias);
+        tg_module_format(got, sizeof got, TG_MODULE(same[i]));
+        ck_assert_str_eq(got, want);
     }
-    ck_abort_msg("tg_linear_new never succeeded");
+    /* options: no bias, float64 */
+    tg_linear_opts o = tg_linear_defaults();
+    o.bias = false;
+    o.dtype = TG_F64;
+    tg_linear *f = tg_linear_new_ex(ctx, "head", 4, 2, &o);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_ptr_null(f->bias);
+    ck_assert_int_eq(f->weight->dtype, TG_F64);
+    ck_assert_int_eq(f->base.dtype, TG_F64);
+    tg_module_format(got, sizeof got, TG_MODULE(f));
+    ck_assert_str_eq(got, "Linear(in_features=4, out_features=2, bias=false)  params=8");
+    /* a zeroed struct is not the defaults: no bias (as documented) */
+    tg_linear *z = tg_linear_new_ex(ctx, "z", 4, 2, &(tg_linear_opts){0});
+    ck_assert_ptr_null(z->bias);
+    /* errors name the constructor that was called */
+    tg_test_assert_fails(ctx, tg_linear_new1(ctx, "x", 0, 3), TG_ERR_VALUE, "tg_linear_new1", "in_features = 0", NULL);
+    tg_test_assert_fails(ctx, tg_linear_new_ex(ctx, "x", 2, -1, NULL), TG_ERR_VALUE, "tg_linear_new_ex",
+                         "out_features = -1", NULL);
+    o.dtype = (tg_dtype)7;
+    tg_test_assert_fails(ctx, tg_linear_new_ex(ctx, "x", 2, 2, &o), TG_ERR_DTYPE, "tg_linear_new_ex", "dtype 7", NULL);
+    tg_linear *all[] = {a, b, c, e, f, z};
+    for (int i = 0; i < 6; i++) tg_linear_free(ctx, all[i]);
 }
 END_TEST
 
@@ -385,7 +403,7 @@ Suite *make_linear_suite(void) {
     return tg_test_suite("linear", setup, teardown, test_forward_by_hand, test_forward_naive_leading_dims,
                          test_init_and_module_forward, test_backward_naive_and_accumulates, test_gradcheck,
                          test_one_record_saved_bytes, test_threads_bitwise, test_params_and_repr, test_errors,
-                         test_oom_no_leak, NULL);
+                         test_options_and_short_forms, NULL);
 }
 
 int main(void) { return tg_test_run(make_linear_suite()); }

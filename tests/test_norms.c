@@ -9,9 +9,11 @@
  * fresh bias changes nothing, trailing-dims errors and output shape and
  * dtype, the dgamma and dbeta formulas, gradient checks over the cases that
  * matter, the one tape record and what it saves, thread determinism, a
- * context in error.
+ * context in error, the three constructors (positional, options struct,
+ * short form).
  *
- * Then what teaches something about one norm: RMSNorm's known values
+ * Then what teaches something about one norm: where RMSNorm's default eps
+ * comes from (as the header says), its known values
  * (torch.nn.RMSNorm), mean (not sum) of squares, scale invariance at
  * eps = 0 (x . dx = 0, f(cx) = f(x)), float32 rows near 1e20 and 1e-20;
  * LayerNorm's rows by hand, its invariants (sum(dx) = 0, xhat . dx = 0),
@@ -60,16 +62,49 @@ static const norm_kind NORMS[] = {
             tg_layernorm_composed},
 };
 
+/* What the tests read of a layer of either kind (NULL: a zeroed view). */
+static norm_layer of_rms(tg_rmsnorm *l) {
+    return l ? (norm_layer){TG_MODULE(l), l->gamma, l->beta, l->affine, l->bias} : (norm_layer){0};
+}
+static norm_layer of_ln(tg_layernorm *l) {
+    return l ? (norm_layer){TG_MODULE(l), l->gamma, l->beta, l->affine, l->bias} : (norm_layer){0};
+}
+
 /* The module functions of the kind (tg_rmsnorm_new or tg_layernorm_new...).
  * A module is its layer: tg_module is the layer struct's first member. */
 static norm_layer layer_new(const norm_kind *k, tg_ctx *c, const char *name, int ndim, const int64_t *shape, double eps,
                             bool affine, bool bias, tg_dtype dtype) {
+    if (k->id == LN) return of_ln(tg_layernorm_new(c, name, ndim, shape, eps, affine, bias, dtype));
+    return of_rms(tg_rmsnorm_new(c, name, ndim, shape, eps, affine, bias, dtype));
+}
+
+/* The options of either kind (tg_rmsnorm_opts and tg_layernorm_opts have
+ * these members), the kind's defaults, and its _new_ex and _new1. */
+typedef struct norm_opts {
+    double eps;
+    bool affine, bias;
+    tg_dtype dtype;
+} norm_opts;
+static norm_opts layer_defaults(const norm_kind *k) {
     if (k->id == LN) {
-        tg_layernorm *l = tg_layernorm_new(c, name, ndim, shape, eps, affine, bias, dtype);
-        return l ? (norm_layer){TG_MODULE(l), l->gamma, l->beta, l->affine, l->bias} : (norm_layer){0};
+        const tg_layernorm_opts o = tg_layernorm_defaults();
+        return (norm_opts){o.eps, o.affine, o.bias, o.dtype};
     }
-    tg_rmsnorm *l = tg_rmsnorm_new(c, name, ndim, shape, eps, affine, bias, dtype);
-    return l ? (norm_layer){TG_MODULE(l), l->gamma, l->beta, l->affine, l->bias} : (norm_layer){0};
+    const tg_rmsnorm_opts o = tg_rmsnorm_defaults();
+    return (norm_opts){o.eps, o.affine, o.bias, o.dtype};
+}
+static norm_layer layer_new_ex(const norm_kind *k, tg_ctx *c, const char *name, int ndim, const int64_t *shape,
+                               const norm_opts *o) {
+    if (k->id == LN) {
+        const tg_layernorm_opts lo =
+            o ? (tg_layernorm_opts){o->eps, o->affine, o->bias, o->dtype} : (tg_layernorm_opts){0};
+        return of_ln(tg_layernorm_new_ex(c, name, ndim, shape, o ? &lo : NULL));
+    }
+    const tg_rmsnorm_opts ro = o ? (tg_rmsnorm_opts){o->eps, o->affine, o->bias, o->dtype} : (tg_rmsnorm_opts){0};
+    return of_rms(tg_rmsnorm_new_ex(c, name, ndim, shape, o ? &ro : NULL));
+}
+static norm_layer layer_new1(const norm_kind *k, tg_ctx *c, const char *name, int64_t dim) {
+    return k->id == LN ? of_ln(tg_layernorm_new1(c, name, dim)) : of_rms(tg_rmsnorm_new1(c, name, dim));
 }
 static tg_tensor *layer_forward(const norm_kind *k, tg_ctx *c, tg_module *m, tg_tensor *x) {
     return k->id == LN ? tg_layernorm_forward(c, (tg_layernorm *)(void *)m, x)
@@ -473,6 +508,62 @@ START_TEST(test_error_state) {
 }
 END_TEST
 
+/* The three constructors: tg_<name>_new with every option, _new_ex with an
+ * options struct (NULL: the defaults) and the short form _new1 make the
+ * same default layer (same repr, same output bits); the options change the
+ * layer; a zeroed options struct is refused, naming the _defaults
+ * function; errors name the constructor that was called. */
+START_TEST(test_options_and_short_forms) {
+    const norm_kind *k = norm_begin(_i);
+    char fn_ex[64], fn_1[64], fn_def[64], opts[160];
+    fn_name(fn_ex, k, "new_ex");
+    fn_name(fn_1, k, "new1");
+    fn_name(fn_def, k, "defaults()");
+    const norm_opts d = layer_defaults(k);
+    ck_assert_double_eq(d.eps, k->eps);
+    ck_assert(d.affine);
+    ck_assert_int_eq(d.bias, k->bias);
+    ck_assert_int_eq(d.dtype, TG_F32);
+    norm_layer forms[4] = {layer_new(k, ctx, "n", 1, (int64_t[]){16}, k->eps, true, k->bias, TG_F32),
+                           layer_new_ex(k, ctx, "n", TG_SHAPE(16), NULL), layer_new_ex(k, ctx, "n", TG_SHAPE(16), &d),
+                           layer_new1(k, ctx, "n", 16)};
+    ck_assert(tg_ok(ctx));
+    snprintf(opts, sizeof opts, "dim=16, eps=%s, affine=true, bias=%s)  params=%d", k->eps_repr,
+             k->bias ? "true" : "false", k->bias ? 32 : 16);
+    tg_tensor *x = tg_test_rand(ctx, TG_F32, TG_SHAPE(3, 16), -2, 2);
+    tg_tensor *y0 = layer_forward(k, ctx, forms[0].m, x);
+    for (int i = 0; i < 4; i++) {
+        assert_repr(k, &forms[i], opts);
+        ck_assert_int_eq(forms[i].m->dtype, TG_F32);
+        tg_test_assert_same_bits("the default layer's output", layer_forward(k, ctx, forms[i].m, x), y0);
+        layer_free(k, ctx, forms[i].m);
+    }
+    /* options: another eps, the other bias, float64, two dims by TG_SHAPE */
+    norm_opts o = d;
+    o.eps = 1e-3;
+    o.bias = !k->bias;
+    o.dtype = TG_F64;
+    norm_layer e = layer_new_ex(k, ctx, "e", TG_SHAPE(4, 8), &o);
+    ck_assert_ptr_nonnull(e.m);
+    ck_assert_int_eq(e.m->dtype, TG_F64);
+    ck_assert_int_eq(e.gamma->dtype, TG_F64);
+    ck_assert_int_eq(e.beta != NULL, o.bias);
+    snprintf(opts, sizeof opts, "dim=(4, 8), eps=0.001, affine=true, bias=%s)  params=%d", o.bias ? "true" : "false",
+             o.bias ? 64 : 32);
+    assert_repr(k, &e, opts);
+    layer_free(k, ctx, e.m);
+    /* a zeroed struct is not the defaults: its eps of 0 is refused */
+    const norm_opts zero = {0};
+    tg_test_assert_fails(ctx, layer_new_ex(k, ctx, "z", TG_SHAPE(4), &zero).m, TG_ERR_VALUE, fn_ex, "eps = 0", fn_def,
+                         NULL);
+    o = d;
+    o.dtype = (tg_dtype)3;
+    tg_test_assert_fails(ctx, layer_new_ex(k, ctx, "z", TG_SHAPE(4), &o).m, TG_ERR_DTYPE, fn_ex, "dtype 3", NULL);
+    tg_test_assert_fails(ctx, layer_new_ex(k, ctx, "z", 1, NULL, NULL).m, TG_ERR_NULL, fn_ex, "normalized_shape", NULL);
+    tg_test_assert_fails(ctx, layer_new1(k, ctx, "s", 0).m, TG_ERR_VALUE, fn_1, "normalized_shape[0] = 0", NULL);
+}
+END_TEST
+
 /* ---- float32 rows far from 1 -------------------------------------------------- */
 
 /* The kind's float32 layer (gamma = 1, eps, its default bias) on the rows
@@ -511,6 +602,30 @@ static tg_tensor *f32_rows(const norm_kind *k, const double *xv, int64_t N, int6
 }
 
 /* ---- RMSNorm only --------------------------------------------------------------- */
+
+/* Where the eps defaults come from, as the header says it: RMSNorm's 1e-6
+ * is not PyTorch's default (torch.nn.RMSNorm's eps=None is the dtype's
+ * machine epsilon) but LLaMA-style code's; burn and Equinox use 1e-5. The
+ * comment above TG_RMSNORM_EPS once called 1e-6 "PyTorch's nn.RMSNorm"
+ * default: this reads it. */
+START_TEST(test_eps_defaults_documented) {
+    ck_assert_double_eq(TG_RMSNORM_EPS, 1e-6);
+    ck_assert_double_eq(TG_LAYERNORM_EPS, 1e-5);
+    char *h = tg_test_read_file(TG_TEST_DIR "/../include/tapegrad/layers.h", NULL);
+    char *def = strstr(h, "#define TG_RMSNORM_EPS");
+    ck_assert_ptr_nonnull(def);
+    *def = '\0';
+    /* the comment block right above the #define */
+    char *comment = NULL;
+    for (char *p = def; p > h && !comment; p--)
+        if (p[0] == '/' && p[1] == '*') comment = p;
+    ck_assert_ptr_nonnull(comment);
+    tg_test_assert_contains(comment, "eps=None", "torch.finfo", "LLaMA", "burn", "Equinox", "1e-5", NULL);
+    ck_assert_msg(!strstr(comment, "Defaults of PyTorch's nn.RMSNorm"), "the comment still calls 1e-6 PyTorch's: %s",
+                  comment);
+    free(h);
+}
+END_TEST
 
 /* torch.nn.RMSNorm(3, eps=1e-5) on arange(9).reshape(3, 3), the example of
  * several RMSNorm implementations' tests. */
@@ -753,8 +868,10 @@ Suite *make_norms_suite(void) {
     tcase_add_loop_test(tc, test_one_record_saved_bytes, 0, n);
     tcase_add_loop_test(tc, test_threads_bitwise, 0, n);
     tcase_add_loop_test(tc, test_error_state, 0, n);
-    tg_test_tcase(s, "rmsnorm", setup, teardown, test_rmsnorm_arange_3x3, test_rmsnorm_mean_not_sum,
-                  test_rmsnorm_scale_invariance_eps0, test_rmsnorm_float32_extreme_rows, NULL);
+    tcase_add_loop_test(tc, test_options_and_short_forms, 0, n);
+    tg_test_tcase(s, "rmsnorm", setup, teardown, test_eps_defaults_documented, test_rmsnorm_arange_3x3,
+                  test_rmsnorm_mean_not_sum, test_rmsnorm_scale_invariance_eps0, test_rmsnorm_float32_extreme_rows,
+                  NULL);
     tg_test_tcase(s, "layernorm", setup, teardown, test_layernorm_values_by_hand, test_layernorm_invariants,
                   test_layernorm_float32_hard_rows, NULL);
     return s;

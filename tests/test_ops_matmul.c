@@ -1,8 +1,8 @@
-/* tg_matmul: 2-D, batched 3-D and shared right operand; forward against a
- * naive triple loop written here, backward against central finite
- * differences (small shapes) and against the naive formulas da = dc b^T,
- * db = a^T dc (shapes large enough for the GEMM's packed path); thread-count
- * independence; every error path. */
+/* tg_matmul: 2-D, batched (3-D and any number of leading dims) and shared
+ * right operand; forward against a naive triple loop written here,
+ * backward against central finite differences (small shapes) and against
+ * the naive formulas da = dc b^T, db = a^T dc (shapes large enough for
+ * the GEMM's packed path); thread-count independence; every error path. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -221,6 +221,56 @@ START_TEST(test_threads_bitwise) {
 }
 END_TEST
 
+/* ---- any number of leading dims ---------------------------------------------- */
+
+/* (B,H,M,K) x (B,H,K,N): each (b,h) item is the 2-D product of its
+ * matrices (the same bits as tg_matmul of the two slices), and (B,H,M,K) x
+ * (K,N) is (B*H*M, K) x (K,N); backward against finite differences. */
+START_TEST(test_leading_dims) {
+    const int64_t B = 2, H = 3, M = 5, K = 4, N = 6;
+    for (int d = 0; d < 2; d++) {
+        const tg_dtype dt = d ? TG_F64 : TG_F32;
+        tg_tensor *a = tg_randn(ctx, dt, TG_SHAPE(B, H, M, K), 0, 1),
+                  *b = tg_randn(ctx, dt, TG_SHAPE(B, H, K, N), 0, 1);
+        tg_tensor *c = tg_matmul(ctx, a, b);
+        ck_assert_msg(c != NULL, "%s", tg_error_message(ctx));
+        ck_assert_int_eq(c->ndim, 4);
+        ck_assert(c->shape[0] == B && c->shape[1] == H && c->shape[2] == M && c->shape[3] == N);
+        tg_test_assert_same_bits(
+            "as 3-D", c,
+            tg_matmul(ctx, tg_view(ctx, a, TG_SHAPE(B * H, M, K)), tg_view(ctx, b, TG_SHAPE(B * H, K, N))));
+        double *ref = tg_test_malloc(sizeof *ref * (size_t)(B * H * M * N));
+        naive_mm(ref, a, b, B * H, M, K, N, K * N);
+        tg_test_assert_close(ctx, "4-D", c, ref, c->numel, d ? 1e-13 : 1e-5, d ? 1e-13 : 1e-5);
+        free(ref);
+        tg_tensor *w = tg_randn(ctx, dt, TG_SHAPE(K, N), 0, 1);
+        tg_test_assert_same_bits(
+            "shared b", tg_matmul(ctx, a, w),
+            tg_view(ctx, tg_matmul(ctx, tg_view(ctx, a, TG_SHAPE(B * H * M, K)), w), TG_SHAPE(B, H, M, N)));
+        tg_ctx_reset(ctx);
+    }
+    fd_mm(TG_SHAPE(2, 2, 3, 4), TG_SHAPE(2, 2, 4, 2));
+    fd_mm(TG_SHAPE(1, 2, 2, 3, 2), TG_SHAPE(1, 2, 2, 2, 3));
+    fd_mm(TG_SHAPE(2, 2, 3, 4), TG_SHAPE(4, 3));
+    /* attention's scores: (B,H,T,D) x (B,H,D,T) */
+    tg_tensor *q = tg_randn(ctx, TG_F32, TG_SHAPE(2, 3, 7, 4), 0, 1);
+    tg_tensor *s = tg_matmul(ctx, q, tg_transpose(ctx, q));
+    ck_assert(s->ndim == 4 && s->shape[2] == 7 && s->shape[3] == 7);
+}
+END_TEST
+
+START_TEST(test_error_leading_dims) {
+    tg_tensor *a = tg_zeros(ctx, TG_F64, TG_SHAPE(2, 3, 4, 5));
+    tg_tensor *b = tg_zeros(ctx, TG_F64, TG_SHAPE(2, 4, 5, 6));
+    tg_test_assert_fails(ctx, tg_matmul(ctx, a, b), TG_ERR_SHAPE, "tg_matmul", "batch", "(2, 3, 4, 5)", "(2, 4, 5, 6)",
+                         "dim 1", NULL);
+    tg_tensor *b3 = tg_zeros(ctx, TG_F64, TG_SHAPE(3, 5, 6));
+    /* leading dims are not broadcast: 4-D x 3-D is refused */
+    tg_test_assert_fails(ctx, tg_matmul(ctx, a, b3), TG_ERR_SHAPE, "tg_matmul", "(2, 3, 4, 5)", "(3, 5, 6)",
+                         "same leading dims", NULL);
+}
+END_TEST
+
 /* ---- tape ----------------------------------------------------------------- */
 
 START_TEST(test_records_once) {
@@ -285,8 +335,9 @@ Suite *make_ops_matmul_suite(void) {
     return tg_test_suite("ops_matmul", setup, teardown, test_forward_2d, test_forward_batched, test_forward_shared_b,
                          test_forward_by_hand, test_empty_inner_dim, test_backward_2d_nonsquare, test_backward_batched,
                          test_backward_shared_b, test_backward_one_side, test_backward_same_operand,
-                         test_backward_large, test_threads_bitwise, test_records_once, test_error_inner_dims,
-                         test_error_batch_and_rank, test_error_dtype_null_sticky, NULL);
+                         test_backward_large, test_threads_bitwise, test_leading_dims, test_records_once,
+                         test_error_inner_dims, test_error_batch_and_rank, test_error_leading_dims,
+                         test_error_dtype_null_sticky, NULL);
 }
 
 int main(void) { return tg_test_run(make_ops_matmul_suite()); }

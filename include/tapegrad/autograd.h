@@ -1,7 +1,8 @@
 /* tapegrad/autograd.h: the tape and the differentiable ops (autograd/).
  *
  * Leaves, grad mode, backward; then the ops: elementwise, activations,
- * reductions, matmul, shapes, embedding, softmax, losses, dropout. */
+ * reductions, matmul, shapes, embedding, softmax, losses, dropout, and
+ * those of transformers: masks, rotary embedding, attention. */
 #ifndef TAPEGRAD_AUTOGRAD_H
 #define TAPEGRAD_AUTOGRAD_H
 
@@ -22,14 +23,26 @@ tg_tensor *tg_requires_grad(tg_ctx *ctx, tg_tensor *t);
  * previous setting. */
 bool tg_set_grad_enabled(tg_ctx *ctx, bool enabled);
 bool tg_grad_enabled(const tg_ctx *ctx);
-/* Zeroes t's grad (if it has one). */
+/* Zeroes t's grad (if it has one): an in-place write to the grad. */
 void tg_zero_grad(tg_ctx *ctx, tg_tensor *t);
 /* A tensor sharing t's data that requires no grad and has no history. */
 tg_tensor *tg_detach(tg_ctx *ctx, tg_tensor *t);
 
 /* Back-propagates from a scalar `loss` (numel 1): walks the tape in reverse
  * and accumulates (+=) gradients into the grad of every leaf that requires
- * grad. The tape is consumed: a second backward is an error. */
+ * grad. The tape is consumed: a second backward is an error.
+ * Before it runs an op's backward it checks that the op's inputs and output
+ * are of this step and were not written in place since the op ran (the
+ * count of tapegrad/tensor.h: tg_fill, tg_assign, tg_set*, an optimizer
+ * step, a checkpoint load...); otherwise, as PyTorch, it stops with
+ * TG_ERR_STATE, e.g.
+ *   tg_backward: input 0 (3,) of 'mul' was modified in place (version 1,
+ *   recorded at 0) after the op used it
+ * (q = sum(x*x), tg_fill(x, 100), backward: dq/dx would be 200 from the new
+ * x). The check is conservative: every input counts, whether or not the
+ * op's backward reads it. Change a tensor before the forward, or change a
+ * tg_copy of it. After such an error, leaves whose gradient the walk had
+ * reached before the op may hold part of this backward (as in PyTorch). */
 void tg_backward(tg_ctx *ctx, tg_tensor *loss);
 /* General form: `grad_out` (same shape as out) seeds the gradient, NULL
  * meaning 1 for a scalar; keep_tape=true keeps the tape for another
@@ -95,7 +108,9 @@ tg_tensor *tg_tanh(tg_ctx *ctx, tg_tensor *x);
  * tanh_approx: y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), PyTorch's
  * approximate='tanh'. */
 tg_tensor *tg_gelu(tg_ctx *ctx, tg_tensor *x, bool tanh_approx);
-/* SiLU (swish): y = x sigmoid(x) */
+/* SiLU (swish): y = x sigmoid(x). LLaMA's SwiGLU gate silu(a) b is
+ * tg_mul(tg_silu(a), b): a fused form measured no faster (the exp is the
+ * cost, not the extra pass). */
 tg_tensor *tg_silu(tg_ctx *ctx, tg_tensor *x);
 
 /* Reductions (autograd/ops_reduce.c). `axis` may be negative (-1 is the
@@ -131,14 +146,28 @@ tg_tensor *tg_max_axis(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim);
  * from the end, -1 is the last dim). */
 
 /* Matrix product c = a b, c_ij = sum_k a_ik b_kj:
- *   a (M,K)   x b (K,N)   -> (M,N)
- *   a (B,M,K) x b (B,K,N) -> (B,M,N)   (batched: one product per batch)
- *   a (B,M,K) x b (K,N)   -> (B,M,N)   (b shared by every batch)
+ *   a (M,K)     x b (K,N)     -> (M,N)
+ *   a (...,M,K) x b (...,K,N) -> (...,M,N)  (batched over any number of
+ *                                            leading dims, the same in a
+ *                                            and b: one product each, e.g.
+ *                                            (B,H,T,D) x (B,H,D,T))
+ *   a (...,M,K) x b (K,N)     -> (...,M,N)  (b shared by every batch)
+ * Leading dims are not broadcast: they must be equal.
  * Backward uses the transposed GEMM cases (da = dc b^T, db = a^T dc)
  * without copying a transpose. */
 tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);
 /* Swaps the last two dims (ndim >= 2): y[..., j, i] = x[..., i, j]. A copy. */
 tg_tensor *tg_transpose(tg_ctx *ctx, tg_tensor *x);
+/* Reorders the dims, PyTorch's x.permute(perm): y's dim d is x's dim
+ * perm[d], y.shape[d] = x.shape[perm[d]] and
+ *   y[i_0, ..., i_{n-1}] = x[j]  with j_{perm[d]} = i_d.
+ * perm has x->ndim entries naming each dim once (negative entries count
+ * from the end); e.g. heads split as (B,T,H,D) -> (B,H,T,D) with
+ * (const int[]){0, 2, 1, 3}. A copy; dx = dy permuted back. */
+tg_tensor *tg_permute(tg_ctx *ctx, tg_tensor *x, const int *perm);
+/* Swaps dims dim0 and dim1 (negative count from the end), PyTorch's
+ * x.transpose(dim0, dim1): tg_permute with those two entries exchanged. */
+tg_tensor *tg_transpose_dims(tg_ctx *ctx, tg_tensor *x, int dim0, int dim1);
 /* x with a new shape of the same numel; one size may be -1 (inferred).
  * Shares x's data like tg_view, but is recorded (dx = dy reshaped). */
 tg_tensor *tg_reshape(tg_ctx *ctx, tg_tensor *x, int ndim, const int64_t *shape);
@@ -193,6 +222,61 @@ tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *pred, tg_tensor *target);
  * numel. With training=false or p = 0 it returns x itself and draws
  * nothing. */
 tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p, bool training);
+
+/* ======================================================================== */
+/* Autograd ops for transformers: masks, rotary embedding, attention        */
+/* ======================================================================== */
+/* Differentiable ops (autograd/ops_mask.c, ops_rope.c, ops_attention.c),
+ * float32 and float64, same conventions as above. With tg_permute,
+ * tg_transpose_dims and the batched tg_matmul they are what a multi-head
+ * attention layer needs; docs/attention-gradients.md derives the fused
+ * attention's backward. */
+
+/* y = (mask != 0) ? value : x, elementwise (PyTorch's x.masked_fill(mask,
+ * value)). mask has x's dtype and a shape that broadcasts to x's without
+ * growing it (e.g. a (T,T) mask for (B,H,T,T) scores); nonzero (NaN
+ * included) means fill. value may be any double, -INFINITY for attention
+ * masks. dx = dy where the mask is 0, else 0; the mask gets no gradient. */
+tg_tensor *tg_masked_fill(tg_ctx *ctx, tg_tensor *x, tg_tensor *mask, double value);
+/* The lower / upper triangle of the last two dims (ndim >= 2), the rest 0,
+ * as PyTorch's torch.tril / torch.triu: element (i, j) is kept when
+ * j - i <= diagonal (tril) or j - i >= diagonal (triu). diagonal 0 is the
+ * main diagonal, > 0 above it, < 0 below. dx = the same triangle of dy.
+ * The causal mask of T positions: tg_triu(ctx, ones (T,T), 1). */
+tg_tensor *tg_tril(tg_ctx *ctx, tg_tensor *x, int64_t diagonal);
+tg_tensor *tg_triu(tg_ctx *ctx, tg_tensor *x, int64_t diagonal);
+
+/* Rotary position embedding, in Meta's original LLaMA convention: the last
+ * dim (D, even) holds D/2 consecutive pairs (x_2i, x_2i+1), and the pair at
+ * sequence position p (0, 1, ... along seq_axis, shared by every other dim)
+ * is rotated by the angle a = p * base^(-2i/D):
+ *   y_2i = x_2i cos a - x_2i+1 sin a,   y_2i+1 = x_2i sin a + x_2i+1 cos a
+ * (LLaMA's x as complex numbers times e^(j a); base 10000 there). Angles,
+ * cos and sin are computed in double. seq_axis may be negative and must
+ * not be the last dim: -2 for (B, H, T, D), -3 for (B, T, H, D). base
+ * finite and > 0. dx = the inverse rotation (by -a) of dy; nothing saved.
+ * Not the "rotate-half" convention of GPT-NeoX and Hugging Face's LLaMA,
+ * which pairs x_i with x_{i+D/2}: the two differ by a fixed permutation of
+ * each head's features (Hugging Face permutes the q and k projection
+ * weights when converting Meta's checkpoints). */
+tg_tensor *tg_rope(tg_ctx *ctx, tg_tensor *x, int seq_axis, double base);
+
+/* Fused scaled-dot-product attention (PyTorch's
+ * F.scaled_dot_product_attention without dropout):
+ *   o = softmax_rows(scale q k^T + mask) v
+ * q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv) -> o (..., Tq, Dv); the
+ * leading dims (batch, heads: (B, H, T, D)) are the same for all and each
+ * (batch, head) pair is one independent problem. causal: query i sees
+ * keys j <= i only (needs Tq == Tk). scale finite; 0 means 1/sqrt(D).
+ * One record; saves one float64 log-sum-exp per query row and keeps q, k,
+ * v and o by pointer: no (Tq, Tk) matrix is stored (flash-attention style,
+ * O(Tq) extra memory per head). Backward recomputes the probabilities P
+ * block by block:
+ *   dV = P^T dO,  dS = P (dO V^T - rowsum(dO o)),  dQ = scale dS K,
+ *   dK = scale dS^T Q.
+ * Pairs are spread over threads; results are bitwise the same for any
+ * thread count. Needs Tk >= 1 and D >= 1. */
+tg_tensor *tg_attention(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v, bool causal, double scale);
 
 #ifdef __cplusplus
 }

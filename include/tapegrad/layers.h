@@ -2,7 +2,7 @@
  *
  * The parameter list that optimizers, clipping and checkpoints share; the
  * fused ops (Linear, RMSNorm, LayerNorm) and their composed twins; the
- * modules and the model list. */
+ * modules (the layers, activations, Sequential) and the model list. */
 #ifndef TAPEGRAD_LAYERS_H
 #define TAPEGRAD_LAYERS_H
 
@@ -58,9 +58,11 @@ void tg_params_free(tg_params *list);
  *    and in docs/normalization-gradients.md). The norms also have composed
  *    twins, tg_rmsnorm_composed and tg_layernorm_composed, built only from
  *    primitive ops: same math, same gradients, many records.
- *  - modules: a struct owning its persistent parameters, made by _new, run
- *    by _forward (which calls the fused op), listed by _params, freed by
- *    _free. PyTorch's semantics, defaults, init and repr.
+ *  - modules: a struct owning its persistent parameters, made by _new
+ *    (or _new1, _new_ex: see Modules below), run by _forward (which calls
+ *    the fused op) or tg_module_forward, listed by _params, freed by
+ *    _free. PyTorch's semantics, defaults, init and repr. A Sequential
+ *    chains modules and is one itself.
  *
  * Tape accounting (tg_tape_size, tg_tape_saved_bytes) is done the same way
  * for fused and primitive ops: a record counts what it allocates for
@@ -68,7 +70,16 @@ void tg_params_free(tg_params *list);
  * backward reads through the record (x, weight, gamma; what a primitive op
  * like mul or div counts too), so fused and composed forms compare fairly. */
 
-/* Defaults of PyTorch's nn.RMSNorm (as used in LLaMA) and nn.LayerNorm. */
+/* The modules' default eps. RMSNorm's 1e-6 is not PyTorch's: torch.nn.RMSNorm
+ * (PyTorch 2.4 and later) defaults to eps=None, which means the machine
+ * epsilon of the input's dtype (torch.finfo(x.dtype).eps: 1.2e-7 for
+ * float32, 2.2e-16 for float64). 1e-6 is what the LLaMA-style code this
+ * project follows uses: RMSNorm(dim, eps=1e-6) in Meta's LLaMA reference
+ * model, norm_eps 1e-6 in its configurations, and the same default in T5's
+ * LayerNorm (an RMSNorm), Hugging Face's LlamaRMSNorm and torchtune's
+ * RMSNorm. Other libraries differ: burn (RmsNormConfig) and Equinox
+ * (nn.RMSNorm) use 1e-5. Pass eps explicitly to match one of them.
+ * LayerNorm's 1e-5 is torch.nn.LayerNorm's default. */
 #define TG_RMSNORM_EPS 1e-6
 #define TG_LAYERNORM_EPS 1e-5
 
@@ -122,16 +133,43 @@ tg_tensor *tg_layernorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_te
 tg_tensor *tg_rmsnorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm, double eps);
 tg_tensor *tg_layernorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
                                  double eps);
+/* The composed twin of tg_attention (tapegrad/autograd.h), same arguments
+ * and checks: tg_matmul(q, tg_transpose(k)) * scale, tg_masked_fill with
+ * tg_triu(ones, 1) and -inf when causal, tg_softmax, tg_matmul with v.
+ * 5 records (6 causal), keeping the (Tq, Tk) probabilities for backward
+ * where the fused op keeps one log-sum-exp per row. For tests, learners
+ * and benchmarks. */
+tg_tensor *tg_attention_composed(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v, bool causal, double scale);
 
 /* Modules. Every layer struct starts with a tg_module (its member `base`),
- * the generic view used by models, summaries and parameter lists. Fields
- * are read-only for users. A layer's parameters are persistent tensors that
- * require grad (they survive tg_ctx_reset); the layer owns them and its
- * _free frees them. Free layers (or their model) before the context. */
+ * the generic view used by models, sequentials, summaries and parameter
+ * lists. Fields are read-only for users. A layer's parameters are
+ * persistent tensors that require grad (they survive tg_ctx_reset); the
+ * layer owns them and its _free frees them. Free layers (or their model)
+ * before the context.
+ *
+ * Constructors come in three forms, which differ in how the options are
+ * given:
+ *  - the short form, every option at its default (float32; a norm over one
+ *    dim):
+ *      tg_rmsnorm_new1(ctx, "norm", 64)
+ *  - an options struct started from its defaults, as the optimizers have
+ *    (NULL options: the defaults):
+ *      tg_rmsnorm_opts o = tg_rmsnorm_defaults();
+ *      o.bias = true;
+ *      tg_rmsnorm_new_ex(ctx, "norm", TG_SHAPE(4, 64), &o)
+ *  - every option in place:
+ *      tg_rmsnorm_new(ctx, "norm", 1, (int64_t[]){64}, TG_RMSNORM_EPS, true, false, TG_F32)
+ * A zeroed options struct is not the defaults (a norm refuses its eps of 0,
+ * naming the _defaults function to start from). */
 typedef struct tg_module_ops tg_module_ops; /* internal: the layer's methods */
 typedef struct tg_module {
-    const char *kind; /* "Linear", "RMSNorm", "LayerNorm", "Embedding" */
-    char name[48];    /* prefix of its parameter names ("fc1"), or "" */
+    /* "Linear", "RMSNorm", "LayerNorm", "Embedding", an activation ("ReLU",
+     * "GELU", ...), "Sequential" */
+    const char *kind;
+    char name[48]; /* prefix of its parameter names ("fc1"), or "" */
+    /* its parameters' dtype; TG_F32 for the modules without parameters of
+     * their own (activations, Sequential), which run on either dtype */
     tg_dtype dtype;
     const tg_module_ops *ops_; /* internal */
 } tg_module;
@@ -141,16 +179,33 @@ typedef struct tg_module {
 #define TG_MODULE(layer) ((void)sizeof(&(layer)->base == (tg_module *)0), (tg_module *)(void *)(layer))
 
 /* Appends the module's parameters to list as "name.param" (just "param"
- * when the name is ""), with their weight-decay flags. False on error. */
+ * when the name is ""), with their weight-decay flags. A Sequential's are
+ * its modules', each under its name or, when unnamed, its position:
+ * "mlp.fc1.weight", "mlp.2.gamma" ("2.gamma" when the Sequential is
+ * unnamed, as PyTorch's state_dict). False on error. */
 bool tg_module_params(tg_ctx *ctx, tg_module *m, tg_params *list);
-/* Number of scalar parameters. */
+/* Number of scalar parameters (a Sequential: of all its modules). */
 int64_t tg_module_numel(const tg_module *m);
+/* The module's forward on one input tensor, whatever its kind: the same as
+ * tg_linear_forward, tg_rmsnorm_forward, tg_layernorm_forward,
+ * tg_activation_forward or tg_sequential_forward, with the same checks and
+ * errors. Errors: NULL m or x (TG_ERR_NULL); an Embedding, which takes
+ * indices rather than a tensor (TG_ERR_VALUE, pointing at
+ * tg_embedding_layer_forward). */
+tg_tensor *tg_module_forward(tg_ctx *ctx, tg_module *m, tg_tensor *x);
 /* Writes the module's repr and parameter count into buf (snprintf
  * semantics: returns the length the full text needs), e.g.
  *   Linear(in_features=784, out_features=256, bias=true)  params=200960
  *   RMSNorm(dim=384, eps=1e-06, affine=true, bias=false)  params=384
- *   LayerNorm(dim=(4, 8), eps=1e-05, affine=true, bias=true)  params=64 */
+ *   LayerNorm(dim=(4, 8), eps=1e-05, affine=true, bias=true)  params=64
+ * A Sequential takes one line per module, indented, and a closing line:
+ *   Sequential(
+ *     (0): Linear(in_features=2, out_features=8, bias=true)  params=24
+ *     (1): ReLU()  params=0
+ *   )  params=24 */
 size_t tg_module_format(char *buf, size_t size, const tg_module *m);
+/* Prints tg_module_format's text and a newline to out (any length). */
+void tg_module_print(FILE *out, const tg_module *m);
 /* Frees the module and its parameters (any layer kind). NULL is a no-op. */
 void tg_module_free(tg_ctx *ctx, tg_module *m);
 
@@ -164,7 +219,19 @@ typedef struct tg_linear {
     tg_tensor *weight; /* (out_features, in_features) */
     tg_tensor *bias;   /* (out_features), or NULL when made with bias=false */
 } tg_linear;
-/* Errors: in or out < 1, a name over 47 bytes, an unknown dtype. */
+/* Linear's options. Defaults: bias true, float32 (torch.nn.Linear's). */
+typedef struct tg_linear_opts {
+    bool bias;      /* a bias vector b */
+    tg_dtype dtype; /* of weight and bias, and so of the inputs */
+} tg_linear_opts;
+tg_linear_opts tg_linear_defaults(void);
+/* Linear(in_features, out_features) with the options (NULL: the defaults).
+ * Errors: in or out < 1, a name over 47 bytes, an unknown dtype. */
+tg_linear *tg_linear_new_ex(tg_ctx *ctx, const char *name, int64_t in_features, int64_t out_features,
+                            const tg_linear_opts *opts);
+/* The short form: the defaults, float32 with a bias. */
+tg_linear *tg_linear_new1(tg_ctx *ctx, const char *name, int64_t in_features, int64_t out_features);
+/* Every option in place (the same layer as tg_linear_new_ex). */
 tg_linear *tg_linear_new(tg_ctx *ctx, const char *name, int64_t in_features, int64_t out_features, bool bias,
                          tg_dtype dtype);
 /* tg_linear_fused(x, weight, bias); x's last dim must be in_features and
@@ -179,7 +246,8 @@ void tg_linear_free(tg_ctx *ctx, tg_linear *layer);
  * no gamma and no beta (zero parameters; `bias` is then ignored, as in
  * PyTorch); bias=false: no beta. gamma starts at 1, beta at 0, so a fresh
  * layer with bias computes the same as one without. Parameters: "gamma",
- * "beta", both without weight decay. */
+ * "beta", both without weight decay. (Where the eps defaults come from:
+ * TG_RMSNORM_EPS above.) */
 typedef struct tg_rmsnorm {
     tg_module base;
     int ndim; /* normalized dims, 1..TG_MAX_DIMS */
@@ -198,9 +266,34 @@ typedef struct tg_layernorm {
     tg_tensor *gamma;
     tg_tensor *beta;
 } tg_layernorm;
-/* Errors (TG_ERR_VALUE, naming the argument and its value): ndim outside
- * 1..TG_MAX_DIMS, a size < 1, eps <= 0, NaN or inf; a name over 47 bytes;
- * a NULL normalized_shape; an unknown dtype. */
+/* The norms' options. Defaults: RMSNorm eps TG_RMSNORM_EPS (1e-6), affine,
+ * no bias; LayerNorm eps TG_LAYERNORM_EPS (1e-5), affine, bias; float32. */
+typedef struct tg_rmsnorm_opts {
+    double eps;     /* > 0 and finite */
+    bool affine;    /* a gain gamma (and, with bias, a beta) */
+    bool bias;      /* a bias beta (only with affine) */
+    tg_dtype dtype; /* of gamma and beta, and so of the inputs */
+} tg_rmsnorm_opts;
+typedef struct tg_layernorm_opts {
+    double eps;
+    bool affine, bias;
+    tg_dtype dtype;
+} tg_layernorm_opts;
+tg_rmsnorm_opts tg_rmsnorm_defaults(void);
+tg_layernorm_opts tg_layernorm_defaults(void);
+/* A norm over normalized_shape[0..ndim-1] with the options (NULL: the
+ * defaults); TG_SHAPE fits: tg_layernorm_new_ex(ctx, "ln", TG_SHAPE(4, 8),
+ * &o). Errors (TG_ERR_VALUE, naming the argument and its value): ndim
+ * outside 1..TG_MAX_DIMS, a size < 1, eps <= 0, NaN or inf; a name over 47
+ * bytes; a NULL normalized_shape; an unknown dtype. */
+tg_rmsnorm *tg_rmsnorm_new_ex(tg_ctx *ctx, const char *name, int ndim, const int64_t *normalized_shape,
+                              const tg_rmsnorm_opts *opts);
+tg_layernorm *tg_layernorm_new_ex(tg_ctx *ctx, const char *name, int ndim, const int64_t *normalized_shape,
+                                  const tg_layernorm_opts *opts);
+/* The short forms: one normalized dim of size dim, the defaults, float32. */
+tg_rmsnorm *tg_rmsnorm_new1(tg_ctx *ctx, const char *name, int64_t dim);
+tg_layernorm *tg_layernorm_new1(tg_ctx *ctx, const char *name, int64_t dim);
+/* Every option in place (the same layers as the _new_ex forms). */
 tg_rmsnorm *tg_rmsnorm_new(tg_ctx *ctx, const char *name, int ndim, const int64_t *normalized_shape, double eps,
                            bool affine, bool bias, tg_dtype dtype);
 tg_layernorm *tg_layernorm_new(tg_ctx *ctx, const char *name, int ndim, const int64_t *normalized_shape, double eps,
@@ -217,7 +310,10 @@ void tg_layernorm_free(tg_ctx *ctx, tg_layernorm *layer);
 
 /* Embedding(num_embeddings, embedding_dim), as torch.nn.Embedding: a table
  * of num_embeddings rows initialized N(0, 1) from the context's RNG; the
- * forward is tg_embedding on it. Parameter: "weight" (weight decay on). */
+ * forward is tg_embedding on it. Parameter: "weight" (weight decay on).
+ * Its input is indices, not a tensor, so it has no tg_module_forward and
+ * cannot go into a Sequential: run it first, and the Sequential on its
+ * output. */
 typedef struct tg_embedding_layer {
     tg_module base;
     int64_t num_embeddings, embedding_dim;
@@ -231,6 +327,36 @@ tg_tensor *tg_embedding_layer_forward(tg_ctx *ctx, tg_embedding_layer *layer, in
                                       const int64_t *indices);
 bool tg_embedding_layer_params(tg_ctx *ctx, tg_embedding_layer *layer, tg_params *list);
 void tg_embedding_layer_free(tg_ctx *ctx, tg_embedding_layer *layer);
+
+/* An activation as a module, so that it can take its place in a
+ * Sequential (in a forward of your own, call the op itself: tg_relu(ctx,
+ * x)). No parameters; the input may be either dtype; the output is the
+ * op's. The kinds, their ops and reprs (PyTorch's):
+ *   TG_ACT_RELU        tg_relu                         ReLU()
+ *   TG_ACT_LEAKY_RELU  tg_leaky_relu, slope 0.01       LeakyReLU(negative_slope=0.01)
+ *   TG_ACT_SIGMOID     tg_sigmoid                      Sigmoid()
+ *   TG_ACT_TANH        tg_tanh                         Tanh()
+ *   TG_ACT_GELU        tg_gelu, exact (erf)            GELU(approximate='none')
+ *   TG_ACT_GELU_TANH   tg_gelu, tanh approximation     GELU(approximate='tanh')
+ *   TG_ACT_SILU        tg_silu                         SiLU() */
+typedef enum tg_activation_kind {
+    TG_ACT_RELU = 0,
+    TG_ACT_LEAKY_RELU,
+    TG_ACT_SIGMOID,
+    TG_ACT_TANH,
+    TG_ACT_GELU,
+    TG_ACT_GELU_TANH,
+    TG_ACT_SILU
+} tg_activation_kind;
+typedef struct tg_activation {
+    tg_module base;
+    tg_activation_kind act;
+} tg_activation;
+/* Errors: an unknown kind (TG_ERR_VALUE), a name over 47 bytes. */
+tg_activation *tg_activation_new(tg_ctx *ctx, const char *name, tg_activation_kind act);
+/* The activation's op on x. */
+tg_tensor *tg_activation_forward(tg_ctx *ctx, tg_activation *layer, tg_tensor *x);
+void tg_activation_free(tg_ctx *ctx, tg_activation *layer);
 
 /* A model: an ordered list of modules, for the parameter list, the summary
  * and freeing. The forward is the user's own C code calling the layers.
@@ -255,12 +381,55 @@ int64_t tg_model_numel(const tg_model *model);
  *   (fc1): Linear(in_features=784, out_features=256, bias=true)  params=200960
  *   (norm1): RMSNorm(dim=256, eps=1e-06, affine=true, bias=false)  params=256
  *   total params=201216
- * An unnamed module shows its position, "(0): ...". */
+ * An unnamed module shows its position, "(0): ...". A Sequential spans
+ * several lines, as tg_module_format shows. */
 size_t tg_model_format(char *buf, size_t size, const tg_model *model);
 /* Prints the summary to out. */
 void tg_model_print(FILE *out, const tg_model *model);
 /* Frees every module and the list; the model is empty again. */
 void tg_model_free(tg_ctx *ctx, tg_model *model);
+
+/* Sequential: modules run one after the other, each on the output of the
+ * one before, as torch.nn.Sequential. It is a module itself, so it goes
+ * into a model, or into another Sequential, like any layer: its
+ * parameters, summary and free are its modules' (tg_module_params,
+ * tg_module_format above), and tg_module_forward runs it. It owns its
+ * modules. A model Linear -> RMSNorm -> ReLU -> Linear:
+ *   tg_sequential *mlp = tg_sequential_new(ctx, "mlp");
+ *   tg_sequential_add(ctx, mlp, TG_MODULE(tg_linear_new1(ctx, NULL, 2, 64)));
+ *   tg_sequential_add(ctx, mlp, TG_MODULE(tg_rmsnorm_new1(ctx, NULL, 64)));
+ *   tg_sequential_add(ctx, mlp, TG_MODULE(tg_activation_new(ctx, NULL, TG_ACT_RELU)));
+ *   tg_sequential_add(ctx, mlp, TG_MODULE(tg_linear_new1(ctx, NULL, 64, 3)));
+ *   tg_tensor *logits = tg_sequential_forward(ctx, mlp, x);
+ * One statement per module: constructors draw their initial weights from
+ * the context's RNG in the order they run, and C leaves the order of the
+ * arguments of one call (or the initializers of one array) unspecified, so
+ * building several modules inside one expression would leave their
+ * weights to the compiler. The forward records exactly the ops of the
+ * layers called by hand, so outputs and gradients are bitwise the same. */
+typedef struct tg_sequential {
+    tg_module base;
+    tg_model modules; /* in order of addition; owned */
+} tg_sequential;
+/* An empty Sequential (its forward returns its input). Errors: a name over
+ * 47 bytes. */
+tg_sequential *tg_sequential_new(tg_ctx *ctx, const char *name);
+/* Appends m, which then belongs to seq. It takes m in every case, as
+ * tg_model_add: m is freed when it cannot be added (the context in error,
+ * NULL seq, a duplicate name, a module without a tensor forward such as an
+ * Embedding, out of memory), so a failed add never leaks. Two exceptions
+ * keep m where it is and set TG_ERR_VALUE: m already in seq, and m being
+ * seq or holding it (a cycle). A module belongs to one model or Sequential
+ * at a time. */
+bool tg_sequential_add(tg_ctx *ctx, tg_sequential *seq, tg_module *m);
+/* x through every module in order. An error inside names the module, by
+ * name or position, before the module's own message:
+ *   tg_sequential_forward: in (1) RMSNorm: tg_rmsnorm_forward: input (4, 63)
+ *   does not end with normalized_shape (64,) */
+tg_tensor *tg_sequential_forward(tg_ctx *ctx, tg_sequential *seq, tg_tensor *x);
+bool tg_sequential_params(tg_ctx *ctx, tg_sequential *seq, tg_params *list);
+/* Frees seq and every module in it. */
+void tg_sequential_free(tg_ctx *ctx, tg_sequential *seq);
 
 #ifdef __cplusplus
 }

@@ -37,14 +37,23 @@ typedef struct tg_adam_opts {
     bool amsgrad;
 } tg_adam_opts;
 
-/* PyTorch's defaults: SGD momentum 0; Adam lr 1e-3, betas (0.9, 0.999),
- * eps 1e-8, weight_decay 0; AdamW the same with weight_decay 1e-2. */
+/* PyTorch's defaults: SGD momentum 0, dampening 0, weight_decay 0, no
+ * nesterov, at the lr given; Adam lr 1e-3, betas (0.9, 0.999), eps 1e-8,
+ * weight_decay 0; AdamW the same with weight_decay 1e-2. */
 tg_sgd_opts tg_sgd_defaults(double lr);
 tg_adam_opts tg_adam_defaults(void);
 tg_adam_opts tg_adamw_defaults(void);
+/* SGD's lr when no options are given: 1e-3, torch.optim.SGD's default
+ * since PyTorch 2.2 (before, SGD had no default lr: it was required). A
+ * good lr for SGD depends on the model far more than Adam's does, so pass
+ * your own through tg_sgd_defaults(lr) unless 1e-3 is what you want. */
+#define TG_SGD_LR 1e-3
 
 /* New optimizers over `params`; NULL (and an error) on bad hyper-parameters.
- * Their state tensors are persistent, made zero at creation. */
+ * opts NULL means the defaults, as for every options argument of the
+ * library: tg_sgd_defaults(TG_SGD_LR), tg_adam_defaults(),
+ * tg_adamw_defaults(). Their state tensors are persistent, made zero at
+ * creation. */
 tg_optim *tg_sgd_new(tg_ctx *ctx, tg_params *params, const tg_sgd_opts *opts);
 tg_optim *tg_adam_new(tg_ctx *ctx, tg_params *params, const tg_adam_opts *opts);
 tg_optim *tg_adamw_new(tg_ctx *ctx, tg_params *params, const tg_adam_opts *opts);

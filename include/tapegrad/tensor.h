@@ -43,7 +43,30 @@ typedef struct tg_ctx tg_ctx;
 
 /* An n-d tensor. Fields are read-only for users: use the functions below to
  * make and change tensors. data points at numel contiguous row-major
- * elements of dtype (float or double). */
+ * elements of dtype (float or double).
+ *
+ * Lifetime. A tensor made by a creation function or an op lives in the
+ * context's arena until the next tg_ctx_reset; after it, any use of the
+ * tensor is an error (TG_ERR_STATE) naming the call and the step it came
+ * from:
+ *   tg_add: argument 'a', a (2, 2) float32 tensor, is from step 3, before
+ *   tg_ctx_reset; the context is at step 4 (...)
+ * Every build checks the tensor's step; but in a Release build the arena
+ * hands the freed memory out again at once, and a tensor whose header a new
+ * tensor has taken looks like that new tensor. Builds with TG_CHECKED (the
+ * CMake option; on in every build type but Release and MinSizeRel) hold the
+ * previous step's memory back for one step, so a tensor from the previous
+ * step is always caught; AddressSanitizer builds also poison the arena
+ * memory not handed out, so reading a stale tensor's data through a saved
+ * pointer is reported. tg_persist makes a tensor that survives resets.
+ *
+ * In-place writes. Each tensor counts the writes the library makes into its
+ * data in place (tg_fill, tg_assign, tg_set, tg_set_flat; tg_zero_grad and
+ * backward on a grad; an optimizer step on a parameter and its state;
+ * tg_clip_grad_norm; a checkpoint load), a view sharing its tensor's count.
+ * tg_backward refuses an op whose inputs or output were written since the op
+ * ran (see tapegrad/autograd.h). Writes through the pointers of
+ * tg_data_f32 / tg_data_f64 or `data` are not seen. */
 typedef struct tg_tensor {
     tg_dtype dtype;
     int ndim;                   /* 0 (a scalar) .. TG_MAX_DIMS */
@@ -54,11 +77,10 @@ typedef struct tg_tensor {
     bool requires_grad;         /* record ops on it; accumulate into grad */
     bool persistent;            /* lives on the heap, survives resets */
     /* internal */
-    bool is_view_;           /* data belongs to another tensor */
     int32_t node_;           /* index of the tape record that made it, or -1 */
-    uint32_t epoch_;         /* arena epoch it was made in (persistent: 0) */
-    struct tg_tensor *next_; /* persistent list links */
-    struct tg_tensor *prev_;
+    uint32_t epoch_;         /* the step (reset count) it was made in; unused when persistent */
+    uint32_t version_;       /* in-place writes so far (kept by base_ for a view) */
+    struct tg_tensor *base_; /* a view's tensor, whose data and version_ it shares; NULL if none */
 } tg_tensor;
 
 /* A custom allocator (tests use it to simulate allocation failure). alloc
@@ -77,10 +99,13 @@ typedef struct tg_allocator {
 tg_ctx *tg_ctx_new(uint64_t seed);
 /* As tg_ctx_new, with every allocation made through `alloc` (copied). */
 tg_ctx *tg_ctx_new_with_allocator(uint64_t seed, const tg_allocator *alloc);
-/* Frees the context, its arena and every persistent tensor it still owns. */
+/* Frees the context, its arena and every persistent tensor it still owns
+ * (layers and optimizers not freed by then leak their structs). */
 void tg_ctx_free(tg_ctx *ctx);
-/* Frees every arena tensor and the tape at once, in O(1); keeps persistent
- * tensors and the arena's memory for reuse (no malloc per step once warm). */
+/* Ends a step: frees every arena tensor and the tape at once, in O(1); keeps
+ * persistent tensors and the arena's memory for reuse (no malloc per step
+ * once warm). An arena tensor from before the reset is stale: using it is an
+ * error (see tg_tensor above). */
 void tg_ctx_reset(tg_ctx *ctx);
 
 /* True when the context has no error. False for NULL. */
@@ -110,6 +135,10 @@ const char *tg_status_name(tg_status status);
  * since the last reset. */
 size_t tg_arena_capacity(const tg_ctx *ctx);
 size_t tg_arena_used(const tg_ctx *ctx);
+/* Bytes of the capacity held back from reuse since the last reset: in
+ * checked builds (TG_CHECKED) the previous step's chunks, so that a tensor
+ * kept across tg_ctx_reset keeps its header and is reported; 0 otherwise. */
+size_t tg_arena_quarantined(const tg_ctx *ctx);
 /* Allocates `size` bytes, 64-byte aligned, from the arena (freed at reset).
  * For kernels' scratch space and saved tensors. NULL on error. */
 void *tg_arena_alloc(tg_ctx *ctx, size_t size);
@@ -176,7 +205,23 @@ tg_tensor *tg_randn(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape,
  * owned by the context (freed by tg_tensor_free or tg_ctx_free). Returns the
  * persistent tensor; `t` itself stays valid until the next reset. */
 tg_tensor *tg_persist(tg_ctx *ctx, tg_tensor *t);
-/* Frees a persistent tensor (and its grad). Arena tensors are freed by reset. */
+/* Frees a persistent tensor (and its grad). Arena tensors are freed by reset
+ * (passing one does nothing). The context keeps a registry of the objects
+ * it handed out on its heap (persistent tensors and their grads, layers,
+ * optimizers) and looks the pointer up before touching it, so these are
+ * errors (TG_ERR_STATE) that never read freed memory:
+ *  - a tensor of another context: "... is not a persistent tensor of this
+ *    context: it was made by another context (free it through that one)";
+ *  - a second free: "the persistent tensor at 0x... was already freed";
+ *  - a layer's parameter or an optimizer's state: "tensor (4, 2) float32 is
+ *    the parameter 'fc1.weight' of a layer; free the layer" (the layer or
+ *    optimizer frees it);
+ *  - a persistent tensor's grad (it is freed with its tensor).
+ * The same holds for layers (tg_module_free and the tg_*_free of each
+ * layer) and optimizers (tg_optim_free with a context). What cannot be
+ * seen: a freed object's address that the allocator has handed out again
+ * for a new object of the same kind in the same context (the new object is
+ * freed), and a second tg_optim_free without a context. */
 void tg_tensor_free(tg_ctx *ctx, tg_tensor *t);
 
 /* ======================================================================== */
@@ -193,18 +238,22 @@ tg_tensor *tg_view(tg_ctx *ctx, tg_tensor *t, int ndim, const int64_t *shape);
 tg_tensor *tg_copy(tg_ctx *ctx, const tg_tensor *t);
 /* t converted to dtype (a copy, even when the dtype is the same). */
 tg_tensor *tg_to_dtype(tg_ctx *ctx, const tg_tensor *t, tg_dtype dtype);
-/* Copies src's values into dst (same shape and dtype). Returns dst or NULL. */
+/* Copies src's values into dst (same shape and dtype). Returns dst or NULL.
+ * An in-place write to dst (see tg_tensor above). */
 tg_tensor *tg_assign(tg_ctx *ctx, tg_tensor *dst, const tg_tensor *src);
-/* Sets every element of t to value. */
+/* Sets every element of t to value (an in-place write). */
 void tg_fill(tg_ctx *ctx, tg_tensor *t, double value);
 
 /* Element access by multi-index (ndim entries) or flat row-major index.
- * Out-of-range indices set an error; get then returns NaN. */
+ * Out-of-range indices set an error; get then returns NaN. The setters are
+ * in-place writes (see tg_tensor above). */
 double tg_get(tg_ctx *ctx, const tg_tensor *t, const int64_t *index);
 void tg_set(tg_ctx *ctx, tg_tensor *t, const int64_t *index, double value);
 double tg_get_flat(tg_ctx *ctx, const tg_tensor *t, int64_t i);
 void tg_set_flat(tg_ctx *ctx, tg_tensor *t, int64_t i, double value);
-/* Typed data pointers: NULL (and an error) when the dtype differs. */
+/* Typed data pointers: NULL (and an error) when the dtype differs. Writes
+ * through them are invisible to the in-place write count: an op that saved
+ * t and runs its backward after such a write uses the new values. */
 float *tg_data_f32(tg_ctx *ctx, tg_tensor *t);
 double *tg_data_f64(tg_ctx *ctx, tg_tensor *t);
 

@@ -1,0 +1,201 @@
+/* Fused scaled-dot-product attention, one tape record:
+ *   o = softmax_rows(scale q k^T + mask) v
+ * over q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv) -> o (..., Tq, Dv),
+ * the leading dims (batch, heads) the same for all four. The optional
+ * causal mask hides key j from query i when j > i (Tq == Tk).
+ *
+ * Flash-attention style (Dao et al. 2022): the forward computes the
+ * (Tq, Tk) scores a block of query rows at a time and keeps only one
+ * number per query row, the log-sum-exp of its scores; the backward
+ * recomputes each block of probabilities from q, k and that number. So
+ * the extra memory is O(Tq) per head, where autograd through the composed
+ * ops (tg_attention_composed) keeps the (Tq, Tk) probabilities, twice.
+ * The kernels and their derivation are in ops_attention.inc; the
+ * derivation in full, the memory table and a worked example in
+ * docs/attention-gradients.md.
+ *
+ * Threads: the (batch, head) pairs are independent. They are cut into one
+ * contiguous run per thread, each run done by one thread in pair order
+ * with its own scratch, and each pair by the same one-thread kernel: the
+ * result is bitwise the same for any thread count. */
+#include "autograd/ops_attention.h"
+#include "autograd/tape.h"
+#include "tensor/gemm.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Query rows per block (BR): the scratch of a pair is (BR, Tk), one block
+ * of scores (two in backward: P and dP), which stays in L2 for Tk in the
+ * thousands. Taller blocks make better GEMMs (each block of k is reused
+ * over more rows); with the causal mask a block computes the whole square
+ * on its diagonal, half of it masked, so shorter blocks waste less.
+ * Measured at (B, H) = (4, 6), D = 32 and 64, T = 64 .. 1024, one thread:
+ * with the mask 32 is the best or within noise of it (64 cost 10-15% at
+ * T = 64), without it 64. */
+static int64_t attn_block_rows(bool causal) { return causal ? 32 : 64; }
+
+#define TG_TEMPLATE "autograd/ops_attention.inc"
+#include "tensor/instantiate.h"
+
+/* Threads for `pairs` problems: at most one per pair. */
+static int attn_threads(const tg_ctx *ctx, int64_t pairs) {
+    int nt = tg_threads(ctx);
+    if (nt < 1) nt = 1;
+    return pairs < nt ? (int)(pairs > 0 ? pairs : 1) : nt;
+}
+
+/* Scratch of `nt` runs of `bytes` each (rounded up to the alignment), from
+ * the arena; *stride gets the rounded size. */
+static unsigned char *attn_scratch(tg_ctx *ctx, const char *fn, int nt, size_t bytes, size_t *stride) {
+    *stride = (bytes + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN;
+    return tg_arena_alloc_fn(ctx, fn, *stride * (size_t)nt);
+}
+
+/* Forward over every pair: o and lse (pairs x Tq doubles). */
+static void attention_run(tg_ctx *ctx, const char *fn, tg_tensor *o, double *lse, const tg_tensor *q,
+                          const tg_tensor *k, const tg_tensor *v, tg_attn_dims d, double scale, bool causal) {
+    const int nt = attn_threads(ctx, d.pairs);
+    const size_t es = tg_esize(q->dtype);
+    size_t stride;
+    /* s (BR, Tk), kt (D, Tk), then inv (BR doubles) */
+    const int64_t BR = attn_block_rows(causal);
+    const size_t kt_off = (size_t)(BR * d.Tk) * es, inv_off = kt_off + (size_t)(d.D * d.Tk) * es;
+    unsigned char *scratch = attn_scratch(ctx, fn, nt, inv_off + (size_t)BR * sizeof(double), &stride);
+    if (!scratch) return;
+    const bool f64 = q->dtype == TG_F64;
+    TG_PARALLEL_FOR(nt)
+    for (int c = 0; c < nt; c++) {
+        unsigned char *s = scratch + stride * (size_t)c, *kt = s + kt_off;
+        double *inv = (double *)(s + inv_off);
+        for (int64_t b = d.pairs * c / nt; b < d.pairs * (c + 1) / nt; b++) {
+            const int64_t oq = b * d.Tq * d.D, ok = b * d.Tk * d.D, ov = b * d.Tk * d.Dv, oo = b * d.Tq * d.Dv;
+            if (f64)
+                attention_forward_f64((double *)o->data + oo, lse + b * d.Tq, (const double *)q->data + oq,
+                                      (const double *)k->data + ok, (const double *)v->data + ov, d.Tq, d.Tk, d.D, d.Dv,
+                                      scale, causal, BR, (double *)s, (double *)kt, inv);
+            else
+                attention_forward_f32((float *)o->data + oo, lse + b * d.Tq, (const float *)q->data + oq,
+                                      (const float *)k->data + ok, (const float *)v->data + ov, d.Tq, d.Tk, d.D, d.Dv,
+                                      scale, causal, BR, (float *)s, (float *)kt, inv);
+        }
+    }
+}
+
+/* The element pointer of t at offset off, or NULL for a NULL t (a grad
+ * that is not wanted). */
+static void *at(tg_tensor *t, int64_t off) {
+    return t ? (unsigned char *)t->data + (size_t)off * tg_esize(t->dtype) : NULL;
+}
+
+/* Forward was o = softmax_rows(scale q k^T + mask) v with lse saved per
+ * query row. With P the probabilities, dO the gradient of o and
+ * D_i = sum_e dO_ie o_ie:
+ *   dV += P^T dO
+ *   dS  = P o (dO V^T - D)    (o: elementwise; D broadcast along rows)
+ *   dQ += scale dS K
+ *   dK += scale dS^T Q
+ * P recomputed block by block as exp(scale q k^T - lse): see
+ * attention_backward in ops_attention.inc and, step by step,
+ * docs/attention-gradients.md. */
+static void attention_backward(tg_ctx *ctx, tg_node *n) {
+    tg_tensor *q = n->in[0], *k = n->in[1], *v = n->in[2];
+    tg_tensor *dq = tg_grad_of(ctx, q), *dk = tg_grad_of(ctx, k), *dv = tg_grad_of(ctx, v);
+    const tg_tensor *o = n->out, *dout = n->out->grad;
+    const double *lse = n->saved;
+    const tg_attn_dims d = {n->i[1], n->i[2], n->i[3], q->shape[q->ndim - 1], v->shape[v->ndim - 1]};
+    const double scale = n->f[0];
+    const bool causal = n->i[0] != 0;
+    if ((!dq && !dk && !dv) || o->numel == 0) return;
+    const int nt = attn_threads(ctx, d.pairs);
+    const size_t es = tg_esize(q->dtype);
+    size_t stride;
+    /* P and dP 2 (BR, Tk), kt (D, Tk), vt (Dv, Tk) */
+    const int64_t BR = attn_block_rows(causal);
+    const size_t kt_off = (size_t)(2 * BR * d.Tk) * es, vt_off = kt_off + (size_t)(d.D * d.Tk) * es;
+    unsigned char *scratch = attn_scratch(ctx, n->op, nt, vt_off + (size_t)(d.Dv * d.Tk) * es, &stride);
+    if (!scratch) return;
+    const bool f64 = q->dtype == TG_F64;
+    TG_PARALLEL_FOR(nt)
+    for (int c = 0; c < nt; c++) {
+        unsigned char *s = scratch + stride * (size_t)c, *kt = s + kt_off, *vt = s + vt_off;
+        for (int64_t b = d.pairs * c / nt; b < d.pairs * (c + 1) / nt; b++) {
+            const int64_t oq = b * d.Tq * d.D, ok = b * d.Tk * d.D, ov = b * d.Tk * d.Dv, oo = b * d.Tq * d.Dv;
+            if (f64)
+                attention_backward_f64(at(dq, oq), at(dk, ok), at(dv, ov), (const double *)dout->data + oo,
+                                       (const double *)q->data + oq, (const double *)k->data + ok,
+                                       (const double *)v->data + ov, (const double *)o->data + oo, lse + b * d.Tq, d.Tq,
+                                       d.Tk, d.D, d.Dv, scale, causal, BR, (double *)s, (double *)kt, (double *)vt);
+            else
+                attention_backward_f32(at(dq, oq), at(dk, ok), at(dv, ov), (const float *)dout->data + oo,
+                                       (const float *)q->data + oq, (const float *)k->data + ok,
+                                       (const float *)v->data + ov, (const float *)o->data + oo, lse + b * d.Tq, d.Tq,
+                                       d.Tk, d.D, d.Dv, scale, causal, BR, (float *)s, (float *)kt, (float *)vt);
+        }
+    }
+}
+
+bool tg_attention_check(tg_ctx *ctx, const char *fn, const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
+                        bool causal, double *scale, tg_attn_dims *d) {
+    if (!tg_check_arg(ctx, fn, "q", q) || !tg_check_arg(ctx, fn, "k", k) || !tg_check_arg(ctx, fn, "v", v))
+        return false;
+    if (!tg_check_same_dtype(ctx, fn, q, k) || !tg_check_same_dtype(ctx, fn, q, v)) return false;
+    char sq[TG_SHAPE_STR], sk[TG_SHAPE_STR], sv[TG_SHAPE_STR];
+    const int nd = q->ndim;
+    const char *bad = NULL;
+    if (nd < 2 || k->ndim != nd || v->ndim != nd) bad = "need the same number of dims, at least 2";
+    for (int i = 0; !bad && i < nd - 2; i++)
+        if (k->shape[i] != q->shape[i] || v->shape[i] != q->shape[i]) bad = "the leading dims differ";
+    if (!bad && k->shape[nd - 1] != q->shape[nd - 1]) bad = "q and k differ in the last dim (D)";
+    if (!bad && v->shape[nd - 2] != k->shape[nd - 2]) bad = "k and v differ in the number of keys (Tk)";
+    if (!bad && k->shape[nd - 2] == 0) bad = "there are no keys (Tk = 0): the softmax of an empty row";
+    if (!bad && q->shape[nd - 1] == 0) bad = "D = 0";
+    if (!bad && causal && q->shape[nd - 2] != k->shape[nd - 2]) bad = "the causal mask needs Tq == Tk";
+    if (bad) {
+        tg_error(ctx, TG_ERR_SHAPE, fn, "q %s, k %s, v %s: %s (q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv))",
+                 tg_shape_of(sq, q), tg_shape_of(sk, k), tg_shape_of(sv, v), bad);
+        return false;
+    }
+    if (!isfinite(*scale)) {
+        tg_error(ctx, TG_ERR_VALUE, fn, "scale = %g is not finite (0 means 1/sqrt(D))", *scale);
+        return false;
+    }
+    d->pairs = 1;
+    for (int i = 0; i < nd - 2; i++) d->pairs *= q->shape[i];
+    d->Tq = q->shape[nd - 2];
+    d->Tk = k->shape[nd - 2];
+    d->D = q->shape[nd - 1];
+    d->Dv = v->shape[nd - 1];
+    if (*scale == 0) *scale = 1.0 / sqrt((double)d->D);
+    return true;
+}
+
+tg_tensor *tg_attention(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v, bool causal, double scale) {
+    tg_attn_dims d;
+    if (!tg_attention_check(ctx, __func__, q, k, v, causal, &scale, &d)) return NULL;
+    int64_t shape[TG_MAX_DIMS];
+    memcpy(shape, q->shape, sizeof shape);
+    shape[q->ndim - 1] = d.Dv;
+    tg_tensor *o = tg_new_tensor(ctx, __func__, q->dtype, q->ndim, shape);
+    double *lse = tg_arena_alloc_fn(ctx, __func__, (size_t)(d.pairs * d.Tq + 1) * sizeof(double));
+    if (!o || !lse) return NULL;
+    if (o->numel) attention_run(ctx, __func__, o, lse, q, k, v, d, scale, causal);
+    tg_node *n = tg_record(ctx, __func__, attention_backward, o, 3, (tg_tensor *[]){q, k, v});
+    if (n) {
+        n->saved = lse;
+        n->f[0] = scale;
+        n->i[0] = causal, n->i[1] = d.pairs, n->i[2] = d.Tq, n->i[3] = d.Tk;
+        /* saved: lse, one double per query row; kept by pointer: q and k
+         * (to recompute P), and v and o when dq or dk is wanted (dP = dO
+         * V^T, D = rowsum(dO o)); each distinct tensor once */
+        const size_t es = tg_esize(q->dtype);
+        size_t bytes = (size_t)(d.pairs * d.Tq) * sizeof(double) + (size_t)q->numel * es;
+        if (k != q) bytes += (size_t)k->numel * es;
+        if (q->requires_grad || k->requires_grad) {
+            if (v != q && v != k) bytes += (size_t)v->numel * es;
+            bytes += (size_t)o->numel * es;
+        }
+        tg_node_count_saved(ctx, n, bytes);
+    }
+    return tg_ok(ctx) ? o : NULL;
+}

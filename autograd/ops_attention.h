@@ -1,0 +1,26 @@
+/* What the fused attention (autograd/ops_attention.c) shares with its
+ * composed twin (layers/attention_composed.c): the argument checks, so
+ * both refuse the same inputs with the same messages. Internal (not
+ * installed). */
+#ifndef TG_AUTOGRAD_OPS_ATTENTION_H
+#define TG_AUTOGRAD_OPS_ATTENTION_H
+
+#include "tensor/internal.h"
+
+/* One call's sizes: `pairs` (the product of the leading dims: batch x
+ * heads) independent problems of Tq queries and Tk keys, D the width of q
+ * and k, Dv of v and o. */
+typedef struct tg_attn_dims {
+    int64_t pairs, Tq, Tk, D, Dv;
+} tg_attn_dims;
+
+/* Checks the arguments of an attention call named fn (see tg_attention in
+ * tapegrad/autograd.h): q, k, v non-NULL, one dtype, shapes q (..., Tq, D),
+ * k (..., Tk, D), v (..., Tk, Dv) with the same leading dims, Tk >= 1,
+ * D >= 1, Tq == Tk when causal, *scale finite. Fills *d and replaces a
+ * *scale of 0 by 1/sqrt(D). False (and an error naming fn and the three
+ * shapes) otherwise. */
+bool tg_attention_check(tg_ctx *ctx, const char *fn, const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
+                        bool causal, double *scale, tg_attn_dims *d);
+
+#endif
