@@ -180,11 +180,9 @@ rank0_output)
 installed)
   # A user's program against a fresh install: built with
   # `pkg-config tapegrad-dist`, run as one process and (MPI) as two.
-  : "${TG_CMAKE:=cmake}" "${TG_CC:=cc}" "${TG_LIBDIR:=lib}" "${TG_SANITIZE:=}"
-  extra=()
-  [ -z "$TG_SANITIZE" ] || extra=("-fsanitize=$TG_SANITIZE" -fno-omit-frame-pointer)
-  "$TG_CMAKE" --install "$build" --prefix "$tmp/prefix" > "$tmp/install.log"
-  export PKG_CONFIG_PATH="$tmp/prefix/$TG_LIBDIR/pkgconfig"
+  # shellcheck source=tests/install/prefix.sh
+  . "$src/tests/install/prefix.sh"
+  install_prefix "$build" "$tmp/prefix"
   # shellcheck disable=SC2046  # pkg-config's words are meant to split
   "$TG_CC" "${extra[@]}" -std=c11 -Wall -Wextra -Wpedantic -Werror "$src/tests/dist/hello_dist.c" \
     $(pkg-config --cflags --libs tapegrad-dist) -o hello || fail "hello_dist.c does not build with pkg-config tapegrad-dist"
