@@ -128,6 +128,30 @@ void tg_dist_split(int64_t total, int parts, int part, int64_t *start, int64_t *
     if (count) *count = c;
 }
 
+bool tg_dist_draw(tg_ctx *ctx, int64_t n, int64_t start, int64_t count, int64_t *index) {
+    if (!tg_live(ctx)) return false;
+    if (n < 1 || start < 0 || count < 0) {
+        tg_error(ctx, TG_ERR_VALUE, __func__,
+                 "n = %lld, start = %lld, count = %lld: want n >= 1, start >= 0, count >= 0", (long long)n,
+                 (long long)start, (long long)count);
+        return false;
+    }
+    if (!index && count > 0) {
+        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'index' is NULL (count %lld)", (long long)count);
+        return false;
+    }
+    uint64_t seed, offset;
+    tg_rng_state(ctx, &seed, &offset);
+    tg_rng_set_state(ctx, seed, offset + (uint64_t)start);
+    for (int64_t i = 0; i < count; i++) {
+        /* u < 1, but u n can round up to n */
+        int64_t k = (int64_t)(tg_rng_uniform(ctx) * (double)n);
+        index[i] = k < n ? k : n - 1;
+    }
+    tg_rng_set_state(ctx, seed, offset);
+    return true;
+}
+
 void tg_dist_set_bucket_bytes(tg_dist *d, size_t bytes) {
     if (!d) return;
     d->bucket_bytes = bytes < MIN_BUCKET_BYTES ? MIN_BUCKET_BYTES : bytes > MAX_BUCKET_BYTES ? MAX_BUCKET_BYTES : bytes;

@@ -167,21 +167,21 @@ static bool all_ok(tg_ctx *ctx, const batching *b, bool ok) {
 
 /* The points of positions [start, start + count) of the step's global
  * batch into *x (count, 2) and *label (count). Without --batch, position
- * i is point i (no copy). With --batch, position i is point floor(u n),
- * u the RNG's number at offset base + i of the stream (seed): a function
- * of the position alone, so each process draws just its own slice and the
- * global batch is the same however it is split. */
-static void micro_batch(tg_ctx *ctx, const spiral_data *d, const batching *b, uint64_t seed, uint64_t base,
-                        int64_t start, int64_t count, const float **x, const int64_t **label) {
+ * i is point i (no copy). With --batch, the points tg_dist_draw picks
+ * from the RNG's stream at the step's offset: a function of the position
+ * alone, so each process draws just its own slice and the global batch is
+ * the same however it is split. */
+static void micro_batch(tg_ctx *ctx, const spiral_data *d, const batching *b, int64_t start, int64_t count,
+                        const float **x, const int64_t **label) {
     if (!b->batch) {
         *x = d->x + 2 * start;
         *label = d->label + start;
         return;
     }
-    tg_rng_set_state(ctx, seed, base + (uint64_t)start);
-    for (int64_t i = 0; i < count; i++) {
-        int64_t p = (int64_t)(tg_rng_uniform(ctx) * (double)d->n);
-        if (p >= d->n) p = d->n - 1;
+    /* the points' indices first, then each replaced by its label */
+    tg_dist_draw(ctx, d->n, start, count, b->label);
+    for (int64_t i = 0; i < count && tg_ok(ctx); i++) {
+        const int64_t p = b->label[i];
         b->x[2 * i] = d->x[2 * p];
         b->x[2 * i + 1] = d->x[2 * p + 1];
         b->label[i] = d->label[p];
@@ -205,7 +205,7 @@ static bool step_gradient(tg_ctx *ctx, const spiral_data *d, const batching *b, 
         tg_dist_split(B, (int)parts, (int)(tg_dist_rank(b->dist) * b->micro + k), &start, &count);
         const float *xs;
         const int64_t *labels;
-        micro_batch(ctx, d, b, seed, base, start, count, &xs, &labels);
+        micro_batch(ctx, d, b, start, count, &xs, &labels);
         tg_tensor *logits = mlp_forward(ctx, &r->m, tg_from_buffer(ctx, TG_F32, TG_SHAPE(count, 2), xs));
         tg_tensor *l = tg_cross_entropy(ctx, logits, labels, NULL);
         tg_optim_zero_grad(ctx, r->opt);

@@ -1,7 +1,8 @@
 /* Data-parallel training (tapegrad/dist.h): the same suite runs as one
  * process (ctest's test_dist, in every build) and under mpirun with 2, 3
  * and 4 processes (tests/dist.cmake), where every rank runs every test:
- *   - tg_dist_split tiles any total;
+ *   - tg_dist_split tiles any total; tg_dist_draw draws the same global
+ *     batch however it is split;
  *   - broadcast: every rank ends with rank 0's bits, for f32 and f64
  *     tensors of odd sizes (1, 7, 1001, empty...) over buckets that cut
  *     tensors and chunks unevenly, and the RNG and optimizer state;
@@ -65,6 +66,50 @@ START_TEST(test_split_tiles) {
     tg_dist_split(10, 3, 3, &start, &count);
     ck_assert_int_eq(start, 0);
     ck_assert_int_eq(count, 0);
+}
+END_TEST
+
+/* tg_dist_draw: any split of a global batch draws the rows of the whole
+ * batch drawn at once; the rows are floor(u n) of the RNG's numbers at
+ * their positions; the RNG is left where it was; bad arguments. */
+START_TEST(test_draw_any_split) {
+    enum { B = 37, N = 11 };
+    tg_rng_set_state(ctx, 5, 1000);
+    int64_t whole[B], part[B];
+    ck_assert(tg_dist_draw(ctx, N, 0, B, whole));
+    uint64_t seed, offset;
+    tg_rng_state(ctx, &seed, &offset);
+    ck_assert_uint_eq(seed, 5);
+    ck_assert_uint_eq(offset, 1000);
+    int seen[N] = {0};
+    for (int64_t i = 0; i < B; i++) {
+        const double u = tg_rng_uniform(ctx); /* position 1000 + i */
+        ck_assert_int_eq(whole[i], (int64_t)(u * N));
+        seen[whole[i]]++;
+    }
+    int distinct = 0;
+    for (int k = 0; k < N; k++) distinct += seen[k] > 0;
+    ck_assert_int_ge(distinct, 8); /* 37 draws from 11: not a constant */
+    tg_rng_set_state(ctx, 5, 1000);
+    for (int parts = 1; parts <= 7; parts++) {
+        memset(part, 0xff, sizeof part);
+        for (int k = parts - 1; k >= 0; k--) { /* any order */
+            int64_t start, count;
+            tg_dist_split(B, parts, k, &start, &count);
+            ck_assert(tg_dist_draw(ctx, N, start, count, part + start));
+        }
+        ck_assert_mem_eq(part, whole, sizeof whole);
+    }
+    /* n = 1: every row is item 0 */
+    ck_assert(tg_dist_draw(ctx, 1, 3, 5, part));
+    for (int i = 0; i < 5; i++) ck_assert_int_eq(part[i], 0);
+    ck_assert(tg_dist_draw(ctx, N, 0, 0, NULL));
+    ck_assert(!tg_dist_draw(ctx, 0, 0, 1, part));
+    tg_test_assert_error(ctx, TG_ERR_VALUE, "tg_dist_draw", "n = 0", NULL);
+    ck_assert(!tg_dist_draw(ctx, N, -1, 1, part));
+    tg_test_assert_error(ctx, TG_ERR_VALUE, "tg_dist_draw", "start = -1", NULL);
+    ck_assert(!tg_dist_draw(ctx, N, 0, 2, NULL));
+    tg_test_assert_error(ctx, TG_ERR_NULL, "tg_dist_draw", "'index'", NULL);
 }
 END_TEST
 
@@ -541,7 +586,7 @@ END_TEST
 
 static Suite *make_dist_suite(void) {
     Suite *s = suite_create("dist");
-    tg_test_tcase(s, "world", setup, teardown, test_split_tiles, test_world, NULL);
+    tg_test_tcase(s, "world", setup, teardown, test_split_tiles, test_draw_any_split, test_world, NULL);
     tg_test_tcase(s, "broadcast", setup, teardown, test_broadcast_odd_sizes, test_broadcast_rng_and_optim, NULL);
     tg_test_tcase(s, "allreduce", setup, teardown, test_allreduce_rank_order, test_allreduce_f64_values, NULL);
     tg_test_tcase(s, "training", setup, teardown, test_ranks_equal_accumulation, NULL);

@@ -82,6 +82,19 @@ const char *tg_dist_backend(const tg_dist *d);
  * Out-of-range arguments give start = count = 0. */
 void tg_dist_split(int64_t total, int parts, int part, int64_t *start, int64_t *count);
 
+/* Rows [start, start + count) of a global batch drawn with replacement
+ * from n items by the context's RNG, into index[0..count):
+ *   index[i] = floor(u_(offset + start + i) * n)   (at most n - 1)
+ * with u_j the uniform at position j of the RNG's stream and offset the
+ * RNG's offset now (tg_rng_state). Row i depends on its position alone,
+ * so each rank -- and each micro-batch -- draws just its own rows
+ * (tg_dist_split) and the global batch is the same however it is split.
+ * The RNG is left as it was: after the step's last slice, move it past
+ * the whole batch of B rows (tg_rng_set_state(ctx, seed, offset + B)) on
+ * every rank. Not a collective. Errors: n < 1, start < 0, count < 0, a
+ * NULL index with count > 0. */
+bool tg_dist_draw(tg_ctx *ctx, int64_t n, int64_t start, int64_t count, int64_t *index);
+
 /* ======================================================================== */
 /* Agreement: one rank's failure ends every rank                            */
 /* ======================================================================== */
