@@ -12,7 +12,8 @@
 #         bitwise | resume | failing_rank | flags_differ | rank0_output |
 #         readme_mpi (MPI builds: mpirun must be on PATH).
 # tests/dist.cmake sets the environment: mpirun as root, oversubscribed,
-# LeakSanitizer's suppressions for MPI's own allocations, and for the
+# LeakSanitizer's suppressions for MPI's own allocations, the bound
+# TG_DIST_LIMIT of each command, and for the
 # installed case TG_CMAKE, TG_CC, TG_LIBDIR and TG_SANITIZE.
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -25,13 +26,16 @@ trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
-# expect STATUS LOG CMD...: runs CMD (at most 300 s) with stdout+stderr to
-# LOG, checks its exit status (124: it hung) and that no sanitizer spoke.
+# Every command's bound in seconds (tests/dist.cmake: longer under the
+# sanitizers).
+limit=${TG_DIST_LIMIT:-300}
+# expect STATUS LOG CMD...: runs CMD (at most $limit s) with stdout+stderr
+# to LOG, checks its exit status (124: it hung) and that no sanitizer spoke.
 expect() {
   local want=$1 log=$2 rc=0; shift 2
-  timeout 300 "$@" > "$log" 2>&1 || rc=$?
+  timeout "$limit" "$@" > "$log" 2>&1 || rc=$?
   if grep -q "Sanitizer" "$log"; then cat "$log" >&2; fail "$*: a sanitizer reported an error"; fi
-  [ "$rc" -ne 124 ] || { cat "$log" >&2; fail "$*: still running after 300 s (a hang?)"; }
+  [ "$rc" -ne 124 ] || { cat "$log" >&2; fail "$*: still running after $limit s (a hang?)"; }
   [ "$rc" -eq "$want" ] || { cat "$log" >&2; fail "$*: exit status $rc, want $want"; }
 }
 # same FILE_A FILE_B WHAT: the two files are identical, byte for byte.
@@ -141,14 +145,14 @@ failing_rank)
   printf '#!/bin/sh\necho $$ > "%s/victim.pid"\nexec "$@"\n' "$tmp" > victim.sh
   chmod +x victim.sh
   rc=0
-  timeout 300 mpirun -np 1 "${run[@]}" --steps 1000000 --every 1000000 : -np 1 ./victim.sh "${run[@]}" --steps 1000000 \
+  timeout "$limit" mpirun -np 1 "${run[@]}" --steps 1000000 --every 1000000 : -np 1 ./victim.sh "${run[@]}" --steps 1000000 \
     > "$tmp/kill.log" 2>&1 &
   job=$!
   for _ in $(seq 100); do [ -s victim.pid ] && break; sleep 0.2; done
   sleep 2
   kill -9 "$(cat victim.pid)"
   wait "$job" || rc=$?
-  [ "$rc" -ne 124 ] || fail "after a rank was killed, the run was still going after 300 s"
+  [ "$rc" -ne 124 ] || fail "after a rank was killed, the run was still going after $limit s"
   [ "$rc" -ne 0 ] || fail "a rank was killed, yet the run exited 0"
   echo "failing_rank: a damaged checkpoint on rank 2 or rank 0 ends all ranks with the reason; a killed rank ends the run (status $rc)"
   ;;
