@@ -74,7 +74,7 @@ bool tg_check_layer(tg_ctx *ctx, const char *fn, const void *layer) {
  * the layer frees them itself. */
 static bool own_params(tg_ctx *ctx, tg_module *m) {
     tg_params list = {0};
-    bool ok = !m->ops_->params || m->ops_->params(ctx, m, "", &list);
+    bool ok = !m->ops_->params || m->ops_->params(ctx, m, m->name, &list);
     for (int i = 0; ok && i < list.count; i++) {
         char role[160];
         snprintf(role, sizeof role, "the parameter '%s' of a layer; free the layer", list.items[i].name);
