@@ -9,7 +9,17 @@
  * OUT/boundary.png (the learned decision regions with the data points).
  * --save writes every model trained, with its optimizer, to one training
  * state file (tg_train_save_parts, one part per norm); --resume continues
- * all of them. */
+ * all of them.
+ *
+ * Batches and processes (tapegrad/dist.h, docs/distributed.md): each step
+ * trains on a global batch -- all the points, or --batch B points drawn
+ * from the seeded RNG -- split into micro-batches: --micro K per process,
+ * and under `mpirun -np P` P processes. Each micro-batch's gradient is
+ * folded in order (the gradient accumulator, then the all-reduce in rank
+ * order), so P processes give bitwise the parameters of one process with
+ * --micro P. Every process builds the same models and data from the seed
+ * and continues from rank 0's state; only rank 0 prints, logs, plots and
+ * saves. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +27,7 @@
 #include <unistd.h>
 
 #include "common/example.h"
+#include "tapegrad/dist.h"
 
 #define CLASSES 3
 #define HIDDEN 64
@@ -131,44 +142,132 @@ typedef struct run {
     mlp m;
     tg_params params;
     tg_optim *opt;
+    tg_grad_accum *acc; /* folds this process's micro-batches */
     double loss, accuracy;
 } run;
 
-/* Trains r from step start + 1 to the last step; logs OUT/loss_NORM.dat. */
-static bool train(tg_ctx *ctx, const ex_args *args, const spiral_data *d, run *r, int64_t start) {
-    printf("\n== spiral --norm %s\n", r->norm);
-    tg_model_print(stdout, &r->m.model);
-    char name[64];
-    snprintf(name, sizeof name, "loss_%s", r->norm);
-    const char *cols[] = {"step", "loss", "accuracy"};
-    tg_plot *log = NULL;
-    if (!ex_log_open(&log, args, name, 3, cols, start)) return false;
-    tg_progress progress;
-    tg_progress_init(&progress, stdout, args->steps, args->every);
-    tg_progress_resume(&progress, start);
-    for (int64_t step = start + 1; step <= ex_last_step(args); step++) {
-        tg_tensor *x = tg_from_buffer(ctx, TG_F32, TG_SHAPE(d->n, 2), d->x);
-        tg_tensor *logits = mlp_forward(ctx, &r->m, x);
-        tg_tensor *loss = tg_cross_entropy(ctx, logits, d->label, NULL);
+/* How each step's global batch is made and split (docs at the top). */
+typedef struct batching {
+    tg_dist *dist;  /* the processes (a world of one without mpirun) */
+    bool lead;      /* rank 0: the one that prints, logs, plots and saves */
+    int64_t batch;  /* --batch: points drawn per step; 0: all of them */
+    int64_t micro;  /* --micro: micro-batches per process */
+    float *x;       /* (size of the largest micro-batch, 2), for --batch */
+    int64_t *label; /* (the same) */
+} batching;
+
+/* True on every rank when ok is true on every rank; else false on every
+ * rank, and a rank that had not failed itself says which one did (a rank
+ * that failed printed its reason where it failed). With one process: ok. */
+static bool all_ok(tg_ctx *ctx, const batching *b, bool ok) {
+    if (tg_dist_agree(ctx, b->dist, ok)) return true;
+    if (ok) ex_failed(ctx);
+    return false;
+}
+
+/* The points of positions [start, start + count) of the step's global
+ * batch into *x (count, 2) and *label (count). Without --batch, position
+ * i is point i (no copy). With --batch, the points tg_dist_draw picks
+ * from the RNG's stream at the step's offset: a function of the position
+ * alone, so each process draws just its own slice and the global batch is
+ * the same however it is split. */
+static void micro_batch(tg_ctx *ctx, const spiral_data *d, const batching *b, int64_t start, int64_t count,
+                        const float **x, const int64_t **label) {
+    if (!b->batch) {
+        *x = d->x + 2 * start;
+        *label = d->label + start;
+        return;
+    }
+    /* the points' indices first, then each replaced by its label */
+    tg_dist_draw(ctx, d->n, start, count, b->label);
+    for (int64_t i = 0; i < count && tg_ok(ctx); i++) {
+        const int64_t p = b->label[i];
+        b->x[2 * i] = d->x[2 * p];
+        b->x[2 * i + 1] = d->x[2 * p + 1];
+        b->label[i] = d->label[p];
+    }
+    *x = b->x;
+    *label = b->label;
+}
+
+/* One step's gradient: this process's micro-batches of the global batch,
+ * each folded into the accumulator with weight (its points) / B, then the
+ * processes' sums folded in rank order; the same for the loss (the mean
+ * over the global batch) and the count of correct predictions, in
+ * stats[0] and stats[1]. */
+static bool step_gradient(tg_ctx *ctx, const spiral_data *d, const batching *b, run *r, double stats[2]) {
+    const int64_t B = b->batch ? b->batch : d->n, parts = tg_dist_size(b->dist) * b->micro;
+    uint64_t seed, base;
+    tg_rng_state(ctx, &seed, &base);
+    double loss = 0, correct = 0;
+    for (int64_t k = 0; k < b->micro; k++) {
+        int64_t start, count;
+        tg_dist_split(B, (int)parts, (int)(tg_dist_rank(b->dist) * b->micro + k), &start, &count);
+        const float *xs;
+        const int64_t *labels;
+        micro_batch(ctx, d, b, start, count, &xs, &labels);
+        tg_tensor *logits = mlp_forward(ctx, &r->m, tg_from_buffer(ctx, TG_F32, TG_SHAPE(count, 2), xs));
+        tg_tensor *l = tg_cross_entropy(ctx, logits, labels, NULL);
         tg_optim_zero_grad(ctx, r->opt);
-        tg_backward(ctx, loss);
+        tg_backward(ctx, l);
+        /* the fold of tg_grad_accum_add, for the loss: w l, then + w l */
+        const double w = (double)count / (double)B, t = w * tg_get_flat(ctx, l, 0);
+        tg_grad_accum_add(ctx, r->acc, w);
+        loss = k == 0 ? t : loss + t;
+        for (int64_t i = 0; i < count; i++) correct += argmax_row(ctx, logits, i) == labels[i];
+        tg_ctx_reset(ctx);
+    }
+    /* the whole global batch is drawn, whatever this process's share */
+    if (b->batch) tg_rng_set_state(ctx, seed, base + (uint64_t)B);
+    tg_grad_accum_finish(ctx, r->acc);
+    stats[0] = loss;
+    stats[1] = correct;
+    /* collectives: reached by every rank, also one in error (it then
+     * fails them on every rank) */
+    bool ok = tg_dist_allreduce_f64(ctx, b->dist, stats, 2, 1.0);
+    return tg_dist_allreduce_grads(ctx, b->dist, &r->params, 1.0) && ok;
+}
+
+/* Trains r from step start + 1 to the last step; rank 0 logs
+ * OUT/loss_NORM.dat. */
+static bool train(tg_ctx *ctx, const ex_args *args, const spiral_data *d, const batching *b, run *r, int64_t start) {
+    tg_plot *log = NULL;
+    bool ok = true;
+    if (b->lead) {
+        printf("\n== spiral --norm %s\n", r->norm);
+        tg_model_print(stdout, &r->m.model);
+        char name[64];
+        snprintf(name, sizeof name, "loss_%s", r->norm);
+        const char *cols[] = {"step", "loss", "accuracy"};
+        ok = ex_log_open(&log, args, name, 3, cols, start);
+    }
+    if (!all_ok(ctx, b, ok)) return false;
+    tg_progress progress;
+    tg_progress_init(&progress, b->lead ? stdout : NULL, args->steps, args->every);
+    tg_progress_resume(&progress, start);
+    const int64_t B = b->batch ? b->batch : d->n;
+    for (int64_t step = start + 1; step <= ex_last_step(args); step++) {
+        double stats[2];
+        bool reduced = step_gradient(ctx, d, b, r, stats);
         double gnorm = tg_grad_norm(ctx, &r->params);
         double lr = tg_optim_lr(r->opt);
         tg_optim_step(ctx, r->opt);
-        if (ex_failed(ctx)) {
+        if (ex_failed(ctx) || !reduced) {
             ex_log_close(&log);
             return false;
         }
-        int64_t correct = 0;
-        for (int64_t i = 0; i < d->n; i++) correct += argmax_row(ctx, logits, i) == d->label[i];
-        r->loss = tg_get_flat(ctx, loss, 0);
-        r->accuracy = (double)correct / (double)d->n;
-        if (!ex_log_row(&log, (double[]){(double)step, r->loss, r->accuracy})) return false;
+        r->loss = stats[0];
+        r->accuracy = stats[1] / (double)B;
+        ok = !b->lead || ex_log_row(&log, (double[]){(double)step, r->loss, r->accuracy});
+        if (!all_ok(ctx, b, ok)) {
+            ex_log_close(&log);
+            return false;
+        }
         tg_progress_update(&progress, step, r->loss, lr, gnorm);
         tg_ctx_reset(ctx);
     }
     tg_progress_finish(&progress);
-    return ex_log_close(&log);
+    return all_ok(ctx, b, ex_log_close(&log));
 }
 
 /* OUT/regions_NORM.dat: the class r's model predicts over a GRID x GRID
@@ -241,10 +340,24 @@ static bool plot_boundaries(const ex_args *args, const spiral_data *d, const run
     return !failed;
 }
 
+/* Every process continues from rank 0's state: the parameters, the
+ * optimizers and the RNG (the same everywhere when built from the seed;
+ * after --resume, what rank 0 loaded). A collective, called by every rank,
+ * also one that failed: the failure then ends every rank. */
+static bool sync_from_rank0(tg_ctx *ctx, const batching *b, run *runs, int count, bool ok) {
+    if (!all_ok(ctx, b, ok)) return false;
+    for (int k = 0; k < count && ok; k++)
+        ok = tg_dist_broadcast_params(ctx, b->dist, &runs[k].params) &&
+             tg_dist_broadcast_optim(ctx, b->dist, runs[k].opt);
+    ok = ok && tg_dist_broadcast_rng(ctx, b->dist);
+    if (!ok) ex_failed(ctx);
+    return ok;
+}
+
 int main(int argc, char **argv) {
     ex_args args = {.steps = 1000, .lr = 0.01, .seed = 1, .out = "out/spiral", .every = 100};
     const char *norm = "all";
-    int64_t per_class = 100;
+    int64_t per_class = 100, batch = 0, micro = 1;
     static const char *const choices[] = {"none", "rmsnorm", "layernorm", "all", NULL};
     static const char *const optims[] = {"sgd", "adam", "adamw", NULL};
     static const char *const schedules[] = {"constant", "cosine", NULL};
@@ -254,11 +367,17 @@ int main(int argc, char **argv) {
         {"schedule", EX_STR, &schedule_name, "lr schedule; cosine warms up for 10% of the steps (default constant)",
          schedules},
         {"points", EX_INT, &per_class, "points per class (default 100)", NULL},
+        {"batch", EX_INT, &batch, "points drawn from the seeded RNG for each step (default 0: all, in order)", NULL},
+        {"micro", EX_INT, &micro, "micro-batches per process, gradients accumulated (default 1)", NULL},
     };
-    int rc = ex_parse(&args, argc, argv, "spiral", "Trains an MLP to classify three spirals.", extra, 4);
+    int rc = ex_parse(&args, argc, argv, "spiral", "Trains an MLP to classify three spirals.", extra, 6);
     if (rc >= 0) return rc;
     if (per_class < 2 || per_class > 1000000) {
         fprintf(stderr, "spiral: --points must be in 2..1000000\n");
+        return 2;
+    }
+    if (batch > 100000000 || micro < 1 || micro > 1000000) {
+        fprintf(stderr, "spiral: --batch must be in 0..100000000 and --micro in 1..1000000\n");
         return 2;
     }
     tg_ctx *ctx = tg_ctx_new(args.seed);
@@ -266,16 +385,58 @@ int main(int argc, char **argv) {
         fprintf(stderr, "spiral: out of memory\n");
         return 1;
     }
+    /* The processes: a world of one unless mpirun started this one. Only
+     * rank 0 prints; the others' output goes nowhere (errors still go to
+     * stderr from every rank). */
+    batching b = {.batch = batch, .micro = micro};
+    if (!(b.dist = tg_dist_init(ctx, &argc, &argv))) {
+        ex_failed(ctx);
+        tg_ctx_free(ctx);
+        return 1;
+    }
+    const int nproc = tg_dist_size(b.dist);
+    b.lead = tg_dist_rank(b.dist) == 0;
+    if (!b.lead && !freopen("/dev/null", "w", stdout))
+        fprintf(stderr, "spiral: rank %d cannot send its output to /dev/null\n", tg_dist_rank(b.dist));
+    if (nproc > 1 && args.threads == 0) { /* this machine's cores, shared by its processes */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN) / tg_dist_local_size(b.dist);
+        args.threads = cores > 1 ? (int)cores : 1;
+    }
     ex_setup(ctx, &args);
-    spiral_data d;
-    bool ok = make_spirals(ctx, &d, per_class);
+    /* The flags that decide what each process computes must be the same
+     * everywhere, or the processes would wait for each other forever. */
+    char settings[512];
+    snprintf(settings, sizeof settings,
+             "steps=%lld stop-after=%lld seed=%llu lr=%.17g norm=%s optim=%s schedule=%s points=%lld batch=%lld "
+             "micro=%lld",
+             (long long)args.steps, (long long)args.stop_after, (unsigned long long)args.seed, args.lr, norm,
+             optim_name, schedule_name, (long long)per_class, (long long)batch, (long long)micro);
+    bool ok = tg_dist_same(ctx, b.dist, settings, strlen(settings),
+                           "the flags (--steps, --stop-after, --seed, --lr, --norm, --optim, --schedule, --points, "
+                           "--batch, --micro)") ||
+              !ex_failed(ctx);
+    const int64_t B = batch ? batch : CLASSES * per_class, parts = nproc * micro;
+    if (ok && B < parts) {
+        fprintf(stderr, "spiral: a batch of %lld points cannot make %lld micro-batches (%d process%s x --micro %lld)\n",
+                (long long)B, (long long)parts, nproc, nproc > 1 ? "es" : "", (long long)micro);
+        tg_dist_free(b.dist);
+        tg_ctx_free(ctx);
+        return 2;
+    }
+    if (ok && batch) { /* room for the largest micro-batch */
+        b.x = malloc((size_t)(B / parts + 1) * 2 * sizeof *b.x);
+        b.label = malloc((size_t)(B / parts + 1) * sizeof *b.label);
+        if (!b.x || !b.label) tg_error(ctx, TG_ERR_OOM, "spiral", "out of memory for a batch of %lld", (long long)B);
+    }
+    spiral_data d = {0};
+    ok = ok && !ex_failed(ctx) && make_spirals(ctx, &d, per_class);
 
     /* The models, built in turn from the same seed (the same first layers),
      * and their optimizers: one part each of the training state. */
     static const char *const all[] = {"none", "rmsnorm", "layernorm"};
     int count = strcmp(norm, "all") == 0 ? 3 : 1;
     run runs[3];
-    tg_train_part parts[3];
+    tg_train_part parts_of_state[3];
     memset(runs, 0, sizeof runs);
     for (int k = 0; k < count && ok; k++) {
         run *r = &runs[k];
@@ -284,16 +445,25 @@ int main(int argc, char **argv) {
         mlp_init(ctx, &r->m, r->norm);
         tg_model_params(ctx, &r->m.model, &r->params);
         r->opt = make_optimizer(ctx, &args, &r->params);
-        parts[k] = (tg_train_part){r->norm, &r->params, r->opt};
+        r->acc = tg_grad_accum_new(ctx, &r->params);
+        parts_of_state[k] = (tg_train_part){r->norm, &r->params, r->opt};
         ok = !ex_failed(ctx);
     }
     int64_t start = 0;
-    ok = ok && ex_resume(ctx, &args, parts, count, &start);
-    for (int k = 0; k < count && ok; k++) ok = train(ctx, &args, &d, &runs[k], start);
-    ok = ok && ex_save(ctx, &args, parts, count);
-    for (int k = 0; k < count && ok; k++) ok = write_regions(ctx, &args, &runs[k]);
+    ok = ok && ex_resume(ctx, &args, parts_of_state, count, &start);
+    ok = sync_from_rank0(ctx, &b, runs, count, ok);
+    if (ok) start = tg_optim_steps(runs[0].opt);
+    if (ok && (nproc > 1 || micro > 1))
+        printf("spiral: %d process%s (%s), %d thread%s each; a global batch of %lld points in %lld micro-batch%s\n",
+               nproc, nproc > 1 ? "es" : "", tg_dist_backend(b.dist), tg_threads(ctx), tg_threads(ctx) > 1 ? "s" : "",
+               (long long)B, (long long)parts, parts > 1 ? "es" : "");
+    for (int k = 0; k < count && ok; k++) ok = train(ctx, &args, &d, &b, &runs[k], start);
+    if (ok) ok = all_ok(ctx, &b, !b.lead || ex_save(ctx, &args, parts_of_state, count));
 
-    if (ok) {
+    /* What only rank 0 does: the decision regions, the pictures, the table. */
+    const bool synced = ok;
+    for (int k = 0; k < count && ok && b.lead; k++) ok = write_regions(ctx, &args, &runs[k]);
+    if (ok && b.lead) {
         tg_plot_series series[3];
         char dats[3][512], png[512], msg[512];
         for (int k = 0; k < count; k++) {
@@ -317,13 +487,19 @@ int main(int argc, char **argv) {
         else if (loss_drawn || boundary_drawn)
             printf("\npicture: %s/%s.png\n", args.out, loss_drawn ? "loss" : "boundary");
     }
+    /* every rank ends with rank 0's status */
+    if (synced) ok = all_ok(ctx, &b, ok);
     for (int k = 0; k < count; k++) {
+        tg_grad_accum_free(ctx, runs[k].acc);
         tg_optim_free(ctx, runs[k].opt);
         tg_params_free(&runs[k].params);
         tg_model_free(ctx, &runs[k].m.model);
     }
     free(d.x);
     free(d.label);
+    free(b.x);
+    free(b.label);
+    tg_dist_free(b.dist);
     tg_ctx_free(ctx);
     return ex_exit(ok);
 }

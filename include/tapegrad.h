@@ -12,7 +12,9 @@
  *
  * Gradient checking and the op registry are a layer of their own, for tests
  * and tools: include "tapegrad/check.h" and link tapegrad::check (CMake) or
- * `pkg-config tapegrad-check`.
+ * `pkg-config tapegrad-check`. Data-parallel training over MPI and gradient
+ * accumulation are another: "tapegrad/dist.h", tapegrad::dist or
+ * `pkg-config tapegrad-dist` (docs/distributed.md).
  *
  * A worked example: fit y = 2x with one Linear layer.
  *

@@ -4,7 +4,8 @@
 #   - as root:     apt-get update && apt-get install -y <missing packages>
 #   - otherwise:   prints the exact `sudo apt-get install -y ...` and exits 1.
 # Usage: scripts/deps.sh [extra ...]   extras: valgrind, clang (for the fuzzer),
-#                                      clang-format, openblas (for make bench)
+#                                      clang-format, openblas (for make bench),
+#                                      mpi (Open MPI, for tapegrad::dist)
 set -euo pipefail
 
 missing=()
@@ -38,6 +39,12 @@ for extra in "$@"; do
     clang-format) need clang-format have clang-format ;;
     # for make bench: OpenBLAS (also the BLAS behind Debian's PyTorch)
     openblas) need libopenblas0-pthread sh -c 'ls /usr/lib/*/openblas-pthread/libblas.so.3' ;;
+    # for training across processes (tapegrad::dist, TG_MPI): Open MPI's
+    # headers and libraries, and its mpirun
+    mpi)
+      need libopenmpi-dev pkg-config --exists ompi-c
+      need openmpi-bin have mpirun
+      ;;
     *) echo "deps.sh: unknown extra '$extra'" >&2; exit 2 ;;
   esac
 done

@@ -169,12 +169,9 @@ flags)
 installed)
   # The README's first program and its training-state recipe, built with
   # the README's cc line against a fresh install (pkg-config), then run.
-  : "${TG_CMAKE:=cmake}" "${TG_CC:=cc}" "${TG_LIBDIR:=lib}" "${TG_SANITIZE:=}"
-  extra=()
-  [ -z "$TG_SANITIZE" ] || extra=("-fsanitize=$TG_SANITIZE" -fno-omit-frame-pointer)
-  "$TG_CMAKE" --install "$build" --prefix "$tmp/prefix" > "$tmp/install.log"
-  export PKG_CONFIG_PATH="$tmp/prefix/$TG_LIBDIR/pkgconfig"
-  export LD_LIBRARY_PATH="$tmp/prefix/$TG_LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # shellcheck source=tests/install/prefix.sh
+  . "$src/tests/install/prefix.sh"
+  install_prefix "$build" "$tmp/prefix"
   readme_block "identical to examples/xor.c" > "$tmp/readme-xor.c"
   diff "$src/examples/xor.c" "$tmp/readme-xor.c" || fail "the README's XOR program differs from examples/xor.c"
   line=$(readme_block "this command, on this file")

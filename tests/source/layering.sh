@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The library's folders depend on each other one way (docs/DESIGN.md):
-#   tensor <- autograd <- layers <- optim <- io <- train,   layers <- check
+#   tensor <- autograd <- layers <- optim <- io <- train,   layers <- check,
+#   optim <- dist
 # A file may include headers of its own folder and of folders before it,
 # never after it; include/tapegrad/NAME.h counts as folder NAME, and the
 # umbrella include/tapegrad.h as the top (train). check/ may use layers and
-# below, and nothing in the library may include check/.
+# below, dist/ optim and below, and nothing else in the library may include
+# check/ or dist/ (each is a library of its own, above the main one).
 # Usage: layering.sh SOURCE_DIR
 set -euo pipefail
 cd "${1:?usage: layering.sh SOURCE_DIR}"
@@ -12,7 +14,7 @@ cd "${1:?usage: layering.sh SOURCE_DIR}"
 rank() {
   case $1 in
     tensor) echo 0 ;; autograd) echo 1 ;; layers) echo 2 ;; optim) echo 3 ;;
-    io) echo 4 ;; train|umbrella) echo 5 ;; check) echo 9 ;; *) echo -1 ;;
+    io) echo 4 ;; train|umbrella) echo 5 ;; check|dist) echo 9 ;; *) echo -1 ;;
   esac
 }
 # The folder an include names: "autograd/tape.h" -> autograd,
@@ -42,8 +44,11 @@ while IFS= read -r file; do
     ok=1
     if [ "$from" = check ]; then
       # check/ sits on layers/ (and below); optim, io and train are not its business
-      case $to in optim|io|train|umbrella) ok=0 ;; esac
-    elif [ "$to" = check ]; then
+      case $to in optim|io|train|umbrella|dist) ok=0 ;; esac
+    elif [ "$from" = dist ]; then
+      # dist/ sits on optim/ (and below): the training loop's files are not its business
+      case $to in io|train|umbrella|check) ok=0 ;; esac
+    elif [ "$to" = check ] || [ "$to" = dist ]; then
       ok=0
     elif [ "$to_rank" -gt "$from_rank" ]; then
       ok=0
@@ -53,10 +58,12 @@ while IFS= read -r file; do
       bad=1
     fi
   done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$file")
-done < <(git ls-files 'tensor/*' 'autograd/*' 'layers/*' 'optim/*' 'io/*' 'train/*' 'check/*' 'include/*' 2>/dev/null \
-         | grep -E '\.(c|h|inc)$' || find tensor autograd layers optim io train check include -name '*.[ch]' -o -name '*.inc')
+done < <(git ls-files 'tensor/*' 'autograd/*' 'layers/*' 'optim/*' 'io/*' 'train/*' 'check/*' 'dist/*' 'include/*' \
+           2>/dev/null | grep -E '\.(c|h|inc)$' \
+         || find tensor autograd layers optim io train check dist include -name '*.[ch]' -o -name '*.inc')
 
 if [ $bad = 0 ]; then
-  echo "layering: every include points down (tensor <- autograd <- layers <- optim <- io <- train; layers <- check)"
+  echo "layering: every include points down (tensor <- autograd <- layers <- optim <- io <- train; layers <- check;" \
+       "optim <- dist)"
 fi
 exit $bad

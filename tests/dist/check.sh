@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# spiral across processes (tapegrad/dist.h, docs/distributed.md), checked
+# as a user would: the parameters (the saved training state) and the loss
+# logs of `mpirun -np P` are the bits of one process with --micro P, a
+# resume continues exactly with the same or another number of processes,
+# a rank that fails ends every rank with the reason (never a hang: every
+# run is bounded by a timeout), only rank 0 writes, and the README's
+# recipe runs as printed.
+# Usage: check.sh BUILD_DIR CASE [MPI]
+#   CASE: micro | no_mpi | installed (any build; installed also runs two
+#         processes when the third argument is 1: an MPI build);
+#         bitwise | resume | failing_rank | flags_differ | rank0_output |
+#         readme_mpi (MPI builds: mpirun must be on PATH).
+# tests/dist.cmake sets the environment: mpirun as root, oversubscribed,
+# LeakSanitizer's suppressions for MPI's own allocations, the bound
+# TG_DIST_LIMIT of each command, and for the
+# installed case TG_CMAKE, TG_CC, TG_LIBDIR and TG_SANITIZE.
+set -euo pipefail
+build=$(cd "$1" && pwd)
+case_name=$2
+mpi=${3:-0}
+spiral=$build/examples/spiral
+src=$(cd "$(dirname "$0")/../.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+# Every command's bound in seconds (tests/dist.cmake: longer under the
+# sanitizers).
+limit=${TG_DIST_LIMIT:-300}
+# expect STATUS LOG CMD...: runs CMD (at most $limit s) with stdout+stderr
+# to LOG, checks its exit status (124: it hung) and that no sanitizer spoke.
+expect() {
+  local want=$1 log=$2 rc=0; shift 2
+  timeout "$limit" "$@" > "$log" 2>&1 || rc=$?
+  if grep -q "Sanitizer" "$log"; then cat "$log" >&2; fail "$*: a sanitizer reported an error"; fi
+  [ "$rc" -ne 124 ] || { cat "$log" >&2; fail "$*: still running after $limit s (a hang?)"; }
+  [ "$rc" -eq "$want" ] || { cat "$log" >&2; fail "$*: exit status $rc, want $want"; }
+}
+# same FILE_A FILE_B WHAT: the two files are identical, byte for byte.
+same() { cmp "$1" "$2" > /dev/null || fail "$3: $1 and $2 differ"; }
+# losses LOG: "first last", the loss column's first and last values
+losses() { awk '!/^#/ {if (!n++) a = $2; b = $2} END {print a, b}' "$1"; }
+
+case $case_name in
+micro)
+  # One process, a global batch drawn from the RNG, three micro-batches:
+  # it learns, resumes bit for bit, and refuses splits that cannot be made.
+  flags=(--norm rmsnorm --batch 60 --micro 3 --steps 60)
+  expect 0 "$tmp/a.log" "$spiral" "${flags[@]}" --save a.st --out a
+  read -r a b < <(losses a/loss_rmsnorm.dat)
+  awk -v a="$a" -v b="$b" 'BEGIN {exit !(b < a / 2)}' || fail "--micro 3: loss $a -> $b did not halve"
+  grep -q "a global batch of 60 points in 3 micro-batches" "$tmp/a.log" || fail "--micro 3: the split is not said"
+  expect 0 "$tmp/h.log" "$spiral" "${flags[@]}" --stop-after 30 --save h.st --out b
+  expect 0 "$tmp/r.log" "$spiral" "${flags[@]}" --resume h.st --save r.st --out b
+  same a.st r.st "--micro 3, resumed at step 30"
+  same a/loss_rmsnorm.dat b/loss_rmsnorm.dat "--micro 3, the resumed loss log"
+  # --micro 1 is the default: the same run
+  expect 0 "$tmp/c.log" "$spiral" --norm none --steps 20 --save c.st --out c
+  expect 0 "$tmp/d.log" "$spiral" --norm none --steps 20 --micro 1 --save d.st --out d
+  same c.st d.st "--micro 1 and the default"
+  if grep -q "micro-batch" "$tmp/c.log"; then fail "one process, one micro-batch: says more than before"; fi
+  expect 2 "$tmp/e.log" "$spiral" --batch 2 --micro 3 --steps 5 --out e
+  grep -q "a batch of 2 points cannot make 3 micro-batches" "$tmp/e.log" || fail "--batch 2 --micro 3: $(cat "$tmp/e.log")"
+  expect 2 "$tmp/e.log" "$spiral" --micro 0 --steps 5 --out e
+  grep -q "\-\-micro in 1..1000000" "$tmp/e.log" || fail "--micro 0: $(cat "$tmp/e.log")"
+  echo "micro: --micro 3 learns ($a -> $b), resumes bit for bit; --micro 1 is the default; bad splits refused"
+  ;;
+no_mpi)
+  # A build without MPI started by mpirun (as mpirun would announce it):
+  # refused, since each process would train alone.
+  expect 1 "$tmp/log" env OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 "$spiral" --steps 5 --out o
+  grep -q "built without MPI (TG_MPI=OFF).*one of 2 processes" "$tmp/log" || fail "no reason given: $(cat "$tmp/log")"
+  [ ! -e o ] || fail "it wrote output before refusing"
+  echo "no_mpi: $(head -1 "$tmp/log")"
+  ;;
+bitwise)
+  # P processes, each its slice of every global batch, against one
+  # process with P micro-batches (and another thread count): the same
+  # training state and losses, bit for bit, for P = 1..4 -- a batch drawn
+  # from the RNG (60 points: slices of 30, 20, 15) and the full batch of
+  # 300 points with the three models and AdamW with a warmup-cosine
+  # schedule.
+  for np in 1 2 3 4; do
+    flags=(--norm layernorm --batch 60 --steps 30)
+    expect 0 "$tmp/m$np.log" mpirun -np "$np" "$spiral" "${flags[@]}" --threads 1 --save "m$np.st" --out "m$np"
+    expect 0 "$tmp/s$np.log" "$spiral" "${flags[@]}" --micro "$np" --threads 2 --save "s$np.st" --out "s$np"
+    same "m$np.st" "s$np.st" "$np processes vs --micro $np: the training state"
+    same "m$np/loss_layernorm.dat" "s$np/loss_layernorm.dat" "$np processes vs --micro $np: the losses"
+  done
+  # the split changes the sums' rounding, not the run: the states differ, the losses agree closely
+  if cmp -s m1.st m3.st; then fail "1 and 3 micro-batches gave the same bits: is anything split?"; fi
+  read -r _ a < <(losses m1/loss_layernorm.dat)
+  read -r _ b < <(losses m3/loss_layernorm.dat)
+  awk -v a="$a" -v b="$b" 'BEGIN {d = a - b; exit !(d < 1e-3 && d > -1e-3)}' || fail "1 vs 3 micro-batches: losses $a and $b"
+  flags=(--norm all --optim adamw --schedule cosine --steps 20)
+  expect 0 "$tmp/ma.log" mpirun -np 2 "$spiral" "${flags[@]}" --save ma.st --out ma
+  expect 0 "$tmp/sa.log" "$spiral" "${flags[@]}" --micro 2 --save sa.st --out sa
+  same ma.st sa.st "--norm all, 2 processes vs --micro 2: the training state"
+  for norm in none rmsnorm layernorm; do same "ma/loss_$norm.dat" "sa/loss_$norm.dat" "--norm all ($norm)"; done
+  grep -q "2 processes (.*), 1 thread each; a global batch of 300 points in 2 micro-batches" "$tmp/ma.log" \
+    || fail "the 2-process run does not say how it ran: $(grep spiral: "$tmp/ma.log")"
+  echo "bitwise: 1-4 processes == 1 process with as many micro-batches (states and losses, bit for bit)"
+  ;;
+resume)
+  # Stop after 20 of 40 steps and resume: with as many processes it is
+  # one 40-step run; with another count the rest is split anew, exactly as
+  # one process resuming with --micro set to the new count.
+  flags=(--norm rmsnorm --optim sgd --lr 0.05 --batch 48 --steps 40)
+  expect 0 "$tmp/f.log" mpirun -np 2 "$spiral" "${flags[@]}" --save full.st --out f
+  expect 0 "$tmp/h.log" mpirun -np 2 "$spiral" "${flags[@]}" --stop-after 20 --save half.st --out r
+  expect 0 "$tmp/r.log" mpirun -np 2 "$spiral" "${flags[@]}" --resume half.st --save resumed.st --out r
+  grep -q "resumed from half.st at step 20" "$tmp/r.log" || fail "did not resume at step 20"
+  same full.st resumed.st "2 processes, resumed with 2"
+  same f/loss_rmsnorm.dat r/loss_rmsnorm.dat "2 processes, resumed with 2: the loss log"
+  expect 0 "$tmp/r3.log" mpirun -np 3 "$spiral" "${flags[@]}" --resume half.st --save resumed3.st --out r3
+  expect 0 "$tmp/s.log" "$spiral" "${flags[@]}" --micro 2 --stop-after 20 --save s-half.st --out s
+  same half.st s-half.st "2 processes vs --micro 2 after 20 steps"
+  expect 0 "$tmp/s3.log" "$spiral" "${flags[@]}" --micro 3 --resume s-half.st --save s-resumed3.st --out s
+  same resumed3.st s-resumed3.st "resumed with 3 processes vs --micro 3"
+  # and back to one process (one micro-batch)
+  expect 0 "$tmp/r1.log" "$spiral" "${flags[@]}" --resume resumed3.st --steps 50 --save r1.st --out r1
+  grep -q "resumed from resumed3.st at step 40" "$tmp/r1.log" || fail "one process did not resume at step 40"
+  echo "resume: 2 -> 2 processes is one straight run; 2 -> 3 processes == --micro 2 -> --micro 3; 3 -> 1 runs"
+  ;;
+failing_rank)
+  # One rank's checkpoint is damaged (each rank reads its own --resume,
+  # given per rank with mpirun's colon syntax): every rank exits with
+  # status 1 and the reason, none waits forever. Then a rank killed
+  # mid-run: mpirun ends the others.
+  "$spiral" --norm rmsnorm --steps 20 --stop-after 10 --save good.st --out g > /dev/null
+  head -c 100 good.st > bad.st
+  run=("$spiral" --norm rmsnorm --steps 20 --out o)
+  expect 1 "$tmp/log" mpirun -np 2 "${run[@]}" --resume good.st : -np 1 "${run[@]}" --resume bad.st
+  reason="tg_train_load_parts: tg_ckpt_load: bad.st: header length"
+  [ "$(grep -c "^spiral: error: $reason" "$tmp/log")" -eq 1 ] || fail "rank 2 did not say why: $(cat "$tmp/log")"
+  [ "$(grep -c "^spiral: error: tg_dist_agree: rank 2 failed: $reason" "$tmp/log")" -eq 2 ] \
+    || fail "ranks 0 and 1 did not both name rank 2 and its reason: $(cat "$tmp/log")"
+  [ ! -e o ] || fail "a log was written although the run never started"
+  # the damaged file on rank 0
+  expect 1 "$tmp/log0" mpirun -np 1 "${run[@]}" --resume bad.st : -np 1 "${run[@]}" --resume good.st
+  grep -q "^spiral: error: tg_dist_agree: rank 0 failed: $reason" "$tmp/log0" || fail "rank 1 did not name rank 0"
+  # a rank killed with SIGKILL while the run goes on
+  printf '#!/bin/sh\necho $$ > "%s/victim.pid"\nexec "$@"\n' "$tmp" > victim.sh
+  chmod +x victim.sh
+  rc=0
+  timeout "$limit" mpirun -np 1 "${run[@]}" --steps 1000000 --every 1000000 : -np 1 ./victim.sh "${run[@]}" --steps 1000000 \
+    > "$tmp/kill.log" 2>&1 &
+  job=$!
+  for _ in $(seq 100); do [ -s victim.pid ] && break; sleep 0.2; done
+  sleep 2
+  kill -9 "$(cat victim.pid)"
+  wait "$job" || rc=$?
+  [ "$rc" -ne 124 ] || fail "after a rank was killed, the run was still going after $limit s"
+  [ "$rc" -ne 0 ] || fail "a rank was killed, yet the run exited 0"
+  echo "failing_rank: a damaged checkpoint on rank 2 or rank 0 ends all ranks with the reason; a killed rank ends the run (status $rc)"
+  ;;
+flags_differ)
+  # Ranks given different --steps would make different numbers of steps
+  # and wait for each other forever: refused at the start, by every rank.
+  expect 1 "$tmp/log" mpirun -np 1 "$spiral" --norm none --steps 20 --out o : -np 1 "$spiral" --norm none --steps 30 --out o
+  [ "$(grep -c "tg_dist_same: the flags (--steps.*) differ between the ranks" "$tmp/log")" -eq 2 ] \
+    || fail "not both ranks refused: $(cat "$tmp/log")"
+  # --out, --save, --every and --threads may differ (only rank 0 uses the first two)
+  expect 0 "$tmp/log" mpirun -np 1 "$spiral" --norm none --steps 5 --out o --every 1 : -np 1 "$spiral" --norm none \
+    --steps 5 --out p --threads 1
+  echo "flags_differ: different --steps refused by both ranks; --out, --every and --threads may differ"
+  ;;
+rank0_output)
+  # Three processes: one copy of the output on stdout, and files only from
+  # rank 0 (ranks 1 and 2 are given another --out and --save, which they
+  # must not touch).
+  expect 0 "$tmp/log" mpirun -np 1 "$spiral" --norm all --steps 20 --save a.st --out a : \
+    -np 2 "$spiral" --norm all --steps 20 --save other.st --out other
+  [ "$(grep -c "^== spiral --norm" "$tmp/log")" -eq 3 ] || fail "the models' headers are not printed once each"
+  [ "$(grep -c "^saved the training state" "$tmp/log")" -eq 1 ] || fail "not one save message"
+  [ "$(grep -c "^norm  *final loss" "$tmp/log")" -eq 1 ] || fail "not one final table"
+  [ -s a.st ] && [ -s a/loss_none.dat ] && [ -s a/regions_layernorm.dat ] || fail "rank 0 wrote no state or logs"
+  [ ! -e other.st ] && [ ! -e other ] || fail "ranks 1 and 2 wrote files"
+  [ "$(awk '!/^#/' a/loss_rmsnorm.dat | wc -l)" -eq 20 ] || fail "the loss log does not have 20 rows"
+  echo "rank0_output: one copy of the output, files only from rank 0"
+  ;;
+installed)
+  # A user's program against a fresh install: built with
+  # `pkg-config tapegrad-dist`, run as one process and (MPI) as two.
+  # shellcheck source=tests/install/prefix.sh
+  . "$src/tests/install/prefix.sh"
+  install_prefix "$build" "$tmp/prefix"
+  # shellcheck disable=SC2046  # pkg-config's words are meant to split
+  "$TG_CC" "${extra[@]}" -std=c11 -Wall -Wextra -Wpedantic -Werror "$src/tests/dist/hello_dist.c" \
+    $(pkg-config --cflags --libs tapegrad-dist) -o hello || fail "hello_dist.c does not build with pkg-config tapegrad-dist"
+  expect 0 "$tmp/one.log" ./hello
+  grep -qx "1 processes, sum 1" "$tmp/one.log" || fail "one process: $(cat "$tmp/one.log")"
+  if [ "$mpi" = 1 ]; then
+    expect 0 "$tmp/two.log" mpirun -np 2 ./hello
+    grep -qx "2 processes, sum 3" "$tmp/two.log" || fail "two processes: $(cat "$tmp/two.log")"
+  fi
+  echo "installed: a program built with pkg-config tapegrad-dist runs ($(cat "$tmp/one.log"))"
+  ;;
+readme_mpi)
+  # The README's recipe, run as printed from a folder whose build/ is this
+  # build, says the two runs are the same bit for bit.
+  ln -s "$build" build
+  # the fenced block after the comment that names this case
+  sed -n '/tested by tests\/dist\/check.sh (case readme_mpi)/,/^```$/p' "$src/README.md" | sed '1,2d;$d' > recipe.sh
+  grep -q "mpirun -np 2 build/examples/spiral" recipe.sh || fail "no mpirun recipe in the README"
+  expect 0 "$tmp/log" bash -euo pipefail recipe.sh
+  grep -q "bit for bit" "$tmp/log" || fail "the recipe did not end with its claim: $(tail -3 "$tmp/log")"
+  echo "readme_mpi: the recipe ran as printed: $(grep "bit for bit" "$tmp/log")"
+  ;;
+*)
+  fail "unknown case $case_name"
+  ;;
+esac
+echo "1 passed, 0 failed"
