@@ -226,6 +226,10 @@ typedef struct tg_op_info {
      * tg_op_case. */
     tg_gradcheck_fn forward;
     tg_op_fn fn; /* what a generic forward calls */
+    /* For tg_registry_build_ranges (a user's op): each spec shape's input
+     * name and the range its values are drawn from, uniformly, e.g.
+     * "x=-2:2,gamma=0.5:1.5"; NULL for the built-in ops. */
+    const char *inputs;
 } tg_op_info;
 
 /* Number of registered ops, the i-th (NULL when out of range), the one
@@ -235,6 +239,46 @@ int tg_registry_count(void);
 const tg_op_info *tg_registry_get(int i);
 const tg_op_info *tg_registry_find(const char *name);
 int tg_registry_index(const tg_op_info *op);
+
+/* Adds a user's op (defined with tapegrad/op.h, say) after the built-in
+ * ones, so tg_registry_find, tg_registry_check and tapegrad-gradcheck see
+ * it. `op` must outlive its use (a static table). It needs a name not yet
+ * registered, build, forward and at least one variant. Not thread-safe:
+ * add ops before checking. Errors: TG_ERR_NULL, TG_ERR_VALUE (name taken,
+ * more than TG_REGISTRY_MAX_ADDED). */
+#define TG_REGISTRY_MAX_ADDED 64
+bool tg_registry_add(tg_ctx *ctx, const tg_op_info *op);
+/* A builder for a user's op: input k has the spec's k-th shape, is named
+ * and drawn uniformly from the range op->inputs gives it
+ * ("x=-2:2,gamma=0.5:1.5"), and is differentiable. A spec with another
+ * number of shapes, or a malformed inputs text, is TG_ERR_FORMAT naming
+ * the op. */
+bool tg_registry_build_ranges(tg_ctx *ctx, tg_op_case *c);
+
+/* A gradcheck plugin: a shared object a user builds against the installed
+ * package, that `tapegrad-gradcheck --plugin ./libmyop.so` loads to check
+ * the user's ops without rebuilding tapegrad (docs/gradcheck.md). It
+ * defines its ops as tg_op_info entries and exports them with
+ *   TG_GRADCHECK_PLUGIN("myops", my_ops, 2)
+ * which defines the function the tool looks up by name
+ * (TG_GRADCHECK_PLUGIN_SYMBOL). `abi` and `op_info_size` let the tool
+ * refuse a plugin built against another version of this header. */
+#define TG_GRADCHECK_PLUGIN_ABI 1
+#define TG_GRADCHECK_PLUGIN_SYMBOL "tg_gradcheck_plugin_register"
+typedef struct tg_gradcheck_plugin {
+    int abi;             /* TG_GRADCHECK_PLUGIN_ABI */
+    size_t op_info_size; /* sizeof(tg_op_info) */
+    const char *name;    /* the plugin's, for messages */
+    const tg_op_info *ops;
+    int n_ops;
+} tg_gradcheck_plugin;
+typedef const tg_gradcheck_plugin *(*tg_gradcheck_plugin_fn)(void);
+#define TG_GRADCHECK_PLUGIN(NAME, OPS, N_OPS)                                                                       \
+    const tg_gradcheck_plugin *tg_gradcheck_plugin_register(void);                                                  \
+    const tg_gradcheck_plugin *tg_gradcheck_plugin_register(void) {                                                 \
+        static const tg_gradcheck_plugin p = {TG_GRADCHECK_PLUGIN_ABI, sizeof(tg_op_info), (NAME), (OPS), (N_OPS)}; \
+        return &p;                                                                                                  \
+    }
 /* Parses spec (NULL: the op's first variant) and builds random valid inputs
  * of dtype into *c; arguments the spec leaves out get the op's defaults.
  * Errors (TG_ERR_FORMAT for a malformed spec or an argument the op does

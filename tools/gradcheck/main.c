@@ -57,6 +57,8 @@ void gct_usage(FILE *out) {
           "  --input NAME      jacobian: only this input (x, gamma, ...; default all)\n"
           "  --out DIR         sweep, jacobian: where .dat, .gp and .png go (default out/gradcheck)\n"
           "  -q, --quiet       check: print only failing rows and the summary\n"
+          "  --plugin PATH     every command: load a shared object with your own ops\n"
+          "                    (TG_GRADCHECK_PLUGIN, tapegrad/check.h); may repeat\n"
           "\n"
           "exit status: 0 every check passes, 1 a check fails, 2 bad usage,\n"
           "             3 an error while running (e.g. a file could not be written)\n"
@@ -206,7 +208,9 @@ static int parse_args(int argc, char **argv, gct_args *a) {
 
 int main(int argc, char **argv) {
     gct_args a;
-    int st = parse_args(argc, argv, &a);
+    int st = gct_load_plugins(&argc, argv);
+    if (st >= 0) return st;
+    st = parse_args(argc, argv, &a);
     if (st >= 0) return st;
     if (!strcmp(a.command, "list")) return gct_cmd_list(&a);
     if (!strcmp(a.command, "check")) return gct_cmd_check(&a);

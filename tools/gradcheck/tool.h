@@ -9,6 +9,7 @@
  *                an injected bug; options for tg_gradcheck
  *   table.c      aligned text tables
  *   inject.c     the seeded bugs (known-wrong backward passes)
+ *   plugin.c     --plugin PATH: a user's ops from a shared object
  *
  * The tool prints to stdout (reports) and stderr (usage errors). Exit
  * status: 0 every check passed, 1 a check failed, 2 bad usage (the usage
@@ -53,6 +54,12 @@ int gct_usage_error(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)))
 #endif
     ;
+
+/* Takes every "--plugin PATH" out of argv (adjusting *argc), loads the
+ * shared objects and adds their ops to the registry (plugin.c). Returns -1
+ * to go on, else the exit status (2: a plugin that does not load, with the
+ * reason printed). */
+int gct_load_plugins(int *argc, char **argv);
 
 int gct_cmd_list(const gct_args *a);
 int gct_cmd_check(const gct_args *a);

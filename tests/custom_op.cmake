@@ -1,0 +1,11 @@
+# User-defined ops (tapegrad/op.h): the example program, and a plugin built
+# out of tree against the installed package and checked by the installed
+# tapegrad-gradcheck (tests/install/plugin.sh).
+add_test(NAME example_custom_op COMMAND ${CMAKE_BINARY_DIR}/examples/custom_op --steps 60)
+add_test(NAME install_plugin
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/install/plugin.sh
+          ${CMAKE_BINARY_DIR} ${CMAKE_CURRENT_BINARY_DIR}/install-plugin-test
+          ${CMAKE_COMMAND} ${CMAKE_C_COMPILER} "${TG_SANITIZE}")
+set_tests_properties(install_plugin PROPERTIES
+  ENVIRONMENT_MODIFICATION "${TG_TEST_ENV}"
+  TIMEOUT 600)
