@@ -147,6 +147,65 @@ bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_t
 bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
                            int input, const tg_gradcheck_opts *opts, tg_tensor **analytic, tg_tensor **numeric);
 
+/* Diagnosis of a failed check (check/diagnose.c): what is wrong with a
+ * backward, read from the structure of D = Ja - Jn, the analytic minus the
+ * numeric Jacobian of one input (both computed as tg_gradcheck_jacobian
+ * does, so for small inputs: at most 2^22 entries):
+ *   zero          Ja = 0: no gradient reaches the input
+ *   sign          Ja = -Jn: a sign flip
+ *   scale         Ja = c Jn with c uniform; c named when it is C, 1/C,
+ *                 sqrt(C), 1/sqrt(C) (C the last dim), numel, 2, 1/2:
+ *                 a sum for a mean, a root of a sum for a root of a mean
+ *   transpose     Ja = Jn^T
+ * and for an input of the output's shape whose rows (last dim C) map to
+ * the same rows (a normalization):
+ *   identity      D = -c I in every row: a term c dy_i missing from dx_i;
+ *                 c = 1: x used twice, one gradient overwritten instead of
+ *                 accumulated
+ *   mean-term     D constant along each row: a dropped (factor -1) or
+ *                 wrong - mean(g) term (LayerNorm's term from the mean)
+ *   projection    D = a xhat^T per row: the - xhat mean(xhat g) term
+ *                 dropped (factor -1: r treated as a constant) or summed
+ *                 instead of averaged (factor C - 1)
+ *   row-scale     Ja = s_n Jn row by row: a wrong power of a saved
+ *                 statistic; s_n ~ (mean x^2)^p, p = 1: std for rstd
+ *   unstructured  none of these
+ * `factor` is c, the term's factor relative to that term of Jn (D = factor
+ * x the term), or p. */
+typedef enum tg_diagnosis_kind {
+    TG_DIAG_NONE = 0, /* the Jacobians agree */
+    TG_DIAG_ZERO,
+    TG_DIAG_SIGN,
+    TG_DIAG_SCALE,
+    TG_DIAG_TRANSPOSE,
+    TG_DIAG_IDENTITY,
+    TG_DIAG_MEAN_TERM,
+    TG_DIAG_PROJECTION,
+    TG_DIAG_ROW_SCALE,
+    TG_DIAG_UNSTRUCTURED
+} tg_diagnosis_kind;
+
+typedef struct tg_gradcheck_diagnosis {
+    tg_diagnosis_kind kind;
+    int input;          /* the input diagnosed */
+    double factor;      /* see above; 0 when the kind has none */
+    double max_diff;    /* max |Ja - Jn| */
+    int64_t n_wrong;    /* input elements whose column of D is not ~0 */
+    int64_t n_elements; /* the input's numel */
+    char where[192];    /* the elements, rows and columns of x concerned */
+    char finding[320];  /* the structure found, in words */
+    char cause[320];    /* the likely cause */
+} tg_gradcheck_diagnosis;
+
+/* Diagnoses f's backward for input `input` at these inputs (opts as
+ * tg_gradcheck: h and the tolerances deciding what counts as a
+ * difference). Returns false only on an error (bad arguments, a Jacobian
+ * too big, f failing); a correct backward gives kind TG_DIAG_NONE. */
+bool tg_gradcheck_diagnose(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                           int input, const tg_gradcheck_opts *opts, tg_gradcheck_diagnosis *d);
+/* "projection", "scale", ... */
+const char *tg_diagnosis_name(tg_diagnosis_kind kind);
+
 /* The op registry (check/registry.c): one table with an entry per
  * differentiable op and layer -- its name, a builder of random valid inputs
  * and its forward -- so tests and the gradient-check tool check every op by
