@@ -41,9 +41,9 @@
 typedef struct jac {
     const double *a, *n; /* (M, K) row-major */
     int64_t M, K;
-    const tg_tensor *x;   /* the input */
-    double noise;         /* an entry of D below this is agreement */
-    int64_t C, rows;      /* row structure: rows of C (C 0: none) */
+    const tg_tensor *x; /* the input */
+    double noise;       /* an entry of D below this is agreement */
+    int64_t C, rows;    /* row structure: rows of C (C 0: none) */
 } jac;
 
 static double D(const jac *J, int64_t j, int64_t i) { return J->a[j * J->K + i] - J->n[j * J->K + i]; }
@@ -128,7 +128,8 @@ static int64_t locate(const jac *J, char *buf, size_t size) {
     } else if (J->x->ndim < 2) {
         size_t l = (size_t)snprintf(buf, size, "%lld of %lld elements:", (long long)n, (long long)K);
         for (int64_t i = 0, shown = 0; i < K && l < size; i++)
-            if (cols[i % C] && rows[i / C] && shown++ < 8) l += (size_t)snprintf(buf + l, size - l, " %lld", (long long)i);
+            if (cols[i % C] && rows[i / C] && shown++ < 8)
+                l += (size_t)snprintf(buf + l, size - l, " %lld", (long long)i);
     } else {
         int64_t nr = 0, nc = 0;
         for (int64_t r = 0; r < R; r++) nr += rows[r];
@@ -234,12 +235,140 @@ static double term_in_jn(const jac *J, int64_t n, const double *a, const double 
     return den > 0 ? num / den : 0;
 }
 
+/* Splits Jn_n into its parts Id + P + M: per output j, the off-diagonal
+ * entries fitted as c_j v_i (P: the projection term, v the row's (centred)
+ * values) plus m_j (M: the mean term, centred norms only); Id is the
+ * diagonal that is left. Then fits Ja_n ~ al Id + be P + ga M. False when
+ * either fit leaves a residual above tol. */
+static bool fit_parts(const jac *J, int64_t n, bool centred, double tol, double *v, double *al, double *be) {
+    int64_t C = J->C;
+    row_vector(J, n, centred, v);
+    /* the three parts, as C x C blocks, built on the heap */
+    double *id = calloc((size_t)(3 * C * C), sizeof *id);
+    if (!id) return false;
+    double *P = id + C * C, *M = P + C * C;
+    bool ok = true;
+    for (int64_t j = 0; j < C && ok; j++) {
+        double vv = 0, v1 = 0, n1 = 0, jv = 0, j1 = 0;
+        for (int64_t i = 0; i < C; i++) {
+            if (i == j) continue;
+            double y = blk(J->n, J, n, j, i);
+            vv += v[i] * v[i], v1 += v[i], n1 += 1, jv += y * v[i], j1 += y;
+        }
+        double c = 0, m = 0, det = vv * n1 - v1 * v1;
+        if (centred && fabs(det) > 1e-12 * vv * n1) c = (jv * n1 - j1 * v1) / det, m = (vv * j1 - v1 * jv) / det;
+        else if (vv > 0) c = jv / vv;
+        for (int64_t i = 0; i < C; i++) {
+            P[j * C + i] = c * v[i];
+            M[j * C + i] = m;
+            if (i != j && fabs(blk(J->n, J, n, j, i) - c * v[i] - m) > tol) ok = false;
+        }
+        id[j * C + j] = blk(J->n, J, n, j, j) - c * v[j] - m;
+    }
+    /* Ja_n ~ al Id + be P + ga M: normal equations (3 x 3; 2 x 2 when not
+     * centred), solved by Cramer's rule */
+    double A[3][3] = {{0}}, rhs[3] = {0}, x[3] = {0};
+    const double *B[3] = {id, P, M};
+    int k = centred ? 3 : 2;
+    for (int64_t e = 0; e < C * C && ok; e++) {
+        double y = blk(J->a, J, n, e / C, e % C);
+        for (int p = 0; p < k; p++) {
+            rhs[p] += B[p][e] * y;
+            for (int q = 0; q < k; q++) A[p][q] += B[p][e] * B[q][e];
+        }
+    }
+    if (ok && k == 2) {
+        double det = A[0][0] * A[1][1] - A[0][1] * A[1][0];
+        ok = fabs(det) > 0;
+        if (ok) x[0] = (rhs[0] * A[1][1] - A[0][1] * rhs[1]) / det, x[1] = (A[0][0] * rhs[1] - A[1][0] * rhs[0]) / det;
+    } else if (ok) {
+        double det = A[0][0] * (A[1][1] * A[2][2] - A[1][2] * A[2][1]) -
+                     A[0][1] * (A[1][0] * A[2][2] - A[1][2] * A[2][0]) +
+                     A[0][2] * (A[1][0] * A[2][1] - A[1][1] * A[2][0]);
+        ok = fabs(det) > 0;
+        for (int c = 0; c < 3 && ok; c++) {
+            double T[3][3];
+            memcpy(T, A, sizeof T);
+            for (int r = 0; r < 3; r++) T[r][c] = rhs[r];
+            x[c] =
+                (T[0][0] * (T[1][1] * T[2][2] - T[1][2] * T[2][1]) - T[0][1] * (T[1][0] * T[2][2] - T[1][2] * T[2][0]) +
+                 T[0][2] * (T[1][0] * T[2][1] - T[1][1] * T[2][0])) /
+                det;
+        }
+    }
+    for (int64_t e = 0; e < C * C && ok; e++)
+        ok = fabs(blk(J->a, J, n, e / C, e % C) - x[0] * id[e] - x[1] * P[e] - x[2] * M[e]) <= tol;
+    free(id);
+    *al = x[0];
+    *be = x[1];
+    return ok;
+}
+
+/* Ja_n = rho_n Id + rho_n^3 (P + ...): the backward used r rho_n in place
+ * of r. Names rho when it is the same in every row, else reads it as a
+ * missing eps when (rho_n^2 - 1) mean(x^2)_n is the same in every row. */
+static bool diagnose_statistic(const jac *J, bool centred, double tol, double *scratch, tg_gradcheck_diagnosis *d) {
+    int64_t C = J->C, R = J->rows;
+    double *rho = scratch + C, *ms = rho + R;
+    for (int64_t n = 0; n < R; n++) {
+        double al, be;
+        if (!fit_parts(J, n, centred, tol, scratch, &al, &be)) return false;
+        if (!(al > 0) || fabs(be - al * al * al) > 0.02 * fabs(be) + 1e-9) return false;
+        rho[n] = al;
+        ms[n] = row_vector(J, n, centred, scratch);
+    }
+    double rmin = rho[0], rmax = rho[0], emin = INFINITY, emax = -INFINITY;
+    for (int64_t n = 0; n < R; n++) {
+        rmin = fmin(rmin, rho[n]), rmax = fmax(rmax, rho[n]);
+        double e = (rho[n] * rho[n] - 1) * ms[n];
+        emin = fmin(emin, e), emax = fmax(emax, e);
+    }
+    const char *stat = centred ? "variance" : "mean x^2";
+    d->kind = TG_DIAG_STATISTIC;
+    if (rmax - rmin <= 1e-3 * rmax) {
+        char named[64];
+        name_factor(named, sizeof named, rmin, C, J->K);
+        d->factor = rmin;
+        say(d->finding, sizeof d->finding,
+            "in every row, the identity part of the Jacobian is scaled by %.6g and the projection part by its cube: "
+            "the backward uses r x %.6g%s%s%s in place of r",
+            rmin, rmin, named[0] ? " (" : "", named, named[0] ? ")" : "");
+        if (strstr(named, "sqrt(C)"))
+            say(d->cause, sizeof d->cause,
+                "the backward recomputes r = 1/sqrt(%s) from the %s of squares instead of the %s (%s)", stat,
+                strstr(named, "1/") == named ? "sum" : "mean", strstr(named, "1/") == named ? "mean" : "sum", named);
+        else
+            say(d->cause, sizeof d->cause,
+                "the backward uses a wrong r (a stale or recomputed statistic), %.4g x the "
+                "saved one",
+                rmin);
+    } else if (emin > 0 && emax - emin <= 0.02 * emax) {
+        d->factor = 0.5 * (emin + emax);
+        say(d->finding, sizeof d->finding,
+            "the backward uses r x rho_n with rho_n different per row (%.4g .. %.4g) and (rho_n^2 - 1) %s_n = %.4g "
+            "in every row: rho_n = sqrt(1 + eps / %s)",
+            rmin, rmax, stat, d->factor, stat);
+        say(d->cause, sizeof d->cause,
+            "a missing eps: the backward computes r = 1/sqrt(%s) without eps (eps = %.4g); the error grows as "
+            "eps / %s grows and vanishes at eps -> 0",
+            stat, d->factor, stat);
+    } else {
+        d->factor = NAN;
+        say(d->finding, sizeof d->finding, "the backward uses r x rho_n with rho_n different per row (%.4g .. %.4g)",
+            rmin, rmax);
+        say(d->cause, sizeof d->cause,
+            "a wrong per-row statistic r in the backward (stale, recomputed, or of "
+            "another row)");
+    }
+    return true;
+}
+
 /* The diagnosis of a normalization-shaped input, or false when no row
  * pattern fits. */
 static bool diagnose_rows(const jac *J, tg_gradcheck_diagnosis *d) {
     if (J->C < 2 || !block_diagonal(J)) return false;
     int64_t C = J->C, R = J->rows;
-    double *v = calloc((size_t)(5 * C + 2 * R), sizeof *v);
+    double *v = calloc((size_t)(5 * C + 3 * R), sizeof *v);
     if (!v) return false;
     double *a = v + C, *one = a + C, *t = one + C, *s = t + C, *ms = s + R + C;
     for (int64_t i = 0; i < C; i++) one[i] = 1;
@@ -256,8 +385,7 @@ static bool diagnose_rows(const jac *J, tg_gradcheck_diagnosis *d) {
     double c0 = -dblk(J, 0, 0, 0);
     for (int64_t n = 0; n < R && diag; n++)
         for (int64_t j = 0; j < C && diag; j++)
-            for (int64_t i = 0; i < C && diag; i++)
-                diag = fabs(dblk(J, n, j, i) - (i == j ? -c0 : 0)) <= tol;
+            for (int64_t i = 0; i < C && diag; i++) diag = fabs(dblk(J, n, j, i) - (i == j ? -c0 : 0)) <= tol;
     if (diag) {
         d->kind = TG_DIAG_IDENTITY;
         d->factor = c0;
@@ -325,6 +453,9 @@ static bool diagnose_rows(const jac *J, tg_gradcheck_diagnosis *d) {
         found = true;
     }
 
+    /* Ja_n = rho_n Id + rho_n^3 P: a wrong r */
+    if (!found) found = diagnose_statistic(J, centred, tol, v, d);
+
     /* Ja_n = s_n Jn_n, s_n varying per row */
     if (!found) {
         bool fits = true;
@@ -332,7 +463,8 @@ static bool diagnose_rows(const jac *J, tg_gradcheck_diagnosis *d) {
             double an = 0, nn = 0;
             for (int64_t j = 0; j < C; j++)
                 for (int64_t i = 0; i < C; i++)
-                    an += blk(J->a, J, n, j, i) * blk(J->n, J, n, j, i), nn += blk(J->n, J, n, j, i) * blk(J->n, J, n, j, i);
+                    an += blk(J->a, J, n, j, i) * blk(J->n, J, n, j, i),
+                        nn += blk(J->n, J, n, j, i) * blk(J->n, J, n, j, i);
             s[n] = nn > 0 ? an / nn : 0;
             for (int64_t j = 0; j < C && fits; j++)
                 for (int64_t i = 0; i < C && fits; i++)
@@ -352,8 +484,7 @@ static bool diagnose_rows(const jac *J, tg_gradcheck_diagnosis *d) {
             double p = m >= 2 && den > 1e-12 ? ((double)m * sxy - sx * sy) / den : NAN;
             d->kind = TG_DIAG_ROW_SCALE;
             d->factor = p;
-            size_t l = (size_t)snprintf(d->finding, sizeof d->finding,
-                                        "analytic = numeric x a factor per row of x:");
+            size_t l = (size_t)snprintf(d->finding, sizeof d->finding, "analytic = numeric x a factor per row of x:");
             for (int64_t n = 0; n < R && n < 6 && l < sizeof d->finding; n++)
                 l += (size_t)snprintf(d->finding + l, sizeof d->finding - l, " %.4g", s[n]);
             if (l < sizeof d->finding)
@@ -401,7 +532,8 @@ bool tg_gradcheck_diagnose(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
     if (!tg_gradcheck_jacobian(ctx, f, user, n_inputs, inputs, input, opts, &ja, &jn)) return false;
     tg_gradcheck_opts o = opts ? *opts : tg_gradcheck_defaults();
     tg_gradcheck_tol def = tg_gradcheck_dtype_tol(inputs[input]->dtype);
-    double atol = o.atol > 0 || o.no_defaults ? o.atol : def.atol, rtol = o.rtol > 0 || o.no_defaults ? o.rtol : def.rtol;
+    double atol = o.atol > 0 || o.no_defaults ? o.atol : def.atol,
+           rtol = o.rtol > 0 || o.no_defaults ? o.rtol : def.rtol;
     jac J = {.a = ja->data, .n = jn->data, .M = ja->shape[0], .K = ja->shape[1], .x = inputs[input]};
     double nmax = max_abs(J.n, J.M * J.K), amax = max_abs(J.a, J.M * J.K);
     J.noise = atol + rtol * nmax;
@@ -449,10 +581,10 @@ bool tg_gradcheck_diagnose(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
                     "a statistic off by sqrt(C): the root of a sum where the forward has the root of a mean (or "
                     "the reverse)");
             else if (named[0])
-                say(d->cause, sizeof d->cause, "a factor %s too %s: a derivative of x^2 taken as x, or a term counted %s",
-                    named, c > 1 ? "big" : "small", c > 1 ? "twice" : "half");
-            else
-                say(d->cause, sizeof d->cause, "a constant factor %.6g on the whole gradient", c);
+                say(d->cause, sizeof d->cause,
+                    "a factor %s too %s: a derivative of x^2 taken as x, or a term counted %s", named,
+                    c > 1 ? "big" : "small", c > 1 ? "twice" : "half");
+            else say(d->cause, sizeof d->cause, "a constant factor %.6g on the whole gradient", c);
         }
         return true;
     }
@@ -478,8 +610,7 @@ bool tg_gradcheck_diagnose(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
     if (J.x->ndim >= 1 && J.M == J.K && diagnose_rows(&J, d)) return true;
     d->kind = TG_DIAG_UNSTRUCTURED;
     say(d->finding, sizeof d->finding,
-        "no simple structure: not a uniform factor, sign, transpose, or a row pattern (max |difference| %.3g)",
-        dmax);
+        "no simple structure: not a uniform factor, sign, transpose, or a row pattern (max |difference| %.3g)", dmax);
     say(d->cause, sizeof d->cause,
         "compare the Jacobians element by element (tapegrad-gradcheck jacobian); for an op with eps, a recomputed "
         "statistic without eps shows as an error that shrinks with eps");
@@ -497,6 +628,7 @@ const char *tg_diagnosis_name(tg_diagnosis_kind kind) {
     case TG_DIAG_MEAN_TERM: return "mean-term";
     case TG_DIAG_PROJECTION: return "projection";
     case TG_DIAG_ROW_SCALE: return "row-scale";
+    case TG_DIAG_STATISTIC: return "statistic";
     case TG_DIAG_UNSTRUCTURED: return "unstructured";
     }
     return "?";

@@ -9,3 +9,11 @@ add_test(NAME install_plugin
 set_tests_properties(install_plugin PROPERTIES
   ENVIRONMENT_MODIFICATION "${TG_TEST_ENV}"
   TIMEOUT 600)
+if(TARGET tapegrad-gradcheck)
+  add_test(NAME gradcheck_tool_diagnose
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/test_diagnose_tool.sh
+                   $<TARGET_FILE:tapegrad-gradcheck>)
+  set_tests_properties(gradcheck_tool_diagnose PROPERTIES
+    ENVIRONMENT_MODIFICATION "${TG_TEST_ENV}"
+    TIMEOUT 600)
+endif()

@@ -24,6 +24,8 @@ enum {
     TRANSPOSED,   /* dx = J dy instead of J^T dy */
     OVERWRITE,    /* dx assigned, not accumulated; x used twice */
     LN_NO_MEAN,   /* LayerNorm: the - mean(u) term dropped */
+    R_FROM_SUM,   /* RMSNorm: backward recomputes r from the sum of squares */
+    R_NO_EPS,     /* RMSNorm: backward recomputes r without eps */
 };
 
 typedef struct bug_case {
@@ -56,6 +58,7 @@ static tg_tensor *norm_forward(tg_ctx *c, tg_node *node, tg_tensor *const *in, v
     tg_node_save_tensor(c, node, r);
     tg_node_set_scalar(c, node, 0, b->bug);
     tg_node_set_scalar(c, node, 1, b->layernorm);
+    tg_node_set_scalar(c, node, 2, b->eps);
     return y;
 }
 
@@ -73,7 +76,15 @@ static void norm_backward(tg_ctx *c, tg_node *node) {
     double *dxd = tg_data_f64(c, dx), *dgd = tg_data_f64(c, dg);
     for (int64_t n = 0; n < N; n++) {
         const double *h = xh + n * C, *d = dyd + n * C;
-        double mu = 0, m = 0, rr = rd[n];
+        double mu = 0, m = 0, rr = rd[n], hb[16];
+        if (bug == R_FROM_SUM || bug == R_NO_EPS) {
+            /* x = xhat / r; r' = 1 / sqrt(sum x^2 + eps) or 1 / sqrt(mean x^2) */
+            double ss = 0;
+            for (int64_t j = 0; j < C; j++) ss += h[j] * h[j] / (rr * rr);
+            double r2 = 1.0 / sqrt(bug == R_FROM_SUM ? ss + tg_node_scalar(node, 2) : ss / (double)C);
+            for (int64_t j = 0; j < C; j++) hb[j] = h[j] / rr * r2;
+            h = hb, rr = r2;
+        }
         for (int64_t j = 0; j < C; j++) mu += gd[j] * d[j] / (double)C, m += gd[j] * d[j] * h[j];
         if (bug != M_SUM) m /= (double)C;
         for (int64_t i = 0; i < C; i++) {
@@ -112,8 +123,8 @@ static tg_tensor *norm_fn(tg_ctx *c, tg_tensor *const *in, void *user) {
 
 /* Diagnoses input k of the seeded op on x (4, 6) in [-2, 2), gamma in
  * [-2, 2) away from 0. */
-static tg_gradcheck_diagnosis diagnose(int bug, bool layernorm, int k) {
-    bug_case b = {bug, layernorm, 1e-5};
+static tg_gradcheck_diagnosis diagnose_eps(int bug, bool layernorm, int k, double eps) {
+    bug_case b = {bug, layernorm, eps};
     tg_rng_seed(ctx, 5);
     tg_tensor *in[2] = {tg_rand(ctx, TG_F64, TG_SHAPE(4, 6), -2, 2), tg_rand(ctx, TG_F64, TG_SHAPE(6), 0.5, 2)};
     tg_set_flat(ctx, in[1], 2, -1.3); /* a negative gain: gamma is not a scale */
@@ -123,8 +134,10 @@ static tg_gradcheck_diagnosis diagnose(int bug, bool layernorm, int k) {
     return d;
 }
 
-#define ASSERT_KIND(d, want)                                                                                           \
-    ck_assert_msg((d).kind == (want), "got %s, want %s: %s / %s", tg_diagnosis_name((d).kind),                         \
+static tg_gradcheck_diagnosis diagnose(int bug, bool layernorm, int k) { return diagnose_eps(bug, layernorm, k, 1e-5); }
+
+#define ASSERT_KIND(d, want)                                                                   \
+    ck_assert_msg((d).kind == (want), "got %s, want %s: %s / %s", tg_diagnosis_name((d).kind), \
                   tg_diagnosis_name(want), (d).finding, (d).cause)
 
 START_TEST(test_correct_ops_get_no_diagnosis) {
@@ -186,6 +199,21 @@ START_TEST(test_row_scale_and_identity) {
 }
 END_TEST
 
+/* the backward's r is not the forward's: the identity part of J scales by
+ * rho, the projection part by rho^3 */
+START_TEST(test_wrong_statistic) {
+    tg_gradcheck_diagnosis d = diagnose(R_FROM_SUM, false, 0);
+    ASSERT_KIND(d, TG_DIAG_STATISTIC);
+    ck_assert_double_eq_tol(d.factor, 1 / sqrt(6.0), 1e-4);
+    tg_test_assert_contains(d.cause, "sum of squares instead of the mean", NULL);
+    d = diagnose_eps(R_NO_EPS, false, 0, 0.1);
+    ASSERT_KIND(d, TG_DIAG_STATISTIC);
+    ck_assert_double_eq_tol(d.factor, 0.1, 1e-4); /* the eps that is missing */
+    tg_test_assert_contains(d.cause, "a missing eps", NULL);
+    ASSERT_KIND(diagnose_eps(OK, false, 0, 0.1), TG_DIAG_NONE);
+}
+END_TEST
+
 START_TEST(test_errors) {
     tg_gradcheck_diagnosis d;
     tg_tensor *x = tg_zeros(ctx, TG_F64, TG_SHAPE(2));
@@ -200,7 +228,7 @@ END_TEST
 Suite *make_diagnose_suite(void) {
     return tg_test_suite("diagnose", setup, teardown, test_correct_ops_get_no_diagnosis,
                          test_projection_dropped_and_summed, test_mean_term_dropped, test_sign_scale_transpose,
-                         test_row_scale_and_identity, test_errors, NULL);
+                         test_row_scale_and_identity, test_wrong_statistic, test_errors, NULL);
 }
 
 int main(void) { return tg_test_run(make_diagnose_suite()); }

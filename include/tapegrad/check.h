@@ -169,9 +169,13 @@ bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
  *                 instead of averaged (factor C - 1)
  *   row-scale     Ja = s_n Jn row by row: a wrong power of a saved
  *                 statistic; s_n ~ (mean x^2)^p, p = 1: std for rstd
+ *   statistic     the identity part of Jn scaled by rho_n, the projection
+ *                 part by rho_n^3: the backward uses r rho_n for r; rho
+ *                 1/sqrt(C) in every row: r from the sum of squares;
+ *                 rho_n^2 = 1 + eps / mean(x^2)_n: a missing eps
  *   unstructured  none of these
  * `factor` is c, the term's factor relative to that term of Jn (D = factor
- * x the term), or p. */
+ * x the term), p, rho, or the missing eps. */
 typedef enum tg_diagnosis_kind {
     TG_DIAG_NONE = 0, /* the Jacobians agree */
     TG_DIAG_ZERO,
@@ -182,6 +186,7 @@ typedef enum tg_diagnosis_kind {
     TG_DIAG_MEAN_TERM,
     TG_DIAG_PROJECTION,
     TG_DIAG_ROW_SCALE,
+    TG_DIAG_STATISTIC,
     TG_DIAG_UNSTRUCTURED
 } tg_diagnosis_kind;
 

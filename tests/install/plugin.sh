@@ -3,7 +3,7 @@
 # tests/install/plugin/ (a learner's LayerNorm as a custom op, correct and
 # with a bug) against it as a shared object, and checks it with the
 # installed tapegrad-gradcheck --plugin: the correct op passes (exit 0),
-# the buggy one fails (exit 1), and a plugin that does not load or lacks
+# the buggy one fails (exit 1) with the diagnosis that names its bug, and a plugin that does not load or lacks
 # the registration symbol is refused with the reason (exit 2).
 # Usage: plugin.sh BUILD_DIR WORK_DIR CMAKE CC [SANITIZE]
 set -euo pipefail
@@ -40,6 +40,8 @@ expect 0 "$work/check.log" check my_layernorm --plugin "$so"
 has "$work/check.log" "my_layernorm"
 expect 1 "$work/bug.log" --plugin "$so" check my_layernorm_nomean --shape 2x4
 has "$work/bug.log" "FAIL"
+has "$work/bug.log" "diagnosis of x 2x4 (2x4): mean-term"
+has "$work/bug.log" "a dropped mean term"
 expect 2 "$work/missing.log" --plugin "$work/no-such-plugin.so" list
 has "$work/missing.log" "cannot be loaded"
 expect 2 "$work/nosym.log" --plugin "$work/b/libnosym.so" list

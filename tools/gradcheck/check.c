@@ -96,8 +96,8 @@ static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
     tg_gradcheck_result first = {0};
     bool have_first = false, op_failed = false;
     char function[160] = "";
-    char errors[1024] = "";
-    size_t el = 0;
+    char errors[1024] = "", diag[8192] = "";
+    size_t el = 0, dl = 0;
     for (int v = 0; v < n_specs; v++) {
         const char *spec = a->shape ? a->shape : bug ? NULL : op->variants[v];
         gct_target tg;
@@ -135,7 +135,10 @@ static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
             tg_clear_error(ctx);
         } else {
             if (!have_first) first = r, have_first = true;
-            if (add_case_rows(&t, &tg, &r, a->quiet, T)) op_failed = true;
+            if (add_case_rows(&t, &tg, &r, a->quiet, T)) {
+                op_failed = true;
+                dl += gct_diagnose_case(ctx, a, &tg, &o, &r, diag + dl, sizeof diag - dl);
+            }
         }
         tg_ctx_reset(ctx);
     }
@@ -148,6 +151,7 @@ static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
             fputc('\n', stdout);
             gct_table_print(stdout, &t, 2, a->color);
         }
+        if (dl) printf("\n%s", diag);
         if (el) printf("\n%s", errors);
     }
     gct_table_free(&t);

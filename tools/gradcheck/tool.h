@@ -10,6 +10,7 @@
  *   table.c      aligned text tables
  *   inject.c     the seeded bugs (known-wrong backward passes)
  *   plugin.c     --plugin PATH: a user's ops from a shared object
+ *   diagnose.c   the diagnosis under a failing check
  *
  * The tool prints to stdout (reports) and stderr (usage errors). Exit
  * status: 0 every check passed, 1 a check failed, 2 bad usage (the usage
@@ -132,6 +133,12 @@ void gct_put_title(const gct_args *a, const tg_op_info *op, const gct_bug *bug, 
 tg_gradcheck_opts gct_target_opts(const gct_target *t, const gct_args *a);
 /* Runs tg_gradcheck on t. */
 bool gct_target_check(tg_ctx *ctx, gct_target *t, const tg_gradcheck_opts *o, tg_gradcheck_result *r);
+/* The diagnosis of every failing input of r (diagnose.c), as text for
+ * the report: which input, where, what structure analytic - numeric
+ * Jacobian has and the likely cause. Writes at most size bytes into buf;
+ * returns the length written. */
+size_t gct_diagnose_case(tg_ctx *ctx, const gct_args *a, gct_target *t, const tg_gradcheck_opts *o,
+                         const tg_gradcheck_result *r, char *buf, size_t size);
 /* Number of differentiable elements of t's inputs. */
 int64_t gct_target_numel(const gct_target *t);
 
