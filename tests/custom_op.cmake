@@ -17,3 +17,11 @@ if(TARGET tapegrad-gradcheck)
     ENVIRONMENT_MODIFICATION "${TG_TEST_ENV}"
     TIMEOUT 600)
 endif()
+
+# Each exercise: the reference solution passes (exit 0); the file as the
+# learner gets it fails with exit 1 and a helpful message, not a crash.
+foreach(_name IN LISTS TG_EXERCISE_NAMES)
+  add_test(NAME exercise_${_name}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/test_exercise.sh ${CMAKE_BINARY_DIR}/examples/exercises ${_name})
+  set_tests_properties(exercise_${_name} PROPERTIES ENVIRONMENT_MODIFICATION "${TG_TEST_ENV}" TIMEOUT 300)
+endforeach()

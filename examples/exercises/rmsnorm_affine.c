@@ -1,0 +1,82 @@
+/* Exercise (b): the backward of RMSNorm with a gain gamma and a bias beta.
+ *
+ * The forward is given: over each row of C elements of x (N rows),
+ *   r   = 1 / sqrt(mean_j x_j^2 + eps)       saved, one per row
+ *   y_i = gamma_i x_i r + beta_i
+ * Write rmsnorm_affine_backward: dx, dgamma and dbeta from dy. Sections 2
+ * and 3 of docs/normalization-gradients.md derive them (u = gamma * dy is
+ * the gradient that reaches xhat; dgamma and dbeta sum over the rows).
+ *
+ *   cmake --build build --target exercise_rmsnorm_affine && build/examples/exercises/exercise_rmsnorm_affine
+ *
+ * The reference solution is solutions/rmsnorm_affine.c. */
+#include <math.h>
+
+#include "exercise.h"
+
+static const double EPS = 1e-5;
+
+static tg_tensor *rmsnorm_affine_forward(tg_ctx *ctx, tg_node *node, tg_tensor *const *in, void *user) {
+    (void)user;
+    tg_tensor *x = in[0], *gamma = in[1], *beta = in[2];
+    int64_t N = x->shape[0], C = x->shape[1];
+    tg_tensor *y = tg_zeros(ctx, TG_F64, 2, x->shape), *rstd = tg_zeros(ctx, TG_F64, 1, &N);
+    if (!y || !rstd) return NULL;
+    const double *xd = tg_data_f64(ctx, x), *gd = tg_data_f64(ctx, gamma), *bd = tg_data_f64(ctx, beta);
+    double *yd = tg_data_f64(ctx, y), *r = tg_data_f64(ctx, rstd);
+    for (int64_t n = 0; n < N; n++) {
+        double ms = 0;
+        for (int64_t j = 0; j < C; j++) ms += xd[n * C + j] * xd[n * C + j] / (double)C;
+        r[n] = 1.0 / sqrt(ms + EPS);
+        for (int64_t j = 0; j < C; j++) yd[n * C + j] = gd[j] * xd[n * C + j] * r[n] + bd[j];
+    }
+    tg_node_save_tensor(ctx, node, rstd);
+    return y;
+}
+
+#ifdef TG_EXERCISE_SOLUTION
+#include "solutions/rmsnorm_affine.c"
+#else
+/* Your backward: fill dx (N, C), dgamma (C) and dbeta (C). */
+static void rmsnorm_affine_backward(tg_ctx *ctx, tg_node *node) {
+    tg_tensor *x = tg_node_input(node, 0), *gamma = tg_node_input(node, 1);
+    tg_tensor *rstd = tg_node_saved_tensor(node, 0), *dy = tg_node_grad_output(node);
+    int64_t N = x->shape[0], C = x->shape[1];
+    tg_tensor *dx = tg_zeros(ctx, TG_F64, 2, x->shape), *dgamma = tg_zeros(ctx, TG_F64, 1, &C),
+              *dbeta = tg_zeros(ctx, TG_F64, 1, &C);
+    if (!dx || !dgamma || !dbeta) return;
+    const double *xd = tg_data_f64(ctx, x), *gd = tg_data_f64(ctx, gamma), *r = tg_data_f64(ctx, rstd);
+    const double *g = tg_data_f64(ctx, dy);
+    double *d = tg_data_f64(ctx, dx), *dg = tg_data_f64(ctx, dgamma), *db = tg_data_f64(ctx, dbeta);
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t i = 0; i < C; i++) {
+            /* your derivation: d[n * C + i] = ..., dg[i] += ..., db[i] += ... */
+            (void)xd, (void)gd, (void)r, (void)g, (void)d, (void)dg, (void)db;
+        }
+    }
+    tg_node_accumulate(ctx, node, 0, dx);
+    tg_node_accumulate(ctx, node, 1, dgamma);
+    tg_node_accumulate(ctx, node, 2, dbeta);
+}
+#endif
+
+static const tg_op_def OP = {
+    .name = "rmsnorm_affine", .forward = rmsnorm_affine_forward, .backward = rmsnorm_affine_backward};
+
+static tg_tensor *op(tg_ctx *ctx, tg_tensor *const *in, void *user) { return tg_op_apply(ctx, &OP, 3, in, user); }
+
+static bool make_inputs(tg_ctx *ctx, tg_exercise *e) {
+    e->inputs[0] = tg_rand(ctx, TG_F64, TG_SHAPE(3, 5), -2, 2);
+    e->inputs[1] = tg_rand(ctx, TG_F64, TG_SHAPE(5), 0.5, 1.5);
+    e->inputs[2] = tg_rand(ctx, TG_F64, TG_SHAPE(5), -1, 1);
+    return tg_ok(ctx);
+}
+
+int main(int argc, char **argv) {
+    tg_exercise e = {.name = "(b) RMSNorm with gamma and bias: dx, dgamma, dbeta",
+                     .guide = "docs/normalization-gradients.md, sections 2 and 3",
+                     .f = op,
+                     .n_inputs = 3,
+                     .input_names = {"x", "gamma", "beta"}};
+    return tg_exercise_main(argc, argv, &e, make_inputs);
+}
