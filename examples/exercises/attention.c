@@ -18,6 +18,10 @@
 static tg_tensor *attention_forward(tg_ctx *ctx, tg_node *node, tg_tensor *const *in, void *user) {
     (void)user;
     int64_t T = in[0]->shape[0], D = in[0]->shape[1];
+    if (T > 64) { /* the solution keeps a row of dS on the stack */
+        tg_node_error(ctx, node, "this exercise takes at most 64 tokens, not %lld", (long long)T);
+        return NULL;
+    }
     const double *q = tg_data_f64(ctx, in[0]), *k = tg_data_f64(ctx, in[1]), *v = tg_data_f64(ctx, in[2]);
     tg_tensor *o = tg_zeros(ctx, TG_F64, 2, in[0]->shape), *p = tg_zeros(ctx, TG_F64, TG_SHAPE(T, T));
     if (!o || !p) return NULL;
@@ -39,27 +43,34 @@ static tg_tensor *attention_forward(tg_ctx *ctx, tg_node *node, tg_tensor *const
     return o;
 }
 
+/* Your backward, as a plain function (outputs first, then inputs, sizes):
+ *   dq, dk, dv (T, D): write them (they start at 0);
+ *   dout (T, D), q, k, v (T, D), p (T, T): read them. */
 #ifdef TG_EXERCISE_SOLUTION
 #include "solutions/attention.c"
 #else
-/* Your backward: fill dq, dk, dv (T, D) from dO (go). */
+static void attention_backward_rows(double *dq, double *dk, double *dv, const double *dout, const double *q,
+                                    const double *k, const double *v, const double *p, int64_t T, int64_t D) {
+    /* your derivation: dv = ..., then dP, dS (a row sum appears), dq, dk */
+    (void)dq, (void)dk, (void)dv, (void)dout, (void)q, (void)k, (void)v, (void)p, (void)T, (void)D;
+}
+#endif
+
+/* The op's backward: unpacks the record, calls yours, adds the gradients
+ * into the inputs'. */
 static void attention_backward(tg_ctx *ctx, tg_node *node) {
-    tg_tensor *Q = tg_node_input(node, 0), *P = tg_node_saved_tensor(node, 0);
-    int64_t T = Q->shape[0], D = Q->shape[1];
-    const double *q = tg_data_f64(ctx, Q), *k = tg_data_f64(ctx, tg_node_input(node, 1));
-    const double *v = tg_data_f64(ctx, tg_node_input(node, 2)), *p = tg_data_f64(ctx, P);
-    const double *go = tg_data_f64(ctx, tg_node_grad_output(node));
+    tg_tensor *Q = tg_node_input(node, 0);
     tg_tensor *dQ = tg_zeros(ctx, TG_F64, 2, Q->shape), *dK = tg_zeros(ctx, TG_F64, 2, Q->shape),
               *dV = tg_zeros(ctx, TG_F64, 2, Q->shape);
     if (!dQ || !dK || !dV) return;
-    double *dq = tg_data_f64(ctx, dQ), *dk = tg_data_f64(ctx, dK), *dv = tg_data_f64(ctx, dV);
-    /* your derivation: dv = ..., then dP, dS, and dq, dk */
-    (void)T, (void)D, (void)q, (void)k, (void)v, (void)p, (void)go, (void)dq, (void)dk, (void)dv;
+    attention_backward_rows(tg_data_f64(ctx, dQ), tg_data_f64(ctx, dK), tg_data_f64(ctx, dV),
+                            tg_data_f64(ctx, tg_node_grad_output(node)), tg_data_f64(ctx, Q),
+                            tg_data_f64(ctx, tg_node_input(node, 1)), tg_data_f64(ctx, tg_node_input(node, 2)),
+                            tg_data_f64(ctx, tg_node_saved_tensor(node, 0)), Q->shape[0], Q->shape[1]);
     tg_node_accumulate(ctx, node, 0, dQ);
     tg_node_accumulate(ctx, node, 1, dK);
     tg_node_accumulate(ctx, node, 2, dV);
 }
-#endif
 
 static const tg_op_def OP = {.name = "attention", .forward = attention_forward, .backward = attention_backward};
 

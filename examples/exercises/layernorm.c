@@ -40,31 +40,39 @@ static tg_tensor *layernorm_forward(tg_ctx *ctx, tg_node *node, tg_tensor *const
     return y;
 }
 
+/* Your backward, as a plain function (outputs first, then inputs, sizes):
+ *   dx (N, C), dgamma (C), dbeta (C): write them (they start at 0);
+ *   dy (N, C), xhat (N, C), gamma (C), rstd (N): read them. */
 #ifdef TG_EXERCISE_SOLUTION
 #include "solutions/layernorm.c"
 #else
-/* Your backward: fill dx (N, C), dgamma (C) and dbeta (C). */
-static void layernorm_backward(tg_ctx *ctx, tg_node *node) {
-    tg_tensor *xhat = tg_node_saved_tensor(node, 0), *rstd = tg_node_saved_tensor(node, 1);
-    tg_tensor *gamma = tg_node_input(node, 1), *dy = tg_node_grad_output(node);
-    int64_t N = xhat->shape[0], C = xhat->shape[1];
-    tg_tensor *dx = tg_zeros(ctx, TG_F64, 2, xhat->shape), *dgamma = tg_zeros(ctx, TG_F64, 1, &C),
-              *dbeta = tg_zeros(ctx, TG_F64, 1, &C);
-    if (!dx || !dgamma || !dbeta) return;
-    const double *h = tg_data_f64(ctx, xhat), *r = tg_data_f64(ctx, rstd), *gd = tg_data_f64(ctx, gamma);
-    const double *g = tg_data_f64(ctx, dy);
-    double *d = tg_data_f64(ctx, dx), *dg = tg_data_f64(ctx, dgamma), *db = tg_data_f64(ctx, dbeta);
+static void layernorm_backward_rows(double *dx, double *dgamma, double *dbeta, const double *dy, const double *xhat,
+                                    const double *gamma, const double *rstd, int64_t N, int64_t C) {
     for (int64_t n = 0; n < N; n++) {
         for (int64_t i = 0; i < C; i++) {
-            /* your derivation: d[n * C + i] = ..., dg[i] += ..., db[i] += ... */
-            (void)h, (void)r, (void)gd, (void)g, (void)d, (void)dg, (void)db;
+            /* your derivation: dx[n * C + i] = ..., dgamma[i] += ..., dbeta[i] += ... */
+            (void)dx, (void)dgamma, (void)dbeta, (void)dy, (void)xhat, (void)gamma, (void)rstd;
         }
     }
-    tg_node_accumulate(ctx, node, 0, dx);
-    tg_node_accumulate(ctx, node, 1, dgamma);
-    tg_node_accumulate(ctx, node, 2, dbeta);
 }
 #endif
+
+/* The op's backward: unpacks the record, calls yours, adds the gradients
+ * into the inputs'. */
+static void layernorm_backward(tg_ctx *ctx, tg_node *node) {
+    tg_tensor *xhat = tg_node_saved_tensor(node, 0);
+    int64_t N = xhat->shape[0], C = xhat->shape[1];
+    tg_tensor *dx = tg_zeros(ctx, TG_F64, 2, xhat->shape), *dg = tg_zeros(ctx, TG_F64, 1, &C),
+              *db = tg_zeros(ctx, TG_F64, 1, &C);
+    if (!dx || !dg || !db) return;
+    layernorm_backward_rows(tg_data_f64(ctx, dx), tg_data_f64(ctx, dg), tg_data_f64(ctx, db),
+                            tg_data_f64(ctx, tg_node_grad_output(node)), tg_data_f64(ctx, xhat),
+                            tg_data_f64(ctx, tg_node_input(node, 1)), tg_data_f64(ctx, tg_node_saved_tensor(node, 1)),
+                            N, C);
+    tg_node_accumulate(ctx, node, 0, dx);
+    tg_node_accumulate(ctx, node, 1, dg);
+    tg_node_accumulate(ctx, node, 2, db);
+}
 
 static const tg_op_def OP = {.name = "layernorm", .forward = layernorm_forward, .backward = layernorm_backward};
 

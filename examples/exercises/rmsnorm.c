@@ -38,27 +38,32 @@ static tg_tensor *rmsnorm_forward(tg_ctx *ctx, tg_node *node, tg_tensor *const *
     return y;
 }
 
+/* Your backward, as a plain function (outputs first, then inputs, sizes):
+ *   dx (N, C): write it;  dy (N, C), x (N, C), rstd (N): read them. */
 #ifdef TG_EXERCISE_SOLUTION
 #include "solutions/rmsnorm.c"
 #else
-/* Your backward. x, r and dy are read for you; fill dx (N, C), then it is
- * added into x's gradient. */
-static void rmsnorm_backward(tg_ctx *ctx, tg_node *node) {
-    tg_tensor *x = tg_node_saved_tensor(node, 0), *rstd = tg_node_saved_tensor(node, 1);
-    tg_tensor *dy = tg_node_grad_output(node), *dx = tg_zeros(ctx, TG_F64, 2, x->shape);
-    if (!dx) return;
-    const double *xd = tg_data_f64(ctx, x), *r = tg_data_f64(ctx, rstd), *g = tg_data_f64(ctx, dy);
-    double *d = tg_data_f64(ctx, dx);
-    int64_t N = x->shape[0], C = x->shape[1];
+static void rmsnorm_backward_rows(double *dx, const double *dy, const double *x, const double *rstd, int64_t N,
+                                  int64_t C) {
     for (int64_t n = 0; n < N; n++) {
         for (int64_t i = 0; i < C; i++) {
-            /* your derivation: d[n * C + i] = ... from xd, r[n], g */
-            (void)xd, (void)r, (void)g, (void)d;
+            /* your derivation: dx[n * C + i] = ... from dy, x, rstd[n] */
+            (void)dx, (void)dy, (void)x, (void)rstd;
         }
     }
-    tg_node_accumulate(ctx, node, 0, dx);
 }
 #endif
+
+/* The op's backward: unpacks the record, calls yours, adds dx into x's
+ * gradient. */
+static void rmsnorm_backward(tg_ctx *ctx, tg_node *node) {
+    tg_tensor *x = tg_node_saved_tensor(node, 0), *rstd = tg_node_saved_tensor(node, 1);
+    tg_tensor *dx = tg_zeros(ctx, TG_F64, 2, x->shape);
+    if (!dx) return;
+    rmsnorm_backward_rows(tg_data_f64(ctx, dx), tg_data_f64(ctx, tg_node_grad_output(node)), tg_data_f64(ctx, x),
+                          tg_data_f64(ctx, rstd), x->shape[0], x->shape[1]);
+    tg_node_accumulate(ctx, node, 0, dx);
+}
 
 static const tg_op_def RMSNORM = {.name = "rmsnorm", .forward = rmsnorm_forward, .backward = rmsnorm_backward};
 

@@ -34,31 +34,38 @@ static tg_tensor *rmsnorm_affine_forward(tg_ctx *ctx, tg_node *node, tg_tensor *
     return y;
 }
 
+/* Your backward, as a plain function (outputs first, then inputs, sizes):
+ *   dx (N, C), dgamma (C), dbeta (C): write them (they start at 0);
+ *   dy (N, C), x (N, C), gamma (C), rstd (N): read them. */
 #ifdef TG_EXERCISE_SOLUTION
 #include "solutions/rmsnorm_affine.c"
 #else
-/* Your backward: fill dx (N, C), dgamma (C) and dbeta (C). */
-static void rmsnorm_affine_backward(tg_ctx *ctx, tg_node *node) {
-    tg_tensor *x = tg_node_input(node, 0), *gamma = tg_node_input(node, 1);
-    tg_tensor *rstd = tg_node_saved_tensor(node, 0), *dy = tg_node_grad_output(node);
-    int64_t N = x->shape[0], C = x->shape[1];
-    tg_tensor *dx = tg_zeros(ctx, TG_F64, 2, x->shape), *dgamma = tg_zeros(ctx, TG_F64, 1, &C),
-              *dbeta = tg_zeros(ctx, TG_F64, 1, &C);
-    if (!dx || !dgamma || !dbeta) return;
-    const double *xd = tg_data_f64(ctx, x), *gd = tg_data_f64(ctx, gamma), *r = tg_data_f64(ctx, rstd);
-    const double *g = tg_data_f64(ctx, dy);
-    double *d = tg_data_f64(ctx, dx), *dg = tg_data_f64(ctx, dgamma), *db = tg_data_f64(ctx, dbeta);
+static void rmsnorm_affine_backward_rows(double *dx, double *dgamma, double *dbeta, const double *dy, const double *x,
+                                         const double *gamma, const double *rstd, int64_t N, int64_t C) {
     for (int64_t n = 0; n < N; n++) {
         for (int64_t i = 0; i < C; i++) {
-            /* your derivation: d[n * C + i] = ..., dg[i] += ..., db[i] += ... */
-            (void)xd, (void)gd, (void)r, (void)g, (void)d, (void)dg, (void)db;
+            /* your derivation: dx[n * C + i] = ..., dgamma[i] += ..., dbeta[i] += ... */
+            (void)dx, (void)dgamma, (void)dbeta, (void)dy, (void)x, (void)gamma, (void)rstd;
         }
     }
-    tg_node_accumulate(ctx, node, 0, dx);
-    tg_node_accumulate(ctx, node, 1, dgamma);
-    tg_node_accumulate(ctx, node, 2, dbeta);
 }
 #endif
+
+/* The op's backward: unpacks the record, calls yours, adds the gradients
+ * into the inputs'. */
+static void rmsnorm_affine_backward(tg_ctx *ctx, tg_node *node) {
+    tg_tensor *x = tg_node_input(node, 0), *gamma = tg_node_input(node, 1);
+    int64_t N = x->shape[0], C = x->shape[1];
+    tg_tensor *dx = tg_zeros(ctx, TG_F64, 2, x->shape), *dg = tg_zeros(ctx, TG_F64, 1, &C),
+              *db = tg_zeros(ctx, TG_F64, 1, &C);
+    if (!dx || !dg || !db) return;
+    rmsnorm_affine_backward_rows(tg_data_f64(ctx, dx), tg_data_f64(ctx, dg), tg_data_f64(ctx, db),
+                                 tg_data_f64(ctx, tg_node_grad_output(node)), tg_data_f64(ctx, x),
+                                 tg_data_f64(ctx, gamma), tg_data_f64(ctx, tg_node_saved_tensor(node, 0)), N, C);
+    tg_node_accumulate(ctx, node, 0, dx);
+    tg_node_accumulate(ctx, node, 1, dg);
+    tg_node_accumulate(ctx, node, 2, db);
+}
 
 static const tg_op_def OP = {
     .name = "rmsnorm_affine", .forward = rmsnorm_affine_forward, .backward = rmsnorm_affine_backward};

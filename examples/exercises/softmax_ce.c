@@ -36,27 +36,32 @@ static tg_tensor *softmax_ce_forward(tg_ctx *ctx, tg_node *node, tg_tensor *cons
     return loss;
 }
 
+/* Your backward, as a plain function (outputs first, then inputs, sizes):
+ *   dz (N, C): write it;  dloss (the loss's gradient), p (N, C), the
+ *   targets t (N): read them. */
 #ifdef TG_EXERCISE_SOLUTION
 #include "solutions/softmax_ce.c"
 #else
-/* Your backward: fill dz (N, C); dloss is the scalar gradient of the loss. */
-static void softmax_ce_backward(tg_ctx *ctx, tg_node *node) {
-    tg_tensor *p = tg_node_saved_tensor(node, 0);
-    double dloss = tg_get_flat(ctx, tg_node_grad_output(node), 0);
-    int64_t N = p->shape[0], C = p->shape[1];
-    tg_tensor *dz = tg_zeros(ctx, TG_F64, 2, p->shape);
-    if (!dz) return;
-    const double *pd = tg_data_f64(ctx, p);
-    double *d = tg_data_f64(ctx, dz);
+static void softmax_ce_backward_rows(double *dz, double dloss, const double *p, const int64_t *t, int64_t N,
+                                     int64_t C) {
     for (int64_t n = 0; n < N; n++) {
         for (int64_t j = 0; j < C; j++) {
-            /* your derivation: d[n * C + j] = ... from pd, TARGETS[n], dloss, N */
-            (void)pd, (void)d, (void)dloss;
+            /* your derivation: dz[n * C + j] = ... from dloss, p, t[n], N */
+            (void)dz, (void)dloss, (void)p, (void)t;
         }
     }
-    tg_node_accumulate(ctx, node, 0, dz);
 }
 #endif
+
+/* The op's backward: unpacks the record, calls yours, adds dz into z's
+ * gradient. */
+static void softmax_ce_backward(tg_ctx *ctx, tg_node *node) {
+    tg_tensor *p = tg_node_saved_tensor(node, 0), *dz = tg_zeros(ctx, TG_F64, 2, p->shape);
+    if (!dz) return;
+    softmax_ce_backward_rows(tg_data_f64(ctx, dz), tg_get_flat(ctx, tg_node_grad_output(node), 0), tg_data_f64(ctx, p),
+                             TARGETS, p->shape[0], p->shape[1]);
+    tg_node_accumulate(ctx, node, 0, dz);
+}
 
 static const tg_op_def OP = {.name = "softmax_ce", .forward = softmax_ce_forward, .backward = softmax_ce_backward};
 
