@@ -25,3 +25,8 @@ foreach(_name IN LISTS TG_EXERCISE_NAMES)
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/test_exercise.sh ${CMAKE_BINARY_DIR}/examples/exercises ${_name})
   set_tests_properties(exercise_${_name} PROPERTIES ENVIRONMENT_MODIFICATION "${TG_TEST_ENV}" TIMEOUT 300)
 endforeach()
+if(TARGET tapegrad-gradcheck)
+  add_test(NAME gradcheck_tool_explain
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/test_explain_tool.sh $<TARGET_FILE:tapegrad-gradcheck>)
+  set_tests_properties(gradcheck_tool_explain PROPERTIES ENVIRONMENT_MODIFICATION "${TG_TEST_ENV}" TIMEOUT 300)
+endif()

@@ -37,6 +37,10 @@ void gct_usage(FILE *out) {
           "  jacobian NAME     analytic and numeric Jacobians side by side (use a small\n"
           "                    --shape), and DIR/jacobian_NAME_INPUT.png heatmaps of both and\n"
           "                    of their difference\n"
+          "  explain rmsnorm|layernorm\n"
+          "                    the backward on your numbers (--x, --gamma, --beta, --dy, --eps),\n"
+          "                    every quantity of docs/normalization-gradients.md, the invariants\n"
+          "                    and dx against central differences\n"
           "  help              this text\n"
           "\n"
           "options:\n"
@@ -57,6 +61,9 @@ void gct_usage(FILE *out) {
           "  --input NAME      jacobian: only this input (x, gamma, ...; default all)\n"
           "  --out DIR         sweep, jacobian: where .dat, .gp and .png go (default out/gradcheck)\n"
           "  -q, --quiet       check: print only failing rows and the summary\n"
+          "  --x, --gamma, --beta, --dy LIST, --eps E\n"
+          "                    explain: the numbers (comma-separated; --shape NxC splits --x into\n"
+          "                    rows; gamma 1, beta 0, dy 1 and eps 1e-5 unless given)\n"
           "  --plugin PATH     every command: load a shared object with your own ops\n"
           "                    (TG_GRADCHECK_PLUGIN, tapegrad/check.h); may repeat\n"
           "\n"
@@ -68,7 +75,8 @@ void gct_usage(FILE *out) {
           "  tapegrad-gradcheck check layernorm --shape '2x3x4;norm=2' --dtype f32\n"
           "  tapegrad-gradcheck check --inject overwrite\n"
           "  tapegrad-gradcheck sweep rmsnorm --out out/gradcheck\n"
-          "  tapegrad-gradcheck jacobian rmsnorm --shape 1x5\n",
+          "  tapegrad-gradcheck jacobian rmsnorm --shape 1x5\n"
+          "  tapegrad-gradcheck explain rmsnorm --x 1,2,2 --gamma 1,0.5,2 --dy 1,-1,-0.5 --eps 0\n",
           out);
 }
 
@@ -104,7 +112,7 @@ typedef struct opt_use {
 } opt_use;
 
 static const opt_use OPT_USE[] = {
-    {"--shape", "check sweep jacobian"},
+    {"--shape", "check sweep jacobian explain"},
     {"--dtype", "check jacobian"},
     {"--h", "check jacobian"},
     {"--atol", "check jacobian"},
@@ -115,6 +123,11 @@ static const opt_use OPT_USE[] = {
     {"--input", "jacobian"},
     {"--out", "sweep jacobian"},
     {"--quiet", "check"},
+    {"--x", "explain"},
+    {"--gamma", "explain"},
+    {"--beta", "explain"},
+    {"--dy", "explain"},
+    {"--eps", "explain"},
 };
 
 static bool takes(const char *command, const char *opt) {
@@ -135,7 +148,7 @@ static int parse_args(int argc, char **argv, gct_args *a) {
     a->dtype = TG_F64;
     a->mode = TG_GRADCHECK_FULL;
     a->out_dir = "out/gradcheck";
-    a->h = a->atol = a->rtol = NAN;
+    a->h = a->atol = a->rtol = a->eps = NAN;
     a->color = isatty(fileno(stdout)) && !getenv("NO_COLOR");
     if (argc < 2) return gct_usage_error("no command given");
     a->command = argv[1];
@@ -144,7 +157,7 @@ static int parse_args(int argc, char **argv, gct_args *a) {
         return GCT_EXIT_PASS;
     }
     if (strcmp(a->command, "list") && strcmp(a->command, "check") && strcmp(a->command, "sweep") &&
-        strcmp(a->command, "jacobian"))
+        strcmp(a->command, "jacobian") && strcmp(a->command, "explain"))
         return gct_usage_error("unknown command '%s'", a->command);
 
     for (int i = 2; i < argc; i++) {
@@ -197,6 +210,16 @@ static int parse_args(int argc, char **argv, gct_args *a) {
             a->inject = v;
         } else if (!strcmp(opt, "--input")) {
             a->input = v;
+        } else if (!strcmp(opt, "--x")) {
+            a->x = v;
+        } else if (!strcmp(opt, "--gamma")) {
+            a->gamma = v;
+        } else if (!strcmp(opt, "--beta")) {
+            a->beta = v;
+        } else if (!strcmp(opt, "--dy")) {
+            a->dy = v;
+        } else if (!strcmp(opt, "--eps")) {
+            if (!parse_number(opt, v, true, &a->eps)) return GCT_EXIT_USAGE;
         } else if (!strcmp(opt, "--out")) {
             if (!*v) return gct_usage_error("--out wants a directory");
             a->out_dir = v;
@@ -215,5 +238,6 @@ int main(int argc, char **argv) {
     if (!strcmp(a.command, "list")) return gct_cmd_list(&a);
     if (!strcmp(a.command, "check")) return gct_cmd_check(&a);
     if (!strcmp(a.command, "sweep")) return gct_cmd_sweep(&a);
+    if (!strcmp(a.command, "explain")) return gct_cmd_explain(&a);
     return gct_cmd_jacobian(&a);
 }

@@ -11,6 +11,7 @@
  *   inject.c     the seeded bugs (known-wrong backward passes)
  *   plugin.c     --plugin PATH: a user's ops from a shared object
  *   diagnose.c   the diagnosis under a failing check
+ *   explain.c    `explain`: a norm's backward on the learner's numbers
  *
  * The tool prints to stdout (reports) and stderr (usage errors). Exit
  * status: 0 every check passed, 1 a check failed, 2 bad usage (the usage
@@ -36,14 +37,16 @@ typedef struct gct_args {
     const char *shape;   /* --shape SPEC, or NULL */
     tg_dtype dtype;      /* --dtype (default TG_F64) */
     bool dtype_set;
-    double h, atol, rtol;   /* NAN: not given */
-    tg_gradcheck_mode mode; /* --mode (default FULL) */
-    uint64_t seed;          /* --seed (default 0) */
-    const char *inject;     /* --inject BUG, or NULL */
-    const char *input;      /* --input NAME (jacobian), or NULL */
-    const char *out_dir;    /* --out DIR (default out/gradcheck) */
-    bool quiet;             /* -q: failures and the summary only */
-    bool color;             /* ANSI colours (a terminal, NO_COLOR unset) */
+    double h, atol, rtol;              /* NAN: not given */
+    tg_gradcheck_mode mode;            /* --mode (default FULL) */
+    uint64_t seed;                     /* --seed (default 0) */
+    const char *inject;                /* --inject BUG, or NULL */
+    const char *input;                 /* --input NAME (jacobian), or NULL */
+    const char *out_dir;               /* --out DIR (default out/gradcheck) */
+    bool quiet;                        /* -q: failures and the summary only */
+    const char *x, *gamma, *beta, *dy; /* explain: --x, --gamma, --beta, --dy lists */
+    double eps;                        /* explain: --eps (NAN: not given) */
+    bool color;                        /* ANSI colours (a terminal, NO_COLOR unset) */
 } gct_args;
 
 /* Prints the usage text to `out`. */
@@ -66,6 +69,7 @@ int gct_cmd_list(const gct_args *a);
 int gct_cmd_check(const gct_args *a);
 int gct_cmd_sweep(const gct_args *a);
 int gct_cmd_jacobian(const gct_args *a);
+int gct_cmd_explain(const gct_args *a);
 
 /* ---- seeded bugs (inject.c) -------------------------------------------- */
 
