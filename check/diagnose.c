@@ -93,11 +93,13 @@ static void name_factor(char *buf, size_t size, double c, int64_t C, int64_t K) 
         {1.0 / sqrt((double)C), "1/sqrt(C) = 1/sqrt(%lld)", C},
         {(double)K, "numel = %lld", K},
         {1.0 / (double)K, "1/numel = 1/%lld", K},
+        {sqrt((double)(C - 1) / (double)C), "sqrt((C-1)/C), C = %lld", C},
+        {sqrt((double)C / (double)(C - 1)), "sqrt(C/(C-1)), C = %lld", C},
         {2.0, "2%.0lld", 0},
         {0.5, "1/2%.0lld", 0},
     };
     for (size_t k = 0; k < sizeof cand / sizeof cand[0]; k++) {
-        if (cand[k].n == 1 && k < 6) continue; /* C = 1: every candidate is 1 */
+        if (C < 2 && k < 8) continue; /* C = 1: every candidate is 1 or infinite */
         if (fabs(c - cand[k].v) <= 1e-3 * fabs(cand[k].v)) {
             say(buf, size, cand[k].fmt, (long long)cand[k].n);
             return;
@@ -333,7 +335,12 @@ static bool diagnose_statistic(const jac *J, bool centred, double tol, double *s
             "in every row, the identity part of the Jacobian is scaled by %.6g and the projection part by its cube: "
             "the backward uses r x %.6g%s%s%s in place of r",
             rmin, rmin, named[0] ? " (" : "", named, named[0] ? ")" : "");
-        if (strstr(named, "sqrt(C)"))
+        if (strstr(named, "(C-1)"))
+            say(d->cause, sizeof d->cause,
+                "the backward recomputes r from the %s variance (divided by C - 1) where the forward divides by C "
+                "(%s)",
+                strncmp(named, "sqrt((C-1)", 10) == 0 ? "unbiased" : "biased", named);
+        else if (strstr(named, "sqrt(C)"))
             say(d->cause, sizeof d->cause,
                 "the backward recomputes r = 1/sqrt(%s) from the %s of squares instead of the %s (%s)", stat,
                 strstr(named, "1/") == named ? "sum" : "mean", strstr(named, "1/") == named ? "mean" : "sum", named);
@@ -433,9 +440,9 @@ static bool diagnose_rows(const jac *J, tg_gradcheck_diagnosis *d) {
             d->kind = TG_DIAG_PROJECTION;
             d->factor = f;
             say(d->finding, sizeof d->finding,
-                "analytic - numeric is, in each row, a rank-one a xhat^T along the row's %s values: %.4g x the "
+                "analytic - numeric is, in each row, a rank-one a xhat^T along the row's %svalues: %.4g x the "
                 "projection term -diag(g) xhat xhat^T / C of the true Jacobian",
-                centred ? "centred" : "", f);
+                centred ? "centred " : "", f);
             if (fabs(f + 1) < 0.02)
                 say(d->cause, sizeof d->cause,
                     "the projection term - xhat mean(xhat g) is dropped from dx: the statistic %s treated as a "
@@ -576,6 +583,11 @@ bool tg_gradcheck_diagnose(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
                 say(d->cause, sizeof d->cause, "a sum where the forward takes a mean (or a missing 1/C)");
             else if (!strncmp(named, "1/C", 3) || !strncmp(named, "1/numel", 7))
                 say(d->cause, sizeof d->cause, "a mean where the forward takes a sum (or an extra 1/C)");
+            else if (strstr(named, "(C-1)"))
+                say(d->cause, sizeof d->cause,
+                    "a statistic computed with the %s variance (C - 1 for C): the rstd the backward uses is off by "
+                    "%s",
+                    c < 1 ? "unbiased" : "biased", named);
             else if (strstr(named, "sqrt"))
                 say(d->cause, sizeof d->cause,
                     "a statistic off by sqrt(C): the root of a sum where the forward has the root of a mean (or "

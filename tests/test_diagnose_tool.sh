@@ -41,6 +41,22 @@ has "diagnosis of x 4x8 (4x8): identity"
 has "overwritten instead of accumulated"
 has "every element (32 of 32)"
 
+# the bugs written with the custom-op API (inject_norm.c)
+run 1 check --inject rmsnorm-r-const
+has "diagnosis of x 4x8 (4x8): projection"
+has "-1 x the projection term"
+has "r = rstd treated as a constant"
+grep -q "diagnosis of gamma" "$tmp/out" && fail "rmsnorm-r-const: gamma's gradient is right, yet diagnosed"
+run 1 check --inject rmsnorm-m-sum
+has "7 x the projection term"
+has "summed instead of averaged"
+run 1 check --inject layernorm-unbiased
+has "diagnosis of x 4x8 (4x8): statistic"
+has "the backward uses r x 0.935415 (sqrt((C-1)/C), C = 8)"
+has "from the unbiased variance"
+run 1 check --inject rmsnorm-r-const --dtype f32
+has "diagnosis of x 4x8 (4x8): projection"
+
 # a correct op: no diagnosis
 run 0 check rmsnorm --shape 4x8
 grep -q "diagnosis" "$tmp/out" && fail "rmsnorm passes, yet a diagnosis was printed"

@@ -218,6 +218,13 @@ static const gct_bug BUGS[] = {
      fw_layernorm_no_mean, NULL},
     {"overwrite", "rmsnorm", "RMSNorm backward assigns dx instead of adding to it (x used twice: a residual)", " + x",
      "4x8", fw_rmsnorm_overwrite, ", x used once"},
+    /* written with the public custom-op API: inject_norm.c */
+    {"rmsnorm-r-const", "rmsnorm", "RMSNorm dx treats r as a constant: the - xhat mean(g xhat) term is dropped", "",
+     "4x8", gct_bug_rmsnorm_r_const, NULL},
+    {"rmsnorm-m-sum", "rmsnorm", "RMSNorm dx sums m = sum(g xhat) instead of averaging it", "", "4x8",
+     gct_bug_rmsnorm_m_sum, NULL},
+    {"layernorm-unbiased", "layernorm", "LayerNorm backward recomputes rstd from the unbiased variance (/ (C - 1))", "",
+     "4x8", gct_bug_layernorm_unbiased, NULL},
 };
 
 int gct_bug_count(void) { return (int)(sizeof BUGS / sizeof BUGS[0]); }

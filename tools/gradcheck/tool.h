@@ -9,6 +9,7 @@
  *                an injected bug; options for tg_gradcheck
  *   table.c      aligned text tables
  *   inject.c     the seeded bugs (known-wrong backward passes)
+ *   inject_norm.c  more of them, written with the custom-op API
  *   plugin.c     --plugin PATH: a user's ops from a shared object
  *   diagnose.c   the diagnosis under a failing check
  *   explain.c    `explain`: a norm's backward on the learner's numbers
@@ -87,6 +88,11 @@ typedef struct gct_bug {
     const char *then_once;    /* non-NULL: the spec may add ";uses=1", and
                                   the op then ends with this (x used once) */
 } gct_bug;
+
+/* The bugs of inject_norm.c (forwards of the catalogue's entries). */
+tg_tensor *gct_bug_rmsnorm_r_const(tg_ctx *ctx, tg_tensor *const *in, void *user);
+tg_tensor *gct_bug_rmsnorm_m_sum(tg_ctx *ctx, tg_tensor *const *in, void *user);
+tg_tensor *gct_bug_layernorm_unbiased(tg_ctx *ctx, tg_tensor *const *in, void *user);
 
 int gct_bug_count(void);
 const gct_bug *gct_bug_get(int i);
