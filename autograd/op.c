@@ -102,8 +102,8 @@ bool tg_node_save_tensor(tg_ctx *ctx, tg_node *node, tg_tensor *t) {
         return false;
     }
     if (!node->saved_t) {
-        node->saved_t = tg_arena_alloc_fn(ctx, node->op,
-                                          TG_NODE_MAX_SAVED * (sizeof *node->saved_t + sizeof *node->saved_version));
+        node->saved_t =
+            tg_arena_alloc_fn(ctx, node->op, TG_NODE_MAX_SAVED * (sizeof *node->saved_t + sizeof *node->saved_version));
         if (!node->saved_t) return false;
         node->saved_version = (uint32_t *)(node->saved_t + TG_NODE_MAX_SAVED);
     }

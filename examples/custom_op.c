@@ -90,9 +90,7 @@ static tg_tensor *my_rmsnorm(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, double
 
 /* ---- 1. the gradient check ------------------------------------------------ */
 
-static tg_tensor *checked(tg_ctx *ctx, tg_tensor *const *in, void *user) {
-    return my_rmsnorm(ctx, in[0], in[1], user);
-}
+static tg_tensor *checked(tg_ctx *ctx, tg_tensor *const *in, void *user) { return my_rmsnorm(ctx, in[0], in[1], user); }
 
 /* ---- 2. against the built-in fused RMSNorm -------------------------------- */
 

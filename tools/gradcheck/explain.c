@@ -89,8 +89,8 @@ int gct_cmd_explain(const gct_args *a) {
     double eps = isnan(a->eps) ? 1e-5 : a->eps;
     if (!(eps >= 0)) return gct_usage_error("--eps wants a number >= 0");
 
-    printf("%s backward on your numbers (docs/normalization-gradients.md, %s; float64)\n",
-           ln ? "LayerNorm" : "RMSNorm", ln ? "sections 1, 2, 4 and 7" : "sections 1, 2, 3 and 7");
+    printf("%s backward on your numbers (docs/normalization-gradients.md, %s; float64)\n", ln ? "LayerNorm" : "RMSNorm",
+           ln ? "sections 1, 2, 4 and 7" : "sections 1, 2, 3 and 7");
     printf("  inputs, to full precision:\n");
     printf("    eps   = %.17g\n    x     =", eps);
     for (int i = 0; i < n; i++) printf(" %.17g", x[i]);

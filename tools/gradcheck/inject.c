@@ -122,7 +122,9 @@ static void rmsnorm_recomputed_backward(tg_ctx *ctx, tg_node *n) {
  * BUG: the backward recomputes r from the SUM of squares,
  *   r' = 1 / sqrt(sum_j x_j^2 + eps)            (about r / sqrt(C))
  * and uses it in dx = r' (u - x r' mean_j(u_j x_j r')) and in dgamma = dy x r'.
- * dx and dgamma are off by about a factor sqrt(C); dbeta = dy is right. */
+ * dgamma is off by the factor 1/sqrt(C) (r'/r); dx is not a uniform
+ * factor off: its identity part scales by r'/r, its projection part by
+ * (r'/r)^3 (the diagnosis reads it so); dbeta = dy is right. */
 static tg_tensor *fw_rmsnorm_sum(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
     return bug_norm_forward(ctx, "rmsnorm[bug:sum]", rmsnorm_recomputed_backward, false, BUG_SUM, &a);

@@ -47,8 +47,9 @@ static int load_plugin(const char *path) {
     void *sym = dlsym(h, TG_GRADCHECK_PLUGIN_SYMBOL);
     memcpy(&reg, &sym, sizeof reg); /* object pointer to function pointer, as POSIX allows */
     if (!sym)
-        return plugin_error(path, "has no symbol %s: define its ops with TG_GRADCHECK_PLUGIN(name, ops, n) "
-                                  "(tapegrad/check.h)",
+        return plugin_error(path,
+                            "has no symbol %s: define its ops with TG_GRADCHECK_PLUGIN(name, ops, n) "
+                            "(tapegrad/check.h)",
                             TG_GRADCHECK_PLUGIN_SYMBOL);
     const tg_gradcheck_plugin *p = reg();
     if (!p) return plugin_error(path, "%s returned NULL", TG_GRADCHECK_PLUGIN_SYMBOL);
