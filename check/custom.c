@@ -73,8 +73,12 @@ bool tg_registry_build_ranges(tg_ctx *ctx, tg_op_case *c) {
         tg_tensor *t = tg_new_tensor(ctx, fn, c->dtype, c->ndim[k], c->shape[k]);
         if (!t) return false;
         for (int64_t i = 0; i < t->numel; i++) tg_store(t, i, lo + (hi - lo) * tg_rng_uniform(ctx));
+        char *dist = tg_arena_alloc_fn(ctx, fn, 64);
+        if (!dist) return false;
+        snprintf(dist, 64, "uniform [%g, %g)", lo, hi);
         c->inputs[k] = t;
         c->input_names[k] = name;
+        c->input_dist[k] = dist;
         c->check |= (uint32_t)1 << k;
     }
     c->n_inputs = n;

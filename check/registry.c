@@ -276,8 +276,16 @@ static tg_tensor *make_input_shaped(tg_ctx *ctx, tg_op_case *c, int k, int ndim,
             tg_store(t, i, v);
         }
     }
+    static const char *const DIST_TEXT[] = {
+        [RG_ANY] = "uniform [-2, 2)",
+        [RG_AWAY0] = "|x| uniform [0.2, 2), random sign",
+        [RG_DENOM] = "|x| uniform [0.5, 2), random sign",
+        [RG_POS] = "uniform [0.5, 2)",
+        [RG_DISTINCT] = "a shuffled even ramp over [-2, 2)",
+    };
     c->inputs[k] = t;
     c->input_names[k] = name;
+    c->input_dist[k] = DIST_TEXT[dist];
     if (check) c->check |= (uint32_t)1 << k;
     if (k + 1 > c->n_inputs) c->n_inputs = k + 1;
     return t;

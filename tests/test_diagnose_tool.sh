@@ -2,7 +2,7 @@
 # The diagnosis under a failing `tapegrad-gradcheck check` (registered in
 # tests/custom_op.cmake): every seeded bug (--inject) gets the diagnosis
 # that names its pattern and cause; a correct op gets none; a Jacobian too
-# big to read says so.
+# big to read says so; and list NAME.
 # Usage: test_diagnose_tool.sh PATH/TO/tapegrad-gradcheck
 set -euo pipefail
 tool=${1:?usage: test_diagnose_tool.sh TOOL}
@@ -60,6 +60,13 @@ has "diagnosis of x 4x8 (4x8): projection"
 # a correct op: no diagnosis
 run 0 check rmsnorm --shape 4x8
 grep -q "diagnosis" "$tmp/out" && fail "rmsnorm passes, yet a diagnosis was printed"
+
+# list NAME: one entry, with how its inputs are drawn
+run 0 list rmsnorm
+has "drawn     x: uniform [-2, 2)"
+has "gamma: uniform [-2, 2)"
+grep -q "registered ops and layers" "$tmp/out" && fail "list rmsnorm printed the whole list"
+run 2 list no-such-op
 
 # too big to read: said, not attempted
 run 1 check --inject layernorm-no-mean --shape 64x40

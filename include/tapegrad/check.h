@@ -257,6 +257,9 @@ typedef struct tg_op_case {
      * in the arena; NULL when none */
     int64_t *index;
     int64_t n_index;
+    /* how each input's values were drawn, e.g. "uniform [-2, 2)" (NULL:
+     * not said) */
+    const char *input_dist[TG_GRADCHECK_MAX_INPUTS];
 } tg_op_case;
 
 /* The library function an entry's generic forward calls, by arity. */
