@@ -61,6 +61,14 @@ has "diagnosis of x 4x8 (4x8): projection"
 run 0 check rmsnorm --shape 4x8
 grep -q "diagnosis" "$tmp/out" && fail "rmsnorm passes, yet a diagnosis was printed"
 
+# the predicted error of the differences beside the measured one: a bug is
+# far beyond it; a float32 check at too small an h fails within it
+run 1 check --inject layernorm-no-mean
+has "far beyond, so the backward is wrong, not the check"
+run 1 check rmsnorm --shape 4x8 --dtype f32 --h 1e-5
+has "within reach of the differences' own error"
+has "not from a wrong gradient"
+
 # list NAME: one entry, with how its inputs are drawn
 run 0 list rmsnorm
 has "drawn     x: uniform [-2, 2)"
