@@ -3,7 +3,8 @@
 # worked example of docs/normalization-gradients.md, section 7, computed
 # from the guide's own numbers, must print the guide's values (to the
 # digits the guide gives), with dx agreeing with central differences and
-# the invariants holding; several rows; bad lists are usage errors.
+# the invariants holding; several rows; bad lists are usage errors; and
+# jacobian's projection view with affine=0.
 # Usage: test_explain_tool.sh PATH/TO/tapegrad-gradcheck
 set -euo pipefail
 tool=${1:?usage: test_explain_tool.sh TOOL}
@@ -57,6 +58,16 @@ has "every check holds"
 run 0 explain rmsnorm --shape 2x2 --x 0.1,3,-2,5
 has "row 1, C = 2"
 has "x     = 0.10000000000000001 3 -2 5"
+
+# jacobian's projection view (affine=0): the eigenvalues, J^2 = r J, the parts
+run 0 jacobian rmsnorm --shape '1x4;affine=0' --out "$tmp/jac"
+has "projection view"
+has "3 of them r (expected 3)"
+has "the parts r I, - r xhat xhat^T / C add up to the numeric J"
+run 0 jacobian layernorm --shape '1x4;affine=0;eps=0.01' --out "$tmp/jac"
+has "2 of them r (expected 2)"
+run 0 jacobian rmsnorm --shape 1x4 --out "$tmp/jac"
+grep -q "projection view" "$tmp/out" && fail "projection view with gamma: J is not a projection there"
 
 # usage errors
 run 2 explain rmsnorm --x 1,2,x

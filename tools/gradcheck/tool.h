@@ -149,6 +149,10 @@ bool gct_target_check(tg_ctx *ctx, gct_target *t, const tg_gradcheck_opts *o, tg
  * returns the length written. */
 size_t gct_diagnose_case(tg_ctx *ctx, const gct_args *a, gct_target *t, const tg_gradcheck_opts *o,
                          const tg_gradcheck_result *r, char *buf, size_t size);
+/* jacobian's projection view (projection.c): for rmsnorm or layernorm
+ * with affine=0 and input 0 (x), each row's eigenvalues, J^2 = r J and
+ * the parts of the numeric Jacobian jn; nothing for other targets. */
+void gct_projection_view(tg_ctx *ctx, const gct_target *t, int k, const double *jn);
 /* Number of differentiable elements of t's inputs. */
 int64_t gct_target_numel(const gct_target *t);
 
