@@ -4,7 +4,7 @@
 # from the guide's own numbers, must print the guide's values (to the
 # digits the guide gives), with dx agreeing with central differences and
 # the invariants holding; several rows; bad lists are usage errors; and
-# jacobian's projection view with affine=0.
+# jacobian's projection view with affine=0; memory's table.
 # Usage: test_explain_tool.sh PATH/TO/tapegrad-gradcheck
 set -euo pipefail
 tool=${1:?usage: test_explain_tool.sh TOOL}
@@ -68,6 +68,15 @@ run 0 jacobian layernorm --shape '1x4;affine=0;eps=0.01' --out "$tmp/jac"
 has "2 of them r (expected 2)"
 run 0 jacobian rmsnorm --shape 1x4 --out "$tmp/jac"
 grep -q "projection view" "$tmp/out" && fail "projection view with gamma: J is not a projection there"
+
+# memory: fused 1 record and N doubles beyond x and gamma; composed 6 records
+run 0 memory rmsnorm --shape 64x48 --dtype f64
+awk '$1 == "fused" && $2 == 1 && $4 == 64 * 8 {ok = 1} END {exit !ok}' "$tmp/out" \
+  || { cat "$tmp/out" >&2; fail "memory: fused is not 1 record and 512 bytes beyond x and gamma"; }
+awk '$1 == "composed" && $2 == 6 {ok = 1} END {exit !ok}' "$tmp/out" \
+  || { cat "$tmp/out" >&2; fail "memory: composed RMSNorm is not 6 records"; }
+has "tg_tape_saved_bytes counts the inputs a record keeps by pointer"
+run 2 memory softmax
 
 # usage errors
 run 2 explain rmsnorm --x 1,2,x

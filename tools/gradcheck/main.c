@@ -37,6 +37,9 @@ void gct_usage(FILE *out) {
           "  jacobian NAME     analytic and numeric Jacobians side by side (use a small\n"
           "                    --shape), and DIR/jacobian_NAME_INPUT.png heatmaps of both and\n"
           "                    of their difference\n"
+          "  memory rmsnorm|layernorm\n"
+          "                    fused vs composed: records, saved bytes (all, and beyond x and gamma),\n"
+          "                    arena bytes; default --shape 4096x768 --dtype f32 (the guide's table)\n"
           "  explain rmsnorm|layernorm\n"
           "                    the backward on your numbers (--x, --gamma, --beta, --dy, --eps),\n"
           "                    every quantity of docs/normalization-gradients.md, the invariants\n"
@@ -112,8 +115,8 @@ typedef struct opt_use {
 } opt_use;
 
 static const opt_use OPT_USE[] = {
-    {"--shape", "check sweep jacobian explain"},
-    {"--dtype", "check jacobian"},
+    {"--shape", "check sweep jacobian explain memory"},
+    {"--dtype", "check jacobian memory"},
     {"--h", "check jacobian"},
     {"--atol", "check jacobian"},
     {"--rtol", "check jacobian"},
@@ -157,7 +160,7 @@ static int parse_args(int argc, char **argv, gct_args *a) {
         return GCT_EXIT_PASS;
     }
     if (strcmp(a->command, "list") && strcmp(a->command, "check") && strcmp(a->command, "sweep") &&
-        strcmp(a->command, "jacobian") && strcmp(a->command, "explain"))
+        strcmp(a->command, "jacobian") && strcmp(a->command, "explain") && strcmp(a->command, "memory"))
         return gct_usage_error("unknown command '%s'", a->command);
 
     for (int i = 2; i < argc; i++) {
@@ -238,5 +241,6 @@ int main(int argc, char **argv) {
     if (!strcmp(a.command, "check")) return gct_cmd_check(&a);
     if (!strcmp(a.command, "sweep")) return gct_cmd_sweep(&a);
     if (!strcmp(a.command, "explain")) return gct_cmd_explain(&a);
+    if (!strcmp(a.command, "memory")) return gct_cmd_memory(&a);
     return gct_cmd_jacobian(&a);
 }

@@ -13,6 +13,7 @@
  *   plugin.c     --plugin PATH: a user's ops from a shared object
  *   diagnose.c   the diagnosis under a failing check
  *   explain.c    `explain`: a norm's backward on the learner's numbers
+ *   memory.c     `memory`: fused vs composed records, saved and arena bytes
  *
  * The tool prints to stdout (reports) and stderr (usage errors). Exit
  * status: 0 every check passed, 1 a check failed, 2 bad usage (the usage
@@ -71,6 +72,7 @@ int gct_cmd_check(const gct_args *a);
 int gct_cmd_sweep(const gct_args *a);
 int gct_cmd_jacobian(const gct_args *a);
 int gct_cmd_explain(const gct_args *a);
+int gct_cmd_memory(const gct_args *a);
 
 /* ---- seeded bugs (inject.c) -------------------------------------------- */
 
