@@ -69,6 +69,15 @@ has "2 of them r (expected 2)"
 run 0 jacobian rmsnorm --shape 1x4 --out "$tmp/jac"
 grep -q "projection view" "$tmp/out" && fail "projection view with gamma: J is not a projection there"
 
+# --print-inputs: check's inputs to full precision, as explain takes them
+run 0 check rmsnorm --shape '1x3;eps=0.001' --print-inputs
+has "eps = 0.001"
+x=$(sed -n 's/^    x 1x3 = //p' "$tmp/out")
+g=$(sed -n 's/^    gamma 3 = //p' "$tmp/out")
+[ -n "$x" ] && [ -n "$g" ] || { cat "$tmp/out" >&2; fail "--print-inputs: no x or gamma line"; }
+run 0 explain rmsnorm --x "$x" --gamma "$g" --eps 0.001
+has "x     = ${x//,/ }"
+
 # memory: fused 1 record and N doubles beyond x and gamma; composed 6 records
 run 0 memory rmsnorm --shape 64x48 --dtype f64
 awk '$1 == "fused" && $2 == 1 && $4 == 64 * 8 {ok = 1} END {exit !ok}' "$tmp/out" \

@@ -120,6 +120,7 @@ static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
             continue;
         }
         snprintf(function, sizeof function, "%s", tg.function);
+        if (a->print_inputs) gct_print_inputs(ctx, &tg);
         tg_gradcheck_opts o = gct_target_opts(&tg, a);
         tg_gradcheck_result r;
         gct_target_check(ctx, &tg, &o, &r);

@@ -225,6 +225,7 @@ int gct_cmd_jacobian(const gct_args *a) {
     gct_put_title(a, op, bug, t.function);
     printf("  spec %s: output %s, %s, central differences h=%g\n", t.c.spec,
            gct_shape_text(sy, sizeof sy, y->ndim, y->shape), tg_dtype_name(a->dtype), h);
+    if (a->print_inputs) gct_print_inputs(ctx, &t);
     if (!gct_mkdir_p(a->out_dir)) {
         tg_ctx_free(ctx);
         return GCT_EXIT_ERROR;

@@ -60,13 +60,14 @@ void gct_usage(FILE *out) {
           "  --seed N          seeds the inputs, the output weighting and directions (default 0)\n"
           "  --inject BUG      swap in a known-wrong backward (check, sweep, jacobian); NAME may\n"
           "                    then be left out: rmsnorm-sum, rmsnorm-no-eps, layernorm-no-mean,\n"
-          "                    overwrite\n"
+          "                    overwrite, rmsnorm-r-const, rmsnorm-m-sum, layernorm-unbiased\n"
           "  --input NAME      jacobian: only this input (x, gamma, ...; default all)\n"
           "  --out DIR         sweep, jacobian: where .dat, .gp and .png go (default out/gradcheck)\n"
           "  -q, --quiet       check: print only failing rows and the summary\n"
           "  --x, --gamma, --beta, --dy LIST, --eps E\n"
           "                    explain: the numbers (comma-separated; --shape NxC splits --x into\n"
           "                    rows; gamma 1, beta 0, dy 1 and eps 1e-5 unless given)\n"
+          "  --print-inputs    check, jacobian: print the inputs to full precision (for explain)\n"
           "  --plugin PATH     every command: load a shared object with your own ops\n"
           "                    (TG_GRADCHECK_PLUGIN, tapegrad/check.h); may repeat\n"
           "\n"
@@ -126,6 +127,7 @@ static const opt_use OPT_USE[] = {
     {"--input", "jacobian"},
     {"--out", "sweep jacobian"},
     {"--quiet", "check"},
+    {"--print-inputs", "check jacobian"},
     {"--x", "explain"},
     {"--gamma", "explain"},
     {"--beta", "explain"},
@@ -181,6 +183,10 @@ static int parse_args(int argc, char **argv, gct_args *a) {
         if (!takes(a->command, opt)) return gct_usage_error("option %s does not apply to %s", opt, a->command);
         if (!strcmp(opt, "--quiet")) {
             a->quiet = true;
+            continue;
+        }
+        if (!strcmp(opt, "--print-inputs")) {
+            a->print_inputs = true;
             continue;
         }
         if (i + 1 >= argc) return gct_usage_error("option %s needs a value", opt);

@@ -44,7 +44,8 @@ static bool measure(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_dtyp
 
 int gct_cmd_memory(const gct_args *a) {
     if (!a->name || (strcmp(a->name, "rmsnorm") && strcmp(a->name, "layernorm")))
-        return gct_usage_error("memory takes rmsnorm or layernorm%s%s", a->name ? ", not " : "", a->name ? a->name : "");
+        return gct_usage_error("memory takes rmsnorm or layernorm%s%s", a->name ? ", not " : "",
+                               a->name ? a->name : "");
     const char *spec = a->shape ? a->shape : "4096x768";
     tg_dtype dt = a->dtype_set ? a->dtype : TG_F32;
     char composed[32];

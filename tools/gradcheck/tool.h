@@ -48,6 +48,7 @@ typedef struct gct_args {
     bool quiet;                        /* -q: failures and the summary only */
     const char *x, *gamma, *beta, *dy; /* explain: --x, --gamma, --beta, --dy lists */
     double eps;                        /* explain: --eps (NAN: not given) */
+    bool print_inputs;                 /* check, jacobian: --print-inputs */
     bool color;                        /* ANSI colours (a terminal, NO_COLOR unset) */
 } gct_args;
 
@@ -155,6 +156,9 @@ size_t gct_diagnose_case(tg_ctx *ctx, const gct_args *a, gct_target *t, const tg
  * with affine=0 and input 0 (x), each row's eigenvalues, J^2 = r J and
  * the parts of the numeric Jacobian jn; nothing for other targets. */
 void gct_projection_view(tg_ctx *ctx, const gct_target *t, int k, const double *jn);
+/* --print-inputs: t's arguments and every input's values to full
+ * precision, comma-separated as explain's --x takes them (explain.c). */
+void gct_print_inputs(tg_ctx *ctx, const gct_target *t);
 /* Number of differentiable elements of t's inputs. */
 int64_t gct_target_numel(const gct_target *t);
 
