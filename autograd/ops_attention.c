@@ -45,10 +45,14 @@ static int attn_threads(const tg_ctx *ctx, int64_t pairs) {
     return pairs < nt ? (int)(pairs > 0 ? pairs : 1) : nt;
 }
 
+/* bytes rounded up to the arena's alignment: every scratch buffer starts
+ * aligned (the f64 `inv` after f32 buffers of odd length would not be). */
+static size_t attn_aligned(size_t bytes) { return (bytes + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN; }
+
 /* Scratch of `nt` runs of `bytes` each (rounded up to the alignment), from
  * the arena; *stride gets the rounded size. */
 static unsigned char *attn_scratch(tg_ctx *ctx, const char *fn, int nt, size_t bytes, size_t *stride) {
-    *stride = (bytes + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN;
+    *stride = attn_aligned(bytes);
     return tg_arena_alloc_fn(ctx, fn, *stride * (size_t)nt);
 }
 
@@ -60,7 +64,8 @@ static void attention_run(tg_ctx *ctx, const char *fn, tg_tensor *o, double *lse
     size_t stride;
     /* s (BR, Tk), kt (D, Tk), then inv (BR doubles) */
     const int64_t BR = attn_block_rows(causal);
-    const size_t kt_off = (size_t)(BR * d.Tk) * es, inv_off = kt_off + (size_t)(d.D * d.Tk) * es;
+    const size_t kt_off = attn_aligned((size_t)(BR * d.Tk) * es),
+                 inv_off = kt_off + attn_aligned((size_t)(d.D * d.Tk) * es);
     unsigned char *scratch = attn_scratch(ctx, fn, nt, inv_off + (size_t)BR * sizeof(double), &stride);
     if (!scratch) return;
     const bool f64 = q->dtype == TG_F64;
@@ -112,7 +117,8 @@ static void attention_backward(tg_ctx *ctx, tg_node *n) {
     size_t stride;
     /* P and dP 2 (BR, Tk), kt (D, Tk), vt (Dv, Tk) */
     const int64_t BR = attn_block_rows(causal);
-    const size_t kt_off = (size_t)(2 * BR * d.Tk) * es, vt_off = kt_off + (size_t)(d.D * d.Tk) * es;
+    const size_t kt_off = attn_aligned((size_t)(2 * BR * d.Tk) * es),
+                 vt_off = kt_off + attn_aligned((size_t)(d.D * d.Tk) * es);
     unsigned char *scratch = attn_scratch(ctx, n->op, nt, vt_off + (size_t)(d.Dv * d.Tk) * es, &stride);
     if (!scratch) return;
     const bool f64 = q->dtype == TG_F64;

@@ -51,6 +51,14 @@ bool tg_test_under_valgrind(void) {
     return v && strcmp(v, "1") == 0;
 }
 
+bool tg_test_under_sanitizer(void) {
+#if defined(__SANITIZE_ADDRESS__)
+    return true;
+#else
+    return false;
+#endif
+}
+
 void *tg_test_malloc(size_t bytes) {
     void *p = malloc(bytes ? bytes : 1);
     ck_assert_msg(p != NULL, "out of memory for %zu bytes", bytes);

@@ -3,7 +3,7 @@
  *
  *  - running: tg_test_run (a suite's main), tg_test_tcase (a test case with
  *    its fixture and tests), tg_test_suite (a suite of one test case),
- *    tg_test_under_valgrind, tg_test_malloc;
+ *    tg_test_under_valgrind, tg_test_under_sanitizer, tg_test_malloc;
  *  - tensors: tg_test_tensor, tg_test_rand, tg_test_smooth_leaf,
  *    tg_test_values, tg_test_max_abs_diff;
  *  - asserts: tg_test_assert_close (tensor vs values), tg_test_assert_close_tensors,
@@ -52,6 +52,10 @@ Suite *tg_test_suite(const char *name, void (*setup)(void), void (*teardown)(voi
 /* True when scripts/memcheck.sh runs the test (TG_UNDER_VALGRIND=1): the
  * heaviest sweeps shrink there (valgrind runs code ~30x slower). */
 bool tg_test_under_valgrind(void);
+
+/* True in the AddressSanitizer build (make sanitize: code runs ~3x
+ * slower): report-only rows at benchmark sizes are left to the plain build. */
+bool tg_test_under_sanitizer(void);
 
 /* malloc that fails the test instead of returning NULL (0 bytes: 1). */
 void *tg_test_malloc(size_t bytes);
