@@ -9,14 +9,6 @@ add_test(NAME install_plugin
 set_tests_properties(install_plugin PROPERTIES
   ENVIRONMENT_MODIFICATION "${TG_TEST_ENV}"
   TIMEOUT 600)
-if(TARGET tapegrad-gradcheck)
-  add_test(NAME gradcheck_tool_diagnose
-           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/test_diagnose_tool.sh
-                   $<TARGET_FILE:tapegrad-gradcheck>)
-  set_tests_properties(gradcheck_tool_diagnose PROPERTIES
-    ENVIRONMENT_MODIFICATION "${TG_TEST_ENV}"
-    TIMEOUT 600)
-endif()
 
 # Each exercise: the reference solution passes (exit 0); the file as the
 # learner gets it fails with exit 1 and a helpful message, not a crash.
@@ -25,8 +17,12 @@ foreach(_name IN LISTS TG_EXERCISE_NAMES)
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/test_exercise.sh ${CMAKE_BINARY_DIR}/examples/exercises ${_name})
   set_tests_properties(exercise_${_name} PROPERTIES ENVIRONMENT_MODIFICATION "${TG_TEST_ENV}" TIMEOUT 300)
 endforeach()
+
+# The tool as a learner uses it: diagnosis, explain (tests/test_learner_tool.sh).
 if(TARGET tapegrad-gradcheck)
-  add_test(NAME gradcheck_tool_explain
-           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/test_explain_tool.sh $<TARGET_FILE:tapegrad-gradcheck>)
-  set_tests_properties(gradcheck_tool_explain PROPERTIES ENVIRONMENT_MODIFICATION "${TG_TEST_ENV}" TIMEOUT 300)
+  foreach(_case diagnose explain)
+    add_test(NAME gradcheck_tool_${_case}
+             COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/test_learner_tool.sh $<TARGET_FILE:tapegrad-gradcheck> ${_case})
+    set_tests_properties(gradcheck_tool_${_case} PROPERTIES ENVIRONMENT_MODIFICATION "${TG_TEST_ENV}" TIMEOUT 600)
+  endforeach()
 endif()
