@@ -8,6 +8,8 @@
 #include "autograd/unary.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #define TG_TEMPLATE "autograd/ops_activation.inc"
 #include "tensor/instantiate.h"

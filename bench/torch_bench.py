@@ -21,6 +21,9 @@ Commands (server mode):
   attn sdpa|composed B H T D causal attention fwd+bwd, q k v (B,H,T,D): 1.13's
                              F._scaled_dot_product_attention (is_causal), or
                              softmax((q k^T / sqrt(D)).masked_fill(triu)) v
+  gpt ARCH L H C T B         one GPT training step (zero-grad, forward, cross-entropy,
+                             backward, AdamW) of scripts/gpt_torch.py's model, the same
+                             as tg_gpt (vocabulary 128), init N(0, 0.02)
   tiny                       (a + b).backward() for 1-element a, b
   quit
 
@@ -33,6 +36,7 @@ case; scripts/bench.sh does.
 import argparse
 import json
 import math
+import os
 import sys
 import time
 
@@ -175,6 +179,26 @@ def case_attention(form, b, h, t, d, budget):
     return bench(step, budget)
 
 
+def case_gpt(arch, n_layer, n_head, c, t, b, budget):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+    import gpt_torch
+    g = torch.Generator().manual_seed(0)
+    P = {n: (torch.ones(s) if n.endswith(".gamma") else torch.zeros(s) if n.endswith((".beta", ".bias"))
+             else torch.randn(s, generator=g) * 0.02).requires_grad_()
+         for n, s in gpt_torch.param_shapes(arch, n_layer, c, t, 128)}
+    opt = gpt_torch.adamw(P)
+    idx = torch.randint(0, 128, (b, t), generator=g)
+    tgt = torch.randint(0, 128, (b, t), generator=g)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss, _ = gpt_torch.loss_of(P, idx, tgt, arch, n_layer, n_head)
+        loss.backward()
+        opt.step()
+
+    return bench(step, 4 * budget, sample=5e-3)
+
+
 def case_tiny(budget):
     a = torch.ones(1, requires_grad=True)
     b = torch.ones(1, requires_grad=True)
@@ -195,6 +219,8 @@ def run(cmd, budget):
         return case_mlp(int(w[1]), int(w[2]), budget)
     if w[0] == "attn":
         return case_attention(w[1], int(w[2]), int(w[3]), int(w[4]), int(w[5]), budget)
+    if w[0] == "gpt":
+        return case_gpt(w[1], *(int(v) for v in w[2:7]), budget)
     if w[0] == "tiny":
         return case_tiny(budget)
     raise ValueError("unknown command: " + cmd)
@@ -204,7 +230,8 @@ ALL = [
     *[f"norm {k} {d} {n} {c}" for k in ("rms", "ln") for d in ("f32", "f64")
       for n, c in ((4096, 768), (256, 4096), (64, 64))],
     "linear 512 512 512", "linear 64 784 256", "linear 4096 768 3072",
-    "mlp 256 64", "mlp 64 32", "attn sdpa 4 6 256 64", "attn composed 4 6 256 64", "tiny",
+    "mlp 256 64", "mlp 64 32", "attn sdpa 4 6 256 64", "attn composed 4 6 256 64",
+    "gpt gpt2 4 4 128 64 4", "gpt gpt2 6 6 384 64 4", "tiny",
 ]
 
 

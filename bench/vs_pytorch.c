@@ -32,6 +32,11 @@
  *     same composed formula; GFLOP/s counts the 6 products of attention's
  *     math (2 forward, 4 backward) on the causal half, 6 T^2 D per pair;
  *     and what each form saves for backward (tg_tape_saved_bytes).
+ *   GPT-2 training step (zero-grad, forward, cross-entropy, backward,
+ *     AdamW), tg_gpt with vocabulary 128, T=64, B=4: tiny L=4 H=4 C=128 and
+ *     small L=6 H=6 C=384, against scripts/gpt_torch.py's model in PyTorch;
+ *     the step's GEMM GFLOP/s against the big Linear row's; the small one
+ *     with 2 threads vs 1 (wall, alternating) and its peak memory.
  *   Tiny op: c = a + b of 1-element tensors, backward, tg_ctx_reset.
  *
  * Usage: bench_vs_pytorch [--threads N] [--json FILE] [--budget S] [--no-torch]
@@ -63,7 +68,7 @@ typedef struct options {
     bool torch, blas;
     const char *python, *torch_script;
     bool warm_malloc; /* PyTorch with glibc's trimming off (see notes) */
-    const char *only; /* run one group: norm, linear, scaling, mlp, attention, tiny */
+    const char *only; /* run one group: norm, linear, scaling, mlp, attention, gpt, tiny */
     int clock;        /* 0 auto, 1 wall, 2 cpu */
 } options;
 
@@ -76,7 +81,7 @@ typedef struct limits {
 /* One row of the table. NaN means "not measured / not applicable". */
 typedef struct row {
     char name[48];
-    char group[12]; /* norm, linear, scaling, mlp, memory, attention, tiny */
+    char group[12]; /* norm, linear, scaling, mlp, memory, attention, gpt, tiny */
     double ours_s;  /* our median seconds per call */
     double rate;    /* in `unit` */
     char unit[12];
@@ -104,7 +109,7 @@ typedef struct target {
     bool known;   /* measured is available */
     bool met;
 } target;
-#define MAX_TARGETS 16
+#define MAX_TARGETS 24
 static target targets[MAX_TARGETS];
 static int ntargets;
 
@@ -368,6 +373,26 @@ static int cmp_dbl(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* ROUNDS calls of step with 1 thread and with nt, alternating (after one
+ * warm-up round): wall and CPU seconds of each call, sorted, [0] for 1
+ * thread and [1] for nt. */
+enum { ROUNDS = 11 };
+static void alternate_threads(tg_ctx *ctx, void (*step)(void *), void *arg, int nt, double wall[2][ROUNDS],
+                              double cpu[2][ROUNDS]) {
+    for (int r = -1; r < ROUNDS; r++) { /* round -1: warm-up */
+        for (int k = 0; k < 2; k++) {
+            tg_set_threads(ctx, k ? nt : 1);
+            double w0 = bn_now(), c0 = bn_process_cpu();
+            step(arg);
+            if (r >= 0) wall[k][r] = bn_now() - w0, cpu[k][r] = bn_process_cpu() - c0;
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        qsort(wall[k], ROUNDS, sizeof(double), cmp_dbl);
+        qsort(cpu[k], ROUNDS, sizeof(double), cmp_dbl);
+    }
+}
+
 static void bench_scaling(const options *o, const limits *lim) {
     const int64_t M = 4096, K = 768, N = 3072;
     const int nt = o->threads > 2 ? o->threads : 2;
@@ -375,22 +400,10 @@ static void bench_scaling(const options *o, const limits *lim) {
     const double flops = 6.0 * (double)M * (double)N * (double)K;
     tg_ctx *ctx = tg_ctx_new(2);
     linear_arg a = linear_setup(ctx, M, K, N);
-    enum { ROUNDS = 11 };
     double wall[2][ROUNDS], cpu[2][ROUNDS];
-    for (int r = -1; r < ROUNDS; r++) { /* round -1: warm-up */
-        for (int k = 0; k < 2; k++) {
-            tg_set_threads(ctx, k ? nt : 1);
-            double w0 = bn_now(), c0 = bn_process_cpu();
-            linear_step(&a);
-            if (r >= 0) wall[k][r] = bn_now() - w0, cpu[k][r] = bn_process_cpu() - c0;
-        }
-    }
+    alternate_threads(ctx, linear_step, &a, nt, wall, cpu);
     if (!tg_ok(ctx)) die_ctx(ctx, "Linear scaling");
     tg_ctx_free(ctx);
-    for (int k = 0; k < 2; k++) {
-        qsort(wall[k], ROUNDS, sizeof(double), cmp_dbl);
-        qsort(cpu[k], ROUNDS, sizeof(double), cmp_dbl);
-    }
     const double t1 = wall[0][0], tn = wall[1][0];
     const double c1 = cpu[0][ROUNDS / 2], cn = cpu[1][ROUNDS / 2];
     row *r = new_row("scaling", "Linear %lldx%lldx%lld %dT vs 1T", (long long)M, (long long)K, (long long)N, nt);
@@ -479,6 +492,59 @@ static void mlp_free(mlp *m) {
 
 static size_t tensor_bytes(const tg_tensor *t) { return t ? (size_t)t->numel * tg_dtype_size(t->dtype) : 0; }
 
+/* A memory row: what a training step holds at its peak (the arena it used
+ * + the persistent params, grads and optimizer state) against what it
+ * needs at least (params + grads + state + saved activations). The arena's
+ * capacity is shown too: it never shrinks, so it also keeps the high-water
+ * mark of the model's construction (the parameters are drawn in the arena,
+ * then made persistent) and is at least one 1 MiB chunk; pages of it the
+ * step never touches are not resident. cap_after_timing: the capacity
+ * before the measured step ("GREW" when the step needed more). */
+static row *memory_row(tg_params *params, tg_optim *opt, size_t step_peak, size_t saved, size_t cap,
+                       size_t cap_after_timing, const char *fmt, ...) {
+    size_t pbytes = 0, gbytes = 0, sbytes = 0;
+    for (int i = 0; i < params->count; i++) {
+        pbytes += tensor_bytes(params->items[i].value);
+        gbytes += tensor_bytes(params->items[i].value->grad);
+    }
+    tg_params *st = tg_optim_state(opt);
+    for (int i = 0; i < st->count; i++) sbytes += tensor_bytes(st->items[i].value);
+    const double persistent = (double)(pbytes + gbytes + sbytes);
+    const double held = (double)step_peak + persistent;
+    const double held_cap = (double)cap + persistent;
+    const double need = persistent + (double)saved;
+    row *q = new_row("memory", "%s", "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(q->name, sizeof q->name, fmt, ap);
+    va_end(ap);
+    q->rate = held / (1 << 20);
+    snprintf(q->unit, sizeof q->unit, "MiB");
+    q->frac = held / need;
+    snprintf(q->limit_name, sizeof q->limit_name, "needed");
+    snprintf(q->extra, sizeof q->extra,
+             "step arena %.2f + p+g+state %.2f MiB; needed %.2f (saved %.2f); arena capacity %.2f MiB%s "
+             "-> %.2fx",
+             (double)step_peak / (1 << 20), persistent / (1 << 20), need / (1 << 20), (double)saved / (1 << 20),
+             (double)cap / (1 << 20), cap == cap_after_timing ? " (flat)" : " (GREW)", held_cap / need);
+    return q;
+}
+
+/* Times a training step (samples of >= 5 ms: tiny steps), then runs one
+ * more with *measure set so it records its saved bytes and arena peak;
+ * *cap_before and *cap_after are the arena's capacity around that step
+ * (the footprint must not grow after the warm-up). */
+static bn_timing time_training_step(const options *o, void (*step)(void *), void *arg, tg_ctx *ctx, bool *measure,
+                                    size_t *cap_before, size_t *cap_after, const char *what) {
+    bn_timing t = bn_time(step, arg, 4 * o->budget, 5, 5e-3);
+    if (!tg_ok(ctx)) die_ctx(ctx, what);
+    *cap_before = tg_arena_capacity(ctx);
+    *measure = true;
+    step(arg);
+    *cap_after = tg_arena_capacity(ctx);
+    return t;
+}
+
 static void bench_mlp(const options *o, const limits *lim) {
     static const int64_t sizes[2][2] = {{256, 64}, {64, 32}};
     for (int s = 0; s < 2; s++) {
@@ -486,14 +552,8 @@ static void bench_mlp(const options *o, const limits *lim) {
         progress("MLP 784-%lld-%lld-10 batch %lld", (long long)H, (long long)H, (long long)B);
         mlp m;
         mlp_init(&m, o->threads, H, B);
-        bn_timing t = bn_time(mlp_step, &m, 4 * o->budget, 5, 5e-3);
-        if (!tg_ok(m.ctx)) die_ctx(m.ctx, "MLP step");
-        const size_t cap_after_timing = tg_arena_capacity(m.ctx);
-        /* one more step recording the saved bytes; the arena's footprint
-         * must not have grown since the warm-up */
-        m.measure = true;
-        mlp_step(&m);
-        const size_t cap = tg_arena_capacity(m.ctx);
+        size_t cap_after_timing, cap;
+        bn_timing t = time_training_step(o, mlp_step, &m, m.ctx, &m.measure, &cap_after_timing, &cap, "MLP step");
 
         /* the GEMMs' flops: forward, dW and dx of each Linear (2 B in out
          * each), except dx of the first (its input needs no gradient) */
@@ -510,36 +570,8 @@ static void bench_mlp(const options *o, const limits *lim) {
         add_target(r, H == 256 ? "MLP step hidden 256 vs PyTorch steps/s" : "MLP step hidden 64 vs PyTorch steps/s",
                    r->ratio_torch, H == 256 ? 2.0 : 5.0, true, "x");
 
-        /* peak memory: what the step holds at its peak (the arena it used
-         * + the persistent params, grads and optimizer state) against what
-         * it needs at least (params + grads + state + saved activations).
-         * The arena's capacity is shown too: it never shrinks, so it also
-         * keeps the high-water mark of the model's construction (the
-         * parameters are drawn in the arena, then made persistent) and is
-         * at least one 1 MiB chunk; pages of it the step never touches are
-         * not resident. */
-        size_t pbytes = 0, gbytes = 0, sbytes = 0;
-        for (int i = 0; i < m.params.count; i++) {
-            pbytes += tensor_bytes(m.params.items[i].value);
-            gbytes += tensor_bytes(m.params.items[i].value->grad);
-        }
-        tg_params *st = tg_optim_state(m.opt);
-        for (int i = 0; i < st->count; i++) sbytes += tensor_bytes(st->items[i].value);
-        const double persistent = (double)(pbytes + gbytes + sbytes);
-        const double held = (double)m.step_peak + persistent;
-        const double held_cap = (double)cap + persistent;
-        const double need = persistent + (double)m.saved_bytes;
-        row *q = new_row("memory", "MLP peak memory 784-%lld-%lld-10 b%lld", (long long)H, (long long)H, (long long)B);
-        q->rate = held / (1 << 20);
-        snprintf(q->unit, sizeof q->unit, "MiB");
-        q->frac = held / need;
-        snprintf(q->limit_name, sizeof q->limit_name, "needed");
-        snprintf(q->extra, sizeof q->extra,
-                 "step arena %.2f + p+g+state %.2f MiB; needed %.2f (saved %.2f); arena capacity %.2f MiB%s "
-                 "-> %.2fx",
-                 (double)m.step_peak / (1 << 20), persistent / (1 << 20), need / (1 << 20),
-                 (double)m.saved_bytes / (1 << 20), (double)cap / (1 << 20),
-                 cap == cap_after_timing ? " (flat)" : " (GREW)", held_cap / need);
+        row *q = memory_row(&m.params, m.opt, m.step_peak, m.saved_bytes, cap, cap_after_timing,
+                            "MLP peak memory 784-%lld-%lld-10 b%lld", (long long)H, (long long)H, (long long)B);
         add_target(q, H == 256 ? "MLP hidden 256 peak memory / needed" : "MLP hidden 64 peak memory / needed", q->frac,
                    1.2, false, "x");
         if (!tg_ok(m.ctx)) die_ctx(m.ctx, "MLP step");
@@ -613,6 +645,141 @@ static void bench_attention(const options *o, const limits *lim) {
                "x");
     add_target(rs[1], "fused attention saved beyond q,k,v,o / composed's",
                (double)(saved[1] - io) / (double)(saved[0] - in), 0.125, false, "x");
+}
+
+/* ---- GPT training step ------------------------------------------------------ */
+
+typedef struct gpt_arg {
+    tg_ctx *ctx;
+    tg_gpt *g;
+    tg_params params;
+    tg_optim *opt;
+    int64_t B, T, *idx, *tgt;
+    size_t saved, peak; /* tg_tape_saved_bytes after the forward, tg_arena_used at the end */
+    bool measure;       /* record both in the next step */
+} gpt_arg;
+
+/* zero-grad, forward, cross-entropy, backward, AdamW, reset. */
+static void gpt_step(void *p) {
+    gpt_arg *a = p;
+    tg_optim_zero_grad(a->ctx, a->opt);
+    tg_tensor *loss = tg_gpt_loss(a->ctx, a->g, a->B, a->T, a->idx, a->tgt);
+    if (a->measure) a->saved = tg_tape_saved_bytes(a->ctx);
+    tg_backward(a->ctx, loss);
+    tg_optim_step(a->ctx, a->opt);
+    if (a->measure) a->peak = tg_arena_used(a->ctx);
+    tg_ctx_reset(a->ctx);
+}
+
+static void gpt_init(gpt_arg *a, int threads, int64_t L, int64_t H, int64_t C, int64_t T, int64_t B) {
+    memset(a, 0, sizeof *a);
+    tg_ctx *ctx = a->ctx = tg_ctx_new(7);
+    tg_set_threads(ctx, threads);
+    tg_gpt_config c = tg_gpt_defaults(TG_GPT_GPT2);
+    c.n_layer = L, c.n_head = H, c.n_embd = C, c.context = T;
+    a->g = tg_gpt_new(ctx, NULL, &c);
+    tg_module_params(ctx, TG_MODULE(a->g), &a->params);
+    tg_adam_opts ao = tg_adamw_defaults();
+    ao.lr = 3e-3, ao.beta2 = 0.99, ao.weight_decay = 0.1; /* scripts/gpt_torch.py's adamw() */
+    a->opt = tg_adamw_new(ctx, &a->params, &ao);
+    a->B = B, a->T = T;
+    a->idx = malloc((size_t)(B * T) * sizeof *a->idx);
+    a->tgt = malloc((size_t)(B * T) * sizeof *a->tgt);
+    for (int64_t i = 0; i < B * T; i++) {
+        a->idx[i] = (int64_t)(tg_rng_uniform(ctx) * 128) % 128;
+        a->tgt[i] = (int64_t)(tg_rng_uniform(ctx) * 128) % 128;
+    }
+    if (!tg_ok(ctx)) die_ctx(ctx, "GPT setup");
+}
+
+static void gpt_free(gpt_arg *a) {
+    tg_optim_free(a->ctx, a->opt);
+    tg_params_free(&a->params);
+    tg_module_free(a->ctx, TG_MODULE(a->g));
+    free(a->idx);
+    free(a->tgt);
+    tg_ctx_free(a->ctx);
+}
+
+/* The GEMM flops of a GPT-2 step: each Linear's three products (6 M in
+ * out, M = B T rows): per layer qkv C x 3C, proj C x C, fc C x 4C, proj
+ * 4C x C, i.e. 12 C^2; the tied output projection C x V; and attention's
+ * six products on the causal half, 6 T^2 D per (batch, head). */
+static double gpt_flops(int64_t L, int64_t C, int64_t T, int64_t B) {
+    const double M = (double)(B * T);
+    return 6.0 * M * (12.0 * (double)(C * C) * (double)L + (double)C * 128.0) +
+           6.0 * (double)(B * L) * (double)(T * T) * (double)C;
+}
+
+/* The GPT-2 step at the issue's two sizes, beside PyTorch (the same model
+ * from scripts/gpt_torch.py, AdamW, the same thread count); the step's
+ * GEMM rate against the Linear rows'; the small size with 2 threads; the
+ * peak memory. llm.c's train_gpt2.c is not run here: the issue's figures
+ * for it (87 and 832 ms per step on this machine) are quoted. */
+static void bench_gpt(const options *o, const limits *lim) {
+    static const struct {
+        const char *name;
+        int64_t L, H, C, T, B;
+        double vs_torch, llmc_ms;
+    } cfg[2] = {{"tiny", 4, 4, 128, 64, 4, 1.8, 87}, {"small", 6, 6, 384, 64, 4, 1.1, 832}};
+    double linear_rate = NAN; /* the biggest Linear row's GFLOP/s; timed here when that row did not run */
+    for (int i = 0; i < nrows; i++)
+        if (!strcmp(rows[i].group, "linear") && strstr(rows[i].name, "4096")) linear_rate = rows[i].rate;
+    if (isnan(linear_rate)) {
+        progress("Linear 4096x768x3072, the GEMM rate the GPT rows compare with");
+        linear_rate = 6.0 * 4096 * 768 * 3072 / time_linear(o, 4096, 768, 3072, o->threads).median_s * 1e-9;
+    }
+    for (int s = 0; s < 2; s++) {
+        const int64_t L = cfg[s].L, H = cfg[s].H, C = cfg[s].C, T = cfg[s].T, B = cfg[s].B;
+        progress("GPT-2 step %s: L=%lld H=%lld C=%lld T=%lld B=%lld", cfg[s].name, (long long)L, (long long)H,
+                 (long long)C, (long long)T, (long long)B);
+        gpt_arg a;
+        gpt_init(&a, o->threads, L, H, C, T, B);
+        size_t cap_after_timing, cap;
+        bn_timing t = time_training_step(o, gpt_step, &a, a.ctx, &a.measure, &cap_after_timing, &cap, "GPT step");
+        const double flops = gpt_flops(L, C, T, B), gflops = flops / t.median_s * 1e-9;
+        row *r = new_row("gpt", "GPT-2 step %s L%lld C%lld T%lld B%lld AdamW", cfg[s].name, (long long)L, (long long)C,
+                         (long long)T, (long long)B);
+        r->ours_s = t.median_s;
+        r->rate = 1.0 / t.median_s;
+        snprintf(r->unit, sizeof r->unit, "steps/s");
+        r->frac = gflops / lim->fma.f32_gflops;
+        snprintf(r->limit_name, sizeof r->limit_name, "FMA f32");
+        r->torch_s = torch_time("gpt gpt2 %lld %lld %lld %lld %lld", (long long)L, (long long)H, (long long)C,
+                                (long long)T, (long long)B);
+        r->ratio_torch = r->torch_s / r->ours_s;
+        snprintf(r->extra, sizeof r->extra,
+                 "%.0f tokens/s; %.2f M params; %.2f GFLOP/step at %.1f GFLOP/s (%.0f%% of the Linear row's "
+                 "%.1f); llm.c's quoted %.0f ms -> %.1fx",
+                 (double)(B * T) / t.median_s, (double)tg_params_numel(&a.params) * 1e-6, flops * 1e-9, gflops,
+                 100 * gflops / linear_rate, linear_rate, cfg[s].llmc_ms, cfg[s].llmc_ms * 1e-3 / t.median_s);
+        char what[96];
+        snprintf(what, sizeof what, "GPT-2 step %s vs PyTorch steps/s", cfg[s].name);
+        add_target(r, what, r->ratio_torch, cfg[s].vs_torch, true, "x");
+        if (s == 1) {
+            add_target(r, "GPT-2 step small GFLOP/s / the Linear row's", gflops / linear_rate, 0.75, true, "x");
+            row *q =
+                memory_row(&a.params, a.opt, a.peak, a.saved, cap, cap_after_timing, "GPT-2 step small peak memory");
+            add_target(q, "GPT-2 step small peak memory / needed", q->frac, 1.2, false, "x");
+            /* 2 threads against 1, alternating, fastest calls (bench_scaling) */
+            const int nt = o->threads > 2 ? o->threads : 2;
+            double wall[2][ROUNDS], cpu[2][ROUNDS];
+            alternate_threads(a.ctx, gpt_step, &a, nt, wall, cpu);
+            if (!tg_ok(a.ctx)) die_ctx(a.ctx, "GPT step");
+            row *w = new_row("scaling", "GPT-2 step small %dT vs 1T", nt);
+            w->ours_s = wall[1][0];
+            w->rate = 1.0 / wall[1][0];
+            snprintf(w->unit, sizeof w->unit, "steps/s");
+            snprintf(w->extra, sizeof w->extra,
+                     "wall, fastest of %d alternating steps: 1T %.0f ms, %dT %.0f ms; CPU 1T %.0f ms, %dT %.0f ms "
+                     "-> %.2fx on free cores; load %.1f on %ld CPUs",
+                     ROUNDS, wall[0][0] * 1e3, nt, wall[1][0] * 1e3, cpu[0][ROUNDS / 2] * 1e3, nt,
+                     cpu[1][ROUNDS / 2] * 1e3, nt * cpu[0][ROUNDS / 2] / cpu[1][ROUNDS / 2], bn_loadavg(),
+                     sysconf(_SC_NPROCESSORS_ONLN));
+            add_target(w, "GPT-2 step small 2 threads vs 1 thread", wall[0][0] / wall[1][0], 1.7, true, "x");
+        }
+        gpt_free(&a);
+    }
 }
 
 /* ---- tiny op ------------------------------------------------------------- */
@@ -833,7 +1000,7 @@ static void usage(const char *argv0) {
     fprintf(stderr,
             "usage: %s [--threads N] [--json FILE] [--budget SECONDS] [--no-torch] [--no-blas]\n"
             "          [--python PATH] [--torch-script PATH] [--torch-malloc warm|default]\n"
-            "          [--clock auto|wall|cpu] [--only norm|linear|scaling|mlp|attention|tiny]\n"
+            "          [--clock auto|wall|cpu] [--only norm|linear|scaling|mlp|attention|gpt|tiny]\n"
             "fair OpenBLAS/PyTorch case: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE %s ...\n",
             argv0, argv0);
 }
@@ -932,6 +1099,7 @@ int main(int argc, char **argv) {
     if (run_group(&o, "scaling")) bench_scaling(&o, &lim);
     if (run_group(&o, "mlp")) bench_mlp(&o, &lim);
     if (run_group(&o, "attention")) bench_attention(&o, &lim);
+    if (run_group(&o, "gpt")) bench_gpt(&o, &lim);
     if (run_group(&o, "tiny")) bench_tiny(&o);
     const double load1 = bn_loadavg();
     bn_torch_stop(&torch_srv);

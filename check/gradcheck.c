@@ -1,21 +1,30 @@
-/* Gradient checking: an op's hand-written backward against central finite
+/* Gradient checking: an op's hand-written backward against finite
  * differences.
  *
- * For f(x_1..x_n) with output y and a fixed random weighting r of y,
+ * For f(x_1..x_n) with output y and a fixed weighting r of y,
  *     L(x) = sum_j r_j y_j(x)
  * the backward seeded with r gives a_i = dL/dx_i = sum_j r_j dy_j/dx_i (one
  * backward, every input at once), and central differences give
- *     n_i = (L(x + h e_i) - L(x - h e_i)) / 2h
- * with truncation error (h^2 / 6) L''' and round-off ~ eps |L| / h, smallest
- * near h ~ eps^(1/3) (1e-5 in float64). Element i passes when
+ *     n_i = (L(x + h_i e_i) - L(x - h_i e_i)) / 2h_i
+ * with truncation error (h_i^2 / 6) L''' and round-off ~ eps |L| / h_i,
+ * smallest near h_i ~ eps^(1/3) l_i, l_i the length over which L's slope
+ * changes. Element i passes when
  *     |a_i - n_i| <= atol + rtol |n_i|            (PyTorch's gradcheck rule)
- * The weighting r makes one scalar out of any output so one backward checks
+ * with atol absolute, or scaled by the gradient's root mean square G_k. The
+ * weighting r makes one scalar out of any output so one backward checks
  * every input element; a random r (not all ones) makes cancellations such as
  * sum(softmax(x)) = 1 unable to hide a wrong gradient.
  *
- * Directional mode checks one random unit direction v per input instead:
+ * Directional mode checks one direction v per input instead:
  *     dL/dx . v   vs   (L(x + h v) - L(x - h v)) / 2h
- * two forwards per input whatever its size.
+ * two forwards per input whatever its size. Jacobian mode compares every
+ * entry d y_j / d x_i: rows from one backward per output element, columns
+ * from two forwards per input element.
+ *
+ * No silent passes: the quotient divides by the step actually stored, and a
+ * step that rounds away (x +- h_i == x, or most of h v lost in a
+ * direction) is an error naming the element, since 0/0 or 0 against 0
+ * would otherwise compare nothing.
  *
  * Everything the check does is undone: it runs on copies of the inputs, on a
  * private tape (swapped in for the caller's), restores grad mode, and runs
@@ -33,7 +42,13 @@
 /* ---- the checker's own random numbers -------------------------------------
  * r and v come from Philox blocks keyed by opts.seed, never from the
  * context's stream, so checking leaves the function's randomness alone.
- * Stream 0 is r; stream 1 + k is the direction of input k. */
+ * Stream GC_STREAM is r; GC_STREAM + 1 + k the direction of input k. The
+ * context's own stream is stream 0 of the same generator: were r drawn
+ * from it, a check seeded like the inputs would get r proportional to
+ * inputs drawn uniformly (a registry case with --seed S and probe seed S),
+ * and for RMSNorm without gamma, r = c x makes dL/dx = rstd (r - xhat
+ * mean(r xhat)) vanish to O(eps): a check of nothing. */
+#define GC_STREAM ((uint64_t)0x9e3779b9u << 32)
 
 static void gc_block(uint64_t seed, uint64_t stream, uint64_t i, uint32_t out[4]) {
     uint32_t ctr[4] = {(uint32_t)i, (uint32_t)(i >> 32), (uint32_t)stream, (uint32_t)(stream >> 32)};
@@ -82,7 +97,10 @@ static void gc_arena_rollback(tg_ctx *ctx, gc_mark m) {
  * when any of them is float32): the float64 values are PyTorch's; float32
  * needs a step a thousand times larger (its round-off, eps32 |L| / h, would
  * swamp the quotient at h = 1e-6) and tolerances that sit above the error
- * left at that step (docs/gradcheck.md measures both). */
+ * left at that step (docs/gradcheck.md measures both). In float32 the step
+ * and atol are relative by default (to the length scale l_i and the
+ * gradient's scale G_k), so one setting holds from inputs of size 1e-3 to
+ * 1e3 (docs/experiments.md). */
 
 static const tg_gradcheck_tol GC_F64 = {1e-6, 1e-5, 1e-3};
 static const tg_gradcheck_tol GC_F32 = {1e-3, 1e-3, 1e-2};
@@ -95,18 +113,33 @@ tg_gradcheck_opts tg_gradcheck_defaults(void) {
     return o;
 }
 
-/* Resolved settings of one check. */
+const char *tg_gradcheck_mode_name(tg_gradcheck_mode mode) {
+    static const char *const names[] = {"full", "directional", "jacobian"};
+    return (unsigned)mode < 3 ? names[mode] : "?";
+}
+
+const char *tg_gradcheck_step_name(tg_gradcheck_step step) {
+    static const char *const names[] = {"auto", "absolute", "element", "scaled"};
+    return (unsigned)step < 4 ? names[step] : "?";
+}
+
+const char *tg_gradcheck_atol_scale_name(tg_gradcheck_atol_scale s) {
+    static const char *const names[] = {"auto", "absolute", "gradient"};
+    return (unsigned)s < 3 ? names[s] : "?";
+}
+
+/* Resolved settings of one check: the options with every default filled. */
 typedef struct gc_config {
-    double h, atol, rtol;
-    tg_gradcheck_mode mode;
-    uint64_t seed;
-    uint32_t mask; /* inputs to check */
-    bool forward_diff;
+    tg_gradcheck_opts o; /* h, atol, rtol, step, atol_scale resolved */
+    tg_dtype dtype;      /* float32 when any checked input is */
+    double eps;          /* its machine epsilon */
+    uint32_t mask;       /* inputs to check */
 } gc_config;
 
 /* Fills cfg from opts (NULL: defaults) for inputs[0..n-1] with `mask`
- * (0: all) as the inputs to check; h, atol, rtol left 0 take the defaults
- * of the checked inputs' dtype (unless opts->no_defaults). */
+ * (0: all) as the inputs to check; h, atol, rtol left 0 and step,
+ * atol_scale left AUTO take the defaults of the checked inputs' dtype
+ * (unless opts->no_defaults). */
 static bool gc_configure(tg_ctx *ctx, const char *fn, const tg_gradcheck_opts *opts, int n, tg_tensor *const *inputs,
                          uint32_t mask, gc_config *cfg) {
     tg_gradcheck_opts o = opts ? *opts : tg_gradcheck_defaults();
@@ -115,8 +148,13 @@ static bool gc_configure(tg_ctx *ctx, const char *fn, const tg_gradcheck_opts *o
         tg_error(ctx, TG_ERR_VALUE, fn, "inputs mask 0x%x names inputs beyond the %d given", (unsigned)mask, n);
         return false;
     }
-    if (o.mode != TG_GRADCHECK_FULL && o.mode != TG_GRADCHECK_DIRECTIONAL) {
-        tg_error(ctx, TG_ERR_VALUE, fn, "unknown mode %d (TG_GRADCHECK_FULL or TG_GRADCHECK_DIRECTIONAL)", (int)o.mode);
+    if ((unsigned)o.mode > TG_GRADCHECK_JACOBIAN) {
+        tg_error(ctx, TG_ERR_VALUE, fn,
+                 "unknown mode %d (TG_GRADCHECK_FULL, TG_GRADCHECK_DIRECTIONAL or TG_GRADCHECK_JACOBIAN)", (int)o.mode);
+        return false;
+    }
+    if ((unsigned)o.step > TG_GRADCHECK_STEP_SCALED || (unsigned)o.atol_scale > TG_GRADCHECK_ATOL_GRADIENT) {
+        tg_error(ctx, TG_ERR_VALUE, fn, "unknown step %d or atol_scale %d", (int)o.step, (int)o.atol_scale);
         return false;
     }
     if (!(o.h >= 0) || !isfinite(o.h) || !(o.atol >= 0) || !isfinite(o.atol) || !(o.rtol >= 0) || !isfinite(o.rtol)) {
@@ -124,13 +162,28 @@ static bool gc_configure(tg_ctx *ctx, const char *fn, const tg_gradcheck_opts *o
                  o.atol, o.rtol);
         return false;
     }
+    if (!(o.step_floor >= 0) || !isfinite(o.step_floor)) {
+        tg_error(ctx, TG_ERR_VALUE, fn, "step_floor=%g must be finite and >= 0 (0: l_i / 10)", o.step_floor);
+        return false;
+    }
     if (o.no_defaults && o.h == 0) {
         tg_error(ctx, TG_ERR_VALUE, fn, "h=0 with no_defaults: the step must be > 0");
         return false;
     }
+    if (o.r.data && o.r.numel < 1) {
+        tg_error(ctx, TG_ERR_VALUE, fn, "opts.r has %lld values", (long long)o.r.numel);
+        return false;
+    }
     bool f32 = false;
     for (int k = 0; k < n; k++) {
-        if (!(mask >> k & 1u) || inputs[k]->dtype != TG_F32) continue;
+        if (!(mask >> k & 1u)) continue;
+        if (o.mode == TG_GRADCHECK_DIRECTIONAL && k < TG_GRADCHECK_MAX_INPUTS && o.v[k].data &&
+            o.v[k].numel != inputs[k]->numel) {
+            tg_error(ctx, TG_ERR_SHAPE, fn, "opts.v[%d] has %lld values; input %d has %lld elements", k,
+                     (long long)o.v[k].numel, k, (long long)inputs[k]->numel);
+            return false;
+        }
+        if (inputs[k]->dtype != TG_F32) continue;
         f32 = true;
         if (!o.allow_float32) {
             double h = o.h > 0 ? o.h : GC_F64.h;
@@ -143,13 +196,16 @@ static bool gc_configure(tg_ctx *ctx, const char *fn, const tg_gradcheck_opts *o
         }
     }
     tg_gradcheck_tol def = f32 ? GC_F32 : GC_F64;
-    cfg->h = o.h > 0 || o.no_defaults ? o.h : def.h;
-    cfg->atol = o.atol > 0 || o.no_defaults ? o.atol : def.atol;
-    cfg->rtol = o.rtol > 0 || o.no_defaults ? o.rtol : def.rtol;
-    cfg->mode = o.mode;
-    cfg->seed = o.seed;
+    o.h = o.h > 0 || o.no_defaults ? o.h : def.h;
+    o.atol = o.atol > 0 || o.no_defaults ? o.atol : def.atol;
+    o.rtol = o.rtol > 0 || o.no_defaults ? o.rtol : def.rtol;
+    if (o.step == TG_GRADCHECK_STEP_AUTO) o.step = f32 ? TG_GRADCHECK_STEP_SCALED : TG_GRADCHECK_STEP_ABSOLUTE;
+    if (o.atol_scale == TG_GRADCHECK_ATOL_AUTO)
+        o.atol_scale = f32 ? TG_GRADCHECK_ATOL_GRADIENT : TG_GRADCHECK_ATOL_ABSOLUTE;
+    cfg->o = o;
+    cfg->dtype = f32 ? TG_F32 : TG_F64;
+    cfg->eps = f32 ? FLT_EPSILON : DBL_EPSILON;
     cfg->mask = mask;
-    cfg->forward_diff = o.forward_diff;
     return true;
 }
 
@@ -235,12 +291,25 @@ static tg_tensor *gc_eval(gc_session *s, bool record) {
     return y;
 }
 
+/* The values of one evaluation of f at the current inputs (no grad),
+ * copied into out: the output may be a view of an input (reshape,
+ * dropout with p = 0), which the next perturbation would change under it.
+ * The evaluation's arena memory is handed back at once. */
+static bool gc_values(gc_session *s, double *out) {
+    gc_mark m = gc_arena_mark(s->ctx);
+    tg_tensor *y = gc_eval(s, false);
+    if (!y) return false;
+    for (int64_t j = 0; j < y->numel; j++) out[j] = tg_load(y, j);
+    gc_arena_rollback(s->ctx, m);
+    return true;
+}
+
 /* L = sum_j r_j y_j, Neumaier-compensated so the sum adds no round-off of
  * its own to the difference L(x+h) - L(x-h). */
-static double gc_weighted_sum(const tg_tensor *r, const tg_tensor *y) {
+static double gc_weighted_sum(const double *r, const double *y, int64_t M) {
     double sum = 0.0, comp = 0.0;
-    for (int64_t j = 0; j < y->numel; j++) {
-        double t = tg_load(r, j) * tg_load(y, j);
+    for (int64_t j = 0; j < M; j++) {
+        double t = r[j] * y[j];
         double s = sum + t;
         comp += fabs(sum) >= fabs(t) ? (sum - s) + t : (t - s) + sum;
         sum = s;
@@ -248,47 +317,227 @@ static double gc_weighted_sum(const tg_tensor *r, const tg_tensor *y) {
     return sum + comp;
 }
 
-/* L at the current (perturbed) inputs: a no-grad evaluation whose arena
- * memory is handed back at once. */
-static bool gc_loss(gc_session *s, const tg_tensor *r, double *L) {
-    gc_mark m = gc_arena_mark(s->ctx);
-    tg_tensor *y = gc_eval(s, false);
-    if (!y) return false;
-    *L = gc_weighted_sum(r, y);
-    gc_arena_rollback(s->ctx, m);
+/* What every difference is taken against: the output at the unperturbed
+ * inputs (y0: M values, and L0 = L(x) for forward differences), the
+ * weighting r (NULL in JACOBIAN mode), and scratch for the two sides. */
+typedef struct gc_ref {
+    int64_t M;
+    const double *r, *y0;
+    double L0;
+    double *yp, *ym;    /* M values each */
+    unsigned char *dep; /* M flags: the outputs a step moves (gc_refine) */
+} gc_ref;
+
+/* ---- the predicted error ----------------------------------------------------
+ * A difference quotient at step h_i is off by
+ *   rounding    each of L(x+) and L(x-) carries the rounding of the outputs
+ *               the step moved, ~eps |r_j y_j| each, divided by the step:
+ *               C_ROUND (eps S + eps64 (|L+| + |L-|)) / (x+ - x-), with
+ *               S = sum over the outputs either side moved of |r_j|
+ *               (|y+_j| + |y-_j|) (the second term: the compensated sum's
+ *               own last rounding, in float64)
+ *   truncation  the Taylor terms the quotient drops: (h^2 / 6) L''' central,
+ *               (h / 2) L'' forward, where each derivative of L along x_i
+ *               brings a factor 1 / l_i: C_TRUNC (h_i / l_i)^2 G_k, or
+ *               C_TRUNC (h_i / l_i) G_k
+ * An output the step did not move is computed bit for bit the same on both
+ * sides and adds no rounding -- unless it did move, by less than its
+ * rounding, and only looks unmoved. So a comparison that fails with an
+ * error above this estimate gets a second one (gc_refine): the outputs that
+ * depend on x_i are found with large steps (+-0.1 l_i), and S sums over
+ * them -- four more evaluations, only for failing comparisons. */
+
+static double gc_round(const gc_config *cfg, double S, double Lp, double Lm, double step) {
+    return TG_GRADCHECK_C_ROUND * (cfg->eps * S + DBL_EPSILON * (fabs(Lp) + fabs(Lm))) / step;
+}
+
+static double gc_trunc(const gc_config *cfg, double rel_step, double G) {
+    return TG_GRADCHECK_C_TRUNC * (cfg->o.forward_diff ? rel_step : rel_step * rel_step) * G;
+}
+
+/* One difference, measured in one pass over the outputs: L+ and L- (L0
+ * with forward differences), S over the outputs that moved from y0 (or
+ * that dep marks), and T = sum_j |r_j (y+_j - y-_j)|, the size of the terms
+ * the difference sums before they cancel. */
+typedef struct gc_diff {
+    double Lp, Lm, S, T;
+} gc_diff;
+
+static gc_diff gc_measure(const gc_config *cfg, const gc_ref *ref, const unsigned char *dep) {
+    /* two Neumaier-compensated sums (gc_weighted_sum), side by side */
+    double sp = 0.0, cp = 0.0, sm = 0.0, cm = 0.0, S = 0.0, T = 0.0;
+    for (int64_t j = 0; j < ref->M; j++) {
+        double p = ref->yp[j], m = ref->ym[j], z = ref->y0[j], r = ref->r[j], w = fabs(r);
+        double tp = r * p, tm = r * m, up = sp + tp, um = sm + tm;
+        cp += fabs(sp) >= fabs(tp) ? (sp - up) + tp : (tp - up) + sp;
+        cm += fabs(sm) >= fabs(tm) ? (sm - um) + tm : (tm - um) + sm;
+        sp = up;
+        sm = um;
+        T += w * fabs(p - m);
+        if (dep ? dep[j] : p != z || m != z) S += w * (fabs(p) + fabs(m));
+    }
+    gc_diff d = {sp + cp, cfg->o.forward_diff ? ref->L0 : sm + cm, S, T};
+    return d;
+}
+
+/* ---- steps and scales --------------------------------------------------------- */
+
+/* The length scales l_i of input k into ell: the scale function's, else
+ * the input's root mean square (1 for an all-zero input). */
+static bool gc_scales(gc_session *s, const gc_config *cfg, int k, double *ell) {
+    const tg_tensor *x = s->x[k];
+    int64_t N = x->numel;
+    if (cfg->o.scale && cfg->o.scale(s->x, k, ell, s->user)) {
+        for (int64_t i = 0; i < N; i++) {
+            if (!(ell[i] > 0) || !isfinite(ell[i])) {
+                tg_error(s->ctx, TG_ERR_VALUE, s->fn,
+                         "the scale function gave l = %g for element %lld of input %d (each must be finite and > 0)",
+                         ell[i], (long long)i, k);
+                return false;
+            }
+        }
+        return true;
+    }
+    double ss = 0.0;
+    for (int64_t i = 0; i < N; i++) ss += tg_load(x, i) * tg_load(x, i);
+    double rms = N ? sqrt(ss / (double)N) : 0.0;
+    if (!(rms > 0) || !isfinite(rms)) rms = 1.0;
+    for (int64_t i = 0; i < N; i++) ell[i] = rms;
     return true;
+}
+
+/* The step of element i of x: h, h max(|x_i|, floor) or h l_i. */
+static double gc_step(const gc_config *cfg, double xi, double ell) {
+    switch (cfg->o.step) {
+    case TG_GRADCHECK_STEP_ELEMENT:
+        return cfg->o.h * fmax(fabs(xi), cfg->o.step_floor > 0 ? cfg->o.step_floor : ell / 10);
+    case TG_GRADCHECK_STEP_SCALED: return cfg->o.h * ell;
+    default: return cfg->o.h;
+    }
+}
+
+/* Per-input working arrays: scales, steps. */
+typedef struct gc_input_steps {
+    double *ell, *step;
+    double lo, hi, ell_rms;
+} gc_input_steps;
+
+static bool gc_prepare(gc_session *s, const gc_config *cfg, int k, gc_input_steps *st) {
+    const tg_tensor *x = s->x[k];
+    int64_t N = x->numel;
+    size_t bytes = (size_t)(N > 0 ? N : 1) * sizeof(double);
+    st->ell = tg_arena_alloc_fn(s->ctx, s->fn, bytes);
+    st->step = tg_arena_alloc_fn(s->ctx, s->fn, bytes);
+    if (!st->ell || !st->step || !gc_scales(s, cfg, k, st->ell)) return false;
+    st->lo = INFINITY;
+    st->hi = 0.0;
+    double ss = 0.0;
+    for (int64_t i = 0; i < N; i++) {
+        st->step[i] = gc_step(cfg, tg_load(x, i), st->ell[i]);
+        st->lo = fmin(st->lo, st->step[i]);
+        st->hi = fmax(st->hi, st->step[i]);
+        ss += st->ell[i] * st->ell[i];
+    }
+    if (N == 0) st->lo = 0.0;
+    st->ell_rms = N ? sqrt(ss / (double)N) : 0.0;
+    return true;
+}
+
+/* The spacing of float32 or float64 numbers at x. */
+static double gc_spacing(tg_dtype dt, double x) {
+    if (dt == TG_F32) return (double)nextafterf((float)fabs(x), INFINITY) - (double)(float)fabs(x);
+    return nextafter(fabs(x), INFINITY) - fabs(x);
+}
+
+/* A step that rounded away: an error naming where (and result fields). */
+static void gc_vanished(gc_session *s, tg_gradcheck_result *R, int k, int64_t i, double xi, double h, double kept) {
+    R->step_vanished = true;
+    R->vanished_input = k;
+    R->vanished_index = i;
+    tg_dtype dt = s->x[k]->dtype;
+    if (i >= 0) {
+        double sp = gc_spacing(dt, xi);
+        tg_error(s->ctx, TG_ERR_VALUE, s->fn,
+                 "the step vanished at input %d, element %lld: x = %.9g and x +- h (h = %.3g) round back to x in %s, "
+                 "whose spacing there is %.3g, so the difference quotient is 0/0 and compares nothing; take h "
+                 "above %.2g there (a larger h, or a step relative to x: TG_GRADCHECK_STEP_SCALED)",
+                 k, (long long)i, xi, h, tg_dtype_name(dt), sp, sp);
+    } else {
+        tg_error(s->ctx, TG_ERR_VALUE, s->fn,
+                 "the step vanished along the direction of input %d: of the perturbation h v (|h v| = %.3g) only "
+                 "%.3g of its length survives rounding to %s, so both sides would compare about 0 with 0; take a "
+                 "larger h",
+                 k, h, kept, tg_dtype_name(dt));
+    }
 }
 
 /* ---- comparison ------------------------------------------------------------ */
 
 static double gc_max(double old, double v) { return isnan(old) ? old : (isnan(v) || v > old) ? v : old; }
 
-/* Records one comparison of analytic a with numeric n for input k, element
- * i (-1: a direction). */
-static void gc_compare(tg_gradcheck_result *R, int k, int64_t i, double a, double n) {
+/* The larger of the root mean squares of a and b over the pairs where
+ * either is non-zero and both are finite: the scale of a gradient, blind to
+ * structural zeros and to a NaN here or there. */
+static double gc_rms_pair(const double *a, const double *b, int64_t n) {
+    double sa = 0.0, sb = 0.0;
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double u = a[i], v = b[i];
+        if (!isfinite(u) || !isfinite(v) || (u == 0 && v == 0)) continue;
+        sa += u * u;
+        sb += v * v;
+        m++;
+    }
+    return m ? sqrt(fmax(sa, sb) / (double)m) : 0.0;
+}
+
+/* One comparison of analytic a with numeric n for input k, element i (-1:
+ * a direction), output j (-1 unless JACOBIAN), at step h with predicted
+ * error bound. */
+static void gc_compare(const gc_config *cfg, tg_gradcheck_result *R, int k, int64_t i, int64_t j, double a, double n,
+                       double h, double bound) {
     tg_gradcheck_input *in = &R->input[k];
+    double atol = in->atol_used;
     double err = fabs(a - n);
-    double tol = R->atol + R->rtol * fabs(n);
-    double rel = err / fmax(fabs(n), fmax(R->atol, DBL_MIN));
+    double tol = atol + R->rtol * fabs(n);
+    double rel = err / fmax(fabs(n), fmax(atol, DBL_MIN));
     double ratio = tol > 0 ? err / tol : (err == 0 ? 0.0 : INFINITY);
     if (isnan(ratio)) ratio = INFINITY; /* NaN anywhere: the worst of all */
-    bool ok = err <= tol;               /* false for NaN */
+    double excess = bound > 0 ? err / bound : (err == 0 ? 0.0 : INFINITY);
+    if (isnan(excess)) excess = INFINITY;
+    bool ok = err <= tol; /* false for NaN */
     in->n_checked++;
     if (!ok) in->n_failed++;
     in->max_abs_err = gc_max(in->max_abs_err, err);
     in->max_rel_err = gc_max(in->max_rel_err, rel);
+    in->max_excess = fmax(in->max_excess, excess);
+    if (!ok) in->fail_excess = fmax(in->fail_excess, excess);
     if (in->n_checked == 1 || ratio > in->worst_ratio) {
         in->worst_ratio = ratio;
         in->worst_index = i;
+        in->worst_output = j;
         in->worst_analytic = a;
         in->worst_numeric = n;
+        in->worst_step = h;
+        in->worst_bound = bound;
     }
+    if (cfg->o.each) {
+        tg_gradcheck_element e = {k, i, j, a, n, h, tol, bound, ok};
+        cfg->o.each(cfg->o.each_user, &e);
+    }
+}
+
+/* Sets input k's gradient scale and its absolute tolerance. */
+static void gc_set_scale(const gc_config *cfg, tg_gradcheck_result *R, int k, double G) {
+    R->input[k].grad_scale = G;
+    R->input[k].atol_used = cfg->o.atol_scale == TG_GRADCHECK_ATOL_GRADIENT ? cfg->o.atol * G : cfg->o.atol;
 }
 
 /* Totals over inputs and the overall worst element. */
 static void gc_summarize(tg_gradcheck_result *R) {
     R->worst_input = -1;
     R->worst_index = -1;
+    R->worst_output = -1;
     for (int k = 0; k < R->n_inputs; k++) {
         tg_gradcheck_input *in = &R->input[k];
         if (!in->checked) continue;
@@ -297,9 +546,12 @@ static void gc_summarize(tg_gradcheck_result *R) {
         R->n_failed += in->n_failed;
         R->max_abs_err = gc_max(R->max_abs_err, in->max_abs_err);
         R->max_rel_err = gc_max(R->max_rel_err, in->max_rel_err);
+        R->max_excess = fmax(R->max_excess, in->max_excess);
+        R->fail_excess = fmax(R->fail_excess, in->fail_excess);
         if (in->n_checked && (R->worst_input < 0 || in->worst_ratio > R->worst_ratio)) {
             R->worst_input = k;
             R->worst_index = in->worst_index;
+            R->worst_output = in->worst_output;
             R->worst_analytic = in->worst_analytic;
             R->worst_numeric = in->worst_numeric;
             R->worst_ratio = in->worst_ratio;
@@ -308,71 +560,288 @@ static void gc_summarize(tg_gradcheck_result *R) {
     R->pass = R->n_failed == 0;
 }
 
-/* ---- the two modes ------------------------------------------------------- */
+/* ---- the three modes ------------------------------------------------------- */
 
-/* Every element of input k: a_i from the backward, n_i from two forwards
- * (one with forward differences, against L0 = L(x)). */
-static bool gc_check_full(gc_session *s, tg_gradcheck_result *R, int k, const tg_tensor *r, const double *L0) {
+/* One difference: element i of input k (i >= 0) moved to x_i +- h, or the
+ * whole input k moved by +- p (i < 0), or forward: + only. ref->yp and
+ * ref->ym get the two sides' outputs (ym = y0 for forward differences) and
+ * *dx the step actually stored, x+_i - x-_i (i >= 0). The input is restored. */
+static bool gc_sides(gc_session *s, const gc_config *cfg, int k, int64_t i, double h, const double *p,
+                     const tg_tensor *orig, gc_ref *ref, double *dx) {
     tg_tensor *x = s->x[k];
-    const tg_tensor *g = x->grad;
-    for (int64_t i = 0; i < x->numel; i++) {
-        double orig = tg_load(x, i), Lp, Lm = L0 ? *L0 : 0.0;
-        tg_store(x, i, orig + R->h);
-        double xp = tg_load(x, i), xm = orig;
-        if (!gc_loss(s, r, &Lp)) return false;
-        if (!L0) {
-            tg_store(x, i, orig - R->h);
-            xm = tg_load(x, i);
-            if (!gc_loss(s, r, &Lm)) return false;
-        }
-        tg_store(x, i, orig);
-        /* divide by the step actually stored (rounded to the dtype) */
-        gc_compare(R, k, i, tg_load(g, i), (Lp - Lm) / (xp - xm));
+    bool central = !cfg->o.forward_diff;
+    double xi = i >= 0 ? tg_load(x, i) : 0.0, xp = 0.0, xm = xi;
+    if (i >= 0) {
+        tg_store(x, i, xi + h);
+        xp = tg_load(x, i);
+    } else {
+        for (int64_t e = 0; e < x->numel; e++) tg_store(x, e, tg_load(orig, e) + p[e]);
     }
+    bool ok = gc_values(s, ref->yp);
+    if (ok && central) {
+        if (i >= 0) {
+            tg_store(x, i, xi - h);
+            xm = tg_load(x, i);
+        } else {
+            for (int64_t e = 0; e < x->numel; e++) tg_store(x, e, tg_load(orig, e) - p[e]);
+        }
+        ok = gc_values(s, ref->ym);
+    } else if (ok) {
+        memcpy(ref->ym, ref->y0, (size_t)ref->M * sizeof *ref->ym);
+    }
+    if (i >= 0) tg_store(x, i, xi);
+    else memcpy(x->data, orig->data, (size_t)x->numel * tg_esize(x->dtype));
+    if (dx) *dx = xp - xm;
+    return ok;
+}
+
+/* Whether the stored step of element i kept at least half of the intended
+ * one (else the error, gc_vanished). */
+static bool gc_step_kept(gc_session *s, const gc_config *cfg, tg_gradcheck_result *R, int k, int64_t i, double dx,
+                         double h) {
+    double want = cfg->o.forward_diff ? h : 2 * h;
+    if (dx >= 0.5 * want) return true;
+    gc_vanished(s, R, k, i, tg_load(s->x[k], i), h, 0.0);
+    return false;
+}
+
+/* The rounding of one difference recomputed over the outputs that depend
+ * on the perturbed input: element i (p NULL) moved by +-H, or the whole
+ * input by +-p times H, marks the outputs that move (dep); then the two
+ * sides at the check's own step (h, or p) again give S over those outputs. */
+static bool gc_refine(gc_session *s, const gc_config *cfg, int k, int64_t i, double h, double H, const double *p,
+                      const tg_tensor *orig, gc_ref *ref, gc_diff *D, double *dx) {
+    tg_tensor *x = s->x[k];
+    memset(ref->dep, 0, (size_t)ref->M);
+    /* both sides: one alone can land where f takes its old value again
+     * (a parabola's mirror point) */
+    for (int side = -1; side <= 1; side += 2) {
+        bool ok;
+        if (i >= 0) {
+            double xi = tg_load(x, i);
+            tg_store(x, i, xi + side * H);
+            ok = gc_values(s, ref->yp);
+            tg_store(x, i, xi);
+        } else {
+            for (int64_t e = 0; e < x->numel; e++) tg_store(x, e, tg_load(orig, e) + side * H * p[e]);
+            ok = gc_values(s, ref->yp);
+            memcpy(x->data, orig->data, (size_t)x->numel * tg_esize(x->dtype));
+        }
+        if (!ok) return false;
+        for (int64_t j = 0; j < ref->M; j++) ref->dep[j] |= ref->yp[j] != ref->y0[j];
+    }
+    if (!gc_sides(s, cfg, k, i, h, p, orig, ref, dx)) return false;
+    *D = gc_measure(cfg, ref, ref->dep);
     return true;
 }
 
-/* One random unit direction v for input k:
+/* FULL: every element of input k. a_i from the backward (g), n_i from two
+ * forwards (one with forward differences, against L0). */
+static bool gc_check_full(gc_session *s, const gc_config *cfg, tg_gradcheck_result *R, int k, gc_ref *ref) {
+    tg_ctx *ctx = s->ctx;
+    const tg_tensor *x = s->x[k], *g = x->grad;
+    int64_t N = x->numel;
+    gc_input_steps st;
+    if (!gc_prepare(s, cfg, k, &st)) return false;
+    size_t bytes = (size_t)(N > 0 ? N : 1) * sizeof(double);
+    double *num = tg_arena_alloc_fn(ctx, s->fn, bytes), *rnd = tg_arena_alloc_fn(ctx, s->fn, bytes);
+    double *ana = tg_arena_alloc_fn(ctx, s->fn, bytes), *terms = tg_arena_alloc_fn(ctx, s->fn, bytes);
+    if (!num || !rnd || !ana || !terms) return false;
+    for (int64_t i = 0; i < N; i++) {
+        double dx;
+        if (!gc_sides(s, cfg, k, i, st.step[i], NULL, NULL, ref, &dx)) return false;
+        if (!gc_step_kept(s, cfg, R, k, i, dx, st.step[i])) return false;
+        gc_diff D = gc_measure(cfg, ref, NULL);
+        /* divide by the step actually stored (rounded to the dtype) */
+        num[i] = (D.Lp - D.Lm) / dx;
+        terms[i] = D.T / dx;
+        rnd[i] = gc_round(cfg, D.S, D.Lp, D.Lm, dx);
+        ana[i] = tg_load(g, i);
+    }
+    double G = gc_rms_pair(ana, terms, N);
+    gc_set_scale(cfg, R, k, G);
+    for (int64_t i = 0; i < N; i++) {
+        double err = fabs(ana[i] - num[i]), bound = rnd[i] + gc_trunc(cfg, st.step[i] / st.ell[i], G);
+        if (!(err <= R->input[k].atol_used + R->rtol * fabs(num[i])) && !(err <= bound)) {
+            /* a failure the first estimate does not explain: look again */
+            gc_diff D;
+            double d;
+            if (!gc_refine(s, cfg, k, i, st.step[i], fmax(0.1 * st.ell[i], st.step[i]), NULL, NULL, ref, &D, &d))
+                return false;
+            bound = fmax(bound, gc_round(cfg, D.S, D.Lp, D.Lm, d) + gc_trunc(cfg, st.step[i] / st.ell[i], G));
+        }
+        gc_compare(cfg, R, k, i, -1, ana[i], num[i], st.step[i], bound);
+    }
+    R->input[k].step_min = st.lo;
+    R->input[k].step_max = st.hi;
+    R->input[k].scale = st.ell_rms;
+    return true;
+}
+
+/* DIRECTIONAL: one direction v for input k (opts.v[k], or a random unit
+ * vector), moved by p_i = h_i v_i (h_i / h = l_i with relative steps):
  *   analytic  sum_i g_i (x+_i - x-_i) / 2h,  numeric (L(x+) - L(x-)) / 2h
- * with x+- = x +- h v as stored (rounded), so both use the same step.
- * Forward differences (L0 = L(x) given) use x and L0 in place of x- and
- * L(x-), and h in place of 2h. */
-static bool gc_check_directional(gc_session *s, tg_gradcheck_result *R, int k, const tg_tensor *r, uint64_t seed,
-                                 const double *L0) {
+ * with x+- = x +- p as stored (rounded), so both use the same step.
+ * Forward differences use x and L0 in place of x- and L(x-), h for 2h. */
+static bool gc_check_directional(gc_session *s, const gc_config *cfg, tg_gradcheck_result *R, int k, gc_ref *ref) {
     tg_ctx *ctx = s->ctx;
     tg_tensor *x = s->x[k];
     const tg_tensor *g = x->grad;
     int64_t N = x->numel;
     if (N == 0) return true;
+    gc_input_steps st;
+    if (!gc_prepare(s, cfg, k, &st)) return false;
     tg_tensor *orig = tg_copy(ctx, x);
     double *v = tg_arena_alloc_fn(ctx, s->fn, (size_t)N * sizeof *v);
-    double *dp = tg_arena_alloc_fn(ctx, s->fn, (size_t)N * sizeof *dp);
-    if (!orig || !v || !dp) return false;
+    double *p = tg_arena_alloc_fn(ctx, s->fn, (size_t)N * sizeof *p);
+    if (!orig || !v || !p) return false;
+    const tg_gradcheck_vec *given = &cfg->o.v[k];
     double norm = 0.0;
     for (int64_t i = 0; i < N; i++) {
-        v[i] = gc_normal(seed, 1 + (uint64_t)k, (uint64_t)i);
+        v[i] = given->data ? given->data[i] : gc_normal(cfg->o.seed, GC_STREAM + 1 + (uint64_t)k, (uint64_t)i);
         norm += v[i] * v[i];
     }
     norm = sqrt(norm);
-    for (int64_t i = 0; i < N; i++) v[i] = norm > 0 ? v[i] / norm : (i == 0);
-
-    double Lp, Lm = L0 ? *L0 : 0.0;
-    for (int64_t i = 0; i < N; i++) {
-        tg_store(x, i, tg_load(orig, i) + R->h * v[i]);
-        dp[i] = tg_load(x, i);
+    if (!given->data)
+        for (int64_t i = 0; i < N; i++) v[i] = norm > 0 ? v[i] / norm : (i == 0);
+    if (!(norm > 0) || !isfinite(norm)) {
+        tg_error(ctx, TG_ERR_VALUE, s->fn, "opts.v[%d] is zero or not finite (|v| = %g)", k, norm);
+        return false;
     }
-    if (!gc_loss(s, r, &Lp)) return false;
+    for (int64_t i = 0; i < N; i++) p[i] = st.step[i] * v[i];
+    if (!gc_sides(s, cfg, k, -1, 0.0, p, orig, ref, NULL)) return false;
+    /* the step as stored: x+_i - x-_i, from the values the two sides saw */
+    bool central = !cfg->o.forward_diff;
+    double want = 0.0, kept = 0.0, ana = 0.0;
     for (int64_t i = 0; i < N; i++) {
-        if (!L0) tg_store(x, i, tg_load(orig, i) - R->h * v[i]);
-        else tg_store(x, i, tg_load(orig, i));
-        dp[i] -= tg_load(x, i); /* x+_i - x-_i (or - x_i) */
+        double o = tg_load(orig, i);
+        tg_store(x, i, o + p[i]);
+        double d = tg_load(x, i);
+        tg_store(x, i, central ? o - p[i] : o);
+        d -= tg_load(x, i);
+        tg_store(x, i, o);
+        double w = (central ? 2 : 1) * p[i];
+        want += w * w;
+        kept += d * d;
+        ana += tg_load(g, i) * d;
     }
-    if (!L0 && !gc_loss(s, r, &Lm)) return false;
-    memcpy(x->data, orig->data, (size_t)N * tg_esize(x->dtype));
+    want = sqrt(want);
+    kept = sqrt(kept);
+    double c = central ? 2 : 1;
+    if (!(kept >= 0.5 * want)) {
+        gc_vanished(s, R, k, -1, 0.0, want / c, kept / c);
+        return false;
+    }
+    double h = cfg->o.h, step = c * h;
+    gc_diff D = gc_measure(cfg, ref, NULL);
+    double num = (D.Lp - D.Lm) / step;
+    /* G: the typical size of g . (w v) for a direction of this length, w_i
+     * = h_i / h; rho: the relative step h_i / l_i along v */
+    double gw = 0.0, rho = 0.0, vv = 0.0;
+    for (int64_t i = 0; i < N; i++) {
+        double w = st.step[i] / h, gi = tg_load(g, i), q = st.step[i] / st.ell[i];
+        if (isfinite(gi)) gw += gi * gi * w * w;
+        rho += v[i] * v[i] * q * q;
+        vv += v[i] * v[i];
+    }
+    double G = sqrt(gw / (double)N) * sqrt(vv);
+    if (isfinite(D.T)) G = fmax(G, D.T / step);
+    rho = sqrt(rho / vv);
+    gc_set_scale(cfg, R, k, G);
+    double err = fabs(ana / step - num), bound = gc_round(cfg, D.S, D.Lp, D.Lm, step) + gc_trunc(cfg, rho, G);
+    if (!(err <= R->input[k].atol_used + R->rtol * fabs(num)) && !(err <= bound)) {
+        /* a failure the first estimate does not explain: the outputs the
+         * direction moves at a relative step of 0.1 */
+        if (!gc_refine(s, cfg, k, -1, 0.0, fmax(0.1 / rho, 1.0), p, orig, ref, &D, NULL)) return false;
+        bound = fmax(bound, gc_round(cfg, D.S, D.Lp, D.Lm, step) + gc_trunc(cfg, rho, G));
+    }
+    gc_compare(cfg, R, k, -1, -1, ana / step, num, h, bound);
+    R->input[k].step_min = st.lo;
+    R->input[k].step_max = st.hi;
+    R->input[k].scale = st.ell_rms;
+    return true;
+}
 
-    double ana = 0.0, step = L0 ? R->h : 2 * R->h;
-    for (int64_t i = 0; i < N; i++) ana += tg_load(g, i) * dp[i];
-    gc_compare(R, k, -1, ana / step, (Lp - Lm) / step);
+/* Jacobians are capped so a slip (a big input) fails fast, not slowly. */
+#define GC_JACOBIAN_MAX ((int64_t)1 << 22)
+
+/* Refuses a Jacobian of over GC_JACOBIAN_MAX entries. */
+static bool gc_jacobian_fits(gc_session *s, const tg_tensor *y, const tg_tensor *x) {
+    int64_t M = y->numel, N = x->numel;
+    if (N == 0 || M <= GC_JACOBIAN_MAX / N) return true;
+    char s1[TG_SHAPE_STR], s2[TG_SHAPE_STR];
+    tg_error(s->ctx, TG_ERR_VALUE, s->fn,
+             "the Jacobian of an output of shape %s by an input of shape %s has over %lld entries: this mode is for "
+             "small functions",
+             tg_shape_of(s1, y), tg_shape_of(s2, x), (long long)GC_JACOBIAN_MAX);
+    return false;
+}
+
+/* Analytic Jacobians of y by the inputs in mask: row j is the gradient of
+ * y_j, a backward seeded with e_j on the kept tape; J[k] is numel(y) x
+ * numel(x_k), row-major (zeros when y does not require grad). */
+static bool gc_jacobian_analytic(gc_session *s, tg_tensor *y, uint32_t mask, double *const *J, int64_t *n_backwards) {
+    tg_ctx *ctx = s->ctx;
+    if (!y->requires_grad) return true;
+    tg_tensor *e = tg_zeros(ctx, y->dtype, y->ndim, y->shape);
+    if (!e) return false;
+    for (int64_t j = 0; j < y->numel; j++) {
+        gc_mark m = gc_arena_mark(ctx);
+        for (int k = 0; k < s->n; k++)
+            if (mask >> k & 1u) tg_zero_grad(ctx, s->x[k]);
+        tg_store(e, j, 1.0);
+        tg_backward_ex(ctx, y, e, true);
+        tg_store(e, j, 0.0);
+        (*n_backwards)++;
+        if (!tg_ok(ctx)) return false;
+        for (int k = 0; k < s->n; k++) {
+            if (!(mask >> k & 1u)) continue;
+            const tg_tensor *x = s->x[k];
+            for (int64_t i = 0; i < x->numel; i++) J[k][j * x->numel + i] = x->grad ? tg_load(x->grad, i) : 0.0;
+        }
+        gc_arena_rollback(ctx, m);
+    }
+    return true;
+}
+
+/* Numeric Jacobian of y by input k: column i is (y(x + h_i e_i) -
+ * y(x - h_i e_i)) / (x+_i - x-_i), or against y0 with forward differences;
+ * rnd (when not NULL) gets each entry's rounding error. */
+static bool gc_jacobian_numeric(gc_session *s, const gc_config *cfg, tg_gradcheck_result *R, int k,
+                                const gc_input_steps *st, gc_ref *ref, double *J, double *rnd) {
+    int64_t M = ref->M, N = s->x[k]->numel;
+    for (int64_t i = 0; i < N; i++) {
+        double d;
+        if (!gc_sides(s, cfg, k, i, st->step[i], NULL, NULL, ref, &d)) return false;
+        if (!gc_step_kept(s, cfg, R, k, i, d, st->step[i])) return false;
+        for (int64_t j = 0; j < M; j++) {
+            double a = ref->yp[j], b = ref->ym[j];
+            J[j * N + i] = (a - b) / d;
+            if (rnd) rnd[j * N + i] = TG_GRADCHECK_C_ROUND * cfg->eps * (fabs(a) + fabs(b)) / d;
+        }
+    }
+    return true;
+}
+
+/* JACOBIAN: every entry of input k's Jacobian; Ja from the backwards. */
+static bool gc_check_jacobian(gc_session *s, const gc_config *cfg, tg_gradcheck_result *R, int k, gc_ref *ref,
+                              const double *Ja) {
+    tg_ctx *ctx = s->ctx;
+    int64_t M = ref->M, N = s->x[k]->numel;
+    gc_input_steps st;
+    if (!gc_prepare(s, cfg, k, &st)) return false;
+    size_t bytes = (size_t)(M * N > 0 ? M * N : 1) * sizeof(double);
+    double *Jn = tg_arena_alloc_fn(ctx, s->fn, bytes), *rnd = tg_arena_alloc_fn(ctx, s->fn, bytes);
+    if (!Jn || !rnd || !gc_jacobian_numeric(s, cfg, R, k, &st, ref, Jn, rnd)) return false;
+    double G = gc_rms_pair(Ja, Jn, M * N);
+    gc_set_scale(cfg, R, k, G);
+    for (int64_t j = 0; j < M; j++)
+        for (int64_t i = 0; i < N; i++)
+            gc_compare(cfg, R, k, i, j, Ja[j * N + i], Jn[j * N + i], st.step[i],
+                       rnd[j * N + i] + gc_trunc(cfg, st.step[i] / st.ell[i], G));
+    R->input[k].step_min = st.lo;
+    R->input[k].step_max = st.hi;
+    R->input[k].scale = st.ell_rms;
     return true;
 }
 
@@ -401,12 +870,54 @@ bool tg_gradcheck_start(tg_ctx *ctx, const char *fn, tg_gradcheck_result *result
         memset(result, 0, sizeof *result);
         result->worst_input = -1;
         result->worst_index = -1;
+        result->worst_output = -1;
+        result->vanished_input = -1;
+        result->vanished_index = -1;
     }
     if (!tg_live(ctx)) return false;
     if (!result) {
         tg_error(ctx, TG_ERR_NULL, fn, "argument 'result' is NULL");
         return false;
     }
+    return true;
+}
+
+/* The weighting r: opts.r, or uniform in [-1, 1) from the seed. */
+static tg_tensor *gc_weights(gc_session *s, const gc_config *cfg, const tg_tensor *y) {
+    tg_tensor *r = tg_new_like(s->ctx, s->fn, y);
+    if (!r) return NULL;
+    if (cfg->o.r.data && cfg->o.r.numel != y->numel) {
+        char sh[TG_SHAPE_STR];
+        tg_error(s->ctx, TG_ERR_SHAPE, s->fn, "opts.r has %lld values; the output %s has %lld",
+                 (long long)cfg->o.r.numel, tg_shape_of(sh, y), (long long)y->numel);
+        return NULL;
+    }
+    for (int64_t j = 0; j < r->numel; j++)
+        tg_store(r, j, cfg->o.r.data ? cfg->o.r.data[j] : gc_uniform_pm1(cfg->o.seed, GC_STREAM, (uint64_t)j));
+    return r;
+}
+
+/* The reference of the differences: y0 (the recorded output's values, or
+ * with forward differences a no-grad evaluation like the rest), r's values
+ * as the dtype stores them, L0, and the scratch. Taken before any input
+ * moves, since y may be a view of an input. */
+static bool gc_make_ref(gc_session *s, const gc_config *cfg, const tg_tensor *y, const tg_tensor *r, gc_ref *ref) {
+    int64_t M = y->numel;
+    size_t bytes = (size_t)(M > 0 ? M : 1) * sizeof(double);
+    double *y0 = tg_arena_alloc_fn(s->ctx, s->fn, bytes), *rv = tg_arena_alloc_fn(s->ctx, s->fn, bytes);
+    ref->yp = tg_arena_alloc_fn(s->ctx, s->fn, bytes);
+    ref->ym = tg_arena_alloc_fn(s->ctx, s->fn, bytes);
+    ref->dep = tg_arena_alloc_fn(s->ctx, s->fn, (size_t)(M > 0 ? M : 1));
+    if (!y0 || !rv || !ref->yp || !ref->ym || !ref->dep) return false;
+    ref->M = M;
+    for (int64_t j = 0; j < M; j++) {
+        y0[j] = tg_load(y, j);
+        rv[j] = r ? tg_load(r, j) : 1.0;
+    }
+    if (cfg->o.forward_diff && !gc_values(s, y0)) return false;
+    ref->y0 = y0;
+    ref->r = rv;
+    ref->L0 = gc_weighted_sum(rv, y0, M);
     return true;
 }
 
@@ -417,42 +928,64 @@ bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_t
     if (!gc_configure(ctx, __func__, opts, n_inputs, inputs, opts ? opts->inputs : 0, &cfg)) return false;
 
     tg_gradcheck_result *R = result;
-    R->h = cfg.h;
-    R->atol = cfg.atol;
-    R->rtol = cfg.rtol;
-    R->mode = cfg.mode;
-    R->forward_diff = cfg.forward_diff;
+    R->h = cfg.o.h;
+    R->atol = cfg.o.atol;
+    R->rtol = cfg.o.rtol;
+    R->mode = cfg.o.mode;
+    R->forward_diff = cfg.o.forward_diff;
+    R->step = cfg.o.step;
+    R->atol_scale = cfg.o.atol_scale;
+    R->dtype = cfg.dtype;
+    R->eps = cfg.eps;
+    R->seed = cfg.o.seed;
     R->n_inputs = n_inputs;
     for (int k = 0; k < n_inputs; k++) {
         R->input[k].checked = cfg.mask >> k & 1u;
         R->input[k].worst_index = -1;
+        R->input[k].worst_output = -1;
     }
 
     gc_session s;
     gc_begin(&s, ctx, __func__, f, user, n_inputs);
     bool ok = gc_copy_inputs(&s, inputs, cfg.mask);
+    bool jac = cfg.o.mode == TG_GRADCHECK_JACOBIAN;
 
-    /* The analytic side: one recorded forward, one backward seeded with r. */
+    /* The analytic side: one recorded forward, then one backward seeded with
+     * r, or (JACOBIAN) one per output element on the kept tape. */
     tg_tensor *y = ok ? gc_eval(&s, true) : NULL;
-    tg_tensor *r = y ? tg_new_like(ctx, __func__, y) : NULL;
-    ok = r != NULL;
-    if (ok) {
-        s.out0 = y;
-        for (int64_t j = 0; j < r->numel; j++) tg_store(r, j, gc_uniform_pm1(cfg.seed, 0, (uint64_t)j));
+    tg_tensor *r = y && !jac ? gc_weights(&s, &cfg, y) : NULL;
+    double *J[TG_GRADCHECK_MAX_INPUTS] = {0};
+    ok = y != NULL && (jac || r != NULL);
+    if (ok) s.out0 = y;
+    if (ok && jac) {
+        for (int k = 0; ok && k < n_inputs; k++) {
+            if (!R->input[k].checked) continue;
+            ok = gc_jacobian_fits(&s, y, s.x[k]);
+            int64_t n = y->numel * s.x[k]->numel;
+            if (ok) J[k] = tg_arena_alloc_fn(ctx, __func__, (size_t)(n > 0 ? n : 1) * sizeof(double));
+            if (ok && !J[k]) ok = false;
+            if (ok) memset(J[k], 0, (size_t)(n > 0 ? n : 1) * sizeof(double));
+        }
+        if (ok) ok = gc_jacobian_analytic(&s, y, cfg.mask, J, &R->n_backwards);
+    } else if (ok) {
         /* An output that does not require grad does not depend on any
          * checked input: every analytic derivative is 0 (the zeroed grads). */
-        if (y->requires_grad) tg_backward_ex(ctx, y, r, false);
-        tg_set_grad_enabled(ctx, false);
+        if (y->requires_grad) {
+            tg_backward_ex(ctx, y, r, false);
+            R->n_backwards = 1;
+        }
         ok = tg_ok(ctx);
     }
-    /* forward differences: L(x) once, from a no-grad evaluation like the rest */
-    double L0 = 0.0;
-    if (ok && cfg.forward_diff) ok = gc_loss(&s, r, &L0);
-    const double *pL0 = cfg.forward_diff ? &L0 : NULL;
+    tg_set_grad_enabled(ctx, false);
+    gc_ref ref;
+    if (ok) ok = gc_make_ref(&s, &cfg, y, r, &ref);
     for (int k = 0; ok && k < n_inputs; k++) {
         if (!R->input[k].checked) continue;
-        ok = cfg.mode == TG_GRADCHECK_FULL ? gc_check_full(&s, R, k, r, pL0)
-                                           : gc_check_directional(&s, R, k, r, cfg.seed, pL0);
+        gc_mark m = gc_arena_mark(ctx);
+        if (jac) ok = gc_check_jacobian(&s, &cfg, R, k, &ref, J[k]);
+        else if (cfg.o.mode == TG_GRADCHECK_FULL) ok = gc_check_full(&s, &cfg, R, k, &ref);
+        else ok = gc_check_directional(&s, &cfg, R, k, &ref);
+        gc_arena_rollback(ctx, m);
     }
     R->n_evals = s.n_evals;
     gc_end(&s);
@@ -460,9 +993,6 @@ bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_t
     if (!ok || !tg_ok(ctx)) R->pass = false;
     return R->pass;
 }
-
-/* Jacobians are capped so a slip (a big input) fails fast, not slowly. */
-#define GC_JACOBIAN_MAX ((int64_t)1 << 22)
 
 bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
                            int input, const tg_gradcheck_opts *opts, tg_tensor **analytic, tg_tensor **numeric) {
@@ -486,67 +1016,28 @@ bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
     tg_tensor *Ja = NULL, *Jn = NULL;
     bool ok = gc_copy_inputs(&s, inputs, cfg.mask);
     tg_tensor *y = ok ? gc_eval(&s, true) : NULL;
-    tg_tensor *x = s.x[input];
-    ok = y != NULL;
+    ok = y != NULL && gc_jacobian_fits(&s, y, s.x[input]);
     if (ok) {
         s.out0 = y;
-        int64_t M = y->numel, N = x->numel;
-        if (N != 0 && M > GC_JACOBIAN_MAX / N) {
-            char s1[TG_SHAPE_STR], s2[TG_SHAPE_STR];
-            tg_error(ctx, TG_ERR_VALUE, __func__,
-                     "the Jacobian of an output of shape %s by an input of shape %s "
-                     "has over %lld entries: this mode is for small functions",
-                     tg_shape_of(s1, y), tg_shape_of(s2, x), (long long)GC_JACOBIAN_MAX);
-            ok = false;
-        } else {
-            int64_t shape[2] = {M, N};
-            Ja = tg_zeros(ctx, TG_F64, 2, shape);
-            Jn = tg_zeros(ctx, TG_F64, 2, shape);
-            ok = Ja && Jn;
-        }
+        int64_t shape[2] = {y->numel, s.x[input]->numel};
+        Ja = tg_zeros(ctx, TG_F64, 2, shape);
+        Jn = tg_zeros(ctx, TG_F64, 2, shape);
+        ok = Ja && Jn;
     }
-    /* Analytic: row j is the gradient of y_j, a backward seeded with e_j on
-     * the kept tape. */
-    if (ok && y->requires_grad) {
-        double *ja = Ja->data;
-        tg_tensor *e = tg_zeros(ctx, y->dtype, y->ndim, y->shape);
-        ok = e != NULL;
-        for (int64_t j = 0; ok && j < y->numel; j++) {
-            gc_mark m = gc_arena_mark(ctx);
-            tg_zero_grad(ctx, x);
-            tg_store(e, j, 1.0);
-            tg_backward_ex(ctx, y, e, true);
-            tg_store(e, j, 0.0);
-            ok = tg_ok(ctx);
-            for (int64_t i = 0; ok && i < x->numel; i++) ja[j * x->numel + i] = tg_load(x->grad, i);
-            gc_arena_rollback(ctx, m);
-        }
+    double *J[TG_GRADCHECK_MAX_INPUTS] = {0};
+    int64_t n_backwards = 0;
+    if (ok) {
+        J[input] = Ja->data;
+        ok = gc_jacobian_analytic(&s, y, cfg.mask, J, &n_backwards);
     }
     tg_set_grad_enabled(ctx, false);
-    /* Numeric: column i is (y(x + h e_i) - y(x - h e_i)) / (x+_i - x-_i), or
-     * (y(x + h e_i) - y(x)) / (x+_i - x_i) with forward differences. */
-    if (ok) {
-        double *jn = Jn->data;
-        int64_t M = y->numel, N = x->numel;
-        for (int64_t i = 0; ok && i < N; i++) {
-            double orig = tg_load(x, i);
-            tg_store(x, i, orig + cfg.h);
-            double xp = tg_load(x, i);
-            gc_mark m = gc_arena_mark(ctx);
-            tg_tensor *yp = gc_eval(&s, false);
-            ok = yp != NULL;
-            for (int64_t j = 0; ok && j < M; j++) jn[j * N + i] = tg_load(yp, j);
-            gc_arena_rollback(ctx, m);
-            /* forward differences: against the first (recorded) evaluation */
-            tg_store(x, i, cfg.forward_diff ? orig : orig - cfg.h);
-            double xm = tg_load(x, i);
-            tg_tensor *ym = !ok ? NULL : cfg.forward_diff ? y : gc_eval(&s, false);
-            ok = ym != NULL;
-            for (int64_t j = 0; ok && j < M; j++) jn[j * N + i] = (jn[j * N + i] - tg_load(ym, j)) / (xp - xm);
-            gc_arena_rollback(ctx, m);
-            tg_store(x, i, orig);
-        }
-    }
+    gc_ref ref;
+    gc_input_steps st;
+    tg_gradcheck_result R;
+    tg_gradcheck_start(ctx, __func__, &R);
+    if (ok)
+        ok = gc_make_ref(&s, &cfg, y, NULL, &ref) && gc_prepare(&s, &cfg, input, &st) &&
+             gc_jacobian_numeric(&s, &cfg, &R, input, &st, &ref, Jn->data, NULL);
     gc_end(&s);
     if (!ok || !tg_ok(ctx)) return false;
     *analytic = Ja;

@@ -345,7 +345,25 @@ static bool build_binary(tg_ctx *ctx, tg_op_case *c) {
            make_input(ctx, c, 1, 1, "b", RG_ANY, true);
 }
 
+/* Length scales for relative steps (tg_gradcheck_scale_fn) of an input
+ * kept away from a singularity at 0 -- log, sqrt and pow of x, 1/b: the
+ * distance to it, |x_i|, over which the derivatives change by O(1) (d^3/dx^3
+ * log x = 2/x^3 against 1/x); the other inputs take the default. */
+static bool abs_scale(tg_tensor *const *in, int k, double *ell) {
+    for (int64_t i = 0; i < in[k]->numel; i++) ell[i] = fabs(tg_load(in[k], i));
+    return true;
+}
+static bool abs_scale_first(tg_tensor *const *in, int k, double *ell, void *user) {
+    (void)user;
+    return k == 0 && abs_scale(in, k, ell);
+}
+static bool abs_scale_second(tg_tensor *const *in, int k, double *ell, void *user) {
+    (void)user;
+    return k == 1 && abs_scale(in, k, ell);
+}
+
 static bool build_binary_denom(tg_ctx *ctx, tg_op_case *c) {
+    c->scale = abs_scale_second;
     return need_shapes(ctx, c, 2, 2) && make_input(ctx, c, 0, 0, "a", RG_ANY, true) &&
            make_input(ctx, c, 1, 1, "b", RG_DENOM, true);
 }
@@ -368,7 +386,10 @@ static bool build_unary(tg_ctx *ctx, tg_op_case *c, rg_dist dist) {
     return need_shapes(ctx, c, 1, 1) && make_input(ctx, c, 0, 0, "x", dist, true);
 }
 static bool build_unary_any(tg_ctx *ctx, tg_op_case *c) { return build_unary(ctx, c, RG_ANY); }
-static bool build_unary_pos(tg_ctx *ctx, tg_op_case *c) { return build_unary(ctx, c, RG_POS); }
+static bool build_unary_pos(tg_ctx *ctx, tg_op_case *c) {
+    c->scale = abs_scale_first;
+    return build_unary(ctx, c, RG_POS);
+}
 static bool build_unary_away0(tg_ctx *ctx, tg_op_case *c) { return build_unary(ctx, c, RG_AWAY0); }
 
 /* One number argument: s (add_scalar, mul_scalar), p (pow_scalar), slope
@@ -385,7 +406,10 @@ static bool build_scalar(tg_ctx *ctx, tg_op_case *c, rg_dist dist) {
     return build_unary(ctx, c, dist) && check_args(ctx, c, c->arg_name[0], false);
 }
 static bool build_scalar_any(tg_ctx *ctx, tg_op_case *c) { return build_scalar(ctx, c, RG_ANY); }
-static bool build_scalar_pos(tg_ctx *ctx, tg_op_case *c) { return build_scalar(ctx, c, RG_POS); }
+static bool build_scalar_pos(tg_ctx *ctx, tg_op_case *c) {
+    c->scale = abs_scale_first;
+    return build_scalar(ctx, c, RG_POS);
+}
 static bool build_scalar_away0(tg_ctx *ctx, tg_op_case *c) { return build_scalar(ctx, c, RG_AWAY0); }
 
 static const char HELP_GELU[] = "X;approx=erf|tanh: any shape; the exact erf form (default) or the tanh one";
@@ -751,6 +775,35 @@ static const char *const V_RMSNORM[] = {
 static const char *const V_LAYERNORM[] = {"4x8",       "4x8;bias=0", "4x8;affine=0", "2x3x4;norm=2",
                                           "6;eps=0.1", "3x1",        "16x64",        NULL};
 
+/* The length scale of a norm's input x, for relative steps: the distance
+ * over which the output's slope changes, which is the row's own
+ * normalizer -- sqrt(mean x^2 + eps) for RMSNorm, sqrt(var + eps) for
+ * LayerNorm -- the same for every element of a row (the best central step
+ * is ~1.7 eps_mach^(1/3) times it, docs/experiments.md). gamma and beta
+ * take the default (their root mean square): the output is linear in them. */
+static bool norm_scale(tg_tensor *const *in, int k, double *ell, void *user) {
+    const tg_op_case *c = user;
+    if (k != 0) return false;
+    const tg_tensor *x = in[0];
+    bool centered = c->op->fn.norm == tg_layernorm_fused || c->op->fn.norm == tg_layernorm_composed;
+    int norm = (int)num_of(c, "norm");
+    double eps = num_of(c, "eps");
+    int64_t C = 1;
+    for (int d = x->ndim - norm; d < x->ndim; d++) C *= x->shape[d];
+    if (C < 1 || x->numel % C != 0) return false;
+    for (int64_t o = 0; o < x->numel; o += C) {
+        double mean = 0.0, ss = 0.0;
+        if (centered) {
+            for (int64_t j = 0; j < C; j++) mean += tg_load(x, o + j);
+            mean /= (double)C;
+        }
+        for (int64_t j = 0; j < C; j++) ss += (tg_load(x, o + j) - mean) * (tg_load(x, o + j) - mean);
+        double l = sqrt(ss / (double)C + eps);
+        for (int64_t j = 0; j < C; j++) ell[o + j] = l;
+    }
+    return true;
+}
+
 static bool build_norm(tg_ctx *ctx, tg_op_case *c) {
     if (!build_unary(ctx, c, RG_ANY) || !check_args(ctx, c, "norm,affine,bias", true) ||
         !check_args(ctx, c, "eps", false))
@@ -766,6 +819,7 @@ static bool build_norm(tg_ctx *ctx, tg_op_case *c) {
     bool affine = num_of(c, "affine") != 0, bias = num_of(c, "bias") != 0;
     if (affine && !make_input_shaped(ctx, c, 1, nd, shape, "gamma", RG_ANY, true)) return false;
     if (affine && bias && !make_input_shaped(ctx, c, 2, nd, shape, "beta", RG_ANY, true)) return false;
+    c->scale = norm_scale;
     return true;
 }
 
@@ -934,14 +988,16 @@ static const tg_op_info registry[] = {
      VARIANTS(V_SUM),
      .build = build_unary_any,
      .forward = fw_unary,
-     .fn.unary = tg_sum},
+     .fn.unary = tg_sum,
+     .f32 = {.h = 0.1}},
     {.name = "mean",
      .summary = "mean of all elements",
      .spec_help = HELP_UNARY,
      VARIANTS(V_SUM),
      .build = build_unary_any,
      .forward = fw_unary,
-     .fn.unary = tg_mean},
+     .fn.unary = tg_mean,
+     .f32 = {.h = 0.1}},
     {.name = "sum_axis",
      .summary = "sum over one axis",
      .spec_help = HELP_AXIS,
@@ -1046,14 +1102,16 @@ static const tg_op_info registry[] = {
      .args = "smoothing=0,ignore_index=-100,ignore_rows=0",
      VARIANTS(V_CE),
      .build = build_cross_entropy,
-     .forward = fw_cross_entropy},
+     .forward = fw_cross_entropy,
+     .f32 = {.h = 3e-2}},
     {.name = "mse_loss",
      .summary = "mean((pred - target)^2)",
      .spec_help = HELP_MSE,
      VARIANTS(V_MSE),
      .build = build_mse,
      .forward = fw_binary,
-     .fn.binary = tg_mse_loss},
+     .fn.binary = tg_mse_loss,
+     .f32 = {.h = 0.1}},
     {.name = "dropout",
      .summary = "x / (1 - p) where kept, 0 where dropped (p)",
      .spec_help = HELP_DROPOUT,
@@ -1259,6 +1317,7 @@ bool tg_registry_check_spec(tg_ctx *ctx, const tg_op_info *op, const char *spec,
         return false;
     }
     o.inputs = mask;
+    if (!o.scale) o.scale = c.scale;
     return tg_gradcheck(ctx, op->forward, &c, c.n_inputs, c.inputs, &o, result);
 }
 

@@ -331,20 +331,11 @@ int main(int argc, char **argv) {
     double loss_value = NAN, val_loss = NAN;
     ok = ok && train(ctx, &args, &m, &params, opt, &train_set, &val_set, start, &loss_value, &val_loss);
     if (ok) {
-        char tdat[512], vdat[512], png[512], msg[512];
-        snprintf(tdat, sizeof tdat, "%s/train.dat", args.out);
-        snprintf(vdat, sizeof vdat, "%s/val.dat", args.out);
-        snprintf(png, sizeof png, "%s/loss.png", args.out);
-        tg_plot_series series[2] = {{tdat, 1, 2, "train (one batch)"}, {vdat, 1, 2, "validation"}};
-        tg_plot_style style = {
-            .title = "charlm: cross-entropy per character", .xlabel = "step", .ylabel = "loss (nats)"};
-        bool rendered = false, failed = false;
-        tg_status st = tg_plot_overlay(args.out, "loss", &style, series, 2, &rendered, msg, sizeof msg);
-        ex_picture(st, rendered, msg, png, &failed);
+        bool plotted = ex_plot_train_val(&args, "charlm: cross-entropy per character");
         printf("final train loss %.4f, validation loss %.4f (uniform guessing: %.4f)\n", loss_value, val_loss,
                log((double)VOCAB));
         tg_train_part part = {NULL, &params, opt};
-        ok = ex_save(ctx, &args, &part, 1) && !failed;
+        ok = ex_save(ctx, &args, &part, 1) && plotted;
     }
     if (ok) {
         printf("sampled words (temperature %g):", temperature);

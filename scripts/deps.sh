@@ -24,6 +24,8 @@ need build-essential have make
 need check          pkg-config --exists check
 need gnuplot-nox    have gnuplot
 need wamerican      test -r /usr/share/dict/words
+# the text examples/gpt trains on by default
+need fortunes       test -r /usr/share/games/fortunes/fortunes
 
 for extra in "$@"; do
   case $extra in

@@ -3,7 +3,11 @@
  * op-writer API of autograd/tape.h) is caught with the right worst element,
  * float32 is refused with a reason, the result's fields are right, the
  * caller's tape, tensors, grad mode and RNG are left alone, and the
- * argument errors. */
+ * argument errors. Then: a step that rounds away is an error in every
+ * mode, relative steps and tolerances (float32 passes at input scales 1e-3
+ * to 1e3), the Jacobian mode, the caller's r and v, the predicted error
+ * (round-off within it, a wrong backward far above), the per-element
+ * callback and tg_gradcheck_write. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -618,12 +622,357 @@ START_TEST(test_errors) {
 }
 END_TEST
 
+/* ---- no silent passes, scale-aware steps, modes, results ------------------- */
+
+/* A step that rounds away is an error naming where, in every mode: x +- h
+ * with h = 1e-17 is x again in float64 (its spacing near 1 is 2.2e-16), and
+ * with h = 1e-9 in float32; directional mode used to compare 0 with 0 and
+ * pass, full mode to give NaN. A step that is small but stored passes. */
+START_TEST(test_vanished_step) {
+    double xv[4] = {1.5, -0.75, 1.25, -1.0};
+    tg_tensor *x = vec(TG_F64, 4, xv);
+    int64_t wrong_at = 2;
+    tg_gradcheck_result r;
+    tg_gradcheck_mode modes[3] = {TG_GRADCHECK_FULL, TG_GRADCHECK_DIRECTIONAL, TG_GRADCHECK_JACOBIAN};
+    for (int m = 0; m < 3; m++) {
+        for (int fwd = 0; fwd < 2; fwd++) {
+            tg_gradcheck_opts o = {0};
+            o.mode = modes[m];
+            o.h = 1e-17;
+            o.forward_diff = fwd;
+            ck_assert_msg(!tg_gradcheck(ctx, f_square_wrong_at, &wrong_at, 1, &x, &o, &r), "mode %d passed", m);
+            ck_assert(!r.pass && r.step_vanished);
+            ck_assert_int_eq(r.vanished_input, 0);
+            ck_assert_int_eq(r.vanished_index, modes[m] == TG_GRADCHECK_DIRECTIONAL ? -1 : 0);
+            tg_test_assert_error(ctx, TG_ERR_VALUE, "tg_gradcheck", "vanished", "input 0", "float64", NULL);
+        }
+    }
+    /* float32: 1e-9 vanishes near 1, 1e-4 does not */
+    tg_tensor *x32 = tg_to_dtype(ctx, x, TG_F32);
+    tg_gradcheck_opts o = {0};
+    o.allow_float32 = true;
+    o.step = TG_GRADCHECK_STEP_ABSOLUTE;
+    o.h = 1e-9;
+    ck_assert(!tg_gradcheck(ctx, f_square, NULL, 1, &x32, &o, &r));
+    tg_test_assert_error(ctx, TG_ERR_VALUE, "vanished", "element 0", "float32", NULL);
+    o.h = 1e-4;
+    o.rtol = 0.05;
+    ck_assert(tg_gradcheck(ctx, f_square, NULL, 1, &x32, &o, &r));
+    ck_assert(!r.step_vanished);
+    /* the Jacobian too */
+    tg_tensor *Ja, *Jn;
+    tg_gradcheck_opts o64 = {0};
+    o64.h = 1e-17;
+    ck_assert(!tg_gradcheck_jacobian(ctx, f_square, NULL, 1, &x, 0, &o64, &Ja, &Jn));
+    tg_test_assert_error(ctx, TG_ERR_VALUE, "vanished", NULL);
+}
+END_TEST
+
+/* f = x^2 with its length scale set by hand, l_i = 10 + i. */
+static bool scale_ten_plus_i(tg_tensor *const *in, int k, double *ell, void *user) {
+    (void)user;
+    for (int64_t i = 0; i < in[k]->numel; i++) ell[i] = 10.0 + (double)i;
+    return true;
+}
+
+/* The steps: absolute, relative to |x_i| with a floor, and to the length
+ * scale the scale function gives (else the input's root mean square);
+ * float64 defaults to absolute steps and atol, float32 to relative ones. */
+START_TEST(test_relative_steps) {
+    double xv[4] = {0.5, -2.0, 0.01, 1.0};
+    tg_tensor *x = vec(TG_F64, 4, xv);
+    tg_gradcheck_result r;
+    tg_gradcheck_opts o = {0};
+    o.h = 1e-4;
+    ck_assert(tg_gradcheck(ctx, f_square, NULL, 1, &x, &o, &r));
+    ck_assert_int_eq(r.step, TG_GRADCHECK_STEP_ABSOLUTE);
+    ck_assert_int_eq(r.atol_scale, TG_GRADCHECK_ATOL_ABSOLUTE);
+    ck_assert(r.input[0].step_min == 1e-4 && r.input[0].step_max == 1e-4);
+    /* element: h max(|x_i|, floor) */
+    o.step = TG_GRADCHECK_STEP_ELEMENT;
+    o.step_floor = 0.1;
+    ck_assert(tg_gradcheck(ctx, f_square, NULL, 1, &x, &o, &r));
+    ck_assert_double_eq_tol(r.input[0].step_min, 1e-5, 1e-18); /* |0.01| -> the floor 0.1 */
+    ck_assert_double_eq_tol(r.input[0].step_max, 2e-4, 1e-18);
+    /* scaled: h l_i, the default l the root mean square of x */
+    o.step = TG_GRADCHECK_STEP_SCALED;
+    double rms = sqrt((0.25 + 4.0 + 1e-4 + 1.0) / 4);
+    ck_assert(tg_gradcheck(ctx, f_square, NULL, 1, &x, &o, &r));
+    ck_assert_double_eq_tol(r.input[0].step_min, 1e-4 * rms, 1e-15);
+    ck_assert_double_eq_tol(r.input[0].scale, rms, 1e-15);
+    o.scale = scale_ten_plus_i;
+    ck_assert(tg_gradcheck(ctx, f_square, NULL, 1, &x, &o, &r));
+    ck_assert_double_eq_tol(r.input[0].step_min, 1e-3, 1e-15);
+    ck_assert_double_eq_tol(r.input[0].step_max, 1.3e-3, 1e-15);
+    /* float32 defaults: relative step and atol; the atol used is atol G */
+    tg_tensor *x32 = tg_to_dtype(ctx, x, TG_F32);
+    tg_gradcheck_opts o32 = {0};
+    o32.allow_float32 = true;
+    ck_assert(tg_gradcheck(ctx, f_square, NULL, 1, &x32, &o32, &r));
+    ck_assert_int_eq(r.step, TG_GRADCHECK_STEP_SCALED);
+    ck_assert_int_eq(r.atol_scale, TG_GRADCHECK_ATOL_GRADIENT);
+    ck_assert_int_eq(r.dtype, TG_F32);
+    ck_assert(r.input[0].grad_scale > 0);
+    ck_assert_double_eq_tol(r.input[0].atol_used, 1e-3 * r.input[0].grad_scale, 1e-18);
+    /* bad options */
+    o.step = (tg_gradcheck_step)9;
+    ck_assert(!tg_gradcheck(ctx, f_square, NULL, 1, &x, &o, &r));
+    tg_test_assert_error(ctx, TG_ERR_VALUE, "unknown step", NULL);
+    o.step = TG_GRADCHECK_STEP_ELEMENT;
+    o.step_floor = -1;
+    ck_assert(!tg_gradcheck(ctx, f_square, NULL, 1, &x, &o, &r));
+    tg_test_assert_error(ctx, TG_ERR_VALUE, "step_floor", NULL);
+}
+END_TEST
+
+/* A float32 RMSNorm, scaled by s: it passes with the float32 defaults
+ * (relative steps and tolerance) at s = 1e-3, 1 and 1e3 for every seed;
+ * an absolute step and atol (the first float32 defaults, h 1e-2) fail
+ * every seed at 1e-3 and see nothing at 1e3 (a 50% error in dx passes). */
+START_TEST(test_float32_scale_invariant) {
+    const tg_op_info *op = tg_registry_find("rmsnorm");
+    const double scales[3] = {1e-3, 1.0, 1e3};
+    for (int si = 0; si < 3; si++) {
+        int fails_rel = 0, fails_abs = 0;
+        for (uint64_t seed = 0; seed < 20; seed++) {
+            tg_op_case c;
+            tg_rng_seed(ctx, seed);
+            ck_assert(tg_registry_build(ctx, op, "4x8;eps=1e-6", TG_F32, &c));
+            for (int64_t i = 0; i < c.inputs[0]->numel; i++)
+                tg_set_flat(ctx, c.inputs[0], i, scales[si] * tg_get_flat(ctx, c.inputs[0], i));
+            tg_gradcheck_opts o = tg_registry_opts(op, TG_F32, NULL);
+            o.allow_float32 = true;
+            o.scale = c.scale;
+            o.seed = seed;
+            tg_gradcheck_result r;
+            fails_rel += !tg_gradcheck(ctx, op->forward, &c, c.n_inputs, c.inputs, &o, &r);
+            ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
+            o.step = TG_GRADCHECK_STEP_ABSOLUTE;
+            o.atol_scale = TG_GRADCHECK_ATOL_ABSOLUTE;
+            fails_abs += !tg_gradcheck(ctx, op->forward, &c, c.n_inputs, c.inputs, &o, &r);
+            ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
+            tg_ctx_reset(ctx);
+        }
+        ck_assert_msg(fails_rel == 0, "scale %g: %d of 20 seeds fail with relative steps", scales[si], fails_rel);
+        if (si == 0) ck_assert_msg(fails_abs == 20, "scale 1e-3: absolute steps failed %d of 20", fails_abs);
+    }
+}
+END_TEST
+
+/* JACOBIAN mode: every entry, one backward per output; the wrong entry of
+ * x^2's diagonal is the one that fails. */
+START_TEST(test_jacobian_mode) {
+    double xv[5] = {0.3, -1.1, 0.7, 1.4, -0.6};
+    tg_tensor *x = vec(TG_F64, 5, xv);
+    int64_t wrong_at = 3;
+    tg_gradcheck_result r;
+    tg_gradcheck_opts o = {0};
+    o.mode = TG_GRADCHECK_JACOBIAN;
+    ck_assert(!tg_gradcheck(ctx, f_square_wrong_at, &wrong_at, 1, &x, &o, &r));
+    ck_assert(tg_ok(ctx));
+    ck_assert_int_eq(r.n_checked, 25);
+    ck_assert_int_eq(r.n_failed, 1);
+    ck_assert_int_eq(r.n_backwards, 5);
+    ck_assert_int_eq(r.n_evals, 1 + 2 * 5);
+    ck_assert_int_eq(r.worst_index, 3);
+    ck_assert_int_eq(r.worst_output, 3);
+    ck_assert_double_eq_tol(r.worst_analytic, 3 * xv[3], 1e-12);
+    ck_assert_double_eq_tol(r.worst_numeric, 2 * xv[3], 1e-8);
+    wrong_at = -1;
+    ck_assert(tg_gradcheck(ctx, f_square_wrong_at, &wrong_at, 1, &x, &o, &r));
+    ck_assert_int_eq(r.mode, TG_GRADCHECK_JACOBIAN);
+    /* several inputs: one backward per output serves them all */
+    tg_tensor *in[3] = {tg_randn(ctx, TG_F64, TG_SHAPE(2, 3), 0, 1), tg_randn(ctx, TG_F64, TG_SHAPE(3, 2), 0, 1),
+                        tg_randn(ctx, TG_F64, TG_SHAPE(2), 0, 1)};
+    ck_assert(tg_gradcheck(ctx, f_layer, NULL, 3, in, &o, &r));
+    ck_assert_int_eq(r.n_backwards, 4);
+    ck_assert_int_eq(r.n_checked, 4 * (6 + 6 + 2));
+}
+END_TEST
+
+/* The caller's r and v: with r = e_j the check is of d y_j / d x, with
+ * v = e_i of d L / d x_i; a wrong length is an error. */
+START_TEST(test_user_r_v) {
+    double xv[4] = {0.5, -1.5, 2.0, 0.25};
+    tg_tensor *x = vec(TG_F64, 4, xv);
+    double r2[4] = {0, 0, 1, 0}, v1[4] = {0, 1, 0, 0};
+    tg_gradcheck_result r;
+    tg_gradcheck_opts o = {0};
+    o.r = (tg_gradcheck_vec){r2, 4};
+    o.mode = TG_GRADCHECK_DIRECTIONAL;
+    o.v[0] = (tg_gradcheck_vec){r2, 4}; /* v = e_2 too: d y_2 / d x_2 */
+    ck_assert(tg_gradcheck(ctx, f_square, NULL, 1, &x, &o, &r));
+    /* g . (x+ - x-) / 2h: the step as stored, 1e-6 rounded near 2.0 */
+    ck_assert_double_eq_tol(r.worst_analytic, 2 * xv[2], 1e-9);
+    o.v[0] = (tg_gradcheck_vec){v1, 4}; /* d y_2 / d x_1 = 0 */
+    ck_assert(tg_gradcheck(ctx, f_square, NULL, 1, &x, &o, &r));
+    ck_assert(r.worst_analytic == 0 && r.worst_numeric == 0);
+    double ones[4] = {1, 1, 1, 1};
+    o.r = (tg_gradcheck_vec){ones, 4};
+    o.v[0] = (tg_gradcheck_vec){v1, 4};
+    ck_assert(tg_gradcheck(ctx, f_square, NULL, 1, &x, &o, &r));
+    ck_assert_double_eq_tol(r.worst_analytic, 2 * xv[1], 1e-9);
+    ck_assert_double_eq_tol(r.worst_numeric, 2 * xv[1], 1e-8);
+    /* lengths that do not fit */
+    o.r = (tg_gradcheck_vec){ones, 3};
+    ck_assert(!tg_gradcheck(ctx, f_square, NULL, 1, &x, &o, &r));
+    tg_test_assert_error(ctx, TG_ERR_SHAPE, "opts.r has 3 values", NULL);
+    o.r = (tg_gradcheck_vec){NULL, 0};
+    o.v[0] = (tg_gradcheck_vec){v1, 5};
+    ck_assert(!tg_gradcheck(ctx, f_square, NULL, 1, &x, &o, &r));
+    tg_test_assert_error(ctx, TG_ERR_SHAPE, "opts.v[0] has 5 values", NULL);
+    double zero[4] = {0};
+    o.v[0] = (tg_gradcheck_vec){zero, 4};
+    ck_assert(!tg_gradcheck(ctx, f_square, NULL, 1, &x, &o, &r));
+    tg_test_assert_error(ctx, TG_ERR_VALUE, "opts.v[0] is zero", NULL);
+}
+END_TEST
+
+/* The predicted error: a correct RMSNorm that fails in float32 because
+ * the step is far too small (h = 1e-6) fails within it; the wrong backward
+ * fails far above it, in float32 and float64. */
+START_TEST(test_predicted_error) {
+    tg_tensor *in[3] = {tg_randn(ctx, TG_F32, TG_SHAPE(4, 16), 0, 1), tg_rand(ctx, TG_F32, TG_SHAPE(16), 0.5, 1.5),
+                        tg_randn(ctx, TG_F32, TG_SHAPE(16), 0, 1)};
+    tg_gradcheck_result r;
+    tg_gradcheck_opts o = {0};
+    o.allow_float32 = true;
+    o.h = 1e-6;
+    ck_assert(!tg_gradcheck(ctx, f_rmsnorm, NULL, 3, in, &o, &r));
+    ck_assert(tg_ok(ctx));
+    ck_assert(r.n_failed > 0);
+    ck_assert_msg(r.fail_excess > 0 && r.fail_excess <= 1, "a round-off failure %g times the prediction",
+                  r.fail_excess);
+    /* the same step in float64 is fine, and the prediction holds there too */
+    tg_tensor *in64[3] = {tg_to_dtype(ctx, in[0], TG_F64), tg_to_dtype(ctx, in[1], TG_F64),
+                          tg_to_dtype(ctx, in[2], TG_F64)};
+    ck_assert(tg_gradcheck(ctx, f_rmsnorm, NULL, 3, in64, &o, &r));
+    ck_assert(r.fail_excess == 0 && r.max_excess <= 1);
+    /* a wrong backward: x^2 with 3x at one element */
+    double xv[3] = {0.5, -1.5, 2.0};
+    tg_tensor *x = vec(TG_F64, 3, xv);
+    int64_t wrong_at = 1;
+    ck_assert(!tg_gradcheck(ctx, f_square_wrong_at, &wrong_at, 1, &x, NULL, &r));
+    ck_assert_msg(r.fail_excess > 1e6, "the wrong backward is only %g times the prediction", r.fail_excess);
+    ck_assert(r.input[0].worst_bound > 0 && r.input[0].worst_bound < 1e-8);
+    tg_tensor *x32 = tg_to_dtype(ctx, x, TG_F32);
+    tg_gradcheck_opts o32 = {0};
+    o32.allow_float32 = true;
+    ck_assert(!tg_gradcheck(ctx, f_square_wrong_at, &wrong_at, 1, &x32, &o32, &r));
+    ck_assert_msg(r.fail_excess > 100, "float32: the wrong backward is only %g times the prediction", r.fail_excess);
+}
+END_TEST
+
+/* Every comparison reaches opts.each, with what the result summarizes. */
+typedef struct seen {
+    int64_t n, failed;
+    double max_err;
+} seen;
+static void count_element(void *user, const tg_gradcheck_element *e) {
+    seen *s = user;
+    s->n++;
+    s->failed += !e->pass;
+    s->max_err = fmax(s->max_err, fabs(e->analytic - e->numeric));
+    ck_assert(e->step > 0 && e->bound > 0 && e->tol > 0);
+    ck_assert(e->pass == (fabs(e->analytic - e->numeric) <= e->tol));
+}
+
+START_TEST(test_element_callback) {
+    double xv[6] = {0.4, -0.8, 1.1, -1.9, 0.6, 1.2};
+    tg_tensor *x = vec(TG_F64, 6, xv);
+    int64_t wrong_at = 4;
+    for (int m = 0; m < 3; m++) {
+        seen s = {0};
+        tg_gradcheck_opts o = {0};
+        o.mode = (tg_gradcheck_mode)m;
+        o.each = count_element;
+        o.each_user = &s;
+        tg_gradcheck_result r;
+        tg_gradcheck(ctx, f_square_wrong_at, &wrong_at, 1, &x, &o, &r);
+        ck_assert(tg_ok(ctx));
+        ck_assert_int_eq(s.n, r.n_checked);
+        ck_assert_int_eq(s.failed, r.n_failed);
+        ck_assert(s.max_err == r.max_abs_err);
+    }
+}
+END_TEST
+
+/* The file as text. */
+static char *slurp(FILE *f) {
+    long n = ftell(f);
+    rewind(f);
+    char *buf = calloc((size_t)n + 1, 1);
+    ck_assert(buf && fread(buf, 1, (size_t)n, f) == (size_t)n);
+    return buf;
+}
+
+/* tg_gradcheck_write: JSON with every field (NaN as null), CSV with one row
+ * per checked input, readable text. */
+START_TEST(test_write) {
+    tg_tensor *in[3] = {tg_randn(ctx, TG_F64, TG_SHAPE(4, 3), 0, 1), tg_randn(ctx, TG_F64, TG_SHAPE(3, 5), 0, 1),
+                        tg_randn(ctx, TG_F64, TG_SHAPE(5), 0, 1)};
+    tg_gradcheck_result r;
+    tg_gradcheck_opts o = {0};
+    o.inputs = 5; /* a and b */
+    ck_assert(tg_gradcheck(ctx, f_layer, NULL, 3, in, &o, &r));
+    const char *names[3] = {"x", "w", "b"};
+    FILE *f = tmpfile();
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(tg_gradcheck_write(f, &r, names, TG_GRADCHECK_JSON, NULL), TG_OK);
+    char *json = slurp(f);
+    tg_test_assert_contains(json, "{\"pass\":true,\"mode\":\"full\"", "\"step\":\"absolute\"",
+                            "\"h\":9.9999999999999995e-07", "\"dtype\":\"float64\"",
+                            "\"inputs\":[{\"name\":\"x\",\"checked\":true", "{\"name\":\"w\",\"checked\":false",
+                            "\"grad_scale\":", "\"max_excess\":", "\"vanished_input\":null", NULL);
+    ck_assert(json[strlen(json) - 1] == '}');
+    free(json);
+    fclose(f);
+    f = tmpfile();
+    ck_assert_int_eq(tg_gradcheck_write(f, &r, names, TG_GRADCHECK_CSV, "op,7,"), TG_OK);
+    char *csv = slurp(f);
+    int rows = 0, commas = 0, header_commas = 0;
+    for (const char *p = csv; *p; p++) rows += *p == '\n', commas += *p == ',';
+    for (const char *p = TG_GRADCHECK_CSV_COLUMNS; *p; p++) header_commas += *p == ',';
+    ck_assert_int_eq(rows, 2);                         /* x and b */
+    ck_assert_int_eq(commas, 2 * (header_commas + 2)); /* the prefix's two columns */
+    tg_test_assert_contains(csv, "op,7,x,1,12,0,", "op,7,b,1,5,0,", NULL);
+    free(csv);
+    fclose(f);
+    /* NaN: null in JSON, nan in CSV */
+    double xv[3] = {1.0, 0.0, 4.0};
+    tg_tensor *x = vec(TG_F64, 3, xv);
+    ck_assert(!tg_gradcheck(ctx, f_sqrt, NULL, 1, &x, NULL, &r));
+    f = tmpfile();
+    ck_assert_int_eq(tg_gradcheck_write(f, &r, NULL, TG_GRADCHECK_JSON, NULL), TG_OK);
+    json = slurp(f);
+    tg_test_assert_contains(json, "\"pass\":false", "\"name\":\"0\"", ":null", NULL);
+    ck_assert_ptr_null(strstr(json, "nan"));
+    ck_assert_ptr_null(strstr(json, "inf"));
+    free(json);
+    fclose(f);
+    f = tmpfile();
+    ck_assert_int_eq(tg_gradcheck_write(f, &r, NULL, TG_GRADCHECK_TEXT, NULL), TG_OK);
+    char *text = slurp(f);
+    tg_test_assert_contains(text, "FAIL", "0: ", NULL);
+    free(text);
+    ck_assert_int_eq(tg_gradcheck_write(f, &r, NULL, (tg_gradcheck_format)5, NULL), TG_ERR_VALUE);
+    ck_assert_int_eq(tg_gradcheck_write(NULL, &r, NULL, TG_GRADCHECK_TEXT, NULL), TG_ERR_NULL);
+    fclose(f);
+    ck_assert_str_eq(tg_gradcheck_mode_name(TG_GRADCHECK_JACOBIAN), "jacobian");
+    ck_assert_str_eq(tg_gradcheck_step_name(TG_GRADCHECK_STEP_SCALED), "scaled");
+    ck_assert_str_eq(tg_gradcheck_atol_scale_name(TG_GRADCHECK_ATOL_GRADIENT), "gradient");
+    ck_assert_str_eq(tg_gradcheck_mode_name((tg_gradcheck_mode)9), "?");
+}
+END_TEST
+
 Suite *make_gradcheck_suite(void) {
     return tg_test_suite("gradcheck", setup, teardown, test_defaults, test_float32_defaults_follow_dtype,
                          test_no_defaults, test_correct_composite_passes, test_wrong_backward_one_element,
                          test_wrong_backward_worst_element, test_seed, test_float32_refused, test_random_function,
                          test_caller_state_untouched, test_memory_reused, test_nonfinite_fails, test_constant_function,
-                         test_jacobian, test_forward_differences, test_errors, NULL);
+                         test_jacobian, test_forward_differences, test_errors, test_vanished_step, test_relative_steps,
+                         test_float32_scale_invariant, test_jacobian_mode, test_user_r_v, test_predicted_error,
+                         test_element_callback, test_write, NULL);
 }
 
 int main(void) { return tg_test_run(make_gradcheck_suite()); }

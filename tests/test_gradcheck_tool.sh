@@ -13,6 +13,18 @@
 #   options    --atol 0 is taken as given; the injected bug's header names the
 #              inputs the spec gives (bias=1, affine=0); float32 follows its defaults
 #   list       every op with its spec and variants, and the bug catalogue
+#   vanished   a step that rounds away is an error (exit 1) in every mode; the sweep
+#              marks it and never takes it for the best step
+#   formats    --format json parses (python3, when there) and csv has its rows, for
+#              check, sweep and jacobian; --elements, --print-inputs
+#   batch      --seeds 1000 of a 4x8 norm in one process, under 10 s (it takes well
+#              under one); a range and a fixed seed; a partial detection rate
+#   inputs     --values (and a wrong count), --save-inputs read back by --values @FILE
+#              reproduces the check, --dist, --scale, --offset, the two seeds
+#   scale      float32 norms pass at input scales 1e-3..1e3 and the bugs are caught
+#              there; the old absolute step and atol did neither
+#   note       the note blames the backward for genuine detections and calls a
+#              too-small step round-off
 # Usage: test_gradcheck_tool.sh PATH/TO/tapegrad-gradcheck CASE
 set -euo pipefail
 tool=${1:?usage: test_gradcheck_tool.sh TOOL CASE}
@@ -66,7 +78,7 @@ check_all)
   run 0 check layernorm --dtype f32
   grep -q "float32" "$tmp/out" || fail "check --dtype f32 does not say float32"
   run 0 check all --dtype f32
-  run 0 check all --dtype f32 --mode full
+  run 0 check all --dtype f32 --mode directional
   ;;
 inject)
   # bug  inputs that must FAIL  inputs that must pass
@@ -202,10 +214,11 @@ options)
   grep -q "passes when |analytic - numeric| <= 0 + 0.001 |numeric|" "$tmp/out" || fail "--atol 0: not used as 0"
   run 0 jacobian rmsnorm --shape 1x4 --atol 0 --rtol 1e-4 --out "$tmp/jac"
   grep -q "0 of 16 entries outside 0 + 0.0001 |numeric|" "$tmp/out" || fail "jacobian --atol 0: not used as 0"
-  # float32: the dtype's defaults (h 1e-3 unless the op has its own), and
-  # the op's own step where `list` shows one
+  # float32: the dtype's defaults (h 1e-3 unless the op has its own, relative
+  # to each element's length scale; atol relative to the gradient's scale),
+  # and the op's own step where `list` shows one
   run 0 check tanh --dtype f32 --shape 3x4
-  grep -q "float32, every element, central differences h=0.001, passes when .* <= 0.001 + 0.01 |numeric|" \
+  grep -q "float32, every element, central differences h=0.001, relative steps h l_i .*, passes when .* <= 0.001 G + 0.01 |numeric|" \
     "$tmp/out" || fail "f32 tanh: not the float32 defaults"
   run 0 check rmsnorm --dtype f32 --shape 4x8
   grep -q "central differences h=0.01," "$tmp/out" || fail "f32 rmsnorm: not its own h=0.01"
@@ -239,6 +252,148 @@ list)
   grep -q "variants  4x8   4x8;bias=1" "$tmp/out" || fail "list: rmsnorm's variants not shown"
   for bug in rmsnorm-sum rmsnorm-no-eps layernorm-no-mean overwrite; do
     grep -q "^  $bug " "$tmp/out" || fail "list: bug $bug missing from the catalogue"
+  done
+  ;;
+vanished)
+  # a step that rounds away is an error in every mode, never a pass
+  for mode in full directional jacobian; do
+    run 1 check --inject rmsnorm-sum --mode "$mode" --h 1e-17
+    grep -q "the step vanished" "$tmp/out" || fail "$mode, h=1e-17: no word of the vanished step"
+    grep -q "all pass" "$tmp/out" && fail "$mode, h=1e-17: passed"
+    run 1 check rmsnorm --shape 4x8 --mode "$mode" --h 1e-17
+  done
+  # the sweep marks such steps and never picks one as the best
+  run 0 sweep rmsnorm --mode directional --dtype f32 --out "$tmp/sw"
+  grep -q "vanished" "$tmp/out" || fail "f32 directional sweep: no step marked vanished"
+  h=$(best_h "$tmp/sw/sweep_rmsnorm.dat" 2)
+  in_range "$h" 1e-3 1e-1 || fail "f32 directional sweep: best h $h (not in [1e-3, 1e-1])"
+  awk '!/^#/ && $1 < 1e-8 && $2 != "NaN" && $2 != "nan" {bad = 1} END {exit bad}' "$tmp/sw/sweep_rmsnorm.dat" ||
+    fail "f32 directional sweep: a number where the step vanished"
+  ;;
+formats)
+  have_python() { command -v python3 > /dev/null 2>&1; }
+  json_ok() { if have_python; then python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$1"; fi; }
+  run 0 check rmsnorm --format json
+  json_ok "$tmp/out" || fail "check --format json: not JSON"
+  grep -q '"grad_scale":' "$tmp/out" || fail "check json: no grad_scale"
+  run 1 check --inject rmsnorm-sum --format json --elements --print-inputs
+  json_ok "$tmp/out" || fail "check --inject --format json --elements: not JSON"
+  grep -q '"elements":\[{"input":"x","index":0' "$tmp/out" || fail "json --elements: no elements"
+  grep -q '"values":{"x":{"shape":\[4,8\]' "$tmp/out" || fail "json --print-inputs: no inputs"
+  run 0 check rmsnorm --shape 4x8 --seeds 20 --format json
+  json_ok "$tmp/out" || fail "check --seeds --format json: not JSON"
+  grep -q '"batch":{"runs":20' "$tmp/out" || fail "check --seeds json: no batch"
+  run 0 check rmsnorm --shape 4x8 --seeds 20 --format csv
+  [ "$(wc -l < "$tmp/out")" -eq 41 ] || fail "check --seeds 20 --format csv: want a header and 40 rows"
+  head -1 "$tmp/out" | grep -q "^op,bug,spec,dtype,input_seed,probe_seed,input,pass," || fail "csv header"
+  run 0 check rmsnorm --shape 2x3 --format csv --elements
+  [ "$(wc -l < "$tmp/out")" -eq 10 ] || fail "check --elements --format csv: want 9 rows"
+  run 0 sweep rmsnorm --format json --seeds 3 --h-grid 1e-1:1e-6:2 --out "$tmp/sw"
+  json_ok "$tmp/out" || fail "sweep --format json: not JSON"
+  if have_python; then
+    python3 -c 'import json, sys; h = json.load(open(sys.argv[1]))["h"]
+assert len(h) == 11 and abs(h[0] - 0.1) < 1e-15 and abs(h[-1] - 1e-6) < 1e-18, h' "$tmp/out" ||
+      fail "sweep json: not the grid asked for"
+  fi
+  run 0 sweep rmsnorm --format csv --dtype f64 --scheme central --h-grid 1e-2,1e-4,1e-6 --out "$tmp/sw"
+  # all inputs, x and gamma, three steps each
+  [ "$(grep -c '^rmsnorm,' "$tmp/out")" -eq 9 ] || fail "sweep --format csv: want 9 rows"
+  run 0 jacobian rmsnorm --shape 1x4 --format json --out "$tmp/jac"
+  json_ok "$tmp/out" || fail "jacobian --format json: not JSON"
+  grep -q '"analytic":\[\[' "$tmp/out" || fail "jacobian json: no matrix"
+  run 0 jacobian rmsnorm --shape 1x3 --input x --format csv --out "$tmp/jac"
+  [ "$(wc -l < "$tmp/out")" -eq 10 ] || fail "jacobian --format csv: want 9 entries"
+  run 0 jacobian rmsnorm --shape 1x3 --seeds 10
+  grep -q "every Jacobian entry" "$tmp/out" || fail "jacobian --seeds: not the Jacobian mode"
+  ;;
+batch)
+  # 1000 seeds of a 4x8 norm in one process, well under a second of checks
+  for dt in f64 f32; do
+    run 0 check rmsnorm --shape 4x8 --dtype $dt --seeds 1000
+    grep -q "x 1000 seeds" "$tmp/out" || fail "--seeds 1000: not 1000 seeds"
+    grep -Eq "^ +4x8 +x +1000 +0 +100.0%" "$tmp/out" || fail "--seeds 1000 $dt: x does not pass every seed"
+    secs=$(sed -n 's/.* in \([0-9.]*\) s (.*/\1/p' "$tmp/out")
+    echo "check rmsnorm 4x8 $dt, 1000 seeds: $secs s ($(sed -n 's/.*(\([0-9.]* us a check\).*/\1/p' "$tmp/out"))"
+    in_range "$secs" 0 10 || fail "1000 seeds took $secs s"
+  done
+  # a range of seeds, and one seed held fixed
+  run 0 check rmsnorm --shape 4x8 --seeds 5..9 --input-seed 3
+  grep -q "seeds 5..9 (inputs fixed at seed 3)" "$tmp/out" || fail "--seeds A..B --input-seed"
+  # a bug's detection rate: a direction sees a 0.105% error in dx only when
+  # the directional derivative is large enough for it to clear atol
+  run 1 check --inject rmsnorm-scale --shape '4x8;size=1.05e-3' --seeds 200 --mode directional
+  rate=$(awk '$2 == "x" {print $5; exit}' "$tmp/out" | tr -d %)
+  in_range "$rate" 5 95 || fail "rmsnorm-scale size=1.05e-3: pass rate $rate%, want partial"
+  ;;
+inputs)
+  # explicit values, printed back in full precision, saved and loaded again
+  run 2 check rmsnorm --shape 1x4 --values x=1,2,3
+  grep -q "3 values for an input of 4 elements" "$tmp/err" || fail "--values: wrong count not named"
+  run 2 check rmsnorm --shape 1x4 --values nope=1
+  run 0 check rmsnorm --shape 1x4 --values x=1,2,3,4 --print-inputs
+  grep -q "x 1x4 = 1 2 3 4" "$tmp/out" || fail "--values x: not the values printed"
+  run 0 check rmsnorm --shape 2x3 --dtype f32 --save-inputs "$tmp/in" --seed 4
+  sed -n 's/.*x *2x3 .* \([0-9]*\/[0-9]*\) .*/\1/p' "$tmp/out" > "$tmp/a"
+  grep -q "^# x 2x3 float32" "$tmp/in/x.txt" || fail "--save-inputs: no x.txt"
+  cp "$tmp/out" "$tmp/first"
+  run 0 check rmsnorm --shape 2x3 --dtype f32 --values x=@"$tmp/in/x.txt" --values gamma=@"$tmp/in/gamma.txt" \
+      --input-seed 99 --probe-seed 4
+  diff <(grep "^  2x3" "$tmp/first") <(grep "^  2x3" "$tmp/out") > /dev/null || fail "saved inputs do not reproduce the check"
+  # distributions, scale, offset
+  run 0 check rmsnorm --shape 2x4 --dist x=normal:0:0.01 --print-inputs
+  awk '/=/ {f = /^    x 2x4 =/; next} f && NF {for (i = 1; i <= NF; i++) if ($i > 0.1 || $i < -0.1) bad = 1}
+       !NF {f = 0} END {exit bad}' "$tmp/out" || fail "--dist x=normal:0:0.01: a value beyond 10 sigma"
+  run 0 check rmsnorm --shape 1x3 --dist x=uniform:1:2 --scale x=10 --offset x=-100 --print-inputs
+  awk '/^    x 1x3 =/ {for (i = 5; i <= NF; i++) if ($i < -90 || $i > -80) bad = 1} END {exit bad}' "$tmp/out" ||
+    fail "--dist/--scale/--offset: x not in [-90, -80)"
+  # the probe seed alone moves r, the input seed alone the inputs
+  run 0 check rmsnorm --shape 2x3 --input-seed 1 --probe-seed 2 --print-inputs
+  grep -q "input seed 1, probe seed 2" "$tmp/out" || fail "seeds not in the header"
+  run 0 check rmsnorm --shape 2x3 --input-seed 1 --probe-seed 7 --print-inputs
+  ;;
+scale)
+  # float32 checks of correct norms pass at input scales 1e-3 .. 1e3 (the
+  # relative defaults), and still catch the seeded bugs there
+  for s in 1e-3 1 1e3; do
+    for op in rmsnorm layernorm; do
+      run 0 check $op --shape 4x8 --dtype f32 --scale x=$s --seeds 50
+      run 0 check $op --shape 4x8 --dtype f32 --scale x=$s --seeds 50 --mode directional
+    done
+    # (overwrite is left out: the identity term it loses is l times smaller
+    # than RMSNorm's own gradient, below rtol at l = 1e-3: docs/experiments.md)
+    for bug in rmsnorm-sum layernorm-no-mean rmsnorm-scale rmsnorm-proj; do
+      run 1 check --inject $bug --dtype f32 --scale x=$s --seeds 20
+      awk '$2 == "x" && $4 != 20 {exit 1}' "$tmp/out" || fail "$bug at scale $s: not caught every seed"
+    done
+    echo "scale $s: correct norms pass, bugs caught"
+  done
+  # what the old absolute step and atol did: fail every seed at 1e-3 and pass a 50% bug at 1e3
+  run 1 check rmsnorm --shape 4x8 --dtype f32 --scale x=1e-3 --seeds 20 --step absolute --h 1e-2 --atol-scale absolute
+  run 1 check --inject rmsnorm-scale --shape '4x8;size=0.5' --dtype f32 --scale x=1e3 --seeds 20 --step absolute \
+      --h 1e-2 --atol-scale absolute
+  rate=$(awk '$2 == "x" {print $5; exit}' "$tmp/out" | tr -d %)
+  in_range "$rate" 80 100 || fail "absolute atol at scale 1e3: a 50% bug caught in $rate% of seeds, want most missed"
+  run 1 check --inject rmsnorm-scale --shape '4x8;size=0.5' --dtype f32 --scale x=1e3 --seeds 20
+  awk '$2 == "x" && $4 != 20 {exit 1}' "$tmp/out" || fail "relative atol at scale 1e3: the 50% bug not caught every seed"
+  ;;
+note)
+  # genuine float32 detections exceed the predicted error of the check
+  run 1 check --inject rmsnorm-no-eps --shape '4x8;eps=1e-2' --dtype f32 --scale x=0.3 --seeds 100
+  grep -q "times the predicted error: a wrong backward" "$tmp/out" || fail "rmsnorm-no-eps: the note does not blame the backward"
+  grep -q "within the predicted error" "$tmp/out" && fail "rmsnorm-no-eps: the note calls a genuine bug round-off"
+  # a correct op failing at a far too small float32 step: within it
+  run 1 check rmsnorm --shape 4x8 --dtype f32 --h 1e-6
+  grep -q "within the predicted error" "$tmp/out" || fail "f32 h=1e-6: the note does not call it round-off"
+  grep -q "times the predicted error: a wrong backward" "$tmp/out" && fail "f32 h=1e-6: the note blames a correct backward"
+  run 1 check matmul --dtype f32 --shape 70x65,65x40 --h 1e-4 --step absolute
+  grep -q "within the predicted error" "$tmp/out" || fail "matmul f32 h=1e-4: not within the predicted error"
+  # every seeded bug, in both dtypes: every failure is the backward's
+  for bug in rmsnorm-sum rmsnorm-no-eps layernorm-no-mean overwrite rmsnorm-scale rmsnorm-proj layernorm-unbiased; do
+    for dt in f64 f32; do
+      run 1 check --inject $bug --dtype $dt --seeds 20
+      awk '$2 ~ /^(x|gamma|beta)$/ && $4 != $(NF - 1) {exit 1}' "$tmp/out" ||
+        fail "$bug $dt: a failure within the predicted error"
+    done
   done
   ;;
 *)

@@ -145,11 +145,10 @@ explain)
   run 0 jacobian rmsnorm --shape 1x4 --out "$tmp/jac"
   grep -q "projection view" "$tmp/out" && fail "projection view with gamma: J is not a projection there"
 
-  # --print-inputs: check's inputs to full precision, as explain takes them
+  # --print-inputs: check's inputs to full precision, fed to explain
   run 0 check rmsnorm --shape '1x3;eps=0.001' --print-inputs
-  has "eps = 0.001"
-  x=$(sed -n 's/^    x 1x3 = //p' "$tmp/out")
-  g=$(sed -n 's/^    gamma 3 = //p' "$tmp/out")
+  x=$(sed -n 's/^    x 1x3 = //p' "$tmp/out" | tr ' ' ',')
+  g=$(sed -n 's/^    gamma 3 = //p' "$tmp/out" | tr ' ' ',')
   [ -n "$x" ] && [ -n "$g" ] || { cat "$tmp/out" >&2; fail "--print-inputs: no x or gamma line"; }
   run 0 explain rmsnorm --x "$x" --gamma "$g" --eps 0.001
   has "x     = ${x//,/ }"

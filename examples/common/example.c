@@ -243,6 +243,19 @@ bool ex_picture(tg_status st, bool rendered, const char *msg, const char *png_pa
     return exists;
 }
 
+bool ex_plot_train_val(const ex_args *args, const char *title) {
+    char tdat[512], vdat[512], png[512], msg[512];
+    snprintf(tdat, sizeof tdat, "%s/train.dat", args->out);
+    snprintf(vdat, sizeof vdat, "%s/val.dat", args->out);
+    snprintf(png, sizeof png, "%s/loss.png", args->out);
+    tg_plot_series series[2] = {{tdat, 1, 2, "train (one batch)"}, {vdat, 1, 2, "validation"}};
+    tg_plot_style style = {.title = title, .xlabel = "step", .ylabel = "loss (nats)"};
+    bool rendered = false, failed = false;
+    tg_status st = tg_plot_overlay(args->out, "loss", &style, series, 2, &rendered, msg, sizeof msg);
+    ex_picture(st, rendered, msg, png, &failed);
+    return !failed;
+}
+
 int ex_exit(bool ok) {
     errno = 0;
     if (fflush(stdout) != 0 || ferror(stdout)) {

@@ -77,6 +77,12 @@ bool ex_close(FILE *f, const char *path);
  * not installed (the message says how to render it later). */
 bool ex_picture(tg_status st, bool rendered, const char *msg, const char *png_path, bool *failed);
 
+/* OUT/loss.png: the per-step training loss of OUT/train.dat and the
+ * validation loss of OUT/val.dat (what ex_log_open wrote as "train" and
+ * "val") in one plot with `title`, y labelled "loss (nats)"; reported by
+ * ex_picture. False when gnuplot failed or wrote nothing. */
+bool ex_plot_train_val(const ex_args *args, const char *title);
+
 /* The exit status: 1 when !ok, or when stdout could not be written (a full
  * disk, /dev/full: said on stderr); else 0. */
 int ex_exit(bool ok);

@@ -5,6 +5,8 @@
 #ifndef TAPEGRAD_CHECK_H
 #define TAPEGRAD_CHECK_H
 
+#include <stdio.h>
+
 #include "tapegrad/layers.h"
 
 #ifdef __cplusplus
@@ -14,26 +16,58 @@ extern "C" {
 /* ======================================================================== */
 /* Gradient checking and the op registry                                    */
 /* ======================================================================== */
-/* tg_gradcheck compares an op's hand-written backward with central finite
- * differences (check/gradcheck.c). For f(inputs) and a random weighting
- * r of f's outputs (uniform in [-1, 1), from opts.seed), L = sum_j r_j f_j:
+/* tg_gradcheck compares an op's hand-written backward with finite
+ * differences (check/gradcheck.c). For f(inputs) and a weighting r of f's
+ * outputs (uniform in [-1, 1) from opts.seed, or opts.r), L = sum_j r_j f_j:
  *   analytic  a_i = dL/dx_i              one tg_backward_ex seeded with r
- *   numeric   n_i = (L(x + h e_i) - L(x - h e_i)) / 2h
+ *   numeric   n_i = (L(x + h_i e_i) - L(x - h_i e_i)) / (2 h_i)
  * and an element passes when |a_i - n_i| <= atol + rtol |n_i| (PyTorch's
- * gradcheck rule). The denominator is the step actually stored (x+h and
- * x-h rounded to the dtype), so float32 checks are not biased by rounding
- * of the step.
+ * gradcheck rule). The denominator is the step actually stored (x+h_i and
+ * x-h_i rounded to the dtype), so float32 checks are not biased by rounding
+ * of the step; a step that rounds away entirely (x +- h_i == x) is an error,
+ * never a pass (result.step_vanished says where).
  *
- * The step and tolerances follow the dtype. An h, atol or rtol left 0 --
- * in zero-initialized options, NULL options and tg_gradcheck_defaults()
- * alike -- takes the default of the checked inputs' dtype
- * (tg_gradcheck_dtype_tol):
- *   float64  h 1e-6, atol 1e-5, rtol 1e-3 (PyTorch's)
- *   float32  h 1e-3, atol 1e-3, rtol 1e-2 (when any checked input is float32)
+ * Three modes: FULL (every element, as above), DIRECTIONAL (one direction v
+ * per input: dL/dx . v against (L(x + h v) - L(x - h v)) / 2h) and JACOBIAN
+ * (every entry d f_j / d x_i, one backward per output and two forwards per
+ * input element: PyTorch's slow mode).
+ *
+ * The step. h_i = h (ABSOLUTE), h max(|x_i|, floor) (ELEMENT) or h l_i
+ * (SCALED), where l_i is the length scale of element i: the distance over
+ * which f changes its slope -- for RMSNorm the row's sqrt(mean x^2 + eps),
+ * for LayerNorm sqrt(var + eps) (opts.scale; the registry gives the norms
+ * theirs), by default the input's root mean square. The best central step is
+ * h* ~ 1.7 eps_mach^(1/3) l at every input scale (docs/experiments.md), so a
+ * relative step keeps a float32 check near its optimum from x ~ 1e-3 to
+ * 1e3 where one absolute step cannot.
+ *
+ * The tolerance. With atol_scale ABSOLUTE atol is absolute; with GRADIENT
+ * it is relative to the gradient's own scale: |a - n| <= atol G_k + rtol |n|,
+ * G_k the root mean square of input k's gradient (the larger of the analytic
+ * and the numeric one), so a tiny or huge gradient is held to the same
+ * relative standard.
+ *
+ * Defaults. An h, atol or rtol left 0 -- in zero-initialized options, NULL
+ * options and tg_gradcheck_defaults() alike -- takes the default of the
+ * checked inputs' dtype (tg_gradcheck_dtype_tol); step and atol_scale left
+ * AUTO follow it too:
+ *   float64  h 1e-6 absolute, atol 1e-5 absolute, rtol 1e-3 (PyTorch's)
+ *   float32  h 1e-3 x l_i, atol 1e-3 x G_k, rtol 1e-2 (when any checked
+ *            input is float32)
  * A value set explicitly is used as given in either dtype. To use a 0
  * tolerance itself (atol 0: a purely relative test), set no_defaults.
  * (In the registry an op's own values come between the two:
  * tg_registry_opts. docs/gradcheck.md measures why float32 needs these.)
+ *
+ * The predicted error. Each comparison also gets the error central
+ * differences themselves make at that step (docs/gradcheck.md):
+ *   rounding    TG_GRADCHECK_C_ROUND eps S_i / h_i   S_i = sum of |r_j f_j|
+ *                                                    over the outputs x_i moves
+ *   truncation  TG_GRADCHECK_C_TRUNC (h_i / l_i)^2 G_k   (forward differences:
+ *                                                    (h_i / l_i) G_k)
+ * and the result reports by how much the error exceeds it (max_excess): a
+ * failure within it is the check's own round-off, one far above it a wrong
+ * backward.
  *
  * Forward evaluations for the differences run in no-grad mode, each from
  * the same RNG state (so dropout sees one mask throughout); afterwards the
@@ -50,24 +84,65 @@ extern "C" {
  *
  * Changes from the first version: tg_gradcheck_defaults() leaves h, atol
  * and rtol 0 (it returned the float64 values, which float32 checks then
- * kept); no_defaults and tg_gradcheck_dtype_tol are new. */
+ * kept); no_defaults and tg_gradcheck_dtype_tol are new. Then: a vanished
+ * step is an error (it used to pass in DIRECTIONAL mode and give NaN in
+ * FULL); relative steps and tolerances, the default in float32 (it used an
+ * absolute h 1e-3 and atol 1e-3); the JACOBIAN mode; user-given r and v; the
+ * predicted error; the per-element callback and tg_gradcheck_write. */
 
 /* The function checked: builds its output from inputs[0..n-1] with
  * differentiable ops; `user` is passed through (op arguments, a layer...).
  * It must give the same output for the same inputs and RNG state. */
 typedef tg_tensor *(*tg_gradcheck_fn)(tg_ctx *ctx, tg_tensor *const *inputs, void *user);
 
+/* The length scale l_i of every element of input k, written to
+ * scale[0..numel(inputs[k])-1] (each finite and > 0): the distance over
+ * which f's slope changes, e.g. sqrt(mean x^2 + eps) of the element's row
+ * for RMSNorm. Returns false to leave input k to the default (its root mean
+ * square). `user` is the checked function's. */
+typedef bool (*tg_gradcheck_scale_fn)(tg_tensor *const *inputs, int k, double *scale, void *user);
+
 /* Most inputs a checked function may take. */
 #define TG_GRADCHECK_MAX_INPUTS 8
 
+/* The constants of the predicted error (see above), measured on the
+ * registry's ops: over `check all` in float32 and float64, full and
+ * directional, seeds 0..9, steps 1e-8..1e-1, 9 of 5589 failing correct
+ * inputs exceed the prediction, by at most 1.09x (the kinked max_axis
+ * aside), and every failure of the seeded bugs exceeds it
+ * (docs/gradcheck.md). */
+#define TG_GRADCHECK_C_ROUND 4.0
+#define TG_GRADCHECK_C_TRUNC 3.0
+
 typedef enum tg_gradcheck_mode {
-    TG_GRADCHECK_FULL = 0,   /* every element of every checked input:
-                                 2 forwards per element */
-    TG_GRADCHECK_DIRECTIONAL /* one random unit direction v per input:
-                                 compares dL/dx . v with
-                                 (L(x + h v) - L(x - h v)) / 2h; 2 forwards
-                                 per input, for big tensors */
+    TG_GRADCHECK_FULL = 0,    /* every element of every checked input:
+                                  2 forwards per element */
+    TG_GRADCHECK_DIRECTIONAL, /* one direction v per input (random unit, or
+                                  opts.v): compares dL/dx . v with
+                                  (L(x + h v) - L(x - h v)) / 2h; 2 forwards
+                                  per input, for big tensors */
+    TG_GRADCHECK_JACOBIAN     /* every entry d f_j / d x_i: one backward per
+                                  output element, 2 forwards per input
+                                  element (PyTorch's slow mode); r is not
+                                  used */
 } tg_gradcheck_mode;
+
+/* How the step of element i follows from h. */
+typedef enum tg_gradcheck_step {
+    TG_GRADCHECK_STEP_AUTO = 0, /* float64: ABSOLUTE; float32: SCALED */
+    TG_GRADCHECK_STEP_ABSOLUTE, /* h_i = h */
+    TG_GRADCHECK_STEP_ELEMENT,  /* h_i = h max(|x_i|, floor), floor =
+                                   opts.step_floor, or l_i / 10 when 0 */
+    TG_GRADCHECK_STEP_SCALED    /* h_i = h l_i (opts.scale) */
+} tg_gradcheck_step;
+
+/* What atol is relative to. */
+typedef enum tg_gradcheck_atol_scale {
+    TG_GRADCHECK_ATOL_AUTO = 0, /* float64: ABSOLUTE; float32: GRADIENT */
+    TG_GRADCHECK_ATOL_ABSOLUTE, /* |a - n| <= atol + rtol |n| */
+    TG_GRADCHECK_ATOL_GRADIENT  /* |a - n| <= atol G_k + rtol |n|, G_k the
+                                    root mean square of input k's gradient */
+} tg_gradcheck_atol_scale;
 
 /* A finite-difference step and the tolerances of the pass rule. */
 typedef struct tg_gradcheck_tol {
@@ -75,35 +150,83 @@ typedef struct tg_gradcheck_tol {
     double atol, rtol; /* pass when |a - n| <= atol + rtol |n| */
 } tg_gradcheck_tol;
 
+/* A vector the caller gives: numel values (NULL data: none given). */
+typedef struct tg_gradcheck_vec {
+    const double *data;
+    int64_t numel;
+} tg_gradcheck_vec;
+
+/* One comparison, as handed to opts.each. */
+typedef struct tg_gradcheck_element {
+    int input;      /* which input */
+    int64_t index;  /* flat element of the input; -1: a direction */
+    int64_t output; /* flat output element (JACOBIAN); else -1 */
+    double analytic, numeric;
+    double step;  /* the step h_i (as intended, before rounding) */
+    double tol;   /* atol (scaled) + rtol |numeric| */
+    double bound; /* the predicted finite-difference error */
+    bool pass;
+} tg_gradcheck_element;
+
+/* Called once per comparison (element, direction or Jacobian entry). */
+typedef void (*tg_gradcheck_element_fn)(void *user, const tg_gradcheck_element *e);
+
 /* Options. Zero-initialized means the defaults (NULL opts too); an h, atol
  * or rtol left 0 means the default of the dtype (or the op's own, in the
  * registry), unless no_defaults. */
 typedef struct tg_gradcheck_opts {
-    double h;          /* finite-difference step (> 0; 0: the default) */
+    /* finite-difference step (> 0; 0: the default); relative with
+     * STEP_ELEMENT and STEP_SCALED */
+    double h;
     double atol, rtol; /* tolerances (>= 0; 0: the default) */
     tg_gradcheck_mode mode;
     uint64_t seed;      /* seeds r and the directions v (not the ctx RNG) */
     bool allow_float32; /* check float32 inputs anyway */
     uint32_t inputs;    /* bit k set: check input k; 0: every input */
-    bool forward_diff;  /* one-sided (L(x + h) - L(x)) / h instead of
-                              central differences: error O(h), not O(h^2);
-                              for comparing the schemes (step sweeps) */
-    bool no_defaults;   /* use h, atol, rtol as given, zeros included
-                              (then h must be > 0) */
+    /* one-sided (L(x + h) - L(x)) / h instead of central differences:
+     * error O(h), not O(h^2); for comparing the schemes (step sweeps) */
+    bool forward_diff;
+    /* use h, atol, rtol as given, zeros included (then h must be > 0) */
+    bool no_defaults;
+    tg_gradcheck_step step;             /* how h_i follows from h */
+    double step_floor;                  /* STEP_ELEMENT's floor (>= 0; 0: l_i / 10) */
+    tg_gradcheck_scale_fn scale;        /* l_i; NULL: each input's root mean square */
+    tg_gradcheck_atol_scale atol_scale; /* what atol is relative to */
+    /* the output weighting (numel of the output); none: random from seed */
+    tg_gradcheck_vec r;
+    /* DIRECTIONAL: input k's direction, used as given (not normalized);
+     * none: a random unit vector from seed */
+    tg_gradcheck_vec v[TG_GRADCHECK_MAX_INPUTS];
+    tg_gradcheck_element_fn each; /* called for every comparison */
+    void *each_user;
 } tg_gradcheck_opts;
 
 /* The outcome for one input. */
 typedef struct tg_gradcheck_input {
     bool checked; /* false: skipped (not in opts.inputs) */
     bool pass;
-    int64_t n_checked; /* elements (FULL) or directions (DIRECTIONAL) */
-    int64_t n_failed;
-    double max_abs_err;  /* max |a - n| */
-    double max_rel_err;  /* max |a - n| / max(|n|, atol) */
-    int64_t worst_index; /* flat index of the worst element; -1 in
-                              DIRECTIONAL mode or when nothing was checked */
-    double worst_analytic, worst_numeric;
-    double worst_ratio; /* |a - n| / (atol + rtol |n|): pass when <= 1 */
+    /* comparisons: elements (FULL), directions (DIRECTIONAL) or entries
+     * (JACOBIAN), and how many failed */
+    int64_t n_checked, n_failed;
+    double max_abs_err; /* max |a - n| */
+    double max_rel_err; /* max |a - n| / max(|n|, atol as used) */
+    /* the worst comparison: its element (flat index; -1 in DIRECTIONAL mode
+     * or when nothing was checked), its output element (JACOBIAN; else -1),
+     * values, |a - n| / (atol + rtol |n|) (pass when <= 1), step h_i and
+     * predicted error */
+    int64_t worst_index, worst_output;
+    double worst_analytic, worst_numeric, worst_ratio, worst_step, worst_bound;
+    double step_min, step_max; /* the steps h_i used */
+    double scale;              /* root mean square of the length scales l_i */
+    /* G_k: root mean square of the gradient's terms (the larger of the
+     * analytic values and of sum_j |r_j dy_j| / dx_i; of the directional
+     * derivatives, or of the Jacobian's entries) */
+    double grad_scale;
+    double atol_used; /* the absolute tolerance: atol, or atol G_k */
+    /* max |a - n| / predicted error, over every comparison and over the
+     * failing ones (0 when none fails): <= 1, the difference is the
+     * check's own error; a failure far above 1 is the backward's */
+    double max_excess, fail_excess;
 } tg_gradcheck_input;
 
 /* The outcome of a check: what the caller asserts on. "Worst" is the
@@ -113,37 +236,51 @@ typedef struct tg_gradcheck_result {
     bool pass;         /* every comparison passed (and no error) */
     int64_t n_checked; /* comparisons over all inputs */
     int64_t n_failed;
-    int64_t n_evals; /* forward evaluations of f: 1 + 2 per element
-                              (FULL) or per input (DIRECTIONAL); 2 + 1 per
-                              with forward_diff */
+    /* forward evaluations of f: 1 + 2 per element (FULL, JACOBIAN) or per
+     * input (DIRECTIONAL); 2 + 1 per with forward_diff; 4 more for each
+     * failure the first predicted error does not explain */
+    int64_t n_evals;
+    int64_t n_backwards; /* 1, or one per output element (JACOBIAN) */
     double max_abs_err, max_rel_err;
     int worst_input;     /* -1 when nothing was checked */
     int64_t worst_index; /* as in tg_gradcheck_input */
+    int64_t worst_output;
     double worst_analytic, worst_numeric, worst_ratio;
     double h, atol, rtol; /* the values used */
     tg_gradcheck_mode mode;
     bool forward_diff;
+    tg_gradcheck_step step;             /* as used (never AUTO) */
+    tg_gradcheck_atol_scale atol_scale; /* as used (never AUTO) */
+    tg_dtype dtype;                     /* TG_F32 when any checked input is */
+    double eps;                         /* that dtype's machine epsilon */
+    uint64_t seed;
+    double max_excess, fail_excess; /* the largest of the inputs' */
+    /* a step that vanished (an error): where */
+    bool step_vanished;
+    int vanished_input;     /* -1 when none */
+    int64_t vanished_index; /* -1: the direction (DIRECTIONAL) */
     int n_inputs;
     tg_gradcheck_input input[TG_GRADCHECK_MAX_INPUTS];
 } tg_gradcheck_result;
 
-/* The defaults: h, atol, rtol 0 (the dtype's, see above), FULL, seed 0,
- * every input, float32 refused. */
+/* The defaults: h, atol, rtol 0 (the dtype's, see above), FULL, step and
+ * atol_scale AUTO, seed 0, every input, float32 refused. */
 tg_gradcheck_opts tg_gradcheck_defaults(void);
 /* The step and tolerances an h, atol, rtol left 0 take in `dtype`:
- * TG_F64 {1e-6, 1e-5, 1e-3}, TG_F32 {1e-3, 1e-3, 1e-2}. */
+ * TG_F64 {1e-6, 1e-5, 1e-3}, TG_F32 {1e-3, 1e-3, 1e-2} (in float32 relative
+ * to l_i and G_k: STEP_SCALED, ATOL_GRADIENT). */
 tg_gradcheck_tol tg_gradcheck_dtype_tol(tg_dtype dtype);
 /* Checks f's backward at inputs[0..n_inputs-1] (1..TG_GRADCHECK_MAX_INPUTS)
  * and fills *result. Returns result->pass. A failed comparison is a result,
- * not an error; errors (bad arguments, float32 refused, f failing) set the
- * context's error and return false. */
+ * not an error; errors (bad arguments, float32 refused, f failing, a step
+ * that vanished) set the context's error and return false. */
 bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
                   const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
 /* The full Jacobians of f's output with respect to input `input`, as float64
  * arena tensors of shape (numel(out), numel(input)): J[j][i] = d out_j / d x_i.
  * *analytic from one backward per output element, *numeric from central
- * differences (h from opts as above). For small functions: at most 2^22
- * entries. Returns false (and sets the error) on failure. */
+ * differences (steps h_i from opts as above). For small functions: at most
+ * 2^22 entries. Returns false (and sets the error) on failure. */
 bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
                            int input, const tg_gradcheck_opts *opts, tg_tensor **analytic, tg_tensor **numeric);
 
@@ -210,6 +347,34 @@ bool tg_gradcheck_diagnose(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
                            int input, const tg_gradcheck_opts *opts, tg_gradcheck_diagnosis *d);
 /* "projection", "scale", ... */
 const char *tg_diagnosis_name(tg_diagnosis_kind kind);
+/* Names of the enums, as the tool spells them: "full", "directional",
+ * "jacobian"; "auto", "absolute", "element", "scaled"; "auto", "absolute",
+ * "gradient" ("?" when out of range). */
+const char *tg_gradcheck_mode_name(tg_gradcheck_mode mode);
+const char *tg_gradcheck_step_name(tg_gradcheck_step step);
+const char *tg_gradcheck_atol_scale_name(tg_gradcheck_atol_scale s);
+
+/* Output formats of tg_gradcheck_write. */
+typedef enum tg_gradcheck_format {
+    TG_GRADCHECK_TEXT = 0, /* a few readable lines */
+    TG_GRADCHECK_JSON,     /* one object: the settings, then "inputs": one
+                              object per input (NaN and infinities as null) */
+    TG_GRADCHECK_CSV       /* one row per checked input, the columns of
+                              TG_GRADCHECK_CSV_COLUMNS, no header */
+} tg_gradcheck_format;
+
+/* The columns of a CSV row, for a header line. */
+#define TG_GRADCHECK_CSV_COLUMNS                                                                                   \
+    "input,pass,n_checked,n_failed,max_abs_err,max_rel_err,worst_index,worst_output,worst_analytic,worst_numeric," \
+    "worst_ratio,worst_step,worst_bound,step_min,step_max,scale,grad_scale,atol_used,max_excess,fail_excess,"      \
+    "mode,step,h,atol_scale,atol,rtol,dtype,seed,forward_diff"
+
+/* Writes r to f in `format`. names[k] names input k (NULL, or a NULL
+ * entry: "k"); each CSV row starts with `prefix` (NULL: nothing), so a
+ * program can put its own columns first. TG_OK, or TG_ERR_NULL (f or r
+ * NULL), TG_ERR_VALUE (format), TG_ERR_IO (a write failed). */
+tg_status tg_gradcheck_write(FILE *f, const tg_gradcheck_result *r, const char *const *names,
+                             tg_gradcheck_format format, const char *prefix);
 
 /* The op registry (check/registry.c): one table with an entry per
  * differentiable op and layer -- its name, a builder of random valid inputs
@@ -260,6 +425,9 @@ typedef struct tg_op_case {
     /* how each input's values were drawn, e.g. "uniform [-2, 2)" (NULL:
      * not said) */
     const char *input_dist[TG_GRADCHECK_MAX_INPUTS];
+    /* the length scales l_i of its inputs for relative steps (user: the
+     * case), set by the builder; NULL: each input's root mean square */
+    tg_gradcheck_scale_fn scale;
 } tg_op_case;
 
 /* The library function an entry's generic forward calls, by arity. */
@@ -364,8 +532,8 @@ tg_tensor *tg_registry_forward(tg_ctx *ctx, tg_op_case *c);
 tg_gradcheck_opts tg_registry_opts(const tg_op_info *op, tg_dtype dtype, const tg_gradcheck_opts *opts);
 /* Builds the op's variant-th built-in spec (0..n_variants-1), or `spec`,
  * and gradchecks it with tg_registry_opts(op, dtype, opts) over the
- * differentiable inputs (intersected with opts->inputs when set). As
- * tg_gradcheck. */
+ * differentiable inputs (intersected with opts->inputs when set), with the
+ * case's length scales unless opts gives its own. As tg_gradcheck. */
 bool tg_registry_check(tg_ctx *ctx, const tg_op_info *op, int variant, tg_dtype dtype, const tg_gradcheck_opts *opts,
                        tg_gradcheck_result *result);
 bool tg_registry_check_spec(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_dtype dtype,

@@ -431,6 +431,141 @@ bool tg_sequential_params(tg_ctx *ctx, tg_sequential *seq, tg_params *list);
 /* Frees seq and every module in it. */
 void tg_sequential_free(tg_ctx *ctx, tg_sequential *seq);
 
+/* ======================================================================== */
+/* Transformer modules (layers/transformer.c, layers/gpt.c)                 */
+/* ======================================================================== */
+/* The pieces of a GPT-2 or LLaMA style decoder, as containers of the layers
+ * above (their parameters are their children's, named "attn.qkv.weight",
+ * "mlp.fc.weight", ...), plus a whole byte-level language model, tg_gpt,
+ * which examples/gpt.c trains and scripts/gpt_torch.py checks against
+ * PyTorch. Inputs are (B, T, C): batch, positions, channels. */
+
+/* Multi-head causal self-attention, as GPT-2's (nanoGPT's
+ * CausalSelfAttention) with LLaMA's optional rotary embedding:
+ *   q, k, v = split(qkv(x), C)           one Linear C -> 3C; q is columns
+ *                                        0..C-1, k C..2C-1, v 2C..3C-1,
+ *                                        head h the D = C/H columns h*D..
+ *   q, k, v: (B,T,C) -> (B,H,T,D)        (tg_reshape, tg_permute)
+ *   q, k = rope(q), rope(k)              when rope_base > 0 (tg_rope)
+ *   o = attention(q, k, v, causal, 1/sqrt(D))   the fused tg_attention
+ *   y = proj(o as (B,T,C))               Linear C -> C
+ * Parameters "qkv.weight" (3C, C), "proj.weight" (C, C) and, with bias,
+ * "qkv.bias", "proj.bias". */
+typedef struct tg_mha {
+    tg_module base;
+    int64_t n_embd, n_head, head_dim; /* C, H, D = C / H */
+    bool bias;
+    double rope_base; /* 0: no rotary embedding */
+    tg_linear *qkv;   /* C -> 3C */
+    tg_linear *proj;  /* C -> C */
+    tg_model children_;
+} tg_mha;
+/* Errors: n_embd or n_head < 1, n_head not dividing n_embd, rope_base < 0
+ * or not finite, an odd head size with RoPE (it rotates pairs). */
+tg_mha *tg_mha_new(tg_ctx *ctx, const char *name, int64_t n_embd, int64_t n_head, bool bias, double rope_base,
+                   tg_dtype dtype);
+/* y (B,T,C) for x (B,T,C), every position attending to itself and the
+ * positions before it. */
+tg_tensor *tg_mha_forward(tg_ctx *ctx, tg_mha *layer, tg_tensor *x);
+
+/* The MLP of a transformer block:
+ *   TG_MLP_GELU_TANH (GPT-2):  y = proj(gelu_tanh(fc(x)))
+ *   TG_MLP_SWIGLU (LLaMA):     y = proj(silu(fc(x)) * gate(x))
+ *                              (Meta's w2(silu(w1 x) * w3 x))
+ * fc and gate are C -> hidden, proj hidden -> C. */
+typedef enum tg_mlp_kind { TG_MLP_GELU_TANH = 0, TG_MLP_SWIGLU } tg_mlp_kind;
+typedef struct tg_mlp {
+    tg_module base;
+    tg_mlp_kind kind;
+    int64_t n_embd, hidden;
+    tg_linear *fc, *gate, *proj; /* gate: SwiGLU only, else NULL */
+    tg_model children_;
+} tg_mlp;
+/* hidden 0: the kind's default, tg_mlp_hidden. Errors: n_embd < 1,
+ * hidden < 0, an unknown kind. */
+tg_mlp *tg_mlp_new(tg_ctx *ctx, const char *name, int64_t n_embd, int64_t hidden, tg_mlp_kind kind, bool bias,
+                   tg_dtype dtype);
+/* The default hidden size: 4C for GELU (GPT-2); for SwiGLU LLaMA's 2/3 of
+ * 4C (so the three matrices hold as many weights as GELU's two), rounded
+ * up to a multiple of 32. */
+int64_t tg_mlp_hidden(tg_mlp_kind kind, int64_t n_embd);
+tg_tensor *tg_mlp_forward(tg_ctx *ctx, tg_mlp *layer, tg_tensor *x);
+
+/* A pre-norm transformer block:
+ *   h = x + attn(ln_1(x)),   y = h + mlp(ln_2(h))
+ * with ln_1, ln_2 RMSNorm or LayerNorm over C (with a beta when bias). */
+typedef enum tg_norm_kind { TG_NORM_RMS = 0, TG_NORM_LAYER } tg_norm_kind;
+typedef struct tg_block_opts {
+    tg_norm_kind norm;
+    double eps; /* the norms' eps; 0: TG_RMSNORM_EPS or TG_LAYERNORM_EPS */
+    tg_mlp_kind mlp;
+    int64_t hidden;   /* the MLP's; 0: tg_mlp_hidden */
+    bool bias;        /* biases in the Linears, betas in the norms */
+    double rope_base; /* 0: no RoPE */
+    tg_dtype dtype;
+} tg_block_opts;
+/* LLaMA's block: RMSNorm, SwiGLU, no biases, RoPE base 10000, float32. */
+tg_block_opts tg_block_llama(void);
+/* GPT-2's block: LayerNorm, GELU-tanh, biases, no RoPE, float32. */
+tg_block_opts tg_block_gpt2(void);
+typedef struct tg_block {
+    tg_module base;
+    tg_block_opts opts;
+    tg_module *ln_1, *ln_2; /* a tg_rmsnorm or a tg_layernorm */
+    tg_mha *attn;
+    tg_mlp *mlp;
+    tg_model children_;
+} tg_block;
+/* opts NULL: tg_block_llama(). Errors: those of its layers. */
+tg_block *tg_block_new(tg_ctx *ctx, const char *name, int64_t n_embd, int64_t n_head, const tg_block_opts *opts);
+tg_tensor *tg_block_forward(tg_ctx *ctx, tg_block *layer, tg_tensor *x);
+
+/* A decoder-only language model over token ids 0..vocab_size-1:
+ *   x = wte[idx] (+ wpe[0..T-1] for GPT-2)
+ *   x = h.0(x), ..., h.{L-1}(x)        tg_blocks, in a Sequential "h"
+ *   logits = lm_head(ln_f(x))          GPT-2: tied, ln_f(x) wte^T
+ * TG_GPT_LLAMA: RMSNorm, RoPE, SwiGLU, no biases, its own lm_head.
+ * TG_GPT_GPT2: LayerNorm, learned positions, GELU-tanh, biases, the
+ * embedding table reused as the output projection (weight tying).
+ * Init (GPT-2's, as nanoGPT and llm.c): weights and embeddings
+ * N(0, 0.02), the residual projections (attn.proj, mlp.proj)
+ * N(0, 0.02 / sqrt(2 L)), biases 0, gains 1, drawn from the context's RNG
+ * in the order of the parameter list. */
+typedef enum tg_gpt_arch { TG_GPT_LLAMA = 0, TG_GPT_GPT2 } tg_gpt_arch;
+typedef struct tg_gpt_config {
+    tg_gpt_arch arch;
+    int64_t vocab_size; /* >= 1 */
+    int64_t context;    /* the most positions a sequence may have */
+    int64_t n_layer, n_head, n_embd;
+    int64_t hidden;   /* the MLP's; 0: tg_mlp_hidden */
+    double rope_base; /* LLaMA's RoPE base (> 0) */
+    tg_dtype dtype;
+} tg_gpt_config;
+/* The defaults of an arch: vocab 128, context 64, 4 layers of 4 heads,
+ * 128 channels, RoPE base 10000, float32 (the issue's "tiny" size). */
+tg_gpt_config tg_gpt_defaults(tg_gpt_arch arch);
+/* "llama" or "gpt2". */
+const char *tg_gpt_arch_name(tg_gpt_arch arch);
+typedef struct tg_gpt {
+    tg_module base;
+    tg_gpt_config config;
+    tg_embedding_layer *wte; /* (vocab_size, C) */
+    tg_embedding_layer *wpe; /* (context, C), GPT-2 only */
+    tg_sequential *h;        /* the blocks */
+    tg_module *ln_f;         /* the final norm */
+    tg_linear *lm_head;      /* C -> vocab_size, LLaMA only */
+    tg_model children_;
+} tg_gpt;
+/* Errors name the config's values: sizes < 1, n_head not dividing n_embd,
+ * an unknown arch, a bad rope_base. */
+tg_gpt *tg_gpt_new(tg_ctx *ctx, const char *name, const tg_gpt_config *config);
+/* logits (B, T, vocab_size) for B sequences of T token ids idx (B*T,
+ * row-major). Errors: B or T < 1, T over the context, an id out of range. */
+tg_tensor *tg_gpt_forward(tg_ctx *ctx, tg_gpt *gpt, int64_t B, int64_t T, const int64_t *idx);
+/* The mean cross-entropy of the next tokens: targets (B*T) are the ids
+ * that follow idx (targets[i] = the token after idx[i]). A scalar. */
+tg_tensor *tg_gpt_loss(tg_ctx *ctx, tg_gpt *gpt, int64_t B, int64_t T, const int64_t *idx, const int64_t *targets);
+
 #ifdef __cplusplus
 }
 #endif

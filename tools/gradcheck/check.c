@@ -1,8 +1,18 @@
 /* `tapegrad-gradcheck check NAME|all`: tg_gradcheck on every built-in shape
  * variant of an op (or one --shape), printed as one table per op with a
  * row per input: elements failing, max abs and rel error, the worst
- * element with its analytic and numeric values, pass or FAIL. */
+ * element with its analytic and numeric values, pass or FAIL.
+ *
+ * With --seeds the same check runs over many seeds in one process (inputs
+ * and probe vectors drawn anew for each, unless --input-seed or
+ * --probe-seed holds one fixed) and the table gives, per input, the pass
+ * rate and quantiles of the error over the seeds. --format json and csv
+ * write the same for programs (tg_gradcheck_write). */
+#define _POSIX_C_SOURCE 200809L
+
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tools/gradcheck/tool.h"
@@ -10,14 +20,28 @@
 /* Totals over the run. */
 typedef struct check_totals {
     int ops, cases, inputs, failed_inputs, failed_cases, errors;
-    double f32_worst_ratio; /* float32: the largest error / tolerance of a failing input */
-    char failures[2048];    /* "rmsnorm 4x8: x, gamma; ..." */
+    int64_t runs, failed_runs; /* checks run (a case times its seeds), failed */
+    double check_secs;         /* in tg_gradcheck alone */
+    bool f32;
+    /* the failing inputs, for the note: name and excess over the
+     * predicted error */
+    int n_note;
+    char note_name[64][400];
+    double note_excess[64];
+    char failures[2048]; /* "rmsnorm 4x8: x, gamma; ..." */
     size_t flen;
+    bool first_json; /* no case written yet */
 } check_totals;
 
 static void note_failure(check_totals *T, const char *fmt, const char *a, const char *b, const char *c) {
     if (T->flen < sizeof T->failures)
         T->flen += (size_t)snprintf(T->failures + T->flen, sizeof T->failures - T->flen, fmt, a, b, c);
+}
+
+static void note_excess(check_totals *T, const gct_target *tg, int k, double excess) {
+    if (T->n_note == 64) return;
+    snprintf(T->note_name[T->n_note], sizeof T->note_name[0], "%s %s %s", tg->label, tg->c.spec, tg->c.input_names[k]);
+    T->note_excess[T->n_note++] = excess;
 }
 
 static void fmt_err(gct_cell *c, double v) {
@@ -26,12 +50,119 @@ static void fmt_err(gct_cell *c, double v) {
     else gct_cell_set(c, GCT_PLAIN, "%.2e", v);
 }
 
-/* The settings line under an op's name. */
-static void put_settings(const gct_args *a, const tg_gradcheck_result *r, tg_dtype dt) {
-    printf("  %s, %s, central differences h=%g, passes when |analytic - numeric| <= %g + %g |numeric|, seed %llu\n",
-           tg_dtype_name(dt), a->mode == TG_GRADCHECK_FULL ? "every element" : "one random direction per input", r->h,
-           r->atol, r->rtol, (unsigned long long)a->seed);
+/* ---- every comparison (--elements) ------------------------------------------ */
+
+typedef struct elem_list {
+    tg_gradcheck_element *e;
+    int64_t n, cap;
+    bool oom;
+} elem_list;
+
+static void collect_element(void *user, const tg_gradcheck_element *e) {
+    elem_list *L = user;
+    if (L->n == L->cap) {
+        int64_t cap = L->cap ? 2 * L->cap : 256;
+        tg_gradcheck_element *p = realloc(L->e, (size_t)cap * sizeof *p);
+        if (!p) {
+            L->oom = true;
+            return;
+        }
+        L->e = p;
+        L->cap = cap;
+    }
+    L->e[L->n++] = *e;
 }
+
+static void print_elements_text(FILE *f, const gct_target *tg, const elem_list *L, bool color) {
+    gct_table t;
+    gct_table_init(&t, "llrrrrrl", "input", "at", "analytic", "numeric", "|a - n|", "tolerance", "predicted", "result");
+    char idx[64], out[64];
+    for (int64_t e = 0; e < L->n; e++) {
+        const tg_gradcheck_element *el = &L->e[e];
+        const tg_tensor *x = tg->c.inputs[el->input];
+        gct_cell *row = gct_table_row(&t);
+        if (!row) break;
+        gct_cell_set(&row[0], GCT_PLAIN, "%s", tg->c.input_names[el->input]);
+        if (el->index < 0) gct_cell_set(&row[1], GCT_PLAIN, "direction");
+        else if (el->output >= 0)
+            gct_cell_set(&row[1], GCT_PLAIN, "out%s %s",
+                         gct_index_text(out, sizeof out, tg->out->ndim, tg->out->shape, el->output),
+                         gct_index_text(idx, sizeof idx, x->ndim, x->shape, el->index));
+        else gct_cell_set(&row[1], GCT_PLAIN, "%s", gct_index_text(idx, sizeof idx, x->ndim, x->shape, el->index));
+        gct_cell_set(&row[2], GCT_PLAIN, "%.10g", el->analytic);
+        gct_cell_set(&row[3], GCT_PLAIN, "%.10g", el->numeric);
+        fmt_err(&row[4], fabs(el->analytic - el->numeric));
+        fmt_err(&row[5], el->tol);
+        fmt_err(&row[6], el->bound);
+        gct_cell_set(&row[7], el->pass ? GCT_GOOD : GCT_BAD, "%s", el->pass ? "pass" : "FAIL");
+    }
+    fprintf(f, "\n  %s: every comparison (predicted: the error the check itself makes there)\n", tg->c.spec);
+    gct_table_print(f, &t, 2, color);
+    gct_table_free(&t);
+}
+
+static void print_elements_json(const gct_target *tg, const elem_list *L) {
+    printf(",\"elements\":[");
+    for (int64_t e = 0; e < L->n; e++) {
+        const tg_gradcheck_element *el = &L->e[e];
+        printf("%s{\"input\":", e ? "," : "");
+        gct_json_str(stdout, tg->c.input_names[el->input]);
+        printf(",\"index\":%lld,\"output\":%lld,\"analytic\":", (long long)el->index, (long long)el->output);
+        gct_json_num(stdout, el->analytic);
+        printf(",\"numeric\":");
+        gct_json_num(stdout, el->numeric);
+        printf(",\"step\":");
+        gct_json_num(stdout, el->step);
+        printf(",\"tol\":");
+        gct_json_num(stdout, el->tol);
+        printf(",\"bound\":");
+        gct_json_num(stdout, el->bound);
+        printf(",\"pass\":%s}", el->pass ? "true" : "false");
+    }
+    printf("]");
+}
+
+#define CSV_ELEMENT_COLUMNS "input,index,output,analytic,numeric,step,tol,bound,pass"
+
+static void print_elements_csv(const gct_target *tg, const elem_list *L, const char *prefix) {
+    for (int64_t e = 0; e < L->n; e++) {
+        const tg_gradcheck_element *el = &L->e[e];
+        printf("%s%s,%lld,%lld,%.17g,%.17g,%.17g,%.17g,%.17g,%d\n", prefix, tg->c.input_names[el->input],
+               (long long)el->index, (long long)el->output, el->analytic, el->numeric, el->step, el->tol, el->bound,
+               el->pass ? 1 : 0);
+    }
+}
+
+/* The rest of one run's report for a program: in JSON its seeds, the
+ * inputs (--print-inputs), the result or the error, closing the object the
+ * caller opened; in CSV its rows. */
+static void print_run(tg_ctx *ctx, const gct_args *a, gct_target *tg, const tg_gradcheck_result *r, const elem_list *L,
+                      bool ok, uint64_t seed) {
+    if (a->format == GCT_JSON) {
+        printf(",\"input_seed\":%llu,\"probe_seed\":%llu", (unsigned long long)gct_input_seed(a, seed),
+               (unsigned long long)gct_probe_seed(a, seed));
+        if (a->print_inputs) {
+            printf(",\"values\":");
+            gct_json_inputs(stdout, tg);
+        }
+        if (ok) {
+            printf(",\"result\":");
+            tg_gradcheck_write(stdout, r, tg->c.input_names, TG_GRADCHECK_JSON, NULL);
+            if (a->elements) print_elements_json(tg, L);
+        } else {
+            printf(",\"error\":");
+            gct_json_str(stdout, tg_error_message(ctx));
+        }
+        printf("}");
+    } else if (a->format == GCT_CSV && ok) {
+        char prefix[256];
+        gct_csv_prefix(prefix, sizeof prefix, tg, gct_input_seed(a, seed), gct_probe_seed(a, seed));
+        if (a->elements) print_elements_csv(tg, L, prefix);
+        else tg_gradcheck_write(stdout, r, tg->c.input_names, TG_GRADCHECK_CSV, prefix);
+    }
+}
+
+/* ---- one case, one seed -------------------------------------------------------- */
 
 /* Appends the rows of one checked case to the table. Returns the number of
  * failing inputs. */
@@ -47,7 +178,7 @@ static int add_case_rows(gct_table *t, const gct_target *tg, const tg_gradcheck_
         T->inputs++;
         if (!in->pass) {
             failed++;
-            if (tg->c.dtype == TG_F32 && in->worst_ratio > T->f32_worst_ratio) T->f32_worst_ratio = in->worst_ratio;
+            note_excess(T, tg, k, in->fail_excess);
             if (nl < sizeof names)
                 nl += (size_t)snprintf(names + nl, sizeof names - nl, "%s%s", failed > 1 ? ", " : "",
                                        tg->c.input_names[k]);
@@ -57,7 +188,7 @@ static int add_case_rows(gct_table *t, const gct_target *tg, const tg_gradcheck_
         if (!row) return failed;
         if (first) gct_table_group(t);
         const tg_tensor *x = tg->c.inputs[k];
-        char sh[64], idx[64];
+        char sh[64], idx[64], out[64];
         gct_cell_set(&row[0], GCT_PLAIN, "%s", first ? tg->c.spec : "");
         gct_cell_set(&row[1], GCT_PLAIN, "%s", tg->c.input_names[k]);
         gct_cell_set(&row[2], GCT_PLAIN, "%s", gct_shape_text(sh, sizeof sh, x->ndim, x->shape));
@@ -69,13 +200,18 @@ static int add_case_rows(gct_table *t, const gct_target *tg, const tg_gradcheck_
             gct_cell_set(&row[6], GCT_DIM, "-");
         } else {
             if (in->worst_index < 0) gct_cell_set(&row[6], GCT_PLAIN, "direction");
+            else if (in->worst_output >= 0)
+                gct_cell_set(&row[6], GCT_PLAIN, "out%s %s",
+                             gct_index_text(out, sizeof out, tg->out->ndim, tg->out->shape, in->worst_output),
+                             gct_index_text(idx, sizeof idx, x->ndim, x->shape, in->worst_index));
             else
                 gct_cell_set(&row[6], GCT_PLAIN, "%s",
                              gct_index_text(idx, sizeof idx, x->ndim, x->shape, in->worst_index));
             gct_cell_set(&row[7], GCT_PLAIN, "%.10g", in->worst_analytic);
             gct_cell_set(&row[8], GCT_PLAIN, "%.10g", in->worst_numeric);
         }
-        gct_cell_set(&row[9], in->pass ? GCT_GOOD : GCT_BAD, "%s", in->pass ? "pass" : "FAIL");
+        gct_cell_set(&row[9], GCT_PLAIN, "%.2g", in->pass ? in->max_excess : in->fail_excess);
+        gct_cell_set(&row[10], in->pass ? GCT_GOOD : GCT_BAD, "%s", in->pass ? "pass" : "FAIL");
         first = false;
     }
     if (failed) {
@@ -86,25 +222,287 @@ static int add_case_rows(gct_table *t, const gct_target *tg, const tg_gradcheck_
     return failed;
 }
 
-/* Checks one op (every variant, or a->shape). Returns -1, or the exit
- * status when a spec given on the command line was refused (printed). */
+/* The case's opening fields in JSON: op, bug, function, spec, dtype. */
+static void json_case_head(const gct_target *tg, check_totals *T) {
+    printf("%s\n{\"op\":", T->first_json ? "" : ",");
+    T->first_json = false;
+    gct_json_str(stdout, tg->op->name);
+    printf(",\"bug\":");
+    if (tg->bug) gct_json_str(stdout, tg->bug->name);
+    else printf("null");
+    printf(",\"function\":");
+    gct_json_str(stdout, tg->bug ? tg->function : tg->op->name);
+    printf(",\"spec\":");
+    gct_json_str(stdout, tg->c.spec);
+    printf(",\"dtype\":\"%s\",\"input_names\":[", tg_dtype_name(tg->c.dtype));
+    for (int k = 0; k < tg->c.n_inputs; k++) {
+        if (k) printf(",");
+        gct_json_str(stdout, tg->c.input_names[k]);
+    }
+    printf("]");
+}
+
+/* One check of tg at seed s with opts o: *r; each element into L when
+ * --elements. False when the check raised an error (in the context). */
+static bool run_check(tg_ctx *ctx, const gct_args *a, gct_target *tg, uint64_t s, tg_gradcheck_result *r, elem_list *L,
+                      check_totals *T) {
+    tg_gradcheck_opts o = gct_target_opts(tg, a, s);
+    if (a->elements) {
+        L->n = 0;
+        o.each = collect_element;
+        o.each_user = L;
+    }
+    double t0 = gct_now();
+    gct_target_check(ctx, tg, &o, r);
+    T->check_secs += gct_now() - t0;
+    return tg_ok(ctx);
+}
+
+/* ---- a batch over seeds ------------------------------------------------------------ */
+
+/* Per input of a case: what its seeds gave. */
+typedef struct batch_input {
+    int64_t runs, failed, wrong;  /* wrong: failures above 4x the predicted error */
+    double *rel, *ratio, *excess; /* per seed: max |a - n| / G, worst ratio, max excess */
+} batch_input;
+
+static void batch_free(batch_input *B, int n) {
+    for (int k = 0; k < n; k++) {
+        free(B[k].rel);
+        free(B[k].ratio);
+        free(B[k].excess);
+    }
+}
+
+static void json_quantiles(const char *key, double *v, int64_t n) {
+    printf("\"%s\":{\"p50\":", key);
+    gct_json_num(stdout, gct_quantile(v, n, 0.5));
+    printf(",\"p90\":");
+    gct_json_num(stdout, gct_quantile(v, n, 0.9));
+    printf(",\"p99\":");
+    gct_json_num(stdout, gct_quantile(v, n, 0.99));
+    printf(",\"max\":");
+    gct_json_num(stdout, gct_quantile(v, n, 1.0));
+    printf("}");
+}
+
+/* Runs the case over every seed. Returns -1, or the exit status of a
+ * usage error (a --shape that does not build). */
+static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const gct_bug *bug, const char *spec,
+                       gct_table *t, check_totals *T, char *errors, size_t *el, size_t esize, char *function,
+                       tg_gradcheck_result *first, bool *have_first, bool *op_failed) {
+    uint64_t s0 = gct_first_seed(a);
+    int64_t n = gct_seed_count(a);
+    batch_input B[TG_GRADCHECK_MAX_INPUTS];
+    memset(B, 0, sizeof B);
+    gct_target tg;
+    elem_list L = {0};
+    bool json = a->format == GCT_JSON, opened = false;
+    int64_t n_errors = 0;
+    char first_error[512] = "";
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t s = s0 + (uint64_t)i;
+        tg_ctx_reset(ctx);
+        if (!gct_target_make(ctx, a, op, bug, spec, a->dtype, s, &tg)) {
+            batch_free(B, TG_GRADCHECK_MAX_INPUTS);
+            free(L.e);
+            if (a->shape || i > 0) return gct_build_failed(ctx);
+            if (*el < esize)
+                *el += (size_t)snprintf(errors + *el, esize - *el, "    ERROR %s: %s\n", spec, tg_error_message(ctx));
+            T->errors++;
+            T->failed_cases++;
+            note_failure(T, "\n    %s  %s: %s", op->name, spec, "does not build");
+            *op_failed = true;
+            tg_clear_error(ctx);
+            return -1;
+        }
+        if (i == 0) {
+            snprintf(function, 160, "%s", tg.function);
+            for (int k = 0; k < tg.c.n_inputs; k++) {
+                if (!(tg.c.check >> k & 1u)) continue;
+                B[k].rel = malloc((size_t)n * sizeof(double));
+                B[k].ratio = malloc((size_t)n * sizeof(double));
+                B[k].excess = malloc((size_t)n * sizeof(double));
+                if (!B[k].rel || !B[k].ratio || !B[k].excess) {
+                    batch_free(B, TG_GRADCHECK_MAX_INPUTS);
+                    fprintf(stderr, "tapegrad-gradcheck: out of memory\n");
+                    return GCT_EXIT_ERROR;
+                }
+            }
+            if (json) {
+                json_case_head(&tg, T);
+                printf(",\"seeds\":[%llu,%llu],\"runs\":[", (unsigned long long)s0,
+                       (unsigned long long)(s0 + (uint64_t)n - 1));
+                opened = true;
+            }
+        }
+        if (a->save_inputs) {
+            char dir[4096];
+            snprintf(dir, sizeof dir, "%s/s%llu", a->save_inputs, (unsigned long long)s);
+            if (!gct_save_inputs(&tg, dir)) {
+                batch_free(B, TG_GRADCHECK_MAX_INPUTS);
+                free(L.e);
+                return GCT_EXIT_ERROR;
+            }
+        }
+        tg_gradcheck_result r;
+        bool ok = run_check(ctx, a, &tg, s, &r, &L, T);
+        T->runs++;
+        if (json) printf("%s\n{\"seed\":%llu", i ? "," : "", (unsigned long long)s);
+        print_run(ctx, a, &tg, &r, &L, ok, s);
+        if (!ok) {
+            if (!n_errors++) snprintf(first_error, sizeof first_error, "%s", tg_error_message(ctx));
+            T->failed_runs++;
+            tg_clear_error(ctx);
+            continue;
+        }
+        if (!*have_first) *first = r, *have_first = true;
+        if (!r.pass) T->failed_runs++;
+        for (int k = 0; k < tg.c.n_inputs; k++) {
+            const tg_gradcheck_input *in = &r.input[k];
+            if (!in->checked || !B[k].rel) continue;
+            batch_input *b = &B[k];
+            b->rel[b->runs] = in->grad_scale > 0 ? in->max_abs_err / in->grad_scale : in->max_abs_err;
+            b->ratio[b->runs] = in->worst_ratio;
+            b->excess[b->runs] = in->pass ? in->max_excess : in->fail_excess;
+            b->runs++;
+            if (!in->pass) {
+                b->failed++;
+                if (!(in->fail_excess <= 1.0)) b->wrong++;
+            }
+        }
+    }
+    free(L.e);
+    if (opened) printf("],\n\"batch\":{\"runs\":%lld,\"errors\":%lld,\"inputs\":[", (long long)n, (long long)n_errors);
+
+    /* the rows: one per input */
+    bool first_row = true, first_json_input = true;
+    char names[256] = "";
+    size_t nl = 0;
+    int failed = 0;
+    T->cases++;
+    for (int k = 0; k < tg.c.n_inputs; k++) {
+        batch_input *b = &B[k];
+        if (!b->rel) continue;
+        T->inputs++;
+        bool pass = b->failed == 0 && n_errors == 0;
+        if (!pass) {
+            failed++;
+            if (nl < sizeof names)
+                nl += (size_t)snprintf(names + nl, sizeof names - nl, "%s%s", failed > 1 ? ", " : "",
+                                       tg.c.input_names[k]);
+            if (b->failed) {
+                /* the note: the median excess of the failing seeds, as one number */
+                double *fe = malloc((size_t)b->runs * sizeof *fe);
+                int64_t m = 0;
+                for (int64_t i = 0; fe && i < b->runs; i++)
+                    if (b->ratio[i] > 1 || isnan(b->ratio[i])) fe[m++] = b->excess[i];
+                if (fe && m) note_excess(T, &tg, k, gct_quantile(fe, m, 0.5));
+                free(fe);
+            }
+        }
+        double rate = b->runs ? (double)(b->runs - b->failed) / (double)n : 0.0;
+        if (opened) {
+            printf("%s{\"name\":", first_json_input ? "" : ",");
+            first_json_input = false;
+            gct_json_str(stdout, tg.c.input_names[k]);
+            printf(",\"runs\":%lld,\"failed\":%lld,\"wrong\":%lld,\"pass_rate\":", (long long)b->runs,
+                   (long long)b->failed, (long long)b->wrong);
+            gct_json_num(stdout, rate);
+            printf(",");
+            json_quantiles("rel_err", b->rel, b->runs);
+            printf(",");
+            json_quantiles("ratio", b->ratio, b->runs);
+            printf(",");
+            json_quantiles("excess", b->excess, b->runs);
+            printf("}");
+        }
+        if (a->format != GCT_TEXT || (a->quiet && pass)) continue;
+        gct_cell *row = gct_table_row(t);
+        if (!row) break;
+        if (first_row) gct_table_group(t);
+        gct_cell_set(&row[0], GCT_PLAIN, "%s", first_row ? tg.c.spec : "");
+        gct_cell_set(&row[1], GCT_PLAIN, "%s", tg.c.input_names[k]);
+        gct_cell_set(&row[2], GCT_PLAIN, "%lld", (long long)n);
+        gct_cell_set(&row[3], b->failed ? GCT_BAD : GCT_PLAIN, "%lld", (long long)(b->failed + n_errors));
+        gct_cell_set(&row[4], pass ? GCT_GOOD : GCT_BAD, "%.1f%%", 100.0 * rate);
+        double q50 = gct_quantile(b->rel, b->runs, 0.5), q90 = gct_quantile(b->rel, b->runs, 0.9),
+               qmax = gct_quantile(b->rel, b->runs, 1.0);
+        fmt_err(&row[5], q50);
+        fmt_err(&row[6], q90);
+        fmt_err(&row[7], qmax);
+        gct_cell_set(&row[8], GCT_PLAIN, "%.2g", gct_quantile(b->ratio, b->runs, 0.5));
+        gct_cell_set(&row[9], GCT_PLAIN, "%.2g", gct_quantile(b->ratio, b->runs, 1.0));
+        gct_cell_set(&row[10], GCT_PLAIN, "%.2g", gct_quantile(b->excess, b->runs, 1.0));
+        gct_cell_set(&row[11], b->wrong ? GCT_BAD : GCT_PLAIN, "%lld", (long long)b->wrong);
+        gct_cell_set(&row[12], pass ? GCT_GOOD : GCT_BAD, "%s", pass ? "pass" : "FAIL");
+        first_row = false;
+    }
+    if (opened) printf("]}}");
+    batch_free(B, TG_GRADCHECK_MAX_INPUTS);
+    if (n_errors) {
+        T->errors++;
+        if (*el < esize)
+            *el += (size_t)snprintf(errors + *el, esize - *el, "    ERROR %s: %lld of %lld seeds, the first: %s\n",
+                                    tg.c.spec, (long long)n_errors, (long long)n, first_error);
+        if (!failed) failed = 1, snprintf(names, sizeof names, "error");
+    }
+    if (failed) {
+        T->failed_inputs += failed;
+        T->failed_cases++;
+        note_failure(T, "\n    %s  %s: %s", tg.label, tg.c.spec, names);
+        *op_failed = true;
+    }
+    return -1;
+}
+
+/* ---- one op --------------------------------------------------------------------- */
+
+/* Checks one op (every variant, or a->shape), at one seed or over --seeds.
+ * Returns -1, or the exit status when a spec given on the command line was
+ * refused (printed). */
 static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const gct_bug *bug, check_totals *T) {
+    bool batch = a->n_seeds > 0, text = a->format == GCT_TEXT;
     gct_table t;
-    gct_table_init(&t, "lllrrrlrrl", "spec", "input", "shape", "failed", "max abs err", "max rel err", "worst at",
-                   "analytic", "numeric", "result");
+    if (batch)
+        gct_table_init(&t, "lllrrrrrrrrrl", "spec", "input", "seeds", "failed", "pass rate", "rel err p50", "p90",
+                       "max", "err/tol p50", "max", "err/pred max", "wrong", "result");
+    else
+        gct_table_init(&t, "lllrrrlrrrl", "spec", "input", "shape", "failed", "max abs err", "max rel err", "worst at",
+                       "analytic", "numeric", "err/pred", "result");
     int n_specs = a->shape || bug ? 1 : op->n_variants;
     tg_gradcheck_result first = {0};
     bool have_first = false, op_failed = false;
     char function[160] = "";
     char errors[1024] = "", diag[8192] = "";
     size_t el = 0, dl = 0;
+    elem_list L = {0};
+    /* --elements and --print-inputs: printed under the op's table */
+    char *extra_text = NULL;
+    size_t extra_len = 0;
+    FILE *extra = text && (a->elements || a->print_inputs) ? open_memstream(&extra_text, &extra_len) : NULL;
     for (int v = 0; v < n_specs; v++) {
         const char *spec = a->shape ? a->shape : bug ? NULL : op->variants[v];
-        gct_target tg;
-        tg_rng_seed(ctx, a->seed); /* a spec's inputs do not depend on the order of the run */
-        if (!gct_target_build(ctx, op, bug, spec, a->dtype, &tg)) {
-            if (a->shape) {
+        if (batch) {
+            int st = check_batch(ctx, a, op, bug, spec, &t, T, errors, &el, sizeof errors, function, &first,
+                                 &have_first, &op_failed);
+            tg_ctx_reset(ctx);
+            if (st >= 0) {
                 gct_table_free(&t);
+                if (extra) fclose(extra);
+                free(extra_text);
+                return st;
+            }
+            continue;
+        }
+        gct_target tg;
+        /* a spec's inputs do not depend on the order of the run */
+        if (!gct_target_make(ctx, a, op, bug, spec, a->dtype, a->seed, &tg)) {
+            if (a->shape || a->n_ctl) {
+                gct_table_free(&t);
+                free(L.e);
+                if (extra) fclose(extra);
+                free(extra_text);
                 return gct_build_failed(ctx);
             }
             /* a built-in variant that does not build is a bug of the registry */
@@ -119,41 +517,66 @@ static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
             tg_ctx_reset(ctx);
             continue;
         }
+        if (a->save_inputs && !gct_save_inputs(&tg, a->save_inputs)) {
+            gct_table_free(&t);
+            free(L.e);
+            if (extra) fclose(extra);
+            free(extra_text);
+            return GCT_EXIT_ERROR;
+        }
         snprintf(function, sizeof function, "%s", tg.function);
-        if (a->print_inputs) gct_print_inputs(ctx, &tg);
-        tg_gradcheck_opts o = gct_target_opts(&tg, a);
         tg_gradcheck_result r;
-        gct_target_check(ctx, &tg, &o, &r);
+        bool ok = run_check(ctx, a, &tg, a->seed, &r, &L, T);
         T->cases++;
-        if (!tg_ok(ctx)) {
+        T->runs++;
+        if (a->format == GCT_JSON) {
+            json_case_head(&tg, T);
+        }
+        print_run(ctx, a, &tg, &r, &L, ok, a->seed);
+        if (!ok) {
             if (el < sizeof errors)
                 el += (size_t)snprintf(errors + el, sizeof errors - el, "    ERROR %s: %s\n", tg.c.spec,
                                        tg_error_message(ctx));
             T->errors++;
             T->failed_cases++;
+            T->failed_runs++;
             note_failure(T, "\n    %s  %s: %s", tg.label, tg.c.spec, "error");
             op_failed = true;
             tg_clear_error(ctx);
         } else {
             if (!have_first) first = r, have_first = true;
-            if (add_case_rows(&t, &tg, &r, a->quiet, T)) {
-                op_failed = true;
+            if (!r.pass) T->failed_runs++;
+            if (add_case_rows(&t, &tg, &r, a->quiet || !text, T)) op_failed = true;
+            if (text && !r.pass) { /* the diagnosis, under the table (diagnose.c) */
+                tg_gradcheck_opts o = gct_target_opts(&tg, a, a->seed);
                 dl += gct_diagnose_case(ctx, a, &tg, &o, &r, diag + dl, sizeof diag - dl);
             }
+            if (text && extra && a->elements) print_elements_text(extra, &tg, &L, a->color);
+        }
+        if (text && extra && a->print_inputs) {
+            fprintf(extra, "\n  inputs of %s (input seed %llu):\n", tg.c.spec,
+                    (unsigned long long)gct_input_seed(a, a->seed));
+            gct_print_inputs(extra, &tg, 4);
         }
         tg_ctx_reset(ctx);
     }
+    free(L.e);
     T->ops++;
-    if (!a->quiet || op_failed) {
+    if (text && (!a->quiet || op_failed)) {
         printf("%s", T->ops > 1 || a->quiet ? "\n" : "");
         gct_put_title(a, op, bug, function);
-        if (have_first) put_settings(a, &first, a->dtype);
+        if (have_first) gct_put_settings(a, &first);
         if (t.nrows) {
             fputc('\n', stdout);
             gct_table_print(stdout, &t, 2, a->color);
         }
         if (dl) printf("\n%s", diag);
         if (el) printf("\n%s", errors);
+    }
+    if (extra) {
+        fclose(extra);
+        if (extra_text) fputs(extra_text, stdout);
+        free(extra_text);
     }
     gct_table_free(&t);
     return -1;
@@ -165,12 +588,19 @@ int gct_cmd_check(const gct_args *a) {
     bool all = a->name && !strcmp(a->name, "all");
     if (all && a->inject) return gct_usage_error("--inject checks one op: leave out 'all'");
     if (all && a->shape) return gct_usage_error("--shape SPEC is for one op, not 'all' (ops take different specs)");
+    if (all && (a->n_ctl || a->r)) return gct_usage_error("inputs given by name are for one op, not 'all'");
     if (!all && !gct_resolve(a, a->name, &op, &bug)) return GCT_EXIT_USAGE;
 
-    tg_ctx *ctx = gct_ctx_new(a->seed);
+    tg_ctx *ctx = gct_ctx_new(gct_first_seed(a));
     if (!ctx) return GCT_EXIT_ERROR;
     check_totals T;
     memset(&T, 0, sizeof T);
+    T.first_json = true;
+    T.f32 = a->dtype == TG_F32;
+    if (a->format == GCT_JSON) printf("{\"tool\":\"tapegrad-gradcheck\",\"command\":\"check\",\"cases\":[");
+    if (a->format == GCT_CSV)
+        printf("op,bug,spec,dtype,input_seed,probe_seed,%s\n",
+               a->elements ? CSV_ELEMENT_COLUMNS : TG_GRADCHECK_CSV_COLUMNS);
     double t0 = gct_now();
     int refused = -1;
     if (all) {
@@ -184,26 +614,39 @@ int gct_cmd_check(const gct_args *a) {
 
     double secs = gct_now() - t0;
     bool pass = T.failed_cases == 0 && T.errors == 0;
+    if (a->format == GCT_JSON) {
+        printf("],\n\"summary\":{\"pass\":%s,\"ops\":%d,\"cases\":%d,\"inputs\":%d,\"failed_inputs\":%d,"
+               "\"failed_cases\":%d,\"errors\":%d,\"runs\":%lld,\"failed_runs\":%lld,\"seconds\":%.6f,"
+               "\"check_seconds\":%.6f}}\n",
+               pass ? "true" : "false", T.ops, T.cases, T.inputs, T.failed_inputs, T.failed_cases, T.errors,
+               (long long)T.runs, (long long)T.failed_runs, secs, T.check_secs);
+        return pass ? GCT_EXIT_PASS : GCT_EXIT_FAIL;
+    }
+    if (a->format == GCT_CSV) return pass ? GCT_EXIT_PASS : GCT_EXIT_FAIL;
     printf("\n");
     gct_puts_tone(stdout, "summary:", GCT_BOLD, a->color);
-    printf(" %d op%s, %d case%s, %d input%s checked in %s (%s) in %.2f s: ", T.ops, T.ops == 1 ? "" : "s", T.cases,
-           T.cases == 1 ? "" : "s", T.inputs, T.inputs == 1 ? "" : "s", tg_dtype_name(a->dtype),
-           a->mode == TG_GRADCHECK_DIRECTIONAL ? "directional" : "full", secs);
+    printf(" %d op%s, %d case%s", T.ops, T.ops == 1 ? "" : "s", T.cases, T.cases == 1 ? "" : "s");
+    if (a->n_seeds) printf(" x %lld seeds", (long long)a->n_seeds);
+    printf(", %d input%s checked in %s (%s) in %.2f s", T.inputs, T.inputs == 1 ? "" : "s", tg_dtype_name(a->dtype),
+           tg_gradcheck_mode_name(a->mode), secs);
+    if (a->n_seeds)
+        printf(" (%.1f us a check, %.1f us with making its inputs)", 1e6 * T.check_secs / (double)(T.runs ? T.runs : 1),
+               1e6 * secs / (double)(T.runs ? T.runs : 1));
+    printf(": ");
     if (pass) {
         gct_puts_tone(stdout, "all pass", GCT_GOOD, a->color);
         printf("\n");
         return GCT_EXIT_PASS;
     }
-    char line[128];
+    char line[160];
     snprintf(line, sizeof line, "%d input%s FAIL in %d case%s", T.failed_inputs, T.failed_inputs == 1 ? "" : "s",
              T.failed_cases, T.failed_cases == 1 ? "" : "s");
     gct_puts_tone(stdout, line, GCT_BAD, a->color);
     if (T.errors) printf(", %d error%s", T.errors, T.errors == 1 ? "" : "s");
+    if (a->n_seeds) printf(" (%lld of %lld checks failed)", (long long)T.failed_runs, (long long)T.runs);
     printf("%s\n", T.failures);
-    if (T.f32_worst_ratio > 0 && T.f32_worst_ratio < 3)
-        printf("\n  note: every float32 failure is within %.1fx of its tolerance: in float32 that is likely the\n"
-               "  round-off of the check, not a wrong backward (error ~ 6e-8 |f| / h). Try --h 1e-2, or check in\n"
-               "  float64, where a wrong backward stands out by orders of magnitude (docs/gradcheck.md).\n",
-               T.f32_worst_ratio);
+    const char *names[64];
+    for (int k = 0; k < T.n_note; k++) names[k] = T.note_name[k];
+    gct_put_excess_note(T.note_excess, names, T.n_note, T.f32);
     return GCT_EXIT_FAIL;
 }

@@ -46,11 +46,10 @@ static double err_at_smaller_eps(tg_ctx *ctx, const gct_args *a, const gct_targe
     snprintf(spec + n, sizeof spec - n, ";eps=%.17g", eps / 1000);
     uint64_t seed, offset;
     tg_rng_state(ctx, &seed, &offset);
-    tg_rng_seed(ctx, a->seed);
     gct_target t2;
     double err = NAN;
-    if (gct_target_build(ctx, t->op, t->bug, spec, t->c.dtype, &t2)) {
-        tg_gradcheck_opts o = gct_target_opts(&t2, a);
+    if (gct_target_make(ctx, a, t->op, t->bug, spec, t->c.dtype, a->seed, &t2)) {
+        tg_gradcheck_opts o = gct_target_opts(&t2, a, a->seed);
         o.inputs = 1u << k;
         tg_gradcheck_result r;
         if (gct_target_check(ctx, &t2, &o, &r) || tg_ok(ctx)) err = r.input[k].max_abs_err;

@@ -187,15 +187,3 @@ int gct_cmd_explain(const gct_args *a) {
     printf("\n%s\n", ok ? "every check holds" : "a check failed");
     return ok ? GCT_EXIT_PASS : GCT_EXIT_FAIL;
 }
-
-void gct_print_inputs(tg_ctx *ctx, const gct_target *t) {
-    printf("  inputs of %s, to full precision (--print-inputs):\n", t->c.spec);
-    for (int i = 0; i < t->c.n_args; i++) printf("    %s = %s\n", t->c.arg_name[i], t->c.arg_value[i]);
-    for (int k = 0; k < t->c.n_inputs; k++) {
-        const tg_tensor *x = t->c.inputs[k];
-        char sh[64];
-        printf("    %s %s =", t->c.input_names[k], gct_shape_text(sh, sizeof sh, x->ndim, x->shape));
-        for (int64_t i = 0; i < x->numel; i++) printf("%s%.17g", i ? "," : " ", tg_get_flat(ctx, x, i));
-        printf("\n");
-    }
-}

@@ -41,14 +41,20 @@ static bug_norm_args norm_args(tg_tensor *const *in, const tg_op_case *c) {
     return a;
 }
 
+/* The bug's size, the case's argument "size" (target.c puts it there). */
+static double bug_size(void *user) {
+    const char *s = tg_registry_arg(user, "size");
+    return s ? strtod(s, NULL) : 0.0;
+}
+
 /* ---- the shared forward ------------------------------------------------------ */
 
 /* The real RMSNorm or LayerNorm forward, recorded with `backward`:
  *   in = {x, gamma, beta},  i[0] = N rows, i[1] = C per row, i[2] = flags
- *   (the bug's own, for its backward), f[0] = eps,
+ *   (the bug's own, for its backward), f[0] = eps, f[1] = the bug's size,
  *   saved: rstd (N) for RMSNorm; mean (N) then rstd (N) for LayerNorm. */
 static tg_tensor *bug_norm_forward(tg_ctx *ctx, const char *name, tg_backward_fn backward, bool layernorm,
-                                   int64_t flags, const bug_norm_args *a) {
+                                   int64_t flags, double size, const bug_norm_args *a) {
     int64_t N, C;
     if (!tg_norm_check_args(ctx, name, a->x, a->gamma, a->beta, a->ndim_norm, a->eps, &N, &C)) return NULL;
     tg_tensor *y = tg_new_like(ctx, name, a->x);
@@ -59,6 +65,7 @@ static tg_tensor *bug_norm_forward(tg_ctx *ctx, const char *name, tg_backward_fn
     if (n) {
         n->i[0] = N, n->i[1] = C, n->i[2] = flags;
         n->f[0] = a->eps;
+        n->f[1] = size;
         stats = tg_node_save(ctx, n, (size_t)(N > 0 ? (layernorm ? 2 : 1) * N : 1) * sizeof *stats);
     }
     if (!tg_ok(ctx)) return NULL;
@@ -122,12 +129,10 @@ static void rmsnorm_recomputed_backward(tg_ctx *ctx, tg_node *n) {
  * BUG: the backward recomputes r from the SUM of squares,
  *   r' = 1 / sqrt(sum_j x_j^2 + eps)            (about r / sqrt(C))
  * and uses it in dx = r' (u - x r' mean_j(u_j x_j r')) and in dgamma = dy x r'.
- * dgamma is off by the factor 1/sqrt(C) (r'/r); dx is not a uniform
- * factor off: its identity part scales by r'/r, its projection part by
- * (r'/r)^3 (the diagnosis reads it so); dbeta = dy is right. */
+ * dx and dgamma are off by about a factor sqrt(C); dbeta = dy is right. */
 static tg_tensor *fw_rmsnorm_sum(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
-    return bug_norm_forward(ctx, "rmsnorm[bug:sum]", rmsnorm_recomputed_backward, false, BUG_SUM, &a);
+    return bug_norm_forward(ctx, "rmsnorm[bug:sum]", rmsnorm_recomputed_backward, false, BUG_SUM, 0.0, &a);
 }
 
 /* ---- rmsnorm-no-eps -----------------------------------------------------------
@@ -139,7 +144,7 @@ static tg_tensor *fw_rmsnorm_sum(tg_ctx *ctx, tg_tensor *const *in, void *user) 
  * comparable to mean x^2 (the bug's default spec uses eps = 0.1). */
 static tg_tensor *fw_rmsnorm_no_eps(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
-    return bug_norm_forward(ctx, "rmsnorm[bug:no-eps]", rmsnorm_recomputed_backward, false, BUG_NO_EPS, &a);
+    return bug_norm_forward(ctx, "rmsnorm[bug:no-eps]", rmsnorm_recomputed_backward, false, BUG_NO_EPS, 0.0, &a);
 }
 
 /* ---- layernorm-no-mean -------------------------------------------------------
@@ -182,7 +187,7 @@ static void layernorm_no_mean_backward(tg_ctx *ctx, tg_node *n) {
 
 static tg_tensor *fw_layernorm_no_mean(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
-    return bug_norm_forward(ctx, "layernorm[bug:no-mean]", layernorm_no_mean_backward, true, 0, &a);
+    return bug_norm_forward(ctx, "layernorm[bug:no-mean]", layernorm_no_mean_backward, true, 0, 0.0, &a);
 }
 
 /* ---- overwrite ------------------------------------------------------------
@@ -202,31 +207,122 @@ static void rmsnorm_overwrite_backward(tg_ctx *ctx, tg_node *n) {
 
 static tg_tensor *fw_rmsnorm_overwrite(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
-    tg_tensor *y = bug_norm_forward(ctx, "rmsnorm[bug:overwrite]", rmsnorm_overwrite_backward, false, 0, &a);
+    tg_tensor *y = bug_norm_forward(ctx, "rmsnorm[bug:overwrite]", rmsnorm_overwrite_backward, false, 0, 0.0, &a);
     /* ";uses=1" (target.c): x used once, the bug stays hidden */
     const char *uses = tg_registry_arg(user, "uses");
     if (uses && strcmp(uses, "1") == 0) return y;
     return tg_add(ctx, y, a.x); /* the second use of x */
 }
 
+/* ---- rmsnorm-scale --------------------------------------------------------------
+ * The right formulas, then dx scaled by 1 + size (size: the spec's
+ * ";size=S", default 0.1):
+ *   dx_i += (1 + size) r (u_i - xhat_i mean_j(u_j xhat_j))
+ * A bug of relative size exactly |size| in every element of dx -- for the
+ * detection rate against the size of a bug (docs/experiments.md).
+ * dgamma and dbeta are right. */
+static void rmsnorm_scale_backward(tg_ctx *ctx, tg_node *n) {
+    tg_tensor *dx = tg_grad_of(ctx, n->in[0]);
+    tg_tensor *t = dx ? tg_zeros(ctx, dx->dtype, dx->ndim, dx->shape) : NULL;
+    if (!tg_ok(ctx)) return;
+    rms_kernel(ctx, n, t, n->saved); /* the right dx into t; dgamma, dbeta */
+    for (int64_t i = 0; t && i < t->numel; i++) tg_store(dx, i, tg_load(dx, i) + (1 + n->f[1]) * tg_load(t, i));
+}
+
+static tg_tensor *fw_rmsnorm_scale(tg_ctx *ctx, tg_tensor *const *in, void *user) {
+    bug_norm_args a = norm_args(in, user);
+    return bug_norm_forward(ctx, "rmsnorm[bug:scale]", rmsnorm_scale_backward, false, 0, bug_size(user), &a);
+}
+
+/* ---- rmsnorm-proj -----------------------------------------------------------------
+ * The term that keeps dx orthogonal to x, from differentiating r, off by
+ * the factor 1 + size:
+ *   dx_i += r (u_i - (1 + size) xhat_i mean_j(u_j xhat_j))
+ * size = -1 drops it (r treated as a constant); small sizes put an error
+ * along x only, which a random direction sees with weight ~1/sqrt(C).
+ * dgamma and dbeta are right. */
+static void rmsnorm_proj_backward(tg_ctx *ctx, tg_node *n) {
+    tg_tensor *x = n->in[0], *g = n->in[1], *dx = tg_grad_of(ctx, x);
+    if (!tg_ok(ctx)) return;
+    const tg_tensor *dy = n->out->grad;
+    const double *rstd = n->saved;
+    int64_t N = n->i[0], C = n->i[1];
+    for (int64_t row = 0; dx && row < N; row++) {
+        int64_t o = row * C;
+        double r = rstd[row], m = 0.0;
+        for (int64_t j = 0; j < C; j++) m += (g ? tg_load(g, j) : 1.0) * tg_load(dy, o + j) * tg_load(x, o + j) * r;
+        m /= (double)C;
+        for (int64_t i = 0; i < C; i++) {
+            double u = (g ? tg_load(g, i) : 1.0) * tg_load(dy, o + i), xhat = tg_load(x, o + i) * r;
+            tg_store(dx, o + i, tg_load(dx, o + i) + r * (u - (1 + n->f[1]) * xhat * m)); /* BUG: 1 + size */
+        }
+    }
+    rms_kernel(ctx, n, NULL, rstd); /* dgamma, dbeta */
+}
+
+static tg_tensor *fw_rmsnorm_proj(tg_ctx *ctx, tg_tensor *const *in, void *user) {
+    bug_norm_args a = norm_args(in, user);
+    return bug_norm_forward(ctx, "rmsnorm[bug:proj]", rmsnorm_proj_backward, false, 0, bug_size(user), &a);
+}
+
+/* ---- layernorm-unbiased -----------------------------------------------------------
+ * Forward was var = mean_j (x_j - mu)^2 (biased), r = 1 / sqrt(var + eps).
+ * BUG: the backward recomputes r from the unbiased variance,
+ *   r' = 1 / sqrt(C / (C - 1) var + eps),   xhat' = (x - mu) r'
+ * and uses them in dx and dgamma: a relative error of about 1 / (2C) when
+ * eps << var (0.4% at C = 128), the kind of slip a tolerance of 1e-2 hides. */
+static void layernorm_unbiased_backward(tg_ctx *ctx, tg_node *n) {
+    tg_tensor *x = n->in[0], *g = n->in[1], *dx = tg_grad_of(ctx, x), *dg = tg_grad_of(ctx, g),
+              *db = tg_grad_of(ctx, n->in[2]);
+    int64_t N = n->i[0], C = n->i[1];
+    double *r = tg_ok(ctx) ? tg_arena_alloc_fn(ctx, n->op, (size_t)(N > 0 ? N : 1) * sizeof *r) : NULL;
+    if (!r) return;
+    const double *mean = n->saved;
+    for (int64_t row = 0; row < N; row++) {
+        double ss = 0.0;
+        for (int64_t j = 0; j < C; j++) {
+            double d = tg_load(x, row * C + j) - mean[row];
+            ss += d * d;
+        }
+        r[row] = 1.0 / sqrt(ss / (double)(C > 1 ? C - 1 : 1) + n->f[0]); /* BUG: C - 1 */
+    }
+    const tg_tensor *dy = n->out->grad;
+    if (x->dtype == TG_F64)
+        tg_layernorm_backward_f64(dx ? dx->data : NULL, dg ? dg->data : NULL, db ? db->data : NULL, dy->data, x->data,
+                                  g ? g->data : NULL, mean, r, N, C, tg_threads(ctx));
+    else
+        tg_layernorm_backward_f32(dx ? dx->data : NULL, dg ? dg->data : NULL, db ? db->data : NULL, dy->data, x->data,
+                                  g ? g->data : NULL, mean, r, N, C, tg_threads(ctx));
+}
+
+static tg_tensor *fw_layernorm_unbiased(tg_ctx *ctx, tg_tensor *const *in, void *user) {
+    bug_norm_args a = norm_args(in, user);
+    return bug_norm_forward(ctx, "layernorm[bug:unbiased]", layernorm_unbiased_backward, true, 0, 0.0, &a);
+}
+
 /* ---- the catalogue ---------------------------------------------------------- */
 
 static const gct_bug BUGS[] = {
     {"rmsnorm-sum", "rmsnorm", "RMSNorm backward recomputes rstd from the sum of squares instead of the mean", "",
-     "4x8", fw_rmsnorm_sum, NULL},
+     "4x8", fw_rmsnorm_sum, NULL, 0},
     {"rmsnorm-no-eps", "rmsnorm", "RMSNorm backward recomputes rstd without eps", "", "4x8;eps=0.1", fw_rmsnorm_no_eps,
-     NULL},
+     NULL, 0},
     {"layernorm-no-mean", "layernorm", "LayerNorm dx drops the term - mean_j(u_j) that comes from the mean", "", "4x8",
-     fw_layernorm_no_mean, NULL},
+     fw_layernorm_no_mean, NULL, 0},
     {"overwrite", "rmsnorm", "RMSNorm backward assigns dx instead of adding to it (x used twice: a residual)", " + x",
-     "4x8", fw_rmsnorm_overwrite, ", x used once"},
+     "4x8", fw_rmsnorm_overwrite, ", x used once", 0},
+    {"rmsnorm-scale", "rmsnorm", "RMSNorm dx times 1 + size (;size=S, default 0.1): a relative error of exactly size",
+     "", "4x8", fw_rmsnorm_scale, NULL, 0.1},
+    {"rmsnorm-proj", "rmsnorm",
+     "RMSNorm dx with the projection term - xhat mean(u xhat) times 1 + size (;size=S, default 0.1; -1 drops it)", "",
+     "4x8", fw_rmsnorm_proj, NULL, 0.1},
+    {"layernorm-unbiased", "layernorm", "LayerNorm backward recomputes rstd from the unbiased variance (/ (C - 1))", "",
+     "4x8", fw_layernorm_unbiased, NULL, 0},
     /* written with the public custom-op API: inject_norm.c */
     {"rmsnorm-r-const", "rmsnorm", "RMSNorm dx treats r as a constant: the - xhat mean(g xhat) term is dropped", "",
-     "4x8", gct_bug_rmsnorm_r_const, NULL},
+     "4x8", gct_bug_rmsnorm_r_const, NULL, 0},
     {"rmsnorm-m-sum", "rmsnorm", "RMSNorm dx sums m = sum(g xhat) instead of averaging it", "", "4x8",
-     gct_bug_rmsnorm_m_sum, NULL},
-    {"layernorm-unbiased", "layernorm", "LayerNorm backward recomputes rstd from the unbiased variance (/ (C - 1))", "",
-     "4x8", gct_bug_layernorm_unbiased, NULL},
+     gct_bug_rmsnorm_m_sum, NULL, 0},
 };
 
 int gct_bug_count(void) { return (int)(sizeof BUGS / sizeof BUGS[0]); }

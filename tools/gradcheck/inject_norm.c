@@ -12,15 +12,13 @@
  *                       difference is exactly r diag(gamma) xhat xhat^T / C
  *   rmsnorm-m-sum       m = sum(g xhat) instead of the mean: -(C - 1) times
  *                       that
- *   layernorm-unbiased  recomputes r from the unbiased variance, sum / (C-1)
- * dgamma and dbeta are right in the first two; layernorm-unbiased's
- * dgamma uses its xhat, and is off by sqrt((C-1)/C) too. */
+ * dgamma and dbeta are right in both. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "tools/gradcheck/tool.h"
 
-enum { SEED_R_CONST = 1, SEED_M_SUM, SEED_UNBIASED };
+enum { SEED_R_CONST = 1, SEED_M_SUM };
 
 typedef struct seed_args {
     int bug;
@@ -64,8 +62,7 @@ static void seeded_backward(tg_ctx *ctx, tg_node *node) {
             xh[j] = tg_get_flat(ctx, x, n * C + j) - mu;
             s2 += xh[j] * xh[j];
         }
-        /* the statistic: mean of squares, or the unbiased variance (bug) */
-        double r = 1.0 / sqrt(s2 / (double)(bug == SEED_UNBIASED ? C - 1 : C) + eps);
+        double r = 1.0 / sqrt(s2 / (double)C + eps);
         for (int64_t j = 0; j < C; j++) {
             xh[j] *= r;
             d[j] = tg_get_flat(ctx, dy, n * C + j);
@@ -100,7 +97,4 @@ tg_tensor *gct_bug_rmsnorm_r_const(tg_ctx *ctx, tg_tensor *const *in, void *user
 }
 tg_tensor *gct_bug_rmsnorm_m_sum(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     return seeded(ctx, in, user, SEED_M_SUM, false, "rmsnorm[bug:m-sum]");
-}
-tg_tensor *gct_bug_layernorm_unbiased(tg_ctx *ctx, tg_tensor *const *in, void *user) {
-    return seeded(ctx, in, user, SEED_UNBIASED, true, "layernorm[bug:unbiased]");
 }

@@ -173,11 +173,18 @@ int gct_cmd_jacobian(const gct_args *a) {
     const tg_op_info *op;
     const gct_bug *bug;
     tg_ctx *ctx;
+    if (a->n_seeds) {
+        /* many seeds: the JACOBIAN mode of check, one row per input */
+        static gct_args b;
+        b = *a;
+        b.mode = TG_GRADCHECK_JACOBIAN;
+        return gct_cmd_check(&b);
+    }
     int status = gct_begin(a, &op, &bug, &ctx);
     if (status >= 0) return status;
     status = GCT_EXIT_PASS;
     gct_target t;
-    if (!gct_target_build(ctx, op, bug, a->shape, a->dtype, &t)) {
+    if (!gct_target_make(ctx, a, op, bug, a->shape, a->dtype, a->seed, &t)) {
         status = gct_build_failed(ctx);
         tg_ctx_free(ctx);
         return status;
@@ -219,13 +226,37 @@ int gct_cmd_jacobian(const gct_args *a) {
     }
 
     /* the step and tolerances tg_gradcheck would use, for counting entries */
-    tg_gradcheck_opts o = gct_target_opts(&t, a);
-    double h = o.h, atol = o.atol, rtol = o.rtol;
+    tg_gradcheck_opts o = gct_target_opts(&t, a, a->seed);
+    /* the JACOBIAN mode's verdict, steps and tolerances; the matrices below */
+    tg_gradcheck_result res;
+    o.mode = TG_GRADCHECK_JACOBIAN;
+    o.inputs = which;
+    gct_target_check(ctx, &t, &o, &res);
+    if (!tg_ok(ctx)) {
+        fprintf(stderr, "tapegrad-gradcheck: %s: %s\n", t.label, tg_error_message(ctx));
+        tg_ctx_free(ctx);
+        return GCT_EXIT_ERROR;
+    }
+    double h = res.h, rtol = res.rtol;
+    bool text = a->format == GCT_TEXT, json = a->format == GCT_JSON;
     char sy[64];
-    gct_put_title(a, op, bug, t.function);
-    printf("  spec %s: output %s, %s, central differences h=%g\n", t.c.spec,
-           gct_shape_text(sy, sizeof sy, y->ndim, y->shape), tg_dtype_name(a->dtype), h);
-    if (a->print_inputs) gct_print_inputs(ctx, &t);
+    if (text) {
+        gct_put_title(a, op, bug, t.function);
+        printf("  spec %s: output %s, %s, %s differences h=%g%s\n", t.c.spec,
+               gct_shape_text(sy, sizeof sy, y->ndim, y->shape), tg_dtype_name(a->dtype),
+               res.forward_diff ? "forward" : "central", h,
+               res.step == TG_GRADCHECK_STEP_SCALED    ? " x l_i (relative steps)"
+               : res.step == TG_GRADCHECK_STEP_ELEMENT ? " x max(|x_i|, floor)"
+                                                       : "");
+    } else if (json) {
+        gct_json_head("jacobian", op, bug, t.c.spec);
+        printf(",\"dtype\":\"%s\",\"result\":", tg_dtype_name(a->dtype));
+        tg_gradcheck_write(stdout, &res, t.c.input_names, TG_GRADCHECK_JSON, NULL);
+        printf(",\"jacobians\":[");
+    } else {
+        printf("op,bug,spec,dtype,input,output,index,analytic,numeric,difference\n");
+    }
+    int n_json = 0;
     if (!gct_mkdir_p(a->out_dir)) {
         tg_ctx_free(ctx);
         return GCT_EXIT_ERROR;
@@ -248,7 +279,7 @@ int gct_cmd_jacobian(const gct_args *a) {
             return GCT_EXIT_ERROR;
         }
         const double *A = Ja->data, *Nu = Jn->data;
-        double maxd = 0;
+        double maxd = 0, atol = res.input[k].atol_used;
         int64_t worst = 0, n_bad = 0;
         for (int64_t e = 0; e < M * N; e++) {
             D[e] = A[e] - Nu[e];
@@ -259,22 +290,59 @@ int gct_cmd_jacobian(const gct_args *a) {
         n_bad_total += (int)n_bad;
         jac_view v = {y, x, t.c.input_names[k], M, N, A, Nu, D};
         char sx[64], bj[64], bi[64];
-        printf("\n");
-        gct_puts_tone(stdout, "d out / d ", GCT_BOLD, a->color);
-        gct_puts_tone(stdout, v.xname, GCT_BOLD, a->color);
-        printf("   %lld rows (output elements) x %lld columns (%s %s)\n\n", (long long)M, (long long)N, v.xname,
-               gct_shape_text(sx, sizeof sx, x->ndim, x->shape));
-        if (N * 10 <= 2 * JAC_LINE && M <= 64) print_matrices(&v, a->color);
-        else printf("  (too large to print: %lld x %lld; see the heatmap)\n", (long long)M, (long long)N);
-        printf("\n  max |analytic - numeric| = %.2e at out%s, %s%s;  ", maxd,
-               gct_index_text(bj, sizeof bj, y->ndim, y->shape, N ? worst / N : 0), v.xname,
-               gct_index_text(bi, sizeof bi, x->ndim, x->shape, N ? worst % N : 0));
-        char verdict[128];
-        snprintf(verdict, sizeof verdict, "%lld of %lld entries outside %g + %g |numeric|", (long long)n_bad,
-                 (long long)(M * N), atol, rtol);
-        gct_puts_tone(stdout, verdict, n_bad ? GCT_BAD : GCT_GOOD, a->color);
-        printf("\n");
-        gct_projection_view(ctx, &t, k, Nu);
+        if (json) {
+            printf("%s{\"input\":", n_json++ ? "," : "");
+            gct_json_str(stdout, v.xname);
+            printf(",\"rows\":%lld,\"cols\":%lld,\"n_bad\":%lld,\"atol\":", (long long)M, (long long)N,
+                   (long long)n_bad);
+            gct_json_num(stdout, atol);
+            printf(",\"max_abs_err\":");
+            gct_json_num(stdout, maxd);
+            const char *keys[2] = {"analytic", "numeric"};
+            const double *mats[2] = {A, Nu};
+            for (int m = 0; m < 2; m++) {
+                printf(",\"%s\":[", keys[m]);
+                for (int64_t j = 0; j < M; j++) {
+                    printf("%s[", j ? "," : "");
+                    for (int64_t i = 0; i < N; i++) {
+                        if (i) printf(",");
+                        gct_json_num(stdout, mats[m][j * N + i]);
+                    }
+                    printf("]");
+                }
+                printf("]");
+            }
+            printf("}");
+        } else if (!text) {
+            for (int64_t j = 0; j < M; j++)
+                for (int64_t i = 0; i < N; i++) {
+                    printf("%s,%s,", op->name, bug ? bug->name : "");
+                    for (const char *q = t.c.spec; *q; q++) putchar(*q == ',' ? ';' : *q);
+                    printf(",%s,%s,%lld,%lld,%.17g,%.17g,%.17g\n", tg_dtype_name(a->dtype), v.xname, (long long)j,
+                           (long long)i, A[j * N + i], Nu[j * N + i], D[j * N + i]);
+                }
+        } else {
+            printf("\n");
+            gct_puts_tone(stdout, "d out / d ", GCT_BOLD, a->color);
+            gct_puts_tone(stdout, v.xname, GCT_BOLD, a->color);
+            printf("   %lld rows (output elements) x %lld columns (%s %s)\n\n", (long long)M, (long long)N, v.xname,
+                   gct_shape_text(sx, sizeof sx, x->ndim, x->shape));
+            if (N * 10 <= 2 * JAC_LINE && M <= 64) print_matrices(&v, a->color);
+            else printf("  (too large to print: %lld x %lld; see the heatmap)\n", (long long)M, (long long)N);
+            printf("\n  max |analytic - numeric| = %.2e at out%s, %s%s;  ", maxd,
+                   gct_index_text(bj, sizeof bj, y->ndim, y->shape, N ? worst / N : 0), v.xname,
+                   gct_index_text(bi, sizeof bi, x->ndim, x->shape, N ? worst % N : 0));
+            char verdict[160];
+            if (res.atol_scale == TG_GRADCHECK_ATOL_GRADIENT)
+                snprintf(verdict, sizeof verdict, "%lld of %lld entries outside %g G + %g |numeric| (G = %.3g)",
+                         (long long)n_bad, (long long)(M * N), res.atol, rtol, res.input[k].grad_scale);
+            else
+                snprintf(verdict, sizeof verdict, "%lld of %lld entries outside %g + %g |numeric|", (long long)n_bad,
+                         (long long)(M * N), atol, rtol);
+            gct_puts_tone(stdout, verdict, n_bad ? GCT_BAD : GCT_GOOD, a->color);
+            printf("\n");
+            gct_projection_view(ctx, &t, k, Nu);
+        }
 
         char name[256], title[512];
         snprintf(name, sizeof name, "jacobian_%s_%s", bug ? bug->name : op->name, v.xname);
@@ -291,10 +359,11 @@ int gct_cmd_jacobian(const gct_args *a) {
         snprintf(gp, sizeof gp, "%s/%s.gp", a->out_dir, name);
         bool rendered = false;
         tg_status st = tg_plot_render(gp, &rendered, msg, sizeof msg);
-        if (rendered) printf("  wrote %s/%s.png (data %s.dat, script %s.gp)\n", a->out_dir, name, name, name);
-        else printf("  wrote %s/%s.dat and %s\n  %s\n", a->out_dir, name, gp, msg);
+        if (text && rendered) printf("  wrote %s/%s.png (data %s.dat, script %s.gp)\n", a->out_dir, name, name, name);
+        else if (text) printf("  wrote %s/%s.dat and %s\n  %s\n", a->out_dir, name, gp, msg);
         if (st != TG_OK) status = GCT_EXIT_ERROR;
     }
+    if (json) printf("]}\n");
     tg_ctx_free(ctx);
     if (status == GCT_EXIT_PASS && n_bad_total) status = GCT_EXIT_FAIL;
     return status;

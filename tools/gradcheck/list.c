@@ -91,7 +91,8 @@ int gct_cmd_list(const gct_args *a) {
             for (int k = 0; k < 3 && n < sizeof text; k++)
                 if (vals[k] > 0) n += (size_t)snprintf(text + n, sizeof text - n, " %s=%g", names[k], vals[k]);
             if (n)
-                printf("      %-10s%s%s (the rest: the defaults)\n", "own", tg_dtype_name(d ? TG_F32 : TG_F64), text);
+                printf("      %-10s%s%s%s (the rest: the defaults)\n", "own", tg_dtype_name(d ? TG_F32 : TG_F64), text,
+                       d ? " (relative: h l_i)" : "");
         }
         fputc('\n', stdout);
         tg_ctx_reset(ctx);

@@ -6,6 +6,7 @@
  *   tapegrad-gradcheck sweep NAME [--shape SPEC] [--out DIR]
  *   tapegrad-gradcheck jacobian NAME --shape SMALL [--out DIR]
  *   ... --inject BUG swaps in a known-wrong backward (see `list`)
+ *   ... --seeds N runs a batch; --format json|csv for programs
  *
  * This file parses the command line and dispatches; the commands live in
  * the other files of tools/gradcheck/ (see tool.h). */
@@ -29,11 +30,12 @@ void gct_usage(FILE *out) {
           "commands:\n"
           "  list [NAME]       every registered op and layer (or NAME's entry): spec, options,\n"
           "                    shape variants, inputs and how they are drawn; and the seeded bugs\n"
-          "  check NAME|all    analytic gradient vs central differences, one table per op\n"
+          "  check NAME|all    analytic gradient vs finite differences, one table per op\n"
           "                    with a row per input (every built-in variant unless --shape)\n"
-          "  sweep NAME        gradient error as h goes from 1e-1 to 1e-12, forward and central\n"
-          "                    differences, float32 and float64: a table, DIR/sweep_NAME.dat and\n"
-          "                    a log-log DIR/sweep_NAME.png with the best h of each curve marked\n"
+          "  sweep NAME        gradient error as h goes from 1e-1 to 1e-12 (--h-grid), forward and\n"
+          "                    central differences, float32 and float64: tables (all inputs, and\n"
+          "                    each input's error relative to its gradient), DIR/sweep_NAME.dat\n"
+          "                    and log-log DIR/sweep_NAME.png and DIR/sweep_NAME_inputs.png\n"
           "  jacobian NAME     analytic and numeric Jacobians side by side (use a small\n"
           "                    --shape), and DIR/jacobian_NAME_INPUT.png heatmaps of both and\n"
           "                    of their difference\n"
@@ -46,38 +48,69 @@ void gct_usage(FILE *out) {
           "                    and dx against central differences\n"
           "  help              this text\n"
           "\n"
-          "options:\n"
+          "what is checked:\n"
           "  --shape SPEC      inputs, e.g. 4x8 or '2x3x4;norm=2;bias=1' (see list); default:\n"
           "                    check every built-in variant, sweep/jacobian the first\n"
-          "  --dtype f32|f64   check, jacobian (default f64; sweep runs both)\n"
+          "  --dtype f32|f64   default f64 (sweep: both, unless given)\n"
+          "  --inject BUG      swap in a known-wrong backward (check, sweep, jacobian); NAME may\n"
+          "                    then be left out (list shows the catalogue)\n"
+          "  --input NAME      jacobian: only this input (x, gamma, ...; default all)\n"
+          "\n"
+          "how it is compared:\n"
+          "  --mode full|directional|jacobian\n"
+          "                    every element (default), one direction per input, or every\n"
+          "                    entry of the Jacobian (PyTorch's slow mode)\n"
+          "  --scheme central|forward   differences (default central; sweep: both)\n"
           "  --h H             step of the differences (> 0)\n"
+          "  --step absolute|element|scaled\n"
+          "                    h_i = h, h max(|x_i|, floor) or h l_i (l_i: the element's length\n"
+          "                    scale, e.g. the row's sqrt(mean x^2 + eps) for RMSNorm); default\n"
+          "                    absolute in f64, scaled in f32 (sweep: absolute)\n"
+          "  --step-floor F    the floor of --step element (default l_i / 10)\n"
           "  --atol A          an element passes when |analytic - numeric| <= atol + rtol |numeric|\n"
           "  --rtol R          (>= 0; atol 0: a purely relative test)\n"
+          "  --atol-scale absolute|gradient\n"
+          "                    atol as given, or times the gradient's scale G (default: absolute\n"
+          "                    in f64, gradient in f32)\n"
           "                    defaults: the op's own where `list` shows them, else by dtype:\n"
-          "                    f64 h 1e-6, atol 1e-5, rtol 1e-3; f32 h 1e-3, atol 1e-3, rtol 1e-2\n"
-          "  --mode full|directional\n"
-          "                    every element (default), or one random direction per input\n"
-          "  --seed N          seeds the inputs, the output weighting and directions (default 0)\n"
-          "  --inject BUG      swap in a known-wrong backward (check, sweep, jacobian); NAME may\n"
-          "                    then be left out: rmsnorm-sum, rmsnorm-no-eps, layernorm-no-mean,\n"
-          "                    overwrite, rmsnorm-r-const, rmsnorm-m-sum, layernorm-unbiased\n"
-          "  --input NAME      jacobian: only this input (x, gamma, ...; default all)\n"
+          "                    f64 h 1e-6, atol 1e-5, rtol 1e-3; f32 h 1e-3 l_i, atol 1e-3 G, rtol 1e-2\n"
+          "  --r V,V,...|@FILE the output weighting r (default: random in [-1, 1))\n"
+          "  --v NAME=V,...|@FILE   directional mode: input NAME's direction (default random)\n"
+          "  --h-grid LIST     sweep: the steps, 'H1,H2,...' or 'FROM:TO:PER_DECADE' (default\n"
+          "                    1e-1:1e-12:4)\n"
+          "\n",
+          out);
+    fputs("inputs (NAME: an input's name, or all):\n"
+          "  --dist NAME=uniform:LO:HI|normal:MEAN:STD   draw NAME from this distribution\n"
+          "  --scale NAME=S    multiply NAME by S   --offset NAME=O   then add O\n"
+          "  --values NAME=V,V,...|@FILE   NAME's values, explicitly or from a file\n"
+          "  --seed N          seeds the inputs and the probe vectors r and v (default 0)\n"
+          "  --input-seed N, --probe-seed N   hold one of them fixed\n"
+          "  --seeds N|A..B    run N seeds from --seed (or A to B) in one process: pass rate and\n"
+          "                    error quantiles (check, jacobian), curves over seeds (sweep)\n"
+          "  --print-inputs    print the inputs as checked (full precision)\n"
+          "  --save-inputs DIR write each input to DIR/NAME.txt (with --seeds: DIR/sS/NAME.txt)\n"
+          "\n"
+          "output:\n"
+          "  --format text|json|csv   reports for people (default) or programs\n"
+          "  --elements        check: every comparison, not only the worst\n"
           "  --out DIR         sweep, jacobian: where .dat, .gp and .png go (default out/gradcheck)\n"
-          "  -q, --quiet       check: print only failing rows and the summary\n"
+          "  -q, --quiet       check: print only failing rows and the summary; sweep: only the\n"
+          "                    best steps\n"
           "  --x, --gamma, --beta, --dy LIST, --eps E\n"
           "                    explain: the numbers (comma-separated; --shape NxC splits --x into\n"
           "                    rows; gamma 1, beta 0, dy 1 and eps 1e-5 unless given)\n"
-          "  --print-inputs    check, jacobian: print the inputs to full precision (for explain)\n"
           "  --plugin PATH     every command: load a shared object with your own ops\n"
           "                    (TG_GRADCHECK_PLUGIN, tapegrad/check.h); may repeat\n"
           "\n"
-          "exit status: 0 every check passes, 1 a check fails, 2 bad usage,\n"
-          "             3 an error while running (e.g. a file could not be written)\n"
+          "exit status: 0 every check passes, 1 a check fails (or a step vanished), 2 bad\n"
+          "             usage, 3 an error while running (e.g. a file could not be written)\n"
           "\n"
           "examples:\n"
           "  tapegrad-gradcheck check all\n"
           "  tapegrad-gradcheck check layernorm --shape '2x3x4;norm=2' --dtype f32\n"
           "  tapegrad-gradcheck check --inject overwrite\n"
+          "  tapegrad-gradcheck check rmsnorm --dtype f32 --scale x=1e-3 --seeds 1000\n"
           "  tapegrad-gradcheck sweep rmsnorm --out out/gradcheck\n"
           "  tapegrad-gradcheck jacobian rmsnorm --shape 1x5\n"
           "  tapegrad-gradcheck explain rmsnorm --x 1,2,2 --gamma 1,0.5,2 --dy 1,-1,-0.5 --eps 0\n",
@@ -109,41 +142,284 @@ static bool parse_number(const char *opt, const char *s, bool zero_ok, double *o
     return true;
 }
 
+/* An integer >= 0. */
+static bool parse_seed(const char *opt, const char *v, uint64_t *out) {
+    char *e;
+    errno = 0;
+    unsigned long long s = strtoull(v, &e, 10);
+    if (e == v || *e || errno || v[0] == '-') {
+        gct_usage_error("%s wants an integer >= 0, not '%s'", opt, v);
+        return false;
+    }
+    *out = (uint64_t)s;
+    return true;
+}
+
+/* --seeds N (from --seed) or A..B. */
+static bool parse_seeds(const char *v, gct_args *a) {
+    const char *dots = strstr(v, "..");
+    uint64_t lo, hi;
+    if (dots) {
+        char left[32];
+        size_t n = (size_t)(dots - v);
+        if (n == 0 || n >= sizeof left) return gct_usage_error("--seeds wants N or A..B, not '%s'", v), false;
+        memcpy(left, v, n);
+        left[n] = '\0';
+        if (!parse_seed("--seeds", left, &lo) || !parse_seed("--seeds", dots + 2, &hi)) return false;
+        if (hi < lo) return gct_usage_error("--seeds %s: the range is empty", v), false;
+        a->seed_first = lo;
+        a->seeds_from_seed = false;
+        a->n_seeds = (int64_t)(hi - lo + 1);
+    } else {
+        if (!parse_seed("--seeds", v, &hi)) return false;
+        if (hi < 1) return gct_usage_error("--seeds wants at least 1 seed"), false;
+        a->seeds_from_seed = true; /* first: --seed, once all options are read */
+        a->n_seeds = (int64_t)hi;
+    }
+    if (a->n_seeds > 100000000) return gct_usage_error("--seeds %s: at most 1e8 seeds", v), false;
+    return true;
+}
+
+/* --h-grid H1,H2,... or FROM:TO:PER_DECADE (descending or ascending). */
+static bool parse_grid(const char *v, gct_args *a) {
+    if (strchr(v, ':')) {
+        double from, to, per;
+        char tail;
+        if (sscanf(v, "%lf:%lf:%lf%c", &from, &to, &per, &tail) != 3 || !(from > 0) || !(to > 0) || !(per >= 1) ||
+            !isfinite(from) || !isfinite(to) || per != floor(per))
+            return gct_usage_error("--h-grid FROM:TO:PER_DECADE wants steps > 0 and a whole number of points a "
+                                   "decade, not '%s'",
+                                   v),
+                   false;
+        double decades = fabs(log10(to / from));
+        int n = (int)floor(decades * per + 0.5) + 1;
+        if (n > GCT_MAX_GRID) return gct_usage_error("--h-grid %s: %d steps, at most %d", v, n, GCT_MAX_GRID), false;
+        for (int k = 0; k < n; k++) a->grid[k] = from * pow(10.0, (to < from ? -1 : 1) * (double)k / per);
+        a->n_grid = n;
+        return true;
+    }
+    double *vals;
+    int64_t n;
+    if (!gct_parse_values("--h-grid", v, &vals, &n)) return false;
+    bool ok = n >= 1 && n <= GCT_MAX_GRID;
+    for (int64_t k = 0; ok && k < n; k++) ok = vals[k] > 0 && isfinite(vals[k]);
+    if (ok)
+        for (int64_t k = 0; k < n; k++) a->grid[k] = vals[k];
+    a->n_grid = ok ? (int)n : 0;
+    free(vals);
+    if (!ok) gct_usage_error("--h-grid wants 1..%d steps > 0, not '%s'", GCT_MAX_GRID, v);
+    return ok;
+}
+
+/* The control entry of input NAME (made when new); NULL on a usage error. */
+static gct_input_ctl *ctl_of(gct_args *a, const char *opt, const char *v, const char **rest) {
+    const char *eq = strchr(v, '=');
+    if (!eq || eq == v || (size_t)(eq - v) >= sizeof a->ctl[0].name || !eq[1]) {
+        gct_usage_error("%s wants NAME=VALUE (NAME an input, or all), not '%s'", opt, v);
+        return NULL;
+    }
+    *rest = eq + 1;
+    size_t n = (size_t)(eq - v);
+    for (int k = 0; k < a->n_ctl; k++)
+        if (strlen(a->ctl[k].name) == n && !strncmp(a->ctl[k].name, v, n)) return &a->ctl[k];
+    if (a->n_ctl == GCT_MAX_CTL) {
+        gct_usage_error("%s: controls for at most %d inputs", opt, GCT_MAX_CTL);
+        return NULL;
+    }
+    gct_input_ctl *c = &a->ctl[a->n_ctl++];
+    memcpy(c->name, v, n);
+    c->name[n] = '\0';
+    return c;
+}
+
+/* --dist NAME=uniform:LO:HI|normal:MEAN:STD */
+static bool parse_dist(gct_input_ctl *c, const char *v) {
+    double p, q;
+    char tail;
+    if (sscanf(v, "uniform:%lf:%lf%c", &p, &q, &tail) == 2 && isfinite(p) && isfinite(q) && q > p) {
+        c->dist = GCT_DIST_UNIFORM;
+    } else if (sscanf(v, "normal:%lf:%lf%c", &p, &q, &tail) == 2 && isfinite(p) && isfinite(q) && q >= 0) {
+        c->dist = GCT_DIST_NORMAL;
+    } else {
+        gct_usage_error("--dist %s=%s: want uniform:LO:HI (LO < HI) or normal:MEAN:STD (STD >= 0)", c->name, v);
+        return false;
+    }
+    c->d1 = p;
+    c->d2 = q;
+    return true;
+}
+
+/* A finite number, any sign (--scale, --offset). */
+static bool parse_real(const char *opt, const char *s, double *out) {
+    char *e;
+    errno = 0;
+    double v = strtod(s, &e);
+    if (e == s || *e || errno || !isfinite(v)) {
+        gct_usage_error("%s wants a finite number, not '%s'", opt, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
 /* Which options each command takes. */
 typedef struct opt_use {
     const char *opt;
     const char *commands; /* space-separated */
+    bool flag;            /* takes no value */
 } opt_use;
 
 static const opt_use OPT_USE[] = {
-    {"--shape", "check sweep jacobian explain memory"},
-    {"--dtype", "check jacobian memory"},
-    {"--h", "check jacobian"},
-    {"--atol", "check jacobian"},
-    {"--rtol", "check jacobian"},
-    {"--mode", "check sweep"},
-    {"--seed", "check sweep jacobian"},
-    {"--inject", "check sweep jacobian"},
-    {"--input", "jacobian"},
-    {"--out", "sweep jacobian"},
-    {"--quiet", "check"},
-    {"--print-inputs", "check jacobian"},
-    {"--x", "explain"},
-    {"--gamma", "explain"},
-    {"--beta", "explain"},
-    {"--dy", "explain"},
-    {"--eps", "explain"},
+    {"--shape", "check sweep jacobian explain memory", false},
+    {"--dtype", "check sweep jacobian memory", false},
+    {"--h", "check jacobian", false},
+    {"--atol", "check jacobian", false},
+    {"--rtol", "check jacobian", false},
+    {"--atol-scale", "check jacobian", false},
+    {"--mode", "check sweep", false},
+    {"--scheme", "check sweep jacobian", false},
+    {"--step", "check sweep jacobian", false},
+    {"--step-floor", "check sweep jacobian", false},
+    {"--seed", "check sweep jacobian", false},
+    {"--input-seed", "check sweep jacobian", false},
+    {"--probe-seed", "check sweep jacobian", false},
+    {"--seeds", "check sweep jacobian", false},
+    {"--inject", "check sweep jacobian", false},
+    {"--input", "jacobian", false},
+    {"--out", "sweep jacobian", false},
+    {"--quiet", "check sweep", true},
+    {"--format", "check sweep jacobian", false},
+    {"--print-inputs", "check sweep jacobian", true},
+    {"--save-inputs", "check sweep jacobian", false},
+    {"--elements", "check", true},
+    {"--r", "check", false},
+    {"--v", "check", false},
+    {"--h-grid", "sweep", false},
+    {"--dist", "check sweep jacobian", false},
+    {"--scale", "check sweep jacobian", false},
+    {"--offset", "check sweep jacobian", false},
+    {"--values", "check sweep jacobian", false},
+    {"--x", "explain", false},
+    {"--gamma", "explain", false},
+    {"--beta", "explain", false},
+    {"--dy", "explain", false},
+    {"--eps", "explain", false},
 };
 
-static bool takes(const char *command, const char *opt) {
-    for (size_t i = 0; i < sizeof OPT_USE / sizeof OPT_USE[0]; i++) {
-        if (strcmp(OPT_USE[i].opt, opt) != 0) continue;
-        size_t n = strlen(command);
-        for (const char *p = OPT_USE[i].commands; (p = strstr(p, command)) != NULL; p += n)
-            if ((p == OPT_USE[i].commands || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return true;
-        return false;
-    }
+static const opt_use *find_opt(const char *opt) {
+    for (size_t k = 0; k < sizeof OPT_USE / sizeof OPT_USE[0]; k++)
+        if (!strcmp(OPT_USE[k].opt, opt)) return &OPT_USE[k];
+    return NULL;
+}
+
+static bool takes(const char *command, const opt_use *u) {
+    size_t n = strlen(command);
+    for (const char *p = u->commands; (p = strstr(p, command)) != NULL; p += n)
+        if ((p == u->commands || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return true;
     return false;
+}
+
+/* One option with its value v (NULL for a flag). False on a usage error
+ * (printed). */
+static bool parse_option(gct_args *a, const char *opt, const char *v) {
+    const char *rest;
+    gct_input_ctl *c;
+    if (!strcmp(opt, "--quiet")) {
+        a->quiet = true;
+    } else if (!strcmp(opt, "--print-inputs")) {
+        a->print_inputs = true;
+    } else if (!strcmp(opt, "--elements")) {
+        a->elements = true;
+    } else if (!strcmp(opt, "--shape")) {
+        a->shape = v;
+    } else if (!strcmp(opt, "--x")) {
+        a->x = v;
+    } else if (!strcmp(opt, "--gamma")) {
+        a->gamma = v;
+    } else if (!strcmp(opt, "--beta")) {
+        a->beta = v;
+    } else if (!strcmp(opt, "--dy")) {
+        a->dy = v;
+    } else if (!strcmp(opt, "--eps")) {
+        return parse_number(opt, v, true, &a->eps);
+    } else if (!strcmp(opt, "--dtype")) {
+        if (!strcmp(v, "f32") || !strcmp(v, "float32")) a->dtype = TG_F32;
+        else if (!strcmp(v, "f64") || !strcmp(v, "float64")) a->dtype = TG_F64;
+        else return gct_usage_error("--dtype is f32 or f64, not '%s'", v), false;
+        a->dtype_set = true;
+    } else if (!strcmp(opt, "--h")) {
+        return parse_number(opt, v, false, &a->h);
+    } else if (!strcmp(opt, "--atol")) {
+        return parse_number(opt, v, true, &a->atol);
+    } else if (!strcmp(opt, "--rtol")) {
+        return parse_number(opt, v, true, &a->rtol);
+    } else if (!strcmp(opt, "--step-floor")) {
+        return parse_number(opt, v, false, &a->step_floor);
+    } else if (!strcmp(opt, "--atol-scale")) {
+        if (!strcmp(v, "absolute")) a->atol_scale = TG_GRADCHECK_ATOL_ABSOLUTE;
+        else if (!strcmp(v, "gradient")) a->atol_scale = TG_GRADCHECK_ATOL_GRADIENT;
+        else return gct_usage_error("--atol-scale is absolute or gradient, not '%s'", v), false;
+    } else if (!strcmp(opt, "--mode")) {
+        if (!strcmp(v, "full")) a->mode = TG_GRADCHECK_FULL;
+        else if (!strcmp(v, "directional")) a->mode = TG_GRADCHECK_DIRECTIONAL;
+        else if (!strcmp(v, "jacobian")) a->mode = TG_GRADCHECK_JACOBIAN;
+        else return gct_usage_error("--mode is full, directional or jacobian, not '%s'", v), false;
+    } else if (!strcmp(opt, "--scheme")) {
+        if (!strcmp(v, "central")) a->schemes = 1;
+        else if (!strcmp(v, "forward")) a->schemes = 2;
+        else return gct_usage_error("--scheme is central or forward, not '%s'", v), false;
+    } else if (!strcmp(opt, "--step")) {
+        if (!strcmp(v, "absolute")) a->step = TG_GRADCHECK_STEP_ABSOLUTE;
+        else if (!strcmp(v, "element")) a->step = TG_GRADCHECK_STEP_ELEMENT;
+        else if (!strcmp(v, "scaled")) a->step = TG_GRADCHECK_STEP_SCALED;
+        else return gct_usage_error("--step is absolute, element or scaled, not '%s'", v), false;
+        a->step_set = true;
+    } else if (!strcmp(opt, "--seed")) {
+        return parse_seed(opt, v, &a->seed);
+    } else if (!strcmp(opt, "--input-seed")) {
+        a->input_seed_set = true;
+        return parse_seed(opt, v, &a->input_seed);
+    } else if (!strcmp(opt, "--probe-seed")) {
+        a->probe_seed_set = true;
+        return parse_seed(opt, v, &a->probe_seed);
+    } else if (!strcmp(opt, "--seeds")) {
+        return parse_seeds(v, a);
+    } else if (!strcmp(opt, "--inject")) {
+        a->inject = v;
+    } else if (!strcmp(opt, "--input")) {
+        a->input = v;
+    } else if (!strcmp(opt, "--out")) {
+        if (!*v) return gct_usage_error("--out wants a directory"), false;
+        a->out_dir = v;
+    } else if (!strcmp(opt, "--save-inputs")) {
+        if (!*v) return gct_usage_error("--save-inputs wants a directory"), false;
+        a->save_inputs = v;
+    } else if (!strcmp(opt, "--format")) {
+        if (!strcmp(v, "text")) a->format = GCT_TEXT;
+        else if (!strcmp(v, "json")) a->format = GCT_JSON;
+        else if (!strcmp(v, "csv")) a->format = GCT_CSV;
+        else return gct_usage_error("--format is text, json or csv, not '%s'", v), false;
+    } else if (!strcmp(opt, "--r")) {
+        free(a->r);
+        return gct_parse_values(opt, v, &a->r, &a->n_r);
+    } else if (!strcmp(opt, "--h-grid")) {
+        return parse_grid(v, a);
+    } else {
+        /* per-input: --v, --dist, --scale, --offset, --values NAME=... */
+        if (!(c = ctl_of(a, opt, v, &rest))) return false;
+        if (!strcmp(opt, "--v")) {
+            free(c->v);
+            return gct_parse_values(opt, rest, &c->v, &c->n_v);
+        }
+        if (!strcmp(opt, "--values")) {
+            free(c->values);
+            return gct_parse_values(opt, rest, &c->values, &c->n_values);
+        }
+        if (!strcmp(opt, "--dist")) return parse_dist(c, rest);
+        if (!strcmp(opt, "--scale")) return (c->scale_set = true) && parse_real(opt, rest, &c->scale);
+        return (c->offset_set = true) && parse_real(opt, rest, &c->offset);
+    }
+    return true;
 }
 
 /* Parses argv into *a. Returns -1 when the command can run, else the exit
@@ -177,76 +453,48 @@ static int parse_args(int argc, char **argv, gct_args *a) {
             continue;
         }
         const char *opt = !strcmp(arg, "-q") ? "--quiet" : arg;
-        bool known = false;
-        for (size_t k = 0; k < sizeof OPT_USE / sizeof OPT_USE[0]; k++) known |= !strcmp(OPT_USE[k].opt, opt);
-        if (!known) return gct_usage_error("unknown option '%s'", arg);
-        if (!takes(a->command, opt)) return gct_usage_error("option %s does not apply to %s", opt, a->command);
-        if (!strcmp(opt, "--quiet")) {
-            a->quiet = true;
-            continue;
+        const opt_use *u = find_opt(opt);
+        if (!u) return gct_usage_error("unknown option '%s'", arg);
+        if (!takes(a->command, u)) return gct_usage_error("option %s does not apply to %s", opt, a->command);
+        const char *v = NULL;
+        if (!u->flag) {
+            if (i + 1 >= argc) return gct_usage_error("option %s needs a value", opt);
+            v = argv[++i];
         }
-        if (!strcmp(opt, "--print-inputs")) {
-            a->print_inputs = true;
-            continue;
-        }
-        if (i + 1 >= argc) return gct_usage_error("option %s needs a value", opt);
-        const char *v = argv[++i];
-        if (!strcmp(opt, "--shape")) {
-            a->shape = v;
-        } else if (!strcmp(opt, "--dtype")) {
-            if (!strcmp(v, "f32") || !strcmp(v, "float32")) a->dtype = TG_F32;
-            else if (!strcmp(v, "f64") || !strcmp(v, "float64")) a->dtype = TG_F64;
-            else return gct_usage_error("--dtype is f32 or f64, not '%s'", v);
-            a->dtype_set = true;
-        } else if (!strcmp(opt, "--h")) {
-            if (!parse_number(opt, v, false, &a->h)) return GCT_EXIT_USAGE;
-        } else if (!strcmp(opt, "--atol")) {
-            if (!parse_number(opt, v, true, &a->atol)) return GCT_EXIT_USAGE;
-        } else if (!strcmp(opt, "--rtol")) {
-            if (!parse_number(opt, v, true, &a->rtol)) return GCT_EXIT_USAGE;
-        } else if (!strcmp(opt, "--mode")) {
-            if (!strcmp(v, "full")) a->mode = TG_GRADCHECK_FULL;
-            else if (!strcmp(v, "directional")) a->mode = TG_GRADCHECK_DIRECTIONAL;
-            else return gct_usage_error("--mode is full or directional, not '%s'", v);
-        } else if (!strcmp(opt, "--seed")) {
-            char *e;
-            errno = 0;
-            unsigned long long s = strtoull(v, &e, 10);
-            if (e == v || *e || errno || v[0] == '-')
-                return gct_usage_error("--seed wants an integer >= 0, not '%s'", v);
-            a->seed = (uint64_t)s;
-        } else if (!strcmp(opt, "--inject")) {
-            a->inject = v;
-        } else if (!strcmp(opt, "--input")) {
-            a->input = v;
-        } else if (!strcmp(opt, "--x")) {
-            a->x = v;
-        } else if (!strcmp(opt, "--gamma")) {
-            a->gamma = v;
-        } else if (!strcmp(opt, "--beta")) {
-            a->beta = v;
-        } else if (!strcmp(opt, "--dy")) {
-            a->dy = v;
-        } else if (!strcmp(opt, "--eps")) {
-            if (!parse_number(opt, v, true, &a->eps)) return GCT_EXIT_USAGE;
-        } else if (!strcmp(opt, "--out")) {
-            if (!*v) return gct_usage_error("--out wants a directory");
-            a->out_dir = v;
-        }
+        if (!parse_option(a, opt, v)) return GCT_EXIT_USAGE;
     }
+    if (a->seeds_from_seed) a->seed_first = a->seed;
+    if (a->format == GCT_CSV && !strcmp(a->command, "jacobian") && a->n_seeds)
+        return gct_usage_error("jacobian --seeds reports in text or json");
     return -1;
 }
 
+static void free_args(gct_args *a) {
+    free(a->r);
+    for (int k = 0; k < a->n_ctl; k++) {
+        free(a->ctl[k].values);
+        free(a->ctl[k].v);
+    }
+}
+
+uint64_t gct_input_seed(const gct_args *a, uint64_t s) { return a->input_seed_set ? a->input_seed : s; }
+uint64_t gct_probe_seed(const gct_args *a, uint64_t s) { return a->probe_seed_set ? a->probe_seed : s; }
+uint64_t gct_first_seed(const gct_args *a) { return a->n_seeds ? a->seed_first : a->seed; }
+int64_t gct_seed_count(const gct_args *a) { return a->n_seeds ? a->n_seeds : 1; }
+
 int main(int argc, char **argv) {
-    gct_args a;
+    static gct_args a;
     int st = gct_load_plugins(&argc, argv);
     if (st >= 0) return st;
     st = parse_args(argc, argv, &a);
-    if (st >= 0) return st;
-    if (!strcmp(a.command, "list")) return gct_cmd_list(&a);
-    if (!strcmp(a.command, "check")) return gct_cmd_check(&a);
-    if (!strcmp(a.command, "sweep")) return gct_cmd_sweep(&a);
-    if (!strcmp(a.command, "explain")) return gct_cmd_explain(&a);
-    if (!strcmp(a.command, "memory")) return gct_cmd_memory(&a);
-    return gct_cmd_jacobian(&a);
+    if (st < 0) {
+        if (!strcmp(a.command, "list")) st = gct_cmd_list(&a);
+        else if (!strcmp(a.command, "check")) st = gct_cmd_check(&a);
+        else if (!strcmp(a.command, "sweep")) st = gct_cmd_sweep(&a);
+        else if (!strcmp(a.command, "explain")) st = gct_cmd_explain(&a);
+        else if (!strcmp(a.command, "memory")) st = gct_cmd_memory(&a);
+        else st = gct_cmd_jacobian(&a);
+    }
+    free_args(&a);
+    return st;
 }

@@ -1,6 +1,7 @@
 /* `tapegrad-gradcheck sweep NAME`: the error of the finite-difference
- * gradient as the step h goes from 1e-1 to 1e-12 (four steps a decade),
- * for forward and central differences in float32 and float64.
+ * gradient as the step h goes from 1e-1 to 1e-12 (four steps a decade, or
+ * --h-grid), for forward and central differences in float32 and float64
+ * (--scheme and --dtype pick fewer), over one seed or many (--seeds).
  *
  * The error is e(h) = max over checked elements |analytic - numeric|, the
  * analytic gradient (exact up to round-off) standing in for the truth. Two
@@ -11,20 +12,26 @@
  *               ~ eps |L| / h
  * Truncation falls as h shrinks and round-off grows: on a log-log plot a V
  * whose bottom, where the two are equal, sits near
- *   forward  h* ~ sqrt(eps)     1.5e-8 (float64)   3.5e-4 (float32)
- *   central  h* ~ cbrt(eps)     6.1e-6 (float64)   4.9e-3 (float32)
- * (eps = 2^-52 or 2^-23, up to factors of the function's derivatives).
- * Writes DIR/sweep_NAME.dat (h and the four errors), DIR/sweep_NAME.gp and
- * renders DIR/sweep_NAME.png; prints the table and the best h of each
- * curve. */
+ *   forward  h* ~ sqrt(eps) l    1.5e-8 l (float64)   3.5e-4 l (float32)
+ *   central  h* ~ cbrt(eps) l    6.1e-6 l (float64)   4.9e-3 l (float32)
+ * where l is the input's length scale (each derivative of L brings a 1 / l:
+ * for RMSNorm the row's sqrt(mean x^2 + eps)), up to factors of order one;
+ * docs/experiments.md measures h* = 1.6..1.9 cbrt(eps) l for the norms.
+ *
+ * Reports: the error over all inputs (as above; the median over seeds),
+ * and for each input its error relative to its own gradient's scale,
+ * max |a - n| / G (median and 10%..90% over seeds), each with its best h
+ * against the theory scaled by that input's l. A step that rounds away
+ * (x +- h == x) is marked `vanished`, never plotted as an error of 0.
+ * Writes DIR/sweep_NAME.dat (the errors over all inputs), .gp and .png,
+ * and DIR/sweep_NAME_inputs.dat, .gp and .png (the relative errors). */
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tools/gradcheck/tool.h"
 
-#define SWEEP_PER_DECADE 4
-#define SWEEP_N (11 * SWEEP_PER_DECADE + 1) /* 1e-1 .. 1e-12 */
 #define SWEEP_CURVES 4
 
 typedef struct curve_info {
@@ -43,44 +50,202 @@ static const curve_info CURVES[SWEEP_CURVES] = {
     {"f32 forward", "f32_forward", TG_F32, true, "#f4a261", 2},
 };
 
-/* The step of row k: 10^-(1 + k / SWEEP_PER_DECADE). */
-static double sweep_h(int k) { return pow(10.0, -(double)(SWEEP_PER_DECADE + k) / SWEEP_PER_DECADE); }
+/* The measured constant of the central-difference optimum: h* = RULE
+ * cbrt(eps) l (docs/experiments.md). */
+#define SWEEP_RULE 1.7
 
-/* The theory's optimal step for a curve: cbrt(eps) central, sqrt(eps)
- * forward. */
-static double theory_h(const curve_info *c) {
-    double eps = c->dtype == TG_F64 ? DBL_EPSILON : FLT_EPSILON;
-    return c->forward ? sqrt(eps) : cbrt(eps);
+static double curve_eps(const curve_info *c) { return c->dtype == TG_F64 ? DBL_EPSILON : FLT_EPSILON; }
+
+/* The theory's optimal step for a curve, at length scale l: cbrt(eps) l
+ * central, sqrt(eps) l forward. */
+static double theory_h(const curve_info *c, double l) {
+    double eps = curve_eps(c);
+    return (c->forward ? sqrt(eps) : cbrt(eps)) * l;
 }
 
-/* Writes the gnuplot script: the four curves on log-log axes, the best h of
- * each curve circled and labelled, the theory's h* as dotted lines. */
-static bool write_script(const char *gp_path, const char *png, const char *dat, const char *title,
-                         const double best_h[SWEEP_CURVES], const double best_e[SWEEP_CURVES]) {
+/* What the sweep measured: per curve, step, seed and input. */
+typedef struct sweep_data {
+    int nc, nk, ns, ni;      /* curves, steps, seeds, inputs */
+    int curve[SWEEP_CURVES]; /* indices into CURVES */
+    const double *h;         /* the steps */
+    double *all;             /* [c][k][s] max |a - n| over inputs */
+    double *rel;             /* [c][k][i][s] max |a - n| / G of input i */
+    double *scale;           /* [c][i][s] the input's length scale l */
+    int *vanished;           /* [c][k] seeds whose step vanished */
+    int input_index[TG_GRADCHECK_MAX_INPUTS];
+    const char *input_name[TG_GRADCHECK_MAX_INPUTS];
+} sweep_data;
+
+#define ALL(d, c, k, s) (d)->all[((size_t)(c) * (d)->nk + (k)) * (d)->ns + (s)]
+#define REL(d, c, k, i, s) (d)->rel[(((size_t)(c) * (d)->nk + (k)) * (d)->ni + (i)) * (d)->ns + (s)]
+#define SCALE(d, c, i, s) (d)->scale[((size_t)(c) * (d)->ni + (i)) * (d)->ns + (s)]
+
+/* The q-quantile over seeds of v(s); NaN when a seed's step vanished. */
+static double over_seeds(const sweep_data *d, int c, int k, const double *v, size_t stride, double q, double *tmp) {
+    if (d->vanished[c * d->nk + k]) return NAN;
+    for (int s = 0; s < d->ns; s++) tmp[s] = v[(size_t)s * stride];
+    return gct_quantile(tmp, d->ns, q);
+}
+
+/* Summary of one curve of one input (i = -1: all inputs). */
+typedef struct best_point {
+    double *med, *lo, *hi; /* per step: median, 10%, 90% */
+    int k;                 /* the best step's index, -1: none */
+    double l;              /* the length scale for the theory (1 with relative steps) */
+} best_point;
+
+static void summarize(const sweep_data *d, int c, int i, bool relative_steps, best_point *b, double *tmp) {
+    b->k = -1;
+    for (int k = 0; k < d->nk; k++) {
+        const double *v = i < 0 ? &ALL(d, c, k, 0) : &REL(d, c, k, i, 0);
+        b->med[k] = over_seeds(d, c, k, v, 1, 0.5, tmp);
+        b->lo[k] = over_seeds(d, c, k, v, 1, 0.1, tmp);
+        b->hi[k] = over_seeds(d, c, k, v, 1, 0.9, tmp);
+        if (isfinite(b->med[k]) && (b->k < 0 || b->med[k] < b->med[b->k])) b->k = k;
+    }
+    int ii = i < 0 ? 0 : i;
+    for (int s = 0; s < d->ns; s++) tmp[s] = SCALE(d, c, ii, s);
+    b->l = relative_steps ? 1.0 : gct_quantile(tmp, d->ns, 0.5);
+}
+
+/* Writes the gnuplot script of the all-inputs errors: the curves on
+ * log-log axes, the best h of each circled and labelled, the theory's h*
+ * (times l) as dotted lines. */
+static bool write_script(const char *gp_path, const char *png, const char *dat, const char *title, const sweep_data *d,
+                         const best_point *best) {
     FILE *f = fopen(gp_path, "w");
     if (!f) return false;
     tg_status st = tg_plot_write_preamble(f, png, 900, 560);
     fprintf(f, "set datafile missing 'NaN'\n");
     fprintf(f, "set title '%s'\n", title);
-    fprintf(f, "set xlabel 'step h      (dotted: eps^(1/3) and eps^(1/2) of each dtype, the optimal steps in theory)'\n"
+    fprintf(f, "set xlabel 'step h      (dotted: eps^(1/3) l and eps^(1/2) l of each dtype, the optimal steps in "
+               "theory)'\n"
                "set ylabel 'max |analytic - numeric|'\n");
     fprintf(f, "set logscale xy\nset format x '%%.0e'\nset format y '%%.0e'\n");
-    fprintf(f, "set xrange [5e-13:2e-1]\nset offsets 0, 0, graph 0.06, graph 0.04\nset grid\n"
-               "set key bottom left box opaque\n");
-    for (int c = 0; c < SWEEP_CURVES; c++)
-        fprintf(f, "set arrow from %.6g, graph 0 to %.6g, graph 1 nohead dt 3 lc rgb '%s'\n", theory_h(&CURVES[c]),
-                theory_h(&CURVES[c]), CURVES[c].color);
+    fprintf(f, "set offsets 0, 0, graph 0.06, graph 0.04\nset grid\nset key bottom left box opaque\n");
+    for (int c = 0; c < d->nc; c++) {
+        const curve_info *ci = &CURVES[d->curve[c]];
+        double t = theory_h(ci, best[c].l);
+        fprintf(f, "set arrow from %.6g, graph 0 to %.6g, graph 1 nohead dt 3 lc rgb '%s'\n", t, t, ci->color);
+    }
     fprintf(f, "$best << EOD\n");
-    for (int c = 0; c < SWEEP_CURVES; c++)
-        if (isfinite(best_e[c])) fprintf(f, "%.6g %.6g \"h=%.1e\" %d\n", best_h[c], best_e[c], best_h[c], c);
+    for (int c = 0; c < d->nc; c++)
+        if (best[c].k >= 0)
+            fprintf(f, "%.6g %.6g \"h=%.1e\" %d\n", d->h[best[c].k], best[c].med[best[c].k], d->h[best[c].k], c);
     fprintf(f, "EOD\n");
     fprintf(f, "plot ");
-    for (int c = 0; c < SWEEP_CURVES; c++)
+    for (int c = 0; c < d->nc; c++) {
+        const curve_info *ci = &CURVES[d->curve[c]];
         fprintf(f, "'%s' using 1:%d with linespoints lw 2 dt %d pt 7 ps 0.6 lc rgb '%s' title '%s', \\\n     ", dat,
-                c + 2, CURVES[c].dash, CURVES[c].color, CURVES[c].label);
+                c + 2, ci->dash, ci->color, ci->label);
+    }
     fprintf(f, "$best using 1:2 with points pt 6 ps 2.6 lw 2 lc rgb 'black' title 'best h', \\\n"
                "     $best using 1:2:3 with labels offset 0,1.5 font ',9' notitle\n");
     return gct_fclose(f) && st == TG_OK;
+}
+
+/* The per-input script: each input's relative error (median over seeds, a
+ * band from 10% to 90% when there are several seeds), one colour per
+ * curve, one dash per input; the theory lines at cbrt(eps) l. */
+static bool write_inputs_script(const char *gp_path, const char *png, const char *dat, const char *title,
+                                const sweep_data *d, const best_point *bi) {
+    FILE *f = fopen(gp_path, "w");
+    if (!f) return false;
+    tg_status st = tg_plot_write_preamble(f, png, 900, 560);
+    fprintf(f, "set datafile missing 'NaN'\nset title '%s'\n", title);
+    fprintf(f, "set xlabel 'step h      (dotted: 1.7 eps^(1/3) l of each central curve, the measured optimum)'\n"
+               "set ylabel 'max |analytic - numeric| / G   (G: the gradient''s scale)'\n");
+    fprintf(f, "set logscale xy\nset format x '%%.0e'\nset format y '%%.0e'\nset grid\n"
+               "set key bottom left box opaque\nset style fill transparent solid 0.15 noborder\n");
+    for (int c = 0; c < d->nc; c++) {
+        const curve_info *ci = &CURVES[d->curve[c]];
+        if (ci->forward) continue;
+        double t = SWEEP_RULE * theory_h(ci, bi[c * d->ni].l);
+        fprintf(f, "set arrow from %.6g, graph 0 to %.6g, graph 1 nohead dt 3 lc rgb '%s'\n", t, t, ci->color);
+    }
+    fprintf(f, "plot ");
+    int col = 2;
+    bool first = true;
+    for (int c = 0; c < d->nc; c++) {
+        const curve_info *ci = &CURVES[d->curve[c]];
+        for (int i = 0; i < d->ni; i++, col += 3) {
+            if (d->ns > 1)
+                fprintf(f, "%s'%s' using 1:%d:%d with filledcurves lc rgb '%s' notitle", first ? "" : ", \\\n     ",
+                        dat, col + 1, col + 2, ci->color),
+                    first = false;
+            fprintf(f, "%s'%s' using 1:%d with linespoints lw 2 dt %d pt %d ps 0.6 lc rgb '%s' title '%s %s'",
+                    first ? "" : ", \\\n     ", dat, col, 1 + i, 7 + 2 * i, ci->color, ci->label, d->input_name[i]);
+            first = false;
+        }
+    }
+    fprintf(f, "\n");
+    return gct_fclose(f) && st == TG_OK;
+}
+
+static void put_err_cell(gct_cell *cell, double e, bool vanished, bool best) {
+    if (vanished) gct_cell_set(cell, GCT_DIM, "vanished");
+    else if (isnan(e)) gct_cell_set(cell, GCT_DIM, "-  ");
+    else if (best) gct_cell_set(cell, GCT_GOOD, "%.2e *", e);
+    else gct_cell_set(cell, GCT_PLAIN, "%.2e  ", e);
+}
+
+static void json_array(FILE *f, const double *v, int n) {
+    fputc('[', f);
+    for (int k = 0; k < n; k++) {
+        if (k) fputc(',', f);
+        gct_json_num(f, v[k]);
+    }
+    fputc(']', f);
+}
+
+/* Runs every check of the sweep into d. Returns -1, or the exit status. */
+static int measure(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const gct_bug *bug, sweep_data *d, char *spec,
+                   char *label, char *function, int64_t *numel) {
+    uint64_t s0 = gct_first_seed(a);
+    for (int c = 0; c < d->nc; c++) {
+        const curve_info *ci = &CURVES[d->curve[c]];
+        for (int k = 0; k < d->nk; k++) {
+            for (int s = 0; s < d->ns; s++) {
+                gct_target t;
+                tg_ctx_reset(ctx);
+                /* the same inputs (rounded to the dtype) for every h */
+                if (!gct_target_make(ctx, a, op, bug, a->shape, ci->dtype, s0 + (uint64_t)s, &t))
+                    return gct_build_failed(ctx);
+                if (c == 0 && k == 0 && s == 0) {
+                    snprintf(spec, 128, "%s", t.c.spec);
+                    snprintf(label, 160, "%s", t.label);
+                    snprintf(function, 160, "%s", t.function);
+                    *numel = gct_target_numel(&t);
+                    d->ni = 0;
+                    for (int i = 0; i < t.c.n_inputs; i++)
+                        if (t.c.check >> i & 1u) {
+                            d->input_index[d->ni] = i;
+                            d->input_name[d->ni++] = t.c.input_names[i]; /* the registry's static names */
+                        }
+                }
+                tg_gradcheck_opts o = gct_target_opts(&t, a, s0 + (uint64_t)s);
+                o.h = d->h[k];
+                o.forward_diff = ci->forward;
+                o.step = a->step_set ? a->step : TG_GRADCHECK_STEP_ABSOLUTE;
+                tg_gradcheck_result r;
+                gct_target_check(ctx, &t, &o, &r);
+                if (!tg_ok(ctx) && r.step_vanished) {
+                    d->vanished[c * d->nk + k]++;
+                    tg_clear_error(ctx);
+                } else if (!tg_ok(ctx)) {
+                    fprintf(stderr, "tapegrad-gradcheck: sweep %s, h=%g: %s\n", label, o.h, tg_error_message(ctx));
+                    return GCT_EXIT_ERROR;
+                }
+                ALL(d, c, k, s) = r.max_abs_err;
+                for (int i = 0; i < d->ni; i++) {
+                    const tg_gradcheck_input *in = &r.input[d->input_index[i]];
+                    REL(d, c, k, i, s) = in->grad_scale > 0 ? in->max_abs_err / in->grad_scale : in->max_abs_err;
+                    if (k == 0) SCALE(d, c, i, s) = in->scale;
+                }
+            }
+        }
+    }
+    return -1;
 }
 
 int gct_cmd_sweep(const gct_args *a) {
@@ -89,132 +254,308 @@ int gct_cmd_sweep(const gct_args *a) {
     tg_ctx *ctx;
     int status = gct_begin(a, &op, &bug, &ctx);
     if (status >= 0) return status;
-    double err[SWEEP_CURVES][SWEEP_N];
+
+    /* the steps: --h-grid, or 1e-1 .. 1e-12, four a decade */
+    double grid[GCT_MAX_GRID];
+    int nk = a->n_grid;
+    if (nk) memcpy(grid, a->grid, (size_t)nk * sizeof *grid);
+    else
+        for (nk = 0; nk < 45; nk++) grid[nk] = pow(10.0, -(double)(4 + nk) / 4);
+
+    sweep_data d;
+    memset(&d, 0, sizeof d);
+    for (int c = 0; c < SWEEP_CURVES; c++) {
+        const curve_info *ci = &CURVES[c];
+        if (a->dtype_set && ci->dtype != a->dtype) continue;
+        if (a->schemes && (a->schemes == 2) != ci->forward) continue;
+        d.curve[d.nc++] = c;
+    }
+    d.nk = nk;
+    d.ns = (int)gct_seed_count(a);
+    d.ni = TG_GRADCHECK_MAX_INPUTS;
+    d.h = grid;
+    size_t n_all = (size_t)d.nc * (size_t)d.nk * (size_t)d.ns;
+    d.all = calloc(n_all, sizeof *d.all);
+    d.rel = calloc(n_all * TG_GRADCHECK_MAX_INPUTS, sizeof *d.rel);
+    d.scale = calloc((size_t)d.nc * TG_GRADCHECK_MAX_INPUTS * (size_t)d.ns, sizeof *d.scale);
+    d.vanished = calloc((size_t)d.nc * (size_t)d.nk, sizeof *d.vanished);
+    double *tmp = malloc((size_t)d.ns * sizeof *tmp);
+    best_point best[SWEEP_CURVES], bi[SWEEP_CURVES * TG_GRADCHECK_MAX_INPUTS];
+    double *stats = calloc((size_t)3 * (size_t)d.nk * SWEEP_CURVES * (1 + TG_GRADCHECK_MAX_INPUTS), sizeof *stats);
     char spec[128] = "", label[160] = "", function[160] = "";
     int64_t numel = 0;
-    for (int c = 0; c < SWEEP_CURVES; c++) {
-        for (int k = 0; k < SWEEP_N; k++) {
-            gct_target t;
-            tg_ctx_reset(ctx);
-            tg_rng_seed(ctx, a->seed); /* the same inputs (rounded to the dtype) for every h */
-            if (!gct_target_build(ctx, op, bug, a->shape, CURVES[c].dtype, &t)) {
-                int st = gct_build_failed(ctx);
-                tg_ctx_free(ctx);
-                return st;
-            }
-            snprintf(spec, sizeof spec, "%s", t.c.spec);
-            snprintf(label, sizeof label, "%s", t.label);
-            snprintf(function, sizeof function, "%s", t.function);
-            numel = gct_target_numel(&t);
-            tg_gradcheck_opts o = gct_target_opts(&t, a);
-            o.h = sweep_h(k);
-            o.forward_diff = CURVES[c].forward;
-            tg_gradcheck_result r;
-            gct_target_check(ctx, &t, &o, &r);
-            if (!tg_ok(ctx)) {
-                fprintf(stderr, "tapegrad-gradcheck: sweep %s, h=%g: %s\n", label, o.h, tg_error_message(ctx));
-                tg_ctx_free(ctx);
-                return GCT_EXIT_ERROR;
-            }
-            err[c][k] = r.max_abs_err;
-        }
+    if (!d.all || !d.rel || !d.scale || !d.vanished || !tmp || !stats) {
+        fprintf(stderr, "tapegrad-gradcheck: out of memory\n");
+        status = GCT_EXIT_ERROR;
+    } else {
+        status = measure(ctx, a, op, bug, &d, spec, label, function, &numel);
     }
     tg_ctx_free(ctx);
+    if (status >= 0) goto done;
 
-    double best_h[SWEEP_CURVES], best_e[SWEEP_CURVES];
-    int best_k[SWEEP_CURVES];
-    for (int c = 0; c < SWEEP_CURVES; c++) {
-        best_k[c] = -1;
-        best_e[c] = INFINITY;
-        best_h[c] = NAN;
-        for (int k = 0; k < SWEEP_N; k++)
-            if (isfinite(err[c][k]) && err[c][k] < best_e[c]) {
-                best_e[c] = err[c][k];
-                best_k[c] = k;
-                best_h[c] = sweep_h(k);
-            }
-    }
-
-    /* the table */
-    gct_put_title(a, op, bug, function);
-    printf("  spec %s: %lld elements checked, %s\n", spec, (long long)numel,
-           a->mode == TG_GRADCHECK_FULL ? "every element" : "one random direction per input");
-    printf("  error = max |analytic - numeric| over the checked elements; * marks each column's minimum\n\n");
-    gct_table t;
-    gct_table_init(&t, "rrrrr", "h", CURVES[0].label, CURVES[1].label, CURVES[2].label, CURVES[3].label);
-    bool vanished = false;
-    for (int k = 0; k < SWEEP_N; k++) {
-        gct_cell *row = gct_table_row(&t);
-        if (!row) break;
-        gct_cell_set(&row[0], GCT_PLAIN, "%.1e", sweep_h(k));
-        for (int c = 0; c < SWEEP_CURVES; c++) {
-            double e = err[c][k];
-            if (isnan(e)) {
-                gct_cell_set(&row[c + 1], GCT_DIM, "-  ");
-                vanished = true;
-            } else if (k == best_k[c]) {
-                gct_cell_set(&row[c + 1], GCT_GOOD, "%.2e *", e);
-            } else {
-                gct_cell_set(&row[c + 1], GCT_PLAIN, "%.2e  ", e);
-            }
+    bool relative = a->step_set && a->step != TG_GRADCHECK_STEP_ABSOLUTE;
+    double *p = stats;
+    for (int c = 0; c < d.nc; c++) {
+        best[c] = (best_point){p, p + d.nk, p + 2 * d.nk, -1, 1.0};
+        p += 3 * d.nk;
+        summarize(&d, c, -1, relative, &best[c], tmp);
+        for (int i = 0; i < d.ni; i++) {
+            best_point *b = &bi[c * d.ni + i];
+            *b = (best_point){p, p + d.nk, p + 2 * d.nk, -1, 1.0};
+            p += 3 * d.nk;
+            summarize(&d, c, i, relative, b, tmp);
         }
     }
-    gct_table_print(stdout, &t, 2, a->color);
-    gct_table_free(&t);
-    if (vanished) printf("  -: no result; the step vanished (x + h rounds to x for some element, 0/0)\n");
-
-    printf("\n");
-    gct_table s;
-    gct_table_init(&s, "lrrrl", "curve", "best h", "error there", "theory h*", "theory");
-    for (int c = 0; c < SWEEP_CURVES; c++) {
-        gct_cell *row = gct_table_row(&s);
-        if (!row) break;
-        gct_cell_set(&row[0], GCT_PLAIN, "%s", CURVES[c].label);
-        if (best_k[c] >= 0) {
-            gct_cell_set(&row[1], GCT_GOOD, "%.1e", best_h[c]);
-            gct_cell_set(&row[2], GCT_PLAIN, "%.2e", best_e[c]);
-        } else {
-            gct_cell_set(&row[1], GCT_BAD, "none");
-        }
-        gct_cell_set(&row[3], GCT_PLAIN, "%.1e", theory_h(&CURVES[c]));
-        gct_cell_set(&row[4], GCT_DIM, "%s of %s = %.2e", CURVES[c].forward ? "eps^(1/2)" : "eps^(1/3)",
-                     CURVES[c].dtype == TG_F64 ? "float64" : "float32",
-                     CURVES[c].dtype == TG_F64 ? DBL_EPSILON : FLT_EPSILON);
-    }
-    gct_table_print(stdout, &s, 2, a->color);
-    gct_table_free(&s);
-
-    /* the data file, the script, the picture */
-    char name[200], gp[4096], png[256], dat[256], title[512];
+    const char *step_name = relative ? tg_gradcheck_step_name(a->step) : "absolute";
+    char name[200];
     snprintf(name, sizeof name, "sweep_%s", bug ? bug->name : op->name);
-    const char *cols[1 + SWEEP_CURVES] = {"h", CURVES[0].column, CURVES[1].column, CURVES[2].column, CURVES[3].column};
-    tg_plot *p;
-    tg_status st = tg_plot_open(&p, a->out_dir, name, 1 + SWEEP_CURVES, cols);
-    for (int k = 0; st == TG_OK && k < SWEEP_N; k++) {
-        double row[1 + SWEEP_CURVES] = {sweep_h(k), err[0][k], err[1][k], err[2][k], err[3][k]};
-        st = tg_plot_row(p, row);
+
+    if (a->format == GCT_JSON) {
+        gct_json_head("sweep", op, bug, spec);
+        printf(",\"mode\":\"%s\",\"step\":\"%s\",\"seeds\":[%llu,%llu],\"h\":", tg_gradcheck_mode_name(a->mode),
+               step_name, (unsigned long long)gct_first_seed(a),
+               (unsigned long long)(gct_first_seed(a) + (uint64_t)d.ns - 1));
+        json_array(stdout, grid, d.nk);
+        printf(",\"curves\":[");
+        for (int c = 0; c < d.nc; c++) {
+            const curve_info *ci = &CURVES[d.curve[c]];
+            printf("%s{\"dtype\":\"%s\",\"scheme\":\"%s\",\"vanished\":[", c ? "," : "", tg_dtype_name(ci->dtype),
+                   ci->forward ? "forward" : "central");
+            for (int k = 0; k < d.nk; k++) printf("%s%d", k ? "," : "", d.vanished[c * d.nk + k]);
+            printf("],\"all\":{\"median\":");
+            json_array(stdout, best[c].med, d.nk);
+            printf(",\"best_h\":");
+            gct_json_num(stdout, best[c].k >= 0 ? grid[best[c].k] : NAN);
+            printf(",\"theory_h\":");
+            gct_json_num(stdout, theory_h(ci, best[c].l));
+            printf("},\"inputs\":[");
+            for (int i = 0; i < d.ni; i++) {
+                const best_point *b = &bi[c * d.ni + i];
+                printf("%s{\"name\":", i ? "," : "");
+                gct_json_str(stdout, d.input_name[i]);
+                printf(",\"scale\":");
+                gct_json_num(stdout, b->l);
+                printf(",\"median\":");
+                json_array(stdout, b->med, d.nk);
+                printf(",\"p10\":");
+                json_array(stdout, b->lo, d.nk);
+                printf(",\"p90\":");
+                json_array(stdout, b->hi, d.nk);
+                printf(",\"best_h\":");
+                gct_json_num(stdout, b->k >= 0 ? grid[b->k] : NAN);
+                printf(",\"best_rel_err\":");
+                gct_json_num(stdout, b->k >= 0 ? b->med[b->k] : NAN);
+                printf(",\"theory_h\":");
+                gct_json_num(stdout, theory_h(ci, b->l));
+                printf("}");
+            }
+            printf("]}");
+        }
+        printf("]}\n");
+    } else if (a->format == GCT_CSV) {
+        printf("op,bug,spec,dtype,scheme,input,measure,h,seeds,vanished,p50,p10,p90,scale,theory_h,best\n");
+        for (int c = 0; c < d.nc; c++) {
+            const curve_info *ci = &CURVES[d.curve[c]];
+            for (int i = -1; i < d.ni; i++) {
+                const best_point *b = i < 0 ? &best[c] : &bi[c * d.ni + i];
+                for (int k = 0; k < d.nk; k++) {
+                    printf("%s,%s,", op->name, bug ? bug->name : "");
+                    for (const char *q = spec; *q; q++) putchar(*q == ',' ? ';' : *q);
+                    printf(",%s,%s,%s,%s,%.9g,%d,%d,%.9g,%.9g,%.9g,%.9g,%.9g,%d\n", tg_dtype_name(ci->dtype),
+                           ci->forward ? "forward" : "central", i < 0 ? "all" : d.input_name[i], i < 0 ? "abs" : "rel",
+                           grid[k], d.ns, d.vanished[c * d.nk + k], b->med[k], b->lo[k], b->hi[k], b->l,
+                           theory_h(ci, b->l), k == b->k);
+                }
+            }
+        }
+    } else {
+        gct_put_title(a, op, bug, function);
+        printf("  spec %s: %lld elements checked, %s, %s steps", spec, (long long)numel,
+               a->mode == TG_GRADCHECK_FULL ? "every element" : "one random direction per input", step_name);
+        if (d.ns > 1)
+            printf(", seeds %llu..%llu (medians over seeds)", (unsigned long long)gct_first_seed(a),
+                   (unsigned long long)(gct_first_seed(a) + (uint64_t)d.ns - 1));
+        printf("\n  error = max |analytic - numeric| over the checked elements; * marks each column's minimum\n\n");
+        gct_table t;
+        gct_table_init(&t, "rrrrr", "h", d.nc > 0 ? CURVES[d.curve[0]].label : "",
+                       d.nc > 1 ? CURVES[d.curve[1]].label : "", d.nc > 2 ? CURVES[d.curve[2]].label : "",
+                       d.nc > 3 ? CURVES[d.curve[3]].label : "");
+        t.ncols = 1 + d.nc;
+        bool any_vanished = false;
+        for (int k = 0; k < d.nk && !a->quiet; k++) {
+            gct_cell *row = gct_table_row(&t);
+            if (!row) break;
+            gct_cell_set(&row[0], GCT_PLAIN, "%.1e", grid[k]);
+            for (int c = 0; c < d.nc; c++) {
+                bool v = d.vanished[c * d.nk + k] > 0;
+                any_vanished |= v;
+                put_err_cell(&row[c + 1], best[c].med[k], v, k == best[c].k);
+            }
+        }
+        if (!a->quiet) gct_table_print(stdout, &t, 2, a->color);
+        gct_table_free(&t);
+        if (any_vanished)
+            printf("  vanished: the step rounds away (x +- h == x for an element, or most of h v in a direction):\n"
+                   "  a check there is an error, not a point\n");
+
+        printf("\n");
+        gct_table s;
+        gct_table_init(&s, "lrrrl", "curve", "best h", "error there", "theory h*", "theory");
+        for (int c = 0; c < d.nc; c++) {
+            const curve_info *ci = &CURVES[d.curve[c]];
+            gct_cell *row = gct_table_row(&s);
+            if (!row) break;
+            gct_cell_set(&row[0], GCT_PLAIN, "%s", ci->label);
+            if (best[c].k >= 0) {
+                gct_cell_set(&row[1], GCT_GOOD, "%.1e", grid[best[c].k]);
+                gct_cell_set(&row[2], GCT_PLAIN, "%.2e", best[c].med[best[c].k]);
+            } else {
+                gct_cell_set(&row[1], GCT_BAD, "none");
+            }
+            gct_cell_set(&row[3], GCT_PLAIN, "%.1e", theory_h(ci, best[c].l));
+            gct_cell_set(&row[4], GCT_DIM, "%s l, eps = %.2e, l = %.3g (%s)", ci->forward ? "eps^(1/2)" : "eps^(1/3)",
+                         curve_eps(ci), best[c].l, relative ? "relative steps" : d.input_name[0]);
+        }
+        gct_table_print(stdout, &s, 2, a->color);
+        gct_table_free(&s);
+
+        /* each input on its own: its error relative to its gradient */
+        printf("\n  each input: max |analytic - numeric| / G, G the input's gradient scale%s\n\n",
+               d.ns > 1 ? " (median over seeds)" : "");
+        for (int i = 0; i < d.ni && !a->quiet; i++) {
+            gct_table ti;
+            gct_table_init(&ti, "rrrrr", "h", "", "", "", "");
+            ti.ncols = 1 + d.nc;
+            snprintf(ti.head[0], sizeof ti.head[0], "%s: h", d.input_name[i]);
+            for (int c = 0; c < d.nc; c++) snprintf(ti.head[c + 1], sizeof ti.head[0], "%s", CURVES[d.curve[c]].label);
+            for (int k = 0; k < d.nk; k++) {
+                gct_cell *row = gct_table_row(&ti);
+                if (!row) break;
+                gct_cell_set(&row[0], GCT_PLAIN, "%.1e", grid[k]);
+                for (int c = 0; c < d.nc; c++) {
+                    const best_point *b = &bi[c * d.ni + i];
+                    put_err_cell(&row[c + 1], b->med[k], d.vanished[c * d.nk + k] > 0, k == b->k);
+                }
+            }
+            gct_table_print(stdout, &ti, 2, a->color);
+            gct_table_free(&ti);
+            printf("\n");
+        }
+        gct_table sb;
+        gct_table_init(&sb, "llrrrrrr", "curve", "input", "best h", "rel err there", "l", "theory eps^k l",
+                       "rule 1.7 cbrt(eps) l", "best / rule");
+        for (int c = 0; c < d.nc; c++) {
+            const curve_info *ci = &CURVES[d.curve[c]];
+            for (int i = 0; i < d.ni; i++) {
+                const best_point *b = &bi[c * d.ni + i];
+                gct_cell *row = gct_table_row(&sb);
+                if (!row) break;
+                if (i == 0 && c) gct_table_group(&sb);
+                gct_cell_set(&row[0], GCT_PLAIN, "%s", i == 0 ? ci->label : "");
+                gct_cell_set(&row[1], GCT_PLAIN, "%s", d.input_name[i]);
+                if (b->k >= 0) {
+                    gct_cell_set(&row[2], GCT_GOOD, "%.2e", grid[b->k]);
+                    gct_cell_set(&row[3], GCT_PLAIN, "%.2e", b->med[b->k]);
+                } else {
+                    gct_cell_set(&row[2], GCT_BAD, "none");
+                }
+                gct_cell_set(&row[4], GCT_PLAIN, "%.3g", b->l);
+                gct_cell_set(&row[5], GCT_PLAIN, "%.2e", theory_h(ci, b->l));
+                if (!ci->forward) {
+                    gct_cell_set(&row[6], GCT_PLAIN, "%.2e", SWEEP_RULE * theory_h(ci, b->l));
+                    if (b->k >= 0)
+                        gct_cell_set(&row[7], GCT_PLAIN, "%.2f", grid[b->k] / (SWEEP_RULE * theory_h(ci, b->l)));
+                }
+            }
+        }
+        gct_table_print(stdout, &sb, 2, a->color);
+        gct_table_free(&sb);
     }
-    if (p) {
-        tg_status st2 = tg_plot_close_data(p);
-        if (st == TG_OK) st = st2;
+
+    /* the data files, the scripts, the pictures */
+    {
+        const char *cols[1 + SWEEP_CURVES] = {"h"};
+        for (int c = 0; c < d.nc; c++) cols[1 + c] = CURVES[d.curve[c]].column;
+        tg_plot *pl;
+        tg_status st = tg_plot_open(&pl, a->out_dir, name, 1 + d.nc, cols);
+        for (int k = 0; st == TG_OK && k < d.nk; k++) {
+            double row[1 + SWEEP_CURVES] = {grid[k]};
+            for (int c = 0; c < d.nc; c++) row[1 + c] = best[c].med[k];
+            st = tg_plot_row(pl, row);
+        }
+        if (pl) {
+            tg_status st2 = tg_plot_close_data(pl);
+            if (st == TG_OK) st = st2;
+        }
+        char path[4096], gp[4096], png[256], dat[256], title[512];
+        snprintf(path, sizeof path, "%s/%s_inputs.dat", a->out_dir, name);
+        FILE *f = st == TG_OK ? fopen(path, "w") : NULL;
+        if (f) {
+            fprintf(f, "# h");
+            for (int c = 0; c < d.nc; c++)
+                for (int i = 0; i < d.ni; i++)
+                    fprintf(f, " %s_%s_p50 %s_%s_p10 %s_%s_p90", CURVES[d.curve[c]].column, d.input_name[i],
+                            CURVES[d.curve[c]].column, d.input_name[i], CURVES[d.curve[c]].column, d.input_name[i]);
+            fprintf(f, "\n");
+            for (int k = 0; k < d.nk; k++) {
+                fprintf(f, "%.6g", grid[k]);
+                for (int c = 0; c < d.nc; c++)
+                    for (int i = 0; i < d.ni; i++) {
+                        const best_point *b = &bi[c * d.ni + i];
+                        fprintf(f, " %.6g %.6g %.6g", b->med[k], b->lo[k], b->hi[k]);
+                    }
+                fprintf(f, "\n");
+            }
+            if (!gct_fclose(f)) st = TG_ERR_IO;
+        } else if (st == TG_OK) {
+            st = TG_ERR_IO;
+        }
+        if (st != TG_OK) {
+            fprintf(stderr, "tapegrad-gradcheck: cannot write %s/%s.dat or %s: %s\n", a->out_dir, name, path,
+                    tg_status_name(st));
+            status = GCT_EXIT_ERROR;
+            goto done;
+        }
+        bool rendered = false, rendered2 = false;
+        char msg[512] = "";
+        snprintf(dat, sizeof dat, "%s.dat", name);
+        snprintf(png, sizeof png, "%s.png", name);
+        snprintf(gp, sizeof gp, "%s/%s.gp", a->out_dir, name);
+        snprintf(title, sizeof title, "%s  %s: finite-difference error vs step h", label, spec);
+        for (char *q = title; *q; q++)
+            if (*q == '\'') *q = ' ';
+        if (!write_script(gp, png, dat, title, &d, best)) {
+            fprintf(stderr, "tapegrad-gradcheck: cannot write %s\n", gp);
+            status = GCT_EXIT_ERROR;
+            goto done;
+        }
+        st = tg_plot_render(gp, &rendered, msg, sizeof msg);
+        char gp2[4096], png2[300], dat2[300];
+        snprintf(dat2, sizeof dat2, "%s_inputs.dat", name);
+        snprintf(png2, sizeof png2, "%s_inputs.png", name);
+        snprintf(gp2, sizeof gp2, "%s/%s_inputs.gp", a->out_dir, name);
+        snprintf(title, sizeof title, "%s  %s: the error of each input relative to its gradient", label, spec);
+        for (char *q = title; *q; q++)
+            if (*q == '\'') *q = ' ';
+        if (!write_inputs_script(gp2, png2, dat2, title, &d, bi)) {
+            fprintf(stderr, "tapegrad-gradcheck: cannot write %s\n", gp2);
+            status = GCT_EXIT_ERROR;
+            goto done;
+        }
+        if (st == TG_OK) st = tg_plot_render(gp2, &rendered2, msg, sizeof msg);
+        if (a->format == GCT_TEXT) {
+            printf("\nwrote %s/%s.dat, %s_inputs.dat, %s and %s", a->out_dir, name, name, gp, gp2);
+            if (rendered && rendered2) printf(" and the pictures %s, %s\n", png, png2);
+            else printf("\n%s\n", msg);
+        }
+        status = st == TG_OK ? GCT_EXIT_PASS : GCT_EXIT_ERROR;
     }
-    if (st != TG_OK) {
-        fprintf(stderr, "tapegrad-gradcheck: cannot write %s/%s.dat: %s\n", a->out_dir, name, tg_status_name(st));
-        return GCT_EXIT_ERROR;
-    }
-    snprintf(dat, sizeof dat, "%s.dat", name);
-    snprintf(png, sizeof png, "%s.png", name);
-    snprintf(gp, sizeof gp, "%s/%s.gp", a->out_dir, name);
-    snprintf(title, sizeof title, "%s  %s: finite-difference error vs step h", label, spec);
-    if (!write_script(gp, png, dat, title, best_h, best_e)) {
-        fprintf(stderr, "tapegrad-gradcheck: cannot write %s\n", gp);
-        return GCT_EXIT_ERROR;
-    }
-    bool rendered = false;
-    char msg[512] = "";
-    st = tg_plot_render(gp, &rendered, msg, sizeof msg);
-    printf("\nwrote %s/%s.dat, %s", a->out_dir, name, gp);
-    if (rendered) printf(" and %s/%s\n", a->out_dir, png);
-    else printf("\n%s\n", msg);
-    return st == TG_OK ? GCT_EXIT_PASS : GCT_EXIT_ERROR;
+done:
+    free(d.all);
+    free(d.rel);
+    free(d.scale);
+    free(d.vanished);
+    free(tmp);
+    free(stats);
+    return status;
 }

@@ -1,10 +1,19 @@
 /* What tapegrad-gradcheck checks: a registered op on inputs built from a
- * spec, or the same inputs run through an injected bug's function. */
+ * spec, or the same inputs run through an injected bug's function; the
+ * inputs as the command line shapes them (seeds, distributions, scales,
+ * explicit values), printed, exported; the options of tg_gradcheck. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "tensor/internal.h"
 #include "tools/gradcheck/tool.h"
+
+static const gct_input_ctl *ctl_for(const gct_args *a, const char *name, bool all);
 
 tg_ctx *gct_ctx_new(uint64_t seed) {
     tg_ctx *ctx = tg_ctx_new(seed);
@@ -67,6 +76,38 @@ static bool split_uses(tg_ctx *ctx, const gct_bug *bug, const char *spec, char *
     return true;
 }
 
+/* A bug's size, ";size=S" (gct_bug.size): taken out of base (in place)
+ * into size[48] (the default when absent). False and the context's error
+ * for a value that is not a finite number. */
+static bool split_size(tg_ctx *ctx, const gct_bug *bug, char *base, char *size) {
+    snprintf(size, 48, "%g", bug->size);
+    char *p = strstr(base, ";size=");
+    if (!p || !bug->size) return true;
+    char *end = strchr(p + 1, ';');
+    size_t vlen = end ? (size_t)(end - (p + 6)) : strlen(p + 6);
+    char *e;
+    snprintf(size, 48, "%.*s", (int)vlen, p + 6);
+    double v = strtod(size, &e);
+    if (vlen == 0 || vlen >= 48 || *e || !isfinite(v)) {
+        tg_error(ctx, TG_ERR_FORMAT, "--inject", "%s: size=%.*s in the spec is not a finite number", bug->name,
+                 (int)vlen, p + 6);
+        return false;
+    }
+    memmove(p, p + 6 + vlen, strlen(p + 6 + vlen) + 1);
+    return true;
+}
+
+/* Appends argument key=value to a built case, and to its spec: handed to
+ * the bug's forward as one more argument of the case. */
+static void add_case_arg(tg_op_case *c, const char *key, const char *value) {
+    if (c->n_args == TG_OP_MAX_ARGS) return;
+    snprintf(c->arg_name[c->n_args], sizeof c->arg_name[0], "%s", key);
+    snprintf(c->arg_value[c->n_args], sizeof c->arg_value[0], "%s", value);
+    c->n_args++;
+    size_t n = strlen(c->spec);
+    snprintf(c->spec + n, sizeof c->spec - n, ";%s=%s", key, value);
+}
+
 /* "rmsnorm(x; gamma, beta)": the op on the case's inputs, then the bug's
  * `then` (or `then_once` with uses=1). */
 static void bug_function(gct_target *t, char uses) {
@@ -84,20 +125,14 @@ bool gct_target_build(tg_ctx *ctx, const tg_op_info *op, const gct_bug *bug, con
     t->op = op;
     t->bug = bug;
     if (!spec && bug) spec = bug->default_spec;
-    char base[sizeof t->c.spec], uses = '\0';
+    char base[sizeof t->c.spec], uses = '\0', size[48] = "";
     if (bug && spec) {
-        if (!split_uses(ctx, bug, spec, base, sizeof base, &uses)) return false;
+        if (!split_uses(ctx, bug, spec, base, sizeof base, &uses) || !split_size(ctx, bug, base, size)) return false;
         spec = base;
     }
     if (!tg_registry_build(ctx, op, spec, dtype, &t->c)) return false;
-    if (uses && t->c.n_args < TG_OP_MAX_ARGS) {
-        /* handed to the bug's forward as one more argument of the case */
-        snprintf(t->c.arg_name[t->c.n_args], sizeof t->c.arg_name[0], "uses");
-        snprintf(t->c.arg_value[t->c.n_args], sizeof t->c.arg_value[0], "%c", uses);
-        t->c.n_args++;
-        size_t n = strlen(t->c.spec);
-        snprintf(t->c.spec + n, sizeof t->c.spec - n, ";uses=%c", uses);
-    }
+    if (uses) add_case_arg(&t->c, "uses", (char[]){uses, '\0'});
+    if (bug && bug->size) add_case_arg(&t->c, "size", size);
     t->fn = bug ? bug->forward : op->forward;
     if (bug) {
         bug_function(t, uses);
@@ -138,20 +173,241 @@ void gct_put_title(const gct_args *a, const tg_op_info *op, const gct_bug *bug, 
     printf(": %s\n  function checked: %s\n", bug->what, function);
 }
 
-tg_gradcheck_opts gct_target_opts(const gct_target *t, const gct_args *a) {
+tg_gradcheck_opts gct_target_opts(const gct_target *t, const gct_args *a, uint64_t seed) {
     tg_gradcheck_opts o = tg_registry_opts(t->op, t->c.dtype, NULL);
     if (!isnan(a->h)) o.h = a->h;
     if (!isnan(a->atol)) o.atol = a->atol;
     if (!isnan(a->rtol)) o.rtol = a->rtol;
     o.mode = a->mode;
-    o.seed = a->seed;
+    o.seed = gct_probe_seed(a, seed);
     o.allow_float32 = true;
     o.inputs = t->c.check;
+    for (int k = 0; a->input && k < t->c.n_inputs; k++)
+        if (!strcmp(t->c.input_names[k], a->input)) o.inputs &= (uint32_t)1 << k;
+    o.step = a->step;
+    o.step_floor = a->step_floor;
+    o.atol_scale = a->atol_scale;
+    o.forward_diff = a->schemes == 2;
+    o.scale = t->c.scale;
+    if (a->r) o.r = (tg_gradcheck_vec){a->r, a->n_r};
+    for (int k = 0; k < t->c.n_inputs; k++) {
+        const gct_input_ctl *c = ctl_for(a, t->c.input_names[k], false);
+        if (c && c->v) o.v[k] = (tg_gradcheck_vec){c->v, c->n_v};
+    }
     return o;
 }
 
 bool gct_target_check(tg_ctx *ctx, gct_target *t, const tg_gradcheck_opts *o, tg_gradcheck_result *r) {
     return tg_gradcheck(ctx, t->fn, &t->c, t->c.n_inputs, t->c.inputs, o, r);
+}
+
+/* ---- inputs under control: --dist, --scale, --offset, --values ------------ */
+
+bool gct_parse_values(const char *opt, const char *text, double **values, int64_t *n) {
+    *values = NULL;
+    *n = 0;
+    char *buf = NULL;
+    if (text[0] == '@') {
+        FILE *f = fopen(text + 1, "r");
+        if (!f) {
+            gct_usage_error("%s: cannot read %s: %s", opt, text + 1, strerror(errno));
+            return false;
+        }
+        size_t cap = 4096, len = 0;
+        buf = malloc(cap);
+        for (size_t got; buf && (got = fread(buf + len, 1, cap - len - 1, f)) > 0;) {
+            len += got;
+            if (len + 1 == cap) {
+                char *b = realloc(buf, cap *= 2);
+                if (!b) free(buf);
+                buf = b;
+            }
+        }
+        fclose(f);
+        if (!buf) {
+            fprintf(stderr, "tapegrad-gradcheck: out of memory\n");
+            return false;
+        }
+        buf[len] = '\0';
+    } else {
+        buf = strdup(text);
+        if (!buf) return false;
+    }
+    int64_t cap = 64, count = 0;
+    double *v = malloc((size_t)cap * sizeof *v);
+    bool ok = v != NULL;
+    for (char *p = buf; ok && *p;) {
+        if (*p == '#') {
+            p += strcspn(p, "\n");
+            continue;
+        }
+        if (strchr(" \t\r\n,;[]", *p)) {
+            p++;
+            continue;
+        }
+        char *e;
+        errno = 0;
+        double x = strtod(p, &e);
+        if (e == p || errno || !isfinite(x)) {
+            gct_usage_error("%s: '%.20s' in %s is not a finite number", opt, p, text[0] == '@' ? text + 1 : "the list");
+            ok = false;
+            break;
+        }
+        if (count == cap) {
+            double *w = realloc(v, (size_t)(cap *= 2) * sizeof *v);
+            if (!w) {
+                ok = false;
+                break;
+            }
+            v = w;
+        }
+        v[count++] = x;
+        p = e;
+    }
+    free(buf);
+    if (ok && count == 0) {
+        gct_usage_error("%s: no numbers in '%s'", opt, text);
+        ok = false;
+    }
+    if (!ok) {
+        free(v);
+        return false;
+    }
+    *values = v;
+    *n = count;
+    return true;
+}
+
+/* The controls for input `name`: its own entry, else (when `all`) the
+ * entry "all". */
+static const gct_input_ctl *ctl_for(const gct_args *a, const char *name, bool all) {
+    for (int k = 0; k < a->n_ctl; k++)
+        if (!strcmp(a->ctl[k].name, name)) return &a->ctl[k];
+    for (int k = 0; all && k < a->n_ctl; k++)
+        if (!strcmp(a->ctl[k].name, "all")) return &a->ctl[k];
+    return NULL;
+}
+
+/* Applies the controls to t's inputs: values (or a fresh draw), then
+ * scale, then offset. False and the context's error for an unknown name or
+ * a wrong number of values. */
+static bool apply_controls(tg_ctx *ctx, const gct_args *a, gct_target *t) {
+    for (int j = 0; j < a->n_ctl; j++) {
+        const gct_input_ctl *c = &a->ctl[j];
+        bool found = !strcmp(c->name, "all");
+        for (int k = 0; k < t->c.n_inputs; k++) found |= !strcmp(c->name, t->c.input_names[k]);
+        if (!found) {
+            char names[256] = "";
+            size_t n = 0;
+            for (int k = 0; k < t->c.n_inputs && n < sizeof names; k++)
+                n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", k ? ", " : "", t->c.input_names[k]);
+            tg_error(ctx, TG_ERR_VALUE, "tapegrad-gradcheck", "%s %s has no input '%s' (it has: %s; or all)",
+                     t->op->name, t->c.spec, c->name, names);
+            return false;
+        }
+    }
+    for (int k = 0; k < t->c.n_inputs; k++) {
+        if (!(t->c.check >> k & 1u) && !ctl_for(a, t->c.input_names[k], false)) continue;
+        const gct_input_ctl *c = ctl_for(a, t->c.input_names[k], t->c.check >> k & 1u);
+        if (!c) continue;
+        tg_tensor *x = t->c.inputs[k];
+        if (c->values && c->n_values != x->numel) {
+            tg_error(ctx, TG_ERR_SHAPE, "tapegrad-gradcheck", "--values %s: %lld values for an input of %lld elements",
+                     c->name, (long long)c->n_values, (long long)x->numel);
+            return false;
+        }
+        if (c->v && c->n_v != x->numel) {
+            tg_error(ctx, TG_ERR_SHAPE, "tapegrad-gradcheck", "--v %s: %lld values for an input of %lld elements",
+                     c->name, (long long)c->n_v, (long long)x->numel);
+            return false;
+        }
+        for (int64_t i = 0; i < x->numel; i++) {
+            double v = tg_get_flat(ctx, x, i);
+            if (c->values) v = c->values[i];
+            else if (c->dist == GCT_DIST_UNIFORM) v = c->d1 + (c->d2 - c->d1) * tg_rng_uniform(ctx);
+            else if (c->dist == GCT_DIST_NORMAL) v = c->d1 + c->d2 * tg_rng_normal(ctx);
+            if (c->scale_set) v *= c->scale;
+            if (c->offset_set) v += c->offset;
+            tg_set_flat(ctx, x, i, v);
+        }
+    }
+    return tg_ok(ctx);
+}
+
+bool gct_target_make(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const gct_bug *bug, const char *spec,
+                     tg_dtype dtype, uint64_t seed, gct_target *t) {
+    tg_rng_seed(ctx, gct_input_seed(a, seed));
+    return gct_target_build(ctx, op, bug, spec, dtype, t) && apply_controls(ctx, a, t);
+}
+
+void gct_print_inputs(FILE *out, const gct_target *t, int indent) {
+    char sh[64];
+    int digits = t->c.dtype == TG_F32 ? 9 : 17;
+    for (int k = 0; k < t->c.n_inputs; k++) {
+        const tg_tensor *x = t->c.inputs[k];
+        fprintf(out, "%*s%s %s =", indent, "", t->c.input_names[k], gct_shape_text(sh, sizeof sh, x->ndim, x->shape));
+        int64_t row = x->ndim ? x->shape[x->ndim - 1] : 1;
+        for (int64_t i = 0; i < x->numel; i++) {
+            if (row > 0 && i % row == 0 && x->numel > row) fprintf(out, "\n%*s", indent + 2, "");
+            fprintf(out, " %.*g", digits, tg_load(x, i));
+        }
+        fputc('\n', out);
+    }
+    if (t->c.n_index) {
+        fprintf(out, "%*sindices =", indent, "");
+        for (int64_t i = 0; i < t->c.n_index; i++) fprintf(out, " %lld", (long long)t->c.index[i]);
+        fputc('\n', out);
+    }
+}
+
+void gct_json_inputs(FILE *out, const gct_target *t) {
+    fputc('{', out);
+    for (int k = 0; k < t->c.n_inputs; k++) {
+        const tg_tensor *x = t->c.inputs[k];
+        fprintf(out, "%s", k ? "," : "");
+        gct_json_str(out, t->c.input_names[k]);
+        fprintf(out, ":{\"shape\":[");
+        for (int d = 0; d < x->ndim; d++) fprintf(out, "%s%lld", d ? "," : "", (long long)x->shape[d]);
+        fprintf(out, "],\"differentiable\":%s,\"values\":[", t->c.check >> k & 1u ? "true" : "false");
+        for (int64_t i = 0; i < x->numel; i++) {
+            if (i) fputc(',', out);
+            gct_json_num(out, tg_load(x, i));
+        }
+        fprintf(out, "]}");
+    }
+    if (t->c.n_index) {
+        fprintf(out, "%s\"indices\":[", t->c.n_inputs ? "," : "");
+        for (int64_t i = 0; i < t->c.n_index; i++) fprintf(out, "%s%lld", i ? "," : "", (long long)t->c.index[i]);
+        fputc(']', out);
+    }
+    fputc('}', out);
+}
+
+bool gct_save_inputs(const gct_target *t, const char *dir) {
+    if (!gct_mkdir_p(dir)) return false;
+    char sh[64];
+    for (int k = 0; k < t->c.n_inputs; k++) {
+        const tg_tensor *x = t->c.inputs[k];
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s.txt", dir, t->c.input_names[k]);
+        FILE *f = fopen(path, "w");
+        if (!f) {
+            fprintf(stderr, "tapegrad-gradcheck: cannot write %s: %s\n", path, strerror(errno));
+            return false;
+        }
+        fprintf(f, "# %s %s %s of %s %s (load with --values %s=@%s)\n", t->c.input_names[k],
+                gct_shape_text(sh, sizeof sh, x->ndim, x->shape), tg_dtype_name(x->dtype), t->op->name, t->c.spec,
+                t->c.input_names[k], path);
+        int64_t row = x->ndim ? x->shape[x->ndim - 1] : 1;
+        for (int64_t i = 0; i < x->numel; i++)
+            fprintf(f, "%.17g%s", tg_load(x, i), row > 0 && (i + 1) % row == 0 ? "\n" : " ");
+        if (x->numel == 0 || (row > 0 && x->numel % row)) fputc('\n', f);
+        if (!gct_fclose(f)) {
+            fprintf(stderr, "tapegrad-gradcheck: cannot write %s\n", path);
+            return false;
+        }
+    }
+    return true;
 }
 
 int64_t gct_target_numel(const gct_target *t) {

@@ -8,10 +8,13 @@
  *   target.c     what is checked: a registered op, or one with
  *                an injected bug; options for tg_gradcheck
  *   table.c      aligned text tables
+ *   report.c     what reports share: quantiles, JSON and CSV pieces, the
+ *                settings line, the note on the predicted error
  *   inject.c     the seeded bugs (known-wrong backward passes)
  *   inject_norm.c  more of them, written with the custom-op API
  *   plugin.c     --plugin PATH: a user's ops from a shared object
  *   diagnose.c   the diagnosis under a failing check
+ *   projection.c jacobian's projection view of a norm without gamma
  *   explain.c    `explain`: a norm's backward on the learner's numbers
  *   memory.c     `memory`: fused vs composed records, saved and arena bytes
  *
@@ -33,24 +36,74 @@ enum { GCT_EXIT_PASS = 0, GCT_EXIT_FAIL = 1, GCT_EXIT_USAGE = 2, GCT_EXIT_ERROR 
 
 /* ---- the command line, parsed ---------------------------------------------- */
 
+typedef enum gct_format { GCT_TEXT = 0, GCT_JSON, GCT_CSV } gct_format;
+
+typedef enum gct_dist { GCT_DIST_NONE = 0, GCT_DIST_UNIFORM, GCT_DIST_NORMAL } gct_dist;
+
+/* What the command line says about one input (by name, or "all": every
+ * differentiable input): drawn from another distribution, scaled, offset,
+ * or given explicitly; and DIRECTIONAL's direction for it. */
+typedef struct gct_input_ctl {
+    char name[32];
+    gct_dist dist; /* --dist NAME=uniform:LO:HI | normal:MEAN:STD */
+    double d1, d2;
+    bool scale_set, offset_set;
+    double scale, offset; /* --scale NAME=S, --offset NAME=O: x <- S x + O */
+    double *values;       /* --values NAME=V,V,... | @FILE (heap) */
+    int64_t n_values;
+    double *v; /* --v NAME=V,V,... | @FILE: the direction (heap) */
+    int64_t n_v;
+} gct_input_ctl;
+
+#define GCT_MAX_CTL 9
+#define GCT_MAX_GRID 512
+
 typedef struct gct_args {
     const char *command; /* "list", "check", "sweep", "jacobian" */
     const char *name;    /* op name, "all", or NULL */
     const char *shape;   /* --shape SPEC, or NULL */
     tg_dtype dtype;      /* --dtype (default TG_F64) */
     bool dtype_set;
-    double h, atol, rtol;              /* NAN: not given */
-    tg_gradcheck_mode mode;            /* --mode (default FULL) */
-    uint64_t seed;                     /* --seed (default 0) */
+    double h, atol, rtol;   /* NAN: not given */
+    tg_gradcheck_mode mode; /* --mode (default FULL) */
+    tg_gradcheck_step step; /* --step (default AUTO; sweep: ABSOLUTE) */
+    bool step_set;
+    double step_floor;                  /* --step-floor (0: the default) */
+    tg_gradcheck_atol_scale atol_scale; /* --atol-scale (default AUTO) */
+    int schemes;                        /* --scheme: bit 0 central, bit 1 forward;
+                                           0: check central, sweep both */
+    uint64_t seed;                      /* --seed (default 0): inputs and probe */
+    uint64_t input_seed, probe_seed;    /* --input-seed, --probe-seed */
+    bool input_seed_set, probe_seed_set;
+    int64_t n_seeds; /* --seeds: 0 a single run at seed, else seeds first.. */
+    uint64_t seed_first;
+    bool seeds_from_seed;              /* --seeds N: first is --seed */
     const char *inject;                /* --inject BUG, or NULL */
     const char *input;                 /* --input NAME (jacobian), or NULL */
     const char *out_dir;               /* --out DIR (default out/gradcheck) */
     bool quiet;                        /* -q: failures and the summary only */
+    bool color;                        /* ANSI colours (a terminal, NO_COLOR unset) */
+    gct_format format;                 /* --format text|json|csv */
+    bool print_inputs;                 /* --print-inputs */
     const char *x, *gamma, *beta, *dy; /* explain: --x, --gamma, --beta, --dy lists */
     double eps;                        /* explain: --eps (NAN: not given) */
-    bool print_inputs;                 /* check, jacobian: --print-inputs */
-    bool color;                        /* ANSI colours (a terminal, NO_COLOR unset) */
+    const char *save_inputs;           /* --save-inputs DIR */
+    bool elements;                     /* --elements: every comparison */
+    double *r;                         /* --r V,V,...|@FILE (heap), n_r values */
+    int64_t n_r;
+    double grid[GCT_MAX_GRID]; /* --h-grid (sweep); n_grid 0: the default */
+    int n_grid;
+    gct_input_ctl ctl[GCT_MAX_CTL]; /* per-input controls */
+    int n_ctl;
 } gct_args;
+
+/* The input and probe seeds of run `s` (a seed of --seeds, or --seed):
+ * --input-seed and --probe-seed hold theirs fixed. */
+uint64_t gct_input_seed(const gct_args *a, uint64_t s);
+uint64_t gct_probe_seed(const gct_args *a, uint64_t s);
+/* The seeds a command runs: first and count (1 without --seeds). */
+uint64_t gct_first_seed(const gct_args *a);
+int64_t gct_seed_count(const gct_args *a);
 
 /* Prints the usage text to `out`. */
 void gct_usage(FILE *out);
@@ -62,18 +115,17 @@ int gct_usage_error(const char *fmt, ...)
 #endif
     ;
 
-/* Takes every "--plugin PATH" out of argv (adjusting *argc), loads the
- * shared objects and adds their ops to the registry (plugin.c). Returns -1
- * to go on, else the exit status (2: a plugin that does not load, with the
- * reason printed). */
-int gct_load_plugins(int *argc, char **argv);
-
 int gct_cmd_list(const gct_args *a);
 int gct_cmd_check(const gct_args *a);
 int gct_cmd_sweep(const gct_args *a);
 int gct_cmd_jacobian(const gct_args *a);
 int gct_cmd_explain(const gct_args *a);
 int gct_cmd_memory(const gct_args *a);
+/* Takes every "--plugin PATH" out of argv (adjusting *argc), loads the
+ * shared objects and adds their ops to the registry (plugin.c). Returns -1
+ * to go on, else the exit status (2: a plugin that does not load, with the
+ * reason printed). */
+int gct_load_plugins(int *argc, char **argv);
 
 /* ---- seeded bugs (inject.c) -------------------------------------------- */
 
@@ -90,12 +142,14 @@ typedef struct gct_bug {
     tg_gradcheck_fn forward;  /* user: the op's tg_op_case */
     const char *then_once;    /* non-NULL: the spec may add ";uses=1", and
                                   the op then ends with this (x used once) */
+    double size;              /* non-zero: the bug's size, the default of the
+                                  spec's ";size=S" (e.g. the relative error
+                                  it puts into dx) */
 } gct_bug;
 
 /* The bugs of inject_norm.c (forwards of the catalogue's entries). */
 tg_tensor *gct_bug_rmsnorm_r_const(tg_ctx *ctx, tg_tensor *const *in, void *user);
 tg_tensor *gct_bug_rmsnorm_m_sum(tg_ctx *ctx, tg_tensor *const *in, void *user);
-tg_tensor *gct_bug_layernorm_unbiased(tg_ctx *ctx, tg_tensor *const *in, void *user);
 
 int gct_bug_count(void);
 const gct_bug *gct_bug_get(int i);
@@ -133,6 +187,10 @@ int gct_begin(const gct_args *a, const tg_op_info **op, const gct_bug **bug, tg_
  * 4x5, eps=-1). */
 bool gct_target_build(tg_ctx *ctx, const tg_op_info *op, const gct_bug *bug, const char *spec, tg_dtype dtype,
                       gct_target *t);
+/* gct_target_build with the command line's input seed for run `seed` and
+ * its input controls (--dist, --scale, --offset, --values) applied. */
+bool gct_target_make(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const gct_bug *bug, const char *spec,
+                     tg_dtype dtype, uint64_t seed, gct_target *t);
 /* After gct_target_build failed: the exit status, with the message
  * printed -- a refused spec is a usage error (2), running out of memory an
  * error (3). */
@@ -142,32 +200,65 @@ int gct_build_failed(tg_ctx *ctx);
 void gct_put_title(const gct_args *a, const tg_op_info *op, const gct_bug *bug, const char *function);
 /* The gradcheck options for t from the command line: the values given,
  * else the op's own for t's dtype, else the dtype's defaults (as
- * tg_registry_opts); float32 allowed. */
-tg_gradcheck_opts gct_target_opts(const gct_target *t, const gct_args *a);
+ * tg_registry_opts); float32 allowed; the probe seed of run `seed`; the
+ * case's length scales; --r and --v. */
+tg_gradcheck_opts gct_target_opts(const gct_target *t, const gct_args *a, uint64_t seed);
 /* Runs tg_gradcheck on t. */
 bool gct_target_check(tg_ctx *ctx, gct_target *t, const tg_gradcheck_opts *o, tg_gradcheck_result *r);
+/* Number of differentiable elements of t's inputs. */
+int64_t gct_target_numel(const gct_target *t);
+/* The inputs of t as text (--print-inputs): "x 4x8 = 1.2, -0.3, ..." per
+ * input, full precision. */
+void gct_print_inputs(FILE *out, const gct_target *t, int indent);
 /* The diagnosis of every failing input of r (diagnose.c), as text for
  * the report: which input, where, what structure analytic - numeric
- * Jacobian has and the likely cause. Writes at most size bytes into buf;
- * returns the length written. */
+ * Jacobian has, the predicted error of the differences and the likely
+ * cause. Writes at most size bytes into buf; returns the length written. */
 size_t gct_diagnose_case(tg_ctx *ctx, const gct_args *a, gct_target *t, const tg_gradcheck_opts *o,
                          const tg_gradcheck_result *r, char *buf, size_t size);
 /* jacobian's projection view (projection.c): for rmsnorm or layernorm
  * with affine=0 and input 0 (x), each row's eigenvalues, J^2 = r J and
  * the parts of the numeric Jacobian jn; nothing for other targets. */
 void gct_projection_view(tg_ctx *ctx, const gct_target *t, int k, const double *jn);
-/* --print-inputs: t's arguments and every input's values to full
- * precision, comma-separated as explain's --x takes them (explain.c). */
-void gct_print_inputs(tg_ctx *ctx, const gct_target *t);
-/* Number of differentiable elements of t's inputs. */
-int64_t gct_target_numel(const gct_target *t);
+/* The inputs of t as a JSON object {"x": {"shape": [4, 8], "values": [...]}}. */
+void gct_json_inputs(FILE *out, const gct_target *t);
+/* Writes each input of t to DIR/NAME.txt (numbers, loadable by --values
+ * NAME=@DIR/NAME.txt). False (and a message) when a file cannot be written. */
+bool gct_save_inputs(const gct_target *t, const char *dir);
+/* Reads numbers separated by blanks or commas ('#' starts a comment) from
+ * "V,V,..." or "@FILE" into a heap array. False (and a message naming opt)
+ * when malformed or unreadable. */
+bool gct_parse_values(const char *opt, const char *text, double **values, int64_t *n);
+
+/* ---- reporting helpers (report.c) ------------------------------------------ */
+
+/* The q-quantile (0..1) of v[0..n-1] (sorted in place; NaN sorts last). */
+double gct_quantile(double *v, int64_t n, double q);
+/* A JSON string (escaped, quoted). */
+void gct_json_str(FILE *out, const char *s);
+/* Opens a command's JSON document on stdout: {"tool":...,"command":...,
+ * "op":...,"bug":... (null without one),"spec":... -- the caller goes on
+ * with its own fields. */
+void gct_json_head(const char *command, const tg_op_info *op, const gct_bug *bug, const char *spec);
+/* A JSON number (null when not finite). */
+void gct_json_num(FILE *out, double v);
+/* "op,bug,spec,dtype,input_seed,probe_seed," for a CSV row of t (the bug
+ * empty when none); commas in the spec become ';'. */
+void gct_csv_prefix(char *buf, size_t size, const gct_target *t, uint64_t input_seed, uint64_t probe_seed);
+/* The settings line under a report's title: dtype, mode, scheme, step, the
+ * pass rule and the seeds. */
+void gct_put_settings(const gct_args *a, const tg_gradcheck_result *r);
+/* The note on failing inputs: for each, by how much its error exceeds the
+ * error the check itself predicts at that step (rounding + truncation);
+ * worst_excess[k] and names[k] for n failing inputs. */
+void gct_put_excess_note(const double *excess, const char *const *names, int n, bool f32);
 
 /* ---- small helpers (table.c) ------------------------------- */
 
 /* How a table cell is drawn when colours are on. */
 typedef enum gct_tone { GCT_PLAIN = 0, GCT_GOOD, GCT_BAD, GCT_DIM, GCT_BOLD } gct_tone;
 
-#define GCT_MAX_COLS 12
+#define GCT_MAX_COLS 16
 #define GCT_CELL 96
 
 typedef struct gct_cell {

@@ -1,0 +1,495 @@
+/* gpt: a byte-level transformer language model trained from C.
+ *
+ *   --arch llama (default)  RMSNorm pre-norm, RoPE, SwiGLU, no biases
+ *   --arch gpt2             LayerNorm, learned positions, GELU-tanh, biases,
+ *                           tied embeddings: GPT-2's architecture (llm.c's
+ *                           train_gpt2.c, nanoGPT)
+ *
+ * The model is tg_gpt (layers/gpt.c, built from the blocks of
+ * layers/transformer.c): token ids are bytes 0..127. The text is Debian's
+ * fortunes (the files of /usr/share/games/fortunes, about 2.5 MB of English;
+ * scripts/deps.sh installs it) or --data FILE, split in 4 KiB chunks of
+ * which every tenth is validation and the rest training (smaller chunks for
+ * a small file). Each step trains
+ * on --batch windows of --context bytes, each starting at a random place
+ * drawn from the seeded RNG (so --save / --resume continue bit for bit),
+ * with AdamW, a warmup-cosine schedule and gradient clipping.
+ *
+ * Prints the model, progress (loss, validation loss, tokens/s, ETA),
+ * writes OUT/loss.png (train and validation loss) and prints --sample N
+ * bytes of generated text at the end. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "common/example.h"
+
+#define VOCAB 128             /* ASCII */
+#define CHUNK 4096            /* bytes; every SPLIT-th chunk is validation */
+#define SPLIT 10              /* 90% / 10% */
+#define EVAL_BATCHES 8        /* batches of fixed windows per validation */
+#define MAX_BYTES (256 << 20) /* what --data may hold */
+#define FORTUNES "/usr/share/games/fortunes"
+
+/* ---- the text --------------------------------------------------------------------- */
+
+typedef struct text {
+    unsigned char *bytes;
+    int64_t n, cap;
+} text;
+
+static bool text_put(text *t, const unsigned char *p, int64_t n) {
+    if (t->n + n > t->cap) {
+        int64_t cap = t->cap ? t->cap : 1 << 20;
+        while (cap < t->n + n) cap *= 2;
+        unsigned char *b = realloc(t->bytes, (size_t)cap);
+        if (!b) return false;
+        t->bytes = b;
+        t->cap = cap;
+    }
+    memcpy(t->bytes + t->n, p, (size_t)n);
+    t->n += n;
+    return true;
+}
+
+/* Text bytes: printable ASCII, newline and tab. */
+static bool is_text(unsigned c) { return (c >= 32 && c < 127) || c == '\n' || c == '\t'; }
+
+/* Appends the bytes of path to t. strict (--data): the first byte that is
+ * not text is an error naming it and its offset. Otherwise (the fortunes,
+ * which hold a few hundred backspaces of overstruck text and some UTF-8)
+ * such bytes are dropped and counted in *dropped. */
+static bool read_text(const char *path, bool strict, text *t, int64_t *dropped) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "gpt: cannot open %s: %s\n", path, strerror(errno));
+        return false;
+    }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "gpt: %s is a directory, not a text file\n", path);
+        fclose(f);
+        return false;
+    }
+    unsigned char buf[65536];
+    int64_t offset = 0;
+    bool ok = true;
+    size_t got;
+    while (ok && (got = fread(buf, 1, sizeof buf, f)) > 0) {
+        size_t keep = 0;
+        for (size_t i = 0; i < got; i++) {
+            if (is_text(buf[i])) {
+                buf[keep++] = buf[i];
+            } else if (strict) {
+                fprintf(stderr,
+                        "gpt: %s holds a byte that is not text: 0x%02x at offset %lld (--data needs ASCII: "
+                        "printable characters, newlines, tabs)\n",
+                        path, buf[i], (long long)(offset + (int64_t)i));
+                ok = false;
+                break;
+            } else {
+                ++*dropped;
+            }
+        }
+        offset += (int64_t)got;
+        if (ok && t->n + (int64_t)keep > MAX_BYTES) {
+            fprintf(stderr, "gpt: %s is over %d MiB\n", path, MAX_BYTES >> 20);
+            ok = false;
+        }
+        if (ok && !text_put(t, buf, (int64_t)keep)) {
+            fprintf(stderr, "gpt: out of memory reading %s\n", path);
+            ok = false;
+        }
+    }
+    if (ok && ferror(f)) {
+        fprintf(stderr, "gpt: reading %s: %s\n", path, strerror(errno));
+        ok = false;
+    }
+    fclose(f);
+    return ok;
+}
+
+static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The fortunes: every file of FORTUNES without a dot in its name (not the
+ * .dat indexes nor the .u8 links), in name order. */
+static bool read_fortunes(text *t, int64_t *dropped) {
+    DIR *d = opendir(FORTUNES);
+    if (!d) {
+        fprintf(stderr,
+                "gpt: cannot open %s: %s (on Debian: apt-get install fortunes, or scripts/deps.sh; or pass "
+                "--data FILE)\n",
+                FORTUNES, strerror(errno));
+        return false;
+    }
+    char *names[512];
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL && n < 512;)
+        if (!strchr(e->d_name, '.') && (names[n] = strdup(e->d_name)) != NULL) n++;
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, by_name);
+    bool ok = n > 0;
+    for (int i = 0; i < n; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", FORTUNES, names[i]);
+        struct stat sb;
+        if (ok && stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) ok = read_text(path, false, t, dropped);
+        free(names[i]);
+    }
+    if (n == 0) fprintf(stderr, "gpt: %s holds no fortune files\n", FORTUNES);
+    return ok;
+}
+
+/* Chunk c goes to validation when c % SPLIT == SPLIT - 1. Chunks are
+ * CHUNK bytes, smaller for a text under 4 SPLIT CHUNK bytes, so it still
+ * has at least 4 SPLIT chunks. */
+static bool split_text(const text *all, text *train, text *val) {
+    int64_t chunk = all->n / (4 * SPLIT);
+    chunk = chunk > CHUNK ? CHUNK : chunk < 1 ? 1 : chunk;
+    for (int64_t c = 0; c * chunk < all->n; c++) {
+        int64_t at = c * chunk, len = all->n - at < chunk ? all->n - at : chunk;
+        if (!text_put(c % SPLIT == SPLIT - 1 ? val : train, all->bytes + at, len)) return false;
+    }
+    return true;
+}
+
+/* The cross-entropy of val under train's byte frequencies (add-one
+ * smoothed): what a model that ignores context can reach. */
+static double unigram_loss(const text *train, const text *val) {
+    double count[VOCAB], total = VOCAB, loss = 0;
+    for (int c = 0; c < VOCAB; c++) count[c] = 1;
+    for (int64_t i = 0; i < train->n; i++) count[train->bytes[i]] += 1, total += 1;
+    for (int64_t i = 0; i < val->n; i++) loss -= log(count[val->bytes[i]] / total);
+    return loss / (double)val->n;
+}
+
+/* ---- batches ----------------------------------------------------------------------- */
+
+/* B windows of T + 1 bytes starting at start[b]: idx = the first T, tgt = the
+ * T that follow. */
+static void fill_batch(const text *d, int64_t B, int64_t T, const int64_t *start, int64_t *idx, int64_t *tgt) {
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++) {
+            idx[b * T + t] = d->bytes[start[b] + t];
+            tgt[b * T + t] = d->bytes[start[b] + t + 1];
+        }
+}
+
+/* The mean loss over EVAL_BATCHES batches of evenly spaced windows of val
+ * (the same every time; draws nothing from the RNG), no grad. Resets the
+ * context after each batch. start: B entries of scratch. */
+static double evaluate(tg_ctx *ctx, tg_gpt *g, const text *val, int64_t B, int64_t T, int64_t *idx, int64_t *tgt,
+                       int64_t *start) {
+    const int64_t n = EVAL_BATCHES * B, span = val->n - T - 1;
+    bool was = tg_set_grad_enabled(ctx, false);
+    double sum = 0;
+    for (int64_t e = 0; e < EVAL_BATCHES; e++) {
+        for (int64_t b = 0; b < B; b++) start[b] = (e * B + b) * span / n;
+        fill_batch(val, B, T, start, idx, tgt);
+        sum += tg_get_flat(ctx, tg_gpt_loss(ctx, g, B, T, idx, tgt), 0);
+        tg_ctx_reset(ctx);
+    }
+    tg_set_grad_enabled(ctx, was);
+    return sum / EVAL_BATCHES;
+}
+
+/* ---- sampling ---------------------------------------------------------------------- */
+
+/* Prints n bytes drawn one at a time from softmax(logits / temperature) of
+ * the last position, the model seeing the last `context` bytes; starts
+ * from a newline. */
+static void sample(tg_ctx *ctx, tg_gpt *g, int64_t n, double temperature) {
+    const int64_t T = g->config.context;
+    int64_t *hist = malloc((size_t)(n + 1) * sizeof *hist);
+    if (!hist) return;
+    hist[0] = '\n';
+    bool was = tg_set_grad_enabled(ctx, false);
+    for (int64_t i = 1; i <= n && tg_ok(ctx); i++) {
+        int64_t len = i < T ? i : T;
+        tg_tensor *logits = tg_gpt_forward(ctx, g, 1, len, hist + i - len);
+        if (!logits) break;
+        double p[VOCAB], m = -INFINITY, z = 0;
+        for (int c = 0; c < VOCAB; c++) {
+            p[c] = tg_get_flat(ctx, logits, (len - 1) * VOCAB + c) / temperature;
+            m = p[c] > m ? p[c] : m;
+        }
+        for (int c = 0; c < VOCAB; c++) z += p[c] = exp(p[c] - m);
+        double u = tg_rng_uniform(ctx) * z, acc = 0;
+        int c = 0;
+        for (; c < VOCAB - 1; c++)
+            if ((acc += p[c]) > u) break;
+        hist[i] = c;
+        putchar(c);
+        tg_ctx_reset(ctx);
+    }
+    putchar('\n');
+    tg_set_grad_enabled(ctx, was);
+    free(hist);
+}
+
+/* ---- the run ----------------------------------------------------------------------- */
+
+typedef struct run {
+    int64_t batch, eval_every, sample;
+    double warmup, min_lr, weight_decay, clip, temperature;
+    char config[256]; /* the model's config as text, kept in checkpoints */
+} run;
+
+/* The model's config as stored in --save files and compared on --resume. */
+static void config_text(char *buf, size_t size, const tg_gpt_config *c) {
+    snprintf(buf, size, "arch=%s layers=%lld heads=%lld channels=%lld context=%lld vocab=%lld dtype=%s",
+             tg_gpt_arch_name(c->arch), (long long)c->n_layer, (long long)c->n_head, (long long)c->n_embd,
+             (long long)c->context, (long long)c->vocab_size, c->dtype == TG_F64 ? "f64" : "f32");
+}
+
+/* --resume: a file of another model is refused, naming both configs,
+ * before anything is loaded. Returns the exit status to use, or -1 to go
+ * on (then *start is the step the file holds). */
+static int resume(tg_ctx *ctx, const ex_args *args, const run *r, tg_train_part *part, int64_t *start) {
+    *start = 0;
+    if (!args->resume) return -1;
+    tg_params none = {0};
+    tg_meta meta = {0};
+    tg_ckpt_options only_meta = {.ignore_extra = true};
+    if (tg_ckpt_load_ex(ctx, args->resume, &none, NULL, &meta, &only_meta) != TG_OK) {
+        ex_failed(ctx);
+        tg_meta_free(&meta);
+        return 1;
+    }
+    const char *theirs = tg_meta_get(&meta, "gpt.config");
+    if (!theirs || strcmp(theirs, r->config) != 0) {
+        fprintf(stderr, "gpt: %s holds %s%s, but these flags make %s: resume with the flags it was trained with\n",
+                args->resume, theirs ? "a model with " : "no gpt model", theirs ? theirs : "", r->config);
+        tg_meta_free(&meta);
+        return 2;
+    }
+    tg_meta_free(&meta);
+    return ex_resume(ctx, args, part, 1, start) ? -1 : 1;
+}
+
+static bool save(tg_ctx *ctx, const ex_args *args, const run *r, tg_train_part *part) {
+    if (!args->save) return true;
+    tg_meta meta = {0};
+    bool ok = tg_meta_set(ctx, &meta, "gpt.config", r->config) &&
+              tg_train_save_parts(ctx, args->save, part, 1, &meta) == TG_OK;
+    tg_meta_free(&meta);
+    if (!ok) ex_failed(ctx);
+    else printf("saved the training state to %s\n", args->save);
+    return ok;
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Trains from step start + 1 to the last step; OUT/train.dat gets every
+ * step's batch loss, OUT/val.dat the validation loss every eval_every
+ * steps (and at the first and last). */
+static bool train(tg_ctx *ctx, const ex_args *args, const run *r, tg_gpt *g, tg_params *params, tg_optim *opt,
+                  const text *tr, const text *val, int64_t start, double *loss_value, double *val_loss) {
+    const char *tcols[] = {"step", "train_loss"}, *vcols[] = {"step", "val_loss"};
+    tg_plot *tlog = NULL, *vlog = NULL;
+    if (!ex_log_open(&tlog, args, "train", 2, tcols, start) || !ex_log_open(&vlog, args, "val", 2, vcols, start)) {
+        ex_log_close(&tlog);
+        return false;
+    }
+    const int64_t B = r->batch, T = g->config.context;
+    int64_t *idx = malloc((size_t)(B * T) * sizeof *idx), *tgt = malloc((size_t)(B * T) * sizeof *tgt);
+    int64_t *starts = malloc((size_t)B * sizeof *starts);
+    tg_progress progress;
+    tg_progress_init(&progress, stdout, args->steps, args->every);
+    tg_progress_set_mode(&progress, TG_PROGRESS_PLAIN);
+    tg_progress_resume(&progress, start);
+    bool ok = idx && tgt && starts;
+    double t0 = now();
+    int64_t done = 0;
+    for (int64_t step = start + 1; step <= ex_last_step(args) && ok; step++) {
+        for (int64_t b = 0; b < B; b++) /* random windows, from the seeded RNG */
+            starts[b] = (int64_t)(tg_rng_uniform(ctx) * (double)(tr->n - T - 1));
+        fill_batch(tr, B, T, starts, idx, tgt);
+        tg_optim_zero_grad(ctx, opt);
+        tg_tensor *loss = tg_gpt_loss(ctx, g, B, T, idx, tgt);
+        tg_backward(ctx, loss);
+        double gnorm = r->clip > 0 ? tg_clip_grad_norm(ctx, params, r->clip) : tg_grad_norm(ctx, params);
+        double lr = tg_optim_lr(opt);
+        tg_optim_step(ctx, opt);
+        if (ex_failed(ctx)) break;
+        *loss_value = tg_get_flat(ctx, loss, 0);
+        tg_ctx_reset(ctx);
+        done++;
+        ok = ex_log_row(&tlog, (double[]){(double)step, *loss_value});
+        tg_progress_update(&progress, step, *loss_value, lr, gnorm);
+        if (ok && (step == 1 || step % r->eval_every == 0 || step == args->steps)) {
+            *val_loss = evaluate(ctx, g, val, B, T, idx, tgt, starts);
+            ok = ex_log_row(&vlog, (double[]){(double)step, *val_loss});
+            double sec = now() - t0;
+            printf("step %lld: train loss %.4f, val loss %.4f, %.0f tokens/s\n", (long long)step, *loss_value,
+                   *val_loss, sec > 0 ? (double)(done * B * T) / sec : 0.0);
+            fflush(stdout);
+        }
+    }
+    tg_progress_finish(&progress);
+    free(idx);
+    free(tgt);
+    free(starts);
+    ok = ok && tg_ok(ctx);
+    ok = ex_log_close(&tlog) && ok;
+    return ex_log_close(&vlog) && ok;
+}
+
+/* Flags past ex_parse's checks: the values the model needs. Prints the
+ * problem and returns false. */
+static bool check_flags(const tg_gpt_config *c, const run *r) {
+    const char *bad = NULL;
+    char msg[256];
+    if (c->n_layer < 1 || c->n_head < 1 || c->n_embd < 1 || c->context < 1)
+        snprintf(msg, sizeof msg, "--layers %lld, --heads %lld, --channels %lld, --context %lld must all be >= 1",
+                 (long long)c->n_layer, (long long)c->n_head, (long long)c->n_embd, (long long)c->context),
+            bad = msg;
+    else if (c->n_embd % c->n_head)
+        snprintf(msg, sizeof msg, "--heads %lld does not divide --channels %lld", (long long)c->n_head,
+                 (long long)c->n_embd),
+            bad = msg;
+    else if (c->arch == TG_GPT_LLAMA && (c->n_embd / c->n_head) % 2)
+        snprintf(msg, sizeof msg, "RoPE needs an even head size: --channels %lld / --heads %lld = %lld",
+                 (long long)c->n_embd, (long long)c->n_head, (long long)(c->n_embd / c->n_head)),
+            bad = msg;
+    else if (r->batch < 1) snprintf(msg, sizeof msg, "--batch %lld must be >= 1", (long long)r->batch), bad = msg;
+    else if (r->eval_every < 1)
+        snprintf(msg, sizeof msg, "--eval-every %lld must be >= 1", (long long)r->eval_every), bad = msg;
+    else if (!(r->temperature > 0))
+        snprintf(msg, sizeof msg, "--temperature %g must be > 0", r->temperature), bad = msg;
+    else if (r->warmup < 0 || r->min_lr < 0 || r->weight_decay < 0 || r->clip < 0)
+        snprintf(msg, sizeof msg, "--warmup %g, --min-lr %g, --weight-decay %g, --clip %g must be >= 0", r->warmup,
+                 r->min_lr, r->weight_decay, r->clip),
+            bad = msg;
+    if (bad) fprintf(stderr, "gpt: %s\n", bad);
+    return !bad;
+}
+
+int main(int argc, char **argv) {
+    ex_args args = {.steps = 1200, .lr = 2e-3, .seed = 1, .out = "out/gpt", .every = 100};
+    tg_gpt_config cfg = tg_gpt_defaults(TG_GPT_LLAMA);
+    run r = {.batch = 8,
+             .eval_every = 100,
+             .sample = 400,
+             .warmup = 50,
+             .min_lr = 1e-4,
+             .weight_decay = 0.1,
+             .clip = 1.0,
+             .temperature = 0.8};
+    const char *arch = "llama", *dtype = "f32", *data = NULL;
+    static const char *const archs[] = {"llama", "gpt2", NULL}, *const dtypes[] = {"f32", "f64", NULL};
+    ex_flag extra[] = {
+        {"arch", EX_STR, &arch, "model: llama (RMSNorm, RoPE, SwiGLU) or gpt2 (default llama)", archs},
+        {"layers", EX_INT, &cfg.n_layer, "transformer blocks (default 4)", NULL},
+        {"heads", EX_INT, &cfg.n_head, "attention heads, dividing --channels (default 4)", NULL},
+        {"channels", EX_INT, &cfg.n_embd, "width C of the model (default 128)", NULL},
+        {"context", EX_INT, &cfg.context, "bytes the model sees: positions T (default 64)", NULL},
+        {"batch", EX_INT, &r.batch, "windows per step (default 8)", NULL},
+        {"warmup", EX_DBL, &r.warmup, "steps of linear lr warmup, then cosine decay (default 50)", NULL},
+        {"min-lr", EX_DBL, &r.min_lr, "the lr the cosine ends at (default 1e-4)", NULL},
+        {"weight-decay", EX_DBL, &r.weight_decay, "AdamW's decoupled weight decay (default 0.1)", NULL},
+        {"clip", EX_DBL, &r.clip, "clip the gradient's norm to this; 0: no clipping (default 1)", NULL},
+        {"dtype", EX_STR, &dtype, "parameters' type (default f32)", dtypes},
+        {"eval-every", EX_INT, &r.eval_every, "validation loss every N steps (default 100)", NULL},
+        {"sample", EX_INT, &r.sample, "bytes of text to generate at the end (default 400)", NULL},
+        {"temperature", EX_DBL, &r.temperature, "sampling temperature > 0 (default 0.8)", NULL},
+        {"data", EX_STR, &data, "an ASCII text file to train on (default: the fortunes)", NULL},
+    };
+    int rc = ex_parse(&args, argc, argv, "gpt", "Trains a byte-level GPT (LLaMA or GPT-2 architecture) on text.", extra,
+                      (int)(sizeof extra / sizeof *extra));
+    if (rc >= 0) return rc;
+    cfg.arch = strcmp(arch, "gpt2") == 0 ? TG_GPT_GPT2 : TG_GPT_LLAMA;
+    cfg.dtype = strcmp(dtype, "f64") == 0 ? TG_F64 : TG_F32;
+    if (!check_flags(&cfg, &r)) return 2;
+    config_text(r.config, sizeof r.config, &cfg);
+
+    text all = {0}, tr = {0}, val = {0};
+    int64_t dropped = 0;
+    bool ok = data ? read_text(data, true, &all, &dropped) : read_fortunes(&all, &dropped);
+    ok = ok && split_text(&all, &tr, &val);
+    if (ok && (tr.n < cfg.context + 2 || val.n < cfg.context + 2)) {
+        fprintf(stderr,
+                "gpt: %s holds %lld bytes: %lld for training and %lld for validation, but one window needs "
+                "--context + 1 = %lld in each\n",
+                data ? data : FORTUNES, (long long)all.n, (long long)tr.n, (long long)val.n,
+                (long long)cfg.context + 1);
+        ok = false;
+    }
+    tg_ctx *ctx = ok ? tg_ctx_new(args.seed) : NULL;
+    if (ok && !ctx) {
+        fprintf(stderr, "gpt: out of memory\n");
+        ok = false;
+    }
+    tg_gpt *g = NULL;
+    tg_params params = {0};
+    tg_optim *opt = NULL;
+    int64_t start = 0;
+    if (ok) {
+        ex_setup(ctx, &args);
+        printf("%lld bytes of text from %s (%lld training, %lld validation)", (long long)all.n, data ? data : FORTUNES,
+               (long long)tr.n, (long long)val.n);
+        if (dropped) printf("; %lld bytes that are not ASCII text dropped", (long long)dropped);
+        printf("\n");
+        g = tg_gpt_new(ctx, NULL, &cfg);
+        ok = !ex_failed(ctx);
+    }
+    tg_train_part part = {NULL, &params, NULL};
+    if (ok) {
+        tg_module_print(stdout, TG_MODULE(g));
+        tg_module_params(ctx, TG_MODULE(g), &params);
+        printf("%s, %lld parameters; batch %lld x %lld tokens\n", r.config, (long long)tg_params_numel(&params),
+               (long long)r.batch, (long long)cfg.context);
+        tg_adam_opts o = tg_adamw_defaults();
+        o.lr = args.lr;
+        o.beta2 = 0.99;
+        o.weight_decay = r.weight_decay;
+        opt = tg_adamw_new(ctx, &params, &o);
+        tg_schedule sched = {.kind = TG_SCHED_WARMUP_COSINE,
+                             .warmup_steps = (int64_t)r.warmup < args.steps ? (int64_t)r.warmup : args.steps,
+                             .total_steps = args.steps,
+                             .start_factor = r.warmup >= 1 ? 1.0 / r.warmup : 1.0,
+                             .min_lr = r.min_lr < args.lr ? r.min_lr : args.lr};
+        tg_optim_set_schedule(ctx, opt, &sched);
+        part.optim = opt;
+        ok = !ex_failed(ctx);
+    }
+    if (ok) {
+        rc = resume(ctx, &args, &r, &part, &start);
+        ok = rc < 0;
+    }
+    double loss_value = NAN, val_loss = NAN;
+    ok = ok && train(ctx, &args, &r, g, &params, opt, &tr, &val, start, &loss_value, &val_loss);
+    if (ok) {
+        char title[320];
+        snprintf(title, sizeof title, "gpt (%s): cross-entropy per byte", r.config);
+        bool plotted = ex_plot_train_val(&args, title);
+        printf("final train loss %.4f, validation loss %.4f (unigram baseline %.4f, uniform %.4f)\n", loss_value,
+               val_loss, unigram_loss(&tr, &val), log((double)VOCAB));
+        ok = save(ctx, &args, &r, &part) && plotted;
+    }
+    if (ok && r.sample > 0) {
+        printf("sampled text (temperature %g):\n", r.temperature);
+        sample(ctx, g, r.sample, r.temperature);
+        ok = !ex_failed(ctx);
+    }
+    tg_optim_free(ctx, opt);
+    tg_params_free(&params);
+    if (g) tg_module_free(ctx, TG_MODULE(g));
+    tg_ctx_free(ctx);
+    free(all.bytes);
+    free(tr.bytes);
+    free(val.bytes);
+    if (rc >= 0 && rc != 1) return rc;
+    return ex_exit(ok);
+}
