@@ -7,10 +7,14 @@
  * and prints GFLOP/s (2*M*N*K flops per GEMM, median of the repetitions)
  * with 1 and 2 threads (or --threads LIST).
  *
- * OpenBLAS is optional: it is dlopen()ed (libopenblas.so.0) only here, never
+ * OpenBLAS is optional: it is dlopen()ed (bench/common/blas.c), never
  * linked into tapegrad; without it its columns say "-". For a fair comparison
  * let OpenBLAS pick its own kernels and cache sizes:
  *   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build/bench/bench_gemm
+ * and to compare an AVX2 build of ours (TG_NATIVE=OFF, -mavx2 -mfma) with
+ * OpenBLAS's AVX2 kernels on an AVX-512 machine, OPENBLAS_CORETYPE=Haswell
+ * (the header names the core OpenBLAS runs). Before each timed series the
+ * other library's thread pool is left to go idle (bn_settle).
  * Multi-thread figures need otherwise idle cores: the load average is
  * printed before and after; on a busy machine a preempted thread stalls
  * every fork-join library (ours and OpenBLAS alike), and only the 1-thread
@@ -19,52 +23,23 @@
  *          run instead of the median), --no-blas (skip OpenBLAS), --cpu
  *          (process CPU time, not wall time: for 1-thread tuning on a busy
  *          machine; with more threads it adds up all threads' time),
- *          --threads 1,2 (thread counts), --shape M,K,N (only this shape). */
+ *          --threads 1,2 (thread counts), --shape M,K,N (only this shape),
+ *          --contend (a process spins on the last CPU of our affinity mask
+ *          the whole run: how the thread counts fare when a core is taken;
+ *          the GEMM's threading threshold is tuned from these figures). */
 #define _POSIX_C_SOURCE 200809L
+#include "bench/common/bench.h"
 #include "tensor/gemm.h"
 
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-enum { CblasRowMajor = 101, CblasNoTrans = 111, CblasTrans = 112 };
-typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *, int, float, float *,
-                         int);
-typedef void (*dgemm_fn)(int, int, int, int, int, int, double, const double *, int, const double *, int, double,
-                         double *, int);
-typedef void (*set_threads_fn)(int);
-
-static sgemm_fn blas_sgemm;
-static dgemm_fn blas_dgemm;
-static set_threads_fn blas_set_threads;
+static bn_blas blas;
 static bool use_min;      /* --min: best run instead of the median */
 static bool use_cpu_time; /* --cpu: process CPU time instead of wall time */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(use_cpu_time ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* The 1-minute load average (-1 where /proc/loadavg is missing): with 2
- * cores, a load above ~1 means another process competes for the second
- * core and multi-thread figures are not meaningful. */
-static double load_avg(void) {
-    double l = -1;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf", &l) != 1) l = -1;
-        fclose(f);
-    }
-    return l;
-}
-
-static void nap_ms(long ms) {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
+static double now_s(void) { return use_cpu_time ? bn_process_cpu() : bn_now(); }
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -95,13 +70,13 @@ static void run_ours(const bench_data *d, const gemm_case *g, int threads) {
 }
 
 static void run_blas(const bench_data *d, const gemm_case *g) {
-    int ta = g->ta ? CblasTrans : CblasNoTrans, tb = g->tb ? CblasTrans : CblasNoTrans;
+    int ta = g->ta ? BN_TRANS : BN_NO_TRANS, tb = g->tb ? BN_TRANS : BN_NO_TRANS;
     if (d->f64)
-        blas_dgemm(CblasRowMajor, ta, tb, (int)g->M, (int)g->N, (int)g->K, 1.0, d->buf[g->a], (int)g->lda, d->buf[g->b],
+        blas.dgemm(BN_ROW_MAJOR, ta, tb, (int)g->M, (int)g->N, (int)g->K, 1.0, d->buf[g->a], (int)g->lda, d->buf[g->b],
                    (int)g->ldb, 0.0, d->buf[g->c], (int)g->ldc);
     else
-        blas_sgemm(CblasRowMajor, ta, tb, (int)g->M, (int)g->N, (int)g->K, 1.0f, d->buf[g->a], (int)g->lda,
-                   d->buf[g->b], (int)g->ldb, 0.0f, d->buf[g->c], (int)g->ldc);
+        blas.sgemm(BN_ROW_MAJOR, ta, tb, (int)g->M, (int)g->N, (int)g->K, 1.0f, d->buf[g->a], (int)g->lda, d->buf[g->b],
+                   (int)g->ldb, 0.0f, d->buf[g->c], (int)g->ldc);
 }
 
 /* Median seconds of `reps` runs of cases [first, last) (after one warm-up). */
@@ -164,11 +139,11 @@ static void bench_shape(int64_t M, int64_t K, int64_t N, bool f64, const int *th
     /* All of ours first, then all of OpenBLAS: the two thread pools spin
      * after a call, and interleaving them would make each slow the other. */
     double gf[2][8][4];
-    bool have = f64 ? blas_dgemm != NULL : blas_sgemm != NULL;
+    bool have = blas.lib && (f64 ? blas.dgemm != NULL : blas.sgemm != NULL);
     for (int who = 0; who < (have ? 2 : 1); who++) {
-        if (who == 1) nap_ms(200);
         for (int t = 0; t < nthr; t++) {
-            if (who == 1 && blas_set_threads) blas_set_threads(threads[t]);
+            if (who == 1 && blas.set_threads) blas.set_threads(threads[t]);
+            bn_settle(NULL, 0, 3.0); /* the other pool idle */
             for (int c = 0; c < 4; c++) {
                 int first = c < 3 ? c : 0, last = c < 3 ? c + 1 : 3;
                 double flops = 0;
@@ -191,7 +166,7 @@ static void bench_shape(int64_t M, int64_t K, int64_t N, bool f64, const int *th
         if (have) printf(", OpenBLAS %.2fx", gf[1][t][3] / gf[1][0][3]);
         printf("\n");
     }
-    nap_ms(200);
+    bn_settle(NULL, 0, 3.0);
     for (int i = 0; i < 6; i++) free(d.buf[i]);
     free(d.work);
 }
@@ -201,7 +176,7 @@ int main(int argc, char **argv) {
     int reps = 9;
     int threads[8] = {1, 2}, nthr = 2;
     long long shape[3] = {0, 0, 0};
-    bool no_blas = false;
+    bool no_blas = false, contend = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--f64")) {
             f64 = true;
@@ -211,6 +186,8 @@ int main(int argc, char **argv) {
             use_cpu_time = true;
         } else if (!strcmp(argv[i], "--no-blas")) {
             no_blas = true;
+        } else if (!strcmp(argv[i], "--contend")) {
+            contend = true;
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
             reps = atoi(argv[++i]);
             if (reps < 1) reps = 1;
@@ -226,36 +203,37 @@ int main(int argc, char **argv) {
                 return 2;
             }
         } else {
-            fprintf(stderr,
-                    "usage: %s [--f64] [--reps N] [--min] [--cpu] [--no-blas] [--threads 1,2] [--shape M,K,N]\n"
-                    "  run as: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE %s\n",
-                    argv[0], argv[0]);
+            fprintf(
+                stderr,
+                "usage: %s [--f64] [--reps N] [--min] [--cpu] [--no-blas] [--threads 1,2] [--shape M,K,N] [--contend]\n"
+                "  run as: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE %s\n",
+                argv[0], argv[0]);
             return 2;
         }
     }
 
-    void *lib = no_blas ? NULL : dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
-    if (lib) {
-        *(void **)&blas_sgemm = dlsym(lib, "cblas_sgemm");
-        *(void **)&blas_dgemm = dlsym(lib, "cblas_dgemm");
-        *(void **)&blas_set_threads = dlsym(lib, "openblas_set_num_threads");
-    }
-    printf("tapegrad gemm, kernel %s; OpenBLAS %s", tg_gemm_kernel_name(),
-           lib       ? "libopenblas.so.0"
+    if (!no_blas) blas = bn_blas_open();
+    char cpu[128];
+    printf("tapegrad gemm, kernel %s, on %s; OpenBLAS %s%s", tg_gemm_kernel_name(), bn_cpu_name(cpu, sizeof cpu),
+           blas.lib  ? "libopenblas, core "
            : no_blas ? "skipped (--no-blas)"
-                     : "not found");
-    if (lib && (getenv("OPENBLAS_CORETYPE") || getenv("OPENBLAS_L2_SIZE")))
-        printf(" (warning: OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE set: run with env -u for a fair comparison)");
+                     : "not found",
+           blas.lib && blas.corename ? blas.corename() : "");
+    if (blas.lib && (getenv("OPENBLAS_CORETYPE") || getenv("OPENBLAS_L2_SIZE")))
+        printf(" (OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE set: a chosen kernel; env -u both for its own choice)");
     printf("\n%s of %d runs; GFLOP/s = 2*M*N*K / time; ratio = ours / OpenBLAS\n", use_min ? "best" : "median", reps);
 
-    printf("load average before: %.2f\n", load_avg());
+    printf("load average before: %.2f\n", bn_loadavg());
+    const int spinner = contend ? bn_spinner_start(bn_last_cpu()) : -1;
+    if (contend) printf("--contend: a process spins on CPU %d the whole run\n", bn_last_cpu());
     if (shape[0]) {
         bench_shape(shape[0], shape[1], shape[2], f64, threads, nthr, reps);
     } else {
         static const int64_t shapes[3][3] = {{512, 512, 512}, {64, 784, 256}, {4096, 768, 3072}};
         for (int s = 0; s < 3; s++) bench_shape(shapes[s][0], shapes[s][1], shapes[s][2], f64, threads, nthr, reps);
     }
-    printf("\nload average after: %.2f\n", load_avg());
-    if (lib) dlclose(lib);
+    bn_spinner_stop(spinner);
+    printf("\nload average after: %.2f\n", bn_loadavg());
+    bn_blas_close(&blas);
     return 0;
 }

@@ -28,6 +28,10 @@ Commands (server mode):
   quit
 
 Thread count: torch.set_num_threads(--threads), the same as tapegrad's.
+Debian's PyTorch multiplies matrices through OpenBLAS, whose thread pool
+does not follow torch.set_num_threads: the C side starts this server with
+OPENBLAS_NUM_THREADS equal to --threads (and, when asked, with
+OMP_WAIT_POLICY=PASSIVE); the "ready" line reports both.
 Clock (--clock): wall time, or process CPU time (time.process_time, what
 bn_time uses with a CPU clock).
 OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE: unset them (env -u ...) for the fair
@@ -248,7 +252,9 @@ def main():
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(args.threads)
-    info = {"ready": True, "torch": torch.__version__, "threads": torch.get_num_threads()}
+    info = {"ready": True, "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
     if not args.server:
         info["cases"] = {cmd: run(cmd, args.budget) for cmd in ALL}
         print(json.dumps(info))

@@ -1,14 +1,14 @@
 /* tapegrad's benchmark: `make bench` (scripts/bench.sh) runs it.
  *
  * It measures this machine's limits itself (STREAM-like copy/triad bandwidth
- * on 256 MiB arrays, the f32/f64 FMA peak), then times each case -- ours,
- * then PyTorch on the same shapes right after (a bench/torch_bench.py
- * server), then OpenBLAS where it applies -- and prints ONE table: our median
- * time, the rate (GB/s, GFLOP/s, steps/s), the fraction of the machine's
- * limit, PyTorch's median and the speedup, OpenBLAS, and our performance
- * targets (the add_target calls below: met, or missed by how much).
- * --json FILE writes the same as JSON. How the bench is organized:
- * docs/DESIGN.md.
+ * on 256 MiB arrays, the f32/f64 FMA peak, each with 1 thread and with 2 or
+ * --threads), then times each case -- ours, then PyTorch on the same shapes
+ * right after (a bench/torch_bench.py server), then OpenBLAS where it
+ * applies -- and prints ONE table: our median time, the rate (GB/s,
+ * GFLOP/s, steps/s), the fraction of the machine's limit, PyTorch's median
+ * and the speedup, OpenBLAS, and our performance targets (the add_target
+ * calls below: met, or missed by how much). --json FILE writes the same as
+ * JSON. How the bench is organized: docs/DESIGN.md.
  *
  * Cases (f32 unless said; every timing is a median of samples after a
  * warm-up, see bench/common/timing.c):
@@ -17,11 +17,13 @@
  *     gamma (and beta) accumulate into their buffers. PyTorch: the composed
  *     RMSNorm x * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w, and the
  *     native F.layer_norm. GB/s counts the bytes that must move: x read
- *     twice, y written, dy read, dx written (5 N C elements).
+ *     twice, y written, dy read, dx written (5 N C elements). And the
+ *     RMSNorm backward alone at 4096x768 (x, dy read, dx written: 3 N C).
  *   Linear forward+backward (M,K,N) = (512,512,512), (64,784,256),
  *     (4096,768,3072): 6 M N K flops; OpenBLAS: the same three sgemm calls
  *     (y = x W^T, dx = dy W, dW = dy^T x) through dlopen.
- *   Linear 2 threads vs 1 thread at (4096,768,3072).
+ *   Scaling: 2 threads (or --threads when more) against 1 thread, in wall
+ *     time, for Linear 4096x768x3072 and the f32 4096x768 norms.
  *   MLP training step 784-H-H-10 (Linear->RMSNorm->ReLU) x2 -> Linear ->
  *     cross-entropy, Adam lr 1e-3: H=256 batch 64 and H=64 batch 32, in
  *     steps/s; and its peak memory (arena capacity + parameters, grads and
@@ -38,11 +40,39 @@
  *     the step's GEMM GFLOP/s against the big Linear row's; the small one
  *     with 2 threads vs 1 (wall, alternating) and its peak memory.
  *   Tiny op: c = a + b of 1-element tensors, backward, tg_ctx_reset.
+ * The rows are the same with any --threads; the targets hold for each.
+ *
+ * Honest measurements on a shared machine:
+ *   - Before each of our timings, the PyTorch servers and our own other
+ *     threads (OpenMP pool, OpenBLAS's pool) are settled: idle, using
+ *     under 5% of a CPU for 20 ms (thread pools spin for a while after a
+ *     call, and would take a core from the next measurement). The CPU
+ *     time the servers used while ours was timed is printed (it is 0).
+ *   - PyTorch runs with OPENBLAS_NUM_THREADS equal to its thread count
+ *     (its matmuls go through OpenBLAS, whose pool otherwise has a thread
+ *     per core even with torch.set_num_threads(1)). With more than one
+ *     thread, each PyTorch case runs on two servers, OpenMP's default wait
+ *     policy (spinning) and OMP_WAIT_POLICY=PASSIVE, and the faster counts;
+ *     both times are in the JSON and their ratio in the footer
+ *     (--torch-wait default|passive|both chooses).
+ *   - Other jobs' CPU use is measured while each of ours is timed (/proc/stat
+ *     minus our processes); rows where other jobs took more than half a CPU
+ *     are marked '!', and the header says whether the machine was quiet.
+ *   - --contend keeps one CPU busy with a spinning process (pinned to the
+ *     last CPU of our affinity mask) and times every row of ours with 1 and
+ *     with 2 threads, alternating: the 2-thread run must not be more than
+ *     10% slower than the 1-thread run when a core is taken.
+ *
+ * Threads: --threads N (default 1; scripts/bench.sh passes BENCH_THREADS).
+ * The library's own default, for programs that do not choose, is
+ * tg_default_threads(): TG_THREADS=N when set, else the CPUs this process
+ * may use (affinity mask, cgroup quota); the header prints it.
  *
  * Usage: bench_vs_pytorch [--threads N] [--json FILE] [--budget S] [--no-torch]
  *                       [--no-blas] [--python PATH] [--torch-script PATH]
  *                       [--torch-malloc warm|default] [--clock auto|wall|cpu]
- *                       [--only GROUP]
+ *                       [--torch-wait default|passive|both] [--only GROUP]
+ *                       [--contend]
  * For the fair OpenBLAS / PyTorch case run it as
  *   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE build-release/bench/bench_vs_pytorch */
 #define _POSIX_C_SOURCE 200809L
@@ -56,10 +86,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
-#include <unistd.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ---- options and results ----------------------------------------------- */
+
+enum { WAIT_AUTO, WAIT_DEFAULT, WAIT_PASSIVE, WAIT_BOTH };
 
 typedef struct options {
     int threads;
@@ -70,33 +102,43 @@ typedef struct options {
     bool warm_malloc; /* PyTorch with glibc's trimming off (see notes) */
     const char *only; /* run one group: norm, linear, scaling, mlp, attention, gpt, tiny */
     int clock;        /* 0 auto, 1 wall, 2 cpu */
+    int torch_wait;   /* WAIT_*: the PyTorch servers' OpenMP wait policy */
+    bool contend;     /* 1 vs 2 threads with a spinning process on one CPU */
 } options;
 
+/* The machine's limits with 1 thread ([0]) and with nt threads ([1]). */
 typedef struct limits {
-    bn_stream_result stream;
-    bn_fma_result fma;
-    double dram_gbs; /* max(copy, triad) */
+    int nt; /* max(2, --threads) */
+    bn_stream_result stream[2];
+    bn_fma_result fma[2];
+    double dram[2]; /* max(copy, triad) */
 } limits;
+
+static double dram_for(const limits *lim, int threads) { return lim->dram[threads > 1]; }
+static double fma32_for(const limits *lim, int threads) { return lim->fma[threads > 1].f32_gflops; }
 
 /* One row of the table. NaN means "not measured / not applicable". */
 typedef struct row {
     char name[48];
-    char group[12]; /* norm, linear, scaling, mlp, memory, attention, gpt, tiny */
+    char group[12]; /* norm, linear, scaling, mlp, memory, attention, gpt, tiny, contend */
     double ours_s;  /* our median seconds per call */
     double rate;    /* in `unit` */
     char unit[12];
     double frac;         /* rate / machine limit */
     char limit_name[24]; /* "DRAM", "FMA f32", ... */
-    double torch_s;      /* PyTorch's median seconds per call */
+    double torch_s;      /* PyTorch's median seconds per call (the faster policy) */
+    double torch_pol[2]; /* with the default OpenMP wait policy, with PASSIVE */
     double blas_s;       /* OpenBLAS's median seconds (Linear) */
     double blas_rate;
     double ratio_torch; /* torch_s / ours_s: > 1 means we are faster */
     double ratio_blas;  /* our rate / OpenBLAS's rate */
-    char extra[224];    /* free text (memory rows) */
-    char target[160];   /* "met"/"MISSED" text */
+    double t1_s, tn_s;  /* scaling and contend rows: 1 thread, n threads */
+    double others;      /* CPUs other jobs used while ours was timed */
+    char extra[288];    /* free text */
+    char target[200];   /* "met"/"MISSED" text */
 } row;
 
-#define MAX_ROWS 48
+#define MAX_ROWS 64
 static row rows[MAX_ROWS];
 static int nrows;
 
@@ -109,7 +151,7 @@ typedef struct target {
     bool known;   /* measured is available */
     bool met;
 } target;
-#define MAX_TARGETS 24
+#define MAX_TARGETS 48
 static target targets[MAX_TARGETS];
 static int ntargets;
 
@@ -126,6 +168,7 @@ static row *new_row(const char *group, const char *fmt, ...) {
     va_end(ap);
     snprintf(r->group, sizeof r->group, "%s", group);
     r->ours_s = r->rate = r->frac = r->torch_s = r->blas_s = r->blas_rate = NAN;
+    r->torch_pol[0] = r->torch_pol[1] = r->t1_s = r->tn_s = r->others = NAN;
     r->ratio_torch = r->ratio_blas = NAN;
     return r;
 }
@@ -164,32 +207,130 @@ static tg_tensor *prand(tg_ctx *ctx, tg_dtype dt, int ndim, const int64_t *shape
     return t;
 }
 
+static int cmp_dbl(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of t[0..n) (sorts it). */
+static double median_of(double *t, int n) {
+    qsort(t, (size_t)n, sizeof t[0], cmp_dbl);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* ---- quiet measurements --------------------------------------------------- */
+
+/* The PyTorch servers: [k] runs with wait policy srv_pol[k] (0 OpenMP's
+ * default, 1 PASSIVE). */
+static bn_torch srv[2];
+static int srv_pol[2];
+static int nsrv;
+static int spinner = -1; /* --contend: the spinning process */
+
+static struct {
+    double settle_max, settle_sum; /* seconds waited for idle pools */
+    int settles, settle_fail;
+    double torch_cpu; /* CPU s the PyTorch servers used while ours was timed */
+    double others_max, others_sum;
+    int others_n;
+} quiet;
+
+static int server_pids(int *pids) {
+    int n = 0;
+    for (int k = 0; k < nsrv; k++)
+        if (srv[k].ok) pids[n++] = srv[k].pid;
+    return n;
+}
+
+/* Waits until the PyTorch servers and our other threads are idle. */
+static void settle_all(void) {
+    int pids[2];
+    double w = bn_settle(pids, server_pids(pids), 3.0);
+    if (w < 0) quiet.settle_fail++, w = -w;
+    quiet.settle_sum += w;
+    quiet.settles++;
+    if (w > quiet.settle_max) quiet.settle_max = w;
+}
+
+/* What the machine and our processes had used at one moment. */
+typedef struct meter {
+    double wall, busy; /* wall clock; CPU seconds of the whole machine */
+    double ours;       /* this process */
+    double torch;      /* the PyTorch servers */
+    double spin;       /* the --contend spinner */
+} meter;
+
+static meter meter_now(void) {
+    meter m = {bn_now(), bn_machine_busy(), bn_process_cpu(), 0, 0};
+    int pids[2], n = server_pids(pids);
+    for (int i = 0; i < n; i++) m.torch += bn_tasks_cpu(pids[i], 0);
+    if (spinner > 0) m.spin = bn_tasks_cpu(spinner, 0);
+    return m;
+}
+
+/* CPUs other jobs used from a to b: the machine's busy time minus ours,
+ * the servers' and the spinner's, over the wall time. */
+static double meter_others(const meter *a, const meter *b) {
+    const double wall = b->wall - a->wall;
+    if (wall <= 0 || a->busy < 0 || b->busy < 0) return NAN;
+    const double used = (b->busy - a->busy) - (b->ours - a->ours) - (b->torch - a->torch) - (b->spin - a->spin);
+    return used > 0 ? used / wall : 0;
+}
+
+static void note_others(row *r, const meter *a, const meter *b) {
+    const double o = meter_others(a, b);
+    quiet.torch_cpu += b->torch - a->torch;
+    if (isnan(o)) return;
+    if (r) r->others = isnan(r->others) ? o : fmax(r->others, o);
+    quiet.others_sum += o;
+    quiet.others_n++;
+    if (o > quiet.others_max) quiet.others_max = o;
+}
+
+/* Times step(arg) with `threads` threads on a settled machine; the other
+ * jobs' CPU use goes into r. */
+static bn_timing time_ours(row *r, tg_ctx *ctx, int threads, void (*step)(void *), void *arg, double budget,
+                           int min_samples, double sample_s) {
+    tg_set_threads(ctx, threads);
+    settle_all();
+    meter a = meter_now();
+    bn_timing t = bn_time(step, arg, budget, min_samples, sample_s);
+    meter b = meter_now();
+    note_others(r, &a, &b);
+    return t;
+}
+
 /* ---- PyTorch ------------------------------------------------------------- */
 
-static bn_torch torch_srv;
-
-/* PyTorch's median seconds for `cmd`, or NaN. */
-static double torch_time(const char *fmt, ...) {
-    if (!torch_srv.ok) return NAN;
+/* PyTorch's median seconds for the command, on every server (the first
+ * server alternates from row to row), into r->torch_pol; r->torch_s is
+ * the faster. */
+static void torch_time(row *r, const char *fmt, ...) {
     char cmd[256], reply[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(cmd, sizeof cmd, fmt, ap);
     va_end(ap);
-    bn_nap_ms(50); /* let our OpenMP threads stop spinning */
-    if (!bn_torch_call(&torch_srv, cmd, reply, sizeof reply)) {
-        fprintf(stderr, "bench: PyTorch '%s' failed: %s\n", cmd, torch_srv.ok ? reply : torch_srv.why);
-        return NAN;
+    for (int i = 0; i < nsrv; i++) {
+        const int k = (nrows + i) % nsrv;
+        if (!srv[k].ok) continue;
+        settle_all(); /* our pools and the other server idle */
+        if (!bn_torch_call(&srv[k], cmd, reply, sizeof reply)) {
+            fprintf(stderr, "bench: PyTorch '%s' failed: %s\n", cmd, srv[k].ok ? reply : srv[k].why);
+            continue;
+        }
+        const double t = bn_json_number(reply, "median_s");
+        r->torch_pol[srv_pol[k]] = t;
+        if (isnan(r->torch_s) || t < r->torch_s) r->torch_s = t;
     }
-    bn_nap_ms(50);
-    return bn_json_number(reply, "median_s");
+    r->ratio_torch = r->torch_s / r->ours_s;
 }
 
 /* ---- norms --------------------------------------------------------------- */
 
 typedef struct norm_arg {
     tg_ctx *ctx;
-    tg_tensor *x, *gamma, *beta, *dy;
+    tg_tensor *x, *gamma, *beta, *dy, *y;
     bool layernorm;
 } norm_arg;
 
@@ -202,37 +343,48 @@ static void norm_step(void *p) {
     tg_ctx_reset(a->ctx);
 }
 
+/* The backward alone, over the tape a->y's forward recorded (kept). */
+static void norm_backward_step(void *p) {
+    norm_arg *a = p;
+    tg_backward_ex(a->ctx, a->y, a->dy, true);
+}
+
+static norm_arg norm_setup(int kind, tg_dtype dt, int64_t N, int64_t C) {
+    norm_arg a = {tg_ctx_new(1), NULL, NULL, NULL, NULL, NULL, kind == 1};
+    tg_ctx *ctx = a.ctx;
+    a.x = tg_requires_grad(ctx, prand(ctx, dt, TG_SHAPE(N, C), 0, 1));
+    a.gamma = tg_requires_grad(ctx, prand(ctx, dt, TG_SHAPE(C), 1, 0.1));
+    a.beta = kind ? tg_requires_grad(ctx, prand(ctx, dt, TG_SHAPE(C), 0, 0.1)) : NULL;
+    a.dy = prand(ctx, dt, TG_SHAPE(N, C), 0, 1);
+    return a;
+}
+
+static const int64_t norm_shapes[3][2] = {{4096, 768}, {256, 4096}, {64, 64}};
+static const char *const norm_names[2] = {"RMSNorm", "LayerNorm"};
+
 static void bench_norms(const options *o, const limits *lim) {
-    static const int64_t shapes[3][2] = {{4096, 768}, {256, 4096}, {64, 64}};
     for (int kind = 0; kind < 2; kind++) {
         for (int dti = 0; dti < 2; dti++) {
             tg_dtype dt = dti ? TG_F64 : TG_F32;
             const char *dts = dti ? "f64" : "f32";
             for (int s = 0; s < 3; s++) {
-                const int64_t N = shapes[s][0], C = shapes[s][1];
-                const char *kname = kind ? "LayerNorm" : "RMSNorm";
+                const int64_t N = norm_shapes[s][0], C = norm_shapes[s][1];
+                const char *kname = norm_names[kind];
                 progress("%s %s %lldx%lld", kname, dts, (long long)N, (long long)C);
-                tg_ctx *ctx = tg_ctx_new(1);
-                tg_set_threads(ctx, o->threads);
-                norm_arg a = {ctx, NULL, NULL, NULL, NULL, kind == 1};
-                a.x = tg_requires_grad(ctx, prand(ctx, dt, TG_SHAPE(N, C), 0, 1));
-                a.gamma = tg_requires_grad(ctx, prand(ctx, dt, TG_SHAPE(C), 1, 0.1));
-                a.beta = kind ? tg_requires_grad(ctx, prand(ctx, dt, TG_SHAPE(C), 0, 0.1)) : NULL;
-                a.dy = prand(ctx, dt, TG_SHAPE(N, C), 0, 1);
-                bn_timing t = bn_time(norm_step, &a, o->budget, 5, 2e-3);
-                if (!tg_ok(ctx)) die_ctx(ctx, kname);
-                tg_ctx_free(ctx);
-
                 row *r = new_row("norm", "%s %s %lldx%lld fwd+bwd", kname, dts, (long long)N, (long long)C);
+                norm_arg a = norm_setup(kind, dt, N, C);
+                bn_timing t = time_ours(r, a.ctx, o->threads, norm_step, &a, o->budget, 5, 2e-3);
+                if (!tg_ok(a.ctx)) die_ctx(a.ctx, kname);
+                tg_ctx_free(a.ctx);
+
                 const double es = dti ? 8.0 : 4.0;
                 const double bytes = 5.0 * (double)(N * C) * es;
                 r->ours_s = t.median_s;
                 r->rate = bytes / t.median_s * 1e-9;
                 snprintf(r->unit, sizeof r->unit, "GB/s");
-                r->frac = r->rate / lim->dram_gbs;
+                r->frac = r->rate / dram_for(lim, o->threads);
                 snprintf(r->limit_name, sizeof r->limit_name, "DRAM");
-                r->torch_s = torch_time("norm %s %s %lld %lld", kind ? "ln" : "rms", dts, (long long)N, (long long)C);
-                r->ratio_torch = r->torch_s / r->ours_s;
+                torch_time(r, "norm %s %s %lld %lld", kind ? "ln" : "rms", dts, (long long)N, (long long)C);
                 if (dti == 0 && N == 4096 && C == 768) {
                     add_target(r,
                                kind ? "LayerNorm f32 4096x768 vs PyTorch native"
@@ -243,6 +395,23 @@ static void bench_norms(const options *o, const limits *lim) {
                                100 * r->frac, 70, true, "%");
                 }
             }
+        }
+        if (kind == 0) {
+            /* the RMSNorm backward alone: x and dy read, dx written */
+            const int64_t N = 4096, C = 768;
+            progress("RMSNorm f32 %lldx%lld backward", (long long)N, (long long)C);
+            row *r = new_row("norm", "RMSNorm f32 %lldx%lld bwd only", (long long)N, (long long)C);
+            norm_arg a = norm_setup(0, TG_F32, N, C);
+            a.y = tg_rmsnorm_fused(a.ctx, a.x, a.gamma, NULL, 1, TG_RMSNORM_EPS);
+            bn_timing t = time_ours(r, a.ctx, o->threads, norm_backward_step, &a, o->budget, 5, 2e-3);
+            if (!tg_ok(a.ctx)) die_ctx(a.ctx, "RMSNorm backward");
+            tg_ctx_free(a.ctx);
+            r->ours_s = t.median_s;
+            r->rate = 3.0 * (double)(N * C) * 4.0 / t.median_s * 1e-9;
+            snprintf(r->unit, sizeof r->unit, "GB/s");
+            r->frac = r->rate / dram_for(lim, o->threads);
+            snprintf(r->limit_name, sizeof r->limit_name, "DRAM");
+            add_target(r, "RMSNorm f32 4096x768 backward DRAM bandwidth", 100 * r->frac, 70, true, "%");
         }
     }
 }
@@ -256,8 +425,9 @@ typedef struct linear_arg {
 
 /* The persistent operands of a Linear (M,K) -> (M,N): x and dy normal with
  * std 1, W and b with std 1/sqrt(K); x, W and b require grad. */
-static linear_arg linear_setup(tg_ctx *ctx, int64_t M, int64_t K, int64_t N) {
+static linear_arg linear_setup(int64_t M, int64_t K, int64_t N) {
     const double bound = 1.0 / sqrt((double)K);
+    tg_ctx *ctx = tg_ctx_new(2);
     linear_arg a = {ctx, NULL, NULL, NULL, NULL};
     a.x = tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(M, K), 0, 1));
     a.w = tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(N, K), 0, bound));
@@ -305,31 +475,23 @@ static float *blas_buf(int64_t n, unsigned seed) {
     return p;
 }
 
-/* Timing of our Linear fwd+bwd with `threads` threads. */
-static bn_timing time_linear(const options *o, int64_t M, int64_t K, int64_t N, int threads) {
-    tg_ctx *ctx = tg_ctx_new(2);
-    tg_set_threads(ctx, threads);
-    linear_arg a = linear_setup(ctx, M, K, N);
-    bn_timing t = bn_time(linear_step, &a, o->budget, 5, 2e-3);
-    if (!tg_ok(ctx)) die_ctx(ctx, "Linear");
-    tg_ctx_free(ctx);
-    return t;
-}
+static const int64_t linear_shapes[3][3] = {{512, 512, 512}, {64, 784, 256}, {4096, 768, 3072}};
 
 static void bench_linear(const options *o, const limits *lim, const bn_blas *blas) {
-    static const int64_t shapes[3][3] = {{512, 512, 512}, {64, 784, 256}, {4096, 768, 3072}};
     for (int s = 0; s < 3; s++) {
-        const int64_t M = shapes[s][0], K = shapes[s][1], N = shapes[s][2];
+        const int64_t M = linear_shapes[s][0], K = linear_shapes[s][1], N = linear_shapes[s][2];
         progress("Linear %lldx%lldx%lld", (long long)M, (long long)K, (long long)N);
         const double flops = 6.0 * (double)M * (double)N * (double)K;
         row *r = new_row("linear", "Linear f32 %lldx%lldx%lld fwd+bwd", (long long)M, (long long)K, (long long)N);
-        r->ours_s = time_linear(o, M, K, N, o->threads).median_s;
+        linear_arg a = linear_setup(M, K, N);
+        r->ours_s = time_ours(r, a.ctx, o->threads, linear_step, &a, o->budget, 5, 2e-3).median_s;
+        if (!tg_ok(a.ctx)) die_ctx(a.ctx, "Linear");
+        tg_ctx_free(a.ctx);
         r->rate = flops / r->ours_s * 1e-9;
         snprintf(r->unit, sizeof r->unit, "GFLOP/s");
-        r->frac = r->rate / lim->fma.f32_gflops;
+        r->frac = r->rate / fma32_for(lim, o->threads);
         snprintf(r->limit_name, sizeof r->limit_name, "FMA f32");
-        r->torch_s = torch_time("linear %lld %lld %lld", (long long)M, (long long)K, (long long)N);
-        r->ratio_torch = r->torch_s / r->ours_s;
+        torch_time(r, "linear %lld %lld %lld", (long long)M, (long long)K, (long long)N);
         if (blas->lib) {
             blas_arg b = {blas,
                           (int)M,
@@ -342,85 +504,111 @@ static void bench_linear(const options *o, const limits *lim, const bn_blas *bla
                           blas_buf(M * K, 5),
                           blas_buf(N * K, 6)};
             if (blas->set_threads) blas->set_threads(o->threads);
-            bn_nap_ms(50);
+            settle_all();
             bn_timing t = bn_time(blas_step, &b, o->budget, 5, 2e-3);
-            bn_nap_ms(50);
             r->blas_s = t.median_s;
             r->blas_rate = flops / t.median_s * 1e-9;
             r->ratio_blas = r->rate / r->blas_rate;
             free(b.x), free(b.w), free(b.dy), free(b.y), free(b.dx), free(b.dw);
         }
-        if ((M == 512 && K == 512) || M == 4096) {
+        if (M != 64) {
             char what[96];
+            snprintf(what, sizeof what, "Linear %lldx%lldx%lld vs PyTorch", (long long)M, (long long)K, (long long)N);
+            add_target(r, what, r->ratio_torch, 1.1, true, "x");
             snprintf(what, sizeof what, "Linear %lldx%lldx%lld vs OpenBLAS sgemm GFLOP/s", (long long)M, (long long)K,
                      (long long)N);
-            add_target(r, what, r->ratio_blas, 0.8, true, "x");
+            add_target(r, what, r->ratio_blas, 0.9, true, "x");
         }
     }
 }
 
-/* Linear at 4096x768x3072 with 2 threads (or --threads when more) against
- * 1 thread, in wall time (CPU time cannot show a speedup). The two thread
- * counts alternate call by call, so both see the same load from other
- * jobs, and the speedup compares the fastest call of each: on a shared
- * machine the median mostly measures how often a core was taken away, the
- * fastest call is the one that had the cores. The CPU time of the calls
- * (all threads) is shown beside it: equal CPU time means the work split
- * without overhead, so nt x (1T CPU / nT CPU) is the speedup the code
- * allows when the cores are free. */
-static int cmp_dbl(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+/* ---- scaling: n threads against 1 --------------------------------------- */
 
-/* ROUNDS calls of step with 1 thread and with nt, alternating (after one
- * warm-up round): wall and CPU seconds of each call, sorted, [0] for 1
- * thread and [1] for nt. */
-enum { ROUNDS = 11 };
-static void alternate_threads(tg_ctx *ctx, void (*step)(void *), void *arg, int nt, double wall[2][ROUNDS],
-                              double cpu[2][ROUNDS]) {
-    for (int r = -1; r < ROUNDS; r++) { /* round -1: warm-up */
+/* step(arg) with nt threads against 1 thread, in wall time (CPU time
+ * cannot show a speedup). The two thread counts alternate sample by
+ * sample, so both see the same load from other jobs, and the speedup
+ * compares the fastest sample of each: on a shared machine the median
+ * mostly measures how often a core was taken away, the fastest sample is
+ * the one that had the cores. The CPU time (all threads) is shown beside
+ * it: equal CPU time means the work split without overhead, so
+ * nt x (1T CPU / nT CPU) is the speedup the code allows on free cores.
+ * `work` is in `unit`s per call; `scale` is what the machine's own limit
+ * gains from 1 to nt threads (STREAM or FMA), the row's "of limit" is the
+ * speedup over it. */
+static row *scaling_row(const options *o, const limits *lim, const char *name, tg_ctx *ctx, void (*step)(void *),
+                        void *arg, double work, const char *unit, double scale, const char *scale_name) {
+    const int nt = lim->nt;
+    row *r = new_row("scaling", "%s %dT vs 1T", name, nt);
+    tg_set_threads(ctx, 1);
+    step(arg); /* warm-up, both counts */
+    tg_set_threads(ctx, nt);
+    step(arg);
+    tg_set_threads(ctx, 1);
+    double t0 = bn_now();
+    step(arg);
+    const double once = bn_now() - t0;
+    const int inner = once >= 0.02 ? 1 : (int)(0.02 / once) + 1;
+    int rounds = (int)(2 * o->budget / (1.5 * once * inner));
+    rounds = rounds < 11 ? 11 : rounds > 41 ? 41 : rounds;
+    double wall[2][41], cpu[2][41];
+    for (int i = 0; i < rounds; i++) {
+        settle_all();
+        meter a = meter_now();
         for (int k = 0; k < 2; k++) {
             tg_set_threads(ctx, k ? nt : 1);
             double w0 = bn_now(), c0 = bn_process_cpu();
-            step(arg);
-            if (r >= 0) wall[k][r] = bn_now() - w0, cpu[k][r] = bn_process_cpu() - c0;
+            for (int j = 0; j < inner; j++) step(arg);
+            wall[k][i] = (bn_now() - w0) / inner;
+            cpu[k][i] = (bn_process_cpu() - c0) / inner;
         }
+        meter b = meter_now();
+        note_others(r, &a, &b);
     }
-    for (int k = 0; k < 2; k++) {
-        qsort(wall[k], ROUNDS, sizeof(double), cmp_dbl);
-        qsort(cpu[k], ROUNDS, sizeof(double), cmp_dbl);
-    }
+    if (!tg_ok(ctx)) die_ctx(ctx, name);
+    const double med1 = median_of(wall[0], rounds), medn = median_of(wall[1], rounds);
+    const double t1 = wall[0][0], tn = wall[1][0]; /* sorted by median_of */
+    const double c1 = median_of(cpu[0], rounds), cn = median_of(cpu[1], rounds);
+    r->t1_s = t1;
+    r->tn_s = tn;
+    r->ours_s = tn;
+    r->rate = work / tn;
+    snprintf(r->unit, sizeof r->unit, "%s", unit);
+    r->frac = (t1 / tn) / scale;
+    snprintf(r->limit_name, sizeof r->limit_name, "%s x%.2f", scale_name, scale);
+    snprintf(r->extra, sizeof r->extra,
+             "wall, fastest of %d alternating samples: 1T %.3g ms, %dT %.3g ms (medians %.3g, %.3g) -> %.2fx; "
+             "CPU 1T %.3g ms, %dT %.3g ms -> %.2fx on free cores; %s %dT/1T %.2fx; others %.1f CPUs",
+             rounds, t1 * 1e3, nt, tn * 1e3, med1 * 1e3, medn * 1e3, t1 / tn, c1 * 1e3, nt, cn * 1e3, nt * c1 / cn,
+             scale_name, nt, scale, r->others);
+    return r;
 }
 
 static void bench_scaling(const options *o, const limits *lim) {
-    const int64_t M = 4096, K = 768, N = 3072;
-    const int nt = o->threads > 2 ? o->threads : 2;
-    progress("Linear %lldx%lldx%lld, %d threads vs 1", (long long)M, (long long)K, (long long)N, nt);
-    const double flops = 6.0 * (double)M * (double)N * (double)K;
-    tg_ctx *ctx = tg_ctx_new(2);
-    linear_arg a = linear_setup(ctx, M, K, N);
-    double wall[2][ROUNDS], cpu[2][ROUNDS];
-    alternate_threads(ctx, linear_step, &a, nt, wall, cpu);
-    if (!tg_ok(ctx)) die_ctx(ctx, "Linear scaling");
-    tg_ctx_free(ctx);
-    const double t1 = wall[0][0], tn = wall[1][0];
-    const double c1 = cpu[0][ROUNDS / 2], cn = cpu[1][ROUNDS / 2];
-    row *r = new_row("scaling", "Linear %lldx%lldx%lld %dT vs 1T", (long long)M, (long long)K, (long long)N, nt);
-    r->ours_s = tn;
-    r->rate = flops / tn * 1e-9;
-    snprintf(r->unit, sizeof r->unit, "GFLOP/s");
-    /* fraction of the 1-thread peak times the thread count */
-    r->frac = r->rate / (lim->fma.f32_gflops / o->threads * nt);
-    snprintf(r->limit_name, sizeof r->limit_name, "FMA f32 x%d", nt);
-    snprintf(r->extra, sizeof r->extra,
-             "wall, fastest of %d alternating calls: 1T %.0f ms, %dT %.0f ms (medians %.0f, %.0f); "
-             "CPU 1T %.0f ms, %dT %.0f ms -> %.2fx on free cores; load %.1f on %ld CPUs",
-             ROUNDS, t1 * 1e3, nt, tn * 1e3, wall[0][ROUNDS / 2] * 1e3, wall[1][ROUNDS / 2] * 1e3, c1 * 1e3, nt,
-             cn * 1e3, nt * c1 / cn, bn_loadavg(), sysconf(_SC_NPROCESSORS_ONLN));
+    const int nt = lim->nt;
     char what[96];
-    snprintf(what, sizeof what, "Linear 4096x768x3072 %d threads vs 1 thread", nt);
-    add_target(r, what, t1 / tn, nt == 2 ? 1.7 : 0.85 * nt, true, "x");
+    {
+        const int64_t M = 4096, K = 768, N = 3072;
+        progress("Linear %lldx%lldx%lld, %d threads vs 1", (long long)M, (long long)K, (long long)N, nt);
+        linear_arg a = linear_setup(M, K, N);
+        const double gflop = 6.0 * (double)M * (double)N * (double)K * 1e-9;
+        row *r = scaling_row(o, lim, "Linear 4096x768x3072", a.ctx, linear_step, &a, gflop, "GFLOP/s",
+                             lim->fma[1].f32_gflops / lim->fma[0].f32_gflops, "FMA");
+        tg_ctx_free(a.ctx);
+        snprintf(what, sizeof what, "Linear 4096x768x3072 %d threads vs 1 thread", nt);
+        add_target(r, what, r->t1_s / r->tn_s, nt == 2 ? 1.7 : 0.85 * nt, true, "x");
+    }
+    for (int kind = 1; kind >= 0; kind--) {
+        const int64_t N = 4096, C = 768;
+        progress("%s f32 %lldx%lld, %d threads vs 1", norm_names[kind], (long long)N, (long long)C, nt);
+        norm_arg a = norm_setup(kind, TG_F32, N, C);
+        char name[48];
+        snprintf(name, sizeof name, "%s f32 4096x768", norm_names[kind]);
+        const double gb = 5.0 * (double)(N * C) * 4.0 * 1e-9;
+        row *r = scaling_row(o, lim, name, a.ctx, norm_step, &a, gb, "GB/s", lim->dram[1] / lim->dram[0], "STREAM");
+        tg_ctx_free(a.ctx);
+        snprintf(what, sizeof what, "%s f32 4096x768 %d threads vs 1 thread", norm_names[kind], nt);
+        add_target(r, what, r->t1_s / r->tn_s, nt == 2 ? 1.4 : 0.7 * nt, true, "x");
+    }
 }
 
 /* ---- MLP training step --------------------------------------------------- */
@@ -460,10 +648,9 @@ static void mlp_step(void *p) {
     tg_ctx_reset(m->ctx);
 }
 
-static void mlp_init(mlp *m, int threads, int64_t H, int64_t B) {
+static void mlp_init(mlp *m, int64_t H, int64_t B) {
     memset(m, 0, sizeof *m);
     tg_ctx *ctx = m->ctx = tg_ctx_new(3);
-    tg_set_threads(ctx, threads);
     tg_model_add(ctx, &m->model, TG_MODULE(m->fc1 = tg_linear_new(ctx, "fc1", 784, H, true, TG_F32)));
     tg_model_add(
         ctx, &m->model,
@@ -530,13 +717,13 @@ static row *memory_row(tg_params *params, tg_optim *opt, size_t step_peak, size_
     return q;
 }
 
-/* Times a training step (samples of >= 5 ms: tiny steps), then runs one
- * more with *measure set so it records its saved bytes and arena peak;
- * *cap_before and *cap_after are the arena's capacity around that step
- * (the footprint must not grow after the warm-up). */
-static bn_timing time_training_step(const options *o, void (*step)(void *), void *arg, tg_ctx *ctx, bool *measure,
-                                    size_t *cap_before, size_t *cap_after, const char *what) {
-    bn_timing t = bn_time(step, arg, 4 * o->budget, 5, 5e-3);
+/* Times a training step into r (samples of >= 5 ms: tiny steps), then
+ * runs one more with *measure set so it records its saved bytes and arena
+ * peak; *cap_before and *cap_after are the arena's capacity around that
+ * step (the footprint must not grow after the warm-up). */
+static bn_timing time_training_step(const options *o, row *r, void (*step)(void *), void *arg, tg_ctx *ctx,
+                                    bool *measure, size_t *cap_before, size_t *cap_after, const char *what) {
+    bn_timing t = time_ours(r, ctx, o->threads, step, arg, 4 * o->budget, 5, 5e-3);
     if (!tg_ok(ctx)) die_ctx(ctx, what);
     *cap_before = tg_arena_capacity(ctx);
     *measure = true;
@@ -545,28 +732,28 @@ static bn_timing time_training_step(const options *o, void (*step)(void *), void
     return t;
 }
 
+static const int64_t mlp_sizes[2][2] = {{256, 64}, {64, 32}};
+
 static void bench_mlp(const options *o, const limits *lim) {
-    static const int64_t sizes[2][2] = {{256, 64}, {64, 32}};
     for (int s = 0; s < 2; s++) {
-        const int64_t H = sizes[s][0], B = sizes[s][1];
+        const int64_t H = mlp_sizes[s][0], B = mlp_sizes[s][1];
         progress("MLP 784-%lld-%lld-10 batch %lld", (long long)H, (long long)H, (long long)B);
         mlp m;
-        mlp_init(&m, o->threads, H, B);
+        mlp_init(&m, H, B);
+        row *r = new_row("mlp", "MLP step 784-%lld-%lld-10 b%lld Adam", (long long)H, (long long)H, (long long)B);
         size_t cap_after_timing, cap;
-        bn_timing t = time_training_step(o, mlp_step, &m, m.ctx, &m.measure, &cap_after_timing, &cap, "MLP step");
+        bn_timing t = time_training_step(o, r, mlp_step, &m, m.ctx, &m.measure, &cap_after_timing, &cap, "MLP step");
 
         /* the GEMMs' flops: forward, dW and dx of each Linear (2 B in out
          * each), except dx of the first (its input needs no gradient) */
         const double flops = 2.0 * (double)B * (double)(2 * 784 * H + 3 * H * H + 3 * H * 10);
-        row *r = new_row("mlp", "MLP step 784-%lld-%lld-10 b%lld Adam", (long long)H, (long long)H, (long long)B);
         r->ours_s = t.median_s;
         r->rate = 1.0 / t.median_s;
         snprintf(r->unit, sizeof r->unit, "steps/s");
-        r->frac = flops / t.median_s * 1e-9 / lim->fma.f32_gflops;
+        r->frac = flops / t.median_s * 1e-9 / fma32_for(lim, o->threads);
         snprintf(r->limit_name, sizeof r->limit_name, "FMA f32");
         snprintf(r->extra, sizeof r->extra, "%.1f GFLOP/s in its GEMMs", flops / t.median_s * 1e-9);
-        r->torch_s = torch_time("mlp %lld %lld", (long long)H, (long long)B);
-        r->ratio_torch = r->torch_s / r->ours_s;
+        torch_time(r, "mlp %lld %lld", (long long)H, (long long)B);
         add_target(r, H == 256 ? "MLP step hidden 256 vs PyTorch steps/s" : "MLP step hidden 64 vs PyTorch steps/s",
                    r->ratio_torch, H == 256 ? 2.0 : 5.0, true, "x");
 
@@ -598,36 +785,44 @@ static void attn_step(void *p) {
     tg_ctx_reset(a->ctx);
 }
 
+static const int64_t attn_shape[4] = {4, 6, 256, 64}; /* B, H, T, D */
+
+/* q, k, v (B,H,T,D) normal with std 1, requiring grad, and dO. */
+static attn_arg attn_setup(bool fused) {
+    const int64_t B = attn_shape[0], H = attn_shape[1], T = attn_shape[2], D = attn_shape[3];
+    tg_ctx *ctx = tg_ctx_new(5);
+    attn_arg a = {ctx, NULL, NULL, NULL, NULL, fused, 0};
+    a.q = tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(B, H, T, D), 0, 1));
+    a.k = tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(B, H, T, D), 0, 1));
+    a.v = tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(B, H, T, D), 0, 1));
+    a.dO = prand(ctx, TG_F32, TG_SHAPE(B, H, T, D), 0, 1);
+    return a;
+}
+
 static void bench_attention(const options *o, const limits *lim) {
-    const int64_t B = 4, H = 6, T = 256, D = 64;
+    const int64_t B = attn_shape[0], H = attn_shape[1], T = attn_shape[2], D = attn_shape[3];
     double ours[2];
     size_t saved[2];
     row *rs[2];
     for (int f = 1; f >= 0; f--) {
         const char *form = f ? "fused" : "composed";
         progress("attention %s %lldx%lldx%lldx%lld", form, (long long)B, (long long)H, (long long)T, (long long)D);
-        tg_ctx *ctx = tg_ctx_new(5);
-        tg_set_threads(ctx, o->threads);
-        attn_arg a = {ctx, NULL, NULL, NULL, NULL, f == 1, 0};
-        a.q = tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(B, H, T, D), 0, 1));
-        a.k = tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(B, H, T, D), 0, 1));
-        a.v = tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(B, H, T, D), 0, 1));
-        a.dO = prand(ctx, TG_F32, TG_SHAPE(B, H, T, D), 0, 1);
-        bn_timing t = bn_time(attn_step, &a, o->budget, 5, 2e-3);
+        attn_arg a = attn_setup(f == 1);
+        tg_ctx *ctx = a.ctx;
+        row *r = rs[f] = new_row("attention", "attention %s f32 %lldx%lldx%lldx%lld causal", form, (long long)B,
+                                 (long long)H, (long long)T, (long long)D);
+        bn_timing t = time_ours(r, ctx, o->threads, attn_step, &a, o->budget, 5, 2e-3);
         if (!tg_ok(ctx)) die_ctx(ctx, "attention");
         tg_ctx_free(ctx);
         const double flops = 6.0 * (double)(B * H) * (double)(T * T) * (double)D;
-        row *r = rs[f] = new_row("attention", "attention %s f32 %lldx%lldx%lldx%lld causal", form, (long long)B,
-                                 (long long)H, (long long)T, (long long)D);
         ours[f] = r->ours_s = t.median_s;
         saved[f] = a.saved;
         r->rate = flops / t.median_s * 1e-9;
         snprintf(r->unit, sizeof r->unit, "GFLOP/s");
-        r->frac = r->rate / lim->fma.f32_gflops;
+        r->frac = r->rate / fma32_for(lim, o->threads);
         snprintf(r->limit_name, sizeof r->limit_name, "FMA f32");
-        r->torch_s = torch_time("attn %s %lld %lld %lld %lld", f ? "sdpa" : "composed", (long long)B, (long long)H,
-                                (long long)T, (long long)D);
-        r->ratio_torch = r->torch_s / r->ours_s;
+        torch_time(r, "attn %s %lld %lld %lld %lld", f ? "sdpa" : "composed", (long long)B, (long long)H, (long long)T,
+                   (long long)D);
     }
     /* what each form keeps for backward: the tape's count (lse plus q, k, v
      * and o kept by pointer, against kT, q, the mask, P twice and v), and
@@ -727,7 +922,12 @@ static void bench_gpt(const options *o, const limits *lim) {
         if (!strcmp(rows[i].group, "linear") && strstr(rows[i].name, "4096")) linear_rate = rows[i].rate;
     if (isnan(linear_rate)) {
         progress("Linear 4096x768x3072, the GEMM rate the GPT rows compare with");
-        linear_rate = 6.0 * 4096 * 768 * 3072 / time_linear(o, 4096, 768, 3072, o->threads).median_s * 1e-9;
+        row scratch = {0}; /* for time_ours' bookkeeping; not printed */
+        linear_arg la = linear_setup(4096, 768, 3072);
+        const double t = time_ours(&scratch, la.ctx, o->threads, linear_step, &la, o->budget, 5, 2e-3).median_s;
+        if (!tg_ok(la.ctx)) die_ctx(la.ctx, "Linear");
+        tg_ctx_free(la.ctx);
+        linear_rate = 6.0 * 4096 * 768 * 3072 / t * 1e-9;
     }
     for (int s = 0; s < 2; s++) {
         const int64_t L = cfg[s].L, H = cfg[s].H, C = cfg[s].C, T = cfg[s].T, B = cfg[s].B;
@@ -735,19 +935,18 @@ static void bench_gpt(const options *o, const limits *lim) {
                  (long long)C, (long long)T, (long long)B);
         gpt_arg a;
         gpt_init(&a, o->threads, L, H, C, T, B);
-        size_t cap_after_timing, cap;
-        bn_timing t = time_training_step(o, gpt_step, &a, a.ctx, &a.measure, &cap_after_timing, &cap, "GPT step");
-        const double flops = gpt_flops(L, C, T, B), gflops = flops / t.median_s * 1e-9;
         row *r = new_row("gpt", "GPT-2 step %s L%lld C%lld T%lld B%lld AdamW", cfg[s].name, (long long)L, (long long)C,
                          (long long)T, (long long)B);
+        size_t cap_after_timing, cap;
+        bn_timing t = time_training_step(o, r, gpt_step, &a, a.ctx, &a.measure, &cap_after_timing, &cap, "GPT step");
+        const double flops = gpt_flops(L, C, T, B), gflops = flops / t.median_s * 1e-9;
         r->ours_s = t.median_s;
         r->rate = 1.0 / t.median_s;
         snprintf(r->unit, sizeof r->unit, "steps/s");
-        r->frac = gflops / lim->fma.f32_gflops;
+        r->frac = gflops / fma32_for(lim, o->threads);
         snprintf(r->limit_name, sizeof r->limit_name, "FMA f32");
-        r->torch_s = torch_time("gpt gpt2 %lld %lld %lld %lld %lld", (long long)L, (long long)H, (long long)C,
-                                (long long)T, (long long)B);
-        r->ratio_torch = r->torch_s / r->ours_s;
+        torch_time(r, "gpt gpt2 %lld %lld %lld %lld %lld", (long long)L, (long long)H, (long long)C, (long long)T,
+                   (long long)B);
         snprintf(r->extra, sizeof r->extra,
                  "%.0f tokens/s; %.2f M params; %.2f GFLOP/step at %.1f GFLOP/s (%.0f%% of the Linear row's "
                  "%.1f); llm.c's quoted %.0f ms -> %.1fx",
@@ -761,22 +960,12 @@ static void bench_gpt(const options *o, const limits *lim) {
             row *q =
                 memory_row(&a.params, a.opt, a.peak, a.saved, cap, cap_after_timing, "GPT-2 step small peak memory");
             add_target(q, "GPT-2 step small peak memory / needed", q->frac, 1.2, false, "x");
-            /* 2 threads against 1, alternating, fastest calls (bench_scaling) */
-            const int nt = o->threads > 2 ? o->threads : 2;
-            double wall[2][ROUNDS], cpu[2][ROUNDS];
-            alternate_threads(a.ctx, gpt_step, &a, nt, wall, cpu);
-            if (!tg_ok(a.ctx)) die_ctx(a.ctx, "GPT step");
-            row *w = new_row("scaling", "GPT-2 step small %dT vs 1T", nt);
-            w->ours_s = wall[1][0];
-            w->rate = 1.0 / wall[1][0];
-            snprintf(w->unit, sizeof w->unit, "steps/s");
-            snprintf(w->extra, sizeof w->extra,
-                     "wall, fastest of %d alternating steps: 1T %.0f ms, %dT %.0f ms; CPU 1T %.0f ms, %dT %.0f ms "
-                     "-> %.2fx on free cores; load %.1f on %ld CPUs",
-                     ROUNDS, wall[0][0] * 1e3, nt, wall[1][0] * 1e3, cpu[0][ROUNDS / 2] * 1e3, nt,
-                     cpu[1][ROUNDS / 2] * 1e3, nt * cpu[0][ROUNDS / 2] / cpu[1][ROUNDS / 2], bn_loadavg(),
-                     sysconf(_SC_NPROCESSORS_ONLN));
-            add_target(w, "GPT-2 step small 2 threads vs 1 thread", wall[0][0] / wall[1][0], 1.7, true, "x");
+            /* n threads against 1, alternating (bench_scaling) */
+            a.measure = false;
+            row *w = scaling_row(o, lim, "GPT-2 step small", a.ctx, gpt_step, &a, flops * 1e-9, "GFLOP/s",
+                                 lim->fma[1].f32_gflops / lim->fma[0].f32_gflops, "FMA");
+            snprintf(what, sizeof what, "GPT-2 step small %d threads vs 1 thread", lim->nt);
+            add_target(w, what, w->t1_s / w->tn_s, lim->nt == 2 ? 1.7 : 0.85 * lim->nt, true, "x");
         }
         gpt_free(&a);
     }
@@ -796,22 +985,124 @@ static void tiny_step(void *p) {
     tg_ctx_reset(t->ctx);
 }
 
-static void bench_tiny(const options *o) {
-    progress("tiny op");
+static tiny_arg tiny_setup(void) {
     tg_ctx *ctx = tg_ctx_new(4);
-    tg_set_threads(ctx, o->threads);
     tiny_arg a = {ctx, tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(1), 0, 1)),
                   tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(1), 0, 1))};
-    bn_timing t = bn_time(tiny_step, &a, o->budget, 11, 5e-3);
-    if (!tg_ok(ctx)) die_ctx(ctx, "tiny op");
-    tg_ctx_free(ctx);
+    return a;
+}
+
+static void bench_tiny(const options *o) {
+    progress("tiny op");
     row *r = new_row("tiny", "tiny op: add 1-elem + backward + reset");
+    tiny_arg a = tiny_setup();
+    bn_timing t = time_ours(r, a.ctx, o->threads, tiny_step, &a, o->budget, 11, 5e-3);
+    if (!tg_ok(a.ctx)) die_ctx(a.ctx, "tiny op");
+    tg_ctx_free(a.ctx);
     r->ours_s = t.median_s;
     r->rate = t.median_s * 1e9;
     snprintf(r->unit, sizeof r->unit, "ns/op");
-    r->torch_s = torch_time("tiny");
-    r->ratio_torch = r->torch_s / r->ours_s;
+    torch_time(r, "tiny");
     add_target(r, "tiny op record+backward", t.median_s * 1e6, 0.3, false, "us");
+}
+
+/* ---- --contend: 2 threads against 1 with a core taken -------------------- */
+
+/* step(arg) with 1 and with nt threads while the spinner holds one CPU,
+ * alternating sample by sample (each sample >= 5 ms of calls), in wall
+ * time: the median n-thread sample against the median 1-thread sample.
+ * Goal: at most 10% slower. */
+static void contend_row(const options *o, const char *name, tg_ctx *ctx, void (*step)(void *), void *arg, int nt) {
+    progress("contend: %s", name);
+    row *r = new_row("contend", "%s", name);
+    tg_set_threads(ctx, nt);
+    step(arg);
+    tg_set_threads(ctx, 1);
+    step(arg);
+    double t0 = bn_now();
+    step(arg);
+    double once = bn_now() - t0;
+    if (once < 1e-4) { /* tiny calls: a better estimate */
+        t0 = bn_now();
+        for (int i = 0; i < 100; i++) step(arg);
+        once = (bn_now() - t0) / 100;
+    }
+    const int inner = once >= 5e-3 ? 1 : (int)(5e-3 / once) + 1;
+    int rounds = (int)(2 * o->budget / (2 * once * inner));
+    rounds = rounds < 9 ? 9 : rounds > 41 ? 41 : rounds;
+    double wall[2][41];
+    meter a = meter_now();
+    for (int i = 0; i < rounds; i++) {
+        for (int k = 0; k < 2; k++) {
+            const int kk = i % 2 ? 1 - k : k; /* alternate which goes first */
+            tg_set_threads(ctx, kk ? nt : 1);
+            double w0 = bn_now();
+            for (int j = 0; j < inner; j++) step(arg);
+            wall[kk][i] = (bn_now() - w0) / inner;
+        }
+    }
+    meter b = meter_now();
+    note_others(r, &a, &b);
+    if (!tg_ok(ctx)) die_ctx(ctx, name);
+    r->t1_s = median_of(wall[0], rounds);
+    r->tn_s = median_of(wall[1], rounds);
+    r->ours_s = r->tn_s;
+    const double spin = b.spin - a.spin, wall_s = b.wall - a.wall;
+    snprintf(r->extra, sizeof r->extra,
+             "%d alternating samples of %d call%s; fastest 1T %.3g ms, %dT %.3g ms; spinner had %.0f%% of a CPU",
+             rounds, inner, inner == 1 ? "" : "s", wall[0][0] * 1e3, nt, wall[1][0] * 1e3, 100 * spin / wall_s);
+    char what[96];
+    snprintf(what, sizeof what, "%.48s: %d threads vs 1, contended", name, nt);
+    add_target(r, what, r->tn_s / r->t1_s, 1.10, false, "x");
+}
+
+static void run_contend(const options *o, int nt) {
+    char name[64];
+    if (!o->only || !strcmp(o->only, "norm")) {
+        for (int kind = 0; kind < 2; kind++)
+            for (int dti = 0; dti < 2; dti++)
+                for (int s = 0; s < 3; s++) {
+                    const int64_t N = norm_shapes[s][0], C = norm_shapes[s][1];
+                    norm_arg a = norm_setup(kind, dti ? TG_F64 : TG_F32, N, C);
+                    snprintf(name, sizeof name, "%s %s %lldx%lld fwd+bwd", norm_names[kind], dti ? "f64" : "f32",
+                             (long long)N, (long long)C);
+                    contend_row(o, name, a.ctx, norm_step, &a, nt);
+                    tg_ctx_free(a.ctx);
+                }
+    }
+    if (!o->only || !strcmp(o->only, "linear")) {
+        for (int s = 0; s < 3; s++) {
+            const int64_t M = linear_shapes[s][0], K = linear_shapes[s][1], N = linear_shapes[s][2];
+            linear_arg a = linear_setup(M, K, N);
+            snprintf(name, sizeof name, "Linear f32 %lldx%lldx%lld fwd+bwd", (long long)M, (long long)K, (long long)N);
+            contend_row(o, name, a.ctx, linear_step, &a, nt);
+            tg_ctx_free(a.ctx);
+        }
+    }
+    if (!o->only || !strcmp(o->only, "mlp")) {
+        for (int s = 0; s < 2; s++) {
+            const int64_t H = mlp_sizes[s][0], B = mlp_sizes[s][1];
+            mlp m;
+            mlp_init(&m, H, B);
+            snprintf(name, sizeof name, "MLP step 784-%lld-%lld-10 b%lld Adam", (long long)H, (long long)H,
+                     (long long)B);
+            contend_row(o, name, m.ctx, mlp_step, &m, nt);
+            mlp_free(&m);
+        }
+    }
+    if (!o->only || !strcmp(o->only, "attention")) {
+        for (int f = 1; f >= 0; f--) {
+            attn_arg a = attn_setup(f == 1);
+            snprintf(name, sizeof name, "attention %s f32 4x6x256x64 causal", f ? "fused" : "composed");
+            contend_row(o, name, a.ctx, attn_step, &a, nt);
+            tg_ctx_free(a.ctx);
+        }
+    }
+    if (!o->only || !strcmp(o->only, "tiny")) {
+        tiny_arg a = tiny_setup();
+        contend_row(o, "tiny op: add 1-elem + backward + reset", a.ctx, tiny_step, &a, nt);
+        tg_ctx_free(a.ctx);
+    }
 }
 
 /* ---- output -------------------------------------------------------------- */
@@ -837,7 +1128,10 @@ static void target_text(char *buf, size_t size, const target *t) {
     }
 }
 
-static void print_table(FILE *out, const options *o, const limits *lim, double load_start) {
+/* Rows measured while other jobs took more than this many CPUs get a '!'. */
+#define BUSY_ROW 0.5
+
+static void fill_target_texts(void) {
     for (int i = 0; i < ntargets; i++) {
         row *r = &rows[targets[i].row];
         char txt[128];
@@ -845,6 +1139,9 @@ static void print_table(FILE *out, const options *o, const limits *lim, double l
         size_t len = strlen(r->target);
         snprintf(r->target + len, sizeof r->target - len, "%s%s", len ? "; " : "", txt);
     }
+}
+
+static void print_table(FILE *out) {
     fprintf(out, "%-44s %10s %14s %10s %10s %9s %10s %8s  %s\n", "case", "ours", "rate", "of limit", "PyTorch",
             "speedup", "OpenBLAS", "vs BLAS", "target");
     char last_group[12] = "";
@@ -852,7 +1149,8 @@ static void print_table(FILE *out, const options *o, const limits *lim, double l
         const row *r = &rows[i];
         if (strcmp(r->group, last_group) && i) fprintf(out, "\n");
         snprintf(last_group, sizeof last_group, "%s", r->group);
-        char ours[24], torch[24], blas[24], rate[32], frac[32], sp[16], vb[16];
+        char name[52], ours[24], torch[24], blas[24], rate[32], frac[32], sp[16], vb[16];
+        snprintf(name, sizeof name, "%s%s", r->others > BUSY_ROW ? "!" : "", r->name);
         fmt_time(ours, sizeof ours, r->ours_s);
         fmt_time(torch, sizeof torch, r->torch_s);
         fmt_time(blas, sizeof blas, r->blas_s);
@@ -865,48 +1163,71 @@ static void print_table(FILE *out, const options *o, const limits *lim, double l
         else snprintf(sp, sizeof sp, "%.2fx", r->ratio_torch);
         if (isnan(r->ratio_blas)) snprintf(vb, sizeof vb, "-");
         else snprintf(vb, sizeof vb, "%.2fx", r->ratio_blas);
-        fprintf(out, "%-44s %10s %14s %10s %10s %9s %10s %8s  %s\n", r->name, ours, rate, frac, torch, sp, blas, vb,
+        fprintf(out, "%-44s %10s %14s %10s %10s %9s %10s %8s  %s\n", name, ours, rate, frac, torch, sp, blas, vb,
                 r->target);
         if (r->extra[0]) fprintf(out, "%-44s   %s\n", "", r->extra);
     }
+}
+
+static void print_contend_table(FILE *out, int nt) {
+    char hdr[24], hr[24];
+    snprintf(hdr, sizeof hdr, "%d threads", nt);
+    snprintf(hr, sizeof hr, "%dT/1T", nt);
+    fprintf(out, "%-44s %10s %10s %8s %7s  %s\n", "case (one CPU taken by a spinner)", "1 thread", hdr, hr, "others",
+            "target");
+    for (int i = 0; i < nrows; i++) {
+        const row *r = &rows[i];
+        char t1[24], tn[24], ratio[16], oth[16];
+        fmt_time(t1, sizeof t1, r->t1_s);
+        fmt_time(tn, sizeof tn, r->tn_s);
+        snprintf(ratio, sizeof ratio, "%.2fx", r->tn_s / r->t1_s);
+        snprintf(oth, sizeof oth, "%.1f", r->others);
+        fprintf(out, "%-44s %10s %10s %8s %7s  %s\n", r->name, t1, tn, ratio, oth, r->target);
+        if (r->extra[0]) fprintf(out, "%-44s   %s\n", "", r->extra);
+    }
+}
+
+/* What limits each missed target, from this run's own measurements. */
+static void print_summary(FILE *out, const options *o) {
     int met = 0, known = 0;
     for (int i = 0; i < ntargets; i++) met += targets[i].met, known += targets[i].known;
-    fprintf(out, "\ntargets met: %d of %d (%d measured)%s\n", met, ntargets, known,
-            o->threads == 1 ? "" : "  [the targets are defined for 1 thread]");
-    /* what limits each missed target, from this run's own measurements */
-    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    const double load = fmax(load_start, bn_loadavg());
+    fprintf(out, "\ntargets met: %d of %d (%d measured)\n", met, ntargets, known);
+    const int ncpu = bn_cpu_count();
     for (int i = 0; i < ntargets; i++) {
         const target *t = &targets[i];
         if (!t->known || t->met) continue;
         const row *r = &rows[t->row];
         fprintf(out, "missed: %s -- ", t->what);
+        char busy[96] = "";
+        if (!isnan(r->others))
+            snprintf(busy, sizeof busy, "other jobs used %.1f of %d CPUs while it was timed", r->others, ncpu);
         if (!strcmp(r->group, "scaling"))
             fprintf(out,
-                    "wall-clock scaling needs %d free cores; load average %.1f on %ld CPUs during this "
-                    "run. The CPU time above says what the split allows on free cores.\n",
-                    o->threads > 2 ? o->threads : 2, load, ncpu);
+                    "wall-clock scaling needs %d free cores; %s. The CPU time beside it says what the split allows "
+                    "on free cores.\n",
+                    o->threads > 2 ? o->threads : 2, busy);
         else if (!strcmp(r->group, "norm"))
             fprintf(out,
-                    "memory-bound: other jobs' traffic and cache use count against it (load %.1f on %ld "
-                    "CPUs); compare the other norm rows of this run.\n",
-                    load, ncpu);
+                    "memory-bound: other jobs' memory traffic and cache use count against it (%s); compare the "
+                    "other norm rows of this run.\n",
+                    busy);
+        else if (!strcmp(r->group, "contend"))
+            fprintf(out, "see the row's samples above (%s, beside the spinner).\n", busy);
         else if (!strcmp(r->group, "attention") && strstr(t->what, "saved bytes"))
             fprintf(out, "the tape counts the inputs and output a record keeps by pointer: the fused op's q, k, v, o "
                          "(4 T D per pair) against the composed form's q, k^T, v and P twice (3 T D + 2 T^2), so the "
                          "total falls below 1/8 only from T of about 15 D; beyond q, k, v, o it is one double per "
                          "row against T^2 (the next target, and docs/attention-gradients.md).\n");
-        else fprintf(out, "see the row's numbers above (load %.1f on %ld CPUs).\n", load, ncpu);
+        else fprintf(out, "see the row's numbers above (%s).\n", busy);
     }
-    char fma[160];
-    fprintf(out,
-            "limits (%d thread%s): DRAM copy %.1f GB/s, triad %.1f GB/s (best of runs, 256 MiB arrays); "
-            "FMA peak f32 %.1f GFLOP/s, f64 %.1f GFLOP/s (%s)\n",
-            o->threads, o->threads == 1 ? "" : "s", lim->stream.copy_gbs, lim->stream.triad_gbs, lim->fma.f32_gflops,
-            lim->fma.f64_gflops, bn_fma_describe(fma, sizeof fma, &lim->fma));
 }
 
+/* s as a JSON string; NULL (a limit --contend does not measure) as null */
 static void json_str(FILE *f, const char *s) {
+    if (!s) {
+        fputs("null", f);
+        return;
+    }
     fputc('"', f);
     for (; *s; s++) {
         if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
@@ -932,36 +1253,58 @@ static void json_knum(FILE *f, const char *pre, const char *key, double v) {
     json_num(f, v);
 }
 
-static bool write_json(const char *path, const options *o, const limits *lim, const char *date, const char *cpu,
-                       double load0, double load1) {
+typedef struct run_info {
+    char date[64], cpu[128], blas_core[64];
+    double load0, load1;
+    double others_run; /* CPUs other jobs used over the whole run */
+    int default_threads;
+} run_info;
+
+static bool write_json(const char *path, const options *o, const limits *lim, const run_info *ri) {
     FILE *f = fopen(path, "w");
     if (!f) return false;
-    json_kstr(f, "{\n  ", "date", date);
-    json_kstr(f, ",\n  ", "cpu", cpu);
+    json_kstr(f, "{\n  ", "date", ri->date);
+    json_kstr(f, ",\n  ", "cpu", ri->cpu);
     fprintf(f, ",\n  \"threads\": %d", o->threads);
+    fprintf(f, ",\n  \"default_threads\": %d", ri->default_threads);
+    fprintf(f, ",\n  \"contend\": %s", o->contend ? "true" : "false");
     json_kstr(f, ",\n  ", "gemm_kernel", tg_gemm_kernel_name());
     fprintf(f, ",\n  \"torch\": ");
-    if (torch_srv.version[0]) json_str(f, torch_srv.version);
+    if (nsrv && srv[0].version[0]) json_str(f, srv[0].version);
     else fprintf(f, "null");
-    fprintf(f, ",\n  \"torch_threads\": %d", torch_srv.threads);
+    fprintf(f, ",\n  \"torch_threads\": %d", nsrv ? srv[0].threads : 0);
+    fprintf(f, ",\n  \"torch_wait_policies\": [");
+    for (int k = 0; k < nsrv; k++) fprintf(f, "%s\"%s\"", k ? ", " : "", srv_pol[k] ? "PASSIVE" : "default");
+    fprintf(f, "]");
+    json_knum(f, ",\n  ", "torch_cpu_while_ours_s", quiet.torch_cpu);
+    json_knum(f, ",\n  ", "settle_max_s", quiet.settle_max);
+    fprintf(f, ",\n  \"settle_failed\": %d", quiet.settle_fail);
     fprintf(f, ",\n  \"clock\": \"%s\"", bn_cpu_clock() ? "process_cpu" : "wall");
     json_kstr(f, ",\n  ", "torch_malloc", o->warm_malloc ? "warm" : "default");
+    json_kstr(f, ",\n  ", "openblas_core", ri->blas_core);
     fprintf(f, ",\n  \"openblas_env_unset\": %s",
             getenv("OPENBLAS_CORETYPE") || getenv("OPENBLAS_L2_SIZE") ? "false" : "true");
     fprintf(f, ",\n  \"loadavg\": [");
-    json_num(f, load0);
+    json_num(f, ri->load0);
     fprintf(f, ", ");
-    json_num(f, load1);
-    json_knum(f, "],\n  \"limits\": {", "copy_gbs", lim->stream.copy_gbs);
-    json_knum(f, ", ", "triad_gbs", lim->stream.triad_gbs);
-    json_knum(f, ", ", "fma_f32_gflops", lim->fma.f32_gflops);
-    json_knum(f, ", ", "fma_f64_gflops", lim->fma.f64_gflops);
-    json_kstr(f, ", ", "isa", lim->fma.isa);
-    const bool clock_known = lim->fma.clock_ghz > 0;
-    json_knum(f, ", ", "clock_ghz", clock_known ? lim->fma.clock_ghz : NAN);
-    json_knum(f, ", ", "fma_f32_theory_gflops", clock_known ? lim->fma.f32_theory : NAN);
-    json_knum(f, ", ", "fma_f64_theory_gflops", clock_known ? lim->fma.f64_theory : NAN);
-    fprintf(f, "},\n  \"cases\": [\n");
+    json_num(f, ri->load1);
+    fprintf(f, "]");
+    json_knum(f, ",\n  ", "others_cpus_run", ri->others_run);
+    json_knum(f, ",\n  ", "others_cpus_max", quiet.others_max);
+    for (int k = 0; k < 2; k++) {
+        fprintf(f, ",\n  \"limits_%dT\": {", k ? lim->nt : 1);
+        json_knum(f, "", "copy_gbs", lim->stream[k].copy_gbs);
+        json_knum(f, ", ", "triad_gbs", lim->stream[k].triad_gbs);
+        json_knum(f, ", ", "fma_f32_gflops", lim->fma[k].f32_gflops);
+        json_knum(f, ", ", "fma_f64_gflops", lim->fma[k].f64_gflops);
+        json_kstr(f, ", ", "isa", lim->fma[k].isa);
+        const bool clock_known = lim->fma[k].clock_ghz > 0;
+        json_knum(f, ", ", "clock_ghz", clock_known ? lim->fma[k].clock_ghz : NAN);
+        json_knum(f, ", ", "fma_f32_theory_gflops", clock_known ? lim->fma[k].f32_theory : NAN);
+        json_knum(f, ", ", "fma_f64_theory_gflops", clock_known ? lim->fma[k].f64_theory : NAN);
+        fprintf(f, "}");
+    }
+    fprintf(f, ",\n  \"cases\": [\n");
     for (int i = 0; i < nrows; i++) {
         const row *r = &rows[i];
         json_kstr(f, "    {", "name", r->name);
@@ -972,10 +1315,15 @@ static bool write_json(const char *path, const options *o, const limits *lim, co
         json_knum(f, ", ", "fraction_of_limit", r->frac);
         json_kstr(f, ", ", "limit", r->limit_name);
         json_knum(f, ", ", "torch_s", r->torch_s);
+        json_knum(f, ", ", "torch_default_wait_s", r->torch_pol[0]);
+        json_knum(f, ", ", "torch_passive_wait_s", r->torch_pol[1]);
         json_knum(f, ", ", "speedup_vs_torch", r->ratio_torch);
         json_knum(f, ", ", "openblas_s", r->blas_s);
         json_knum(f, ", ", "openblas_rate", r->blas_rate);
         json_knum(f, ", ", "ratio_vs_openblas", r->ratio_blas);
+        json_knum(f, ", ", "t1_s", r->t1_s);
+        json_knum(f, ", ", "tn_s", r->tn_s);
+        json_knum(f, ", ", "others_cpus", r->others);
         json_kstr(f, ", ", "note", r->extra);
         fprintf(f, "}%s\n", i + 1 < nrows ? "," : "");
     }
@@ -994,13 +1342,67 @@ static bool write_json(const char *path, const options *o, const limits *lim, co
     return fclose(f) == 0;
 }
 
+/* The header: when, where, how many threads, how quiet, how PyTorch and
+ * OpenBLAS ran. */
+static void print_header(FILE *out, const options *o, const run_info *ri, const bn_blas *blas) {
+    struct utsname un;
+    if (uname(&un) != 0) snprintf(un.release, sizeof un.release, "?");
+    const int ncpu = bn_cpu_count();
+    fprintf(out, "tapegrad benchmark, %s, %s (%s), %d thread%s%s, gemm kernel %s\n", ri->date, ri->cpu, un.release,
+            o->threads, o->threads == 1 ? "" : "s", o->contend ? " against 1 with one CPU taken (--contend)" : "",
+            tg_gemm_kernel_name());
+    fprintf(out,
+            "threads: --threads %d; a program that does not choose gets %d here (TG_THREADS=N when set, else the "
+            "CPUs it may use: affinity mask, cgroup quota)\n",
+            o->threads, ri->default_threads);
+    const bool quiet_load = ri->load0 < 1.5;
+    const bool quiet_run = !(ri->others_run > 0.25);
+    fprintf(out,
+            "machine: %d CPUs; load average %.1f before the run, %.1f after; other jobs used %.2f CPUs on average "
+            "while ours was timed (at most %.1f; rows marked ! had > %.1f) -> %s\n",
+            ncpu, ri->load0, ri->load1, ri->others_run, quiet.others_max, BUSY_ROW,
+            quiet_load && quiet_run ? "quiet"
+                                    : "NOT QUIET: wall-clock figures (2 threads, scaling) are unreliable; "
+                                      "1-thread figures use CPU time");
+    if (nsrv && srv[0].version[0]) {
+        char pol[96] = "no OpenMP workers at 1 thread, so no wait policy applies";
+        if (o->threads > 1) {
+            if (nsrv == 2)
+                snprintf(pol, sizeof pol,
+                         "each case on two servers, OpenMP's default wait and OMP_WAIT_POLICY=PASSIVE, "
+                         "the faster counts");
+            else snprintf(pol, sizeof pol, "OMP_WAIT_POLICY=%s", srv_pol[0] ? "PASSIVE" : "(default)");
+        }
+        fprintf(out,
+                "PyTorch: %s, %d thread%s, OPENBLAS_NUM_THREADS=%d; %s; settled (idle) before each of our timings: "
+                "longest wait %.0f ms%s, its CPU while ours ran %.1f ms in all%s\n",
+                srv[0].version, srv[0].threads, srv[0].threads == 1 ? "" : "s", o->threads, pol, quiet.settle_max * 1e3,
+                quiet.settle_fail ? " (some did not settle in 3 s)" : "", quiet.torch_cpu * 1e3,
+                o->warm_malloc ? "; glibc malloc kept warm (MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_ raised)"
+                               : "; default glibc malloc");
+    } else if (!o->contend) {
+        fprintf(out, "PyTorch: not available\n");
+    }
+    if (!o->contend) {
+        const bool blas_env = getenv("OPENBLAS_CORETYPE") || getenv("OPENBLAS_L2_SIZE");
+        fprintf(out, "OpenBLAS: %s%s%s%s\n", blas->lib ? "libopenblas (dlopen), core " : "not found",
+                blas->lib ? ri->blas_core : "",
+                blas->lib && blas_env ? ", OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE set: "
+                : blas->lib           ? ", OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE unset (its own choice)"
+                                      : "",
+                blas->lib && blas_env ? "a chosen kernel (compare with our build's kernel)" : "");
+    }
+    fprintf(out, "\n");
+}
+
 /* ---- main ---------------------------------------------------------------- */
 
 static void usage(const char *argv0) {
     fprintf(stderr,
             "usage: %s [--threads N] [--json FILE] [--budget SECONDS] [--no-torch] [--no-blas]\n"
             "          [--python PATH] [--torch-script PATH] [--torch-malloc warm|default]\n"
-            "          [--clock auto|wall|cpu] [--only norm|linear|scaling|mlp|attention|gpt|tiny]\n"
+            "          [--clock auto|wall|cpu] [--torch-wait default|passive|both]\n"
+            "          [--only norm|linear|scaling|mlp|attention|gpt|tiny] [--contend]\n"
             "fair OpenBLAS/PyTorch case: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE %s ...\n",
             argv0, argv0);
 }
@@ -1015,10 +1417,52 @@ static void default_script(char *buf, size_t size) {
 
 static bool run_group(const options *o, const char *g) { return !o->only || !strcmp(o->only, g); }
 
+/* The PyTorch server(s), per --torch-wait. */
+static void start_torch(const options *o) {
+    int want = o->torch_wait;
+    if (want == WAIT_AUTO) want = o->threads > 1 ? WAIT_BOTH : WAIT_DEFAULT;
+    nsrv = 0;
+    if (want == WAIT_DEFAULT || want == WAIT_BOTH) srv_pol[nsrv++] = 0;
+    if (want == WAIT_PASSIVE || want == WAIT_BOTH) srv_pol[nsrv++] = 1;
+    if (o->warm_malloc) {
+        /* glibc: serve big blocks from the heap and never give freed
+         * memory back, so PyTorch's temporaries reuse warm pages (as our
+         * arena does) instead of faulting in fresh ones every call */
+        setenv("MALLOC_MMAP_THRESHOLD_", "1073741824", 1);
+        setenv("MALLOC_TRIM_THRESHOLD_", "4294967296", 1);
+    }
+    for (int k = 0; k < nsrv; k++) {
+        progress("starting PyTorch (%s %s)%s", o->python, o->torch_script,
+                 srv_pol[k] ? ", OMP_WAIT_POLICY=PASSIVE" : "");
+        bn_torch_start(&srv[k], o->python, o->torch_script, o->threads, o->budget, bn_cpu_clock(),
+                       srv_pol[k] ? "PASSIVE" : NULL);
+        if (!srv[k].ok) progress("no PyTorch: %s", srv[k].why);
+    }
+    if (o->warm_malloc) {
+        unsetenv("MALLOC_MMAP_THRESHOLD_");
+        unsetenv("MALLOC_TRIM_THRESHOLD_");
+    }
+}
+
+/* passive / default time ratio over the rows with both, into the footer */
+static void print_policy_ratio(FILE *out) {
+    double q[MAX_ROWS];
+    int n = 0;
+    for (int i = 0; i < nrows; i++)
+        if (!isnan(rows[i].torch_pol[0]) && !isnan(rows[i].torch_pol[1]))
+            q[n++] = rows[i].torch_pol[1] / rows[i].torch_pol[0];
+    if (!n) return;
+    const double med = median_of(q, n);
+    fprintf(out,
+            "PyTorch wait policy: PASSIVE / default time, median %.2f, range %.2f-%.2f over %d cases (below 1: "
+            "PASSIVE faster); the faster of the two is in the table\n",
+            med, q[0], q[n - 1], n);
+}
+
 int main(int argc, char **argv) {
     char script[4096];
     default_script(script, sizeof script);
-    options o = {1, NULL, 0.6, true, true, "/usr/bin/python3", script, true, NULL, 0};
+    options o = {1, NULL, 0.6, true, true, "/usr/bin/python3", script, true, NULL, 0, WAIT_AUTO, false};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has = i + 1 < argc;
@@ -1029,6 +1473,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--no-blas")) o.blas = false;
         else if (!strcmp(a, "--python") && has) o.python = argv[++i];
         else if (!strcmp(a, "--torch-script") && has) o.torch_script = argv[++i];
+        else if (!strcmp(a, "--contend")) o.contend = true;
         else if (!strcmp(a, "--torch-malloc") && has) {
             const char *v = argv[++i];
             if (strcmp(v, "warm") && strcmp(v, "default")) {
@@ -1036,6 +1481,16 @@ int main(int argc, char **argv) {
                 return 2;
             }
             o.warm_malloc = !strcmp(v, "warm");
+        } else if (!strcmp(a, "--torch-wait") && has) {
+            const char *v = argv[++i];
+            o.torch_wait = !strcmp(v, "default")   ? WAIT_DEFAULT
+                           : !strcmp(v, "passive") ? WAIT_PASSIVE
+                           : !strcmp(v, "both")    ? WAIT_BOTH
+                                                   : -1;
+            if (o.torch_wait < 0) {
+                usage(argv[0]);
+                return 2;
+            }
         } else if (!strcmp(a, "--clock") && has) {
             const char *v = argv[++i];
             o.clock = !strcmp(v, "auto") ? 0 : !strcmp(v, "wall") ? 1 : !strcmp(v, "cpu") ? 2 : -1;
@@ -1054,81 +1509,89 @@ int main(int argc, char **argv) {
         return 2;
     }
     /* auto: CPU time for one thread (robust on a shared machine), wall
-     * time for more (CPU time would add up the threads) */
-    bn_use_cpu_clock(o.clock == 2 || (o.clock == 0 && o.threads == 1));
+     * time for more (CPU time would add up the threads) and for --contend */
+    bn_use_cpu_clock(!o.contend && (o.clock == 2 || (o.clock == 0 && o.threads == 1)));
 
-    char date[64], cpu[128];
+    run_info ri;
+    memset(&ri, 0, sizeof ri);
     time_t now = time(NULL);
-    strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-    bn_cpu_name(cpu, sizeof cpu);
-    const double load0 = bn_loadavg();
-    const bool blas_env = getenv("OPENBLAS_CORETYPE") || getenv("OPENBLAS_L2_SIZE");
+    strftime(ri.date, sizeof ri.date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+    bn_cpu_name(ri.cpu, sizeof ri.cpu);
+    ri.load0 = bn_loadavg();
+    ri.default_threads = tg_default_threads();
+    const int nt = o.threads > 2 ? o.threads : 2;
 
-    /* 1. this machine's limits */
+    /* 1. this machine's limits, with 1 thread and with nt */
     limits lim;
-    progress("measuring the machine: STREAM (256 MiB arrays), FMA peak, %d thread%s", o.threads,
-             o.threads == 1 ? "" : "s");
-    /* best of many short runs: other jobs' memory traffic only lowers them */
-    lim.stream = bn_stream((size_t)256 << 20, o.threads, 15);
-    lim.fma = bn_fma_peak(o.threads, 9);
-    lim.dram_gbs = fmax(lim.stream.copy_gbs, lim.stream.triad_gbs);
-
-    /* 2. the references: OpenBLAS in this process, PyTorch as a server */
+    memset(&lim, 0, sizeof lim);
+    lim.nt = nt;
     bn_blas blas = {0};
-    if (o.blas) blas = bn_blas_open();
-    if (o.torch) {
-        progress("starting PyTorch (%s %s)", o.python, o.torch_script);
-        if (o.warm_malloc) {
-            /* glibc: serve big blocks from the heap and never give freed
-             * memory back, so PyTorch's temporaries reuse warm pages (as our
-             * arena does) instead of faulting in fresh ones every call */
-            setenv("MALLOC_MMAP_THRESHOLD_", "1073741824", 1);
-            setenv("MALLOC_TRIM_THRESHOLD_", "4294967296", 1);
+    if (!o.contend) {
+        progress("measuring the machine: STREAM (256 MiB arrays), FMA peak, 1 and %d threads", nt);
+        for (int k = 0; k < 2; k++) {
+            /* best of many short runs: other jobs' memory traffic only lowers them */
+            lim.stream[k] = bn_stream((size_t)256 << 20, k ? nt : 1, 15);
+            lim.fma[k] = bn_fma_peak(k ? nt : 1, 9);
+            lim.dram[k] = fmax(lim.stream[k].copy_gbs, lim.stream[k].triad_gbs);
         }
-        bn_torch_start(&torch_srv, o.python, o.torch_script, o.threads, o.budget, bn_cpu_clock());
-        if (o.warm_malloc) {
-            unsetenv("MALLOC_MMAP_THRESHOLD_");
-            unsetenv("MALLOC_TRIM_THRESHOLD_");
-        }
-        if (!torch_srv.ok) progress("no PyTorch: %s", torch_srv.why);
+        /* 2. the references: OpenBLAS in this process, PyTorch as servers */
+        if (o.blas) blas = bn_blas_open();
+        snprintf(ri.blas_core, sizeof ri.blas_core, "%s", blas.corename ? blas.corename() : "?");
+        if (o.torch) start_torch(&o);
     }
 
     /* 3. the cases */
-    if (run_group(&o, "norm")) bench_norms(&o, &lim);
-    if (run_group(&o, "linear")) bench_linear(&o, &lim, &blas);
-    if (run_group(&o, "scaling")) bench_scaling(&o, &lim);
-    if (run_group(&o, "mlp")) bench_mlp(&o, &lim);
-    if (run_group(&o, "attention")) bench_attention(&o, &lim);
-    if (run_group(&o, "gpt")) bench_gpt(&o, &lim);
-    if (run_group(&o, "tiny")) bench_tiny(&o);
-    const double load1 = bn_loadavg();
-    bn_torch_stop(&torch_srv);
+    meter m0 = meter_now();
+    if (o.contend) {
+        spinner = bn_spinner_start(bn_last_cpu());
+        progress("--contend: a process spins on CPU %d (pid %d); every case with 1 and %d threads", bn_last_cpu(),
+                 spinner, nt);
+        bn_nap_ms(100);
+        m0 = meter_now();
+        run_contend(&o, nt);
+    } else {
+        if (run_group(&o, "norm")) bench_norms(&o, &lim);
+        if (run_group(&o, "linear")) bench_linear(&o, &lim, &blas);
+        if (run_group(&o, "scaling")) bench_scaling(&o, &lim);
+        if (run_group(&o, "mlp")) bench_mlp(&o, &lim);
+        if (run_group(&o, "attention")) bench_attention(&o, &lim);
+        if (run_group(&o, "gpt")) bench_gpt(&o, &lim);
+        if (run_group(&o, "tiny")) bench_tiny(&o);
+    }
+    meter m1 = meter_now();
+    ri.others_run = meter_others(&m0, &m1);
+    ri.load1 = bn_loadavg();
+    bn_spinner_stop(spinner);
+    for (int k = 0; k < nsrv; k++) bn_torch_stop(&srv[k]);
 
     /* 4. the table */
-    struct utsname un;
-    if (uname(&un) != 0) snprintf(un.release, sizeof un.release, "?");
-    printf("tapegrad benchmark, %s, %s (%s), %d thread%s, gemm kernel %s, load average %.1f -> %.1f\n", date, cpu,
-           un.release, o.threads, o.threads == 1 ? "" : "s", tg_gemm_kernel_name(), load0, load1);
-    char tver[96] = "not available";
-    if (torch_srv.version[0])
-        snprintf(tver, sizeof tver, "%s, %d thread%s", torch_srv.version, torch_srv.threads,
-                 torch_srv.threads == 1 ? "" : "s");
-    printf("PyTorch: %s%s; OpenBLAS: %s%s\n\n", tver,
-           torch_srv.version[0] ? (o.warm_malloc ? " (glibc malloc kept warm: MALLOC_MMAP_THRESHOLD_/"
-                                                   "MALLOC_TRIM_THRESHOLD_ raised)"
-                                                 : " (default glibc malloc)")
-                                : "",
-           blas.lib ? "libopenblas (dlopen)" : "not found",
-           blas_env ? " -- WARNING: OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE are set: run with env -u for the fair case"
-                    : ", OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE unset (fair case)");
-    print_table(stdout, &o, &lim, load0);
-    printf("clock: %s\n", bn_cpu_clock() ? "process CPU time (user+sys), the same in PyTorch (time.process_time): "
-                                           "robust when other jobs share the cores; the scaling row uses wall time"
-                                         : "wall time");
-    printf("times are medians (after a warm-up) per call; speedup = PyTorch time / ours; vs BLAS = our GFLOP/s / "
-           "OpenBLAS's (3 sgemm calls); norm GB/s counts 5 N C elements (x twice, y, dy, dx)\n");
+    fill_target_texts();
+    print_header(stdout, &o, &ri, &blas);
+    if (o.contend) {
+        print_contend_table(stdout, nt);
+        print_summary(stdout, &o);
+        printf("times are medians of alternating samples in wall time; a process spinning on CPU %d the whole run; "
+               "others = CPUs other jobs used beside it\n",
+               bn_last_cpu());
+    } else {
+        print_table(stdout);
+        print_summary(stdout, &o);
+        char fma[2][160];
+        for (int k = 0; k < 2; k++) bn_fma_describe(fma[k], sizeof fma[k], &lim.fma[k]);
+        printf("limits: 1 thread: DRAM copy %.1f GB/s, triad %.1f GB/s; FMA peak f32 %.1f GFLOP/s, f64 %.1f (%s)\n",
+               lim.stream[0].copy_gbs, lim.stream[0].triad_gbs, lim.fma[0].f32_gflops, lim.fma[0].f64_gflops, fma[0]);
+        printf("        %d threads: DRAM copy %.1f GB/s, triad %.1f GB/s; FMA peak f32 %.1f GFLOP/s, f64 %.1f "
+               "(best of runs, 256 MiB arrays; 1 thread on its CPU clock, %d in wall time)\n",
+               nt, lim.stream[1].copy_gbs, lim.stream[1].triad_gbs, lim.fma[1].f32_gflops, lim.fma[1].f64_gflops, nt);
+        print_policy_ratio(stdout);
+        printf("clock: %s\n", bn_cpu_clock() ? "process CPU time (user+sys), the same in PyTorch (time.process_time): "
+                                               "robust when other jobs share the cores; the scaling rows use wall time"
+                                             : "wall time, the same in PyTorch");
+        printf("times are medians (after a warm-up) per call; speedup = PyTorch time / ours; vs BLAS = our GFLOP/s / "
+               "OpenBLAS's (3 sgemm calls); norm GB/s counts 5 N C elements (x twice, y, dy, dx)\n");
+    }
     if (o.json) {
-        if (!write_json(o.json, &o, &lim, date, cpu, load0, load1)) {
+        if (!write_json(o.json, &o, &lim, &ri)) {
             fprintf(stderr, "bench: cannot write %s\n", o.json);
             return 1;
         }

@@ -65,14 +65,19 @@
  * may be NULL when that gradient is not wanted. Zeroing is the caller's job.
  *
  * Threads and determinism
- *   threads <= 1 runs serially; threads > 1 uses up to that many OpenMP
- *   threads when compiled with OpenMP (CMake's TG_OPENMP, on when found),
- *   and is serial otherwise. Forward and dx are independent per row. dg and db
- *   are sums over rows: every thread count adds the rows into each dg[j],
- *   db[j] one at a time in row order 0..N-1 (with threads > 1, the rows are
- *   split into blocks; within a block dx is parallel over rows, then dg/db
- *   are parallel over columns). So results are bitwise identical for any
- *   thread count, with no scratch memory.
+ *   threads <= 1 runs serially; threads > 1 uses up to that many threads
+ *   of the task pool (tensor/parallel.h: work is handed out in tasks, and
+ *   the caller never waits for a helper that is not running), from
+ *   TG_NORM_PAR_MIN elements on. Forward and dx are independent per row.
+ *   dg and db are sums over rows, added in an order fixed by the shape and
+ *   the type, never by the thread count: the rows are cut into chunks
+ *   (tg_norm_chunks), each chunk's terms are summed from 0 in row order
+ *   into partials, and the partials are added into dg, db in chunk order;
+ *   rows too wide for the partials add straight into dg, db in row order
+ *   (dx parallel over a block's rows, then dg/db parallel over column
+ *   ranges). So results are bitwise identical for any thread count and any
+ *   subset of dx, dg, db, with no heap memory: the partials take at most
+ *   64 KiB of the caller's stack (layers/norm_reduce.inc).
  *   Within a row, sums use 32 fixed lanes combined in a fixed tree: the
  *   order is written in the code, not chosen by the compiler's vector
  *   width, so it is the same on every build and thread count.

@@ -7,6 +7,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 /* Row sums use TG_NORM_LANES independent double accumulators (element j
@@ -55,13 +56,27 @@
 #define TG_NORM_SAFE_LO (TG_F64 ? 0.0 : 0x1p-120)
 #define TG_NORM_SAFE_HI (TG_F64 ? HUGE_VAL : 0x1p+120)
 
-/* Rows per block in the threaded backward: sized so one block of x and one
- * of dy (about 256 KiB each) stay in L2 between the dx phase and the
- * dg/db phase. */
+/* Rows per block in the threaded backward's direct mode (rows too wide
+ * for chunked partials, see tg_norm_run_backward): sized so one block of x
+ * and one of dy (about 256 KiB each) stay in L2 between the dx phase and
+ * the dg/db phase. */
 #define TG_NORM_BLOCK_BYTES (256 * 1024)
 
 /* Below this many elements threads cost more than they save. */
 #define TG_NORM_PAR_MIN 32768
+
+/* The threaded row loops hand out tasks of about this many elements (whole
+ * rows): small enough that the threads stay balanced when one of them runs
+ * less (another job on its core), large enough that taking a task (one
+ * atomic add) costs nothing. */
+#define TG_NORM_TASK_ELEMS 16384
+
+/* The backward's dg/db partials live on the stack: at most this many bytes
+ * (chunks x C x 2 sums x the element size), and chunks of at
+ * least TG_NORM_CHUNK_MIN_ROWS rows, at most TG_NORM_CHUNKS_MAX chunks. */
+#define TG_NORM_PART_BYTES (64 * 1024)
+#define TG_NORM_CHUNK_MIN_ROWS 16
+#define TG_NORM_CHUNKS_MAX 64
 
 /* The fixed tree: lanes k and k + 16 first, then k and k + 8, ..., then
  * the tail. */
@@ -93,6 +108,26 @@ static inline double tg_norm_rstd_scaled(double ms1, int k, double eps) {
     double t = ms1 + ldexp(eps, -2 * k);
     if (isinf(t)) return 1.0 / sqrt(eps);
     return ldexp(1.0 / sqrt(t), -k);
+}
+
+/* Rows per task of the threaded row loops (at least one). */
+static inline int64_t tg_norm_task_rows(int64_t C) { return C >= TG_NORM_TASK_ELEMS ? 1 : TG_NORM_TASK_ELEMS / C; }
+
+/* The number of chunks the backward cuts N rows of C elements into for
+ * its dg/db sums, `part` bytes of partials per element of a row (2 x the
+ * element size: room for dg and db): as many as fit in TG_NORM_PART_BYTES, of at least
+ * TG_NORM_CHUNK_MIN_ROWS rows, at most TG_NORM_CHUNKS_MAX, rounded so that
+ * ceil(N / K)-row chunks cover N exactly K times. It depends on the shape
+ * and the type only, never on the thread count, so the sums' order does
+ * not either. 1 means the direct mode (no partials). */
+static inline int64_t tg_norm_chunks(int64_t N, int64_t C, int64_t part) {
+    int64_t k = TG_NORM_PART_BYTES / (C * part);
+    const int64_t by_rows = (N + TG_NORM_CHUNK_MIN_ROWS - 1) / TG_NORM_CHUNK_MIN_ROWS;
+    if (k > by_rows) k = by_rows;
+    if (k > TG_NORM_CHUNKS_MAX) k = TG_NORM_CHUNKS_MAX;
+    if (k <= 1) return 1;
+    const int64_t R = (N + k - 1) / k;
+    return (N + R - 1) / R;
 }
 
 /* Rows per block for the threaded backward (at least 4 per thread). */

@@ -10,19 +10,32 @@
 # Usage: scripts/bench.sh [MAKE_BUILD_DIR] [BENCH_ARGS...]
 #   MAKE_BUILD_DIR  the folder `make` builds in (ignored: the benchmark needs
 #                   a Release build, made in build-release/)
-#   BENCH_ARGS      passed to bench_vs_pytorch, e.g. --threads 2, --budget 1,
-#                   --only norm, --no-torch (see bench/vs_pytorch.c)
-# Environment: BENCH_THREADS (default 1), BENCH_JSON (default
-#   out/bench/bench.json), BENCH_BUILD (default build-release), BENCH_ARGS.
+#   BENCH_ARGS      passed to bench_vs_pytorch, e.g. --budget 1, --only norm,
+#                   --no-torch, --contend (see bench/vs_pytorch.c)
+# Environment: BENCH_THREADS (default 1: the thread count of ours, PyTorch's
+#   and OpenBLAS's; BENCH_THREADS=2 make bench prints the same rows with 2),
+#   BENCH_JSON (default out/bench/bench.json), BENCH_BUILD (default
+#   build-release, or build-release-avx2 with BENCH_ISA=avx2), BENCH_ARGS,
+#   BENCH_ISA=avx2: our AVX2+FMA kernels on an AVX-512 machine (-march=native
+#   -mno-avx512f, so the same tuning without AVX-512); OpenBLAS and PyTorch
+#   then run with OPENBLAS_CORETYPE=Haswell, its AVX2 kernels, unless
+#   OPENBLAS_CORETYPE is set.
 #
-# OpenBLAS and PyTorch run with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset
-# (both together), so OpenBLAS picks its own AVX-512 kernels and cache sizes:
-# the fair case.
+# By default OpenBLAS and PyTorch run with OPENBLAS_CORETYPE and
+# OPENBLAS_L2_SIZE unset (both together), so OpenBLAS picks its own kernels
+# and cache sizes (the header names the core it chose): the fair case.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then shift; fi  # make's build folder
-build=${BENCH_BUILD:-build-release}
+isa=${BENCH_ISA:-native}
+case "$isa" in
+  native) build=${BENCH_BUILD:-build-release}
+          flags=(-DTG_NATIVE=ON -DCMAKE_C_FLAGS=) ;;
+  avx2)   build=${BENCH_BUILD:-build-release-avx2}
+          flags=(-DTG_NATIVE=OFF "-DCMAKE_C_FLAGS=-march=native -mno-avx512f") ;;
+  *) echo "scripts/bench.sh: BENCH_ISA is '$isa'; expected native or avx2" >&2; exit 2 ;;
+esac
 threads=${BENCH_THREADS:-1}
 json=${BENCH_JSON:-out/bench/bench.json}
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -32,11 +45,13 @@ jobs=$(nproc 2>/dev/null || echo 2)
 # BLAS, ~40x slower, which would make every Linear ratio meaningless.
 scripts/deps.sh openblas
 
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTG_NATIVE=ON -DBUILD_TESTING=OFF >/dev/null
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "${flags[@]}" -DBUILD_TESTING=OFF >/dev/null
 cmake --build "$build" -j "$jobs" --target bench_vs_pytorch >/dev/null
 
 mkdir -p "$(dirname "$json")"
+blas_env=(-u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
+if [ "$isa" = avx2 ]; then blas_env=(-u OPENBLAS_L2_SIZE "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}"); fi
 # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
-env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \
+env "${blas_env[@]}" \
   "$build/bench/bench_vs_pytorch" --threads "$threads" --json "$json" ${BENCH_ARGS:-} "$@" \
   | tee "${json%.json}.txt"

@@ -17,10 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef TG_HAVE_OPENMP
-#include <omp.h>
-#endif
-
 static void *default_alloc(size_t size, size_t align, void *user) {
     (void)user;
     if (size == 0) size = align;
@@ -286,17 +282,3 @@ bool tg_check_same_shape(tg_ctx *ctx, const char *fn, const tg_tensor *a, const 
     tg_error(ctx, TG_ERR_SHAPE, fn, "shapes differ: %s and %s", tg_shape_of(sa, a), tg_shape_of(sb, b));
     return false;
 }
-
-/* ---- threads ------------------------------------------------------------ */
-
-void tg_set_threads(tg_ctx *ctx, int n) {
-    if (!ctx) return;
-#ifdef TG_HAVE_OPENMP
-    ctx->threads = n > 0 ? n : omp_get_max_threads();
-#else
-    (void)n;
-    ctx->threads = 1;
-#endif
-}
-
-int tg_threads(const tg_ctx *ctx) { return ctx ? ctx->threads : 1; }

@@ -11,11 +11,9 @@
  * f32 micro-kernel is 12 x 32 (24 accumulators), KC 384, MC 288, NC 1536,
  * ~215 GFLOP/s in the k loop, ~190 end to end (OpenBLAS: ~185). Blocking
  * sizes between KC 192..768 and MC 96..480 measured within noise. */
-#define _POSIX_C_SOURCE 200809L /* sched_yield */
 #include "tensor/gemm.h"
 
 #include <math.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -24,9 +22,7 @@
 #elif defined(__SSE2__)
 #include <emmintrin.h>
 #endif
-#ifdef TG_HAVE_OPENMP
-#include <omp.h>
-#endif
+#include "tensor/parallel.h"
 
 /* ---- helpers shared by both dtypes ------------------------------------ */
 
@@ -90,7 +86,6 @@ static int gemm_threads(int64_t M, int64_t N, int64_t K, int threads) {
  * most this many bytes (at least one NR panel wide). */
 #define GEMM_LAZY_B_BYTES ((size_t)16 << 20)
 
-#ifdef TG_HAVE_OPENMP
 /* Task grid for nt threads over mt row tiles x np column panels: about 8
  * tasks per thread, chunks of at least 4 tiles / 4 panels where possible.
  * (The grid changes who computes what, never the bits.) */
@@ -108,24 +103,17 @@ static void gemm_tasks(int64_t mt, int64_t np, int nt, int64_t *nrc, int64_t *nc
     *nrc = r;
     *ncc = c;
 }
-#endif
 
-/* One step of waiting for another thread: a CPU pause, and every 1024 steps
- * the rest of the time slice to whoever needs it. */
-static void gemm_pause(unsigned spins) {
+/* How long a thread waits for a B panel another thread is packing before
+ * it packs a private copy instead: packing one panel takes a few
+ * microseconds, about as long as these pauses; a packer that has lost its
+ * core (a busy machine) would make the wait a time slice (milliseconds). */
+#define GEMM_PANEL_SPINS 1024
+static inline void gemm_pause(void) {
 #ifdef __SSE2__
     _mm_pause();
 #endif
-    if (spins % 1024 == 0) sched_yield();
 }
-
-#ifdef TG_HAVE_OPENMP
-static void gemm_barrier(int nt) {
-    if (nt > 1) {
-#pragma omp barrier
-    }
-}
-#endif
 
 /* ---- in-register transposes and partial loads/stores for packing ---- */
 

@@ -105,6 +105,12 @@ struct tg_ctx {
     char message[512]; /* the first error's message */
 };
 
+/* CPUs granted by a cgroup CPU quota written as cgroup v2's cpu.max,
+ * "QUOTA PERIOD" in microseconds, rounded up: "150000 100000" -> 2; 0 for
+ * "max ..." (no limit), a negative quota (v1's -1) or unparsable text
+ * (tensor/threads.c). */
+int tg_cpus_from_quota(const char *cpu_max);
+
 /* Allocator wrappers (NULL on failure; no error set). */
 void *tg_heap_alloc(tg_ctx *ctx, size_t size);
 void tg_heap_free(tg_ctx *ctx, void *p);

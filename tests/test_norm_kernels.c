@@ -853,12 +853,16 @@ START_TEST(test_optional_outputs) {
 END_TEST
 
 /* Bitwise the same results with 1, 2 and 3 threads (when built with
- * OpenMP; serial otherwise, where the test still checks the API). The
- * shape is above the kernels' threading threshold, with C not a multiple
- * of 16 so the column ranges have ragged ends. Loop: norm x dtype. */
+ * OpenMP; serial otherwise, where the test still checks the API), with
+ * every subset of the backward's outputs. Two shapes, both above the
+ * kernels' threading threshold: 301 x 133 (C not a multiple of 16, so
+ * ragged ends) takes the backward's chunked mode (dg/db partials per chunk
+ * of rows, layers/norm_reduce.inc), 24 x 5000 its direct mode (rows too
+ * wide for partials on the stack: column ranges per block of rows).
+ * Loop: shape (2) x norm (2) x dtype (2). */
 START_TEST(test_threads_bitwise) {
-    const int norm = _i / 2, dt = _i % 2;
-    const int64_t N = 301, C = 133;
+    const int shape = _i / 4, norm = _i / 2 % 2, dt = _i % 2;
+    const int64_t N = shape ? 24 : 301, C = shape ? 5000 : 133;
     rng_seed(990 + (uint64_t)_i);
     inputs in = draw_inputs(N, C, -2.0, 2.0, true, true);
     const double *x = in.x, *dy = in.dy, *g = in.g, *b = in.b;
@@ -877,7 +881,20 @@ START_TEST(test_threads_bitwise) {
         const double *want[6] = {o1->y, o1->mu, o1->r, o1->dx, o1->dg, o1->db};
         for (int k = 0; k < 6; k++)
             ck_assert_msg(memcmp(got[k], want[k], sizeof(double) * (size_t)len[k]) == 0,
-                          "%s %s: %s differs with %d threads", NORM_NAME[norm], DT_NAME[dt], nm[k], t + 1);
+                          "%s %s %lldx%lld: %s differs with %d threads", NORM_NAME[norm], DT_NAME[dt], (long long)N,
+                          (long long)C, nm[k], t + 1);
+    }
+    /* each subset of dx, dg, db: the same bits as all three with 1 thread */
+    for (int mask = 1; mask < 7; mask++) {
+        for (int t = 2; t <= 3; t++) {
+            double *ex = mask & 1 ? dalloc(N * C) : NULL, *eg = mask & 2 ? dalloc(C) : NULL;
+            double *eb = mask & 4 ? dalloc(C) : NULL;
+            k_bwd(norm, dt, ex, eg, eb, dy, x, g, out[0].mu, out[0].r, N, C, t);
+            if (ex) ck_assert_msg(memcmp(ex, out[0].dx, sizeof(double) * (size_t)(N * C)) == 0, "mask %d: dx", mask);
+            if (eg) ck_assert_msg(memcmp(eg, out[0].dg, sizeof(double) * (size_t)C) == 0, "mask %d: dg", mask);
+            if (eb) ck_assert_msg(memcmp(eb, out[0].db, sizeof(double) * (size_t)C) == 0, "mask %d: db", mask);
+            free(ex), free(eg), free(eb);
+        }
     }
     for (int t = 0; t < 3; t++) free_outputs(&out[t]);
     free_inputs(&in);
@@ -957,7 +974,7 @@ Suite *make_norm_kernels_suite(void) {
     tcase_add_test(tc, test_ln_invariants);
     tcase_add_loop_test(tc, test_accumulate, 0, 4);
     tcase_add_loop_test(tc, test_optional_outputs, 0, 4);
-    tcase_add_loop_test(tc, test_threads_bitwise, 0, 4);
+    tcase_add_loop_test(tc, test_threads_bitwise, 0, 8);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -16,10 +16,14 @@ bn_blas bn_blas_open(void) {
      * cast from object to function pointer) */
     void *p = dlsym(b.lib, "cblas_sgemm");
     memcpy(&b.sgemm, &p, sizeof p);
+    p = dlsym(b.lib, "cblas_dgemm");
+    memcpy(&b.dgemm, &p, sizeof p);
     p = dlsym(b.lib, "openblas_set_num_threads");
     memcpy(&b.set_threads, &p, sizeof p);
     p = dlsym(b.lib, "openblas_get_config");
     memcpy(&b.config, &p, sizeof p);
+    p = dlsym(b.lib, "openblas_get_corename");
+    memcpy(&b.corename, &p, sizeof p);
     if (!b.sgemm) {
         dlclose(b.lib);
         memset(&b, 0, sizeof b);

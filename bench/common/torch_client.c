@@ -48,8 +48,10 @@ static bool write_all(int fd, const char *s, size_t n) {
     return true;
 }
 
-void bn_torch_start(bn_torch *t, const char *python, const char *script, int threads, double budget_s, bool cpu_clock) {
+void bn_torch_start(bn_torch *t, const char *python, const char *script, int threads, double budget_s, bool cpu_clock,
+                    const char *omp_wait) {
     memset(t, 0, sizeof *t);
+    snprintf(t->omp_wait, sizeof t->omp_wait, "%s", omp_wait ? omp_wait : "");
     t->pid = -1, t->to_fd = -1, t->from_fd = -1;
     if (access(python, X_OK) != 0) {
         snprintf(t->why, sizeof t->why, "%s not found", python);
@@ -82,6 +84,9 @@ void bn_torch_start(bn_torch *t, const char *python, const char *script, int thr
         close(in[0]), close(in[1]), close(out[0]), close(out[1]);
         char thr[16], bud[32];
         snprintf(thr, sizeof thr, "%d", threads);
+        setenv("OPENBLAS_NUM_THREADS", thr, 1);
+        if (omp_wait) setenv("OMP_WAIT_POLICY", omp_wait, 1);
+        else unsetenv("OMP_WAIT_POLICY");
         snprintf(bud, sizeof bud, "%g", budget_s);
         char *argv[] = {(char *)python,
                         (char *)script,

@@ -144,9 +144,16 @@ size_t tg_arena_quarantined(const tg_ctx *ctx);
 void *tg_arena_alloc(tg_ctx *ctx, size_t size);
 
 /* Number of threads kernels may use (OpenMP); 1 without OpenMP. Results do
- * not depend on it. n <= 0 restores the default. */
+ * not depend on it. n <= 0 restores the default, tg_default_threads(). */
 void tg_set_threads(tg_ctx *ctx, int n);
 int tg_threads(const tg_ctx *ctx);
+/* The thread count a new context starts with: the environment variable
+ * TG_THREADS=N (N >= 1) when set, otherwise the CPUs this process may
+ * actually use -- the CPUs in its affinity mask (taskset, cpusets), fewer
+ * when its cgroup's CPU quota (cgroup v2 cpu.max, v1 cfs_quota_us) is
+ * lower, rounded up, and at most OMP_NUM_THREADS when that is set -- not
+ * the machine's core count. 1 without OpenMP. */
+int tg_default_threads(void);
 
 /* ======================================================================== */
 /* Random numbers                                                           */

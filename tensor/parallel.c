@@ -1,0 +1,177 @@
+/* The task pool of tensor/parallel.h.
+ *
+ * One job at a time is published in `pool`: its function, argument and
+ * task count, and one atomic word `state` = (generation << 32) | next task.
+ * Claiming task t of generation g is a compare-and-swap of (g, t) into
+ * (g, t + 1): it succeeds only while job g is open, so a helper that still
+ * thinks of an old job claims nothing and reads nothing of the new one.
+ * Every finished task adds 1 to `done`; the caller returns when done equals
+ * the task count, so job g's fields stay valid while any of its tasks
+ * runs. Helpers sleep on a condition variable after spinning ~100 us; the
+ * caller wakes them only if one sleeps (`sleepers`, checked after the new
+ * state is stored: the two sequentially consistent accesses on each side
+ * make sure one of them sees the other). */
+#define _POSIX_C_SOURCE 200809L
+#include "tensor/parallel.h"
+
+#ifndef TG_HAVE_OPENMP
+/* Without OpenMP the library runs one thread (tg_set_threads), and needs
+ * no threads library: every job runs in the caller. */
+void tg_parallel(int threads, int64_t ntasks, tg_task_fn fn, void *arg) {
+    (void)threads;
+    for (int64_t t = 0; t < ntasks; t++) fn(arg, t, 0);
+}
+#else
+
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <time.h>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define TG_PAUSE() _mm_pause()
+#else
+#define TG_PAUSE() ((void)0)
+#endif
+
+#define TG_POOL_MAX 255         /* helpers at most */
+#define TG_POOL_SPIN_NS 100000  /* a helper's wait for the next job before it sleeps */
+#define TG_POOL_YIELD_SPINS 256 /* the caller's pauses before it yields while waiting */
+
+static struct {
+    pthread_mutex_t job_lock; /* held by the caller of the job in flight */
+    pthread_mutex_t sleep_lock;
+    pthread_cond_t wake;
+    int helpers;            /* started (under job_lock) */
+    uint32_t generation;    /* of the last job (under job_lock) */
+    _Atomic uint64_t state; /* (generation << 32) | next task to claim */
+    _Atomic int64_t done;   /* tasks of the current job finished */
+    _Atomic int sleepers;   /* helpers asleep on `wake` */
+    /* the current job: written before `state` announces it */
+    tg_task_fn fn;
+    void *arg;
+    _Atomic int64_t ntasks;
+    _Atomic int want; /* helpers 1..want take part */
+} pool = {
+    .job_lock = PTHREAD_MUTEX_INITIALIZER, .sleep_lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+
+static double now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+/* Claims and runs tasks of generation gen until none is left (or the job
+ * is over); worker: the runner's id. */
+static void run_tasks(uint32_t gen, int worker) {
+    for (;;) {
+        uint64_t s = atomic_load(&pool.state);
+        const uint64_t t = s & 0xffffffffu;
+        /* ntasks may already be a newer job's: then the state's generation
+         * differs too, and the exchange below fails */
+        if ((uint32_t)(s >> 32) != gen || (int64_t)t >= atomic_load(&pool.ntasks)) return;
+        if (!atomic_compare_exchange_weak(&pool.state, &s, s + 1)) continue;
+        pool.fn(pool.arg, (int64_t)t, worker);
+        atomic_fetch_add(&pool.done, 1);
+    }
+}
+
+static void *helper_main(void *p) {
+    const int id = (int)(intptr_t)p;
+    uint32_t seen = (uint32_t)(atomic_load(&pool.state) >> 32);
+    for (;;) {
+        uint32_t gen = (uint32_t)(atomic_load(&pool.state) >> 32);
+        if (gen == seen) {
+            /* wait for the next job: spin a little, then sleep */
+            const double until = now_ns() + TG_POOL_SPIN_NS;
+            for (int i = 0; gen == seen; i++) {
+                TG_PAUSE();
+                if (i % 64 == 63 && now_ns() > until) break;
+                gen = (uint32_t)(atomic_load(&pool.state) >> 32);
+            }
+            if (gen == seen) {
+                pthread_mutex_lock(&pool.sleep_lock);
+                atomic_fetch_add(&pool.sleepers, 1);
+                while ((gen = (uint32_t)(atomic_load(&pool.state) >> 32)) == seen)
+                    pthread_cond_wait(&pool.wake, &pool.sleep_lock);
+                atomic_fetch_sub(&pool.sleepers, 1);
+                pthread_mutex_unlock(&pool.sleep_lock);
+            }
+        }
+        seen = gen;
+        if (id <= atomic_load(&pool.want)) run_tasks(gen, id);
+    }
+    return NULL;
+}
+
+/* In the child of a fork only the forking thread exists: no helper, no
+ * sleeper (a condition variable that still counted the parent's waiters
+ * could block a broadcast), fresh locks. */
+static void after_fork_in_child(void) {
+    pool.helpers = 0;
+    atomic_store(&pool.sleepers, 0);
+    pthread_mutex_init(&pool.job_lock, NULL);
+    pthread_mutex_init(&pool.sleep_lock, NULL);
+    pthread_cond_init(&pool.wake, NULL);
+}
+
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static void register_fork(void) { pthread_atfork(NULL, NULL, after_fork_in_child); }
+
+/* Starts helpers up to n (under job_lock); fewer if the system refuses. */
+static void grow(int n) {
+    if (n > TG_POOL_MAX) n = TG_POOL_MAX;
+    if (pool.helpers < n) pthread_once(&fork_once, register_fork);
+    while (pool.helpers < n) {
+        pthread_attr_t attr;
+        pthread_t th;
+        sigset_t all, old;
+        if (pthread_attr_init(&attr) != 0) return;
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        /* signals go to the program's own threads, never to a helper */
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        const int rc = pthread_create(&th, &attr, helper_main, (void *)(intptr_t)(pool.helpers + 1));
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        pthread_attr_destroy(&attr);
+        if (rc != 0) return;
+        pool.helpers++;
+    }
+}
+
+void tg_parallel(int threads, int64_t ntasks, tg_task_fn fn, void *arg) {
+    if (ntasks <= 0) return;
+    if (threads <= 1 || ntasks == 1 || ntasks > 0xffffffffll || pthread_mutex_trylock(&pool.job_lock) != 0) {
+        for (int64_t t = 0; t < ntasks; t++) fn(arg, t, 0);
+        return;
+    }
+    int want = threads - 1;
+    if (want > ntasks - 1) want = (int)(ntasks - 1);
+    grow(want);
+    if (want > pool.helpers) want = pool.helpers;
+    pool.fn = fn;
+    pool.arg = arg;
+    atomic_store(&pool.ntasks, ntasks);
+    atomic_store(&pool.want, want);
+    atomic_store(&pool.done, 0);
+    const uint32_t gen = ++pool.generation;
+    atomic_store(&pool.state, (uint64_t)gen << 32);
+    if (atomic_load(&pool.sleepers) > 0) {
+        pthread_mutex_lock(&pool.sleep_lock);
+        pthread_cond_broadcast(&pool.wake);
+        pthread_mutex_unlock(&pool.sleep_lock);
+    }
+    run_tasks(gen, 0);
+    /* every task is claimed; wait for the ones helpers are running, and
+     * give the core away while waiting (a helper may be queued on it) */
+    for (int i = 0; atomic_load(&pool.done) < ntasks; i++) {
+        if (i < TG_POOL_YIELD_SPINS) TG_PAUSE();
+        else sched_yield();
+    }
+    pthread_mutex_unlock(&pool.job_lock);
+}
+#endif

@@ -1,0 +1,39 @@
+/* Parallel tasks for the hot kernels (GEMM, the fused norms): a small pool
+ * of helper threads that never makes the caller wait for a helper that is
+ * not running. Internal (not installed).
+ *
+ * Why not an OpenMP parallel region: a region ends with a barrier that
+ * waits for every thread of the team, so when a helper has lost its core
+ * (another job on a busy or shared machine) the caller waits until the
+ * scheduler gives the core back -- a time slice, milliseconds -- however
+ * little work the helper had; and OpenMP's threads spin for milliseconds
+ * after each region, taking their share of a contended core for nothing.
+ * Measured with a spinning process on one of 2 cores (bench --contend),
+ * that made 2 threads up to several times slower than 1.
+ *
+ * Here the tasks are claimed one at a time through one atomic word: the
+ * caller starts on them at once, a helper joins when it runs, and the
+ * caller waits only for tasks already claimed. A helper that wakes up too
+ * late finds nothing to claim and touches nothing. Helpers spin about
+ * 100 us for the next job, then sleep. One job at a time: a second caller
+ * (another thread, or a task calling in) runs its tasks itself.
+ *
+ * Results must not depend on which thread runs a task: each task writes
+ * its own outputs (that is what keeps the kernels bitwise identical for any
+ * thread count). */
+#ifndef TG_TENSOR_PARALLEL_H
+#define TG_TENSOR_PARALLEL_H
+
+#include <stdint.h>
+
+/* One task: fn(arg, task, worker), worker in [0, threads) (the caller is
+ * worker 0), for per-thread scratch space. */
+typedef void (*tg_task_fn)(void *arg, int64_t task, int worker);
+
+/* Runs fn(arg, t, worker) once for every t in [0, ntasks) on up to
+ * `threads` threads (the caller and threads - 1 helpers) and returns when
+ * all are done. threads <= 1 or ntasks <= 1 runs them in order in the
+ * caller. */
+void tg_parallel(int threads, int64_t ntasks, tg_task_fn fn, void *arg);
+
+#endif
