@@ -197,6 +197,8 @@ static bool seed_aliases_a_grad(const tg_ctx *ctx, const tg_tensor *g, int64_t t
 static inline bool record_intact(const tg_node *n) {
     for (int k = 0; k < n->n_in; k++)
         if (n->in[k] && tg_root(n->in[k])->version_ != n->version[k]) return false;
+    for (int k = 0; k < n->n_saved_t; k++)
+        if (tg_root(n->saved_t[k])->version_ != n->saved_version[k]) return false;
     return tg_root(n->out)->version_ == n->version[n->n_in];
 }
 
@@ -206,19 +208,35 @@ __attribute__((noinline, cold))
 #endif
 static void
 record_error(tg_ctx *ctx, const char *fn, const tg_node *n) {
-    for (int k = 0; k <= n->n_in; k++) {
-        const tg_tensor *t = k < n->n_in ? n->in[k] : n->out;
-        if (!t || tg_root(t)->version_ == n->version[k]) continue;
+    for (int k = 0; k <= n->n_in + n->n_saved_t; k++) {
+        const tg_tensor *t = k < n->n_in ? n->in[k] : k == n->n_in ? n->out : n->saved_t[k - n->n_in - 1];
+        uint32_t v = k <= n->n_in ? n->version[k] : n->saved_version[k - n->n_in - 1];
+        if (!t || tg_root(t)->version_ == v) continue;
         char what[32], s[TG_SHAPE_STR];
         if (k < n->n_in) snprintf(what, sizeof what, "input %d", k);
-        else snprintf(what, sizeof what, "the output");
+        else if (k == n->n_in) snprintf(what, sizeof what, "the output");
+        else snprintf(what, sizeof what, "saved tensor %d", k - n->n_in - 1);
         tg_error(ctx, TG_ERR_STATE, fn,
                  "%s %s of '%s' was modified in place (version %u, recorded at %u) after the op used it: its "
                  "backward needs the values the op saw (change a tensor before the forward, or change a tg_copy "
                  "of it)",
-                 what, tg_shape_of(s, t), n->op, tg_root(t)->version_, n->version[k]);
+                 what, tg_shape_of(s, t), n->op, tg_root(t)->version_, v);
         return;
     }
+}
+
+/* After record n's backward left the context in error: unless the message
+ * already names the op (tg_node_error's does), say whose backward it was --
+ * a custom op's backward may fail inside a tapegrad call that names only
+ * itself ("tg_mul: shapes (2, 3) and (4,) ..."). */
+#if defined(__GNUC__)
+__attribute__((noinline, cold))
+#endif
+static void
+backward_failed(tg_ctx *ctx, const tg_node *n) {
+    if (!ctx || strstr(ctx->message, n->op)) return;
+    size_t len = strlen(ctx->message);
+    snprintf(ctx->message + len, sizeof ctx->message - len, " (in the backward of '%s')", n->op);
 }
 
 void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool keep_tape) {
@@ -275,14 +293,22 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
     if (!seed) return;
     out->grad = seed;
 
+    /* Backward functions run with grad mode off: one that computes its
+     * gradients with ops (a custom op's, tapegrad/op.h) must not record
+     * onto the tape being walked. */
+    bool was = ctx->tape.grad_enabled, intact = true;
+    ctx->tape.grad_enabled = false;
     for (int64_t k = top; k >= 0 && tg_live(ctx); k--) {
         tg_node *n = &ctx->tape.nodes[k];
         if (!n->out->grad) continue; /* no gradient flows through this record */
         if (!record_intact(n)) {
             record_error(ctx, fn, n);
-            return;
+            intact = false;
+            break;
         }
         n->backward(ctx, n);
+        if (!tg_live(ctx)) backward_failed(ctx, n);
     }
-    if (!keep_tape) ctx->tape.consumed = true;
+    ctx->tape.grad_enabled = was;
+    if (!keep_tape && intact) ctx->tape.consumed = true;
 }

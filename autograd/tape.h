@@ -24,49 +24,35 @@
 #define TG_AUTOGRAD_TAPE_H
 
 #include "tensor/internal.h"
-#include "tapegrad/autograd.h"
+#include "tapegrad/op.h"
 
-typedef struct tg_node tg_node;
-typedef void (*tg_backward_fn)(tg_ctx *ctx, tg_node *node);
-
+/* tg_node, tg_backward_fn, tg_record, tg_needs_grad, tg_node_save and
+ * tg_grad_of are public: include/tapegrad/op.h, where user-defined ops use
+ * them too. Here is the record itself, which built-in ops read directly. */
 struct tg_node {
     const char *op; /* op name, for messages */
     tg_backward_fn backward;
     tg_tensor *out;
     tg_tensor **in; /* n_in inputs (arena array) */
     int n_in;
+    int n_saved_t; /* tensors saved by tg_node_save_tensor */
     /* The version counters (tg_root(t)->version_) of the inputs, then of
      * the output, when the op ran: backward checks them before it runs the
      * record, so a saved tensor changed in place since is an error. */
     uint32_t *version;
+    /* tg_node_save_tensor's tensors (arena, TG_NODE_MAX_SAVED slots) and
+     * their versions when saved; checked like the inputs' */
+    tg_tensor **saved_t;
+    uint32_t *saved_version;
     void *saved; /* what the forward saved for backward (arena) */
     size_t saved_bytes;
     double f[4];  /* scalar arguments (alpha, eps, ...) */
     int64_t i[4]; /* integer arguments (axis, flags, ...) */
 };
 
-/* True when an op on these inputs must be recorded: grad mode is on and at
- * least one (non-NULL) input requires grad. */
-bool tg_needs_grad(const tg_ctx *ctx, int n_in, tg_tensor *const *in);
-
-/* Appends a record for `out` = op(in...). Marks out as requiring grad, and
- * notes the version of every input and of out (see tg_node.version): call
- * it once the forward has written out. Returns NULL when no record is
- * needed or on error (then the error is set). */
-tg_node *tg_record(tg_ctx *ctx, const char *op, tg_backward_fn backward, tg_tensor *out, int n_in,
-                   tg_tensor *const *in);
-
-/* Allocates `bytes` in the arena for the node's saved data and counts them in
- * tg_tape_saved_bytes. Sets node->saved and node->saved_bytes. */
-void *tg_node_save(tg_ctx *ctx, tg_node *node, size_t bytes);
 /* Counts bytes the forward saved elsewhere (e.g. an input kept by pointer
  * that a composed op needs) without allocating. */
 void tg_node_count_saved(tg_ctx *ctx, tg_node *node, size_t bytes);
-
-/* The gradient buffer of t for accumulation during backward: NULL when t
- * does not require grad; otherwise t->grad, made (zeroed, in the arena) if
- * t has none yet. */
-tg_tensor *tg_grad_of(tg_ctx *ctx, tg_tensor *t);
 
 /* Moves the context's tape (records and grad mode) into *saved and gives
  * the context an empty one, grad mode unchanged: a private tape, as

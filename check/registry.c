@@ -276,8 +276,16 @@ static tg_tensor *make_input_shaped(tg_ctx *ctx, tg_op_case *c, int k, int ndim,
             tg_store(t, i, v);
         }
     }
+    static const char *const DIST_TEXT[] = {
+        [RG_ANY] = "uniform [-2, 2)",
+        [RG_AWAY0] = "|x| uniform [0.2, 2), random sign",
+        [RG_DENOM] = "|x| uniform [0.5, 2), random sign",
+        [RG_POS] = "uniform [0.5, 2)",
+        [RG_DISTINCT] = "a shuffled even ramp over [-2, 2)",
+    };
     c->inputs[k] = t;
     c->input_names[k] = name;
+    c->input_dist[k] = DIST_TEXT[dist];
     if (check) c->check |= (uint32_t)1 << k;
     if (k + 1 > c->n_inputs) c->n_inputs = k + 1;
     return t;
@@ -1208,20 +1216,48 @@ static const tg_op_info registry[] = {
 
 /* ---- public API -------------------------------------------------------------- */
 
-int tg_registry_count(void) { return N_OPS; }
+/* Ops added at run time (tg_registry_add: a plugin's, a program's own),
+ * after the built-in ones: index N_OPS + k. */
+static const tg_op_info *extra[TG_REGISTRY_MAX_ADDED];
+static int n_extra;
 
-const tg_op_info *tg_registry_get(int i) { return i >= 0 && i < N_OPS ? &registry[i] : NULL; }
+int tg_registry_count(void) { return N_OPS + n_extra; }
+
+const tg_op_info *tg_registry_get(int i) {
+    if (i >= 0 && i < N_OPS) return &registry[i];
+    return i >= N_OPS && i < N_OPS + n_extra ? extra[i - N_OPS] : NULL;
+}
 
 const tg_op_info *tg_registry_find(const char *name) {
-    for (int i = 0; name && i < N_OPS; i++)
-        if (strcmp(registry[i].name, name) == 0) return &registry[i];
+    for (int i = 0; name && i < N_OPS + n_extra; i++)
+        if (strcmp(tg_registry_get(i)->name, name) == 0) return tg_registry_get(i);
     return NULL;
 }
 
 int tg_registry_index(const tg_op_info *op) {
-    for (int i = 0; op && i < N_OPS; i++)
-        if (op == &registry[i]) return i;
+    for (int i = 0; op && i < N_OPS + n_extra; i++)
+        if (op == tg_registry_get(i)) return i;
     return -1;
+}
+
+bool tg_registry_add(tg_ctx *ctx, const tg_op_info *op) {
+    if (!tg_live(ctx)) return false;
+    if (!op || !op->name || !op->build || !op->forward || !op->variants || op->n_variants < 1) {
+        tg_error(ctx, TG_ERR_NULL, __func__, "op %s lacks a name, build, forward or variants",
+                 op && op->name ? op->name : "(null)");
+        return false;
+    }
+    if (tg_registry_find(op->name)) {
+        tg_error(ctx, TG_ERR_VALUE, __func__, "an op named '%s' is already registered", op->name);
+        return false;
+    }
+    if (n_extra == TG_REGISTRY_MAX_ADDED) {
+        tg_error(ctx, TG_ERR_VALUE, __func__, "%s: the registry holds at most %d added ops", op->name,
+                 TG_REGISTRY_MAX_ADDED);
+        return false;
+    }
+    extra[n_extra++] = op;
+    return true;
 }
 
 bool tg_registry_build(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_dtype dtype, tg_op_case *c) {

@@ -5,6 +5,7 @@
  *
  *   tapegrad/tensor.h    tensors, the context, RNG, creation, printing
  *   tapegrad/autograd.h  the tape, backward, the differentiable ops
+ *   tapegrad/op.h        your own op: forward, hand-written backward, saves
  *   tapegrad/layers.h    parameters, fused layer ops, modules, models
  *   tapegrad/optim.h     SGD, Adam, AdamW, schedules, clipping
  *   tapegrad/io.h        safetensors checkpoints and their metadata
@@ -85,6 +86,7 @@
 
 #include "tapegrad/tensor.h"
 #include "tapegrad/autograd.h"
+#include "tapegrad/op.h"
 #include "tapegrad/layers.h"
 #include "tapegrad/optim.h"
 #include "tapegrad/io.h"

@@ -284,6 +284,69 @@ bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_t
 bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
                            int input, const tg_gradcheck_opts *opts, tg_tensor **analytic, tg_tensor **numeric);
 
+/* Diagnosis of a failed check (check/diagnose.c): what is wrong with a
+ * backward, read from the structure of D = Ja - Jn, the analytic minus the
+ * numeric Jacobian of one input (both computed as tg_gradcheck_jacobian
+ * does, so for small inputs: at most 2^22 entries):
+ *   zero          Ja = 0: no gradient reaches the input
+ *   sign          Ja = -Jn: a sign flip
+ *   scale         Ja = c Jn with c uniform; c named when it is C, 1/C,
+ *                 sqrt(C), 1/sqrt(C) (C the last dim), numel, 2, 1/2:
+ *                 a sum for a mean, a root of a sum for a root of a mean
+ *   transpose     Ja = Jn^T
+ * and for an input of the output's shape whose rows (last dim C) map to
+ * the same rows (a normalization):
+ *   identity      D = -c I in every row: a term c dy_i missing from dx_i;
+ *                 c = 1: x used twice, one gradient overwritten instead of
+ *                 accumulated
+ *   mean-term     D constant along each row: a dropped (factor -1) or
+ *                 wrong - mean(g) term (LayerNorm's term from the mean)
+ *   projection    D = a xhat^T per row: the - xhat mean(xhat g) term
+ *                 dropped (factor -1: r treated as a constant) or summed
+ *                 instead of averaged (factor C - 1)
+ *   row-scale     Ja = s_n Jn row by row: a wrong power of a saved
+ *                 statistic; s_n ~ (mean x^2)^p, p = 1: std for rstd
+ *   statistic     the identity part of Jn scaled by rho_n, the projection
+ *                 part by rho_n^3: the backward uses r rho_n for r; rho
+ *                 1/sqrt(C) in every row: r from the sum of squares;
+ *                 rho_n^2 = 1 + eps / mean(x^2)_n: a missing eps
+ *   unstructured  none of these
+ * `factor` is c, the term's factor relative to that term of Jn (D = factor
+ * x the term), p, rho, or the missing eps. */
+typedef enum tg_diagnosis_kind {
+    TG_DIAG_NONE = 0, /* the Jacobians agree */
+    TG_DIAG_ZERO,
+    TG_DIAG_SIGN,
+    TG_DIAG_SCALE,
+    TG_DIAG_TRANSPOSE,
+    TG_DIAG_IDENTITY,
+    TG_DIAG_MEAN_TERM,
+    TG_DIAG_PROJECTION,
+    TG_DIAG_ROW_SCALE,
+    TG_DIAG_STATISTIC,
+    TG_DIAG_UNSTRUCTURED
+} tg_diagnosis_kind;
+
+typedef struct tg_gradcheck_diagnosis {
+    tg_diagnosis_kind kind;
+    int input;          /* the input diagnosed */
+    double factor;      /* see above; 0 when the kind has none */
+    double max_diff;    /* max |Ja - Jn| */
+    int64_t n_wrong;    /* input elements whose column of D is not ~0 */
+    int64_t n_elements; /* the input's numel */
+    char where[192];    /* the elements, rows and columns of x concerned */
+    char finding[320];  /* the structure found, in words */
+    char cause[320];    /* the likely cause */
+} tg_gradcheck_diagnosis;
+
+/* Diagnoses f's backward for input `input` at these inputs (opts as
+ * tg_gradcheck: h and the tolerances deciding what counts as a
+ * difference). Returns false only on an error (bad arguments, a Jacobian
+ * too big, f failing); a correct backward gives kind TG_DIAG_NONE. */
+bool tg_gradcheck_diagnose(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                           int input, const tg_gradcheck_opts *opts, tg_gradcheck_diagnosis *d);
+/* "projection", "scale", ... */
+const char *tg_diagnosis_name(tg_diagnosis_kind kind);
 /* Names of the enums, as the tool spells them: "full", "directional",
  * "jacobian"; "auto", "absolute", "element", "scaled"; "auto", "absolute",
  * "gradient" ("?" when out of range). */
@@ -359,6 +422,9 @@ typedef struct tg_op_case {
      * in the arena; NULL when none */
     int64_t *index;
     int64_t n_index;
+    /* how each input's values were drawn, e.g. "uniform [-2, 2)" (NULL:
+     * not said) */
+    const char *input_dist[TG_GRADCHECK_MAX_INPUTS];
     /* the length scales l_i of its inputs for relative steps (user: the
      * case), set by the builder; NULL: each input's root mean square */
     tg_gradcheck_scale_fn scale;
@@ -395,6 +461,10 @@ typedef struct tg_op_info {
      * tg_op_case. */
     tg_gradcheck_fn forward;
     tg_op_fn fn; /* what a generic forward calls */
+    /* For tg_registry_build_ranges (a user's op): each spec shape's input
+     * name and the range its values are drawn from, uniformly, e.g.
+     * "x=-2:2,gamma=0.5:1.5"; NULL for the built-in ops. */
+    const char *inputs;
 } tg_op_info;
 
 /* Number of registered ops, the i-th (NULL when out of range), the one
@@ -404,6 +474,46 @@ int tg_registry_count(void);
 const tg_op_info *tg_registry_get(int i);
 const tg_op_info *tg_registry_find(const char *name);
 int tg_registry_index(const tg_op_info *op);
+
+/* Adds a user's op (defined with tapegrad/op.h, say) after the built-in
+ * ones, so tg_registry_find, tg_registry_check and tapegrad-gradcheck see
+ * it. `op` must outlive its use (a static table). It needs a name not yet
+ * registered, build, forward and at least one variant. Not thread-safe:
+ * add ops before checking. Errors: TG_ERR_NULL, TG_ERR_VALUE (name taken,
+ * more than TG_REGISTRY_MAX_ADDED). */
+#define TG_REGISTRY_MAX_ADDED 64
+bool tg_registry_add(tg_ctx *ctx, const tg_op_info *op);
+/* A builder for a user's op: input k has the spec's k-th shape, is named
+ * and drawn uniformly from the range op->inputs gives it
+ * ("x=-2:2,gamma=0.5:1.5"), and is differentiable. A spec with another
+ * number of shapes, or a malformed inputs text, is TG_ERR_FORMAT naming
+ * the op. */
+bool tg_registry_build_ranges(tg_ctx *ctx, tg_op_case *c);
+
+/* A gradcheck plugin: a shared object a user builds against the installed
+ * package, that `tapegrad-gradcheck --plugin ./libmyop.so` loads to check
+ * the user's ops without rebuilding tapegrad (docs/gradcheck.md). It
+ * defines its ops as tg_op_info entries and exports them with
+ *   TG_GRADCHECK_PLUGIN("myops", my_ops, 2)
+ * which defines the function the tool looks up by name
+ * (TG_GRADCHECK_PLUGIN_SYMBOL). `abi` and `op_info_size` let the tool
+ * refuse a plugin built against another version of this header. */
+#define TG_GRADCHECK_PLUGIN_ABI 1
+#define TG_GRADCHECK_PLUGIN_SYMBOL "tg_gradcheck_plugin_register"
+typedef struct tg_gradcheck_plugin {
+    int abi;             /* TG_GRADCHECK_PLUGIN_ABI */
+    size_t op_info_size; /* sizeof(tg_op_info) */
+    const char *name;    /* the plugin's, for messages */
+    const tg_op_info *ops;
+    int n_ops;
+} tg_gradcheck_plugin;
+typedef const tg_gradcheck_plugin *(*tg_gradcheck_plugin_fn)(void);
+#define TG_GRADCHECK_PLUGIN(NAME, OPS, N_OPS)                                                                       \
+    const tg_gradcheck_plugin *tg_gradcheck_plugin_register(void);                                                  \
+    const tg_gradcheck_plugin *tg_gradcheck_plugin_register(void) {                                                 \
+        static const tg_gradcheck_plugin p = {TG_GRADCHECK_PLUGIN_ABI, sizeof(tg_op_info), (NAME), (OPS), (N_OPS)}; \
+        return &p;                                                                                                  \
+    }
 /* Parses spec (NULL: the op's first variant) and builds random valid inputs
  * of dtype into *c; arguments the spec leaves out get the op's defaults.
  * Errors (TG_ERR_FORMAT for a malformed spec or an argument the op does

@@ -13,7 +13,7 @@ cd "${1:?usage: layering.sh SOURCE_DIR}"
 
 rank() {
   case $1 in
-    tensor) echo 0 ;; autograd) echo 1 ;; layers) echo 2 ;; optim) echo 3 ;;
+    tensor) echo 0 ;; autograd|op) echo 1 ;; layers) echo 2 ;; optim) echo 3 ;;
     io) echo 4 ;; train|umbrella) echo 5 ;; check|dist) echo 9 ;; *) echo -1 ;;
   esac
 }

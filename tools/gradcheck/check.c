@@ -474,8 +474,8 @@ static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
     tg_gradcheck_result first = {0};
     bool have_first = false, op_failed = false;
     char function[160] = "";
-    char errors[1024] = "";
-    size_t el = 0;
+    char errors[1024] = "", diag[8192] = "";
+    size_t el = 0, dl = 0;
     elem_list L = {0};
     /* --elements and --print-inputs: printed under the op's table */
     char *extra_text = NULL;
@@ -547,6 +547,10 @@ static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
             if (!have_first) first = r, have_first = true;
             if (!r.pass) T->failed_runs++;
             if (add_case_rows(&t, &tg, &r, a->quiet || !text, T)) op_failed = true;
+            if (text && !r.pass) { /* the diagnosis, under the table (diagnose.c) */
+                tg_gradcheck_opts o = gct_target_opts(&tg, a, a->seed);
+                dl += gct_diagnose_case(ctx, a, &tg, &o, &r, diag + dl, sizeof diag - dl);
+            }
             if (text && extra && a->elements) print_elements_text(extra, &tg, &L, a->color);
         }
         if (text && extra && a->print_inputs) {
@@ -566,6 +570,7 @@ static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
             fputc('\n', stdout);
             gct_table_print(stdout, &t, 2, a->color);
         }
+        if (dl) printf("\n%s", diag);
         if (el) printf("\n%s", errors);
     }
     if (extra) {

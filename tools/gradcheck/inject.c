@@ -318,6 +318,11 @@ static const gct_bug BUGS[] = {
      "4x8", fw_rmsnorm_proj, NULL, 0.1},
     {"layernorm-unbiased", "layernorm", "LayerNorm backward recomputes rstd from the unbiased variance (/ (C - 1))", "",
      "4x8", fw_layernorm_unbiased, NULL, 0},
+    /* written with the public custom-op API: inject_norm.c */
+    {"rmsnorm-r-const", "rmsnorm", "RMSNorm dx treats r as a constant: the - xhat mean(g xhat) term is dropped", "",
+     "4x8", gct_bug_rmsnorm_r_const, NULL, 0},
+    {"rmsnorm-m-sum", "rmsnorm", "RMSNorm dx sums m = sum(g xhat) instead of averaging it", "", "4x8",
+     gct_bug_rmsnorm_m_sum, NULL, 0},
 };
 
 int gct_bug_count(void) { return (int)(sizeof BUGS / sizeof BUGS[0]); }

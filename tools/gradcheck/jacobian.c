@@ -341,6 +341,7 @@ int gct_cmd_jacobian(const gct_args *a) {
                          (long long)(M * N), atol, rtol);
             gct_puts_tone(stdout, verdict, n_bad ? GCT_BAD : GCT_GOOD, a->color);
             printf("\n");
+            gct_projection_view(ctx, &t, k, Nu);
         }
 
         char name[256], title[512];

@@ -42,11 +42,20 @@ int gct_cmd_list(const gct_args *a) {
     tg_ctx *ctx = gct_ctx_new(a->seed);
     if (!ctx) return GCT_EXIT_ERROR;
     int n_ops = tg_registry_count(), n_variants = 0;
+    /* list NAME: that entry only */
+    const tg_op_info *only = a->name ? tg_registry_find(a->name) : NULL;
+    if (a->name && !only) {
+        tg_ctx_free(ctx);
+        return gct_usage_error("no registered op named '%s' (`tapegrad-gradcheck list` shows them)", a->name);
+    }
     for (int i = 0; i < n_ops; i++) n_variants += tg_registry_get(i)->n_variants;
-    printf("%d registered ops and layers, %d built-in shape variants\n", n_ops, n_variants);
-    printf("(check NAME runs every variant; --shape SPEC runs one, a variant or your own)\n\n");
+    if (!only) {
+        printf("%d registered ops and layers, %d built-in shape variants\n", n_ops, n_variants);
+        printf("(check NAME runs every variant; --shape SPEC runs one, a variant or your own)\n\n");
+    }
     for (int i = 0; i < n_ops; i++) {
         const tg_op_info *op = tg_registry_get(i);
+        if (only && op != only) continue;
         printf("  ");
         gct_puts_tone(stdout, op->name, GCT_BOLD, a->color);
         printf("%*s%s%s\n", 20 - (int)strlen(op->name) > 1 ? 20 - (int)strlen(op->name) : 1, "", op->summary,
@@ -64,6 +73,9 @@ int gct_cmd_list(const gct_args *a) {
             if (c.n_index && n < sizeof line)
                 snprintf(line + n, sizeof line - n, "; %lld integer indices", (long long)c.n_index);
             printf("      %-10s%s  (for %s)\n", "inputs", line, c.spec);
+            /* how the builder draws each input: it shapes what a Jacobian looks like */
+            for (int k = 0; k < c.n_inputs; k++)
+                if (c.input_dist[k]) printf("      %-10s%s: %s\n", k ? "" : "drawn", c.input_names[k], c.input_dist[k]);
         } else {
             printf("      %-10s(the first variant does not build: %s)\n", "inputs", tg_error_message(ctx));
             tg_clear_error(ctx);
@@ -84,6 +96,10 @@ int gct_cmd_list(const gct_args *a) {
         }
         fputc('\n', stdout);
         tg_ctx_reset(ctx);
+    }
+    if (only) {
+        tg_ctx_free(ctx);
+        return GCT_EXIT_PASS;
     }
 
     printf("seeded bugs (--inject BUG: a known-wrong backward in place of the op's; the report must FAIL)\n\n");

@@ -28,8 +28,8 @@ void gct_usage(FILE *out) {
           "against finite differences.\n"
           "\n"
           "commands:\n"
-          "  list              every registered op and layer: spec, options, shape variants,\n"
-          "                    inputs; and the seeded bugs for --inject\n"
+          "  list [NAME]       every registered op and layer (or NAME's entry): spec, options,\n"
+          "                    shape variants, inputs and how they are drawn; and the seeded bugs\n"
           "  check NAME|all    analytic gradient vs finite differences, one table per op\n"
           "                    with a row per input (every built-in variant unless --shape)\n"
           "  sweep NAME        gradient error as h goes from 1e-1 to 1e-12 (--h-grid), forward and\n"
@@ -39,6 +39,13 @@ void gct_usage(FILE *out) {
           "  jacobian NAME     analytic and numeric Jacobians side by side (use a small\n"
           "                    --shape), and DIR/jacobian_NAME_INPUT.png heatmaps of both and\n"
           "                    of their difference\n"
+          "  memory rmsnorm|layernorm\n"
+          "                    fused vs composed: records, saved bytes (all, and beyond x and gamma),\n"
+          "                    arena bytes; default --shape 4096x768 --dtype f32 (the guide's table)\n"
+          "  explain rmsnorm|layernorm\n"
+          "                    the backward on your numbers (--x, --gamma, --beta, --dy, --eps),\n"
+          "                    every quantity of docs/normalization-gradients.md, the invariants\n"
+          "                    and dx against central differences\n"
           "  help              this text\n"
           "\n"
           "what is checked:\n"
@@ -90,6 +97,11 @@ void gct_usage(FILE *out) {
           "  --out DIR         sweep, jacobian: where .dat, .gp and .png go (default out/gradcheck)\n"
           "  -q, --quiet       check: print only failing rows and the summary; sweep: only the\n"
           "                    best steps\n"
+          "  --x, --gamma, --beta, --dy LIST, --eps E\n"
+          "                    explain: the numbers (comma-separated; --shape NxC splits --x into\n"
+          "                    rows; gamma 1, beta 0, dy 1 and eps 1e-5 unless given)\n"
+          "  --plugin PATH     every command: load a shared object with your own ops\n"
+          "                    (TG_GRADCHECK_PLUGIN, tapegrad/check.h); may repeat\n"
           "\n"
           "exit status: 0 every check passes, 1 a check fails (or a step vanished), 2 bad\n"
           "             usage, 3 an error while running (e.g. a file could not be written)\n"
@@ -100,7 +112,8 @@ void gct_usage(FILE *out) {
           "  tapegrad-gradcheck check --inject overwrite\n"
           "  tapegrad-gradcheck check rmsnorm --dtype f32 --scale x=1e-3 --seeds 1000\n"
           "  tapegrad-gradcheck sweep rmsnorm --out out/gradcheck\n"
-          "  tapegrad-gradcheck jacobian rmsnorm --shape 1x5\n",
+          "  tapegrad-gradcheck jacobian rmsnorm --shape 1x5\n"
+          "  tapegrad-gradcheck explain rmsnorm --x 1,2,2 --gamma 1,0.5,2 --dy 1,-1,-0.5 --eps 0\n",
           out);
 }
 
@@ -257,8 +270,8 @@ typedef struct opt_use {
 } opt_use;
 
 static const opt_use OPT_USE[] = {
-    {"--shape", "check sweep jacobian", false},
-    {"--dtype", "check sweep jacobian", false},
+    {"--shape", "check sweep jacobian explain memory", false},
+    {"--dtype", "check sweep jacobian memory", false},
     {"--h", "check jacobian", false},
     {"--atol", "check jacobian", false},
     {"--rtol", "check jacobian", false},
@@ -286,6 +299,11 @@ static const opt_use OPT_USE[] = {
     {"--scale", "check sweep jacobian", false},
     {"--offset", "check sweep jacobian", false},
     {"--values", "check sweep jacobian", false},
+    {"--x", "explain", false},
+    {"--gamma", "explain", false},
+    {"--beta", "explain", false},
+    {"--dy", "explain", false},
+    {"--eps", "explain", false},
 };
 
 static const opt_use *find_opt(const char *opt) {
@@ -314,6 +332,16 @@ static bool parse_option(gct_args *a, const char *opt, const char *v) {
         a->elements = true;
     } else if (!strcmp(opt, "--shape")) {
         a->shape = v;
+    } else if (!strcmp(opt, "--x")) {
+        a->x = v;
+    } else if (!strcmp(opt, "--gamma")) {
+        a->gamma = v;
+    } else if (!strcmp(opt, "--beta")) {
+        a->beta = v;
+    } else if (!strcmp(opt, "--dy")) {
+        a->dy = v;
+    } else if (!strcmp(opt, "--eps")) {
+        return parse_number(opt, v, true, &a->eps);
     } else if (!strcmp(opt, "--dtype")) {
         if (!strcmp(v, "f32") || !strcmp(v, "float32")) a->dtype = TG_F32;
         else if (!strcmp(v, "f64") || !strcmp(v, "float64")) a->dtype = TG_F64;
@@ -401,7 +429,7 @@ static int parse_args(int argc, char **argv, gct_args *a) {
     a->dtype = TG_F64;
     a->mode = TG_GRADCHECK_FULL;
     a->out_dir = "out/gradcheck";
-    a->h = a->atol = a->rtol = NAN;
+    a->h = a->atol = a->rtol = a->eps = NAN;
     a->color = isatty(fileno(stdout)) && !getenv("NO_COLOR");
     if (argc < 2) return gct_usage_error("no command given");
     a->command = argv[1];
@@ -410,7 +438,7 @@ static int parse_args(int argc, char **argv, gct_args *a) {
         return GCT_EXIT_PASS;
     }
     if (strcmp(a->command, "list") && strcmp(a->command, "check") && strcmp(a->command, "sweep") &&
-        strcmp(a->command, "jacobian"))
+        strcmp(a->command, "jacobian") && strcmp(a->command, "explain") && strcmp(a->command, "memory"))
         return gct_usage_error("unknown command '%s'", a->command);
 
     for (int i = 2; i < argc; i++) {
@@ -435,7 +463,6 @@ static int parse_args(int argc, char **argv, gct_args *a) {
         }
         if (!parse_option(a, opt, v)) return GCT_EXIT_USAGE;
     }
-    if (!strcmp(a->command, "list") && a->name) return gct_usage_error("list takes no NAME (got '%s')", a->name);
     if (a->seeds_from_seed) a->seed_first = a->seed;
     if (a->format == GCT_CSV && !strcmp(a->command, "jacobian") && a->n_seeds)
         return gct_usage_error("jacobian --seeds reports in text or json");
@@ -457,11 +484,15 @@ int64_t gct_seed_count(const gct_args *a) { return a->n_seeds ? a->n_seeds : 1; 
 
 int main(int argc, char **argv) {
     static gct_args a;
-    int st = parse_args(argc, argv, &a);
+    int st = gct_load_plugins(&argc, argv);
+    if (st >= 0) return st;
+    st = parse_args(argc, argv, &a);
     if (st < 0) {
         if (!strcmp(a.command, "list")) st = gct_cmd_list(&a);
         else if (!strcmp(a.command, "check")) st = gct_cmd_check(&a);
         else if (!strcmp(a.command, "sweep")) st = gct_cmd_sweep(&a);
+        else if (!strcmp(a.command, "explain")) st = gct_cmd_explain(&a);
+        else if (!strcmp(a.command, "memory")) st = gct_cmd_memory(&a);
         else st = gct_cmd_jacobian(&a);
     }
     free_args(&a);

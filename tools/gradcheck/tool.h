@@ -11,6 +11,12 @@
  *   report.c     what reports share: quantiles, JSON and CSV pieces, the
  *                settings line, the note on the predicted error
  *   inject.c     the seeded bugs (known-wrong backward passes)
+ *   inject_norm.c  more of them, written with the custom-op API
+ *   plugin.c     --plugin PATH: a user's ops from a shared object
+ *   diagnose.c   the diagnosis under a failing check
+ *   projection.c jacobian's projection view of a norm without gamma
+ *   explain.c    `explain`: a norm's backward on the learner's numbers
+ *   memory.c     `memory`: fused vs composed records, saved and arena bytes
  *
  * The tool prints to stdout (reports) and stderr (usage errors). Exit
  * status: 0 every check passed, 1 a check failed, 2 bad usage (the usage
@@ -71,17 +77,19 @@ typedef struct gct_args {
     bool input_seed_set, probe_seed_set;
     int64_t n_seeds; /* --seeds: 0 a single run at seed, else seeds first.. */
     uint64_t seed_first;
-    bool seeds_from_seed;    /* --seeds N: first is --seed */
-    const char *inject;      /* --inject BUG, or NULL */
-    const char *input;       /* --input NAME (jacobian), or NULL */
-    const char *out_dir;     /* --out DIR (default out/gradcheck) */
-    bool quiet;              /* -q: failures and the summary only */
-    bool color;              /* ANSI colours (a terminal, NO_COLOR unset) */
-    gct_format format;       /* --format text|json|csv */
-    bool print_inputs;       /* --print-inputs */
-    const char *save_inputs; /* --save-inputs DIR */
-    bool elements;           /* --elements: every comparison */
-    double *r;               /* --r V,V,...|@FILE (heap), n_r values */
+    bool seeds_from_seed;              /* --seeds N: first is --seed */
+    const char *inject;                /* --inject BUG, or NULL */
+    const char *input;                 /* --input NAME (jacobian), or NULL */
+    const char *out_dir;               /* --out DIR (default out/gradcheck) */
+    bool quiet;                        /* -q: failures and the summary only */
+    bool color;                        /* ANSI colours (a terminal, NO_COLOR unset) */
+    gct_format format;                 /* --format text|json|csv */
+    bool print_inputs;                 /* --print-inputs */
+    const char *x, *gamma, *beta, *dy; /* explain: --x, --gamma, --beta, --dy lists */
+    double eps;                        /* explain: --eps (NAN: not given) */
+    const char *save_inputs;           /* --save-inputs DIR */
+    bool elements;                     /* --elements: every comparison */
+    double *r;                         /* --r V,V,...|@FILE (heap), n_r values */
     int64_t n_r;
     double grid[GCT_MAX_GRID]; /* --h-grid (sweep); n_grid 0: the default */
     int n_grid;
@@ -111,6 +119,13 @@ int gct_cmd_list(const gct_args *a);
 int gct_cmd_check(const gct_args *a);
 int gct_cmd_sweep(const gct_args *a);
 int gct_cmd_jacobian(const gct_args *a);
+int gct_cmd_explain(const gct_args *a);
+int gct_cmd_memory(const gct_args *a);
+/* Takes every "--plugin PATH" out of argv (adjusting *argc), loads the
+ * shared objects and adds their ops to the registry (plugin.c). Returns -1
+ * to go on, else the exit status (2: a plugin that does not load, with the
+ * reason printed). */
+int gct_load_plugins(int *argc, char **argv);
 
 /* ---- seeded bugs (inject.c) -------------------------------------------- */
 
@@ -131,6 +146,10 @@ typedef struct gct_bug {
                                   spec's ";size=S" (e.g. the relative error
                                   it puts into dx) */
 } gct_bug;
+
+/* The bugs of inject_norm.c (forwards of the catalogue's entries). */
+tg_tensor *gct_bug_rmsnorm_r_const(tg_ctx *ctx, tg_tensor *const *in, void *user);
+tg_tensor *gct_bug_rmsnorm_m_sum(tg_ctx *ctx, tg_tensor *const *in, void *user);
 
 int gct_bug_count(void);
 const gct_bug *gct_bug_get(int i);
@@ -191,6 +210,16 @@ int64_t gct_target_numel(const gct_target *t);
 /* The inputs of t as text (--print-inputs): "x 4x8 = 1.2, -0.3, ..." per
  * input, full precision. */
 void gct_print_inputs(FILE *out, const gct_target *t, int indent);
+/* The diagnosis of every failing input of r (diagnose.c), as text for
+ * the report: which input, where, what structure analytic - numeric
+ * Jacobian has, the predicted error of the differences and the likely
+ * cause. Writes at most size bytes into buf; returns the length written. */
+size_t gct_diagnose_case(tg_ctx *ctx, const gct_args *a, gct_target *t, const tg_gradcheck_opts *o,
+                         const tg_gradcheck_result *r, char *buf, size_t size);
+/* jacobian's projection view (projection.c): for rmsnorm or layernorm
+ * with affine=0 and input 0 (x), each row's eigenvalues, J^2 = r J and
+ * the parts of the numeric Jacobian jn; nothing for other targets. */
+void gct_projection_view(tg_ctx *ctx, const gct_target *t, int k, const double *jn);
 /* The inputs of t as a JSON object {"x": {"shape": [4, 8], "values": [...]}}. */
 void gct_json_inputs(FILE *out, const gct_target *t);
 /* Writes each input of t to DIR/NAME.txt (numbers, loadable by --values

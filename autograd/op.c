@@ -1,0 +1,185 @@
+/* User-defined ops (include/tapegrad/op.h): tg_op_apply, and what a custom
+ * forward and backward call to read and fill their record.
+ *
+ * A custom op is recorded exactly as a built-in one (tg_record, in
+ * autograd/tape.c): same record, same version checks, same walk. The only
+ * additions are the saved-tensor list (checked against in-place writes like
+ * the inputs) and the guards a learner's code needs: a gradient of the
+ * wrong shape, a forward that returns its input, an error inside the op's
+ * code -- each reported with the op's name. */
+#include <stdarg.h>
+#include <string.h>
+
+#include "autograd/tape.h"
+
+/* Appends " (in the forward of 'op')" to the context's message unless it
+ * already names the op: a forward that failed inside a tapegrad call. */
+static void name_the_op(tg_ctx *ctx, const char *op, const char *where) {
+    if (strstr(ctx->message, op)) return;
+    size_t len = strlen(ctx->message);
+    snprintf(ctx->message + len, sizeof ctx->message - len, " (in the %s of '%s')", where, op);
+}
+
+/* True when t is one of the node's inputs or its output (same data). */
+static bool kept_by_pointer(const tg_node *node, const tg_tensor *t) {
+    if (node->out && tg_root(node->out) == tg_root(t)) return true;
+    for (int k = 0; k < node->n_in; k++)
+        if (node->in[k] && tg_root(node->in[k]) == tg_root(t)) return true;
+    return false;
+}
+
+tg_tensor *tg_op_apply(tg_ctx *ctx, const tg_op_def *def, int n_in, tg_tensor *const *in, void *user) {
+    static const char fn[] = "tg_op_apply";
+    if (!tg_live(ctx)) return NULL;
+    if (!def || !def->name || !def->forward || !def->backward) {
+        tg_error(ctx, TG_ERR_NULL, fn, "the op definition %s", !def ? "is NULL" : "lacks a name, forward or backward");
+        return NULL;
+    }
+    if (n_in < 1 || n_in > 8 || !in) {
+        tg_error(ctx, TG_ERR_VALUE, def->name, "%s: n_in = %d must be 1..8 with an input array", fn, n_in);
+        return NULL;
+    }
+    for (int k = 0; k < n_in; k++) {
+        char what[24];
+        snprintf(what, sizeof what, "input %d", k);
+        if (in[k] && !tg_check_arg(ctx, def->name, what, in[k])) return NULL;
+    }
+    /* The forward fills a record that is not on the tape yet: saves and
+     * scalars land here, and move to the real record below. */
+    tg_node pending = {.op = def->name, .backward = def->backward, .in = (tg_tensor **)in, .n_in = n_in};
+    bool was = tg_set_grad_enabled(ctx, false);
+    tg_tensor *y = def->forward(ctx, &pending, in, user);
+    tg_set_grad_enabled(ctx, was);
+    if (!tg_ok(ctx)) {
+        name_the_op(ctx, def->name, "forward");
+        return NULL;
+    }
+    if (!y) {
+        tg_error(ctx, TG_ERR_STATE, def->name, "the forward returned NULL without setting an error");
+        return NULL;
+    }
+    if (!tg_check_arg(ctx, def->name, "the forward's output", y)) return NULL;
+    for (int k = 0; k < n_in; k++)
+        if (y == in[k]) {
+            tg_error(ctx, TG_ERR_STATE, def->name,
+                     "the forward returned its input %d itself; return a new tensor (tg_copy of it)", k);
+            return NULL;
+        }
+    tg_node *n = tg_record(ctx, def->name, def->backward, y, n_in, in);
+    if (!n) return tg_ok(ctx) ? y : NULL;
+    memcpy(n->f, pending.f, sizeof n->f);
+    n->saved_t = pending.saved_t;
+    n->saved_version = pending.saved_version;
+    n->n_saved_t = pending.n_saved_t;
+    for (int k = 0; k < n->n_saved_t; k++) {
+        tg_tensor *t = n->saved_t[k];
+        n->saved_version[k] = tg_root(t)->version_; /* as the forward left it */
+        if (!kept_by_pointer(n, t)) tg_node_count_saved(ctx, n, (size_t)t->numel * tg_esize(t->dtype));
+    }
+    return y;
+}
+
+const char *tg_node_name(const tg_node *node) { return node ? node->op : NULL; }
+int tg_node_n_inputs(const tg_node *node) { return node ? node->n_in : 0; }
+tg_tensor *tg_node_input(const tg_node *node, int k) { return node && k >= 0 && k < node->n_in ? node->in[k] : NULL; }
+tg_tensor *tg_node_output(const tg_node *node) { return node ? node->out : NULL; }
+tg_tensor *tg_node_grad_output(const tg_node *node) { return node && node->out ? node->out->grad : NULL; }
+int tg_node_n_saved(const tg_node *node) { return node ? node->n_saved_t : 0; }
+
+tg_tensor *tg_node_saved_tensor(const tg_node *node, int k) {
+    return node && k >= 0 && k < node->n_saved_t ? node->saved_t[k] : NULL;
+}
+
+bool tg_node_save_tensor(tg_ctx *ctx, tg_node *node, tg_tensor *t) {
+    if (!tg_live(ctx)) return false;
+    if (!node) {
+        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'node' is NULL");
+        return false;
+    }
+    if (!tg_check_arg(ctx, node->op, "the saved tensor", t)) return false;
+    if (node->n_saved_t >= TG_NODE_MAX_SAVED) {
+        tg_error(ctx, TG_ERR_VALUE, node->op, "%s: more than %d saved tensors", __func__, TG_NODE_MAX_SAVED);
+        return false;
+    }
+    if (!node->saved_t) {
+        node->saved_t =
+            tg_arena_alloc_fn(ctx, node->op, TG_NODE_MAX_SAVED * (sizeof *node->saved_t + sizeof *node->saved_version));
+        if (!node->saved_t) return false;
+        node->saved_version = (uint32_t *)(node->saved_t + TG_NODE_MAX_SAVED);
+    }
+    node->saved_t[node->n_saved_t] = t;
+    node->saved_version[node->n_saved_t] = tg_root(t)->version_;
+    node->n_saved_t++;
+    /* a record already on the tape (the caller used tg_record itself)
+     * counts the bytes now; tg_op_apply counts a pending one's */
+    if (node->version && !kept_by_pointer(node, t))
+        tg_node_count_saved(ctx, node, (size_t)t->numel * tg_esize(t->dtype));
+    return true;
+}
+
+bool tg_node_set_scalar(tg_ctx *ctx, tg_node *node, int k, double v) {
+    if (!tg_live(ctx)) return false;
+    if (!node || k < 0 || k >= TG_NODE_MAX_SCALARS) {
+        tg_error(ctx, node ? TG_ERR_INDEX : TG_ERR_NULL, node ? node->op : __func__,
+                 "%s: scalar slot %d is outside 0..%d", __func__, k, TG_NODE_MAX_SCALARS - 1);
+        return false;
+    }
+    node->f[k] = v;
+    return true;
+}
+
+double tg_node_scalar(const tg_node *node, int k) {
+    return node && k >= 0 && k < TG_NODE_MAX_SCALARS ? node->f[k] : 0.0;
+}
+
+bool tg_node_needs_grad(const tg_node *node, int k) {
+    return node && k >= 0 && k < node->n_in && node->in[k] && node->in[k]->requires_grad;
+}
+
+bool tg_node_accumulate(tg_ctx *ctx, tg_node *node, int k, const tg_tensor *g) {
+    static const char fn[] = "tg_node_accumulate";
+    if (!tg_live(ctx)) return false;
+    if (!node) {
+        tg_error(ctx, TG_ERR_NULL, fn, "argument 'node' is NULL");
+        return false;
+    }
+    if (k < 0 || k >= node->n_in) {
+        tg_error(ctx, TG_ERR_INDEX, node->op, "%s: input %d is outside 0..%d", fn, k, node->n_in - 1);
+        return false;
+    }
+    if (!tg_node_needs_grad(node, k)) return true;
+    char what[40];
+    snprintf(what, sizeof what, "the gradient of input %d", k);
+    if (!tg_check_arg(ctx, node->op, what, g)) return false;
+    const tg_tensor *x = node->in[k];
+    if (g->dtype != x->dtype || !tg_same_shape(g, x)) {
+        char sg[TG_SHAPE_STR], sx[TG_SHAPE_STR];
+        tg_error(ctx, TG_ERR_SHAPE, node->op,
+                 "the backward's gradient of input %d is a %s %s tensor, but the input is %s %s: a gradient has "
+                 "its input's shape and dtype",
+                 k, tg_shape_of(sg, g), tg_dtype_name(g->dtype), tg_shape_of(sx, x), tg_dtype_name(x->dtype));
+        return false;
+    }
+    tg_tensor *d = tg_grad_of(ctx, node->in[k]);
+    if (!d) return false;
+    if (d->dtype == TG_F64) {
+        double *dd = d->data;
+        const double *gd = g->data;
+        for (int64_t i = 0; i < d->numel; i++) dd[i] += gd[i];
+    } else {
+        float *dd = d->data;
+        const float *gd = g->data;
+        for (int64_t i = 0; i < d->numel; i++) dd[i] += gd[i];
+    }
+    return true;
+}
+
+void tg_node_error(tg_ctx *ctx, const tg_node *node, const char *fmt, ...) {
+    if (!tg_live(ctx)) return;
+    char buf[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt ? fmt : "(no message)", ap);
+    va_end(ap);
+    tg_error(ctx, TG_ERR_VALUE, node ? node->op : "tg_node_error", "%s", buf);
+}

@@ -1,0 +1,162 @@
+/* tapegrad/op.h: write your own differentiable op -- a forward, a
+ * hand-written backward, what it saves -- and record it on the tape like a
+ * built-in op. Every built-in op records itself through these same calls
+ * (tg_record, tg_grad_of, tg_node_save), so they are proven by everything
+ * tapegrad already does.
+ *
+ * The short way, PyTorch's autograd.Function: describe the op once and
+ * apply it.
+ *
+ *   // y = x * x.  Backward: dx += 2 x dy.
+ *   static tg_tensor *square_fw(tg_ctx *ctx, tg_node *node, tg_tensor *const *in, void *user) {
+ *       (void)user;
+ *       tg_node_save_tensor(ctx, node, in[0]);     // backward needs x
+ *       return tg_mul(ctx, in[0], in[0]);           // grad mode is off here
+ *   }
+ *   static void square_bw(tg_ctx *ctx, tg_node *node) {
+ *       tg_tensor *x = tg_node_saved_tensor(node, 0);
+ *       tg_tensor *dy = tg_node_grad_output(node);
+ *       tg_node_accumulate(ctx, node, 0, tg_mul_scalar(ctx, tg_mul(ctx, x, dy), 2.0));
+ *   }
+ *   static const tg_op_def SQUARE = {.name = "square", .forward = square_fw, .backward = square_bw};
+ *   ...
+ *   tg_tensor *y = tg_op_apply(ctx, &SQUARE, 1, &x, NULL);
+ *
+ * examples/custom_op.c defines a learner's RMSNorm this way end to end and
+ * gradchecks it; docs/custom-ops.md is the guide.
+ *
+ * What tapegrad does for a custom op as for a built-in one:
+ *   - no-grad mode (tg_set_grad_enabled false) and inputs that need no grad:
+ *     the forward runs, nothing is recorded;
+ *   - tg_backward_ex(..., keep_tape = true) runs its backward again;
+ *   - gradients accumulate: an input used twice gets both contributions
+ *     (tg_node_accumulate adds, never overwrites);
+ *   - in-place checks: if an input, the output or a saved tensor is
+ *     written in place after the op ran (tg_fill, tg_assign, an optimizer
+ *     step...), tg_backward stops with an error naming the op and the
+ *     tensor, instead of using values the forward never saw;
+ *   - errors are values: a forward or backward that fails (its own
+ *     tg_node_error, or a tapegrad call inside it) leaves the context in
+ *     error, and the message says which op; a gradient of the wrong shape
+ *     or dtype is refused naming the op and both shapes.
+ *
+ * The backward runs with grad mode off, so it may use any tapegrad op to
+ * compute its gradients (they are arena tensors of this step). */
+#ifndef TAPEGRAD_OP_H
+#define TAPEGRAD_OP_H
+
+#include "tapegrad/autograd.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A record on the tape: one op application (opaque; read it with the
+ * tg_node_* calls below). Valid during the op's forward (tg_op_apply) and
+ * its backward. */
+typedef struct tg_node tg_node;
+/* An op's backward: reads the gradient of its output
+ * (tg_node_grad_output) and adds into the gradients of its inputs. */
+typedef void (*tg_backward_fn)(tg_ctx *ctx, tg_node *node);
+
+/* Most tensors a record may save (tg_node_save_tensor), and most scalars
+ * (tg_node_set_scalar). */
+#define TG_NODE_MAX_SAVED 8
+#define TG_NODE_MAX_SCALARS 4
+
+/* ======================================================================== */
+/* The one-call form                                                        */
+/* ======================================================================== */
+
+/* A custom op. `forward` computes the output from in[0..n_in-1] with any
+ * tapegrad calls (grad mode is off while it runs, so they record nothing)
+ * and saves what backward needs on `node`; it returns a new tensor (not
+ * one of its inputs), or NULL with the context in error. `backward` is as
+ * tg_backward_fn. `user` is passed through to forward; backward reads what
+ * forward saved. */
+typedef struct tg_op_def {
+    const char *name; /* for messages and the tape ("rmsnorm_mine") */
+    tg_tensor *(*forward)(tg_ctx *ctx, tg_node *node, tg_tensor *const *in, void *user);
+    tg_backward_fn backward;
+} tg_op_def;
+
+/* y = def->forward(in...), recorded on the tape with def->backward when grad
+ * mode is on and an input requires grad. n_in is 1..8; an input may be
+ * NULL (an optional argument: the forward sees NULL, backward gets no
+ * gradient for it). Returns y, or NULL with the error set (a NULL def or
+ * forward, a stale input, a forward that failed or returned one of its
+ * inputs). */
+tg_tensor *tg_op_apply(tg_ctx *ctx, const tg_op_def *def, int n_in, tg_tensor *const *in, void *user);
+
+/* ======================================================================== */
+/* What forward and backward call                                           */
+/* ======================================================================== */
+
+/* The op's name, its n-th input (NULL outside 0..n-1), its output, and the
+ * gradient of its output (backward only; never NULL there; read it, never
+ * write it). */
+const char *tg_node_name(const tg_node *node);
+int tg_node_n_inputs(const tg_node *node);
+tg_tensor *tg_node_input(const tg_node *node, int k);
+tg_tensor *tg_node_output(const tg_node *node);
+tg_tensor *tg_node_grad_output(const tg_node *node);
+
+/* Saves t (an input, the output, or a tensor the forward made: a statistic
+ * such as rstd) for backward. Its in-place version is noted: backward is
+ * refused if t is written in place afterwards. Its bytes count in
+ * tg_tape_saved_bytes unless it is an input or the output (kept by
+ * pointer, not copied). False (and the error set) beyond
+ * TG_NODE_MAX_SAVED or on a bad argument. */
+bool tg_node_save_tensor(tg_ctx *ctx, tg_node *node, tg_tensor *t);
+/* The k-th saved tensor, in the order saved (NULL outside 0..n-1). */
+tg_tensor *tg_node_saved_tensor(const tg_node *node, int k);
+int tg_node_n_saved(const tg_node *node);
+
+/* Scalars for backward (eps, a flag...): k in 0..TG_NODE_MAX_SCALARS-1. */
+bool tg_node_set_scalar(tg_ctx *ctx, tg_node *node, int k, double v);
+double tg_node_scalar(const tg_node *node, int k);
+
+/* True when input k needs a gradient (backward may skip the work
+ * otherwise). */
+bool tg_node_needs_grad(const tg_node *node, int k);
+/* grad(input k) += g, the gradient g has input k's shape and dtype. Does
+ * nothing (returns true) when input k needs no gradient. A g of another
+ * shape or dtype, or NULL, is an error naming the op, the input and both
+ * shapes. Returns false when the context is in error. */
+bool tg_node_accumulate(tg_ctx *ctx, tg_node *node, int k, const tg_tensor *g);
+
+/* Sets the context's error TG_ERR_VALUE, the message starting with the
+ * op's name: "rmsnorm_mine: <fmt...>". */
+void tg_node_error(tg_ctx *ctx, const tg_node *node, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* ======================================================================== */
+/* The primitives (what every built-in op calls)                            */
+/* ======================================================================== */
+
+/* True when an op on these inputs must be recorded: grad mode is on and at
+ * least one (non-NULL) input requires grad. */
+bool tg_needs_grad(const tg_ctx *ctx, int n_in, tg_tensor *const *in);
+/* Appends a record for `out` = op(in...). Marks out as requiring grad, and
+ * notes the in-place version of every input and of out: call it once the
+ * forward has written out. Returns NULL when no record is needed (grad mode
+ * off, no input requires grad) or on error (then the error is set, e.g. a
+ * stale input). The node stays valid until the next tg_record. */
+tg_node *tg_record(tg_ctx *ctx, const char *op, tg_backward_fn backward, tg_tensor *out, int n_in,
+                   tg_tensor *const *in);
+/* Allocates `bytes` in the arena for the node's saved data and counts them
+ * in tg_tape_saved_bytes. */
+void *tg_node_save(tg_ctx *ctx, tg_node *node, size_t bytes);
+/* The gradient buffer of t for accumulation (+=) during backward: NULL
+ * when t does not require grad; else t->grad, made (zeroed) on first
+ * use. */
+tg_tensor *tg_grad_of(tg_ctx *ctx, tg_tensor *t);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TAPEGRAD_OP_H */

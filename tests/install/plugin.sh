@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# ctest `install_plugin`: installs the build into a temporary prefix, builds
+# tests/install/plugin/ (a learner's LayerNorm as a custom op, correct and
+# with a bug) against it as a shared object, and checks it with the
+# installed tapegrad-gradcheck --plugin: the correct op passes (exit 0),
+# the buggy one fails (exit 1) with the diagnosis that names its bug, and a plugin that does not load or lacks
+# the registration symbol is refused with the reason (exit 2).
+# Usage: plugin.sh BUILD_DIR WORK_DIR CMAKE CC [SANITIZE]
+set -euo pipefail
+build=$1 work=$2 cmake=$3 cc=$4 sanitize=${5:-}
+here=$(cd "$(dirname "$0")" && pwd)
+extra=()
+if [ -n "$sanitize" ]; then
+  extra=("-fsanitize=$sanitize" -fno-omit-frame-pointer)
+fi
+rm -rf "$work"
+mkdir -p "$work"
+prefix=$work/prefix
+"$cmake" --install "$build" --prefix "$prefix" > "$work/install.log"
+"$cmake" -S "$here/plugin" -B "$work/b" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_C_COMPILER="$cc" -DCMAKE_C_FLAGS="${extra[*]}" -DCMAKE_BUILD_TYPE=Debug > "$work/configure.log"
+"$cmake" --build "$work/b" > "$work/build.log"
+tool=$prefix/bin/tapegrad-gradcheck
+so=$work/b/libmyop.so
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+# expect STATUS LOG ARGS...: runs the tool, checks its exit status
+expect() {
+  local want=$1 log=$2 rc=0; shift 2
+  NO_COLOR=1 "$tool" "$@" > "$log" 2>&1 || rc=$?
+  if grep -q "Sanitizer" "$log"; then cat "$log" >&2; fail "$*: a sanitizer reported an error"; fi
+  [ "$rc" -eq "$want" ] || { cat "$log" >&2; fail "$*: exit status $rc, want $want"; }
+}
+has() { grep -qF -- "$2" "$1" || { cat "$1" >&2; fail "'$2' not in the output"; }; }
+
+expect 0 "$work/list.log" --plugin "$so" list
+has "$work/list.log" "my_layernorm"
+has "$work/list.log" "a learner's LayerNorm"
+expect 0 "$work/check.log" check my_layernorm --plugin "$so"
+has "$work/check.log" "my_layernorm"
+expect 1 "$work/bug.log" --plugin "$so" check my_layernorm_nomean --shape 2x4
+has "$work/bug.log" "FAIL"
+has "$work/bug.log" "diagnosis of x 2x4 (2x4): mean-term"
+has "$work/bug.log" "a dropped mean term"
+expect 2 "$work/missing.log" --plugin "$work/no-such-plugin.so" list
+has "$work/missing.log" "cannot be loaded"
+expect 2 "$work/nosym.log" --plugin "$work/b/libnosym.so" list
+has "$work/nosym.log" "has no symbol tg_gradcheck_plugin_register"
+expect 2 "$work/noarg.log" list --plugin
+echo "install_plugin: the plugin built against the installed package is checked by the installed tool"

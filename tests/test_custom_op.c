@@ -1,0 +1,167 @@
+/* User-defined ops through the public API of tapegrad/op.h only (no
+ * internal header): gradient check, no-grad mode, keep_tape, accumulation
+ * of an input used twice, in-place checks of saved tensors, saved-byte
+ * accounting, and the errors a learner's op can make -- each naming the
+ * op. */
+#include <string.h>
+
+#include "tapegrad.h"
+#include "tapegrad/check.h"
+#include "testutil.h"
+
+static tg_ctx *ctx;
+static void setup(void) { ctx = tg_ctx_new(3); }
+static void teardown(void) { tg_ctx_free(ctx); }
+
+/* y = s x^2 with the scalar s from user. Backward, with tapegrad ops (grad
+ * mode is off there): dx = 2 s x dy. */
+static tg_tensor *sq_forward(tg_ctx *c, tg_node *node, tg_tensor *const *in, void *user) {
+    double s = user ? *(double *)user : 1.0;
+    tg_node_save_tensor(c, node, in[0]);
+    tg_node_set_scalar(c, node, 0, s);
+    return tg_mul_scalar(c, tg_mul(c, in[0], in[0]), s);
+}
+static void sq_backward(tg_ctx *c, tg_node *node) {
+    tg_tensor *x = tg_node_saved_tensor(node, 0);
+    double s = tg_node_scalar(node, 0);
+    tg_node_accumulate(c, node, 0, tg_mul_scalar(c, tg_mul(c, x, tg_node_grad_output(node)), 2.0 * s));
+}
+static const tg_op_def SQ = {.name = "scaled_square", .forward = sq_forward, .backward = sq_backward};
+
+static tg_tensor *sq_fn(tg_ctx *c, tg_tensor *const *in, void *user) { return tg_op_apply(c, &SQ, 1, in, user); }
+
+START_TEST(test_gradcheck_and_values) {
+    double s = 1.5;
+    tg_tensor *x = tg_requires_grad(ctx, tg_randn(ctx, TG_F64, TG_SHAPE(3, 4), 0, 1));
+    tg_test_op_gradcheck(ctx, "scaled_square", sq_fn, &s, 1, &x);
+    tg_tensor *y = sq_fn(ctx, &x, &s);
+    ck_assert_int_eq(tg_tape_size(ctx), 1);
+    for (int64_t i = 0; i < 12; i++) {
+        double xi = tg_get_flat(ctx, x, i);
+        ck_assert_double_eq_tol(tg_get_flat(ctx, y, i), 1.5 * xi * xi, 1e-15);
+    }
+    /* an input kept by pointer is not counted as saved bytes */
+    ck_assert_uint_eq(tg_tape_saved_bytes(ctx), 0);
+}
+END_TEST
+
+START_TEST(test_no_grad_and_no_input_needing_grad) {
+    tg_tensor *x = tg_randn(ctx, TG_F64, TG_SHAPE(4), 0, 1);
+    tg_tensor *y = sq_fn(ctx, &x, NULL);
+    ck_assert_ptr_nonnull(y);
+    ck_assert(!y->requires_grad);
+    ck_assert_int_eq(tg_tape_size(ctx), 0);
+    tg_requires_grad(ctx, x);
+    bool was = tg_set_grad_enabled(ctx, false);
+    y = sq_fn(ctx, &x, NULL);
+    tg_set_grad_enabled(ctx, was);
+    ck_assert(!y->requires_grad);
+    ck_assert_int_eq(tg_tape_size(ctx), 0);
+    ck_assert(tg_ok(ctx));
+}
+END_TEST
+
+/* x used twice: both contributions reach x's grad (accumulate, never
+ * overwrite); keep_tape runs the op's backward again and adds once more. */
+START_TEST(test_accumulate_and_keep_tape) {
+    tg_tensor *x = tg_requires_grad(ctx, tg_from_buffer(ctx, TG_F64, TG_SHAPE(3), (double[]){1, -2, 0.5}));
+    tg_tensor *loss = tg_sum(ctx, tg_add(ctx, sq_fn(ctx, &x, NULL), tg_mul(ctx, sq_fn(ctx, &x, NULL), x)));
+    /* loss = sum(x^2 + x^3): dloss/dx = 2x + 3x^2 */
+    tg_backward_ex(ctx, loss, NULL, true);
+    const double x0[3] = {1, -2, 0.5};
+    double want[3];
+    for (int i = 0; i < 3; i++) want[i] = 2 * x0[i] + 3 * x0[i] * x0[i];
+    tg_test_assert_close(ctx, "dx", x->grad, want, 3, 1e-14, 0);
+    tg_backward(ctx, loss);
+    for (int i = 0; i < 3; i++) want[i] *= 2;
+    tg_test_assert_close(ctx, "dx after a second backward", x->grad, want, 3, 1e-14, 0);
+    tg_backward(ctx, loss);
+    tg_test_assert_error(ctx, TG_ERR_STATE, "already consumed", NULL);
+}
+END_TEST
+
+/* y = x * w with w a tensor the forward saves (not an input: a constant
+ * of the op). Writing w in place after the op ran must stop backward. */
+static tg_tensor *scale_forward(tg_ctx *c, tg_node *node, tg_tensor *const *in, void *user) {
+    tg_tensor *w = user;
+    tg_node_save_tensor(c, node, w);
+    return tg_mul(c, in[0], w);
+}
+static void scale_backward(tg_ctx *c, tg_node *node) {
+    tg_node_accumulate(c, node, 0, tg_mul(c, tg_node_grad_output(node), tg_node_saved_tensor(node, 0)));
+}
+static const tg_op_def SCALE = {.name = "scale_by", .forward = scale_forward, .backward = scale_backward};
+
+START_TEST(test_saved_tensor_written_in_place) {
+    tg_tensor *x = tg_requires_grad(ctx, tg_randn(ctx, TG_F64, TG_SHAPE(5), 0, 1));
+    tg_tensor *w = tg_randn(ctx, TG_F64, TG_SHAPE(5), 0, 1);
+    tg_tensor *loss = tg_sum(ctx, tg_op_apply(ctx, &SCALE, 1, &x, w));
+    /* w is not an input: its 5 doubles are what the op saved */
+    ck_assert_uint_eq(tg_tape_saved_bytes(ctx), 5 * sizeof(double));
+    tg_fill(ctx, w, 3.0);
+    tg_backward(ctx, loss);
+    tg_test_assert_error(ctx, TG_ERR_STATE, "saved tensor 0", "(5,)", "'scale_by'", "modified in place", NULL);
+}
+END_TEST
+
+/* ---- a learner's mistakes: each an error naming the op ---------------------- */
+
+static tg_tensor *copy_forward(tg_ctx *c, tg_node *node, tg_tensor *const *in, void *user) {
+    (void)node, (void)user;
+    return tg_copy(c, in[0]);
+}
+/* the gradient of a sum over the last axis by mistake: (2,) for a (2, 3) x */
+static void wrong_shape_backward(tg_ctx *c, tg_node *node) {
+    tg_node_accumulate(c, node, 0, tg_sum_axis(c, tg_node_grad_output(node), -1, false));
+}
+/* fails inside a tapegrad call, which names only itself */
+static void inner_error_backward(tg_ctx *c, tg_node *node) {
+    tg_tensor *dy = tg_node_grad_output(node);
+    tg_node_accumulate(c, node, 0, tg_add(c, dy, tg_zeros(c, TG_F64, TG_SHAPE(7))));
+}
+static void own_error_backward(tg_ctx *c, tg_node *node) { tg_node_error(c, node, "refuses row %d", 1); }
+static tg_tensor *same_forward(tg_ctx *c, tg_node *node, tg_tensor *const *in, void *user) {
+    (void)c, (void)node, (void)user;
+    return in[0];
+}
+static tg_tensor *failing_forward(tg_ctx *c, tg_node *node, tg_tensor *const *in, void *user) {
+    (void)node, (void)user;
+    return tg_matmul(c, in[0], in[0]); /* (2, 3) @ (2, 3): refused */
+}
+
+START_TEST(test_errors_name_the_op) {
+    tg_tensor *x = tg_requires_grad(ctx, tg_randn(ctx, TG_F64, TG_SHAPE(2, 3), 0, 1));
+    const tg_op_def wrong = {.name = "wrong_shape", .forward = copy_forward, .backward = wrong_shape_backward};
+    tg_backward(ctx, tg_sum(ctx, tg_op_apply(ctx, &wrong, 1, &x, NULL)));
+    tg_test_assert_error(ctx, TG_ERR_SHAPE, "wrong_shape", "input 0", "(2,)", "(2, 3)", NULL);
+
+    const tg_op_def inner = {.name = "inner_error", .forward = copy_forward, .backward = inner_error_backward};
+    tg_backward(ctx, tg_sum(ctx, tg_op_apply(ctx, &inner, 1, &x, NULL)));
+    tg_test_assert_error(ctx, TG_ERR_SHAPE, "tg_add", "(in the backward of 'inner_error')", NULL);
+
+    const tg_op_def own = {.name = "own_error", .forward = copy_forward, .backward = own_error_backward};
+    tg_backward(ctx, tg_sum(ctx, tg_op_apply(ctx, &own, 1, &x, NULL)));
+    tg_test_assert_error(ctx, TG_ERR_VALUE, "own_error: refuses row 1", NULL);
+
+    const tg_op_def same = {.name = "identity_by_mistake", .forward = same_forward, .backward = own_error_backward};
+    tg_test_assert_fails(ctx, tg_op_apply(ctx, &same, 1, &x, NULL), TG_ERR_STATE, "identity_by_mistake",
+                         "returned its input 0", NULL);
+    ck_assert(x->requires_grad); /* x is still a leaf: the record was refused */
+    ck_assert_ptr_nonnull(tg_requires_grad(ctx, x));
+
+    const tg_op_def failing = {.name = "bad_forward", .forward = failing_forward, .backward = own_error_backward};
+    tg_test_assert_fails(ctx, tg_op_apply(ctx, &failing, 1, &x, NULL), TG_ERR_SHAPE, "tg_matmul",
+                         "(in the forward of 'bad_forward')", NULL);
+
+    tg_test_assert_fails(ctx, tg_op_apply(ctx, NULL, 1, &x, NULL), TG_ERR_NULL, "tg_op_apply", NULL);
+    tg_test_assert_fails(ctx, tg_op_apply(ctx, &SQ, 0, &x, NULL), TG_ERR_VALUE, "scaled_square", "n_in = 0", NULL);
+}
+END_TEST
+
+Suite *make_custom_op_suite(void) {
+    return tg_test_suite("custom_op", setup, teardown, test_gradcheck_and_values,
+                         test_no_grad_and_no_input_needing_grad, test_accumulate_and_keep_tape,
+                         test_saved_tensor_written_in_place, test_errors_name_the_op, NULL);
+}
+
+int main(void) { return tg_test_run(make_custom_op_suite()); }

@@ -1,0 +1,144 @@
+/* The diagnosis under a failing `check` table: for each failing input,
+ * tg_gradcheck_diagnose's reading of analytic - numeric Jacobian (which
+ * input, where, the likely cause), and for an op with an eps argument the
+ * experiment that exposes a missing eps: the same inputs at eps / 1000. A
+ * difference that shrinks with eps (and would vanish at eps = 0) is a
+ * statistic computed without eps in the backward. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/gradcheck/tool.h"
+
+/* Jacobians above this many entries are not diagnosed (time and memory). */
+#define DIAG_MAX_ENTRIES ((int64_t)1 << 20)
+
+typedef struct out_buf {
+    char *p;
+    size_t size, len;
+} out_buf;
+
+static void put(out_buf *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+static void put(out_buf *b, const char *fmt, ...) {
+    if (b->len >= b->size) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->p + b->len, b->size - b->len, fmt, ap);
+    va_end(ap);
+    if (n > 0) b->len = b->len + (size_t)n < b->size ? b->len + (size_t)n : b->size;
+}
+
+/* The max |a - n| of input k with the case's eps divided by 1000 (the same
+ * inputs: the same seed); NAN when that cannot run. */
+static double err_at_smaller_eps(tg_ctx *ctx, const gct_args *a, const gct_target *t, int k, double eps) {
+    char spec[sizeof t->c.spec], *p;
+    snprintf(spec, sizeof spec, "%s", t->c.spec);
+    if ((p = strstr(spec, ";eps=")) != NULL) {
+        char *end = strchr(p + 1, ';');
+        memmove(p, end ? end : p + strlen(p), strlen(end ? end : p + strlen(p)) + 1);
+    }
+    size_t n = strlen(spec);
+    snprintf(spec + n, sizeof spec - n, ";eps=%.17g", eps / 1000);
+    uint64_t seed, offset;
+    tg_rng_state(ctx, &seed, &offset);
+    gct_target t2;
+    double err = NAN;
+    if (gct_target_make(ctx, a, t->op, t->bug, spec, t->c.dtype, a->seed, &t2)) {
+        tg_gradcheck_opts o = gct_target_opts(&t2, a, a->seed);
+        o.inputs = 1u << k;
+        tg_gradcheck_result r;
+        if (gct_target_check(ctx, &t2, &o, &r) || tg_ok(ctx)) err = r.input[k].max_abs_err;
+    }
+    tg_clear_error(ctx);
+    tg_rng_set_state(ctx, seed, offset);
+    return err;
+}
+
+/* The error central differences themselves make at step h on input k,
+ * predicted: truncation h^2 |f'''| / 6, read from the numeric Jacobians at
+ * h and 2h (the error grows as h^2, so J(2h) - J(h) is 3 times the error
+ * at h), plus rounding eps_dtype |f| / h. False when it cannot be had. */
+static bool predict_fd_error(tg_ctx *ctx, gct_target *t, int k, const tg_gradcheck_opts *o, double *trunc,
+                             double *round) {
+    tg_gradcheck_opts o2 = *o;
+    tg_tensor *a1, *n1, *a2, *n2;
+    if (!tg_gradcheck_jacobian(ctx, t->fn, &t->c, t->c.n_inputs, t->c.inputs, k, o, &a1, &n1)) return false;
+    o2.h = 2 * o->h;
+    if (!tg_gradcheck_jacobian(ctx, t->fn, &t->c, t->c.n_inputs, t->c.inputs, k, &o2, &a2, &n2)) return false;
+    double d = 0, ymax = 0;
+    for (int64_t e = 0; e < n1->numel; e++) d = fmax(d, fabs(tg_get_flat(ctx, n2, e) - tg_get_flat(ctx, n1, e)));
+    for (int64_t e = 0; e < t->out->numel; e++) ymax = fmax(ymax, fabs(tg_get_flat(ctx, t->out, e)));
+    *trunc = d / 3;
+    *round = (t->c.dtype == TG_F32 ? 1.19e-7 : 2.22e-16) * ymax / o->h;
+    return tg_ok(ctx);
+}
+
+size_t gct_diagnose_case(tg_ctx *ctx, const gct_args *a, gct_target *t, const tg_gradcheck_opts *o,
+                         const tg_gradcheck_result *r, char *buf, size_t size) {
+    out_buf b = {buf, size, 0};
+    if (!size) return 0;
+    buf[0] = '\0';
+    for (int k = 0; k < t->c.n_inputs; k++) {
+        const tg_gradcheck_input *in = &r->input[k];
+        if (!in->checked || in->pass) continue;
+        const tg_tensor *x = t->c.inputs[k];
+        char sh[64];
+        gct_shape_text(sh, sizeof sh, x->ndim, x->shape);
+        put(&b, "  diagnosis of %s %s (%s):", t->c.input_names[k], sh, t->c.spec);
+        if (t->out->numel * x->numel > DIAG_MAX_ENTRIES) {
+            put(&b, " its Jacobian is too big to read here (%lld x %lld); rerun with a smaller --shape\n",
+                (long long)t->out->numel, (long long)x->numel);
+            continue;
+        }
+        tg_gradcheck_diagnosis d;
+        tg_gradcheck_opts od = *o;
+        od.mode = TG_GRADCHECK_FULL;
+        if (!tg_gradcheck_diagnose(ctx, t->fn, &t->c, t->c.n_inputs, t->c.inputs, k, &od, &d)) {
+            put(&b, " could not run: %s\n", tg_error_message(ctx));
+            tg_clear_error(ctx);
+            continue;
+        }
+        put(&b, " %s\n    where:        %s\n    found:        %s\n", tg_diagnosis_name(d.kind),
+            d.where[0] ? d.where : "(no element beyond the tolerance in the Jacobians)", d.finding);
+        if (d.kind == TG_DIAG_NONE)
+            snprintf(d.cause, sizeof d.cause, "%s",
+                     "the backward: none visible; the failure comes from the finite differences at this h "
+                     "(see fd error), not from a wrong gradient");
+        double trunc, round;
+        if (predict_fd_error(ctx, t, k, &od, &trunc, &round)) {
+            double pred = trunc + round;
+            put(&b,
+                "    fd error:     central differences at h = %g should err by ~%.2g (truncation %.2g + rounding "
+                "%.2g); measured max |analytic - numeric| %.3g%s\n",
+                od.h, pred, trunc, round, in->max_abs_err,
+                in->max_abs_err > 100 * pred ? ": far beyond, so the backward is wrong, not the check"
+                                             : ": within reach of the differences' own error: try another --h");
+        } else {
+            tg_clear_error(ctx);
+        }
+        const char *eps_text = tg_registry_arg(&t->c, "eps");
+        double eps = eps_text ? strtod(eps_text, NULL) : 0;
+        if ((d.kind == TG_DIAG_UNSTRUCTURED || d.kind == TG_DIAG_ROW_SCALE) && eps > 0) {
+            double e2 = err_at_smaller_eps(ctx, a, t, k, eps);
+            if (e2 < in->max_abs_err / 30) {
+                put(&b,
+                    "    eps test:     max |analytic - numeric| %.3g at eps = %g, %.3g at eps = %g: the difference "
+                    "shrinks with eps\n",
+                    in->max_abs_err, eps, e2, eps / 1000);
+                put(&b, "    likely cause: a missing eps: the backward computes a statistic (rstd) without eps; "
+                        "the error grows as eps / mean(x^2) grows and vanishes at eps -> 0\n");
+                continue;
+            }
+            if (!isnan(e2))
+                put(&b, "    eps test:     max |analytic - numeric| %.3g at eps = %g, %.3g at eps = %g: not eps\n",
+                    in->max_abs_err, eps, e2, eps / 1000);
+        }
+        put(&b, "    likely cause: %s\n", d.cause);
+    }
+    return b.len;
+}

@@ -1,0 +1,100 @@
+/* More seeded bugs of the normalization backward, written with the public
+ * custom-op API (tapegrad/op.h): the forward is the real fused op (run by
+ * tg_op_apply with grad mode off), the backward is the guide's formula
+ * with one mistake a learner makes. Listed in inject.c's catalogue; what
+ * each looks like in a report is in docs/gradcheck.md.
+ *
+ * Notation of docs/normalization-gradients.md: rows of C elements, r the
+ * row's rstd, xhat the normalized row, g = gamma dy, m = mean(g xhat):
+ *   RMSNorm    dx = r (g - xhat m)
+ *   LayerNorm  dx = r (g - mean(g) - xhat m)
+ *   rmsnorm-r-const     drops - xhat m (r treated as a constant): the
+ *                       difference is exactly r diag(gamma) xhat xhat^T / C
+ *   rmsnorm-m-sum       m = sum(g xhat) instead of the mean: -(C - 1) times
+ *                       that
+ * dgamma and dbeta are right in both. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "tools/gradcheck/tool.h"
+
+enum { SEED_R_CONST = 1, SEED_M_SUM };
+
+typedef struct seed_args {
+    int bug;
+    bool layernorm;
+    int ndim_norm;
+    double eps;
+} seed_args;
+
+static tg_tensor *seeded_forward(tg_ctx *ctx, tg_node *node, tg_tensor *const *in, void *user) {
+    const seed_args *s = user;
+    tg_node_set_scalar(ctx, node, 0, s->bug);
+    tg_node_set_scalar(ctx, node, 1, s->layernorm);
+    tg_node_set_scalar(ctx, node, 2, s->ndim_norm);
+    tg_node_set_scalar(ctx, node, 3, s->eps);
+    return (s->layernorm ? tg_layernorm_fused : tg_rmsnorm_fused)(ctx, in[0], in[1], in[2], s->ndim_norm, s->eps);
+}
+
+/* The formulas above, row by row in float64 (any dtype in and out). */
+static void seeded_backward(tg_ctx *ctx, tg_node *node) {
+    int bug = (int)tg_node_scalar(node, 0);
+    bool ln = tg_node_scalar(node, 1) != 0;
+    int nd = (int)tg_node_scalar(node, 2);
+    double eps = tg_node_scalar(node, 3);
+    tg_tensor *x = tg_node_input(node, 0), *gamma = tg_node_input(node, 1), *dy = tg_node_grad_output(node);
+    int64_t C = 1;
+    for (int k = x->ndim - nd; k < x->ndim; k++) C *= x->shape[k];
+    int64_t N = C ? x->numel / C : 0;
+    tg_tensor *dx = tg_zeros(ctx, x->dtype, x->ndim, x->shape);
+    tg_tensor *dg = tg_zeros(ctx, x->dtype, nd, x->shape + x->ndim - nd), *db = tg_zeros(ctx, x->dtype, nd, dg->shape);
+    double *v = calloc((size_t)(3 * C), sizeof *v);
+    if (!v || !dx || !dg || !db) {
+        free(v);
+        if (tg_ok(ctx)) tg_node_error(ctx, node, "out of memory");
+        return;
+    }
+    double *xh = v, *g = v + C, *d = g + C;
+    for (int64_t n = 0; n < N; n++) {
+        double mu = 0, s2 = 0, mg = 0, m = 0;
+        for (int64_t j = 0; j < C; j++) mu += ln ? tg_get_flat(ctx, x, n * C + j) / (double)C : 0;
+        for (int64_t j = 0; j < C; j++) {
+            xh[j] = tg_get_flat(ctx, x, n * C + j) - mu;
+            s2 += xh[j] * xh[j];
+        }
+        double r = 1.0 / sqrt(s2 / (double)C + eps);
+        for (int64_t j = 0; j < C; j++) {
+            xh[j] *= r;
+            d[j] = tg_get_flat(ctx, dy, n * C + j);
+            g[j] = (gamma ? tg_get_flat(ctx, gamma, j) : 1.0) * d[j];
+            mg += g[j] / (double)C;
+            m += g[j] * xh[j];
+        }
+        if (bug != SEED_M_SUM) m /= (double)C;
+        for (int64_t i = 0; i < C; i++) {
+            double t = r * (g[i] - (ln ? mg : 0) - (bug == SEED_R_CONST ? 0 : xh[i] * m));
+            tg_set_flat(ctx, dx, n * C + i, t);
+            tg_set_flat(ctx, dg, i, tg_get_flat(ctx, dg, i) + d[i] * xh[i]);
+            tg_set_flat(ctx, db, i, tg_get_flat(ctx, db, i) + d[i]);
+        }
+    }
+    free(v);
+    tg_node_accumulate(ctx, node, 0, dx);
+    tg_node_accumulate(ctx, node, 1, dg);
+    tg_node_accumulate(ctx, node, 2, db);
+}
+
+static tg_tensor *seeded(tg_ctx *ctx, tg_tensor *const *in, void *user, int bug, bool layernorm, const char *name) {
+    const tg_op_case *c = user;
+    seed_args s = {bug, layernorm, atoi(tg_registry_arg(c, "norm")), strtod(tg_registry_arg(c, "eps"), NULL)};
+    tg_op_def def = {.name = name, .forward = seeded_forward, .backward = seeded_backward};
+    tg_tensor *x3[3] = {in[0], c->n_inputs > 1 ? in[1] : NULL, c->n_inputs > 2 ? in[2] : NULL};
+    return tg_op_apply(ctx, &def, 3, x3, &s);
+}
+
+tg_tensor *gct_bug_rmsnorm_r_const(tg_ctx *ctx, tg_tensor *const *in, void *user) {
+    return seeded(ctx, in, user, SEED_R_CONST, false, "rmsnorm[bug:r-const]");
+}
+tg_tensor *gct_bug_rmsnorm_m_sum(tg_ctx *ctx, tg_tensor *const *in, void *user) {
+    return seeded(ctx, in, user, SEED_M_SUM, false, "rmsnorm[bug:m-sum]");
+}
