@@ -3,20 +3,19 @@
 # tests/install/plugin/ (a learner's LayerNorm as a custom op, correct and
 # with a bug) against it as a shared object, and checks it with the
 # installed tapegrad-gradcheck --plugin: the correct op passes (exit 0),
-# the buggy one fails (exit 1) with the diagnosis that names its bug, and a plugin that does not load or lacks
-# the registration symbol is refused with the reason (exit 2).
+# the buggy one fails (exit 1) with the diagnosis that names its bug, and a
+# plugin that does not load or lacks the registration symbol is refused
+# with the reason (exit 2).
 # Usage: plugin.sh BUILD_DIR WORK_DIR CMAKE CC [SANITIZE]
 set -euo pipefail
 build=$1 work=$2 cmake=$3 cc=$4 sanitize=${5:-}
 here=$(cd "$(dirname "$0")" && pwd)
-extra=()
-if [ -n "$sanitize" ]; then
-  extra=("-fsanitize=$sanitize" -fno-omit-frame-pointer)
-fi
 rm -rf "$work"
 mkdir -p "$work"
 prefix=$work/prefix
-"$cmake" --install "$build" --prefix "$prefix" > "$work/install.log"
+# shellcheck source=tests/install/prefix.sh
+. "$here/prefix.sh"
+TG_CMAKE=$cmake TG_CC=$cc TG_SANITIZE=$sanitize install_prefix "$build" "$prefix"
 "$cmake" -S "$here/plugin" -B "$work/b" -DCMAKE_PREFIX_PATH="$prefix" \
   -DCMAKE_C_COMPILER="$cc" -DCMAKE_C_FLAGS="${extra[*]}" -DCMAKE_BUILD_TYPE=Debug > "$work/configure.log"
 "$cmake" --build "$work/b" > "$work/build.log"
