@@ -7,7 +7,8 @@
 #              for smooth ops (read from the .dat the sweep writes), and the other
 #              curves' minima sit where the theory puts them
 #   jacobian   both Jacobians printed, the heatmap data and picture written;
-#              a seeded bug shows up as a failing Jacobian (exit 1)
+#              a seeded bug shows up as a failing Jacobian (exit 1); with
+#              affine=0 the parts of J drawn, their sum J to rounding
 #   usage      bad usage exits 2 and prints the usage text, a spec the op refuses
 #              too (not 1, which means a wrong gradient); help exits 0
 #   options    --atol 0 is taken as given; the injected bug's header names the
@@ -176,6 +177,34 @@ jacobian)
   run 1 jacobian --inject overwrite --shape 1x4 --input x --out "$tmp/jac"
   grep -q "4 of 16 entries outside" "$tmp/out" ||
     fail "jacobian --inject overwrite: want exactly the 4 diagonal entries off"
+  # the projection view (affine=0) draws the parts of J as heatmaps, and
+  # their sum is J to rounding: LayerNorm three parts, RMSNorm two
+  for op in layernorm:3 rmsnorm:2; do
+    name=${op%:*} np=${op#*:}
+    run 0 jacobian "$name" --shape '2x4;affine=0;eps=0.01' --out "$tmp/proj"
+    dat=$tmp/proj/jacobian_${name}_x_parts.dat
+    [ -s "$dat" ] || fail "jacobian $name affine=0: no $dat"
+    # np parts and their sum, each the whole 8x8 Jacobian of x
+    [ "$(grep -vc '^#\|^$' "$dat")" -eq $(((np + 1) * 8)) ] || fail "$dat: want $((np + 1)) 8x8 matrices"
+    grep -q "^# r I:" "$dat" && grep -q "^# - r xhat xhat^T / C:" "$dat" || fail "$dat: parts r I, - r xhat xhat^T / C"
+    if [ "$np" -eq 3 ]; then grep -q "^# - r 1 1^T / C:" "$dat" || fail "$dat: no part - r 1 1^T / C"; fi
+    if have_gnuplot; then is_png "$tmp/proj/jacobian_${name}_x_parts.png" || fail "jacobian $name: no parts PNG"; fi
+    # the sum of the parts (from x alone) against the analytic J: rounding
+    # only; against the numeric J: within the differences' own error
+    line=$(grep "the parts summed, every entry of J (8 x 8)" "$tmp/out") || fail "jacobian $name: no parts' sum line"
+    ea=$(sed 's/.*max |sum - analytic J| = \([^ ]*\) .*/\1/' <<< "$line")
+    en=$(sed 's/.*max |sum - numeric J| = \([^ ]*\) .*/\1/' <<< "$line")
+    in_range "$ea" 0 1e-14 || fail "jacobian $name: parts sum off the analytic J by $ea, want rounding (<= 1e-14)"
+    in_range "$en" 0 1e-8 || fail "jacobian $name: parts sum off the numeric J by $en, want <= 1e-8"
+    # the sum drawn is the sum of the parts drawn (the .dat, entry by entry)
+    awk -v np="$np" '/^#/ {b++; r = 0; next} NF {for (i = 1; i <= NF; i++) m[b, r, i] = $i; r++}
+      END {for (r = 0; r < 8; r++) for (i = 1; i <= 8; i++) {s = 0; for (p = 1; p <= np; p++) s += m[p, r, i];
+           d = s - m[np + 1, r, i]; if (d < 0) d = -d; if (d > 1e-9) exit 1}}' "$dat" ||
+      fail "$dat: the sum panel is not the sum of the part panels"
+  done
+  # with gamma J is no projection: no parts drawn
+  run 0 jacobian rmsnorm --shape 1x4 --out "$tmp/proj2"
+  [ -e "$tmp/proj2/jacobian_rmsnorm_x_parts.dat" ] && fail "jacobian rmsnorm with gamma drew projection parts"
   run 2 jacobian rmsnorm --shape 64x64 --out "$tmp/jac"
   grep -q "small shapes" "$tmp/err" || fail "jacobian: a big shape is not refused"
   run 2 jacobian rmsnorm --shape 1x4 --input nope --out "$tmp/jac"

@@ -129,7 +129,10 @@ static void rmsnorm_recomputed_backward(tg_ctx *ctx, tg_node *n) {
  * BUG: the backward recomputes r from the SUM of squares,
  *   r' = 1 / sqrt(sum_j x_j^2 + eps)            (about r / sqrt(C))
  * and uses it in dx = r' (u - x r' mean_j(u_j x_j r')) and in dgamma = dy x r'.
- * dx and dgamma are off by about a factor sqrt(C); dbeta = dy is right. */
+ * dgamma is off by the factor r' / r ~ 1/sqrt(C); dx is not a uniform
+ * factor: its identity part r' u is scaled by r' / r and its projection part
+ * (three factors of r') by its cube (docs/gradcheck.md, diagnosis); dbeta
+ * = dy is right. */
 static tg_tensor *fw_rmsnorm_sum(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
     return bug_norm_forward(ctx, "rmsnorm[bug:sum]", rmsnorm_recomputed_backward, false, BUG_SUM, 0.0, &a);

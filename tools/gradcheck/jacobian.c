@@ -118,25 +118,21 @@ static void print_matrices(const jac_view *v, bool color) {
     put_rows(v, v->D, NULL, fmtd, wd, lw);
 }
 
-/* DIR/NAME.dat: three matrices (gnuplot `index` 0, 1, 2), and NAME.gp
- * drawing them side by side. */
-static bool write_heatmaps(const char *dir, const char *name, const char *title, const jac_view *v, double h) {
+bool gct_write_heatmaps(const char *dir, const char *name, const char *title, const char *xname, int64_t M, int64_t N,
+                        int n, const gct_heatmap *maps) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s.dat", dir, name);
     FILE *f = fopen(path, "w");
     if (!f) return false;
-    const char *what[3] = {"analytic", "numeric", "difference (analytic - numeric)"};
-    const double *mats[3] = {v->A, v->Nu, v->D};
-    double m = 0, md = 0;
-    for (int b = 0; b < 3; b++) {
-        fprintf(f, "%s# %s: %lld rows (output elements) x %lld columns (elements of %s)\n", b ? "\n\n" : "", what[b],
-                (long long)v->M, (long long)v->N, v->xname);
-        for (int64_t j = 0; j < v->M; j++) {
-            for (int64_t i = 0; i < v->N; i++) {
-                double val = mats[b][j * v->N + i];
+    double range[GCT_MAX_HEATMAPS] = {0}; /* per colour group: max |entry| */
+    for (int b = 0; b < n; b++) {
+        fprintf(f, "%s# %s: %lld rows (output elements) x %lld columns (elements of %s)\n", b ? "\n\n" : "",
+                maps[b].title, (long long)M, (long long)N, xname);
+        for (int64_t j = 0; j < M; j++) {
+            for (int64_t i = 0; i < N; i++) {
+                double val = maps[b].mat[j * N + i];
                 fprintf(f, "%s%.10g", i ? " " : "", val);
-                if (b < 2) m = fmax(m, fabs(val));
-                else if (isfinite(val)) md = fmax(md, fabs(val));
+                if (isfinite(val)) range[maps[b].group] = fmax(range[maps[b].group], fabs(val));
             }
             fputc('\n', f);
         }
@@ -148,25 +144,38 @@ static bool write_heatmaps(const char *dir, const char *name, const char *title,
     if (!f) return false;
     char png[300];
     snprintf(png, sizeof png, "%s.png", name);
-    tg_status st = tg_plot_write_preamble(f, png, 1350, 470);
-    fprintf(f, "set multiplot layout 1,3 title '%s'\n", title);
+    tg_status st = tg_plot_write_preamble(f, png, 450 * n, 470);
+    fprintf(f, "set multiplot layout 1,%d title '%s'\n", n, title);
     fprintf(f, "set palette defined (-1 '#2166ac', 0 '#f7f7f7', 1 '#b2182b')\n");
-    fprintf(f, "set xrange [-0.5:%lld.5]\nset yrange [%lld.5:-0.5]\n", (long long)v->N - 1, (long long)v->M - 1);
-    fprintf(f, "set xlabel 'element of %s (flat index i)'\nset ylabel 'output element (flat index j)'\n", v->xname);
-    if (v->N <= 24) fprintf(f, "set xtics 1\n");
-    if (v->M <= 24) fprintf(f, "set ytics 1\n");
-    fprintf(f, "set tics out nomirror\nset size ratio %g\n", v->M == 1 ? 0.15 : fmin(2.0, (double)v->M / (double)v->N));
-    fprintf(f, "set cbrange [%.6g:%.6g]\n", -(m > 0 ? m : 1), m > 0 ? m : 1);
-    fprintf(f, "set title 'analytic d out_j / d %s_i'\n", v->xname);
-    fprintf(f, "plot '%s.dat' index 0 matrix with image notitle\n", name);
-    fprintf(f, "set title 'numeric (central differences, h=%g)'\n", h);
-    fprintf(f, "plot '%s.dat' index 1 matrix with image notitle\n", name);
-    fprintf(f, "set cbrange [%.6g:%.6g]\n", -(md > 0 ? md : 1), md > 0 ? md : 1);
-    fprintf(f, "set format cb '%%.0e'\n");
-    fprintf(f, "set title sprintf('difference: max |analytic - numeric| = %%.1e', %.6g)\n", md);
-    fprintf(f, "plot '%s.dat' index 2 matrix with image notitle\n", name);
+    fprintf(f, "set xrange [-0.5:%lld.5]\nset yrange [%lld.5:-0.5]\n", (long long)N - 1, (long long)M - 1);
+    fprintf(f, "set xlabel 'element of %s (flat index i)'\nset ylabel 'output element (flat index j)'\n", xname);
+    if (N <= 24) fprintf(f, "set xtics 1\n");
+    if (M <= 24) fprintf(f, "set ytics 1\n");
+    fprintf(f, "set tics out nomirror\nset size ratio %g\n", M == 1 ? 0.15 : fmin(2.0, (double)M / (double)N));
+    for (int b = 0; b < n; b++) {
+        double m = range[maps[b].group] > 0 ? range[maps[b].group] : 1;
+        fprintf(f, "set cbrange [%.6g:%.6g]\n", -m, m);
+        fprintf(f, "set format cb '%s'\n", maps[b].exp_format ? "%.0e" : "% h");
+        fprintf(f, "set title '%s'\n", maps[b].title);
+        fprintf(f, "plot '%s.dat' index %d matrix with image notitle\n", name, b);
+    }
     fprintf(f, "unset multiplot\n");
     return gct_fclose(f) && st == TG_OK;
+}
+
+/* DIR/NAME.dat: three matrices (gnuplot `index` 0, 1, 2), and NAME.gp
+ * drawing them side by side: analytic and numeric on one colour scale,
+ * the difference on its own. */
+static bool write_heatmaps(const char *dir, const char *name, const char *title, const jac_view *v, double h) {
+    double md = 0;
+    for (int64_t e = 0; e < v->M * v->N; e++)
+        if (isfinite(v->D[e])) md = fmax(md, fabs(v->D[e]));
+    char ta[128], tn[128], td[128];
+    snprintf(ta, sizeof ta, "analytic d out_j / d %s_i", v->xname);
+    snprintf(tn, sizeof tn, "numeric (central differences, h=%g)", h);
+    snprintf(td, sizeof td, "difference: max |analytic - numeric| = %.1e", md);
+    gct_heatmap maps[3] = {{v->A, ta, 0, false}, {v->Nu, tn, 0, false}, {v->D, td, 1, true}};
+    return gct_write_heatmaps(dir, name, title, v->xname, v->M, v->N, 3, maps);
 }
 
 int gct_cmd_jacobian(const gct_args *a) {
@@ -341,7 +350,6 @@ int gct_cmd_jacobian(const gct_args *a) {
                          (long long)(M * N), atol, rtol);
             gct_puts_tone(stdout, verdict, n_bad ? GCT_BAD : GCT_GOOD, a->color);
             printf("\n");
-            gct_projection_view(ctx, &t, k, Nu);
         }
 
         char name[256], title[512];
@@ -350,6 +358,7 @@ int gct_cmd_jacobian(const gct_args *a) {
                  v.xname);
         for (char *p = title; *p; p++)
             if (*p == '\'') *p = ' ';
+        if (gct_projection_view(ctx, &t, k, A, Nu, a->out_dir, name, title, text) > 0) status = GCT_EXIT_ERROR;
         char gp[4096], msg[512] = "";
         if (!write_heatmaps(a->out_dir, name, title, &v, h)) {
             fprintf(stderr, "tapegrad-gradcheck: cannot write %s/%s.dat or .gp\n", a->out_dir, name);

@@ -413,8 +413,12 @@ int gct_cmd_sweep(const gct_args *a) {
                 gct_cell_set(&row[1], GCT_BAD, "none");
             }
             gct_cell_set(&row[3], GCT_PLAIN, "%.1e", theory_h(ci, best[c].l));
-            gct_cell_set(&row[4], GCT_DIM, "%s l, eps = %.2e, l = %.3g (%s)", ci->forward ? "eps^(1/2)" : "eps^(1/3)",
-                         curve_eps(ci), best[c].l, relative ? "relative steps" : d.input_name[0]);
+            /* eps and its root each with its own value: "eps^(1/3) l,
+             * eps = 2.22e-16" read as if the cube root were 2.22e-16 */
+            gct_cell_set(&row[4], GCT_DIM, "%s l; eps = %.3g, %s = %.3g, l = %.3g (%s)",
+                         ci->forward ? "eps^(1/2)" : "eps^(1/3)", curve_eps(ci),
+                         ci->forward ? "eps^(1/2)" : "eps^(1/3)", theory_h(ci, 1.0), best[c].l,
+                         relative ? "relative steps" : d.input_name[0]);
         }
         gct_table_print(stdout, &s, 2, a->color);
         gct_table_free(&s);

@@ -216,10 +216,33 @@ void gct_print_inputs(FILE *out, const gct_target *t, int indent);
  * cause. Writes at most size bytes into buf; returns the length written. */
 size_t gct_diagnose_case(tg_ctx *ctx, const gct_args *a, gct_target *t, const tg_gradcheck_opts *o,
                          const tg_gradcheck_result *r, char *buf, size_t size);
+/* One panel of a heatmap picture: an M x N matrix, its title, its colour
+ * group (panels of a group share one symmetric colour range) and whether
+ * the colour bar is in exponents (for differences near rounding). */
+typedef struct gct_heatmap {
+    const double *mat;
+    const char *title;
+    int group; /* 0 .. GCT_MAX_HEATMAPS - 1 */
+    bool exp_format;
+} gct_heatmap;
+
+#define GCT_MAX_HEATMAPS 8
+
+/* Writes n <= GCT_MAX_HEATMAPS matrices to DIR/NAME.dat (gnuplot `index`
+ * 0 .. n-1) and DIR/NAME.gp drawing them side by side into NAME.png
+ * (jacobian.c). False when a file cannot be written. */
+bool gct_write_heatmaps(const char *dir, const char *name, const char *title, const char *xname, int64_t M, int64_t N,
+                        int n, const gct_heatmap *maps);
 /* jacobian's projection view (projection.c): for rmsnorm or layernorm
- * with affine=0 and input 0 (x), each row's eigenvalues, J^2 = r J and
- * the parts of the numeric Jacobian jn; nothing for other targets. */
-void gct_projection_view(tg_ctx *ctx, const gct_target *t, int k, const double *jn);
+ * with affine=0 and input 0 (x), each row's eigenvalues, J^2 = r J, and
+ * the parts of J (r I, - r xhat xhat^T / C, and - r 1 1^T / C for
+ * LayerNorm) built from x alone, summed and compared with the analytic
+ * ja and the numeric jn (M x N, the whole Jacobian of x). The parts are
+ * drawn as heatmaps into DIR/NAME_parts.{dat,gp,png}, the report printed
+ * when `print`. Returns -1 for other targets (nothing done), 0 done, or
+ * GCT_EXIT_ERROR when a file cannot be written. */
+int gct_projection_view(tg_ctx *ctx, const gct_target *t, int k, const double *ja, const double *jn, const char *dir,
+                        const char *name, const char *title, bool print);
 /* The inputs of t as a JSON object {"x": {"shape": [4, 8], "values": [...]}}. */
 void gct_json_inputs(FILE *out, const gct_target *t);
 /* Writes each input of t to DIR/NAME.txt (numbers, loadable by --values
