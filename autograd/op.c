@@ -28,6 +28,87 @@ static bool kept_by_pointer(const tg_node *node, const tg_tensor *t) {
     return false;
 }
 
+/* ---- guards after the gradients a custom backward writes -------------------
+ * A learner's backward may fill an input's gradient through its raw pointer
+ * (tg_grad_of(ctx, x)->data) and run past its last element: an overrun
+ * into whatever the arena put next, caught only under a sanitizer, or a
+ * crash. So while a custom op's backward runs, each input that needs a
+ * gradient has one followed by GUARD_BYTES of a pattern (the arena block
+ * is that much longer than the tensor says) -- a guarded copy of the
+ * gradient it has (a leaf's, or one a later op gave it), or guarded zeros
+ * -- and after the backward the pattern is compared: a changed byte is an
+ * error naming the op and the input. Then the copy's values go back into
+ * the input's own gradient (counted as a write when the backward wrote),
+ * and guarded zeros the backward never asked for (tg_grad_of,
+ * tg_node_accumulate) are taken back, so the walk sees what it would have
+ * seen without the guard. The price: one copy of each gradient in and out
+ * per custom record, next to a backward that reads and writes it anyway. */
+#define GUARD_BYTES 64
+#define GUARD_BYTE 0xA5
+#define GUARD_INPUTS 8 /* tg_op_apply takes 1..8 inputs */
+
+/* A tensor of t's shape and dtype holding `from`'s values (zeros when
+ * NULL), followed by GUARD_BYTES of the pattern. */
+static tg_tensor *guarded_like(tg_ctx *ctx, const tg_node *n, const tg_tensor *t, const tg_tensor *from) {
+    size_t es = tg_esize(t->dtype);
+    int64_t len = t->numel + (int64_t)((GUARD_BYTES + es - 1) / es);
+    tg_tensor *g = tg_new_tensor(ctx, n->op, t->dtype, 1, &len);
+    if (!g) return NULL;
+    if (from) memcpy(g->data, from->data, (size_t)t->numel * es);
+    else memset(g->data, 0, (size_t)t->numel * es);
+    memset((unsigned char *)g->data + (size_t)t->numel * es, GUARD_BYTE, GUARD_BYTES);
+    g->ndim = t->ndim;
+    memcpy(g->shape, t->shape, sizeof g->shape);
+    g->numel = t->numel;
+    return g;
+}
+
+static void guarded_backward(tg_ctx *ctx, tg_node *n) {
+    tg_tensor *made[GUARD_INPUTS] = {0}, *own[GUARD_INPUTS] = {0};
+    uint32_t version[GUARD_INPUTS] = {0};
+    for (int k = 0; k < n->n_in && k < GUARD_INPUTS; k++) {
+        tg_tensor *x = n->in[k];
+        bool seen = false; /* the same tensor as an earlier input */
+        for (int j = 0; j < k; j++) seen |= made[j] && x && x->grad == made[j];
+        if (!x || !x->requires_grad || seen) continue;
+        own[k] = x->grad;
+        /* a gradient of another shape (a user's assignment) is left alone:
+         * tg_node_accumulate refuses it with its own message */
+        if (own[k] && (own[k]->numel != x->numel || own[k]->dtype != x->dtype)) continue;
+        if (!(made[k] = guarded_like(ctx, n, x, own[k]))) return;
+        x->grad = made[k];
+        version[k] = made[k]->version_;
+    }
+    n->user_backward(ctx, n);
+    for (int k = 0; k < n->n_in && k < GUARD_INPUTS; k++) {
+        tg_tensor *g = made[k], *x = n->in[k];
+        if (!g) continue;
+        const unsigned char *guard = (const unsigned char *)g->data + (size_t)g->numel * tg_esize(g->dtype);
+        int64_t first = -1, changed = 0;
+        for (int64_t b = 0; b < GUARD_BYTES; b++)
+            if (guard[b] != GUARD_BYTE) changed++, first = first < 0 ? b : first;
+        if (x->grad == g) x->grad = own[k];
+        if (changed) {
+            char s[TG_SHAPE_STR];
+            tg_clear_error(ctx); /* the overrun comes first, whatever followed it */
+            tg_error(ctx, TG_ERR_STATE, "tg_backward",
+                     "backward of '%s' wrote past the gradient of input %d (shape %s, %lld elements): %lld of the "
+                     "%d guard bytes after its last element changed (the first at byte %lld past the end); write only "
+                     "elements 0..%lld (or add with tg_node_accumulate)",
+                     n->op, k, tg_shape_of(s, g), (long long)g->numel, (long long)changed, GUARD_BYTES,
+                     (long long)first, (long long)g->numel - 1);
+            continue;
+        }
+        if (x->grad != own[k] || g->version_ == version[k]) continue; /* replaced, or never handed out */
+        if (own[k]) {
+            memcpy(own[k]->data, g->data, (size_t)g->numel * tg_esize(g->dtype));
+            tg_written(own[k]);
+        } else {
+            x->grad = g; /* a new gradient, as tg_grad_of would have made it */
+        }
+    }
+}
+
 tg_tensor *tg_op_apply(tg_ctx *ctx, const tg_op_def *def, int n_in, tg_tensor *const *in, void *user) {
     static const char fn[] = "tg_op_apply";
     if (!tg_live(ctx)) return NULL;
@@ -65,8 +146,9 @@ tg_tensor *tg_op_apply(tg_ctx *ctx, const tg_op_def *def, int n_in, tg_tensor *c
                      "the forward returned its input %d itself; return a new tensor (tg_copy of it)", k);
             return NULL;
         }
-    tg_node *n = tg_record(ctx, def->name, def->backward, y, n_in, in);
+    tg_node *n = tg_record(ctx, def->name, guarded_backward, y, n_in, in);
     if (!n) return tg_ok(ctx) ? y : NULL;
+    n->user_backward = def->backward;
     memcpy(n->f, pending.f, sizeof n->f);
     n->saved_t = pending.saved_t;
     n->saved_version = pending.saved_version;

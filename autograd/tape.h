@@ -48,6 +48,9 @@ struct tg_node {
     size_t saved_bytes;
     double f[4];  /* scalar arguments (alpha, eps, ...) */
     int64_t i[4]; /* integer arguments (axis, flags, ...) */
+    /* tg_op_apply's records: the op's own backward, which `backward` (a
+     * guard, autograd/op.c) runs between its checks; else NULL */
+    tg_backward_fn user_backward;
 };
 
 /* Counts bytes the forward saved elsewhere (e.g. an input kept by pointer

@@ -2,7 +2,10 @@
  * internal header): gradient check, no-grad mode, keep_tape, accumulation
  * of an input used twice, in-place checks of saved tensors, saved-byte
  * accounting, and the errors a learner's op can make -- each naming the
- * op. */
+ * op: a gradient of the wrong shape, an error left set by the backward
+ * (its own or a tapegrad call's), a saved tensor written in place, a
+ * forward returning its input, and a backward writing past the end of
+ * its gradient through the raw pointer (caught by the guard after it). */
 #include <string.h>
 
 #include "tapegrad.h"
@@ -158,10 +161,86 @@ START_TEST(test_errors_name_the_op) {
 }
 END_TEST
 
+/* dx = dy through the raw pointer of x's gradient -- one element too many
+ * (i <= n): the write lands in the guard after the gradient, and backward
+ * is an error naming the op and the input, not a corrupted arena. */
+static void past_the_end_backward(tg_ctx *c, tg_node *node) {
+    tg_tensor *dx = tg_grad_of(c, tg_node_input(node, 1));
+    const double *dy = tg_node_grad_output(node)->data;
+    double *p = dx->data;
+    for (int64_t i = 0; i <= dx->numel; i++) p[i] += i < dx->numel ? dy[i] : 1.0;
+}
+/* the same loop, right: i < n */
+static void in_bounds_backward(tg_ctx *c, tg_node *node) {
+    tg_tensor *dx = tg_grad_of(c, tg_node_input(node, 1));
+    const double *dy = tg_node_grad_output(node)->data;
+    double *p = dx->data;
+    for (int64_t i = 0; i < dx->numel; i++) p[i] += dy[i];
+}
+static tg_tensor *copy_second_forward(tg_ctx *c, tg_node *node, tg_tensor *const *in, void *user) {
+    (void)node, (void)user;
+    return tg_copy(c, in[1]);
+}
+
+static tg_tensor *off_by_one_fn(tg_ctx *c, tg_tensor *const *in, void *user) {
+    (void)user;
+    static const tg_op_def bad = {
+        .name = "off_by_one", .forward = copy_second_forward, .backward = past_the_end_backward};
+    tg_tensor *args[2] = {tg_ones(c, TG_F64, TG_SHAPE(3)), in[0]};
+    return tg_op_apply(c, &bad, 2, args, NULL);
+}
+
+START_TEST(test_backward_writing_past_its_gradient) {
+    /* input 0 needs no gradient, input 1 does: the message names input 1 */
+    tg_tensor *in[2] = {tg_randn(ctx, TG_F64, TG_SHAPE(3), 0, 1),
+                        tg_requires_grad(ctx, tg_randn(ctx, TG_F64, TG_SHAPE(2, 3), 0, 1))};
+    const tg_op_def bad = {.name = "off_by_one", .forward = copy_second_forward, .backward = past_the_end_backward};
+    tg_backward(ctx, tg_sum(ctx, tg_op_apply(ctx, &bad, 2, in, NULL)));
+    tg_test_assert_error(ctx, TG_ERR_STATE, "backward of 'off_by_one' wrote past the gradient of input 1", "(2, 3)",
+                         "6 elements", "write only elements 0..5", NULL);
+
+    /* the right loop passes, its gradient is dy = 1, and the gradient of
+     * the input that needs none was never made */
+    tg_ctx_reset(ctx);
+    in[0] = tg_randn(ctx, TG_F64, TG_SHAPE(3), 0, 1);
+    in[1] = tg_requires_grad(ctx, tg_randn(ctx, TG_F64, TG_SHAPE(2, 3), 0, 1));
+    const tg_op_def good = {.name = "in_bounds", .forward = copy_second_forward, .backward = in_bounds_backward};
+    tg_backward(ctx, tg_sum(ctx, tg_op_apply(ctx, &good, 2, in, NULL)));
+    ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
+    const double ones[6] = {1, 1, 1, 1, 1, 1};
+    tg_test_assert_close(ctx, "dx", in[1]->grad, ones, 6, 0, 0);
+    ck_assert_ptr_null(in[0]->grad);
+
+    /* tg_gradcheck of the broken op: false with the same error, no crash */
+    tg_ctx_reset(ctx);
+    tg_tensor *x = tg_requires_grad(ctx, tg_randn(ctx, TG_F64, TG_SHAPE(2, 3), 0, 1));
+    tg_gradcheck_result r;
+    ck_assert(!tg_gradcheck(ctx, off_by_one_fn, NULL, 1, &x, NULL, &r));
+    tg_test_assert_error(ctx, TG_ERR_STATE, "backward of 'off_by_one' wrote past the gradient of input 1", NULL);
+}
+END_TEST
+
+/* a backward that never asks for its gradient leaves none: the walk skips
+ * the record that made its input, as without the guard */
+static void no_gradient_backward(tg_ctx *c, tg_node *node) { (void)c, (void)node; }
+
+START_TEST(test_guard_leaves_no_gradient_unasked) {
+    tg_tensor *x = tg_requires_grad(ctx, tg_randn(ctx, TG_F64, TG_SHAPE(4), 0, 1));
+    tg_tensor *mid = tg_mul_scalar(ctx, x, 2.0), *in[2] = {x, mid};
+    const tg_op_def lazy = {.name = "lazy", .forward = copy_second_forward, .backward = no_gradient_backward};
+    tg_backward(ctx, tg_sum(ctx, tg_op_apply(ctx, &lazy, 2, in, NULL)));
+    ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
+    ck_assert_ptr_null(mid->grad);
+    const double zeros[4] = {0};
+    tg_test_assert_close(ctx, "dx (a leaf's, made by tg_requires_grad)", x->grad, zeros, 4, 0, 0);
+}
+END_TEST
+
 Suite *make_custom_op_suite(void) {
     return tg_test_suite("custom_op", setup, teardown, test_gradcheck_and_values,
                          test_no_grad_and_no_input_needing_grad, test_accumulate_and_keep_tape,
-                         test_saved_tensor_written_in_place, test_errors_name_the_op, NULL);
+                         test_saved_tensor_written_in_place, test_errors_name_the_op,
+                         test_backward_writing_past_its_gradient, test_guard_leaves_no_gradient_unasked, NULL);
 }
 
 int main(void) { return tg_test_run(make_custom_op_suite()); }
