@@ -38,7 +38,11 @@
  *   - errors are values: a forward or backward that fails (its own
  *     tg_node_error, or a tapegrad call inside it) leaves the context in
  *     error, and the message says which op; a gradient of the wrong shape
- *     or dtype is refused naming the op and both shapes.
+ *     or dtype is refused naming the op and both shapes;
+ *   - a backward that writes past the last element of an input's gradient
+ *     (through tg_grad_of(...)->data) is an error naming the op and the
+ *     input: while it runs, each gradient it may write is followed by
+ *     guard bytes, compared afterwards (tg_op_apply's records only).
  *
  * The backward runs with grad mode off, so it may use any tapegrad op to
  * compute its gradients (they are arena tensors of this step). */
