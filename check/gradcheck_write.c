@@ -88,7 +88,10 @@ static void write_json(FILE *f, const tg_gradcheck_result *r, const char *const 
         put_json_num(f, "grad_scale", in->grad_scale, true);
         put_json_num(f, "atol_used", in->atol_used, true);
         put_json_num(f, "max_excess", in->max_excess, true);
-        put_json_num(f, "fail_excess", in->fail_excess, false);
+        put_json_num(f, "fail_excess", in->fail_excess, true);
+        put_json_num(f, "pred_max", in->pred_max, true);
+        put_json_num(f, "pred_trunc", in->pred_trunc, true);
+        put_json_num(f, "pred_round", in->pred_round, false);
         fputc('}', f);
     }
     fputs("]}", f);
@@ -104,9 +107,9 @@ static void write_csv(FILE *f, const tg_gradcheck_result *r, const char *const *
         const double cols[] = {in->max_abs_err, in->max_rel_err};
         for (int c = 0; c < 2; c++) put_csv_num(f, cols[c]), fputc(',', f);
         fprintf(f, "%lld,%lld,", (long long)in->worst_index, (long long)in->worst_output);
-        const double more[] = {in->worst_analytic, in->worst_numeric, in->worst_ratio, in->worst_step,
-                               in->worst_bound,    in->step_min,      in->step_max,    in->scale,
-                               in->grad_scale,     in->atol_used,     in->max_excess,  in->fail_excess};
+        const double more[] = {in->worst_analytic, in->worst_numeric, in->worst_ratio, in->worst_step, in->worst_bound,
+                               in->step_min,       in->step_max,      in->scale,       in->grad_scale, in->atol_used,
+                               in->max_excess,     in->fail_excess,   in->pred_max,    in->pred_trunc, in->pred_round};
         for (size_t c = 0; c < sizeof more / sizeof more[0]; c++) put_csv_num(f, more[c]), fputc(',', f);
         fprintf(f, "%s,%s,", tg_gradcheck_mode_name(r->mode), tg_gradcheck_step_name(r->step));
         put_csv_num(f, r->h);
@@ -134,10 +137,11 @@ static void write_text(FILE *f, const tg_gradcheck_result *r, const char *const 
         if (!in->checked) continue;
         fprintf(f,
                 "  %s: %lld/%lld failed, max abs err %.3g, max rel err %.3g; worst %lld: analytic %.10g, numeric "
-                "%.10g; predicted error %.3g (max excess %.3g, over failures %.3g)\n",
+                "%.10g; predicted error %.3g there, up to %.3g (truncation %.3g + rounding %.3g) (max excess "
+                "%.3g, over failures %.3g)\n",
                 input_name(names, k, buf, sizeof buf), (long long)in->n_failed, (long long)in->n_checked,
                 in->max_abs_err, in->max_rel_err, (long long)in->worst_index, in->worst_analytic, in->worst_numeric,
-                in->worst_bound, in->max_excess, in->fail_excess);
+                in->worst_bound, in->pred_max, in->pred_trunc, in->pred_round, in->max_excess, in->fail_excess);
     }
 }
 

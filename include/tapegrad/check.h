@@ -227,6 +227,11 @@ typedef struct tg_gradcheck_input {
      * failing ones (0 when none fails): <= 1, the difference is the
      * check's own error; a failure far above 1 is the backward's */
     double max_excess, fail_excess;
+    /* the largest predicted error over the comparisons (what the check
+     * itself may err by at its steps, beside max_abs_err) and its two
+     * parts there: truncation C_TRUNC (h_i / l_i)^2 G_k (central) and
+     * rounding C_ROUND eps S_i / h_i */
+    double pred_max, pred_trunc, pred_round;
 } tg_gradcheck_input;
 
 /* The outcome of a check: what the caller asserts on. "Worst" is the
@@ -367,6 +372,7 @@ typedef enum tg_gradcheck_format {
 #define TG_GRADCHECK_CSV_COLUMNS                                                                                   \
     "input,pass,n_checked,n_failed,max_abs_err,max_rel_err,worst_index,worst_output,worst_analytic,worst_numeric," \
     "worst_ratio,worst_step,worst_bound,step_min,step_max,scale,grad_scale,atol_used,max_excess,fail_excess,"      \
+    "pred_max,pred_trunc,pred_round,"                                                                              \
     "mode,step,h,atol_scale,atol,rtol,dtype,seed,forward_diff"
 
 /* Writes r to f in `format`. names[k] names input k (NULL, or a NULL

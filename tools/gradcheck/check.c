@@ -50,6 +50,13 @@ static void fmt_err(gct_cell *c, double v) {
     else gct_cell_set(c, GCT_PLAIN, "%.2e", v);
 }
 
+/* The predicted error of an input: its largest over the comparisons, and
+ * the two parts there (truncation from h and l, rounding from eps and h). */
+static void put_predicted(gct_cell *c, const tg_gradcheck_input *in) {
+    if (in->n_checked == 0) gct_cell_set(c, GCT_DIM, "-");
+    else gct_cell_set(c, GCT_DIM, "%.1e = %.1e + %.1e", in->pred_max, in->pred_trunc, in->pred_round);
+}
+
 /* ---- every comparison (--elements) ------------------------------------------ */
 
 typedef struct elem_list {
@@ -195,23 +202,24 @@ static int add_case_rows(gct_table *t, const gct_target *tg, const tg_gradcheck_
         gct_cell_set(&row[3], in->n_failed ? GCT_BAD : GCT_PLAIN, "%lld/%lld", (long long)in->n_failed,
                      (long long)in->n_checked);
         fmt_err(&row[4], in->max_abs_err);
-        fmt_err(&row[5], in->max_rel_err);
+        put_predicted(&row[5], in);
+        fmt_err(&row[6], in->max_rel_err);
         if (in->n_checked == 0) {
-            gct_cell_set(&row[6], GCT_DIM, "-");
+            gct_cell_set(&row[7], GCT_DIM, "-");
         } else {
-            if (in->worst_index < 0) gct_cell_set(&row[6], GCT_PLAIN, "direction");
+            if (in->worst_index < 0) gct_cell_set(&row[7], GCT_PLAIN, "direction");
             else if (in->worst_output >= 0)
-                gct_cell_set(&row[6], GCT_PLAIN, "out%s %s",
+                gct_cell_set(&row[7], GCT_PLAIN, "out%s %s",
                              gct_index_text(out, sizeof out, tg->out->ndim, tg->out->shape, in->worst_output),
                              gct_index_text(idx, sizeof idx, x->ndim, x->shape, in->worst_index));
             else
-                gct_cell_set(&row[6], GCT_PLAIN, "%s",
+                gct_cell_set(&row[7], GCT_PLAIN, "%s",
                              gct_index_text(idx, sizeof idx, x->ndim, x->shape, in->worst_index));
-            gct_cell_set(&row[7], GCT_PLAIN, "%.10g", in->worst_analytic);
-            gct_cell_set(&row[8], GCT_PLAIN, "%.10g", in->worst_numeric);
+            gct_cell_set(&row[8], GCT_PLAIN, "%.10g", in->worst_analytic);
+            gct_cell_set(&row[9], GCT_PLAIN, "%.10g", in->worst_numeric);
         }
-        gct_cell_set(&row[9], GCT_PLAIN, "%.2g", in->pass ? in->max_excess : in->fail_excess);
-        gct_cell_set(&row[10], in->pass ? GCT_GOOD : GCT_BAD, "%s", in->pass ? "pass" : "FAIL");
+        gct_cell_set(&row[10], GCT_PLAIN, "%.2g", in->pass ? in->max_excess : in->fail_excess);
+        gct_cell_set(&row[11], in->pass ? GCT_GOOD : GCT_BAD, "%s", in->pass ? "pass" : "FAIL");
         first = false;
     }
     if (failed) {
@@ -264,10 +272,12 @@ static bool run_check(tg_ctx *ctx, const gct_args *a, gct_target *tg, uint64_t s
 typedef struct batch_input {
     int64_t runs, failed, wrong;  /* wrong: failures above 4x the predicted error */
     double *rel, *ratio, *excess; /* per seed: max |a - n| / G, worst ratio, max excess */
+    double *pred;                 /* per seed: the predicted error / G (as rel) */
 } batch_input;
 
 static void batch_free(batch_input *B, int n) {
     for (int k = 0; k < n; k++) {
+        free(B[k].pred);
         free(B[k].rel);
         free(B[k].ratio);
         free(B[k].excess);
@@ -323,7 +333,8 @@ static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, con
                 B[k].rel = malloc((size_t)n * sizeof(double));
                 B[k].ratio = malloc((size_t)n * sizeof(double));
                 B[k].excess = malloc((size_t)n * sizeof(double));
-                if (!B[k].rel || !B[k].ratio || !B[k].excess) {
+                B[k].pred = malloc((size_t)n * sizeof(double));
+                if (!B[k].rel || !B[k].ratio || !B[k].excess || !B[k].pred) {
                     batch_free(B, TG_GRADCHECK_MAX_INPUTS);
                     fprintf(stderr, "tapegrad-gradcheck: out of memory\n");
                     return GCT_EXIT_ERROR;
@@ -363,6 +374,7 @@ static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, con
             if (!in->checked || !B[k].rel) continue;
             batch_input *b = &B[k];
             b->rel[b->runs] = in->grad_scale > 0 ? in->max_abs_err / in->grad_scale : in->max_abs_err;
+            b->pred[b->runs] = in->grad_scale > 0 ? in->pred_max / in->grad_scale : in->pred_max;
             b->ratio[b->runs] = in->worst_ratio;
             b->excess[b->runs] = in->pass ? in->max_excess : in->fail_excess;
             b->runs++;
@@ -415,6 +427,8 @@ static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, con
             json_quantiles("ratio", b->ratio, b->runs);
             printf(",");
             json_quantiles("excess", b->excess, b->runs);
+            printf(",");
+            json_quantiles("pred_rel", b->pred, b->runs);
             printf("}");
         }
         if (a->format != GCT_TEXT || (a->quiet && pass)) continue;
@@ -431,11 +445,12 @@ static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, con
         fmt_err(&row[5], q50);
         fmt_err(&row[6], q90);
         fmt_err(&row[7], qmax);
-        gct_cell_set(&row[8], GCT_PLAIN, "%.2g", gct_quantile(b->ratio, b->runs, 0.5));
-        gct_cell_set(&row[9], GCT_PLAIN, "%.2g", gct_quantile(b->ratio, b->runs, 1.0));
-        gct_cell_set(&row[10], GCT_PLAIN, "%.2g", gct_quantile(b->excess, b->runs, 1.0));
-        gct_cell_set(&row[11], b->wrong ? GCT_BAD : GCT_PLAIN, "%lld", (long long)b->wrong);
-        gct_cell_set(&row[12], pass ? GCT_GOOD : GCT_BAD, "%s", pass ? "pass" : "FAIL");
+        fmt_err(&row[8], gct_quantile(b->pred, b->runs, 0.5));
+        gct_cell_set(&row[9], GCT_PLAIN, "%.2g", gct_quantile(b->ratio, b->runs, 0.5));
+        gct_cell_set(&row[10], GCT_PLAIN, "%.2g", gct_quantile(b->ratio, b->runs, 1.0));
+        gct_cell_set(&row[11], GCT_PLAIN, "%.2g", gct_quantile(b->excess, b->runs, 1.0));
+        gct_cell_set(&row[12], b->wrong ? GCT_BAD : GCT_PLAIN, "%lld", (long long)b->wrong);
+        gct_cell_set(&row[13], pass ? GCT_GOOD : GCT_BAD, "%s", pass ? "pass" : "FAIL");
         first_row = false;
     }
     if (opened) printf("]}}");
@@ -465,11 +480,12 @@ static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
     bool batch = a->n_seeds > 0, text = a->format == GCT_TEXT;
     gct_table t;
     if (batch)
-        gct_table_init(&t, "lllrrrrrrrrrl", "spec", "input", "seeds", "failed", "pass rate", "rel err p50", "p90",
-                       "max", "err/tol p50", "max", "err/pred max", "wrong", "result");
+        gct_table_init(&t, "lllrrrrrrrrrrl", "spec", "input", "seeds", "failed", "pass rate", "rel err p50", "p90",
+                       "max", "pred p50", "err/tol p50", "max", "err/pred max", "wrong", "result");
     else
-        gct_table_init(&t, "lllrrrlrrrl", "spec", "input", "shape", "failed", "max abs err", "max rel err", "worst at",
-                       "analytic", "numeric", "err/pred", "result");
+        gct_table_init(&t, "lllrrlrlrrrl", "spec", "input", "shape", "failed", "max abs err",
+                       "predicted = trunc + round", "max rel err", "worst at", "analytic", "numeric", "err/pred",
+                       "result");
     int n_specs = a->shape || bug ? 1 : op->n_variants;
     tg_gradcheck_result first = {0};
     bool have_first = false, op_failed = false;

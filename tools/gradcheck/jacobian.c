@@ -178,6 +178,19 @@ static bool write_heatmaps(const char *dir, const char *name, const char *title,
     return gct_write_heatmaps(dir, name, title, v->xname, v->M, v->N, 3, maps);
 }
 
+/* Each entry's predicted error, as the JACOBIAN mode's comparisons give
+ * it (tg_gradcheck_element.bound): pred[k][j * N_k + i]. */
+typedef struct jac_bounds {
+    double *pred[TG_GRADCHECK_MAX_INPUTS];
+    int64_t N[TG_GRADCHECK_MAX_INPUTS];
+} jac_bounds;
+
+static void collect_bound(void *user, const tg_gradcheck_element *e) {
+    jac_bounds *b = user;
+    if (b->pred[e->input] && e->output >= 0 && e->index >= 0)
+        b->pred[e->input][e->output * b->N[e->input] + e->index] = e->bound;
+}
+
 int gct_cmd_jacobian(const gct_args *a) {
     const tg_op_info *op;
     const gct_bug *bug;
@@ -240,7 +253,23 @@ int gct_cmd_jacobian(const gct_args *a) {
     tg_gradcheck_result res;
     o.mode = TG_GRADCHECK_JACOBIAN;
     o.inputs = which;
+    jac_bounds jb = {0};
+    for (int k = 0; k < t.c.n_inputs; k++) {
+        if (!(which >> k & 1u)) continue;
+        int64_t n = y->numel * t.c.inputs[k]->numel;
+        jb.N[k] = t.c.inputs[k]->numel;
+        jb.pred[k] = tg_arena_alloc(ctx, (size_t)(n > 0 ? n : 1) * sizeof(double));
+        if (!jb.pred[k]) {
+            fprintf(stderr, "tapegrad-gradcheck: out of memory\n");
+            tg_ctx_free(ctx);
+            return GCT_EXIT_ERROR;
+        }
+        for (int64_t e = 0; e < n; e++) jb.pred[k][e] = NAN;
+    }
+    o.each = collect_bound;
+    o.each_user = &jb;
     gct_target_check(ctx, &t, &o, &res);
+    o.each = NULL;
     if (!tg_ok(ctx)) {
         fprintf(stderr, "tapegrad-gradcheck: %s: %s\n", t.label, tg_error_message(ctx));
         tg_ctx_free(ctx);
@@ -263,7 +292,7 @@ int gct_cmd_jacobian(const gct_args *a) {
         tg_gradcheck_write(stdout, &res, t.c.input_names, TG_GRADCHECK_JSON, NULL);
         printf(",\"jacobians\":[");
     } else {
-        printf("op,bug,spec,dtype,input,output,index,analytic,numeric,difference\n");
+        printf("op,bug,spec,dtype,input,output,index,analytic,numeric,difference,predicted\n");
     }
     int n_json = 0;
     if (!gct_mkdir_p(a->out_dir)) {
@@ -307,9 +336,15 @@ int gct_cmd_jacobian(const gct_args *a) {
             gct_json_num(stdout, atol);
             printf(",\"max_abs_err\":");
             gct_json_num(stdout, maxd);
-            const char *keys[2] = {"analytic", "numeric"};
-            const double *mats[2] = {A, Nu};
-            for (int m = 0; m < 2; m++) {
+            printf(",\"pred_max\":");
+            gct_json_num(stdout, res.input[k].pred_max);
+            printf(",\"pred_trunc\":");
+            gct_json_num(stdout, res.input[k].pred_trunc);
+            printf(",\"pred_round\":");
+            gct_json_num(stdout, res.input[k].pred_round);
+            const char *keys[3] = {"analytic", "numeric", "predicted"};
+            const double *mats[3] = {A, Nu, jb.pred[k]};
+            for (int m = 0; m < 3; m++) {
                 printf(",\"%s\":[", keys[m]);
                 for (int64_t j = 0; j < M; j++) {
                     printf("%s[", j ? "," : "");
@@ -327,8 +362,8 @@ int gct_cmd_jacobian(const gct_args *a) {
                 for (int64_t i = 0; i < N; i++) {
                     printf("%s,%s,", op->name, bug ? bug->name : "");
                     for (const char *q = t.c.spec; *q; q++) putchar(*q == ',' ? ';' : *q);
-                    printf(",%s,%s,%lld,%lld,%.17g,%.17g,%.17g\n", tg_dtype_name(a->dtype), v.xname, (long long)j,
-                           (long long)i, A[j * N + i], Nu[j * N + i], D[j * N + i]);
+                    printf(",%s,%s,%lld,%lld,%.17g,%.17g,%.17g,%.17g\n", tg_dtype_name(a->dtype), v.xname, (long long)j,
+                           (long long)i, A[j * N + i], Nu[j * N + i], D[j * N + i], jb.pred[k][j * N + i]);
                 }
         } else {
             printf("\n");
@@ -349,7 +384,10 @@ int gct_cmd_jacobian(const gct_args *a) {
                 snprintf(verdict, sizeof verdict, "%lld of %lld entries outside %g + %g |numeric|", (long long)n_bad,
                          (long long)(M * N), atol, rtol);
             gct_puts_tone(stdout, verdict, n_bad ? GCT_BAD : GCT_GOOD, a->color);
-            printf("\n");
+            printf(
+                "\n  predicted: the differences' own error at h = %g is %.2e at that entry, at most %.2e (truncation "
+                "%.2e + rounding %.2e)\n",
+                h, jb.pred[k][worst], res.input[k].pred_max, res.input[k].pred_trunc, res.input[k].pred_round);
         }
 
         char name[256], title[512];

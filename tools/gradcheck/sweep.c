@@ -70,6 +70,7 @@ typedef struct sweep_data {
     const double *h;         /* the steps */
     double *all;             /* [c][k][s] max |a - n| over inputs */
     double *rel;             /* [c][k][i][s] max |a - n| / G of input i */
+    double *pall, *prel;     /* the same for the predicted error (tg_gradcheck_input.pred_max) */
     double *scale;           /* [c][i][s] the input's length scale l */
     int *vanished;           /* [c][k] seeds whose step vanished */
     int input_index[TG_GRADCHECK_MAX_INPUTS];
@@ -78,6 +79,8 @@ typedef struct sweep_data {
 
 #define ALL(d, c, k, s) (d)->all[((size_t)(c) * (d)->nk + (k)) * (d)->ns + (s)]
 #define REL(d, c, k, i, s) (d)->rel[(((size_t)(c) * (d)->nk + (k)) * (d)->ni + (i)) * (d)->ns + (s)]
+#define PALL(d, c, k, s) (d)->pall[((size_t)(c) * (d)->nk + (k)) * (d)->ns + (s)]
+#define PREL(d, c, k, i, s) (d)->prel[(((size_t)(c) * (d)->nk + (k)) * (d)->ni + (i)) * (d)->ns + (s)]
 #define SCALE(d, c, i, s) (d)->scale[((size_t)(c) * (d)->ni + (i)) * (d)->ns + (s)]
 
 /* The q-quantile over seeds of v(s); NaN when a seed's step vanished. */
@@ -90,6 +93,7 @@ static double over_seeds(const sweep_data *d, int c, int k, const double *v, siz
 /* Summary of one curve of one input (i = -1: all inputs). */
 typedef struct best_point {
     double *med, *lo, *hi; /* per step: median, 10%, 90% */
+    double *pred;          /* per step: the median predicted error */
     int k;                 /* the best step's index, -1: none */
     double l;              /* the length scale for the theory (1 with relative steps) */
 } best_point;
@@ -99,6 +103,7 @@ static void summarize(const sweep_data *d, int c, int i, bool relative_steps, be
     for (int k = 0; k < d->nk; k++) {
         const double *v = i < 0 ? &ALL(d, c, k, 0) : &REL(d, c, k, i, 0);
         b->med[k] = over_seeds(d, c, k, v, 1, 0.5, tmp);
+        b->pred[k] = over_seeds(d, c, k, i < 0 ? &PALL(d, c, k, 0) : &PREL(d, c, k, i, 0), 1, 0.5, tmp);
         b->lo[k] = over_seeds(d, c, k, v, 1, 0.1, tmp);
         b->hi[k] = over_seeds(d, c, k, v, 1, 0.9, tmp);
         if (isfinite(b->med[k]) && (b->k < 0 || b->med[k] < b->med[b->k])) b->k = k;
@@ -138,6 +143,8 @@ static bool write_script(const char *gp_path, const char *png, const char *dat, 
         const curve_info *ci = &CURVES[d->curve[c]];
         fprintf(f, "'%s' using 1:%d with linespoints lw 2 dt %d pt 7 ps 0.6 lc rgb '%s' title '%s', \\\n     ", dat,
                 c + 2, ci->dash, ci->color, ci->label);
+        fprintf(f, "'%s' using 1:%d with lines lw 1 dt 4 lc rgb '%s' title '%s predicted', \\\n     ", dat,
+                d->nc + c + 2, ci->color, ci->label);
     }
     fprintf(f, "$best using 1:2 with points pt 6 ps 2.6 lw 2 lc rgb 'black' title 'best h', \\\n"
                "     $best using 1:2:3 with labels offset 0,1.5 font ',9' notitle\n");
@@ -189,6 +196,22 @@ static void put_err_cell(gct_cell *cell, double e, bool vanished, bool best) {
     else gct_cell_set(cell, GCT_PLAIN, "%.2e  ", e);
 }
 
+static void put_pred_cell(gct_cell *cell, double p, bool vanished) {
+    if (vanished || isnan(p)) gct_cell_set(cell, GCT_DIM, "-");
+    else gct_cell_set(cell, GCT_DIM, "%.1e", p);
+}
+
+/* A table with a column `first` (the steps), then for each curve its error
+ * and the predicted error beside it. */
+static void curve_table_init(gct_table *t, const sweep_data *d, const char *first) {
+    gct_table_init(t, "rrrrrrrrr", first, "", "", "", "", "", "", "", "");
+    t->ncols = 1 + 2 * d->nc;
+    for (int c = 0; c < d->nc; c++) {
+        snprintf(t->head[2 * c + 1], sizeof t->head[0], "%s", CURVES[d->curve[c]].label);
+        snprintf(t->head[2 * c + 2], sizeof t->head[0], "pred");
+    }
+}
+
 static void json_array(FILE *f, const double *v, int n) {
     fputc('[', f);
     for (int k = 0; k < n; k++) {
@@ -237,9 +260,12 @@ static int measure(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const g
                     return GCT_EXIT_ERROR;
                 }
                 ALL(d, c, k, s) = r.max_abs_err;
+                PALL(d, c, k, s) = 0;
                 for (int i = 0; i < d->ni; i++) {
                     const tg_gradcheck_input *in = &r.input[d->input_index[i]];
                     REL(d, c, k, i, s) = in->grad_scale > 0 ? in->max_abs_err / in->grad_scale : in->max_abs_err;
+                    PREL(d, c, k, i, s) = in->grad_scale > 0 ? in->pred_max / in->grad_scale : in->pred_max;
+                    PALL(d, c, k, s) = fmax(PALL(d, c, k, s), in->pred_max);
                     if (k == 0) SCALE(d, c, i, s) = in->scale;
                 }
             }
@@ -277,14 +303,16 @@ int gct_cmd_sweep(const gct_args *a) {
     size_t n_all = (size_t)d.nc * (size_t)d.nk * (size_t)d.ns;
     d.all = calloc(n_all, sizeof *d.all);
     d.rel = calloc(n_all * TG_GRADCHECK_MAX_INPUTS, sizeof *d.rel);
+    d.pall = calloc(n_all, sizeof *d.pall);
+    d.prel = calloc(n_all * TG_GRADCHECK_MAX_INPUTS, sizeof *d.prel);
     d.scale = calloc((size_t)d.nc * TG_GRADCHECK_MAX_INPUTS * (size_t)d.ns, sizeof *d.scale);
     d.vanished = calloc((size_t)d.nc * (size_t)d.nk, sizeof *d.vanished);
     double *tmp = malloc((size_t)d.ns * sizeof *tmp);
     best_point best[SWEEP_CURVES], bi[SWEEP_CURVES * TG_GRADCHECK_MAX_INPUTS];
-    double *stats = calloc((size_t)3 * (size_t)d.nk * SWEEP_CURVES * (1 + TG_GRADCHECK_MAX_INPUTS), sizeof *stats);
+    double *stats = calloc((size_t)4 * (size_t)d.nk * SWEEP_CURVES * (1 + TG_GRADCHECK_MAX_INPUTS), sizeof *stats);
     char spec[128] = "", label[160] = "", function[160] = "";
     int64_t numel = 0;
-    if (!d.all || !d.rel || !d.scale || !d.vanished || !tmp || !stats) {
+    if (!d.all || !d.rel || !d.pall || !d.prel || !d.scale || !d.vanished || !tmp || !stats) {
         fprintf(stderr, "tapegrad-gradcheck: out of memory\n");
         status = GCT_EXIT_ERROR;
     } else {
@@ -296,13 +324,13 @@ int gct_cmd_sweep(const gct_args *a) {
     bool relative = a->step_set && a->step != TG_GRADCHECK_STEP_ABSOLUTE;
     double *p = stats;
     for (int c = 0; c < d.nc; c++) {
-        best[c] = (best_point){p, p + d.nk, p + 2 * d.nk, -1, 1.0};
-        p += 3 * d.nk;
+        best[c] = (best_point){p, p + d.nk, p + 2 * d.nk, p + 3 * d.nk, -1, 1.0};
+        p += 4 * d.nk;
         summarize(&d, c, -1, relative, &best[c], tmp);
         for (int i = 0; i < d.ni; i++) {
             best_point *b = &bi[c * d.ni + i];
-            *b = (best_point){p, p + d.nk, p + 2 * d.nk, -1, 1.0};
-            p += 3 * d.nk;
+            *b = (best_point){p, p + d.nk, p + 2 * d.nk, p + 3 * d.nk, -1, 1.0};
+            p += 4 * d.nk;
             summarize(&d, c, i, relative, b, tmp);
         }
     }
@@ -324,6 +352,8 @@ int gct_cmd_sweep(const gct_args *a) {
             for (int k = 0; k < d.nk; k++) printf("%s%d", k ? "," : "", d.vanished[c * d.nk + k]);
             printf("],\"all\":{\"median\":");
             json_array(stdout, best[c].med, d.nk);
+            printf(",\"predicted\":");
+            json_array(stdout, best[c].pred, d.nk);
             printf(",\"best_h\":");
             gct_json_num(stdout, best[c].k >= 0 ? grid[best[c].k] : NAN);
             printf(",\"theory_h\":");
@@ -341,6 +371,8 @@ int gct_cmd_sweep(const gct_args *a) {
                 json_array(stdout, b->lo, d.nk);
                 printf(",\"p90\":");
                 json_array(stdout, b->hi, d.nk);
+                printf(",\"predicted\":");
+                json_array(stdout, b->pred, d.nk);
                 printf(",\"best_h\":");
                 gct_json_num(stdout, b->k >= 0 ? grid[b->k] : NAN);
                 printf(",\"best_rel_err\":");
@@ -353,7 +385,7 @@ int gct_cmd_sweep(const gct_args *a) {
         }
         printf("]}\n");
     } else if (a->format == GCT_CSV) {
-        printf("op,bug,spec,dtype,scheme,input,measure,h,seeds,vanished,p50,p10,p90,scale,theory_h,best\n");
+        printf("op,bug,spec,dtype,scheme,input,measure,h,seeds,vanished,p50,p10,p90,scale,theory_h,best,predicted\n");
         for (int c = 0; c < d.nc; c++) {
             const curve_info *ci = &CURVES[d.curve[c]];
             for (int i = -1; i < d.ni; i++) {
@@ -361,10 +393,10 @@ int gct_cmd_sweep(const gct_args *a) {
                 for (int k = 0; k < d.nk; k++) {
                     printf("%s,%s,", op->name, bug ? bug->name : "");
                     for (const char *q = spec; *q; q++) putchar(*q == ',' ? ';' : *q);
-                    printf(",%s,%s,%s,%s,%.9g,%d,%d,%.9g,%.9g,%.9g,%.9g,%.9g,%d\n", tg_dtype_name(ci->dtype),
+                    printf(",%s,%s,%s,%s,%.9g,%d,%d,%.9g,%.9g,%.9g,%.9g,%.9g,%d,%.9g\n", tg_dtype_name(ci->dtype),
                            ci->forward ? "forward" : "central", i < 0 ? "all" : d.input_name[i], i < 0 ? "abs" : "rel",
                            grid[k], d.ns, d.vanished[c * d.nk + k], b->med[k], b->lo[k], b->hi[k], b->l,
-                           theory_h(ci, b->l), k == b->k);
+                           theory_h(ci, b->l), k == b->k, b->pred[k]);
                 }
             }
         }
@@ -375,12 +407,10 @@ int gct_cmd_sweep(const gct_args *a) {
         if (d.ns > 1)
             printf(", seeds %llu..%llu (medians over seeds)", (unsigned long long)gct_first_seed(a),
                    (unsigned long long)(gct_first_seed(a) + (uint64_t)d.ns - 1));
-        printf("\n  error = max |analytic - numeric| over the checked elements; * marks each column's minimum\n\n");
+        printf("\n  error = max |analytic - numeric| over the checked elements; * marks each column's minimum;\n"
+               "  pred = the error the check predicts for itself at that h (truncation + rounding, the largest)\n\n");
         gct_table t;
-        gct_table_init(&t, "rrrrr", "h", d.nc > 0 ? CURVES[d.curve[0]].label : "",
-                       d.nc > 1 ? CURVES[d.curve[1]].label : "", d.nc > 2 ? CURVES[d.curve[2]].label : "",
-                       d.nc > 3 ? CURVES[d.curve[3]].label : "");
-        t.ncols = 1 + d.nc;
+        curve_table_init(&t, &d, "h");
         bool any_vanished = false;
         for (int k = 0; k < d.nk && !a->quiet; k++) {
             gct_cell *row = gct_table_row(&t);
@@ -389,7 +419,8 @@ int gct_cmd_sweep(const gct_args *a) {
             for (int c = 0; c < d.nc; c++) {
                 bool v = d.vanished[c * d.nk + k] > 0;
                 any_vanished |= v;
-                put_err_cell(&row[c + 1], best[c].med[k], v, k == best[c].k);
+                put_err_cell(&row[2 * c + 1], best[c].med[k], v, k == best[c].k);
+                put_pred_cell(&row[2 * c + 2], best[c].pred[k], v);
             }
         }
         if (!a->quiet) gct_table_print(stdout, &t, 2, a->color);
@@ -400,7 +431,7 @@ int gct_cmd_sweep(const gct_args *a) {
 
         printf("\n");
         gct_table s;
-        gct_table_init(&s, "lrrrl", "curve", "best h", "error there", "theory h*", "theory");
+        gct_table_init(&s, "lrrrrl", "curve", "best h", "error there", "pred there", "theory h*", "theory");
         for (int c = 0; c < d.nc; c++) {
             const curve_info *ci = &CURVES[d.curve[c]];
             gct_cell *row = gct_table_row(&s);
@@ -409,13 +440,14 @@ int gct_cmd_sweep(const gct_args *a) {
             if (best[c].k >= 0) {
                 gct_cell_set(&row[1], GCT_GOOD, "%.1e", grid[best[c].k]);
                 gct_cell_set(&row[2], GCT_PLAIN, "%.2e", best[c].med[best[c].k]);
+                gct_cell_set(&row[3], GCT_DIM, "%.2e", best[c].pred[best[c].k]);
             } else {
                 gct_cell_set(&row[1], GCT_BAD, "none");
             }
-            gct_cell_set(&row[3], GCT_PLAIN, "%.1e", theory_h(ci, best[c].l));
+            gct_cell_set(&row[4], GCT_PLAIN, "%.1e", theory_h(ci, best[c].l));
             /* eps and its root each with its own value: "eps^(1/3) l,
              * eps = 2.22e-16" read as if the cube root were 2.22e-16 */
-            gct_cell_set(&row[4], GCT_DIM, "%s l; eps = %.3g, %s = %.3g, l = %.3g (%s)",
+            gct_cell_set(&row[5], GCT_DIM, "%s l; eps = %.3g, %s = %.3g, l = %.3g (%s)",
                          ci->forward ? "eps^(1/2)" : "eps^(1/3)", curve_eps(ci),
                          ci->forward ? "eps^(1/2)" : "eps^(1/3)", theory_h(ci, 1.0), best[c].l,
                          relative ? "relative steps" : d.input_name[0]);
@@ -424,21 +456,23 @@ int gct_cmd_sweep(const gct_args *a) {
         gct_table_free(&s);
 
         /* each input on its own: its error relative to its gradient */
-        printf("\n  each input: max |analytic - numeric| / G, G the input's gradient scale%s\n\n",
+        printf("\n  each input: max |analytic - numeric| / G, G the input's gradient scale, and the predicted error / "
+               "G%s\n\n",
                d.ns > 1 ? " (median over seeds)" : "");
         for (int i = 0; i < d.ni && !a->quiet; i++) {
             gct_table ti;
-            gct_table_init(&ti, "rrrrr", "h", "", "", "", "");
-            ti.ncols = 1 + d.nc;
-            snprintf(ti.head[0], sizeof ti.head[0], "%s: h", d.input_name[i]);
-            for (int c = 0; c < d.nc; c++) snprintf(ti.head[c + 1], sizeof ti.head[0], "%s", CURVES[d.curve[c]].label);
+            char head[64];
+            snprintf(head, sizeof head, "%s: h", d.input_name[i]);
+            curve_table_init(&ti, &d, head);
             for (int k = 0; k < d.nk; k++) {
                 gct_cell *row = gct_table_row(&ti);
                 if (!row) break;
                 gct_cell_set(&row[0], GCT_PLAIN, "%.1e", grid[k]);
                 for (int c = 0; c < d.nc; c++) {
                     const best_point *b = &bi[c * d.ni + i];
-                    put_err_cell(&row[c + 1], b->med[k], d.vanished[c * d.nk + k] > 0, k == b->k);
+                    bool v = d.vanished[c * d.nk + k] > 0;
+                    put_err_cell(&row[2 * c + 1], b->med[k], v, k == b->k);
+                    put_pred_cell(&row[2 * c + 2], b->pred[k], v);
                 }
             }
             gct_table_print(stdout, &ti, 2, a->color);
@@ -478,13 +512,19 @@ int gct_cmd_sweep(const gct_args *a) {
 
     /* the data files, the scripts, the pictures */
     {
-        const char *cols[1 + SWEEP_CURVES] = {"h"};
-        for (int c = 0; c < d.nc; c++) cols[1 + c] = CURVES[d.curve[c]].column;
+        /* h, each curve's error, then each curve's predicted error */
+        const char *cols[1 + 2 * SWEEP_CURVES] = {"h"};
+        char pcols[SWEEP_CURVES][32];
+        for (int c = 0; c < d.nc; c++) {
+            cols[1 + c] = CURVES[d.curve[c]].column;
+            snprintf(pcols[c], sizeof pcols[c], "%s_pred", CURVES[d.curve[c]].column);
+            cols[1 + d.nc + c] = pcols[c];
+        }
         tg_plot *pl;
-        tg_status st = tg_plot_open(&pl, a->out_dir, name, 1 + d.nc, cols);
+        tg_status st = tg_plot_open(&pl, a->out_dir, name, 1 + 2 * d.nc, cols);
         for (int k = 0; st == TG_OK && k < d.nk; k++) {
-            double row[1 + SWEEP_CURVES] = {grid[k]};
-            for (int c = 0; c < d.nc; c++) row[1 + c] = best[c].med[k];
+            double row[1 + 2 * SWEEP_CURVES] = {grid[k]};
+            for (int c = 0; c < d.nc; c++) row[1 + c] = best[c].med[k], row[1 + d.nc + c] = best[c].pred[k];
             st = tg_plot_row(pl, row);
         }
         if (pl) {
@@ -557,6 +597,8 @@ int gct_cmd_sweep(const gct_args *a) {
 done:
     free(d.all);
     free(d.rel);
+    free(d.pall);
+    free(d.prel);
     free(d.scale);
     free(d.vanished);
     free(tmp);
