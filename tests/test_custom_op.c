@@ -236,11 +236,55 @@ START_TEST(test_guard_leaves_no_gradient_unasked) {
 }
 END_TEST
 
+/* A registry entry's own step and tolerances (tg_op_info.f64 / f32) are
+ * what its check runs with, and they change the verdict: exp, copied with
+ * an own float64 h of 0.5, fails on truncation (h^2 L''' / 6, about 4% of
+ * the gradient, over rtol 1e-3) and passes again with an own rtol of 0.1;
+ * an own atol and rtol of 1e-13 fail it at the default step, whose error
+ * is ~1e-10; and the values the result reports are the entry's. */
+START_TEST(test_registry_entry_own_step_and_tolerances) {
+    const tg_op_info *exp_op = tg_registry_find("exp");
+    ck_assert_ptr_nonnull(exp_op);
+    tg_gradcheck_result r; /* tg_registry_check_spec returns the verdict */
+    ck_assert(tg_registry_check_spec(ctx, exp_op, "3x4", TG_F64, NULL, &r));
+    ck_assert(r.pass && r.h == 1e-6 && r.atol == 1e-5 && r.rtol == 1e-3);
+
+    tg_op_info own = *exp_op;
+    own.f64 = (tg_gradcheck_tol){.h = 0.5};
+    ck_assert(!tg_registry_check_spec(ctx, &own, "3x4", TG_F64, NULL, &r));
+    ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
+    ck_assert_msg(!r.pass && r.h == 0.5, "own h 0.5: pass %d, h %g", r.pass, r.h);
+    /* the failure is truncation, and the check predicted it */
+    ck_assert_msg(r.input[0].pred_trunc > r.input[0].pred_round && r.fail_excess <= 1,
+                  "truncation %g, rounding %g, excess %g", r.input[0].pred_trunc, r.input[0].pred_round, r.fail_excess);
+
+    own.f64 = (tg_gradcheck_tol){.h = 0.5, .rtol = 0.1};
+    ck_assert(tg_registry_check_spec(ctx, &own, "3x4", TG_F64, NULL, &r));
+    ck_assert_msg(r.pass && r.rtol == 0.1, "own rtol 0.1: pass %d, rtol %g", r.pass, r.rtol);
+
+    own.f64 = (tg_gradcheck_tol){.atol = 1e-13, .rtol = 1e-13};
+    ck_assert(!tg_registry_check_spec(ctx, &own, "3x4", TG_F64, NULL, &r));
+    ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
+    ck_assert_msg(!r.pass && r.h == 1e-6 && r.atol == 1e-13, "own atol, rtol 1e-13: pass %d", r.pass);
+
+    /* a value the caller gives wins over the entry's own */
+    tg_gradcheck_opts o = {.rtol = 0.5};
+    own.f64 = (tg_gradcheck_tol){.h = 0.5, .rtol = 1e-6};
+    ck_assert(tg_registry_check_spec(ctx, &own, "3x4", TG_F64, &o, &r));
+    ck_assert(r.pass && r.rtol == 0.5 && r.h == 0.5);
+
+    /* float32 takes the f32 fields: exp's and softmax's own h = 1e-2 */
+    ck_assert(tg_registry_opts(exp_op, TG_F32, NULL).h == 1e-2);
+    ck_assert(tg_registry_opts(tg_registry_find("softmax"), TG_F32, NULL).h == 1e-2);
+}
+END_TEST
+
 Suite *make_custom_op_suite(void) {
     return tg_test_suite("custom_op", setup, teardown, test_gradcheck_and_values,
                          test_no_grad_and_no_input_needing_grad, test_accumulate_and_keep_tape,
                          test_saved_tensor_written_in_place, test_errors_name_the_op,
-                         test_backward_writing_past_its_gradient, test_guard_leaves_no_gradient_unasked, NULL);
+                         test_backward_writing_past_its_gradient, test_guard_leaves_no_gradient_unasked,
+                         test_registry_entry_own_step_and_tolerances, NULL);
 }
 
 int main(void) { return tg_test_run(make_custom_op_suite()); }

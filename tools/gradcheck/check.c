@@ -581,7 +581,7 @@ static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
     if (text && (!a->quiet || op_failed)) {
         printf("%s", T->ops > 1 || a->quiet ? "\n" : "");
         gct_put_title(a, op, bug, function);
-        if (have_first) gct_put_settings(a, &first);
+        if (have_first) gct_put_settings(a, &first), gct_put_sources(a, op, first.dtype, "  ");
         if (t.nrows) {
             fputc('\n', stdout);
             gct_table_print(stdout, &t, 2, a->color);

@@ -286,6 +286,7 @@ int gct_cmd_jacobian(const gct_args *a) {
                res.step == TG_GRADCHECK_STEP_SCALED    ? " x l_i (relative steps)"
                : res.step == TG_GRADCHECK_STEP_ELEMENT ? " x max(|x_i|, floor)"
                                                        : "");
+        gct_put_sources(a, op, res.dtype, "  ");
     } else if (json) {
         gct_json_head("jacobian", op, bug, t.c.spec);
         printf(",\"dtype\":\"%s\",\"result\":", tg_dtype_name(a->dtype));

@@ -59,6 +59,21 @@ void gct_csv_prefix(char *buf, size_t size, const gct_target *t, uint64_t input_
                  (unsigned long long)probe_seed);
 }
 
+void gct_put_sources(const gct_args *a, const tg_op_info *op, tg_dtype dtype, const char *indent) {
+    tg_gradcheck_tol own = dtype == TG_F32 ? op->f32 : op->f64, def = tg_gradcheck_dtype_tol(dtype);
+    const char *names[3] = {"h", "atol", "rtol"};
+    double given[3] = {a->h, a->atol, a->rtol}, owns[3] = {own.h, own.atol, own.rtol},
+           defs[3] = {def.h, def.atol, def.rtol};
+    printf("%sstep and tolerances: ", indent);
+    for (int i = 0; i < 3; i++) {
+        printf("%s%s %g ", i ? ", " : "", names[i], !isnan(given[i]) ? given[i] : owns[i] > 0 ? owns[i] : defs[i]);
+        if (!isnan(given[i])) printf("(given)");
+        else if (owns[i] > 0) printf("(%s's own for %s, check/registry.c)", op->name, tg_dtype_name(dtype));
+        else printf("(the %s default)", tg_dtype_name(dtype));
+    }
+    printf("\n");
+}
+
 void gct_put_settings(const gct_args *a, const tg_gradcheck_result *r) {
     const char *what = r->mode == TG_GRADCHECK_FULL          ? "every element"
                        : r->mode == TG_GRADCHECK_DIRECTIONAL ? "one random direction per input"

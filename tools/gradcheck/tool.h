@@ -271,6 +271,10 @@ void gct_csv_prefix(char *buf, size_t size, const gct_target *t, uint64_t input_
 /* The settings line under a report's title: dtype, mode, scheme, step, the
  * pass rule and the seeds. */
 void gct_put_settings(const gct_args *a, const tg_gradcheck_result *r);
+/* One line under the settings: where h, atol and rtol came from -- given
+ * on the command line, the op's own entry for dtype in the registry, or
+ * the dtype's default -- so a learner sees the op's own values at work. */
+void gct_put_sources(const gct_args *a, const tg_op_info *op, tg_dtype dtype, const char *indent);
 /* The note on failing inputs: for each, by how much its error exceeds the
  * error the check itself predicts at that step (rounding + truncation);
  * worst_excess[k] and names[k] for n failing inputs. */
