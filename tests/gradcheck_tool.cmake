@@ -2,10 +2,11 @@
 # bug fails with exit 1, the best h of central differences, Jacobians and
 # their pictures, usage errors and refused specs exit 2, options and headers;
 # vanished steps, JSON and CSV, batches over seeds, inputs under control,
-# float32 at input scales 1e-3..1e3, the note on the predicted error
+# float32 at input scales 1e-3..1e3, the note on the predicted error, the
+# predicted error beside the measured one in every mode
 # (tests/test_gradcheck_tool.sh).
 if(TARGET tapegrad-gradcheck)
-  foreach(_case check_all inject sweep jacobian usage options list vanished formats batch inputs scale note)
+  foreach(_case check_all inject sweep jacobian usage options list vanished formats batch inputs scale note predicted)
     add_test(NAME gradcheck_tool_${_case}
              COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/test_gradcheck_tool.sh
                      $<TARGET_FILE:tapegrad-gradcheck> ${_case})

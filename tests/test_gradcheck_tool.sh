@@ -26,6 +26,10 @@
 #              there; the old absolute step and atol did neither
 #   note       the note blames the backward for genuine detections and calls a
 #              too-small step round-off
+#   predicted  the predicted error (truncation + rounding) beside the measured
+#              one in check (every mode, --seeds), sweep, jacobian, JSON and CSV:
+#              a correct op within it, a seeded bug far beyond; the op's own
+#              step used and said to be
 # Usage: test_gradcheck_tool.sh PATH/TO/tapegrad-gradcheck CASE
 set -euo pipefail
 tool=${1:?usage: test_gradcheck_tool.sh TOOL CASE}
@@ -424,6 +428,74 @@ note)
         fail "$bug $dt: a failure within the predicted error"
     done
   done
+  ;;
+predicted)
+  # the predicted error (truncation + rounding) beside the measured one, in
+  # every mode and format, and sane: a correct op's error within it, a
+  # seeded bug's far beyond it, the sum of its parts, a V over h
+  # rows_pred FILE: "input maxabs pred trunc round" of each row of a check table
+  rows_pred() { awk '{for (i = 1; i <= NF; i++) if ($i == "=" && $(i + 2) == "+" && $(i - 1) ~ /^[0-9]/) {
+                        print ($2 ~ /^[0-9]/ ? $1 : $2), $(i - 2), $(i - 1), $(i + 1), $(i + 3); next}}' "$1"; }
+  for mode in full directional jacobian; do
+    run 0 check rmsnorm --shape 4x8 --mode $mode
+    grep -q "predicted = trunc + round" "$tmp/out" || fail "check --mode $mode: no predicted column"
+    rows_pred "$tmp/out" > "$tmp/p"
+    [ "$(wc -l < "$tmp/p")" -eq 2 ] || fail "check --mode $mode: want a predicted cell on both rows"
+    # 2 significant digits printed: the parts add up to within 10%
+    awk '{if (!($3 > 0) || $2 > $3 || ($4 + $5) < 0.9 * $3 || ($4 + $5) > 1.1 * $3) {print; exit 1}}' "$tmp/p" ||
+      fail "check --mode $mode: a correct rmsnorm's error not within its predicted error, or parts not summing"
+  done
+  grep -q "step and tolerances: h 1e-06 (the float64 default), atol 1e-05 (the float64 default)" "$tmp/out" ||
+    fail "check: where h and atol came from is not said"
+  # a seeded bug: x's error a thousand times over the prediction
+  run 1 check --inject rmsnorm-sum
+  rows_pred "$tmp/out" | awk '$1 == "x" {found = 1; if ($2 < 1e3 * $3) exit 1} END {exit !found}' ||
+    fail "check --inject rmsnorm-sum: x's error not far beyond the predicted error"
+  # the op's own step is the one used, and said to be; a given one wins
+  run 0 check softmax --dtype f32 --shape 8x65
+  grep -q "h=0.01" "$tmp/out" && grep -q "h 0.01 (softmax's own for float32, check/registry.c)" "$tmp/out" ||
+    fail "check softmax f32: its own h 1e-2 not used or not said"
+  run 0 check softmax --dtype f32 --shape 8x65 --h 1e-3
+  grep -q "h 0.001 (given)" "$tmp/out" || fail "check --h: not said to be given"
+  # over seeds: the median predicted error beside the median error (both / G)
+  run 0 check rmsnorm --shape 4x8 --seeds 20
+  # the row: spec input seeds failed rate p50 p90 max pred-p50 ...
+  awk '$2 == "x" && $3 == 20 {found = 1; if (!($9 > 0) || $6 > $9) exit 1} END {exit !found}' "$tmp/out" ||
+    fail "check --seeds: no sane pred p50 (want rel err p50 <= pred p50)"
+  # sweep: a pred column per curve; the error within it at every step, and
+  # the prediction a V (high at both ends, low near the optimum)
+  run 0 sweep rmsnorm --dtype f64 --scheme central --h-grid 1e-1:1e-10:1 --out "$tmp/sw"
+  grep -q "f64 central     pred" "$tmp/out" || fail "sweep: no pred column"
+  awk '$1 ~ /^[0-9]\.[0-9]e-[0-9]+$/ && NF >= 3 && !seen[$1]++ {e = $2; p = ($3 == "*") ? $4 : $3;
+         if (!(p > 0) || e > p) exit 1; pr[$1] = p}
+       END {if (!(pr["1.0e-05"] < pr["1.0e-01"] && pr["1.0e-05"] < pr["1.0e-10"])) exit 1}' "$tmp/out" ||
+    fail "sweep: the error exceeds the prediction somewhere, or the prediction is not a V"
+  head -1 "$tmp/sw/sweep_rmsnorm.dat" | grep -q "f64_central_pred" || fail "sweep .dat: no predicted column"
+  run 0 sweep rmsnorm --format csv --dtype f64 --scheme central --h-grid 1e-2,1e-6 --out "$tmp/sw"
+  head -1 "$tmp/out" | grep -q ",best,predicted$" || fail "sweep csv: no predicted column"
+  awk -F, 'NR > 1 && $7 == "all" && !($NF > 0 && $11 <= $NF) {exit 1}' "$tmp/out" ||
+    fail "sweep csv: predicted not positive or below the error"
+  # jacobian: per entry, in text and CSV
+  run 0 jacobian rmsnorm --shape 1x4 --out "$tmp/jac"
+  grep -q "predicted: the differences' own error at h = 1e-06 is" "$tmp/out" || fail "jacobian: no predicted line"
+  run 0 jacobian rmsnorm --shape 1x4 --format csv --out "$tmp/jac"
+  head -1 "$tmp/out" | grep -q ",difference,predicted$" || fail "jacobian csv: no predicted column"
+  awk -F, 'NR > 1 {n++; d = $10 < 0 ? -$10 : $10; if (!($11 > 0) || d > $11) exit 1} END {exit n != 32}' "$tmp/out" ||
+    fail "jacobian csv: want 32 entries, each |difference| <= predicted > 0"
+  # JSON and CSV of check: the three fields, the parts adding up
+  run 0 check rmsnorm --shape 2x3 --format csv
+  head -1 "$tmp/out" | grep -q "pred_max,pred_trunc,pred_round" || fail "check csv: no predicted columns"
+  if command -v python3 > /dev/null; then
+    run 0 check rmsnorm --shape 2x3 --format json
+    python3 - "$tmp/out" << 'PY' || fail "check json: predicted fields missing or not trunc + round"
+import json, sys
+doc = json.load(open(sys.argv[1]))
+for case in doc["cases"]:
+    for inp in case["result"]["inputs"]:
+        p, t, r = inp["pred_max"], inp["pred_trunc"], inp["pred_round"]
+        assert p > 0 and abs(p - (t + r)) <= 1e-12 * p and inp["max_abs_err"] <= p, inp
+PY
+  fi
   ;;
 *)
   fail "unknown case $case_name"
