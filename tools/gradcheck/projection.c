@@ -7,8 +7,11 @@
  * multiplicity C - 1 and ~0 for RMSNorm; r with multiplicity C - 2 and two
  * ~0 for LayerNorm: the removed directions keep r eps / (stat + eps)),
  * checks J^2 = r J (exact at eps = 0; otherwise J^2 - r J is
- * -r^2 eps / (stat + eps) xhat xhat^T / C), and how well the parts r I, - r xhat
- * xhat^T / C and - r 1 1^T / C add up to the numeric J. */
+ * -r^2 eps / (stat + eps) xhat xhat^T / C), and the parts r I, - r xhat
+ * xhat^T / C and - r 1 1^T / C, built from x alone: how well they add up
+ * to the numeric J per row, and over every entry to the analytic J
+ * (rounding) and the numeric J (the differences' error); drawn as heatmaps
+ * beside their sum (DIR/jacobian_NAME_x_parts.png). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
