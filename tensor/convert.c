@@ -53,7 +53,7 @@ __attribute__((target("avx,f16c"))) static size_t f32_to_f16_f16c(uint16_t *dst,
 }
 
 __attribute__((target("avx512f,avx512bf16"))) static size_t f32_to_bf16_avx512(uint16_t *dst, const float *src,
-                                                                                  size_t n) {
+                                                                               size_t n) {
     const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), min_normal = _mm512_set1_epi32(0x00800000);
     const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
     size_t i = 0;

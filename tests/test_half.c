@@ -5,20 +5,23 @@
  * values (ties, subnormals, NaN, inf, overflow); the vector-instruction
  * path and the scalar path give the same bits; tensors of the two dtypes:
  * creation, tg_to_dtype, element access, printing as PyTorch prints them,
- * the refusal of ops without a low-precision path, and tg_cast. */
+ * the refusal of ops without a low-precision path, and tg_cast; BF16 and F16
+ * safetensors checkpoints (converted on save and on load, refused without
+ * conversion) and, driven by scripts/interop_torch.py, PyTorch's files. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/safetensors.h"
 #include "tensor/half.h"
 #include "testutil.h"
 
 /* ck_assert_msg marks a point on every call (slow over millions of values):
  * check first, then fail through it. */
-#define CHECK(expr, ...)                                                                                   \
-    do {                                                                                                   \
-        if (!(expr)) ck_assert_msg(expr, __VA_ARGS__);                                                     \
+#define CHECK(expr, ...)                               \
+    do {                                               \
+        if (!(expr)) ck_assert_msg(expr, __VA_ARGS__); \
     } while (0)
 
 static tg_ctx *ctx;
@@ -49,7 +52,9 @@ static const format F16 = {"float16", 5, 10, tg_f16_to_f32, tg_f32_to_f16, tg_f1
 static double ref_value(const format *f, uint16_t h) {
     int bias = (1 << (f->ebits - 1)) - 1, emax = (1 << f->ebits) - 1;
     int s = h >> 15, e = (h >> f->mbits) & emax, m = h & ((1 << f->mbits) - 1);
-    double v = e == emax ? INFINITY : e == 0 ? ldexp(m, 1 - bias - f->mbits) : ldexp((1 << f->mbits) + m, e - bias - f->mbits);
+    double v = e == emax ? INFINITY
+               : e == 0  ? ldexp(m, 1 - bias - f->mbits)
+                         : ldexp((1 << f->mbits) + m, e - bias - f->mbits);
     return s ? -v : v;
 }
 static bool ref_is_nan(const format *f, uint16_t h) {
@@ -111,18 +116,18 @@ static void check_to_f32(const format *f) {
     for (int i = 0; i < 65536; i++) {
         float one = f->to_f32(h[i]);
         CHECK(bits_of(one) == bits_of(native[i]) && bits_of(one) == bits_of(scalar[i]),
-                      "%s 0x%04x: scalar 0x%08x, array 0x%08x, forced scalar 0x%08x", f->name, i, bits_of(one),
-                      bits_of(native[i]), bits_of(scalar[i]));
+              "%s 0x%04x: scalar 0x%08x, array 0x%08x, forced scalar 0x%08x", f->name, i, bits_of(one),
+              bits_of(native[i]), bits_of(scalar[i]));
         if (ref_is_nan(f, h[i])) {
             uint32_t u = bits_of(one), m = (uint32_t)(i & ((1 << f->mbits) - 1)), top = u & 0x7fffffu;
             CHECK(isnan(one) && (u >> 31) == (uint32_t)(i >> 15), "%s 0x%04x: NaN lost", f->name, i);
             /* the payload sits at the top of float32's mantissa (made quiet for float16) */
             CHECK((top >> (23 - f->mbits)) == m || (top >> (23 - f->mbits)) == (m | (1u << (f->mbits - 1))),
-                          "%s 0x%04x: payload -> 0x%08x", f->name, i, u);
+                  "%s 0x%04x: payload -> 0x%08x", f->name, i, u);
         } else {
             double ref = ref_value(f, h[i]);
             CHECK((double)one == ref && !signbit(one) == !signbit(ref), "%s 0x%04x: %a, not %a", f->name, i,
-                          (double)one, ref);
+                  (double)one, ref);
             /* and back: every value converts to its own pattern */
             CHECK(f->from_f32(one) == h[i], "%s 0x%04x does not round trip", f->name, i);
         }
@@ -196,13 +201,13 @@ static void check_from_f32(const format *f) {
     for (size_t i = 0; i < n; i++) {
         uint16_t one = f->from_f32(x[i]);
         CHECK(one == native[i] && one == scalar[i],
-                      "%s from 0x%08x (%a): scalar 0x%04x, array 0x%04x, forced scalar 0x%04x (%s)", f->name,
-                      bits_of(x[i]), (double)x[i], one, native[i], scalar[i], tg_lowp_isa());
+              "%s from 0x%08x (%a): scalar 0x%04x, array 0x%04x, forced scalar 0x%04x (%s)", f->name, bits_of(x[i]),
+              (double)x[i], one, native[i], scalar[i], tg_lowp_isa());
         if (isnan(x[i])) check_nan(f, x[i], one);
         else {
             uint16_t ref = ref_round(f, x[i]);
             CHECK(one == ref, "%s from 0x%08x (%a): 0x%04x, the nearest (ties to even) is 0x%04x", f->name,
-                          bits_of(x[i]), (double)x[i], one, ref);
+                  bits_of(x[i]), (double)x[i], one, ref);
         }
     }
     free(x);
@@ -222,17 +227,17 @@ START_TEST(test_named_cases) {
     ck_assert_uint_eq(tg_f32_to_f16(65519.996f), 0x7bff);
     ck_assert_uint_eq(tg_f32_to_f16(65520.0f), 0x7c00); /* the overflow threshold ties to inf */
     ck_assert_uint_eq(tg_f32_to_f16(-1e6f), 0xfc00);
-    ck_assert_uint_eq(tg_f32_to_f16(0x1p-24f), 0x0001);         /* smallest subnormal */
-    ck_assert_uint_eq(tg_f32_to_f16(0x1p-25f), 0x0000);         /* its half ties to 0 */
-    ck_assert_uint_eq(tg_f32_to_f16(0x1.8p-24f), 0x0002);       /* 1.5 units ties to 2 */
-    ck_assert_uint_eq(tg_f32_to_f16(0x1.ff8p-15f), 0x03ff);     /* largest subnormal */
-    ck_assert_uint_eq(tg_f32_to_f16(0x1.ffcp-15f), 0x0400);     /* its tie with 2^-14 rounds up to the normals */
+    ck_assert_uint_eq(tg_f32_to_f16(0x1p-24f), 0x0001);     /* smallest subnormal */
+    ck_assert_uint_eq(tg_f32_to_f16(0x1p-25f), 0x0000);     /* its half ties to 0 */
+    ck_assert_uint_eq(tg_f32_to_f16(0x1.8p-24f), 0x0002);   /* 1.5 units ties to 2 */
+    ck_assert_uint_eq(tg_f32_to_f16(0x1.ff8p-15f), 0x03ff); /* largest subnormal */
+    ck_assert_uint_eq(tg_f32_to_f16(0x1.ffcp-15f), 0x0400); /* its tie with 2^-14 rounds up to the normals */
     ck_assert_uint_eq(tg_f32_to_f16(-0.0f), 0x8000);
     ck_assert_uint_eq(tg_f32_to_bf16(0.1f), 0x3dcd);
-    ck_assert_uint_eq(tg_f32_to_bf16(1.00390625f), 0x3f80);     /* 1 + 2^-8: a tie, to even */
-    ck_assert_uint_eq(tg_f32_to_bf16(1.01171875f), 0x3f82);     /* 1 + 3 * 2^-8: a tie, to even */
-    ck_assert_uint_eq(tg_f32_to_bf16(3.4e38f), 0x7f80);         /* past the largest finite: inf */
-    ck_assert_uint_eq(tg_f32_to_bf16(0x1p-130f), 0x0008);       /* float32 subnormal kept: 8 * 2^-133 */
+    ck_assert_uint_eq(tg_f32_to_bf16(1.00390625f), 0x3f80); /* 1 + 2^-8: a tie, to even */
+    ck_assert_uint_eq(tg_f32_to_bf16(1.01171875f), 0x3f82); /* 1 + 3 * 2^-8: a tie, to even */
+    ck_assert_uint_eq(tg_f32_to_bf16(3.4e38f), 0x7f80);     /* past the largest finite: inf */
+    ck_assert_uint_eq(tg_f32_to_bf16(0x1p-130f), 0x0008);   /* float32 subnormal kept: 8 * 2^-133 */
     ck_assert(isinf(tg_f16_to_f32(0x7c00)) && tg_f16_to_f32(0x0001) == 0x1p-24f);
 }
 END_TEST
@@ -322,8 +327,7 @@ START_TEST(test_cast_backward) {
     tg_tensor *loss = tg_sum(ctx, tg_mul(ctx, tg_cast(ctx, b, TG_F32), w));
     tg_backward(ctx, loss);
     ck_assert(tg_ok(ctx));
-    for (int i = 0; i < 3; i++)
-        ck_assert(tg_get_flat(ctx, x->grad, i) == tg_bf16_to_f32(tg_f32_to_bf16((float)wv[i])));
+    for (int i = 0; i < 3; i++) ck_assert(tg_get_flat(ctx, x->grad, i) == tg_bf16_to_f32(tg_f32_to_bf16((float)wv[i])));
     /* a float16 leaf gets a float16 gradient */
     tg_tensor *h = tg_requires_grad(ctx, tg_full(ctx, TG_F16, TG_SHAPE(2), 2.0));
     tg_backward(ctx, tg_sum(ctx, tg_mul(ctx, tg_cast(ctx, h, TG_F64), tg_full(ctx, TG_F64, TG_SHAPE(2), 70000))));
@@ -333,10 +337,107 @@ START_TEST(test_cast_backward) {
 }
 END_TEST
 
+/* ---- checkpoints ---------------------------------------------------------------------- */
+
+/* A float32 model of one tensor "w" holding v[0 .. n). */
+static tg_tensor *model(tg_params *m, int n, const double *v) {
+    tg_tensor *t =
+        tg_persist(ctx, v ? tg_test_tensor(ctx, TG_F32, TG_SHAPE(n), v) : tg_zeros(ctx, TG_F32, TG_SHAPE(n)));
+    ck_assert_msg(tg_params_add(ctx, m, NULL, "w", t, true), "%s", tg_error_message(ctx));
+    return t;
+}
+
+/* Saved as BF16 / F16 from float32, the file says so; loading it into a
+ * float32 model is refused unless asked, then gives the rounded values. */
+START_TEST(test_checkpoint_conversion) {
+    char dir[256], path[300];
+    tg_test_make_tmpdir(dir, sizeof dir, "tg-half");
+    snprintf(path, sizeof path, "%s/w.safetensors", dir);
+    double v[6] = {0.1, -2.5, 70000.0, 0x1p-20, INFINITY, NAN};
+    tg_dtype dts[2] = {TG_BF16, TG_F16};
+    for (int d = 0; d < 2; d++) {
+        tg_params src = {0}, dst = {0};
+        model(&src, 6, v);
+        tg_ckpt_options save = {.convert_on_save = true, .save_dtype = dts[d]};
+        ck_assert_int_eq(tg_ckpt_save_ex(ctx, path, &src, NULL, NULL, &save), TG_OK);
+        size_t size;
+        char *bytes = tg_test_read_file(path, &size);
+        ck_assert_uint_eq(size, 8 + tg_st_le64(bytes) + 12); /* 6 elements of 2 bytes */
+        tg_test_assert_contains(bytes + 8, dts[d] == TG_BF16 ? "\"dtype\":\"BF16\"" : "\"dtype\":\"F16\"", NULL);
+        free(bytes);
+        tg_tensor *w = model(&dst, 6, NULL);
+        ck_assert_int_eq(tg_ckpt_load(ctx, path, &dst, NULL, NULL), TG_ERR_DTYPE);
+        tg_test_assert_error(ctx, TG_ERR_DTYPE, "tg_ckpt_load", "tensor \"w\" is",
+                             dts[d] == TG_BF16 ? "BF16 in the file but F32 in the model" : "F16 in the file",
+                             "convert_dtype", NULL);
+        for (int i = 0; i < 6; i++) ck_assert(tg_get_flat(ctx, w, i) == 0.0); /* nothing written */
+        tg_ckpt_options load = {.convert_dtype = true};
+        ck_assert_int_eq(tg_ckpt_load_ex(ctx, path, &dst, NULL, NULL, &load), TG_OK);
+        for (int i = 0; i < 6; i++) {
+            float f = (float)v[i];
+            float want = dts[d] == TG_BF16 ? tg_bf16_to_f32(tg_f32_to_bf16(f)) : tg_f16_to_f32(tg_f32_to_f16(f));
+            float got = tg_data_f32(ctx, w)[i];
+            ck_assert_msg(isnan(want) ? isnan(got) : got == want, "%s [%d]: %g, not %g", tg_dtype_name(dts[d]), i,
+                          (double)got, (double)want);
+        }
+        ck_assert(dts[d] == TG_BF16 || isinf(tg_get_flat(ctx, w, 2))); /* 70000 overflows float16 */
+        tg_params_free(&src);
+        tg_params_free(&dst);
+    }
+    tg_ckpt_options bad = {.convert_on_save = true, .save_dtype = (tg_dtype)7};
+    tg_params m = {0};
+    model(&m, 1, v);
+    ck_assert_int_eq(tg_ckpt_save_ex(ctx, path, &m, NULL, NULL, &bad), TG_ERR_DTYPE);
+    tg_test_assert_error(ctx, TG_ERR_DTYPE, "save_dtype 7", NULL);
+    tg_params_free(&m);
+    tg_test_remove_tree(dir);
+}
+END_TEST
+
+/* Driven by scripts/interop_torch.py roundtrip: PyTorch wrote the tensors
+ * "formula" (element i: (i % 7) * 0.25 - 0.5, exact in both formats) and
+ * "specials" (-0, inf, -inf, NaN, the smallest subnormal of the format, and
+ * for float16 its largest finite 65504) in bfloat16 to from_torch_bf16 and
+ * in float16 to from_torch_f16. Loaded into float32 (converted), checked,
+ * and saved back converted to the file's dtype for PyTorch to compare bits. */
+START_TEST(test_interop_lowp) {
+    const char *dir = getenv("TG_INTEROP_DIR");
+    ck_assert_ptr_nonnull(dir);
+    const char *names[2] = {"bf16", "f16"};
+    tg_dtype dts[2] = {TG_BF16, TG_F16};
+    for (int d = 0; d < 2; d++) {
+        char in[512], out[512];
+        snprintf(in, sizeof in, "%s/from_torch_%s.safetensors", dir, names[d]);
+        snprintf(out, sizeof out, "%s/from_tapegrad_%s.safetensors", dir, names[d]);
+        tg_params m = {0};
+        tg_tensor *f = tg_persist(ctx, tg_zeros(ctx, TG_F32, TG_SHAPE(3, 5)));
+        tg_tensor *sp = tg_persist(ctx, tg_zeros(ctx, TG_F32, TG_SHAPE(6)));
+        ck_assert(tg_params_add(ctx, &m, NULL, "formula", f, true) &&
+                  tg_params_add(ctx, &m, NULL, "specials", sp, true));
+        tg_ckpt_options load = {.convert_dtype = true};
+        tg_meta meta = {0};
+        ck_assert_msg(tg_ckpt_load_ex(ctx, in, &m, NULL, &meta, &load) == TG_OK, "%s", tg_error_message(ctx));
+        for (int64_t i = 0; i < 15; i++) ck_assert(tg_get_flat(ctx, f, i) == (double)(i % 7) * 0.25 - 0.5);
+        double tiny = dts[d] == TG_BF16 ? 0x1p-133 : 0x1p-24, big = dts[d] == TG_BF16 ? 1.0 : 65504.0;
+        const float *s = tg_data_f32(ctx, sp);
+        ck_assert(s[0] == 0 && signbit(s[0]) && isinf(s[1]) && s[1] > 0 && isinf(s[2]) && s[2] < 0 && isnan(s[3]));
+        ck_assert(s[4] == tiny && s[5] == big);
+        ck_assert(tg_meta_set(ctx, &meta, "written_by", "tapegrad"));
+        tg_ckpt_options save = {.convert_on_save = true, .save_dtype = dts[d]};
+        ck_assert_msg(tg_ckpt_save_ex(ctx, out, &m, NULL, &meta, &save) == TG_OK, "%s", tg_error_message(ctx));
+        tg_meta_free(&meta);
+        tg_params_free(&m);
+    }
+}
+END_TEST
+
 Suite *make_half_suite(void) {
-    return tg_test_suite("half", setup, teardown, test_bf16_to_f32_all_patterns, test_f16_to_f32_all_patterns,
-                         test_f32_to_bf16_rounding, test_f32_to_f16_rounding, test_named_cases,
-                         test_creation_and_access, test_print_as_pytorch, test_ops_refuse, test_cast_backward, NULL);
+    Suite *s =
+        tg_test_suite("half", setup, teardown, test_bf16_to_f32_all_patterns, test_f16_to_f32_all_patterns,
+                      test_f32_to_bf16_rounding, test_f32_to_f16_rounding, test_named_cases, test_creation_and_access,
+                      test_print_as_pytorch, test_ops_refuse, test_cast_backward, test_checkpoint_conversion, NULL);
+    if (getenv("TG_INTEROP_DIR")) tg_test_tcase(s, "interop_lowp", setup, teardown, test_interop_lowp, NULL);
+    return s;
 }
 
 int main(void) { return tg_test_run(make_half_suite()); }
