@@ -337,6 +337,49 @@ START_TEST(test_cast_backward) {
 }
 END_TEST
 
+/* ---- gradient checks ------------------------------------------------------------------ */
+
+/* f(x) = x tanh(x) elementwise, computed in float32 from a 16-bit x (one
+ * tg_cast in, and back to x's dtype when *user says so), in float64 from a
+ * float64 x. With *user == 2 the low-precision path has a wrong backward:
+ * x * detach(tanh(x)) drops the tanh' term. */
+static tg_tensor *x_tanh(tg_ctx *c, tg_tensor *const *in, void *user) {
+    int mode = *(int *)user;
+    tg_tensor *x = in[0];
+    bool lowp = x->dtype == TG_BF16 || x->dtype == TG_F16;
+    tg_tensor *xf = lowp ? tg_cast(c, x, TG_F32) : x;
+    tg_tensor *t = tg_tanh(c, xf);
+    tg_tensor *y = tg_mul(c, xf, lowp && mode == 2 ? tg_detach(c, t) : t);
+    return lowp && mode == 1 ? tg_cast(c, y, x->dtype) : y;
+}
+
+START_TEST(test_gradcheck_lowp) {
+    tg_tensor *x = tg_randn(ctx, TG_F64, TG_SHAPE(4, 8), 0, 1);
+    tg_tensor *xb = tg_requires_grad(ctx, tg_to_dtype(ctx, x, TG_BF16));
+    tg_gradcheck_result r;
+    int mode = 0;
+    ck_assert(!tg_gradcheck(ctx, x_tanh, &mode, 1, &xb, NULL, &r));
+    tg_test_assert_error(ctx, TG_ERR_DTYPE, "tg_gradcheck: input 0 is bfloat16", "swamps", "float64",
+                         "tg_gradcheck_lowp", NULL);
+    tg_dtype dts[2] = {TG_BF16, TG_F16};
+    for (int d = 0; d < 2; d++) {
+        for (mode = 0; mode < 3; mode++) {
+            tg_gradcheck_lowp_result lr;
+            bool pass = tg_gradcheck_lowp(ctx, x_tanh, &mode, 1, &x, dts[d], 0, &lr);
+            ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
+            ck_assert_msg(pass == (mode != 2), "%s mode %d: max_err %g, tol %g (at %lld: %g vs %g)",
+                          tg_dtype_name(dts[d]), mode, lr.max_err, lr.tol, (long long)lr.worst_index, lr.worst_lowp,
+                          lr.worst_f64);
+            ck_assert(lr.tol == (dts[d] == TG_BF16 ? 0.125 : 16 * 0x1p-10));
+            if (mode != 2) ck_assert(lr.max_err > 0 && lr.max_err < lr.tol); /* rounding is seen, and small */
+        }
+    }
+    tg_gradcheck_lowp_result lr;
+    tg_test_assert_fails(ctx, (void *)(intptr_t)tg_gradcheck_lowp(ctx, x_tanh, &mode, 1, &x, TG_F32, 0, &lr),
+                         TG_ERR_DTYPE, "tg_gradcheck_lowp", "not bfloat16 or float16", NULL);
+}
+END_TEST
+
 /* ---- checkpoints ---------------------------------------------------------------------- */
 
 /* A float32 model of one tensor "w" holding v[0 .. n). */
@@ -432,10 +475,10 @@ START_TEST(test_interop_lowp) {
 END_TEST
 
 Suite *make_half_suite(void) {
-    Suite *s =
-        tg_test_suite("half", setup, teardown, test_bf16_to_f32_all_patterns, test_f16_to_f32_all_patterns,
-                      test_f32_to_bf16_rounding, test_f32_to_f16_rounding, test_named_cases, test_creation_and_access,
-                      test_print_as_pytorch, test_ops_refuse, test_cast_backward, test_checkpoint_conversion, NULL);
+    Suite *s = tg_test_suite("half", setup, teardown, test_bf16_to_f32_all_patterns, test_f16_to_f32_all_patterns,
+                             test_f32_to_bf16_rounding, test_f32_to_f16_rounding, test_named_cases,
+                             test_creation_and_access, test_print_as_pytorch, test_ops_refuse, test_cast_backward,
+                             test_checkpoint_conversion, test_gradcheck_lowp, NULL);
     if (getenv("TG_INTEROP_DIR")) tg_test_tcase(s, "interop_lowp", setup, teardown, test_interop_lowp, NULL);
     return s;
 }
