@@ -48,7 +48,8 @@ static bool lowp_side(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n, tg_tens
     for (int64_t j = 0; j < nr; j++) tg_store(seed, j, r[j]);
     if (y->requires_grad) tg_backward_ex(ctx, y, seed, false);
     for (int k = 0; k < n && tg_ok(ctx); k++) {
-        grads[k] = tg_arena_alloc_fn(ctx, "tg_gradcheck_lowp", (size_t)(x[k]->numel ? x[k]->numel : 1) * sizeof(double));
+        grads[k] =
+            tg_arena_alloc_fn(ctx, "tg_gradcheck_lowp", (size_t)(x[k]->numel ? x[k]->numel : 1) * sizeof(double));
         if (!grads[k]) return false;
         for (int64_t i = 0; i < x[k]->numel; i++) grads[k][i] = x[k]->grad ? tg_load(x[k]->grad, i) : 0.0;
     }
