@@ -76,32 +76,32 @@ __attribute__((target("avx512f,avx512bf16"))) static size_t f32_to_bf16_avx512(u
 }
 #endif
 
+/* The vector loop's count of elements done (the rest runs the scalar
+ * loop), or 0 when the CPU lacks its instructions or the build is not for
+ * x86-64. */
+#ifdef TG_HALF_X86
+#define TG_HALF_VECTOR(have, call) ((have) ? (call) : 0)
+#else
+#define TG_HALF_VECTOR(have, call) 0
+#endif
+
 void tg_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = tg_bf16_to_f32(src[i]);
 }
 
 void tg_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n) {
-    size_t i = 0;
-#ifdef TG_HALF_X86
-    if (have_avx512bf16()) i = f32_to_bf16_avx512(dst, src, n);
-#endif
-    for (; i < n; i++) dst[i] = tg_f32_to_bf16(src[i]);
+    for (size_t i = TG_HALF_VECTOR(have_avx512bf16(), f32_to_bf16_avx512(dst, src, n)); i < n; i++)
+        dst[i] = tg_f32_to_bf16(src[i]);
 }
 
 void tg_f16_to_f32_n(float *dst, const uint16_t *src, size_t n) {
-    size_t i = 0;
-#ifdef TG_HALF_X86
-    if (have_f16c()) i = f16_to_f32_f16c(dst, src, n);
-#endif
-    for (; i < n; i++) dst[i] = tg_f16_to_f32(src[i]);
+    for (size_t i = TG_HALF_VECTOR(have_f16c(), f16_to_f32_f16c(dst, src, n)); i < n; i++)
+        dst[i] = tg_f16_to_f32(src[i]);
 }
 
 void tg_f32_to_f16_n(uint16_t *dst, const float *src, size_t n) {
-    size_t i = 0;
-#ifdef TG_HALF_X86
-    if (have_f16c()) i = f32_to_f16_f16c(dst, src, n);
-#endif
-    for (; i < n; i++) dst[i] = tg_f32_to_f16(src[i]);
+    for (size_t i = TG_HALF_VECTOR(have_f16c(), f32_to_f16_f16c(dst, src, n)); i < n; i++)
+        dst[i] = tg_f32_to_f16(src[i]);
 }
 
 const char *tg_lowp_isa(void) {

@@ -49,7 +49,8 @@ static void fused(tg_dtype dt, bool centered, const float *x, int C, double eps,
     double v[64];
     for (int j = 0; j < C; j++) v[j] = x[j];
     tg_tensor *t = tg_test_tensor(ctx, dt, TG_SHAPE(1, C), v);
-    tg_tensor *out = centered ? tg_layernorm_fused(ctx, t, NULL, NULL, 1, eps) : tg_rmsnorm_fused(ctx, t, NULL, NULL, 1, eps);
+    tg_tensor *out =
+        centered ? tg_layernorm_fused(ctx, t, NULL, NULL, 1, eps) : tg_rmsnorm_fused(ctx, t, NULL, NULL, 1, eps);
     ck_assert_msg(out && tg_ok(ctx), "%s", tg_error_message(ctx));
     ck_assert_int_eq(out->dtype, dt);
     for (int j = 0; j < C; j++) y[j] = (float)tg_get_flat(ctx, out, j);
@@ -71,34 +72,28 @@ static void assert_right(const char *what, tg_dtype dt, const float *y, const do
                       (double)y[j], ref[j]);
 }
 
-/* float16 RMSNorm of a row of large values: x^2 >= 65536 overflows, the
- * twin's mean of squares is inf, rsqrt gives 0 and y = 0 everywhere; the
- * fused op gives x / rms. */
-START_TEST(test_f16_rmsnorm_large_row) {
-    const float x[4] = {300, -400, 500, 260};
+/* A float16 row of large values: in the twin x^2 (RMSNorm) or (x - mean)^2
+ * (LayerNorm) reaches 65536 and overflows float16 (max 65504), the mean of
+ * squares is inf, rsqrt gives 0 and y = 0 everywhere; the fused op gives
+ * the exact answer rounded once. */
+static void check_large_row(bool centered, const float *x, float y0) {
     float yt[4], yf[4];
     double ref[4];
-    twin(TG_F16, false, x, 4, 1e-5, yt);
-    fused(TG_F16, false, x, 4, 1e-5, yf);
-    exact(false, x, 4, 1e-5, ref);
-    for (int j = 0; j < 4; j++) ck_assert_msg(yt[j] == 0.0f, "twin [%d] = %g, expected 0 (x^2 overflowed)", j, yt[j]);
-    assert_right("fused f16 rmsnorm, |x| >= 256", TG_F16, yf, ref, 4);
-    /* e.g. y_0: the twin 0, the fused op 0.7964 (exact 0.79640) */
-    ck_assert(fabs(yf[0] - 0.79640) < 1e-3);
+    twin(TG_F16, centered, x, 4, 1e-5, yt);
+    fused(TG_F16, centered, x, 4, 1e-5, yf);
+    exact(centered, x, 4, 1e-5, ref);
+    for (int j = 0; j < 4; j++)
+        ck_assert_msg(yt[j] == 0.0f, "twin [%d] = %g, expected 0 (the square overflowed)", j, yt[j]);
+    assert_right(centered ? "fused f16 layernorm, |x - mean| >= 256" : "fused f16 rmsnorm, |x| >= 256", TG_F16, yf, ref,
+                 4);
+    ck_assert(fabs(yf[0] - y0) < 1e-3);
 }
-END_TEST
 
-/* float16 LayerNorm of a row whose deviations are large: (x - mean)^2
- * overflows in the twin too. */
-START_TEST(test_f16_layernorm_large_row) {
-    const float x[4] = {-600, 600, -300, 300};
-    float yt[4], yf[4];
-    double ref[4];
-    twin(TG_F16, true, x, 4, 1e-5, yt);
-    fused(TG_F16, true, x, 4, 1e-5, yf);
-    exact(true, x, 4, 1e-5, ref);
-    for (int j = 0; j < 4; j++) ck_assert_msg(yt[j] == 0.0f, "twin [%d] = %g", j, yt[j]);
-    assert_right("fused f16 layernorm, |x - mean| >= 256", TG_F16, yf, ref, 4);
+/* RMSNorm (300, -400, 500, 260): y_0 is 0 in the twin, 0.7964 fused
+ * (exact 0.79640); LayerNorm (-600, 600, -300, 300): y_0 = -1.265. */
+START_TEST(test_f16_large_rows) {
+    check_large_row(false, (const float[]){300, -400, 500, 260}, 0.79640f);
+    check_large_row(true, (const float[]){-600, 600, -300, 300}, -1.26491f);
 }
 END_TEST
 
@@ -150,7 +145,8 @@ START_TEST(test_forward_rounded_once) {
             const int N = 5, C = 24;
             tg_tensor *x = tg_randn(ctx, dt, TG_SHAPE(N, C), 0.5, 2);
             tg_tensor *g = tg_randn(ctx, dt, TG_SHAPE(C), 1, 0.5), *b = tg_randn(ctx, dt, TG_SHAPE(C), 0, 0.5);
-            tg_tensor *y = centered ? tg_layernorm_fused(ctx, x, g, b, 1, 1e-5) : tg_rmsnorm_fused(ctx, x, g, b, 1, 1e-5);
+            tg_tensor *y =
+                centered ? tg_layernorm_fused(ctx, x, g, b, 1, 1e-5) : tg_rmsnorm_fused(ctx, x, g, b, 1, 1e-5);
             ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
             double *xv = tg_test_values(ctx, x), *gv = tg_test_values(ctx, g), *bv = tg_test_values(ctx, b);
             double *xhat = malloc(sizeof(double) * N * C), *ref = malloc(sizeof(double) * N * C);
@@ -171,21 +167,23 @@ END_TEST
  * against the float64 op's from the same values, within 16 eps. */
 static tg_tensor *norm_f(tg_ctx *c, tg_tensor *const *in, void *user) {
     bool centered = *(int *)user;
-    return centered ? tg_layernorm_fused(c, in[0], in[1], in[2], 1, 1e-5) : tg_rmsnorm_fused(c, in[0], in[1], in[2], 1, 1e-5);
+    return centered ? tg_layernorm_fused(c, in[0], in[1], in[2], 1, 1e-5)
+                    : tg_rmsnorm_fused(c, in[0], in[1], in[2], 1, 1e-5);
 }
 
 START_TEST(test_backward_vs_f64) {
     tg_dtype dts[2] = {TG_BF16, TG_F16};
     for (int d = 0; d < 2; d++)
         for (int centered = 0; centered < 2; centered++) {
-            tg_tensor *in[3] = {tg_randn(ctx, TG_F64, TG_SHAPE(6, 32), 0.3, 1.5), tg_randn(ctx, TG_F64, TG_SHAPE(32), 1, 0.3),
+            tg_tensor *in[3] = {tg_randn(ctx, TG_F64, TG_SHAPE(6, 32), 0.3, 1.5),
+                                tg_randn(ctx, TG_F64, TG_SHAPE(32), 1, 0.3),
                                 tg_randn(ctx, TG_F64, TG_SHAPE(32), 0, 0.3)};
             tg_gradcheck_lowp_result r;
             bool pass = tg_gradcheck_lowp(ctx, norm_f, &centered, 3, in, dts[d], 0, &r);
             ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
             ck_assert_msg(pass, "%s %s: max_err %g > tol %g (input %d [%lld]: %g vs %g)", tg_dtype_name(dts[d]),
-                          centered ? "layernorm" : "rmsnorm", r.max_err, r.tol, r.worst_input,
-                          (long long)r.worst_index, r.worst_lowp, r.worst_f64);
+                          centered ? "layernorm" : "rmsnorm", r.max_err, r.tol, r.worst_input, (long long)r.worst_index,
+                          r.worst_lowp, r.worst_f64);
         }
 }
 END_TEST
@@ -203,9 +201,9 @@ START_TEST(test_errors) {
 END_TEST
 
 Suite *make_norm_lowp_suite(void) {
-    return tg_test_suite("norm_lowp", setup, teardown, test_f16_rmsnorm_large_row, test_f16_layernorm_large_row,
-                         test_f16_rmsnorm_tiny_row, test_bf16_layernorm_large_mean, test_forward_rounded_once,
-                         test_backward_vs_f64, test_errors, NULL);
+    return tg_test_suite("norm_lowp", setup, teardown, test_f16_large_rows, test_f16_rmsnorm_tiny_row,
+                         test_bf16_layernorm_large_mean, test_forward_rounded_once, test_backward_vs_f64, test_errors,
+                         NULL);
 }
 
 int main(void) { return tg_test_run(make_norm_lowp_suite()); }
