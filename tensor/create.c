@@ -179,7 +179,9 @@ tg_tensor *tg_rand(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, 
             p[i] = low + span * tg_u01_f64(x[0], x[1]);
         }
     } else { /* float32; a 16-bit dtype draws float32 in a scratch buffer, then rounds */
-        float *p = tg_is_lowp(dtype) ? tg_arena_alloc_fn(ctx, "tg_rand", (size_t)t->numel * sizeof(float)) : t->data;
+        float *p = tg_is_lowp(dtype)
+                       ? tg_arena_alloc_fn(ctx, "tg_rand", (size_t)(t->numel ? t->numel : 1) * sizeof(float))
+                       : t->data;
         if (!p) return NULL;
         for (int64_t i = 0; i < t->numel; i++) {
             uint32_t x[4];

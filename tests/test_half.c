@@ -270,6 +270,7 @@ START_TEST(test_creation_and_access) {
             ck_assert_msg(v >= 0.5 && v < 1.0, "tg_rand %s: %g", tg_dtype_name(dt), v);
             ck_assert(isfinite(tg_get_flat(ctx, n, i)));
         }
+        ck_assert_int_eq(tg_rand(ctx, dt, TG_SHAPE(0), 0, 1)->numel, 0); /* an empty draw */
         /* to_dtype round trip through float32 and float64 is exact */
         tg_tensor *back = tg_to_dtype(ctx, tg_to_dtype(ctx, tg_to_dtype(ctx, n, TG_F32), TG_F64), dt);
         tg_test_assert_same_bits("round trip", n, back);
