@@ -119,7 +119,7 @@ void tg_tape_restore(tg_ctx *ctx, tg_tape *saved) {
 /* ---- leaves, modes ------------------------------------------------------- */
 
 tg_tensor *tg_requires_grad(tg_ctx *ctx, tg_tensor *t) {
-    if (!tg_check_arg(ctx, __func__, "t", t)) return NULL;
+    if (!tg_check_arg_any(ctx, __func__, "t", t)) return NULL;
     if (t->node_ >= 0) {
         char s[TG_SHAPE_STR];
         tg_error(ctx, TG_ERR_STATE, __func__,
@@ -151,13 +151,13 @@ bool tg_set_grad_enabled(tg_ctx *ctx, bool enabled) {
 bool tg_grad_enabled(const tg_ctx *ctx) { return ctx && ctx->tape.grad_enabled; }
 
 void tg_zero_grad(tg_ctx *ctx, tg_tensor *t) {
-    if (!tg_check_arg(ctx, "tg_zero_grad", "t", t) || !t->grad) return;
+    if (!tg_check_arg_any(ctx, "tg_zero_grad", "t", t) || !t->grad) return;
     if (t->grad->numel) memset(t->grad->data, 0, (size_t)t->grad->numel * tg_esize(t->grad->dtype));
     tg_written(t->grad);
 }
 
 tg_tensor *tg_detach(tg_ctx *ctx, tg_tensor *t) {
-    if (!tg_check_arg(ctx, "tg_detach", "t", t)) return NULL;
+    if (!tg_check_arg_any(ctx, "tg_detach", "t", t)) return NULL;
     tg_tensor *d = tg_view(ctx, t, t->ndim, t->shape);
     if (d) {
         d->requires_grad = false;
@@ -241,8 +241,8 @@ backward_failed(tg_ctx *ctx, const tg_node *n) {
 
 void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool keep_tape) {
     static const char fn[] = "tg_backward";
-    if (!tg_check_arg(ctx, fn, "out", out)) return;
-    if (grad_out && !tg_check_arg(ctx, fn, "grad_out", grad_out)) return;
+    if (!tg_check_arg_any(ctx, fn, "out", out)) return;
+    if (grad_out && !tg_check_arg_any(ctx, fn, "grad_out", grad_out)) return;
     char s1[TG_SHAPE_STR], s2[TG_SHAPE_STR];
     if (!out->requires_grad) {
         tg_error(ctx, TG_ERR_STATE, fn,

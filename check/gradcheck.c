@@ -33,6 +33,7 @@
  * (a mark and rollback of the bump pointer), so the check's footprint does
  * not grow with the number of evaluations. */
 #include "autograd/tape.h"
+#include "check/lowp.h"
 #include "check/registry.h"
 
 #include <float.h>
@@ -183,6 +184,7 @@ static bool gc_configure(tg_ctx *ctx, const char *fn, const tg_gradcheck_opts *o
                      (long long)o.v[k].numel, k, (long long)inputs[k]->numel);
             return false;
         }
+        if (tg_is_lowp(inputs[k]->dtype)) return tg_gradcheck_refuse_lowp(ctx, fn, k, inputs[k]->dtype);
         if (inputs[k]->dtype != TG_F32) continue;
         f32 = true;
         if (!o.allow_float32) {

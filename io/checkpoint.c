@@ -139,7 +139,7 @@ static bool check_list(tg_ctx *ctx, const char *fn, const tg_params *list, const
             tg_error(ctx, TG_ERR_NULL, fn, "%s item %d (\"%s\") has no tensor", list_name, i, q);
             return false;
         }
-        if (p->value->dtype != TG_F32 && p->value->dtype != TG_F64) {
+        if (p->value->dtype != TG_F32 && p->value->dtype != TG_F64 && !tg_is_lowp(p->value->dtype)) {
             tg_error(ctx, TG_ERR_DTYPE, fn, "%s item %d (\"%s\") has an unknown dtype %d", list_name, i, q,
                      (int)p->value->dtype);
             return false;
@@ -235,32 +235,51 @@ static tg_status save_impl(tg_ctx *ctx, const char *fn, const char *path, const 
     tg_st_tensor *t = tg_io_calloc(&ctx->alloc, nt ? nt : 1, sizeof *t);
     tg_st_tensor *sorted = tg_io_calloc(&ctx->alloc, nt ? nt : 1, sizeof *sorted);
     tg_st_kv *kv = tg_io_calloc(&ctx->alloc, nm ? nm : 1, sizeof *kv);
-    size_t tmp_size = strlen(path) + 64; /* + ".tmp-<pid>-<attempt>" */
+    void **converted = tg_io_calloc(&ctx->alloc, nt ? nt : 1, sizeof *converted); /* save_dtype copies */
+    size_t tmp_size = strlen(path) + 64;                                          /* + ".tmp-<pid>-<attempt>" */
     char *tmp = tg_io_alloc(&ctx->alloc, tmp_size);
     char *dir = folder_of(ctx, path);
     tg_status st = TG_OK;
-    if (!t || !sorted || !kv || !tmp || !dir) {
+    if (!t || !sorted || !kv || !converted || !tmp || !dir) {
         tg_error(ctx, TG_ERR_OOM, fn, "%s: out of memory", path);
         st = TG_ERR_OOM;
         goto done;
     }
 
-    /* Data order: F64 tensors first, then F32 (each in list order), so every
-     * tensor starts at a multiple of its element size, as the reference
-     * writer does (it sorts by alignment). */
+    /* Data order: 8-byte tensors first (F64), then 4-byte (F32), then
+     * 2-byte (BF16, F16), each in list order, so every tensor starts at a
+     * multiple of its element size, as the reference writer does (it sorts
+     * by alignment). With opt->convert_on_save each tensor is written as
+     * opt->save_dtype, from a converted copy. */
+    bool conv = opt && opt->convert_on_save;
+    if (conv && (unsigned)opt->save_dtype > (unsigned)TG_F16) {
+        tg_error(ctx, TG_ERR_DTYPE, fn, "%s: save_dtype %d is not a dtype", path, (int)opt->save_dtype);
+        st = TG_ERR_DTYPE;
+        goto done;
+    }
     size_t k = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        tg_dtype want = pass == 0 ? TG_F64 : TG_F32;
+    for (size_t want = 8; want >= 2; want /= 2) {
         for (size_t i = 0; i < nt; i++) {
             const tg_param *p = i < np ? &params->items[i] : &state->items[i - np];
-            if (p->value->dtype != want) continue;
+            tg_dtype od = conv ? opt->save_dtype : p->value->dtype;
+            if (tg_dtype_size(od) != want) continue;
             tg_st_tensor *o = &t[k++];
             o->name = p->name;
             o->name_len = strlen(p->name);
-            o->dtype = p->value->dtype;
+            o->dtype = od;
             o->ndim = p->value->ndim;
             memcpy(o->shape, p->value->shape, sizeof o->shape);
             o->data = p->value->data;
+            if (od == p->value->dtype) continue;
+            size_t n = (size_t)p->value->numel;
+            if (!(converted[i] = tg_io_alloc(&ctx->alloc, n ? n * want : 1))) {
+                tg_error(ctx, TG_ERR_OOM, fn, "%s: out of memory converting \"%s\" to %s", path, p->name,
+                         tg_dtype_name(od));
+                st = TG_ERR_OOM;
+                goto done;
+            }
+            tg_convert_n(converted[i], od, p->value->data, p->value->dtype, n);
+            o->data = converted[i];
         }
     }
     memcpy(sorted, t, nt * sizeof *t);
@@ -364,6 +383,8 @@ static tg_status save_impl(tg_ctx *ctx, const char *fn, const char *path, const 
         st = TG_ERR_IO;
     }
 done:
+    for (size_t i = 0; converted && i < nt; i++) tg_io_free(&ctx->alloc, converted[i]);
+    tg_io_free(&ctx->alloc, converted);
     tg_io_free(&ctx->alloc, t);
     tg_io_free(&ctx->alloc, sorted);
     tg_io_free(&ctx->alloc, kv);
@@ -448,7 +469,8 @@ static tg_status load_impl(tg_ctx *ctx, const char *fn, const char *path, tg_par
     size_t len;
     tg_status st = read_file(ctx, fn, path, &buf, &len);
     if (st != TG_OK) return st;
-    st = tg_st_load_memory(ctx, fn, path, buf, len, params, state, meta, opt && opt->ignore_extra);
+    st = tg_st_load_memory_ex(ctx, fn, path, buf, len, params, state, meta, opt && opt->ignore_extra,
+                              opt && opt->convert_dtype);
     tg_io_free(&ctx->alloc, buf);
     return st;
 }

@@ -80,11 +80,13 @@ static qname quote(const char *s, size_t n) {
 
 /* ---- dtypes ----------------------------------------------------------------- */
 
-static const char *st_dtype_name(tg_dtype d) { return d == TG_F64 ? "F64" : "F32"; }
+/* The format's names of tapegrad's dtypes, indexed by tg_dtype. */
+static const char *const st_dtype_names[] = {[TG_F32] = "F32", [TG_F64] = "F64", [TG_BF16] = "BF16", [TG_F16] = "F16"};
+static const char *st_dtype_name(tg_dtype d) { return st_dtype_names[d]; }
 
 /* The dtypes safetensors defines that tapegrad does not read. */
-static const char *const st_other_dtypes[] = {"BOOL", "U8",  "I8",  "F8_E5M2", "F8_E4M3", "I16",     "U16", "F16",
-                                              "BF16", "I32", "U32", "I64",     "U64",     "F8_E8M0", "F4"};
+static const char *const st_other_dtypes[] = {"BOOL", "U8",  "I8",  "F8_E5M2", "F8_E4M3", "I16", "U16",
+                                              "I32",  "U32", "I64", "U64",     "F8_E8M0", "F4"};
 
 static bool str_is(const tg_json *v, const char *s) {
     size_t n = strlen(s);
@@ -117,19 +119,17 @@ static bool parse_meta(tg_st_file *f, const tg_json *m, tg_st_error *err) {
 
 static bool parse_dtype(tg_st_tensor *t, const tg_json *v, const char *name, tg_st_error *err) {
     if (v->kind != TG_JSON_STRING) return st_fail(err, TG_ERR_FORMAT, "tensor \"%s\": \"dtype\" is not a string", name);
-    if (str_is(v, "F32")) {
-        t->dtype = TG_F32;
-        return true;
-    }
-    if (str_is(v, "F64")) {
-        t->dtype = TG_F64;
-        return true;
-    }
+    for (int d = 0; d < (int)(sizeof st_dtype_names / sizeof *st_dtype_names); d++)
+        if (str_is(v, st_dtype_names[d])) {
+            t->dtype = (tg_dtype)d;
+            return true;
+        }
     qname d = quote(v->str, v->len);
     for (size_t i = 0; i < sizeof st_other_dtypes / sizeof *st_other_dtypes; i++)
         if (str_is(v, st_other_dtypes[i]))
-            return st_fail(err, TG_ERR_FORMAT, "tensor \"%s\": unsupported dtype \"%s\" (tapegrad reads F32 and F64)",
-                           name, d.s);
+            return st_fail(err, TG_ERR_FORMAT,
+                           "tensor \"%s\": unsupported dtype \"%s\" (tapegrad reads F32, F64, BF16 and F16)", name,
+                           d.s);
     return st_fail(err, TG_ERR_FORMAT, "tensor \"%s\": unknown dtype \"%s\"", name, d.s);
 }
 
@@ -470,6 +470,24 @@ static bool add_list(tg_ctx *ctx, const char *fn, const char *what, model_entry 
 
 tg_status tg_st_load_memory(tg_ctx *ctx, const char *fn, const char *what, const void *buf, size_t len,
                             tg_params *params, tg_params *state, tg_meta *meta, bool ignore_extra) {
+    return tg_st_load_memory_ex(ctx, fn, what, buf, len, params, state, meta, ignore_extra, false);
+}
+
+/* Converts n elements of the file (little-endian, dtype `from`) into dst
+ * (dtype `to`), through a block on the stack: no allocation, so phase 2
+ * still cannot fail. */
+static void convert_elements(void *dst, tg_dtype to, const unsigned char *src, tg_dtype from, size_t n, bool swap) {
+    double block[256]; /* aligned for any dtype */
+    size_t si = tg_dtype_size(from), di = tg_dtype_size(to);
+    for (size_t i = 0; i < n; i += 256) {
+        size_t k = n - i < 256 ? n - i : 256;
+        copy_elements(block, src + i * si, k * si, si, swap);
+        tg_convert_n((unsigned char *)dst + i * di, to, block, from, k);
+    }
+}
+
+tg_status tg_st_load_memory_ex(tg_ctx *ctx, const char *fn, const char *what, const void *buf, size_t len,
+                               tg_params *params, tg_params *state, tg_meta *meta, bool ignore_extra, bool convert) {
     if (!ctx) return TG_ERR_NULL;
     if (!tg_ok(ctx)) return tg_status_of(ctx);
     if (!params) {
@@ -518,9 +536,11 @@ tg_status tg_st_load_memory(tg_ctx *ctx, const char *fn, const char *what, const
             st = TG_ERR_VALUE;
             goto done;
         }
-        if (me->t->dtype != ft->dtype) {
-            tg_error(ctx, TG_ERR_DTYPE, fn, "%s: tensor \"%s\" is %s in the file but %s in the model", what, q.s,
-                     st_dtype_name(ft->dtype), st_dtype_name(me->t->dtype));
+        if (me->t->dtype != ft->dtype && !convert) {
+            tg_error(ctx, TG_ERR_DTYPE, fn,
+                     "%s: tensor \"%s\" is %s in the file but %s in the model (set convert_dtype in "
+                     "tg_ckpt_options to convert it)",
+                     what, q.s, st_dtype_name(ft->dtype), st_dtype_name(me->t->dtype));
             st = TG_ERR_DTYPE;
             goto done;
         }
@@ -554,7 +574,10 @@ tg_status tg_st_load_memory(tg_ctx *ctx, const char *fn, const char *what, const
     /* Everything checked: now write. Nothing below can fail. */
     bool swap = !host_is_le();
     for (size_t i = 0; i < n; i++) {
-        copy_elements(e[i].t->data, e[i].match->data, (size_t)e[i].match->nbytes, tg_dtype_size(e[i].t->dtype), swap);
+        const tg_st_tensor *ft = e[i].match;
+        if (ft->dtype == e[i].t->dtype)
+            copy_elements(e[i].t->data, ft->data, (size_t)ft->nbytes, tg_dtype_size(ft->dtype), swap);
+        else convert_elements(e[i].t->data, e[i].t->dtype, ft->data, ft->dtype, (size_t)e[i].t->numel, swap);
         tg_written(e[i].t); /* an in-place write: a tape that saved it sees it */
     }
     if (meta) {

@@ -10,7 +10,7 @@
  *  - "__metadata__", when present, is an object of string values with no
  *    NUL character in keys or values;
  *  - every other member is a tensor: an object with exactly "dtype",
- *    "shape" and "data_offsets"; dtype "F32" or "F64" (other safetensors
+ *    "shape" and "data_offsets"; dtype "F32", "F64", "BF16" or "F16" (other safetensors
  *    dtypes are "unsupported", anything else "unknown"); shape at most
  *    TG_MAX_DIMS non-negative integers whose product times the dtype size
  *    does not overflow; data_offsets two integers [begin, end] with
@@ -104,6 +104,11 @@ bool tg_st_write(tg_st_sink sink, void *user, const tg_st_tensor *tensors, size_
  * e.g. "<memory>"), and returns its status. The fuzz target calls this. */
 tg_status tg_st_load_memory(tg_ctx *ctx, const char *fn, const char *what, const void *buf, size_t len,
                             tg_params *params, tg_params *state, tg_meta *meta, bool ignore_extra);
+/* As tg_st_load_memory; with `convert`, a tensor whose dtype differs from
+ * the model's is converted (tapegrad/tensor.h, Low precision) instead of
+ * refused. */
+tg_status tg_st_load_memory_ex(tg_ctx *ctx, const char *fn, const char *what, const void *buf, size_t len,
+                               tg_params *params, tg_params *state, tg_meta *meta, bool ignore_extra, bool convert);
 
 /* Replaces *out (which must be empty) by a copy of the n key/value pairs,
  * allocated with the context's allocator (io/meta.c). False when out of

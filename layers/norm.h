@@ -49,6 +49,12 @@ typedef struct tg_norm_bwd {
     int threads;
 } tg_norm_bwd;
 
+/* The fused op on a bfloat16 / float16 x (layers/norm_lowp.c): statistics,
+ * normalization and scaling in float32, one rounding to x's dtype at the
+ * end; gamma and beta of x's dtype. Errors name fn. */
+tg_tensor *tg_norm_lowp(tg_ctx *ctx, const char *fn, bool layernorm, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta,
+                        int ndim_norm, double eps);
+
 /* Gathers the backward's arrays from a record made by tg_norm_record.
  * False when the context is in error (nothing to do). */
 bool tg_norm_grads(tg_ctx *ctx, tg_node *n, tg_norm_bwd *b);

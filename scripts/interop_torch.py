@@ -12,11 +12,15 @@ Commands
       The full check, both directions, bit for bit:
         1. PyTorch tensors (exact formula values, IEEE specials, random
            normals; f32, f64, a scalar, dotted names) + metadata are written
-           to DIR/from_torch.safetensors;
+           to DIR/from_torch.safetensors, and bfloat16 / float16 tensors
+           (exact values and specials) to DIR/from_torch_{bf16,f16}.safetensors;
         2. tapegrad loads that file into a model with the same names
            (tests/test_checkpoint.c, case "interop", run with
            TG_INTEROP_DIR=DIR), checks the formula values and the specials'
            bits itself, and saves everything to DIR/from_tapegrad.safetensors;
+           tests/test_half.c (case "interop_lowp") loads the 16-bit files
+           into float32 tensors (convert_dtype), checks them, and saves them
+           converted back (convert_on_save) to from_tapegrad_{bf16,f16};
         3. PyTorch opens tapegrad's file and compares every tensor's bits and
            the metadata with what it wrote.
       --test-bin defaults to build/tests/test_checkpoint (build it first:
@@ -43,8 +47,11 @@ import tempfile
 import numpy as np
 import torch
 
-DTYPES = {"F32": (torch.float32, np.dtype("<f4")), "F64": (torch.float64, np.dtype("<f8"))}
-CODES = {torch.float32: "F32", torch.float64: "F64"}
+# numpy has no bfloat16: 16-bit tensors travel as their bit patterns (<u2 /
+# int16) and are viewed as bfloat16 / float16 by torch.
+DTYPES = {"F32": (torch.float32, np.dtype("<f4")), "F64": (torch.float64, np.dtype("<f8")),
+          "BF16": (torch.bfloat16, np.dtype("<i2")), "F16": (torch.float16, np.dtype("<i2"))}
+CODES = {torch.float32: "F32", torch.float64: "F64", torch.bfloat16: "BF16", torch.float16: "F16"}
 
 
 # ---- the format, with the standard library and numpy ------------------------------
@@ -57,7 +64,10 @@ def write_safetensors(path, tensors, metadata=None):
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     for name, t in tensors.items():
         code = CODES[t.dtype]
-        blob = t.detach().contiguous().numpy().astype(DTYPES[code][1], copy=False).tobytes()
+        t = t.detach().contiguous()
+        if t.element_size() == 2:
+            t = t.view(torch.int16)
+        blob = t.numpy().astype(DTYPES[code][1], copy=False).tobytes()
         header[name] = {"dtype": code, "shape": list(t.shape), "data_offsets": [offset, offset + len(blob)]}
         blobs.append(blob)
         offset += len(blob)
@@ -102,6 +112,8 @@ def read_safetensors(path):
         spans.append((begin, end))
         arr = np.frombuffer(data, dtype=np_dtype, count=count, offset=begin).reshape(info["shape"])
         tensors[name] = torch.from_numpy(arr.astype(np_dtype.newbyteorder("="), copy=True))
+        if np_dtype.itemsize == 2:
+            tensors[name] = tensors[name].view(torch_dtype)
         assert tensors[name].dtype == torch_dtype
     expected = 0
     for begin, end in sorted(spans):
@@ -137,8 +149,34 @@ def reference_tensors():
     }
 
 
+def lowp_tensors(dtype):
+    """The 16-bit files: "formula" (exact in bfloat16 and float16) and the
+    specials -0.0, inf, -inf, NaN, the format's smallest subnormal and (for
+    float16) its largest finite value (tests/test_half.c, interop_lowp)."""
+    tiny, big = (2.0 ** -133, 1.0) if dtype == torch.bfloat16 else (2.0 ** -24, 65504.0)
+    return {
+        "formula": formula(0, (3, 5), dtype),
+        "specials": torch.tensor([-0.0, math.inf, -math.inf, math.nan, tiny, big], dtype=torch.float32).to(dtype),
+    }
+
+
 def bits(t):
-    return t.contiguous().view(torch.int32 if t.dtype == torch.float32 else torch.int64)
+    return t.contiguous().view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def compare(got, ref, problems, what):
+    if set(got) != set(ref):
+        problems.append("%s: names differ: %s vs %s" % (what, sorted(got), sorted(ref)))
+    for name, t in ref.items():
+        if name not in got:
+            continue
+        g = got[name]
+        if g.dtype != t.dtype or g.shape != t.shape:
+            problems.append("%s: %s: %s %s vs %s %s" % (what, name, g.dtype, tuple(g.shape), t.dtype, tuple(t.shape)))
+        elif not torch.equal(bits(g), bits(t)):
+            nan = torch.isnan(t.float())  # a NaN's payload may differ: compare where it is
+            if not (torch.equal(nan, torch.isnan(g.float())) and torch.equal(bits(g)[~nan], bits(t)[~nan])):
+                problems.append("%s: %s: values differ" % (what, name))
 
 
 # ---- commands -------------------------------------------------------------------------
@@ -171,28 +209,33 @@ def cmd_roundtrip(test_bin, keep):
     write_safetensors(src, ref, {"source": "torch", "torch_version": torch.__version__})
     print("1. PyTorch wrote %s (%d tensors)" % (src, len(ref)))
 
-    env = dict(os.environ, TG_INTEROP_DIR=work, CK_RUN_CASE="interop")
-    run = subprocess.run([test_bin], env=env, capture_output=True, text=True)
-    sys.stdout.write(run.stdout)
-    sys.stderr.write(run.stderr)
-    if run.returncode != 0 or "100%: Checks: 1," not in run.stdout:
-        sys.exit("interop: tapegrad failed to load the PyTorch file (exit status %d)" % run.returncode)
-    print("2. tapegrad loaded it, checked the values and wrote %s" % dst)
+    lowp = {"bf16": lowp_tensors(torch.bfloat16), "f16": lowp_tensors(torch.float16)}
+    for tag, tensors in lowp.items():
+        write_safetensors(os.path.join(work, "from_torch_%s.safetensors" % tag), tensors, {"source": "torch"})
+    print("   and %d tensors each in bfloat16 and float16 to from_torch_{bf16,f16}.safetensors" % len(lowp["bf16"]))
+
+    runs = [(test_bin, "interop"), (os.path.join(os.path.dirname(test_bin), "test_half"), "interop_lowp")]
+    for binary, case in runs:
+        env = dict(os.environ, TG_INTEROP_DIR=work, CK_RUN_CASE=case)
+        run = subprocess.run([binary], env=env, capture_output=True, text=True)
+        sys.stdout.write(run.stdout)
+        sys.stderr.write(run.stderr)
+        if run.returncode != 0 or "100%: Checks: 1," not in run.stdout:
+            sys.exit("interop: tapegrad (%s) failed to load the PyTorch file (exit status %d)" %
+                     (os.path.basename(binary), run.returncode))
+    print("2. tapegrad loaded them (the 16-bit files into float32, converted), checked the values and wrote %s "
+          "and from_tapegrad_{bf16,f16}.safetensors (converted back)" % dst)
 
     got, metadata = read_safetensors(dst)
     problems = []
-    if set(got) != set(ref):
-        problems.append("names differ: %s vs %s" % (sorted(got), sorted(ref)))
-    for name, t in ref.items():
-        if name not in got:
-            continue
-        g = got[name]
-        if g.dtype != t.dtype or g.shape != t.shape:
-            problems.append("%s: %s %s vs %s %s" % (name, g.dtype, tuple(g.shape), t.dtype, tuple(t.shape)))
-        elif not torch.equal(bits(g), bits(t)):
-            problems.append("%s: values differ" % name)
+    compare(got, ref, problems, "from_tapegrad")
     if metadata.get("source") != "torch" or metadata.get("written_by") != "tapegrad":
         problems.append("metadata: %r" % metadata)
+    for tag, tensors in lowp.items():
+        g, m = read_safetensors(os.path.join(work, "from_tapegrad_%s.safetensors" % tag))
+        compare(g, tensors, problems, "from_tapegrad_%s" % tag)
+        if m.get("written_by") != "tapegrad":
+            problems.append("from_tapegrad_%s metadata: %r" % (tag, m))
     try:  # a second opinion, when the reference reader is installed
         from safetensors.torch import load_file
         other = load_file(dst)
@@ -204,9 +247,12 @@ def cmd_roundtrip(test_bin, keep):
         pass
     if problems:
         sys.exit("interop: FAILED\n  " + "\n  ".join(problems))
-    print("3. PyTorch read it back: %d tensors identical bit for bit, metadata %s" %
-          (len(ref), json.dumps(metadata, ensure_ascii=False)))
+    print("3. PyTorch read it back: %d tensors identical bit for bit, metadata %s; the bfloat16 and float16 "
+          "files identical bit for bit (NaN by position)" % (len(ref), json.dumps(metadata, ensure_ascii=False)))
     if not keep:
+        for tag in lowp:
+            for p in ("from_torch_%s.safetensors" % tag, "from_tapegrad_%s.safetensors" % tag):
+                os.remove(os.path.join(work, p))
         for p in (src, dst):
             os.remove(p)
         os.rmdir(work)

@@ -48,7 +48,7 @@ bool tg_check_shape(tg_ctx *ctx, const char *fn, int ndim, const int64_t *shape,
 
 tg_tensor *tg_new_tensor(tg_ctx *ctx, const char *fn, tg_dtype dtype, int ndim, const int64_t *shape) {
     if (!tg_live(ctx)) return NULL;
-    if (dtype != TG_F32 && dtype != TG_F64) {
+    if (dtype != TG_F32 && dtype != TG_F64 && dtype != TG_BF16 && dtype != TG_F16) {
         tg_error(ctx, TG_ERR_DTYPE, fn, "unknown dtype %d", (int)dtype);
         return NULL;
     }
@@ -81,6 +81,10 @@ static void fill_value(tg_tensor *t, double v) {
     if (t->dtype == TG_F64) {
         double *p = t->data;
         for (int64_t i = 0; i < t->numel; i++) p[i] = v;
+    } else if (tg_is_lowp(t->dtype)) {
+        uint16_t *p = t->data;
+        uint16_t h = t->dtype == TG_BF16 ? tg_f32_to_bf16((float)v) : tg_f32_to_f16((float)v);
+        for (int64_t i = 0; i < t->numel; i++) p[i] = h;
     } else {
         float *p = t->data;
         float f = (float)v;
@@ -145,6 +149,18 @@ static bool check_finite_pair(tg_ctx *ctx, const char *fn, const char *na, doubl
     return false;
 }
 
+/* Rounding to 16 bits can land a draw on `high`: such an element becomes
+ * the 16-bit value just below it (the encodings are ordered like sign and
+ * magnitude, so that is one pattern step toward -inf), keeping [low, high). */
+static void lowp_half_open(tg_tensor *t, double high) {
+    uint16_t *h = t->data;
+    for (int64_t i = 0; i < t->numel; i++) {
+        if (tg_load(t, i) < high) continue;
+        uint16_t b = h[i];
+        h[i] = (b & 0x7fffu) == 0 ? 0x8001u : (b & 0x8000u) ? (uint16_t)(b + 1u) : (uint16_t)(b - 1u);
+    }
+}
+
 tg_tensor *tg_rand(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, double low, double high) {
     if (!tg_live(ctx)) return NULL;
     if (!check_finite_pair(ctx, "tg_rand", "low", low, "high", high)) return NULL;
@@ -162,8 +178,11 @@ tg_tensor *tg_rand(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, 
             tg_rng_block(ctx, (uint64_t)i, x);
             p[i] = low + span * tg_u01_f64(x[0], x[1]);
         }
-    } else {
-        float *p = t->data;
+    } else { /* float32; a 16-bit dtype draws float32 in a scratch buffer, then rounds */
+        float *p = tg_is_lowp(dtype)
+                       ? tg_arena_alloc_fn(ctx, "tg_rand", (size_t)(t->numel ? t->numel : 1) * sizeof(float))
+                       : t->data;
+        if (!p) return NULL;
         for (int64_t i = 0; i < t->numel; i++) {
             uint32_t x[4];
             tg_rng_block(ctx, (uint64_t)i, x);
@@ -172,6 +191,10 @@ tg_tensor *tg_rand(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, 
             /* rounding can land exactly on high; keep the interval half-open */
             if (v >= (float)high && high > low) v = nextafterf((float)high, (float)low);
             p[i] = v;
+        }
+        if (tg_is_lowp(dtype)) {
+            tg_convert_n(t->data, dtype, p, TG_F32, (size_t)t->numel);
+            if (high > low) lowp_half_open(t, high);
         }
     }
     ctx->rng_offset += (uint64_t)t->numel;
@@ -254,7 +277,7 @@ static tg_tensor *new_grad(tg_ctx *ctx, const char *fn, const tg_tensor *t) {
 }
 
 tg_tensor *tg_persist(tg_ctx *ctx, tg_tensor *t) {
-    if (!tg_check_arg(ctx, "tg_persist", "t", t)) return NULL;
+    if (!tg_check_arg_any(ctx, "tg_persist", "t", t)) return NULL;
     tg_tensor *p = heap_copy(ctx, t, sizeof(tg_persistent));
     if (!p) {
         char s[TG_SHAPE_STR];

@@ -264,7 +264,12 @@ bool tg_check_arg_error(tg_ctx *ctx, const char *fn, const char *arg, const tg_t
     }
     char what[96];
     snprintf(what, sizeof what, "argument '%s'", arg);
-    tg_stale_error(ctx, fn, what, t);
+    if (tg_stale(ctx, t)) tg_stale_error(ctx, fn, what, t);
+    else /* tg_check_arg: a 16-bit tensor where the function has no path for it */
+        tg_error(ctx, TG_ERR_DTYPE, fn,
+                 "%s is a %s tensor, and %s has no %s path; convert it first (tg_cast(ctx, %s, TG_F32), "
+                 "differentiable) or use a function that takes it (tapegrad/tensor.h, Low precision)",
+                 what, tg_dtype_name(t->dtype), fn, tg_dtype_name(t->dtype), arg);
     return false;
 }
 

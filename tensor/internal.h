@@ -4,6 +4,7 @@
 #define TG_TENSOR_INTERNAL_H
 
 #include "tapegrad/tensor.h"
+#include "tensor/half.h"
 
 /* Every arena allocation and every persistent buffer is aligned to this. */
 #define TG_ALIGN 64
@@ -208,6 +209,8 @@ typedef struct tg_persistent {
  * not a persistent tensor of ctx. */
 bool tg_persistent_set_owner(tg_ctx *ctx, const char *fn, tg_tensor *t, const void *owner, const char *role);
 
+/* True for the 16-bit storage dtypes (tensor/half.h). */
+static inline bool tg_is_lowp(tg_dtype d) { return d == TG_BF16 || d == TG_F16; }
 /* Checks a tensor argument: NULL while healthy is TG_ERR_NULL naming `arg`;
  * an arena tensor from before the last tg_ctx_reset is TG_ERR_STATE
  * (tg_stale_error). Returns false (and does nothing more) when the ctx is
@@ -215,8 +218,17 @@ bool tg_persistent_set_owner(tg_ctx *ctx, const char *fn, tg_tensor *t, const vo
 static inline bool tg_check_arg(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t);
 /* tg_check_arg's error: NULL, or stale. Returns false. */
 bool tg_check_arg_error(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t);
-/* Inline: every op calls it on every tensor argument. */
+/* Inline: every op calls it on every tensor argument. It also refuses a
+ * bfloat16 / float16 tensor (TG_ERR_DTYPE: "fn has no bfloat16 path"), so
+ * an op that reads its data as float or double never sees one; a function
+ * with a low-precision path checks with tg_check_arg_any instead. */
 static inline bool tg_check_arg(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t) {
+    if (!tg_live(ctx)) return false;
+    if (t && !tg_stale(ctx, t) && !tg_is_lowp(t->dtype)) return true;
+    return tg_check_arg_error(ctx, fn, arg, t);
+}
+/* As tg_check_arg, every dtype accepted. */
+static inline bool tg_check_arg_any(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t) {
     if (!tg_live(ctx)) return false;
     if (t && !tg_stale(ctx, t)) return true;
     return tg_check_arg_error(ctx, fn, arg, t);
@@ -258,16 +270,29 @@ void *tg_arena_alloc_fn(tg_ctx *ctx, const char *fn, size_t size);
 #define TG_SHAPE_STR 128
 char *tg_shape_of(char buf[TG_SHAPE_STR], const tg_tensor *t);
 
-/* Element size in bytes. */
-static inline size_t tg_esize(tg_dtype d) { return d == TG_F64 ? 8 : 4; }
-/* Reads / writes element i of t as a double. */
+/* Element size in bytes: TG_F32 4, TG_F64 8, TG_BF16 and TG_F16 2. */
+static inline size_t tg_esize(tg_dtype d) { return d == TG_F64 ? 8 : d == TG_F32 ? 4 : 2; }
+/* Reads / writes element i of t as a double (16-bit dtypes through float32,
+ * tensor/half.h). */
 static inline double tg_load(const tg_tensor *t, int64_t i) {
-    return t->dtype == TG_F64 ? ((const double *)t->data)[i] : (double)((const float *)t->data)[i];
+    switch (t->dtype) {
+    case TG_F64: return ((const double *)t->data)[i];
+    case TG_BF16: return tg_bf16_to_f32(((const uint16_t *)t->data)[i]);
+    case TG_F16: return tg_f16_to_f32(((const uint16_t *)t->data)[i]);
+    default: return (double)((const float *)t->data)[i];
+    }
 }
 static inline void tg_store(tg_tensor *t, int64_t i, double v) {
-    if (t->dtype == TG_F64) ((double *)t->data)[i] = v;
-    else ((float *)t->data)[i] = (float)v;
+    switch (t->dtype) {
+    case TG_F64: ((double *)t->data)[i] = v; break;
+    case TG_BF16: ((uint16_t *)t->data)[i] = tg_f32_to_bf16((float)v); break;
+    case TG_F16: ((uint16_t *)t->data)[i] = tg_f32_to_f16((float)v); break;
+    default: ((float *)t->data)[i] = (float)v;
+    }
 }
+/* Converts n elements from `from` to `to` (any two dtypes; tensor/convert.c):
+ * the rules of tensor/half.h, float64 <-> 16 bits through float32. */
+void tg_convert_n(void *dst, tg_dtype to, const void *src, tg_dtype from, size_t n);
 
 /* The k-th Philox block of the context's stream, counting from its current
  * offset; does not advance the offset. */

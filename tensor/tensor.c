@@ -10,6 +10,8 @@ const char *tg_dtype_name(tg_dtype dtype) {
     switch (dtype) {
     case TG_F32: return "float32";
     case TG_F64: return "float64";
+    case TG_BF16: return "bfloat16";
+    case TG_F16: return "float16";
     }
     return "unknown";
 }
@@ -94,7 +96,7 @@ bool tg_infer_shape(tg_ctx *ctx, const char *fn, const tg_tensor *t, int ndim, c
 }
 
 tg_tensor *tg_view(tg_ctx *ctx, tg_tensor *t, int ndim, const int64_t *shape) {
-    if (!tg_check_arg(ctx, __func__, "t", t)) return NULL;
+    if (!tg_check_arg_any(ctx, __func__, "t", t)) return NULL;
     int64_t s[TG_MAX_DIMS];
     if (!tg_infer_shape(ctx, __func__, t, ndim, shape, s)) return NULL;
     tg_tensor *v = tg_arena_alloc_fn(ctx, __func__, sizeof *v);
@@ -112,32 +114,21 @@ tg_tensor *tg_view(tg_ctx *ctx, tg_tensor *t, int ndim, const int64_t *shape) {
 }
 
 tg_tensor *tg_copy(tg_ctx *ctx, const tg_tensor *t) {
-    if (!tg_check_arg(ctx, "tg_copy", "t", t)) return NULL;
+    if (!tg_check_arg_any(ctx, "tg_copy", "t", t)) return NULL;
     tg_tensor *c = tg_new_like(ctx, "tg_copy", t);
     if (c && t->numel) memcpy(c->data, t->data, (size_t)t->numel * tg_esize(t->dtype));
     return c;
 }
 
 tg_tensor *tg_to_dtype(tg_ctx *ctx, const tg_tensor *t, tg_dtype dtype) {
-    if (!tg_check_arg(ctx, "tg_to_dtype", "t", t)) return NULL;
+    if (!tg_check_arg_any(ctx, "tg_to_dtype", "t", t)) return NULL;
     tg_tensor *c = tg_new_tensor(ctx, "tg_to_dtype", dtype, t->ndim, t->shape);
-    if (!c) return NULL;
-    if (t->dtype == dtype) {
-        if (t->numel) memcpy(c->data, t->data, (size_t)t->numel * tg_esize(dtype));
-    } else if (dtype == TG_F64) {
-        const float *src = t->data;
-        double *dst = c->data;
-        for (int64_t i = 0; i < t->numel; i++) dst[i] = src[i];
-    } else {
-        const double *src = t->data;
-        float *dst = c->data;
-        for (int64_t i = 0; i < t->numel; i++) dst[i] = (float)src[i];
-    }
+    if (c) tg_convert_n(c->data, dtype, t->data, t->dtype, (size_t)t->numel);
     return c;
 }
 
 tg_tensor *tg_assign(tg_ctx *ctx, tg_tensor *dst, const tg_tensor *src) {
-    if (!tg_check_arg(ctx, __func__, "dst", dst) || !tg_check_arg(ctx, __func__, "src", src)) return NULL;
+    if (!tg_check_arg_any(ctx, __func__, "dst", dst) || !tg_check_arg_any(ctx, __func__, "src", src)) return NULL;
     if (!tg_check_same_dtype(ctx, __func__, dst, src) || !tg_check_same_shape(ctx, __func__, dst, src)) return NULL;
     if (dst->data != src->data && dst->numel) memmove(dst->data, src->data, (size_t)dst->numel * tg_esize(dst->dtype));
     tg_written(dst);
@@ -145,7 +136,7 @@ tg_tensor *tg_assign(tg_ctx *ctx, tg_tensor *dst, const tg_tensor *src) {
 }
 
 void tg_fill(tg_ctx *ctx, tg_tensor *t, double value) {
-    if (!tg_check_arg(ctx, "tg_fill", "t", t)) return;
+    if (!tg_check_arg_any(ctx, "tg_fill", "t", t)) return;
     for (int64_t i = 0; i < t->numel; i++) tg_store(t, i, value);
     tg_written(t);
 }
@@ -178,13 +169,13 @@ static bool check_flat(tg_ctx *ctx, const char *fn, const tg_tensor *t, int64_t 
 }
 
 double tg_get(tg_ctx *ctx, const tg_tensor *t, const int64_t *index) {
-    if (!tg_check_arg(ctx, "tg_get", "t", t)) return NAN;
+    if (!tg_check_arg_any(ctx, "tg_get", "t", t)) return NAN;
     int64_t f = flat_index(ctx, "tg_get", t, index);
     return f < 0 ? NAN : tg_load(t, f);
 }
 
 void tg_set(tg_ctx *ctx, tg_tensor *t, const int64_t *index, double value) {
-    if (!tg_check_arg(ctx, "tg_set", "t", t)) return;
+    if (!tg_check_arg_any(ctx, "tg_set", "t", t)) return;
     int64_t f = flat_index(ctx, "tg_set", t, index);
     if (f < 0) return;
     tg_store(t, f, value);
@@ -192,12 +183,12 @@ void tg_set(tg_ctx *ctx, tg_tensor *t, const int64_t *index, double value) {
 }
 
 double tg_get_flat(tg_ctx *ctx, const tg_tensor *t, int64_t i) {
-    if (!tg_check_arg(ctx, "tg_get_flat", "t", t)) return NAN;
+    if (!tg_check_arg_any(ctx, "tg_get_flat", "t", t)) return NAN;
     return check_flat(ctx, "tg_get_flat", t, i) ? tg_load(t, i) : NAN;
 }
 
 void tg_set_flat(tg_ctx *ctx, tg_tensor *t, int64_t i, double value) {
-    if (!tg_check_arg(ctx, "tg_set_flat", "t", t)) return;
+    if (!tg_check_arg_any(ctx, "tg_set_flat", "t", t)) return;
     if (!check_flat(ctx, "tg_set_flat", t, i)) return;
     tg_store(t, i, value);
     tg_written(t);
@@ -205,7 +196,7 @@ void tg_set_flat(tg_ctx *ctx, tg_tensor *t, int64_t i, double value) {
 
 /* t's data, checked to be of dtype `want`. */
 static void *typed_data(tg_ctx *ctx, const char *fn, tg_tensor *t, tg_dtype want) {
-    if (!tg_check_arg(ctx, fn, "t", t)) return NULL;
+    if (!tg_check_arg_any(ctx, fn, "t", t)) return NULL;
     if (t->dtype != want) {
         tg_error(ctx, TG_ERR_DTYPE, fn, "tensor is %s, not %s", tg_dtype_name(t->dtype), tg_dtype_name(want));
         return NULL;
@@ -215,3 +206,5 @@ static void *typed_data(tg_ctx *ctx, const char *fn, tg_tensor *t, tg_dtype want
 
 float *tg_data_f32(tg_ctx *ctx, tg_tensor *t) { return typed_data(ctx, __func__, t, TG_F32); }
 double *tg_data_f64(tg_ctx *ctx, tg_tensor *t) { return typed_data(ctx, __func__, t, TG_F64); }
+uint16_t *tg_data_bf16(tg_ctx *ctx, tg_tensor *t) { return typed_data(ctx, __func__, t, TG_BF16); }
+uint16_t *tg_data_f16(tg_ctx *ctx, tg_tensor *t) { return typed_data(ctx, __func__, t, TG_F16); }

@@ -27,6 +27,12 @@ bool tg_grad_enabled(const tg_ctx *ctx);
 void tg_zero_grad(tg_ctx *ctx, tg_tensor *t);
 /* A tensor sharing t's data that requires no grad and has no history. */
 tg_tensor *tg_detach(tg_ctx *ctx, tg_tensor *t);
+/* x converted to dtype, recorded: y = round_to(dtype, x) (tapegrad/tensor.h,
+ * Low precision: round to nearest even, NaN and inf kept). Backward treats
+ * the rounding as the identity and casts the gradient back:
+ * dx += round_to(x's dtype, dy). Takes every dtype: the way into and out of
+ * bfloat16 / float16 inside a differentiable computation. */
+tg_tensor *tg_cast(tg_ctx *ctx, tg_tensor *x, tg_dtype dtype);
 
 /* Back-propagates from a scalar `loss` (numel 1): walks the tape in reverse
  * and accumulates (+=) gradients into the grad of every leaf that requires

@@ -275,6 +275,39 @@ tg_gradcheck_opts tg_gradcheck_defaults(void);
  * TG_F64 {1e-6, 1e-5, 1e-3}, TG_F32 {1e-3, 1e-3, 1e-2} (in float32 relative
  * to l_i and G_k: STEP_SCALED, ATOL_GRADIENT). */
 tg_gradcheck_tol tg_gradcheck_dtype_tol(tg_dtype dtype);
+/* Low precision. tg_gradcheck refuses bfloat16 and float16 inputs
+ * (TG_ERR_DTYPE): their rounding (epsilon 2^-7 and 2^-10) swamps any
+ * difference quotient -- a step small enough to follow the curve is lost in
+ * rounding, one large enough to survive it measures a chord, not the
+ * derivative. Check the op in float64 instead, and check its low-precision
+ * path with tg_gradcheck_lowp: the gradients of f computed in the 16-bit
+ * dtype against those computed in float64 from the same (rounded) inputs.
+ *
+ * tg_gradcheck_lowp rounds each input to `dtype` (the values
+ * x_lp), runs f on leaves of dtype holding x_lp and on float64 leaves
+ * holding the same values, seeds both backwards with one weighting r
+ * (uniform in [-1, 1), from a fixed stream) and compares, per element,
+ *   |g_lp - g_64| <= tol (|g_64| + G),  G = the RMS of g_64 over the input,
+ * tol = opts->tol, or 16 eps(dtype) when 0 (bfloat16 0.125, float16
+ * 0.0156): a computation in float32 stored once in 16 bits errs by a few
+ * eps; a wrong backward (a missing term, a factor off) by O(1). f must
+ * accept both dtypes (e.g. tg_cast its 16-bit inputs to float32). */
+typedef struct tg_gradcheck_lowp_result {
+    bool pass;
+    tg_dtype dtype;
+    double tol;      /* as used */
+    double max_err;  /* max over elements of |g_lp - g_64| / (|g_64| + G) */
+    int worst_input; /* -1 when no element was compared */
+    int64_t worst_index;
+    double worst_lowp, worst_f64; /* the two gradients there */
+} tg_gradcheck_lowp_result;
+/* Compares f's backward in dtype (TG_BF16 or TG_F16) with its float64
+ * backward at inputs (float32 or float64 values; every input is checked),
+ * as described above; tol <= 0 takes the default. Returns result->pass;
+ * errors (bad arguments, f failing) set the context's error. */
+bool tg_gradcheck_lowp(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                       tg_dtype dtype, double tol, tg_gradcheck_lowp_result *result);
+
 /* Checks f's backward at inputs[0..n_inputs-1] (1..TG_GRADCHECK_MAX_INPUTS)
  * and fills *result. Returns result->pass. A failed comparison is a result,
  * not an error; errors (bad arguments, float32 refused, f failing, a step

@@ -21,7 +21,13 @@ extern "C" {
  *            padded with spaces to a multiple of 8 bytes
  *   rest     the tensors' raw little-endian bytes, back to back in the order
  *            of their offsets (counted from the start of this section).
- * Dtypes "F32" and "F64". Tensor names are the parameters' dotted names.
+ * Dtypes "F32", "F64", "BF16" and "F16". Tensor names are the parameters'
+ * dotted names. A file whose tensor has another dtype than the model's is
+ * refused (TG_ERR_DTYPE) unless the load asks for conversion
+ * (tg_ckpt_options.convert_dtype: e.g. a bfloat16 checkpoint from PyTorch
+ * into a float32 model); a save can write every tensor in one dtype
+ * (convert_on_save, save_dtype: e.g. float32 weights as BF16). Conversions
+ * follow tapegrad/tensor.h, Low precision (round to nearest even).
  *
  * Training state for resuming lives in the same file: the optimizer's
  * tensors (moments, momentum buffers) as a second named list `state` (give
@@ -94,6 +100,10 @@ typedef struct tg_ckpt_options {
     const tg_ckpt_io *io; /* save: file operations (NULL: POSIX) */
     bool ignore_extra;    /* load: skip tensors of the file that are in neither
                              list (e.g. only the model from a training file) */
+    bool convert_dtype;   /* load: convert a tensor whose dtype differs from the
+                             model's instead of refusing it */
+    bool convert_on_save; /* save: write every tensor as save_dtype */
+    tg_dtype save_dtype;
 } tg_ckpt_options;
 
 /* Saves params, plus state and meta when not NULL, to path atomically: a

@@ -121,6 +121,10 @@ tg_tensor *tg_rmsnorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tens
  *   dx = r (u - mean_j u_j - xhat mean_j(u_j xhat_j)),
  *   dgamma = sum_rows dy xhat,  dbeta = sum_rows dy. */
 tg_tensor *tg_layernorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm, double eps);
+/* Both fused ops also take bfloat16 / float16 x (gamma and beta of x's
+ * dtype): statistics, normalization and scaling in float32, one rounding
+ * to x's dtype at the end; backward through the float32 formulas, each
+ * gradient rounded once (docs/normalization-gradients.md, section 8). */
 /* The composed twins: the same functions and arguments, built only from
  * primitive ops as PyTorch users write them, e.g. RMSNorm
  * x * (mean(x^2, -1) + eps)^(-1/2) * gamma (+ beta) with tg_pow_scalar,

@@ -22,8 +22,12 @@ extern "C" {
 /* Maximum number of dimensions of a tensor. */
 #define TG_MAX_DIMS 8
 
-/* Element types. Mixing dtypes in one op is an error, never a silent cast. */
-typedef enum tg_dtype { TG_F32 = 0, TG_F64 = 1 } tg_dtype;
+/* Element types. Mixing dtypes in one op is an error, never a silent cast.
+ * TG_BF16 (bfloat16) and TG_F16 (IEEE half) are 16-bit storage types: ops
+ * that take them compute in float32 and store the input's dtype; an op
+ * without a low-precision path refuses them (TG_ERR_DTYPE naming the op).
+ * See "Low precision" below. */
+typedef enum tg_dtype { TG_F32 = 0, TG_F64 = 1, TG_BF16 = 2, TG_F16 = 3 } tg_dtype;
 
 /* Status codes: the kind of the context's first error (TG_OK when none). */
 typedef enum tg_status {
@@ -43,7 +47,8 @@ typedef struct tg_ctx tg_ctx;
 
 /* An n-d tensor. Fields are read-only for users: use the functions below to
  * make and change tensors. data points at numel contiguous row-major
- * elements of dtype (float or double).
+ * elements of dtype (float, double, or uint16_t bit patterns for bfloat16
+ * and float16).
  *
  * Lifetime. A tensor made by a creation function or an op lives in the
  * context's arena until the next tg_ctx_reset; after it, any use of the
@@ -243,7 +248,9 @@ void tg_tensor_free(tg_ctx *ctx, tg_tensor *t);
 tg_tensor *tg_view(tg_ctx *ctx, tg_tensor *t, int ndim, const int64_t *shape);
 /* A contiguous copy of t (an arena tensor with its own data). */
 tg_tensor *tg_copy(tg_ctx *ctx, const tg_tensor *t);
-/* t converted to dtype (a copy, even when the dtype is the same). */
+/* t converted to dtype (a copy, even when the dtype is the same), by the
+ * rules of "Low precision" below. Not recorded: tg_cast (tapegrad/autograd.h)
+ * is the differentiable conversion. */
 tg_tensor *tg_to_dtype(tg_ctx *ctx, const tg_tensor *t, tg_dtype dtype);
 /* Copies src's values into dst (same shape and dtype). Returns dst or NULL.
  * An in-place write to dst (see tg_tensor above). */
@@ -263,8 +270,12 @@ void tg_set_flat(tg_ctx *ctx, tg_tensor *t, int64_t i, double value);
  * t and runs its backward after such a write uses the new values. */
 float *tg_data_f32(tg_ctx *ctx, tg_tensor *t);
 double *tg_data_f64(tg_ctx *ctx, tg_tensor *t);
+/* The 16-bit patterns of a bfloat16 / float16 tensor (see Low precision). */
+uint16_t *tg_data_bf16(tg_ctx *ctx, tg_tensor *t);
+uint16_t *tg_data_f16(tg_ctx *ctx, tg_tensor *t);
 
-/* Size in bytes of one element of dtype; "float32" or "float64". */
+/* Size in bytes of one element of dtype (4, 8, 2, 2); "float32", "float64",
+ * "bfloat16" or "float16". */
 size_t tg_dtype_size(tg_dtype dtype);
 const char *tg_dtype_name(tg_dtype dtype);
 /* True when a and b have the same ndim and sizes. */
@@ -278,6 +289,39 @@ void tg_print(FILE *out, const tg_tensor *t);
 /* As tg_print into buf; returns the length the full text needs (snprintf
  * semantics). */
 size_t tg_format(char *buf, size_t size, const tg_tensor *t);
+
+/* ======================================================================== */
+/* Low precision: bfloat16 and float16                                      */
+/* ======================================================================== */
+
+/* TG_BF16: 1 sign, 8 exponent, 7 mantissa bits: float32's range with 8
+ * significant bits (epsilon 2^-7 = 0.0078). TG_F16: IEEE binary16, 5
+ * exponent and 10 mantissa bits: largest finite 65504, smallest normal
+ * 2^-14, subnormals down to 2^-24 (epsilon 2^-10 = 0.00098).
+ *
+ * They are storage types, as on PyTorch's CPU backend: an op that takes
+ * them reads float32, computes in float32 and rounds its result once to the
+ * input's dtype. An op without such a path refuses them with TG_ERR_DTYPE:
+ *   tg_exp: argument 'x' is a bfloat16 tensor, and tg_exp has no bfloat16
+ *   path; convert it first (tg_cast(ctx, x, TG_F32)) ...
+ * Creation (tg_zeros ... tg_randn: values made in float64, rounded through
+ * float32), tg_view, tg_copy, tg_to_dtype, tg_assign, tg_fill, the element
+ * getters and setters, printing, tg_persist, safetensors checkpoints and
+ * tg_cast take every dtype.
+ *
+ * Conversions. To float32 (and float64) is exact. From float32 rounds to
+ * nearest, ties to even; NaN stays NaN (sign and top payload bits, made
+ * quiet), +-inf stays +-inf, a finite value that rounds past the largest
+ * finite overflows to +-inf (float16: |x| >= 65520), float16 subnormals are
+ * kept (|x| <= 2^-25 gives a signed zero). From float64 rounds to float32
+ * first, as PyTorch does. Array conversions use the CPU's F16C and AVX-512
+ * BF16 instructions when it has them (asked at run time) and exact bit
+ * manipulation otherwise, with the same bits. Printing shows the value the
+ * 16 bits hold, as PyTorch does: 0.1 in bfloat16 prints as 0.1001. */
+
+/* The instructions the conversions use on this CPU: "f16c+avx512bf16",
+ * "f16c", "avx512bf16" or "scalar". */
+const char *tg_lowp_isa(void);
 
 #ifdef __cplusplus
 }

@@ -91,7 +91,7 @@ FILES = {
     "bad-duplicate-escaped": raw('{"b":{"dtype":"F64","shape":[1],"data_offsets":[0,8]},"\\u0062":1}', DATA16[:8]),
     "bad-duplicate-field": raw('{"b":{"dtype":"F64","dtype":"F64","shape":[1],"data_offsets":[0,8]}}', DATA16[:8]),
     "bad-dtype-unknown": raw('{"b":{"dtype":"F23","shape":[1],"data_offsets":[0,8]}}', DATA16[:8]),
-    "bad-dtype-unsupported": raw('{"b":{"dtype":"F16","shape":[4],"data_offsets":[0,8]}}', DATA16[:8]),
+    "bad-dtype-unsupported": raw('{"b":{"dtype":"I16","shape":[4],"data_offsets":[0,8]}}', DATA16[:8]),
     "bad-size-span": raw('{"b":{"dtype":"F64","shape":[2],"data_offsets":[0,8]}}', DATA16[:8]),
     "bad-out-of-range": raw("{" + B + "," + A + "}", DATA16[:12]),
     "bad-overlap": raw('{' + B + ',"a.w":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}', DATA16),

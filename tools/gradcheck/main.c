@@ -345,6 +345,13 @@ static bool parse_option(gct_args *a, const char *opt, const char *v) {
     } else if (!strcmp(opt, "--dtype")) {
         if (!strcmp(v, "f32") || !strcmp(v, "float32")) a->dtype = TG_F32;
         else if (!strcmp(v, "f64") || !strcmp(v, "float64")) a->dtype = TG_F64;
+        else if (!strcmp(v, "bf16") || !strcmp(v, "bfloat16") || !strcmp(v, "f16") || !strcmp(v, "float16"))
+            return gct_usage_error("--dtype %s: finite differences cannot check a 16-bit dtype (its rounding, "
+                                   "epsilon 2^-7 or 2^-10, swamps any difference quotient); check in f64, and "
+                                   "compare the %s backward with the float64 one in C with tg_gradcheck_lowp "
+                                   "(tapegrad/check.h)",
+                                   v, v),
+                   false;
         else return gct_usage_error("--dtype is f32 or f64, not '%s'", v), false;
         a->dtype_set = true;
     } else if (!strcmp(opt, "--h")) {
