@@ -48,7 +48,17 @@ struct tg_node {
     size_t saved_bytes;
     double f[4];  /* scalar arguments (alpha, eps, ...) */
     int64_t i[4]; /* integer arguments (axis, flags, ...) */
+    /* the op's double-backward rule when it is not found by name (NULL:
+     * look the name up): autograd/grad_graph.h */
+    bool (*grad_rule)(tg_ctx *ctx, const struct tg_node *n, tg_tensor *dy, tg_tensor **dx);
 };
+
+/* The walk's checks, shared by tg_backward_ex and tg_grad: true when no
+ * tensor record n reads was written in place since the op ran, else sets
+ * fn's error naming the op and the tensor; and, after n's backward failed,
+ * makes the message name the op. */
+bool tg_record_check(tg_ctx *ctx, const char *fn, const tg_node *n);
+void tg_record_failed(tg_ctx *ctx, const tg_node *n);
 
 /* Counts bytes the forward saved elsewhere (e.g. an input kept by pointer
  * that a composed op needs) without allocating. */
