@@ -106,8 +106,8 @@ START_TEST(test_order2_every_op_f64) {
         ck_assert_msg(tg_ok(ctx), "%s '%s': %s", op->name, op->variants[v], tg_error_message(ctx));
         ck_assert_msg(r.pass && r.n_checked > 0,
                       "%s '%s': order 2 failed: %lld of %lld; worst input %d analytic %.10g numeric %.10g", op->name,
-                      op->variants[v], (long long)r.n_failed, (long long)r.n_checked, r.worst_input,
-                      r.worst_analytic, r.worst_numeric);
+                      op->variants[v], (long long)r.n_failed, (long long)r.n_checked, r.worst_input, r.worst_analytic,
+                      r.worst_numeric);
         tg_ctx_reset(ctx);
     }
 }
@@ -153,7 +153,8 @@ START_TEST(test_order2_full_small) {
     tg_gradcheck_result r;
     tg_registry_check_order2(ctx, op, NULL, TG_F64, &o, &r);
     ck_assert_msg(tg_ok(ctx), "%s: %s", op->name, tg_error_message(ctx));
-    ck_assert_msg(r.pass, "%s: order 2 (full) failed: %lld of %lld; worst input %d index %lld analytic %.10g numeric %.10g",
+    ck_assert_msg(r.pass,
+                  "%s: order 2 (full) failed: %lld of %lld; worst input %d index %lld analytic %.10g numeric %.10g",
                   op->name, (long long)r.n_failed, (long long)r.n_checked, r.worst_input, (long long)r.worst_index,
                   r.worst_analytic, r.worst_numeric);
 }
@@ -230,9 +231,9 @@ START_TEST(test_fused_norm_hessian_matches_composed) {
                     v[k] = tg_randn(ctx, TG_F64, params[k]->ndim, params[k]->shape, 0, 1);
                 }
                 for (int fused = 0; fused < 2; fused++) {
-                    tg_tensor *y = fused ? (centered ? tg_layernorm_fused : tg_rmsnorm_fused)(ctx, x, gam, bet, nn, 1e-5)
-                                         : (centered ? tg_layernorm_composed : tg_rmsnorm_composed)(ctx, x, gam, bet,
-                                                                                                    nn, 1e-5);
+                    tg_tensor *y =
+                        fused ? (centered ? tg_layernorm_fused : tg_rmsnorm_fused)(ctx, x, gam, bet, nn, 1e-5)
+                              : (centered ? tg_layernorm_composed : tg_rmsnorm_composed)(ctx, x, gam, bet, nn, 1e-5);
                     /* <w, y> + sum y^3 / 3: linear and cubic in y */
                     tg_tensor *L = tg_add(ctx, tg_sum(ctx, tg_mul(ctx, w, y)),
                                           tg_mul_scalar(ctx, tg_sum(ctx, tg_pow_scalar(ctx, y, 3)), 1.0 / 3));
@@ -248,11 +249,45 @@ START_TEST(test_fused_norm_hessian_matches_composed) {
 }
 END_TEST
 
+/* docs/normalization-gradients.md, section 11: the Hessian of L = w . y
+ * with respect to x on the guide's 3-element example (eps 0), column by
+ * column as H e_k from tg_hvp through the fused ops, against the closed
+ * forms (1/(54 sqrt 3)) [-4 -17 -14; -17 8 2; -14 2 20] (RMSNorm, x =
+ * (1, 2, 2)) and (sqrt 6 / 48) [2 -3 1; -3 4 -1; 1 -1 0] (LayerNorm,
+ * x = (1, 3, 5)); and H x = -dx (scale invariance). */
+START_TEST(test_guide_example_hessian) {
+    const double g[] = {1, 0.5, 2}, b[] = {0.1, 0, -0.1}, w[] = {1, -1, -0.5};
+    const double rms[9] = {-4, -17, -14, -17, 8, 2, -14, 2, 20}, ln[9] = {2, -3, 1, -3, 4, -1, 1, -1, 0};
+    const double xs[2][3] = {{1, 2, 2}, {1, 3, 5}};
+    for (int centered = 0; centered < 2; centered++) {
+        const double scale = centered ? sqrt(6.0) / 48 : 1 / (54 * sqrt(3.0));
+        int64_t three = 3;
+        tg_tensor *x = leaf(xs[centered], 3);
+        tg_tensor *gt = tg_test_tensor(ctx, TG_F64, 1, &three, g), *bt = tg_test_tensor(ctx, TG_F64, 1, &three, b);
+        tg_tensor *y = (centered ? tg_layernorm_fused : tg_rmsnorm_fused)(ctx, x, gt, bt, 1, 0.0);
+        tg_tensor *L = tg_sum(ctx, tg_mul(ctx, tg_test_tensor(ctx, TG_F64, 1, &three, w), y));
+        for (int k = 0; k < 3; k++) {
+            double e[3] = {0, 0, 0}, col[3];
+            e[k] = 1;
+            tg_tensor *v = tg_test_tensor(ctx, TG_F64, 1, &three, e), *hv;
+            ck_assert(tg_hvp(ctx, L, 1, &x, &v, &hv));
+            for (int i = 0; i < 3; i++) col[i] = scale * (centered ? ln : rms)[i * 3 + k];
+            tg_test_assert_close(ctx, centered ? "layernorm H e_k" : "rmsnorm H e_k", hv, col, 3, 1e-15, 1e-13);
+        }
+        tg_tensor *dx, *hx;
+        ck_assert(tg_grad(ctx, L, NULL, 1, &x, &dx, false));
+        ck_assert(tg_hvp(ctx, L, 1, &x, (tg_tensor *[]){tg_test_tensor(ctx, TG_F64, 1, &three, xs[centered])}, &hx));
+        tg_test_assert_close_tensors(ctx, "H x = -dx", hx, tg_neg(ctx, dx), 1e-15, 1e-13);
+        tg_ctx_reset(ctx);
+    }
+}
+END_TEST
+
 static Suite *make_suite(void) {
     Suite *s = suite_create("double_backward");
-    TCase *tc = tg_test_tcase(s, "double_backward", setup, teardown, test_second_derivative,
-                              test_no_rule_is_an_error, test_third_order_refused, test_hvp_vs_differences,
-                              test_fused_norm_hessian_matches_composed, NULL);
+    TCase *tc = tg_test_tcase(s, "double_backward", setup, teardown, test_second_derivative, test_no_rule_is_an_error,
+                              test_third_order_refused, test_hvp_vs_differences,
+                              test_fused_norm_hessian_matches_composed, test_guide_example_hessian, NULL);
     (void)tc;
     TCase *gc = tcase_create("order2");
     tcase_add_checked_fixture(gc, setup, teardown);
