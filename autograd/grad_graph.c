@@ -161,8 +161,8 @@ static bool check_inputs(tg_ctx *ctx, const char *fn, int n, tg_tensor *const *i
     return true;
 }
 
-bool tg_grad(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, int n, tg_tensor *const *inputs,
-             tg_tensor **grads, bool create_graph) {
+bool tg_grad(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, int n, tg_tensor *const *inputs, tg_tensor **grads,
+             bool create_graph) {
     static const char fn[] = "tg_grad";
     if (!tg_check_arg(ctx, fn, "out", out) || !check_inputs(ctx, fn, n, inputs, grads)) return false;
     if (grad_out && !tg_check_arg(ctx, fn, "grad_out", grad_out)) return false;
@@ -202,8 +202,8 @@ bool tg_hvp(tg_ctx *ctx, tg_tensor *loss, int n, tg_tensor *const *params, tg_te
         snprintf(what, sizeof what, "v[%d]", i);
         if (!tg_check_arg(ctx, fn, what, v[i]) || !tg_check_same_dtype(ctx, fn, params[i], v[i])) return false;
         if (!tg_same_shape(params[i], v[i])) {
-            tg_error(ctx, TG_ERR_SHAPE, fn, "v[%d] %s is not the shape of params[%d] %s", i, tg_shape_of(s1, v[i]),
-                     i, tg_shape_of(s2, params[i]));
+            tg_error(ctx, TG_ERR_SHAPE, fn, "v[%d] %s is not the shape of params[%d] %s", i, tg_shape_of(s1, v[i]), i,
+                     tg_shape_of(s2, params[i]));
             return false;
         }
     }
@@ -220,7 +220,8 @@ bool tg_hvp(tg_ctx *ctx, tg_tensor *loss, int n, tg_tensor *const *params, tg_te
     tg_set_grad_enabled(ctx, was);
     if (!tg_ok(ctx)) return false;
     if (!dot->requires_grad) { /* the gradient does not depend on params: H = 0 */
-        for (int i = 0; i < n && tg_live(ctx); i++) hv[i] = tg_zeros(ctx, params[i]->dtype, params[i]->ndim, params[i]->shape);
+        for (int i = 0; i < n && tg_live(ctx); i++)
+            hv[i] = tg_zeros(ctx, params[i]->dtype, params[i]->ndim, params[i]->shape);
         return tg_live(ctx);
     }
     return tg_grad(ctx, dot, NULL, n, params, hv, false);

@@ -123,8 +123,8 @@ static bool rule_unary(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor *
     else if (!strcmp(op, "pow_scalar")) { /* y = x^a, y' = a x^(a-1) (0 for a = 0) */
         if (a == 0) return true;
         d = tg_mul(ctx, dy, tg_mul_scalar(ctx, tg_pow_scalar(ctx, x, a - 1), a));
-    } else if (!strcmp(op, "exp")) d = tg_mul(ctx, dy, y);                        /* y' = e^x = y */
-    else if (!strcmp(op, "log")) d = tg_div(ctx, dy, x);                          /* y' = 1/x */
+    } else if (!strcmp(op, "exp")) d = tg_mul(ctx, dy, y);                       /* y' = e^x = y */
+    else if (!strcmp(op, "log")) d = tg_div(ctx, dy, x);                         /* y' = 1/x */
     else if (!strcmp(op, "sqrt")) d = tg_div(ctx, dy, tg_mul_scalar(ctx, y, 2)); /* y' = 1/(2y) */
     else if (!strcmp(op, "abs")) d = tg_mul(ctx, dy, const_of(ctx, x, sign_of, 0));
     else if (!strcmp(op, "relu")) d = tg_mul(ctx, dy, const_of(ctx, x, step_pos, 0));

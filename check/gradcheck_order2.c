@@ -113,7 +113,8 @@ bool tg_gradgradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, 
     }
     tg_gradcheck_opts o = opts ? *opts : tg_gradcheck_defaults();
     uint32_t all = n_inputs >= 32 ? ~0u : (1u << n_inputs) - 1u;
-    order2 st = {.f = f, .user = user, .n = n_inputs, .wrt = o.inputs ? o.inputs & all : all, .scale = o.scale, .seed = o.seed};
+    order2 st = {
+        .f = f, .user = user, .n = n_inputs, .wrt = o.inputs ? o.inputs & all : all, .scale = o.scale, .seed = o.seed};
     o.inputs = st.wrt;
     o.scale = st.scale ? order2_scale : NULL;
     o.r = (tg_gradcheck_vec){0}; /* a weighting of f's output, not of g's */

@@ -39,8 +39,8 @@
 /* One row's statistics and the backward's value, in double: fills
  * c (centred or not), ut (u, centred or not), xhat; returns r; *m =
  * mean(ut xhat). x, dy: the row; g: gamma or NULL. */
-static double row_stats(const tg_tensor *x, const tg_tensor *g, const tg_tensor *dy, int64_t row, int64_t C,
-                        double eps, bool centered, double *c, double *ut, double *xhat, double *m) {
+static double row_stats(const tg_tensor *x, const tg_tensor *g, const tg_tensor *dy, int64_t row, int64_t C, double eps,
+                        bool centered, double *c, double *ut, double *xhat, double *m) {
     double mx = 0, mu = 0;
     for (int64_t j = 0; j < C; j++) {
         c[j] = tg_load(x, row * C + j);
@@ -136,8 +136,8 @@ bool tg_norm_grad_rule(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor *
         dx[0] = tg_reshape(ctx, norm_dx(ctx, x2, g1, dy2, eps, centered), x->ndim, x->shape);
     }
     if (g && g->requires_grad) {
-        tg_tensor *xhat = centered ? tg_layernorm_fused(ctx, x2, NULL, NULL, 1, eps)
-                                   : tg_rmsnorm_fused(ctx, x2, NULL, NULL, 1, eps);
+        tg_tensor *xhat =
+            centered ? tg_layernorm_fused(ctx, x2, NULL, NULL, 1, eps) : tg_rmsnorm_fused(ctx, x2, NULL, NULL, 1, eps);
         dx[1] = tg_reshape(ctx, tg_sum_axis(ctx, tg_mul(ctx, dy2, xhat), 0, false), g->ndim, g->shape);
     }
     if (b && b->requires_grad) dx[2] = tg_reshape(ctx, tg_sum_axis(ctx, dy2, 0, false), b->ndim, b->shape);
@@ -151,8 +151,7 @@ bool tg_linear_grad_rule(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor
     const int64_t M = n->i[0], N = n->i[1], K = n->i[2];
     tg_tensor *dy2 = tg_reshape(ctx, dy, 2, (int64_t[]){M, N});
     if (x->requires_grad) dx[0] = tg_reshape(ctx, tg_matmul(ctx, dy2, w), x->ndim, x->shape);
-    if (w->requires_grad)
-        dx[1] = tg_matmul(ctx, tg_transpose(ctx, dy2), tg_reshape(ctx, x, 2, (int64_t[]){M, K}));
+    if (w->requires_grad) dx[1] = tg_matmul(ctx, tg_transpose(ctx, dy2), tg_reshape(ctx, x, 2, (int64_t[]){M, K}));
     if (b && b->requires_grad) dx[2] = tg_sum_axis(ctx, dy2, 0, false);
     return tg_ok(ctx);
 }
