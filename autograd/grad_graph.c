@@ -153,12 +153,12 @@ static bool check_inputs(tg_ctx *ctx, const char *fn, int n, tg_tensor *const *i
         tg_error(ctx, TG_ERR_VALUE, fn, "n = %d inputs (need >= 1, with the inputs and grads arrays)", n);
         return false;
     }
-    for (int i = 0; i < n; i++) {
-        char what[32];
+    char what[32];
+    for (int i = 0; i < n && tg_live(ctx); i++) {
         snprintf(what, sizeof what, "inputs[%d]", i);
-        if (!tg_check_arg(ctx, fn, what, inputs[i])) return false;
+        tg_check_arg(ctx, fn, what, inputs[i]); /* sets the error */
     }
-    return true;
+    return tg_live(ctx);
 }
 
 bool tg_grad(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, int n, tg_tensor *const *inputs, tg_tensor **grads,
