@@ -122,8 +122,7 @@ int main(int argc, char **argv) {
     fill(ctx, d->w2, DOUT * DH, 1.0 / sqrt(DH));
     /* targets: a fixed smooth function of x */
     for (int i = 0; i < NPTS; i++)
-        for (int o = 0; o < DOUT; o++)
-            d->t[i * DOUT + o] = sin(d->x[i * DIN + o] + 0.5 * d->x[i * DIN + o + 2]);
+        for (int o = 0; o < DOUT; o++) d->t[i * DOUT + o] = sin(d->x[i * DIN + o] + 0.5 * d->x[i * DIN + o + 2]);
     tg_ctx_free(ctx);
     printf("# top Hessian eigenvalue (largest |lambda|) of a 4-16-2 tanh MLP's MSE loss, W1 and b1 scaled by c\n"
            "# c  all_plain  first_plain  all_rmsnorm  first_rmsnorm\n");
