@@ -10,7 +10,7 @@
 #include <stdarg.h>
 #include <string.h>
 
-#include "autograd/tape.h"
+#include "autograd/grad_graph.h"
 
 /* Appends " (in the forward of 'op')" to the context's message unless it
  * already names the op: a forward that failed inside a tapegrad call. */
@@ -150,6 +150,7 @@ tg_tensor *tg_op_apply(tg_ctx *ctx, const tg_op_def *def, int n_in, tg_tensor *c
     if (!n) return tg_ok(ctx) ? y : NULL;
     n->user_backward = def->backward;
     memcpy(n->f, pending.f, sizeof n->f);
+    n->grad_rule = tg_grad_rule_none; /* no double backward, whatever its name */
     n->saved_t = pending.saved_t;
     n->saved_version = pending.saved_version;
     n->n_saved_t = pending.n_saved_t;

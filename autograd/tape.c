@@ -312,3 +312,11 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
     ctx->tape.grad_enabled = was;
     if (!keep_tape && intact) ctx->tape.consumed = true;
 }
+
+bool tg_record_check(tg_ctx *ctx, const char *fn, const tg_node *n) {
+    if (record_intact(n)) return true;
+    record_error(ctx, fn, n);
+    return false;
+}
+
+void tg_record_failed(tg_ctx *ctx, const tg_node *n) { backward_failed(ctx, n); }

@@ -51,7 +51,17 @@ struct tg_node {
     /* tg_op_apply's records: the op's own backward, which `backward` (a
      * guard, autograd/op.c) runs between its checks; else NULL */
     tg_backward_fn user_backward;
+    /* the op's double-backward rule when it is not found by name (NULL:
+     * look the name up): autograd/grad_graph.h */
+    bool (*grad_rule)(tg_ctx *ctx, const struct tg_node *n, tg_tensor *dy, tg_tensor **dx);
 };
+
+/* The walk's checks, shared by tg_backward_ex and tg_grad: true when no
+ * tensor record n reads was written in place since the op ran, else sets
+ * fn's error naming the op and the tensor; and, after n's backward failed,
+ * makes the message name the op. */
+bool tg_record_check(tg_ctx *ctx, const char *fn, const tg_node *n);
+void tg_record_failed(tg_ctx *ctx, const tg_node *n);
 
 /* Counts bytes the forward saved elsewhere (e.g. an input kept by pointer
  * that a composed op needs) without allocating. */

@@ -12,6 +12,7 @@
  * GEMM workspaces come from the context's arena, so a warmed-up training
  * step allocates nothing from malloc. */
 #include "autograd/tape.h"
+#include "layers/grad_rules.h"
 #include "layers/module.h"
 #include "tensor/gemm.h"
 
@@ -146,6 +147,7 @@ tg_tensor *tg_linear_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *weight, tg_tens
     tg_node *n = tg_record(ctx, "linear", linear_backward, y, bias ? 3 : 2, in);
     if (n) {
         n->i[0] = rows, n->i[1] = N, n->i[2] = K;
+        n->grad_rule = tg_linear_grad_rule;
         /* kept by pointer: dx needs W, dW needs x */
         size_t es = tg_esize(x->dtype), bytes = 0;
         if (x->requires_grad) bytes += (size_t)weight->numel * es;

@@ -10,6 +10,7 @@
  * docs/DESIGN.md. */
 #include "layers/norm.h"
 
+#include "layers/grad_rules.h"
 #include "layers/module.h"
 
 #include <math.h>
@@ -72,6 +73,7 @@ bool tg_norm_record(tg_ctx *ctx, const char *fn, const char *op, tg_backward_fn 
     if (n) {
         n->i[0] = N, n->i[1] = C;
         n->f[0] = eps;
+        n->grad_rule = tg_norm_grad_rule;
         saved = tg_node_save(ctx, n, (size_t)(N > 0 ? n_stats * N : 1) * sizeof *saved);
         size_t es = tg_esize(x->dtype);
         tg_node_count_saved(ctx, n, (size_t)x->numel * es + (gamma ? (size_t)C * es : 0));

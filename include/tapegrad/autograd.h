@@ -54,6 +54,27 @@ void tg_backward(tg_ctx *ctx, tg_tensor *loss);
  * meaning 1 for a scalar; keep_tape=true keeps the tape for another
  * backward (PyTorch's retain_graph). */
 void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool keep_tape);
+/* Gradients as tensors (PyTorch's torch.autograd.grad): grads[i] = d out /
+ * d inputs[i] seeded by grad_out (NULL: 1 for a scalar out), for n >= 1
+ * inputs (leaves or intermediate tensors of the tape); zeros when no path
+ * leads from inputs[i] to out. Leaves' grad fields are left as they were,
+ * and the tape is kept (another tg_grad or backward may follow).
+ * create_graph: the gradients are computed by recorded ops, so they are
+ * differentiable: a backward (or tg_grad) from a function of them gives
+ * second derivatives (the double backward). Every op of the registry has
+ * such a rule (autograd/grad_rules.c, layers/norm_grad.c); a record
+ * without one fails with TG_ERR_STATE "'foo' cannot be differentiated
+ * twice", never a wrong answer. Without create_graph it is a plain
+ * backward into fresh gradients (no extra records). False on error. */
+bool tg_grad(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, int n, tg_tensor *const *inputs, tg_tensor **grads,
+             bool create_graph);
+/* Hessian-vector product of a scalar loss (already computed, on the tape)
+ * with respect to params[0..n-1], in the direction v (same shapes):
+ *   hv = H v = d/dp <dL/dp, v>,
+ * reverse over reverse: tg_grad with create_graph, the dot with v, tg_grad
+ * again. The tape is kept (the records of both gradients are added to it);
+ * leaves' grads are untouched. False on error. */
+bool tg_hvp(tg_ctx *ctx, tg_tensor *loss, int n, tg_tensor *const *params, tg_tensor *const *v, tg_tensor **hv);
 /* Number of records on the tape, and bytes they saved for backward. */
 int64_t tg_tape_size(const tg_ctx *ctx);
 size_t tg_tape_saved_bytes(const tg_ctx *ctx);

@@ -578,6 +578,21 @@ bool tg_registry_check(tg_ctx *ctx, const tg_op_info *op, int variant, tg_dtype 
 bool tg_registry_check_spec(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_dtype dtype,
                             const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
 
+/* Second order (check/gradcheck_order2.c): gradgradcheck. For f, a fixed
+ * random weighting u of its output (from opts.seed) and the checked inputs
+ * x, the first gradient g(x) = d <u, f(x)> / dx (flattened, joined) is
+ * checked by tg_gradcheck as a function of x: its backward -- the double
+ * backward, tg_grad with create_graph -- against central differences of
+ * plain backwards. opts and result as tg_gradcheck's (opts.r is not used:
+ * the check draws its own weighting of g). An op without a double-backward
+ * rule fails with its error ("'foo' cannot be differentiated twice"). */
+bool tg_gradgradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                      const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
+/* tg_registry_check_spec at order 2: the op's spec (NULL: its first
+ * variant) built in dtype and gradgradchecked with tg_registry_opts. */
+bool tg_registry_check_order2(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_dtype dtype,
+                              const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
+
 #ifdef __cplusplus
 }
 #endif

@@ -261,7 +261,8 @@ static bool run_check(tg_ctx *ctx, const gct_args *a, gct_target *tg, uint64_t s
         o.each_user = L;
     }
     double t0 = gct_now();
-    gct_target_check(ctx, tg, &o, r);
+    if (a->order == 2) gct_order2_check(ctx, tg, &o, r);
+    else gct_target_check(ctx, tg, &o, r);
     T->check_secs += gct_now() - t0;
     return tg_ok(ctx);
 }
@@ -643,8 +644,8 @@ int gct_cmd_check(const gct_args *a) {
     gct_puts_tone(stdout, "summary:", GCT_BOLD, a->color);
     printf(" %d op%s, %d case%s", T.ops, T.ops == 1 ? "" : "s", T.cases, T.cases == 1 ? "" : "s");
     if (a->n_seeds) printf(" x %lld seeds", (long long)a->n_seeds);
-    printf(", %d input%s checked in %s (%s) in %.2f s", T.inputs, T.inputs == 1 ? "" : "s", tg_dtype_name(a->dtype),
-           tg_gradcheck_mode_name(a->mode), secs);
+    printf(", %d input%s checked in %s (%s%s) in %.2f s", T.inputs, T.inputs == 1 ? "" : "s", tg_dtype_name(a->dtype),
+           tg_gradcheck_mode_name(a->mode), a->order == 2 ? ", order 2" : "", secs);
     if (a->n_seeds)
         printf(" (%.1f us a check, %.1f us with making its inputs)", 1e6 * T.check_secs / (double)(T.runs ? T.runs : 1),
                1e6 * secs / (double)(T.runs ? T.runs : 1));

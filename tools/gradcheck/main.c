@@ -60,6 +60,8 @@ void gct_usage(FILE *out) {
           "  --mode full|directional|jacobian\n"
           "                    every element (default), one direction per input, or every\n"
           "                    entry of the Jacobian (PyTorch's slow mode)\n"
+          "  --order 1|2       check: 2 checks the double backward (gradgradcheck: the\n"
+          "                    backward's own derivative against differences of backwards)\n"
           "  --scheme central|forward   differences (default central; sweep: both)\n"
           "  --h H             step of the differences (> 0)\n"
           "  --step absolute|element|scaled\n"
@@ -110,6 +112,7 @@ void gct_usage(FILE *out) {
           "  tapegrad-gradcheck check all\n"
           "  tapegrad-gradcheck check layernorm --shape '2x3x4;norm=2' --dtype f32\n"
           "  tapegrad-gradcheck check --inject overwrite\n"
+          "  tapegrad-gradcheck check all --order 2\n"
           "  tapegrad-gradcheck check rmsnorm --dtype f32 --scale x=1e-3 --seeds 1000\n"
           "  tapegrad-gradcheck sweep rmsnorm --out out/gradcheck\n"
           "  tapegrad-gradcheck jacobian rmsnorm --shape 1x5\n"
@@ -277,6 +280,7 @@ static const opt_use OPT_USE[] = {
     {"--rtol", "check jacobian", false},
     {"--atol-scale", "check jacobian", false},
     {"--mode", "check sweep", false},
+    {"--order", "check", false},
     {"--scheme", "check sweep jacobian", false},
     {"--step", "check sweep jacobian", false},
     {"--step-floor", "check sweep jacobian", false},
@@ -371,6 +375,9 @@ static bool parse_option(gct_args *a, const char *opt, const char *v) {
         else if (!strcmp(v, "directional")) a->mode = TG_GRADCHECK_DIRECTIONAL;
         else if (!strcmp(v, "jacobian")) a->mode = TG_GRADCHECK_JACOBIAN;
         else return gct_usage_error("--mode is full, directional or jacobian, not '%s'", v), false;
+    } else if (!strcmp(opt, "--order")) {
+        if (!strcmp(v, "1") || !strcmp(v, "2")) a->order = v[0] - '0';
+        else return gct_usage_error("--order is 1 or 2, not '%s'", v), false;
     } else if (!strcmp(opt, "--scheme")) {
         if (!strcmp(v, "central")) a->schemes = 1;
         else if (!strcmp(v, "forward")) a->schemes = 2;
@@ -435,6 +442,7 @@ static int parse_args(int argc, char **argv, gct_args *a) {
     memset(a, 0, sizeof *a);
     a->dtype = TG_F64;
     a->mode = TG_GRADCHECK_FULL;
+    a->order = 1;
     a->out_dir = "out/gradcheck";
     a->h = a->atol = a->rtol = a->eps = NAN;
     a->color = isatty(fileno(stdout)) && !getenv("NO_COLOR");

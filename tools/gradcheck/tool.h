@@ -66,6 +66,7 @@ typedef struct gct_args {
     bool dtype_set;
     double h, atol, rtol;   /* NAN: not given */
     tg_gradcheck_mode mode; /* --mode (default FULL) */
+    int order;              /* --order 1|2 (check; default 1): 2 gradgradchecks */
     tg_gradcheck_step step; /* --step (default AUTO; sweep: ABSOLUTE) */
     bool step_set;
     double step_floor;                  /* --step-floor (0: the default) */
@@ -205,6 +206,8 @@ void gct_put_title(const gct_args *a, const tg_op_info *op, const gct_bug *bug, 
 tg_gradcheck_opts gct_target_opts(const gct_target *t, const gct_args *a, uint64_t seed);
 /* Runs tg_gradcheck on t. */
 bool gct_target_check(tg_ctx *ctx, gct_target *t, const tg_gradcheck_opts *o, tg_gradcheck_result *r);
+/* check --order 2: t's gradgradcheck (tools/gradcheck/order2.c). */
+bool gct_order2_check(tg_ctx *ctx, gct_target *t, const tg_gradcheck_opts *o, tg_gradcheck_result *r);
 /* Number of differentiable elements of t's inputs. */
 int64_t gct_target_numel(const gct_target *t);
 /* The inputs of t as text (--print-inputs): "x 4x8 = 1.2, -0.3, ..." per

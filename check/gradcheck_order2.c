@@ -1,0 +1,146 @@
+/* gradgradcheck: the double backward against finite differences of the
+ * backward (tg_gradgradcheck, tg_registry_check_order2; `tapegrad-gradcheck
+ * check --order 2`).
+ *
+ * For f and a fixed random weighting u of its output, the first gradient
+ *   g(x) = J(x)^T u = d <u, f(x)> / dx      (over the checked inputs,
+ *                                            flattened and joined)
+ * is itself a function of x, and tg_gradcheck checks it like any other:
+ *   analytic  its backward -- the backward of g, recorded by tg_grad with
+ *             create_graph: every op's double-backward rule;
+ *   numeric   central differences of g, each evaluation a plain
+ *             (first-order) backward at x +- h e_i.
+ * So one tg_gradcheck of g is PyTorch's gradgradcheck: the second
+ * derivative d/dx <r, J^T u> against differences of first derivatives. */
+#include "autograd/grad_graph.h"
+#include "check/registry.h"
+
+#include <stdlib.h>
+
+typedef struct order2 {
+    tg_gradcheck_fn f;
+    void *user;
+    int n;        /* f's inputs */
+    uint32_t wrt; /* the inputs g differentiates with respect to */
+    tg_gradcheck_scale_fn scale;
+    uint64_t seed;
+    double *u; /* the weighting of f's output (heap; numel nu) */
+    int64_t nu;
+} order2;
+
+/* splitmix64: the weighting u in [-1, 1), from the check's seed only. */
+static double next_uniform(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+static tg_tensor *weighting(tg_ctx *ctx, order2 *o, const tg_tensor *y) {
+    if (o->nu != y->numel) {
+        double *u = realloc(o->u, (size_t)(y->numel > 0 ? y->numel : 1) * sizeof *u);
+        if (!u) {
+            tg_error(ctx, TG_ERR_OOM, "tg_gradgradcheck", "out of memory for a weighting of %lld values",
+                     (long long)y->numel);
+            return NULL;
+        }
+        uint64_t s = o->seed ^ 0x6f72646572320000ull; /* "order2" */
+        for (int64_t j = 0; j < y->numel; j++) u[j] = next_uniform(&s);
+        o->u = u, o->nu = y->numel;
+    }
+    tg_tensor *t = tg_new_tensor(ctx, "tg_gradgradcheck", y->dtype, y->ndim, y->shape);
+    for (int64_t j = 0; t && j < y->numel; j++) tg_store(t, j, o->u[j]);
+    return t;
+}
+
+/* g(x): f's output weighted by u, differentiated with respect to the
+ * checked inputs (with create_graph when the checker records, i.e. when it
+ * will run g's backward), flattened and joined. */
+static tg_tensor *order2_fn(tg_ctx *ctx, tg_tensor *const *inputs, void *user) {
+    order2 *o = user;
+    const bool record = tg_grad_enabled(ctx);
+    tg_tensor *xs[TG_GRADCHECK_MAX_INPUTS], *wrt[TG_GRADCHECK_MAX_INPUTS], *g[TG_GRADCHECK_MAX_INPUTS];
+    int m = 0;
+    tg_tape saved;
+    /* A difference evaluation (no grad): its records go to a tape of its
+     * own, freed before the checker hands back the arena memory. */
+    if (!record) tg_tape_stash(ctx, &saved);
+    tg_set_grad_enabled(ctx, true);
+    for (int k = 0; k < o->n; k++) {
+        xs[k] = inputs[k];
+        if (!(o->wrt >> k & 1u)) continue;
+        if (!record) xs[k] = tg_requires_grad(ctx, tg_copy(ctx, inputs[k]));
+        wrt[m++] = xs[k];
+    }
+    tg_tensor *y = tg_ok(ctx) ? o->f(ctx, xs, o->user) : NULL;
+    tg_tensor *out = NULL;
+    if (y && y->requires_grad) {
+        tg_tensor *u = weighting(ctx, o, y);
+        if (u && tg_grad(ctx, y, u, m, wrt, g, record)) {
+            for (int i = 0; i < m; i++) g[i] = tg_reshape(ctx, g[i], 1, (int64_t[]){g[i] ? g[i]->numel : 0});
+            out = m == 1 ? g[0] : tg_concat(ctx, m, g, 0);
+        }
+    } else if (y) { /* f does not depend on the checked inputs: g = 0 */
+        int64_t total = 0;
+        for (int i = 0; i < m; i++) total += wrt[i]->numel;
+        out = tg_zeros(ctx, y->dtype, 1, &total);
+    }
+    /* g constant in x (f linear in it): its backward must still run, and
+     * give 0 -- a recorded zero that depends on the inputs. */
+    if (record && out && !out->requires_grad && m > 0)
+        out = tg_add(ctx, out, tg_mul_scalar(ctx, tg_sum(ctx, wrt[0]), 0.0));
+    tg_set_grad_enabled(ctx, record);
+    if (!record) {
+        if (out) out = tg_copy(ctx, out); /* not a view of the private tape's tensors */
+        tg_tape_restore(ctx, &saved);
+    }
+    return tg_ok(ctx) ? out : NULL;
+}
+
+static bool order2_scale(tg_tensor *const *inputs, int k, double *scale, void *user) {
+    const order2 *o = user;
+    return o->scale ? o->scale(inputs, k, scale, o->user) : false;
+}
+
+bool tg_gradgradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                      const tg_gradcheck_opts *opts, tg_gradcheck_result *result) {
+    if (!tg_gradcheck_start(ctx, __func__, result)) return false;
+    if (!f || !inputs || n_inputs < 1 || n_inputs > TG_GRADCHECK_MAX_INPUTS) {
+        tg_error(ctx, TG_ERR_VALUE, __func__, "needs f and 1..%d inputs (n_inputs = %d)", TG_GRADCHECK_MAX_INPUTS,
+                 n_inputs);
+        return false;
+    }
+    tg_gradcheck_opts o = opts ? *opts : tg_gradcheck_defaults();
+    uint32_t all = n_inputs >= 32 ? ~0u : (1u << n_inputs) - 1u;
+    order2 st = {
+        .f = f, .user = user, .n = n_inputs, .wrt = o.inputs ? o.inputs & all : all, .scale = o.scale, .seed = o.seed};
+    o.inputs = st.wrt;
+    o.scale = st.scale ? order2_scale : NULL;
+    o.r = (tg_gradcheck_vec){0}; /* a weighting of f's output, not of g's */
+    bool ok = tg_gradcheck(ctx, order2_fn, &st, n_inputs, inputs, &o, result);
+    free(st.u);
+    return ok;
+}
+
+bool tg_registry_check_order2(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_dtype dtype,
+                              const tg_gradcheck_opts *opts, tg_gradcheck_result *result) {
+    static const char fn[] = "tg_registry_check_order2";
+    tg_op_case c;
+    if (!tg_gradcheck_start(ctx, fn, result)) return false;
+    if (!op) {
+        tg_error(ctx, TG_ERR_NULL, fn, "argument 'op' is NULL");
+        return false;
+    }
+    if (!tg_registry_build(ctx, op, spec, dtype, &c)) return false;
+    tg_gradcheck_opts o = tg_registry_opts(op, dtype, opts);
+    uint32_t mask = o.inputs ? o.inputs & c.check : c.check;
+    if (mask == 0) {
+        tg_error(ctx, TG_ERR_VALUE, fn, "%s: inputs mask 0x%x selects no differentiable input (those are 0x%x)",
+                 op->name, (unsigned)o.inputs, (unsigned)c.check);
+        return false;
+    }
+    o.inputs = mask;
+    if (!o.scale) o.scale = c.scale;
+    return tg_gradgradcheck(ctx, op->forward, &c, c.n_inputs, c.inputs, &o, result);
+}
