@@ -204,8 +204,11 @@ def mem_probe(cmd):
 
 def case_gpt_mem(cmd, threads):
     import subprocess
+    # glibc's own malloc settings: the server's warm-malloc variables keep
+    # freed memory resident, which would count as the step's
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--threads", str(threads), "--mem-probe", cmd],
-                         stdout=subprocess.PIPE, check=True, text=True).stdout
+                         stdout=subprocess.PIPE, check=True, text=True, env=env).stdout
     return json.loads(out)
 
 
@@ -281,8 +284,11 @@ def mem_probe(cmd):
 
 def case_gpt_mem(cmd, threads):
     import subprocess
+    # glibc's own malloc settings: the server's warm-malloc variables keep
+    # freed memory resident, which would count as the step's
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--threads", str(threads), "--mem-probe", cmd],
-                         stdout=subprocess.PIPE, check=True, text=True).stdout
+                         stdout=subprocess.PIPE, check=True, text=True, env=env).stdout
     return json.loads(out)
 
 
