@@ -169,47 +169,7 @@ def case_mlp(hidden, batch, budget):
         loss.backward()
         opt.step()
 
-    return step, P
-
-
-def case_gpt(arch, n_layer, n_head, c, t, b, budget):
-    step, _ = make_gpt_step(arch, n_layer, n_head, c, t, b)
     return bench(step, 4 * budget, sample=5e-3)
-
-
-def proc_status_bytes(key):
-    """A /proc/self/status figure (VmRSS, VmHWM), in bytes."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(key + " not in /proc/self/status")
-
-
-def mem_probe(cmd):
-    """Runs in a fresh process (--mem-probe): the step's memory (see gpt_mem)."""
-    w = cmd.split()
-    torch.ones(64, 64) @ torch.ones(64, 64)  # the thread pool and allocator up
-    base = proc_status_bytes("VmRSS")
-    step, P = make_gpt_step(w[1], *(int(v) for v in w[2:7]))
-    step()
-    step()
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # VmHWM := VmRSS
-    step()
-    peak = proc_status_bytes("VmHWM")
-    params = sum(p.numel() * p.element_size() for p in P.values())
-    return {"peak_bytes": peak - base, "baseline_bytes": base, "params_bytes": params}
-
-
-def case_gpt_mem(cmd, threads):
-    import subprocess
-    # glibc's own malloc settings: the server's warm-malloc variables keep
-    # freed memory resident, which would count as the step's
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--threads", str(threads), "--mem-probe", cmd],
-                         stdout=subprocess.PIPE, check=True, text=True, env=env).stdout
-    return json.loads(out)
 
 
 def case_attention(form, b, h, t, d, budget):
