@@ -328,12 +328,8 @@ static void torch_time(row *r, const char *fmt, ...) {
 
 /* The reply's number `key` to the command, from the first server that
  * answers (NAN without PyTorch): for measurements that are not timings. */
-static double torch_number(const char *key, const char *fmt, ...) {
-    char cmd[256], reply[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
+static double torch_number(const char *key, const char *cmd) {
+    char reply[1024];
     for (int k = 0; k < nsrv; k++) {
         if (!srv[k].ok) continue;
         settle_all();
@@ -978,9 +974,10 @@ static void bench_gpt(const options *o, const limits *lim) {
             /* PyTorch's: the RSS high-water mark of the same step in a fresh
              * process, above that process's RSS before the model was made
              * (bench/torch_bench.py gpt_mem) */
-            const double torch_mib = torch_number("peak_bytes", "gpt_mem gpt2 %lld %lld %lld %lld %lld", (long long)L,
-                                                  (long long)H, (long long)C, (long long)T, (long long)B) /
-                                     (1 << 20);
+            char cmd[128];
+            snprintf(cmd, sizeof cmd, "gpt_mem gpt2 %lld %lld %lld %lld %lld", (long long)L, (long long)H, (long long)C,
+                     (long long)T, (long long)B);
+            const double torch_mib = torch_number("peak_bytes", cmd) / (1 << 20);
             size_t len = strlen(q->extra);
             snprintf(q->extra + len, sizeof q->extra - len, "; PyTorch's step %.2f MiB (RSS high-water) -> %.2fx it",
                      torch_mib, q->rate / torch_mib);
