@@ -5,8 +5,8 @@
  * each record's backward adds its contribution to its inputs' gradients.
  * No graph search and no reference counts. Gradients of leaves (tensors the
  * user marked with tg_requires_grad) accumulate across backward calls;
- * gradients of intermediate tensors live in the arena and are rebuilt by
- * every backward. */
+ * gradients of intermediate tensors are rebuilt by every backward, in
+ * gradient blocks (tensor/ctx.c) that backward releases as it goes. */
 #include "autograd/tape.h"
 
 #include <string.h>
@@ -95,7 +95,7 @@ void tg_node_count_saved(tg_ctx *ctx, tg_node *node, size_t bytes) {
 tg_tensor *tg_grad_of(tg_ctx *ctx, tg_tensor *t) {
     if (!t || !t->requires_grad || !tg_live(ctx)) return NULL;
     if (!t->grad) {
-        t->grad = tg_zeros(ctx, t->dtype, t->ndim, t->shape);
+        t->grad = tg_grad_block(ctx, "tg_grad_of", t);
         if (!t->grad) return NULL;
     }
     tg_written(t->grad); /* the caller adds into it */
@@ -239,6 +239,21 @@ backward_failed(tg_ctx *ctx, const tg_node *n) {
     snprintf(ctx->message + len, sizeof ctx->message - len, " (in the backward of '%s')", n->op);
 }
 
+/* After record n's backward, when the tape is not kept: nothing reads what
+ * it allocated in the arena (gradients come from gradient blocks, not the
+ * arena: the rest is its scratch), and nothing reads its output's gradient
+ * any more -- the records that made that gradient (the output's consumers)
+ * come later on the tape, so the walk has run them all, and n was its only
+ * reader. Giving both back lets the next records reuse the memory: a
+ * backward then holds the gradients live at one point of the walk, not one
+ * per intermediate. The seed stays (the caller's, or out's visible grad).
+ * (A backward that records its gradients -- create_graph -- keeps both.) */
+static void release_after(tg_ctx *ctx, tg_node *n, tg_arena_pos scratch, const tg_tensor *seed) {
+    tg_arena_release(ctx, scratch);
+    if (n->out->grad == seed) return;
+    if (tg_grad_release(ctx, n->out->grad)) n->out->grad = NULL;
+}
+
 void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool keep_tape) {
     static const char fn[] = "tg_backward";
     if (!tg_check_arg_any(ctx, fn, "out", out)) return;
@@ -306,8 +321,10 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
             intact = false;
             break;
         }
+        tg_arena_pos scratch = tg_arena_mark(ctx);
         n->backward(ctx, n);
         if (!tg_live(ctx)) backward_failed(ctx, n);
+        else if (!keep_tape) release_after(ctx, n, scratch, seed);
     }
     ctx->tape.grad_enabled = was;
     if (!keep_tape && intact) ctx->tape.consumed = true;

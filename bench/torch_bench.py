@@ -24,6 +24,14 @@ Commands (server mode):
   gpt ARCH L H C T B         one GPT training step (zero-grad, forward, cross-entropy,
                              backward, AdamW) of scripts/gpt_torch.py's model, the same
                              as tg_gpt (vocabulary 128), init N(0, 0.02)
+  gpt_mem ARCH L H C T B     the same step's memory, measured in a fresh process
+                             (--mem-probe): the RSS high-water mark of one step
+                             (after two warm-up steps, VmHWM reset through
+                             /proc/self/clear_refs) minus the process's RSS before
+                             the model was made (torch imported, its thread pool
+                             and allocator warmed by a small product). torch 1.13
+                             keeps no CPU allocator statistics, and tracemalloc
+                             does not see its allocations.
   tiny                       (a + b).backward() for 1-element a, b
   quit
 
@@ -183,7 +191,8 @@ def case_attention(form, b, h, t, d, budget):
     return bench(step, budget)
 
 
-def case_gpt(arch, n_layer, n_head, c, t, b, budget):
+def make_gpt_step(arch, n_layer, n_head, c, t, b):
+    """The GPT training step of case_gpt, and its parameters."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
     import gpt_torch
     g = torch.Generator().manual_seed(0)
@@ -200,7 +209,47 @@ def case_gpt(arch, n_layer, n_head, c, t, b, budget):
         loss.backward()
         opt.step()
 
+    return step, P
+
+
+def case_gpt(arch, n_layer, n_head, c, t, b, budget):
+    step, _ = make_gpt_step(arch, n_layer, n_head, c, t, b)
     return bench(step, 4 * budget, sample=5e-3)
+
+
+def proc_status_bytes(key):
+    """A /proc/self/status figure (VmRSS, VmHWM), in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(key + " not in /proc/self/status")
+
+
+def mem_probe(cmd):
+    """Runs in a fresh process (--mem-probe): the step's memory (see gpt_mem)."""
+    w = cmd.split()
+    torch.ones(64, 64) @ torch.ones(64, 64)  # the thread pool and allocator up
+    base = proc_status_bytes("VmRSS")
+    step, P = make_gpt_step(w[1], *(int(v) for v in w[2:7]))
+    step()
+    step()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # VmHWM := VmRSS
+    step()
+    peak = proc_status_bytes("VmHWM")
+    params = sum(p.numel() * p.element_size() for p in P.values())
+    return {"peak_bytes": peak - base, "baseline_bytes": base, "params_bytes": params}
+
+
+def case_gpt_mem(cmd, threads):
+    import subprocess
+    # glibc's own malloc settings: the server's warm-malloc variables keep
+    # freed memory resident, which would count as the step's
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--threads", str(threads), "--mem-probe", cmd],
+                         stdout=subprocess.PIPE, check=True, text=True, env=env).stdout
+    return json.loads(out)
 
 
 def case_tiny(budget):
@@ -213,8 +262,10 @@ def case_tiny(budget):
     return bench(step, budget, min_samples=11, sample=5e-3)
 
 
-def run(cmd, budget):
+def run(cmd, budget, threads=1):
     w = cmd.split()
+    if w[0] == "gpt_mem":
+        return case_gpt_mem("gpt " + " ".join(w[1:7]), threads)
     if w[0] == "norm":
         return case_norm(w[1], w[2], int(w[3]), int(w[4]), budget)
     if w[0] == "linear":
@@ -235,7 +286,7 @@ ALL = [
       for n, c in ((4096, 768), (256, 4096), (64, 64))],
     "linear 512 512 512", "linear 64 784 256", "linear 4096 768 3072",
     "mlp 256 64", "mlp 64 32", "attn sdpa 4 6 256 64", "attn composed 4 6 256 64",
-    "gpt gpt2 4 4 128 64 4", "gpt gpt2 6 6 384 64 4", "tiny",
+    "gpt gpt2 4 4 128 64 4", "gpt gpt2 6 6 384 64 4", "gpt_mem gpt2 6 6 384 64 4", "tiny",
 ]
 
 
@@ -246,17 +297,21 @@ def main():
     ap.add_argument("--budget", type=float, default=0.5, help="seconds per case")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="wall time, or this process's CPU time (robust on a shared machine)")
+    ap.add_argument("--mem-probe", metavar="CMD", help=argparse.SUPPRESS)
     args = ap.parse_args()
     global torch, F, CLOCK
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(args.threads)
+    if args.mem_probe:
+        print(json.dumps(mem_probe(args.mem_probe)))
+        return
     info = {"ready": True, "torch": torch.__version__, "threads": torch.get_num_threads(),
             "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
     if not args.server:
-        info["cases"] = {cmd: run(cmd, args.budget) for cmd in ALL}
+        info["cases"] = {cmd: run(cmd, args.budget, args.threads) for cmd in ALL}
         print(json.dumps(info))
         return
     print(json.dumps(info), flush=True)
@@ -267,7 +322,7 @@ def main():
         if cmd == "quit":
             break
         try:
-            out = run(cmd, args.budget)
+            out = run(cmd, args.budget, args.threads)
         except Exception as e:  # report, keep serving
             out = {"error": f"{type(e).__name__}: {e}"}
         print(json.dumps(out), flush=True)

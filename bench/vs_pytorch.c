@@ -326,6 +326,19 @@ static void torch_time(row *r, const char *fmt, ...) {
     r->ratio_torch = r->torch_s / r->ours_s;
 }
 
+/* The reply's number `key` to the command, from the first server that
+ * answers (NAN without PyTorch): for measurements that are not timings. */
+static double torch_number(const char *key, const char *cmd) {
+    char reply[1024];
+    for (int k = 0; k < nsrv; k++) {
+        if (!srv[k].ok) continue;
+        settle_all();
+        if (bn_torch_call(&srv[k], cmd, reply, sizeof reply)) return bn_json_number(reply, key);
+        fprintf(stderr, "bench: PyTorch '%s' failed: %s\n", cmd, srv[k].ok ? reply : srv[k].why);
+    }
+    return NAN;
+}
+
 /* ---- norms --------------------------------------------------------------- */
 
 typedef struct norm_arg {
@@ -623,7 +636,7 @@ typedef struct mlp {
     tg_tensor *x;
     int64_t *targets;
     size_t saved_bytes; /* tg_tape_saved_bytes after the forward */
-    size_t step_peak;   /* tg_arena_used at the end of the step */
+    size_t step_peak;   /* tg_arena_peak at the end of the step */
     bool measure;       /* record both in the next step */
 } mlp;
 
@@ -642,9 +655,7 @@ static void mlp_step(void *p) {
     if (m->measure) m->saved_bytes = tg_tape_saved_bytes(m->ctx);
     tg_backward(m->ctx, loss);
     tg_optim_step(m->ctx, m->opt);
-    /* nothing is freed before the reset: the arena in use now is the
-     * step's high-water mark */
-    if (m->measure) m->step_peak = tg_arena_used(m->ctx);
+    if (m->measure) m->step_peak = tg_arena_peak(m->ctx); /* the step's high-water mark */
     tg_ctx_reset(m->ctx);
 }
 
@@ -850,7 +861,7 @@ typedef struct gpt_arg {
     tg_params params;
     tg_optim *opt;
     int64_t B, T, *idx, *tgt;
-    size_t saved, peak; /* tg_tape_saved_bytes after the forward, tg_arena_used at the end */
+    size_t saved, peak; /* tg_tape_saved_bytes after the forward, tg_arena_peak at the end */
     bool measure;       /* record both in the next step */
 } gpt_arg;
 
@@ -862,7 +873,7 @@ static void gpt_step(void *p) {
     if (a->measure) a->saved = tg_tape_saved_bytes(a->ctx);
     tg_backward(a->ctx, loss);
     tg_optim_step(a->ctx, a->opt);
-    if (a->measure) a->peak = tg_arena_used(a->ctx);
+    if (a->measure) a->peak = tg_arena_peak(a->ctx);
     tg_ctx_reset(a->ctx);
 }
 
@@ -960,6 +971,17 @@ static void bench_gpt(const options *o, const limits *lim) {
             row *q =
                 memory_row(&a.params, a.opt, a.peak, a.saved, cap, cap_after_timing, "GPT-2 step small peak memory");
             add_target(q, "GPT-2 step small peak memory / needed", q->frac, 1.2, false, "x");
+            /* PyTorch's: the RSS high-water mark of the same step in a fresh
+             * process, above that process's RSS before the model was made
+             * (bench/torch_bench.py gpt_mem) */
+            char cmd[128];
+            snprintf(cmd, sizeof cmd, "gpt_mem gpt2 %lld %lld %lld %lld %lld", (long long)L, (long long)H, (long long)C,
+                     (long long)T, (long long)B);
+            const double torch_mib = torch_number("peak_bytes", cmd) / (1 << 20);
+            size_t len = strlen(q->extra);
+            snprintf(q->extra + len, sizeof q->extra - len, "; PyTorch's step %.2f MiB (RSS high-water) -> %.2fx it",
+                     torch_mib, q->rate / torch_mib);
+            add_target(q, "GPT-2 step small peak memory / PyTorch's", q->rate / torch_mib, 1.0, false, "x");
             /* n threads against 1, alternating (bench_scaling) */
             a.measure = false;
             row *w = scaling_row(o, lim, "GPT-2 step small", a.ctx, gpt_step, &a, flops * 1e-9, "GFLOP/s",

@@ -10,7 +10,8 @@
  *   backward  dx += dy W      none       (M x K, depth N)
  *             dW += dy^T x    trans_a    (N x K, depth M)
  * GEMM workspaces come from the context's arena, so a warmed-up training
- * step allocates nothing from malloc. */
+ * step allocates nothing from malloc, and go back to it after each product
+ * (tg_arena_release), so every product reuses the same memory. */
 #include "autograd/tape.h"
 #include "layers/grad_rules.h"
 #include "layers/module.h"
@@ -28,10 +29,12 @@ static void lin_gemm(tg_ctx *ctx, const char *fn, tg_dtype dt, bool ta, bool tb,
     if (M == 0 || N == 0) return;
     int threads = tg_threads(ctx);
     size_t ws = tg_gemm_workspace_size(M, N, K, tg_esize(dt), threads);
+    tg_arena_pos before = tg_arena_mark(ctx); /* the workspace is given back after the product */
     void *work = ws ? tg_arena_alloc_fn(ctx, fn, ws) : NULL;
     if (ws && !work) return;
     if (dt == TG_F64) tg_gemm_f64_ws(ta, tb, M, N, K, 1.0, A, lda, B, ldb, beta, C, ldc, threads, work, ws);
     else tg_gemm_f32_ws(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, (float)beta, C, ldc, threads, work, ws);
+    tg_arena_release(ctx, before);
 }
 
 /* db_j += sum_i dy_ij over the M rows of dy (M,N), for the columns j0..j1-1,

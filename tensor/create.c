@@ -54,11 +54,14 @@ tg_tensor *tg_new_tensor(tg_ctx *ctx, const char *fn, tg_dtype dtype, int ndim, 
     }
     int64_t numel;
     if (!tg_check_shape(ctx, fn, ndim, shape, &numel)) return NULL;
-    size_t head = (sizeof(tg_tensor) + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN;
     size_t bytes = (size_t)numel * tg_esize(dtype);
-    unsigned char *mem = tg_arena_alloc_fn(ctx, fn, head + bytes);
+    unsigned char *mem = tg_arena_alloc_fn(ctx, fn, TG_TENSOR_HEAD + bytes);
     if (!mem) return NULL;
-    tg_tensor *t = (tg_tensor *)mem;
+    return tg_tensor_init(ctx, mem, dtype, ndim, shape, numel);
+}
+
+tg_tensor *tg_tensor_init(const tg_ctx *ctx, void *mem, tg_dtype dtype, int ndim, const int64_t *shape, int64_t numel) {
+    tg_tensor *t = mem;
     memset(t, 0, sizeof *t);
     t->dtype = dtype;
     t->ndim = ndim;
@@ -67,7 +70,7 @@ tg_tensor *tg_new_tensor(tg_ctx *ctx, const char *fn, tg_dtype dtype, int ndim, 
     for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
     for (int i = ndim; i < TG_MAX_DIMS; i++) t->shape[i] = 1;
     t->numel = numel;
-    t->data = mem + head;
+    t->data = (unsigned char *)mem + TG_TENSOR_HEAD;
     t->node_ = -1;
     t->epoch_ = ctx->epoch;
     return t;

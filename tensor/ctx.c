@@ -9,7 +9,14 @@
  * Checked builds (TG_CHECKED) keep the chunks a step used out of the next
  * step (quarantine_step), so the arena alternates between two chunks; ASan
  * builds poison every arena byte not handed out (tensor/lifetime.c says
- * why both). */
+ * why both).
+ *
+ * Within a step, memory comes back in two ways before the reset, both for
+ * backward's sake (autograd/tape.c): a scope of scratch (tg_arena_mark,
+ * tg_arena_release) rewinds the bump pointer, and gradients live in
+ * gradient blocks of their own (tg_grad_block), which backward releases
+ * once the walk is past the record that reads them and the next gradient
+ * of a fitting size reuses. The peak (tg_arena_peak) counts both. */
 #include "tensor/internal.h"
 
 #include <math.h>
@@ -65,12 +72,19 @@ static void free_chunks(tg_ctx *ctx, tg_chunk *c) {
     }
 }
 
+static tg_tensor *gblock_tensor(tg_gblock *b) { return (tg_tensor *)((unsigned char *)b + TG_GBLOCK_HEAD); }
+
 void tg_ctx_free(tg_ctx *ctx) {
     if (!ctx) return;
     tg_persistent_free_all(ctx);
     tg_heap_free(ctx, ctx->owned);
     free_chunks(ctx, ctx->chunks);
     free_chunks(ctx, ctx->quarantine);
+    for (tg_gblock *b = ctx->gblocks, *next; b; b = next) {
+        next = b->next;
+        TG_UNPOISON(gblock_tensor(b), b->size);
+        tg_heap_free(ctx, b);
+    }
     tg_tape_free(ctx, &ctx->tape);
     tg_allocator a = ctx->alloc;
     a.free(ctx, a.user);
@@ -125,10 +139,34 @@ static void quarantine_step(tg_ctx *ctx) {
 }
 #endif
 
+/* At a reset every gradient block is free again, in the order they were
+ * made -- except, in checked builds, those still in use: like the arena's
+ * chunks they sit out the next step, so a gradient kept across the reset
+ * keeps its header. */
+static void reset_gblocks(tg_ctx *ctx) {
+    tg_gblock **free_end = &ctx->gfree;
+    for (tg_gblock *b = ctx->gblocks; b; b = b->next) {
+        if (b->state == TG_GBLOCK_USED) TG_POISON(gblock_tensor(b), b->size);
+#ifdef TG_CHECKED
+        if (b->state == TG_GBLOCK_USED) {
+            b->state = TG_GBLOCK_QUARANTINED;
+            continue;
+        }
+#endif
+        b->state = TG_GBLOCK_FREE;
+        *free_end = b;
+        free_end = &b->next_free;
+    }
+    *free_end = NULL;
+    ctx->grad_used = 0;
+}
+
 void tg_ctx_reset(tg_ctx *ctx) {
     if (!ctx) return;
     tg_tape_clear(&ctx->tape); /* its records point at arena tensors */
     ctx->epoch++;
+    if (ctx->epoch == TG_EPOCH_RELEASED) ctx->epoch = 0; /* never a released gradient's mark */
+    reset_gblocks(ctx);
     /* What the step handed out becomes unaddressable for ASan. */
     for (tg_chunk *c = ctx->chunks; c; c = c->next) TG_POISON(c->base, c->used);
     /* Coalesce a multi-chunk arena into one chunk, so the next step bumps
@@ -142,7 +180,7 @@ void tg_ctx_reset(tg_ctx *ctx) {
     size_t want = ctx->arena_capacity;
     bool merge = ctx->chunks && ctx->chunks->next;
 #ifdef TG_CHECKED
-    if (ctx->arena_used > ctx->step_high) ctx->step_high = ctx->arena_used;
+    if (ctx->arena_peak > ctx->step_high) ctx->step_high = ctx->arena_peak;
     quarantine_step(ctx);
     want = TG_ARENA_CHUNK; /* a power of two: geometric growth, few reallocations */
     while (want < ctx->step_high && want <= SIZE_MAX / 2) want *= 2;
@@ -159,6 +197,12 @@ void tg_ctx_reset(tg_ctx *ctx) {
     for (tg_chunk *c = ctx->chunks; c; c = c->next) c->used = 0;
     ctx->cur = ctx->chunks;
     ctx->arena_used = 0;
+    ctx->arena_peak = 0;
+}
+
+static void note_peak(tg_ctx *ctx) {
+    size_t in_use = ctx->arena_used + ctx->grad_used;
+    if (in_use > ctx->arena_peak) ctx->arena_peak = in_use;
 }
 
 void *tg_arena_alloc_fn(tg_ctx *ctx, const char *fn, size_t size) {
@@ -193,14 +237,82 @@ void *tg_arena_alloc_fn(tg_ctx *ctx, const char *fn, size_t size) {
     void *p = c->base + c->used;
     c->used += size;
     ctx->arena_used += size;
+    note_peak(ctx);
     TG_UNPOISON(p, asked);
     return p;
 }
 
+void tg_arena_release(tg_ctx *ctx, tg_arena_pos pos) {
+    tg_chunk *c = pos.chunk ? pos.chunk : ctx->chunks;
+    if (!c) return;
+    size_t from = pos.chunk ? pos.used : 0;
+    /* the chunks after pos.chunk were empty at the mark (allocation only moves forward) */
+    for (; c; c = c->next, from = 0) {
+        if (c->used > from) TG_POISON(c->base + from, c->used - from);
+        c->used = from;
+    }
+    ctx->cur = pos.chunk ? pos.chunk : ctx->chunks;
+    ctx->arena_used = pos.arena_used;
+}
+
+/* ---- gradient blocks ------------------------------------------------------ */
+
+tg_tensor *tg_grad_block(tg_ctx *ctx, const char *fn, const tg_tensor *t) {
+    if (!tg_live(ctx)) return NULL;
+    const size_t bytes = (size_t)t->numel * tg_esize(t->dtype);
+    const size_t need = (TG_TENSOR_HEAD + bytes + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN;
+    /* The smallest free block that fits without wasting more than the
+     * gradient itself (so a small gradient never pins a big block). The
+     * free list is short: about as many blocks as gradients are live at
+     * once. */
+    tg_gblock **best = NULL;
+    for (tg_gblock **p = &ctx->gfree; *p; p = &(*p)->next_free)
+        if ((*p)->size >= need && (*p)->size / 2 <= need && (!best || (*p)->size < (*best)->size)) best = p;
+    tg_gblock *b;
+    if (best) {
+        b = *best;
+        *best = b->next_free;
+    } else {
+        b = tg_heap_alloc(ctx, TG_GBLOCK_HEAD + need);
+        if (!b) {
+            tg_error(ctx, TG_ERR_OOM, fn, "out of memory allocating a gradient of %zu bytes", bytes);
+            return NULL;
+        }
+        b->size = need;
+        b->next = NULL;
+        tg_gblock **end = &ctx->gblocks;
+        while (*end) end = &(*end)->next;
+        *end = b;
+        ctx->grad_capacity += need;
+    }
+    b->state = TG_GBLOCK_USED;
+    b->next_free = NULL;
+    ctx->grad_used += b->size;
+    note_peak(ctx);
+    TG_UNPOISON(gblock_tensor(b), TG_TENSOR_HEAD + bytes);
+    tg_tensor *g = tg_tensor_init(ctx, gblock_tensor(b), t->dtype, t->ndim, t->shape, t->numel);
+    if (bytes) memset(g->data, 0, bytes);
+    return g;
+}
+
+bool tg_grad_release(tg_ctx *ctx, tg_tensor *g) {
+    tg_gblock *b = ctx->gblocks;
+    while (b && gblock_tensor(b) != g) b = b->next;
+    if (!b || b->state != TG_GBLOCK_USED) return false;
+    g->epoch_ = TG_EPOCH_RELEASED;
+    TG_POISON(g, b->size);
+    b->state = TG_GBLOCK_FREE;
+    b->next_free = ctx->gfree;
+    ctx->gfree = b;
+    ctx->grad_used -= b->size;
+    return true;
+}
+
 void *tg_arena_alloc(tg_ctx *ctx, size_t size) { return tg_arena_alloc_fn(ctx, "tg_arena_alloc", size); }
 
-size_t tg_arena_capacity(const tg_ctx *ctx) { return ctx ? ctx->arena_capacity : 0; }
-size_t tg_arena_used(const tg_ctx *ctx) { return ctx ? ctx->arena_used : 0; }
+size_t tg_arena_capacity(const tg_ctx *ctx) { return ctx ? ctx->arena_capacity + ctx->grad_capacity : 0; }
+size_t tg_arena_used(const tg_ctx *ctx) { return ctx ? ctx->arena_used + ctx->grad_used : 0; }
+size_t tg_arena_peak(const tg_ctx *ctx) { return ctx ? ctx->arena_peak : 0; }
 size_t tg_arena_quarantined(const tg_ctx *ctx) { return ctx ? ctx->quarantined : 0; }
 
 /* ---- errors ------------------------------------------------------------ */

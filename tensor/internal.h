@@ -22,6 +22,25 @@ typedef struct tg_chunk {
 
 struct tg_node; /* autograd/tape.h */
 
+/* A gradient block: one heap allocation holding a tensor header and its
+ * data, handed out by tg_grad_block and taken back by tg_grad_release
+ * (backward frees an intermediate's gradient once the walk is past it, and
+ * the next gradient of a fitting size reuses it). The context keeps every
+ * block until it is freed; a reset makes them all free again. */
+typedef struct tg_gblock {
+    struct tg_gblock *next;      /* every block of the context */
+    struct tg_gblock *next_free; /* the free list (when state is TG_GBLOCK_FREE) */
+    size_t size;                 /* bytes after this header: the tensor's header and data */
+    int state;                   /* TG_GBLOCK_FREE, _USED or _QUARANTINED */
+} tg_gblock;
+enum { TG_GBLOCK_FREE, TG_GBLOCK_USED, TG_GBLOCK_QUARANTINED };
+/* Bytes of a block's header, before its tensor. */
+#define TG_GBLOCK_HEAD ((sizeof(tg_gblock) + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN)
+
+/* The epoch_ a released gradient's header carries: never a step's, so a use
+ * of it is stale, and tg_stale_error says it was released. */
+#define TG_EPOCH_RELEASED UINT32_MAX
+
 /* The tape: the records of differentiable ops in execution order, and grad
  * mode. autograd/tape.c owns it and is the only reader and writer of these
  * fields; the struct sits here because the context holds it and tensor/
@@ -84,6 +103,13 @@ struct tg_ctx {
     size_t arena_used;     /* bytes handed out since the last reset */
     size_t quarantined;    /* sum of the quarantined chunks' sizes */
     size_t step_high;      /* checked builds: the most bytes one step has used */
+    size_t arena_peak;     /* the most bytes in use at once since the last reset (gradient blocks included) */
+
+    /* gradient blocks (tg_grad_block) */
+    tg_gblock *gblocks;   /* all of them, in the order they were made */
+    tg_gblock *gfree;     /* the free ones, most recently released first */
+    size_t grad_capacity; /* sum of their sizes */
+    size_t grad_used;     /* sum of the sizes of those in use */
 
     /* RNG (Philox4x32-10, see tapegrad.h) */
     uint64_t seed;
@@ -253,6 +279,37 @@ bool tg_check_shape(tg_ctx *ctx, const char *fn, int ndim, const int64_t *shape,
  * ("view" is fn without its tg_ prefix) and returns false. */
 bool tg_infer_shape(tg_ctx *ctx, const char *fn, const tg_tensor *t, int ndim, const int64_t *shape,
                     int64_t out[TG_MAX_DIMS]);
+
+/* A scope of arena scratch: tg_arena_mark notes how far the arena is used;
+ * tg_arena_release gives back everything allocated since (ASan builds
+ * poison it again), so the next allocations reuse that memory. Only for
+ * memory nothing reads after the release: a kernel's workspace, or what a
+ * backward function allocated besides gradients (autograd/tape.c). */
+typedef struct tg_arena_pos {
+    tg_chunk *chunk; /* the chunk being bumped, or NULL for an empty arena */
+    size_t used;     /* its `used` */
+    size_t arena_used;
+} tg_arena_pos;
+static inline tg_arena_pos tg_arena_mark(const tg_ctx *ctx) {
+    return (tg_arena_pos){ctx->cur, ctx->cur ? ctx->cur->used : 0, ctx->arena_used};
+}
+void tg_arena_release(tg_ctx *ctx, tg_arena_pos pos);
+
+/* A zeroed tensor of t's dtype and shape in a gradient block (above): a
+ * free block of a fitting size when there is one, else a new one. NULL and
+ * an error naming fn on failure. tg_grad_of makes every gradient it
+ * creates with it. */
+tg_tensor *tg_grad_block(tg_ctx *ctx, const char *fn, const tg_tensor *t);
+/* Gives g's block back for reuse when g came from tg_grad_block and is in
+ * use (returns false otherwise, doing nothing). g's header is marked
+ * released (TG_EPOCH_RELEASED) and, in ASan builds, poisoned. */
+bool tg_grad_release(tg_ctx *ctx, tg_tensor *g);
+
+/* Initializes the tensor header at mem for (dtype, ndim, shape, numel),
+ * data right after the header rounded up to TG_ALIGN (tg_tensor_head). */
+tg_tensor *tg_tensor_init(const tg_ctx *ctx, void *mem, tg_dtype dtype, int ndim, const int64_t *shape, int64_t numel);
+/* Bytes of a tensor header in the arena: sizeof(tg_tensor) rounded up to TG_ALIGN. */
+#define TG_TENSOR_HEAD ((sizeof(tg_tensor) + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN)
 
 /* A new arena tensor with uninitialized data (NULL and an error on failure). */
 tg_tensor *tg_new_tensor(tg_ctx *ctx, const char *fn, tg_dtype dtype, int ndim, const int64_t *shape);

@@ -149,6 +149,8 @@ bool tg_arena_holds(const tg_ctx *ctx, const void *p) {
     for (int list = 0; list < 2; list++)
         for (const tg_chunk *c = list ? ctx->quarantine : ctx->chunks; c; c = c->next)
             if (q >= c->base && q < c->base + c->size) return true;
+    for (const tg_gblock *b = ctx->gblocks; b; b = b->next)
+        if (q >= (const unsigned char *)b && q < (const unsigned char *)b + TG_GBLOCK_HEAD + b->size) return true;
     return false;
 }
 
@@ -187,6 +189,13 @@ void tg_stale_error(tg_ctx *ctx, const char *fn, const char *what, const tg_tens
         char s[TG_SHAPE_STR];
         snprintf(desc, sizeof desc, "a %s %s tensor", tg_shape_str(s, sizeof s, h.ndim, h.shape),
                  tg_dtype_name(h.dtype));
+    }
+    if (h.epoch_ == TG_EPOCH_RELEASED) {
+        tg_error(ctx, TG_ERR_STATE, fn,
+                 "%s, %s, is the gradient of an intermediate tensor that backward released after the op that "
+                 "read it (pass keep_tape=true to tg_backward_ex to keep intermediate gradients)",
+                 what, desc);
+        return;
     }
     tg_error(ctx, TG_ERR_STATE, fn,
              "%s, %s, is from step %u, before tg_ctx_reset; the context is at step %u (an arena tensor lives "

@@ -52,7 +52,14 @@ tg_tensor *tg_cast(tg_ctx *ctx, tg_tensor *x, tg_dtype dtype);
 void tg_backward(tg_ctx *ctx, tg_tensor *loss);
 /* General form: `grad_out` (same shape as out) seeds the gradient, NULL
  * meaning 1 for a scalar; keep_tape=true keeps the tape for another
- * backward (PyTorch's retain_graph). */
+ * backward (PyTorch's retain_graph).
+ * Memory: unless the tape is kept, the gradient of each intermediate tensor
+ * is released as soon as the op that made it has run its backward (its
+ * grad is NULL afterwards, as PyTorch's non-leaf .grad is None), and what
+ * each op's backward allocated as scratch is given back, so the arena a
+ * backward adds is the gradients live at one point of the walk, not one
+ * per op (tg_arena_peak measures it). With keep_tape=true every
+ * intermediate keeps its grad until the next backward or reset. */
 void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool keep_tape);
 /* Gradients as tensors (PyTorch's torch.autograd.grad): grads[i] = d out /
  * d inputs[i] seeded by grad_out (NULL: 1 for a scalar out), for n >= 1

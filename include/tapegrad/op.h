@@ -45,7 +45,9 @@
  *     guard bytes, compared afterwards (tg_op_apply's records only).
  *
  * The backward runs with grad mode off, so it may use any tapegrad op to
- * compute its gradients (they are arena tensors of this step). */
+ * compute its gradients (they are arena scratch: tg_backward gives the
+ * arena they took back when the backward returns, and releases the output's
+ * gradient too unless the tape is kept -- keep neither). */
 #ifndef TAPEGRAD_OP_H
 #define TAPEGRAD_OP_H
 

@@ -136,10 +136,14 @@ void tg_set_abort_on_error(tg_ctx *ctx, bool on);
 /* A short name for a status, e.g. "shape error". */
 const char *tg_status_name(tg_status status);
 
-/* Bytes the arena holds from the allocator (its footprint), and bytes in use
- * since the last reset. */
+/* Bytes the arena holds from the allocator (its footprint), bytes in use
+ * now, and the most bytes in use at once since the last reset (a step's
+ * high-water mark). Gradients of intermediate tensors count too: backward
+ * releases each once the walk is past the op that reads it, and its
+ * scratch after each op, so the arena in use can fall before a reset. */
 size_t tg_arena_capacity(const tg_ctx *ctx);
 size_t tg_arena_used(const tg_ctx *ctx);
+size_t tg_arena_peak(const tg_ctx *ctx);
 /* Bytes of the capacity held back from reuse since the last reset: in
  * checked builds (TG_CHECKED) the previous step's chunks, so that a tensor
  * kept across tg_ctx_reset keeps its header and is reported; 0 otherwise. */
