@@ -478,6 +478,7 @@ int main(int argc, char **argv) {
     const int64_t batch = o.batch;
     if (is_worker) return worker(&o, &argc, &argv);
 
+    setvbuf(stdout, NULL, _IOLBF, 0); /* each row as it is done, also through scripts/bench.sh's tee */
     char cpu[128];
     const double load0 = bn_loadavg();
     printf("bench_dist: %d samples; %s, %ld cores, load average %.2f; \"others\": the CPUs other jobs took while "

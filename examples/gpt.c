@@ -37,10 +37,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
+#include "common/dist.h"
 #include "common/example.h"
-#include "tapegrad/dist.h"
 
 #define VOCAB 128             /* ASCII */
 #define CHUNK 4096            /* bytes; every SPLIT-th chunk is validation */
@@ -257,15 +256,9 @@ typedef struct run {
     tg_grad_accum *acc; /* folds this process's micro-batches */
 } run;
 
-/* True on every rank when ok is true on every rank (and no context is in
- * error); else false on every rank, and a rank that had not failed itself
- * says which one did (a rank that failed printed its reason where it
- * failed). With one process: ok and the context's state. */
-static bool all_ok(tg_ctx *ctx, const run *r, bool ok) {
-    if (tg_dist_agree(ctx, r->dist, ok)) return true;
-    if (ok) ex_failed(ctx);
-    return false;
-}
+/* ex_dist_agree over the run's processes: true on every rank, or false on
+ * every rank with the reason printed. */
+static bool all_ok(tg_ctx *ctx, const run *r, bool ok) { return ex_dist_agree(ctx, r->dist, ok); }
 
 /* The model's config as stored in --save files and compared on --resume. */
 static void config_text(char *buf, size_t size, const tg_gpt_config *c) {
@@ -445,6 +438,23 @@ static bool check_flags(const tg_gpt_config *c, const run *r) {
     return !bad;
 }
 
+/* True when the flags that decide what each process computes are the
+ * same on every rank (tg_dist_same), else false on every rank with the
+ * reason printed: ranks that disagree would wait for each other forever.
+ * A collective. */
+static bool same_flags(tg_ctx *ctx, const ex_args *args, const run *r) {
+    char flags[512];
+    snprintf(flags, sizeof flags,
+             "steps=%lld stop-after=%lld seed=%llu lr=%.17g %s batch=%lld micro=%lld warmup=%.17g min-lr=%.17g "
+             "weight-decay=%.17g clip=%.17g",
+             (long long)args->steps, (long long)args->stop_after, (unsigned long long)args->seed, args->lr, r->config,
+             (long long)r->batch, (long long)r->micro, r->warmup, r->min_lr, r->weight_decay, r->clip);
+    return tg_dist_same(ctx, r->dist, flags, strlen(flags),
+                        "the flags (--steps, --stop-after, --seed, --lr, --arch, --layers, --heads, --channels, "
+                        "--context, --dtype, --batch, --micro, --warmup, --min-lr, --weight-decay, --clip)") ||
+           !ex_failed(ctx);
+}
+
 int main(int argc, char **argv) {
     ex_args args = {.steps = 1200, .lr = 2e-3, .seed = 1, .out = "out/gpt", .every = 100};
     tg_gpt_config cfg = tg_gpt_defaults(TG_GPT_LLAMA);
@@ -490,35 +500,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "gpt: out of memory\n");
         return 1;
     }
-    /* The processes: a world of one unless mpirun started this one. Only
-     * rank 0 prints; the others' output goes nowhere (errors still go to
-     * stderr from every rank). */
-    if (!(r.dist = tg_dist_init(ctx, &argc, &argv))) {
-        ex_failed(ctx);
+    /* The processes: a world of one unless mpirun started this one; only
+     * rank 0 prints. */
+    if (!(r.dist = ex_dist_join(ctx, &args, &argc, &argv, "gpt"))) {
         tg_ctx_free(ctx);
         return 1;
     }
-    const int nproc = tg_dist_size(r.dist);
     r.lead = tg_dist_rank(r.dist) == 0;
-    if (!r.lead && !freopen("/dev/null", "w", stdout))
-        fprintf(stderr, "gpt: rank %d cannot send its output to /dev/null\n", tg_dist_rank(r.dist));
-    if (nproc > 1 && args.threads == 0) { /* this machine's cores, shared by its processes */
-        long cores = sysconf(_SC_NPROCESSORS_ONLN) / tg_dist_local_size(r.dist);
-        args.threads = cores > 1 ? (int)cores : 1;
-    }
-    ex_setup(ctx, &args);
-    /* The flags that decide what each process computes must be the same
-     * everywhere, or the processes would wait for each other forever. */
-    char settings[512];
-    snprintf(settings, sizeof settings,
-             "steps=%lld stop-after=%lld seed=%llu lr=%.17g %s batch=%lld micro=%lld warmup=%.17g min-lr=%.17g "
-             "weight-decay=%.17g clip=%.17g",
-             (long long)args.steps, (long long)args.stop_after, (unsigned long long)args.seed, args.lr, r.config,
-             (long long)r.batch, (long long)r.micro, r.warmup, r.min_lr, r.weight_decay, r.clip);
-    bool ok = tg_dist_same(ctx, r.dist, settings, strlen(settings),
-                           "the flags (--steps, --stop-after, --seed, --lr, --arch, --layers, --heads, --channels, "
-                           "--context, --dtype, --batch, --micro, --warmup, --min-lr, --weight-decay, --clip)") ||
-              !ex_failed(ctx);
+    const int nproc = tg_dist_size(r.dist);
+    bool ok = same_flags(ctx, &args, &r);
     const int64_t parts = (int64_t)nproc * r.micro;
     if (ok && r.batch < parts) {
         fprintf(stderr, "gpt: a batch of %lld windows cannot make %lld micro-batches (%d process%s x --micro %lld)\n",
