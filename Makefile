@@ -1,7 +1,7 @@
 # Thin wrapper around CMake. The real build is CMakeLists.txt.
 #   make demo      install what is missing, build, train, write the plots
 #   make test      install what is missing, build, run every test (ctest)
-#   make bench     build and run the benchmarks
+#   make bench     build and run the benchmarks (the data-parallel one too when MPI is built)
 #   make sanitize  build with AddressSanitizer + UBSan (build-asan/) and run the tests
 #   make memcheck  build-memcheck/ (portable, -O1 -g), every test under valgrind
 #   make fuzz      run the checkpoint-loader fuzzer (scripts/fuzz.sh)

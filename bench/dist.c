@@ -1,12 +1,12 @@
 /* Data-parallel training speed (tapegrad/dist.h): steps per second of two
- * training steps with Adam on a global batch of B --
- *   the MLP: 784-H-H-10 with RMSNorm, cross-entropy (the step of
+ * training steps on a global batch of B --
+ *   the MLP: 784-H-H-10 with RMSNorm, cross-entropy, Adam (the step of
  *            bench_vs_pytorch's MLP rows), B rows;
- *   the GPT: a small GPT-2-shaped decoder (GPT_L blocks of pre-LayerNorm,
- *            causal tg_attention over GPT_H heads, a GELU MLP of 4C,
- *            residuals; byte vocabulary), B sequences of GPT_T tokens
- *            (the ops a GPT example trains with; examples/gpt.c is its
- *            own program) --
+ *   the GPT: tg_gpt, GPT-2's architecture, with AdamW -- the issue's
+ *            "small" size (6 layers, 6 heads, C 384, T 64; the size of
+ *            bench_vs_pytorch's "GPT-2 step small" row) or, with
+ *            --gpt tiny, examples/gpt's default size (4 layers, 4 heads,
+ *            C 128, T 64) -- B sequences of T tokens --
  * each run as
  *
  *   1 process  x 1 thread                 the baseline
@@ -17,13 +17,22 @@
  *
  * and, for the 2-process run, the time spent in tg_dist_allreduce_grads
  * (including the wait for the slower rank): its share of the whole run,
- * and that share of a median step in ms. Run it as
- *   build-release/bench/bench_dist [--model mlp|gpt|all] [--hidden H] [--batch B] [--samples N]
+ * and that share of a median step in ms. The issue's target: 2 processes
+ * at least 1.7x the steps/s of 1 process x 1 thread on the GPT small step,
+ * on a quiet machine. Run it as
+ *   build-release/bench/bench_dist [--model mlp|gpt|all] [--gpt small|tiny] [--hidden H] [--batch B]
+ *                                  [--samples N]
+ * or as the dist section of `make bench` (scripts/bench.sh --only dist).
  * It starts the 2-process run itself (the launcher CMake found, with
  * --allow-run-as-root as root), as `bench_dist --worker ...` under
  * mpirun; without MPI (TG_MPI=OFF) that row says so. Timings on a shared
- * 2-core machine are noisy: the load average is printed, and only a quiet
- * machine gives two processes two whole cores.
+ * 2-core machine are noisy: only a quiet machine gives two processes two
+ * whole cores. So the header gives the load average, and each row the
+ * CPUs other jobs took while it ran (the machine's busy time from
+ * /proc/stat minus this process's and its children's, the mpirun ranks,
+ * over the wall time); the verdict uses bench_vs_pytorch's thresholds:
+ * quiet when the load average before was under QUIET_LOAD and no row saw
+ * other jobs take more than QUIET_OTHERS CPUs.
  *
  * Every configuration times the same fixed schedule -- 3 warm-up steps,
  * then N samples of K steps, K chosen by rank 0 so that a sample lasts
@@ -33,10 +42,12 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <errno.h>
+#include <math.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -50,20 +61,27 @@ typedef enum kind { MLP, GPT } kind;
 
 typedef struct options {
     kind model;
+    bool tiny; /* --gpt tiny */
     int64_t hidden, batch;
     int samples;
 } options;
 
-/* The GPT step's configuration: a small decoder-only transformer
- * (GPT-2's block: pre-LayerNorm, causal self-attention, a GELU MLP of 4C,
- * residuals) over byte tokens. --batch counts sequences of T tokens. */
-enum { GPT_V = 256, GPT_T = 64, GPT_C = 128, GPT_H = 4, GPT_L = 4 };
+/* bench_vs_pytorch's verdict (its header): a quiet machine had a load
+ * average under this before the run, and other jobs took at most this
+ * many CPUs while ours was timed. */
+#define QUIET_LOAD 1.5
+#define QUIET_OTHERS 0.25
+/* The target for 2 processes on the GPT small step. */
+#define TARGET 1.7
 
-/* One transformer block's layers. */
-typedef struct block {
-    tg_layernorm *ln1, *ln2;
-    tg_linear *q, *k, *v, *proj, *fc, *out;
-} block;
+/* The GPT's size: GPT-2's architecture (tg_gpt) at the issue's "small"
+ * size, or "tiny" (examples/gpt's default). --batch counts sequences of
+ * T tokens over a byte vocabulary of 128. */
+static tg_gpt_config gpt_config(bool tiny) {
+    tg_gpt_config c = tg_gpt_defaults(TG_GPT_GPT2); /* 4 layers, 4 heads, C 128, T 64: tiny */
+    if (!tiny) c.n_layer = 6, c.n_head = 6, c.n_embd = 384;
+    return c;
+}
 
 /* One training setup: the model, its optimizer, the global batch and the
  * rows [start, start + count) this process trains on (MLP: rows of 784
@@ -84,12 +102,9 @@ typedef struct net {
     float *x;   /* (batch, 784) */
     int64_t *y; /* MLP: (batch) labels; GPT: (batch, T) next tokens */
     /* GPT */
-    tg_embedding_layer *wte, *wpe;
-    block h[GPT_L];
-    tg_layernorm *lnf;
-    tg_linear *head;
+    tg_gpt *gpt;
+    int64_t T;
     int64_t *tokens; /* (batch, T) */
-    int64_t pos[GPT_T];
 } net;
 
 static void die(tg_ctx *ctx, const char *what) {
@@ -117,34 +132,18 @@ static void mlp_build(net *m, const options *o) {
 
 static void gpt_build(net *m, const options *o) {
     tg_ctx *ctx = m->ctx;
-    m->wte = ADD(m, tg_embedding_layer_new(ctx, "wte", GPT_V, GPT_C, TG_F32));
-    m->wpe = ADD(m, tg_embedding_layer_new(ctx, "wpe", GPT_T, GPT_C, TG_F32));
-    for (int l = 0; l < GPT_L; l++) {
-        block *b = &m->h[l];
-        char name[32];
-#define NAME(what) (snprintf(name, sizeof name, "h%d.%s", l, what), name)
-        b->ln1 = ADD(m, tg_layernorm_new1(ctx, NAME("ln1"), GPT_C));
-        b->q = ADD(m, tg_linear_new1(ctx, NAME("q"), GPT_C, GPT_C));
-        b->k = ADD(m, tg_linear_new1(ctx, NAME("k"), GPT_C, GPT_C));
-        b->v = ADD(m, tg_linear_new1(ctx, NAME("v"), GPT_C, GPT_C));
-        b->proj = ADD(m, tg_linear_new1(ctx, NAME("proj"), GPT_C, GPT_C));
-        b->ln2 = ADD(m, tg_layernorm_new1(ctx, NAME("ln2"), GPT_C));
-        b->fc = ADD(m, tg_linear_new1(ctx, NAME("fc"), GPT_C, 4 * GPT_C));
-        b->out = ADD(m, tg_linear_new1(ctx, NAME("out"), 4 * GPT_C, GPT_C));
-#undef NAME
-    }
-    m->lnf = ADD(m, tg_layernorm_new1(ctx, "lnf", GPT_C));
-    m->head = ADD(m, tg_linear_new1(ctx, "head", GPT_C, GPT_V));
-    m->tokens = malloc((size_t)o->batch * GPT_T * sizeof *m->tokens);
-    m->y = malloc((size_t)o->batch * GPT_T * sizeof *m->y);
-    if (!m->tokens || !m->y) die(ctx, "out of memory");
+    tg_gpt_config c = gpt_config(o->tiny);
+    m->gpt = tg_gpt_new(ctx, NULL, &c);
+    m->T = c.context;
+    m->tokens = malloc((size_t)(o->batch * m->T) * sizeof *m->tokens);
+    m->y = malloc((size_t)(o->batch * m->T) * sizeof *m->y);
+    if (!m->gpt || !m->tokens || !m->y) die(ctx, "GPT setup");
     /* random bytes; the next token is the target */
     int64_t t = 0;
-    for (int64_t i = 0; i < o->batch * GPT_T; i++) {
+    for (int64_t i = 0; i < o->batch * m->T; i++) {
         m->tokens[i] = t;
-        m->y[i] = t = (int64_t)(tg_rng_uniform(ctx) * GPT_V) % GPT_V;
+        m->y[i] = t = (int64_t)(tg_rng_uniform(ctx) * c.vocab_size) % c.vocab_size;
     }
-    for (int64_t i = 0; i < GPT_T; i++) m->pos[i] = i;
 }
 
 static void net_init(net *m, tg_dist *dist, const options *o, int threads, int micro) {
@@ -154,11 +153,18 @@ static void net_init(net *m, tg_dist *dist, const options *o, int threads, int m
     m->dist = dist;
     m->micro = micro;
     tg_set_threads(ctx, threads);
-    if (o->model == MLP) mlp_build(m, o);
-    else gpt_build(m, o);
-    tg_model_params(ctx, &m->layers, &m->params);
-    tg_adam_opts ao = tg_adam_defaults();
-    m->opt = tg_adam_new(ctx, &m->params, &ao);
+    if (o->model == MLP) {
+        mlp_build(m, o);
+        tg_model_params(ctx, &m->layers, &m->params);
+        tg_adam_opts ao = tg_adam_defaults();
+        m->opt = tg_adam_new(ctx, &m->params, &ao);
+    } else {
+        gpt_build(m, o);
+        tg_module_params(ctx, TG_MODULE(m->gpt), &m->params);
+        tg_adam_opts ao = tg_adamw_defaults();
+        ao.lr = 3e-3, ao.beta2 = 0.99, ao.weight_decay = 0.1; /* bench_vs_pytorch's GPT rows */
+        m->opt = tg_adamw_new(ctx, &m->params, &ao);
+    }
     if (micro > 1) m->acc = tg_grad_accum_new(ctx, &m->params);
     /* the global batch (the same in every process) and this process's part */
     m->batch = o->batch;
@@ -171,6 +177,7 @@ static void net_free(net *m) {
     tg_optim_free(m->ctx, m->opt);
     tg_params_free(&m->params);
     tg_model_free(m->ctx, &m->layers);
+    if (m->gpt) tg_module_free(m->ctx, TG_MODULE(m->gpt));
     free(m->x);
     free(m->y);
     free(m->tokens);
@@ -186,43 +193,12 @@ static tg_tensor *mlp_loss(net *m, int64_t start, int64_t count) {
     return tg_cross_entropy(ctx, tg_linear_forward(ctx, m->fc3, h), m->y + start, NULL);
 }
 
-/* (n, T, C) -> (n, H, T, C/H): the heads as a batch dim, and back. */
-static tg_tensor *heads(tg_ctx *ctx, tg_tensor *x, int64_t n) {
-    return tg_transpose_dims(ctx, tg_reshape(ctx, x, 4, (int64_t[]){n, GPT_T, GPT_H, GPT_C / GPT_H}), 1, 2);
-}
-static tg_tensor *merge_heads(tg_ctx *ctx, tg_tensor *x, int64_t n) {
-    return tg_reshape(ctx, tg_transpose_dims(ctx, x, 1, 2), 3, (int64_t[]){n, GPT_T, GPT_C});
-}
-
-/* The GPT's mean next-token loss over sequences [start, start + count):
- *   x = wte[tokens] + wpe[0..T-1]
- *   each block: x = x + proj(attention(q, k, v of ln1(x), causal))
- *               x = x + out(gelu(fc(ln2(x))))
- *   loss = cross_entropy(head(lnf(x)), next tokens) */
-static tg_tensor *gpt_loss(net *m, int64_t start, int64_t count) {
-    tg_ctx *ctx = m->ctx;
-    tg_tensor *x =
-        tg_add(ctx, tg_embedding_layer_forward(ctx, m->wte, 2, (int64_t[]){count, GPT_T}, m->tokens + start * GPT_T),
-               tg_embedding_layer_forward(ctx, m->wpe, 1, (int64_t[]){GPT_T}, m->pos));
-    for (int l = 0; l < GPT_L; l++) {
-        const block *b = &m->h[l];
-        tg_tensor *a = tg_layernorm_forward(ctx, b->ln1, x);
-        tg_tensor *att = tg_attention(ctx, heads(ctx, tg_linear_forward(ctx, b->q, a), count),
-                                      heads(ctx, tg_linear_forward(ctx, b->k, a), count),
-                                      heads(ctx, tg_linear_forward(ctx, b->v, a), count), true, 0);
-        x = tg_add(ctx, x, tg_linear_forward(ctx, b->proj, merge_heads(ctx, att, count)));
-        tg_tensor *f = tg_gelu(ctx, tg_linear_forward(ctx, b->fc, tg_layernorm_forward(ctx, b->ln2, x)), true);
-        x = tg_add(ctx, x, tg_linear_forward(ctx, b->out, f));
-    }
-    tg_tensor *logits = tg_linear_forward(ctx, m->head, tg_layernorm_forward(ctx, m->lnf, x));
-    return tg_cross_entropy(ctx, tg_reshape(ctx, logits, 2, (int64_t[]){count * GPT_T, GPT_V}), m->y + start * GPT_T,
-                            NULL);
-}
-
 /* Forward and backward of rows [start, start + count): the grads of their
  * mean loss. */
 static void net_backward(net *m, int64_t start, int64_t count) {
-    tg_tensor *loss = m->model == MLP ? mlp_loss(m, start, count) : gpt_loss(m, start, count);
+    tg_tensor *loss = m->model == MLP
+                          ? mlp_loss(m, start, count)
+                          : tg_gpt_loss(m->ctx, m->gpt, count, m->T, m->tokens + start * m->T, m->y + start * m->T);
     tg_optim_zero_grad(m->ctx, m->opt);
     tg_backward(m->ctx, loss);
 }
@@ -318,7 +294,7 @@ static bool run_two(const options *o, double *rate, double *ar, char *why, size_
     snprintf(hidden, sizeof hidden, "%lld", (long long)o->hidden);
     snprintf(batch, sizeof batch, "%lld", (long long)o->batch);
     snprintf(samples, sizeof samples, "%d", o->samples);
-    char *args[20];
+    char *args[24];
     int a = 0;
     args[a++] = TG_MPIEXEC;
     args[a++] = "-np";
@@ -329,6 +305,8 @@ static bool run_two(const options *o, double *rate, double *ar, char *why, size_
     args[a++] = "--worker";
     args[a++] = "--model";
     args[a++] = o->model == MLP ? "mlp" : "gpt";
+    args[a++] = "--gpt";
+    args[a++] = o->tiny ? "tiny" : "small";
     args[a++] = "--hidden";
     args[a++] = hidden;
     args[a++] = "--batch";
@@ -382,38 +360,93 @@ static double local_rate(const options *o, int threads, int micro) {
     return rate;
 }
 
+/* CPU seconds this process and its waited-for children (the mpirun run)
+ * have used. */
+static double own_cpu(void) {
+    struct rusage ru;
+    double s = bn_process_cpu();
+    if (getrusage(RUSAGE_CHILDREN, &ru) == 0)
+        s += (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+             1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+    return s;
+}
+
+/* The most CPUs other jobs took during any configuration (NaN: unknown). */
+static double others_max = NAN;
+
+/* A moment: the wall clock, the machine's busy CPU seconds, ours. */
+typedef struct meter {
+    double wall, busy, ours;
+} meter;
+static meter meter_now(void) { return (meter){bn_now(), bn_machine_busy(), own_cpu()}; }
+
+/* The CPUs other jobs took from a to b (NaN when /proc/stat is unreadable),
+ * noted in others_max. */
+static double others_since(const meter *a) {
+    const meter b = meter_now();
+    if (a->busy < 0 || b.busy < 0 || b.wall <= a->wall) return NAN;
+    double o = ((b.busy - a->busy) - (b.ours - a->ours)) / (b.wall - a->wall);
+    o = o > 0 ? o : 0;
+    if (!(others_max >= o)) others_max = o;
+    return o;
+}
+
 static int usage(FILE *f, int status) {
-    fprintf(f, "usage: bench_dist [--model mlp|gpt|all] [--hidden H] [--batch B] [--samples N]\n"
+    fprintf(f, "usage: bench_dist [--model mlp|gpt|all] [--gpt small|tiny] [--hidden H] [--batch B] [--samples N]\n"
                "Steps/s of a training step (the MLP, the GPT or both): 1 process with 1 or 2 threads, with 2\n"
-               "micro-batches, and 2 processes of 1 thread under mpirun (defaults: all, H 256, B 256 rows for\n"
-               "the MLP and 16 sequences for the GPT, 9 samples).\n");
+               "micro-batches, and 2 processes of 1 thread under mpirun (defaults: all, the GPT small, H 256,\n"
+               "B 256 rows for the MLP and 8 sequences for the GPT, 9 samples).\n");
     return status;
 }
 
-/* The four configurations of one model, as rows of the table. */
-static void bench_model(const options *o) {
-    if (o->model == MLP)
+/* One row: its configuration, steps/s, the ratio to 1 x 1 and the CPUs
+ * other jobs took while it ran; tail: what else to say. */
+static void print_row(const char *what, double rate, double base, double others, const char *tail) {
+    char rs[32], ratio[32];
+    snprintf(rs, sizeof rs, rate > 0 ? "%.2f" : "-", rate);
+    snprintf(ratio, sizeof ratio, rate > 0 ? "%.2fx" : "-", rate / base);
+    printf("%-40s %9s %8s %7.2f  %s\n", what, rs, ratio, others, tail);
+}
+
+/* The four configurations of one model, as rows of the table; returns
+ * 2 processes' steps/s over 1 x 1's (0 without the 2-process run). */
+static double bench_model(const options *o) {
+    if (o->model == MLP) {
         printf("\nMLP 784-%lld-%lld-10 (RMSNorm, Adam), global batch %lld rows\n", (long long)o->hidden,
                (long long)o->hidden, (long long)o->batch);
-    else
-        printf("\nGPT: %d layers, %d heads, C %d, T %d, vocab %d (LayerNorm, causal attention, GELU, Adam), "
-               "global batch %lld sequences\n",
-               GPT_L, GPT_H, GPT_C, GPT_T, GPT_V, (long long)o->batch);
+    } else {
+        tg_gpt_config c = gpt_config(o->tiny);
+        printf("\nGPT %s: GPT-2, %lld layers, %lld heads, C %lld, T %lld, vocab %lld (AdamW), global batch %lld "
+               "sequences\n",
+               o->tiny ? "tiny" : "small", (long long)c.n_layer, (long long)c.n_head, (long long)c.n_embd,
+               (long long)c.context, (long long)c.vocab_size, (long long)o->batch);
+    }
+    double others[4];
+    meter t = meter_now();
     double base = local_rate(o, 1, 1);
+    others[0] = others_since(&t);
+    t = meter_now();
     double micro = local_rate(o, 1, 2);
+    others[1] = others_since(&t);
+    t = meter_now();
     double two_threads = local_rate(o, 2, 1);
+    others[2] = others_since(&t);
     double two_procs = 0, ar = 0;
-    char why[256] = "";
+    char why[256] = "", tail[320];
+    t = meter_now();
     bool have_two = run_two(o, &two_procs, &ar, why, sizeof why);
+    others[3] = others_since(&t);
 
-    printf("%-44s %10s %9s %s\n", "configuration", "steps/s", "vs 1x1", "all-reduce per step");
-    printf("%-44s %10.1f %8.2fx\n", "1 process x 1 thread", base, 1.0);
-    printf("%-44s %10.1f %8.2fx\n", "1 process x 1 thread, 2 micro-batches", micro, micro / base);
-    printf("%-44s %10.1f %8.2fx\n", "1 process x 2 threads", two_threads, two_threads / base);
+    printf("%-40s %9s %8s %7s  %s\n", "configuration", "steps/s", "vs 1x1", "others", "all-reduce per step");
+    print_row("1 process x 1 thread", base, base, others[0], "");
+    print_row("1 process x 1 thread, 2 micro-batches", micro, base, others[1], "");
+    print_row("1 process x 2 threads", two_threads, base, others[2], "");
     if (have_two)
-        printf("%-44s %10.1f %8.2fx %.3f ms (%.1f%% of the time)\n", "2 processes x 1 thread (mpirun -np 2)", two_procs,
-               two_procs / base, ar / two_procs * 1e3, 100 * ar);
-    else printf("%-44s %10s %9s %s\n", "2 processes x 1 thread (mpirun -np 2)", "-", "-", why);
+        snprintf(tail, sizeof tail, "%.3f ms (%.1f%% of the time); %.2fx 1 process x 2 threads", ar / two_procs * 1e3,
+                 100 * ar, two_procs / two_threads);
+    else snprintf(tail, sizeof tail, "%s", why);
+    print_row("2 processes x 1 thread (mpirun -np 2)", have_two ? two_procs : 0, base, others[3], tail);
+    return have_two ? two_procs / base : 0;
 }
 
 int main(int argc, char **argv) {
@@ -428,6 +461,10 @@ int main(int argc, char **argv) {
             all = strcmp(name, "all") == 0;
             if (strcmp(name, "gpt") == 0) o.model = GPT;
             else if (!all && strcmp(name, "mlp") != 0) return usage(stderr, 2);
+        } else if (strcmp(argv[i], "--gpt") == 0 && i + 1 < argc) {
+            const char *size = argv[++i];
+            o.tiny = strcmp(size, "tiny") == 0;
+            if (!o.tiny && strcmp(size, "small") != 0) return usage(stderr, 2);
         } else if (i + 1 < argc && sscanf(argv[i + 1], "%lld", &v) == 1 && v > 0) {
             if (strcmp(argv[i], "--hidden") == 0) o.hidden = v;
             else if (strcmp(argv[i], "--batch") == 0 && v >= 2) o.batch = v;
@@ -441,15 +478,35 @@ int main(int argc, char **argv) {
     const int64_t batch = o.batch;
     if (is_worker) return worker(&o, &argc, &argv);
 
+    setvbuf(stdout, NULL, _IOLBF, 0); /* each row as it is done, also through scripts/bench.sh's tee */
     char cpu[128];
-    printf("bench_dist: %d samples; %s, %ld cores, load %.2f\n", o.samples, bn_cpu_name(cpu, sizeof cpu),
-           sysconf(_SC_NPROCESSORS_ONLN), bn_loadavg());
+    const double load0 = bn_loadavg();
+    printf("bench_dist: %d samples; %s, %ld cores, load average %.2f; \"others\": the CPUs other jobs took while "
+           "a row ran\n",
+           o.samples, bn_cpu_name(cpu, sizeof cpu), sysconf(_SC_NPROCESSORS_ONLN), load0);
+    double gpt_speedup = -1;
     for (int k = MLP; k <= GPT; k++) {
         if (!all && k != (int)o.model) continue;
         o.model = (kind)k;
-        o.batch = batch ? batch : k == MLP ? 256 : 16;
-        bench_model(&o);
+        o.batch = batch ? batch : k == MLP ? 256 : 8;
+        const double x = bench_model(&o);
+        if (k == GPT) gpt_speedup = x;
     }
-    printf("\nload after: %.2f\n", bn_loadavg());
+    const double load1 = bn_loadavg();
+    const bool quiet = load0 < QUIET_LOAD && !(others_max > QUIET_OTHERS);
+    printf("\nmachine: load average %.2f before, %.2f after; other jobs took at most %.2f CPUs during a row -> %s\n",
+           load0, load1, others_max,
+           quiet ? "quiet"
+                 : "NOT QUIET: processes and threads share the cores with other jobs, so the 2-process and 2-thread "
+                   "rows are unreliable");
+    if (gpt_speedup > 0)
+        printf("target: 2 processes >= %.1fx 1 process x 1 thread on the GPT %s step (a quiet machine): %.2fx -> %s\n",
+               TARGET, o.tiny ? "tiny" : "small", gpt_speedup,
+               gpt_speedup >= TARGET ? (quiet ? "met" : "met, on a machine that was not quiet (rerun on a quiet one)")
+               : quiet               ? "NOT MET"
+                                     : "not met, on a machine that was not quiet (rerun on a quiet one)");
+    else if (gpt_speedup == 0)
+        printf("target: 2 processes >= %.1fx on the GPT %s step: not measured (no 2-process run)\n", TARGET,
+               o.tiny ? "tiny" : "small");
     return 0;
 }

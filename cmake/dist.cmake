@@ -29,6 +29,7 @@ endif()
 
 # The programs that train across processes.
 target_link_libraries(spiral PRIVATE tapegrad_dist)
+target_link_libraries(gpt PRIVATE tapegrad_dist)
 target_link_libraries(bench_dist PRIVATE tapegrad_dist)
 if(TG_MPI)
   # bench_dist starts its 2-process run itself, with this launcher.

@@ -17,7 +17,16 @@
  *
  * Prints the model, progress (loss, validation loss, tokens/s, ETA),
  * writes OUT/loss.png (train and validation loss) and prints --sample N
- * bytes of generated text at the end. */
+ * bytes of generated text at the end.
+ *
+ * Batches and processes (tapegrad/dist.h, docs/distributed.md): each
+ * step's global batch of --batch windows is split into micro-batches,
+ * --micro K per process and, under `mpirun -np P`, P processes; each
+ * micro-batch's gradient is folded in order (the gradient accumulator, then
+ * the all-reduce in rank order), so P processes give bitwise the
+ * parameters of one process with --micro P. Every process reads the same
+ * text, builds the same model from the seed and continues from rank 0's
+ * state; only rank 0 prints, logs, evaluates, plots, saves and samples. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <dirent.h>
@@ -29,6 +38,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "common/dist.h"
 #include "common/example.h"
 
 #define VOCAB 128             /* ASCII */
@@ -239,8 +249,16 @@ static void sample(tg_ctx *ctx, tg_gpt *g, int64_t n, double temperature) {
 typedef struct run {
     int64_t batch, eval_every, sample;
     double warmup, min_lr, weight_decay, clip, temperature;
-    char config[256]; /* the model's config as text, kept in checkpoints */
+    char config[256];   /* the model's config as text, kept in checkpoints */
+    int64_t micro;      /* --micro: micro-batches per process */
+    tg_dist *dist;      /* the processes (a world of one without mpirun) */
+    bool lead;          /* rank 0: the one that prints, logs, evaluates, saves */
+    tg_grad_accum *acc; /* folds this process's micro-batches */
 } run;
+
+/* ex_dist_agree over the run's processes: true on every rank, or false on
+ * every rank with the reason printed. */
+static bool all_ok(tg_ctx *ctx, const run *r, bool ok) { return ex_dist_agree(ctx, r->dist, ok); }
 
 /* The model's config as stored in --save files and compared on --resume. */
 static void config_text(char *buf, size_t size, const tg_gpt_config *c) {
@@ -291,59 +309,101 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Trains from step start + 1 to the last step; OUT/train.dat gets every
- * step's batch loss, OUT/val.dat the validation loss every eval_every
- * steps (and at the first and last). */
+/* One step's gradient, into the grads: this process's micro-batches of the
+ * global batch of B windows (rank r's k-th is part r K + k of P K,
+ * tg_dist_split), each folded into the accumulator with weight
+ * (its windows) / B, then the processes' sums folded in rank order; *loss
+ * is the global batch's mean loss, folded the same way. Window i of the
+ * batch starts where the RNG's number at position i of the step's draws
+ * says (tg_dist_draw), and every process moves the RNG past the whole
+ * batch: the global batch is the same whatever P and K. A collective:
+ * every rank reaches the all-reduces, also one in error (which then fails
+ * them on every rank). idx, tgt: B T entries; starts: B. */
+static bool step_gradient(tg_ctx *ctx, const run *r, tg_gpt *g, tg_params *params, tg_optim *opt, const text *tr,
+                          int64_t *idx, int64_t *tgt, int64_t *starts, double *loss) {
+    const int64_t B = r->batch, T = g->config.context;
+    const int parts = tg_dist_size(r->dist) * (int)r->micro;
+    uint64_t seed, base;
+    tg_rng_state(ctx, &seed, &base);
+    *loss = 0;
+    for (int k = 0; k < (int)r->micro; k++) {
+        int64_t start, count;
+        tg_dist_split(B, parts, tg_dist_rank(r->dist) * (int)r->micro + k, &start, &count);
+        if (!tg_dist_draw(ctx, tr->n - T - 1, start, count, starts)) break;
+        fill_batch(tr, count, T, starts, idx, tgt);
+        tg_tensor *l = tg_gpt_loss(ctx, g, count, T, idx, tgt);
+        tg_optim_zero_grad(ctx, opt);
+        tg_backward(ctx, l);
+        /* the fold of tg_grad_accum_add, for the loss: w l, then + w l */
+        const double w = (double)count / (double)B, t = w * tg_get_flat(ctx, l, 0);
+        tg_grad_accum_add(ctx, r->acc, w);
+        *loss = k == 0 ? t : *loss + t;
+        tg_ctx_reset(ctx);
+    }
+    tg_rng_set_state(ctx, seed, base + (uint64_t)B);
+    tg_grad_accum_finish(ctx, r->acc);
+    bool ok = tg_dist_allreduce_f64(ctx, r->dist, loss, 1, 1.0);
+    return tg_dist_allreduce_grads(ctx, r->dist, params, 1.0) && ok;
+}
+
+/* Trains from step start + 1 to the last step; rank 0 logs every step's
+ * batch loss to OUT/train.dat and the validation loss every eval_every
+ * steps (and at the first and last) to OUT/val.dat. A collective. */
 static bool train(tg_ctx *ctx, const ex_args *args, const run *r, tg_gpt *g, tg_params *params, tg_optim *opt,
                   const text *tr, const text *val, int64_t start, double *loss_value, double *val_loss) {
     const char *tcols[] = {"step", "train_loss"}, *vcols[] = {"step", "val_loss"};
     tg_plot *tlog = NULL, *vlog = NULL;
-    if (!ex_log_open(&tlog, args, "train", 2, tcols, start) || !ex_log_open(&vlog, args, "val", 2, vcols, start)) {
-        ex_log_close(&tlog);
-        return false;
-    }
+    bool ok = !r->lead ||
+              (ex_log_open(&tlog, args, "train", 2, tcols, start) && ex_log_open(&vlog, args, "val", 2, vcols, start));
     const int64_t B = r->batch, T = g->config.context;
     int64_t *idx = malloc((size_t)(B * T) * sizeof *idx), *tgt = malloc((size_t)(B * T) * sizeof *tgt);
     int64_t *starts = malloc((size_t)B * sizeof *starts);
+    if (ok && !(idx && tgt && starts)) {
+        fprintf(stderr, "gpt: out of memory for a batch of %lld x %lld tokens\n", (long long)B, (long long)T);
+        ok = false;
+    }
+    ok = all_ok(ctx, r, ok);
     tg_progress progress;
-    tg_progress_init(&progress, stdout, args->steps, args->every);
+    tg_progress_init(&progress, r->lead ? stdout : NULL, args->steps, args->every);
     tg_progress_set_mode(&progress, TG_PROGRESS_PLAIN);
     tg_progress_resume(&progress, start);
-    bool ok = idx && tgt && starts;
     double t0 = now();
     int64_t done = 0;
     for (int64_t step = start + 1; step <= ex_last_step(args) && ok; step++) {
-        for (int64_t b = 0; b < B; b++) /* random windows, from the seeded RNG */
-            starts[b] = (int64_t)(tg_rng_uniform(ctx) * (double)(tr->n - T - 1));
-        fill_batch(tr, B, T, starts, idx, tgt);
-        tg_optim_zero_grad(ctx, opt);
-        tg_tensor *loss = tg_gpt_loss(ctx, g, B, T, idx, tgt);
-        tg_backward(ctx, loss);
+        double loss;
+        const bool reduced = step_gradient(ctx, r, g, params, opt, tr, idx, tgt, starts, &loss);
         double gnorm = r->clip > 0 ? tg_clip_grad_norm(ctx, params, r->clip) : tg_grad_norm(ctx, params);
         double lr = tg_optim_lr(opt);
         tg_optim_step(ctx, opt);
-        if (ex_failed(ctx)) break;
-        *loss_value = tg_get_flat(ctx, loss, 0);
+        if (!reduced) { /* every rank failed the all-reduce, with the reason */
+            ex_failed(ctx);
+            ok = false;
+            break;
+        }
+        *loss_value = loss;
         tg_ctx_reset(ctx);
         done++;
-        ok = ex_log_row(&tlog, (double[]){(double)step, *loss_value});
-        tg_progress_update(&progress, step, *loss_value, lr, gnorm);
-        if (ok && (step == 1 || step % r->eval_every == 0 || step == args->steps)) {
-            *val_loss = evaluate(ctx, g, val, B, T, idx, tgt, starts);
-            ok = ex_log_row(&vlog, (double[]){(double)step, *val_loss});
-            double sec = now() - t0;
-            printf("step %lld: train loss %.4f, val loss %.4f, %.0f tokens/s\n", (long long)step, *loss_value,
-                   *val_loss, sec > 0 ? (double)(done * B * T) / sec : 0.0);
-            fflush(stdout);
+        if (r->lead && tg_ok(ctx)) {
+            ok = ex_log_row(&tlog, (double[]){(double)step, *loss_value});
+            tg_progress_update(&progress, step, *loss_value, lr, gnorm);
+            if (ok && (step == 1 || step % r->eval_every == 0 || step == args->steps)) {
+                *val_loss = evaluate(ctx, g, val, B, T, idx, tgt, starts);
+                ok = ex_log_row(&vlog, (double[]){(double)step, *val_loss});
+                double sec = now() - t0;
+                printf("step %lld: train loss %.4f, val loss %.4f, %.0f tokens/s\n", (long long)step, *loss_value,
+                       *val_loss, sec > 0 ? (double)(done * B * T) / sec : 0.0);
+                fflush(stdout);
+            }
         }
+        ok = all_ok(ctx, r, ok); /* rank 0's writes, and any rank's error */
     }
     tg_progress_finish(&progress);
     free(idx);
     free(tgt);
     free(starts);
-    ok = ok && tg_ok(ctx);
     ok = ex_log_close(&tlog) && ok;
-    return ex_log_close(&vlog) && ok;
+    ok = ex_log_close(&vlog) && ok;
+    return all_ok(ctx, r, ok);
 }
 
 /* Flags past ex_parse's checks: the values the model needs. Prints the
@@ -364,6 +424,8 @@ static bool check_flags(const tg_gpt_config *c, const run *r) {
                  (long long)c->n_embd, (long long)c->n_head, (long long)(c->n_embd / c->n_head)),
             bad = msg;
     else if (r->batch < 1) snprintf(msg, sizeof msg, "--batch %lld must be >= 1", (long long)r->batch), bad = msg;
+    else if (r->micro < 1 || r->micro > 1000000)
+        snprintf(msg, sizeof msg, "--micro %lld must be in 1..1000000", (long long)r->micro), bad = msg;
     else if (r->eval_every < 1)
         snprintf(msg, sizeof msg, "--eval-every %lld must be >= 1", (long long)r->eval_every), bad = msg;
     else if (!(r->temperature > 0))
@@ -376,6 +438,23 @@ static bool check_flags(const tg_gpt_config *c, const run *r) {
     return !bad;
 }
 
+/* True when the flags that decide what each process computes are the
+ * same on every rank (tg_dist_same), else false on every rank with the
+ * reason printed: ranks that disagree would wait for each other forever.
+ * A collective. */
+static bool same_flags(tg_ctx *ctx, const ex_args *args, const run *r) {
+    char flags[512];
+    snprintf(flags, sizeof flags,
+             "steps=%lld stop-after=%lld seed=%llu lr=%.17g %s batch=%lld micro=%lld warmup=%.17g min-lr=%.17g "
+             "weight-decay=%.17g clip=%.17g",
+             (long long)args->steps, (long long)args->stop_after, (unsigned long long)args->seed, args->lr, r->config,
+             (long long)r->batch, (long long)r->micro, r->warmup, r->min_lr, r->weight_decay, r->clip);
+    return tg_dist_same(ctx, r->dist, flags, strlen(flags),
+                        "the flags (--steps, --stop-after, --seed, --lr, --arch, --layers, --heads, --channels, "
+                        "--context, --dtype, --batch, --micro, --warmup, --min-lr, --weight-decay, --clip)") ||
+           !ex_failed(ctx);
+}
+
 int main(int argc, char **argv) {
     ex_args args = {.steps = 1200, .lr = 2e-3, .seed = 1, .out = "out/gpt", .every = 100};
     tg_gpt_config cfg = tg_gpt_defaults(TG_GPT_LLAMA);
@@ -386,7 +465,8 @@ int main(int argc, char **argv) {
              .min_lr = 1e-4,
              .weight_decay = 0.1,
              .clip = 1.0,
-             .temperature = 0.8};
+             .temperature = 0.8,
+             .micro = 1};
     const char *arch = "llama", *dtype = "f32", *data = NULL;
     static const char *const archs[] = {"llama", "gpt2", NULL}, *const dtypes[] = {"f32", "f64", NULL};
     ex_flag extra[] = {
@@ -395,7 +475,8 @@ int main(int argc, char **argv) {
         {"heads", EX_INT, &cfg.n_head, "attention heads, dividing --channels (default 4)", NULL},
         {"channels", EX_INT, &cfg.n_embd, "width C of the model (default 128)", NULL},
         {"context", EX_INT, &cfg.context, "bytes the model sees: positions T (default 64)", NULL},
-        {"batch", EX_INT, &r.batch, "windows per step (default 8)", NULL},
+        {"batch", EX_INT, &r.batch, "windows per step: the global batch (default 8)", NULL},
+        {"micro", EX_INT, &r.micro, "micro-batches per process, gradients accumulated (default 1)", NULL},
         {"warmup", EX_DBL, &r.warmup, "steps of linear lr warmup, then cosine decay (default 50)", NULL},
         {"min-lr", EX_DBL, &r.min_lr, "the lr the cosine ends at (default 1e-4)", NULL},
         {"weight-decay", EX_DBL, &r.weight_decay, "AdamW's decoupled weight decay (default 0.1)", NULL},
@@ -414,9 +495,32 @@ int main(int argc, char **argv) {
     if (!check_flags(&cfg, &r)) return 2;
     config_text(r.config, sizeof r.config, &cfg);
 
+    tg_ctx *ctx = tg_ctx_new(args.seed);
+    if (!ctx) {
+        fprintf(stderr, "gpt: out of memory\n");
+        return 1;
+    }
+    /* The processes: a world of one unless mpirun started this one; only
+     * rank 0 prints. */
+    if (!(r.dist = ex_dist_join(ctx, &args, &argc, &argv, "gpt"))) {
+        tg_ctx_free(ctx);
+        return 1;
+    }
+    r.lead = tg_dist_rank(r.dist) == 0;
+    const int nproc = tg_dist_size(r.dist);
+    bool ok = same_flags(ctx, &args, &r);
+    const int64_t parts = (int64_t)nproc * r.micro;
+    if (ok && r.batch < parts) {
+        fprintf(stderr, "gpt: a batch of %lld windows cannot make %lld micro-batches (%d process%s x --micro %lld)\n",
+                (long long)r.batch, (long long)parts, nproc, nproc > 1 ? "es" : "", (long long)r.micro);
+        tg_dist_free(r.dist);
+        tg_ctx_free(ctx);
+        return 2;
+    }
+
     text all = {0}, tr = {0}, val = {0};
     int64_t dropped = 0;
-    bool ok = data ? read_text(data, true, &all, &dropped) : read_fortunes(&all, &dropped);
+    ok = ok && (data ? read_text(data, true, &all, &dropped) : read_fortunes(&all, &dropped));
     ok = ok && split_text(&all, &tr, &val);
     if (ok && (tr.n < cfg.context + 2 || val.n < cfg.context + 2)) {
         fprintf(stderr,
@@ -426,17 +530,15 @@ int main(int argc, char **argv) {
                 (long long)cfg.context + 1);
         ok = false;
     }
-    tg_ctx *ctx = ok ? tg_ctx_new(args.seed) : NULL;
-    if (ok && !ctx) {
-        fprintf(stderr, "gpt: out of memory\n");
-        ok = false;
-    }
+    /* every rank trains on the same text (a file of the same path may
+     * differ between machines) */
+    ok = all_ok(ctx, &r, ok) &&
+         (tg_dist_same(ctx, r.dist, all.bytes, (size_t)all.n, "the texts (--data)") || !ex_failed(ctx));
     tg_gpt *g = NULL;
     tg_params params = {0};
     tg_optim *opt = NULL;
     int64_t start = 0;
     if (ok) {
-        ex_setup(ctx, &args);
         printf("%lld bytes of text from %s (%lld training, %lld validation)", (long long)all.n, data ? data : FORTUNES,
                (long long)tr.n, (long long)val.n);
         if (dropped) printf("; %lld bytes that are not ASCII text dropped", (long long)dropped);
@@ -461,16 +563,34 @@ int main(int argc, char **argv) {
                              .start_factor = r.warmup >= 1 ? 1.0 / r.warmup : 1.0,
                              .min_lr = r.min_lr < args.lr ? r.min_lr : args.lr};
         tg_optim_set_schedule(ctx, opt, &sched);
+        r.acc = tg_grad_accum_new(ctx, &params);
         part.optim = opt;
         ok = !ex_failed(ctx);
     }
-    if (ok) {
+    if (ok) { /* every rank reads its own copy of the file */
         rc = resume(ctx, &args, &r, &part, &start);
         ok = rc < 0;
     }
+    /* Every process continues from rank 0's state: the parameters, the
+     * optimizer and the RNG (the same everywhere when built from the seed;
+     * after --resume, what rank 0 loaded). Collectives: reached by every
+     * rank, also one that failed (the failure then ends every rank). */
+    if (all_ok(ctx, &r, ok)) {
+        ok = tg_dist_broadcast_params(ctx, r.dist, &params) && tg_dist_broadcast_optim(ctx, r.dist, opt) &&
+             tg_dist_broadcast_rng(ctx, r.dist);
+        if (!ok) ex_failed(ctx);
+    } else {
+        ok = false;
+    }
+    if (ok) start = tg_optim_steps(opt);
+    if (ok && (nproc > 1 || r.micro > 1))
+        printf("gpt: %d process%s (%s), %d thread%s each; a global batch of %lld windows in %lld micro-batch%s\n",
+               nproc, nproc > 1 ? "es" : "", tg_dist_backend(r.dist), tg_threads(ctx), tg_threads(ctx) > 1 ? "s" : "",
+               (long long)r.batch, (long long)parts, parts > 1 ? "es" : "");
     double loss_value = NAN, val_loss = NAN;
     ok = ok && train(ctx, &args, &r, g, &params, opt, &tr, &val, start, &loss_value, &val_loss);
-    if (ok) {
+    const bool trained = ok; /* the same on every rank */
+    if (ok && r.lead) {
         char title[320];
         snprintf(title, sizeof title, "gpt (%s): cross-entropy per byte", r.config);
         bool plotted = ex_plot_train_val(&args, title);
@@ -478,14 +598,18 @@ int main(int argc, char **argv) {
                val_loss, unigram_loss(&tr, &val), log((double)VOCAB));
         ok = save(ctx, &args, &r, &part) && plotted;
     }
-    if (ok && r.sample > 0) {
+    if (ok && r.lead && r.sample > 0) {
         printf("sampled text (temperature %g):\n", r.temperature);
         sample(ctx, g, r.sample, r.temperature);
         ok = !ex_failed(ctx);
     }
+    /* every rank ends with rank 0's status */
+    if (trained) ok = all_ok(ctx, &r, ok);
+    tg_grad_accum_free(ctx, r.acc);
     tg_optim_free(ctx, opt);
     tg_params_free(&params);
     if (g) tg_module_free(ctx, TG_MODULE(g));
+    tg_dist_free(r.dist);
     tg_ctx_free(ctx);
     free(all.bytes);
     free(tr.bytes);

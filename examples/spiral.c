@@ -26,8 +26,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/dist.h"
 #include "common/example.h"
-#include "tapegrad/dist.h"
 
 #define CLASSES 3
 #define HIDDEN 64
@@ -159,11 +159,7 @@ typedef struct batching {
 /* True on every rank when ok is true on every rank; else false on every
  * rank, and a rank that had not failed itself says which one did (a rank
  * that failed printed its reason where it failed). With one process: ok. */
-static bool all_ok(tg_ctx *ctx, const batching *b, bool ok) {
-    if (tg_dist_agree(ctx, b->dist, ok)) return true;
-    if (ok) ex_failed(ctx);
-    return false;
-}
+static bool all_ok(tg_ctx *ctx, const batching *b, bool ok) { return ex_dist_agree(ctx, b->dist, ok); }
 
 /* The points of positions [start, start + count) of the step's global
  * batch into *x (count, 2) and *label (count). Without --batch, position
@@ -389,20 +385,12 @@ int main(int argc, char **argv) {
      * rank 0 prints; the others' output goes nowhere (errors still go to
      * stderr from every rank). */
     batching b = {.batch = batch, .micro = micro};
-    if (!(b.dist = tg_dist_init(ctx, &argc, &argv))) {
-        ex_failed(ctx);
+    if (!(b.dist = ex_dist_join(ctx, &args, &argc, &argv, "spiral"))) {
         tg_ctx_free(ctx);
         return 1;
     }
     const int nproc = tg_dist_size(b.dist);
     b.lead = tg_dist_rank(b.dist) == 0;
-    if (!b.lead && !freopen("/dev/null", "w", stdout))
-        fprintf(stderr, "spiral: rank %d cannot send its output to /dev/null\n", tg_dist_rank(b.dist));
-    if (nproc > 1 && args.threads == 0) { /* this machine's cores, shared by its processes */
-        long cores = sysconf(_SC_NPROCESSORS_ONLN) / tg_dist_local_size(b.dist);
-        args.threads = cores > 1 ? (int)cores : 1;
-    }
-    ex_setup(ctx, &args);
     /* The flags that decide what each process computes must be the same
      * everywhere, or the processes would wait for each other forever. */
     char settings[512];

@@ -11,7 +11,8 @@
 #   MAKE_BUILD_DIR  the folder `make` builds in (ignored: the benchmark needs
 #                   a Release build, made in build-release/)
 #   BENCH_ARGS      passed to bench_vs_pytorch, e.g. --budget 1, --only norm,
-#                   --no-torch, --contend (see bench/vs_pytorch.c)
+#                   --no-torch, --contend (see bench/vs_pytorch.c); --only dist
+#                   runs only the data-parallel section (below)
 # Environment: BENCH_THREADS (default 1: the thread count of ours, PyTorch's
 #   and OpenBLAS's; BENCH_THREADS=2 make bench prints the same rows with 2),
 #   BENCH_JSON (default out/bench/bench.json), BENCH_BUILD (default
@@ -24,6 +25,16 @@
 # By default OpenBLAS and PyTorch run with OPENBLAS_CORETYPE and
 # OPENBLAS_L2_SIZE unset (both together), so OpenBLAS picks its own kernels
 # and cache sizes (the header names the core it chose): the fair case.
+#
+# The data-parallel section (bench/dist.c; after the table, or alone with
+# --only dist): bench_dist's steps/s of the MLP and the GPT small training
+# steps with 1 and 2 processes of 1 thread each against 1 process with 2
+# threads, the all-reduce's share of the time, the 1.7x target for 2
+# processes on the GPT small step and whether the machine was quiet. It
+# needs tapegrad::dist over MPI in the Release build (TG_MPI, ON when CMake
+# finds MPI: scripts/deps.sh mpi) and is skipped with a message otherwise.
+# BENCH_DIST_ARGS go to bench_dist (e.g. --samples 5, --gpt tiny); its
+# text goes beside the table's, as dist.txt.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -40,18 +51,45 @@ threads=${BENCH_THREADS:-1}
 json=${BENCH_JSON:-out/bench/bench.json}
 jobs=$(nproc 2>/dev/null || echo 2)
 
+# Which sections run: --only GROUP (here or in BENCH_ARGS) picks one;
+# dist is ours, the other groups are bench_vs_pytorch's.
+# shellcheck disable=SC2206  # BENCH_ARGS is a list of words
+all_args=(${BENCH_ARGS:-} "$@")
+only=
+for ((i = 0; i < ${#all_args[@]}; i++)); do
+  if [ "${all_args[i]}" = --only ]; then only=${all_args[i + 1]:-}; fi
+done
+run_table=1 run_dist=1
+if [ "$only" = dist ]; then run_table=0; elif [ -n "$only" ]; then run_dist=0; fi
+
 # OpenBLAS, for its own column and because Debian's PyTorch multiplies
 # matrices through libblas.so.3: without OpenBLAS that is the reference
 # BLAS, ~40x slower, which would make every Linear ratio meaningless.
-scripts/deps.sh openblas
+if [ "$run_table" = 1 ]; then scripts/deps.sh openblas; fi
 
+targets=()
+if [ "$run_table" = 1 ]; then targets+=(bench_vs_pytorch); fi
+if [ "$run_dist" = 1 ]; then targets+=(bench_dist); fi
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "${flags[@]}" -DBUILD_TESTING=OFF >/dev/null
-cmake --build "$build" -j "$jobs" --target bench_vs_pytorch >/dev/null
+cmake --build "$build" -j "$jobs" --target "${targets[@]}" >/dev/null
 
 mkdir -p "$(dirname "$json")"
-blas_env=(-u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
-if [ "$isa" = avx2 ]; then blas_env=(-u OPENBLAS_L2_SIZE "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}"); fi
-# shellcheck disable=SC2086  # BENCH_ARGS is a list of words
-env "${blas_env[@]}" \
-  "$build/bench/bench_vs_pytorch" --threads "$threads" --json "$json" ${BENCH_ARGS:-} "$@" \
-  | tee "${json%.json}.txt"
+if [ "$run_table" = 1 ]; then
+  blas_env=(-u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
+  if [ "$isa" = avx2 ]; then blas_env=(-u OPENBLAS_L2_SIZE "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}"); fi
+  env "${blas_env[@]}" \
+    "$build/bench/bench_vs_pytorch" --threads "$threads" --json "$json" "${all_args[@]}" \
+    | tee "${json%.json}.txt"
+fi
+
+if [ "$run_dist" = 1 ]; then
+  echo
+  echo "== data parallel (bench_dist): 1 and 2 processes of 1 thread vs 1 process of 2 threads"
+  if grep -q '^TG_MPI:BOOL=ON$' "$build/CMakeCache.txt"; then
+    # shellcheck disable=SC2086  # BENCH_DIST_ARGS is a list of words
+    "$build/bench/bench_dist" ${BENCH_DIST_ARGS:-} | tee "$(dirname "$json")/dist.txt"
+  else
+    echo "skipped: $build was built without MPI (TG_MPI=OFF); scripts/deps.sh mpi installs Open MPI," \
+      "then configure $build again with -DTG_MPI=ON" | tee "$(dirname "$json")/dist.txt"
+  fi
+fi

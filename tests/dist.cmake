@@ -1,9 +1,9 @@
 # tapegrad::dist under ctest. test_dist (a Check suite, tests/test_dist.c)
 # runs as one process in every build; with TG_MPI it also runs under
 # mpirun with 2, 3 and 4 processes, and tests/dist/check.sh runs spiral
-# across processes: bitwise equality with one process accumulating
+# and gpt across processes: bitwise equality with one process accumulating
 # micro-batches, resuming with the same or another process count, a rank
-# that fails, the README's recipe. Without TG_MPI, check.sh checks what
+# that fails, the README's recipes. Without TG_MPI, check.sh checks what
 # one process can: --micro, and the refusal of an mpirun start.
 target_link_libraries(test_dist PRIVATE tapegrad_dist)
 
@@ -26,7 +26,7 @@ if(TG_SANITIZE)
   set(_tg_dist_limit 1200)
   set(_tg_dist_timeout 3600)
 endif()
-set(TG_DIST_CASES micro no_mpi installed)
+set(TG_DIST_CASES micro gpt_micro no_mpi installed)
 set(_tg_mpi 0)
 if(TG_MPI)
   foreach(_np 2 3 4)
@@ -35,7 +35,8 @@ if(TG_MPI)
     set_tests_properties(test_dist_np${_np} PROPERTIES TIMEOUT 900 RESOURCE_LOCK mpi
       ENVIRONMENT_MODIFICATION "${TG_TEST_ENV};${TG_MPI_TEST_ENV}")
   endforeach()
-  set(TG_DIST_CASES micro installed bitwise resume failing_rank flags_differ rank0_output readme_mpi)
+  set(TG_DIST_CASES micro gpt_micro installed bitwise resume failing_rank flags_differ rank0_output readme_mpi
+    gpt_bitwise gpt_resume gpt_failing gpt_readme)
   set(_tg_mpi 1)
 endif()
 foreach(_case IN LISTS TG_DIST_CASES)

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# spiral across processes (tapegrad/dist.h, docs/distributed.md), checked
-# as a user would: the parameters (the saved training state) and the loss
-# logs of `mpirun -np P` are the bits of one process with --micro P, a
-# resume continues exactly with the same or another number of processes,
-# a rank that fails ends every rank with the reason (never a hang: every
-# run is bounded by a timeout), only rank 0 writes, and the README's
-# recipe runs as printed.
+# spiral and gpt across processes (tapegrad/dist.h, docs/distributed.md),
+# checked as a user would: the parameters (the saved training state) and
+# the loss logs of `mpirun -np P` are the bits of one process with
+# --micro P, a resume continues exactly with the same or another number
+# of processes, a rank that fails ends every rank with the reason (never a
+# hang: every run is bounded by a timeout), only rank 0 writes, and the
+# README's recipes run as printed.
 # Usage: check.sh BUILD_DIR CASE [MPI]
-#   CASE: micro | no_mpi | installed (any build; installed also runs two
-#         processes when the third argument is 1: an MPI build);
+#   CASE: micro | gpt_micro | no_mpi | installed (any build; installed also
+#         runs two processes when the third argument is 1: an MPI build);
 #         bitwise | resume | failing_rank | flags_differ | rank0_output |
-#         readme_mpi (MPI builds: mpirun must be on PATH).
+#         readme_mpi | gpt_bitwise | gpt_resume | gpt_failing | gpt_readme
+#         (MPI builds: mpirun must be on PATH).
 # tests/dist.cmake sets the environment: mpirun as root, oversubscribed,
 # LeakSanitizer's suppressions for MPI's own allocations, the bound
 # TG_DIST_LIMIT of each command, and for the
@@ -20,6 +21,7 @@ build=$(cd "$1" && pwd)
 case_name=$2
 mpi=${3:-0}
 spiral=$build/examples/spiral
+gpt=$build/examples/gpt
 src=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -42,6 +44,31 @@ expect() {
 same() { cmp "$1" "$2" > /dev/null || fail "$3: $1 and $2 differ"; }
 # losses LOG: "first last", the loss column's first and last values
 losses() { awk '!/^#/ {if (!n++) a = $2; b = $2} END {print a, b}' "$1"; }
+# same_gpt A B WHAT: gpt's training states A.st and B.st and its loss logs
+# in the folders A and B are identical.
+same_gpt() {
+  same "$1.st" "$2.st" "$3: the training state"
+  same "$1/train.dat" "$2/train.dat" "$3: the training losses"
+  same "$1/val.dat" "$2/val.dat" "$3: the validation losses"
+}
+# readme CASE: the README's fenced block after the comment that names
+# CASE, run as printed from a folder whose build/ is this build; its log
+# is $tmp/CASE.log.
+readme() {
+  ln -sfn "$build" build
+  sed -n "/tested by tests\/dist\/check.sh (case $1)/,/^\`\`\`\$/p" "$src/README.md" | sed '1,2d;$d' > "$1.sh"
+  [ -s "$1.sh" ] || fail "no recipe for case $1 in the README"
+  expect 0 "$tmp/$1.log" bash -euo pipefail "$1.sh"
+  grep -q "bit for bit" "$tmp/$1.log" || fail "the recipe did not end with its claim: $(tail -3 "$tmp/$1.log")"
+}
+# gpt's small model (a few seconds a run, under the sanitizers too) on a
+# text made here (the fortunes need not be installed); --batch 7 splits
+# unevenly in 2 and 3.
+for i in $(seq 1 400); do
+  echo "The cat sat on the mat, number $((i % 17)). A dog ran after it."
+  echo "%"
+done > text.txt
+small=(--data text.txt --layers 1 --heads 2 --channels 16 --context 16 --batch 7 --every 10 --eval-every 10 --sample 0)
 
 case $case_name in
 micro)
@@ -73,6 +100,9 @@ no_mpi)
   expect 1 "$tmp/log" env OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 "$spiral" --steps 5 --out o
   grep -q "built without MPI (TG_MPI=OFF).*one of 2 processes" "$tmp/log" || fail "no reason given: $(cat "$tmp/log")"
   [ ! -e o ] || fail "it wrote output before refusing"
+  expect 1 "$tmp/gpt.log" env OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 "$gpt" "${small[@]}" --steps 5 --out o
+  grep -q "built without MPI (TG_MPI=OFF).*one of 2 processes" "$tmp/gpt.log" || fail "gpt: $(cat "$tmp/gpt.log")"
+  [ ! -e o ] || fail "gpt wrote output before refusing"
   echo "no_mpi: $(head -1 "$tmp/log")"
   ;;
 bitwise)
@@ -199,15 +229,109 @@ installed)
   echo "installed: a program built with pkg-config tapegrad-dist runs ($(cat "$tmp/one.log"))"
   ;;
 readme_mpi)
-  # The README's recipe, run as printed from a folder whose build/ is this
-  # build, says the two runs are the same bit for bit.
-  ln -s "$build" build
-  # the fenced block after the comment that names this case
-  sed -n '/tested by tests\/dist\/check.sh (case readme_mpi)/,/^```$/p' "$src/README.md" | sed '1,2d;$d' > recipe.sh
-  grep -q "mpirun -np 2 build/examples/spiral" recipe.sh || fail "no mpirun recipe in the README"
-  expect 0 "$tmp/log" bash -euo pipefail recipe.sh
-  grep -q "bit for bit" "$tmp/log" || fail "the recipe did not end with its claim: $(tail -3 "$tmp/log")"
-  echo "readme_mpi: the recipe ran as printed: $(grep "bit for bit" "$tmp/log")"
+  # The README's recipe, run as printed, says the two runs are the same
+  # bit for bit.
+  readme readme_mpi
+  grep -q "mpirun -np 2 build/examples/spiral" readme_mpi.sh || fail "no mpirun recipe for spiral in the README"
+  echo "readme_mpi: the recipe ran as printed: $(grep "bit for bit" "$tmp/readme_mpi.log")"
+  ;;
+gpt_micro)
+  # One process, a global batch of 7 windows in micro-batches: --micro 1
+  # is the default run, --micro 3 resumes bit for bit and is another
+  # rounding of the same run, splits that cannot be made are refused.
+  expect 0 "$tmp/d.log" "$gpt" "${small[@]}" --steps 20 --save d.st --out d
+  expect 0 "$tmp/m1.log" "$gpt" "${small[@]}" --steps 20 --micro 1 --save m1.st --out m1
+  same_gpt d m1 "--micro 1 and the default"
+  if grep -q "micro-batch" "$tmp/d.log"; then fail "one process, one micro-batch: says more than before"; fi
+  expect 0 "$tmp/a.log" "$gpt" "${small[@]}" --steps 20 --micro 3 --save a.st --out a
+  grep -q "a global batch of 7 windows in 3 micro-batches" "$tmp/a.log" || fail "--micro 3: the split is not said"
+  if cmp -s d.st a.st; then fail "1 and 3 micro-batches gave the same bits: is anything split?"; fi
+  read -r _ x < <(losses d/train.dat)
+  read -r _ y < <(losses a/train.dat)
+  awk -v a="$x" -v b="$y" 'BEGIN {d = a - b; exit !(d < 1e-3 && d > -1e-3)}' || fail "1 vs 3 micro-batches: losses $x and $y"
+  expect 0 "$tmp/h.log" "$gpt" "${small[@]}" --steps 20 --micro 3 --stop-after 10 --save h.st --out b
+  expect 0 "$tmp/r.log" "$gpt" "${small[@]}" --steps 20 --micro 3 --resume h.st --save b.st --out b
+  same_gpt a b "--micro 3, resumed at step 10"
+  expect 2 "$tmp/e.log" "$gpt" "${small[@]}" --steps 5 --batch 2 --micro 3 --out e
+  grep -q "a batch of 2 windows cannot make 3 micro-batches" "$tmp/e.log" || fail "--batch 2 --micro 3: $(cat "$tmp/e.log")"
+  expect 2 "$tmp/e.log" "$gpt" "${small[@]}" --steps 5 --micro 0 --out e
+  grep -q "\-\-micro 0 must be in 1..1000000" "$tmp/e.log" || fail "--micro 0: $(cat "$tmp/e.log")"
+  [ ! -e e ] || fail "a refused run wrote output"
+  echo "gpt_micro: --micro 1 is the default, --micro 3 (losses $x and $y) resumes bit for bit; bad splits refused"
+  ;;
+gpt_bitwise)
+  # P processes of 1 thread against one process of 2 threads with
+  # --micro P: the same state and losses, bit for bit -- slices of 7, 3+4,
+  # 2+2+3 windows; GPT-2 (its embedding tied as the output layer: one
+  # parameter, two gradient terms) in f64 with 2. The 2-process run gives
+  # rank 1 another --out and --save, which it must not touch.
+  for np in 1 2 3; do
+    expect 0 "$tmp/m$np.log" mpirun -np "$np" "$gpt" "${small[@]}" --steps 20 --threads 1 --save "m$np.st" --out "m$np"
+    expect 0 "$tmp/s$np.log" "$gpt" "${small[@]}" --steps 20 --micro "$np" --threads 2 --save "s$np.st" --out "s$np"
+    same_gpt "m$np" "s$np" "$np processes vs --micro $np"
+  done
+  grep -q "gpt: 3 processes (.*), 1 thread each; a global batch of 7 windows in 3 micro-batches" "$tmp/m3.log" \
+    || fail "the 3-process run does not say how it ran: $(grep "^gpt:" "$tmp/m3.log")"
+  if cmp -s m1.st m2.st; then fail "1 and 2 processes gave the same bits: is anything split?"; fi
+  f64=(--arch gpt2 --dtype f64 --steps 12)
+  expect 0 "$tmp/g.log" mpirun -np 1 "$gpt" "${small[@]}" "${f64[@]}" --save g.st --out g : \
+    -np 1 "$gpt" "${small[@]}" "${f64[@]}" --save other.st --out other
+  expect 0 "$tmp/h.log" "$gpt" "${small[@]}" "${f64[@]}" --micro 2 --save h.st --out h
+  same_gpt g h "gpt2 in f64, 2 processes vs --micro 2"
+  [ ! -e other.st ] && [ ! -e other ] || fail "rank 1 wrote files"
+  [ "$(grep -c "^saved the training state" "$tmp/g.log")" -eq 1 ] || fail "not one save message"
+  [ "$(grep -c "^GPT(arch=gpt2" "$tmp/g.log")" -eq 1 ] || fail "the model is not printed once"
+  echo "gpt_bitwise: 1-3 processes == 1 process with as many micro-batches (states and losses, bit for bit); only rank 0 writes"
+  ;;
+gpt_resume)
+  # Stop after 10 of 20 steps on 2 processes, then resume: on 2 it is one
+  # straight run; on 1 (one micro-batch) it is one process that ran the
+  # first half with --micro 2 and resumed without.
+  expect 0 "$tmp/f.log" mpirun -np 2 "$gpt" "${small[@]}" --steps 20 --save full.st --out full
+  expect 0 "$tmp/h.log" mpirun -np 2 "$gpt" "${small[@]}" --steps 20 --stop-after 10 --save half.st --out half
+  cp -r half two && cp -r half one
+  expect 0 "$tmp/r2.log" mpirun -np 2 "$gpt" "${small[@]}" --steps 20 --resume half.st --save two.st --out two
+  grep -q "resumed from half.st at step 10" "$tmp/r2.log" || fail "2 processes did not resume at step 10"
+  same_gpt full two "2 processes, resumed with 2"
+  expect 0 "$tmp/r1.log" "$gpt" "${small[@]}" --steps 20 --resume half.st --save one.st --out one
+  grep -q "resumed from half.st at step 10" "$tmp/r1.log" || fail "1 process did not resume at step 10"
+  expect 0 "$tmp/s.log" "$gpt" "${small[@]}" --steps 20 --micro 2 --stop-after 10 --save s-half.st --out s
+  same half.st s-half.st "2 processes vs --micro 2 after 10 steps"
+  expect 0 "$tmp/s1.log" "$gpt" "${small[@]}" --steps 20 --resume s-half.st --save s.st --out s
+  same_gpt one s "resumed with 1 process vs --micro 2 then 1"
+  echo "gpt_resume: 2 -> 2 processes is one straight run; 2 -> 1 process == --micro 2 -> --micro 1"
+  ;;
+gpt_failing)
+  # What would make the ranks train different things, or wait forever,
+  # ends every rank at the start with the reason: a damaged checkpoint on
+  # rank 1, another text on rank 1, other flags on rank 1, a batch too
+  # small for the processes. None writes anything.
+  "$gpt" "${small[@]}" --steps 20 --stop-after 10 --save good.st --out g > /dev/null
+  head -c 100 good.st > bad.st
+  run=("$gpt" "${small[@]}" --steps 20 --out o)
+  expect 1 "$tmp/ckpt.log" mpirun -np 1 "${run[@]}" --resume good.st : -np 1 "${run[@]}" --resume bad.st
+  reason="tg_ckpt_load_ex: bad.st: header length"
+  [ "$(grep -c "^gpt: error: $reason" "$tmp/ckpt.log")" -eq 1 ] || fail "rank 1 did not say why: $(cat "$tmp/ckpt.log")"
+  grep -q "^gpt: error: tg_dist_agree: rank 1 failed: $reason" "$tmp/ckpt.log" \
+    || fail "rank 0 did not name rank 1 and its reason: $(cat "$tmp/ckpt.log")"
+  sed 's/cat/dog/' text.txt > other.txt
+  expect 1 "$tmp/text.log" mpirun -np 1 "${run[@]}" : -np 1 "${run[@]}" --data other.txt
+  [ "$(grep -c "tg_dist_same: the texts (--data) differ between the ranks" "$tmp/text.log")" -eq 2 ] \
+    || fail "not both ranks refused different texts: $(cat "$tmp/text.log")"
+  expect 1 "$tmp/flags.log" mpirun -np 1 "${run[@]}" : -np 1 "${run[@]}" --micro 2
+  [ "$(grep -c "tg_dist_same: the flags (--steps.*--micro.*) differ between the ranks" "$tmp/flags.log")" -eq 2 ] \
+    || fail "not both ranks refused different flags: $(cat "$tmp/flags.log")"
+  expect 2 "$tmp/batch.log" mpirun -np 3 "${run[@]}" --batch 2
+  grep -q "a batch of 2 windows cannot make 3 micro-batches (3 processes x --micro 1)" "$tmp/batch.log" \
+    || fail "--batch 2 on 3 processes: $(cat "$tmp/batch.log")"
+  [ ! -e o ] || fail "a refused run wrote output"
+  echo "gpt_failing: a damaged checkpoint, another text, other flags on rank 1 and a batch too small end every rank with the reason"
+  ;;
+gpt_readme)
+  # The README's gpt recipe (on the fortunes), run as printed.
+  readme gpt_readme
+  grep -q "mpirun -np 2 build/examples/gpt" gpt_readme.sh || fail "no mpirun recipe for gpt in the README"
+  echo "gpt_readme: the recipe ran as printed: $(grep "bit for bit" "$tmp/gpt_readme.log")"
   ;;
 *)
   fail "unknown case $case_name"
