@@ -94,10 +94,21 @@ static const struct {
     const char *op;
     deriv_fn d;
 } UNARY[] = {
-    {"neg", dneg},   {"add_scalar", dadd_scalar}, {"mul_scalar", dmul_scalar}, {"pow_scalar", dpow_scalar},
-    {"exp", dexp},   {"log", dlog},               {"sqrt", dsqrt},             {"abs", dabs},
-    {"relu", drelu}, {"leaky_relu", dleaky_relu}, {"sigmoid", dsigmoid},       {"tanh", dtanh},
-    {"gelu", dgelu}, {"gelu_tanh", dgelu_tanh},   {"silu", dsilu},
+    {"neg", dneg},
+    {"add_scalar", dadd_scalar},
+    {"mul_scalar", dmul_scalar},
+    {"pow_scalar", dpow_scalar},
+    {"exp", dexp},
+    {"log", dlog},
+    {"sqrt", dsqrt},
+    {"abs", dabs},
+    {"relu", drelu},
+    {"leaky_relu", dleaky_relu},
+    {"sigmoid", dsigmoid},
+    {"tanh", dtanh},
+    {"gelu", dgelu},
+    {"gelu_tanh", dgelu_tanh},
+    {"silu", dsilu},
 };
 
 static tg_tensor *jvp_unary(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {

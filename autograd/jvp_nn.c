@@ -73,8 +73,7 @@ static tg_tensor *jvp_cross_entropy(tg_ctx *ctx, tg_node *n, tg_tensor *const *t
 static tg_tensor *jvp_mse(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
     const tg_tensor *p = n->in[0], *q = n->in[1];
     double s = 0;
-    for (int64_t i = 0; i < p->numel; i++)
-        s += (tg_load(p, i) - tg_load(q, i)) * (tg_load(t[0], i) - tg_load(t[1], i));
+    for (int64_t i = 0; i < p->numel; i++) s += (tg_load(p, i) - tg_load(q, i)) * (tg_load(t[0], i) - tg_load(t[1], i));
     tg_tensor *y = tg_new_like(ctx, "tg_jvp", n->out);
     if (y) tg_store(y, 0, 2.0 * s / (double)p->numel);
     return y;
@@ -170,7 +169,8 @@ static tg_tensor *jvp_linear(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
         for (int64_t o = 0; o < N; o++) {
             double s = n->n_in > 2 && t[2] ? tg_load(t[2], o) : 0.0;
             for (int64_t c = 0; c < K; c++)
-                s += tg_load(t[0], r * K + c) * tg_load(w, o * K + c) + tg_load(x, r * K + c) * tg_load(t[1], o * K + c);
+                s +=
+                    tg_load(t[0], r * K + c) * tg_load(w, o * K + c) + tg_load(x, r * K + c) * tg_load(t[1], o * K + c);
             tg_store(y, r * N + o, s);
         }
     return y;
@@ -236,20 +236,13 @@ static tg_tensor *jvp_rmsnorm(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) { re
 static tg_tensor *jvp_layernorm(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) { return jvp_norm(ctx, n, t, true); }
 
 const tg_jvp_entry tg_jvp_nn_rules[] = {
-    {"tg_matmul", jvp_matmul},
-    {"tg_softmax", jvp_softmax},
-    {"tg_log_softmax", jvp_softmax},
-    {"tg_cross_entropy", jvp_cross_entropy},
-    {"tg_mse_loss", jvp_mse},
-    {"tg_masked_fill", jvp_masked_fill},
-    {"tg_tril", jvp_tril},
-    {"tg_triu", jvp_triu},
-    {"tg_embedding", jvp_embedding},
-    {"tg_dropout", jvp_dropout},
-    {"tg_rope", jvp_rope},
-    {"tg_attention", jvp_attention},
-    {"linear", jvp_linear},
-    {"rmsnorm", jvp_rmsnorm},
+    {"tg_matmul", jvp_matmul},       {"tg_softmax", jvp_softmax},
+    {"tg_log_softmax", jvp_softmax}, {"tg_cross_entropy", jvp_cross_entropy},
+    {"tg_mse_loss", jvp_mse},        {"tg_masked_fill", jvp_masked_fill},
+    {"tg_tril", jvp_tril},           {"tg_triu", jvp_triu},
+    {"tg_embedding", jvp_embedding}, {"tg_dropout", jvp_dropout},
+    {"tg_rope", jvp_rope},           {"tg_attention", jvp_attention},
+    {"linear", jvp_linear},          {"rmsnorm", jvp_rmsnorm},
     {"layernorm", jvp_layernorm},
 };
 const int tg_jvp_nn_count = (int)(sizeof tg_jvp_nn_rules / sizeof tg_jvp_nn_rules[0]);

@@ -276,8 +276,8 @@ bool tg_gradcheck_adjoint(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inpu
     tg_tensor *u = ok ? tg_new_like(ctx, __func__, s.y) : NULL;
     if (u && s.o.r.data && s.o.r.numel != u->numel) {
         char sh[TG_SHAPE_STR];
-        tg_error(ctx, TG_ERR_SHAPE, __func__, "opts.r has %lld values; the output %s has %lld",
-                 (long long)s.o.r.numel, tg_shape_of(sh, s.y), (long long)s.y->numel);
+        tg_error(ctx, TG_ERR_SHAPE, __func__, "opts.r has %lld values; the output %s has %lld", (long long)s.o.r.numel,
+                 tg_shape_of(sh, s.y), (long long)s.y->numel);
     }
     for (int64_t j = 0; u && tg_ok(ctx) && j < u->numel; j++)
         tg_store(u, j, s.o.r.data ? s.o.r.data[j] : fw_uniform_pm1(s.o.seed, FW_STREAM, (uint64_t)j));

@@ -85,8 +85,7 @@ static tg_tensor *cube_fw(tg_ctx *c, tg_node *node, tg_tensor *const *in, void *
 }
 static void cube_bw(tg_ctx *c, tg_node *node) {
     tg_tensor *x = tg_node_saved_tensor(node, 0);
-    tg_node_accumulate(c, node, 0,
-                       tg_mul(c, tg_node_grad_output(node), tg_mul_scalar(c, tg_mul(c, x, x), 3.0)));
+    tg_node_accumulate(c, node, 0, tg_mul(c, tg_node_grad_output(node), tg_mul_scalar(c, tg_mul(c, x, x), 3.0)));
 }
 static tg_tensor *cube_jvp(tg_ctx *c, tg_node *node, tg_tensor *const *t) {
     tg_tensor *x = tg_node_input(node, 0);
@@ -102,9 +101,7 @@ static void cube_bw_bug(tg_ctx *c, tg_node *node) {
 }
 static const tg_op_def CUBE_BUG = {.name = "cube_jvp_test_bug", .forward = cube_fw, .backward = cube_bw_bug};
 
-static tg_tensor *cube_fn(tg_ctx *c, tg_tensor *const *in, void *user) {
-    return tg_op_apply(c, user, 1, in, NULL);
-}
+static tg_tensor *cube_fn(tg_ctx *c, tg_tensor *const *in, void *user) { return tg_op_apply(c, user, 1, in, NULL); }
 
 START_TEST(test_custom_op_rule) {
     const int64_t s3[] = {3};
@@ -112,8 +109,8 @@ START_TEST(test_custom_op_rule) {
     tg_tensor *v = tg_test_tensor(ctx, TG_F64, 1, s3, (double[]){1, 2, 4});
     tg_tensor *y = tg_op_apply(ctx, &CUBE, 1, &x, NULL);
     /* no rule yet: a clear error naming the op */
-    tg_test_assert_fails(ctx, tg_jvp(ctx, y, 1, &x, &v), TG_ERR_STATE, "tg_jvp", "'cube_jvp_test'",
-                         "no tangent rule", "tg_jvp_register", NULL);
+    tg_test_assert_fails(ctx, tg_jvp(ctx, y, 1, &x, &v), TG_ERR_STATE, "tg_jvp", "'cube_jvp_test'", "no tangent rule",
+                         "tg_jvp_register", NULL);
     ck_assert(tg_jvp_register("cube_jvp_test", cube_jvp));
     ck_assert(tg_jvp_find_rule("cube_jvp_test") == cube_jvp);
     ck_assert(tg_jvp_find_rule("exp") != NULL);
@@ -169,9 +166,9 @@ START_TEST(test_every_op_fwd_and_adjoint_f64) {
             bool pass = tg_gradcheck_fwd(ctx, op->forward, &c, c.n_inputs, c.inputs, &o, &r);
             ck_assert_msg(tg_ok(ctx), "%s '%s' fwd: %s", op->name, spec, tg_error_message(ctx));
             ck_assert_msg(pass && (r.n_checked > 0 || y->numel == 0),
-                          "%s '%s' fwd: %lld of %lld fail; worst input %d output %lld: jvp %.12g fd %.12g",
-                          op->name, spec, (long long)r.n_failed, (long long)r.n_checked, r.worst_input,
-                          (long long)r.worst_output, r.worst_analytic, r.worst_numeric);
+                          "%s '%s' fwd: %lld of %lld fail; worst input %d output %lld: jvp %.12g fd %.12g", op->name,
+                          spec, (long long)r.n_failed, (long long)r.n_checked, r.worst_input, (long long)r.worst_output,
+                          r.worst_analytic, r.worst_numeric);
             pass = tg_gradcheck_adjoint(ctx, op->forward, &c, c.n_inputs, c.inputs, &o, &r);
             ck_assert_msg(tg_ok(ctx), "%s '%s' adjoint: %s", op->name, spec, tg_error_message(ctx));
             ck_assert_msg(pass && r.n_checked > 0, "%s '%s' adjoint: input %d <u,Jv> %.17g <J^T u,v> %.17g ratio %g",
@@ -202,8 +199,8 @@ START_TEST(test_every_op_f32) {
     ck_assert_msg(pass, "%s f32 fwd: %s; worst jvp %.8g fd %.8g", op->name, tg_error_message(ctx), r.worst_analytic,
                   r.worst_numeric);
     pass = tg_gradcheck_adjoint(ctx, op->forward, &c, c.n_inputs, c.inputs, &o, &r);
-    ck_assert_msg(pass, "%s f32 adjoint: %s; %.9g vs %.9g ratio %g", op->name, tg_error_message(ctx),
-                  r.worst_analytic, r.worst_numeric, r.worst_ratio);
+    ck_assert_msg(pass, "%s f32 adjoint: %s; %.9g vs %.9g ratio %g", op->name, tg_error_message(ctx), r.worst_analytic,
+                  r.worst_numeric, r.worst_ratio);
 }
 END_TEST
 

@@ -94,6 +94,9 @@ void gct_usage(FILE *out) {
           "output:\n"
           "  --format text|json|csv   reports for people (default) or programs\n"
           "  --elements        check: every comparison, not only the worst\n"
+          "  --modes fwd,rev   check: rev the backward, fwd the JVP (tg_jvp), each against finite\n"
+          "                    differences (default rev)\n"
+          "  --adjoint         check: also <u, J v> (forward) against <J^T u, v> (reverse), no step\n"
           "  --out DIR         sweep, jacobian: where .dat, .gp and .png go (default out/gradcheck)\n"
           "  -q, --quiet       check: print only failing rows and the summary; sweep: only the\n"
           "                    best steps\n"
@@ -292,6 +295,8 @@ static const opt_use OPT_USE[] = {
     {"--print-inputs", "check sweep jacobian", true},
     {"--save-inputs", "check sweep jacobian", false},
     {"--elements", "check", true},
+    {"--modes", "check", false},
+    {"--adjoint", "check", true},
     {"--r", "check", false},
     {"--v", "check", false},
     {"--h-grid", "sweep", false},
@@ -330,6 +335,8 @@ static bool parse_option(gct_args *a, const char *opt, const char *v) {
         a->print_inputs = true;
     } else if (!strcmp(opt, "--elements")) {
         a->elements = true;
+    } else if (!strcmp(opt, "--modes") || !strcmp(opt, "--adjoint")) {
+        return gct_parse_modes_option(a, opt, v);
     } else if (!strcmp(opt, "--shape")) {
         a->shape = v;
     } else if (!strcmp(opt, "--x")) {
@@ -489,7 +496,7 @@ int main(int argc, char **argv) {
     st = parse_args(argc, argv, &a);
     if (st < 0) {
         if (!strcmp(a.command, "list")) st = gct_cmd_list(&a);
-        else if (!strcmp(a.command, "check")) st = gct_cmd_check(&a);
+        else if (!strcmp(a.command, "check")) st = a.modes || a.adjoint ? gct_cmd_check_modes(&a) : gct_cmd_check(&a);
         else if (!strcmp(a.command, "sweep")) st = gct_cmd_sweep(&a);
         else if (!strcmp(a.command, "explain")) st = gct_cmd_explain(&a);
         else if (!strcmp(a.command, "memory")) st = gct_cmd_memory(&a);

@@ -17,6 +17,7 @@
  *   projection.c jacobian's projection view of a norm without gamma
  *   explain.c    `explain`: a norm's backward on the learner's numbers
  *   memory.c     `memory`: fused vs composed records, saved and arena bytes
+ *   modes.c      check --modes fwd,rev and --adjoint: forward mode
  *
  * The tool prints to stdout (reports) and stderr (usage errors). Exit
  * status: 0 every check passed, 1 a check failed, 2 bad usage (the usage
@@ -95,6 +96,8 @@ typedef struct gct_args {
     int n_grid;
     gct_input_ctl ctl[GCT_MAX_CTL]; /* per-input controls */
     int n_ctl;
+    int modes;    /* --modes fwd,rev: bit 0 rev, bit 1 fwd (modes.c); 0: rev */
+    bool adjoint; /* --adjoint: the dot-product test (modes.c) */
 } gct_args;
 
 /* The input and probe seeds of run `s` (a seed of --seeds, or --seed):
@@ -121,6 +124,9 @@ int gct_cmd_sweep(const gct_args *a);
 int gct_cmd_jacobian(const gct_args *a);
 int gct_cmd_explain(const gct_args *a);
 int gct_cmd_memory(const gct_args *a);
+/* check with --modes or --adjoint (modes.c), and its two options. */
+int gct_cmd_check_modes(const gct_args *a);
+bool gct_parse_modes_option(gct_args *a, const char *opt, const char *v);
 /* Takes every "--plugin PATH" out of argv (adjusting *argc), loads the
  * shared objects and adds their ops to the registry (plugin.c). Returns -1
  * to go on, else the exit status (2: a plugin that does not load, with the
