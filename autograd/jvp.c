@@ -329,7 +329,9 @@ tg_tensor *tg_jvp(tg_ctx *ctx, tg_tensor *out, int n, tg_tensor *const *inputs, 
             tin[i] = tangent_of(ctx, nd->in[i], k, tan, n, inputs, tangents);
             any = any || tin[i];
         }
-        if (any) tan[k] = run_rule(ctx, fn, nd, tin);
+        /* a record changed in place since the forward: the tangent would
+         * use values the forward never saw (as backward, an error) */
+        if (any && tg_record_check_intact(ctx, fn, nd)) tan[k] = run_rule(ctx, fn, nd, tin);
     }
     tg_set_grad_enabled(ctx, was);
     if (!tg_live(ctx)) return NULL;

@@ -312,3 +312,9 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
     ctx->tape.grad_enabled = was;
     if (!keep_tape && intact) ctx->tape.consumed = true;
 }
+
+bool tg_record_check_intact(tg_ctx *ctx, const char *fn, const tg_node *n) {
+    if (record_intact(n)) return true;
+    record_error(ctx, fn, n);
+    return false;
+}

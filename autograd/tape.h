@@ -50,6 +50,12 @@ struct tg_node {
     int64_t i[4]; /* integer arguments (axis, flags, ...) */
 };
 
+/* True when record n's inputs, output and saved tensors were not written in
+ * place since the op ran; else false with the error (as `fn`) naming the op
+ * and the tensor -- what backward checks before each record, for other
+ * walks of the tape (tg_jvp). */
+bool tg_record_check_intact(tg_ctx *ctx, const char *fn, const tg_node *n);
+
 /* Counts bytes the forward saved elsewhere (e.g. an input kept by pointer
  * that a composed op needs) without allocating. */
 void tg_node_count_saved(tg_ctx *ctx, tg_node *node, size_t bytes);

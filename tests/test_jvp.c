@@ -70,6 +70,10 @@ START_TEST(test_jvp_errors) {
     y = tg_sum(ctx, tg_exp(ctx, x));
     tg_tensor *v3 = tg_test_tensor(ctx, TG_F64, 1, s3, (double[]){1, 1, 1});
     tg_test_assert_fails(ctx, tg_jvp(ctx, y, 1, &x, &v3), TG_ERR_SHAPE, "tg_jvp", "tangents[0]", "(3,)", "(2,)", NULL);
+    /* x written in place after the forward: the record's values are gone */
+    tg_fill(ctx, x, 100.0);
+    tg_test_assert_fails(ctx, tg_jvp(ctx, y, 1, &x, &v), TG_ERR_STATE, "tg_jvp", "modified in place", "'exp'", NULL);
+    y = tg_sum(ctx, tg_exp(ctx, x));
     tg_backward(ctx, y);
     tg_test_assert_fails(ctx, tg_jvp(ctx, y, 1, &x, &v), TG_ERR_STATE, "tg_jvp", "keep_tape", NULL);
 }
