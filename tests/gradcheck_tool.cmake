@@ -5,7 +5,7 @@
 # float32 at input scales 1e-3..1e3, the note on the predicted error
 # (tests/test_gradcheck_tool.sh).
 if(TARGET tapegrad-gradcheck)
-  foreach(_case check_all inject sweep jacobian usage options list vanished formats batch inputs scale note)
+  foreach(_case modes_all modes_adjoint modes_usage check_all inject sweep jacobian usage options list vanished formats batch inputs scale note)
     add_test(NAME gradcheck_tool_${_case}
              COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/test_gradcheck_tool.sh
                      $<TARGET_FILE:tapegrad-gradcheck> ${_case})

@@ -212,19 +212,15 @@ Suite *make_jvp_suite(void) {
     Suite *s = suite_create("jvp");
     TCase *tc = tcase_create("jvp");
     tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 600); /* the registry loops */
     tcase_add_test(tc, test_jvp_known);
     tcase_add_test(tc, test_jvp_two_inputs);
     tcase_add_test(tc, test_jvp_errors);
     tcase_add_test(tc, test_custom_op_rule);
     tcase_add_test(tc, test_adjoint_catches_small_bug);
+    tcase_add_loop_test(tc, test_every_op_fwd_and_adjoint_f64, 0, tg_registry_count());
+    tcase_add_loop_test(tc, test_every_op_f32, 0, tg_registry_count());
     suite_add_tcase(s, tc);
-
-    TCase *reg = tcase_create("registry");
-    tcase_add_checked_fixture(reg, setup, teardown);
-    tcase_set_timeout(reg, 600);
-    tcase_add_loop_test(reg, test_every_op_fwd_and_adjoint_f64, 0, tg_registry_count());
-    tcase_add_loop_test(reg, test_every_op_f32, 0, tg_registry_count());
-    suite_add_tcase(s, reg);
     return s;
 }
 

@@ -496,7 +496,7 @@ int main(int argc, char **argv) {
     st = parse_args(argc, argv, &a);
     if (st < 0) {
         if (!strcmp(a.command, "list")) st = gct_cmd_list(&a);
-        else if (!strcmp(a.command, "check")) st = a.modes || a.adjoint ? gct_cmd_check_modes(&a) : gct_cmd_check(&a);
+        else if (!strcmp(a.command, "check")) st = gct_cmd_check(&a);
         else if (!strcmp(a.command, "sweep")) st = gct_cmd_sweep(&a);
         else if (!strcmp(a.command, "explain")) st = gct_cmd_explain(&a);
         else if (!strcmp(a.command, "memory")) st = gct_cmd_memory(&a);

@@ -177,17 +177,10 @@ static int modes_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
     return -1;
 }
 
-int gct_cmd_check_modes(const gct_args *a) {
-    const tg_op_info *op = NULL;
-    const gct_bug *bug = NULL;
-    bool all = a->name && !strcmp(a->name, "all");
+int gct_cmd_check_modes(const gct_args *a, const tg_op_info *op, const gct_bug *bug) {
     if (a->format != GCT_TEXT || a->n_seeds || a->elements || a->print_inputs || a->save_inputs)
         return gct_usage_error("--modes and --adjoint report in text, one seed (no --format, --seeds, --elements, "
                                "--print-inputs, --save-inputs)");
-    if (all && a->inject) return gct_usage_error("--inject checks one op: leave out 'all'");
-    if (all && a->shape) return gct_usage_error("--shape SPEC is for one op, not 'all' (ops take different specs)");
-    if (all && (a->n_ctl || a->r)) return gct_usage_error("inputs given by name are for one op, not 'all'");
-    if (!all && !gct_resolve(a, a->name, &op, &bug)) return GCT_EXIT_USAGE;
     register_bug_rules();
     tg_ctx *ctx = gct_ctx_new(a->seed);
     if (!ctx) return GCT_EXIT_ERROR;
@@ -200,8 +193,8 @@ int gct_cmd_check_modes(const gct_args *a) {
     memset(&T, 0, sizeof T);
     double t0 = gct_now();
     int st = -1;
-    for (int i = 0; all && i < tg_registry_count() && st < 0; i++) st = modes_op(ctx, a, tg_registry_get(i), NULL, &T);
-    if (!all) st = modes_op(ctx, a, op, bug, &T);
+    for (int i = 0; !op && i < tg_registry_count() && st < 0; i++) st = modes_op(ctx, a, tg_registry_get(i), NULL, &T);
+    if (op) st = modes_op(ctx, a, op, bug, &T);
     tg_ctx_free(ctx);
     if (st >= 0) return st;
     printf("\n");

@@ -124,9 +124,6 @@ int gct_cmd_sweep(const gct_args *a);
 int gct_cmd_jacobian(const gct_args *a);
 int gct_cmd_explain(const gct_args *a);
 int gct_cmd_memory(const gct_args *a);
-/* check with --modes or --adjoint (modes.c), and its two options. */
-int gct_cmd_check_modes(const gct_args *a);
-bool gct_parse_modes_option(gct_args *a, const char *opt, const char *v);
 /* Takes every "--plugin PATH" out of argv (adjusting *argc), loads the
  * shared objects and adds their ops to the registry (plugin.c). Returns -1
  * to go on, else the exit status (2: a plugin that does not load, with the
@@ -160,6 +157,11 @@ tg_tensor *gct_bug_rmsnorm_m_sum(tg_ctx *ctx, tg_tensor *const *in, void *user);
 int gct_bug_count(void);
 const gct_bug *gct_bug_get(int i);
 const gct_bug *gct_bug_find(const char *name);
+
+/* check with --modes or --adjoint (modes.c): op NULL for all, else the op
+ * and bug gct_cmd_check resolved; and its two options. */
+int gct_cmd_check_modes(const gct_args *a, const tg_op_info *op, const gct_bug *bug);
+bool gct_parse_modes_option(gct_args *a, const char *opt, const char *v);
 
 /* ---- what is checked (target.c) -------------------------- */
 
