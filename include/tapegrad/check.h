@@ -283,8 +283,9 @@ bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_t
  * tg_gradcheck_fwd: the JVP against finite differences, as JAX's
  * check_jvp -- every output element of J_k v_k (tg_jvp) against
  * (f(x_k + h v_k) - f(x_k - h v_k)) / 2h, passing when |a - n| <= atol +
- * rtol |n| (h, atol, rtol as tg_gradcheck's; in float32 h relative to the
- * input's root mean square and atol to the JVP's). A comparison per output
+ * rtol |n| + C eps |f| / h (h, atol, rtol as tg_gradcheck's, the last term
+ * the quotient's rounding, C = TG_GRADCHECK_C_ROUND; in float32 h relative
+ * to the input's root mean square and atol to the JVP's). A comparison per output
  * element: result.input[k].worst_output says where.
  *
  * tg_gradcheck_adjoint: the dot-product test <u, J_k v_k> = <J_k^T u, v_k>
