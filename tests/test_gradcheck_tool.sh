@@ -5,9 +5,10 @@
 #              registered op appears, every mode has rows
 #   modes_adjoint  the seeded bug rmsnorm-scale at size 1e-6 passes `check` (inside
 #              rtol 1e-3) and fails `--adjoint` (exit 1) on x only, by orders of
-#              magnitude; at the default size 0.1 rev catches it and fwd passes
+#              magnitude; at the default size 0.1 rev catches it and fwd passes; every
+#              seeded bug passes fwd and fails the adjoint test on x
 #   modes_usage  --modes takes fwd and rev only (exit 2), not with --format json or
-#              --seeds; an op without a tangent rule is an error naming it (exit 1)
+#              --seeds, and is for check only
 #   inject     each seeded bug makes the report FAIL with exit status 1, and only
 #              the inputs whose gradient it breaks; the same op without the bug passes
 #   sweep      the best h of central differences in float64 lies in [1e-7, 1e-3]
@@ -86,6 +87,12 @@ modes_adjoint)
   run 1 check --inject rmsnorm-scale --modes fwd,rev --adjoint
   grep -Eq "rev +[0-9]+/32 .* FAIL$" "$tmp/out" || fail "size 0.1: rev should FAIL"
   grep -Eq "fwd +0/32 .* pass$" "$tmp/out" || fail "size 0.1: fwd (the forward is right) should pass"
+  # every seeded bug: the forward (fwd) passes, the adjoint test fails on x
+  for bug in $("$tool" list | awk '/^seeded bugs/{on=1; next} on && /^  [a-z][a-z-]* +[a-z]+ +[a-z]+\(/ {print $1}'); do
+    run 1 check --inject $bug --modes fwd --adjoint
+    if grep -Eq " fwd +[0-9]+/[0-9]+ .* FAIL$" "$tmp/out"; then fail "$bug: fwd should pass"; fi
+    grep -Eq " x +[0-9x]+ +adjoint +1/1 .* FAIL$" "$tmp/out" || fail "$bug: the adjoint test should FAIL on x"
+  done
   ;;
 modes_usage)
   run 2 check rmsnorm --modes sideways
@@ -93,8 +100,6 @@ modes_usage)
   run 2 check rmsnorm --modes fwd --format json
   run 2 check rmsnorm --adjoint --seeds 10
   run 2 sweep rmsnorm --adjoint
-  run 1 check --inject rmsnorm-r-const --adjoint
-  grep -q "op 'rmsnorm\[bug:r-const\]' has no tangent rule" "$tmp/out" || fail "no-rule error"
   ;;
 check_all)
   run 0 check all
