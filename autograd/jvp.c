@@ -140,7 +140,7 @@ static tg_tensor *jvp_sum_axis(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
 static tg_tensor *jvp_max_axis(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
     const tg_tensor *x = n->in[0];
     const int axis = (int)n->i[0];
-    int64_t outer = 1, inner = 1, R = x->shape[axis];
+    int64_t outer = 1, inner = 1, R = x->ndim ? x->shape[axis] : 1; /* a 0-d x is its own max */
     for (int d = 0; d < axis; d++) outer *= x->shape[d];
     for (int d = axis + 1; d < x->ndim; d++) inner *= x->shape[d];
     const int64_t *idx = n->saved;

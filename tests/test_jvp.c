@@ -55,6 +55,11 @@ START_TEST(test_jvp_two_inputs) {
     tg_test_assert_close(ctx, "J v of a b", jv, (double[]){2, 1, 3, 2}, 4, 1e-15, 0);
     tg_tensor *ja = tg_jvp(ctx, a, 2, in, tan);
     tg_test_assert_close(ctx, "a leaf", ja, (double[]){1, 0, 0, 1}, 4, 0, 0);
+    /* the max over a 0-d tensor is the tensor: its tangent too */
+    tg_tensor *s = tg_requires_grad(ctx, tg_test_tensor(ctx, TG_F64, 0, NULL, (double[]){2.5}));
+    tg_tensor *ts = tg_test_tensor(ctx, TG_F64, 0, NULL, (double[]){-3});
+    tg_tensor *js = tg_jvp(ctx, tg_max_axis(ctx, s, 0, false), 1, &s, &ts);
+    tg_test_assert_close(ctx, "max of a 0-d tensor", js, (double[]){-3}, 1, 0, 0);
 }
 END_TEST
 
