@@ -56,7 +56,7 @@ struct tg_node {
     bool (*grad_rule)(tg_ctx *ctx, const struct tg_node *n, tg_tensor *dy, tg_tensor **dx);
 };
 
-/* The walk's checks, shared by tg_backward_ex and tg_grad: true when no
+/* The walk's checks, shared by tg_backward_ex, tg_grad and tg_jvp: true when no
  * tensor record n reads was written in place since the op ran, else sets
  * fn's error naming the op and the tensor; and, after n's backward failed,
  * makes the message name the op. */

@@ -6,7 +6,7 @@
 # predicted error beside the measured one in every mode
 # (tests/test_gradcheck_tool.sh).
 if(TARGET tapegrad-gradcheck)
-  foreach(_case check_all inject sweep jacobian usage options list vanished formats batch inputs scale note predicted)
+  foreach(_case modes_all modes_adjoint modes_usage check_all inject sweep jacobian usage options list vanished formats batch inputs scale note predicted)
     add_test(NAME gradcheck_tool_${_case}
              COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/test_gradcheck_tool.sh
                      $<TARGET_FILE:tapegrad-gradcheck> ${_case})

@@ -1,6 +1,14 @@
 #!/usr/bin/env bash
 # tapegrad-gradcheck as a user runs it (registered in tests/gradcheck_tool.cmake):
 #   check_all  `check all` passes in float64 (exit 0), every registered op appears
+#   modes_all  `check all --modes fwd,rev --adjoint` passes in float64, every
+#              registered op appears, every mode has rows
+#   modes_adjoint  the seeded bug rmsnorm-scale at size 1e-6 passes `check` (inside
+#              rtol 1e-3) and fails `--adjoint` (exit 1) on x only, by orders of
+#              magnitude; at the default size 0.1 rev catches it and fwd passes; every
+#              seeded bug passes fwd and fails the adjoint test on x
+#   modes_usage  --modes takes fwd and rev only (exit 2), not with --format json or
+#              --seeds, and is for check only
 #   inject     each seeded bug makes the report FAIL with exit status 1, and only
 #              the inputs whose gradient it breaks; the same op without the bug passes
 #   sweep      the best h of central differences in float64 lies in [1e-7, 1e-3]
@@ -60,6 +68,44 @@ have_gnuplot() { command -v gnuplot > /dev/null 2>&1; }
 is_png() { [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ]; }
 
 case $case_name in
+modes_all)
+  run 0 check all --modes fwd,rev --adjoint
+  grep -q "all pass" "$tmp/out" || fail "no 'all pass' in the summary"
+  for op in $("$tool" list | awk '/^seeded bugs/{exit} /^  [a-z_]+ /{print $1}'); do
+    grep -q "^$op " "$tmp/out" || fail "op $op missing from the report"
+  done
+  for mode in rev fwd adjoint; do
+    grep -Eq " $mode +[0-9]+/[0-9]+ " "$tmp/out" || fail "no $mode rows"
+  done
+  if grep -q FAIL "$tmp/out"; then fail "a FAIL in a passing run"; fi
+  ;;
+modes_adjoint)
+  run 0 check --inject rmsnorm-scale --shape '4x8;size=1e-6'
+  grep -q "all pass" "$tmp/out" || fail "check should pass a 1e-6 bug"
+  run 1 check --inject rmsnorm-scale --shape '4x8;size=1e-6' --adjoint
+  grep -Eq " x +4x8 +adjoint +1/1 .* FAIL$" "$tmp/out" || fail "adjoint: x should FAIL"
+  grep -Eq " gamma +8 +adjoint +0/1 .* pass$" "$tmp/out" || fail "adjoint: gamma should pass"
+  grep -Eq " x +4x8 +rev +0/32 .* pass$" "$tmp/out" || fail "rev should pass x"
+  # the error is ~1e6 times the adjoint tolerance
+  ratio=$(awk '$3 == "adjoint" && $NF == "FAIL" {print $(NF-1)}' "$tmp/out")
+  awk -v r="$ratio" 'BEGIN {exit !(r + 0 > 1e4)}' || fail "adjoint err/tol $ratio, want > 1e4"
+  run 1 check --inject rmsnorm-scale --modes fwd,rev --adjoint
+  grep -Eq "rev +[0-9]+/32 .* FAIL$" "$tmp/out" || fail "size 0.1: rev should FAIL"
+  grep -Eq "fwd +0/32 .* pass$" "$tmp/out" || fail "size 0.1: fwd (the forward is right) should pass"
+  # every seeded bug: the forward (fwd) passes, the adjoint test fails on x
+  for bug in $("$tool" list | awk '/^seeded bugs/{on=1; next} on && /^  [a-z][a-z-]* +[a-z]+ +[a-z]+\(/ {print $1}'); do
+    run 1 check --inject $bug --modes fwd --adjoint
+    if grep -Eq " fwd +[0-9]+/[0-9]+ .* FAIL$" "$tmp/out"; then fail "$bug: fwd should pass"; fi
+    grep -Eq " x +[0-9x]+ +adjoint +1/1 .* FAIL$" "$tmp/out" || fail "$bug: the adjoint test should FAIL on x"
+  done
+  ;;
+modes_usage)
+  run 2 check rmsnorm --modes sideways
+  grep -q "fwd and rev" "$tmp/err" || fail "--modes error"
+  run 2 check rmsnorm --modes fwd --format json
+  run 2 check rmsnorm --adjoint --seeds 10
+  run 2 sweep rmsnorm --adjoint
+  ;;
 check_all)
   run 0 check all
   grep -q "all pass" "$tmp/out" || fail "check all: no 'all pass' in the summary"

@@ -312,6 +312,27 @@ tg_tensor *tg_rope(tg_ctx *ctx, tg_tensor *x, int seq_axis, double base);
  * thread count. Needs Tk >= 1 and D >= 1. */
 tg_tensor *tg_attention(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v, bool causal, double scale);
 
+/* ======================================================================== */
+/* Forward mode                                                             */
+/* ======================================================================== */
+
+/* The Jacobian-vector product J v of `out` with respect to inputs[0..n-1]
+ * in the directions tangents[0..n-1] (autograd/jvp.c):
+ *   d out = sum_k (d out / d inputs[k]) tangents[k]
+ * a new arena tensor of out's shape and dtype, from one pass over the
+ * tape: run the forward first (grad mode on, every input requiring grad),
+ * then tg_jvp walks the records in order and pushes the tangents through
+ * each op's tangent rule (tapegrad/op.h; every built-in op has one). The
+ * tape is left as it was: a tg_backward may follow. Each tangent has its
+ * input's shape and dtype; a tensor that requires grad but is not among
+ * the inputs (a parameter) is held constant. Errors: an input that does
+ * not require grad (the forward recorded nothing for it), a tangent of
+ * another shape or dtype, out not made on the live tape (after a backward
+ * consumed it), and an op without a tangent rule (named):
+ *   tg_jvp: op 'my_op' has no tangent rule (forward mode); register one
+ *   with tg_jvp_register */
+tg_tensor *tg_jvp(tg_ctx *ctx, tg_tensor *out, int n, tg_tensor *const *inputs, tg_tensor *const *tangents);
+
 #ifdef __cplusplus
 }
 #endif

@@ -314,6 +314,34 @@ bool tg_gradcheck_lowp(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs,
  * that vanished) set the context's error and return false. */
 bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
                   const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
+/* Forward mode (check/gradcheck_fwd.c), both with the options and result
+ * of tg_gradcheck (mode DIRECTIONAL in the result: one direction v_k per
+ * checked input, opts.v[k] or random in [-1, 1) from opts.seed).
+ *
+ * tg_gradcheck_fwd: the JVP against finite differences, as JAX's
+ * check_jvp -- every output element of J_k v_k (tg_jvp) against
+ * (f(x_k + h v_k) - f(x_k - h v_k)) / 2h, passing when |a - n| <= atol +
+ * rtol |n| + C eps |f| / h (h, atol, rtol as tg_gradcheck's, the last term
+ * the quotient's rounding, C = TG_GRADCHECK_C_ROUND; in float32 h relative
+ * to the input's root mean square and atol to the JVP's). A comparison per output
+ * element: result.input[k].worst_output says where.
+ *
+ * tg_gradcheck_adjoint: the dot-product test <u, J_k v_k> = <J_k^T u, v_k>
+ * for a random u (opts.r, or from opts.seed) over the output: forward mode
+ * (analytic in the result) against reverse mode (numeric), no step h at
+ * all, so exact to rounding. One comparison per input, passing when
+ *   |fwd - rev| <= C eps sqrt(M + N_k) (|u| |J v| + |J^T u| |v|)
+ * (C = TG_GRADCHECK_C_ADJOINT, eps the dtype's, M outputs, N_k input
+ * elements, Euclidean norms): input[k].atol_used is that tolerance,
+ * grad_scale the norms' sum. It catches backward bugs far below the
+ * tolerance of finite differences (a relative error of 1e-6 in float64).
+ * Both return result->pass; errors as tg_gradcheck (and an op without a
+ * tangent rule, tg_jvp's error). */
+#define TG_GRADCHECK_C_ADJOINT 8.0
+bool tg_gradcheck_fwd(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                      const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
+bool tg_gradcheck_adjoint(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                          const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
 /* The full Jacobians of f's output with respect to input `input`, as float64
  * arena tensors of shape (numel(out), numel(input)): J[j][i] = d out_j / d x_i.
  * *analytic from one backward per output element, *numeric from central

@@ -161,6 +161,31 @@ void *tg_node_save(tg_ctx *ctx, tg_node *node, size_t bytes);
  * use. */
 tg_tensor *tg_grad_of(tg_ctx *ctx, tg_tensor *t);
 
+/* ======================================================================== */
+/* Forward mode: tangent rules (tg_jvp, tapegrad/autograd.h)               */
+/* ======================================================================== */
+
+/* An op's tangent rule: returns the tangent of the op's output,
+ *   d out = sum_k (d out / d in_k) tangents[k]
+ * a new tensor of the output's shape and dtype (J v of the op at its
+ * inputs, one forward pass: no transpose, unlike the backward). tangents[k]
+ * has input k's shape and dtype (zeros when input k does not depend on the
+ * inputs of tg_jvp), NULL when input k is NULL. Grad mode is off while it
+ * runs, so it may use any tapegrad op. Returns NULL with the error set on
+ * failure. Every built-in op has one; tg_jvp stops with an error naming an
+ * op that has none. */
+typedef tg_tensor *(*tg_jvp_rule)(tg_ctx *ctx, tg_node *node, tg_tensor *const *tangents);
+
+/* Registers `rule` as the tangent rule of records named `op` (a custom
+ * op's tg_op_def name), replacing one registered before under that name.
+ * Process-wide: call it at start-up, before threads run tg_jvp. False
+ * when op is NULL, empty or longer than 63 characters, rule is NULL, or
+ * 64 rules are registered already. */
+bool tg_jvp_register(const char *op, tg_jvp_rule rule);
+/* The tangent rule of records named op: a registered one, else the
+ * built-in one, else NULL. */
+tg_jvp_rule tg_jvp_find_rule(const char *op);
+
 #ifdef __cplusplus
 }
 #endif

@@ -607,6 +607,7 @@ int gct_cmd_check(const gct_args *a) {
     if (all && a->shape) return gct_usage_error("--shape SPEC is for one op, not 'all' (ops take different specs)");
     if (all && (a->n_ctl || a->r)) return gct_usage_error("inputs given by name are for one op, not 'all'");
     if (!all && !gct_resolve(a, a->name, &op, &bug)) return GCT_EXIT_USAGE;
+    if (a->modes || a->adjoint) return gct_cmd_check_modes(a, op, bug); /* forward mode: modes.c */
 
     tg_ctx *ctx = gct_ctx_new(gct_first_seed(a));
     if (!ctx) return GCT_EXIT_ERROR;

@@ -96,6 +96,9 @@ void gct_usage(FILE *out) {
           "output:\n"
           "  --format text|json|csv   reports for people (default) or programs\n"
           "  --elements        check: every comparison, not only the worst\n"
+          "  --modes fwd,rev   check: rev the backward, fwd the JVP (tg_jvp), each against finite\n"
+          "                    differences (default rev)\n"
+          "  --adjoint         check: also <u, J v> (forward) against <J^T u, v> (reverse), no step\n"
           "  --out DIR         sweep, jacobian: where .dat, .gp and .png go (default out/gradcheck)\n"
           "  -q, --quiet       check: print only failing rows and the summary; sweep: only the\n"
           "                    best steps\n"
@@ -296,6 +299,8 @@ static const opt_use OPT_USE[] = {
     {"--print-inputs", "check sweep jacobian", true},
     {"--save-inputs", "check sweep jacobian", false},
     {"--elements", "check", true},
+    {"--modes", "check", false},
+    {"--adjoint", "check", true},
     {"--r", "check", false},
     {"--v", "check", false},
     {"--h-grid", "sweep", false},
@@ -334,6 +339,8 @@ static bool parse_option(gct_args *a, const char *opt, const char *v) {
         a->print_inputs = true;
     } else if (!strcmp(opt, "--elements")) {
         a->elements = true;
+    } else if (!strcmp(opt, "--modes") || !strcmp(opt, "--adjoint")) {
+        return gct_parse_modes_option(a, opt, v);
     } else if (!strcmp(opt, "--shape")) {
         a->shape = v;
     } else if (!strcmp(opt, "--x")) {

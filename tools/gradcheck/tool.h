@@ -17,6 +17,7 @@
  *   projection.c jacobian's projection view of a norm without gamma
  *   explain.c    `explain`: a norm's backward on the learner's numbers
  *   memory.c     `memory`: fused vs composed records, saved and arena bytes
+ *   modes.c      check --modes fwd,rev and --adjoint: forward mode
  *
  * The tool prints to stdout (reports) and stderr (usage errors). Exit
  * status: 0 every check passed, 1 a check failed, 2 bad usage (the usage
@@ -96,6 +97,8 @@ typedef struct gct_args {
     int n_grid;
     gct_input_ctl ctl[GCT_MAX_CTL]; /* per-input controls */
     int n_ctl;
+    int modes;    /* --modes fwd,rev: bit 0 rev, bit 1 fwd (modes.c); 0: rev */
+    bool adjoint; /* --adjoint: the dot-product test (modes.c) */
 } gct_args;
 
 /* The input and probe seeds of run `s` (a seed of --seeds, or --seed):
@@ -155,6 +158,11 @@ tg_tensor *gct_bug_rmsnorm_m_sum(tg_ctx *ctx, tg_tensor *const *in, void *user);
 int gct_bug_count(void);
 const gct_bug *gct_bug_get(int i);
 const gct_bug *gct_bug_find(const char *name);
+
+/* check with --modes or --adjoint (modes.c): op NULL for all, else the op
+ * and bug gct_cmd_check resolved; and its two options. */
+int gct_cmd_check_modes(const gct_args *a, const tg_op_info *op, const gct_bug *bug);
+bool gct_parse_modes_option(gct_args *a, const char *opt, const char *v);
 
 /* ---- what is checked (target.c) -------------------------- */
 

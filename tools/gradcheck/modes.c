@@ -1,0 +1,242 @@
+/* `tapegrad-gradcheck check NAME|all --modes fwd,rev [--adjoint]`: the
+ * forward-mode checks beside the reverse-mode one, as JAX's check_grads
+ * does (modes=('fwd', 'rev')):
+ *   rev      the backward against finite differences (tg_gradcheck, the
+ *            plain `check`; --mode full|directional|jacobian applies)
+ *   fwd      the JVP, J v from tg_jvp, against finite differences along v,
+ *            every output element (tg_gradcheck_fwd)
+ *   adjoint  <u, J v> (forward mode) against <J^T u, v> (reverse mode) for
+ *            random u and v: no step h, a tolerance of a few roundings
+ *            (tg_gradcheck_adjoint)
+ * One table per op, a row per input and mode. Text only. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tapegrad/op.h"
+#include "tools/gradcheck/tool.h"
+
+enum { MODE_REV = 1, MODE_FWD = 2 };
+
+bool gct_parse_modes_option(gct_args *a, const char *opt, const char *v) {
+    if (!strcmp(opt, "--adjoint")) {
+        a->adjoint = true;
+        return true;
+    }
+    a->modes = 0;
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", v);
+    for (char *save = NULL, *m = strtok_r(buf, ",", &save); m; m = strtok_r(NULL, ",", &save)) {
+        if (!strcmp(m, "fwd")) a->modes |= MODE_FWD;
+        else if (!strcmp(m, "rev")) a->modes |= MODE_REV;
+        else return gct_usage_error("--modes is a list of fwd and rev (fwd,rev), not '%s'", v), false;
+    }
+    if (!a->modes) return gct_usage_error("--modes is a list of fwd and rev (fwd,rev), not '%s'", v), false;
+    return true;
+}
+
+/* The tangent rule of inject_norm.c's bugs: custom ops (tg_op_apply) whose
+ * forward is the right RMSNorm over the last nd dims (scalar 2; eps:
+ * scalar 3), inputs x, gamma, beta (each may be NULL but x). Per row,
+ * with r = (mean(x^2) + eps)^(-1/2) and xhat = x r,
+ *   t_y = gamma r (t_x - xhat mean(xhat t_x)) + t_gamma xhat + t_beta
+ * (the derivation is above the fused op's rule, autograd/jvp_nn.c), here
+ * composed of ops on the rows as a (N, C) matrix. */
+static tg_tensor *seeded_rmsnorm_jvp(tg_ctx *ctx, tg_node *node, tg_tensor *const *t) {
+    tg_tensor *x = tg_node_input(node, 0), *gamma = tg_node_input(node, 1), *beta = tg_node_input(node, 2);
+    const int nd = (int)tg_node_scalar(node, 2);
+    int64_t rows[2] = {1, 1};
+    for (int k = 0; k < x->ndim; k++) rows[k < x->ndim - nd ? 0 : 1] *= x->shape[k];
+    tg_tensor *xr = tg_reshape(ctx, x, 2, rows), *tr = tg_reshape(ctx, t[0], 2, rows);
+    tg_tensor *ms = tg_mean_axis(ctx, tg_mul(ctx, xr, xr), 1, true);
+    tg_tensor *r = tg_pow_scalar(ctx, tg_add_scalar(ctx, ms, tg_node_scalar(node, 3)), -0.5);
+    tg_tensor *xhat = tg_mul(ctx, xr, r);
+    tg_tensor *m = tg_mean_axis(ctx, tg_mul(ctx, xhat, tr), 1, true);
+    tg_tensor *ty = tg_mul(ctx, r, tg_sub(ctx, tr, tg_mul(ctx, xhat, m)));
+    if (gamma)
+        ty = tg_add(ctx, tg_mul(ctx, ty, tg_reshape(ctx, gamma, 1, rows + 1)),
+                    tg_mul(ctx, xhat, tg_reshape(ctx, t[1], 1, rows + 1)));
+    if (beta) ty = tg_add(ctx, ty, tg_reshape(ctx, t[2], 1, rows + 1));
+    return tg_reshape(ctx, ty, x->ndim, x->shape);
+}
+
+/* The seeded bugs have the right forward and a wrong backward, so the
+ * right tangent rule: inject.c's record the fused norms' layout (x, gamma,
+ * beta; N, C, eps) and take the fused op's rule; inject_norm.c's are the
+ * custom ops above. */
+static void register_bug_rules(void) {
+    static const char *const RMS[] = {"rmsnorm[bug:sum]", "rmsnorm[bug:no-eps]", "rmsnorm[bug:overwrite]",
+                                      "rmsnorm[bug:scale]", "rmsnorm[bug:proj]"};
+    static const char *const LN[] = {"layernorm[bug:no-mean]", "layernorm[bug:unbiased]"};
+    for (size_t k = 0; k < sizeof RMS / sizeof RMS[0]; k++) tg_jvp_register(RMS[k], tg_jvp_find_rule("rmsnorm"));
+    for (size_t k = 0; k < sizeof LN / sizeof LN[0]; k++) tg_jvp_register(LN[k], tg_jvp_find_rule("layernorm"));
+    tg_jvp_register("rmsnorm[bug:r-const]", seeded_rmsnorm_jvp);
+    tg_jvp_register("rmsnorm[bug:m-sum]", seeded_rmsnorm_jvp);
+}
+
+typedef struct modes_totals {
+    int ops, cases, rows, failed_rows, errors;
+    char failures[2048];
+    size_t flen;
+    char errors_text[2048]; /* this op's errors, printed under its table */
+    size_t elen;
+} modes_totals;
+
+static void fmt_num(gct_cell *c, const char *fmt, double v) {
+    if (isnan(v)) gct_cell_set(c, GCT_BAD, "nan");
+    else if (v == 0) gct_cell_set(c, GCT_PLAIN, "0");
+    else gct_cell_set(c, GCT_PLAIN, fmt, v);
+}
+
+/* The rows of one mode's result: one per checked input. */
+static void add_rows(gct_table *t, const gct_target *tg, const char *mode, const tg_gradcheck_result *r, bool *first,
+                     bool quiet, modes_totals *T) {
+    for (int k = 0; k < tg->c.n_inputs; k++) {
+        const tg_gradcheck_input *in = &r->input[k];
+        if (!in->checked) continue;
+        T->rows++;
+        if (!in->pass) {
+            T->failed_rows++;
+            if (T->flen < sizeof T->failures)
+                T->flen += (size_t)snprintf(T->failures + T->flen, sizeof T->failures - T->flen, "\n    %s  %s: %s %s",
+                                            tg->label, tg->c.spec, tg->c.input_names[k], mode);
+        }
+        if (quiet && in->pass) continue;
+        gct_cell *row = gct_table_row(t);
+        if (!row) return;
+        if (*first) gct_table_group(t);
+        char sh[64], at[64];
+        const tg_tensor *x = tg->c.inputs[k];
+        gct_cell_set(&row[0], GCT_PLAIN, "%s", *first ? tg->c.spec : "");
+        gct_cell_set(&row[1], GCT_PLAIN, "%s", tg->c.input_names[k]);
+        gct_cell_set(&row[2], GCT_PLAIN, "%s", gct_shape_text(sh, sizeof sh, x->ndim, x->shape));
+        gct_cell_set(&row[3], GCT_PLAIN, "%s", mode);
+        gct_cell_set(&row[4], in->n_failed ? GCT_BAD : GCT_PLAIN, "%lld/%lld", (long long)in->n_failed,
+                     (long long)in->n_checked);
+        fmt_num(&row[5], "%.2e", in->max_abs_err);
+        if (in->n_checked == 0) gct_cell_set(&row[6], GCT_DIM, "-");
+        else if (in->worst_index >= 0)
+            gct_cell_set(&row[6], GCT_PLAIN, "%s", gct_index_text(at, sizeof at, x->ndim, x->shape, in->worst_index));
+        else if (in->worst_output >= 0)
+            gct_cell_set(&row[6], GCT_PLAIN, "out%s",
+                         gct_index_text(at, sizeof at, tg->out->ndim, tg->out->shape, in->worst_output));
+        else gct_cell_set(&row[6], GCT_PLAIN, "<u,Jv>");
+        fmt_num(&row[7], "%.12g", in->worst_analytic);
+        fmt_num(&row[8], "%.12g", in->worst_numeric);
+        fmt_num(&row[9], "%.2g", in->worst_ratio);
+        gct_cell_set(&row[10], in->pass ? GCT_GOOD : GCT_BAD, "%s", in->pass ? "pass" : "FAIL");
+        *first = false;
+    }
+}
+
+/* One case in every mode asked for; an error is noted and the next mode runs. */
+static void run_case(tg_ctx *ctx, const gct_args *a, gct_target *tg, gct_table *t, modes_totals *T, bool *op_failed) {
+    tg_gradcheck_opts o = gct_target_opts(tg, a, a->seed);
+    bool first = true;
+    const int modes = a->modes ? a->modes : MODE_REV;
+    for (int m = 0; m < 3; m++) {
+        tg_gradcheck_result r;
+        const char *name = m == 0 ? "rev" : m == 1 ? "fwd" : "adjoint";
+        bool ok = true;
+        if (m == 0 && (modes & MODE_REV)) ok = gct_target_check(ctx, tg, &o, &r) || tg_ok(ctx);
+        else if (m == 1 && (modes & MODE_FWD))
+            ok = tg_gradcheck_fwd(ctx, tg->fn, &tg->c, tg->c.n_inputs, tg->c.inputs, &o, &r) || tg_ok(ctx);
+        else if (m == 2 && a->adjoint)
+            ok = tg_gradcheck_adjoint(ctx, tg->fn, &tg->c, tg->c.n_inputs, tg->c.inputs, &o, &r) || tg_ok(ctx);
+        else continue;
+        if (!ok) {
+            gct_cell *row = gct_table_row(t);
+            if (row) {
+                if (first) gct_table_group(t);
+                gct_cell_set(&row[0], GCT_PLAIN, "%s", first ? tg->c.spec : "");
+                gct_cell_set(&row[3], GCT_PLAIN, "%s", name);
+                gct_cell_set(&row[10], GCT_BAD, "ERROR");
+                first = false;
+            }
+            if (T->elen < sizeof T->errors_text)
+                T->elen += (size_t)snprintf(T->errors_text + T->elen, sizeof T->errors_text - T->elen,
+                                            "    ERROR %s (%s): %s\n", tg->c.spec, name, tg_error_message(ctx));
+            T->errors++;
+            if (T->flen < sizeof T->failures)
+                T->flen += (size_t)snprintf(T->failures + T->flen, sizeof T->failures - T->flen,
+                                            "\n    %s  %s: %s error", tg->label, tg->c.spec, name);
+            tg_clear_error(ctx);
+            *op_failed = true;
+            continue;
+        }
+        int before = T->failed_rows;
+        add_rows(t, tg, name, &r, &first, a->quiet, T);
+        if (T->failed_rows > before) *op_failed = true;
+    }
+}
+
+static int modes_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const gct_bug *bug, modes_totals *T) {
+    gct_table t;
+    gct_table_init(&t, "llllrrlrrrl", "spec", "input", "shape", "mode", "failed", "max abs err", "worst at",
+                   "analytic | fwd", "numeric | rev", "err/tol", "result");
+    int n_specs = a->shape || bug ? 1 : op->n_variants;
+    bool op_failed = false;
+    char function[160] = "";
+    for (int v = 0; v < n_specs; v++) {
+        const char *spec = a->shape ? a->shape : bug ? NULL : op->variants[v];
+        gct_target tg;
+        if (!gct_target_make(ctx, a, op, bug, spec, a->dtype, a->seed, &tg)) {
+            gct_table_free(&t);
+            return gct_build_failed(ctx);
+        }
+        snprintf(function, sizeof function, "%s", tg.function);
+        T->cases++;
+        run_case(ctx, a, &tg, &t, T, &op_failed);
+        tg_ctx_reset(ctx);
+    }
+    T->ops++;
+    if (!a->quiet || op_failed) {
+        printf("%s", T->ops > 1 || a->quiet ? "\n" : "");
+        gct_put_title(a, op, bug, function);
+        if (t.nrows) {
+            fputc('\n', stdout);
+            gct_table_print(stdout, &t, 2, a->color);
+        }
+        if (T->elen) printf("\n%s", T->errors_text);
+    }
+    T->elen = 0;
+    gct_table_free(&t);
+    return -1;
+}
+
+int gct_cmd_check_modes(const gct_args *a, const tg_op_info *op, const gct_bug *bug) {
+    if (a->format != GCT_TEXT || a->n_seeds || a->elements || a->print_inputs || a->save_inputs)
+        return gct_usage_error("--modes and --adjoint report in text, one seed (no --format, --seeds, --elements, "
+                               "--print-inputs, --save-inputs)");
+    register_bug_rules();
+    tg_ctx *ctx = gct_ctx_new(a->seed);
+    if (!ctx) return GCT_EXIT_ERROR;
+    const int modes = a->modes ? a->modes : MODE_REV;
+    printf("modes:%s%s%s  (%s, seed %llu)\n", modes & MODE_REV ? " rev (backward vs differences)" : "",
+           modes & MODE_FWD ? " fwd (J v from tg_jvp vs differences along v)" : "",
+           a->adjoint ? " adjoint (<u, J v> forward vs <J^T u, v> reverse, no step)" : "", tg_dtype_name(a->dtype),
+           (unsigned long long)a->seed);
+    modes_totals T;
+    memset(&T, 0, sizeof T);
+    double t0 = gct_now();
+    int st = -1;
+    for (int i = 0; !op && i < tg_registry_count() && st < 0; i++) st = modes_op(ctx, a, tg_registry_get(i), NULL, &T);
+    if (op) st = modes_op(ctx, a, op, bug, &T);
+    tg_ctx_free(ctx);
+    if (st >= 0) return st;
+    printf("\n");
+    gct_puts_tone(stdout, "summary:", GCT_BOLD, a->color);
+    printf(" %d op%s, %d case%s, %d check%s in %s in %.2f s: ", T.ops, T.ops == 1 ? "" : "s", T.cases,
+           T.cases == 1 ? "" : "s", T.rows, T.rows == 1 ? "" : "s", tg_dtype_name(a->dtype), gct_now() - t0);
+    if (!T.failed_rows && !T.errors) {
+        gct_puts_tone(stdout, "all pass", GCT_GOOD, a->color);
+        printf("\n");
+        return GCT_EXIT_PASS;
+    }
+    char line[96];
+    snprintf(line, sizeof line, "%d FAIL", T.failed_rows);
+    gct_puts_tone(stdout, line, GCT_BAD, a->color);
+    if (T.errors) printf(", %d error%s", T.errors, T.errors == 1 ? "" : "s");
+    printf("%s\n", T.failures);
+    return GCT_EXIT_FAIL;
+}
