@@ -40,6 +40,7 @@ int tg_cpus_from_quota(const char *cpu_max) {
     return n > INT_MAX ? INT_MAX : (int)n;
 }
 
+#ifdef TG_HAVE_OPENMP /* the CPU limits matter only when threads are built in */
 /* The first line of a small file, into buf; false if unreadable. */
 static bool read_line(const char *path, char *buf, size_t size) {
     FILE *f = fopen(path, "r");
@@ -131,6 +132,8 @@ static int cgroup_cpu_limit(void) {
     fclose(f);
     return best;
 }
+
+#endif
 
 int tg_default_threads(void) {
 #ifdef TG_HAVE_OPENMP
