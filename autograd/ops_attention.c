@@ -72,6 +72,16 @@ typedef struct {
     size_t stride, off1, off2; /* scratch per worker; offsets in it */
 } attn_job;
 
+/* The fields both directions set; the caller adds its tensors. */
+static attn_job attn_job_of(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v, double *lse, tg_attn_dims d,
+                            double scale, bool causal, int64_t BR, unsigned char *scratch, size_t stride, size_t off1,
+                            size_t off2) {
+    attn_job j = {0};
+    j.q = q, j.k = k, j.v = v, j.lse = lse, j.d = d, j.scale = scale, j.causal = causal, j.BR = BR;
+    j.scratch = scratch, j.stride = stride, j.off1 = off1, j.off2 = off2;
+    return j;
+}
+
 static void attention_forward_task(void *arg, int64_t b, int worker) {
     const attn_job *j = arg;
     const tg_attn_dims d = j->d;
@@ -100,19 +110,8 @@ static void attention_run(tg_ctx *ctx, const char *fn, tg_tensor *o, double *lse
                  inv_off = kt_off + attn_aligned((size_t)(d.D * d.Tk) * es);
     unsigned char *scratch = attn_scratch(ctx, fn, nt, inv_off + (size_t)BR * sizeof(double), &stride);
     if (!scratch) return;
-    attn_job j = {.o = o,
-                  .q = q,
-                  .k = k,
-                  .v = v,
-                  .lse = lse,
-                  .d = d,
-                  .scale = scale,
-                  .causal = causal,
-                  .BR = BR,
-                  .scratch = scratch,
-                  .stride = stride,
-                  .off1 = kt_off,
-                  .off2 = inv_off};
+    attn_job j = attn_job_of(q, k, v, lse, d, scale, causal, BR, scratch, stride, kt_off, inv_off);
+    j.o = o;
     tg_parallel(nt, d.pairs, attention_forward_task, &j);
 }
 
@@ -168,23 +167,8 @@ static void attention_backward(tg_ctx *ctx, tg_node *n) {
                  vt_off = kt_off + attn_aligned((size_t)(d.D * d.Tk) * es);
     unsigned char *scratch = attn_scratch(ctx, n->op, nt, vt_off + (size_t)(d.Dv * d.Tk) * es, &stride);
     if (!scratch) return;
-    attn_job j = {.dq = dq,
-                  .dk = dk,
-                  .dv = dv,
-                  .q = q,
-                  .k = k,
-                  .v = v,
-                  .o = (tg_tensor *)o,
-                  .dout = dout,
-                  .lse = (double *)lse,
-                  .d = d,
-                  .scale = scale,
-                  .causal = causal,
-                  .BR = BR,
-                  .scratch = scratch,
-                  .stride = stride,
-                  .off1 = kt_off,
-                  .off2 = vt_off};
+    attn_job j = attn_job_of(q, k, v, (double *)lse, d, scale, causal, BR, scratch, stride, kt_off, vt_off);
+    j.dq = dq, j.dk = dk, j.dv = dv, j.o = (tg_tensor *)o, j.dout = dout;
     tg_parallel(nt, d.pairs, attention_backward_task, &j);
 }
 

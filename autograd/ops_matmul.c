@@ -89,25 +89,9 @@ static void mm_gemm_batched(tg_ctx *ctx, const char *fn, tg_dtype dt, bool ta, b
     int nt = threads < batch ? threads : (int)batch;
     if (most < nt) nt = most < 1 ? 1 : (int)most;
     const size_t ws = tg_gemm_workspace_size(M, N, K, es, 1);
-    mm_batch_job j = {.dt = dt,
-                      .ta = ta,
-                      .tb = tb,
-                      .M = M,
-                      .N = N,
-                      .K = K,
-                      .lda = lda,
-                      .ldb = ldb,
-                      .ldc = ldc,
-                      .sa = sa,
-                      .sb = sb,
-                      .sc = sc,
-                      .pa = pa,
-                      .pb = pb,
-                      .pc = pc,
-                      .beta = beta,
-                      .es = es,
-                      .ws = ws,
-                      .ws_round = (ws + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN};
+    /* the fields in their order; work below */
+    mm_batch_job j = {dt, ta, tb, M,  N,  K,    lda,  ldb, ldc, sa,
+                      sb, sc, pa, pb, pc, NULL, beta, es,  ws,  (ws + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN};
     j.work = ws ? tg_arena_alloc_fn(ctx, fn, j.ws_round * (size_t)nt) : NULL;
     if (ws && !j.work) return;
     tg_parallel(nt, batch, mm_batch_task, &j);

@@ -53,43 +53,27 @@ typedef struct {
     double *lse, *row_loss, eps, g;
 } sm_job;
 
-/* Forward of rows [r0, r1) (see softmax_row / log_softmax_row for the
- * math). y, x: (rows, C) */
-static void softmax_forward_task(void *arg, int64_t r0, int64_t r1, int worker) {
+/* Rows [r0, r1): the forward y = softmax(x) or log_softmax(x) (see
+ * softmax_row / log_softmax_row for the math), or, when dy is set, the
+ * backward dx += ... from the saved output (dx in `y`, the output in `x`).
+ * y, x, dy: (rows, C) */
+static void softmax_task(void *arg, int64_t r0, int64_t r1, int worker) {
     const sm_job *j = arg;
     const int64_t C = j->C;
     (void)worker;
     for (int64_t r = r0; r < r1; r++) {
         if (j->x->dtype == TG_F64) {
-            double *yr = (double *)j->y->data + r * C;
-            const double *xr = (const double *)j->x->data + r * C;
-            if (j->log_) log_softmax_row_f64(yr, xr, C);
-            else softmax_row_f64(yr, xr, C);
+            double *out = (double *)j->y->data + r * C;
+            const double *in = (const double *)j->x->data + r * C;
+            const double *d = j->dy ? (const double *)j->dy->data + r * C : NULL;
+            if (d) j->log_ ? log_softmax_row_backward_f64(out, d, in, C) : softmax_row_backward_f64(out, d, in, C);
+            else j->log_ ? log_softmax_row_f64(out, in, C) : softmax_row_f64(out, in, C);
         } else {
-            float *yr = (float *)j->y->data + r * C;
-            const float *xr = (const float *)j->x->data + r * C;
-            if (j->log_) log_softmax_row_f32(yr, xr, C);
-            else softmax_row_f32(yr, xr, C);
-        }
-    }
-}
-
-/* Backward of rows [r0, r1), from the saved output y (x in the job). */
-static void softmax_backward_task(void *arg, int64_t r0, int64_t r1, int worker) {
-    const sm_job *j = arg;
-    const int64_t C = j->C;
-    (void)worker;
-    for (int64_t r = r0; r < r1; r++) {
-        if (j->x->dtype == TG_F64) {
-            double *g = (double *)j->y->data + r * C;
-            const double *d = (const double *)j->dy->data + r * C, *yr = (const double *)j->x->data + r * C;
-            if (j->log_) log_softmax_row_backward_f64(g, d, yr, C);
-            else softmax_row_backward_f64(g, d, yr, C);
-        } else {
-            float *g = (float *)j->y->data + r * C;
-            const float *d = (const float *)j->dy->data + r * C, *yr = (const float *)j->x->data + r * C;
-            if (j->log_) log_softmax_row_backward_f32(g, d, yr, C);
-            else softmax_row_backward_f32(g, d, yr, C);
+            float *out = (float *)j->y->data + r * C;
+            const float *in = (const float *)j->x->data + r * C;
+            const float *d = j->dy ? (const float *)j->dy->data + r * C : NULL;
+            if (d) j->log_ ? log_softmax_row_backward_f32(out, d, in, C) : softmax_row_backward_f32(out, d, in, C);
+            else j->log_ ? log_softmax_row_f32(out, in, C) : softmax_row_f32(out, in, C);
         }
     }
 }
@@ -104,7 +88,7 @@ static void softmax_backward(tg_ctx *ctx, tg_node *n) {
     int64_t rows, C;
     rows_of(n->out, &rows, &C);
     sm_job j = {.y = dx, .x = n->out, .dy = n->out->grad, .C = C, .log_ = n->i[0] != 0};
-    tg_parallel_range(row_threads(ctx, rows, C), rows, row_chunk(C), softmax_backward_task, &j);
+    tg_parallel_range(row_threads(ctx, rows, C), rows, row_chunk(C), softmax_task, &j);
 }
 
 static tg_tensor *softmax_op(tg_ctx *ctx, tg_tensor *x, bool log_, const char *fn) {
@@ -114,7 +98,7 @@ static tg_tensor *softmax_op(tg_ctx *ctx, tg_tensor *x, bool log_, const char *f
     int64_t rows, C;
     rows_of(x, &rows, &C);
     sm_job j = {.y = y, .x = x, .C = C, .log_ = log_};
-    tg_parallel_range(row_threads(ctx, rows, C), rows, row_chunk(C), softmax_forward_task, &j);
+    tg_parallel_range(row_threads(ctx, rows, C), rows, row_chunk(C), softmax_task, &j);
     tg_node *n = tg_record(ctx, fn, softmax_backward, y, 1, &x);
     if (n) {
         n->i[0] = log_;
@@ -128,39 +112,28 @@ tg_tensor *tg_log_softmax(tg_ctx *ctx, tg_tensor *x) { return softmax_op(ctx, x,
 
 /* ---- cross-entropy ------------------------------------------------------------ */
 
-/* Cross-entropy forward of rows [i0, i1): each row's loss and lse
- * (cross_entropy_row), 0 for ignored rows. */
-static void cross_entropy_forward_task(void *arg, int64_t i0, int64_t i1, int worker) {
+/* Cross-entropy rows [i0, i1): the forward, each row's loss and lse
+ * (cross_entropy_row), 0 for ignored rows; or, when dx (`y`) is set, the
+ * backward (cross_entropy_row_backward), nothing for ignored rows. */
+static void cross_entropy_task(void *arg, int64_t i0, int64_t i1, int worker) {
     const sm_job *j = arg;
     const int64_t C = j->C;
+    const bool f64 = j->x->dtype == TG_F64;
     (void)worker;
     for (int64_t i = i0; i < i1; i++) {
         const int64_t t = j->target[i];
-        if (t == j->ignore) {
+        const void *x = (const unsigned char *)j->x->data + (size_t)(i * C) * (f64 ? sizeof(double) : sizeof(float));
+        if (j->y && t != j->ignore) {
+            void *dx = (unsigned char *)j->y->data + (size_t)(i * C) * (f64 ? sizeof(double) : sizeof(float));
+            if (f64) cross_entropy_row_backward_f64(dx, x, C, t, j->lse[i], j->eps, j->g);
+            else cross_entropy_row_backward_f32(dx, x, C, t, j->lse[i], j->eps, j->g);
+        } else if (!j->y) {
             j->lse[i] = 0;
             j->row_loss[i] = 0;
-            continue;
+            if (t != j->ignore)
+                j->row_loss[i] = f64 ? cross_entropy_row_f64(&j->lse[i], x, C, t, j->eps)
+                                     : cross_entropy_row_f32(&j->lse[i], x, C, t, j->eps);
         }
-        j->row_loss[i] = j->x->dtype == TG_F64
-                             ? cross_entropy_row_f64(&j->lse[i], (const double *)j->x->data + i * C, C, t, j->eps)
-                             : cross_entropy_row_f32(&j->lse[i], (const float *)j->x->data + i * C, C, t, j->eps);
-    }
-}
-
-/* Cross-entropy backward of rows [i0, i1) (dx in y). */
-static void cross_entropy_backward_task(void *arg, int64_t i0, int64_t i1, int worker) {
-    const sm_job *j = arg;
-    const int64_t C = j->C;
-    (void)worker;
-    for (int64_t i = i0; i < i1; i++) {
-        const int64_t t = j->target[i];
-        if (t == j->ignore) continue;
-        if (j->x->dtype == TG_F64)
-            cross_entropy_row_backward_f64((double *)j->y->data + i * C, (const double *)j->x->data + i * C, C, t,
-                                           j->lse[i], j->eps, j->g);
-        else
-            cross_entropy_row_backward_f32((float *)j->y->data + i * C, (const float *)j->x->data + i * C, C, t,
-                                           j->lse[i], j->eps, j->g);
     }
 }
 
@@ -181,7 +154,7 @@ static void cross_entropy_backward(tg_ctx *ctx, tg_node *n) {
     if (count == 0) return;
     const double g = tg_load(n->out->grad, 0) / (double)count;
     sm_job j = {.y = dx, .x = x, .C = C, .target = target, .ignore = ignore, .lse = (double *)lse, .eps = eps, .g = g};
-    tg_parallel_range(row_threads(ctx, N, C), N, row_chunk(C), cross_entropy_backward_task, &j);
+    tg_parallel_range(row_threads(ctx, N, C), N, row_chunk(C), cross_entropy_task, &j);
 }
 
 tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, const int64_t *targets, const tg_cross_entropy_opts *opts) {
@@ -230,7 +203,7 @@ tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, const int64_t *targe
     const double eps = o.label_smoothing;
     sm_job j = {
         .x = logits, .C = C, .target = target, .ignore = o.ignore_index, .lse = lse, .row_loss = row_loss, .eps = eps};
-    tg_parallel_range(row_threads(ctx, N, C), N, row_chunk(C), cross_entropy_forward_task, &j);
+    tg_parallel_range(row_threads(ctx, N, C), N, row_chunk(C), cross_entropy_task, &j);
     double total = 0;
     for (int64_t i = 0; i < N; i++) total += row_loss[i]; /* in row order: thread-count independent */
     tg_store(out, 0, count ? total / (double)count : NAN);
