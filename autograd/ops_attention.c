@@ -21,6 +21,7 @@
 #include "autograd/ops_attention.h"
 #include "autograd/tape.h"
 #include "tensor/gemm.h"
+#include "tensor/parallel.h"
 
 #include <math.h>
 #include <string.h>
@@ -38,7 +39,8 @@ static int64_t attn_block_rows(bool causal) { return causal ? 32 : 64; }
 #define TG_TEMPLATE "autograd/ops_attention.inc"
 #include "tensor/instantiate.h"
 
-/* Threads for `pairs` problems: at most one per pair. */
+/* Threads for `pairs` problems (tasks of the pool, one pair each): at
+ * most one per pair. */
 static int attn_threads(const tg_ctx *ctx, int64_t pairs) {
     int nt = tg_threads(ctx);
     if (nt < 1) nt = 1;
@@ -56,6 +58,46 @@ static unsigned char *attn_scratch(tg_ctx *ctx, const char *fn, int nt, size_t b
     return tg_arena_alloc_fn(ctx, fn, *stride * (size_t)nt);
 }
 
+/* What the tasks (one (batch, head) pair each) read; each runner uses the
+ * scratch of its worker id. */
+typedef struct {
+    tg_tensor *o, *dq, *dk, *dv;
+    const tg_tensor *q, *k, *v, *dout;
+    double *lse;
+    tg_attn_dims d;
+    double scale;
+    bool causal;
+    int64_t BR;
+    unsigned char *scratch;
+    size_t stride, off1, off2; /* scratch per worker; offsets in it */
+} attn_job;
+
+/* The fields both directions set; the caller adds its tensors. */
+static attn_job attn_job_of(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v, double *lse, tg_attn_dims d,
+                            double scale, bool causal, int64_t BR, unsigned char *scratch, size_t stride, size_t off1,
+                            size_t off2) {
+    attn_job j = {0};
+    j.q = q, j.k = k, j.v = v, j.lse = lse, j.d = d, j.scale = scale, j.causal = causal, j.BR = BR;
+    j.scratch = scratch, j.stride = stride, j.off1 = off1, j.off2 = off2;
+    return j;
+}
+
+static void attention_forward_task(void *arg, int64_t b, int worker) {
+    const attn_job *j = arg;
+    const tg_attn_dims d = j->d;
+    unsigned char *s = j->scratch + j->stride * (size_t)worker, *kt = s + j->off1;
+    double *inv = (double *)(s + j->off2);
+    const int64_t oq = b * d.Tq * d.D, ok = b * d.Tk * d.D, ov = b * d.Tk * d.Dv, oo = b * d.Tq * d.Dv;
+    if (j->q->dtype == TG_F64)
+        attention_forward_f64((double *)j->o->data + oo, j->lse + b * d.Tq, (const double *)j->q->data + oq,
+                              (const double *)j->k->data + ok, (const double *)j->v->data + ov, d.Tq, d.Tk, d.D, d.Dv,
+                              j->scale, j->causal, j->BR, (double *)s, (double *)kt, inv);
+    else
+        attention_forward_f32((float *)j->o->data + oo, j->lse + b * d.Tq, (const float *)j->q->data + oq,
+                              (const float *)j->k->data + ok, (const float *)j->v->data + ov, d.Tq, d.Tk, d.D, d.Dv,
+                              j->scale, j->causal, j->BR, (float *)s, (float *)kt, inv);
+}
+
 /* Forward over every pair: o and lse (pairs x Tq doubles). */
 static void attention_run(tg_ctx *ctx, const char *fn, tg_tensor *o, double *lse, const tg_tensor *q,
                           const tg_tensor *k, const tg_tensor *v, tg_attn_dims d, double scale, bool causal) {
@@ -68,29 +110,33 @@ static void attention_run(tg_ctx *ctx, const char *fn, tg_tensor *o, double *lse
                  inv_off = kt_off + attn_aligned((size_t)(d.D * d.Tk) * es);
     unsigned char *scratch = attn_scratch(ctx, fn, nt, inv_off + (size_t)BR * sizeof(double), &stride);
     if (!scratch) return;
-    const bool f64 = q->dtype == TG_F64;
-    TG_PARALLEL_FOR(nt)
-    for (int c = 0; c < nt; c++) {
-        unsigned char *s = scratch + stride * (size_t)c, *kt = s + kt_off;
-        double *inv = (double *)(s + inv_off);
-        for (int64_t b = d.pairs * c / nt; b < d.pairs * (c + 1) / nt; b++) {
-            const int64_t oq = b * d.Tq * d.D, ok = b * d.Tk * d.D, ov = b * d.Tk * d.Dv, oo = b * d.Tq * d.Dv;
-            if (f64)
-                attention_forward_f64((double *)o->data + oo, lse + b * d.Tq, (const double *)q->data + oq,
-                                      (const double *)k->data + ok, (const double *)v->data + ov, d.Tq, d.Tk, d.D, d.Dv,
-                                      scale, causal, BR, (double *)s, (double *)kt, inv);
-            else
-                attention_forward_f32((float *)o->data + oo, lse + b * d.Tq, (const float *)q->data + oq,
-                                      (const float *)k->data + ok, (const float *)v->data + ov, d.Tq, d.Tk, d.D, d.Dv,
-                                      scale, causal, BR, (float *)s, (float *)kt, inv);
-        }
-    }
+    attn_job j = attn_job_of(q, k, v, lse, d, scale, causal, BR, scratch, stride, kt_off, inv_off);
+    j.o = o;
+    tg_parallel(nt, d.pairs, attention_forward_task, &j);
 }
 
 /* The element pointer of t at offset off, or NULL for a NULL t (a grad
  * that is not wanted). */
 static void *at(tg_tensor *t, int64_t off) {
     return t ? (unsigned char *)t->data + (size_t)off * tg_esize(t->dtype) : NULL;
+}
+
+static void attention_backward_task(void *arg, int64_t b, int worker) {
+    const attn_job *j = arg;
+    const tg_attn_dims d = j->d;
+    unsigned char *s = j->scratch + j->stride * (size_t)worker, *kt = s + j->off1, *vt = s + j->off2;
+    const int64_t oq = b * d.Tq * d.D, ok = b * d.Tk * d.D, ov = b * d.Tk * d.Dv, oo = b * d.Tq * d.Dv;
+    if (j->q->dtype == TG_F64)
+        attention_backward_f64(at(j->dq, oq), at(j->dk, ok), at(j->dv, ov), (const double *)j->dout->data + oo,
+                               (const double *)j->q->data + oq, (const double *)j->k->data + ok,
+                               (const double *)j->v->data + ov, (const double *)j->o->data + oo, j->lse + b * d.Tq,
+                               d.Tq, d.Tk, d.D, d.Dv, j->scale, j->causal, j->BR, (double *)s, (double *)kt,
+                               (double *)vt);
+    else
+        attention_backward_f32(at(j->dq, oq), at(j->dk, ok), at(j->dv, ov), (const float *)j->dout->data + oo,
+                               (const float *)j->q->data + oq, (const float *)j->k->data + ok,
+                               (const float *)j->v->data + ov, (const float *)j->o->data + oo, j->lse + b * d.Tq, d.Tq,
+                               d.Tk, d.D, d.Dv, j->scale, j->causal, j->BR, (float *)s, (float *)kt, (float *)vt);
 }
 
 /* Forward was o = softmax_rows(scale q k^T + mask) v with lse saved per
@@ -121,24 +167,9 @@ static void attention_backward(tg_ctx *ctx, tg_node *n) {
                  vt_off = kt_off + attn_aligned((size_t)(d.D * d.Tk) * es);
     unsigned char *scratch = attn_scratch(ctx, n->op, nt, vt_off + (size_t)(d.Dv * d.Tk) * es, &stride);
     if (!scratch) return;
-    const bool f64 = q->dtype == TG_F64;
-    TG_PARALLEL_FOR(nt)
-    for (int c = 0; c < nt; c++) {
-        unsigned char *s = scratch + stride * (size_t)c, *kt = s + kt_off, *vt = s + vt_off;
-        for (int64_t b = d.pairs * c / nt; b < d.pairs * (c + 1) / nt; b++) {
-            const int64_t oq = b * d.Tq * d.D, ok = b * d.Tk * d.D, ov = b * d.Tk * d.Dv, oo = b * d.Tq * d.Dv;
-            if (f64)
-                attention_backward_f64(at(dq, oq), at(dk, ok), at(dv, ov), (const double *)dout->data + oo,
-                                       (const double *)q->data + oq, (const double *)k->data + ok,
-                                       (const double *)v->data + ov, (const double *)o->data + oo, lse + b * d.Tq, d.Tq,
-                                       d.Tk, d.D, d.Dv, scale, causal, BR, (double *)s, (double *)kt, (double *)vt);
-            else
-                attention_backward_f32(at(dq, oq), at(dk, ok), at(dv, ov), (const float *)dout->data + oo,
-                                       (const float *)q->data + oq, (const float *)k->data + ok,
-                                       (const float *)v->data + ov, (const float *)o->data + oo, lse + b * d.Tq, d.Tq,
-                                       d.Tk, d.D, d.Dv, scale, causal, BR, (float *)s, (float *)kt, (float *)vt);
-        }
-    }
+    attn_job j = attn_job_of(q, k, v, (double *)lse, d, scale, causal, BR, scratch, stride, kt_off, vt_off);
+    j.dq = dq, j.dk = dk, j.dv = dv, j.o = (tg_tensor *)o, j.dout = dout;
+    tg_parallel(nt, d.pairs, attention_backward_task, &j);
 }
 
 bool tg_attention_check(tg_ctx *ctx, const char *fn, const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,

@@ -35,6 +35,7 @@ static void TG_FN(dropout_backward_kernel)(T *restrict dx, const T *restrict dy,
 #else /* the op, compiled once */
 
 #include "autograd/tape.h"
+#include "tensor/parallel.h"
 
 #include <math.h>
 
@@ -44,13 +45,21 @@ static void TG_FN(dropout_backward_kernel)(T *restrict dx, const T *restrict dy,
 /* Below this many elements one thread draws the whole mask. */
 #define DROPOUT_PAR_MIN 16384
 
-/* m_i = [u_i >= p] for i < n, u_i from block i of the stream. mask: (n) */
-static void dropout_mask(const tg_ctx *ctx, uint8_t *mask, int64_t n, double p, int nt) {
-    TG_PARALLEL_FOR(nt)
-    for (int64_t i = 0; i < n; i++) {
+typedef struct {
+    const tg_ctx *ctx;
+    uint8_t *mask;
+    double p;
+} mask_job;
+
+/* m_i = [u_i >= p] for i0 <= i < i1, u_i from block i of the stream: one
+ * task of the pool. mask: (n) */
+static void dropout_mask_task(void *arg, int64_t i0, int64_t i1, int worker) {
+    const mask_job *j = arg;
+    (void)worker;
+    for (int64_t i = i0; i < i1; i++) {
         uint32_t x[4];
-        tg_rng_block(ctx, (uint64_t)i, x);
-        mask[i] = tg_u01_f64(x[0], x[1]) >= p;
+        tg_rng_block(j->ctx, (uint64_t)i, x);
+        j->mask[i] = tg_u01_f64(x[0], x[1]) >= j->p;
     }
 }
 
@@ -74,11 +83,9 @@ tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p, bool training) {
     tg_tensor *y = tg_new_like(ctx, __func__, x);
     uint8_t *mask = tg_arena_alloc_fn(ctx, __func__, (size_t)(x->numel > 0 ? x->numel : 1));
     if (!y || !mask) return NULL;
-    int nt = 1;
-#ifdef TG_HAVE_OPENMP
-    if (x->numel >= DROPOUT_PAR_MIN) nt = tg_threads(ctx);
-#endif
-    dropout_mask(ctx, mask, x->numel, p, nt);
+    mask_job mj = {ctx, mask, p};
+    tg_parallel_range(x->numel >= DROPOUT_PAR_MIN ? tg_threads(ctx) : 1, x->numel, DROPOUT_PAR_MIN / 2,
+                      dropout_mask_task, &mj);
     ctx->rng_offset += (uint64_t)x->numel;
     const double scale = 1.0 / (1.0 - p);
     if (x->dtype == TG_F64) dropout_apply_f64(y->data, x->data, mask, x->numel, scale);

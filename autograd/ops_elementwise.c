@@ -10,11 +10,9 @@
 
 #include "autograd/broadcast.h"
 #include "autograd/unary.h"
+#include "tensor/parallel.h"
 
 #include <math.h>
-#ifdef TG_HAVE_OPENMP
-#include <omp.h>
-#endif
 
 typedef enum tg_binop { TG_BINOP_ADD, TG_BINOP_SUB, TG_BINOP_MUL, TG_BINOP_DIV } tg_binop;
 

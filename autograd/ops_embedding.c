@@ -25,6 +25,7 @@ static void TG_FN(embedding_scatter_add)(T *restrict dw, const T *restrict dy, c
 #else /* the op, compiled once */
 
 #include "autograd/tape.h"
+#include "tensor/parallel.h"
 
 #include <string.h>
 
@@ -49,26 +50,29 @@ static void embedding_forward(void *y, const void *w, const int64_t *idx, int64_
  * accumulate. Threads split the columns d (never the rows i), and each
  * column is summed in increasing i, so the result is the same for any
  * thread count. */
+typedef struct {
+    tg_tensor *dw;
+    const tg_tensor *dy;
+    const int64_t *idx;
+    int64_t cnt, D;
+} emb_job;
+
+/* Columns [d0, d1) of the scatter: one task of the pool. */
+static void embedding_task(void *p, int64_t d0, int64_t d1, int worker) {
+    const emb_job *j = p;
+    (void)worker;
+    if (j->dw->dtype == TG_F64) embedding_scatter_add_f64(j->dw->data, j->dy->data, j->idx, j->cnt, j->D, d0, d1);
+    else embedding_scatter_add_f32(j->dw->data, j->dy->data, j->idx, j->cnt, j->D, d0, d1);
+}
+
 static void embedding_backward(tg_ctx *ctx, tg_node *n) {
     tg_tensor *dw = tg_grad_of(ctx, n->in[0]);
     if (!dw) return;
-    const tg_tensor *dy = n->out->grad;
-    const int64_t *idx = n->saved;
-    int64_t cnt = n->i[0], D = dw->shape[1];
-    int nt = 1;
-#ifdef TG_HAVE_OPENMP
-    if (cnt * D >= EMB_PAR_MIN && D >= 16) {
-        nt = tg_threads(ctx);
-        if (nt > D / 16) nt = (int)(D / 16);
-        if (nt < 1) nt = 1;
-    }
-#endif
-    TG_PARALLEL_FOR(nt)
-    for (int t = 0; t < nt; t++) {
-        int64_t d0 = D * t / nt, d1 = D * (t + 1) / nt;
-        if (dw->dtype == TG_F64) embedding_scatter_add_f64(dw->data, dy->data, idx, cnt, D, d0, d1);
-        else embedding_scatter_add_f32(dw->data, dy->data, idx, cnt, D, d0, d1);
-    }
+    emb_job j = {dw, n->out->grad, n->saved, n->i[0], dw->shape[1]};
+    /* one piece of whole 16-column groups per thread */
+    const int nt = j.cnt * j.D >= EMB_PAR_MIN && j.D >= 16 ? tg_threads(ctx) : 1;
+    const int64_t per = (j.D + nt - 1) / nt;
+    tg_parallel_range(nt, j.D, (per + 15) / 16 * 16, embedding_task, &j);
 }
 
 tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *weight, int ndim, const int64_t *shape, const int64_t *indices) {

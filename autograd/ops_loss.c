@@ -34,6 +34,7 @@ static void TG_FN(mse_backward_kernel)(T *dp, T *dt, const T *p, const T *t, int
 #else /* the op, compiled once */
 
 #include "autograd/tape.h"
+#include "tensor/parallel.h"
 
 #include <math.h>
 
@@ -44,15 +45,27 @@ static void TG_FN(mse_backward_kernel)(T *dp, T *dt, const T *p, const T *t, int
  * the thread count). */
 #define MSE_BLOCK 8192
 
-static int mse_threads(const tg_ctx *ctx, int64_t blocks) {
-#ifdef TG_HAVE_OPENMP
-    int nt = tg_threads(ctx);
-    if (nt > blocks) nt = (int)blocks;
-    return nt < 1 ? 1 : nt;
-#else
-    (void)ctx, (void)blocks;
-    return 1;
-#endif
+/* Threads for `blocks` blocks: all of the context's from two blocks on. */
+static int mse_threads(const tg_ctx *ctx, int64_t blocks) { return blocks > 1 ? tg_threads(ctx) : 1; }
+
+/* What the forward's and backward's tasks (one block each) read. */
+typedef struct {
+    const tg_tensor *p, *t;
+    tg_tensor *dp, *dt;
+    double c;     /* backward: 2 dloss / n */
+    double *part; /* forward: the block sums */
+} mse_job;
+
+static void mse_backward_task(void *arg, int64_t b, int worker) {
+    const mse_job *j = arg;
+    const int64_t i0 = b * MSE_BLOCK, len = j->p->numel - i0 < MSE_BLOCK ? j->p->numel - i0 : MSE_BLOCK;
+    (void)worker;
+    if (j->p->dtype == TG_F64)
+        mse_backward_kernel_f64(j->dp ? (double *)j->dp->data + i0 : NULL, j->dt ? (double *)j->dt->data + i0 : NULL,
+                                (const double *)j->p->data + i0, (const double *)j->t->data + i0, len, j->c);
+    else
+        mse_backward_kernel_f32(j->dp ? (float *)j->dp->data + i0 : NULL, j->dt ? (float *)j->dt->data + i0 : NULL,
+                                (const float *)j->p->data + i0, (const float *)j->t->data + i0, len, j->c);
 }
 
 /* Forward was loss = 1/n sum_i (p_i - t_i)^2, so with g = dloss
@@ -63,18 +76,18 @@ static void mse_backward(tg_ctx *ctx, tg_node *n) {
     if (!tg_ok(ctx)) return;
     const double c = 2.0 * tg_load(n->out->grad, 0) / (double)p->numel;
     if (dp && dp == dt) return; /* mse(x, x): the two terms cancel */
-    int64_t blocks = (p->numel + MSE_BLOCK - 1) / MSE_BLOCK;
-    int nt = mse_threads(ctx, blocks);
-    TG_PARALLEL_FOR(nt)
-    for (int64_t b = 0; b < blocks; b++) {
-        int64_t i0 = b * MSE_BLOCK, len = p->numel - i0 < MSE_BLOCK ? p->numel - i0 : MSE_BLOCK;
-        if (p->dtype == TG_F64)
-            mse_backward_kernel_f64(dp ? (double *)dp->data + i0 : NULL, dt ? (double *)dt->data + i0 : NULL,
-                                    (const double *)p->data + i0, (const double *)t->data + i0, len, c);
-        else
-            mse_backward_kernel_f32(dp ? (float *)dp->data + i0 : NULL, dt ? (float *)dt->data + i0 : NULL,
-                                    (const float *)p->data + i0, (const float *)t->data + i0, len, c);
-    }
+    const int64_t blocks = (p->numel + MSE_BLOCK - 1) / MSE_BLOCK;
+    mse_job j = {.p = p, .t = t, .dp = dp, .dt = dt, .c = c};
+    tg_parallel(mse_threads(ctx, blocks), blocks, mse_backward_task, &j);
+}
+
+static void mse_forward_task(void *arg, int64_t b, int worker) {
+    const mse_job *j = arg;
+    const int64_t i0 = b * MSE_BLOCK, len = j->p->numel - i0 < MSE_BLOCK ? j->p->numel - i0 : MSE_BLOCK;
+    (void)worker;
+    j->part[b] = j->p->dtype == TG_F64
+                     ? sq_err_sum_f64((const double *)j->p->data + i0, (const double *)j->t->data + i0, len)
+                     : sq_err_sum_f32((const float *)j->p->data + i0, (const float *)j->t->data + i0, len);
 }
 
 tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *pred, tg_tensor *target) {
@@ -94,14 +107,8 @@ tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *pred, tg_tensor *target) {
     tg_tensor *out = tg_new_tensor(ctx, __func__, pred->dtype, 0, NULL);
     double *part = tg_arena_alloc_fn(ctx, __func__, (size_t)blocks * sizeof *part);
     if (!out || !part) return NULL;
-    int nt = mse_threads(ctx, blocks);
-    TG_PARALLEL_FOR(nt)
-    for (int64_t b = 0; b < blocks; b++) {
-        int64_t i0 = b * MSE_BLOCK, len = pred->numel - i0 < MSE_BLOCK ? pred->numel - i0 : MSE_BLOCK;
-        part[b] = pred->dtype == TG_F64
-                      ? sq_err_sum_f64((const double *)pred->data + i0, (const double *)target->data + i0, len)
-                      : sq_err_sum_f32((const float *)pred->data + i0, (const float *)target->data + i0, len);
-    }
+    mse_job j = {.p = pred, .t = target, .part = part};
+    tg_parallel(mse_threads(ctx, blocks), blocks, mse_forward_task, &j);
     double s = 0;
     for (int64_t b = 0; b < blocks; b++) s += part[b];
     tg_store(out, 0, s / (double)pred->numel);

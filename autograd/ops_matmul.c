@@ -18,15 +18,16 @@
  *                                             dims times M are just rows. */
 #include "autograd/tape.h"
 #include "tensor/gemm.h"
+#include "tensor/parallel.h"
 
 #include <string.h>
-#ifdef TG_HAVE_OPENMP
-#include <omp.h>
-#endif
 
 /* Below this many multiply-adds per batch item the GEMM runs on one thread
  * anyway, so batched products run their items in parallel instead. */
 #define MM_SMALL_FMAS ((int64_t)1 << 20)
+/* Multiply-adds per thread of parallel small items: the GEMM's own rule
+ * (GEMM_FMAS_PER_THREAD, tensor/gemm.c), so few small items stay on one. */
+#define MM_THREAD_FMAS ((int64_t)1 << 22)
 
 typedef struct mm_dims {
     int64_t batch; /* number of independent products (1 when folded) */
@@ -41,11 +42,31 @@ static void mm_gemm(tg_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t
     else tg_gemm_f32_ws(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, (float)beta, C, ldc, threads, work, ws);
 }
 
+/* One batch item per task of the pool, each runner with its own
+ * single-thread workspace (ws bytes, ws_round apart, by worker id). */
+typedef struct {
+    tg_dtype dt;
+    bool ta, tb;
+    int64_t M, N, K, lda, ldb, ldc, sa, sb, sc;
+    const unsigned char *pa, *pb;
+    unsigned char *pc, *work;
+    double beta;
+    size_t es, ws, ws_round;
+} mm_batch_job;
+
+static void mm_batch_task(void *arg, int64_t i, int worker) {
+    const mm_batch_job *j = arg;
+    void *w = j->work ? j->work + j->ws_round * (size_t)worker : NULL;
+    mm_gemm(j->dt, j->ta, j->tb, j->M, j->N, j->K, j->pa + (size_t)(i * j->sa) * j->es, j->lda,
+            j->pb + (size_t)(i * j->sb) * j->es, j->ldb, j->beta, j->pc + (size_t)(i * j->sc) * j->es, j->ldc, 1, w,
+            j->ws);
+}
+
 /* The same GEMM `batch` times: item i uses A + i*sa, B + i*sb, C + i*sc
  * (element offsets). With many small items they run in parallel, one item
- * per thread at a time, each thread with its own single-thread workspace;
- * otherwise one after the other, each using every thread. Either way each
- * item's result is the GEMM's, which does not depend on the thread count. */
+ * per task, each GEMM on one thread; otherwise one after the other, each
+ * using every thread. Either way each item's result is the GEMM's, which
+ * does not depend on the thread count. */
 static void mm_gemm_batched(tg_ctx *ctx, const char *fn, tg_dtype dt, bool ta, bool tb, int64_t batch, int64_t M,
                             int64_t N, int64_t K, const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb,
                             int64_t sb, double beta, void *C, int64_t ldc, int64_t sc) {
@@ -53,12 +74,8 @@ static void mm_gemm_batched(tg_ctx *ctx, const char *fn, tg_dtype dt, bool ta, b
     const size_t es = tg_esize(dt);
     const unsigned char *pa = A, *pb = B;
     unsigned char *pc = C;
-    int threads = tg_threads(ctx);
-    bool par = false;
-#ifdef TG_HAVE_OPENMP
-    par = batch > 1 && threads > 1 && M * N * K < MM_SMALL_FMAS;
-#endif
-    if (!par) {
+    const int threads = tg_threads(ctx);
+    if (!(batch > 1 && threads > 1 && M * N * K < MM_SMALL_FMAS)) {
         size_t ws = tg_gemm_workspace_size(M, N, K, es, threads);
         void *work = ws ? tg_arena_alloc_fn(ctx, fn, ws) : NULL;
         if (ws && !work) return;
@@ -67,19 +84,17 @@ static void mm_gemm_batched(tg_ctx *ctx, const char *fn, tg_dtype dt, bool ta, b
                     pc + (size_t)(i * sc) * es, ldc, threads, work, ws);
         return;
     }
-#ifdef TG_HAVE_OPENMP
+    /* small items, in parallel: a thread per MM_THREAD_FMAS, one per item at most */
+    const int64_t most = batch * M * N * K / MM_THREAD_FMAS;
     int nt = threads < batch ? threads : (int)batch;
-    size_t ws = tg_gemm_workspace_size(M, N, K, es, 1);
-    size_t ws_round = (ws + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN;
-    unsigned char *work = ws ? tg_arena_alloc_fn(ctx, fn, ws_round * (size_t)nt) : NULL;
-    if (ws && !work) return;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t i = 0; i < batch; i++) {
-        void *w = work ? work + ws_round * (size_t)omp_get_thread_num() : NULL;
-        mm_gemm(dt, ta, tb, M, N, K, pa + (size_t)(i * sa) * es, lda, pb + (size_t)(i * sb) * es, ldb, beta,
-                pc + (size_t)(i * sc) * es, ldc, 1, w, ws);
-    }
-#endif
+    if (most < nt) nt = most < 1 ? 1 : (int)most;
+    const size_t ws = tg_gemm_workspace_size(M, N, K, es, 1);
+    /* the fields in their order; work below */
+    mm_batch_job j = {dt, ta, tb, M,  N,  K,    lda,  ldb, ldc, sa,
+                      sb, sc, pa, pb, pc, NULL, beta, es,  ws,  (ws + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN};
+    j.work = ws ? tg_arena_alloc_fn(ctx, fn, j.ws_round * (size_t)nt) : NULL;
+    if (ws && !j.work) return;
+    tg_parallel(nt, batch, mm_batch_task, &j);
 }
 
 /* Forward, per batch item: c = a b.

@@ -8,10 +8,7 @@
  * (the input's shape is enough); max saves the index of each maximum. */
 
 #include "autograd/unary.h"
-
-#ifdef TG_HAVE_OPENMP
-#include <omp.h>
-#endif
+#include "tensor/parallel.h"
 
 /* Whole-tensor sums are cut into blocks of TG_SUM_BLOCK elements (more per
  * block for huge tensors, so there are at most TG_SUM_MAX_BLOCKS), a

@@ -12,6 +12,7 @@
  * log-sum-exp (N doubles) and a copy of the targets (N int64) and reads the
  * logits, so no (N,C) probability tensor is ever stored. */
 #include "autograd/tape.h"
+#include "tensor/parallel.h"
 
 #include <math.h>
 #include <string.h>
@@ -31,34 +32,48 @@ static void rows_of(const tg_tensor *x, int64_t *rows, int64_t *C) {
 }
 
 static int row_threads(const tg_ctx *ctx, int64_t rows, int64_t C) {
-#ifdef TG_HAVE_OPENMP
-    if (rows < 2 || rows * C < SM_PAR_MIN) return 1;
-    int nt = tg_threads(ctx);
-    return nt > rows ? (int)rows : (nt < 1 ? 1 : nt);
-#else
-    (void)ctx, (void)rows, (void)C;
-    return 1;
-#endif
+    return rows < 2 || rows * C < SM_PAR_MIN ? 1 : tg_threads(ctx);
 }
+
+/* Rows per task: about SM_PAR_MIN / 2 elements, at least one row. */
+static int64_t row_chunk(int64_t C) { return C >= SM_PAR_MIN / 2 ? 1 : SM_PAR_MIN / 2 / (C > 0 ? C : 1); }
 
 /* ---- softmax and log_softmax ------------------------------------------------ */
 
-/* Forward, row by row (see softmax_row / log_softmax_row for the math).
- * y, x: (rows, C) */
-static void softmax_forward(tg_tensor *y, const tg_tensor *x, int64_t rows, int64_t C, bool log_, int nt) {
-    const bool f64 = x->dtype == TG_F64;
-    TG_PARALLEL_FOR(nt)
-    for (int64_t r = 0; r < rows; r++) {
-        if (f64) {
-            double *yr = (double *)y->data + r * C;
-            const double *xr = (const double *)x->data + r * C;
-            if (log_) log_softmax_row_f64(yr, xr, C);
-            else softmax_row_f64(yr, xr, C);
+/* What the row tasks of softmax, log_softmax and cross-entropy read. */
+typedef struct {
+    tg_tensor *y;       /* forward: the output; backward: dx */
+    const tg_tensor *x; /* forward: the input; backward: y */
+    const tg_tensor *dy;
+    int64_t C;
+    bool log_;
+    /* cross-entropy */
+    const int64_t *target;
+    int64_t ignore;
+    double *lse, *row_loss, eps, g;
+} sm_job;
+
+/* Rows [r0, r1): the forward y = softmax(x) or log_softmax(x) (see
+ * softmax_row / log_softmax_row for the math), or, when dy is set, the
+ * backward dx += ... from the saved output (dx in `y`, the output in `x`).
+ * y, x, dy: (rows, C) */
+static void softmax_task(void *arg, int64_t r0, int64_t r1, int worker) {
+    const sm_job *j = arg;
+    const int64_t C = j->C;
+    (void)worker;
+    for (int64_t r = r0; r < r1; r++) {
+        if (j->x->dtype == TG_F64) {
+            double *out = (double *)j->y->data + r * C;
+            const double *in = (const double *)j->x->data + r * C;
+            const double *d = j->dy ? (const double *)j->dy->data + r * C : NULL;
+            if (d) j->log_ ? log_softmax_row_backward_f64(out, d, in, C) : softmax_row_backward_f64(out, d, in, C);
+            else j->log_ ? log_softmax_row_f64(out, in, C) : softmax_row_f64(out, in, C);
         } else {
-            float *yr = (float *)y->data + r * C;
-            const float *xr = (const float *)x->data + r * C;
-            if (log_) log_softmax_row_f32(yr, xr, C);
-            else softmax_row_f32(yr, xr, C);
+            float *out = (float *)j->y->data + r * C;
+            const float *in = (const float *)j->x->data + r * C;
+            const float *d = j->dy ? (const float *)j->dy->data + r * C : NULL;
+            if (d) j->log_ ? log_softmax_row_backward_f32(out, d, in, C) : softmax_row_backward_f32(out, d, in, C);
+            else j->log_ ? log_softmax_row_f32(out, in, C) : softmax_row_f32(out, in, C);
         }
     }
 }
@@ -70,25 +85,10 @@ static void softmax_forward(tg_tensor *y, const tg_tensor *x, int64_t rows, int6
 static void softmax_backward(tg_ctx *ctx, tg_node *n) {
     tg_tensor *dx = tg_grad_of(ctx, n->in[0]);
     if (!dx) return;
-    const tg_tensor *y = n->out, *dy = n->out->grad;
-    const bool log_ = n->i[0] != 0, f64 = y->dtype == TG_F64;
     int64_t rows, C;
-    rows_of(y, &rows, &C);
-    int nt = row_threads(ctx, rows, C);
-    TG_PARALLEL_FOR(nt)
-    for (int64_t r = 0; r < rows; r++) {
-        if (f64) {
-            double *g = (double *)dx->data + r * C;
-            const double *d = (const double *)dy->data + r * C, *yr = (const double *)y->data + r * C;
-            if (log_) log_softmax_row_backward_f64(g, d, yr, C);
-            else softmax_row_backward_f64(g, d, yr, C);
-        } else {
-            float *g = (float *)dx->data + r * C;
-            const float *d = (const float *)dy->data + r * C, *yr = (const float *)y->data + r * C;
-            if (log_) log_softmax_row_backward_f32(g, d, yr, C);
-            else softmax_row_backward_f32(g, d, yr, C);
-        }
-    }
+    rows_of(n->out, &rows, &C);
+    sm_job j = {.y = dx, .x = n->out, .dy = n->out->grad, .C = C, .log_ = n->i[0] != 0};
+    tg_parallel_range(row_threads(ctx, rows, C), rows, row_chunk(C), softmax_task, &j);
 }
 
 static tg_tensor *softmax_op(tg_ctx *ctx, tg_tensor *x, bool log_, const char *fn) {
@@ -97,7 +97,8 @@ static tg_tensor *softmax_op(tg_ctx *ctx, tg_tensor *x, bool log_, const char *f
     if (!y) return NULL;
     int64_t rows, C;
     rows_of(x, &rows, &C);
-    softmax_forward(y, x, rows, C, log_, row_threads(ctx, rows, C));
+    sm_job j = {.y = y, .x = x, .C = C, .log_ = log_};
+    tg_parallel_range(row_threads(ctx, rows, C), rows, row_chunk(C), softmax_task, &j);
     tg_node *n = tg_record(ctx, fn, softmax_backward, y, 1, &x);
     if (n) {
         n->i[0] = log_;
@@ -110,6 +111,31 @@ tg_tensor *tg_softmax(tg_ctx *ctx, tg_tensor *x) { return softmax_op(ctx, x, fal
 tg_tensor *tg_log_softmax(tg_ctx *ctx, tg_tensor *x) { return softmax_op(ctx, x, true, "tg_log_softmax"); }
 
 /* ---- cross-entropy ------------------------------------------------------------ */
+
+/* Cross-entropy rows [i0, i1): the forward, each row's loss and lse
+ * (cross_entropy_row), 0 for ignored rows; or, when dx (`y`) is set, the
+ * backward (cross_entropy_row_backward), nothing for ignored rows. */
+static void cross_entropy_task(void *arg, int64_t i0, int64_t i1, int worker) {
+    const sm_job *j = arg;
+    const int64_t C = j->C;
+    const bool f64 = j->x->dtype == TG_F64;
+    (void)worker;
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t t = j->target[i];
+        const void *x = (const unsigned char *)j->x->data + (size_t)(i * C) * (f64 ? sizeof(double) : sizeof(float));
+        if (j->y && t != j->ignore) {
+            void *dx = (unsigned char *)j->y->data + (size_t)(i * C) * (f64 ? sizeof(double) : sizeof(float));
+            if (f64) cross_entropy_row_backward_f64(dx, x, C, t, j->lse[i], j->eps, j->g);
+            else cross_entropy_row_backward_f32(dx, x, C, t, j->lse[i], j->eps, j->g);
+        } else if (!j->y) {
+            j->lse[i] = 0;
+            j->row_loss[i] = 0;
+            if (t != j->ignore)
+                j->row_loss[i] = f64 ? cross_entropy_row_f64(&j->lse[i], x, C, t, j->eps)
+                                     : cross_entropy_row_f32(&j->lse[i], x, C, t, j->eps);
+        }
+    }
+}
 
 /* Backward of the mean over the non-ignored rows R:
  *   loss = 1/|R| sum_{i in R} loss_i,   d loss_i / dx_ic = p_ic - q_ic
@@ -127,19 +153,8 @@ static void cross_entropy_backward(tg_ctx *ctx, tg_node *n) {
     const double eps = n->f[0];
     if (count == 0) return;
     const double g = tg_load(n->out->grad, 0) / (double)count;
-    const bool f64 = x->dtype == TG_F64;
-    int nt = row_threads(ctx, N, C);
-    TG_PARALLEL_FOR(nt)
-    for (int64_t i = 0; i < N; i++) {
-        int64_t t = target[i];
-        if (t == ignore) continue;
-        if (f64)
-            cross_entropy_row_backward_f64((double *)dx->data + i * C, (const double *)x->data + i * C, C, t, lse[i],
-                                           eps, g);
-        else
-            cross_entropy_row_backward_f32((float *)dx->data + i * C, (const float *)x->data + i * C, C, t, lse[i], eps,
-                                           g);
-    }
+    sm_job j = {.y = dx, .x = x, .C = C, .target = target, .ignore = ignore, .lse = (double *)lse, .eps = eps, .g = g};
+    tg_parallel_range(row_threads(ctx, N, C), N, row_chunk(C), cross_entropy_task, &j);
 }
 
 tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, const int64_t *targets, const tg_cross_entropy_opts *opts) {
@@ -186,19 +201,9 @@ tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, const int64_t *targe
 
     /* Forward: loss = 1/|R| sum_{i in R} loss_i (cross_entropy_row). */
     const double eps = o.label_smoothing;
-    const bool f64 = logits->dtype == TG_F64;
-    int nt = row_threads(ctx, N, C);
-    TG_PARALLEL_FOR(nt)
-    for (int64_t i = 0; i < N; i++) {
-        int64_t t = target[i];
-        if (t == o.ignore_index) {
-            lse[i] = 0;
-            row_loss[i] = 0;
-            continue;
-        }
-        row_loss[i] = f64 ? cross_entropy_row_f64(&lse[i], (const double *)logits->data + i * C, C, t, eps)
-                          : cross_entropy_row_f32(&lse[i], (const float *)logits->data + i * C, C, t, eps);
-    }
+    sm_job j = {
+        .x = logits, .C = C, .target = target, .ignore = o.ignore_index, .lse = lse, .row_loss = row_loss, .eps = eps};
+    tg_parallel_range(row_threads(ctx, N, C), N, row_chunk(C), cross_entropy_task, &j);
     double total = 0;
     for (int64_t i = 0; i < N; i++) total += row_loss[i]; /* in row order: thread-count independent */
     tg_store(out, 0, count ? total / (double)count : NAN);

@@ -74,15 +74,7 @@ void tg_node_count_saved(tg_ctx *ctx, tg_node *node, size_t bytes);
 void tg_tape_stash(tg_ctx *ctx, tg_tape *saved);
 void tg_tape_restore(tg_ctx *ctx, tg_tape *saved);
 
-/* Put just before a for loop: its iterations are spread over nt threads
- * (OpenMP, static schedule) when nt > 1; without OpenMP, or with nt == 1,
- * the loop runs as written. A loop whose iterations write disjoint data,
- * each in a fixed order, gives the same bits for any nt. */
-#ifdef TG_HAVE_OPENMP
-#define TG_PRAGMA(x) _Pragma(#x)
-#define TG_PARALLEL_FOR(nt) TG_PRAGMA(omp parallel for num_threads(nt) schedule(static) if ((nt) > 1))
-#else
-#define TG_PARALLEL_FOR(nt) (void)(nt);
-#endif
+/* Parallel loops use the task pool of tensor/parallel.h (tg_parallel,
+ * tg_parallel_range): the one set of helper threads the library has. */
 
 #endif

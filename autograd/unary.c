@@ -1,5 +1,22 @@
 /* The shared driver of elementwise unary ops; see unary.h. */
 #include "autograd/unary.h"
+#include "tensor/parallel.h"
+
+typedef struct {
+    tg_piece_fn piece;
+    void *arg;
+} split_job;
+
+static void split_range(void *p, int64_t i0, int64_t i1, int worker) {
+    const split_job *s = p;
+    (void)worker;
+    s->piece(s->arg, i0, i1 - i0);
+}
+
+void tg_split_parallel(int nt, int64_t n, tg_piece_fn piece, void *arg) {
+    split_job s = {piece, arg};
+    tg_parallel_range(nt, n, TG_PAR_CHUNK, split_range, &s);
+}
 
 /* One op's kernels on one piece: y = f(x) forward, dx += dy f'(x) backward.
  * x, y, dx, dy: the whole tensors; the piece is [i0, i0 + len). */

@@ -772,6 +772,11 @@ static void bench_mlp(const options *o, const limits *lim) {
                             "MLP peak memory 784-%lld-%lld-10 b%lld", (long long)H, (long long)H, (long long)B);
         add_target(q, H == 256 ? "MLP hidden 256 peak memory / needed" : "MLP hidden 64 peak memory / needed", q->frac,
                    1.2, false, "x");
+        if (s == 0) { /* n threads against 1, alternating (bench_scaling): wall and CPU time per step */
+            m.measure = false;
+            scaling_row(o, lim, "MLP step 784-256-256-10 b64", m.ctx, mlp_step, &m, flops * 1e-9, "GFLOP/s",
+                        lim->fma[1].f32_gflops / lim->fma[0].f32_gflops, "FMA");
+        }
         if (!tg_ok(m.ctx)) die_ctx(m.ctx, "MLP step");
         mlp_free(&m);
     }

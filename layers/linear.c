@@ -16,6 +16,7 @@
 #include "layers/grad_rules.h"
 #include "layers/module.h"
 #include "tensor/gemm.h"
+#include "tensor/parallel.h"
 
 #include <math.h>
 #include <string.h>
@@ -51,22 +52,29 @@ static void lin_gemm(tg_ctx *ctx, const char *fn, tg_dtype dt, bool ta, bool tb,
 LIN_DEFINE_BIAS_BLOCK(float, f32)
 LIN_DEFINE_BIAS_BLOCK(double, f64)
 
-/* The bias gradient (column sums of dy) in blocks of columns; threads split
- * the columns, never the rows, so every column is summed in the same order
- * for any thread count. acc: N doubles of scratch. */
+typedef struct {
+    tg_dtype dt;
+    void *db;
+    const void *dy;
+    double *acc;
+    int64_t M, N;
+} bias_job;
+
+/* Columns [j0, j1) of the bias gradient: one task of the pool. */
+static void bias_grad_task(void *p, int64_t j0, int64_t j1, int worker) {
+    const bias_job *b = p;
+    (void)worker;
+    if (b->dt == TG_F64) bias_grad_block_f64(b->db, b->dy, b->acc, b->M, b->N, j0, j1);
+    else bias_grad_block_f32(b->db, b->dy, b->acc, b->M, b->N, j0, j1);
+}
+
+/* The bias gradient (column sums of dy) in blocks of 256 columns, the
+ * tasks of the pool; threads split the columns, never the rows, so every
+ * column is summed in the same order for any thread count. acc: N doubles
+ * of scratch. */
 static void bias_grad(tg_dtype dt, void *db, const void *dy, double *acc, int64_t M, int64_t N, int threads) {
-    const int64_t B = 256; /* columns per block */
-    const int64_t nblk = (N + B - 1) / B;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && M * N >= LIN_PAR_MIN)
-#else
-    (void)threads;
-#endif
-    for (int64_t blk = 0; blk < nblk; blk++) {
-        const int64_t j0 = blk * B, j1 = j0 + B < N ? j0 + B : N;
-        if (dt == TG_F64) bias_grad_block_f64(db, dy, acc, M, N, j0, j1);
-        else bias_grad_block_f32(db, dy, acc, M, N, j0, j1);
-    }
+    bias_job b = {dt, db, dy, acc, M, N};
+    tg_parallel_range(M * N >= LIN_PAR_MIN ? threads : 1, N, 256, bias_grad_task, &b);
 }
 
 /* Forward: y_ij = sum_k x_ik W_jk + b_j,   x (M,K)  W (N,K)  b (N) or NULL

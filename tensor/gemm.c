@@ -6,6 +6,7 @@
  * Tuning knobs (compile-time, for experiments with bench/gemm.c):
  *   TG_GEMM_{MR,NR,KC,MC,NC}_{F32,F64}  blocking of the packed path
  *   TG_GEMM_TASKS_PER_THREAD            tasks per thread (multi-threaded)
+ *   TG_GEMM_CHUNK_TILES                 least MR tiles per task's row chunk
  *   TG_GEMM_FORCE=1 / 2                 always the direct / packed path
  * Defaults were measured on Zen 5 (48 KiB L1d, 1 MiB L2): with AVX-512 the
  * f32 micro-kernel is 12 x 32 (24 accumulators), KC 384, MC 288, NC 1536,
@@ -87,14 +88,21 @@ static int gemm_threads(int64_t M, int64_t N, int64_t K, int threads) {
 #define GEMM_LAZY_B_BYTES ((size_t)16 << 20)
 
 /* Task grid for nt threads over mt row tiles x np column panels: about 8
- * tasks per thread, chunks of at least 4 tiles / 4 panels where possible.
- * (The grid changes who computes what, never the bits.) */
+ * tasks per thread, chunks of at least TG_GEMM_CHUNK_TILES tiles / 4
+ * panels where possible. (The grid changes who computes what, never the
+ * bits.) Row chunks of MC rows (24 tiles, more B panel reuse per task)
+ * measured no better in CPU time per GEMM at 2 threads on a machine at load
+ * ~17 (bench_gemm --cpu: 512^3 and 4096x768x3072 within noise); the wall
+ * time needs a quiet machine. */
+#ifndef TG_GEMM_CHUNK_TILES
+#define TG_GEMM_CHUNK_TILES 4
+#endif
 #ifndef TG_GEMM_TASKS_PER_THREAD
 #define TG_GEMM_TASKS_PER_THREAD 8
 #endif
 static void gemm_tasks(int64_t mt, int64_t np, int nt, int64_t *nrc, int64_t *ncc) {
     const int64_t want = TG_GEMM_TASKS_PER_THREAD * (int64_t)nt;
-    int64_t r = mt / 4, c, cmax = np / 4;
+    int64_t r = mt / TG_GEMM_CHUNK_TILES, c, cmax = np / 4;
     if (r < 1) r = 1;
     if (r > want) r = want;
     c = (want + r - 1) / r;

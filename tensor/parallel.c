@@ -14,6 +14,31 @@
 #define _POSIX_C_SOURCE 200809L
 #include "tensor/parallel.h"
 
+/* tg_parallel_range's job: the range, its pieces and the loop body. */
+typedef struct {
+    tg_range_fn fn;
+    void *arg;
+    int64_t n, chunk;
+} range_job;
+
+static void range_task(void *p, int64_t t, int worker) {
+    const range_job *r = p;
+    const int64_t i0 = t * r->chunk;
+    r->fn(r->arg, i0, r->n - i0 < r->chunk ? r->n : i0 + r->chunk, worker);
+}
+
+void tg_parallel_range(int threads, int64_t n, int64_t chunk, tg_range_fn fn, void *arg) {
+    if (n <= 0) return;
+    if (chunk < 1) chunk = 1;
+    if (threads <= 1 || n <= chunk) {
+        /* the same pieces, in order, in the caller */
+        for (int64_t i0 = 0; i0 < n; i0 += chunk) fn(arg, i0, n - i0 < chunk ? n : i0 + chunk, 0);
+        return;
+    }
+    range_job r = {fn, arg, n, chunk};
+    tg_parallel(threads, (n + chunk - 1) / chunk, range_task, &r);
+}
+
 #ifndef TG_HAVE_OPENMP
 /* Without OpenMP the library runs one thread (tg_set_threads), and needs
  * no threads library: every job runs in the caller. */

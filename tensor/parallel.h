@@ -18,6 +18,11 @@
  * 100 us for the next job, then sleep. One job at a time: a second caller
  * (another thread, or a task calling in) runs its tasks itself.
  *
+ * Every parallel loop of the library runs here (the GEMM, the norms, the
+ * elementwise ops, reductions, softmax, losses, attention, embedding,
+ * dropout, batched matmul, the Linear bias): one pool, so two sets of
+ * threads never compete for the cores.
+ *
  * Results must not depend on which thread runs a task: each task writes
  * its own outputs (that is what keeps the kernels bitwise identical for any
  * thread count). */
@@ -35,5 +40,14 @@ typedef void (*tg_task_fn)(void *arg, int64_t task, int worker);
  * all are done. threads <= 1 or ntasks <= 1 runs them in order in the
  * caller. */
 void tg_parallel(int threads, int64_t ntasks, tg_task_fn fn, void *arg);
+
+/* A range cut into pieces: fn(arg, i0, i1, worker) on [i0, i1). */
+typedef void (*tg_range_fn)(void *arg, int64_t i0, int64_t i1, int worker);
+
+/* Runs fn over [0, n) cut into pieces of `chunk` (the last one shorter),
+ * each piece one task of tg_parallel. The pieces depend on n and chunk
+ * only, never on `threads`, so a loop whose pieces write disjoint data
+ * gives the same bits for any thread count. chunk < 1 counts as 1. */
+void tg_parallel_range(int threads, int64_t n, int64_t chunk, tg_range_fn fn, void *arg);
 
 #endif

@@ -13,8 +13,11 @@
  *                       "quota period" (cgroup v2) or cpu.cfs_quota_us /
  *                       cpu.cfs_period_us (v1), the smallest along the
  *                       path from the process's cgroup to the root,
- *                       OMP_NUM_THREADS when it is set (OpenMP's own cap)
- * Without OpenMP every count is 1. */
+ *                       OMP_NUM_THREADS when it is set (the usual cap
+ *                       of a job's threads; its first entry)
+ * The threads are the task pool's (tensor/parallel.h); the library makes no
+ * OpenMP call. Built without TG_HAVE_OPENMP (the TG_OPENMP option, which
+ * switches threading on) every count is 1. */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "tensor/internal.h"
 
@@ -23,10 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#ifdef TG_HAVE_OPENMP
-#include <omp.h>
-#endif
+#include <unistd.h>
 
 int tg_cpus_from_quota(const char *cpu_max) {
     char q[32];
@@ -40,6 +40,7 @@ int tg_cpus_from_quota(const char *cpu_max) {
     return n > INT_MAX ? INT_MAX : (int)n;
 }
 
+#ifdef TG_HAVE_OPENMP /* the CPU limits matter only when threads are built in */
 /* The first line of a small file, into buf; false if unreadable. */
 static bool read_line(const char *path, char *buf, size_t size) {
     FILE *f = fopen(path, "r");
@@ -132,6 +133,8 @@ static int cgroup_cpu_limit(void) {
     return best;
 }
 
+#endif
+
 int tg_default_threads(void) {
 #ifdef TG_HAVE_OPENMP
     const char *env = getenv("TG_THREADS");
@@ -143,11 +146,17 @@ int tg_default_threads(void) {
     int n = 0;
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
-    if (n < 1) n = omp_get_num_procs();
+    if (n < 1) n = (int)sysconf(_SC_NPROCESSORS_ONLN);
     int q = cgroup_cpu_limit();
     if (q > 0 && q < n) n = q;
+    /* OMP_NUM_THREADS: "N" or a list "N,M,..." whose first entry is the
+     * outer level's count, as OpenMP reads it */
     const char *omp = getenv("OMP_NUM_THREADS");
-    if (omp && *omp && omp_get_max_threads() < n) n = omp_get_max_threads();
+    if (omp && *omp) {
+        char *end;
+        long m = strtol(omp, &end, 10);
+        if (end != omp && (*end == 0 || *end == ',') && m >= 1 && m < n) n = (int)m;
+    }
     return n < 1 ? 1 : n;
 #else
     return 1;

@@ -10,6 +10,8 @@
  *   - matmul (2-D and batched 3-D) forward+backward;
  *   - softmax cross-entropy (label smoothing, ignored rows) and its grad;
  *   - embedding backward with many repeated indices (scatter-add);
+ *   - elementwise ops, reductions, softmax, MSE, dropout, attention and a
+ *     batched matmul of small items, each above its threading threshold;
  *   - an MLP training step: the parameters after 3 Adam steps.
  * Built without OpenMP, tg_threads() stays 1: the test still runs, the
  * comparison is then trivially equal, and it says so on stderr. Under
@@ -259,6 +261,49 @@ static void case_mlp(tg_ctx *ctx, tg_dtype dt, snap *out) {
     tg_tensor_free(ctx, x);
 }
 
+/* The other ops that split work over the task pool, each above its
+ * threshold: elementwise (broadcast rows, a one-row plan, unary), axis and
+ * whole-tensor sums and means, softmax and log_softmax, MSE, dropout,
+ * attention (pairs split), and a batched matmul of many small items (the
+ * items split), all feeding one loss. */
+static void case_pool_ops(tg_ctx *ctx, tg_dtype dt, snap *out) {
+    tg_tensor *x = leaf(ctx, dt, TG_SHAPE(64, 2048), -1, 1);
+    tg_tensor *b = leaf(ctx, dt, TG_SHAPE(2048), -1, 1);
+    tg_tensor *z = leaf(ctx, dt, TG_SHAPE(64, 2048), -1, 1);
+    tg_tensor *u = tg_mul(ctx, tg_add(ctx, x, b), z);
+    tg_tensor *e = tg_exp(ctx, u);
+    tg_tensor *sm = tg_softmax(ctx, e), *ls = tg_log_softmax(ctx, u);
+    tg_tensor *d = tg_dropout(ctx, u, 0.3, true);
+    tg_tensor *loss =
+        tg_add(ctx, tg_sum(ctx, tg_sum_axis(ctx, d, 0, false)), tg_mean(ctx, tg_mean_axis(ctx, ls, 1, true)));
+    loss = tg_add(ctx, loss, tg_sum(ctx, e));
+    loss = tg_add(ctx, loss, tg_mse_loss(ctx, sm, tg_div(ctx, e, tg_add_scalar(ctx, e, 1.0))));
+    tg_tensor *q = leaf(ctx, dt, TG_SHAPE(4, 4, 64, 32), -1, 1);
+    tg_tensor *k = leaf(ctx, dt, TG_SHAPE(4, 4, 64, 32), -1, 1);
+    tg_tensor *v = leaf(ctx, dt, TG_SHAPE(4, 4, 64, 32), -1, 1);
+    tg_tensor *o = tg_attention(ctx, q, k, v, true, 0);
+    tg_tensor *p = leaf(ctx, dt, TG_SHAPE(256, 32, 64), -1, 1);
+    tg_tensor *r = leaf(ctx, dt, TG_SHAPE(256, 64, 32), -1, 1);
+    tg_tensor *c = tg_matmul(ctx, p, r);
+    loss = tg_add(ctx, loss, tg_sum(ctx, tg_mul(ctx, o, o)));
+    loss = tg_add(ctx, loss, tg_mean(ctx, tg_mul(ctx, c, c)));
+    backward_and_add(ctx, out, "loss", loss, NULL);
+    snap_add(out, "exp", e);
+    snap_add(out, "softmax", sm);
+    snap_add(out, "log_softmax", ls);
+    snap_add(out, "dropout", d);
+    snap_add(out, "attention", o);
+    snap_add(out, "batched matmul", c);
+    snap_add(out, "dx", x->grad);
+    snap_add(out, "db", b->grad);
+    snap_add(out, "dz", z->grad);
+    snap_add(out, "dq", q->grad);
+    snap_add(out, "dk", k->grad);
+    snap_add(out, "dv", v->grad);
+    snap_add(out, "dp", p->grad);
+    snap_add(out, "dr", r->grad);
+}
+
 /* ---- tests ---------------------------------------------------------------- */
 
 static const struct {
@@ -272,6 +317,7 @@ static const struct {
     {case_cross_entropy, "softmax cross-entropy"},
     {case_embedding, "embedding backward"},
     {case_mlp, "MLP after 3 Adam steps"},
+    {case_pool_ops, "elementwise, reductions, softmax, MSE, dropout, attention, batched matmul"},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
 
