@@ -6,7 +6,8 @@
  *  - F16C (VCVTPS2PH with round-to-nearest-even, VCVTPH2PS) for float16:
  *    the same bits as the scalar code, NaNs included (both keep the sign and
  *    payload's top bits and make the NaN quiet);
- *  - AVX-512 BF16 (VCVTNEPS2BF16) for float32 -> bfloat16. That instruction
+ *  - AVX-512 BF16 (VCVTNEPS2BF16, with AVX-512 BW/VL for the 16-bit blend)
+ *    for float32 -> bfloat16. That instruction
  *    treats a subnormal float32 input as zero, where round-to-nearest-even
  *    keeps it (bfloat16 has float32's subnormals), so the lanes with a
  *    subnormal input take the scalar rule's integer rounding instead.
@@ -33,7 +34,8 @@ static bool have_f16c(void) {
 }
 static bool have_avx512bf16(void) {
     __builtin_cpu_init();
-    return !force_scalar && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+    return !force_scalar && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
 }
 
 __attribute__((target("avx,f16c"))) static size_t f16_to_f32_f16c(float *dst, const uint16_t *src, size_t n) {
@@ -52,8 +54,8 @@ __attribute__((target("avx,f16c"))) static size_t f32_to_f16_f16c(uint16_t *dst,
     return i;
 }
 
-__attribute__((target("avx512f,avx512bf16"))) static size_t f32_to_bf16_avx512(uint16_t *dst, const float *src,
-                                                                               size_t n) {
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) static size_t
+f32_to_bf16_avx512(uint16_t *dst, const float *src, size_t n) {
     const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), min_normal = _mm512_set1_epi32(0x00800000);
     const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
     size_t i = 0;
