@@ -20,6 +20,7 @@
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #define TG_HALF_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -28,9 +29,12 @@ static bool force_scalar;
 void tg_half_force_scalar(bool on) { force_scalar = on; }
 
 #ifdef TG_HALF_X86
+/* F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports
+ * does not know "f16c"; "avx" also says the OS saves the YMM registers. */
 static bool have_f16c(void) {
+    unsigned a, b, c, d;
     __builtin_cpu_init();
-    return !force_scalar && __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    return !force_scalar && __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
 }
 static bool have_avx512bf16(void) {
     __builtin_cpu_init();
