@@ -31,15 +31,17 @@ bool tg_lowp_args(tg_ctx *ctx, const char *fn, int n, tg_tensor *const *in);
 /* x widened to float32 on the tape (tg_cast) when it is 16-bit; any other
  * x (NULL, stale, float32) is returned as it is. */
 tg_tensor *tg_lowp_in(tg_ctx *ctx, tg_tensor *x);
+/* in[0..n) through tg_lowp_in into out[0..n), a tensor given twice widened
+ * once (so its gradient is the float32 sum of both uses, rounded once).
+ * Returns out. */
+tg_tensor **tg_lowp_in_all(tg_ctx *ctx, int n, tg_tensor *const *in, tg_tensor **out);
 /* y rounded once to like's dtype on the tape (tg_cast): like is the op's
  * 16-bit input. NULL (the inner op failed) passes through, like unread (it
  * may be the NULL or stale argument the op reported). */
 tg_tensor *tg_lowp_out(tg_ctx *ctx, tg_tensor *y, const tg_tensor *like);
-/* f(x) and f(a, b) through float32, out in the 16-bit dtype of the inputs.
- * When b is a, it is widened once, so its gradient is the float32 sum of
- * both contributions rounded once. */
+/* f(x) and f(a, b) through float32, out in the 16-bit dtype of the inputs
+ * (b == a widened once, as tg_lowp_in_all). */
 tg_tensor *tg_lowp_unary(tg_ctx *ctx, tg_tensor *(*f)(tg_ctx *, tg_tensor *), tg_tensor *x);
-tg_tensor *tg_lowp_binary(tg_ctx *ctx, tg_tensor *(*f)(tg_ctx *, tg_tensor *, tg_tensor *), tg_tensor *a,
-                          tg_tensor *b);
+tg_tensor *tg_lowp_binary(tg_ctx *ctx, tg_tensor *(*f)(tg_ctx *, tg_tensor *, tg_tensor *), tg_tensor *a, tg_tensor *b);
 
 #endif

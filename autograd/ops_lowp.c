@@ -77,6 +77,15 @@ tg_tensor *tg_lowp_in(tg_ctx *ctx, tg_tensor *x) {
     return tg_live(ctx) && usable(ctx, x) && tg_is_lowp(x->dtype) ? tg_cast(ctx, x, TG_F32) : x;
 }
 
+tg_tensor **tg_lowp_in_all(tg_ctx *ctx, int n, tg_tensor *const *in, tg_tensor **out) {
+    for (int k = 0; k < n; k++) {
+        int j = 0;
+        while (j < k && in[j] != in[k]) j++;
+        out[k] = j < k ? out[j] : tg_lowp_in(ctx, in[k]);
+    }
+    return out;
+}
+
 tg_tensor *tg_lowp_out(tg_ctx *ctx, tg_tensor *y, const tg_tensor *like) {
     return y ? tg_cast(ctx, y, like->dtype) : NULL;
 }
@@ -87,6 +96,7 @@ tg_tensor *tg_lowp_unary(tg_ctx *ctx, tg_tensor *(*f)(tg_ctx *, tg_tensor *), tg
 
 tg_tensor *tg_lowp_binary(tg_ctx *ctx, tg_tensor *(*f)(tg_ctx *, tg_tensor *, tg_tensor *), tg_tensor *a,
                           tg_tensor *b) {
-    tg_tensor *a32 = tg_lowp_in(ctx, a), *b32 = b == a ? a32 : tg_lowp_in(ctx, b);
-    return tg_lowp_out(ctx, f(ctx, a32, b32), a);
+    tg_tensor *w[2];
+    tg_lowp_in_all(ctx, 2, (tg_tensor *[]){a, b}, w);
+    return tg_lowp_out(ctx, f(ctx, w[0], w[1]), a);
 }

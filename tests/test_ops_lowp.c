@@ -5,7 +5,8 @@
  *   - forward: the 16-bit result has the bits of the float32 op on the
  *     widened inputs, rounded once;
  *   - backward: for one upstream gradient (16-bit values), each input's
- *     16-bit gradient has the bits of the float32 gradient rounded once.
+ *     16-bit gradient has the value of the float32 gradient rounded once
+ *     (its bits, but for the sign of a zero: assert_same_values).
  * Both are exact, not within a tolerance: the low-precision path is
  * tg_cast -> the op's float32 path -> tg_cast, so the float32 work is the
  * same computation, and each leaf here feeds the op once (a leaf used by two
@@ -39,6 +40,20 @@ typedef struct op_case {
     unsigned no_grad;
 } op_case;
 
+/* a and b (same dtype and numel) hold the same values: bit for bit, but
+ * for the sign of a zero. A gradient is accumulated, dx = 0 + dx_op, and
+ * 0 + (-0) = +0: the 16-bit leaf's gradient (0 + the rounded float32
+ * gradient of the cast) is +0 where a kernel wrote -0 into the fresh
+ * float32 gradient (attention's dq of a causal first row: P = 1, dS = -0). */
+static void assert_same_values(const char *what, const tg_tensor *a, const tg_tensor *b) {
+    ck_assert_msg(a->dtype == b->dtype && a->numel == b->numel, "%s: dtype or numel differ", what);
+    for (int64_t i = 0; i < a->numel; i++) {
+        double x = tg_get_flat(ctx, a, i), y = tg_get_flat(ctx, b, i);
+        ck_assert_msg(x == y || (isnan(x) && isnan(y)), "%s: element %lld differs: %.9g vs %.9g", what, (long long)i, x,
+                      y);
+    }
+}
+
 /* f on 16-bit leaves against f on their float32 widening (see the top). */
 static void check_case(const op_case *c, tg_dtype dt) {
     char what[160];
@@ -63,7 +78,7 @@ static void check_case(const op_case *c, tg_dtype dt) {
         if (c->no_grad >> k & 1) continue;
         snprintf(what, sizeof what, "%s %s grad of input %d", c->name, tg_dtype_name(dt), k);
         ck_assert_msg(x16[k]->grad && x16[k]->grad->dtype == dt, "%s: no 16-bit grad", what);
-        tg_test_assert_same_bits(what, x16[k]->grad, tg_to_dtype(ctx, x32[k]->grad, dt));
+        assert_same_values(what, x16[k]->grad, tg_to_dtype(ctx, x32[k]->grad, dt));
     }
 }
 
@@ -100,16 +115,18 @@ static tg_tensor *f_gelu(tg_ctx *c, tg_tensor *const *in, void *u) { return (voi
 static tg_tensor *f_gelu_t(tg_ctx *c, tg_tensor *const *in, void *u) { return (void)u, tg_gelu(c, in[0], true); }
 static tg_tensor *f_silu(tg_ctx *c, tg_tensor *const *in, void *u) { return (void)u, tg_silu(c, in[0]); }
 
-#define ONE(nm, fn, lo, hi) {nm, fn, 1, {2}, {{5, 7}}, lo, hi, 0}
+#define ONE(nm, fn, lo, hi) \
+    { nm, fn, 1, {2}, {{5, 7}}, lo, hi, 0 }
 /* a (5, 7) with b (7): b broadcast along the rows, its gradient a row sum */
-#define TWO(nm, fn, lo, hi) {nm, fn, 2, {2, 1}, {{5, 7}, {7}}, lo, hi, 0}
+#define TWO(nm, fn, lo, hi) \
+    { nm, fn, 2, {2, 1}, {{5, 7}, {7}}, lo, hi, 0 }
 
 START_TEST(test_elementwise) {
     const op_case cases[] = {
-        TWO("add", f_add, -3, 3),        TWO("sub", f_sub, -3, 3),       TWO("mul", f_mul, -3, 3),
-        TWO("div", f_div, 0.5, 3),       ONE("x*x", f_square, -3, 3),   ONE("neg", f_neg, -3, 3),
+        TWO("add", f_add, -3, 3),          TWO("sub", f_sub, -3, 3),          TWO("mul", f_mul, -3, 3),
+        TWO("div", f_div, 0.5, 3),         ONE("x*x", f_square, -3, 3),       ONE("neg", f_neg, -3, 3),
         ONE("add_scalar", f_add_s, -3, 3), ONE("mul_scalar", f_mul_s, -3, 3), ONE("pow_scalar", f_pow, 0.1, 4),
-        ONE("exp", f_exp, -3, 3),        ONE("log", f_log, 0.1, 9),     ONE("sqrt", f_sqrt, 0.1, 9),
+        ONE("exp", f_exp, -3, 3),          ONE("log", f_log, 0.1, 9),         ONE("sqrt", f_sqrt, 0.1, 9),
         ONE("abs", f_abs, -3, 3),
     };
     check_cases(cases, sizeof cases / sizeof cases[0]);
@@ -118,8 +135,8 @@ END_TEST
 
 START_TEST(test_activations) {
     const op_case cases[] = {
-        ONE("relu", f_relu, -3, 3),     ONE("leaky_relu", f_leaky, -3, 3), ONE("sigmoid", f_sigmoid, -4, 4),
-        ONE("tanh", f_tanh, -3, 3),     ONE("gelu", f_gelu, -4, 4),        ONE("gelu tanh", f_gelu_t, -4, 4),
+        ONE("relu", f_relu, -3, 3), ONE("leaky_relu", f_leaky, -3, 3), ONE("sigmoid", f_sigmoid, -4, 4),
+        ONE("tanh", f_tanh, -3, 3), ONE("gelu", f_gelu, -4, 4),        ONE("gelu tanh", f_gelu_t, -4, 4),
         ONE("silu", f_silu, -4, 4),
     };
     check_cases(cases, sizeof cases / sizeof cases[0]);
@@ -130,8 +147,12 @@ END_TEST
 
 static tg_tensor *f_sum(tg_ctx *c, tg_tensor *const *in, void *u) { return (void)u, tg_sum(c, in[0]); }
 static tg_tensor *f_mean(tg_ctx *c, tg_tensor *const *in, void *u) { return (void)u, tg_mean(c, in[0]); }
-static tg_tensor *f_sum_ax(tg_ctx *c, tg_tensor *const *in, void *u) { return (void)u, tg_sum_axis(c, in[0], 1, false); }
-static tg_tensor *f_mean_ax(tg_ctx *c, tg_tensor *const *in, void *u) { return (void)u, tg_mean_axis(c, in[0], 0, true); }
+static tg_tensor *f_sum_ax(tg_ctx *c, tg_tensor *const *in, void *u) {
+    return (void)u, tg_sum_axis(c, in[0], 1, false);
+}
+static tg_tensor *f_mean_ax(tg_ctx *c, tg_tensor *const *in, void *u) {
+    return (void)u, tg_mean_axis(c, in[0], 0, true);
+}
 static tg_tensor *f_max_ax(tg_ctx *c, tg_tensor *const *in, void *u) { return (void)u, tg_max_axis(c, in[0], 1, true); }
 static tg_tensor *f_softmax(tg_ctx *c, tg_tensor *const *in, void *u) { return (void)u, tg_softmax(c, in[0]); }
 static tg_tensor *f_lsm(tg_ctx *c, tg_tensor *const *in, void *u) { return (void)u, tg_log_softmax(c, in[0]); }
@@ -199,6 +220,121 @@ START_TEST(test_matmul_linear) {
 }
 END_TEST
 
+/* ---- shape ops, embedding, masking, dropout, rope, attention ------------------------ */
+
+static tg_tensor *f_transpose(tg_ctx *c, tg_tensor *const *in, void *u) { return (void)u, tg_transpose(c, in[0]); }
+static tg_tensor *f_permute(tg_ctx *c, tg_tensor *const *in, void *u) {
+    return (void)u, tg_permute(c, in[0], (const int[]){2, 0, 1});
+}
+static tg_tensor *f_tdims(tg_ctx *c, tg_tensor *const *in, void *u) {
+    return (void)u, tg_transpose_dims(c, in[0], 0, 2);
+}
+static tg_tensor *f_reshape(tg_ctx *c, tg_tensor *const *in, void *u) {
+    return (void)u, tg_reshape(c, in[0], TG_SHAPE(-1, 15));
+}
+/* x0, x1, x0 along axis 1: x0 twice, widened once */
+static tg_tensor *f_concat(tg_ctx *c, tg_tensor *const *in, void *u) {
+    return (void)u, tg_concat(c, 3, (tg_tensor *[]){in[0], in[1], in[0]}, 1);
+}
+static tg_tensor *f_slice(tg_ctx *c, tg_tensor *const *in, void *u) { return (void)u, tg_slice(c, in[0], 1, 1, 4); }
+/* rows 4, 0, 4, 2, 4, 1: row 4 gathered three times, its gradient summed
+ * in float32 and rounded once */
+static tg_tensor *f_embedding(tg_ctx *c, tg_tensor *const *in, void *u) {
+    return (void)u, tg_embedding(c, in[0], TG_SHAPE(2, 3), (const int64_t[]){4, 0, 4, 2, 4, 1});
+}
+/* a fixed 0/1 mask of x's dtype, broadcast over the first dim */
+static tg_tensor *f_masked(tg_ctx *c, tg_tensor *const *in, void *u) {
+    (void)u;
+    double m[20];
+    for (int i = 0; i < 20; i++) m[i] = i % 3 == 0;
+    tg_tensor *mask = tg_test_tensor(c, in[0]->dtype, TG_SHAPE(4, 5), m);
+    return tg_masked_fill(c, in[0], mask, -2.5);
+}
+static tg_tensor *f_tril(tg_ctx *c, tg_tensor *const *in, void *u) { return (void)u, tg_tril(c, in[0], 1); }
+static tg_tensor *f_triu(tg_ctx *c, tg_tensor *const *in, void *u) { return (void)u, tg_triu(c, in[0], -1); }
+/* the same mask both times: the RNG stream restarted before each call */
+static tg_tensor *f_dropout(tg_ctx *c, tg_tensor *const *in, void *u) {
+    (void)u;
+    tg_rng_set_state(c, 42, 0);
+    return tg_dropout(c, in[0], 0.3, true);
+}
+static tg_tensor *f_rope(tg_ctx *c, tg_tensor *const *in, void *u) { return (void)u, tg_rope(c, in[0], 1, 10000.0); }
+static tg_tensor *f_attn(tg_ctx *c, tg_tensor *const *in, void *u) {
+    return (void)u, tg_attention(c, in[0], in[1], in[2], true, 0);
+}
+static tg_tensor *f_attn_full(tg_ctx *c, tg_tensor *const *in, void *u) {
+    return (void)u, tg_attention(c, in[0], in[1], in[2], false, 0);
+}
+/* self-attention on one tensor: q = k = v, widened once */
+static tg_tensor *f_attn_self(tg_ctx *c, tg_tensor *const *in, void *u) {
+    return (void)u, tg_attention(c, in[0], in[0], in[0], false, 0.7);
+}
+
+START_TEST(test_shape_ops) {
+    const op_case cases[] = {
+        {"transpose", f_transpose, 1, {3}, {{3, 4, 5}}, -3, 3, 0},
+        {"permute", f_permute, 1, {3}, {{3, 4, 5}}, -3, 3, 0},
+        {"transpose_dims", f_tdims, 1, {3}, {{3, 4, 5}}, -3, 3, 0},
+        {"reshape", f_reshape, 1, {3}, {{3, 4, 5}}, -3, 3, 0},
+        {"concat", f_concat, 2, {2, 2}, {{3, 4}, {3, 2}}, -3, 3, 0},
+        {"slice", f_slice, 1, {3}, {{3, 6, 2}}, -3, 3, 0},
+    };
+    check_cases(cases, sizeof cases / sizeof cases[0]);
+}
+END_TEST
+
+START_TEST(test_embedding_masking_dropout) {
+    const op_case cases[] = {
+        {"embedding", f_embedding, 1, {2}, {{6, 5}}, -3, 3, 0},
+        {"masked_fill", f_masked, 1, {3}, {{2, 4, 5}}, -3, 3, 0},
+        {"tril", f_tril, 1, {3}, {{3, 4, 5}}, -3, 3, 0},
+        {"triu", f_triu, 1, {3}, {{3, 4, 5}}, -3, 3, 0},
+        {"dropout", f_dropout, 1, {2}, {{6, 9}}, -3, 3, 0},
+    };
+    check_cases(cases, sizeof cases / sizeof cases[0]);
+}
+END_TEST
+
+START_TEST(test_rope_attention) {
+    const op_case cases[] = {
+        {"rope", f_rope, 1, {4}, {{2, 6, 3, 8}}, -2, 2, 0},
+        {"attention causal", f_attn, 3, {4, 4, 4}, {{2, 2, 5, 8}, {2, 2, 5, 8}, {2, 2, 5, 6}}, -2, 2, 0},
+        {"attention Tq != Tk, v needs no grad", f_attn_full, 3, {3, 3, 3}, {{2, 5, 8}, {2, 7, 8}, {2, 7, 6}}, -2, 2, 4},
+        {"attention q = k = v", f_attn_self, 1, {3}, {{2, 5, 8}}, -2, 2, 0},
+    };
+    check_cases(cases, sizeof cases / sizeof cases[0]);
+}
+END_TEST
+
+/* tg_cast's double-backward and tangent rules: a bfloat16 computation
+ * inside a float32 function, f(x) = sum(float32(bf16(x)^3)), the cube in
+ * the bfloat16 path (cast in, float32 cube, cast out). The rounding counts
+ * as the identity, so f' = 3 x^2 and f'' v = 6 x v up to the roundings of
+ * bfloat16 (the values x^2 and the gradients stored in bfloat16 on the way:
+ * relative 2^-8 each, a few of them: tolerance 2^-5). */
+static tg_tensor *cube_bf16(tg_ctx *c, tg_tensor *x) {
+    return tg_cast(c, tg_pow_scalar(c, tg_cast(c, x, TG_BF16), 3), TG_F32);
+}
+
+START_TEST(test_cast_rules) {
+    const double xv[4] = {0.5, -1.25, 2.0, 3.0}, vv[4] = {1.0, -0.5, 0.25, 2.0};
+    tg_tensor *x = tg_requires_grad(ctx, tg_test_tensor(ctx, TG_F32, TG_SHAPE(4), xv));
+    tg_tensor *v = tg_test_tensor(ctx, TG_F32, TG_SHAPE(4), vv);
+    /* Hessian-vector product: reverse over reverse through tg_cast */
+    tg_tensor *hv;
+    ck_assert_msg(tg_hvp(ctx, tg_sum(ctx, cube_bf16(ctx, x)), 1, &x, &v, &hv), "%s", tg_error_message(ctx));
+    double ref[4];
+    for (int i = 0; i < 4; i++) ref[i] = 6 * xv[i] * vv[i];
+    tg_test_assert_close(ctx, "hvp through bfloat16", hv, ref, 4, 0x1p-5, 0x1p-5);
+    /* forward mode: J v = 3 x^2 v */
+    tg_tensor *y = cube_bf16(ctx, x);
+    tg_tensor *jv = tg_jvp(ctx, y, 1, &x, &v);
+    ck_assert_msg(jv && tg_ok(ctx), "%s", tg_error_message(ctx));
+    for (int i = 0; i < 4; i++) ref[i] = 3 * xv[i] * xv[i] * vv[i];
+    tg_test_assert_close(ctx, "jvp through bfloat16", jv, ref, 4, 0x1p-5, 0x1p-5);
+}
+END_TEST
+
 /* ---- errors ------------------------------------------------------------------------ */
 
 /* y = 2 x, a custom op (tapegrad/op.h): it has no 16-bit path. */
@@ -220,8 +356,8 @@ START_TEST(test_errors) {
     tg_test_assert_fails(ctx, tg_matmul(ctx, b, h), TG_ERR_DTYPE, "tg_matmul", "bfloat16 and float16", NULL);
     tg_test_assert_fails(ctx, tg_mse_loss(ctx, d, b), TG_ERR_DTYPE, "tg_mse_loss", "bfloat16 and float64", NULL);
     tg_tensor *bias = tg_ones(ctx, TG_F32, TG_SHAPE(3));
-    tg_test_assert_fails(ctx, tg_linear_fused(ctx, b, b, bias), TG_ERR_DTYPE, "tg_linear_fused",
-                         "bfloat16 and float32", NULL);
+    tg_test_assert_fails(ctx, tg_linear_fused(ctx, b, b, bias), TG_ERR_DTYPE, "tg_linear_fused", "bfloat16 and float32",
+                         NULL);
     /* the op's own checks still name it on the 16-bit path */
     tg_test_assert_fails(ctx, tg_matmul(ctx, b, tg_ones(ctx, TG_BF16, TG_SHAPE(4, 2))), TG_ERR_SHAPE, "tg_matmul",
                          NULL);
@@ -250,8 +386,8 @@ START_TEST(test_mlp_bf16) {
     for (int g = 0; g < 2; g++) {
         bool gelu = g;
         tg_tensor *in[5] = {
-            tg_test_rand(ctx, TG_F32, TG_SHAPE(5, 12), -2, 2),     tg_test_rand(ctx, TG_F32, TG_SHAPE(16, 12), -0.5, 0.5),
-            tg_test_rand(ctx, TG_F32, TG_SHAPE(16), -0.5, 0.5),    tg_test_rand(ctx, TG_F32, TG_SHAPE(7, 16), -0.5, 0.5),
+            tg_test_rand(ctx, TG_F32, TG_SHAPE(5, 12), -2, 2),  tg_test_rand(ctx, TG_F32, TG_SHAPE(16, 12), -0.5, 0.5),
+            tg_test_rand(ctx, TG_F32, TG_SHAPE(16), -0.5, 0.5), tg_test_rand(ctx, TG_F32, TG_SHAPE(7, 16), -0.5, 0.5),
             tg_test_rand(ctx, TG_F32, TG_SHAPE(7), -0.5, 0.5),
         };
         /* the whole step in bfloat16: a bfloat16 loss, bfloat16 gradients */
@@ -277,7 +413,8 @@ END_TEST
 
 Suite *make_ops_lowp_suite(void) {
     return tg_test_suite("ops_lowp", setup, teardown, test_elementwise, test_activations,
-                         test_reductions_softmax_losses, test_cross_entropy_dtype, test_matmul_linear, test_errors,
+                         test_reductions_softmax_losses, test_cross_entropy_dtype, test_matmul_linear, test_shape_ops,
+                         test_embedding_masking_dropout, test_rope_attention, test_cast_rules, test_errors,
                          test_mlp_bf16, NULL);
 }
 
