@@ -111,7 +111,9 @@ echo "llm.c: $llmc ($commit), $cc -Ofast -march=native -fopenmp (bench/llmc/llmc
   "warm-up, median); tapegrad: $bench --only gpt --no-torch --threads 1 --budget $budget"
 echo "medians of $rounds alternating rounds; 1 thread: process CPU time per step (wall clock beside it)," \
   "2 threads: wall clock; outputs in $out/"
-echo "load average before:${before##*load average:}; after:${after##*load average:}"
+load0=${before##*load average: } load1=${after##*load average: }
+echo "machine: $(nproc) CPUs; load average before: $load0; after: $load1$(awk -v l="${load0%%,*}" 'BEGIN {
+  if (l >= 1) printf " -> NOT QUIET: the wall-clock figures (2 threads above all) are unreliable; the 1-thread CPU-time ratios hold" }')"
 printf '%-6s %8s %14s %15s %15s %13s %10s %10s  %s\n' config params "llm.c 1T CPU" "llm.c 1T wall" \
   "llm.c 2T wall" "tapegrad 1T" "vs llm.c" "vs its 2T" "target (1 thread each)"
 llmc_ms() { # llm.c's median ms over the rounds: config, threads, field
