@@ -27,7 +27,8 @@
 #
 # Usage: LLMC_DIR=/path/to/llm.c scripts/bench.sh --only llmc
 #        LLMC_DIR=/path/to/llm.c scripts/llmc_bench.sh   (needs the Release build)
-# Environment: LLMC_DIR (required), LLMC_ROUNDS (default 3), LLMC_STEPS
+# Environment: LLMC_DIR (required; absolute, or relative to the repository's
+#   root, where this script and scripts/bench.sh run), LLMC_ROUNDS (default 3), LLMC_STEPS
 #   (timed llm.c steps per run, default 10, after 2 warm-up steps),
 #   LLMC_THREADS (llm.c's thread counts, default "1 2"), LLMC_CONFIGS
 #   (default "tiny small"), LLMC_TEXT (the text files, default the
