@@ -244,7 +244,7 @@ static int modes_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
                 return gct_build_failed(ctx);
             }
             snprintf(function, sizeof function, "%s", tg.function);
-            T->cases++;
+            T->cases += i == 0; /* a case is a spec; --seeds runs it at each seed */
             run_case(ctx, a, &tg, seed, &t, T, &op_failed);
             tg_ctx_reset(ctx);
         }
@@ -283,16 +283,15 @@ int gct_cmd_check_modes(const gct_args *a, const tg_op_info *op, const gct_bug *
     else if (a->format == GCT_CSV)
         printf("op,bug,spec,dtype,input_seed,probe_seed,input,mode,checked,failed,max_abs_err,worst_analytic,"
                "worst_numeric,worst_ratio,pass,error\n");
-    else if (a->n_seeds)
-        printf("modes:%s%s%s  (%s, seeds %llu..%llu)\n", modes & MODE_REV ? " rev (backward vs differences)" : "",
+    else {
+        printf("modes:%s%s%s  (%s, ", modes & MODE_REV ? " rev (backward vs differences)" : "",
                modes & MODE_FWD ? " fwd (J v from tg_jvp vs differences along v)" : "",
-               a->adjoint ? " adjoint (<u, J v> forward vs <J^T u, v> reverse, no step)" : "", tg_dtype_name(a->dtype),
-               (unsigned long long)gct_first_seed(a), (unsigned long long)(gct_first_seed(a) + gct_seed_count(a) - 1));
-    else
-        printf("modes:%s%s%s  (%s, seed %llu)\n", modes & MODE_REV ? " rev (backward vs differences)" : "",
-               modes & MODE_FWD ? " fwd (J v from tg_jvp vs differences along v)" : "",
-               a->adjoint ? " adjoint (<u, J v> forward vs <J^T u, v> reverse, no step)" : "", tg_dtype_name(a->dtype),
-               (unsigned long long)a->seed);
+               a->adjoint ? " adjoint (<u, J v> forward vs <J^T u, v> reverse, no step)" : "", tg_dtype_name(a->dtype));
+        if (a->n_seeds)
+            printf("seeds %llu..%llu)\n", (unsigned long long)gct_first_seed(a),
+                   (unsigned long long)(gct_first_seed(a) + gct_seed_count(a) - 1));
+        else printf("seed %llu)\n", (unsigned long long)a->seed);
+    }
     modes_totals T;
     memset(&T, 0, sizeof T);
     double t0 = gct_now();
@@ -303,14 +302,16 @@ int gct_cmd_check_modes(const gct_args *a, const tg_op_info *op, const gct_bug *
     if (st >= 0) return st;
     const bool pass = !T.failed_rows && !T.errors;
     if (a->format == GCT_JSON)
-        printf("],\n\"summary\":{\"pass\":%s,\"ops\":%d,\"cases\":%d,\"checks\":%d,\"failed\":%d,\"errors\":%d,"
-               "\"seconds\":%.6f}}\n",
-               pass ? "true" : "false", T.ops, T.cases, T.rows, T.failed_rows, T.errors, gct_now() - t0);
+        printf("],\n\"summary\":{\"pass\":%s,\"ops\":%d,\"cases\":%d,\"seeds\":%lld,\"checks\":%d,\"failed\":%d,"
+               "\"errors\":%d,\"seconds\":%.6f}}\n",
+               pass ? "true" : "false", T.ops, T.cases, (long long)gct_seed_count(a), T.rows, T.failed_rows, T.errors,
+               gct_now() - t0);
     if (a->format != GCT_TEXT) return pass ? GCT_EXIT_PASS : GCT_EXIT_FAIL;
     printf("\n");
     gct_puts_tone(stdout, "summary:", GCT_BOLD, a->color);
-    printf(" %d op%s, %d case%s, %d check%s in %s in %.2f s: ", T.ops, T.ops == 1 ? "" : "s", T.cases,
-           T.cases == 1 ? "" : "s", T.rows, T.rows == 1 ? "" : "s", tg_dtype_name(a->dtype), gct_now() - t0);
+    printf(" %d op%s, %d case%s", T.ops, T.ops == 1 ? "" : "s", T.cases, T.cases == 1 ? "" : "s");
+    if (a->n_seeds) printf(" x %lld seeds", (long long)a->n_seeds);
+    printf(", %d check%s in %s in %.2f s: ", T.rows, T.rows == 1 ? "" : "s", tg_dtype_name(a->dtype), gct_now() - t0);
     if (pass) {
         gct_puts_tone(stdout, "all pass", GCT_GOOD, a->color);
         printf("\n");
