@@ -126,14 +126,13 @@ static void machine_row(const gct_args *a, const gct_target *tg, uint64_t seed, 
     }
     printf(",\"input\":");
     gct_json_str(stdout, tg->c.input_names[k]);
-    printf(",\"checked\":%lld,\"failed\":%lld,\"max_abs_err\":", (long long)in->n_checked, (long long)in->n_failed);
-    gct_json_num(stdout, in->max_abs_err);
-    printf(",\"worst_analytic\":");
-    gct_json_num(stdout, in->worst_analytic);
-    printf(",\"worst_numeric\":");
-    gct_json_num(stdout, in->worst_numeric);
-    printf(",\"worst_ratio\":");
-    gct_json_num(stdout, in->worst_ratio);
+    printf(",\"checked\":%lld,\"failed\":%lld", (long long)in->n_checked, (long long)in->n_failed);
+    const char *keys[4] = {"max_abs_err", "worst_analytic", "worst_numeric", "worst_ratio"};
+    const double vals[4] = {in->max_abs_err, in->worst_analytic, in->worst_numeric, in->worst_ratio};
+    for (int i = 0; i < 4; i++) {
+        printf(",\"%s\":", keys[i]);
+        gct_json_num(stdout, vals[i]);
+    }
     printf(",\"pass\":%s}", in->pass ? "true" : "false");
 }
 
