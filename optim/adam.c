@@ -13,7 +13,7 @@
  * The bias corrections bc1 and bc2 undo the zero start of m and v: at t = 1
  * m = (1 - beta1) g, so m / bc1 = g. */
 #include "optim/internal.h"
-#include "autograd/unary.h"   /* TG_PAR_MIN */
+#include "autograd/unary.h" /* TG_PAR_MIN */
 #include "tensor/parallel.h"
 
 #include <math.h>
@@ -184,12 +184,8 @@ void tg_adam_step(tg_ctx *ctx, tg_optim *o, double lr) {
     const double t = (double)(o->step + 1);
     const double bc1 = 1.0 - pow(a->beta1, t);
     const double bc2 = 1.0 - pow(a->beta2, t);
-    adam_job j = {.lr = lr,
-                  .beta1 = a->beta1,
-                  .beta2 = a->beta2,
-                  .eps = a->eps,
-                  .step_size = lr / bc1,
-                  .bc2_sqrt = sqrt(bc2)};
+    adam_job j = {
+        .lr = lr, .beta1 = a->beta1, .beta2 = a->beta2, .eps = a->eps, .step_size = lr / bc1, .bc2_sqrt = sqrt(bc2)};
     /* the table of parameters and their first tasks, from the context's
      * allocator; without memory, one parameter at a time (the same bits) */
     const size_t bytes = (size_t)o->nparams * (sizeof(adam_param) + sizeof(int64_t)) + sizeof(int64_t);

@@ -93,31 +93,30 @@ void tg_parallel(int threads, int64_t ntasks, tg_task_fn fn, void *arg) {
 #define TG_PAUSE() ((void)0)
 #endif
 
-#define TG_POOL_MAX 255         /* helpers at most */
-#define TG_POOL_SPIN_NS 100000  /* a helper's wait for the next job before it sleeps */
-#define TG_POOL_WAIT_SPINS 512  /* the caller's pauses for the helpers' last tasks before it sleeps */
+#define TG_POOL_MAX 255        /* helpers at most */
+#define TG_POOL_SPIN_NS 100000 /* a helper's wait for the next job before it sleeps */
+#define TG_POOL_WAIT_SPINS 512 /* the caller's pauses for the helpers' last tasks before it sleeps */
 
 static struct {
     pthread_mutex_t job_lock; /* held by the caller of the job in flight */
     pthread_mutex_t sleep_lock;
     pthread_cond_t wake;
     pthread_cond_t finished; /* the caller sleeps here (under sleep_lock) for the last task */
-    int helpers;            /* started (under job_lock) */
-    uint32_t generation;    /* of the last job (under job_lock) */
-    _Atomic uint64_t state; /* (generation << 32) | next task to claim */
-    _Atomic int64_t done;   /* tasks of the current job finished */
-    _Atomic int sleepers;   /* helpers asleep on `wake` */
-    _Atomic int waiting;    /* the caller is (about to be) asleep on `finished` */
+    int helpers;             /* started (under job_lock) */
+    uint32_t generation;     /* of the last job (under job_lock) */
+    _Atomic uint64_t state;  /* (generation << 32) | next task to claim */
+    _Atomic int64_t done;    /* tasks of the current job finished */
+    _Atomic int sleepers;    /* helpers asleep on `wake` */
+    _Atomic int waiting;     /* the caller is (about to be) asleep on `finished` */
     /* the current job: written before `state` announces it */
     tg_task_fn fn;
     void *arg;
     _Atomic int64_t ntasks;
     _Atomic int want; /* helpers 1..want take part */
-} pool = {
-    .job_lock = PTHREAD_MUTEX_INITIALIZER,
-    .sleep_lock = PTHREAD_MUTEX_INITIALIZER,
-    .wake = PTHREAD_COND_INITIALIZER,
-    .finished = PTHREAD_COND_INITIALIZER};
+} pool = {.job_lock = PTHREAD_MUTEX_INITIALIZER,
+          .sleep_lock = PTHREAD_MUTEX_INITIALIZER,
+          .wake = PTHREAD_COND_INITIALIZER,
+          .finished = PTHREAD_COND_INITIALIZER};
 
 static double now_ns(void) {
     struct timespec ts;

@@ -15,7 +15,10 @@
  * caller starts on them at once, a helper joins when it runs, and the
  * caller waits only for tasks already claimed. A helper that wakes up too
  * late finds nothing to claim and touches nothing. Helpers spin about
- * 100 us for the next job, then sleep. One job at a time: a second caller
+ * 100 us for the next job, then sleep; the caller, once every task is
+ * claimed, spins a few us for the helpers' last tasks, then sleeps until
+ * the last one wakes it (so a waiting thread never holds a core another
+ * thread needs). One job at a time: a second caller
  * (another thread, or a task calling in) runs its tasks itself.
  *
  * Every parallel loop of the library runs here (the GEMM, the norms, the
