@@ -179,19 +179,19 @@ static void adam_task(void *arg, int64_t t, int worker) {
     adam_range(j, a, i0, a->n - i0 < ADAM_PIECE ? a->n : i0 + ADAM_PIECE);
 }
 
-void tg_adam_step(tg_ctx *ctx, tg_optim *o, double lr) {
+bool tg_adam_step(tg_ctx *ctx, tg_optim *o, double lr) {
     const tg_adam_opts *a = &o->adam;
     const double t = (double)(o->step + 1);
     const double bc1 = 1.0 - pow(a->beta1, t);
     const double bc2 = 1.0 - pow(a->beta2, t);
     adam_job j = {
         .lr = lr, .beta1 = a->beta1, .beta2 = a->beta2, .eps = a->eps, .step_size = lr / bc1, .bc2_sqrt = sqrt(bc2)};
-    /* the table of parameters and their first tasks, from the context's
-     * allocator; without memory, one parameter at a time (the same bits) */
-    const size_t bytes = (size_t)o->nparams * (sizeof(adam_param) + sizeof(int64_t)) + sizeof(int64_t);
-    void *table = o->alloc.alloc(bytes, 8, o->alloc.user);
-    adam_param one, *params = table ? table : &one;
-    int64_t *first = table ? (int64_t *)(params + o->nparams) : NULL;
+    /* the table of parameters and their first tasks: arena scratch, given
+     * back at the end */
+    const tg_arena_pos before = tg_arena_mark(ctx);
+    adam_param *params = tg_arena_alloc_fn(ctx, "tg_optim_step", (size_t)o->nparams * sizeof *params);
+    int64_t *first = tg_arena_alloc_fn(ctx, "tg_optim_step", ((size_t)o->nparams + 1) * sizeof *first);
+    if (!params || !first) return false;
     int64_t tasks = 0, total = 0;
     for (int i = 0; i < o->nparams; i++) {
         const tg_param *pp = &o->params->items[i];
@@ -199,30 +199,25 @@ void tg_adam_step(tg_ctx *ctx, tg_optim *o, double lr) {
         if (!p->grad) continue; /* like PyTorch: no grad, no update */
         tg_tensor *vmax = tg_optim_slot(o, i, SLOT_MAX_EXP_AVG_SQ);
         const double wd = pp->weight_decay ? a->weight_decay : 0.0;
-        adam_param *q = table ? &params[j.count] : &one;
-        *q = (adam_param){.p = p->data,
-                          .g = p->grad->data,
-                          .m = tg_optim_slot(o, i, SLOT_EXP_AVG)->data,
-                          .v = tg_optim_slot(o, i, SLOT_EXP_AVG_SQ)->data,
-                          .vmax = vmax ? vmax->data : NULL,
-                          .n = p->numel,
-                          .l2 = o->kind == TG_OPTIM_ADAM ? wd : 0.0,
-                          .decoupled = o->kind == TG_OPTIM_ADAMW ? wd : 0.0,
-                          .f64 = p->dtype == TG_F64};
-        if (!table) {
-            adam_range(&j, q, 0, q->n);
-            continue;
-        }
+        params[j.count] = (adam_param){.p = p->data,
+                                       .g = p->grad->data,
+                                       .m = tg_optim_slot(o, i, SLOT_EXP_AVG)->data,
+                                       .v = tg_optim_slot(o, i, SLOT_EXP_AVG_SQ)->data,
+                                       .vmax = vmax ? vmax->data : NULL,
+                                       .n = p->numel,
+                                       .l2 = o->kind == TG_OPTIM_ADAM ? wd : 0.0,
+                                       .decoupled = o->kind == TG_OPTIM_ADAMW ? wd : 0.0,
+                                       .f64 = p->dtype == TG_F64};
         first[j.count++] = tasks;
-        tasks += (q->n + ADAM_PIECE - 1) / ADAM_PIECE;
-        total += q->n;
+        tasks += (p->numel + ADAM_PIECE - 1) / ADAM_PIECE;
+        total += p->numel;
     }
-    if (!table) return;
     first[j.count] = tasks;
     j.params = params;
     j.first = first;
     tg_parallel(total >= TG_PAR_MIN ? tg_threads(ctx) : 1, tasks, adam_task, &j);
-    o->alloc.free(table, o->alloc.user);
+    tg_arena_release(ctx, before);
+    return true;
 }
 
 tg_adam_opts tg_adam_defaults(void) {

@@ -143,7 +143,7 @@ void tg_optim_step(tg_ctx *ctx, tg_optim *o) {
         tg_error(ctx, TG_ERR_VALUE, __func__, "the schedule gave lr=%g at step %lld", lr, (long long)o->step);
         return;
     }
-    if (o->kind != TG_OPTIM_SGD) tg_adam_step(ctx, o, lr); /* every parameter at once, on the threads */
+    if (o->kind != TG_OPTIM_SGD && !tg_adam_step(ctx, o, lr)) return; /* every parameter at once, on the threads */
     for (int i = 0; i < o->nparams; i++) {
         const tg_param *p = &o->params->items[i];
         if (!p->value->grad) continue; /* like PyTorch: no grad, no update */
