@@ -48,20 +48,27 @@ static void TG_FN(transpose_kernel)(T *restrict y, const T *restrict x, int64_t 
  *  - Otherwise x's last dim is y's dim `lx` (xs[lx] == 1): for each index
  *    of the other dims, the (lx, r-1) plane is a strided 2-D transpose,
  *    done in tiles (tile_transpose). */
+/* Only the steps [o0, o1) of the outer walk are taken (the walk has
+ * perm_outer steps): disjoint ranges write disjoint parts of y, so the
+ * walk can be cut into tasks. */
 static void TG_FN(permute_kernel)(T *restrict y, const T *restrict x, int r, const int64_t *size, const int64_t *xs,
-                                  int lx, bool acc) {
+                                  int lx, bool acc, int64_t o0, int64_t o1) {
     int64_t ys[TG_MAX_DIMS]; /* y's own strides */
     ys[r - 1] = 1;
     for (int d = r - 2; d >= 0; d--) ys[d] = ys[d + 1] * size[d + 1];
     const bool runs = lx == r - 1;
     const int64_t n_last = size[r - 1];
-    /* the outer walk: every dim but the last, and but lx when tiling */
+    /* the outer walk: every dim but the last, and but lx when tiling;
+     * step o0's index, its last dim fastest, and its offsets in x and y */
     int64_t idx[TG_MAX_DIMS] = {0};
-    int64_t n_outer = 1;
-    for (int d = 0; d < r - 1; d++)
-        if (runs || d != lx) n_outer *= size[d];
-    int64_t ox = 0, oy = 0;
-    for (int64_t o = 0; o < n_outer; o++) {
+    int64_t ox = 0, oy = 0, rest = o0;
+    for (int d = r - 2; d >= 0; d--) {
+        if (!runs && d == lx) continue;
+        idx[d] = rest % size[d];
+        rest /= size[d];
+        ox += idx[d] * xs[d], oy += idx[d] * ys[d];
+    }
+    for (int64_t o = o0; o < o1; o++) {
         if (runs) {
             T *yr = y + oy;
             const T *xr = x + ox;
@@ -100,6 +107,8 @@ static void TG_FN(accum_rows)(T *restrict dst, int64_t ld_dst, const T *restrict
 
 #include "autograd/lowp.h"
 #include "autograd/tape.h"
+#include "autograd/unary.h" /* TG_PAR_MIN, TG_PAR_CHUNK */
+#include "tensor/parallel.h"
 
 #include <string.h>
 
@@ -126,18 +135,73 @@ static int64_t prod(const int64_t *s, int from, int to) {
     return p;
 }
 
-/* dst[o, 0:len] = src[o, 0:len] for o < outer; strides and len in bytes. */
-static void copy_rows(unsigned char *dst, size_t ld_dst, const unsigned char *src, size_t ld_src, int64_t outer,
-                      size_t len) {
-    if (len == 0) return;
-    for (int64_t o = 0; o < outer; o++) memcpy(dst + (size_t)o * ld_dst, src + (size_t)o * ld_src, len);
+/* ---- moving rows, on the threads ------------------------------------------ */
+
+/* dst[o, 0:len] = src[o, 0:len] (or += when acc) for o < outer, with row
+ * strides ld_dst and ld_src; strides and len in elements of es bytes. */
+typedef struct rows_job {
+    tg_dtype dt;
+    bool acc;
+    unsigned char *dst;
+    const unsigned char *src;
+    int64_t ld_dst, ld_src, len;
+    size_t es;
+} rows_job;
+
+/* `rows` rows from row o, their elements [k0, k0 + n). */
+static void rows_block(const rows_job *j, int64_t o, int64_t k0, int64_t rows, int64_t n) {
+    unsigned char *d = j->dst + (size_t)(o * j->ld_dst + k0) * j->es;
+    const unsigned char *s = j->src + (size_t)(o * j->ld_src + k0) * j->es;
+    if (j->acc) {
+        if (j->dt == TG_F64) accum_rows_f64((double *)d, j->ld_dst, (const double *)s, j->ld_src, rows, n);
+        else accum_rows_f32((float *)d, j->ld_dst, (const float *)s, j->ld_src, rows, n);
+    } else {
+        for (int64_t r = 0; r < rows; r++)
+            memcpy(d + (size_t)(r * j->ld_dst) * j->es, s + (size_t)(r * j->ld_src) * j->es, (size_t)n * j->es);
+    }
+}
+
+/* Elements [i0, i1) of the outer x len rectangle, row-major: the rest of
+ * a first partial row, whole rows, the start of a last partial row. */
+static void rows_range(void *arg, int64_t i0, int64_t i1, int worker) {
+    const rows_job *j = arg;
+    (void)worker;
+    int64_t o = i0 / j->len, k = i0 % j->len;
+    if (k) {
+        const int64_t e = i1 - i0 < j->len - k ? k + (i1 - i0) : j->len;
+        rows_block(j, o++, k, 1, e - k);
+        i0 += e - k;
+    }
+    const int64_t full = (i1 - i0) / j->len;
+    if (full) rows_block(j, o, 0, full, j->len);
+    i0 += full * j->len, o += full;
+    if (i1 > i0) rows_block(j, o, 0, 1, i1 - i0);
+}
+
+/* The rows of rows_job, in pieces of TG_PAR_CHUNK elements over the
+ * context's threads when there are TG_PAR_MIN elements (one thread
+ * otherwise). Every element is copied or added once, by whichever thread,
+ * so the bits do not depend on the thread count. Measured on the GPT small
+ * step (2 threads): the head split and merge, their backward and the
+ * reshapes' gradients were ~2% of it, on one thread. */
+static void move_rows(tg_ctx *ctx, tg_dtype dt, bool acc, void *dst, int64_t ld_dst, const void *src, int64_t ld_src,
+                      int64_t outer, int64_t len) {
+    const int64_t n = outer * len;
+    if (n <= 0) return;
+    rows_job j = {dt, acc, dst, src, ld_dst, ld_src, len, tg_esize(dt)};
+    tg_parallel_range(n >= TG_PAR_MIN ? tg_threads(ctx) : 1, n, n >= TG_PAR_MIN ? TG_PAR_CHUNK : n, rows_range, &j);
+}
+
+/* dst[o, 0:len] = src[o, 0:len] for o < outer; strides and len in elements. */
+static void copy_rows(tg_ctx *ctx, tg_dtype dt, void *dst, int64_t ld_dst, const void *src, int64_t ld_src,
+                      int64_t outer, int64_t len) {
+    move_rows(ctx, dt, false, dst, ld_dst, src, ld_src, outer, len);
 }
 
 /* dst[o, 0:len] += src[o, 0:len]; strides and len in elements. */
-static void accum_rows(tg_dtype dt, void *dst, int64_t ld_dst, const void *src, int64_t ld_src, int64_t outer,
-                       int64_t len) {
-    if (dt == TG_F64) accum_rows_f64(dst, ld_dst, src, ld_src, outer, len);
-    else accum_rows_f32(dst, ld_dst, src, ld_src, outer, len);
+static void accum_rows(tg_ctx *ctx, tg_dtype dt, void *dst, int64_t ld_dst, const void *src, int64_t ld_src,
+                       int64_t outer, int64_t len) {
+    move_rows(ctx, dt, true, dst, ld_dst, src, ld_src, outer, len);
 }
 
 /* ---- transpose ------------------------------------------------------------ */
@@ -219,13 +283,38 @@ static void perm_plan(int nd, const int64_t *xshape, const int *perm, int *r, in
         if (xs[d] == 1) *lx = d;
 }
 
-/* y = x permuted (or y += when acc); x has shape xshape (nd dims). */
-static void permute_run(tg_dtype dt, void *y, const void *x, int nd, const int64_t *xshape, const int *perm, bool acc) {
+/* A plan and its arrays: the tasks of permute_run. */
+typedef struct permute_job {
+    tg_dtype dt;
+    bool acc;
+    void *y;
+    const void *x;
     int r, lx;
     int64_t size[TG_MAX_DIMS], xs[TG_MAX_DIMS];
-    perm_plan(nd, xshape, perm, &r, size, xs, &lx);
-    if (dt == TG_F64) permute_kernel_f64(y, x, r, size, xs, lx, acc);
-    else permute_kernel_f32(y, x, r, size, xs, lx, acc);
+} permute_job;
+
+static void permute_range(void *arg, int64_t o0, int64_t o1, int worker) {
+    const permute_job *p = arg;
+    (void)worker;
+    if (p->dt == TG_F64) permute_kernel_f64(p->y, p->x, p->r, p->size, p->xs, p->lx, p->acc, o0, o1);
+    else permute_kernel_f32(p->y, p->x, p->r, p->size, p->xs, p->lx, p->acc, o0, o1);
+}
+
+/* y = x permuted (or y += when acc); x has shape xshape (nd dims), numel
+ * elements. The kernel's outer walk (every dim of the plan but the last,
+ * and but lx when it tiles) is cut into tasks of about TG_PAR_CHUNK
+ * elements on the context's threads, from TG_PAR_MIN elements on. */
+static void permute_run(tg_ctx *ctx, tg_dtype dt, void *y, const void *x, int nd, const int64_t *xshape,
+                        const int *perm, bool acc, int64_t numel) {
+    permute_job p = {.dt = dt, .acc = acc, .y = y, .x = x};
+    perm_plan(nd, xshape, perm, &p.r, p.size, p.xs, &p.lx);
+    const bool runs = p.lx == p.r - 1;
+    int64_t n_outer = 1;
+    for (int d = 0; d < p.r - 1; d++)
+        if (runs || d != p.lx) n_outer *= p.size[d];
+    const int64_t per = numel / n_outer; /* elements per step of the walk */
+    const int nt = numel >= TG_PAR_MIN ? tg_threads(ctx) : 1;
+    tg_parallel_range(nt, n_outer, per >= TG_PAR_CHUNK ? 1 : TG_PAR_CHUNK / per, permute_range, &p);
 }
 
 /* A permutation of at most TG_MAX_DIMS dims in one integer of the record:
@@ -246,7 +335,7 @@ static void permute_backward(tg_ctx *ctx, tg_node *n) {
     if (!dx || dx->numel == 0) return;
     int nd = (int)n->i[1], inv[TG_MAX_DIMS];
     for (int d = 0; d < nd; d++) inv[(n->i[0] >> (4 * d)) & 15] = d;
-    permute_run(dx->dtype, dx->data, dy->data, nd, dy->shape, inv, true);
+    permute_run(ctx, dx->dtype, dx->data, dy->data, nd, dy->shape, inv, true, dx->numel);
 }
 
 /* The op behind tg_permute and tg_transpose_dims: perm is already checked
@@ -257,7 +346,7 @@ static tg_tensor *permute_op(tg_ctx *ctx, const char *fn, tg_tensor *x, const in
     for (int d = 0; d < nd; d++) shape[d] = x->shape[perm[d]];
     tg_tensor *y = tg_new_tensor(ctx, fn, x->dtype, nd, shape);
     if (!y) return NULL;
-    if (y->numel) permute_run(x->dtype, y->data, x->data, nd, x->shape, perm, false);
+    if (y->numel) permute_run(ctx, x->dtype, y->data, x->data, nd, x->shape, perm, false, y->numel);
     tg_node *n = tg_record(ctx, fn, permute_backward, y, 1, &x);
     if (n) n->i[0] = perm_pack(nd, perm), n->i[1] = nd;
     return tg_ok(ctx) ? y : NULL;
@@ -310,7 +399,7 @@ tg_tensor *tg_transpose_dims(tg_ctx *ctx, tg_tensor *x, int dim0, int dim1) {
 static void reshape_backward(tg_ctx *ctx, tg_node *n) {
     const tg_tensor *dy = n->out->grad;
     tg_tensor *dx = tg_grad_of(ctx, n->in[0]);
-    if (dx) accum_rows(dx->dtype, dx->data, 0, dy->data, 0, 1, dx->numel);
+    if (dx) accum_rows(ctx, dx->dtype, dx->data, 0, dy->data, 0, 1, dx->numel);
 }
 
 tg_tensor *tg_reshape(tg_ctx *ctx, tg_tensor *x, int ndim, const int64_t *shape) {
@@ -342,7 +431,8 @@ static void concat_backward(tg_ctx *ctx, tg_node *n) {
         int64_t len = n->in[k]->shape[axis] * inner;
         tg_tensor *dx = tg_grad_of(ctx, n->in[k]);
         if (dx)
-            accum_rows(dx->dtype, dx->data, len, (const unsigned char *)dy->data + (size_t)off * es, ld_y, outer, len);
+            accum_rows(ctx, dx->dtype, dx->data, len, (const unsigned char *)dy->data + (size_t)off * es, ld_y, outer,
+                       len);
         off += len;
     }
 }
@@ -398,11 +488,11 @@ tg_tensor *tg_concat(tg_ctx *ctx, int n, tg_tensor *const *xs, int axis) {
     if (!y) return NULL;
     size_t es = tg_esize(y->dtype);
     int64_t outer = prod(shape, 0, a), inner = prod(shape, a + 1, y->ndim);
-    size_t ld_y = (size_t)(shape[a] * inner) * es;
-    size_t off = 0;
+    int64_t ld_y = shape[a] * inner;
+    int64_t off = 0;
     for (int k = 0; k < n; k++) {
-        size_t len = (size_t)(xs[k]->shape[a] * inner) * es;
-        copy_rows((unsigned char *)y->data + off, ld_y, xs[k]->data, len, outer, len);
+        int64_t len = xs[k]->shape[a] * inner;
+        copy_rows(ctx, y->dtype, (unsigned char *)y->data + (size_t)off * es, ld_y, xs[k]->data, len, outer, len);
         off += len;
     }
     tg_node *nd = tg_record(ctx, __func__, concat_backward, y, n, xs);
@@ -424,8 +514,8 @@ static void slice_backward(tg_ctx *ctx, tg_node *n) {
     int64_t outer = prod(dx->shape, 0, axis), inner = prod(dx->shape, axis + 1, dx->ndim);
     int64_t len = dy->shape[axis] * inner;
     size_t es = tg_esize(dx->dtype);
-    accum_rows(dx->dtype, (unsigned char *)dx->data + (size_t)(start * inner) * es, dx->shape[axis] * inner, dy->data,
-               len, outer, len);
+    accum_rows(ctx, dx->dtype, (unsigned char *)dx->data + (size_t)(start * inner) * es, dx->shape[axis] * inner,
+               dy->data, len, outer, len);
 }
 
 tg_tensor *tg_slice(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t end) {
@@ -448,8 +538,8 @@ tg_tensor *tg_slice(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t 
     if (!y) return NULL;
     size_t es = tg_esize(x->dtype);
     int64_t outer = prod(x->shape, 0, a), inner = prod(x->shape, a + 1, x->ndim);
-    size_t len = (size_t)((end - start) * inner) * es;
-    copy_rows(y->data, len, (const unsigned char *)x->data + (size_t)(start * inner) * es, (size_t)(S * inner) * es,
+    int64_t len = (end - start) * inner;
+    copy_rows(ctx, x->dtype, y->data, len, (const unsigned char *)x->data + (size_t)(start * inner) * es, S * inner,
               outer, len);
     tg_node *n = tg_record(ctx, __func__, slice_backward, y, 1, &x);
     if (n) n->i[0] = a, n->i[1] = start;

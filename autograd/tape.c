@@ -8,6 +8,7 @@
  * gradients of intermediate tensors are rebuilt by every backward, in
  * gradient blocks (tensor/ctx.c) that backward releases as it goes. */
 #include "autograd/tape.h"
+#include "tensor/parallel.h"
 
 #include <string.h>
 
@@ -152,7 +153,7 @@ bool tg_grad_enabled(const tg_ctx *ctx) { return ctx && ctx->tape.grad_enabled; 
 
 void tg_zero_grad(tg_ctx *ctx, tg_tensor *t) {
     if (!tg_check_arg_any(ctx, "tg_zero_grad", "t", t) || !t->grad) return;
-    if (t->grad->numel) memset(t->grad->data, 0, (size_t)t->grad->numel * tg_esize(t->grad->dtype));
+    tg_parallel_zero(tg_threads(ctx), t->grad->data, (size_t)t->grad->numel * tg_esize(t->grad->dtype));
     tg_written(t->grad);
 }
 

@@ -13,6 +13,8 @@
  * The bias corrections bc1 and bc2 undo the zero start of m and v: at t = 1
  * m = (1 - beta1) g, so m / bc1 = g. */
 #include "optim/internal.h"
+#include "autograd/unary.h" /* TG_PAR_MIN */
+#include "tensor/parallel.h"
 
 #include <math.h>
 
@@ -119,27 +121,103 @@ ADAM_SIMD(double, f64, __m256d, 4, _mm256_loadu_pd, _mm256_storeu_pd, _mm256_set
 ADAM_DEFINE_UPDATE(float, f32)
 ADAM_DEFINE_UPDATE(double, f64)
 
-void tg_adam_update(tg_optim *o, int index, double lr, bool decay) {
-    tg_tensor *p = o->params->items[index].value;
-    tg_tensor *m = tg_optim_slot(o, index, SLOT_EXP_AVG);
-    tg_tensor *v = tg_optim_slot(o, index, SLOT_EXP_AVG_SQ);
-    tg_tensor *vmax = tg_optim_slot(o, index, SLOT_MAX_EXP_AVG_SQ);
+/* One step over every parameter that has a gradient, as one job of the
+ * task pool (tensor/parallel.h): each parameter is cut into pieces of
+ * ADAM_PIECE elements and every piece is a task, so the big matrices
+ * spread over the threads and the small vectors ride along, with one
+ * dispatch per step instead of one per parameter. The update is
+ * elementwise (and the SIMD and scalar loops give the same bits), so the
+ * result does not depend on the pieces or on the thread count. Measured
+ * on the GPT small step (10.7 M parameters, 2 threads): AdamW was 8% of
+ * the step and all of it ran on one thread. */
+enum { ADAM_PIECE = 1 << 14 };
+
+/* One parameter's share of the job: its arrays and its own decay terms. */
+typedef struct adam_param {
+    void *p, *m, *v, *vmax;
+    const void *g;
+    int64_t n;
+    double l2, decoupled;
+    bool f64;
+} adam_param;
+
+typedef struct adam_job {
+    const adam_param *params;
+    const int64_t *first; /* first[i]: the first task of params[i]; first[count]: the task count */
+    int count;
+    double lr, beta1, beta2, eps, step_size, bc2_sqrt;
+} adam_job;
+
+/* Elements [i0, i1) of one parameter. */
+static void adam_range(const adam_job *j, const adam_param *a, int64_t i0, int64_t i1) {
+    const int64_t n = i1 - i0;
+    if (a->f64) {
+        double *vmax = a->vmax ? (double *)a->vmax + i0 : NULL;
+        adam_f64((double *)a->p + i0, (const double *)a->g + i0, (double *)a->m + i0, (double *)a->v + i0, vmax, n,
+                 j->lr, j->beta1, j->beta2, j->eps, a->l2, a->decoupled, j->step_size, j->bc2_sqrt);
+    } else {
+        float *vmax = a->vmax ? (float *)a->vmax + i0 : NULL;
+        adam_f32((float *)a->p + i0, (const float *)a->g + i0, (float *)a->m + i0, (float *)a->v + i0, vmax, n,
+                 (float)j->lr, (float)j->beta1, (float)j->beta2, (float)j->eps, (float)a->l2, (float)a->decoupled,
+                 (float)j->step_size, (float)j->bc2_sqrt);
+    }
+}
+
+/* Task t: the parameter whose pieces hold t (a binary search of first[]),
+ * and its piece. */
+static void adam_task(void *arg, int64_t t, int worker) {
+    const adam_job *j = arg;
+    (void)worker;
+    int lo = 0, hi = j->count - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (j->first[mid] <= t) lo = mid;
+        else hi = mid - 1;
+    }
+    const adam_param *a = &j->params[lo];
+    const int64_t i0 = (t - j->first[lo]) * ADAM_PIECE;
+    adam_range(j, a, i0, a->n - i0 < ADAM_PIECE ? a->n : i0 + ADAM_PIECE);
+}
+
+bool tg_adam_step(tg_ctx *ctx, tg_optim *o, double lr) {
     const tg_adam_opts *a = &o->adam;
-    double wd = decay ? a->weight_decay : 0.0;
-    double l2 = o->kind == TG_OPTIM_ADAM ? wd : 0.0;
-    double decoupled = o->kind == TG_OPTIM_ADAMW ? wd : 0.0;
-    double t = (double)(o->step + 1);
-    double bc1 = 1.0 - pow(a->beta1, t);
-    double bc2 = 1.0 - pow(a->beta2, t);
-    double step_size = lr / bc1;
-    double bc2_sqrt = sqrt(bc2);
-    if (p->dtype == TG_F64)
-        adam_f64(p->data, p->grad->data, m->data, v->data, vmax ? vmax->data : NULL, p->numel, lr, a->beta1, a->beta2,
-                 a->eps, l2, decoupled, step_size, bc2_sqrt);
-    else
-        adam_f32(p->data, p->grad->data, m->data, v->data, vmax ? vmax->data : NULL, p->numel, (float)lr,
-                 (float)a->beta1, (float)a->beta2, (float)a->eps, (float)l2, (float)decoupled, (float)step_size,
-                 (float)bc2_sqrt);
+    const double t = (double)(o->step + 1);
+    const double bc1 = 1.0 - pow(a->beta1, t);
+    const double bc2 = 1.0 - pow(a->beta2, t);
+    adam_job j = {
+        .lr = lr, .beta1 = a->beta1, .beta2 = a->beta2, .eps = a->eps, .step_size = lr / bc1, .bc2_sqrt = sqrt(bc2)};
+    /* the table of parameters and their first tasks: arena scratch, given
+     * back at the end */
+    const tg_arena_pos before = tg_arena_mark(ctx);
+    adam_param *params = tg_arena_alloc_fn(ctx, "tg_optim_step", (size_t)o->nparams * sizeof *params);
+    int64_t *first = tg_arena_alloc_fn(ctx, "tg_optim_step", ((size_t)o->nparams + 1) * sizeof *first);
+    if (!params || !first) return false;
+    int64_t tasks = 0, total = 0;
+    for (int i = 0; i < o->nparams; i++) {
+        const tg_param *pp = &o->params->items[i];
+        tg_tensor *p = pp->value;
+        if (!p->grad) continue; /* like PyTorch: no grad, no update */
+        tg_tensor *vmax = tg_optim_slot(o, i, SLOT_MAX_EXP_AVG_SQ);
+        const double wd = pp->weight_decay ? a->weight_decay : 0.0;
+        params[j.count] = (adam_param){.p = p->data,
+                                       .g = p->grad->data,
+                                       .m = tg_optim_slot(o, i, SLOT_EXP_AVG)->data,
+                                       .v = tg_optim_slot(o, i, SLOT_EXP_AVG_SQ)->data,
+                                       .vmax = vmax ? vmax->data : NULL,
+                                       .n = p->numel,
+                                       .l2 = o->kind == TG_OPTIM_ADAM ? wd : 0.0,
+                                       .decoupled = o->kind == TG_OPTIM_ADAMW ? wd : 0.0,
+                                       .f64 = p->dtype == TG_F64};
+        first[j.count++] = tasks;
+        tasks += (p->numel + ADAM_PIECE - 1) / ADAM_PIECE;
+        total += p->numel;
+    }
+    first[j.count] = tasks;
+    j.params = params;
+    j.first = first;
+    tg_parallel(total >= TG_PAR_MIN ? tg_threads(ctx) : 1, tasks, adam_task, &j);
+    tg_arena_release(ctx, before);
+    return true;
 }
 
 tg_adam_opts tg_adam_defaults(void) {

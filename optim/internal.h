@@ -41,6 +41,9 @@ static inline tg_tensor *tg_optim_slot(const tg_optim *o, int p, int slot) { ret
 
 /* The update of one parameter (value p, grad g, both n elements). */
 void tg_sgd_update(tg_optim *o, int index, double lr, bool decay);
-void tg_adam_update(tg_optim *o, int index, double lr, bool decay);
+/* Adam's or AdamW's update of every parameter that has a gradient, on the
+ * context's threads; false (TG_ERR_OOM set, nothing updated) without
+ * memory for its task table. */
+bool tg_adam_step(tg_ctx *ctx, tg_optim *o, double lr);
 
 #endif

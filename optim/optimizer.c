@@ -143,11 +143,11 @@ void tg_optim_step(tg_ctx *ctx, tg_optim *o) {
         tg_error(ctx, TG_ERR_VALUE, __func__, "the schedule gave lr=%g at step %lld", lr, (long long)o->step);
         return;
     }
+    if (o->kind != TG_OPTIM_SGD && !tg_adam_step(ctx, o, lr)) return; /* every parameter at once, on the threads */
     for (int i = 0; i < o->nparams; i++) {
         const tg_param *p = &o->params->items[i];
         if (!p->value->grad) continue; /* like PyTorch: no grad, no update */
         if (o->kind == TG_OPTIM_SGD) tg_sgd_update(o, i, lr, p->weight_decay);
-        else tg_adam_update(o, i, lr, p->weight_decay);
         /* in-place writes: a tape that saved the parameter sees them */
         tg_written(p->value);
         for (int s = 0; s < SLOT_COUNT; s++)

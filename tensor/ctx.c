@@ -18,6 +18,7 @@
  * once the walk is past the record that reads them and the next gradient
  * of a fitting size reuses. The peak (tg_arena_peak) counts both. */
 #include "tensor/internal.h"
+#include "tensor/parallel.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -291,7 +292,7 @@ tg_tensor *tg_grad_block(tg_ctx *ctx, const char *fn, const tg_tensor *t) {
     note_peak(ctx);
     TG_UNPOISON(gblock_tensor(b), TG_TENSOR_HEAD + bytes);
     tg_tensor *g = tg_tensor_init(ctx, gblock_tensor(b), t->dtype, t->ndim, t->shape, t->numel);
-    if (bytes) memset(g->data, 0, bytes);
+    tg_parallel_zero(ctx->threads, g->data, bytes); /* big gradients: a few % of a step, on the threads */
     return g;
 }
 

@@ -10,9 +10,21 @@
  * runs. Helpers sleep on a condition variable after spinning ~100 us; the
  * caller wakes them only if one sleeps (`sleepers`, checked after the new
  * state is stored: the two sequentially consistent accesses on each side
- * make sure one of them sees the other). */
+ * make sure one of them sees the other).
+ *
+ * The caller, once every task is claimed, waits for the helpers' last
+ * tasks the same way: it spins TG_POOL_WAIT_SPINS pauses (a few us: most
+ * waits end there, a helper's last task being about as long as the
+ * caller's), then sleeps on `finished` with `waiting` set; the helper whose
+ * task makes `done` reach the task count wakes it when `waiting` is set
+ * (again one store and one load on each side, sequentially consistent).
+ * Sleeping instead of yielding matters on a busy machine: a yielding
+ * caller is runnable all the time, competes for the core with the helper
+ * it waits for (or with another job's thread) and showed as system time. */
 #define _POSIX_C_SOURCE 200809L
 #include "tensor/parallel.h"
+
+#include <string.h>
 
 /* tg_parallel_range's job: the range, its pieces and the loop body. */
 typedef struct {
@@ -39,6 +51,25 @@ void tg_parallel_range(int threads, int64_t n, int64_t chunk, tg_range_fn fn, vo
     tg_parallel(threads, (n + chunk - 1) / chunk, range_task, &r);
 }
 
+typedef struct zero_job {
+    unsigned char *p;
+} zero_job;
+
+static void zero_range(void *arg, int64_t i0, int64_t i1, int worker) {
+    (void)worker;
+    memset(((zero_job *)arg)->p + i0, 0, (size_t)(i1 - i0));
+}
+
+void tg_parallel_zero(int threads, void *p, size_t bytes) {
+    if (bytes == 0) return;
+    if (threads <= 1 || bytes < 2 * TG_ZERO_PIECE) {
+        memset(p, 0, bytes);
+        return;
+    }
+    zero_job z = {p};
+    tg_parallel_range(threads, (int64_t)bytes, (int64_t)TG_ZERO_PIECE, zero_range, &z);
+}
+
 #ifndef TG_HAVE_OPENMP
 /* Without OpenMP the library runs one thread (tg_set_threads), and needs
  * no threads library: every job runs in the caller. */
@@ -49,7 +80,6 @@ void tg_parallel(int threads, int64_t ntasks, tg_task_fn fn, void *arg) {
 #else
 
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -63,26 +93,30 @@ void tg_parallel(int threads, int64_t ntasks, tg_task_fn fn, void *arg) {
 #define TG_PAUSE() ((void)0)
 #endif
 
-#define TG_POOL_MAX 255         /* helpers at most */
-#define TG_POOL_SPIN_NS 100000  /* a helper's wait for the next job before it sleeps */
-#define TG_POOL_YIELD_SPINS 256 /* the caller's pauses before it yields while waiting */
+#define TG_POOL_MAX 255        /* helpers at most */
+#define TG_POOL_SPIN_NS 100000 /* a helper's wait for the next job before it sleeps */
+#define TG_POOL_WAIT_SPINS 512 /* the caller's pauses for the helpers' last tasks before it sleeps */
 
 static struct {
     pthread_mutex_t job_lock; /* held by the caller of the job in flight */
     pthread_mutex_t sleep_lock;
     pthread_cond_t wake;
-    int helpers;            /* started (under job_lock) */
-    uint32_t generation;    /* of the last job (under job_lock) */
-    _Atomic uint64_t state; /* (generation << 32) | next task to claim */
-    _Atomic int64_t done;   /* tasks of the current job finished */
-    _Atomic int sleepers;   /* helpers asleep on `wake` */
+    pthread_cond_t finished; /* the caller sleeps here (under sleep_lock) for the last task */
+    int helpers;             /* started (under job_lock) */
+    uint32_t generation;     /* of the last job (under job_lock) */
+    _Atomic uint64_t state;  /* (generation << 32) | next task to claim */
+    _Atomic int64_t done;    /* tasks of the current job finished */
+    _Atomic int sleepers;    /* helpers asleep on `wake` */
+    _Atomic int waiting;     /* the caller is (about to be) asleep on `finished` */
     /* the current job: written before `state` announces it */
     tg_task_fn fn;
     void *arg;
     _Atomic int64_t ntasks;
     _Atomic int want; /* helpers 1..want take part */
-} pool = {
-    .job_lock = PTHREAD_MUTEX_INITIALIZER, .sleep_lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+} pool = {.job_lock = PTHREAD_MUTEX_INITIALIZER,
+          .sleep_lock = PTHREAD_MUTEX_INITIALIZER,
+          .wake = PTHREAD_COND_INITIALIZER,
+          .finished = PTHREAD_COND_INITIALIZER};
 
 static double now_ns(void) {
     struct timespec ts;
@@ -97,11 +131,19 @@ static void run_tasks(uint32_t gen, int worker) {
         uint64_t s = atomic_load(&pool.state);
         const uint64_t t = s & 0xffffffffu;
         /* ntasks may already be a newer job's: then the state's generation
-         * differs too, and the exchange below fails */
-        if ((uint32_t)(s >> 32) != gen || (int64_t)t >= atomic_load(&pool.ntasks)) return;
+         * differs too, and the exchange below fails; when it succeeds, job
+         * gen was open all along, and n is its task count */
+        const int64_t n = atomic_load(&pool.ntasks);
+        if ((uint32_t)(s >> 32) != gen || (int64_t)t >= n) return;
         if (!atomic_compare_exchange_weak(&pool.state, &s, s + 1)) continue;
         pool.fn(pool.arg, (int64_t)t, worker);
-        atomic_fetch_add(&pool.done, 1);
+        /* the job's last task wakes a sleeping caller (never the caller
+         * itself: it is not asleep while it runs a task) */
+        if (atomic_fetch_add(&pool.done, 1) + 1 == n && atomic_load(&pool.waiting)) {
+            pthread_mutex_lock(&pool.sleep_lock);
+            pthread_cond_signal(&pool.finished);
+            pthread_mutex_unlock(&pool.sleep_lock);
+        }
     }
 }
 
@@ -139,9 +181,11 @@ static void *helper_main(void *p) {
 static void after_fork_in_child(void) {
     pool.helpers = 0;
     atomic_store(&pool.sleepers, 0);
+    atomic_store(&pool.waiting, 0);
     pthread_mutex_init(&pool.job_lock, NULL);
     pthread_mutex_init(&pool.sleep_lock, NULL);
     pthread_cond_init(&pool.wake, NULL);
+    pthread_cond_init(&pool.finished, NULL);
 }
 
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
@@ -191,11 +235,15 @@ void tg_parallel(int threads, int64_t ntasks, tg_task_fn fn, void *arg) {
         pthread_mutex_unlock(&pool.sleep_lock);
     }
     run_tasks(gen, 0);
-    /* every task is claimed; wait for the ones helpers are running, and
-     * give the core away while waiting (a helper may be queued on it) */
-    for (int i = 0; atomic_load(&pool.done) < ntasks; i++) {
-        if (i < TG_POOL_YIELD_SPINS) TG_PAUSE();
-        else sched_yield();
+    /* every task is claimed; wait for the ones helpers are running: spin a
+     * little, then sleep until the last one is done */
+    for (int i = 0; i < TG_POOL_WAIT_SPINS && atomic_load(&pool.done) < ntasks; i++) TG_PAUSE();
+    if (atomic_load(&pool.done) < ntasks) {
+        pthread_mutex_lock(&pool.sleep_lock);
+        atomic_store(&pool.waiting, 1);
+        while (atomic_load(&pool.done) < ntasks) pthread_cond_wait(&pool.finished, &pool.sleep_lock);
+        atomic_store(&pool.waiting, 0);
+        pthread_mutex_unlock(&pool.sleep_lock);
     }
     pthread_mutex_unlock(&pool.job_lock);
 }

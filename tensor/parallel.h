@@ -15,7 +15,10 @@
  * caller starts on them at once, a helper joins when it runs, and the
  * caller waits only for tasks already claimed. A helper that wakes up too
  * late finds nothing to claim and touches nothing. Helpers spin about
- * 100 us for the next job, then sleep. One job at a time: a second caller
+ * 100 us for the next job, then sleep; the caller, once every task is
+ * claimed, spins a few us for the helpers' last tasks, then sleeps until
+ * the last one wakes it (so a waiting thread never holds a core another
+ * thread needs). One job at a time: a second caller
  * (another thread, or a task calling in) runs its tasks itself.
  *
  * Every parallel loop of the library runs here (the GEMM, the norms, the
@@ -29,6 +32,7 @@
 #ifndef TG_TENSOR_PARALLEL_H
 #define TG_TENSOR_PARALLEL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* One task: fn(arg, task, worker), worker in [0, threads) (the caller is
@@ -49,5 +53,14 @@ typedef void (*tg_range_fn)(void *arg, int64_t i0, int64_t i1, int worker);
  * only, never on `threads`, so a loop whose pieces write disjoint data
  * gives the same bits for any thread count. chunk < 1 counts as 1. */
 void tg_parallel_range(int threads, int64_t n, int64_t chunk, tg_range_fn fn, void *arg);
+
+/* memset(p, 0, bytes) on up to `threads` threads, in pieces of
+ * TG_ZERO_PIECE bytes when there are at least two (smaller ones are one
+ * plain memset): the zeroing of gradients, which is a few % of a training
+ * step and otherwise runs on one thread. */
+#ifndef TG_ZERO_PIECE
+#define TG_ZERO_PIECE ((size_t)1 << 17)
+#endif
+void tg_parallel_zero(int threads, void *p, size_t bytes);
 
 #endif

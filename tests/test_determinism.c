@@ -12,7 +12,9 @@
  *   - embedding backward with many repeated indices (scatter-add);
  *   - elementwise ops, reductions, softmax, MSE, dropout, attention and a
  *     batched matmul of small items, each above its threading threshold;
- *   - an MLP training step: the parameters after 3 Adam steps.
+ *   - an MLP training step: the parameters after 3 Adam steps;
+ *   - the shape ops' row moves (permute, slice, concat, reshape) and two
+ *     AdamW steps over parameters of odd sizes.
  * Built without OpenMP, tg_threads() stays 1: the test still runs, the
  * comparison is then trivially equal, and it says so on stderr. Under
  * valgrind (TG_UNDER_VALGRIND=1) only 1 and 2 threads are compared. */
@@ -304,6 +306,51 @@ static void case_pool_ops(tg_ctx *ctx, tg_dtype dt, snap *out) {
     snap_add(out, "dr", r->grad);
 }
 
+/* The shape ops that move rows on the task pool, above its threshold and
+ * with sizes that are no multiple of the pieces: permute by tiles (x's
+ * last dim moves) and by runs (it stays last), slices along a middle and
+ * the last axis (partial rows), a concat, a reshape's gradient; then two
+ * AdamW steps (amsgrad, weight decay on some) over parameters of odd sizes,
+ * some bigger than a piece, some tiny: one job of the pool over all. */
+static void case_shape_adamw(tg_ctx *ctx, tg_dtype dt, snap *out) {
+    tg_tensor *x = tg_persist(ctx, tg_test_rand(ctx, dt, TG_SHAPE(5, 67, 3, 131), -1, 1));
+    tg_tensor *w = tg_persist(ctx, tg_test_rand(ctx, dt, TG_SHAPE(3, 131), -1, 1));
+    tg_tensor *c = tg_persist(ctx, tg_test_rand(ctx, dt, TG_SHAPE(7), -1, 1));
+    tg_params params = {0};
+    tg_params_add(ctx, &params, NULL, "x", tg_requires_grad(ctx, x), true);
+    tg_params_add(ctx, &params, NULL, "w", tg_requires_grad(ctx, w), false);
+    tg_params_add(ctx, &params, NULL, "c", tg_requires_grad(ctx, c), true);
+    tg_tensor *xw = tg_mul(ctx, x, w);
+    tg_tensor *tiles = tg_permute(ctx, xw, (const int[]){2, 0, 3, 1}); /* (3,5,131,67) */
+    tg_tensor *runs = tg_permute(ctx, xw, (const int[]){2, 1, 0, 3});  /* (3,67,5,131) */
+    tg_tensor *mid = tg_slice(ctx, runs, 1, 5, 60), *last = tg_slice(ctx, tiles, 3, 7, 61);
+    tg_tensor *cat = tg_concat(ctx, 2, (tg_tensor *const[]){last, tg_slice(ctx, tiles, 3, 0, 13)}, 3);
+    tg_tensor *flat = tg_reshape(ctx, mid, TG_SHAPE(3 * 55 * 5 * 131));
+    tg_tensor *loss = tg_add(ctx, tg_sum(ctx, tg_mul(ctx, cat, cat)), tg_sum(ctx, tg_exp(ctx, flat)));
+    loss = tg_add(ctx, loss, tg_sum(ctx, tg_mul(ctx, c, c)));
+    backward_and_add(ctx, out, "loss", loss, NULL);
+    snap_add(out, "tiles", tiles);
+    snap_add(out, "runs", runs);
+    snap_add(out, "concat", cat);
+    snap_add(out, "dx", x->grad);
+    snap_add(out, "dw", w->grad);
+    tg_adam_opts ao = tg_adamw_defaults();
+    ao.amsgrad = true, ao.weight_decay = 0.1;
+    tg_optim *opt = tg_adamw_new(ctx, &params, &ao);
+    ck_assert_msg(opt != NULL, "%s", tg_error_message(ctx));
+    tg_optim_step(ctx, opt);
+    tg_optim_step(ctx, opt);
+    ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
+    snap_add(out, "x after AdamW", x);
+    snap_add(out, "w after AdamW", w);
+    snap_add(out, "c after AdamW", c);
+    tg_optim_free(ctx, opt);
+    tg_params_free(&params);
+    tg_tensor_free(ctx, x);
+    tg_tensor_free(ctx, w);
+    tg_tensor_free(ctx, c);
+}
+
 /* ---- tests ---------------------------------------------------------------- */
 
 static const struct {
@@ -318,6 +365,7 @@ static const struct {
     {case_embedding, "embedding backward"},
     {case_mlp, "MLP after 3 Adam steps"},
     {case_pool_ops, "elementwise, reductions, softmax, MSE, dropout, attention, batched matmul"},
+    {case_shape_adamw, "permute, slice, concat, reshape, AdamW"},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
 
