@@ -263,7 +263,7 @@ tg_tensor *tg_module_forward(tg_ctx *ctx, tg_module *m, tg_tensor *x) {
         tg_module_no_forward(ctx, __func__, m);
         return NULL;
     }
-    if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
+    if (!tg_check_arg_any(ctx, __func__, "x", x)) return NULL;
     return m->ops_->forward(ctx, m, x);
 }
 
