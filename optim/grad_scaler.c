@@ -61,13 +61,14 @@ static void write_state(tg_grad_scaler *s) {
 }
 
 static bool check_opts(tg_ctx *ctx, const char *fn, const tg_grad_scaler_opts *o) {
-    return tg_optim_check(ctx, fn, isfinite(o->init_scale) && o->init_scale > 0 && (float)o->init_scale > 0 &&
-                                       isfinite((float)o->init_scale),
+    return tg_optim_check(ctx, fn,
+                          isfinite(o->init_scale) && o->init_scale > 0 && (float)o->init_scale > 0 &&
+                              isfinite((float)o->init_scale),
                           "init_scale", o->init_scale, "> 0 and a finite float32") &&
            tg_optim_check(ctx, fn, isfinite(o->growth_factor) && o->growth_factor > 1, "growth_factor",
                           o->growth_factor, "> 1 and finite") &&
-           tg_optim_check(ctx, fn, o->backoff_factor > 0 && o->backoff_factor < 1, "backoff_factor",
-                          o->backoff_factor, "in (0, 1)") &&
+           tg_optim_check(ctx, fn, o->backoff_factor > 0 && o->backoff_factor < 1, "backoff_factor", o->backoff_factor,
+                          "in (0, 1)") &&
            tg_optim_check(ctx, fn, o->growth_interval >= 1, "growth_interval", (double)o->growth_interval, ">= 1");
 }
 
