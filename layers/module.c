@@ -19,8 +19,8 @@ bool tg_check_dtype_value(tg_ctx *ctx, const char *fn, tg_dtype dtype) {
     if (dtype == TG_F32 || dtype == TG_F64) return true;
     if (tg_is_lowp(dtype)) /* low precision: f32 layers, tg_cast around them (tapegrad/tensor.h) */
         tg_error(ctx, TG_ERR_DTYPE, fn,
-                 "dtype %d (%s): layers hold float32 or float64 parameters; make the layer in float32 and tg_cast "
-                 "its input and output",
+                 "dtype %d (%s): layers hold float32 or float64 parameters; make the layer in float32 and run it "
+                 "under autocast (tg_ctx_set_autocast), or tg_cast its input and output",
                  (int)dtype, tg_dtype_name(dtype));
     else tg_error(ctx, TG_ERR_DTYPE, fn, "dtype %d is neither TG_F32 nor TG_F64", (int)dtype);
     return false;
