@@ -75,9 +75,9 @@ static void dropout_backward(tg_ctx *ctx, tg_node *n) {
 }
 
 tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p, bool training) {
-    if (tg_lowp_args(ctx, __func__, 1, &x))
+    if (training && p != 0.0 && tg_lowp_args(ctx, __func__, 1, &x)) /* bfloat16, float16: autograd/lowp.h */
         return tg_lowp_out(ctx, tg_dropout(ctx, tg_lowp_in(ctx, x), p, training), x);
-    if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
+    if (!tg_check_arg_any(ctx, __func__, "x", x)) return NULL; /* a 16-bit x only as the identity below */
     if (!(p >= 0.0 && p < 1.0)) {
         tg_error(ctx, TG_ERR_VALUE, __func__, "p = %g is outside [0, 1)", p);
         return NULL;

@@ -57,6 +57,11 @@ static void binary_backward(tg_ctx *ctx, tg_node *n) {
 
 static tg_tensor *binary(tg_ctx *ctx, tg_binop op, tg_tensor *a, tg_tensor *b) {
     const binop_info *info = &BINOPS[op];
+    if (tg_lowp_args(ctx, info->fn, 2, (tg_tensor *[]){a, b})) { /* bfloat16, float16: autograd/lowp.h */
+        tg_tensor *w[2];
+        tg_lowp_in_all(ctx, 2, (tg_tensor *[]){a, b}, w);
+        return tg_lowp_out(ctx, binary(ctx, op, w[0], w[1]), a);
+    }
     if (!tg_check_arg(ctx, info->fn, "a", a) || !tg_check_arg(ctx, info->fn, "b", b)) return NULL;
     if (!tg_check_same_dtype(ctx, info->fn, a, b)) return NULL;
     tg_bcast p;
@@ -79,22 +84,10 @@ static tg_tensor *binary(tg_ctx *ctx, tg_binop op, tg_tensor *a, tg_tensor *b) {
     return tg_ok(ctx) ? y : NULL;
 }
 
-tg_tensor *tg_add(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) {
-    if (tg_lowp_args(ctx, __func__, 2, (tg_tensor *[]){a, b})) return tg_lowp_binary(ctx, tg_add, a, b);
-    return binary(ctx, TG_BINOP_ADD, a, b);
-}
-tg_tensor *tg_sub(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) {
-    if (tg_lowp_args(ctx, __func__, 2, (tg_tensor *[]){a, b})) return tg_lowp_binary(ctx, tg_sub, a, b);
-    return binary(ctx, TG_BINOP_SUB, a, b);
-}
-tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) {
-    if (tg_lowp_args(ctx, __func__, 2, (tg_tensor *[]){a, b})) return tg_lowp_binary(ctx, tg_mul, a, b);
-    return binary(ctx, TG_BINOP_MUL, a, b);
-}
-tg_tensor *tg_div(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) {
-    if (tg_lowp_args(ctx, __func__, 2, (tg_tensor *[]){a, b})) return tg_lowp_binary(ctx, tg_div, a, b);
-    return binary(ctx, TG_BINOP_DIV, a, b);
-}
+tg_tensor *tg_add(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) { return binary(ctx, TG_BINOP_ADD, a, b); }
+tg_tensor *tg_sub(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) { return binary(ctx, TG_BINOP_SUB, a, b); }
+tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) { return binary(ctx, TG_BINOP_MUL, a, b); }
+tg_tensor *tg_div(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) { return binary(ctx, TG_BINOP_DIV, a, b); }
 
 /* ---- unary ops ----------------------------------------------------------- */
 

@@ -21,7 +21,6 @@
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #define TG_HALF_X86 1
 #include <cpuid.h>
-#include <stdatomic.h>
 #include <immintrin.h>
 #endif
 
@@ -31,19 +30,18 @@ void tg_half_force_scalar(bool on) { force_scalar = on; }
 
 #ifdef TG_HALF_X86
 /* F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports
- * does not know "f16c"; "avx" also says the OS saves the YMM registers. */
+ * does not know "f16c"; "avx" also says the OS saves the YMM registers.
+ * Asked once: CPUID traps to the hypervisor in a VM (tens of microseconds),
+ * and the ops' low-precision path converts in blocks of a thousand
+ * elements. Threads racing to the first call store the same answer. */
 static bool have_f16c(void) {
-    /* CPUID is asked once: it is slow (a VM exit under a hypervisor), and
-     * every conversion asks (0: not asked yet, 1: no, 2: yes) */
-    static _Atomic int known;
-    int k = atomic_load_explicit(&known, memory_order_relaxed);
-    if (!k) {
+    static _Atomic int known; /* 0: not asked yet, 1: no, 2: yes */
+    if (!known) {
         unsigned a, b, c, d;
         __builtin_cpu_init();
-        k = __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) ? 2 : 1;
-        atomic_store_explicit(&known, k, memory_order_relaxed);
+        known = __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) ? 2 : 1;
     }
-    return !force_scalar && k == 2;
+    return !force_scalar && known == 2;
 }
 static bool have_avx512bf16(void) {
     __builtin_cpu_init();

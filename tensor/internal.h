@@ -265,8 +265,10 @@ static inline bool tg_check_arg(tg_ctx *ctx, const char *fn, const char *arg, co
 bool tg_check_arg_error(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t);
 /* Inline: every op calls it on every tensor argument. It also refuses a
  * bfloat16 / float16 tensor (TG_ERR_DTYPE: "fn has no bfloat16 path"), so
- * an op that reads its data as float or double never sees one; a function
- * with a low-precision path checks with tg_check_arg_any instead. */
+ * an op that reads its data as float or double never sees one: the ops
+ * send 16-bit inputs through float32 before it (autograd/lowp.h), and a
+ * function with a low-precision path of its own checks with
+ * tg_check_arg_any instead. */
 static inline bool tg_check_arg(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t) {
     if (!tg_live(ctx)) return false;
     if (t && !tg_stale(ctx, t) && !tg_is_lowp(t->dtype)) return true;

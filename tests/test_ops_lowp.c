@@ -283,6 +283,16 @@ START_TEST(test_shape_ops) {
 }
 END_TEST
 
+/* dropout's identity cases return the 16-bit x itself, as in float32 */
+START_TEST(test_dropout_identity) {
+    tg_tensor *x = tg_ones(ctx, TG_BF16, TG_SHAPE(4));
+    ck_assert(tg_dropout(ctx, x, 0.5, false) == x);
+    ck_assert(tg_dropout(ctx, x, 0.0, true) == x);
+    tg_test_assert_fails(ctx, tg_dropout(ctx, x, 1.5, false), TG_ERR_VALUE, "tg_dropout", "p = 1.5", NULL);
+    tg_test_assert_fails(ctx, tg_dropout(ctx, x, 1.5, true), TG_ERR_VALUE, "tg_dropout", "p = 1.5", NULL);
+}
+END_TEST
+
 START_TEST(test_embedding_masking_dropout) {
     const op_case cases[] = {
         {"embedding", f_embedding, 1, {2}, {{6, 5}}, -3, 3, 0},
@@ -414,8 +424,8 @@ END_TEST
 Suite *make_ops_lowp_suite(void) {
     return tg_test_suite("ops_lowp", setup, teardown, test_elementwise, test_activations,
                          test_reductions_softmax_losses, test_cross_entropy_dtype, test_matmul_linear, test_shape_ops,
-                         test_embedding_masking_dropout, test_rope_attention, test_cast_rules, test_errors,
-                         test_mlp_bf16, NULL);
+                         test_embedding_masking_dropout, test_dropout_identity, test_rope_attention, test_cast_rules,
+                         test_errors, test_mlp_bf16, NULL);
 }
 
 int main(void) { return tg_test_run(make_ops_lowp_suite()); }

@@ -90,7 +90,9 @@ size_t tg_tape_saved_bytes(const tg_ctx *ctx);
 /* Autograd ops: elementwise, activations, reductions                       */
 /* ======================================================================== */
 /* Differentiable ops (autograd/ops_elementwise.c, ops_activation.c,
- * ops_reduce.c), float32 and float64, with PyTorch's semantics. Each returns
+ * ops_reduce.c), float32 and float64, with PyTorch's semantics; bfloat16 and
+ * float16 computed in float32, the result rounded once to the input dtype
+ * (tapegrad/tensor.h, Low precision), as are all the ops below. Each returns
  * a new arena tensor of its input's dtype and records itself on the tape
  * when an input requires grad and grad mode is on. NULL inputs (TG_ERR_NULL)
  * or a context already in error: NULL, nothing done.
@@ -152,7 +154,8 @@ tg_tensor *tg_silu(tg_ctx *ctx, tg_tensor *x);
  * and is its own sum (PyTorch does the same). keepdim keeps the reduced dim
  * with size 1, else it is removed. Sums and means accumulate in double
  * (float32 too), each output in a fixed order: results never depend on the
- * thread count. */
+ * thread count. A 16-bit x is summed in float32 too, the result rounded
+ * once. */
 /* Sum of all elements: a 0-d tensor (0 for an empty x). */
 tg_tensor *tg_sum(tg_ctx *ctx, tg_tensor *x);
 /* Mean of all elements: a 0-d tensor. An empty x is TG_ERR_VALUE "empty
@@ -188,7 +191,8 @@ tg_tensor *tg_max_axis(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim);
  *   a (...,M,K) x b (K,N)     -> (...,M,N)  (b shared by every batch)
  * Leading dims are not broadcast: they must be equal.
  * Backward uses the transposed GEMM cases (da = dc b^T, db = a^T dc)
- * without copying a transpose. */
+ * without copying a transpose. bfloat16 / float16: a float32 GEMM on
+ * widened copies (float32 accumulation), c rounded once. */
 tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);
 /* Swaps the last two dims (ndim >= 2): y[..., j, i] = x[..., i, j]. A copy. */
 tg_tensor *tg_transpose(tg_ctx *ctx, tg_tensor *x);
@@ -215,7 +219,8 @@ tg_tensor *tg_slice(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t 
 /* Embedding lookup: y[i, :] = weight[indices[i], :] for weight (V,D) and
  * the numel(shape) indices (row-major, each in 0..V-1, copied); the result
  * has shape + (D), so ndim <= TG_MAX_DIMS - 1. Backward scatter-adds dy
- * rows into dweight; repeated indices accumulate. */
+ * rows into dweight; repeated indices accumulate (for a 16-bit weight in
+ * float32, rounded once). */
 tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *weight, int ndim, const int64_t *shape, const int64_t *indices);
 
 /* Softmax over the last axis: y_i = exp(x_i - m) / sum_j exp(x_j - m), with
@@ -223,7 +228,8 @@ tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *weight, int ndim, const int64_t 
  * one row of one element. */
 tg_tensor *tg_softmax(tg_ctx *ctx, tg_tensor *x);
 /* log_softmax over the last axis: y_i = x_i - m - log(sum_j exp(x_j - m)).
- * Finite for finite logits; a -inf logit gives -inf, as in PyTorch. */
+ * Finite for finite logits; a -inf logit gives -inf, as in PyTorch. Both
+ * compute in float32 for 16-bit x (max, exp and sum), one rounding out. */
 tg_tensor *tg_log_softmax(tg_ctx *ctx, tg_tensor *x);
 
 /* Options of tg_cross_entropy, as PyTorch's F.cross_entropy. Defaults
@@ -243,6 +249,11 @@ typedef struct tg_cross_entropy_opts {
  * log_softmax: one tape record saving the targets and each row's
  * log-sum-exp. A scalar. When every row is ignored the loss is NaN (0/0,
  * as in PyTorch) and its gradient is 0. N = 0 or C = 0 is an error. */
+/* bfloat16 / float16 logits: log-softmax and the mean in float32, the loss
+ * returned in the logits' dtype, as PyTorch does. For a float32 loss, cast
+ * the logits first: tg_cross_entropy(ctx, tg_cast(ctx, logits, TG_F32),
+ * targets, opts) (the gradient still reaches the 16-bit logits, rounded
+ * once). */
 tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, const int64_t *targets, const tg_cross_entropy_opts *opts);
 /* Mean squared error, a scalar: mean((pred - target)^2). Same shapes, at
  * least one element. Both inputs may require grad. */
@@ -254,14 +265,16 @@ tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *pred, tg_tensor *target);
  * context's stream (see Random numbers), so the mask depends only on the
  * seed and offset, never on the thread count; the offset then advances by
  * numel. With training=false or p = 0 it returns x itself and draws
- * nothing. */
+ * nothing (in every dtype; a 16-bit x is otherwise scaled in float32 and
+ * rounded once). */
 tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p, bool training);
 
 /* ======================================================================== */
 /* Autograd ops for transformers: masks, rotary embedding, attention        */
 /* ======================================================================== */
 /* Differentiable ops (autograd/ops_mask.c, ops_rope.c, ops_attention.c),
- * float32 and float64, same conventions as above. With tg_permute,
+ * float32 and float64, same conventions as above (bfloat16 / float16 too:
+ * in float32, e.g. attention's scores and softmax, one rounding out). With tg_permute,
  * tg_transpose_dims and the batched tg_matmul they are what a multi-head
  * attention layer needs; docs/attention-gradients.md derives the fused
  * attention's backward. */

@@ -87,7 +87,10 @@ void tg_params_free(tg_params *list);
  * y is (..., out). Any number of leading dims (x is flattened to rows; a
  * 1-d x is one row). One GEMM writes x W^T onto rows prefilled with b, so
  * the bias costs no extra pass. Backward: dx += dy W, dW += dy^T x,
- * db += column sums of dy (transposed GEMM cases, no transposed copies). */
+ * db += column sums of dy (transposed GEMM cases, no transposed copies).
+ * bfloat16 / float16 x, W and b (one dtype): the float32 GEMMs on widened
+ * copies (float32 accumulation), y and each gradient rounded once to the
+ * 16-bit dtype (tapegrad/tensor.h, Low precision). */
 tg_tensor *tg_linear_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *weight, tg_tensor *bias);
 
 /* Normalizations over the last ndim_norm dims of x (1 <= ndim_norm <=

@@ -23,9 +23,9 @@ extern "C" {
 #define TG_MAX_DIMS 8
 
 /* Element types. Mixing dtypes in one op is an error, never a silent cast.
- * TG_BF16 (bfloat16) and TG_F16 (IEEE half) are 16-bit storage types: ops
- * that take them compute in float32 and store the input's dtype; an op
- * without a low-precision path refuses them (TG_ERR_DTYPE naming the op).
+ * TG_BF16 (bfloat16) and TG_F16 (IEEE half) are 16-bit storage types: the
+ * ops take them, compute in float32 and store the input's dtype; a function
+ * without a low-precision path refuses them (TG_ERR_DTYPE naming it).
  * See "Low precision" below. */
 typedef enum tg_dtype { TG_F32 = 0, TG_F64 = 1, TG_BF16 = 2, TG_F16 = 3 } tg_dtype;
 
@@ -316,11 +316,26 @@ size_t tg_format(char *buf, size_t size, const tg_tensor *t);
  * exponent and 10 mantissa bits: largest finite 65504, smallest normal
  * 2^-14, subnormals down to 2^-24 (epsilon 2^-10 = 0.00098).
  *
- * They are storage types, as on PyTorch's CPU backend: an op that takes
- * them reads float32, computes in float32 and rounds its result once to the
- * input's dtype. An op without such a path refuses them with TG_ERR_DTYPE:
- *   tg_exp: argument 'x' is a bfloat16 tensor, and tg_exp has no bfloat16
- *   path; convert it first (tg_cast(ctx, x, TG_F32)) ...
+ * They are storage types, as on PyTorch's CPU backend: an op reads
+ * float32, computes in float32 and rounds its result once to the input's
+ * dtype. Every differentiable op of tapegrad/autograd.h takes them --
+ * elementwise, activations, reductions (accumulated in float32 or double),
+ * softmax, log-softmax and the losses (float32 inside; the loss in the
+ * logits' dtype), matmul, embedding, the shape ops, masks, dropout, rope,
+ * attention -- and so do tg_linear_fused (a float32 GEMM on widened
+ * copies) and the fused norms (tapegrad/layers.h). Each runs as
+ *   y = tg_cast(op(tg_cast(a, TG_F32), ...), a's dtype)
+ * recorded on the tape: the result is the float32 op on the widened inputs
+ * rounded once, and each input's 16-bit gradient is the float32 gradient
+ * rounded once into it (tg_cast's backward); double backward and forward
+ * mode go through tg_cast's rules. All tensor inputs of one op share one
+ * dtype: bfloat16 with float32 is TG_ERR_DTYPE naming the op and both
+ * dtypes, never a silent cast (integer indices and targets are not
+ * tensors). A function without a low-precision path (a custom op of
+ * tapegrad/op.h, a layer's forward, tg_grad and tg_jvp's inputs) refuses a
+ * 16-bit tensor with TG_ERR_DTYPE:
+ *   twice: argument 'input 0' is a bfloat16 tensor, and twice has no
+ *   bfloat16 path; convert it first (tg_cast(ctx, input 0, TG_F32), ...
  * Creation (tg_zeros ... tg_randn: values made in float64, rounded through
  * float32), tg_view, tg_copy, tg_to_dtype, tg_assign, tg_fill, the element
  * getters and setters, printing, tg_persist, safetensors checkpoints and
