@@ -18,10 +18,33 @@
  *   scaler.scale(loss).backward()    tg_backward(ctx, tg_grad_scaler_scale(ctx, s, loss))
  *   scaler.unscale_(opt)             tg_grad_scaler_unscale (optional: before clipping)
  *   scaler.step(opt)                 tg_grad_scaler_step
- *   scaler.update()                  tg_grad_scaler_update */
+ *   scaler.update()                  tg_grad_scaler_update
+ *
+ * The one kernel, written once for T (float, double), opens the file,
+ * which instantiates itself (tensor/instantiate.h) and so defines
+ *   unscale_f32  unscale_f64 */
+#ifdef T /* the kernel, compiled once per element type (tensor/instantiate.h) */
+
+/* g *= inv over n elements; true when every element of g was finite. The
+ * product of a finite grad and a power of two is exact (unless it leaves
+ * the type's range). g: (n) */
+static bool TG_FN(unscale)(T *g, int64_t n, T inv) {
+    bool finite = true;
+    for (int64_t i = 0; i < n; i++) {
+        finite &= isfinite(g[i]) != 0;
+        g[i] *= inv;
+    }
+    return finite;
+}
+
+#else /* the scaler, compiled once */
+
 #include "optim/internal.h"
 
 #include <string.h>
+
+#define TG_TEMPLATE "optim/grad_scaler.c"
+#include "tensor/instantiate.h"
 
 /* The optimizers one step may use (PyTorch tracks any number; a handful
  * covers every training loop here). */
@@ -161,27 +184,6 @@ static scaler_optim *entry_of(tg_ctx *ctx, const char *fn, tg_grad_scaler *s, co
     return &s->seen[s->nseen++];
 }
 
-/* g *= inv over n elements; true when every element of g was finite. The
- * product of a finite float32 grad and a power of two is exact (unless it
- * leaves float32's range). */
-static bool unscale_f32(float *g, int64_t n, float inv) {
-    bool finite = true;
-    for (int64_t i = 0; i < n; i++) {
-        finite &= isfinite(g[i]) != 0;
-        g[i] *= inv;
-    }
-    return finite;
-}
-
-static bool unscale_f64(double *g, int64_t n, double inv) {
-    bool finite = true;
-    for (int64_t i = 0; i < n; i++) {
-        finite &= isfinite(g[i]) != 0;
-        g[i] *= inv;
-    }
-    return finite;
-}
-
 /* Unscales opt's grads once (the shared part of unscale and step). */
 static bool unscale(tg_ctx *ctx, const char *fn, tg_grad_scaler *s, tg_optim *opt, scaler_optim *e) {
     /* PyTorch: inv_scale = 1 / scale in float64, rounded to float32 */
@@ -288,3 +290,5 @@ void tg_grad_scaler_sync_state(tg_ctx *ctx, tg_grad_scaler *s) {
 }
 
 const tg_grad_scaler_opts *tg_grad_scaler_opts_of(const tg_grad_scaler *s) { return s ? &s->opts : NULL; }
+
+#endif
