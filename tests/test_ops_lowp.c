@@ -368,6 +368,12 @@ START_TEST(test_errors) {
     tg_tensor *bias = tg_ones(ctx, TG_F32, TG_SHAPE(3));
     tg_test_assert_fails(ctx, tg_linear_fused(ctx, b, b, bias), TG_ERR_DTYPE, "tg_linear_fused", "bfloat16 and float32",
                          NULL);
+    tg_test_assert_fails(ctx, tg_concat(ctx, 3, (tg_tensor *[]){b, b, f}, 0), TG_ERR_DTYPE, "tg_concat",
+                         "bfloat16 and float32", NULL);
+    tg_test_assert_fails(ctx, tg_attention(ctx, h, h, b, false, 0), TG_ERR_DTYPE, "tg_attention",
+                         "float16 and bfloat16", NULL);
+    tg_test_assert_fails(ctx, tg_masked_fill(ctx, b, f, 0), TG_ERR_DTYPE, "tg_masked_fill", "bfloat16 and float32",
+                         NULL);
     /* the op's own checks still name it on the 16-bit path */
     tg_test_assert_fails(ctx, tg_matmul(ctx, b, tg_ones(ctx, TG_BF16, TG_SHAPE(4, 2))), TG_ERR_SHAPE, "tg_matmul",
                          NULL);
