@@ -70,8 +70,8 @@ static void
 no_rule(tg_ctx *ctx, const char *fn, const tg_node *n) {
     tg_error(ctx, TG_ERR_STATE, fn,
              "'%s' cannot be differentiated twice: it has no double-backward rule (create_graph); compute this "
-             "gradient without create_graph, or build the function from ops that have one",
-             n->op);
+             "gradient without create_graph, or build the function from ops that have one%s",
+             n->op, n->user_backward ? " (a custom op: give its tg_op_def a backward_graph)" : "");
 }
 
 /* The walk over records floor..top, create_graph or not. */
@@ -96,6 +96,9 @@ static void walk(tg_ctx *ctx, const char *fn, int64_t floor, int64_t top, bool c
         if (n.n_in > 8 && !(d = tg_arena_alloc_fn(ctx, fn, (size_t)n.n_in * sizeof *d))) return;
         if (n.n_in > 8) memset(d, 0, (size_t)n.n_in * sizeof *d);
         if (!rule(ctx, &n, n.out->grad, d)) {
+            if (tg_ok(ctx)) /* a custom op's backward_graph that said nothing */
+                tg_error(ctx, TG_ERR_STATE, fn, "the double backward of '%s' returned false without setting an error",
+                         n.op);
             tg_record_failed(ctx, &n);
             return;
         }

@@ -196,7 +196,17 @@ static const tg_jvp_entry RULES[] = {
     {"tg_cast", jvp_cast},
 };
 
-/* ---- the registry ------------------------------------------------------------- */
+/* ---- the registry -------------------------------------------------------------
+ * Two kinds of record, two places a rule comes from:
+ *  - a custom op (tg_op_apply's record, marked by its user_backward) takes
+ *    only a rule registered under its name: a learner's op named "add" is
+ *    not the built-in add, and must not get its tangent;
+ *  - any other record takes the built-in rule of its name, else a
+ *    registered one (records made with tg_record under a name of one's
+ *    own, as the seeded bugs of tapegrad-gradcheck are): registering "add"
+ *    never changes tg_add's tangent.
+ * The double-backward rules keep apart the same way (a custom op's record
+ * carries its own rule or tg_grad_rule_none: autograd/grad_graph.h). */
 
 #define USER_RULES 64
 static struct {
@@ -216,10 +226,13 @@ bool tg_jvp_register(const char *op, tg_jvp_rule rule) {
     return true;
 }
 
-tg_jvp_rule tg_jvp_find_rule(const char *op) {
-    if (!op) return NULL;
+static tg_jvp_rule registered_rule(const char *op) {
     for (int k = 0; k < n_user_rules; k++)
         if (!strcmp(user_rules[k].op, op)) return user_rules[k].rule;
+    return NULL;
+}
+
+static tg_jvp_rule builtin_rule(const char *op) {
     for (size_t k = 0; k < sizeof RULES / sizeof RULES[0]; k++)
         if (!strcmp(RULES[k].op, op)) return RULES[k].rule;
     for (size_t k = 0; k < sizeof UNARY / sizeof UNARY[0]; k++)
@@ -227,6 +240,17 @@ tg_jvp_rule tg_jvp_find_rule(const char *op) {
     for (int k = 0; k < tg_jvp_nn_count; k++)
         if (!strcmp(tg_jvp_nn_rules[k].op, op)) return tg_jvp_nn_rules[k].rule;
     return NULL;
+}
+
+tg_jvp_rule tg_jvp_find_rule(const char *op) {
+    if (!op) return NULL;
+    tg_jvp_rule r = builtin_rule(op);
+    return r ? r : registered_rule(op);
+}
+
+/* The rule tg_jvp runs for record n. */
+static tg_jvp_rule rule_of(const tg_node *n) {
+    return n->user_backward ? registered_rule(n->op) : tg_jvp_find_rule(n->op);
 }
 
 /* ---- tg_jvp ------------------------------------------------------------------- */
@@ -284,10 +308,13 @@ static bool jvp_check_args(tg_ctx *ctx, const char *fn, tg_tensor *out, int n, t
 /* Runs record n's rule on its input tangents (zeros for inputs without
  * one) and checks what it returns. */
 static tg_tensor *run_rule(tg_ctx *ctx, const char *fn, tg_node *n, tg_tensor **tin) {
-    tg_jvp_rule rule = tg_jvp_find_rule(n->op);
+    tg_jvp_rule rule = rule_of(n);
     if (!rule) {
-        tg_error(ctx, TG_ERR_STATE, fn, "op '%s' has no tangent rule (forward mode); register one with tg_jvp_register",
-                 n->op);
+        tg_error(ctx, TG_ERR_STATE, fn,
+                 "op '%s' has no tangent rule (forward mode); register one with tg_jvp_register%s", n->op,
+                 n->user_backward && builtin_rule(n->op)
+                     ? " (a custom op never takes the built-in op's rule of the same name)"
+                     : "");
         return NULL;
     }
     for (int i = 0; i < n->n_in; i++)

@@ -150,7 +150,8 @@ tg_tensor *tg_op_apply(tg_ctx *ctx, const tg_op_def *def, int n_in, tg_tensor *c
     if (!n) return tg_ok(ctx) ? y : NULL;
     n->user_backward = def->backward;
     memcpy(n->f, pending.f, sizeof n->f);
-    n->grad_rule = tg_grad_rule_none; /* no double backward, whatever its name */
+    /* its own double backward, or none -- never a built-in op's of the same name */
+    n->grad_rule = def->backward_graph ? def->backward_graph : tg_grad_rule_none;
     n->saved_t = pending.saved_t;
     n->saved_version = pending.saved_version;
     n->n_saved_t = pending.n_saved_t;

@@ -12,7 +12,8 @@
 #                   a Release build, made in build-release/)
 #   BENCH_ARGS      passed to bench_vs_pytorch, e.g. --budget 1, --only norm,
 #                   --no-torch, --contend (see bench/vs_pytorch.c); --only dist
-#                   runs only the data-parallel section (below)
+#                   runs only the data-parallel section (below); --only llmc
+#                   only llm.c's train_gpt2.c beside our GPT step (below)
 # Environment: BENCH_THREADS (default 1: the thread count of ours, PyTorch's
 #   and OpenBLAS's; BENCH_THREADS=2 make bench prints the same rows with 2),
 #   BENCH_JSON (default out/bench/bench.json), BENCH_BUILD (default
@@ -35,6 +36,12 @@
 # finds MPI: scripts/deps.sh mpi) and is skipped with a message otherwise.
 # BENCH_DIST_ARGS go to bench_dist (e.g. --samples 5, --gpt tiny); its
 # text goes beside the table's, as dist.txt.
+#
+# llm.c (after it, or alone with --only llmc; in the full run only when
+# LLMC_DIR is set): scripts/llmc_bench.sh times llm.c's train_gpt2.c, from
+# the checkout LLMC_DIR (MIT-licensed third-party code the user provides;
+# none of it is in this repository), beside our GPT-2 step; its text goes
+# beside the table's, as llmc.txt.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -61,6 +68,10 @@ for ((i = 0; i < ${#all_args[@]}; i++)); do
 done
 run_table=1 run_dist=1
 if [ "$only" = dist ]; then run_table=0; elif [ -n "$only" ]; then run_dist=0; fi
+# --only llmc: llm.c's train_gpt2.c beside our GPT step (scripts/llmc_bench.sh,
+# LLMC_DIR); the full run adds it when LLMC_DIR is set
+run_llmc=0
+if [ "$only" = llmc ]; then run_table=0 run_llmc=1; elif [ -z "$only" ] && [ -n "${LLMC_DIR:-}" ]; then run_llmc=1; fi
 
 # OpenBLAS, for its own column and because Debian's PyTorch multiplies
 # matrices through libblas.so.3: without OpenBLAS that is the reference
@@ -70,6 +81,7 @@ if [ "$run_table" = 1 ]; then scripts/deps.sh openblas; fi
 targets=()
 if [ "$run_table" = 1 ]; then targets+=(bench_vs_pytorch); fi
 if [ "$run_dist" = 1 ]; then targets+=(bench_dist); fi
+if [ "$run_llmc" = 1 ]; then targets+=(bench_vs_pytorch); fi
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "${flags[@]}" -DBUILD_TESTING=OFF >/dev/null
 cmake --build "$build" -j "$jobs" --target "${targets[@]}" >/dev/null
 
@@ -92,4 +104,9 @@ if [ "$run_dist" = 1 ]; then
     echo "skipped: $build was built without MPI (TG_MPI=OFF); scripts/deps.sh mpi installs Open MPI," \
       "then configure $build again with -DTG_MPI=ON" | tee "$(dirname "$json")/dist.txt"
   fi
+fi
+
+if [ "$run_llmc" = 1 ]; then
+  echo
+  BENCH_BUILD="$build" scripts/llmc_bench.sh | tee "$(dirname "$json")/llmc.txt"
 fi

@@ -82,6 +82,61 @@ START_TEST(test_no_rule_is_an_error) {
 }
 END_TEST
 
+/* A custom op with a double backward (tg_op_def.backward_graph): y = x^3,
+ * backward dx = 3 x^2 dy written with recorded ops, so gradgradcheck and
+ * tg_hvp go through it; the same op without one is refused by name, the
+ * message pointing at backward_graph; one whose backward_graph fails
+ * silently is an error, not a gradient of zeros. */
+static tg_tensor *cube_fw(tg_ctx *c, tg_node *node, tg_tensor *const *in, void *user) {
+    (void)node, (void)user;
+    return tg_mul(c, tg_mul(c, in[0], in[0]), in[0]);
+}
+static void cube_bw(tg_ctx *c, tg_node *node) {
+    tg_tensor *x = tg_node_input(node, 0);
+    tg_node_accumulate(c, node, 0, tg_mul(c, tg_node_grad_output(node), tg_mul_scalar(c, tg_mul(c, x, x), 3.0)));
+}
+static bool cube_bw_graph(tg_ctx *c, const tg_node *node, tg_tensor *dy, tg_tensor **dx) {
+    tg_tensor *x = tg_node_input(node, 0);
+    dx[0] = tg_mul(c, dy, tg_mul_scalar(c, tg_mul(c, x, x), 3.0));
+    return tg_ok(c);
+}
+static bool cube_bw_graph_silent(tg_ctx *c, const tg_node *node, tg_tensor *dy, tg_tensor **dx) {
+    (void)c, (void)node, (void)dy, (void)dx;
+    return false;
+}
+static const tg_op_def CUBE2 = {
+    .name = "cube2", .forward = cube_fw, .backward = cube_bw, .backward_graph = cube_bw_graph};
+static const tg_op_def CUBE1 = {.name = "cube1", .forward = cube_fw, .backward = cube_bw};
+static const tg_op_def CUBE_SILENT = {
+    .name = "cube_silent", .forward = cube_fw, .backward = cube_bw, .backward_graph = cube_bw_graph_silent};
+static tg_tensor *apply1(tg_ctx *c, tg_tensor *const *in, void *user) { return tg_op_apply(c, user, 1, in, NULL); }
+
+START_TEST(test_custom_op_double_backward) {
+    const double xv[] = {1.0, -2.0, 0.5}, vv[] = {1.0, 0.5, -2.0};
+    tg_tensor *x = leaf(xv, 3);
+    tg_gradcheck_result r;
+    ck_assert_msg(tg_gradgradcheck(ctx, apply1, (void *)&CUBE2, 1, &x, NULL, &r), "%s", tg_error_message(ctx));
+    /* H of sum x^3 is diag(6 x): H v = 6 x v */
+    tg_tensor *v = tg_test_tensor(ctx, TG_F64, 1, (int64_t[]){3}, vv), *hv;
+    tg_tensor *L = tg_sum(ctx, tg_op_apply(ctx, &CUBE2, 1, &x, NULL));
+    ck_assert_msg(tg_hvp(ctx, L, 1, &x, &v, &hv), "%s", tg_error_message(ctx));
+    const double want[] = {6.0, -6.0, -6.0};
+    tg_test_assert_close(ctx, "H v through the custom op", hv, want, 3, 1e-14, 0);
+    tg_tensor *g;
+    L = tg_sum(ctx, tg_op_apply(ctx, &CUBE1, 1, &x, NULL));
+    ck_assert(!tg_grad(ctx, L, NULL, 1, &x, &g, true));
+    tg_test_assert_error(ctx, TG_ERR_STATE, "tg_grad", "'cube1' cannot be differentiated twice", "backward_graph",
+                         NULL);
+    tg_clear_error(ctx);
+    ck_assert(!tg_gradgradcheck(ctx, apply1, (void *)&CUBE1, 1, &x, NULL, &r));
+    tg_test_assert_error(ctx, TG_ERR_STATE, "'cube1' cannot be differentiated twice", NULL);
+    tg_clear_error(ctx);
+    L = tg_sum(ctx, tg_op_apply(ctx, &CUBE_SILENT, 1, &x, NULL));
+    ck_assert(!tg_grad(ctx, L, NULL, 1, &x, &g, true));
+    tg_test_assert_error(ctx, TG_ERR_STATE, "tg_grad", "'cube_silent' returned false without setting an error", NULL);
+}
+END_TEST
+
 /* The fused norm's backward is an op of its own whose backward is the hand
  * derivation; a third derivative through it is refused by name. */
 START_TEST(test_third_order_refused) {
@@ -286,7 +341,7 @@ END_TEST
 static Suite *make_suite(void) {
     Suite *s = suite_create("double_backward");
     TCase *tc = tg_test_tcase(s, "double_backward", setup, teardown, test_second_derivative, test_no_rule_is_an_error,
-                              test_third_order_refused, test_hvp_vs_differences,
+                              test_custom_op_double_backward, test_third_order_refused, test_hvp_vs_differences,
                               test_fused_norm_hessian_matches_composed, test_guide_example_hessian, NULL);
     (void)tc;
     TCase *gc = tcase_create("order2");

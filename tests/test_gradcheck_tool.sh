@@ -7,8 +7,12 @@
 #              rtol 1e-3) and fails `--adjoint` (exit 1) on x only, by orders of
 #              magnitude; at the default size 0.1 rev catches it and fwd passes; every
 #              seeded bug passes fwd and fails the adjoint test on x
-#   modes_usage  --modes takes fwd and rev only (exit 2), not with --format json or
-#              --seeds, and is for check only
+#   modes_usage  --modes takes fwd and rev only (exit 2), not with --order 2 or
+#              --elements, and is for check only; --format json parses and csv
+#              has a row per input, mode and seed; --seeds runs every seed
+#   order2     --order 2 passes for the fused norms in float64 and float32; its
+#              JSON says order 2 and parses; --seeds; an op without a
+#              double-backward rule is an error naming it (exit 1)
 #   inject     each seeded bug makes the report FAIL with exit status 1, and only
 #              the inputs whose gradient it breaks; the same op without the bug passes
 #   sweep      the best h of central differences in float64 lies in [1e-7, 1e-3]
@@ -102,9 +106,47 @@ modes_adjoint)
 modes_usage)
   run 2 check rmsnorm --modes sideways
   grep -q "fwd and rev" "$tmp/err" || fail "--modes error"
-  run 2 check rmsnorm --modes fwd --format json
-  run 2 check rmsnorm --adjoint --seeds 10
+  run 2 check rmsnorm --modes fwd --order 2
+  grep -q "first-order" "$tmp/err" || fail "--modes with --order 2: no reason given"
+  run 2 check rmsnorm --adjoint --order 2
+  run 2 check rmsnorm --adjoint --elements
   run 2 sweep rmsnorm --adjoint
+  # for programs: JSON (one row per input and mode), CSV, and over seeds
+  run 0 check rmsnorm --shape 2x4 --modes fwd,rev --adjoint --format json
+  if command -v python3 > /dev/null 2>&1; then
+    python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["modes"] == ["rev", "fwd", "adjoint"], d["modes"]
+assert len(d["rows"]) == 6 and all(r["pass"] for r in d["rows"]), d["rows"]
+assert d["summary"]["pass"] and d["summary"]["checks"] == 6' "$tmp/out" || fail "--modes --format json"
+  fi
+  run 0 check rmsnorm --shape 2x4 --modes fwd --adjoint --format csv --seeds 3
+  head -1 "$tmp/out" | grep -q "^op,bug,spec,dtype,input_seed,probe_seed,input,mode," || fail "--modes csv header"
+  [ "$(grep -c '^rmsnorm,,2x4,float64,' "$tmp/out")" -eq 12 ] || fail "--modes csv: want 12 rows (3 seeds x 2 inputs x 2)"
+  [ "$(grep -c '^rmsnorm,,2x4,float64,2,2,x,adjoint,1,0,' "$tmp/out")" -eq 1 ] || fail "--modes csv: no seed 2 adjoint row"
+  run 1 check --inject rmsnorm-scale --shape '4x8;size=1e-6' --adjoint --format csv
+  grep -Eq '^rmsnorm,rmsnorm-scale,.*,x,adjoint,1,1,.*,0,$' "$tmp/out" || fail "--adjoint csv: the bug's row"
+  run 0 check rmsnorm --shape 2x4 --adjoint --seeds 2..3
+  grep -q "seeds 2..3" "$tmp/out" || fail "--adjoint --seeds: the header"
+  grep -q "2x4  seed 3" "$tmp/out" || fail "--adjoint --seeds: no rows of seed 3"
+  ;;
+order2)
+  for op in rmsnorm layernorm; do
+    for dt in f64 f32; do
+      run 0 check $op --order 2 --dtype $dt
+      grep -q "order 2" "$tmp/out" || fail "$op --order 2 --dtype $dt: the summary does not say order 2"
+    done
+  done
+  run 0 check layernorm --order 2 --shape '2x5;bias=1' --format json
+  if command -v python3 > /dev/null 2>&1; then
+    python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["order"] == 2 and d["summary"]["pass"] and len(d["cases"]) == 1' "$tmp/out" || fail "--order 2 --format json"
+  fi
+  run 0 check rmsnorm --order 2 --shape 2x4 --seeds 20
+  grep -Eq "^  2x4 +x +20 +0 +100.0%" "$tmp/out" || fail "--order 2 --seeds 20: x should pass every seed"
+  run 1 check --inject rmsnorm-sum --order 2
+  grep -q "'rmsnorm\[bug:sum\]' cannot be differentiated twice" "$tmp/out" || fail "--order 2: no error naming the op"
   ;;
 check_all)
   run 0 check all

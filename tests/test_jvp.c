@@ -130,6 +130,57 @@ START_TEST(test_custom_op_rule) {
 }
 END_TEST
 
+/* A custom op named "add" that is not the built-in: y = 2 a + b. Its
+ * record never takes the built-in add's tangent (a + b would be a silent
+ * wrong answer); registering "add" gives it its own and leaves tg_add's
+ * tangent alone. */
+static tg_tensor *add2_fw(tg_ctx *c, tg_node *node, tg_tensor *const *in, void *user) {
+    (void)node, (void)user;
+    return tg_add(c, tg_mul_scalar(c, in[0], 2.0), in[1]);
+}
+static void add2_bw(tg_ctx *c, tg_node *node) {
+    tg_tensor *dy = tg_node_grad_output(node);
+    tg_node_accumulate(c, node, 0, tg_mul_scalar(c, dy, 2.0));
+    tg_node_accumulate(c, node, 1, dy);
+}
+static tg_tensor *add2_jvp(tg_ctx *c, tg_node *node, tg_tensor *const *t) {
+    (void)node;
+    return tg_add(c, tg_mul_scalar(c, t[0], 2.0), t[1]);
+}
+static const tg_op_def ADD2 = {.name = "add", .forward = add2_fw, .backward = add2_bw};
+static tg_tensor *add2_fn(tg_ctx *c, tg_tensor *const *in, void *user) {
+    (void)user;
+    return tg_op_apply(c, &ADD2, 2, in, NULL);
+}
+
+START_TEST(test_custom_op_named_like_builtin) {
+    const int64_t s3[] = {3};
+    tg_tensor *a = tg_requires_grad(ctx, tg_test_tensor(ctx, TG_F64, 1, s3, (double[]){1, 2, 3}));
+    tg_tensor *b = tg_requires_grad(ctx, tg_test_tensor(ctx, TG_F64, 1, s3, (double[]){-1, 0, 1}));
+    tg_tensor *ta = tg_test_tensor(ctx, TG_F64, 1, s3, (double[]){1, 0, -2});
+    tg_tensor *tb = tg_test_tensor(ctx, TG_F64, 1, s3, (double[]){0.5, 1, 0});
+    tg_tensor *in[2] = {a, b}, *tan[2] = {ta, tb};
+    tg_tensor *y = tg_op_apply(ctx, &ADD2, 2, in, NULL);
+    ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
+    tg_test_assert_fails(ctx, tg_jvp(ctx, y, 2, in, tan), TG_ERR_STATE, "tg_jvp", "op 'add' has no tangent rule",
+                         "never takes the built-in", NULL);
+    ck_assert(tg_jvp_register("add", add2_jvp));
+    /* the built-in add keeps its rule, found by name as before */
+    ck_assert(tg_jvp_find_rule("add") != NULL && tg_jvp_find_rule("add") != add2_jvp);
+    tg_tensor *jv = tg_jvp(ctx, y, 2, in, tan);
+    ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
+    tg_test_assert_close(ctx, "2 t_a + t_b (the custom op's rule)", jv, (double[]){2.5, 1, -4}, 3, 0, 0);
+    tg_tensor *z = tg_add(ctx, a, b);
+    tg_tensor *jz = tg_jvp(ctx, z, 2, in, tan);
+    ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
+    tg_test_assert_close(ctx, "t_a + t_b (tg_add's rule, unchanged)", jz, (double[]){1.5, 1, -2}, 3, 0, 0);
+    /* and the adjoint test of each against its own backward */
+    tg_gradcheck_result r;
+    ck_assert(tg_gradcheck_adjoint(ctx, add2_fn, NULL, 2, in, NULL, &r));
+    ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
+}
+END_TEST
+
 /* A backward off by a relative 1e-6 passes tg_gradcheck in float64 (rtol
  * 1e-3) and fails the adjoint test; the right one passes both. */
 START_TEST(test_adjoint_catches_small_bug) {
@@ -222,6 +273,7 @@ Suite *make_jvp_suite(void) {
     tcase_add_test(tc, test_jvp_two_inputs);
     tcase_add_test(tc, test_jvp_errors);
     tcase_add_test(tc, test_custom_op_rule);
+    tcase_add_test(tc, test_custom_op_named_like_builtin);
     tcase_add_test(tc, test_adjoint_catches_small_bug);
     tcase_add_loop_test(tc, test_every_op_fwd_and_adjoint_f64, 0, tg_registry_count());
     tcase_add_loop_test(tc, test_every_op_f32, 0, tg_registry_count());

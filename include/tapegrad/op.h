@@ -74,16 +74,39 @@ typedef void (*tg_backward_fn)(tg_ctx *ctx, tg_node *node);
 /* The one-call form                                                        */
 /* ======================================================================== */
 
+/* A custom op's double backward (optional): the gradients of its inputs
+ * written with differentiable tapegrad ops, so that tg_grad(...,
+ * create_graph = true) and tg_hvp can differentiate them again. Given the
+ * gradient dy of the op's output, it sets dx[k] to input k's gradient (a
+ * new tensor of input k's shape and dtype; leave it NULL for none) and
+ * returns true, or false with the context in error. Grad mode is ON while
+ * it runs: its ops record themselves. Compute from the inputs
+ * (tg_node_input), the output and dy -- a saved tensor the forward made
+ * with grad mode off (a statistic such as rstd) is a constant to the
+ * second derivative, so recompute it from the inputs instead. Check it
+ * with tg_gradgradcheck (tapegrad/check.h). */
+typedef bool (*tg_grad_graph_fn)(tg_ctx *ctx, const tg_node *node, tg_tensor *dy, tg_tensor **dx);
+
 /* A custom op. `forward` computes the output from in[0..n_in-1] with any
  * tapegrad calls (grad mode is off while it runs, so they record nothing)
  * and saves what backward needs on `node`; it returns a new tensor (not
  * one of its inputs), or NULL with the context in error. `backward` is as
  * tg_backward_fn. `user` is passed through to forward; backward reads what
- * forward saved. */
+ * forward saved.
+ *
+ * Double backward: `backward` writes numbers and cannot be differentiated.
+ * Without a `backward_graph`, a custom op is first-order only: tg_grad
+ * with create_graph (and tg_hvp, tg_gradgradcheck, `tapegrad-gradcheck
+ * check --order 2`) stops with the error "'NAME' cannot be differentiated
+ * twice: it has no double-backward rule ..." -- never a wrong answer, and
+ * never the rule of a built-in op of the same name. Forward mode (tg_jvp)
+ * needs a tangent rule registered under the op's name (tg_jvp_register,
+ * below). */
 typedef struct tg_op_def {
     const char *name; /* for messages and the tape ("rmsnorm_mine") */
     tg_tensor *(*forward)(tg_ctx *ctx, tg_node *node, tg_tensor *const *in, void *user);
     tg_backward_fn backward;
+    tg_grad_graph_fn backward_graph; /* optional: the double backward (above) */
 } tg_op_def;
 
 /* y = def->forward(in...), recorded on the tape with def->backward when grad
@@ -176,14 +199,20 @@ tg_tensor *tg_grad_of(tg_ctx *ctx, tg_tensor *t);
  * op that has none. */
 typedef tg_tensor *(*tg_jvp_rule)(tg_ctx *ctx, tg_node *node, tg_tensor *const *tangents);
 
-/* Registers `rule` as the tangent rule of records named `op` (a custom
- * op's tg_op_def name), replacing one registered before under that name.
+/* Registers `rule` as the tangent rule of custom ops named `op` (a
+ * tg_op_def name; also of tg_record records under a name no built-in op
+ * has), replacing one registered before under that name. A built-in op's
+ * record always takes its built-in rule: registering "add" gives a custom
+ * op named "add" a rule and leaves tg_add's tangent as it was; and a
+ * custom op named like a built-in never takes the built-in's rule (tg_jvp
+ * stops with "op 'add' has no tangent rule" until one is registered).
  * Process-wide: call it at start-up, before threads run tg_jvp. False
  * when op is NULL, empty or longer than 63 characters, rule is NULL, or
  * 64 rules are registered already. */
 bool tg_jvp_register(const char *op, tg_jvp_rule rule);
-/* The tangent rule of records named op: a registered one, else the
- * built-in one, else NULL. */
+/* The tangent rule of tg_record records named op: the built-in op's, else
+ * a registered one, else NULL. (A custom op's record takes only the
+ * registered one.) */
 tg_jvp_rule tg_jvp_find_rule(const char *op);
 
 #ifdef __cplusplus

@@ -615,7 +615,8 @@ int gct_cmd_check(const gct_args *a) {
     memset(&T, 0, sizeof T);
     T.first_json = true;
     T.f32 = a->dtype == TG_F32;
-    if (a->format == GCT_JSON) printf("{\"tool\":\"tapegrad-gradcheck\",\"command\":\"check\",\"cases\":[");
+    if (a->format == GCT_JSON)
+        printf("{\"tool\":\"tapegrad-gradcheck\",\"command\":\"check\",\"order\":%d,\"cases\":[", a->order);
     if (a->format == GCT_CSV)
         printf("op,bug,spec,dtype,input_seed,probe_seed,%s\n",
                a->elements ? CSV_ELEMENT_COLUMNS : TG_GRADCHECK_CSV_COLUMNS);

@@ -8,7 +8,10 @@
  *   adjoint  <u, J v> (forward mode) against <J^T u, v> (reverse mode) for
  *            random u and v: no step h, a tolerance of a few roundings
  *            (tg_gradcheck_adjoint)
- * One table per op, a row per input and mode. Text only. */
+ * One table per op, a row per input and mode (and seed, with --seeds);
+ * --format json|csv give the same rows to programs: one record per input,
+ * mode and seed. First order only: --order 2 (the reverse-mode double
+ * backward) is refused beside --modes and --adjoint. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -88,9 +91,54 @@ static void fmt_num(gct_cell *c, const char *fmt, double v) {
     else gct_cell_set(c, GCT_PLAIN, fmt, v);
 }
 
+/* A row for programs: --format json (an object in "rows") or csv. r is
+ * NULL for an error (its message in `error`). */
+static void machine_row(const gct_args *a, const gct_target *tg, uint64_t seed, const char *mode, int k,
+                        const tg_gradcheck_input *in, const char *error, modes_totals *T) {
+    if (a->format == GCT_CSV) {
+        char prefix[512];
+        gct_csv_prefix(prefix, sizeof prefix, tg, gct_input_seed(a, seed), gct_probe_seed(a, seed));
+        printf("%s%s,%s,", prefix, k >= 0 ? tg->c.input_names[k] : "", mode);
+        if (in)
+            printf("%lld,%lld,%.17g,%.17g,%.17g,%.17g,%d,\n", (long long)in->n_checked, (long long)in->n_failed,
+                   in->max_abs_err, in->worst_analytic, in->worst_numeric, in->worst_ratio, in->pass ? 1 : 0);
+        else {
+            printf(",,,,,,0,\"");
+            for (const char *c = error; *c; c++) fputs(*c == '"' ? "\"\"" : (char[]){*c, 0}, stdout);
+            printf("\"\n");
+        }
+        return;
+    }
+    printf("%s\n{\"op\":", T->rows + T->errors > 1 ? "," : "");
+    gct_json_str(stdout, tg->op->name);
+    printf(",\"bug\":");
+    if (tg->bug) gct_json_str(stdout, tg->bug->name);
+    else printf("null");
+    printf(",\"spec\":");
+    gct_json_str(stdout, tg->c.spec);
+    printf(",\"dtype\":\"%s\",\"input_seed\":%llu,\"probe_seed\":%llu,\"mode\":\"%s\"", tg_dtype_name(tg->c.dtype),
+           (unsigned long long)gct_input_seed(a, seed), (unsigned long long)gct_probe_seed(a, seed), mode);
+    if (!in) {
+        printf(",\"error\":");
+        gct_json_str(stdout, error);
+        printf("}");
+        return;
+    }
+    printf(",\"input\":");
+    gct_json_str(stdout, tg->c.input_names[k]);
+    printf(",\"checked\":%lld,\"failed\":%lld", (long long)in->n_checked, (long long)in->n_failed);
+    const char *keys[4] = {"max_abs_err", "worst_analytic", "worst_numeric", "worst_ratio"};
+    const double vals[4] = {in->max_abs_err, in->worst_analytic, in->worst_numeric, in->worst_ratio};
+    for (int i = 0; i < 4; i++) {
+        printf(",\"%s\":", keys[i]);
+        gct_json_num(stdout, vals[i]);
+    }
+    printf(",\"pass\":%s}", in->pass ? "true" : "false");
+}
+
 /* The rows of one mode's result: one per checked input. */
-static void add_rows(gct_table *t, const gct_target *tg, const char *mode, const tg_gradcheck_result *r, bool *first,
-                     bool quiet, modes_totals *T) {
+static void add_rows(const gct_args *a, gct_table *t, const gct_target *tg, uint64_t seed, const char *mode,
+                     const tg_gradcheck_result *r, bool *first, modes_totals *T) {
     for (int k = 0; k < tg->c.n_inputs; k++) {
         const tg_gradcheck_input *in = &r->input[k];
         if (!in->checked) continue;
@@ -101,13 +149,19 @@ static void add_rows(gct_table *t, const gct_target *tg, const char *mode, const
                 T->flen += (size_t)snprintf(T->failures + T->flen, sizeof T->failures - T->flen, "\n    %s  %s: %s %s",
                                             tg->label, tg->c.spec, tg->c.input_names[k], mode);
         }
-        if (quiet && in->pass) continue;
+        if (a->format != GCT_TEXT) {
+            machine_row(a, tg, seed, mode, k, in, NULL, T);
+            continue;
+        }
+        if (a->quiet && in->pass) continue;
         gct_cell *row = gct_table_row(t);
         if (!row) return;
         if (*first) gct_table_group(t);
         char sh[64], at[64];
         const tg_tensor *x = tg->c.inputs[k];
-        gct_cell_set(&row[0], GCT_PLAIN, "%s", *first ? tg->c.spec : "");
+        if (!*first) gct_cell_set(&row[0], GCT_PLAIN, "%s", "");
+        else if (a->n_seeds) gct_cell_set(&row[0], GCT_PLAIN, "%s  seed %llu", tg->c.spec, (unsigned long long)seed);
+        else gct_cell_set(&row[0], GCT_PLAIN, "%s", tg->c.spec);
         gct_cell_set(&row[1], GCT_PLAIN, "%s", tg->c.input_names[k]);
         gct_cell_set(&row[2], GCT_PLAIN, "%s", gct_shape_text(sh, sizeof sh, x->ndim, x->shape));
         gct_cell_set(&row[3], GCT_PLAIN, "%s", mode);
@@ -130,8 +184,9 @@ static void add_rows(gct_table *t, const gct_target *tg, const char *mode, const
 }
 
 /* One case in every mode asked for; an error is noted and the next mode runs. */
-static void run_case(tg_ctx *ctx, const gct_args *a, gct_target *tg, gct_table *t, modes_totals *T, bool *op_failed) {
-    tg_gradcheck_opts o = gct_target_opts(tg, a, a->seed);
+static void run_case(tg_ctx *ctx, const gct_args *a, gct_target *tg, uint64_t seed, gct_table *t, modes_totals *T,
+                     bool *op_failed) {
+    tg_gradcheck_opts o = gct_target_opts(tg, a, seed);
     bool first = true;
     const int modes = a->modes ? a->modes : MODE_REV;
     for (int m = 0; m < 3; m++) {
@@ -145,7 +200,9 @@ static void run_case(tg_ctx *ctx, const gct_args *a, gct_target *tg, gct_table *
             ok = tg_gradcheck_adjoint(ctx, tg->fn, &tg->c, tg->c.n_inputs, tg->c.inputs, &o, &r) || tg_ok(ctx);
         else continue;
         if (!ok) {
-            gct_cell *row = gct_table_row(t);
+            T->errors++;
+            gct_cell *row = a->format == GCT_TEXT ? gct_table_row(t) : NULL;
+            if (a->format != GCT_TEXT) machine_row(a, tg, seed, name, -1, NULL, tg_error_message(ctx), T);
             if (row) {
                 if (first) gct_table_group(t);
                 gct_cell_set(&row[0], GCT_PLAIN, "%s", first ? tg->c.spec : "");
@@ -156,7 +213,6 @@ static void run_case(tg_ctx *ctx, const gct_args *a, gct_target *tg, gct_table *
             if (T->elen < sizeof T->errors_text)
                 T->elen += (size_t)snprintf(T->errors_text + T->elen, sizeof T->errors_text - T->elen,
                                             "    ERROR %s (%s): %s\n", tg->c.spec, name, tg_error_message(ctx));
-            T->errors++;
             if (T->flen < sizeof T->failures)
                 T->flen += (size_t)snprintf(T->failures + T->flen, sizeof T->failures - T->flen,
                                             "\n    %s  %s: %s error", tg->label, tg->c.spec, name);
@@ -165,7 +221,7 @@ static void run_case(tg_ctx *ctx, const gct_args *a, gct_target *tg, gct_table *
             continue;
         }
         int before = T->failed_rows;
-        add_rows(t, tg, name, &r, &first, a->quiet, T);
+        add_rows(a, t, tg, seed, name, &r, &first, T);
         if (T->failed_rows > before) *op_failed = true;
     }
 }
@@ -179,18 +235,21 @@ static int modes_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
     char function[160] = "";
     for (int v = 0; v < n_specs; v++) {
         const char *spec = a->shape ? a->shape : bug ? NULL : op->variants[v];
-        gct_target tg;
-        if (!gct_target_make(ctx, a, op, bug, spec, a->dtype, a->seed, &tg)) {
-            gct_table_free(&t);
-            return gct_build_failed(ctx);
+        for (int64_t i = 0; i < gct_seed_count(a); i++) {
+            const uint64_t seed = gct_first_seed(a) + (uint64_t)i;
+            gct_target tg;
+            if (!gct_target_make(ctx, a, op, bug, spec, a->dtype, seed, &tg)) {
+                gct_table_free(&t);
+                return gct_build_failed(ctx);
+            }
+            snprintf(function, sizeof function, "%s", tg.function);
+            T->cases += i == 0; /* a case is a spec; --seeds runs it at each seed */
+            run_case(ctx, a, &tg, seed, &t, T, &op_failed);
+            tg_ctx_reset(ctx);
         }
-        snprintf(function, sizeof function, "%s", tg.function);
-        T->cases++;
-        run_case(ctx, a, &tg, &t, T, &op_failed);
-        tg_ctx_reset(ctx);
     }
     T->ops++;
-    if (!a->quiet || op_failed) {
+    if (a->format == GCT_TEXT && (!a->quiet || op_failed)) {
         printf("%s", T->ops > 1 || a->quiet ? "\n" : "");
         gct_put_title(a, op, bug, function);
         if (t.nrows) {
@@ -205,17 +264,33 @@ static int modes_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
 }
 
 int gct_cmd_check_modes(const gct_args *a, const tg_op_info *op, const gct_bug *bug) {
-    if (a->format != GCT_TEXT || a->n_seeds || a->elements || a->print_inputs || a->save_inputs)
-        return gct_usage_error("--modes and --adjoint report in text, one seed (no --format, --seeds, --elements, "
+    if (a->order == 2)
+        return gct_usage_error(
+            "--order 2 checks the reverse-mode double backward; --modes and --adjoint are first-order "
+            "checks (run them separately)");
+    if (a->elements || a->print_inputs || a->save_inputs)
+        return gct_usage_error("--modes and --adjoint report one row per input and mode (no --elements, "
                                "--print-inputs, --save-inputs)");
     register_bug_rules();
-    tg_ctx *ctx = gct_ctx_new(a->seed);
+    tg_ctx *ctx = gct_ctx_new(gct_first_seed(a));
     if (!ctx) return GCT_EXIT_ERROR;
     const int modes = a->modes ? a->modes : MODE_REV;
-    printf("modes:%s%s%s  (%s, seed %llu)\n", modes & MODE_REV ? " rev (backward vs differences)" : "",
-           modes & MODE_FWD ? " fwd (J v from tg_jvp vs differences along v)" : "",
-           a->adjoint ? " adjoint (<u, J v> forward vs <J^T u, v> reverse, no step)" : "", tg_dtype_name(a->dtype),
-           (unsigned long long)a->seed);
+    if (a->format == GCT_JSON)
+        printf("{\"tool\":\"tapegrad-gradcheck\",\"command\":\"check\",\"modes\":[%s%s%s],\"rows\":[",
+               modes & MODE_REV ? "\"rev\"" : "", modes & MODE_FWD ? (modes & MODE_REV ? ",\"fwd\"" : "\"fwd\"") : "",
+               a->adjoint ? (modes ? ",\"adjoint\"" : "\"adjoint\"") : "");
+    else if (a->format == GCT_CSV)
+        printf("op,bug,spec,dtype,input_seed,probe_seed,input,mode,checked,failed,max_abs_err,worst_analytic,"
+               "worst_numeric,worst_ratio,pass,error\n");
+    else {
+        printf("modes:%s%s%s  (%s, ", modes & MODE_REV ? " rev (backward vs differences)" : "",
+               modes & MODE_FWD ? " fwd (J v from tg_jvp vs differences along v)" : "",
+               a->adjoint ? " adjoint (<u, J v> forward vs <J^T u, v> reverse, no step)" : "", tg_dtype_name(a->dtype));
+        if (a->n_seeds)
+            printf("seeds %llu..%llu)\n", (unsigned long long)gct_first_seed(a),
+                   (unsigned long long)(gct_first_seed(a) + gct_seed_count(a) - 1));
+        else printf("seed %llu)\n", (unsigned long long)a->seed);
+    }
     modes_totals T;
     memset(&T, 0, sizeof T);
     double t0 = gct_now();
@@ -224,11 +299,19 @@ int gct_cmd_check_modes(const gct_args *a, const tg_op_info *op, const gct_bug *
     if (op) st = modes_op(ctx, a, op, bug, &T);
     tg_ctx_free(ctx);
     if (st >= 0) return st;
+    const bool pass = !T.failed_rows && !T.errors;
+    if (a->format == GCT_JSON)
+        printf("],\n\"summary\":{\"pass\":%s,\"ops\":%d,\"cases\":%d,\"seeds\":%lld,\"checks\":%d,\"failed\":%d,"
+               "\"errors\":%d,\"seconds\":%.6f}}\n",
+               pass ? "true" : "false", T.ops, T.cases, (long long)gct_seed_count(a), T.rows, T.failed_rows, T.errors,
+               gct_now() - t0);
+    if (a->format != GCT_TEXT) return pass ? GCT_EXIT_PASS : GCT_EXIT_FAIL;
     printf("\n");
     gct_puts_tone(stdout, "summary:", GCT_BOLD, a->color);
-    printf(" %d op%s, %d case%s, %d check%s in %s in %.2f s: ", T.ops, T.ops == 1 ? "" : "s", T.cases,
-           T.cases == 1 ? "" : "s", T.rows, T.rows == 1 ? "" : "s", tg_dtype_name(a->dtype), gct_now() - t0);
-    if (!T.failed_rows && !T.errors) {
+    printf(" %d op%s, %d case%s", T.ops, T.ops == 1 ? "" : "s", T.cases, T.cases == 1 ? "" : "s");
+    if (a->n_seeds) printf(" x %lld seeds", (long long)a->n_seeds);
+    printf(", %d check%s in %s in %.2f s: ", T.rows, T.rows == 1 ? "" : "s", tg_dtype_name(a->dtype), gct_now() - t0);
+    if (pass) {
         gct_puts_tone(stdout, "all pass", GCT_GOOD, a->color);
         printf("\n");
         return GCT_EXIT_PASS;
