@@ -19,6 +19,12 @@
  * writes OUT/loss.png (train and validation loss) and prints --sample N
  * bytes of generated text at the end.
  *
+ * --dtype bf16|f16 trains in mixed precision (docs/mixed-precision.md):
+ * float32 parameters (the master weights AdamW updates, and the ones
+ * saved), every layer computing in 16 bits under autocast
+ * (tg_ctx_set_autocast), the loss in float32; f16 also scales the loss
+ * (tg_grad_scaler) and skips a step whose gradient overflowed.
+ *
  * Batches and processes (tapegrad/dist.h, docs/distributed.md): each
  * step's global batch of --batch windows is split into micro-batches,
  * --micro K per process and, under `mpirun -np P`, P processes; each
@@ -249,11 +255,14 @@ static void sample(tg_ctx *ctx, tg_gpt *g, int64_t n, double temperature) {
 typedef struct run {
     int64_t batch, eval_every, sample;
     double warmup, min_lr, weight_decay, clip, temperature;
-    char config[256];   /* the model's config as text, kept in checkpoints */
-    int64_t micro;      /* --micro: micro-batches per process */
-    tg_dist *dist;      /* the processes (a world of one without mpirun) */
-    bool lead;          /* rank 0: the one that prints, logs, evaluates, saves */
-    tg_grad_accum *acc; /* folds this process's micro-batches */
+    char config[256];       /* the model's config as text, kept in checkpoints */
+    int64_t micro;          /* --micro: micro-batches per process */
+    tg_dist *dist;          /* the processes (a world of one without mpirun) */
+    bool lead;              /* rank 0: the one that prints, logs, evaluates, saves */
+    tg_grad_accum *acc;     /* folds this process's micro-batches */
+    const char *dtype;      /* --dtype: f32, f64, bf16 or f16 */
+    tg_grad_scaler *scaler; /* --dtype f16: the loss scaler; else NULL */
+    int64_t skipped;        /* steps the scaler skipped */
 } run;
 
 /* ex_dist_agree over the run's processes: true on every rank, or false on
@@ -261,10 +270,10 @@ typedef struct run {
 static bool all_ok(tg_ctx *ctx, const run *r, bool ok) { return ex_dist_agree(ctx, r->dist, ok); }
 
 /* The model's config as stored in --save files and compared on --resume. */
-static void config_text(char *buf, size_t size, const tg_gpt_config *c) {
+static void config_text(char *buf, size_t size, const tg_gpt_config *c, const char *dtype) {
     snprintf(buf, size, "arch=%s layers=%lld heads=%lld channels=%lld context=%lld vocab=%lld dtype=%s",
              tg_gpt_arch_name(c->arch), (long long)c->n_layer, (long long)c->n_head, (long long)c->n_embd,
-             (long long)c->context, (long long)c->vocab_size, c->dtype == TG_F64 ? "f64" : "f32");
+             (long long)c->context, (long long)c->vocab_size, dtype);
 }
 
 /* --resume: a file of another model is refused, naming both configs,
@@ -333,7 +342,8 @@ static bool step_gradient(tg_ctx *ctx, const run *r, tg_gpt *g, tg_params *param
         fill_batch(tr, count, T, starts, idx, tgt);
         tg_tensor *l = tg_gpt_loss(ctx, g, count, T, idx, tgt);
         tg_optim_zero_grad(ctx, opt);
-        tg_backward(ctx, l);
+        /* f16: backward from scale * loss (unscaled before clipping) */
+        tg_backward(ctx, r->scaler ? tg_grad_scaler_scale(ctx, r->scaler, l) : l);
         /* the fold of tg_grad_accum_add, for the loss: w l, then + w l */
         const double w = (double)count / (double)B, t = w * tg_get_flat(ctx, l, 0);
         tg_grad_accum_add(ctx, r->acc, w);
@@ -349,8 +359,8 @@ static bool step_gradient(tg_ctx *ctx, const run *r, tg_gpt *g, tg_params *param
 /* Trains from step start + 1 to the last step; rank 0 logs every step's
  * batch loss to OUT/train.dat and the validation loss every eval_every
  * steps (and at the first and last) to OUT/val.dat. A collective. */
-static bool train(tg_ctx *ctx, const ex_args *args, const run *r, tg_gpt *g, tg_params *params, tg_optim *opt,
-                  const text *tr, const text *val, int64_t start, double *loss_value, double *val_loss) {
+static bool train(tg_ctx *ctx, const ex_args *args, run *r, tg_gpt *g, tg_params *params, tg_optim *opt, const text *tr,
+                  const text *val, int64_t start, double *loss_value, double *val_loss) {
     const char *tcols[] = {"step", "train_loss"}, *vcols[] = {"step", "val_loss"};
     tg_plot *tlog = NULL, *vlog = NULL;
     bool ok = !r->lead ||
@@ -372,9 +382,16 @@ static bool train(tg_ctx *ctx, const ex_args *args, const run *r, tg_gpt *g, tg_
     for (int64_t step = start + 1; step <= ex_last_step(args) && ok; step++) {
         double loss;
         const bool reduced = step_gradient(ctx, r, g, params, opt, tr, idx, tgt, starts, &loss);
-        double gnorm = r->clip > 0 ? tg_clip_grad_norm(ctx, params, r->clip) : tg_grad_norm(ctx, params);
+        const bool finite = !r->scaler || tg_grad_scaler_unscale(ctx, r->scaler, opt);
+        /* an overflowed gradient is not clipped (its norm is inf): its step is skipped */
+        double gnorm = r->clip > 0 && finite ? tg_clip_grad_norm(ctx, params, r->clip) : tg_grad_norm(ctx, params);
         double lr = tg_optim_lr(opt);
-        tg_optim_step(ctx, opt);
+        if (r->scaler) {
+            r->skipped += !tg_grad_scaler_step(ctx, r->scaler, opt);
+            tg_grad_scaler_update(ctx, r->scaler);
+        } else {
+            tg_optim_step(ctx, opt);
+        }
         if (!reduced) { /* every rank failed the all-reduce, with the reason */
             ex_failed(ctx);
             ok = false;
@@ -398,6 +415,9 @@ static bool train(tg_ctx *ctx, const ex_args *args, const run *r, tg_gpt *g, tg_
         ok = all_ok(ctx, r, ok); /* rank 0's writes, and any rank's error */
     }
     tg_progress_finish(&progress);
+    if (r->scaler && r->lead)
+        printf("loss scale %g; %lld step%s skipped (gradient overflow)\n", tg_grad_scaler_get_scale(r->scaler),
+               (long long)r->skipped, r->skipped == 1 ? "" : "s");
     free(idx);
     free(tgt);
     free(starts);
@@ -468,7 +488,7 @@ int main(int argc, char **argv) {
              .temperature = 0.8,
              .micro = 1};
     const char *arch = "llama", *dtype = "f32", *data = NULL;
-    static const char *const archs[] = {"llama", "gpt2", NULL}, *const dtypes[] = {"f32", "f64", NULL};
+    static const char *const archs[] = {"llama", "gpt2", NULL}, *const dtypes[] = {"f32", "f64", "bf16", "f16", NULL};
     ex_flag extra[] = {
         {"arch", EX_STR, &arch, "model: llama (RMSNorm, RoPE, SwiGLU) or gpt2 (default llama)", archs},
         {"layers", EX_INT, &cfg.n_layer, "transformer blocks (default 4)", NULL},
@@ -481,7 +501,10 @@ int main(int argc, char **argv) {
         {"min-lr", EX_DBL, &r.min_lr, "the lr the cosine ends at (default 1e-4)", NULL},
         {"weight-decay", EX_DBL, &r.weight_decay, "AdamW's decoupled weight decay (default 0.1)", NULL},
         {"clip", EX_DBL, &r.clip, "clip the gradient's norm to this; 0: no clipping (default 1)", NULL},
-        {"dtype", EX_STR, &dtype, "parameters' type (default f32)", dtypes},
+        {"dtype", EX_STR, &dtype,
+         "parameters' type f32 or f64, or mixed precision bf16 / f16 (float32 parameters, layers in 16 bits "
+         "under autocast; f16 scales the loss) (default f32)",
+         dtypes},
         {"eval-every", EX_INT, &r.eval_every, "validation loss every N steps (default 100)", NULL},
         {"sample", EX_INT, &r.sample, "bytes of text to generate at the end (default 400)", NULL},
         {"temperature", EX_DBL, &r.temperature, "sampling temperature > 0 (default 0.8)", NULL},
@@ -492,14 +515,16 @@ int main(int argc, char **argv) {
     if (rc >= 0) return rc;
     cfg.arch = strcmp(arch, "gpt2") == 0 ? TG_GPT_GPT2 : TG_GPT_LLAMA;
     cfg.dtype = strcmp(dtype, "f64") == 0 ? TG_F64 : TG_F32;
+    const tg_dtype compute = strcmp(dtype, "bf16") == 0 ? TG_BF16 : strcmp(dtype, "f16") == 0 ? TG_F16 : TG_F32;
     if (!check_flags(&cfg, &r)) return 2;
-    config_text(r.config, sizeof r.config, &cfg);
+    config_text(r.config, sizeof r.config, &cfg, dtype);
 
     tg_ctx *ctx = tg_ctx_new(args.seed);
     if (!ctx) {
         fprintf(stderr, "gpt: out of memory\n");
         return 1;
     }
+    tg_ctx_set_autocast(ctx, compute); /* TG_F32: off */
     /* The processes: a world of one unless mpirun started this one; only
      * rank 0 prints. */
     if (!(r.dist = ex_dist_join(ctx, &args, &argc, &argv, "gpt"))) {
@@ -546,7 +571,7 @@ int main(int argc, char **argv) {
         g = tg_gpt_new(ctx, NULL, &cfg);
         ok = !ex_failed(ctx);
     }
-    tg_train_part part = {NULL, &params, NULL};
+    tg_train_part part = {NULL, &params, NULL, NULL};
     if (ok) {
         tg_module_print(stdout, TG_MODULE(g));
         tg_module_params(ctx, TG_MODULE(g), &params);
@@ -564,7 +589,9 @@ int main(int argc, char **argv) {
                              .min_lr = r.min_lr < args.lr ? r.min_lr : args.lr};
         tg_optim_set_schedule(ctx, opt, &sched);
         r.acc = tg_grad_accum_new(ctx, &params);
+        if (compute == TG_F16) r.scaler = tg_grad_scaler_new(ctx, NULL);
         part.optim = opt;
+        part.scaler = r.scaler;
         ok = !ex_failed(ctx);
     }
     if (ok) { /* every rank reads its own copy of the file */
@@ -578,6 +605,11 @@ int main(int argc, char **argv) {
     if (all_ok(ctx, &r, ok)) {
         ok = tg_dist_broadcast_params(ctx, r.dist, &params) && tg_dist_broadcast_optim(ctx, r.dist, opt) &&
              tg_dist_broadcast_rng(ctx, r.dist);
+        if (ok && r.scaler) {
+            ok = tg_dist_broadcast_params(ctx, r.dist, tg_grad_scaler_state(r.scaler));
+            tg_grad_scaler_sync_state(ctx, r.scaler);
+            ok = ok && tg_ok(ctx);
+        }
         if (!ok) ex_failed(ctx);
     } else {
         ok = false;
@@ -606,6 +638,7 @@ int main(int argc, char **argv) {
     /* every rank ends with rank 0's status */
     if (trained) ok = all_ok(ctx, &r, ok);
     tg_grad_accum_free(ctx, r.acc);
+    tg_grad_scaler_free(ctx, r.scaler);
     tg_optim_free(ctx, opt);
     tg_params_free(&params);
     if (g) tg_module_free(ctx, TG_MODULE(g));

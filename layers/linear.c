@@ -250,14 +250,17 @@ tg_linear *tg_linear_new1(tg_ctx *ctx, const char *name, int64_t in_features, in
 
 tg_tensor *tg_linear_forward(tg_ctx *ctx, tg_linear *layer, tg_tensor *x) {
     if (!tg_check_layer(ctx, __func__, layer)) return NULL;
-    if (!tg_check_arg(ctx, __func__, "x", x) || !tg_check_layer_dtype(ctx, __func__, x, layer->base.dtype)) return NULL;
+    if (!tg_check_arg_any(ctx, __func__, "x", x) || !tg_check_layer_dtype(ctx, __func__, x, layer->base.dtype))
+        return NULL;
     if (x->ndim < 1 || x->shape[x->ndim - 1] != layer->in_features) {
         char sx[TG_SHAPE_STR];
         tg_error(ctx, TG_ERR_SHAPE, __func__, "input %s last dim %lld != in_features %lld", tg_shape_of(sx, x),
                  x->ndim ? (long long)x->shape[x->ndim - 1] : 0LL, (long long)layer->in_features);
         return NULL;
     }
-    return tg_linear_fused(ctx, x, layer->weight, layer->bias);
+    /* under autocast: x and the parameters' copies in the compute dtype */
+    return tg_linear_fused(ctx, tg_autocast_input(ctx, x), tg_autocast_param(ctx, layer->weight),
+                           tg_autocast_param(ctx, layer->bias));
 }
 
 bool tg_linear_params(tg_ctx *ctx, tg_linear *layer, tg_params *list) {

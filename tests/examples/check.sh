@@ -11,7 +11,7 @@
 #   CASE: xor | spiral | charlm | determinism | pngs | resume | flags |
 #         installed | readme_resume | resume_past | resume_log | no_gnuplot |
 #         full_disk | killed_save | error_paths | messages | boundary_colours |
-#         bench_fma_peak
+#         bench_fma_peak | mixed_precision
 # The installed case also reads TG_CMAKE, TG_CC, TG_LIBDIR and TG_SANITIZE
 # from the environment (tests/examples.cmake sets them).
 set -euo pipefail
@@ -461,6 +461,26 @@ bench_fma_peak)
     "$src/bench/common/machine.c" "$src/bench/common/timing.c" -o "$tmp/probe" -lm
   expect 0 "$tmp/log" "$tmp/probe"
   cat "$tmp/log"
+  ;;
+mixed_precision)
+  # spiral --dtype bf16 and f16 (autocast over float32 master weights; f16
+  # with the loss scaler): the loss falls, and a run stopped, saved and
+  # resumed ends bitwise where one run does (the scaler's state is saved).
+  for dt in bf16 f16; do
+    mkdir "$tmp/$dt" "$tmp/$dt-straight"
+    common=(--norm rmsnorm --steps 60 --dtype "$dt")
+    expect 0 "$tmp/$dt/a.log" "$ex/spiral" "${common[@]}" --stop-after 30 --save "$tmp/$dt/a.st" --out "$tmp/$dt"
+    expect 0 "$tmp/$dt/b.log" "$ex/spiral" "${common[@]}" --resume "$tmp/$dt/a.st" --out "$tmp/$dt"
+    expect 0 "$tmp/$dt-straight/log" "$ex/spiral" "${common[@]}" --out "$tmp/$dt-straight"
+    grep -q -- "--dtype $dt" "$tmp/$dt/a.log" || fail "spiral --dtype $dt does not say its dtype"
+    cmp "$tmp/$dt/loss_rmsnorm.dat" "$tmp/$dt-straight/loss_rmsnorm.dat" \
+      || fail "spiral --dtype $dt: the resumed run's losses differ from one run's"
+    below "$(last_loss "$tmp/$dt-straight/loss_rmsnorm.dat")" "$(first_loss "$tmp/$dt-straight/loss_rmsnorm.dat")" 0.5 \
+      || fail "spiral --dtype $dt: the loss did not fall"
+  done
+  grep -q "loss scale 65536; 0 steps skipped" "$tmp/f16-straight/log" || fail "spiral --dtype f16 printed no loss scale"
+  # a state saved in float16 (with a scaler) does not resume a bfloat16 run
+  expect 1 "$tmp/mix.log" "$ex/spiral" --norm rmsnorm --steps 60 --dtype bf16 --resume "$tmp/f16/a.st" --out "$tmp/mix"
   ;;
 *)
   fail "unknown case $case_name"
