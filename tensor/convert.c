@@ -22,6 +22,7 @@
 #define TG_HALF_X86 1
 #include <cpuid.h>
 #include <immintrin.h>
+#include <stdatomic.h>
 #endif
 
 static bool force_scalar;
@@ -30,11 +31,19 @@ void tg_half_force_scalar(bool on) { force_scalar = on; }
 
 #ifdef TG_HALF_X86
 /* F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports
- * does not know "f16c"; "avx" also says the OS saves the YMM registers. */
+ * does not know "f16c"; "avx" also says the OS saves the YMM registers.
+ * Asked once: CPUID traps to the hypervisor in a virtual machine (21 us a
+ * call measured on the bench machine), and the norms convert row by row. */
 static bool have_f16c(void) {
-    unsigned a, b, c, d;
-    __builtin_cpu_init();
-    return !force_scalar && __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+    static _Atomic int cached = -1; /* -1: not asked yet */
+    int f = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (f < 0) {
+        unsigned a, b, c, d;
+        __builtin_cpu_init();
+        f = __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+        atomic_store_explicit(&cached, f, memory_order_relaxed);
+    }
+    return !force_scalar && f;
 }
 static bool have_avx512bf16(void) {
     __builtin_cpu_init();
