@@ -15,7 +15,8 @@ Modes:
   (default)  run every case once and print one JSON object
 
 Commands (server mode):
-  norm rms|ln f32|f64 N C    RMSNorm (composed) / LayerNorm (native) fwd+bwd
+  norm rms|ln f32|f64|bf16 N C
+                             RMSNorm (composed) / LayerNorm (native) fwd+bwd
   linear M K N               F.linear fwd+bwd, x (M,K), W (N,K), b (N)
   mlp H B                    one Adam training step of 784-H-H-10 with RMSNorm
   attn sdpa|composed B H T D causal attention fwd+bwd, q k v (B,H,T,D): 1.13's
@@ -97,12 +98,14 @@ def rmsnorm(x, w, eps=EPS_RMS):
 
 
 def case_norm(kind, dtype, n, c, budget):
-    dt = torch.float32 if dtype == "f32" else torch.float64
+    dt = {"f32": torch.float32, "f64": torch.float64, "bf16": torch.bfloat16}[dtype]
+    # bfloat16: drawn in float32, then rounded (the tensors are bf16 leaves)
+    dr = torch.float32 if dt == torch.bfloat16 else dt
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(n, c, dtype=dt, generator=g).requires_grad_()
-    w = (1 + 0.1 * torch.randn(c, dtype=dt, generator=g)).requires_grad_()
-    b = (0.1 * torch.randn(c, dtype=dt, generator=g)).requires_grad_()
-    dy = torch.randn(n, c, dtype=dt, generator=g)
+    x = torch.randn(n, c, dtype=dr, generator=g).to(dt).requires_grad_()
+    w = (1 + 0.1 * torch.randn(c, dtype=dr, generator=g)).to(dt).requires_grad_()
+    b = (0.1 * torch.randn(c, dtype=dr, generator=g)).to(dt).requires_grad_()
+    dy = torch.randn(n, c, dtype=dr, generator=g).to(dt)
 
     def step():
         x.grad = None
@@ -284,6 +287,7 @@ def run(cmd, budget, threads=1):
 ALL = [
     *[f"norm {k} {d} {n} {c}" for k in ("rms", "ln") for d in ("f32", "f64")
       for n, c in ((4096, 768), (256, 4096), (64, 64))],
+    "norm rms bf16 4096 768", "norm ln bf16 4096 768",
     "linear 512 512 512", "linear 64 784 256", "linear 4096 768 3072",
     "mlp 256 64", "mlp 64 32", "attn sdpa 4 6 256 64", "attn composed 4 6 256 64",
     "gpt gpt2 4 4 128 64 4", "gpt gpt2 6 6 384 64 4", "gpt_mem gpt2 6 6 384 64 4", "tiny",

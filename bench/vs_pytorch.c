@@ -40,6 +40,9 @@
  *     the step's GEMM GFLOP/s against the big Linear row's; the small one
  *     with 2 threads vs 1 (wall, alternating) and its peak memory.
  *   Tiny op: c = a + b of 1-element tensors, backward, tg_ctx_reset.
+ *   Low precision (group lowp): RMSNorm and LayerNorm forward+backward in
+ *     bfloat16 at 4096x768 beside their f32 rows, timed alternately in one
+ *     run, and PyTorch's bfloat16 (composed RMSNorm, native F.layer_norm).
  * The rows are the same with any --threads; the targets hold for each.
  *
  * Honest measurements on a shared machine:
@@ -428,6 +431,54 @@ static void bench_norms(const options *o, const limits *lim) {
         }
     }
 }
+
+/* ---- low precision (--only lowp) -------------------------------------------
+ * RMSNorm and LayerNorm forward+backward in bfloat16 at 4096x768 beside the
+ * same op in float32, timed alternately in this run (f32, bf16, f32, ...:
+ * the best median of each counts), so their ratio does not depend on what
+ * the machine did between two runs. The 16-bit kernels read and write
+ * 16-bit storage once (layers/norm_reduce.inc), so the bytes halve and the
+ * target is 1.7x the f32 row; PyTorch 1.13 in bfloat16: the composed
+ * RMSNorm (every op reads and writes bf16, computing in f32) and native
+ * F.layer_norm. GB/s counts 5 N C elements of 2 bytes (4 for f32). */
+#define LOWP_REPS 3
+
+static void bench_lowp_norms(const options *o, const limits *lim) {
+    const int64_t N = 4096, C = 768;
+    for (int kind = 0; kind < 2; kind++) {
+        const char *kname = norm_names[kind];
+        progress("%s f32 and bf16 %lldx%lld, alternating", kname, (long long)N, (long long)C);
+        row *r32 = new_row("lowp", "%s f32 %lldx%lld fwd+bwd", kname, (long long)N, (long long)C);
+        row *r16 = new_row("lowp", "%s bf16 %lldx%lld fwd+bwd", kname, (long long)N, (long long)C);
+        norm_arg a[2] = {norm_setup(kind, TG_F32, N, C), norm_setup(kind, TG_BF16, N, C)};
+        row *r[2] = {r32, r16};
+        for (int k = 0; k < 2; k++) r[k]->ours_s = INFINITY;
+        for (int rep = 0; rep < LOWP_REPS; rep++)
+            for (int k = 0; k < 2; k++) {
+                bn_timing t = time_ours(r[k], a[k].ctx, o->threads, norm_step, &a[k], o->budget / 2, 5, 2e-3);
+                if (!tg_ok(a[k].ctx)) die_ctx(a[k].ctx, kname);
+                r[k]->ours_s = fmin(r[k]->ours_s, t.median_s);
+            }
+        for (int k = 0; k < 2; k++) {
+            tg_ctx_free(a[k].ctx);
+            r[k]->rate = 5.0 * (double)(N * C) * (k ? 2.0 : 4.0) / r[k]->ours_s * 1e-9;
+            snprintf(r[k]->unit, sizeof r[k]->unit, "GB/s");
+            r[k]->frac = r[k]->rate / dram_for(lim, o->threads);
+            snprintf(r[k]->limit_name, sizeof r[k]->limit_name, "DRAM");
+            torch_time(r[k], "norm %s %s %lld %lld", kind ? "ln" : "rms", k ? "bf16" : "f32", (long long)N,
+                       (long long)C);
+        }
+        snprintf(r16->extra, sizeof r16->extra, "%.2fx the f32 row's speed (best of %d alternating timings each)",
+                 r32->ours_s / r16->ours_s, LOWP_REPS);
+        char what[96];
+        snprintf(what, sizeof what, "%s bf16 4096x768 vs f32 (same run)", kname);
+        add_target(r16, what, r32->ours_s / r16->ours_s, 1.7, true, "x");
+        snprintf(what, sizeof what, "%s bf16 4096x768 vs PyTorch bf16 %s", kname, kind ? "native" : "composed");
+        add_target(r16, what, r16->ratio_torch, kind ? 1.3 : 4.0, true, "x");
+    }
+}
+
+static void bench_lowp(const options *o, const limits *lim) { bench_lowp_norms(o, lim); }
 
 /* ---- Linear -------------------------------------------------------------- */
 
@@ -1233,7 +1284,7 @@ static void print_summary(FILE *out, const options *o) {
                     "wall-clock scaling needs %d free cores; %s. The CPU time beside it says what the split allows "
                     "on free cores.\n",
                     o->threads > 2 ? o->threads : 2, busy);
-        else if (!strcmp(r->group, "norm"))
+        else if (!strcmp(r->group, "norm") || (!strcmp(r->group, "lowp") && strstr(t->what, "Norm")))
             fprintf(out,
                     "memory-bound: other jobs' memory traffic and cache use count against it (%s); compare the "
                     "other norm rows of this run.\n",
@@ -1429,7 +1480,7 @@ static void usage(const char *argv0) {
             "usage: %s [--threads N] [--json FILE] [--budget SECONDS] [--no-torch] [--no-blas]\n"
             "          [--python PATH] [--torch-script PATH] [--torch-malloc warm|default]\n"
             "          [--clock auto|wall|cpu] [--torch-wait default|passive|both]\n"
-            "          [--only norm|linear|scaling|mlp|attention|gpt|tiny] [--contend]\n"
+            "          [--only norm|linear|scaling|mlp|attention|gpt|tiny|lowp] [--contend]\n"
             "fair OpenBLAS/PyTorch case: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE %s ...\n",
             argv0, argv0);
 }
@@ -1584,6 +1635,7 @@ int main(int argc, char **argv) {
         if (run_group(&o, "attention")) bench_attention(&o, &lim);
         if (run_group(&o, "gpt")) bench_gpt(&o, &lim);
         if (run_group(&o, "tiny")) bench_tiny(&o);
+        if (run_group(&o, "lowp")) bench_lowp(&o, &lim);
     }
     meter m1 = meter_now();
     ri.others_run = meter_others(&m0, &m1);
