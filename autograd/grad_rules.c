@@ -378,6 +378,13 @@ static bool rule_attention(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tens
     return true;
 }
 
+/* y = tg_cast(x, dtype), the rounding counted as the identity: dx = dy cast
+ * back to x's dtype (autograd/ops_lowp.c). */
+static bool rule_cast(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {
+    dx[0] = tg_cast(ctx, dy, n->in[0]->dtype);
+    return tg_ok(ctx);
+}
+
 /* ---- the table ------------------------------------------------------------------- */
 
 typedef struct rule_entry {
@@ -429,6 +436,7 @@ static const rule_entry RULES[] = {
     {"tg_embedding", rule_embedding},
     {"tg_dropout", rule_dropout},
     {"tg_attention", rule_attention},
+    {"tg_cast", rule_cast},
 };
 
 bool tg_grad_rule_none(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {

@@ -173,6 +173,10 @@ static tg_tensor *jvp_slice(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
     return tg_slice(ctx, t[0], axis, n->i[1], n->i[1] + n->out->shape[axis]);
 }
 
+/* y = tg_cast(x, dtype), linear (the rounding counted as the identity):
+ * the tangent is cast the same way. */
+static tg_tensor *jvp_cast(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) { return tg_cast(ctx, t[0], n->out->dtype); }
+
 static const tg_jvp_entry RULES[] = {
     {"add", jvp_add},
     {"sub", jvp_sub},
@@ -189,6 +193,7 @@ static const tg_jvp_entry RULES[] = {
     {"tg_reshape", jvp_reshape},
     {"tg_concat", jvp_concat},
     {"tg_slice", jvp_slice},
+    {"tg_cast", jvp_cast},
 };
 
 /* ---- the registry ------------------------------------------------------------- */

@@ -5,6 +5,7 @@
  * in ops_activation.inc, instantiated here for float and double; the glue
  * is the shared unary driver (autograd/unary.h). */
 
+#include "autograd/lowp.h"
 #include "autograd/unary.h"
 
 #include <math.h>
@@ -25,6 +26,8 @@ TG_UNARY(silu, "tg_silu", true, false)
 tg_tensor *tg_relu(tg_ctx *ctx, tg_tensor *x) { return tg_unary_apply(ctx, &relu_OP, relu_bwd, x, 0); }
 
 tg_tensor *tg_leaky_relu(tg_ctx *ctx, tg_tensor *x, double negative_slope) {
+    if (tg_lowp_args(ctx, __func__, 1, &x))
+        return tg_lowp_out(ctx, tg_leaky_relu(ctx, tg_lowp_in(ctx, x), negative_slope), x);
     if (!tg_check_arg(ctx, __func__, "x", x) || !tg_check_finite(ctx, __func__, "negative_slope", negative_slope))
         return NULL;
     return tg_unary_apply(ctx, &leaky_relu_OP, leaky_relu_bwd, x, negative_slope);

@@ -18,6 +18,7 @@
  * contiguous run per thread, each run done by one thread in pair order
  * with its own scratch, and each pair by the same one-thread kernel: the
  * result is bitwise the same for any thread count. */
+#include "autograd/lowp.h"
 #include "autograd/ops_attention.h"
 #include "autograd/tape.h"
 #include "tensor/gemm.h"
@@ -208,6 +209,11 @@ bool tg_attention_check(tg_ctx *ctx, const char *fn, const tg_tensor *q, const t
 }
 
 tg_tensor *tg_attention(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v, bool causal, double scale) {
+    if (tg_lowp_args(ctx, __func__, 3, (tg_tensor *[]){q, k, v})) { /* bfloat16, float16: autograd/lowp.h */
+        tg_tensor *w[3];
+        tg_lowp_in_all(ctx, 3, (tg_tensor *[]){q, k, v}, w);
+        return tg_lowp_out(ctx, tg_attention(ctx, w[0], w[1], w[2], causal, scale), q);
+    }
     tg_attn_dims d;
     if (!tg_attention_check(ctx, __func__, q, k, v, causal, &scale, &d)) return NULL;
     int64_t shape[TG_MAX_DIMS];

@@ -34,6 +34,7 @@ static void TG_FN(dropout_backward_kernel)(T *restrict dx, const T *restrict dy,
 
 #else /* the op, compiled once */
 
+#include "autograd/lowp.h"
 #include "autograd/tape.h"
 #include "tensor/parallel.h"
 
@@ -74,6 +75,8 @@ static void dropout_backward(tg_ctx *ctx, tg_node *n) {
 }
 
 tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p, bool training) {
+    if (tg_lowp_args(ctx, __func__, 1, &x))
+        return tg_lowp_out(ctx, tg_dropout(ctx, tg_lowp_in(ctx, x), p, training), x);
     if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
     if (!(p >= 0.0 && p < 1.0)) {
         tg_error(ctx, TG_ERR_VALUE, __func__, "p = %g is outside [0, 1)", p);

@@ -9,6 +9,7 @@
  * the inputs' shapes. */
 
 #include "autograd/broadcast.h"
+#include "autograd/lowp.h"
 #include "autograd/unary.h"
 #include "tensor/parallel.h"
 
@@ -78,10 +79,22 @@ static tg_tensor *binary(tg_ctx *ctx, tg_binop op, tg_tensor *a, tg_tensor *b) {
     return tg_ok(ctx) ? y : NULL;
 }
 
-tg_tensor *tg_add(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) { return binary(ctx, TG_BINOP_ADD, a, b); }
-tg_tensor *tg_sub(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) { return binary(ctx, TG_BINOP_SUB, a, b); }
-tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) { return binary(ctx, TG_BINOP_MUL, a, b); }
-tg_tensor *tg_div(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) { return binary(ctx, TG_BINOP_DIV, a, b); }
+tg_tensor *tg_add(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) {
+    if (tg_lowp_args(ctx, __func__, 2, (tg_tensor *[]){a, b})) return tg_lowp_binary(ctx, tg_add, a, b);
+    return binary(ctx, TG_BINOP_ADD, a, b);
+}
+tg_tensor *tg_sub(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) {
+    if (tg_lowp_args(ctx, __func__, 2, (tg_tensor *[]){a, b})) return tg_lowp_binary(ctx, tg_sub, a, b);
+    return binary(ctx, TG_BINOP_SUB, a, b);
+}
+tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) {
+    if (tg_lowp_args(ctx, __func__, 2, (tg_tensor *[]){a, b})) return tg_lowp_binary(ctx, tg_mul, a, b);
+    return binary(ctx, TG_BINOP_MUL, a, b);
+}
+tg_tensor *tg_div(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) {
+    if (tg_lowp_args(ctx, __func__, 2, (tg_tensor *[]){a, b})) return tg_lowp_binary(ctx, tg_div, a, b);
+    return binary(ctx, TG_BINOP_DIV, a, b);
+}
 
 /* ---- unary ops ----------------------------------------------------------- */
 
@@ -102,6 +115,7 @@ tg_tensor *tg_mul_scalar(tg_ctx *ctx, tg_tensor *x, double s) {
     return tg_unary_apply(ctx, &mul_scalar_OP, mul_scalar_bwd, x, s);
 }
 tg_tensor *tg_pow_scalar(tg_ctx *ctx, tg_tensor *x, double p) {
+    if (tg_lowp_args(ctx, __func__, 1, &x)) return tg_lowp_out(ctx, tg_pow_scalar(ctx, tg_lowp_in(ctx, x), p), x);
     if (!tg_check_arg(ctx, __func__, "x", x) || !tg_check_finite(ctx, __func__, "exponent p", p)) return NULL;
     return tg_unary_apply(ctx, &pow_scalar_OP, pow_scalar_bwd, x, p);
 }

@@ -24,6 +24,7 @@ static void TG_FN(embedding_scatter_add)(T *restrict dw, const T *restrict dy, c
 
 #else /* the op, compiled once */
 
+#include "autograd/lowp.h"
 #include "autograd/tape.h"
 #include "tensor/parallel.h"
 
@@ -76,6 +77,8 @@ static void embedding_backward(tg_ctx *ctx, tg_node *n) {
 }
 
 tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *weight, int ndim, const int64_t *shape, const int64_t *indices) {
+    if (tg_lowp_args(ctx, __func__, 1, &weight)) /* the rows gathered, and dW scattered, in float32 */
+        return tg_lowp_out(ctx, tg_embedding(ctx, tg_lowp_in(ctx, weight), ndim, shape, indices), weight);
     if (!tg_check_arg(ctx, __func__, "weight", weight)) return NULL;
     char sw[TG_SHAPE_STR], ss[TG_SHAPE_STR];
     if (weight->ndim != 2) {

@@ -33,6 +33,7 @@ static void TG_FN(mse_backward_kernel)(T *dp, T *dt, const T *p, const T *t, int
 
 #else /* the op, compiled once */
 
+#include "autograd/lowp.h"
 #include "autograd/tape.h"
 #include "tensor/parallel.h"
 
@@ -91,6 +92,8 @@ static void mse_forward_task(void *arg, int64_t b, int worker) {
 }
 
 tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *pred, tg_tensor *target) {
+    if (tg_lowp_args(ctx, __func__, 2, (tg_tensor *[]){pred, target}))
+        return tg_lowp_binary(ctx, tg_mse_loss, pred, target);
     if (!tg_check_arg(ctx, __func__, "pred", pred) || !tg_check_arg(ctx, __func__, "target", target)) return NULL;
     if (!tg_check_same_dtype(ctx, __func__, pred, target)) return NULL;
     char sp[TG_SHAPE_STR], st[TG_SHAPE_STR];

@@ -1,10 +1,13 @@
-/* Low precision in autograd: the differentiable dtype conversion.
+/* Low precision in autograd: the differentiable dtype conversion, and the
+ * path every op takes on bfloat16 / float16 tensors.
  *
  * bfloat16 and float16 are storage types (tapegrad/tensor.h, Low
- * precision): an op with a low-precision path reads float32, computes in
- * float32 and rounds once to its input's dtype. tg_cast moves a value
- * between dtypes on the tape, so a float32 computation can start from a
- * bfloat16 tensor and its gradient comes back in bfloat16. */
+ * precision): an op reads float32, computes in float32 and rounds once to
+ * its input's dtype. tg_cast moves a value between dtypes on the tape, so a
+ * float32 computation can start from a bfloat16 tensor and its gradient
+ * comes back in bfloat16; the ops' low-precision path (autograd/lowp.h) is
+ * exactly that: cast in, the op's float32 path, cast out. */
+#include "autograd/lowp.h"
 #include "autograd/tape.h"
 
 #include <string.h>
@@ -47,4 +50,53 @@ tg_tensor *tg_cast(tg_ctx *ctx, tg_tensor *x, tg_dtype dtype) {
     tg_convert_n(y->data, dtype, x->data, x->dtype, (size_t)x->numel);
     tg_record(ctx, __func__, cast_backward, y, 1, &x);
     return tg_ok(ctx) ? y : NULL;
+}
+
+/* ---- the ops' low-precision path (autograd/lowp.h) ----------------------------- */
+
+/* A tensor argument the op's own checks accept: not NULL, not stale. */
+static bool usable(const tg_ctx *ctx, const tg_tensor *t) { return t && !tg_stale(ctx, t); }
+
+bool tg_lowp_args(tg_ctx *ctx, const char *fn, int n, tg_tensor *const *in) {
+    if (!tg_live(ctx)) return false;
+    const tg_tensor *lowp = NULL;
+    for (int k = 0; k < n && !lowp; k++)
+        if (usable(ctx, in[k]) && tg_is_lowp(in[k]->dtype)) lowp = in[k];
+    if (!lowp) return false;
+    for (int k = 0; k < n; k++)
+        if (usable(ctx, in[k]) && in[k]->dtype != lowp->dtype) {
+            tg_error(ctx, TG_ERR_DTYPE, fn,
+                     "dtypes differ: %s and %s; an op takes one dtype (tg_cast one of them, differentiable)",
+                     tg_dtype_name(lowp->dtype), tg_dtype_name(in[k]->dtype));
+            break;
+        }
+    return true;
+}
+
+tg_tensor *tg_lowp_in(tg_ctx *ctx, tg_tensor *x) {
+    return tg_live(ctx) && usable(ctx, x) && tg_is_lowp(x->dtype) ? tg_cast(ctx, x, TG_F32) : x;
+}
+
+tg_tensor **tg_lowp_in_all(tg_ctx *ctx, int n, tg_tensor *const *in, tg_tensor **out) {
+    for (int k = 0; k < n; k++) {
+        int j = 0;
+        while (j < k && in[j] != in[k]) j++;
+        out[k] = j < k ? out[j] : tg_lowp_in(ctx, in[k]);
+    }
+    return out;
+}
+
+tg_tensor *tg_lowp_out(tg_ctx *ctx, tg_tensor *y, const tg_tensor *like) {
+    return y ? tg_cast(ctx, y, like->dtype) : NULL;
+}
+
+tg_tensor *tg_lowp_unary(tg_ctx *ctx, tg_tensor *(*f)(tg_ctx *, tg_tensor *), tg_tensor *x) {
+    return tg_lowp_out(ctx, f(ctx, tg_lowp_in(ctx, x)), x);
+}
+
+tg_tensor *tg_lowp_binary(tg_ctx *ctx, tg_tensor *(*f)(tg_ctx *, tg_tensor *, tg_tensor *), tg_tensor *a,
+                          tg_tensor *b) {
+    tg_tensor *w[2];
+    tg_lowp_in_all(ctx, 2, (tg_tensor *[]){a, b}, w);
+    return tg_lowp_out(ctx, f(ctx, w[0], w[1]), a);
 }

@@ -59,6 +59,7 @@ static void TG_FN(tri_kernel)(T *restrict y, const T *restrict x, int64_t B, int
 #else /* the ops, compiled once */
 
 #include "autograd/broadcast.h"
+#include "autograd/lowp.h"
 #include "autograd/tape.h"
 
 #define TG_TEMPLATE "autograd/ops_mask.c"
@@ -102,6 +103,11 @@ static void masked_fill_backward(tg_ctx *ctx, tg_node *n) {
 }
 
 tg_tensor *tg_masked_fill(tg_ctx *ctx, tg_tensor *x, tg_tensor *mask, double value) {
+    if (tg_lowp_args(ctx, __func__, 2, (tg_tensor *[]){x, mask})) { /* bfloat16, float16: autograd/lowp.h */
+        tg_tensor *w[2];
+        tg_lowp_in_all(ctx, 2, (tg_tensor *[]){x, mask}, w);
+        return tg_lowp_out(ctx, tg_masked_fill(ctx, w[0], w[1], value), x);
+    }
     if (!tg_check_arg(ctx, __func__, "x", x) || !tg_check_arg(ctx, __func__, "mask", mask)) return NULL;
     if (!tg_check_same_dtype(ctx, __func__, x, mask)) return NULL;
     tg_bcast p;
@@ -146,6 +152,7 @@ static void tri_backward(tg_ctx *ctx, tg_node *n) {
 }
 
 static tg_tensor *tri_op(tg_ctx *ctx, const char *fn, tg_tensor *x, int64_t diagonal, bool upper) {
+    if (tg_lowp_args(ctx, fn, 1, &x)) return tg_lowp_out(ctx, tri_op(ctx, fn, tg_lowp_in(ctx, x), diagonal, upper), x);
     if (!tg_check_arg(ctx, fn, "x", x)) return NULL;
     if (x->ndim < 2) {
         char s[TG_SHAPE_STR];

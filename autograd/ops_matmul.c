@@ -16,6 +16,7 @@
  *                                             (rows,K) x (K,N): a is
  *                                             contiguous, so its leading
  *                                             dims times M are just rows. */
+#include "autograd/lowp.h"
 #include "autograd/tape.h"
 #include "tensor/gemm.h"
 #include "tensor/parallel.h"
@@ -133,6 +134,7 @@ static void matmul_backward(tg_ctx *ctx, tg_node *n) {
 }
 
 tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) {
+    if (tg_lowp_args(ctx, __func__, 2, (tg_tensor *[]){a, b})) return tg_lowp_binary(ctx, tg_matmul, a, b);
     if (!tg_check_arg(ctx, __func__, "a", a) || !tg_check_arg(ctx, __func__, "b", b)) return NULL;
     if (!tg_check_same_dtype(ctx, __func__, a, b)) return NULL;
     char sa[TG_SHAPE_STR], sb[TG_SHAPE_STR];

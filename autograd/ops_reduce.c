@@ -7,6 +7,7 @@
  * dispatch by dtype and the tape record. Sums save nothing for backward
  * (the input's shape is enough); max saves the index of each maximum. */
 
+#include "autograd/lowp.h"
 #include "autograd/unary.h"
 #include "tensor/parallel.h"
 
@@ -39,6 +40,7 @@ static void sum_all_bwd(tg_ctx *ctx, tg_node *n) {
 }
 
 static tg_tensor *sum_all(tg_ctx *ctx, const char *fn, const char *name, tg_tensor *x, bool mean) {
+    if (tg_lowp_args(ctx, fn, 1, &x)) return tg_lowp_out(ctx, sum_all(ctx, fn, name, tg_lowp_in(ctx, x), mean), x);
     if (!tg_check_arg(ctx, fn, "x", x)) return NULL;
     if (mean && x->numel == 0) {
         char s[TG_SHAPE_STR];
@@ -127,6 +129,8 @@ static void sum_axis_bwd(tg_ctx *ctx, tg_node *n) {
 
 static tg_tensor *sum_axis(tg_ctx *ctx, const char *fn, const char *name, tg_tensor *x, int axis, bool keepdim,
                            bool mean) {
+    if (tg_lowp_args(ctx, fn, 1, &x))
+        return tg_lowp_out(ctx, sum_axis(ctx, fn, name, tg_lowp_in(ctx, x), axis, keepdim, mean), x);
     if (!tg_check_arg(ctx, fn, "x", x)) return NULL;
     axis_split s;
     if (!split_axis(ctx, fn, x, axis, keepdim, &s)) return NULL;
@@ -162,6 +166,8 @@ static void max_axis_bwd(tg_ctx *ctx, tg_node *n) {
 }
 
 tg_tensor *tg_max_axis(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim) {
+    if (tg_lowp_args(ctx, __func__, 1, &x))
+        return tg_lowp_out(ctx, tg_max_axis(ctx, tg_lowp_in(ctx, x), axis, keepdim), x);
     if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
     axis_split s;
     if (!split_axis(ctx, __func__, x, axis, keepdim, &s)) return NULL;

@@ -69,6 +69,7 @@ static void TG_FN(rope_kernel)(T *restrict y, const T *restrict x, const T *rest
 
 #else /* the op, compiled once */
 
+#include "autograd/lowp.h"
 #include "autograd/tape.h"
 
 #include <math.h>
@@ -108,6 +109,8 @@ static void rope_backward(tg_ctx *ctx, tg_node *n) {
 }
 
 tg_tensor *tg_rope(tg_ctx *ctx, tg_tensor *x, int seq_axis, double base) {
+    if (tg_lowp_args(ctx, __func__, 1, &x))
+        return tg_lowp_out(ctx, tg_rope(ctx, tg_lowp_in(ctx, x), seq_axis, base), x);
     if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
     char s[TG_SHAPE_STR];
     if (x->ndim < 2 || x->shape[x->ndim - 1] % 2 != 0) {

@@ -98,6 +98,7 @@ static void TG_FN(accum_rows)(T *restrict dst, int64_t ld_dst, const T *restrict
 
 #else /* the op, compiled once */
 
+#include "autograd/lowp.h"
 #include "autograd/tape.h"
 
 #include <string.h>
@@ -160,6 +161,7 @@ static void transpose_backward(tg_ctx *ctx, tg_node *n) {
 }
 
 tg_tensor *tg_transpose(tg_ctx *ctx, tg_tensor *x) {
+    if (tg_lowp_args(ctx, __func__, 1, &x)) return tg_lowp_unary(ctx, tg_transpose, x);
     if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
     if (x->ndim < 2) {
         char s[TG_SHAPE_STR];
@@ -262,6 +264,7 @@ static tg_tensor *permute_op(tg_ctx *ctx, const char *fn, tg_tensor *x, const in
 }
 
 tg_tensor *tg_permute(tg_ctx *ctx, tg_tensor *x, const int *perm) {
+    if (tg_lowp_args(ctx, __func__, 1, &x)) return tg_lowp_out(ctx, tg_permute(ctx, tg_lowp_in(ctx, x), perm), x);
     if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
     const int nd = x->ndim;
     if (!perm && nd > 0) {
@@ -287,6 +290,8 @@ tg_tensor *tg_permute(tg_ctx *ctx, tg_tensor *x, const int *perm) {
 }
 
 tg_tensor *tg_transpose_dims(tg_ctx *ctx, tg_tensor *x, int dim0, int dim1) {
+    if (tg_lowp_args(ctx, __func__, 1, &x))
+        return tg_lowp_out(ctx, tg_transpose_dims(ctx, tg_lowp_in(ctx, x), dim0, dim1), x);
     if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
     int d0 = norm_axis(ctx, __func__, x, dim0);
     int d1 = d0 < 0 ? -1 : norm_axis(ctx, __func__, x, dim1);
@@ -309,6 +314,8 @@ static void reshape_backward(tg_ctx *ctx, tg_node *n) {
 }
 
 tg_tensor *tg_reshape(tg_ctx *ctx, tg_tensor *x, int ndim, const int64_t *shape) {
+    if (tg_lowp_args(ctx, __func__, 1, &x))
+        return tg_lowp_out(ctx, tg_reshape(ctx, tg_lowp_in(ctx, x), ndim, shape), x);
     if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
     int64_t s[TG_MAX_DIMS];
     if (!tg_infer_shape(ctx, __func__, x, ndim, shape, s)) return NULL;
@@ -340,7 +347,15 @@ static void concat_backward(tg_ctx *ctx, tg_node *n) {
     }
 }
 
+/* tg_concat of 16-bit tensors: widened (autograd/lowp.h), concatenated,
+ * rounded back. */
+static tg_tensor *concat_lowp(tg_ctx *ctx, int n, tg_tensor *const *xs, int axis) {
+    tg_tensor **w = tg_arena_alloc_fn(ctx, "tg_concat", (size_t)n * sizeof *w);
+    return w ? tg_lowp_out(ctx, tg_concat(ctx, n, tg_lowp_in_all(ctx, n, xs, w), axis), xs[0]) : NULL;
+}
+
 tg_tensor *tg_concat(tg_ctx *ctx, int n, tg_tensor *const *xs, int axis) {
+    if (xs && n >= 1 && tg_lowp_args(ctx, __func__, n, xs)) return concat_lowp(ctx, n, xs, axis);
     if (!tg_live(ctx)) return NULL;
     if (!xs) {
         tg_error(ctx, TG_ERR_NULL, __func__, "argument 'xs' is NULL");
@@ -414,6 +429,8 @@ static void slice_backward(tg_ctx *ctx, tg_node *n) {
 }
 
 tg_tensor *tg_slice(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t end) {
+    if (tg_lowp_args(ctx, __func__, 1, &x))
+        return tg_lowp_out(ctx, tg_slice(ctx, tg_lowp_in(ctx, x), axis, start, end), x);
     if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
     int a = norm_axis(ctx, __func__, x, axis);
     if (a < 0) return NULL;

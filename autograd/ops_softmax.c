@@ -11,6 +11,7 @@
  * output y (dx needs only y and dy); cross-entropy saves each row's
  * log-sum-exp (N doubles) and a copy of the targets (N int64) and reads the
  * logits, so no (N,C) probability tensor is ever stored. */
+#include "autograd/lowp.h"
 #include "autograd/tape.h"
 #include "tensor/parallel.h"
 
@@ -92,6 +93,7 @@ static void softmax_backward(tg_ctx *ctx, tg_node *n) {
 }
 
 static tg_tensor *softmax_op(tg_ctx *ctx, tg_tensor *x, bool log_, const char *fn) {
+    if (tg_lowp_args(ctx, fn, 1, &x)) return tg_lowp_out(ctx, softmax_op(ctx, tg_lowp_in(ctx, x), log_, fn), x);
     if (!tg_check_arg(ctx, fn, "x", x)) return NULL;
     tg_tensor *y = tg_new_like(ctx, fn, x);
     if (!y) return NULL;
@@ -158,6 +160,8 @@ static void cross_entropy_backward(tg_ctx *ctx, tg_node *n) {
 }
 
 tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, const int64_t *targets, const tg_cross_entropy_opts *opts) {
+    if (tg_lowp_args(ctx, __func__, 1, &logits)) /* f32 inside, the loss in logits' dtype (as PyTorch) */
+        return tg_lowp_out(ctx, tg_cross_entropy(ctx, tg_lowp_in(ctx, logits), targets, opts), logits);
     if (!tg_check_arg(ctx, __func__, "logits", logits)) return NULL;
     const tg_cross_entropy_opts o = opts ? *opts : TG_CROSS_ENTROPY_DEFAULTS;
     char sl[TG_SHAPE_STR];

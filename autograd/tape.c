@@ -337,3 +337,8 @@ bool tg_record_check(tg_ctx *ctx, const char *fn, const tg_node *n) {
 }
 
 void tg_record_failed(tg_ctx *ctx, const tg_node *n) { backward_failed(ctx, n); }
+
+bool tg_tape_holds(const tg_ctx *ctx, const tg_tensor *t) {
+    const int64_t k = t->node_;
+    return k >= 0 && !ctx->tape.consumed && k < ctx->tape.n_nodes && ctx->tape.nodes[k].out == t;
+}

@@ -74,6 +74,11 @@ void tg_node_count_saved(tg_ctx *ctx, tg_node *node, size_t bytes);
 void tg_tape_stash(tg_ctx *ctx, tg_tape *saved);
 void tg_tape_restore(tg_ctx *ctx, tg_tape *saved);
 
+/* True when t is the output of a record of the live tape, one a backward
+ * can still walk (not consumed, not cleared by a reset). Autocast
+ * (layers/autocast.c) reuses a parameter's 16-bit copy only then. */
+bool tg_tape_holds(const tg_ctx *ctx, const tg_tensor *t);
+
 /* Parallel loops use the task pool of tensor/parallel.h (tg_parallel,
  * tg_parallel_range): the one set of helper threads the library has. */
 

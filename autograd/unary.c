@@ -1,4 +1,5 @@
 /* The shared driver of elementwise unary ops; see unary.h. */
+#include "autograd/lowp.h"
 #include "autograd/unary.h"
 #include "tensor/parallel.h"
 
@@ -44,6 +45,8 @@ static void backward_piece(void *arg, int64_t i0, int64_t len) {
 }
 
 tg_tensor *tg_unary_apply(tg_ctx *ctx, const tg_unary_op *op, tg_backward_fn backward, tg_tensor *x, double a) {
+    if (tg_lowp_args(ctx, op->fn, 1, &x)) /* bfloat16, float16: autograd/lowp.h */
+        return tg_lowp_out(ctx, tg_unary_apply(ctx, op, backward, tg_lowp_in(ctx, x), a), x);
     if (!tg_check_arg(ctx, op->fn, "x", x)) return NULL;
     tg_tensor *y = tg_new_like(ctx, op->fn, x);
     if (!y) return NULL;

@@ -325,7 +325,7 @@ int main(int argc, char **argv) {
                              .start_factor = 0.1,
                              .min_lr = args.lr / 20};
         tg_optim_set_schedule(ctx, opt, &sched);
-        tg_train_part part = {NULL, &params, opt};
+        tg_train_part part = {NULL, &params, opt, NULL};
         ok = !ex_failed(ctx) && ex_resume(ctx, &args, &part, 1, &start);
     }
     double loss_value = NAN, val_loss = NAN;
@@ -334,7 +334,7 @@ int main(int argc, char **argv) {
         bool plotted = ex_plot_train_val(&args, "charlm: cross-entropy per character");
         printf("final train loss %.4f, validation loss %.4f (uniform guessing: %.4f)\n", loss_value, val_loss,
                log((double)VOCAB));
-        tg_train_part part = {NULL, &params, opt};
+        tg_train_part part = {NULL, &params, opt, NULL};
         ok = ex_save(ctx, &args, &part, 1) && plotted;
     }
     if (ok) {

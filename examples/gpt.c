@@ -546,7 +546,7 @@ int main(int argc, char **argv) {
         g = tg_gpt_new(ctx, NULL, &cfg);
         ok = !ex_failed(ctx);
     }
-    tg_train_part part = {NULL, &params, NULL};
+    tg_train_part part = {NULL, &params, NULL, NULL};
     if (ok) {
         tg_module_print(stdout, TG_MODULE(g));
         tg_module_params(ctx, TG_MODULE(g), &params);

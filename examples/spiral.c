@@ -11,6 +11,15 @@
  * state file (tg_train_save_parts, one part per norm); --resume continues
  * all of them.
  *
+ * Mixed precision (--dtype bf16|f16; docs/mixed-precision.md): the model
+ * keeps float32 parameters, the master weights the optimizer updates, and
+ * runs under autocast (tg_ctx_set_autocast): every layer computes in 16
+ * bits from a 16-bit copy of its parameters, the loss is computed in
+ * float32 from the logits cast up, and the grads come back to the float32
+ * parameters. float16 also scales the loss (tg_grad_scaler), so that small
+ * gradients do not flush to zero; a step whose gradient overflowed is
+ * skipped.
+ *
  * Batches and processes (tapegrad/dist.h, docs/distributed.md): each step
  * trains on a global batch -- all the points, or --batch B points drawn
  * from the seeded RNG -- split into micro-batches: --micro K per process,
@@ -113,6 +122,9 @@ static int64_t argmax_row(tg_ctx *ctx, tg_tensor *logits, int64_t row) {
 
 /* --optim and --schedule: every optimizer of the library trains this model. */
 static const char *optim_name = "adam", *schedule_name = "constant";
+/* --dtype: the compute dtype, TG_F32 or the autocast dtype */
+static const char *dtype_flag = "f32";
+static tg_dtype compute = TG_F32;
 
 static tg_optim *make_optimizer(tg_ctx *ctx, const ex_args *args, tg_params *params) {
     tg_optim *opt;
@@ -142,7 +154,9 @@ typedef struct run {
     mlp m;
     tg_params params;
     tg_optim *opt;
-    tg_grad_accum *acc; /* folds this process's micro-batches */
+    tg_grad_accum *acc;     /* folds this process's micro-batches */
+    tg_grad_scaler *scaler; /* --dtype f16: the loss scaler; else NULL */
+    int64_t skipped;        /* steps the scaler skipped (a gradient overflowed) */
     double loss, accuracy;
 } run;
 
@@ -203,9 +217,11 @@ static bool step_gradient(tg_ctx *ctx, const spiral_data *d, const batching *b, 
         const int64_t *labels;
         micro_batch(ctx, d, b, start, count, &xs, &labels);
         tg_tensor *logits = mlp_forward(ctx, &r->m, tg_from_buffer(ctx, TG_F32, TG_SHAPE(count, 2), xs));
-        tg_tensor *l = tg_cross_entropy(ctx, logits, labels, NULL);
+        /* the loss in float32 (autocast's rule for losses) */
+        tg_tensor *l = tg_cross_entropy(ctx, compute == TG_F32 ? logits : tg_cast(ctx, logits, TG_F32), labels, NULL);
         tg_optim_zero_grad(ctx, r->opt);
-        tg_backward(ctx, l);
+        /* float16: backward from scale * loss, unscaled before the step */
+        tg_backward(ctx, r->scaler ? tg_grad_scaler_scale(ctx, r->scaler, l) : l);
         /* the fold of tg_grad_accum_add, for the loss: w l, then + w l */
         const double w = (double)count / (double)B, t = w * tg_get_flat(ctx, l, 0);
         tg_grad_accum_add(ctx, r->acc, w);
@@ -230,7 +246,7 @@ static bool train(tg_ctx *ctx, const ex_args *args, const spiral_data *d, const 
     tg_plot *log = NULL;
     bool ok = true;
     if (b->lead) {
-        printf("\n== spiral --norm %s\n", r->norm);
+        printf("\n== spiral --norm %s --dtype %s\n", r->norm, dtype_flag);
         tg_model_print(stdout, &r->m.model);
         char name[64];
         snprintf(name, sizeof name, "loss_%s", r->norm);
@@ -245,9 +261,16 @@ static bool train(tg_ctx *ctx, const ex_args *args, const spiral_data *d, const 
     for (int64_t step = start + 1; step <= ex_last_step(args); step++) {
         double stats[2];
         bool reduced = step_gradient(ctx, d, b, r, stats);
+        if (r->scaler) tg_grad_scaler_unscale(ctx, r->scaler, r->opt); /* the true gradient, for its norm */
         double gnorm = tg_grad_norm(ctx, &r->params);
         double lr = tg_optim_lr(r->opt);
-        tg_optim_step(ctx, r->opt);
+        if (r->scaler) {
+            /* skipped when the gradient overflowed; the scale adapts */
+            r->skipped += !tg_grad_scaler_step(ctx, r->scaler, r->opt);
+            tg_grad_scaler_update(ctx, r->scaler);
+        } else {
+            tg_optim_step(ctx, r->opt);
+        }
         if (ex_failed(ctx) || !reduced) {
             ex_log_close(&log);
             return false;
@@ -263,6 +286,9 @@ static bool train(tg_ctx *ctx, const ex_args *args, const spiral_data *d, const 
         tg_ctx_reset(ctx);
     }
     tg_progress_finish(&progress);
+    if (r->scaler && b->lead)
+        printf("loss scale %g; %lld step%s skipped (gradient overflow)\n", tg_grad_scaler_get_scale(r->scaler),
+               (long long)r->skipped, r->skipped == 1 ? "" : "s");
     return all_ok(ctx, b, ex_log_close(&log));
 }
 
@@ -344,7 +370,9 @@ static bool sync_from_rank0(tg_ctx *ctx, const batching *b, run *runs, int count
     if (!all_ok(ctx, b, ok)) return false;
     for (int k = 0; k < count && ok; k++)
         ok = tg_dist_broadcast_params(ctx, b->dist, &runs[k].params) &&
-             tg_dist_broadcast_optim(ctx, b->dist, runs[k].opt);
+             tg_dist_broadcast_optim(ctx, b->dist, runs[k].opt) &&
+             (!runs[k].scaler || (tg_dist_broadcast_params(ctx, b->dist, tg_grad_scaler_state(runs[k].scaler)) &&
+                                  (tg_grad_scaler_sync_state(ctx, runs[k].scaler), tg_ok(ctx))));
     ok = ok && tg_dist_broadcast_rng(ctx, b->dist);
     if (!ok) ex_failed(ctx);
     return ok;
@@ -357,6 +385,7 @@ int main(int argc, char **argv) {
     static const char *const choices[] = {"none", "rmsnorm", "layernorm", "all", NULL};
     static const char *const optims[] = {"sgd", "adam", "adamw", NULL};
     static const char *const schedules[] = {"constant", "cosine", NULL};
+    static const char *const dtypes[] = {"f32", "bf16", "f16", NULL};
     ex_flag extra[] = {
         {"norm", EX_STR, &norm, "normalization after each hidden Linear (default all)", choices},
         {"optim", EX_STR, &optim_name, "optimizer; sgd has momentum 0.9 (default adam)", optims},
@@ -365,8 +394,12 @@ int main(int argc, char **argv) {
         {"points", EX_INT, &per_class, "points per class (default 100)", NULL},
         {"batch", EX_INT, &batch, "points drawn from the seeded RNG for each step (default 0: all, in order)", NULL},
         {"micro", EX_INT, &micro, "micro-batches per process, gradients accumulated (default 1)", NULL},
+        {"dtype", EX_STR, &dtype_flag,
+         "compute dtype; bf16 and f16 are mixed precision (float32 master weights, autocast; f16 scales the loss) "
+         "(default f32)",
+         dtypes},
     };
-    int rc = ex_parse(&args, argc, argv, "spiral", "Trains an MLP to classify three spirals.", extra, 6);
+    int rc = ex_parse(&args, argc, argv, "spiral", "Trains an MLP to classify three spirals.", extra, 7);
     if (rc >= 0) return rc;
     if (per_class < 2 || per_class > 1000000) {
         fprintf(stderr, "spiral: --points must be in 2..1000000\n");
@@ -381,6 +414,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "spiral: out of memory\n");
         return 1;
     }
+    compute = strcmp(dtype_flag, "bf16") == 0 ? TG_BF16 : strcmp(dtype_flag, "f16") == 0 ? TG_F16 : TG_F32;
+    tg_ctx_set_autocast(ctx, compute); /* TG_F32: off */
     /* The processes: a world of one unless mpirun started this one. Only
      * rank 0 prints; the others' output goes nowhere (errors still go to
      * stderr from every rank). */
@@ -396,12 +431,12 @@ int main(int argc, char **argv) {
     char settings[512];
     snprintf(settings, sizeof settings,
              "steps=%lld stop-after=%lld seed=%llu lr=%.17g norm=%s optim=%s schedule=%s points=%lld batch=%lld "
-             "micro=%lld",
+             "micro=%lld dtype=%s",
              (long long)args.steps, (long long)args.stop_after, (unsigned long long)args.seed, args.lr, norm,
-             optim_name, schedule_name, (long long)per_class, (long long)batch, (long long)micro);
+             optim_name, schedule_name, (long long)per_class, (long long)batch, (long long)micro, dtype_flag);
     bool ok = tg_dist_same(ctx, b.dist, settings, strlen(settings),
                            "the flags (--steps, --stop-after, --seed, --lr, --norm, --optim, --schedule, --points, "
-                           "--batch, --micro)") ||
+                           "--batch, --micro, --dtype)") ||
               !ex_failed(ctx);
     const int64_t B = batch ? batch : CLASSES * per_class, parts = nproc * micro;
     if (ok && B < parts) {
@@ -434,7 +469,8 @@ int main(int argc, char **argv) {
         tg_model_params(ctx, &r->m.model, &r->params);
         r->opt = make_optimizer(ctx, &args, &r->params);
         r->acc = tg_grad_accum_new(ctx, &r->params);
-        parts_of_state[k] = (tg_train_part){r->norm, &r->params, r->opt};
+        if (compute == TG_F16) r->scaler = tg_grad_scaler_new(ctx, NULL);
+        parts_of_state[k] = (tg_train_part){r->norm, &r->params, r->opt, r->scaler};
         ok = !ex_failed(ctx);
     }
     int64_t start = 0;
@@ -479,6 +515,7 @@ int main(int argc, char **argv) {
     if (synced) ok = all_ok(ctx, &b, ok);
     for (int k = 0; k < count; k++) {
         tg_grad_accum_free(ctx, runs[k].acc);
+        tg_grad_scaler_free(ctx, runs[k].scaler);
         tg_optim_free(ctx, runs[k].opt);
         tg_params_free(&runs[k].params);
         tg_model_free(ctx, &runs[k].m.model);

@@ -53,7 +53,7 @@ tg_activation *tg_activation_new(tg_ctx *ctx, const char *name, tg_activation_ki
 }
 
 tg_tensor *tg_activation_forward(tg_ctx *ctx, tg_activation *layer, tg_tensor *x) {
-    if (!tg_check_layer(ctx, __func__, layer) || !tg_check_arg(ctx, __func__, "x", x)) return NULL;
+    if (!tg_check_layer(ctx, __func__, layer) || !tg_check_arg_any(ctx, __func__, "x", x)) return NULL;
     switch (layer->act) {
     case TG_ACT_RELU: return tg_relu(ctx, x);
     case TG_ACT_LEAKY_RELU: return tg_leaky_relu(ctx, x, LEAKY_SLOPE);

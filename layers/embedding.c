@@ -53,7 +53,11 @@ tg_embedding_layer *tg_embedding_layer_new(tg_ctx *ctx, const char *name, int64_
 tg_tensor *tg_embedding_layer_forward(tg_ctx *ctx, tg_embedding_layer *layer, int ndim, const int64_t *shape,
                                       const int64_t *indices) {
     if (!tg_check_layer(ctx, __func__, layer)) return NULL;
-    return tg_embedding(ctx, layer->weight, ndim, shape, indices);
+    /* Under autocast the rows are looked up in the float32 table and then
+     * cast: the same bits as a lookup in a cast table (rounding is
+     * elementwise), at the cost of the rows instead of the table, and the
+     * backward's scatter-add stays in float32. */
+    return tg_autocast_input(ctx, tg_embedding(ctx, layer->weight, ndim, shape, indices));
 }
 
 bool tg_embedding_layer_params(tg_ctx *ctx, tg_embedding_layer *layer, tg_params *list) {

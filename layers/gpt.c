@@ -161,8 +161,11 @@ tg_tensor *tg_gpt_forward(tg_ctx *ctx, tg_gpt *gpt, int64_t B, int64_t T, const 
     }
     x = tg_module_forward(ctx, gpt->ln_f, tg_sequential_forward(ctx, gpt->h, x));
     if (!x) return NULL;
-    /* GPT-2 ties the output projection to the token table: logits = x wte^T */
-    return gpt->lm_head ? tg_linear_forward(ctx, gpt->lm_head, x) : tg_linear_fused(ctx, x, gpt->wte->weight, NULL);
+    /* GPT-2 ties the output projection to the token table: logits = x wte^T
+     * (under autocast through the table's 16-bit copy, whose gradient joins
+     * the embedding's in wte's float32 grad) */
+    return gpt->lm_head ? tg_linear_forward(ctx, gpt->lm_head, x)
+                        : tg_linear_fused(ctx, x, tg_autocast_param(ctx, gpt->wte->weight), NULL);
 }
 
 tg_tensor *tg_gpt_loss(tg_ctx *ctx, tg_gpt *gpt, int64_t B, int64_t T, const int64_t *idx, const int64_t *targets) {
@@ -172,6 +175,8 @@ tg_tensor *tg_gpt_loss(tg_ctx *ctx, tg_gpt *gpt, int64_t B, int64_t T, const int
         tg_error(ctx, TG_ERR_NULL, __func__, "argument 'targets' is NULL");
         return NULL;
     }
+    /* the loss in float32, as autocast computes losses */
+    if (tg_is_lowp(logits->dtype)) logits = tg_cast(ctx, logits, TG_F32);
     tg_tensor *rows = tg_reshape(ctx, logits, 2, (const int64_t[]){B * T, gpt->config.vocab_size});
     return tg_cross_entropy(ctx, rows, targets, NULL);
 }

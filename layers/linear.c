@@ -12,6 +12,7 @@
  * GEMM workspaces come from the context's arena, so a warmed-up training
  * step allocates nothing from malloc, and go back to it after each product
  * (tg_arena_release), so every product reuses the same memory. */
+#include "autograd/lowp.h"
 #include "autograd/tape.h"
 #include "layers/grad_rules.h"
 #include "layers/module.h"
@@ -121,6 +122,9 @@ static void linear_backward(tg_ctx *ctx, tg_node *n) {
 }
 
 tg_tensor *tg_linear_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *weight, tg_tensor *bias) {
+    if (tg_lowp_args(ctx, __func__, 3, (tg_tensor *[]){x, weight, bias})) /* f32 GEMM on widened copies */
+        return tg_lowp_out(ctx,
+                           tg_linear_fused(ctx, tg_lowp_in(ctx, x), tg_lowp_in(ctx, weight), tg_lowp_in(ctx, bias)), x);
     if (!tg_check_arg(ctx, __func__, "x", x) || !tg_check_arg(ctx, __func__, "weight", weight)) return NULL;
     if (!tg_check_same_dtype(ctx, __func__, x, weight)) return NULL;
     if (bias && !tg_check_same_dtype(ctx, __func__, x, bias)) return NULL;
@@ -246,14 +250,17 @@ tg_linear *tg_linear_new1(tg_ctx *ctx, const char *name, int64_t in_features, in
 
 tg_tensor *tg_linear_forward(tg_ctx *ctx, tg_linear *layer, tg_tensor *x) {
     if (!tg_check_layer(ctx, __func__, layer)) return NULL;
-    if (!tg_check_arg(ctx, __func__, "x", x) || !tg_check_layer_dtype(ctx, __func__, x, layer->base.dtype)) return NULL;
+    if (!tg_check_arg_any(ctx, __func__, "x", x) || !tg_check_layer_dtype(ctx, __func__, x, layer->base.dtype))
+        return NULL;
     if (x->ndim < 1 || x->shape[x->ndim - 1] != layer->in_features) {
         char sx[TG_SHAPE_STR];
         tg_error(ctx, TG_ERR_SHAPE, __func__, "input %s last dim %lld != in_features %lld", tg_shape_of(sx, x),
                  x->ndim ? (long long)x->shape[x->ndim - 1] : 0LL, (long long)layer->in_features);
         return NULL;
     }
-    return tg_linear_fused(ctx, x, layer->weight, layer->bias);
+    /* under autocast: x and the parameters' copies in the compute dtype */
+    return tg_linear_fused(ctx, tg_autocast_input(ctx, x), tg_autocast_param(ctx, layer->weight),
+                           tg_autocast_param(ctx, layer->bias));
 }
 
 bool tg_linear_params(tg_ctx *ctx, tg_linear *layer, tg_params *list) {

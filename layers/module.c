@@ -34,7 +34,17 @@ bool tg_check_size_arg(tg_ctx *ctx, const char *fn, const char *arg, int64_t siz
 
 bool tg_check_layer_dtype(tg_ctx *ctx, const char *fn, const tg_tensor *x, tg_dtype dtype) {
     if (x->dtype == dtype) return true;
-    tg_error(ctx, TG_ERR_DTYPE, fn, "input is %s but the layer is %s", tg_dtype_name(x->dtype), tg_dtype_name(dtype));
+    /* autocast: a float32 layer takes its compute dtype (layers/autocast.c) */
+    if (dtype == TG_F32 && ctx->autocast != TG_F32 && x->dtype == ctx->autocast) return true;
+    if (dtype == TG_F32 && tg_is_lowp(x->dtype))
+        tg_error(ctx, TG_ERR_DTYPE, fn,
+                 "input is %s but the layer is float32 (autocast is %s: tg_ctx_set_autocast(ctx, %s) runs float32 "
+                 "layers in %s)",
+                 tg_dtype_name(x->dtype), ctx->autocast == TG_F32 ? "off" : tg_dtype_name(ctx->autocast),
+                 x->dtype == TG_BF16 ? "TG_BF16" : "TG_F16", tg_dtype_name(x->dtype));
+    else
+        tg_error(ctx, TG_ERR_DTYPE, fn, "input is %s but the layer is %s", tg_dtype_name(x->dtype),
+                 tg_dtype_name(dtype));
     return false;
 }
 
@@ -253,7 +263,7 @@ tg_tensor *tg_module_forward(tg_ctx *ctx, tg_module *m, tg_tensor *x) {
         tg_module_no_forward(ctx, __func__, m);
         return NULL;
     }
-    if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
+    if (!tg_check_arg_any(ctx, __func__, "x", x)) return NULL;
     return m->ops_->forward(ctx, m, x);
 }
 

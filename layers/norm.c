@@ -235,7 +235,7 @@ static void *norm_new(tg_ctx *ctx, const char *fn, const norm_kind *kind, const 
 static tg_tensor *norm_forward(tg_ctx *ctx, const char *fn, const norm_kind *kind, tg_module *m, tg_tensor *x) {
     if (!tg_check_layer(ctx, fn, m)) return NULL;
     const tg_rmsnorm *l = fields_of(m);
-    if (!tg_check_arg(ctx, fn, "x", x)) return NULL;
+    if (!tg_check_arg_any(ctx, fn, "x", x)) return NULL;
     bool fits = x->ndim >= l->ndim;
     for (int d = 0; fits && d < l->ndim; d++) fits = x->shape[x->ndim - l->ndim + d] == l->normalized_shape[d];
     if (!fits) {
@@ -245,7 +245,9 @@ static tg_tensor *norm_forward(tg_ctx *ctx, const char *fn, const norm_kind *kin
         return NULL;
     }
     if (!tg_check_layer_dtype(ctx, fn, x, m->dtype)) return NULL;
-    return kind->fused(ctx, x, l->gamma, l->beta, l->ndim, l->eps);
+    /* under autocast: x, gamma and beta in the compute dtype (layers/autocast.c) */
+    return kind->fused(ctx, tg_autocast_input(ctx, x), tg_autocast_param(ctx, l->gamma),
+                       tg_autocast_param(ctx, l->beta), l->ndim, l->eps);
 }
 
 /* norm_new for the _new_ex forms, whose options come in a struct: a zero

@@ -29,7 +29,7 @@ static void sequential_free_m(tg_ctx *ctx, tg_module *m) {
  * forward of a Sequential). */
 static tg_tensor *sequential_forward_m(tg_ctx *ctx, tg_module *seq_m, tg_tensor *x) {
     static const char fn[] = "tg_sequential_forward";
-    if (!tg_check_layer(ctx, fn, seq_m) || !tg_check_arg(ctx, fn, "x", x)) return NULL;
+    if (!tg_check_layer(ctx, fn, seq_m) || !tg_check_arg_any(ctx, fn, "x", x)) return NULL;
     const tg_model *mods = &((const tg_sequential *)seq_m)->modules;
     tg_tensor *h = x;
     for (int i = 0; i < mods->count; i++) {

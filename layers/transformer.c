@@ -31,7 +31,7 @@ static void add_child(tg_ctx *ctx, tg_model *kids, void *child) {
 
 /* x must be (B, T, C) of the layer's dtype, with B, T >= 1. */
 static bool check_btc(tg_ctx *ctx, const char *fn, const tg_tensor *x, int64_t C, tg_dtype dtype) {
-    if (!tg_check_arg(ctx, fn, "x", x) || !tg_check_layer_dtype(ctx, fn, x, dtype)) return false;
+    if (!tg_check_arg_any(ctx, fn, "x", x) || !tg_check_layer_dtype(ctx, fn, x, dtype)) return false;
     if (x->ndim == 3 && x->shape[2] == C && x->shape[0] >= 1 && x->shape[1] >= 1) return true;
     char sx[TG_SHAPE_STR];
     tg_error(ctx, TG_ERR_SHAPE, fn, "x %s is not (B, T, %lld) with B, T >= 1", tg_shape_of(sx, x), (long long)C);
@@ -233,6 +233,7 @@ tg_block *tg_block_new(tg_ctx *ctx, const char *name, int64_t n_embd, int64_t n_
 tg_tensor *tg_block_forward(tg_ctx *ctx, tg_block *layer, tg_tensor *x) {
     if (!tg_check_layer(ctx, __func__, layer) || !check_btc(ctx, __func__, x, layer->attn->n_embd, layer->base.dtype))
         return NULL;
+    x = tg_autocast_input(ctx, x); /* the residual stream in the compute dtype under autocast */
     tg_tensor *h = tg_add(ctx, x, tg_mha_forward(ctx, layer->attn, tg_module_forward(ctx, layer->ln_1, x)));
     return tg_add(ctx, h, tg_mlp_forward(ctx, layer->mlp, tg_module_forward(ctx, layer->ln_2, h)));
 }

@@ -43,4 +43,7 @@ static inline tg_tensor *tg_optim_slot(const tg_optim *o, int p, int slot) { ret
 void tg_sgd_update(tg_optim *o, int index, double lr, bool decay);
 void tg_adam_update(tg_optim *o, int index, double lr, bool decay);
 
+/* A gradient scaler's options (train/state.c describes them in a save). */
+const tg_grad_scaler_opts *tg_grad_scaler_opts_of(const tg_grad_scaler *s);
+
 #endif

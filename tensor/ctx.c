@@ -62,6 +62,21 @@ tg_ctx *tg_ctx_new_with_allocator(uint64_t seed, const tg_allocator *alloc) {
     return ctx;
 }
 
+/* Autocast is a setting of the context, like its thread count: the layers
+ * read it (layers/autocast.c, where the copies are made). */
+void tg_ctx_set_autocast(tg_ctx *ctx, tg_dtype dtype) {
+    if (!tg_live(ctx)) return;
+    if (dtype != TG_F32 && dtype != TG_BF16 && dtype != TG_F16) {
+        tg_error(ctx, TG_ERR_VALUE, __func__,
+                 "dtype %d (%s): autocast computes in TG_BF16 or TG_F16; TG_F32 turns it off", (int)dtype,
+                 tg_dtype_name(dtype));
+        return;
+    }
+    ctx->autocast = dtype;
+}
+
+tg_dtype tg_ctx_autocast(const tg_ctx *ctx) { return ctx ? ctx->autocast : TG_F32; }
+
 static void free_chunks(tg_ctx *ctx, tg_chunk *c) {
     while (c) {
         tg_chunk *next = c->next;
@@ -86,6 +101,7 @@ void tg_ctx_free(tg_ctx *ctx) {
         tg_heap_free(ctx, b);
     }
     tg_tape_free(ctx, &ctx->tape);
+    tg_heap_free(ctx, ctx->autocast_copies);
     tg_allocator a = ctx->alloc;
     a.free(ctx, a.user);
 }

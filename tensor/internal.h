@@ -74,7 +74,8 @@ typedef enum tg_own_kind {
     TG_OWN_TENSOR, /* a persistent tensor (a tg_persistent) */
     TG_OWN_GRAD,   /* the grad of a persistent tensor, freed with it */
     TG_OWN_LAYER,  /* a layer (tg_module_alloc) */
-    TG_OWN_OPTIM   /* an optimizer (tg_optim_make) */
+    TG_OWN_OPTIM,  /* an optimizer (tg_optim_make) */
+    TG_OWN_SCALER  /* a gradient scaler (tg_grad_scaler_new) */
 } tg_own_kind;
 
 /* One entry of the registry: an object's address and kind. */
@@ -82,6 +83,16 @@ typedef struct tg_owned {
     const void *p;
     tg_own_kind kind;
 } tg_owned;
+
+/* Autocast (layers/autocast.c): one float32 parameter's 16-bit copy made
+ * this step, so that every use in the step shares it (and its gradient
+ * flows back through one tg_cast record). */
+typedef struct tg_autocast_copy {
+    const struct tg_tensor *param; /* the float32 parameter */
+    struct tg_tensor *copy;        /* tg_cast(param, dtype), an arena tensor of this step */
+    uint32_t version;              /* param's write count when copied: a later write makes a new copy */
+    tg_dtype dtype;
+} tg_autocast_copy;
 
 /* How many of the last frees the context remembers, to say "already freed"
  * rather than "not of this context" on a second free. */
@@ -129,6 +140,14 @@ struct tg_ctx {
     tg_owned recent[TG_RECENT_FREES]; /* the last frees, newest at recent_next - 1 */
     unsigned recent_next;
     const void *releasing; /* the layer or optimizer being freed: may free what it owns */
+
+    /* autocast (tg_ctx_set_autocast): the compute dtype of float32 layers,
+     * TG_F32 when off, and this step's 16-bit parameter copies (heap array,
+     * kept across steps; its entries count only in step autocast_epoch) */
+    tg_dtype autocast;
+    tg_autocast_copy *autocast_copies;
+    int autocast_count, autocast_cap;
+    uint32_t autocast_epoch;
 
     char message[512]; /* the first error's message */
 };

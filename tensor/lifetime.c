@@ -102,6 +102,7 @@ static const char *kind_name(tg_own_kind kind) {
     case TG_OWN_GRAD: return "persistent grad";
     case TG_OWN_LAYER: return "layer";
     case TG_OWN_OPTIM: return "optimizer";
+    case TG_OWN_SCALER: return "gradient scaler";
     case TG_OWN_NONE: break;
     }
     return "object";

@@ -220,11 +220,11 @@ START_TEST(test_parts) {
     net_init(a, &y, 5, OPT_SGD, 0.1);
     for (int s = 0; s < 3; s++) net_step(a, &x);
     for (int s = 0; s < 2; s++) net_step(a, &y);
-    tg_train_part parts[2] = {{"x", &x.params, x.opt}, {"y", &y.params, y.opt}};
+    tg_train_part parts[2] = {{"x", &x.params, x.opt, NULL}, {"y", &y.params, y.opt, NULL}};
     ck_assert_int_eq(tg_train_save_parts(a, "two.st", parts, 2, NULL), TG_OK);
     net_init(b, &x2, 4, OPT_ADAMW, 0.01);
     net_init(b, &y2, 5, OPT_SGD, 0.1);
-    tg_train_part parts2[2] = {{"x", &x2.params, x2.opt}, {"y", &y2.params, y2.opt}};
+    tg_train_part parts2[2] = {{"x", &x2.params, x2.opt, NULL}, {"y", &y2.params, y2.opt, NULL}};
     tg_meta meta = {0};
     ck_assert_int_eq(tg_train_load_parts(b, "two.st", parts2, 2, &meta), TG_OK);
     ck_assert_ptr_nonnull(tg_meta_get(&meta, "tapegrad.optim.x"));
@@ -233,14 +233,14 @@ START_TEST(test_parts) {
     assert_same(snap(a, &x), snap(b, &x2), "part x");
     assert_same(snap(a, &y), snap(b, &y2), "part y");
     /* The parts swapped: the shapes differ, refused. */
-    tg_train_part swapped[2] = {{"y", &x2.params, x2.opt}, {"x", &y2.params, y2.opt}};
+    tg_train_part swapped[2] = {{"y", &x2.params, x2.opt, NULL}, {"x", &y2.params, y2.opt, NULL}};
     ck_assert_int_ne(tg_train_load_parts(b, "two.st", swapped, 2, NULL), TG_OK);
     tg_test_assert_error(b, TG_ERR_SHAPE, "tg_train_load_parts: ", NULL);
     /* Bad part lists. */
-    tg_train_part same[2] = {{"x", &x2.params, NULL}, {"x", &y2.params, NULL}};
+    tg_train_part same[2] = {{"x", &x2.params, NULL, NULL}, {"x", &y2.params, NULL, NULL}};
     tg_train_load_parts(b, "two.st", same, 2, NULL);
     tg_test_assert_error(b, TG_ERR_VALUE, "tg_train_load_parts: ", "both named \"x\"", NULL);
-    tg_train_part dotted[1] = {{"a.b", &x2.params, NULL}};
+    tg_train_part dotted[1] = {{"a.b", &x2.params, NULL, NULL}};
     tg_train_save_parts(b, "d.st", dotted, 1, NULL);
     tg_test_assert_error(b, TG_ERR_VALUE, "tg_train_save_parts: ", "holds a '.'", NULL);
     tg_train_save_parts(b, "d.st", parts2, 0, NULL);

@@ -96,6 +96,18 @@ static void describe_schedule(const tg_schedule *s, char *buf, size_t size) {
     }
 }
 
+/* "grad_scaler growth_factor=2 backoff_factor=0.5 growth_interval=2000
+ * enabled=1": what must match on resuming (the scale and the clean-step
+ * count are state, loaded from the file). */
+static void describe_scaler(const tg_grad_scaler *sc, char *buf, size_t size) {
+    const tg_grad_scaler_opts *o = tg_grad_scaler_opts_of(sc);
+    size_t len = (size_t)snprintf(buf, size, "grad_scaler");
+    put_num(buf, size, &len, "growth_factor", o->growth_factor);
+    put_num(buf, size, &len, "backoff_factor", o->backoff_factor);
+    put_int(buf, size, &len, "growth_interval", (long long)o->growth_interval);
+    put_int(buf, size, &len, "enabled", o->enabled);
+}
+
 /* "tapegrad.optim" or "tapegrad.optim.NAME" */
 static void part_key(char *buf, size_t size, const char *what, const tg_train_part *part) {
     if (part->name && *part->name) snprintf(buf, size, "tapegrad.%s.%s", what, part->name);
@@ -176,6 +188,7 @@ static bool gather(tg_ctx *ctx, const char *fn, const tg_train_part *parts, int 
     for (int i = 0; i < nparts; i++) {
         params->capacity += parts[i].params->count;
         state->capacity += parts[i].optim ? tg_optim_state(parts[i].optim)->count : 0;
+        state->capacity += parts[i].scaler ? tg_grad_scaler_state(parts[i].scaler)->count : 0;
     }
     for (int l = 0; l < 2; l++) {
         lists[l]->items = calloc(lists[l]->capacity ? (size_t)lists[l]->capacity : 1, sizeof *lists[l]->items);
@@ -185,12 +198,14 @@ static bool gather(tg_ctx *ctx, const char *fn, const tg_train_part *parts, int 
         }
     }
     for (int i = 0; i < nparts; i++)
-        for (int l = 0; l < 2; l++) {
-            const tg_params *from = l == 0 ? parts[i].params : tg_optim_state(parts[i].optim);
+        for (int l = 0; l < 3; l++) { /* the parameters, the optimizer's state, the scaler's state */
+            const tg_params *from = l == 0   ? parts[i].params
+                                    : l == 1 ? tg_optim_state(parts[i].optim)
+                                             : tg_grad_scaler_state(parts[i].scaler);
             for (int k = 0; from && k < from->count; k++) {
                 tg_tensor *t = from->items[k].value;
                 if (scratch && !(t = tg_persist(ctx, tg_zeros(ctx, t->dtype, t->ndim, t->shape)))) return false;
-                if (!put(ctx, fn, lists[l], parts[i].name, from->items[k].name, t)) {
+                if (!put(ctx, fn, lists[l ? 1 : 0], parts[i].name, from->items[k].name, t)) {
                     if (scratch) tg_tensor_free(ctx, t);
                     return false;
                 }
@@ -281,6 +296,13 @@ static tg_status save_parts(tg_ctx *ctx, const char *fn, const char *path, const
         describe_schedule(&parts[i].optim->sched, text, sizeof text);
         tg_meta_set(ctx, &meta, key, text);
     }
+    for (int i = 0; i < nparts && tg_ok(ctx); i++) {
+        if (!parts[i].scaler) continue;
+        char key[96], text[512];
+        part_key(key, sizeof key, "scaler", &parts[i]);
+        describe_scaler(parts[i].scaler, text, sizeof text);
+        tg_meta_set(ctx, &meta, key, text);
+    }
     if (gather(ctx, fn, parts, nparts, false, &params, &state)) tg_ckpt_save(ctx, path, &params, &state, &meta);
     tg_params_free(&params);
     tg_params_free(&state);
@@ -295,7 +317,7 @@ tg_status tg_train_save_parts(tg_ctx *ctx, const char *path, const tg_train_part
 
 tg_status tg_train_save(tg_ctx *ctx, const char *path, const tg_params *params, tg_optim *optim, const tg_meta *meta) {
     /* The part's params are only read here. */
-    tg_train_part part = {NULL, (tg_params *)params, optim};
+    tg_train_part part = {NULL, (tg_params *)params, optim, NULL};
     return save_parts(ctx, __func__, path, &part, 1, meta);
 }
 
@@ -339,6 +361,41 @@ static bool check_loaded(tg_ctx *ctx, const char *fn, const char *path, const tg
             }
         }
     }
+    for (int i = 0; i < nparts; i++) {
+        if (!parts[i].scaler) continue;
+        char key[96], mine[512];
+        part_key(key, sizeof key, "scaler", &parts[i]);
+        describe_scaler(parts[i].scaler, mine, sizeof mine);
+        const char *theirs = tg_meta_get(meta, key);
+        if (!theirs) {
+            tg_error(ctx, TG_ERR_FORMAT, fn, "%s has no \"%s\" key (saved without a gradient scaler?)", path, key);
+            return false;
+        }
+        if (strcmp(theirs, mine) != 0) {
+            tg_error(ctx, TG_ERR_VALUE, fn,
+                     "%s was saved by a gradient scaler with settings \"%.160s\", this one has \"%.160s\"", path,
+                     theirs, mine);
+            return false;
+        }
+        /* the rules tg_grad_scaler_sync_state applies, before anything is written */
+        char name[160];
+        const bool named = parts[i].name && *parts[i].name;
+        snprintf(name, sizeof name, "%s%sscaler.scale", named ? parts[i].name : "", named ? "." : "");
+        const tg_param *sp = tg_params_find((tg_params *)state, name);
+        snprintf(name, sizeof name, "%s%sscaler.growth_tracker", named ? parts[i].name : "", named ? "." : "");
+        const tg_param *tp = tg_params_find((tg_params *)state, name);
+        const double scale = sp ? *(const double *)sp->value->data : NAN;
+        const double tracker = tp ? *(const double *)tp->value->data : NAN;
+        const int64_t interval = tg_grad_scaler_opts_of(parts[i].scaler)->growth_interval;
+        if (!(scale > 0) || !isfinite(scale) || (double)(float)scale != scale || !(tracker >= 0) ||
+            tracker != floor(tracker) || tracker >= (double)interval) {
+            tg_error(ctx, TG_ERR_FORMAT, fn,
+                     "%s: the gradient scaler's scale %g (a positive finite float32) or growth tracker %g (a "
+                     "count below %lld) is out of range",
+                     path, scale, tracker, (long long)interval);
+            return false;
+        }
+    }
     /* The rule tg_optim_sync_state applies, checked before anything is written. */
     for (int i = 0; i < state->count; i++) {
         const char *name = state->items[i].name;
@@ -369,6 +426,8 @@ static tg_status load_parts(tg_ctx *ctx, const char *fn, const char *path, const
         for (int i = 0; i < state.count; i++) tg_assign(ctx, live_state.items[i].value, state.items[i].value);
         for (int i = 0; i < nparts; i++)
             if (parts[i].optim) tg_optim_sync_state(ctx, parts[i].optim);
+        for (int i = 0; i < nparts; i++)
+            if (parts[i].scaler) tg_grad_scaler_sync_state(ctx, parts[i].scaler);
         tg_rng_set_state(ctx, seed, offset);
         if (meta) {
             tg_meta_free(meta);
@@ -389,7 +448,7 @@ tg_status tg_train_load_parts(tg_ctx *ctx, const char *path, const tg_train_part
 }
 
 tg_status tg_train_load(tg_ctx *ctx, const char *path, tg_params *params, tg_optim *optim, tg_meta *meta) {
-    tg_train_part part = {NULL, params, optim};
+    tg_train_part part = {NULL, params, optim, NULL};
     return load_parts(ctx, __func__, path, &part, 1, meta);
 }
 

@@ -436,6 +436,42 @@ bool tg_sequential_params(tg_ctx *ctx, tg_sequential *seq, tg_params *list);
 void tg_sequential_free(tg_ctx *ctx, tg_sequential *seq);
 
 /* ======================================================================== */
+/* Autocast: mixed precision with float32 master weights (layers/autocast.c) */
+/* ======================================================================== */
+/* With tg_ctx_set_autocast(ctx, TG_BF16) (or TG_F16; tapegrad/tensor.h),
+ * float32 layers compute in that dtype, as under torch.autocast:
+ *  - Linear, RMSNorm, LayerNorm run their fused op on a 16-bit copy of
+ *    each parameter (tg_autocast_param) and on their input cast to the
+ *    compute dtype when it is float32 (tg_autocast_input): the output is
+ *    16-bit. The norms keep their statistics in float32.
+ *  - Embedding looks the rows up in its float32 table and casts them (the
+ *    same values as a lookup in a cast table; its grad stays float32).
+ *  - The transformer modules and tg_gpt are made of those, with the
+ *    residual stream in the compute dtype; tg_gpt's tied output projection
+ *    uses the token table's copy, so that table's grad sums both uses.
+ *    tg_gpt_forward's logits are 16-bit; tg_gpt_loss casts them to
+ *    float32 first (autocast computes losses in float32: do the same
+ *    before tg_cross_entropy in a forward of your own).
+ * Parameters, their grads, optimizer state and checkpoints stay float32,
+ * so nothing else changes: the optimizer updates the master weights, a
+ * checkpoint saves them exactly. Gradients reach them through tg_cast's
+ * backward. A float16 run needs loss scaling (tg_grad_scaler,
+ * tapegrad/optim.h): float16 gradients below 2^-24 are 0. Outside autocast
+ * a 16-bit input to a float32 layer stays an error (TG_ERR_DTYPE, naming
+ * tg_ctx_set_autocast): dtypes are never mixed silently. */
+
+/* p's copy in the autocast dtype, tg_cast(ctx, p, dtype), made once per step
+ * and parameter: later calls in the same step return the same tensor, as
+ * long as p was not written since and, when recording, the copy's cast is
+ * still on the live tape. p itself when autocast is off or p is not float32;
+ * NULL for a NULL p (an absent bias). For the fused ops called by hand on a
+ * layer's parameters (tg_gpt's tied lm_head does). */
+tg_tensor *tg_autocast_param(tg_ctx *ctx, tg_tensor *p);
+/* x cast to the autocast dtype (tg_cast, recorded) when autocast is on and x
+ * is float32; x itself otherwise. Where a model's input enters. */
+tg_tensor *tg_autocast_input(tg_ctx *ctx, tg_tensor *x);
+
+/* ======================================================================== */
 /* Transformer modules (layers/transformer.c, layers/gpt.c)                 */
 /* ======================================================================== */
 /* The pieces of a GPT-2 or LLaMA style decoder, as containers of the layers

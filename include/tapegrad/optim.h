@@ -118,6 +118,71 @@ void tg_clip_grad_value(tg_ctx *ctx, tg_params *params, double clip_value);
  * first parameter and element) when a grad holds NaN or inf. */
 bool tg_check_grads_finite(tg_ctx *ctx, const tg_params *params);
 
+/* ======================================================================== */
+/* Gradient scaling for float16 mixed precision (optim/grad_scaler.c)       */
+/* ======================================================================== */
+/* Dynamic loss scaling, as torch.amp.GradScaler: float16 gradients below
+ * 2^-24 are 0, so backward runs from scale * loss and the float32 grads are
+ * divided by scale before the step (backward is linear, so that is the
+ * true gradient). A grad that overflowed to inf (or NaN) makes the step a
+ * no-op -- parameters and optimizer state keep their bits, the optimizer's
+ * step count (so its schedule) does not advance -- and the scale is
+ * multiplied by backoff_factor; after growth_interval clean steps in a row
+ * it is multiplied by growth_factor (never to inf). The scale is a float32
+ * value, as PyTorch's. bfloat16 has float32's range and needs no scaling.
+ * A step:
+ *   tg_backward(ctx, tg_grad_scaler_scale(ctx, scaler, loss));
+ *   tg_grad_scaler_unscale(ctx, scaler, opt);  optional: before clipping
+ *   tg_grad_scaler_step(ctx, scaler, opt);     unscales if not yet; skips on inf
+ *   tg_grad_scaler_update(ctx, scaler);        adjusts the scale
+ * Misuse is TG_ERR_STATE naming the call: unscale or step twice for one
+ * optimizer, update without a step. */
+typedef struct tg_grad_scaler tg_grad_scaler;
+typedef struct tg_grad_scaler_opts {
+    double init_scale;       /* > 0, a finite float32 */
+    double growth_factor;    /* > 1, finite */
+    double backoff_factor;   /* in (0, 1) */
+    int64_t growth_interval; /* >= 1 */
+    bool enabled;            /* false: scale 1, step is tg_optim_step, update does nothing */
+} tg_grad_scaler_opts;
+/* PyTorch's defaults: init_scale 65536 (2^16), growth_factor 2,
+ * backoff_factor 0.5, growth_interval 2000, enabled. */
+tg_grad_scaler_opts tg_grad_scaler_defaults(void);
+/* A new scaler (opts NULL: the defaults); NULL and TG_ERR_VALUE naming the
+ * option and its value when one is out of range (NaN included). */
+tg_grad_scaler *tg_grad_scaler_new(tg_ctx *ctx, const tg_grad_scaler_opts *opts);
+/* Frees the scaler and its state tensors. NULL is a no-op. */
+void tg_grad_scaler_free(tg_ctx *ctx, tg_grad_scaler *scaler);
+/* loss * scale (tg_mul_scalar, recorded), to run backward from; loss itself
+ * when disabled. */
+tg_tensor *tg_grad_scaler_scale(tg_ctx *ctx, tg_grad_scaler *scaler, tg_tensor *loss);
+/* Divides the grads of opt's parameters by the scale (multiplies by the
+ * float32 1/scale, as PyTorch) and notes whether one held inf or NaN.
+ * Returns true when all were finite. At most once per optimizer and step. */
+bool tg_grad_scaler_unscale(tg_ctx *ctx, tg_grad_scaler *scaler, tg_optim *opt);
+/* Unscales opt's grads unless tg_grad_scaler_unscale did, then
+ * tg_optim_step unless a grad was inf or NaN. Returns true when the step
+ * was taken (false: skipped, or an error). */
+bool tg_grad_scaler_step(tg_ctx *ctx, tg_grad_scaler *scaler, tg_optim *opt);
+/* Ends the step: the scale times backoff_factor if any optimizer stepped
+ * this step found inf/NaN (the clean-step count back to 0), else one more
+ * clean step, and the scale times growth_factor when they reach
+ * growth_interval. */
+void tg_grad_scaler_update(tg_ctx *ctx, tg_grad_scaler *scaler);
+/* The current scale (1 when disabled; NaN for NULL), and the clean steps
+ * since it last changed. */
+double tg_grad_scaler_get_scale(const tg_grad_scaler *scaler);
+int64_t tg_grad_scaler_growth_tracker(const tg_grad_scaler *scaler);
+/* The scaler's state for checkpoints: "scaler.scale" and
+ * "scaler.growth_tracker", float64 scalars, kept up to date by update.
+ * Writing them (a checkpoint load) and calling tg_grad_scaler_sync_state
+ * restores the scaler; tg_train_save_parts does both (tg_train_part's
+ * scaler, tapegrad/train.h). */
+tg_params *tg_grad_scaler_state(tg_grad_scaler *scaler);
+/* Reads the state tensors back; TG_ERR_VALUE when the scale is not a
+ * positive finite float32 or the count not in 0..growth_interval-1. */
+void tg_grad_scaler_sync_state(tg_ctx *ctx, tg_grad_scaler *scaler);
+
 #ifdef __cplusplus
 }
 #endif

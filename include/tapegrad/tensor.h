@@ -164,6 +164,19 @@ int tg_threads(const tg_ctx *ctx);
  * the machine's core count. 1 without OpenMP. */
 int tg_default_threads(void);
 
+/* Autocast, mixed-precision training as torch.autocast does it: with
+ * TG_BF16 or TG_F16, the float32 layers (Linear, RMSNorm, LayerNorm,
+ * Embedding, the transformer modules, tg_gpt) compute in that dtype from a
+ * 16-bit copy of each parameter, made once per step; the parameters stay
+ * float32 (the master weights: optimizers and checkpoints are unchanged),
+ * and their grads come back float32 through the copy's tg_cast.
+ * tapegrad/layers.h, "Autocast", says what each layer does. TG_F32 turns
+ * it off (the default); TG_F64 or another value is TG_ERR_VALUE. Float64
+ * layers are never cast. A context setting, like the thread count. */
+void tg_ctx_set_autocast(tg_ctx *ctx, tg_dtype dtype);
+/* The autocast dtype: TG_BF16 or TG_F16, TG_F32 when off (or ctx NULL). */
+tg_dtype tg_ctx_autocast(const tg_ctx *ctx);
+
 /* ======================================================================== */
 /* Random numbers                                                           */
 /* ======================================================================== */

@@ -200,6 +200,11 @@ typedef struct tg_train_part {
     const char *name;  /* prefix of the part's names, or NULL */
     tg_params *params; /* the part's parameters (required) */
     tg_optim *optim;   /* its optimizer, or NULL */
+    /* its float16 loss scaler, or NULL: its state ("scaler.scale",
+     * "scaler.growth_tracker") is saved with the optimizer's, its settings
+     * as "tapegrad.scaler[.NAME]" text, compared on load like the
+     * optimizer's (the scale itself comes from the file) */
+    tg_grad_scaler *scaler;
 } tg_train_part;
 tg_status tg_train_save_parts(tg_ctx *ctx, const char *path, const tg_train_part *parts, int nparts,
                               const tg_meta *meta);
