@@ -299,17 +299,25 @@ START_TEST(test_one_pass_bits) {
     static const int64_t Cs[] = {1, 2, 3, 5, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 200, 257, 768, 1000};
     const tg_dtype dts[2] = {TG_BF16, TG_F16};
     uint32_t seed = 2024;
-    for (int d = 0; d < 2; d++)
-        for (int centered = 0; centered < 2; centered++) {
-            for (size_t i = 0; i < sizeof Cs / sizeof *Cs; i++)
-                for (int affine = 0; affine < 3; affine++)
-                    /* 37 rows: three chunks of dg/db partials; wide rows
-                     * with 2 threads: the row-parallel forward */
-                    check_one_pass(dts[d], centered, Cs[i] >= 768 ? 50 : 37, Cs[i], affine, 1 + (int)(i % 2), &seed);
-            /* rows too wide for the partials: the direct mode, and with 2
-             * threads its column-parallel dg/db phase (N C >= 32768) */
-            for (int threads = 1; threads <= 2; threads++) check_one_pass(dts[d], centered, 9, 4100, 2, threads, &seed);
-        }
+    /* with the CPU's conversion instructions (when it has them), then with
+     * the scalar bit manipulation of tensor/half.h */
+    for (int scalar = 0; scalar < 2; scalar++) {
+        tg_half_force_scalar(scalar == 1);
+        for (int d = 0; d < 2; d++)
+            for (int centered = 0; centered < 2; centered++) {
+                for (size_t i = 0; i < sizeof Cs / sizeof *Cs; i++)
+                    for (int affine = 0; affine < 3; affine++)
+                        /* 37 rows: three chunks of dg/db partials; wide
+                         * rows with 2 threads: the row-parallel forward */
+                        check_one_pass(dts[d], centered, Cs[i] >= 768 ? 50 : 37, Cs[i], affine, 1 + (int)(i % 2),
+                                       &seed);
+                /* rows too wide for the partials: the direct mode, and with
+                 * 2 threads its column-parallel dg/db phase (N C >= 32768) */
+                for (int threads = 1; threads <= 2; threads++)
+                    check_one_pass(dts[d], centered, 9, 4100, 2, threads, &seed);
+            }
+    }
+    tg_half_force_scalar(false);
 }
 END_TEST
 
