@@ -15,9 +15,11 @@ Modes:
   (default)  run every case once and print one JSON object
 
 Commands (server mode):
-  norm rms|ln f32|f64 N C    RMSNorm (composed) / LayerNorm (native) fwd+bwd
+  norm rms|ln f32|f64|bf16 N C
+                             RMSNorm (composed) / LayerNorm (native) fwd+bwd
   linear M K N               F.linear fwd+bwd, x (M,K), W (N,K), b (N)
   mlp H B                    one Adam training step of 784-H-H-10 with RMSNorm
+  mlp_bf16 H B               the same under torch.autocast("cpu", torch.bfloat16)
   attn sdpa|composed B H T D causal attention fwd+bwd, q k v (B,H,T,D): 1.13's
                              F._scaled_dot_product_attention (is_causal), or
                              softmax((q k^T / sqrt(D)).masked_fill(triu)) v
@@ -97,12 +99,14 @@ def rmsnorm(x, w, eps=EPS_RMS):
 
 
 def case_norm(kind, dtype, n, c, budget):
-    dt = torch.float32 if dtype == "f32" else torch.float64
+    dt = {"f32": torch.float32, "f64": torch.float64, "bf16": torch.bfloat16}[dtype]
+    # bfloat16: drawn in float32, then rounded (the tensors are bf16 leaves)
+    dr = torch.float32 if dt == torch.bfloat16 else dt
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(n, c, dtype=dt, generator=g).requires_grad_()
-    w = (1 + 0.1 * torch.randn(c, dtype=dt, generator=g)).requires_grad_()
-    b = (0.1 * torch.randn(c, dtype=dt, generator=g)).requires_grad_()
-    dy = torch.randn(n, c, dtype=dt, generator=g)
+    x = torch.randn(n, c, dtype=dr, generator=g).to(dt).requires_grad_()
+    w = (1 + 0.1 * torch.randn(c, dtype=dr, generator=g)).to(dt).requires_grad_()
+    b = (0.1 * torch.randn(c, dtype=dr, generator=g)).to(dt).requires_grad_()
+    dy = torch.randn(n, c, dtype=dr, generator=g).to(dt)
 
     def step():
         x.grad = None
@@ -155,8 +159,10 @@ def make_mlp(hidden):
     return Net()
 
 
-def case_mlp(hidden, batch, budget):
-    # tiny batches: samples of >= 5 ms, as bench_mlp in bench/vs_pytorch.c
+def case_mlp(hidden, batch, budget, autocast=False):
+    # tiny batches: samples of >= 5 ms, as bench_mlp in bench/vs_pytorch.c;
+    # autocast: bfloat16 mixed precision (float32 weights and Adam state,
+    # the loss in float32), as the C side's tg_ctx_set_autocast
     torch.manual_seed(0)
     model = make_mlp(hidden)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -165,7 +171,12 @@ def case_mlp(hidden, batch, budget):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
+        if autocast:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                logits = model(x).float()
+        else:
+            logits = model(x)
+        loss = F.cross_entropy(logits, y)
         loss.backward()
         opt.step()
 
@@ -270,8 +281,8 @@ def run(cmd, budget, threads=1):
         return case_norm(w[1], w[2], int(w[3]), int(w[4]), budget)
     if w[0] == "linear":
         return case_linear(int(w[1]), int(w[2]), int(w[3]), budget)
-    if w[0] == "mlp":
-        return case_mlp(int(w[1]), int(w[2]), budget)
+    if w[0] in ("mlp", "mlp_bf16"):
+        return case_mlp(int(w[1]), int(w[2]), budget, w[0] == "mlp_bf16")
     if w[0] == "attn":
         return case_attention(w[1], int(w[2]), int(w[3]), int(w[4]), int(w[5]), budget)
     if w[0] == "gpt":
@@ -284,6 +295,7 @@ def run(cmd, budget, threads=1):
 ALL = [
     *[f"norm {k} {d} {n} {c}" for k in ("rms", "ln") for d in ("f32", "f64")
       for n, c in ((4096, 768), (256, 4096), (64, 64))],
+    "norm rms bf16 4096 768", "norm ln bf16 4096 768", "mlp_bf16 256 64",
     "linear 512 512 512", "linear 64 784 256", "linear 4096 768 3072",
     "mlp 256 64", "mlp 64 32", "attn sdpa 4 6 256 64", "attn composed 4 6 256 64",
     "gpt gpt2 4 4 128 64 4", "gpt gpt2 6 6 384 64 4", "gpt_mem gpt2 6 6 384 64 4", "tiny",

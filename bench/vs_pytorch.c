@@ -40,6 +40,12 @@
  *     the step's GEMM GFLOP/s against the big Linear row's; the small one
  *     with 2 threads vs 1 (wall, alternating) and its peak memory.
  *   Tiny op: c = a + b of 1-element tensors, backward, tg_ctx_reset.
+ *   Low precision (group lowp): RMSNorm and LayerNorm forward+backward in
+ *     bfloat16 at 4096x768, Linear bf16 4096x768x3072 (and the instruction
+ *     set of its conversions) and the MLP step H=256 b64 in bfloat16 mixed
+ *     precision (autocast), each beside its f32 row timed alternately in
+ *     one run, and PyTorch's bfloat16 (composed RMSNorm, native
+ *     F.layer_norm, torch.autocast for the MLP).
  * The rows are the same with any --threads; the targets hold for each.
  *
  * Honest measurements on a shared machine:
@@ -429,6 +435,52 @@ static void bench_norms(const options *o, const limits *lim) {
     }
 }
 
+/* ---- low precision (--only lowp) -------------------------------------------
+ * RMSNorm and LayerNorm forward+backward in bfloat16 at 4096x768 beside the
+ * same op in float32, timed alternately in this run (f32, bf16, f32, ...:
+ * the best median of each counts), so their ratio does not depend on what
+ * the machine did between two runs. The 16-bit kernels read and write
+ * 16-bit storage once (layers/norm_reduce.inc), so the bytes halve and the
+ * target is 1.7x the f32 row; PyTorch 1.13 in bfloat16: the composed
+ * RMSNorm (every op reads and writes bf16, computing in f32) and native
+ * F.layer_norm. GB/s counts 5 N C elements of 2 bytes (4 for f32). */
+#define LOWP_REPS 3
+
+static void bench_lowp_norms(const options *o, const limits *lim) {
+    const int64_t N = 4096, C = 768;
+    for (int kind = 0; kind < 2; kind++) {
+        const char *kname = norm_names[kind];
+        progress("%s f32 and bf16 %lldx%lld, alternating", kname, (long long)N, (long long)C);
+        row *r32 = new_row("lowp", "%s f32 %lldx%lld fwd+bwd", kname, (long long)N, (long long)C);
+        row *r16 = new_row("lowp", "%s bf16 %lldx%lld fwd+bwd", kname, (long long)N, (long long)C);
+        norm_arg a[2] = {norm_setup(kind, TG_F32, N, C), norm_setup(kind, TG_BF16, N, C)};
+        row *r[2] = {r32, r16};
+        for (int k = 0; k < 2; k++) r[k]->ours_s = INFINITY;
+        for (int rep = 0; rep < LOWP_REPS; rep++)
+            for (int k = 0; k < 2; k++) {
+                bn_timing t = time_ours(r[k], a[k].ctx, o->threads, norm_step, &a[k], o->budget / 2, 5, 2e-3);
+                if (!tg_ok(a[k].ctx)) die_ctx(a[k].ctx, kname);
+                r[k]->ours_s = fmin(r[k]->ours_s, t.median_s);
+            }
+        for (int k = 0; k < 2; k++) {
+            tg_ctx_free(a[k].ctx);
+            r[k]->rate = 5.0 * (double)(N * C) * (k ? 2.0 : 4.0) / r[k]->ours_s * 1e-9;
+            snprintf(r[k]->unit, sizeof r[k]->unit, "GB/s");
+            r[k]->frac = r[k]->rate / dram_for(lim, o->threads);
+            snprintf(r[k]->limit_name, sizeof r[k]->limit_name, "DRAM");
+            torch_time(r[k], "norm %s %s %lld %lld", kind ? "ln" : "rms", k ? "bf16" : "f32", (long long)N,
+                       (long long)C);
+        }
+        snprintf(r16->extra, sizeof r16->extra, "%.2fx the f32 row's speed (best of %d alternating timings each)",
+                 r32->ours_s / r16->ours_s, LOWP_REPS);
+        char what[96];
+        snprintf(what, sizeof what, "%s bf16 4096x768 vs f32 (same run)", kname);
+        add_target(r16, what, r32->ours_s / r16->ours_s, 1.7, true, "x");
+        snprintf(what, sizeof what, "%s bf16 4096x768 vs PyTorch bf16 %s", kname, kind ? "native" : "composed");
+        add_target(r16, what, r16->ratio_torch, kind ? 1.3 : 4.0, true, "x");
+    }
+}
+
 /* ---- Linear -------------------------------------------------------------- */
 
 typedef struct linear_arg {
@@ -438,16 +490,17 @@ typedef struct linear_arg {
 
 /* The persistent operands of a Linear (M,K) -> (M,N): x and dy normal with
  * std 1, W and b with std 1/sqrt(K); x, W and b require grad. */
-static linear_arg linear_setup(int64_t M, int64_t K, int64_t N) {
+static linear_arg linear_setup_dt(int64_t M, int64_t K, int64_t N, tg_dtype dt) {
     const double bound = 1.0 / sqrt((double)K);
     tg_ctx *ctx = tg_ctx_new(2);
     linear_arg a = {ctx, NULL, NULL, NULL, NULL};
-    a.x = tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(M, K), 0, 1));
-    a.w = tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(N, K), 0, bound));
-    a.b = tg_requires_grad(ctx, prand(ctx, TG_F32, TG_SHAPE(N), 0, bound));
-    a.dy = prand(ctx, TG_F32, TG_SHAPE(M, N), 0, 1);
+    a.x = tg_requires_grad(ctx, prand(ctx, dt, TG_SHAPE(M, K), 0, 1));
+    a.w = tg_requires_grad(ctx, prand(ctx, dt, TG_SHAPE(N, K), 0, bound));
+    a.b = tg_requires_grad(ctx, prand(ctx, dt, TG_SHAPE(N), 0, bound));
+    a.dy = prand(ctx, dt, TG_SHAPE(M, N), 0, 1);
     return a;
 }
+static linear_arg linear_setup(int64_t M, int64_t K, int64_t N) { return linear_setup_dt(M, K, N, TG_F32); }
 
 /* y = x W^T + b; backward: dx += dy W, dW += dy^T x, db += colsum(dy). */
 static void linear_step(void *p) {
@@ -644,7 +697,10 @@ static tg_tensor *mlp_forward(mlp *m) {
     tg_ctx *ctx = m->ctx;
     tg_tensor *h = tg_relu(ctx, tg_rmsnorm_forward(ctx, m->n1, tg_linear_forward(ctx, m->fc1, m->x)));
     h = tg_relu(ctx, tg_rmsnorm_forward(ctx, m->n2, tg_linear_forward(ctx, m->fc2, h)));
-    return tg_cross_entropy(ctx, tg_linear_forward(ctx, m->fc3, h), m->targets, NULL);
+    tg_tensor *logits = tg_linear_forward(ctx, m->fc3, h);
+    /* under autocast the logits are 16-bit: the loss in float32, as autocast does */
+    if (tg_ctx_autocast(ctx) != TG_F32) logits = tg_cast(ctx, logits, TG_F32);
+    return tg_cross_entropy(ctx, logits, m->targets, NULL);
 }
 
 /* zero_grad, forward, loss, backward, Adam step, reset. */
@@ -780,6 +836,79 @@ static void bench_mlp(const options *o, const limits *lim) {
         if (!tg_ok(m.ctx)) die_ctx(m.ctx, "MLP step");
         mlp_free(&m);
     }
+}
+
+/* ---- low precision: Linear and the MLP step (--only lowp) -----------------
+ * Linear 4096x768x3072 forward+backward with x, W, b, dy in bfloat16
+ * beside the f32 row, alternating: the products run the float32 GEMM on
+ * widened operands (packing converts), so the target is 0.9x the f32
+ * GFLOP/s; the row names the conversion's instruction set
+ * (tg_lowp_isa). The MLP step of bench_mlp (784-256-256-10, batch 64,
+ * Adam) in bfloat16 mixed precision (tg_ctx_set_autocast: float32 master
+ * weights and Adam state, 16-bit copies per step) beside the f32 step,
+ * alternating, and PyTorch's torch.autocast("cpu", torch.bfloat16). */
+static void bench_lowp_linear(const options *o, const limits *lim) {
+    const int64_t M = 4096, K = 768, N = 3072;
+    const double flops = 6.0 * (double)M * (double)N * (double)K;
+    progress("Linear f32 and bf16 %lldx%lldx%lld, alternating", (long long)M, (long long)K, (long long)N);
+    row *r[2] = {new_row("lowp", "Linear f32 %lldx%lldx%lld fwd+bwd", (long long)M, (long long)K, (long long)N),
+                 new_row("lowp", "Linear bf16 %lldx%lldx%lld fwd+bwd", (long long)M, (long long)K, (long long)N)};
+    linear_arg a[2] = {linear_setup_dt(M, K, N, TG_F32), linear_setup_dt(M, K, N, TG_BF16)};
+    for (int k = 0; k < 2; k++) r[k]->ours_s = INFINITY;
+    for (int rep = 0; rep < LOWP_REPS; rep++)
+        for (int k = 0; k < 2; k++) {
+            bn_timing t = time_ours(r[k], a[k].ctx, o->threads, linear_step, &a[k], o->budget / 2, 5, 2e-3);
+            if (!tg_ok(a[k].ctx)) die_ctx(a[k].ctx, "Linear bf16");
+            r[k]->ours_s = fmin(r[k]->ours_s, t.median_s);
+        }
+    for (int k = 0; k < 2; k++) {
+        tg_ctx_free(a[k].ctx);
+        r[k]->rate = flops / r[k]->ours_s * 1e-9;
+        snprintf(r[k]->unit, sizeof r[k]->unit, "GFLOP/s");
+        r[k]->frac = r[k]->rate / fma32_for(lim, o->threads);
+        snprintf(r[k]->limit_name, sizeof r[k]->limit_name, "FMA f32");
+    }
+    torch_time(r[0], "linear %lld %lld %lld", (long long)M, (long long)K, (long long)N);
+    snprintf(r[1]->extra, sizeof r[1]->extra,
+             "%.2fx the f32 row's GFLOP/s (best of %d alternating timings each); conversions: %s",
+             r[1]->rate / r[0]->rate, LOWP_REPS, tg_lowp_isa());
+    add_target(r[1], "Linear bf16 4096x768x3072 GFLOP/s vs f32 (same run)", r[1]->rate / r[0]->rate, 0.9, true, "x");
+}
+
+static void bench_lowp_mlp(const options *o) {
+    const int64_t H = 256, B = 64;
+    progress("MLP 784-%lld-%lld-10 batch %lld, f32 and bf16 mixed precision, alternating", (long long)H, (long long)H,
+             (long long)B);
+    row *r[2] = {
+        new_row("lowp", "MLP step 784-%lld-%lld-10 b%lld f32", (long long)H, (long long)H, (long long)B),
+        new_row("lowp", "MLP step 784-%lld-%lld-10 b%lld bf16 mixed", (long long)H, (long long)H, (long long)B)};
+    mlp m[2];
+    for (int k = 0; k < 2; k++) {
+        mlp_init(&m[k], H, B);
+        r[k]->ours_s = INFINITY;
+    }
+    tg_ctx_set_autocast(m[1].ctx, TG_BF16);
+    for (int rep = 0; rep < LOWP_REPS; rep++)
+        for (int k = 0; k < 2; k++) {
+            bn_timing t = time_ours(r[k], m[k].ctx, o->threads, mlp_step, &m[k], 2 * o->budget, 5, 5e-3);
+            if (!tg_ok(m[k].ctx)) die_ctx(m[k].ctx, "MLP step bf16");
+            r[k]->ours_s = fmin(r[k]->ours_s, t.median_s);
+        }
+    for (int k = 0; k < 2; k++) {
+        mlp_free(&m[k]);
+        r[k]->rate = 1.0 / r[k]->ours_s;
+        snprintf(r[k]->unit, sizeof r[k]->unit, "steps/s");
+        torch_time(r[k], "%s %lld %lld", k ? "mlp_bf16" : "mlp", (long long)H, (long long)B);
+    }
+    snprintf(r[1]->extra, sizeof r[1]->extra,
+             "%.2fx the f32 step's speed (best of %d alternating timings each); PyTorch: torch.autocast bf16",
+             r[0]->ours_s / r[1]->ours_s, LOWP_REPS);
+}
+
+static void bench_lowp(const options *o, const limits *lim) {
+    bench_lowp_norms(o, lim);
+    bench_lowp_linear(o, lim);
+    bench_lowp_mlp(o);
 }
 
 /* ---- attention ------------------------------------------------------------ */
@@ -1233,7 +1362,7 @@ static void print_summary(FILE *out, const options *o) {
                     "wall-clock scaling needs %d free cores; %s. The CPU time beside it says what the split allows "
                     "on free cores.\n",
                     o->threads > 2 ? o->threads : 2, busy);
-        else if (!strcmp(r->group, "norm"))
+        else if (!strcmp(r->group, "norm") || (!strcmp(r->group, "lowp") && strstr(t->what, "Norm")))
             fprintf(out,
                     "memory-bound: other jobs' memory traffic and cache use count against it (%s); compare the "
                     "other norm rows of this run.\n",
@@ -1429,7 +1558,7 @@ static void usage(const char *argv0) {
             "usage: %s [--threads N] [--json FILE] [--budget SECONDS] [--no-torch] [--no-blas]\n"
             "          [--python PATH] [--torch-script PATH] [--torch-malloc warm|default]\n"
             "          [--clock auto|wall|cpu] [--torch-wait default|passive|both]\n"
-            "          [--only norm|linear|scaling|mlp|attention|gpt|tiny] [--contend]\n"
+            "          [--only norm|linear|scaling|mlp|attention|gpt|tiny|lowp] [--contend]\n"
             "fair OpenBLAS/PyTorch case: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE %s ...\n",
             argv0, argv0);
 }
@@ -1584,6 +1713,7 @@ int main(int argc, char **argv) {
         if (run_group(&o, "attention")) bench_attention(&o, &lim);
         if (run_group(&o, "gpt")) bench_gpt(&o, &lim);
         if (run_group(&o, "tiny")) bench_tiny(&o);
+        if (run_group(&o, "lowp")) bench_lowp(&o, &lim);
     }
     meter m1 = meter_now();
     ri.others_run = meter_others(&m0, &m1);

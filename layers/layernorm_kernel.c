@@ -8,6 +8,7 @@
 #include "layers/norm_kernels.h"
 
 #include "layers/norm_kernels_util.h"
+#include "tensor/half.h"
 #include "tensor/parallel.h"
 
 #include <float.h>

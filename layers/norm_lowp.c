@@ -26,11 +26,19 @@
  * deviations are computed in bfloat16.
  *
  * Backward: the gradient reaching y (dtype) is widened, the float32
- * backward kernel runs on the widened x and gamma with the saved (double)
- * statistics, and dx, dgamma, dbeta are added into the 16-bit grads, each
- * sum rounded once. The kernels read float32 copies made here (arena
- * scratch, freed at the step's end): correct, but not yet the single pass
- * over 16-bit storage the bandwidth argument wants (docs/
+ * backward runs on the widened x and gamma with the saved (double)
+ * statistics, dx is added into x's 16-bit grad and dgamma, dbeta into
+ * theirs, each sum rounded once.
+ *
+ * One pass over the 16-bit storage: the kernels (tg_rmsnorm_forward_lowp
+ * ... in layers/norm_kernels.h) widen one row at a time into a float32 row
+ * buffer (this file hands them 3 rows of arena scratch per thread), run the
+ * float32 row code on it and round the row's result straight into the
+ * 16-bit output, so main memory sees the 16-bit bytes only; gamma and beta
+ * (C values) are widened once here, and dgamma, dbeta summed in float32
+ * here and added into the grads at the end. The bits are those of widening
+ * whole tensors into float32 copies and running the float32 kernels
+ * (tests/test_norm_lowp.c checks it bit for bit; docs/
  * normalization-gradients.md, Low precision). */
 #include "layers/norm.h"
 #include "layers/norm_kernels.h"
@@ -68,26 +76,37 @@ static void add_into(tg_tensor *grad, const float *d) {
     }
 }
 
+/* The kernels' row buffers: 3 float32 rows per thread (arena scratch). */
+static float *row_scratch(tg_ctx *ctx, const char *fn, int64_t C, bool *ok) {
+    float *p = tg_arena_alloc_fn(ctx, fn, (size_t)TG_NORM_LOWP_SCRATCH(C, tg_threads(ctx)) * sizeof(float));
+    if (!p) *ok = false;
+    return p;
+}
+
 /* Forward was y = round_lp(norm_f32(x, g, b)) with the statistics saved in
  * double (RMSNorm: r per row; LayerNorm: mean, then r). Treating the final
  * rounding as the identity (as tg_cast does), the gradient is the float32
  * op's: its backward (layers/rmsnorm.c, layers/layernorm.c, derived in
- * docs/normalization-gradients.md) on the widened dy, x and g. */
+ * docs/normalization-gradients.md) on the widened dy, x and g, row by row
+ * (layers/norm_reduce.inc, 16-bit storage). */
 static void norm_lowp_backward(tg_ctx *ctx, tg_node *n) {
     static const char fn[] = "norm backward";
     tg_tensor *x = n->in[0], *gamma = n->in[1], *beta = n->in[2];
     tg_tensor *dx = tg_grad_of(ctx, x), *dg = tg_grad_of(ctx, gamma), *db = tg_grad_of(ctx, beta);
     if (!tg_ok(ctx)) return;
     const int64_t N = n->i[0], C = n->i[1];
+    const bool bf16 = x->dtype == TG_BF16;
     bool ok = true;
-    float *x32 = widen(ctx, fn, x, &ok), *g32 = widen(ctx, fn, gamma, &ok), *dy32 = widen(ctx, fn, n->out->grad, &ok);
-    float *dx32 = zeros32(ctx, fn, dx != NULL, N * C, &ok), *dg32 = zeros32(ctx, fn, dg != NULL, C, &ok);
-    float *db32 = zeros32(ctx, fn, db != NULL, C, &ok);
+    float *g32 = widen(ctx, fn, gamma, &ok), *scratch = row_scratch(ctx, fn, C, &ok);
+    float *dg32 = zeros32(ctx, fn, dg != NULL, C, &ok), *db32 = zeros32(ctx, fn, db != NULL, C, &ok);
     if (!ok) return;
     const double *stats = n->saved;
-    if (n->i[2]) tg_layernorm_backward_f32(dx32, dg32, db32, dy32, x32, g32, stats, stats + N, N, C, tg_threads(ctx));
-    else tg_rmsnorm_backward_f32(dx32, dg32, db32, dy32, x32, g32, stats, N, C, tg_threads(ctx));
-    add_into(dx, dx32);
+    uint16_t *dx16 = dx ? dx->data : NULL;
+    const uint16_t *dy16 = n->out->grad->data, *x16 = x->data;
+    if (n->i[2])
+        tg_layernorm_backward_lowp(dx16, dg32, db32, dy16, x16, g32, stats, stats + N, bf16, N, C, scratch,
+                                   tg_threads(ctx));
+    else tg_rmsnorm_backward_lowp(dx16, dg32, db32, dy16, x16, g32, stats, bf16, N, C, scratch, tg_threads(ctx));
     add_into(dg, dg32);
     add_into(db, db32);
 }
@@ -120,11 +139,13 @@ tg_tensor *tg_norm_lowp(tg_ctx *ctx, const char *fn, bool layernorm, tg_tensor *
         stats = tg_arena_alloc_fn(ctx, fn, (size_t)(N > 0 ? n_stats * N : 1) * sizeof *stats);
     }
     bool ok = stats != NULL && tg_ok(ctx);
-    float *x32 = ok ? widen(ctx, fn, x, &ok) : NULL, *g32 = ok ? widen(ctx, fn, gamma, &ok) : NULL;
-    float *b32 = ok ? widen(ctx, fn, beta, &ok) : NULL, *y32 = ok ? zeros32(ctx, fn, true, N * C, &ok) : NULL;
+    float *g32 = ok ? widen(ctx, fn, gamma, &ok) : NULL, *b32 = ok ? widen(ctx, fn, beta, &ok) : NULL;
+    float *scratch = ok ? row_scratch(ctx, fn, C, &ok) : NULL;
     if (!ok) return NULL;
-    if (layernorm) tg_layernorm_forward_f32(y32, stats, stats + N, x32, g32, b32, N, C, eps, tg_threads(ctx));
-    else tg_rmsnorm_forward_f32(y32, stats, x32, g32, b32, N, C, eps, tg_threads(ctx));
-    tg_convert_n(y->data, y->dtype, y32, TG_F32, (size_t)y->numel); /* the one cast */
+    const bool bf16 = x->dtype == TG_BF16;
+    if (layernorm)
+        tg_layernorm_forward_lowp(y->data, stats, stats + N, x->data, g32, b32, bf16, N, C, eps, scratch,
+                                  tg_threads(ctx));
+    else tg_rmsnorm_forward_lowp(y->data, stats, x->data, g32, b32, bf16, N, C, eps, scratch, tg_threads(ctx));
     return y;
 }

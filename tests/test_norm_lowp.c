@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layers/norm_kernels.h"
 #include "tensor/half.h"
 #include "testutil.h"
 
@@ -188,6 +189,138 @@ START_TEST(test_backward_vs_f64) {
 }
 END_TEST
 
+/* ---- the one-pass 16-bit kernels against widen-then-float32, bit for bit
+ * The 16-bit norms widen one row at a time into a float32 row buffer and
+ * run the float32 row code there (layers/norm_reduce.inc). Their output
+ * must be, bit for bit, what widening whole tensors into float32 copies,
+ * running the float32 kernels (layers/norm_kernels.h) and rounding once
+ * gives: y = round(norm_f32(x)); after each backward dx = round(dx +
+ * dx_f32), dgamma = round(dgamma + dgamma_f32) (each sum in float32). Row
+ * lengths around the 16-float SIMD width and the 32-lane sums, a chunked
+ * and a wide (direct-mode, column-parallel) backward, 1 and 2 threads, with
+ * and without gamma and beta, and rows that take the float32 kernels' rare
+ * paths (rescaled rows, r outside [2^-120, 2^120]). */
+
+static uint16_t to16(tg_dtype dt, float v) { return dt == TG_BF16 ? tg_f32_to_bf16(v) : tg_f32_to_f16(v); }
+static float from16(tg_dtype dt, uint16_t h) { return dt == TG_BF16 ? tg_bf16_to_f32(h) : tg_f16_to_f32(h); }
+
+/* Uniform in [-1, 1), a fixed sequence (no dependence on the libc). */
+static double urand(uint32_t *s) {
+    *s = *s * 1664525u + 1013904223u;
+    return (double)(*s >> 8) / (double)(1u << 23) - 1.0;
+}
+
+/* An (N, C) 16-bit tensor of random rows: row n has mean (n % 3) and
+ * spread 1 + n % 4; in x (extremes), row 1 is scaled up and row 2 down to
+ * where the float32 kernels rescale it or leave float's comfortable range
+ * (bfloat16: 2^100 and 2^-100; float16: 300, whose square overflows
+ * float16, and 2^-10). N = 0: a (C) tensor of one such row. */
+static tg_tensor *rand16(tg_dtype dt, int64_t N, int64_t C, uint32_t *seed, bool extremes) {
+    const bool vec = N == 0;
+    if (vec) N = 1;
+    double *v = malloc(sizeof(double) * (size_t)(N * C));
+    for (int64_t n = 0; n < N; n++) {
+        double scale = 1.0;
+        if (extremes && n == 1) scale = dt == TG_BF16 ? 0x1p100 : 300.0;
+        if (extremes && n == 2) scale = dt == TG_BF16 ? 0x1p-100 : 0x1p-10;
+        for (int64_t j = 0; j < C; j++)
+            v[n * C + j] = scale * ((double)(n % 3) + (1.0 + (double)(n % 4)) * urand(seed));
+    }
+    tg_tensor *t = vec ? tg_test_tensor(ctx, dt, 1, (const int64_t[]){C}, v)
+                       : tg_test_tensor(ctx, dt, 2, (const int64_t[]){N, C}, v);
+    free(v);
+    return t;
+}
+
+static float *widen16(const tg_tensor *t) {
+    float *w = malloc(sizeof(float) * (size_t)(t->numel ? t->numel : 1));
+    const uint16_t *h = t->data;
+    for (int64_t i = 0; i < t->numel; i++) w[i] = from16(t->dtype, h[i]);
+    return w;
+}
+
+/* Asserts the 16-bit tensor t holds the bits of ref (float32 values to
+ * round, or already rounded when acc is NULL; with acc: round(acc + ref),
+ * acc updated to the rounded value). */
+static void assert_bits(const char *what, const tg_tensor *t, const float *ref, float *acc, const char *cfg) {
+    const uint16_t *h = t->data;
+    for (int64_t i = 0; i < t->numel; i++) {
+        float v = acc ? acc[i] + ref[i] : ref[i];
+        uint16_t want = to16(t->dtype, v);
+        if (acc) acc[i] = from16(t->dtype, want);
+        if (h[i] != want)
+            ck_abort_msg("%s (%s) [%lld]: 0x%04x, widen-then-float32 gives 0x%04x", what, cfg, (long long)i, h[i],
+                         want);
+    }
+}
+
+static void check_one_pass(tg_dtype dt, bool centered, int64_t N, int64_t C, int affine, int threads, uint32_t *seed) {
+    char cfg[128];
+    snprintf(cfg, sizeof cfg, "%s %s N=%lld C=%lld affine=%d threads=%d", tg_dtype_name(dt),
+             centered ? "layernorm" : "rmsnorm", (long long)N, (long long)C, affine, threads);
+    tg_set_threads(ctx, threads);
+    const double eps = 1e-5;
+    tg_tensor *x = tg_requires_grad(ctx, rand16(dt, N, C, seed, true));
+    tg_tensor *g = affine >= 1 ? tg_requires_grad(ctx, rand16(dt, 0, C, seed, false)) : NULL;
+    tg_tensor *b = affine >= 2 ? tg_requires_grad(ctx, rand16(dt, 0, C, seed, false)) : NULL;
+    tg_tensor *dy = rand16(dt, N, C, seed, false);
+    tg_tensor *y = centered ? tg_layernorm_fused(ctx, x, g, b, 1, eps) : tg_rmsnorm_fused(ctx, x, g, b, 1, eps);
+    ck_assert_msg(y && tg_ok(ctx), "%s: %s", cfg, tg_error_message(ctx));
+
+    /* widen-then-float32 */
+    float *xw = widen16(x), *gw = g ? widen16(g) : NULL, *bw = b ? widen16(b) : NULL, *dyw = widen16(dy);
+    float *y32 = calloc((size_t)(N * C), sizeof(float)), *dx32 = calloc((size_t)(N * C), sizeof(float));
+    float *dg32 = calloc((size_t)C, sizeof(float)), *db32 = calloc((size_t)C, sizeof(float));
+    float *dxa = calloc((size_t)(N * C), sizeof(float)), *dga = calloc((size_t)C, sizeof(float));
+    float *dba = calloc((size_t)C, sizeof(float));
+    double *mean = malloc(sizeof(double) * (size_t)N), *rstd = malloc(sizeof(double) * (size_t)N);
+    if (centered) {
+        tg_layernorm_forward_f32(y32, mean, rstd, xw, gw, bw, N, C, eps, threads);
+        tg_layernorm_backward_f32(dx32, g ? dg32 : NULL, b ? db32 : NULL, dyw, xw, gw, mean, rstd, N, C, threads);
+    } else {
+        tg_rmsnorm_forward_f32(y32, rstd, xw, gw, bw, N, C, eps, threads);
+        tg_rmsnorm_backward_f32(dx32, g ? dg32 : NULL, b ? db32 : NULL, dyw, xw, gw, rstd, N, C, threads);
+    }
+    assert_bits("y", y, y32, NULL, cfg);
+    /* two backwards: the second adds into the 16-bit grads the first left */
+    for (int pass = 0; pass < 2; pass++) {
+        tg_backward_ex(ctx, y, dy, true);
+        ck_assert_msg(tg_ok(ctx), "%s: %s", cfg, tg_error_message(ctx));
+        assert_bits(pass ? "dx, second backward" : "dx", x->grad, dx32, dxa, cfg);
+        if (g) assert_bits(pass ? "dgamma, second backward" : "dgamma", g->grad, dg32, dga, cfg);
+        if (b) assert_bits(pass ? "dbeta, second backward" : "dbeta", b->grad, db32, dba, cfg);
+    }
+    free(xw), free(gw), free(bw), free(dyw), free(y32), free(dx32), free(dg32), free(db32);
+    free(dxa), free(dga), free(dba), free(mean), free(rstd);
+    tg_ctx_reset(ctx);
+}
+
+START_TEST(test_one_pass_bits) {
+    static const int64_t Cs[] = {1, 2, 3, 5, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 200, 257, 768, 1000};
+    const tg_dtype dts[2] = {TG_BF16, TG_F16};
+    uint32_t seed = 2024;
+    /* with the CPU's conversion instructions (when it has them), then with
+     * the scalar bit manipulation of tensor/half.h */
+    for (int scalar = 0; scalar < 2; scalar++) {
+        tg_half_force_scalar(scalar == 1);
+        for (int d = 0; d < 2; d++)
+            for (int centered = 0; centered < 2; centered++) {
+                for (size_t i = 0; i < sizeof Cs / sizeof *Cs; i++)
+                    for (int affine = 0; affine < 3; affine++)
+                        /* 37 rows: three chunks of dg/db partials; wide
+                         * rows with 2 threads: the row-parallel forward */
+                        check_one_pass(dts[d], centered, Cs[i] >= 768 ? 50 : 37, Cs[i], affine, 1 + (int)(i % 2),
+                                       &seed);
+                /* rows too wide for the partials: the direct mode, and with
+                 * 2 threads its column-parallel dg/db phase (N C >= 32768) */
+                for (int threads = 1; threads <= 2; threads++)
+                    check_one_pass(dts[d], centered, 9, 4100, 2, threads, &seed);
+            }
+    }
+    tg_half_force_scalar(false);
+}
+END_TEST
+
 /* Mixing dtypes stays an error; the float32 path is untouched. */
 START_TEST(test_errors) {
     tg_tensor *x = tg_ones(ctx, TG_BF16, TG_SHAPE(2, 4)), *g32 = tg_ones(ctx, TG_F32, TG_SHAPE(4));
@@ -202,8 +335,8 @@ END_TEST
 
 Suite *make_norm_lowp_suite(void) {
     return tg_test_suite("norm_lowp", setup, teardown, test_f16_large_rows, test_f16_rmsnorm_tiny_row,
-                         test_bf16_layernorm_large_mean, test_forward_rounded_once, test_backward_vs_f64, test_errors,
-                         NULL);
+                         test_bf16_layernorm_large_mean, test_forward_rounded_once, test_backward_vs_f64,
+                         test_one_pass_bits, test_errors, NULL);
 }
 
 int main(void) { return tg_test_run(make_norm_lowp_suite()); }
