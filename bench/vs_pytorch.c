@@ -1362,6 +1362,13 @@ static void print_summary(FILE *out, const options *o) {
                     "wall-clock scaling needs %d free cores; %s. The CPU time beside it says what the split allows "
                     "on free cores.\n",
                     o->threads > 2 ? o->threads : 2, busy);
+        else if (!strcmp(r->group, "lowp") && strstr(t->what, "vs f32"))
+            fprintf(out,
+                    "not memory-bound yet: each 16-bit row is widened into an f32 row buffer, the f32 row code "
+                    "runs on it, and the result is rounded back, so the row is walked more often than in the "
+                    "f32 kernel; half the DRAM bytes do not pay for those passes (docs/"
+                    "normalization-gradients.md, Low precision; %s).\n",
+                    busy);
         else if (!strcmp(r->group, "norm") || (!strcmp(r->group, "lowp") && strstr(t->what, "Norm")))
             fprintf(out,
                     "memory-bound: other jobs' memory traffic and cache use count against it (%s); compare the "

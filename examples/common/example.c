@@ -86,7 +86,7 @@ int ex_parse(ex_args *a, int argc, char **argv, const char *name_of_prog, const 
         }
         const char *name = flag + 2, *val = argv[++i];
         bool ok = true;
-        int64_t n;
+        int64_t n = 0;
         if (strcmp(name, "steps") == 0) ok = parse_int(val, 1, &a->steps);
         else if (strcmp(name, "every") == 0) ok = parse_int(val, 1, &a->every);
         else if (strcmp(name, "stop-after") == 0) ok = parse_int(val, 1, &a->stop_after);
