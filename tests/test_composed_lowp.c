@@ -22,8 +22,8 @@ static void teardown(void) { tg_ctx_free(ctx); }
  * gamma, no beta); their outputs, read back as doubles. */
 static void both(tg_dtype dt, bool centered, const double *x, double eps, double composed[4], double fused[4]) {
     tg_tensor *t = tg_test_tensor(ctx, dt, TG_SHAPE(1, 4), x);
-    tg_tensor *yc = centered ? tg_layernorm_composed(ctx, t, NULL, NULL, 1, eps)
-                             : tg_rmsnorm_composed(ctx, t, NULL, NULL, 1, eps);
+    tg_tensor *yc =
+        centered ? tg_layernorm_composed(ctx, t, NULL, NULL, 1, eps) : tg_rmsnorm_composed(ctx, t, NULL, NULL, 1, eps);
     tg_tensor *yf =
         centered ? tg_layernorm_fused(ctx, t, NULL, NULL, 1, eps) : tg_rmsnorm_fused(ctx, t, NULL, NULL, 1, eps);
     ck_assert_msg(yc && yf, "%s", tg_error_message(ctx));
@@ -40,8 +40,8 @@ START_TEST(test_f16_large_rows_overflow_in_composed) {
     const double rms = sqrt((300.0 * 300 + 400.0 * 400 + 500.0 * 500 + 260.0 * 260) / 4);
     const double x[4] = {300, -400, 500, 260};
     for (int j = 0; j < 4; j++)
-        ck_assert_msg(fabs(f[j] - x[j] / rms) <= 0x1p-10 * fabs(x[j] / rms), "fused rmsnorm [%d] = %.6g, exact %.6g",
-                      j, f[j], x[j] / rms);
+        ck_assert_msg(fabs(f[j] - x[j] / rms) <= 0x1p-10 * fabs(x[j] / rms), "fused rmsnorm [%d] = %.6g, exact %.6g", j,
+                      f[j], x[j] / rms);
     /* mean 0, variance (600^2 + 600^2 + 300^2 + 300^2) / 4 = 225000 */
     both(TG_F16, true, (const double[]){-600, 600, -300, 300}, 1e-5, c, f);
     for (int j = 0; j < 4; j++) ck_assert_msg(c[j] == 0.0, "composed layernorm [%d] = %g, not 0", j, c[j]);
@@ -92,8 +92,8 @@ START_TEST(test_ordinary_rows_agree_with_fused) {
                 ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
                 ck_assert_int_eq(x[k]->grad->dtype, dt);
             }
-            const tg_tensor *pairs[4][2] = {{y[0], y[1]}, {x[0]->grad, x[1]->grad}, {g[0]->grad, g[1]->grad},
-                                            {b[0]->grad, b[1]->grad}};
+            const tg_tensor *pairs[4][2] = {
+                {y[0], y[1]}, {x[0]->grad, x[1]->grad}, {g[0]->grad, g[1]->grad}, {b[0]->grad, b[1]->grad}};
             const char *names[4] = {"y", "dx", "dgamma", "dbeta"};
             for (int p = 0; p < 4; p++) {
                 double scale = 0;
