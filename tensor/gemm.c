@@ -70,7 +70,10 @@ static bool gemm_use_direct(bool ta, bool tb, int64_t M, int64_t N, int64_t K, s
 
 /* Threads worth starting: at least ~4M multiply-adds (~20 us) each, so the
  * fork and join (a few us) stay small. */
-#define GEMM_FMAS_PER_THREAD ((int64_t)1 << 22)
+#ifndef TG_GEMM_FMAS_PER_THREAD
+#define TG_GEMM_FMAS_PER_THREAD ((int64_t)1 << 22)
+#endif
+#define GEMM_FMAS_PER_THREAD ((int64_t)TG_GEMM_FMAS_PER_THREAD)
 static int gemm_threads(int64_t M, int64_t N, int64_t K, int threads) {
 #ifdef TG_HAVE_OPENMP
     if (threads < 1) threads = 1;
