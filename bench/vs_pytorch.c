@@ -1254,6 +1254,17 @@ static void run_contend(const options *o, int nt) {
             tg_ctx_free(a.ctx);
         }
     }
+    if (!o->only || !strcmp(o->only, "gpt")) {                         /* the GPT-2 training steps of bench_gpt */
+        static const int64_t sizes[2][3] = {{4, 4, 128}, {6, 6, 384}}; /* L, H, C; T 64, B 4 */
+        for (int s = 0; s < 2; s++) {
+            gpt_arg a;
+            gpt_init(&a, 1, sizes[s][0], sizes[s][1], sizes[s][2], 64, 4);
+            snprintf(name, sizeof name, "GPT-2 step %s L%lld C%lld T64 B4 AdamW", s ? "small" : "tiny",
+                     (long long)sizes[s][0], (long long)sizes[s][2]);
+            contend_row(o, name, a.ctx, gpt_step, &a, nt);
+            gpt_free(&a);
+        }
+    }
     if (!o->only || !strcmp(o->only, "tiny")) {
         tiny_arg a = tiny_setup();
         contend_row(o, "tiny op: add 1-elem + backward + reset", a.ctx, tiny_step, &a, nt);
