@@ -1054,14 +1054,14 @@ static double gpt_flops(int64_t L, int64_t C, int64_t T, int64_t B) {
 /* The GPT-2 step at the issue's two sizes, beside PyTorch (the same model
  * from scripts/gpt_torch.py, AdamW, the same thread count); the step's
  * GEMM rate against the Linear rows'; the small size with 2 threads; the
- * peak memory. llm.c's train_gpt2.c is not run here: the issue's figures
- * for it (87 and 832 ms per step on this machine) are quoted. */
+ * peak memory. llm.c's train_gpt2.c is not run here: scripts/llmc_bench.sh
+ * times it beside this step (`scripts/bench.sh --only llmc`, LLMC_DIR). */
 static void bench_gpt(const options *o, const limits *lim) {
     static const struct {
         const char *name;
         int64_t L, H, C, T, B;
-        double vs_torch, llmc_ms;
-    } cfg[2] = {{"tiny", 4, 4, 128, 64, 4, 1.8, 87}, {"small", 6, 6, 384, 64, 4, 1.1, 832}};
+        double vs_torch;
+    } cfg[2] = {{"tiny", 4, 4, 128, 64, 4, 1.8}, {"small", 6, 6, 384, 64, 4, 1.1}};
     double linear_rate = NAN; /* the biggest Linear row's GFLOP/s; timed here when that row did not run */
     for (int i = 0; i < nrows; i++)
         if (!strcmp(rows[i].group, "linear") && strstr(rows[i].name, "4096")) linear_rate = rows[i].rate;
@@ -1094,9 +1094,9 @@ static void bench_gpt(const options *o, const limits *lim) {
                    (long long)B);
         snprintf(r->extra, sizeof r->extra,
                  "%.0f tokens/s; %.2f M params; %.2f GFLOP/step at %.1f GFLOP/s (%.0f%% of the Linear row's "
-                 "%.1f); llm.c's quoted %.0f ms -> %.1fx",
+                 "%.1f); llm.c: scripts/bench.sh --only llmc (LLMC_DIR)",
                  (double)(B * T) / t.median_s, (double)tg_params_numel(&a.params) * 1e-6, flops * 1e-9, gflops,
-                 100 * gflops / linear_rate, linear_rate, cfg[s].llmc_ms, cfg[s].llmc_ms * 1e-3 / t.median_s);
+                 100 * gflops / linear_rate, linear_rate);
         char what[96];
         snprintf(what, sizeof what, "GPT-2 step %s vs PyTorch steps/s", cfg[s].name);
         add_target(r, what, r->ratio_torch, cfg[s].vs_torch, true, "x");
@@ -1116,7 +1116,22 @@ static void bench_gpt(const options *o, const limits *lim) {
             snprintf(q->extra + len, sizeof q->extra - len, "; PyTorch's step %.2f MiB (RSS high-water) -> %.2fx it",
                      torch_mib, q->rate / torch_mib);
             add_target(q, "GPT-2 step small peak memory / PyTorch's", q->rate / torch_mib, 1.0, false, "x");
-            /* n threads against 1, alternating (bench_scaling) */
+            /* n threads against 1, alternating (bench_scaling). The 1.7x
+             * target's gap, measured on the 2-core AMD EPYC VM (instrumented
+             * pool, quiet samples only, 2026-12-02): 1T 115 ms, 2T 75.5 ms
+             * (1.53x). At 2T the two threads were busy in tasks 69.5 and
+             * 69.8 ms of the 75.5 (serial code outside the pool's jobs
+             * 1.5 ms, waits for a last task ~3.6 ms): idle time and
+             * imbalance are small. The gap is work: the tasks took 139 ms
+             * of CPU against the 1-thread step's 115 ms (+21%), while two
+             * independent 1-thread GEMMs on the two cores each ran at the
+             * speed of one alone (so the cores do not slow each other).
+             * The extra work is the split itself: each op's inputs were
+             * written by the other core's tasks of the op before, and the
+             * GEMMs of 256 rows re-pack A per column chunk and each thread
+             * packs its own B (the 256x384 x K=1152/1536 products reach
+             * ~260 GFLOP/s at 2T, the others ~300, 1T ~180); 1.7x needs
+             * the 2T step at 67.6 ms, i.e. at most ~10 ms of extra work. */
             a.measure = false;
             row *w = scaling_row(o, lim, "GPT-2 step small", a.ctx, gpt_step, &a, flops * 1e-9, "GFLOP/s",
                                  lim->fma[1].f32_gflops / lim->fma[0].f32_gflops, "FMA");
@@ -1252,6 +1267,17 @@ static void run_contend(const options *o, int nt) {
             snprintf(name, sizeof name, "attention %s f32 4x6x256x64 causal", f ? "fused" : "composed");
             contend_row(o, name, a.ctx, attn_step, &a, nt);
             tg_ctx_free(a.ctx);
+        }
+    }
+    if (!o->only || !strcmp(o->only, "gpt")) {                         /* the GPT-2 training steps of bench_gpt */
+        static const int64_t sizes[2][3] = {{4, 4, 128}, {6, 6, 384}}; /* L, H, C; T 64, B 4 */
+        for (int s = 0; s < 2; s++) {
+            gpt_arg a;
+            gpt_init(&a, 1, sizes[s][0], sizes[s][1], sizes[s][2], 64, 4);
+            snprintf(name, sizeof name, "GPT-2 step %s L%lld C%lld T64 B4 AdamW", s ? "small" : "tiny",
+                     (long long)sizes[s][0], (long long)sizes[s][2]);
+            contend_row(o, name, a.ctx, gpt_step, &a, nt);
+            gpt_free(&a);
         }
     }
     if (!o->only || !strcmp(o->only, "tiny")) {

@@ -10,12 +10,14 @@
  * runs. Helpers sleep on a condition variable after spinning ~100 us; the
  * caller wakes them only if one sleeps (`sleepers`, checked after the new
  * state is stored: the two sequentially consistent accesses on each side
- * make sure one of them sees the other).
+ * make sure one of them sees the other), and only for a job whose tasks
+ * left would keep the caller busy TG_POOL_WAKE_NS (below: why); a helper
+ * that is not woken claims nothing of that job.
  *
  * The caller, once every task is claimed, waits for the helpers' last
- * tasks the same way: it spins TG_POOL_WAIT_SPINS pauses (a few us: most
- * waits end there, a helper's last task being about as long as the
- * caller's), then sleeps on `finished` with `waiting` set; the helper whose
+ * tasks the same way: it spins up to half the job's time so far (at most
+ * TG_POOL_WAIT_NS: most waits end there, a helper's last task being about
+ * as long as the caller's), then sleeps on `finished` with `waiting` set; the helper whose
  * task makes `done` reach the task count wakes it when `waiting` is set
  * (again one store and one load on each side, sequentially consistent).
  * Sleeping instead of yielding matters on a busy machine: a yielding
@@ -93,9 +95,38 @@ void tg_parallel(int threads, int64_t ntasks, tg_task_fn fn, void *arg) {
 #define TG_PAUSE() ((void)0)
 #endif
 
-#define TG_POOL_MAX 255        /* helpers at most */
+#define TG_POOL_MAX 255 /* helpers at most */
+#ifndef TG_POOL_SPIN_NS
 #define TG_POOL_SPIN_NS 100000 /* a helper's wait for the next job before it sleeps */
-#define TG_POOL_WAIT_SPINS 512 /* the caller's pauses for the helpers' last tasks before it sleeps */
+#endif
+/* The measured costs that set the two waits below (2-vCPU AMD EPYC VM,
+ * Linux 6.18, quiet; instrumented tg_parallel, GPT-2 small and MLP
+ * training steps of bench/vs_pytorch.c):
+ *  - waking a sleeping thread blocks the waker ~107 us (the caller's
+ *    pthread_cond_broadcast to a sleeping helper in the MLP 784-256-256-10
+ *    step: 2 per step, 106.9 us each), and the woken thread runs ~15-25 us
+ *    after it (the helper joined 15.6 us after the job started; a sleeping
+ *    caller woke 19-23 us after the helper's signal);
+ *  - so a job that would finish in ~100 us on the caller alone is done
+ *    sooner without waking anyone: the MLP step, whose 5 parallel jobs
+ *    each found the helper asleep, ran 0.90-0.94x as fast with 2 threads
+ *    as with 1 (alternating, quiet: 603-636 us against 547-561 us).
+ * Hence: the caller wakes sleeping helpers only when the tasks left would
+ * take it at least TG_POOL_WAKE_NS (estimated from its own tasks so far):
+ * a wake that blocks the caller ~110 us pays when the helper then takes
+ * half of what is left, R/2 - 110 > 110 us, R >= ~300 us (a GEMM of the
+ * GPT step takes ~1 ms), and it waits for the helpers' last tasks by spinning up
+ * to half the time the job has taken so far (at most TG_POOL_WAIT_NS)
+ * before it sleeps: the GPT-2 small step with the former fixed ~5 us spin
+ * slept ~40 times per step (each a ~100 us signal for the helper), while a
+ * spin bounded by the job's own length wastes at most a third of the job
+ * when the helper has lost its core. */
+#ifndef TG_POOL_WAKE_NS
+#define TG_POOL_WAKE_NS 300000
+#endif
+#ifndef TG_POOL_WAIT_NS
+#define TG_POOL_WAIT_NS 200000
+#endif
 
 static struct {
     pthread_mutex_t job_lock; /* held by the caller of the job in flight */
@@ -124,9 +155,20 @@ static double now_ns(void) {
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
+static void wake_helpers(void) {
+    pthread_mutex_lock(&pool.sleep_lock);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.sleep_lock);
+}
+
 /* Claims and runs tasks of generation gen until none is left (or the job
- * is over); worker: the runner's id. */
-static void run_tasks(uint32_t gen, int worker) {
+ * is over); worker: the runner's id. start (the caller only, when a
+ * helper sleeps; 0 otherwise): the job's start time; after each task the
+ * caller estimates the time the tasks not yet claimed would take it (its
+ * mean task time so far) and wakes the sleeping helpers once that is at
+ * least TG_POOL_WAKE_NS. */
+static void run_tasks(uint32_t gen, int worker, double start) {
+    int64_t mine = 0; /* tasks this runner has finished */
     for (;;) {
         uint64_t s = atomic_load(&pool.state);
         const uint64_t t = s & 0xffffffffu;
@@ -137,6 +179,14 @@ static void run_tasks(uint32_t gen, int worker) {
         if ((uint32_t)(s >> 32) != gen || (int64_t)t >= n) return;
         if (!atomic_compare_exchange_weak(&pool.state, &s, s + 1)) continue;
         pool.fn(pool.arg, (int64_t)t, worker);
+        mine++;
+        if (start > 0) {
+            const double left = (now_ns() - start) / (double)mine * (double)(n - (int64_t)t - 1);
+            if (left >= TG_POOL_WAKE_NS) {
+                if (atomic_load(&pool.sleepers) > 0) wake_helpers();
+                start = 0;
+            }
+        }
         /* the job's last task wakes a sleeping caller (never the caller
          * itself: it is not asleep while it runs a task) */
         if (atomic_fetch_add(&pool.done, 1) + 1 == n && atomic_load(&pool.waiting)) {
@@ -170,7 +220,7 @@ static void *helper_main(void *p) {
             }
         }
         seen = gen;
-        if (id <= atomic_load(&pool.want)) run_tasks(gen, id);
+        if (id <= atomic_load(&pool.want)) run_tasks(gen, id, 0);
     }
     return NULL;
 }
@@ -228,16 +278,21 @@ void tg_parallel(int threads, int64_t ntasks, tg_task_fn fn, void *arg) {
     atomic_store(&pool.want, want);
     atomic_store(&pool.done, 0);
     const uint32_t gen = ++pool.generation;
+    const double start = now_ns();
     atomic_store(&pool.state, (uint64_t)gen << 32);
-    if (atomic_load(&pool.sleepers) > 0) {
-        pthread_mutex_lock(&pool.sleep_lock);
-        pthread_cond_broadcast(&pool.wake);
-        pthread_mutex_unlock(&pool.sleep_lock);
+    /* a sleeping helper is woken only for a long job (see TG_POOL_WAKE_NS) */
+    run_tasks(gen, 0, atomic_load(&pool.sleepers) > 0 ? start : 0);
+    /* every task is claimed; wait for the ones helpers are running: spin
+     * for up to half the job's time so far, then sleep until the last one
+     * is done */
+    if (atomic_load(&pool.done) < ntasks) {
+        const double now = now_ns(), spin = (now - start) / 2;
+        const double until = now + (spin < TG_POOL_WAIT_NS ? spin : TG_POOL_WAIT_NS);
+        for (int i = 0; atomic_load(&pool.done) < ntasks; i++) {
+            TG_PAUSE();
+            if (i % 64 == 63 && now_ns() > until) break;
+        }
     }
-    run_tasks(gen, 0);
-    /* every task is claimed; wait for the ones helpers are running: spin a
-     * little, then sleep until the last one is done */
-    for (int i = 0; i < TG_POOL_WAIT_SPINS && atomic_load(&pool.done) < ntasks; i++) TG_PAUSE();
     if (atomic_load(&pool.done) < ntasks) {
         pthread_mutex_lock(&pool.sleep_lock);
         atomic_store(&pool.waiting, 1);

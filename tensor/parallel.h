@@ -15,10 +15,15 @@
  * caller starts on them at once, a helper joins when it runs, and the
  * caller waits only for tasks already claimed. A helper that wakes up too
  * late finds nothing to claim and touches nothing. Helpers spin about
- * 100 us for the next job, then sleep; the caller, once every task is
- * claimed, spins a few us for the helpers' last tasks, then sleeps until
- * the last one wakes it (so a waiting thread never holds a core another
- * thread needs). One job at a time: a second caller
+ * 100 us for the next job, then sleep; waking a sleeping thread is slow
+ * (~100 us for the waker on the machine measured, tensor/parallel.c), so
+ * the caller wakes sleeping helpers only when the tasks left would keep it
+ * busy a few times that long, and a short job after a pause runs on the
+ * caller alone. The caller, once
+ * every task is claimed, spins for the helpers' last tasks up to half the
+ * time the job took so far, then sleeps until the last one wakes it (so a
+ * waiting thread never holds a core another thread needs for long). One
+ * job at a time: a second caller
  * (another thread, or a task calling in) runs its tasks itself.
  *
  * Every parallel loop of the library runs here (the GEMM, the norms, the

@@ -4,7 +4,8 @@
  * with 2 and 3 threads, and compares every output and gradient byte for
  * byte:
  *   - Linear forward+backward big enough for the GEMM to split its tiles
- *     and the bias gradient to split its columns;
+ *     and the bias gradient to split its columns, and at the GPT-2 small
+ *     step's shapes (256 rows, K up to 1536);
  *   - fused RMSNorm and LayerNorm forward+backward (the dgamma/dbeta
  *     reductions over rows);
  *   - matmul (2-D and batched 3-D) forward+backward;
@@ -157,6 +158,20 @@ static void case_linear(tg_ctx *ctx, tg_dtype dt, snap *out) {
     snap_add(out, "dx", x->grad);
     snap_add(out, "dW", w->grad);
     snap_add(out, "db", b->grad);
+}
+
+/* Linear at the GPT-2 small step's MLP projection (B T = 256 rows, 1536 ->
+ * 384): few row tiles and several K slices, the shape where each thread
+ * packs its own copy of the B panels (tensor/gemm_impl.inc) and the task
+ * grid is cut from few rows. */
+static void case_linear_gpt(tg_ctx *ctx, tg_dtype dt, snap *out) {
+    tg_tensor *x = leaf(ctx, dt, TG_SHAPE(4, 64, 1536), -1, 1);
+    tg_tensor *w = leaf(ctx, dt, TG_SHAPE(384, 1536), -0.05, 0.05);
+    tg_tensor *dy = tg_test_rand(ctx, dt, TG_SHAPE(4, 64, 384), -1, 1);
+    tg_tensor *y = tg_linear_fused(ctx, x, w, NULL);
+    backward_and_add(ctx, out, "y", y, dy);
+    snap_add(out, "dx", x->grad);
+    snap_add(out, "dW", w->grad);
 }
 
 /* Fused norms over (1024, 384) rows: dgamma and dbeta sum over all rows. */
@@ -358,6 +373,7 @@ static const struct {
     const char *name;
 } CASES[] = {
     {case_linear, "Linear forward+backward"},
+    {case_linear_gpt, "Linear 256x1536 -> 384 (GPT-2 small's projection)"},
     {case_rmsnorm, "RMSNorm fused forward+backward"},
     {case_layernorm, "LayerNorm fused forward+backward"},
     {case_matmul, "matmul forward+backward"},
