@@ -16,5 +16,5 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TG_TEMPLATE "layers/layernorm_kernel.inc"
-#include "tensor/instantiate.h"
+#define TG_NORM_TEMPLATE "layers/layernorm_kernel.inc"
+#include "layers/norm_instantiate.h"

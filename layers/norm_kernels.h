@@ -151,6 +151,19 @@ void tg_layernorm_backward_f64(double *dx, double *dg, double *db, const double 
 #define TG_NORM_LOWP_STRIDE(C) (((C) + 15) / 16 * 16)
 #define TG_NORM_LOWP_SCRATCH(C, threads) ((int64_t)((threads) > 1 ? (threads) : 1) * 3 * TG_NORM_LOWP_STRIDE(C))
 
+/* bfloat16 storage, converted in registers: the float32 kernels
+ * instantiated for 16-bit arrays (layers/norm_instantiate.h), the
+ * arguments as above (scratch unused). The _lowp functions call them. */
+void tg_rmsnorm_forward_bf16(uint16_t *y, double *rstd, const uint16_t *x, const float *g, const float *b, int64_t N,
+                             int64_t C, double eps, int threads);
+void tg_rmsnorm_backward_bf16(uint16_t *dx, float *dg, float *db, const uint16_t *dy, const uint16_t *x, const float *g,
+                              const double *rstd, int64_t N, int64_t C, int threads);
+void tg_layernorm_forward_bf16(uint16_t *y, double *mean, double *rstd, const uint16_t *x, const float *g,
+                               const float *b, int64_t N, int64_t C, double eps, int threads);
+void tg_layernorm_backward_bf16(uint16_t *dx, float *dg, float *db, const uint16_t *dy, const uint16_t *x,
+                                const float *g, const double *mean, const double *rstd, int64_t N, int64_t C,
+                                int threads);
+
 void tg_rmsnorm_forward_lowp(uint16_t *y, double *rstd, const uint16_t *x, const float *g, const float *b, bool bf16,
                              int64_t N, int64_t C, double eps, float *scratch, int threads);
 void tg_rmsnorm_backward_lowp(uint16_t *dx, float *dg, float *db, const uint16_t *dy, const uint16_t *x, const float *g,

@@ -137,20 +137,21 @@ static inline int64_t tg_norm_block_rows(int64_t C, int64_t elsize, int threads)
     return rows < min_rows ? min_rows : rows;
 }
 
-/* y[j] = g[j] * XH + b[j] for j in [0, C), XH an expression of j; g and/or
- * b NULL mean "off". The NULL tests are hoisted out of the loop by hand
+/* y[j] = g[j] * XH + b[j] for j in [0, C), XH an expression of j, each
+ * value stored through TG_ST (layers/norm_instantiate.h); g and/or b NULL
+ * mean "off". The NULL tests are hoisted out of the loop by hand
  * (four loops): a compiler that if-converts them instead of unswitching
  * emits masked loads from NULL, legal but ~50x slower. */
-#define TG_NORM_AFFINE_STORE(y, g, b, C, j, XH)                                \
-    do {                                                                       \
-        if ((g) && (b))                                                        \
-            for (int64_t j = 0; j < (C); j++) (y)[j] = (g)[j] * (XH) + (b)[j]; \
-        else if (g)                                                            \
-            for (int64_t j = 0; j < (C); j++) (y)[j] = (g)[j] * (XH);          \
-        else if (b)                                                            \
-            for (int64_t j = 0; j < (C); j++) (y)[j] = (XH) + (b)[j];          \
-        else                                                                   \
-            for (int64_t j = 0; j < (C); j++) (y)[j] = (XH);                   \
+#define TG_NORM_AFFINE_STORE(y, g, b, C, j, XH)                                       \
+    do {                                                                              \
+        if ((g) && (b))                                                               \
+            for (int64_t j = 0; j < (C); j++) (y)[j] = TG_ST((g)[j] * (XH) + (b)[j]); \
+        else if (g)                                                                   \
+            for (int64_t j = 0; j < (C); j++) (y)[j] = TG_ST((g)[j] * (XH));          \
+        else if (b)                                                                   \
+            for (int64_t j = 0; j < (C); j++) (y)[j] = TG_ST((XH) + (b)[j]);          \
+        else                                                                          \
+            for (int64_t j = 0; j < (C); j++) (y)[j] = TG_ST(XH);                     \
     } while (0)
 
 /* Software prefetch, forward only: while a row is summed and written
