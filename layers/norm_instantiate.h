@@ -45,16 +45,18 @@
 #define TS T
 #define TG_LD(v) (v)
 #define TG_ST(v) (v)
-#define TG_ACC(d, v) ((d) += (v))
+#define TG_ACCV(d, v) ((d) + (v))
 #define TG_ACC_D(d, v) ((d) = (T)((double)(d) + (v)))
+#define TG_STORE_LOOP TG_NORM_LOOP_PLAIN
 #define TG_NORM_LOWP 0
 #define TG_TEMPLATE TG_NORM_TEMPLATE
 #include "tensor/instantiate.h" /* (undefines TG_TEMPLATE) */
 #undef TS
 #undef TG_LD
 #undef TG_ST
-#undef TG_ACC
+#undef TG_ACCV
 #undef TG_ACC_D
+#undef TG_STORE_LOOP
 #undef TG_NORM_LOWP
 
 /* bfloat16 storage, float32 arithmetic */
@@ -65,8 +67,9 @@
 #define TG_F64 0
 #define TG_LD(v) tg_bf16_to_f32(v)
 #define TG_ST(v) tg_f32_to_bf16(v)
-#define TG_ACC(d, v) ((d) = TG_ST(TG_LD(d) + (0.0f + (v))))
+#define TG_ACCV(d, v) (TG_LD(d) + (0.0f + (v)))
 #define TG_ACC_D(d, v) ((d) = TG_ST(TG_LD(d) + (float)(0.0 + (v))))
+#define TG_STORE_LOOP TG_NORM_LOOP_BF16
 #define TG_NORM_LOWP 1
 #include TG_NORM_TEMPLATE
 #undef T
@@ -76,7 +79,8 @@
 #undef TG_F64
 #undef TG_LD
 #undef TG_ST
-#undef TG_ACC
+#undef TG_ACCV
 #undef TG_ACC_D
+#undef TG_STORE_LOOP
 #undef TG_NORM_LOWP
 #undef TG_NORM_TEMPLATE

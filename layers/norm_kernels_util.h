@@ -10,6 +10,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "tensor/half.h"
+#if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__)
+#include <immintrin.h>
+#endif
+
 /* Row sums use TG_NORM_LANES independent double accumulators (element j
  * goes to lane j mod 32 within each full group, the tail to one scalar),
  * combined by a fixed halving tree. The order is part of the code, not
@@ -137,21 +142,66 @@ static inline int64_t tg_norm_block_rows(int64_t C, int64_t elsize, int threads)
     return rows < min_rows ? min_rows : rows;
 }
 
-/* y[j] = g[j] * XH + b[j] for j in [0, C), XH an expression of j, each
- * value stored through TG_ST (layers/norm_instantiate.h); g and/or b NULL
- * mean "off". The NULL tests are hoisted out of the loop by hand
- * (four loops): a compiler that if-converts them instead of unswitching
- * emits masked loads from NULL, legal but ~50x slower. */
-#define TG_NORM_AFFINE_STORE(y, g, b, C, j, XH)                                       \
-    do {                                                                              \
-        if ((g) && (b))                                                               \
-            for (int64_t j = 0; j < (C); j++) (y)[j] = TG_ST((g)[j] * (XH) + (b)[j]); \
-        else if (g)                                                                   \
-            for (int64_t j = 0; j < (C); j++) (y)[j] = TG_ST((g)[j] * (XH));          \
-        else if (b)                                                                   \
-            for (int64_t j = 0; j < (C); j++) (y)[j] = TG_ST((XH) + (b)[j]);          \
-        else                                                                          \
-            for (int64_t j = 0; j < (C); j++) (y)[j] = TG_ST(XH);                     \
+/* The row loops that store: for j in [0, C), run the statements BODY, then
+ * out[j] = TG_ST(VAL) (layers/norm_instantiate.h picks the loop):
+ * - TG_NORM_LOOP_PLAIN, float32 and float64: one loop, out[j] = VAL.
+ * - TG_NORM_LOOP_BF16, bfloat16 storage: the values of 32 columns are
+ *   formed (vectorized) in a block of 32 floats, which the compiler keeps
+ *   in registers or L1 next to them, and tg_norm_store32_bf16 rounds and
+ *   stores the block; the last C mod 32 columns store one by one. */
+#define TG_NORM_LOOP_PLAIN(out, C, j, BODY, VAL) \
+    do {                                         \
+        for (int64_t j = 0; j < (C); j++) {      \
+            BODY;                                \
+            (out)[j] = (VAL);                    \
+        }                                        \
+    } while (0)
+#define TG_NORM_LOOP_BF16(out, C, j, BODY, VAL)              \
+    do {                                                     \
+        int64_t tg_j0_ = 0;                                  \
+        for (; tg_j0_ + 32 <= (C); tg_j0_ += 32) {           \
+            float tg_v_[32];                                 \
+            for (int64_t j = tg_j0_; j < tg_j0_ + 32; j++) { \
+                BODY;                                        \
+                tg_v_[j - tg_j0_] = (VAL);                   \
+            }                                                \
+            tg_norm_store32_bf16((out) + tg_j0_, tg_v_);     \
+        }                                                    \
+        for (int64_t j = tg_j0_; j < (C); j++) {             \
+            BODY;                                            \
+            (out)[j] = tg_f32_to_bf16(VAL);                  \
+        }                                                    \
+    } while (0)
+
+/* 32 floats rounded to bfloat16 (nearest even, NaN kept: tensor/half.h's
+ * tg_f32_to_bf16, bit for bit). Where the compiler targets AVX-512 BF16,
+ * one VCVTNE2PS2BF16 rounds the 32 values as tg_f32_to_bf16 does, except
+ * that it reads a subnormal float32 as zero: a block holding one (rare in
+ * a norm's output) takes the scalar rule. Elsewhere the scalar rule, which
+ * the compiler vectorizes (integer adds and shifts). */
+static inline void tg_norm_store32_bf16(uint16_t *restrict y, const float *restrict v) {
+#if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__)
+    const __m512 a = _mm512_loadu_ps(v), b = _mm512_loadu_ps(v + 16);
+    if (!(_mm512_fpclass_ps_mask(a, 0x20) | _mm512_fpclass_ps_mask(b, 0x20))) { /* 0x20: subnormal */
+        const __m512bh h = _mm512_cvtne2ps_pbh(b, a);
+        _mm512_storeu_si512((void *)y, (__m512i)h);
+        return;
+    }
+#endif
+    for (int i = 0; i < 32; i++) y[i] = tg_f32_to_bf16(v[i]);
+}
+
+/* y[j] = g[j] * XH + b[j] for j in [0, C), XH an expression of j, stored
+ * through the template's TG_STORE_LOOP; g and/or b NULL mean "off". The NULL
+ * tests are hoisted out of the loop by hand (four loops): a compiler that
+ * if-converts them instead of unswitching emits masked loads from NULL,
+ * legal but ~50x slower. */
+#define TG_NORM_AFFINE_STORE(y, g, b, C, j, XH)                                  \
+    do {                                                                         \
+        if ((g) && (b)) TG_STORE_LOOP(y, C, j, (void)0, (g)[j] * (XH) + (b)[j]); \
+        else if (g) TG_STORE_LOOP(y, C, j, (void)0, (g)[j] * (XH));              \
+        else if (b) TG_STORE_LOOP(y, C, j, (void)0, (XH) + (b)[j]);              \
+        else TG_STORE_LOOP(y, C, j, (void)0, (XH));                              \
     } while (0)
 
 /* Software prefetch, forward only: while a row is summed and written
