@@ -59,28 +59,41 @@
 #undef TG_STORE_LOOP
 #undef TG_NORM_LOWP
 
-/* bfloat16 storage, float32 arithmetic */
+/* 16-bit storage, float32 arithmetic: bfloat16, then float16 */
 #define T float
 #define TS uint16_t
-#define TG_FN(name) name##_bf16
 #define TG_M(fn) fn##f
 #define TG_F64 0
-#define TG_LD(v) tg_bf16_to_f32(v)
-#define TG_ST(v) tg_f32_to_bf16(v)
 #define TG_ACCV(d, v) (TG_LD(d) + (0.0f + (v)))
 #define TG_ACC_D(d, v) ((d) = TG_ST(TG_LD(d) + (float)(0.0 + (v))))
-#define TG_STORE_LOOP TG_NORM_LOOP_BF16
 #define TG_NORM_LOWP 1
+
+#define TG_FN(name) name##_bf16
+#define TG_LD(v) tg_bf16_to_f32(v)
+#define TG_ST(v) tg_f32_to_bf16(v)
+#define TG_STORE_LOOP(out, C, j, BODY, VAL) \
+    TG_NORM_LOOP_BLOCK(out, C, j, BODY, VAL, tg_norm_store32_bf16, tg_f32_to_bf16)
 #include TG_NORM_TEMPLATE
-#undef T
-#undef TS
 #undef TG_FN
-#undef TG_M
-#undef TG_F64
 #undef TG_LD
 #undef TG_ST
+#undef TG_STORE_LOOP
+
+#define TG_FN(name) name##_f16
+#define TG_LD(v) tg_norm_f16_to_f32(v)
+#define TG_ST(v) tg_f32_to_f16(v)
+#define TG_STORE_LOOP(out, C, j, BODY, VAL) TG_NORM_LOOP_BLOCK(out, C, j, BODY, VAL, tg_norm_store32_f16, tg_f32_to_f16)
+#include TG_NORM_TEMPLATE
+#undef TG_FN
+#undef TG_LD
+#undef TG_ST
+#undef TG_STORE_LOOP
+
+#undef T
+#undef TS
+#undef TG_M
+#undef TG_F64
 #undef TG_ACCV
 #undef TG_ACC_D
-#undef TG_STORE_LOOP
 #undef TG_NORM_LOWP
 #undef TG_NORM_TEMPLATE

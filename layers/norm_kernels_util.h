@@ -11,7 +11,21 @@
 #include <stdint.h>
 
 #include "tensor/half.h"
+
+/* The conversion instructions the 16-bit row loops use when the compiler
+ * targets them (the whole file is then built for such a CPU); the scalar
+ * rules of tensor/half.h otherwise, with the same bits. */
 #if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__)
+#define TG_NORM_AVX512BF16 1
+#else
+#define TG_NORM_AVX512BF16 0
+#endif
+#if defined(__F16C__) && defined(__AVX__)
+#define TG_NORM_F16C 1
+#else
+#define TG_NORM_F16C 0
+#endif
+#if TG_NORM_AVX512BF16 || TG_NORM_F16C
 #include <immintrin.h>
 #endif
 
@@ -145,10 +159,11 @@ static inline int64_t tg_norm_block_rows(int64_t C, int64_t elsize, int threads)
 /* The row loops that store: for j in [0, C), run the statements BODY, then
  * out[j] = TG_ST(VAL) (layers/norm_instantiate.h picks the loop):
  * - TG_NORM_LOOP_PLAIN, float32 and float64: one loop, out[j] = VAL.
- * - TG_NORM_LOOP_BF16, bfloat16 storage: the values of 32 columns are
- *   formed (vectorized) in a block of 32 floats, which the compiler keeps
- *   in registers or L1 next to them, and tg_norm_store32_bf16 rounds and
- *   stores the block; the last C mod 32 columns store one by one. */
+ * - TG_NORM_LOOP_BLOCK, 16-bit storage: the values of 32 columns are
+ *   formed (vectorized) in a block of 32 floats, which stays in registers
+ *   or L1 beside them, and STORE32 (tg_norm_store32_bf16, _f16) rounds the
+ *   block and stores it; the last C mod 32 columns go one by one through
+ *   ST1, the scalar rounding. */
 #define TG_NORM_LOOP_PLAIN(out, C, j, BODY, VAL) \
     do {                                         \
         for (int64_t j = 0; j < (C); j++) {      \
@@ -156,21 +171,21 @@ static inline int64_t tg_norm_block_rows(int64_t C, int64_t elsize, int threads)
             (out)[j] = (VAL);                    \
         }                                        \
     } while (0)
-#define TG_NORM_LOOP_BF16(out, C, j, BODY, VAL)              \
-    do {                                                     \
-        int64_t tg_j0_ = 0;                                  \
-        for (; tg_j0_ + 32 <= (C); tg_j0_ += 32) {           \
-            float tg_v_[32];                                 \
-            for (int64_t j = tg_j0_; j < tg_j0_ + 32; j++) { \
-                BODY;                                        \
-                tg_v_[j - tg_j0_] = (VAL);                   \
-            }                                                \
-            tg_norm_store32_bf16((out) + tg_j0_, tg_v_);     \
-        }                                                    \
-        for (int64_t j = tg_j0_; j < (C); j++) {             \
-            BODY;                                            \
-            (out)[j] = tg_f32_to_bf16(VAL);                  \
-        }                                                    \
+#define TG_NORM_LOOP_BLOCK(out, C, j, BODY, VAL, STORE32, ST1) \
+    do {                                                       \
+        int64_t tg_j0_ = 0;                                    \
+        for (; tg_j0_ + 32 <= (C); tg_j0_ += 32) {             \
+            float tg_v_[32];                                   \
+            for (int64_t j = tg_j0_; j < tg_j0_ + 32; j++) {   \
+                BODY;                                          \
+                tg_v_[j - tg_j0_] = (VAL);                     \
+            }                                                  \
+            STORE32((out) + tg_j0_, tg_v_);                    \
+        }                                                      \
+        for (int64_t j = tg_j0_; j < (C); j++) {               \
+            BODY;                                              \
+            (out)[j] = ST1(VAL);                               \
+        }                                                      \
     } while (0)
 
 /* 32 floats rounded to bfloat16 (nearest even, NaN kept: tensor/half.h's
@@ -180,7 +195,7 @@ static inline int64_t tg_norm_block_rows(int64_t C, int64_t elsize, int threads)
  * a norm's output) takes the scalar rule. Elsewhere the scalar rule, which
  * the compiler vectorizes (integer adds and shifts). */
 static inline void tg_norm_store32_bf16(uint16_t *restrict y, const float *restrict v) {
-#if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__)
+#if TG_NORM_AVX512BF16
     const __m512 a = _mm512_loadu_ps(v), b = _mm512_loadu_ps(v + 16);
     if (!(_mm512_fpclass_ps_mask(a, 0x20) | _mm512_fpclass_ps_mask(b, 0x20))) { /* 0x20: subnormal */
         const __m512bh h = _mm512_cvtne2ps_pbh(b, a);
@@ -189,6 +204,36 @@ static inline void tg_norm_store32_bf16(uint16_t *restrict y, const float *restr
     }
 #endif
     for (int i = 0; i < 32; i++) y[i] = tg_f32_to_bf16(v[i]);
+}
+
+/* 32 floats rounded to float16 (tensor/half.h's tg_f32_to_f16, bit for
+ * bit): F16C's VCVTPS2PH (round to nearest even, the same bits, NaNs and
+ * subnormals included: tensor/convert.c) where the compiler targets it,
+ * the scalar rule elsewhere. */
+static inline void tg_norm_store32_f16(uint16_t *restrict y, const float *restrict v) {
+#if TG_NORM_F16C
+    for (int i = 0; i < 32; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(v + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#else
+    for (int i = 0; i < 32; i++) y[i] = tg_f32_to_f16(v[i]);
+#endif
+}
+
+/* float16 -> float32, exact: tensor/half.h's tg_f16_to_f32 bit for bit
+ * (tests/test_norm_lowp.c checks all 65536 values), written without
+ * branches so that the compiler vectorizes it inside the row loops. The
+ * exponent and mantissa bits, shifted into float32's places, read as a
+ * float32 that is the value times 2^-112 (a float32 subnormal for a
+ * float16 subnormal), so one exact multiplication by 2^112 rebiases
+ * normals and subnormals alike (float32 subnormals must not be flushed to
+ * zero: tapegrad never builds with -ffast-math); inf and NaN (exponent
+ * all ones) take float32's, the NaN made quiet. */
+static inline float tg_norm_f16_to_f32(uint16_t h) {
+    const uint32_t em = (uint32_t)(h & 0x7fffu) << 13, sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t fin = tg_f32_bits(tg_f32_from_bits(em) * 0x1p112f);
+    const uint32_t naninf = 0x7f800000u | em | (em > 0x0f800000u ? 0x00400000u : 0u);
+    return tg_f32_from_bits(sign | (em >= 0x0f800000u ? naninf : fin));
 }
 
 /* y[j] = g[j] * XH + b[j] for j in [0, C), XH an expression of j, stored

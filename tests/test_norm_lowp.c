@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "layers/norm_kernels.h"
+#include "layers/norm_kernels_util.h"
 #include "tensor/half.h"
 #include "testutil.h"
 
@@ -327,23 +328,39 @@ START_TEST(test_one_pass_bits) {
 }
 END_TEST
 
-/* Subnormal float32 values on their way to bfloat16 (which keeps them):
- * gamma of size 2^-128 makes y subnormal, and without gamma a dy of that
- * size makes dx subnormal. The bfloat16 kernels round blocks of 32 values
- * at once, with AVX-512 BF16's VCVTNE2PS2BF16 where the build targets it,
- * which reads a subnormal as zero; such a block takes the scalar rule, and
- * the bits stay those of widen-then-float32 (with the CPU's conversions
- * and forced scalar ones). */
+/* Subnormal results: bfloat16 keeps float32's subnormals, and a gamma of
+ * size 2^-128 makes y subnormal, without gamma a dy of that size makes dx
+ * subnormal; float16's subnormals lie below 2^-14, reached by a scale of
+ * 2^-16. The 16-bit kernels round blocks of 32 values at once, with
+ * AVX-512 BF16's VCVTNE2PS2BF16 where the build targets it, which reads a
+ * subnormal float32 as zero (such a block takes the scalar rule), and with
+ * F16C's VCVTPS2PH for float16; the bits stay those of widen-then-float32
+ * (with the CPU's conversions and forced scalar ones). */
 START_TEST(test_subnormal_bits) {
     uint32_t seed = 7;
     for (int scalar = 0; scalar < 2; scalar++) {
         tg_half_force_scalar(scalar == 1);
-        for (int centered = 0; centered < 2; centered++)
-            for (int affine = 0; affine < 3; affine++)
-                for (int64_t C = 64; C <= 200; C += 136)
-                    check_one_pass_scaled(TG_BF16, centered, 37, C, affine, 1, &seed, 0x1p-128);
+        for (int d = 0; d < 2; d++)
+            for (int centered = 0; centered < 2; centered++)
+                for (int affine = 0; affine < 3; affine++)
+                    for (int64_t C = 64; C <= 200; C += 136)
+                        check_one_pass_scaled(d ? TG_F16 : TG_BF16, centered, 37, C, affine, 1, &seed,
+                                              d ? 0x1p-16 : 0x1p-128);
     }
     tg_half_force_scalar(false);
+}
+END_TEST
+
+/* The float16 kernels widen with a branch-free copy of tensor/half.h's
+ * tg_f16_to_f32 (layers/norm_kernels_util.h, so that the compiler
+ * vectorizes it): the same bits for all 65536 values, NaNs (made quiet),
+ * infinities, subnormals and signed zeros included. */
+START_TEST(test_f16_widen_all) {
+    for (uint32_t h = 0; h <= 0xffffu; h++) {
+        const uint32_t got = tg_f32_bits(tg_norm_f16_to_f32((uint16_t)h));
+        const uint32_t want = tg_f32_bits(tg_f16_to_f32((uint16_t)h));
+        if (got != want) ck_abort_msg("float16 0x%04x: 0x%08x, tg_f16_to_f32 gives 0x%08x", h, got, want);
+    }
 }
 END_TEST
 
@@ -362,7 +379,7 @@ END_TEST
 Suite *make_norm_lowp_suite(void) {
     return tg_test_suite("norm_lowp", setup, teardown, test_f16_large_rows, test_f16_rmsnorm_tiny_row,
                          test_bf16_layernorm_large_mean, test_forward_rounded_once, test_backward_vs_f64,
-                         test_one_pass_bits, test_subnormal_bits, test_errors, NULL);
+                         test_one_pass_bits, test_subnormal_bits, test_f16_widen_all, test_errors, NULL);
 }
 
 int main(void) { return tg_test_run(make_norm_lowp_suite()); }
