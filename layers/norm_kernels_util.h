@@ -211,7 +211,11 @@ static inline void tg_norm_store32_bf16(uint16_t *restrict y, const float *restr
  * subnormals included: tensor/convert.c) where the compiler targets it,
  * the scalar rule elsewhere. */
 static inline void tg_norm_store32_f16(uint16_t *restrict y, const float *restrict v) {
-#if TG_NORM_F16C
+#if TG_NORM_F16C && defined(__AVX512F__) /* whole vectors, as the compiler formed the block */
+    const __m512 a = _mm512_loadu_ps(v), b = _mm512_loadu_ps(v + 16);
+    _mm256_storeu_si256((__m256i *)(void *)y, _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm256_storeu_si256((__m256i *)(void *)(y + 16), _mm512_cvtps_ph(b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#elif TG_NORM_F16C
     for (int i = 0; i < 32; i += 8)
         _mm_storeu_si128((__m128i *)(void *)(y + i),
                          _mm256_cvtps_ph(_mm256_loadu_ps(v + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
@@ -227,13 +231,16 @@ static inline void tg_norm_store32_f16(uint16_t *restrict y, const float *restri
  * float32 that is the value times 2^-112 (a float32 subnormal for a
  * float16 subnormal), so one exact multiplication by 2^112 rebiases
  * normals and subnormals alike (float32 subnormals must not be flushed to
- * zero: tapegrad never builds with -ffast-math); inf and NaN (exponent
- * all ones) take float32's, the NaN made quiet. */
+ * zero: tapegrad never builds with -ffast-math). For inf and NaN (exponent
+ * 31) that product has exponent 143, whose bits all lie in 255's: OR-ing
+ * in float32's all-ones exponent gives inf, or the NaN with its payload,
+ * made quiet. */
 static inline float tg_norm_f16_to_f32(uint16_t h) {
     const uint32_t em = (uint32_t)(h & 0x7fffu) << 13, sign = (uint32_t)(h & 0x8000u) << 16;
-    const uint32_t fin = tg_f32_bits(tg_f32_from_bits(em) * 0x1p112f);
-    const uint32_t naninf = 0x7f800000u | em | (em > 0x0f800000u ? 0x00400000u : 0u);
-    return tg_f32_from_bits(sign | (em >= 0x0f800000u ? naninf : fin));
+    uint32_t u = tg_f32_bits(tg_f32_from_bits(em) * 0x1p112f);
+    u |= em >= 0x0f800000u ? 0x7f800000u : 0u; /* inf, NaN */
+    u |= em > 0x0f800000u ? 0x00400000u : 0u;  /* NaN: quiet */
+    return tg_f32_from_bits(u | sign);
 }
 
 /* y[j] = g[j] * XH + b[j] for j in [0, C), XH an expression of j, stored
