@@ -41,17 +41,15 @@
  * are those of widening whole tensors into float32 copies and running the
  * float32 kernels (tests/test_norm_lowp.c checks it bit for bit).
  *
- * Speed (4096x768 forward+backward, one thread; docs/
- * normalization-gradients.md, Low precision, has the measurements): the
- * float32 kernels run at this machine's DRAM bandwidth, the 16-bit ones
- * are bound by their arithmetic -- the float32 row code's own plus the
- * conversions -- not by memory. bfloat16 RMSNorm about 1.4-1.9x the float32
- * op's speed, LayerNorm about 1.2-1.4x, whose float32 row code alone (five
- * passes over each row, sums in double lanes) already takes longer in
- * cache than 1/1.7 of the float32 op's time from DRAM. float16 widens
- * without F16C (the compiler does not vectorize VCVTPH2PS from scalar
- * code): about 10 vector operations per 16 values, slower than bfloat16's
- * shift. */
+ * Speed (4096x768 forward+backward, one thread; the measurements are in
+ * docs/normalization-gradients.md, Low precision): the float32 kernels
+ * run at DRAM bandwidth, the 16-bit ones are bound by their arithmetic --
+ * the float32 row code's own plus the conversions -- so bfloat16 gains
+ * only float32's memory stalls: RMSNorm 1.4-1.5x the float32 op's speed in
+ * the bench, LayerNorm 1.0-1.7x (its float32 row code alone takes about
+ * 1/1.7 of the float32 op's time). float16 widens without F16C (the
+ * compiler does not vectorize VCVTPH2PS from scalar code) and is slower
+ * than bfloat16. */
 #include "layers/norm.h"
 #include "layers/norm_kernels.h"
 
