@@ -148,25 +148,25 @@ void tg_layernorm_backward_f64(double *dx, double *dg, double *db, const double 
  * y, x, dy, dx: (N,C) 16-bit   g, b: (C) float32 or NULL (the caller
  * widens them once)   mean, rstd: (N) double, as above   dg, db: (C)
  * float32, accumulating (the caller adds them into its 16-bit grads)
- * dx: 16-bit, accumulating: dx = round(dx + dx_f32), rounded once. */
-void tg_rmsnorm_forward_bf16(uint16_t *y, double *rstd, const uint16_t *x, const float *g, const float *b, int64_t N,
-                             int64_t C, double eps, int threads);
-void tg_rmsnorm_forward_f16(uint16_t *y, double *rstd, const uint16_t *x, const float *g, const float *b, int64_t N,
-                            int64_t C, double eps, int threads);
-void tg_rmsnorm_backward_bf16(uint16_t *dx, float *dg, float *db, const uint16_t *dy, const uint16_t *x, const float *g,
-                              const double *rstd, int64_t N, int64_t C, int threads);
-void tg_rmsnorm_backward_f16(uint16_t *dx, float *dg, float *db, const uint16_t *dy, const uint16_t *x, const float *g,
-                             const double *rstd, int64_t N, int64_t C, int threads);
-void tg_layernorm_forward_bf16(uint16_t *y, double *mean, double *rstd, const uint16_t *x, const float *g,
-                               const float *b, int64_t N, int64_t C, double eps, int threads);
-void tg_layernorm_forward_f16(uint16_t *y, double *mean, double *rstd, const uint16_t *x, const float *g,
-                              const float *b, int64_t N, int64_t C, double eps, int threads);
-void tg_layernorm_backward_bf16(uint16_t *dx, float *dg, float *db, const uint16_t *dy, const uint16_t *x,
-                                const float *g, const double *mean, const double *rstd, int64_t N, int64_t C,
-                                int threads);
-void tg_layernorm_backward_f16(uint16_t *dx, float *dg, float *db, const uint16_t *dy, const uint16_t *x,
-                               const float *g, const double *mean, const double *rstd, int64_t N, int64_t C,
-                               int threads);
+ * dx: 16-bit, accumulating: dx = round(dx + dx_f32), rounded once.
+ * Declared for S = bf16 and S = f16 by one macro:
+ *   tg_rmsnorm_forward_bf16    tg_rmsnorm_forward_f16
+ *   tg_rmsnorm_backward_bf16   tg_rmsnorm_backward_f16
+ *   tg_layernorm_forward_bf16  tg_layernorm_forward_f16
+ *   tg_layernorm_backward_bf16 tg_layernorm_backward_f16 */
+#define TG_NORM_DECLARE_16(S)                                                                                    \
+    void tg_rmsnorm_forward_##S(uint16_t *y, double *rstd, const uint16_t *x, const float *g, const float *b,    \
+                                int64_t N, int64_t C, double eps, int threads);                                  \
+    void tg_rmsnorm_backward_##S(uint16_t *dx, float *dg, float *db, const uint16_t *dy, const uint16_t *x,      \
+                                 const float *g, const double *rstd, int64_t N, int64_t C, int threads);         \
+    void tg_layernorm_forward_##S(uint16_t *y, double *mean, double *rstd, const uint16_t *x, const float *g,    \
+                                  const float *b, int64_t N, int64_t C, double eps, int threads);                \
+    void tg_layernorm_backward_##S(uint16_t *dx, float *dg, float *db, const uint16_t *dy, const uint16_t *x,    \
+                                   const float *g, const double *mean, const double *rstd, int64_t N, int64_t C, \
+                                   int threads)
+TG_NORM_DECLARE_16(bf16);
+TG_NORM_DECLARE_16(f16);
+#undef TG_NORM_DECLARE_16
 
 #ifdef __cplusplus
 }
