@@ -74,8 +74,22 @@ no_rule(tg_ctx *ctx, const char *fn, const tg_node *n) {
              n->op, n->user_backward ? " (a custom op: give its tg_op_def a backward_graph)" : "");
 }
 
-/* The walk over records floor..top, create_graph or not. */
-static void walk(tg_ctx *ctx, const char *fn, int64_t floor, int64_t top, bool create_graph) {
+/* Whether t is one of the n tensors the caller asked the gradient of. */
+static bool is_input(const tg_tensor *t, int n, tg_tensor *const *inputs) {
+    for (int i = 0; i < n; i++)
+        if (inputs[i] == t) return true;
+    return false;
+}
+
+/* The walk over records floor..top, create_graph or not. Without
+ * create_graph, a record's output gradient is given back once its backward
+ * has run, as tg_backward_ex does (only that backward reads it): a check
+ * that runs thousands of backwards in one step then holds one backward's
+ * gradients, not all of them. The seed and the requested inputs' gradients
+ * stay. */
+static void walk(tg_ctx *ctx, const char *fn, int64_t floor, int64_t top, bool create_graph, int n_inputs,
+                 tg_tensor *const *inputs) {
+    const tg_tensor *seed = ctx->tape.nodes[top].out->grad;
     for (int64_t k = top; k >= floor && tg_live(ctx); k--) {
         tg_node *rec = &ctx->tape.nodes[k];
         if (!rec->out->grad) continue;
@@ -83,6 +97,9 @@ static void walk(tg_ctx *ctx, const char *fn, int64_t floor, int64_t top, bool c
         if (!create_graph) {
             rec->backward(ctx, rec);
             if (!tg_live(ctx)) tg_record_failed(ctx, rec);
+            else if (rec->out->grad != seed && !is_input(rec->out, n_inputs, inputs) &&
+                     tg_grad_release(ctx, rec->out->grad))
+                rec->out->grad = NULL;
             continue;
         }
         /* a copy: the rule's ops append records and may move the array */
@@ -137,7 +154,7 @@ bool tg_grad_walk(tg_ctx *ctx, const char *fn, tg_tensor *out, tg_tensor *grad_o
         if (top < floor) out->grad = seed; /* out is a leaf here: d out / d out */
         else {
             out->grad = seed;
-            walk(ctx, fn, floor, top, create_graph);
+            walk(ctx, fn, floor, top, create_graph, n, inputs);
         }
         ctx->tape.grad_enabled = was;
     }

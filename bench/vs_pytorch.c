@@ -1375,6 +1375,15 @@ static void print_summary(FILE *out, const options *o) {
                     "memory-bound: other jobs' memory traffic and cache use count against it (%s); compare the "
                     "other norm rows of this run.\n",
                     busy);
+        else if (!strcmp(r->group, "linear") && r->frac > 0 && r->ratio_torch > 0 && r->ratio_blas > 0)
+            /* Both sides run one sgemm per product: the gap is how close
+             * each gets to the FMA peak, and the goal may lie past it. */
+            fprintf(out,
+                    "GEMM-bound on both sides: ours ran at %.0f%% of this run's FMA peak, PyTorch's (OpenBLAS sgemm "
+                    "underneath) at %.0f%%, OpenBLAS's own sgemm at %.0f%%; %.2f%s would need %.0f%% of the peak "
+                    "(%s).\n",
+                    100 * r->frac, 100 * r->frac / r->ratio_torch, 100 * r->frac / r->ratio_blas, t->goal, t->unit,
+                    100 * r->frac * t->goal / t->measured, busy);
         else if (!strcmp(r->group, "contend"))
             fprintf(out, "see the row's samples above (%s, beside the spinner).\n", busy);
         else if (!strcmp(r->group, "attention") && strstr(t->what, "saved bytes"))

@@ -61,6 +61,7 @@ static tg_tensor *order2_fn(tg_ctx *ctx, tg_tensor *const *inputs, void *user) {
     order2 *o = user;
     const bool record = tg_grad_enabled(ctx);
     tg_tensor *xs[TG_GRADCHECK_MAX_INPUTS], *wrt[TG_GRADCHECK_MAX_INPUTS], *g[TG_GRADCHECK_MAX_INPUTS];
+    tg_tensor *g_block[TG_GRADCHECK_MAX_INPUTS] = {0}; /* tg_grad's results, before the reshape */
     int m = 0;
     tg_tape saved;
     /* A difference evaluation (no grad): its records go to a tape of its
@@ -78,6 +79,7 @@ static tg_tensor *order2_fn(tg_ctx *ctx, tg_tensor *const *inputs, void *user) {
     if (y && y->requires_grad) {
         tg_tensor *u = weighting(ctx, o, y);
         if (u && tg_grad(ctx, y, u, m, wrt, g, record)) {
+            for (int i = 0; i < m; i++) g_block[i] = g[i];
             for (int i = 0; i < m; i++) g[i] = tg_reshape(ctx, g[i], 1, (int64_t[]){g[i] ? g[i]->numel : 0});
             out = m == 1 ? g[0] : tg_concat(ctx, m, g, 0);
         }
@@ -93,6 +95,10 @@ static tg_tensor *order2_fn(tg_ctx *ctx, tg_tensor *const *inputs, void *user) {
     tg_set_grad_enabled(ctx, record);
     if (!record) {
         if (out) out = tg_copy(ctx, out); /* not a view of the private tape's tensors */
+        /* The gradients are copied: their blocks go back now, not at the
+         * next reset (a check makes thousands of these evaluations). */
+        for (int i = 0; i < m; i++)
+            if (g_block[i]) tg_grad_release(ctx, g_block[i]);
         tg_tape_restore(ctx, &saved);
     }
     return tg_ok(ctx) ? out : NULL;

@@ -6,7 +6,14 @@
  * where the fused op keeps x, gamma and one or two numbers per row.
  *
  * The row statistics are columns of size 1 (keepdim) that broadcast back
- * over the rows. */
+ * over the rows.
+ *
+ * On a bfloat16 / float16 x they run as PyTorch runs such a norm: each op
+ * computes in float32 and stores its result in x's dtype, so x^2 overflows
+ * float16 from |x| >= 256 and underflows below ~2^-12, where the fused ops
+ * (statistics in float32, one rounding at the end) stay right
+ * (tests/test_composed_lowp.c; docs/normalization-gradients.md, Low
+ * precision). */
 #include "layers/module.h"
 #include "layers/norm.h"
 
@@ -38,7 +45,7 @@ static tg_tensor *finish(tg_ctx *ctx, tg_tensor *xhat, tg_tensor *x, tg_tensor *
 tg_tensor *tg_rmsnorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
                                double eps) {
     int64_t N, C;
-    if (!tg_norm_check_args(ctx, __func__, x, gamma, beta, ndim_norm, eps, &N, &C)) return NULL;
+    if (!tg_norm_check_args_lowp(ctx, __func__, x, gamma, beta, ndim_norm, eps, &N, &C)) return NULL;
     tg_tensor *rows = rows_of(ctx, x, ndim_norm, N, C);
     tg_tensor *m = tg_mean_axis(ctx, tg_pow_scalar(ctx, rows, 2.0), -1, true);
     tg_tensor *r = tg_pow_scalar(ctx, tg_add_scalar(ctx, m, eps), -0.5);
@@ -56,7 +63,7 @@ tg_tensor *tg_rmsnorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_t
 tg_tensor *tg_layernorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
                                  double eps) {
     int64_t N, C;
-    if (!tg_norm_check_args(ctx, __func__, x, gamma, beta, ndim_norm, eps, &N, &C)) return NULL;
+    if (!tg_norm_check_args_lowp(ctx, __func__, x, gamma, beta, ndim_norm, eps, &N, &C)) return NULL;
     tg_tensor *rows = rows_of(ctx, x, ndim_norm, N, C);
     tg_tensor *d = tg_sub(ctx, rows, tg_mean_axis(ctx, rows, -1, true));
     tg_tensor *var = tg_mean_axis(ctx, tg_pow_scalar(ctx, d, 2.0), -1, true);

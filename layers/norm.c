@@ -59,6 +59,19 @@ bool tg_norm_check_args(tg_ctx *ctx, const char *fn, const tg_tensor *x, const t
     return true;
 }
 
+bool tg_norm_check_args_lowp(tg_ctx *ctx, const char *fn, const tg_tensor *x, const tg_tensor *gamma,
+                             const tg_tensor *beta, int ndim_norm, double eps, int64_t *N, int64_t *C) {
+    if (!tg_check_arg_any(ctx, fn, "x", x)) return false;
+    if (!tg_is_lowp(x->dtype)) return tg_norm_check_args(ctx, fn, x, gamma, beta, ndim_norm, eps, N, C);
+    if ((gamma && !tg_check_arg_any(ctx, fn, "gamma", gamma)) || (beta && !tg_check_arg_any(ctx, fn, "beta", beta)))
+        return false;
+    if ((gamma && !tg_check_same_dtype(ctx, fn, x, gamma)) || (beta && !tg_check_same_dtype(ctx, fn, x, beta)))
+        return false;
+    tg_tensor hx = *x, hg = gamma ? *gamma : hx, hb = beta ? *beta : hx;
+    hx.dtype = hg.dtype = hb.dtype = TG_F32;
+    return tg_norm_check_args(ctx, fn, &hx, gamma ? &hg : NULL, beta ? &hb : NULL, ndim_norm, eps, N, C);
+}
+
 static void *data_of(const tg_tensor *t) { return t ? t->data : NULL; }
 
 bool tg_norm_record(tg_ctx *ctx, const char *fn, const char *op, tg_backward_fn backward, tg_tensor *x,

@@ -17,6 +17,11 @@
  * Fills N (rows) and C (row size). */
 bool tg_norm_check_args(tg_ctx *ctx, const char *fn, const tg_tensor *x, const tg_tensor *gamma, const tg_tensor *beta,
                         int ndim_norm, double eps, int64_t *N, int64_t *C);
+/* tg_norm_check_args for a norm that also takes bfloat16 / float16 x (then
+ * gamma and beta must share its dtype): the same checks and messages, the
+ * shape checks run on float32 copies of the headers (no data is read). */
+bool tg_norm_check_args_lowp(tg_ctx *ctx, const char *fn, const tg_tensor *x, const tg_tensor *gamma,
+                             const tg_tensor *beta, int ndim_norm, double eps, int64_t *N, int64_t *C);
 
 /* A fused norm's forward, ready for its kernel: x viewed as N rows of C,
  * gamma and beta of C elements (the kernels' g and b). */

@@ -297,9 +297,9 @@ tg_tensor *tg_grad_block(tg_ctx *ctx, const char *fn, const tg_tensor *t) {
         }
         b->size = need;
         b->next = NULL;
-        tg_gblock **end = &ctx->gblocks;
-        while (*end) end = &(*end)->next;
-        *end = b;
+        if (ctx->gblocks_last) ctx->gblocks_last->next = b;
+        else ctx->gblocks = b;
+        ctx->gblocks_last = b;
         ctx->grad_capacity += need;
     }
     b->state = TG_GBLOCK_USED;
@@ -308,14 +308,20 @@ tg_tensor *tg_grad_block(tg_ctx *ctx, const char *fn, const tg_tensor *t) {
     note_peak(ctx);
     TG_UNPOISON(gblock_tensor(b), TG_TENSOR_HEAD + bytes);
     tg_tensor *g = tg_tensor_init(ctx, gblock_tensor(b), t->dtype, t->ndim, t->shape, t->numel);
+    g->grad_block_ = true;
     tg_parallel_zero(ctx->threads, g->data, bytes); /* big gradients: a few % of a step, on the threads */
     return g;
 }
 
+/* A block is found from its tensor's address, not by a walk over the
+ * blocks: a step that runs thousands of backwards (a second-order
+ * gradient check) would pay for the walk quadratically. Only tg_grad_block
+ * marks a header grad_block_ (tg_tensor_init clears it), so the address
+ * arithmetic is taken only for a block's own tensor. */
 bool tg_grad_release(tg_ctx *ctx, tg_tensor *g) {
-    tg_gblock *b = ctx->gblocks;
-    while (b && gblock_tensor(b) != g) b = b->next;
-    if (!b || b->state != TG_GBLOCK_USED) return false;
+    if (!g || !g->grad_block_) return false;
+    tg_gblock *b = (tg_gblock *)((unsigned char *)g - TG_GBLOCK_HEAD);
+    if (b->state != TG_GBLOCK_USED) return false;
     g->epoch_ = TG_EPOCH_RELEASED;
     TG_POISON(g, b->size);
     b->state = TG_GBLOCK_FREE;

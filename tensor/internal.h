@@ -117,10 +117,11 @@ struct tg_ctx {
     size_t arena_peak;     /* the most bytes in use at once since the last reset (gradient blocks included) */
 
     /* gradient blocks (tg_grad_block) */
-    tg_gblock *gblocks;   /* all of them, in the order they were made */
-    tg_gblock *gfree;     /* the free ones, most recently released first */
-    size_t grad_capacity; /* sum of their sizes */
-    size_t grad_used;     /* sum of the sizes of those in use */
+    tg_gblock *gblocks;      /* all of them, in the order they were made */
+    tg_gblock *gblocks_last; /* the newest (where the next one is appended), NULL if none */
+    tg_gblock *gfree;        /* the free ones, most recently released first */
+    size_t grad_capacity;    /* sum of their sizes */
+    size_t grad_used;        /* sum of the sizes of those in use */
 
     /* RNG (Philox4x32-10, see tapegrad.h) */
     uint64_t seed;

@@ -23,12 +23,15 @@ enum { N = 1 << 14, DEPTH = 50 };
 /* A chain of DEPTH ops on x (N floats): tanh, scale, add a constant, in
  * turn (tanh saves its output, so the forward holds DEPTH tensors), then
  * the sum. */
-static tg_tensor *chain(tg_tensor *x) {
+static tg_tensor *chain_mid(tg_tensor *x, tg_tensor **mid) {
     tg_tensor *h = x;
-    for (int k = 0; k < DEPTH && h; k++)
+    for (int k = 0; k < DEPTH && h; k++) {
         h = k % 3 == 0 ? tg_tanh(ctx, h) : k % 3 == 1 ? tg_mul_scalar(ctx, h, 1.5) : tg_add_scalar(ctx, h, 0.25);
+        if (k == DEPTH / 2 && mid) *mid = h;
+    }
     return tg_sum(ctx, h);
 }
+static tg_tensor *chain(tg_tensor *x) { return chain_mid(x, NULL); }
 
 /* x's gradient after one backward of the chain, as a persistent copy, and
  * the arena's growth during the backward (its peak minus the arena in use
@@ -73,6 +76,47 @@ START_TEST(test_chain_backward_holds_a_few_gradients) {
     }
     tg_tensor_free(ctx, g_kept);
     tg_tensor_free(ctx, g_released);
+    tg_tensor_free(ctx, x);
+}
+END_TEST
+
+/* tg_grad without create_graph walks like backward and gives back each
+ * intermediate's gradient as it goes (autograd/grad_graph.c): a step that
+ * runs many of them (the second-order gradient check runs thousands) holds
+ * a few gradients per call, not one per record. The requested inputs keep
+ * theirs -- an intermediate one too -- with the bits of a kept tape. */
+START_TEST(test_grad_without_graph_holds_a_few_gradients) {
+    tg_tensor *x = tg_requires_grad(ctx, tg_persist(ctx, tg_randn(ctx, TG_F32, TG_SHAPE(N), 0, 1)));
+    const size_t grad = (size_t)N * sizeof(float);
+    tg_tensor *mid = NULL, *g[2] = {0};
+    tg_tensor *loss = chain_mid(x, &mid);
+    ck_assert_msg(loss != NULL && mid != NULL, "%s", tg_error_message(ctx));
+    const size_t before = tg_arena_used(ctx);
+    ck_assert(tg_grad(ctx, loss, NULL, 2, (tg_tensor *[]){x, mid}, g, false));
+    const size_t growth = tg_arena_peak(ctx) - before;
+    ck_assert_msg(growth <= 4 * grad, "tg_grad grew the arena by %zu bytes, %.1f gradients of %zu", growth,
+                  (double)growth / (double)grad, grad);
+    /* again, nine times in the same step: each call adds its two results
+     * and a little scratch (not the DEPTH gradients of its records) */
+    for (int k = 0; k < 9; k++) {
+        tg_tensor *again[2];
+        ck_assert(tg_grad(ctx, loss, NULL, 2, (tg_tensor *[]){x, mid}, again, false));
+        tg_test_assert_same_bits("x's gradient, a later tg_grad", again[0], g[0]);
+    }
+    const size_t ten = tg_arena_peak(ctx) - before;
+    ck_assert_msg(ten <= growth + 9 * 3 * grad, "ten tg_grad calls grew the arena by %zu bytes (one: %zu)", ten,
+                  growth);
+    tg_tensor *gx = tg_persist(ctx, tg_copy(ctx, g[0])), *gmid = tg_persist(ctx, tg_copy(ctx, g[1]));
+    tg_ctx_reset(ctx);
+    /* the kept tape's gradients, bit for bit */
+    tg_zero_grad(ctx, x);
+    loss = chain_mid(x, &mid);
+    tg_backward_ex(ctx, loss, NULL, true);
+    ck_assert_msg(tg_ok(ctx) && mid->grad != NULL, "%s", tg_error_message(ctx));
+    tg_test_assert_same_bits("x's gradient, tg_grad vs a kept tape", gx, x->grad);
+    tg_test_assert_same_bits("mid's gradient, tg_grad vs a kept tape", gmid, mid->grad);
+    tg_tensor_free(ctx, gx);
+    tg_tensor_free(ctx, gmid);
     tg_tensor_free(ctx, x);
 }
 END_TEST
@@ -153,7 +197,8 @@ END_TEST
 
 Suite *make_backward_memory_suite(void) {
     return tg_test_suite("backward_memory", setup, teardown, test_chain_backward_holds_a_few_gradients,
-                         test_mlp_same_bits_released_or_kept, test_released_gradient_is_stale, NULL);
+                         test_mlp_same_bits_released_or_kept, test_released_gradient_is_stale,
+                         test_grad_without_graph_holds_a_few_gradients, NULL);
 }
 
 int main(void) { return tg_test_run(make_backward_memory_suite()); }

@@ -135,8 +135,10 @@ tg_tensor *tg_layernorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_te
  * tg_reshape to rows and back when several dims are normalized), so
  * autograd derives their backward: 6 records for RMSNorm with gamma, 9 for
  * LayerNorm with gamma and beta. Statistics are in x's dtype (the float32
- * range limits of the plain formula apply). For tests, learners and
- * benchmarks. */
+ * range limits of the plain formula apply); on bfloat16 / float16 each op
+ * computes in float32 and stores in x's dtype, as PyTorch does, so x^2
+ * overflows float16 from |x| >= 256 where the fused ops stay right. For
+ * tests, learners and benchmarks. */
 tg_tensor *tg_rmsnorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm, double eps);
 tg_tensor *tg_layernorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
                                  double eps);

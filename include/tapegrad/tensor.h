@@ -82,6 +82,7 @@ typedef struct tg_tensor {
     bool requires_grad;         /* record ops on it; accumulate into grad */
     bool persistent;            /* lives on the heap, survives resets */
     /* internal */
+    bool grad_block_;        /* the header of a gradient block (tensor/ctx.c) */
     int32_t node_;           /* index of the tape record that made it, or -1 */
     uint32_t epoch_;         /* the step (reset count) it was made in; unused when persistent */
     uint32_t version_;       /* in-place writes so far (kept by base_ for a view) */

@@ -128,9 +128,11 @@ int gct_usage_error(const char *fmt, ...) {
     va_start(ap, fmt);
     fputs("tapegrad-gradcheck: ", stderr);
     vfprintf(stderr, fmt, ap);
-    fputs("\n\n", stderr);
+    fputs("\n", stderr);
     va_end(ap);
-    gct_usage(stderr);
+    /* The reason stays the last thing printed: the whole usage after it
+     * would scroll it away. */
+    fputs("run 'tapegrad-gradcheck --help' for the usage\n", stderr);
     return GCT_EXIT_USAGE;
 }
 
@@ -453,7 +455,10 @@ static int parse_args(int argc, char **argv, gct_args *a) {
     a->out_dir = "out/gradcheck";
     a->h = a->atol = a->rtol = a->eps = NAN;
     a->color = isatty(fileno(stdout)) && !getenv("NO_COLOR");
-    if (argc < 2) return gct_usage_error("no command given");
+    if (argc < 2) {
+        gct_usage(stderr);
+        return GCT_EXIT_USAGE;
+    }
     a->command = argv[1];
     if (!strcmp(a->command, "help") || !strcmp(a->command, "--help") || !strcmp(a->command, "-h")) {
         gct_usage(stdout);

@@ -111,8 +111,8 @@ int64_t gct_seed_count(const gct_args *a);
 
 /* Prints the usage text to `out`. */
 void gct_usage(FILE *out);
-/* A usage error: "tapegrad-gradcheck: <message>", then the usage text, both
- * on stderr. Returns GCT_EXIT_USAGE. */
+/* A usage error: "tapegrad-gradcheck: <message>", then a line pointing at
+ * --help, both on stderr. Returns GCT_EXIT_USAGE. */
 int gct_usage_error(const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 1, 2)))
