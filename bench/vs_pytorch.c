@@ -440,10 +440,11 @@ static void bench_norms(const options *o, const limits *lim) {
  * same op in float32, timed alternately in this run (f32, bf16, f32, ...:
  * the best median of each counts), so their ratio does not depend on what
  * the machine did between two runs. The 16-bit kernels read and write
- * 16-bit storage once (layers/norm_reduce.inc), so the bytes halve and the
- * target is 1.7x the f32 row; PyTorch 1.13 in bfloat16: the composed
- * RMSNorm (every op reads and writes bf16, computing in f32) and native
- * F.layer_norm. GB/s counts 5 N C elements of 2 bytes (4 for f32). */
+ * 16-bit storage once, converting in registers (layers/norm_instantiate.h),
+ * so the bytes halve and the target is 1.7x the f32 row; PyTorch 1.13 in
+ * bfloat16: the composed RMSNorm (every op reads and writes bf16,
+ * computing in f32) and native F.layer_norm. GB/s counts 5 N C elements of
+ * 2 bytes (4 for f32). */
 #define LOWP_REPS 3
 
 static void bench_lowp_norms(const options *o, const limits *lim) {
@@ -1390,10 +1391,10 @@ static void print_summary(FILE *out, const options *o) {
                     o->threads > 2 ? o->threads : 2, busy);
         else if (!strcmp(r->group, "lowp") && strstr(t->what, "vs f32"))
             fprintf(out,
-                    "not memory-bound yet: each 16-bit row is widened into an f32 row buffer, the f32 row code "
-                    "runs on it, and the result is rounded back, so the row is walked more often than in the "
-                    "f32 kernel; half the DRAM bytes do not pay for those passes (docs/"
-                    "normalization-gradients.md, Low precision; %s).\n",
+                    "bound by arithmetic, not memory: the 16-bit kernels convert in registers (no row buffer), "
+                    "but they run the f32 row code's passes plus the conversions, 1.3x the f32 kernels' time per "
+                    "element in cache, so they gain only the f32 row's memory stalls, which shrink when the L3 "
+                    "holds much of its 50 MB (docs/normalization-gradients.md, Low precision; %s).\n",
                     busy);
         else if (!strcmp(r->group, "norm") || (!strcmp(r->group, "lowp") && strstr(t->what, "Norm")))
             fprintf(out,

@@ -1,7 +1,7 @@
-/* LayerNorm raw kernels, float32 and float64: the code is written once in
- * layers/layernorm_kernel.inc and instantiated here for both types
- * (tensor/instantiate.h). Declarations and conventions:
- * layers/norm_kernels.h.
+/* LayerNorm raw kernels, float32 and float64, and on bfloat16 / float16
+ * storage: the code is written once in layers/layernorm_kernel.inc and
+ * instantiated here for each (layers/norm_instantiate.h). Declarations
+ * and conventions: layers/norm_kernels.h.
  *
  * These loops are the hot path of every norm layer: the build compiles
  * this file at -O3 (CMakeLists.txt, TG_O3_SOURCES). */
@@ -16,5 +16,5 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TG_TEMPLATE "layers/layernorm_kernel.inc"
-#include "tensor/instantiate.h"
+#define TG_NORM_TEMPLATE "layers/layernorm_kernel.inc"
+#include "layers/norm_instantiate.h"

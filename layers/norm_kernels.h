@@ -1,5 +1,6 @@
 /* Raw fused normalization kernels: RMSNorm and LayerNorm over the last C
- * elements of N contiguous rows, float32 and float64.
+ * elements of N contiguous rows, float32 and float64, and on bfloat16 and
+ * float16 storage (float32 arithmetic; the end of this file).
  *
  * These are plain-array kernels (no context, no tensors, no allocation).
  * The layer modules (tg_rmsnorm_new, tg_layernorm_new, ...) call them and
@@ -136,31 +137,36 @@ void tg_layernorm_backward_f32(float *dx, float *dg, float *db, const float *dy,
 void tg_layernorm_backward_f64(double *dx, double *dg, double *db, const double *dy, const double *x, const double *g,
                                const double *mean, const double *rstd, int64_t N, int64_t C, int threads);
 
-/* --------------------------------------------- 16-bit storage (lowp)
- * The float32 kernels above on bfloat16 (bf16 true) or float16 (bf16
- * false) rows, in one pass over the 16-bit arrays (layers/norm_reduce.inc):
- * each row is widened (exactly) into a float32 row buffer, the float32 row
- * code runs on it, and the result is rounded once to 16 bits. The results
- * are bitwise those of widening x, dy into float32 tensors, running the
- * float32 kernel, and rounding y, or the sum grad + dx, once.
+/* --------------------------------------------- 16-bit storage
+ * The float32 kernels above on bfloat16 (_bf16) or float16 (_f16) rows:
+ * the same row code instantiated for 16-bit arrays
+ * (layers/norm_instantiate.h), each value widened to float32 (exactly) as
+ * it is loaded and rounded once (nearest even) as it is stored, in
+ * registers: one pass over 16-bit storage, no float32 copy of a row. The
+ * results are bitwise those of widening x, dy into float32 tensors,
+ * running the float32 kernel, and rounding y, or the sum grad + dx, once.
  * y, x, dy, dx: (N,C) 16-bit   g, b: (C) float32 or NULL (the caller
  * widens them once)   mean, rstd: (N) double, as above   dg, db: (C)
  * float32, accumulating (the caller adds them into its 16-bit grads)
  * dx: 16-bit, accumulating: dx = round(dx + dx_f32), rounded once.
- * scratch: TG_NORM_LOWP_SCRATCH(C, threads) floats (3 rows per thread). */
-#define TG_NORM_LOWP_STRIDE(C) (((C) + 15) / 16 * 16)
-#define TG_NORM_LOWP_SCRATCH(C, threads) ((int64_t)((threads) > 1 ? (threads) : 1) * 3 * TG_NORM_LOWP_STRIDE(C))
-
-void tg_rmsnorm_forward_lowp(uint16_t *y, double *rstd, const uint16_t *x, const float *g, const float *b, bool bf16,
-                             int64_t N, int64_t C, double eps, float *scratch, int threads);
-void tg_rmsnorm_backward_lowp(uint16_t *dx, float *dg, float *db, const uint16_t *dy, const uint16_t *x, const float *g,
-                              const double *rstd, bool bf16, int64_t N, int64_t C, float *scratch, int threads);
-void tg_layernorm_forward_lowp(uint16_t *y, double *mean, double *rstd, const uint16_t *x, const float *g,
-                               const float *b, bool bf16, int64_t N, int64_t C, double eps, float *scratch,
-                               int threads);
-void tg_layernorm_backward_lowp(uint16_t *dx, float *dg, float *db, const uint16_t *dy, const uint16_t *x,
-                                const float *g, const double *mean, const double *rstd, bool bf16, int64_t N, int64_t C,
-                                float *scratch, int threads);
+ * Declared for S = bf16 and S = f16 by one macro:
+ *   tg_rmsnorm_forward_bf16    tg_rmsnorm_forward_f16
+ *   tg_rmsnorm_backward_bf16   tg_rmsnorm_backward_f16
+ *   tg_layernorm_forward_bf16  tg_layernorm_forward_f16
+ *   tg_layernorm_backward_bf16 tg_layernorm_backward_f16 */
+#define TG_NORM_DECLARE_16(S)                                                                                    \
+    void tg_rmsnorm_forward_##S(uint16_t *y, double *rstd, const uint16_t *x, const float *g, const float *b,    \
+                                int64_t N, int64_t C, double eps, int threads);                                  \
+    void tg_rmsnorm_backward_##S(uint16_t *dx, float *dg, float *db, const uint16_t *dy, const uint16_t *x,      \
+                                 const float *g, const double *rstd, int64_t N, int64_t C, int threads);         \
+    void tg_layernorm_forward_##S(uint16_t *y, double *mean, double *rstd, const uint16_t *x, const float *g,    \
+                                  const float *b, int64_t N, int64_t C, double eps, int threads);                \
+    void tg_layernorm_backward_##S(uint16_t *dx, float *dg, float *db, const uint16_t *dy, const uint16_t *x,    \
+                                   const float *g, const double *mean, const double *rstd, int64_t N, int64_t C, \
+                                   int threads)
+TG_NORM_DECLARE_16(bf16);
+TG_NORM_DECLARE_16(f16);
+#undef TG_NORM_DECLARE_16
 
 #ifdef __cplusplus
 }

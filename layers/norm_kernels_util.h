@@ -10,6 +10,25 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "tensor/half.h"
+
+/* The conversion instructions the 16-bit row loops use when the compiler
+ * targets them (the whole file is then built for such a CPU); the scalar
+ * rules of tensor/half.h otherwise, with the same bits. */
+#if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__AVX512BW__)
+#define TG_NORM_AVX512BF16 1
+#else
+#define TG_NORM_AVX512BF16 0
+#endif
+#if defined(__F16C__) && defined(__AVX__)
+#define TG_NORM_F16C 1
+#else
+#define TG_NORM_F16C 0
+#endif
+#if TG_NORM_AVX512BF16 || TG_NORM_F16C
+#include <immintrin.h>
+#endif
+
 /* Row sums use TG_NORM_LANES independent double accumulators (element j
  * goes to lane j mod 32 within each full group, the tail to one scalar),
  * combined by a fixed halving tree. The order is part of the code, not
@@ -137,20 +156,104 @@ static inline int64_t tg_norm_block_rows(int64_t C, int64_t elsize, int threads)
     return rows < min_rows ? min_rows : rows;
 }
 
-/* y[j] = g[j] * XH + b[j] for j in [0, C), XH an expression of j; g and/or
- * b NULL mean "off". The NULL tests are hoisted out of the loop by hand
- * (four loops): a compiler that if-converts them instead of unswitching
- * emits masked loads from NULL, legal but ~50x slower. */
-#define TG_NORM_AFFINE_STORE(y, g, b, C, j, XH)                                \
-    do {                                                                       \
-        if ((g) && (b))                                                        \
-            for (int64_t j = 0; j < (C); j++) (y)[j] = (g)[j] * (XH) + (b)[j]; \
-        else if (g)                                                            \
-            for (int64_t j = 0; j < (C); j++) (y)[j] = (g)[j] * (XH);          \
-        else if (b)                                                            \
-            for (int64_t j = 0; j < (C); j++) (y)[j] = (XH) + (b)[j];          \
-        else                                                                   \
-            for (int64_t j = 0; j < (C); j++) (y)[j] = (XH);                   \
+/* The row loops that store: for j in [0, C), run the statements BODY, then
+ * out[j] = TG_ST(VAL) (layers/norm_instantiate.h picks the loop):
+ * - TG_NORM_LOOP_PLAIN, float32 and float64: one loop, out[j] = VAL.
+ * - TG_NORM_LOOP_BLOCK, 16-bit storage: the values of 32 columns are
+ *   formed (vectorized) in a block of 32 floats, which stays in registers
+ *   or L1 beside them, and STORE32 (tg_norm_store32_bf16, _f16) rounds the
+ *   block and stores it; the last C mod 32 columns go one by one through
+ *   ST1, the scalar rounding. */
+#define TG_NORM_LOOP_PLAIN(out, C, j, BODY, VAL) \
+    do {                                         \
+        for (int64_t j = 0; j < (C); j++) {      \
+            BODY;                                \
+            (out)[j] = (VAL);                    \
+        }                                        \
+    } while (0)
+#define TG_NORM_LOOP_BLOCK(out, C, j, BODY, VAL, STORE32, ST1) \
+    do {                                                       \
+        int64_t tg_j0_ = 0;                                    \
+        for (; tg_j0_ + 32 <= (C); tg_j0_ += 32) {             \
+            float tg_v_[32];                                   \
+            for (int64_t j = tg_j0_; j < tg_j0_ + 32; j++) {   \
+                BODY;                                          \
+                tg_v_[j - tg_j0_] = (VAL);                     \
+            }                                                  \
+            STORE32((out) + tg_j0_, tg_v_);                    \
+        }                                                      \
+        for (int64_t j = tg_j0_; j < (C); j++) {               \
+            BODY;                                              \
+            (out)[j] = ST1(VAL);                               \
+        }                                                      \
+    } while (0)
+
+/* 32 floats rounded to bfloat16 (nearest even, NaN kept: tensor/half.h's
+ * tg_f32_to_bf16, bit for bit). Where the compiler targets AVX-512 BF16,
+ * one VCVTNE2PS2BF16 rounds the 32 values as tg_f32_to_bf16 does, except
+ * that it reads a subnormal float32 as zero: a block holding one (rare in
+ * a norm's output) takes the scalar rule. Elsewhere the scalar rule, which
+ * the compiler vectorizes (integer adds and shifts). */
+static inline void tg_norm_store32_bf16(uint16_t *restrict y, const float *restrict v) {
+#if TG_NORM_AVX512BF16
+    const __m512 a = _mm512_loadu_ps(v), b = _mm512_loadu_ps(v + 16);
+    if (!(_mm512_fpclass_ps_mask(a, 0x20) | _mm512_fpclass_ps_mask(b, 0x20))) { /* 0x20: subnormal */
+        const __m512bh h = _mm512_cvtne2ps_pbh(b, a);
+        _mm512_storeu_si512((void *)y, (__m512i)h);
+        return;
+    }
+#endif
+    for (int i = 0; i < 32; i++) y[i] = tg_f32_to_bf16(v[i]);
+}
+
+/* 32 floats rounded to float16 (tensor/half.h's tg_f32_to_f16, bit for
+ * bit): F16C's VCVTPS2PH (round to nearest even, the same bits, NaNs and
+ * subnormals included: tensor/convert.c) where the compiler targets it,
+ * the scalar rule elsewhere. */
+static inline void tg_norm_store32_f16(uint16_t *restrict y, const float *restrict v) {
+#if TG_NORM_F16C && defined(__AVX512F__) /* whole vectors, as the compiler formed the block */
+    const __m512 a = _mm512_loadu_ps(v), b = _mm512_loadu_ps(v + 16);
+    _mm256_storeu_si256((__m256i *)(void *)y, _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm256_storeu_si256((__m256i *)(void *)(y + 16), _mm512_cvtps_ph(b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#elif TG_NORM_F16C
+    for (int i = 0; i < 32; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(v + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#else
+    for (int i = 0; i < 32; i++) y[i] = tg_f32_to_f16(v[i]);
+#endif
+}
+
+/* float16 -> float32, exact: tensor/half.h's tg_f16_to_f32 bit for bit
+ * (tests/test_norm_lowp.c checks all 65536 values), written without
+ * branches so that the compiler vectorizes it inside the row loops. The
+ * exponent and mantissa bits, shifted into float32's places, read as a
+ * float32 that is the value times 2^-112 (a float32 subnormal for a
+ * float16 subnormal), so one exact multiplication by 2^112 rebiases
+ * normals and subnormals alike (float32 subnormals must not be flushed to
+ * zero: tapegrad never builds with -ffast-math). For inf and NaN (exponent
+ * 31) that product has exponent 143, whose bits all lie in 255's: OR-ing
+ * in float32's all-ones exponent gives inf, or the NaN with its payload,
+ * made quiet. */
+static inline float tg_norm_f16_to_f32(uint16_t h) {
+    const uint32_t em = (uint32_t)(h & 0x7fffu) << 13, sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t u = tg_f32_bits(tg_f32_from_bits(em) * 0x1p112f);
+    u |= em >= 0x0f800000u ? 0x7f800000u : 0u; /* inf, NaN */
+    u |= em > 0x0f800000u ? 0x00400000u : 0u;  /* NaN: quiet */
+    return tg_f32_from_bits(u | sign);
+}
+
+/* y[j] = g[j] * XH + b[j] for j in [0, C), XH an expression of j, stored
+ * through the template's TG_STORE_LOOP; g and/or b NULL mean "off". The NULL
+ * tests are hoisted out of the loop by hand (four loops): a compiler that
+ * if-converts them instead of unswitching emits masked loads from NULL,
+ * legal but ~50x slower. */
+#define TG_NORM_AFFINE_STORE(y, g, b, C, j, XH)                                  \
+    do {                                                                         \
+        if ((g) && (b)) TG_STORE_LOOP(y, C, j, (void)0, (g)[j] * (XH) + (b)[j]); \
+        else if (g) TG_STORE_LOOP(y, C, j, (void)0, (g)[j] * (XH));              \
+        else if (b) TG_STORE_LOOP(y, C, j, (void)0, (XH) + (b)[j]);              \
+        else TG_STORE_LOOP(y, C, j, (void)0, (XH));                              \
     } while (0)
 
 /* Software prefetch, forward only: while a row is summed and written

@@ -30,16 +30,26 @@
  * statistics, dx is added into x's 16-bit grad and dgamma, dbeta into
  * theirs, each sum rounded once.
  *
- * One pass over the 16-bit storage: the kernels (tg_rmsnorm_forward_lowp
- * ... in layers/norm_kernels.h) widen one row at a time into a float32 row
- * buffer (this file hands them 3 rows of arena scratch per thread), run the
- * float32 row code on it and round the row's result straight into the
- * 16-bit output, so main memory sees the 16-bit bytes only; gamma and beta
- * (C values) are widened once here, and dgamma, dbeta summed in float32
- * here and added into the grads at the end. The bits are those of widening
- * whole tensors into float32 copies and running the float32 kernels
- * (tests/test_norm_lowp.c checks it bit for bit; docs/
- * normalization-gradients.md, Low precision). */
+ * One pass over the 16-bit storage, converting in registers: the kernels
+ * (tg_rmsnorm_forward_bf16, _f16 ... in layers/norm_kernels.h) are the
+ * float32 row code instantiated for 16-bit arrays
+ * (layers/norm_instantiate.h): each value is widened as it is loaded and
+ * rounded as it is stored, inside the row loops, with float32's arithmetic
+ * in float32's order. Main memory sees the 16-bit bytes only, and no row
+ * is copied; gamma and beta (C values) are widened once here, and dgamma,
+ * dbeta summed in float32 and added into the grads at the end. The bits
+ * are those of widening whole tensors into float32 copies and running the
+ * float32 kernels (tests/test_norm_lowp.c checks it bit for bit).
+ *
+ * Speed (4096x768 forward+backward, one thread; the measurements are in
+ * docs/normalization-gradients.md, Low precision): the float32 kernels
+ * run at DRAM bandwidth, the 16-bit ones are bound by their arithmetic --
+ * the float32 row code's own plus the conversions -- so bfloat16 gains
+ * only float32's memory stalls: RMSNorm 1.4-1.5x the float32 op's speed in
+ * the bench, LayerNorm 1.0-1.7x (its float32 row code alone takes about
+ * 1/1.7 of the float32 op's time). float16 widens without F16C (the
+ * compiler does not vectorize VCVTPH2PS from scalar code) and is slower
+ * than bfloat16. */
 #include "layers/norm.h"
 #include "layers/norm_kernels.h"
 
@@ -76,13 +86,6 @@ static void add_into(tg_tensor *grad, const float *d) {
     }
 }
 
-/* The kernels' row buffers: 3 float32 rows per thread (arena scratch). */
-static float *row_scratch(tg_ctx *ctx, const char *fn, int64_t C, bool *ok) {
-    float *p = tg_arena_alloc_fn(ctx, fn, (size_t)TG_NORM_LOWP_SCRATCH(C, tg_threads(ctx)) * sizeof(float));
-    if (!p) *ok = false;
-    return p;
-}
-
 /* Forward was y = round_lp(norm_f32(x, g, b)) with the statistics saved in
  * double (RMSNorm: r per row; LayerNorm: mean, then r). Treating the final
  * rounding as the identity (as tg_cast does), the gradient is the float32
@@ -97,16 +100,18 @@ static void norm_lowp_backward(tg_ctx *ctx, tg_node *n) {
     const int64_t N = n->i[0], C = n->i[1];
     const bool bf16 = x->dtype == TG_BF16;
     bool ok = true;
-    float *g32 = widen(ctx, fn, gamma, &ok), *scratch = row_scratch(ctx, fn, C, &ok);
+    float *g32 = widen(ctx, fn, gamma, &ok);
     float *dg32 = zeros32(ctx, fn, dg != NULL, C, &ok), *db32 = zeros32(ctx, fn, db != NULL, C, &ok);
     if (!ok) return;
     const double *stats = n->saved;
     uint16_t *dx16 = dx ? dx->data : NULL;
     const uint16_t *dy16 = n->out->grad->data, *x16 = x->data;
     if (n->i[2])
-        tg_layernorm_backward_lowp(dx16, dg32, db32, dy16, x16, g32, stats, stats + N, bf16, N, C, scratch,
-                                   tg_threads(ctx));
-    else tg_rmsnorm_backward_lowp(dx16, dg32, db32, dy16, x16, g32, stats, bf16, N, C, scratch, tg_threads(ctx));
+        (bf16 ? tg_layernorm_backward_bf16 : tg_layernorm_backward_f16)(dx16, dg32, db32, dy16, x16, g32, stats,
+                                                                        stats + N, N, C, tg_threads(ctx));
+    else
+        (bf16 ? tg_rmsnorm_backward_bf16 : tg_rmsnorm_backward_f16)(dx16, dg32, db32, dy16, x16, g32, stats, N, C,
+                                                                    tg_threads(ctx));
     add_into(dg, dg32);
     add_into(db, db32);
 }
@@ -140,12 +145,13 @@ tg_tensor *tg_norm_lowp(tg_ctx *ctx, const char *fn, bool layernorm, tg_tensor *
     }
     bool ok = stats != NULL && tg_ok(ctx);
     float *g32 = ok ? widen(ctx, fn, gamma, &ok) : NULL, *b32 = ok ? widen(ctx, fn, beta, &ok) : NULL;
-    float *scratch = ok ? row_scratch(ctx, fn, C, &ok) : NULL;
     if (!ok) return NULL;
     const bool bf16 = x->dtype == TG_BF16;
     if (layernorm)
-        tg_layernorm_forward_lowp(y->data, stats, stats + N, x->data, g32, b32, bf16, N, C, eps, scratch,
-                                  tg_threads(ctx));
-    else tg_rmsnorm_forward_lowp(y->data, stats, x->data, g32, b32, bf16, N, C, eps, scratch, tg_threads(ctx));
+        (bf16 ? tg_layernorm_forward_bf16 : tg_layernorm_forward_f16)(y->data, stats, stats + N, x->data, g32, b32, N,
+                                                                      C, eps, tg_threads(ctx));
+    else
+        (bf16 ? tg_rmsnorm_forward_bf16 : tg_rmsnorm_forward_f16)(y->data, stats, x->data, g32, b32, N, C, eps,
+                                                                  tg_threads(ctx));
     return y;
 }

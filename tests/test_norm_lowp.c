@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "layers/norm_kernels.h"
+#include "layers/norm_kernels_util.h"
 #include "tensor/half.h"
 #include "testutil.h"
 
@@ -211,20 +212,20 @@ static double urand(uint32_t *s) {
 }
 
 /* An (N, C) 16-bit tensor of random rows: row n has mean (n % 3) and
- * spread 1 + n % 4; in x (extremes), row 1 is scaled up and row 2 down to
- * where the float32 kernels rescale it or leave float's comfortable range
- * (bfloat16: 2^100 and 2^-100; float16: 300, whose square overflows
- * float16, and 2^-10). N = 0: a (C) tensor of one such row. */
-static tg_tensor *rand16(tg_dtype dt, int64_t N, int64_t C, uint32_t *seed, bool extremes) {
+ * spread 1 + n % 4, times scale; in x (extremes), row 1 is scaled up and
+ * row 2 down to where the float32 kernels rescale it or leave float's
+ * comfortable range (bfloat16: 2^100 and 2^-100; float16: 300, whose
+ * square overflows float16, and 2^-10). N = 0: a (C) tensor of one such
+ * row. */
+static tg_tensor *rand16(tg_dtype dt, int64_t N, int64_t C, uint32_t *seed, bool extremes, double scale) {
     const bool vec = N == 0;
     if (vec) N = 1;
     double *v = malloc(sizeof(double) * (size_t)(N * C));
     for (int64_t n = 0; n < N; n++) {
-        double scale = 1.0;
-        if (extremes && n == 1) scale = dt == TG_BF16 ? 0x1p100 : 300.0;
-        if (extremes && n == 2) scale = dt == TG_BF16 ? 0x1p-100 : 0x1p-10;
-        for (int64_t j = 0; j < C; j++)
-            v[n * C + j] = scale * ((double)(n % 3) + (1.0 + (double)(n % 4)) * urand(seed));
+        double sc = scale;
+        if (extremes && n == 1) sc = dt == TG_BF16 ? 0x1p100 : 300.0;
+        if (extremes && n == 2) sc = dt == TG_BF16 ? 0x1p-100 : 0x1p-10;
+        for (int64_t j = 0; j < C; j++) v[n * C + j] = sc * ((double)(n % 3) + (1.0 + (double)(n % 4)) * urand(seed));
     }
     tg_tensor *t = vec ? tg_test_tensor(ctx, dt, 1, (const int64_t[]){C}, v)
                        : tg_test_tensor(ctx, dt, 2, (const int64_t[]){N, C}, v);
@@ -254,16 +255,18 @@ static void assert_bits(const char *what, const tg_tensor *t, const float *ref, 
     }
 }
 
-static void check_one_pass(tg_dtype dt, bool centered, int64_t N, int64_t C, int affine, int threads, uint32_t *seed) {
+/* gdy_scale scales gamma and dy (1: ordinary values). */
+static void check_one_pass_scaled(tg_dtype dt, bool centered, int64_t N, int64_t C, int affine, int threads,
+                                  uint32_t *seed, double gdy_scale) {
     char cfg[128];
     snprintf(cfg, sizeof cfg, "%s %s N=%lld C=%lld affine=%d threads=%d", tg_dtype_name(dt),
              centered ? "layernorm" : "rmsnorm", (long long)N, (long long)C, affine, threads);
     tg_set_threads(ctx, threads);
     const double eps = 1e-5;
-    tg_tensor *x = tg_requires_grad(ctx, rand16(dt, N, C, seed, true));
-    tg_tensor *g = affine >= 1 ? tg_requires_grad(ctx, rand16(dt, 0, C, seed, false)) : NULL;
-    tg_tensor *b = affine >= 2 ? tg_requires_grad(ctx, rand16(dt, 0, C, seed, false)) : NULL;
-    tg_tensor *dy = rand16(dt, N, C, seed, false);
+    tg_tensor *x = tg_requires_grad(ctx, rand16(dt, N, C, seed, true, 1.0));
+    tg_tensor *g = affine >= 1 ? tg_requires_grad(ctx, rand16(dt, 0, C, seed, false, gdy_scale)) : NULL;
+    tg_tensor *b = affine >= 2 ? tg_requires_grad(ctx, rand16(dt, 0, C, seed, false, 1.0)) : NULL;
+    tg_tensor *dy = rand16(dt, N, C, seed, false, gdy_scale);
     tg_tensor *y = centered ? tg_layernorm_fused(ctx, x, g, b, 1, eps) : tg_rmsnorm_fused(ctx, x, g, b, 1, eps);
     ck_assert_msg(y && tg_ok(ctx), "%s: %s", cfg, tg_error_message(ctx));
 
@@ -295,6 +298,10 @@ static void check_one_pass(tg_dtype dt, bool centered, int64_t N, int64_t C, int
     tg_ctx_reset(ctx);
 }
 
+static void check_one_pass(tg_dtype dt, bool centered, int64_t N, int64_t C, int affine, int threads, uint32_t *seed) {
+    check_one_pass_scaled(dt, centered, N, C, affine, threads, seed, 1.0);
+}
+
 START_TEST(test_one_pass_bits) {
     static const int64_t Cs[] = {1, 2, 3, 5, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 200, 257, 768, 1000};
     const tg_dtype dts[2] = {TG_BF16, TG_F16};
@@ -321,6 +328,42 @@ START_TEST(test_one_pass_bits) {
 }
 END_TEST
 
+/* Subnormal results: bfloat16 keeps float32's subnormals, and a gamma of
+ * size 2^-128 makes y subnormal, without gamma a dy of that size makes dx
+ * subnormal; float16's subnormals lie below 2^-14, reached by a scale of
+ * 2^-16. The 16-bit kernels round blocks of 32 values at once, with
+ * AVX-512 BF16's VCVTNE2PS2BF16 where the build targets it, which reads a
+ * subnormal float32 as zero (such a block takes the scalar rule), and with
+ * F16C's VCVTPS2PH for float16; the bits stay those of widen-then-float32
+ * (with the CPU's conversions and forced scalar ones). */
+START_TEST(test_subnormal_bits) {
+    uint32_t seed = 7;
+    for (int scalar = 0; scalar < 2; scalar++) {
+        tg_half_force_scalar(scalar == 1);
+        for (int d = 0; d < 2; d++)
+            for (int centered = 0; centered < 2; centered++)
+                for (int affine = 0; affine < 3; affine++)
+                    for (int64_t C = 64; C <= 200; C += 136)
+                        check_one_pass_scaled(d ? TG_F16 : TG_BF16, centered, 37, C, affine, 1, &seed,
+                                              d ? 0x1p-16 : 0x1p-128);
+    }
+    tg_half_force_scalar(false);
+}
+END_TEST
+
+/* The float16 kernels widen with a branch-free copy of tensor/half.h's
+ * tg_f16_to_f32 (layers/norm_kernels_util.h, so that the compiler
+ * vectorizes it): the same bits for all 65536 values, NaNs (made quiet),
+ * infinities, subnormals and signed zeros included. */
+START_TEST(test_f16_widen_all) {
+    for (uint32_t h = 0; h <= 0xffffu; h++) {
+        const uint32_t got = tg_f32_bits(tg_norm_f16_to_f32((uint16_t)h));
+        const uint32_t want = tg_f32_bits(tg_f16_to_f32((uint16_t)h));
+        if (got != want) ck_abort_msg("float16 0x%04x: 0x%08x, tg_f16_to_f32 gives 0x%08x", h, got, want);
+    }
+}
+END_TEST
+
 /* Mixing dtypes stays an error; the float32 path is untouched. */
 START_TEST(test_errors) {
     tg_tensor *x = tg_ones(ctx, TG_BF16, TG_SHAPE(2, 4)), *g32 = tg_ones(ctx, TG_F32, TG_SHAPE(4));
@@ -336,7 +379,7 @@ END_TEST
 Suite *make_norm_lowp_suite(void) {
     return tg_test_suite("norm_lowp", setup, teardown, test_f16_large_rows, test_f16_rmsnorm_tiny_row,
                          test_bf16_layernorm_large_mean, test_forward_rounded_once, test_backward_vs_f64,
-                         test_one_pass_bits, test_errors, NULL);
+                         test_one_pass_bits, test_subnormal_bits, test_f16_widen_all, test_errors, NULL);
 }
 
 int main(void) { return tg_test_run(make_norm_lowp_suite()); }
