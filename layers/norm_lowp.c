@@ -118,17 +118,8 @@ static void norm_lowp_backward(tg_ctx *ctx, tg_node *n) {
 
 tg_tensor *tg_norm_lowp(tg_ctx *ctx, const char *fn, bool layernorm, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta,
                         int ndim_norm, double eps) {
-    if (!tg_check_arg_any(ctx, fn, "x", x)) return NULL;
-    if ((gamma && !tg_check_arg_any(ctx, fn, "gamma", gamma)) || (beta && !tg_check_arg_any(ctx, fn, "beta", beta)))
-        return NULL;
-    if ((gamma && !tg_check_same_dtype(ctx, fn, x, gamma)) || (beta && !tg_check_same_dtype(ctx, fn, x, beta)))
-        return NULL;
-    /* the shape and eps checks are the float32 op's, run on copies of the
-     * headers that say float32 (no data is read) */
-    tg_tensor hx = *x, hg = gamma ? *gamma : hx, hb = beta ? *beta : hx;
-    hx.dtype = hg.dtype = hb.dtype = TG_F32;
-    int64_t N, C;
-    if (!tg_norm_check_args(ctx, fn, &hx, gamma ? &hg : NULL, beta ? &hb : NULL, ndim_norm, eps, &N, &C)) return NULL;
+    int64_t N, C; /* the float32 op's checks, on 16-bit x, gamma, beta (layers/norm.h) */
+    if (!tg_norm_check_args_lowp(ctx, fn, x, gamma, beta, ndim_norm, eps, &N, &C)) return NULL;
     tg_tensor *y = tg_new_like(ctx, fn, x);
     if (!y) return NULL;
     const int n_stats = layernorm ? 2 : 1;
