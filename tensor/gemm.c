@@ -15,8 +15,8 @@
 #include "tensor/gemm.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
-#include <string.h>
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
@@ -87,8 +87,7 @@ static int gemm_threads(int64_t M, int64_t N, int64_t K, int threads) {
 }
 
 /* Lazy (multi-threaded) mode packs op(B) whole-depth in super-blocks of at
- * most this many bytes, all threads' copies together (at least one NR
- * panel wide). */
+ * most this many bytes (at least one NR panel wide). */
 #define GEMM_LAZY_B_BYTES ((size_t)16 << 20)
 
 /* Task grid for nt threads over mt row tiles x np column panels: about 8
@@ -114,6 +113,17 @@ static void gemm_tasks(int64_t mt, int64_t np, int nt, int64_t *nrc, int64_t *nc
     if (c > cmax) c = cmax;
     *nrc = r;
     *ncc = c;
+}
+
+/* How long a thread waits for a B panel another thread is packing before
+ * it packs a private copy instead: packing one panel takes a few
+ * microseconds, about as long as these pauses; a packer that has lost its
+ * core (a busy machine) would make the wait a time slice (milliseconds). */
+#define GEMM_PANEL_SPINS 1024
+static inline void gemm_pause(void) {
+#ifdef __SSE2__
+    _mm_pause();
+#endif
 }
 
 /* ---- in-register transposes and partial loads/stores for packing ---- */

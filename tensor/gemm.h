@@ -22,12 +22,11 @@
  *    MC x KC blocks of op(A) into MR-high panels, and the MR x NR
  *    micro-kernel runs over the tiles. With several threads there is no
  *    barrier: C is cut into tasks (row chunks x column chunks) handed out
- *    one at a time by the task pool (tensor/parallel.h), and each thread
- *    packs its own A blocks and its own copy of the B panels it uses
- *    (whole K depth), so no thread reads another's packed data or waits
- *    for it. Needs a workspace (below): with several threads it holds the
- *    threads' copies of op(B) whole-depth, up to 16 MB per super-block of
- *    columns in all.
+ *    one at a time by the task pool (tensor/parallel.h), each thread packs
+ *    its own A blocks, and the B panels (whole K depth, shared) are packed
+ *    by the first thread that needs each one (or privately, by a thread
+ *    that would otherwise wait for a packer that lost its core). Needs a workspace (below): with several threads
+ *    it holds op(B) whole-depth, up to 16 MB per super-block of columns.
  *  - direct, for small batches and small problems: A and B are read in
  *    place (KC x 2-vector blocks of B are transposed into a stack buffer
  *    when trans_b), with a smaller register tile; no workspace.
