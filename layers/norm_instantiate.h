@@ -18,7 +18,7 @@
  *   TG_ACC(d, v)       d += v                     d = round(d + (0 + v))
  *   TG_ACC_D(d, v)     d = (T)((double)d + v)     d = round(d + (float)(0 + v))
  *   TG_NORM_LOWP       0                          1
- *   TG_FN(name)        name##_f32, name##_f64     name##_bf16
+ *   TG_FN(name)        name##_f32, name##_f64     name##_bf16, name##_f16
  *
  * g, b (the gain and bias) and the dg, db sums stay float32 arrays of T.
  * So a bfloat16 row is widened as it is loaded and rounded as it is stored,
@@ -30,11 +30,13 @@
  * float32 kernel), which is then added to the 16-bit grad and rounded once
  * (tests/test_norm_lowp.c, test_one_pass_bits).
  *
- * float16 is not instantiated here: its conversions take a dozen branches
- * per value in C (the compiler does not vectorize them) and F16C's
- * instructions work on whole vectors that the compiler's vectorizer does
- * not form from scalar code; it runs the float32 row code on row buffers
- * converted with F16C (layers/norm_reduce.inc, 16-bit storage).
+ * float16 is instantiated too: its loads use an exact branch-free widening
+ * (tg_norm_f16_to_f32) that the compiler vectorizes, because F16C's
+ * instructions work on whole vectors the vectorizer does not form from
+ * scalar code; its stores round blocks of 32 with F16C where the compiler
+ * targets it. That widening costs ~10 vector ops per 16 values, so f16 runs
+ * ~15% slower than with the former F16C row buffers (docs/normalization-
+ * gradients.md, Low precision).
  *
  * No include guard: included once per template. */
 #ifndef TG_NORM_TEMPLATE
