@@ -7,6 +7,7 @@
  *   TG_GEMM_{MR,NR,KC,MC,NC}_{F32,F64}  blocking of the packed path
  *   TG_GEMM_TASKS_PER_THREAD            tasks per thread (multi-threaded)
  *   TG_GEMM_CHUNK_TILES                 least MR tiles per task's row chunk
+ *   TG_GEMM_GUIDED                      guided row chunks: 1/(this x threads) of what is left
  *   TG_GEMM_FORCE=1 / 2                 always the direct / packed path
  * Defaults were measured on Zen 5 (48 KiB L1d, 1 MiB L2): with AVX-512 the
  * f32 micro-kernel is 12 x 32 (24 accumulators), KC 384, MC 288, NC 1536,
@@ -90,27 +91,65 @@ static int gemm_threads(int64_t M, int64_t N, int64_t K, int threads) {
  * most this many bytes (at least one NR panel wide). */
 #define GEMM_LAZY_B_BYTES ((size_t)16 << 20)
 
-/* Task grid for nt threads over mt row tiles x np column panels: about 8
- * tasks per thread, chunks of at least TG_GEMM_CHUNK_TILES tiles / 4
- * panels where possible. (The grid changes who computes what, never the
- * bits.) Row chunks of MC rows (24 tiles, more B panel reuse per task)
- * measured no better in CPU time per GEMM at 2 threads on a machine at load
- * ~17 (bench_gemm --cpu: 512^3 and 4096x768x3072 within noise); the wall
- * time needs a quiet machine. */
+/* Task grid for nt threads over mt row tiles x np column panels. The
+ * grid changes who computes what, never the bits.
+ *
+ * Many rows (TG_GEMM_CHUNK_TILES tiles or more for each of about
+ * TG_GEMM_TASKS_PER_THREAD tasks per thread): row chunks of all the
+ * columns, shrinking as they go ("guided"): each takes 1/(TG_GEMM_GUIDED
+ * nt) of the tiles left, at least TG_GEMM_CHUNK_TILES and mt/256 (so at
+ * most 256 chunks). With 2 threads the first chunk is half the rows, the
+ * next a quarter, ..., down to chunks of 4 tiles: each chunk reads all of
+ * packed B, so few chunks read less of it, and the threads still finish
+ * within a small task of each other. Measured at 2 threads on
+ * 4096x768x3072 (bench_gemm, quiet, median GFLOP/s of 5 alternating runs;
+ * OpenBLAS ~350): 16 equal chunks, NT 315 NN 329 TN 290 (a thread idle for
+ * up to one 8 ms chunk at the end of each call); guided 1/(2 nt): 345 354
+ * 327; guided 1/nt: 352 366 349. (64 equal chunks: TN read its 12.6 MB of
+ * packed B 64 times, 300.) The pool must not wait for the first chunk's
+ * end to wake a helper: the GEMM tells it the job's size
+ * (tg_parallel_sized).
+ *
+ * Fewer rows: about TASKS_PER_THREAD tasks per thread, row chunks of at
+ * least TG_GEMM_CHUNK_TILES tiles and column chunks of at least 4 panels
+ * where possible, all equal.
+ * rb[0..*nrc] receives the row chunks' first tiles (rb[*nrc] = mt). */
 #ifndef TG_GEMM_CHUNK_TILES
 #define TG_GEMM_CHUNK_TILES 4
 #endif
 #ifndef TG_GEMM_TASKS_PER_THREAD
 #define TG_GEMM_TASKS_PER_THREAD 8
 #endif
-static void gemm_tasks(int64_t mt, int64_t np, int nt, int64_t *nrc, int64_t *ncc) {
+#ifndef TG_GEMM_GUIDED
+#define TG_GEMM_GUIDED 1
+#endif
+#define GEMM_MAX_ROW_CHUNKS 256
+static void gemm_tasks(int64_t mt, int64_t np, int nt, int64_t rb[GEMM_MAX_ROW_CHUNKS + 1], int64_t *nrc,
+                       int64_t *ncc) {
     const int64_t want = TG_GEMM_TASKS_PER_THREAD * (int64_t)nt;
+    if (mt >= want * TG_GEMM_CHUNK_TILES) {
+        const int64_t share = (int64_t)TG_GEMM_GUIDED * nt;
+        int64_t least = (mt + GEMM_MAX_ROW_CHUNKS - 1) / GEMM_MAX_ROW_CHUNKS, n = 0;
+        if (least < TG_GEMM_CHUNK_TILES) least = TG_GEMM_CHUNK_TILES;
+        for (int64_t left = mt; left > 0; n++) {
+            int64_t take = (left + share - 1) / share;
+            if (take < least) take = least;
+            rb[n] = mt - left;
+            left -= take < left ? take : left;
+        }
+        rb[n] = mt;
+        *nrc = n;
+        *ncc = 1;
+        return;
+    }
     int64_t r = mt / TG_GEMM_CHUNK_TILES, c, cmax = np / 4;
     if (r < 1) r = 1;
     if (r > want) r = want;
+    if (r > GEMM_MAX_ROW_CHUNKS) r = GEMM_MAX_ROW_CHUNKS;
     c = (want + r - 1) / r;
     if (cmax < 1) cmax = 1;
     if (c > cmax) c = cmax;
+    for (int64_t i = 0; i <= r; i++) rb[i] = i * mt / r;
     *nrc = r;
     *ncc = c;
 }
@@ -242,7 +281,9 @@ static inline __m256i gemm_mask4x64(int64_t n) {
  *   VTRANSPOSE(v)      transposes the VL x VL block held in VEC v[VL]
  * and the register tiles that suit the ISA:
  *   GEMM_MR_DEFAULT, GEMM_NR_DEFAULT_F32/_F64  the packed path's micro-tile
- *   DMR, DNR           the direct path's tile (DNR: two vectors) */
+ *   DMR, DNR           the direct path's tile (DNR: two vectors)
+ *   GEMM_FMAS_PER_NS   multiply-adds per ns of one thread, on the fast side
+ *                      (~1.4x the measured rate): the pool's time estimate */
 #define GEMM_PICK(for_f32, for_f64) GEMM_PICK_(TG_F64, for_f32, for_f64)
 /* (two steps, so that TG_F64 becomes 0 or 1 before the paste) */
 #define GEMM_PICK_(f64, a, b) GEMM_PICK__(f64, a, b)
@@ -271,6 +312,7 @@ static inline __m256i gemm_mask4x64(int64_t n) {
 #define GEMM_NR_DEFAULT_F64 16
 #define DMR 8
 #define DNR (2 * VL)
+#define GEMM_FMAS_PER_NS (4 * VL)
 #elif defined(__AVX2__) && defined(__FMA__)
 #define GEMM_ISA "avx2"
 #define GEMM_SIMD 1
@@ -292,6 +334,7 @@ static inline __m256i gemm_mask4x64(int64_t n) {
 #define GEMM_NR_DEFAULT_F64 8
 #define DMR 6
 #define DNR (2 * VL)
+#define GEMM_FMAS_PER_NS (4 * VL)
 #else
 #define GEMM_ISA "portable"
 #define GEMM_SIMD 0
@@ -300,6 +343,7 @@ static inline __m256i gemm_mask4x64(int64_t n) {
 #define GEMM_NR_DEFAULT_F64 4
 #define DMR 4
 #define DNR 8
+#define GEMM_FMAS_PER_NS 2
 #endif
 
 #ifdef __FMA__

@@ -79,6 +79,11 @@ void tg_parallel(int threads, int64_t ntasks, tg_task_fn fn, void *arg) {
     (void)threads;
     for (int64_t t = 0; t < ntasks; t++) fn(arg, t, 0);
 }
+
+void tg_parallel_sized(int threads, int64_t ntasks, tg_task_fn fn, void *arg, double serial_ns) {
+    (void)serial_ns;
+    tg_parallel(threads, ntasks, fn, arg);
+}
 #else
 
 #include <pthread.h>
@@ -263,6 +268,10 @@ static void grow(int n) {
 }
 
 void tg_parallel(int threads, int64_t ntasks, tg_task_fn fn, void *arg) {
+    tg_parallel_sized(threads, ntasks, fn, arg, 0);
+}
+
+void tg_parallel_sized(int threads, int64_t ntasks, tg_task_fn fn, void *arg, double serial_ns) {
     if (ntasks <= 0) return;
     if (threads <= 1 || ntasks == 1 || ntasks > 0xffffffffll || pthread_mutex_trylock(&pool.job_lock) != 0) {
         for (int64_t t = 0; t < ntasks; t++) fn(arg, t, 0);
@@ -280,8 +289,15 @@ void tg_parallel(int threads, int64_t ntasks, tg_task_fn fn, void *arg) {
     const uint32_t gen = ++pool.generation;
     const double start = now_ns();
     atomic_store(&pool.state, (uint64_t)gen << 32);
-    /* a sleeping helper is woken only for a long job (see TG_POOL_WAKE_NS) */
-    run_tasks(gen, 0, atomic_load(&pool.sleepers) > 0 ? start : 0);
+    /* a sleeping helper is woken only for a long job (see TG_POOL_WAKE_NS):
+     * known now when the caller estimated it, else after the first task */
+    const bool sleeping = atomic_load(&pool.sleepers) > 0;
+    if (serial_ns > 0) {
+        if (sleeping && serial_ns >= TG_POOL_WAKE_NS) wake_helpers();
+        run_tasks(gen, 0, 0);
+    } else {
+        run_tasks(gen, 0, sleeping ? start : 0);
+    }
     /* every task is claimed; wait for the ones helpers are running: spin
      * for up to half the job's time so far, then sleep until the last one
      * is done */

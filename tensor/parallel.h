@@ -50,6 +50,14 @@ typedef void (*tg_task_fn)(void *arg, int64_t task, int worker);
  * caller. */
 void tg_parallel(int threads, int64_t ntasks, tg_task_fn fn, void *arg);
 
+/* tg_parallel for a job whose time on one thread the caller can estimate
+ * (serial_ns > 0, e.g. from its multiply-adds): sleeping helpers are woken
+ * at the start when that is at least the pool's wake threshold, never
+ * otherwise. tg_parallel instead estimates it from the caller's first
+ * tasks, which misleads when tasks differ in size (the GEMM's shrinking
+ * row chunks, whose first is half the job). serial_ns <= 0: tg_parallel. */
+void tg_parallel_sized(int threads, int64_t ntasks, tg_task_fn fn, void *arg, double serial_ns);
+
 /* A range cut into pieces: fn(arg, i0, i1, worker) on [i0, i1). */
 typedef void (*tg_range_fn)(void *arg, int64_t i0, int64_t i1, int worker);
 
