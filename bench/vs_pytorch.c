@@ -1417,6 +1417,13 @@ static void print_summary(FILE *out, const options *o) {
                          "(4 T D per pair) against the composed form's q, k^T, v and P twice (3 T D + 2 T^2), so the "
                          "total falls below 1/8 only from T of about 15 D; beyond q, k, v, o it is one double per "
                          "row against T^2 (the next target, and docs/attention-gradients.md).\n");
+        else if (strstr(t->what, "the Linear row's") && o->threads > 1)
+            fprintf(out,
+                    "the step's products have B T = 256 rows, the Linear row's 4096: with %d threads each product of "
+                    "the step is cut into tasks of a few dozen rows that re-pack their share of A and re-read B, and "
+                    "the step's other ops scale less, so the step gains less from the threads than the Linear row "
+                    "(compare the two rows' 2T vs 1T lines; with 1 thread the ratio is higher) (%s).\n",
+                    o->threads, busy);
         else fprintf(out, "see the row's numbers above (%s).\n", busy);
     }
 }
