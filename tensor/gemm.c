@@ -282,8 +282,10 @@ static inline __m256i gemm_mask4x64(int64_t n) {
  * and the register tiles that suit the ISA:
  *   GEMM_MR_DEFAULT, GEMM_NR_DEFAULT_F32/_F64  the packed path's micro-tile
  *   DMR, DNR           the direct path's tile (DNR: two vectors)
- *   GEMM_FMAS_PER_NS   multiply-adds per ns of one thread, on the fast side
- *                      (~1.4x the measured rate): the pool's time estimate */
+ *   GEMM_FMAS_PER_NS   multiply-adds per ns of one thread, about 0.7x the
+ *                      measured rate, for the pool's time estimate (it errs
+ *                      long: a needless wake costs the caller ~0.1 ms, a
+ *                      missed one up to half the job) */
 #define GEMM_PICK(for_f32, for_f64) GEMM_PICK_(TG_F64, for_f32, for_f64)
 /* (two steps, so that TG_F64 becomes 0 or 1 before the paste) */
 #define GEMM_PICK_(f64, a, b) GEMM_PICK__(f64, a, b)
