@@ -11,8 +11,9 @@
  * caller wakes them only if one sleeps (`sleepers`, checked after the new
  * state is stored: the two sequentially consistent accesses on each side
  * make sure one of them sees the other), and only for a job whose tasks
- * left would keep the caller busy TG_POOL_WAKE_NS (below: why); a helper
- * that is not woken claims nothing of that job.
+ * left would keep the caller busy TG_POOL_WAKE_NS (below: why), estimated
+ * from the caller's first tasks or, by tg_parallel_sized, given at the
+ * start; a helper that is not woken claims nothing of that job.
  *
  * The caller, once every task is claimed, waits for the helpers' last
  * tasks the same way: it spins up to half the job's time so far (at most
