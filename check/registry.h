@@ -9,8 +9,9 @@
  * it: tests and tools link it. Data flows one way:
  * tensor <- autograd <- layers <- check.
  *
- * To register an op: one entry in the table at the end of registry.c (its
- * builder and, unless a generic forward fits, its forward above it). */
+ * To register an op: one entry in the table at the end of registry.c,
+ * pointing to the op's descriptor (its builder and, unless a generic
+ * forward fits, its forward above it). */
 #ifndef TG_CHECK_REGISTRY_H
 #define TG_CHECK_REGISTRY_H
 
@@ -20,5 +21,11 @@
  * false when the call must stop -- ctx NULL or in error, or result NULL (an
  * error naming fn). */
 bool tg_gradcheck_start(tg_ctx *ctx, const char *fn, tg_gradcheck_result *result);
+
+/* Input k of c: a tensor of the given shape, named and drawn as item k of
+ * the op's descriptor says (tg_op_def.inputs: check/inputs.c), with the
+ * context's RNG; differentiable unless drawn as a mask (0|1). NULL and
+ * TG_ERR_FORMAT naming the op when the text has no valid item k. */
+tg_tensor *tg_registry_input(tg_ctx *ctx, tg_op_case *c, int k, int ndim, const int64_t *shape);
 
 #endif

@@ -9,6 +9,7 @@
  * docs/normalization-gradients.md. */
 #include "layers/norm.h"
 #include "layers/norm_kernels.h"
+#include "layers/ops.h"
 
 /* Forward was, per row,  mu = mean_j x_j,  var = mean_j (x_j - mu)^2,
  *   r = 1 / sqrt(var + eps),  xhat_i = (x_i - mu) r,  y_i = g_i xhat_i + b_i.
@@ -27,13 +28,19 @@ static void layernorm_backward(tg_ctx *ctx, tg_node *n) {
     else tg_layernorm_backward_f32(a.dx, a.dg, a.db, a.dy, a.x, a.g, mean, rstd, a.N, a.C, a.threads);
 }
 
+/* A check's arguments and their defaults are PyTorch's (eps 1e-5, with beta); its
+ * float32 step is larger than the default: a perturbed element moves its
+ * whole row. */
+const tg_op_def tg_layernorm_op = TG_OP("layernorm", layernorm_backward, tg_layernorm_grad, tg_layernorm_jvp,
+                                        .args = "norm=1,eps=" TG_STR(TG_LAYERNORM_EPS) ",affine=1,bias=1",
+                                        .inputs = "x=-2:2,gamma=-2:2,beta=-2:2", .f32 = {.h = 1e-2});
+
 tg_tensor *tg_layernorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm, double eps) {
     if (x && tg_live(ctx) && !tg_stale(ctx, x) && tg_is_lowp(x->dtype)) /* bfloat16, float16: layers/norm_lowp.c */
         return tg_norm_lowp(ctx, __func__, true, x, gamma, beta, ndim_norm, eps);
     /* saved: mean and rstd, one each per row; kept by pointer: x (and gamma) */
     tg_norm_fwd a;
-    if (!tg_norm_record(ctx, __func__, "layernorm", layernorm_backward, x, gamma, beta, ndim_norm, eps, 2, &a))
-        return NULL;
+    if (!tg_norm_record(ctx, __func__, &tg_layernorm_op, x, gamma, beta, ndim_norm, eps, 2, &a)) return NULL;
     double *mean = a.saved, *rstd = mean ? mean + a.N : NULL;
     if (a.f64) tg_layernorm_forward_f64(a.y, mean, rstd, a.x, a.g, a.b, a.N, a.C, eps, a.threads);
     else tg_layernorm_forward_f32(a.y, mean, rstd, a.x, a.g, a.b, a.N, a.C, eps, a.threads);

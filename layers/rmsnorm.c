@@ -9,6 +9,7 @@
  * docs/normalization-gradients.md. */
 #include "layers/norm.h"
 #include "layers/norm_kernels.h"
+#include "layers/ops.h"
 
 /* Forward was, per row,  r = 1 / sqrt(mean_j x_j^2 + eps),
  *   y_i = g_i x_i r + b_i.
@@ -27,12 +28,19 @@ static void rmsnorm_backward(tg_ctx *ctx, tg_node *n) {
     else tg_rmsnorm_backward_f32(a.dx, a.dg, a.db, a.dy, a.x, a.g, rstd, a.N, a.C, a.threads);
 }
 
+/* A check's arguments and their defaults are PyTorch's (eps 1e-6, without beta); its
+ * float32 step is larger than the default: a perturbed element moves its
+ * whole row. */
+const tg_op_def tg_rmsnorm_op = TG_OP("rmsnorm", rmsnorm_backward, tg_rmsnorm_grad, tg_rmsnorm_jvp,
+                                      .args = "norm=1,eps=" TG_STR(TG_RMSNORM_EPS) ",affine=1,bias=0",
+                                      .inputs = "x=-2:2,gamma=-2:2,beta=-2:2", .f32 = {.h = 1e-2});
+
 tg_tensor *tg_rmsnorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm, double eps) {
     if (x && tg_live(ctx) && !tg_stale(ctx, x) && tg_is_lowp(x->dtype)) /* bfloat16, float16: layers/norm_lowp.c */
         return tg_norm_lowp(ctx, __func__, false, x, gamma, beta, ndim_norm, eps);
     /* saved: rstd, one per row; kept by pointer: x (and gamma) */
     tg_norm_fwd a;
-    if (!tg_norm_record(ctx, __func__, "rmsnorm", rmsnorm_backward, x, gamma, beta, ndim_norm, eps, 1, &a)) return NULL;
+    if (!tg_norm_record(ctx, __func__, &tg_rmsnorm_op, x, gamma, beta, ndim_norm, eps, 1, &a)) return NULL;
     double *rstd = a.saved;
     if (a.f64) tg_rmsnorm_forward_f64(a.y, rstd, a.x, a.g, a.b, a.N, a.C, eps, a.threads);
     else tg_rmsnorm_forward_f32(a.y, rstd, a.x, a.g, a.b, a.N, a.C, eps, a.threads);

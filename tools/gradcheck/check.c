@@ -234,12 +234,12 @@ static int add_case_rows(gct_table *t, const gct_target *tg, const tg_gradcheck_
 static void json_case_head(const gct_target *tg, check_totals *T) {
     printf("%s\n{\"op\":", T->first_json ? "" : ",");
     T->first_json = false;
-    gct_json_str(stdout, tg->op->name);
+    gct_json_str(stdout, tg->op->def->name);
     printf(",\"bug\":");
     if (tg->bug) gct_json_str(stdout, tg->bug->name);
     else printf("null");
     printf(",\"function\":");
-    gct_json_str(stdout, tg->bug ? tg->function : tg->op->name);
+    gct_json_str(stdout, tg->bug ? tg->function : tg->op->def->name);
     printf(",\"spec\":");
     gct_json_str(stdout, tg->c.spec);
     printf(",\"dtype\":\"%s\",\"input_names\":[", tg_dtype_name(tg->c.dtype));
@@ -322,7 +322,7 @@ static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, con
                 *el += (size_t)snprintf(errors + *el, esize - *el, "    ERROR %s: %s\n", spec, tg_error_message(ctx));
             T->errors++;
             T->failed_cases++;
-            note_failure(T, "\n    %s  %s: %s", op->name, spec, "does not build");
+            note_failure(T, "\n    %s  %s: %s", op->def->name, spec, "does not build");
             *op_failed = true;
             tg_clear_error(ctx);
             return -1;
@@ -528,7 +528,7 @@ static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
                                        tg_error_message(ctx));
             T->errors++;
             T->failed_cases++;
-            note_failure(T, "\n    %s  %s: %s", op->name, spec, "does not build");
+            note_failure(T, "\n    %s  %s: %s", op->def->name, spec, "does not build");
             op_failed = true;
             tg_clear_error(ctx);
             tg_ctx_reset(ctx);

@@ -49,19 +49,22 @@ static double bug_size(void *user) {
 
 /* ---- the shared forward ------------------------------------------------------ */
 
-/* The real RMSNorm or LayerNorm forward, recorded with `backward`:
+/* The real RMSNorm or LayerNorm forward, recorded with op: the bug's
+ * descriptor, its name and wrong backward, and the fused norm's tangent
+ * rule (the forward is right, and so is its tangent). The record:
  *   in = {x, gamma, beta},  i[0] = N rows, i[1] = C per row, i[2] = flags
  *   (the bug's own, for its backward), f[0] = eps, f[1] = the bug's size,
  *   saved: rstd (N) for RMSNorm; mean (N) then rstd (N) for LayerNorm. */
-static tg_tensor *bug_norm_forward(tg_ctx *ctx, const char *name, tg_backward_fn backward, bool layernorm,
-                                   int64_t flags, double size, const bug_norm_args *a) {
+static tg_tensor *bug_norm_forward(tg_ctx *ctx, const tg_op_def *op, bool layernorm, int64_t flags, double size,
+                                   const bug_norm_args *a) {
+    const char *name = op->name;
     int64_t N, C;
     if (!tg_norm_check_args(ctx, name, a->x, a->gamma, a->beta, a->ndim_norm, a->eps, &N, &C)) return NULL;
     tg_tensor *y = tg_new_like(ctx, name, a->x);
     if (!y) return NULL;
     tg_tensor *in[3] = {a->x, a->gamma, a->beta};
     double *stats = NULL;
-    tg_node *n = tg_record(ctx, name, backward, y, 3, in);
+    tg_node *n = tg_record(ctx, op, y, 3, in);
     if (n) {
         n->i[0] = N, n->i[1] = C, n->i[2] = flags;
         n->f[0] = a->eps;
@@ -104,7 +107,7 @@ static double *recomputed_rstd(tg_ctx *ctx, const tg_node *n) {
     const tg_tensor *x = n->in[0];
     int64_t N = n->i[0], C = n->i[1];
     bool sum = n->i[2] & BUG_SUM, no_eps = n->i[2] & BUG_NO_EPS;
-    double *r = tg_arena_alloc_fn(ctx, n->op, (size_t)(N > 0 ? N : 1) * sizeof *r);
+    double *r = tg_arena_alloc_fn(ctx, n->op->name, (size_t)(N > 0 ? N : 1) * sizeof *r);
     if (!r) return NULL;
     for (int64_t row = 0; row < N; row++) {
         double s = 0.0;
@@ -133,9 +136,11 @@ static void rmsnorm_recomputed_backward(tg_ctx *ctx, tg_node *n) {
  * factor: its identity part r' u is scaled by r' / r and its projection part
  * (three factors of r') by its cube (docs/gradcheck.md, diagnosis); dbeta
  * = dy is right. */
+static const tg_op_def RMS_SUM = {
+    .name = "rmsnorm[bug:sum]", .backward = rmsnorm_recomputed_backward, .jvp = tg_rmsnorm_jvp};
 static tg_tensor *fw_rmsnorm_sum(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
-    return bug_norm_forward(ctx, "rmsnorm[bug:sum]", rmsnorm_recomputed_backward, false, BUG_SUM, 0.0, &a);
+    return bug_norm_forward(ctx, &RMS_SUM, false, BUG_SUM, 0.0, &a);
 }
 
 /* ---- rmsnorm-no-eps -----------------------------------------------------------
@@ -145,9 +150,11 @@ static tg_tensor *fw_rmsnorm_sum(tg_ctx *ctx, tg_tensor *const *in, void *user) 
  * Relative error of the gradient ~ eps / (2 mean_j x_j^2): invisible for
  * eps = 1e-6 on rows of size ~1 (it hides under rtol), exposed when eps is
  * comparable to mean x^2 (the bug's default spec uses eps = 0.1). */
+static const tg_op_def RMS_NO_EPS = {
+    .name = "rmsnorm[bug:no-eps]", .backward = rmsnorm_recomputed_backward, .jvp = tg_rmsnorm_jvp};
 static tg_tensor *fw_rmsnorm_no_eps(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
-    return bug_norm_forward(ctx, "rmsnorm[bug:no-eps]", rmsnorm_recomputed_backward, false, BUG_NO_EPS, 0.0, &a);
+    return bug_norm_forward(ctx, &RMS_NO_EPS, false, BUG_NO_EPS, 0.0, &a);
 }
 
 /* ---- layernorm-no-mean -------------------------------------------------------
@@ -188,9 +195,11 @@ static void layernorm_no_mean_backward(tg_ctx *ctx, tg_node *n) {
                                   g ? g->data : NULL, mean, rstd, N, C, tg_threads(ctx));
 }
 
+static const tg_op_def LN_NO_MEAN = {
+    .name = "layernorm[bug:no-mean]", .backward = layernorm_no_mean_backward, .jvp = tg_layernorm_jvp};
 static tg_tensor *fw_layernorm_no_mean(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
-    return bug_norm_forward(ctx, "layernorm[bug:no-mean]", layernorm_no_mean_backward, true, 0, 0.0, &a);
+    return bug_norm_forward(ctx, &LN_NO_MEAN, true, 0, 0.0, &a);
 }
 
 /* ---- overwrite ------------------------------------------------------------
@@ -208,9 +217,11 @@ static void rmsnorm_overwrite_backward(tg_ctx *ctx, tg_node *n) {
     rms_kernel(ctx, n, dx, n->saved);
 }
 
+static const tg_op_def RMS_OVERWRITE = {
+    .name = "rmsnorm[bug:overwrite]", .backward = rmsnorm_overwrite_backward, .jvp = tg_rmsnorm_jvp};
 static tg_tensor *fw_rmsnorm_overwrite(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
-    tg_tensor *y = bug_norm_forward(ctx, "rmsnorm[bug:overwrite]", rmsnorm_overwrite_backward, false, 0, 0.0, &a);
+    tg_tensor *y = bug_norm_forward(ctx, &RMS_OVERWRITE, false, 0, 0.0, &a);
     /* ";uses=1" (target.c): x used once, the bug stays hidden */
     const char *uses = tg_registry_arg(user, "uses");
     if (uses && strcmp(uses, "1") == 0) return y;
@@ -232,9 +243,11 @@ static void rmsnorm_scale_backward(tg_ctx *ctx, tg_node *n) {
     for (int64_t i = 0; t && i < t->numel; i++) tg_store(dx, i, tg_load(dx, i) + (1 + n->f[1]) * tg_load(t, i));
 }
 
+static const tg_op_def RMS_SCALE = {
+    .name = "rmsnorm[bug:scale]", .backward = rmsnorm_scale_backward, .jvp = tg_rmsnorm_jvp};
 static tg_tensor *fw_rmsnorm_scale(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
-    return bug_norm_forward(ctx, "rmsnorm[bug:scale]", rmsnorm_scale_backward, false, 0, bug_size(user), &a);
+    return bug_norm_forward(ctx, &RMS_SCALE, false, 0, bug_size(user), &a);
 }
 
 /* ---- rmsnorm-proj -----------------------------------------------------------------
@@ -263,9 +276,11 @@ static void rmsnorm_proj_backward(tg_ctx *ctx, tg_node *n) {
     rms_kernel(ctx, n, NULL, rstd); /* dgamma, dbeta */
 }
 
+static const tg_op_def RMS_PROJ = {
+    .name = "rmsnorm[bug:proj]", .backward = rmsnorm_proj_backward, .jvp = tg_rmsnorm_jvp};
 static tg_tensor *fw_rmsnorm_proj(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
-    return bug_norm_forward(ctx, "rmsnorm[bug:proj]", rmsnorm_proj_backward, false, 0, bug_size(user), &a);
+    return bug_norm_forward(ctx, &RMS_PROJ, false, 0, bug_size(user), &a);
 }
 
 /* ---- layernorm-unbiased -----------------------------------------------------------
@@ -278,7 +293,7 @@ static void layernorm_unbiased_backward(tg_ctx *ctx, tg_node *n) {
     tg_tensor *x = n->in[0], *g = n->in[1], *dx = tg_grad_of(ctx, x), *dg = tg_grad_of(ctx, g),
               *db = tg_grad_of(ctx, n->in[2]);
     int64_t N = n->i[0], C = n->i[1];
-    double *r = tg_ok(ctx) ? tg_arena_alloc_fn(ctx, n->op, (size_t)(N > 0 ? N : 1) * sizeof *r) : NULL;
+    double *r = tg_ok(ctx) ? tg_arena_alloc_fn(ctx, n->op->name, (size_t)(N > 0 ? N : 1) * sizeof *r) : NULL;
     if (!r) return;
     const double *mean = n->saved;
     for (int64_t row = 0; row < N; row++) {
@@ -298,9 +313,11 @@ static void layernorm_unbiased_backward(tg_ctx *ctx, tg_node *n) {
                                   g ? g->data : NULL, mean, r, N, C, tg_threads(ctx));
 }
 
+static const tg_op_def LN_UNBIASED = {
+    .name = "layernorm[bug:unbiased]", .backward = layernorm_unbiased_backward, .jvp = tg_layernorm_jvp};
 static tg_tensor *fw_layernorm_unbiased(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
-    return bug_norm_forward(ctx, "layernorm[bug:unbiased]", layernorm_unbiased_backward, true, 0, 0.0, &a);
+    return bug_norm_forward(ctx, &LN_UNBIASED, true, 0, 0.0, &a);
 }
 
 /* ---- the catalogue ---------------------------------------------------------- */

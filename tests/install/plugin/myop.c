@@ -60,8 +60,15 @@ static void ln_backward_impl(tg_ctx *ctx, tg_node *node, int keep_mean_term) {
 static void ln_backward(tg_ctx *ctx, tg_node *node) { ln_backward_impl(ctx, node, 1); }
 static void ln_backward_bug(tg_ctx *ctx, tg_node *node) { ln_backward_impl(ctx, node, 0); }
 
-static const tg_op_def LN = {.name = "my_layernorm", .forward = ln_forward, .backward = ln_backward};
-static const tg_op_def LN_BUG = {.name = "my_layernorm_nomean", .forward = ln_forward, .backward = ln_backward_bug};
+/* The ops, with what a check needs: the argument eps and its default, and
+ * the values x is drawn from (tg_registry_build_ranges below). */
+static const tg_op_def LN = {
+    .name = "my_layernorm", .forward = ln_forward, .backward = ln_backward, .args = "eps=1e-5", .inputs = "x=-2:2"};
+static const tg_op_def LN_BUG = {.name = "my_layernorm_nomean",
+                                 .forward = ln_forward,
+                                 .backward = ln_backward_bug,
+                                 .args = "eps=1e-5",
+                                 .inputs = "x=-2:2"};
 
 /* The registry calls forward with the case (its arguments) as user. */
 static tg_tensor *apply(tg_ctx *ctx, const tg_op_def *def, tg_tensor *const *in, void *user) {
@@ -74,24 +81,20 @@ static tg_tensor *fw_bug(tg_ctx *ctx, tg_tensor *const *in, void *user) { return
 static const char *const VARIANTS[] = {"3x5", "1x8", "4x2;eps=0.1", NULL};
 
 static const tg_op_info OPS[] = {
-    {.name = "my_layernorm",
+    {.def = &LN,
      .summary = "a learner's LayerNorm over the last dim, no gain or bias",
      .spec_help = "NxC;eps=E: rows of C elements (float64)",
-     .args = "eps=1e-5",
      .variants = VARIANTS,
      .n_variants = 3,
      .build = tg_registry_build_ranges,
-     .forward = fw,
-     .inputs = "x=-2:2"},
-    {.name = "my_layernorm_nomean",
+     .forward = fw},
+    {.def = &LN_BUG,
      .summary = "the same with the - mean(dy) term dropped from dx",
      .spec_help = "NxC;eps=E: rows of C elements (float64)",
-     .args = "eps=1e-5",
      .variants = VARIANTS,
      .n_variants = 3,
      .build = tg_registry_build_ranges,
-     .forward = fw_bug,
-     .inputs = "x=-2:2"},
+     .forward = fw_bug},
 };
 
 TG_GRADCHECK_PLUGIN("learner-layernorm", OPS, 2)

@@ -1,7 +1,8 @@
-/* The double backward of the fused ops of layers/: Linear (composed from
- * matmuls), and RMSNorm and LayerNorm, whose backward becomes a fused op of
- * its own -- rmsnorm_backward / layernorm_backward, dx = B(x, gamma, dy) --
- * with a hand-derived backward (the norms' second derivatives). The
+/* The fused norms' rules beside their backward (layers/rmsnorm.c,
+ * layers/layernorm.c): the tangent rule (forward mode), and the double
+ * backward, for which the norm's backward becomes a fused op of its own --
+ * rmsnorm_backward / layernorm_backward, dx = B(x, gamma, dy) -- with a
+ * hand-derived backward (the norms' second derivatives). The
  * derivation in full, worked on the guide's 3-element example, is in
  * docs/normalization-gradients.md ("Second derivatives").
  *
@@ -28,13 +29,11 @@
  * For LayerNorm both results are then centred (P^T = P), with u~ for u.
  * Through u = gamma dy: dL/dgamma += sum over rows of dL/du dy,
  * dL/ddy = dL/du gamma. */
-#include "layers/grad_rules.h"
+#include "layers/norm.h"
 
 #include "autograd/grad_graph.h"
-#include "tapegrad/layers.h"
 
 #include <math.h>
-#include <string.h>
 
 /* One row's statistics and the backward's value, in double: fills
  * c (centred or not), ut (u, centred or not), xhat; returns r; *m =
@@ -75,7 +74,7 @@ static void norm_dx_backward(tg_ctx *ctx, tg_node *n) {
     if (!tg_ok(ctx)) return;
     const int64_t N = x->shape[0], C = x->shape[1];
     const bool centered = n->i[0] != 0;
-    double *buf = tg_arena_alloc_fn(ctx, n->op, (size_t)(5 * C) * sizeof *buf);
+    double *buf = tg_arena_alloc_fn(ctx, n->op->name, (size_t)(5 * C) * sizeof *buf);
     if (!buf) return;
     double *c = buf, *ut = buf + C, *xhat = buf + 2 * C, *du = buf + 3 * C, *dxr = buf + 4 * C;
     for (int64_t i = 0; i < N; i++) {
@@ -101,14 +100,20 @@ static void norm_dx_backward(tg_ctx *ctx, tg_node *n) {
     }
 }
 
+/* The norms' backward as recorded ops: i[0] = centered (LayerNorm),
+ * f[0] = eps. Their own double backward would be a third derivative:
+ * none. */
+static const tg_op_def RMSNORM_DX = {.name = "rmsnorm_backward", .backward = norm_dx_backward};
+static const tg_op_def LAYERNORM_DX = {.name = "layernorm_backward", .backward = norm_dx_backward};
+
 /* dx = B(x, gamma, dy) for x, dy (N,C), gamma (C) or NULL: the norm's
  * backward as a recorded op (rmsnorm_backward / layernorm_backward). */
 static tg_tensor *norm_dx(tg_ctx *ctx, tg_tensor *x, tg_tensor *g, tg_tensor *dy, double eps, bool centered) {
-    const char *op = centered ? "layernorm_backward" : "rmsnorm_backward";
+    const tg_op_def *op = centered ? &LAYERNORM_DX : &RMSNORM_DX;
     if (!tg_ok(ctx)) return NULL;
-    tg_tensor *dx = tg_new_like(ctx, op, x);
+    tg_tensor *dx = tg_new_like(ctx, op->name, x);
     const int64_t N = x->shape[0], C = x->shape[1];
-    double *buf = tg_arena_alloc_fn(ctx, op, (size_t)(3 * C) * sizeof *buf);
+    double *buf = tg_arena_alloc_fn(ctx, op->name, (size_t)(3 * C) * sizeof *buf);
     if (!dx || !buf) return NULL;
     double *c = buf, *ut = buf + C, *xhat = buf + 2 * C;
     for (int64_t i = 0; i < N; i++) {
@@ -116,7 +121,7 @@ static tg_tensor *norm_dx(tg_ctx *ctx, tg_tensor *x, tg_tensor *g, tg_tensor *dy
         const double r = row_stats(x, g, dy, i, C, eps, centered, c, ut, xhat, &m);
         for (int64_t j = 0; j < C; j++) tg_store(dx, i * C + j, r * (ut[j] - xhat[j] * m));
     }
-    tg_node *n = tg_record(ctx, op, norm_dx_backward, dx, 3, (tg_tensor *[]){x, g, dy});
+    tg_node *n = tg_record(ctx, op, dx, 3, (tg_tensor *[]){x, g, dy});
     if (n) n->f[0] = eps, n->i[0] = centered;
     return tg_ok(ctx) ? dx : NULL;
 }
@@ -125,11 +130,10 @@ static tg_tensor *norm_dx(tg_ctx *ctx, tg_tensor *x, tg_tensor *g, tg_tensor *dy
  * i[1] = C, f[0] = eps): y = xhat gamma + beta per row, so
  *   dx = B(x, gamma, dy),  dgamma = sum_rows dy xhat,  dbeta = sum_rows dy
  * with xhat the norm of x without gamma and beta (the fused op again). */
-bool tg_norm_grad_rule(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {
+static bool norm_grad(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx, bool centered) {
     tg_tensor *x = n->in[0], *g = n->in[1], *b = n->in[2];
     const int64_t N = n->i[0], C = n->i[1];
     const double eps = n->f[0];
-    const bool centered = !strcmp(n->op, "layernorm");
     tg_tensor *x2 = tg_reshape(ctx, x, 2, (int64_t[]){N, C}), *dy2 = tg_reshape(ctx, dy, 2, (int64_t[]){N, C});
     if (x->requires_grad) {
         tg_tensor *g1 = g ? tg_reshape(ctx, g, 1, &C) : NULL;
@@ -144,14 +148,77 @@ bool tg_norm_grad_rule(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor *
     return tg_ok(ctx);
 }
 
-/* linear: y = x W^T + b with x viewed as (M, K) rows: dx = dy W,
- * dW = dy^T x, db = sum_rows dy. */
-bool tg_linear_grad_rule(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {
-    tg_tensor *x = n->in[0], *w = n->in[1], *b = n->n_in > 2 ? n->in[2] : NULL;
-    const int64_t M = n->i[0], N = n->i[1], K = n->i[2];
-    tg_tensor *dy2 = tg_reshape(ctx, dy, 2, (int64_t[]){M, N});
-    if (x->requires_grad) dx[0] = tg_reshape(ctx, tg_matmul(ctx, dy2, w), x->ndim, x->shape);
-    if (w->requires_grad) dx[1] = tg_matmul(ctx, tg_transpose(ctx, dy2), tg_reshape(ctx, x, 2, (int64_t[]){M, K}));
-    if (b && b->requires_grad) dx[2] = tg_sum_axis(ctx, dy2, 0, false);
-    return tg_ok(ctx);
+bool tg_rmsnorm_grad(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {
+    return norm_grad(ctx, n, dy, dx, false);
 }
+bool tg_layernorm_grad(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {
+    return norm_grad(ctx, n, dy, dx, true);
+}
+
+/* ---- the tangent rules ------------------------------------------------------------
+ * Each restates the forward, then differentiates it in the direction of
+ * the input tangents (t_x for input x), recomputing the row statistics
+ * from x in float64 and using no code of the ops' kernels -- so the
+ * adjoint test (tapegrad::check) holds them against the backward passes
+ * as two independent derivations. */
+
+/* Per row of C elements (the record's N rows; gamma and beta of C):
+ *
+ * RMSNorm   r = (mean(x^2) + eps)^(-1/2),  xhat = x r,  y = gamma xhat + beta.
+ *   d r = -1/2 (mean(x^2) + eps)^(-3/2) 2 mean(x t_x) = -r^3 mean(x t_x)
+ *   d xhat = r t_x + x d r = r (t_x - xhat mean(xhat t_x))
+ *
+ * LayerNorm  mu = mean(x),  c = x - mu,  r = (mean(c^2) + eps)^(-1/2),
+ *            xhat = c r,  y = gamma xhat + beta.
+ *   t_c = t_x - mean(t_x)
+ *   d r = -r^3 mean(c t_c)
+ *   d xhat = r t_c + c d r = r (t_c - xhat mean(xhat t_c))
+ *
+ * and for both, with the tangents of gamma and beta,
+ *   t_y = gamma d xhat + t_gamma xhat + t_beta
+ * (the same as the composed twins' rules give, op by op: RMSNorm is
+ * x * (mean(x*x) + eps)^(-1/2), and d(u^(-1/2)) = -1/2 u^(-3/2) du).
+ * The inputs: x, gamma (or NULL: 1), beta (or NULL: 0); n->i[0] = N,
+ * n->i[1] = C, n->f[0] = eps. */
+static tg_tensor *norm_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t, bool layernorm) {
+    const tg_tensor *x = n->in[0], *gamma = n->in[1];
+    const int64_t N = n->i[0], C = n->i[1];
+    const double eps = n->f[0];
+    double *xr = tg_arena_alloc_fn(ctx, "tg_jvp", (size_t)(2 * C) * sizeof *xr), *tr = xr ? xr + C : NULL;
+    tg_tensor *y = tg_new_like(ctx, "tg_jvp", n->out);
+    if (!tg_ok(ctx)) return NULL;
+    for (int64_t row = 0; row < N; row++) {
+        double mu = 0, tmu = 0, ss = 0;
+        for (int64_t j = 0; j < C; j++) {
+            xr[j] = tg_load(x, row * C + j);
+            tr[j] = tg_load(t[0], row * C + j);
+            mu += xr[j], tmu += tr[j];
+        }
+        mu = layernorm ? mu / (double)C : 0.0;
+        tmu = layernorm ? tmu / (double)C : 0.0;
+        for (int64_t j = 0; j < C; j++) {
+            xr[j] -= mu; /* c (x itself for RMSNorm) */
+            tr[j] -= tmu;
+            ss += xr[j] * xr[j];
+        }
+        const double r = 1.0 / sqrt(ss / (double)C + eps);
+        double m = 0; /* mean(xhat t_c) */
+        for (int64_t j = 0; j < C; j++) m += xr[j] * r * tr[j];
+        m /= (double)C;
+        for (int64_t j = 0; j < C; j++) {
+            const double xhat = xr[j] * r, dxhat = r * (tr[j] - xhat * m);
+            double ty = (gamma ? tg_load(gamma, j) : 1.0) * dxhat;
+            if (gamma) ty += tg_load(t[1], j) * xhat;
+            if (n->in[2]) ty += tg_load(t[2], j);
+            tg_store(y, row * C + j, ty);
+        }
+    }
+    return y;
+}
+
+/* ---- RMSNorm and LayerNorm --------------------------------------------------- */
+
+tg_tensor *tg_rmsnorm_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) { return norm_jvp(ctx, n, t, false); }
+/* ---- Linear ------------------------------------------------------------------ */
+
+tg_tensor *tg_layernorm_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) { return norm_jvp(ctx, n, t, true); }

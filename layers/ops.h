@@ -1,0 +1,21 @@
+/* The descriptors of the layers' fused ops (tapegrad/op.h's tg_op_def),
+ * each defined beside its kernel calls in layers/ (linear.c, rmsnorm.c,
+ * layernorm.c) with its double-backward and tangent rules, and declared
+ * here for the op registry (check/registry.c). The composed twins
+ * (composed.c, attention_composed.c) have descriptors too, for the
+ * registry alone: a name and what a check needs, no backward (their ops
+ * record themselves). Internal (not installed). */
+#ifndef TG_LAYERS_OPS_H
+#define TG_LAYERS_OPS_H
+
+#include "autograd/tape.h"
+
+/* A number macro's value as a string literal: TG_STR(TG_RMSNORM_EPS) is
+ * "1e-6" (a descriptor's argument defaults). */
+#define TG_STR_(x) #x
+#define TG_STR(x) TG_STR_(x)
+
+extern const tg_op_def tg_linear_op, tg_rmsnorm_op, tg_layernorm_op;
+extern const tg_op_def tg_rmsnorm_composed_op, tg_layernorm_composed_op, tg_attention_composed_op;
+
+#endif
