@@ -155,7 +155,9 @@ tg_tensor *tg_attention_composed(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_ten
  * lists. Fields are read-only for users. A layer's parameters are
  * persistent tensors that require grad (they survive tg_ctx_reset); the
  * layer owns them and its _free frees them. Free layers (or their model)
- * before the context.
+ * before the context. A layer belongs to the context that made it: another
+ * context refuses it in every call (its forward, parameter list, model)
+ * with TG_ERR_STATE, without reading it.
  *
  * Constructors come in three forms, which differ in how the options are
  * given:
@@ -215,7 +217,9 @@ tg_tensor *tg_module_forward(tg_ctx *ctx, tg_module *m, tg_tensor *x);
 size_t tg_module_format(char *buf, size_t size, const tg_module *m);
 /* Prints tg_module_format's text and a newline to out (any length). */
 void tg_module_print(FILE *out, const tg_module *m);
-/* Frees the module and its parameters (any layer kind). NULL is a no-op. */
+/* Frees the module and its parameters (any layer kind). NULL is a no-op. A
+ * module a model, a Sequential or a bigger module (a GPT's lm_head) holds
+ * is refused (TG_ERR_STATE): its holder frees it. */
 void tg_module_free(tg_ctx *ctx, tg_module *m);
 
 /* Linear(in_features, out_features, bias=true), as torch.nn.Linear:
@@ -375,12 +379,14 @@ typedef struct tg_model {
     int count;
     int capacity;
 } tg_model;
-/* Appends m; the model owns it from then on. It takes m in every case: if
- * m cannot be added (the context in error, a duplicate name, out of
- * memory) m is freed, so tg_model_add(ctx, &model,
- * TG_MODULE(tg_linear_new(...))) never leaks. NULL m is TG_ERR_NULL (when
- * the context is healthy); a module already in the model is TG_ERR_VALUE
- * and stays owned by it. */
+/* Appends m; the model owns it from then on (tg_module_free refuses it;
+ * tg_model_free frees it). It takes m in every case: if m cannot be added
+ * (the context in error, a duplicate name, out of memory) m is freed, so
+ * tg_model_add(ctx, &model, TG_MODULE(tg_linear_new(...))) never leaks.
+ * NULL m is TG_ERR_NULL (when the context is healthy). Left where they
+ * are: a module already in the model or held by another model or
+ * container (TG_ERR_VALUE: a module has one holder), and a layer of
+ * another context (TG_ERR_STATE). */
 bool tg_model_add(tg_ctx *ctx, tg_model *model, tg_module *m);
 /* Appends every module's parameters to list, in the order added. */
 bool tg_model_params(tg_ctx *ctx, const tg_model *model, tg_params *list);
@@ -427,9 +433,10 @@ tg_sequential *tg_sequential_new(tg_ctx *ctx, const char *name);
  * tg_model_add: m is freed when it cannot be added (the context in error,
  * NULL seq, a duplicate name, a module without a tensor forward such as an
  * Embedding, out of memory), so a failed add never leaks. Two exceptions
- * keep m where it is and set TG_ERR_VALUE: m already in seq, and m being
- * seq or holding it (a cycle). A module belongs to one model or Sequential
- * at a time. */
+ * keep m where it is and set TG_ERR_VALUE: m already in seq or held by
+ * another model or container, and m being seq or holding it (a cycle). A
+ * module belongs to one model or Sequential at a time. Another context's
+ * seq or m is TG_ERR_STATE. */
 bool tg_sequential_add(tg_ctx *ctx, tg_sequential *seq, tg_module *m);
 /* x through every module in order. An error inside names the module, by
  * name or position, before the module's own message:

@@ -64,6 +64,8 @@ typedef struct tg_ctx tg_ctx;
  * step is always caught; AddressSanitizer builds also poison the arena
  * memory not handed out, so reading a stale tensor's data through a saved
  * pointer is reported. tg_persist makes a tensor that survives resets.
+ * A tensor belongs to the context that made it: any other context refuses
+ * it (TG_ERR_STATE, "... was made by another context").
  *
  * In-place writes. Each tensor counts the writes the library makes into its
  * data in place (tg_fill, tg_assign, tg_set, tg_set_flat; tg_zero_grad and
@@ -87,6 +89,7 @@ typedef struct tg_tensor {
     uint32_t epoch_;         /* the step (reset count) it was made in; unused when persistent */
     uint32_t version_;       /* in-place writes so far (kept by base_ for a view) */
     struct tg_tensor *base_; /* a view's tensor, whose data and version_ it shares; NULL if none */
+    const tg_ctx *ctx_;      /* the context that made it: every other context refuses it */
 } tg_tensor;
 
 /* A custom allocator (tests use it to simulate allocation failure). alloc
