@@ -108,12 +108,12 @@ START_TEST(test_foreign_layers) {
     ck_assert_ptr_nonnull(l);
     ck_assert_ptr_nonnull(seq);
     tg_tensor *x = tg_ones(ctx, TG_F32, TG_SHAPE(1, 3));
-    tg_test_assert_fails(ctx, tg_linear_forward(ctx, l, x), TG_ERR_STATE,
-                         "tg_linear_forward: the layer at", "is not a layer of this context", "another context", NULL);
-    tg_test_assert_fails(ctx, tg_module_forward(ctx, TG_MODULE(l), x), TG_ERR_STATE, "tg_module_forward:",
-                         "is not a layer of this context", NULL);
-    tg_test_assert_fails(ctx, tg_sequential_forward(ctx, seq, x), TG_ERR_STATE, "tg_sequential_forward:",
-                         "is not a layer of this context", NULL);
+    tg_test_assert_fails(ctx, tg_linear_forward(ctx, l, x), TG_ERR_STATE, "tg_linear_forward: the layer at",
+                         "is not a layer of this context", "another context", NULL);
+    tg_test_assert_fails(ctx, tg_module_forward(ctx, TG_MODULE(l), x), TG_ERR_STATE,
+                         "tg_module_forward:", "is not a layer of this context", NULL);
+    tg_test_assert_fails(ctx, tg_sequential_forward(ctx, seq, x), TG_ERR_STATE,
+                         "tg_sequential_forward:", "is not a layer of this context", NULL);
     tg_params list = {0};
     ck_assert(!tg_linear_params(ctx, l, &list));
     tg_test_assert_error(ctx, TG_ERR_STATE, "tg_module_params: the layer at", "is not a layer of this context", NULL);

@@ -22,7 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "io/file.h"        /* tg_file_kind */
 #include "optim/internal.h" /* the optimizer's kind, hyper-parameters and schedule */
 #include "tapegrad.h"
 
@@ -234,26 +236,18 @@ static tg_status name_error(tg_ctx *ctx, const char *fn) {
     return st;
 }
 
-/* Only regular files (or none yet, for a save): see train.h for why. */
-static bool check_regular(tg_ctx *ctx, const char *fn, const char *path, bool may_be_missing) {
+/* A save replaces only a regular file, or makes a new one: see train.h for
+ * why. (A load reads only a regular file: tg_ckpt_load checks it.) */
+static bool check_save_path(tg_ctx *ctx, const char *fn, const char *path) {
     struct stat sb;
     if (stat(path, &sb) != 0) {
-        if (may_be_missing && errno == ENOENT) return true;
+        if (errno == ENOENT) return true;
         tg_error(ctx, TG_ERR_IO, fn, "cannot open %s: %s", path, strerror(errno));
         return false;
     }
     if (S_ISREG(sb.st_mode)) return true;
-    const char *kind = S_ISDIR(sb.st_mode)    ? "a directory"
-                       : S_ISCHR(sb.st_mode)  ? "a character device"
-                       : S_ISBLK(sb.st_mode)  ? "a block device"
-                       : S_ISFIFO(sb.st_mode) ? "a pipe (FIFO)"
-                       : S_ISSOCK(sb.st_mode) ? "a socket"
-                                              : "not a regular file";
-    tg_error(ctx, TG_ERR_IO, fn,
-             may_be_missing ? "%s is %s, not a regular file: a save replaces the file at the path"
-                            : "%s is %s, not a regular file: a checkpoint is read whole, and a device or a "
-                              "pipe need not end",
-             path, kind);
+    tg_error(ctx, TG_ERR_IO, fn, "%s is %s, not a regular file: a save replaces the file at the path", path,
+             tg_file_kind((unsigned)sb.st_mode));
     return false;
 }
 
@@ -265,7 +259,7 @@ static bool begin(tg_ctx *ctx, const char *fn, const char *path, const tg_train_
         tg_error(ctx, TG_ERR_NULL, fn, "argument 'path' is NULL");
         return false;
     }
-    return check_parts(ctx, fn, parts, nparts) && check_regular(ctx, fn, path, saving);
+    return check_parts(ctx, fn, parts, nparts) && (!saving || check_save_path(ctx, fn, path));
 }
 
 /* ---- save ------------------------------------------------------------------------ */
@@ -466,12 +460,11 @@ static tg_status read_rows(const char *dir, const char *name, int ncols, const c
     char *path = malloc(plen);
     if (!path) return TG_ERR_OOM;
     snprintf(path, plen, "%s/%s.dat", dir, name);
-    FILE *f = fopen(path, "r");
+    int fd = tg_open_regular(path, NULL, 0); /* a pipe would block, a device never end */
     free(path);
-    struct stat sb;
-    if (!f) return TG_OK;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fclose(f);
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    if (!f) {
+        if (fd >= 0) close(fd);
         return TG_OK;
     }
     tg_status st = TG_OK;

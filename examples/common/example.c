@@ -7,7 +7,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 static const char *prog = "example";
@@ -230,10 +229,10 @@ bool ex_close(FILE *f, const char *path) {
 }
 
 bool ex_picture(tg_status st, bool rendered, const char *msg, const char *png_path, bool *failed) {
-    struct stat sb;
-    bool exists = stat(png_path, &sb) == 0 && sb.st_size > 0;
+    /* gnuplot exits 0 after a write failed (a full disk): only a whole PNG is a picture */
+    bool exists = tg_plot_png_complete(png_path);
     if (st != TG_OK || (rendered && !exists)) {
-        fprintf(stderr, "%s: %s%s\n", prog, st != TG_OK ? msg : "gnuplot ran but wrote no ",
+        fprintf(stderr, "%s: %s%s\n", prog, st != TG_OK ? msg : "gnuplot ran but wrote no complete PNG ",
                 st != TG_OK ? "" : png_path);
         *failed = true;
         return false;

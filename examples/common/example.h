@@ -72,9 +72,10 @@ bool ex_close(FILE *f, const char *path);
 
 /* Reports a plot call (tg_plot_overlay, tg_plot_render, ...) that should
  * have drawn png_path, from its status, *rendered and message: true when
- * the picture exists ("wrote PATH"); false with *failed set when gnuplot
- * failed or wrote nothing (printed to stderr); false alone when gnuplot is
- * not installed (the message says how to render it later). */
+ * the picture is a whole PNG (tg_plot_png_complete; "wrote PATH"); false
+ * with *failed set when gnuplot failed, wrote nothing or left the picture
+ * incomplete (printed to stderr); false alone when gnuplot is not
+ * installed (the message says how to render it later). */
 bool ex_picture(tg_status st, bool rendered, const char *msg, const char *png_path, bool *failed);
 
 /* OUT/loss.png: the per-step training loss of OUT/train.dat and the

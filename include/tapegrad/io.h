@@ -127,6 +127,22 @@ tg_status tg_ckpt_load(tg_ctx *ctx, const char *path, tg_params *params, tg_para
 tg_status tg_ckpt_load_ex(tg_ctx *ctx, const char *path, tg_params *params, tg_params *state, tg_meta *meta,
                           const tg_ckpt_options *opt);
 
+/* ======================================================================== */
+/* Files a user names                                                      */
+/* ======================================================================== */
+
+/* Opens path for reading when it names a regular file, as every reader of
+ * a user-named file in tapegrad does (checkpoint loads, the loss log of a
+ * resumed run, gnuplot scripts, the examples' and tools' inputs): a device
+ * such as /dev/zero never ends and a pipe (FIFO) may block forever, so they
+ * are refused, as are directories and sockets. Never blocks. Returns the
+ * file descriptor (O_RDONLY | O_CLOEXEC; the caller closes it), or -1 with
+ * errno set and the reason in why (snprintf semantics; why may be NULL):
+ *   cannot open data.st: No such file or directory
+ *   /dev/zero is a character device, not a regular file (a device or a
+ *   pipe need not end) */
+int tg_open_regular(const char *path, char *why, size_t why_size);
+
 #ifdef __cplusplus
 }
 #endif
