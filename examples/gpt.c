@@ -435,6 +435,8 @@ static bool check_flags(const tg_gpt_config *c, const run *r) {
         snprintf(msg, sizeof msg, "--layers %lld, --heads %lld, --channels %lld, --context %lld must all be >= 1",
                  (long long)c->n_layer, (long long)c->n_head, (long long)c->n_embd, (long long)c->context),
             bad = msg;
+    else if (c->n_layer > 9999) /* tg_gpt_new's limit */
+        snprintf(msg, sizeof msg, "--layers %lld: at most 9999", (long long)c->n_layer), bad = msg;
     else if (c->n_embd % c->n_head)
         snprintf(msg, sizeof msg, "--heads %lld does not divide --channels %lld", (long long)c->n_head,
                  (long long)c->n_embd),

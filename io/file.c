@@ -49,8 +49,8 @@ int tg_open_regular(const char *path, char *why, size_t why_size) {
     }
     struct stat sb;
     int flags;
-    if (fstat(fd, &sb) != 0 || (S_ISREG(sb.st_mode) && ((flags = fcntl(fd, F_GETFL)) < 0 ||
-                                                         fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0))) {
+    if (fstat(fd, &sb) != 0 ||
+        (S_ISREG(sb.st_mode) && ((flags = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0))) {
         int err = errno;
         close(fd);
         if (why && why_size) snprintf(why, why_size, "cannot open %s: %s", path, strerror(err));

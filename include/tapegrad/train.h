@@ -170,7 +170,9 @@ void tg_progress_resume(tg_progress *p, int64_t step);
  *  - metadata: "tapegrad.train" (the format, "1"), the RNG state
  *    (tg_meta_set_rng), the optimizer's kind and hyper-parameters and its lr
  *    schedule as text ("tapegrad.optim", "tapegrad.schedule", e.g.
- *    "adamw lr=0.003 beta1=0.9 ...") and the caller's own keys.
+ *    "adamw lr=0.003 beta1=0.9 ..."), the context's compute dtype
+ *    ("tapegrad.compute": "float32", or the autocast dtype "bfloat16",
+ *    "float16") and the caller's own keys.
  * The training step is the optimizer's step count (tg_optim_steps after a
  * load); keep any other counter in meta.
  *
@@ -178,8 +180,12 @@ void tg_progress_resume(tg_progress *p, int64_t step);
  * model's and the optimizer's tensors (names, dtypes, shapes), and the
  * optimizer must be made as when the run started (same kind,
  * hyper-parameters and schedule: compared with the file's text, and an
- * error shows both). To change the lr or the schedule on resuming, change
- * them after the load. A schedule given by a callback is compared by kind
+ * error shows both), as must the parts (their names: an error lists the
+ * file's and the call's) and the context's compute dtype (autocast;
+ * a file without the key, from before it was written, fits any). A file
+ * whose tensors do not fit is explained by the first of these settings
+ * that differs, else by the first tensor that does. To change the lr or
+ * the schedule on resuming, change them after the load. A schedule given by a callback is compared by kind
  * only. On any error nothing changes: parameters, optimizer, RNG and meta
  * keep their values. Only regular files are read or replaced: a device or
  * a pipe may never end (/dev/zero), and a save renames its temporary file
