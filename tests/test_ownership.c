@@ -3,9 +3,9 @@
  *
  *  - contexts: a tensor (arena or persistent), a layer, an optimizer or a
  *    gradient scaler of context B given to context A is an error naming
- *    the call (every op, tg_record, tg_backward, layer forwards, parameter
- *    lists, tg_model_add, optimizer calls), and B's object is left as it
- *    was, for B to use and free;
+ *    the call (every op, tg_backward, layer forwards, parameter lists,
+ *    tg_model_add, optimizer calls; tg_record in tests/test_lifetime.c),
+ *    and B's object is left as it was, for B to use and free;
  *  - holders: a layer in a model, a Sequential or a GPT cannot be freed on
  *    its own (the holder would read it, then free it again); the holder
  *    frees it once, and a layer has one holder. */
@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autograd/tape.h" /* tg_record, for an op written here */
 #include "testutil.h"
 
 static tg_ctx *ctx, *other;
@@ -61,28 +60,6 @@ START_TEST(test_foreign_tensor_message) {
     ck_assert_double_eq(tg_get_flat(other, tg_add(other, b, b), 3), 2.0);
     ck_assert_double_eq(tg_get_flat(other, p, 2), 2.0);
     ck_assert(tg_ok(other));
-}
-END_TEST
-
-static void forgetful_backward(tg_ctx *c, tg_node *n) {
-    (void)c;
-    (void)n;
-}
-
-/* An op that forgets to check its arguments. */
-static tg_tensor *forgetful(tg_ctx *c, tg_tensor *x) {
-    tg_tensor *y = tg_new_tensor(c, "forgetful", x->dtype, x->ndim, x->shape);
-    if (!y) return NULL;
-    tg_record(c, "forgetful", forgetful_backward, y, 1, &x);
-    return tg_ok(c) ? y : NULL;
-}
-
-/* tg_record refuses another context's input: it never reaches the tape. */
-START_TEST(test_record_refuses_foreign_inputs) {
-    tg_tensor *x = tg_requires_grad(other, tg_ones(other, TG_F64, TG_SHAPE(3)));
-    tg_test_assert_fails(ctx, forgetful(ctx, x), TG_ERR_STATE, "forgetful: input 0, a (3,) float64 tensor",
-                         "another context", NULL);
-    ck_assert_int_eq(tg_tape_size(ctx), 0);
 }
 END_TEST
 
@@ -249,8 +226,7 @@ END_TEST
 Suite *make_ownership_suite(void) {
     Suite *s = suite_create("ownership");
     tg_test_tcase(s, "contexts", setup, teardown, test_every_op_refuses_foreign_inputs, test_foreign_tensor_message,
-                  test_record_refuses_foreign_inputs, test_backward_of_a_foreign_loss, test_foreign_layers,
-                  test_foreign_optimizers, NULL);
+                  test_backward_of_a_foreign_loss, test_foreign_layers, test_foreign_optimizers, NULL);
     tg_test_tcase(s, "holders", setup, teardown, test_free_a_layer_a_model_holds, test_free_a_module_a_container_holds,
                   test_a_module_has_one_holder, NULL);
     return s;
