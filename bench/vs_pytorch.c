@@ -1057,6 +1057,27 @@ static double gpt_flops(int64_t L, int64_t C, int64_t T, int64_t B) {
  * GEMM rate against the Linear rows'; the small size with 2 threads; the
  * peak memory. llm.c's train_gpt2.c is not run here: scripts/llmc_bench.sh
  * times it beside this step (`scripts/bench.sh --only llmc`, LLMC_DIR). */
+/* The per-op profiles of the GPT steps (tg_profile), printed after the
+ * table: where each step's time goes. */
+static char gpt_profiles[12288];
+
+static void profile_gpt_step(const char *name, gpt_arg *a) {
+    tg_profile_enable(a->ctx, true);
+    for (int i = 0; i < 10; i++) gpt_step(a);
+    FILE *f = tmpfile();
+    size_t len = strlen(gpt_profiles);
+    if (f) {
+        tg_profile_print(f, a->ctx);
+        rewind(f);
+        len += (size_t)snprintf(gpt_profiles + len, sizeof gpt_profiles - len,
+                                "\nwhere the GPT-2 step %s's time goes (tg_profile, 10 steps):\n", name);
+        if (len < sizeof gpt_profiles) len += fread(gpt_profiles + len, 1, sizeof gpt_profiles - 1 - len, f);
+        gpt_profiles[len < sizeof gpt_profiles ? len : sizeof gpt_profiles - 1] = 0;
+        fclose(f);
+    }
+    tg_profile_enable(a->ctx, false);
+}
+
 static void bench_gpt(const options *o, const limits *lim) {
     static const struct {
         const char *name;
@@ -1098,6 +1119,7 @@ static void bench_gpt(const options *o, const limits *lim) {
                  "%.1f); llm.c: scripts/bench.sh --only llmc (LLMC_DIR)",
                  (double)(B * T) / t.median_s, (double)tg_params_numel(&a.params) * 1e-6, flops * 1e-9, gflops,
                  100 * gflops / linear_rate, linear_rate);
+        profile_gpt_step(cfg[s].name, &a);
         char what[96];
         snprintf(what, sizeof what, "GPT-2 step %s vs PyTorch steps/s", cfg[s].name);
         add_target(r, what, r->ratio_torch, cfg[s].vs_torch, true, "x");
@@ -1782,6 +1804,7 @@ int main(int argc, char **argv) {
                bn_last_cpu());
     } else {
         print_table(stdout);
+        fputs(gpt_profiles, stdout);
         print_summary(stdout, &o);
         char fma[2][160];
         for (int k = 0; k < 2; k++) bn_fma_describe(fma[k], sizeof fma[k], &lim.fma[k]);
