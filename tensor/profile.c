@@ -53,30 +53,25 @@ static tg_profile_op *row_of(tg_profile *p, const char *op) {
     return &p->ops[p->n_ops++];
 }
 
-void tg_profile_forward(tg_ctx *ctx, const char *op) {
-    tg_profile *p = ctx->profile;
-    if (!p) return;
+/* Adds the time since the previous event to op's forward; a new event now. */
+static tg_profile_op *add_gap(tg_profile *p, const char *op) {
     double now = tg_profile_now();
     tg_profile_op *r = row_of(p, op);
     r->forward_s += now - p->last;
-    r->calls++;
     p->last = now;
+    return r;
+}
+
+void tg_profile_forward(tg_ctx *ctx, const char *op) {
+    if (ctx->profile) add_gap(ctx->profile, op)->calls++;
 }
 
 void tg_profile_forward_end(tg_ctx *ctx, const char *op) {
-    tg_profile *p = ctx->profile;
-    if (!p) return;
-    double now = tg_profile_now();
-    row_of(p, op)->forward_s += now - p->last;
-    p->last = now;
+    if (ctx->profile) add_gap(ctx->profile, op);
 }
 
 void tg_profile_walk_begin(tg_ctx *ctx) {
-    tg_profile *p = ctx->profile;
-    if (!p) return;
-    double now = tg_profile_now();
-    row_of(p, NO_RECORD_BEFORE)->forward_s += now - p->last;
-    p->last = now;
+    if (ctx->profile) add_gap(ctx->profile, NO_RECORD_BEFORE);
 }
 
 void tg_profile_backward(tg_ctx *ctx, const char *op, double seconds) {
@@ -88,12 +83,9 @@ void tg_profile_walk_end(tg_ctx *ctx) {
 }
 
 void tg_profile_step(tg_ctx *ctx) {
-    tg_profile *p = ctx->profile;
-    if (!p) return;
-    double now = tg_profile_now();
-    row_of(p, NO_RECORD_AFTER)->forward_s += now - p->last;
-    p->last = now;
-    p->steps++;
+    if (!ctx->profile) return;
+    add_gap(ctx->profile, NO_RECORD_AFTER);
+    ctx->profile->steps++;
 }
 
 void tg_profile_enable(tg_ctx *ctx, bool on) {

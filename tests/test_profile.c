@@ -80,9 +80,7 @@ static tg_tensor *copy_forward(tg_ctx *c, tg_node *node, tg_tensor *const *in, v
     (void)node, (void)user;
     return tg_copy(c, in[0]);
 }
-static void copy_backward(tg_ctx *c, tg_node *node) {
-    tg_node_accumulate(c, node, 0, tg_node_grad_output(node));
-}
+static void copy_backward(tg_ctx *c, tg_node *node) { tg_node_accumulate(c, node, 0, tg_node_grad_output(node)); }
 
 START_TEST(test_profile_many_ops_share_a_row) {
     enum { N = 200 };
