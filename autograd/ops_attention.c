@@ -68,6 +68,8 @@ typedef struct {
     tg_attn_dims d;
     double scale;
     bool causal;
+    int64_t off;    /* the causal mask's offset: query i sees keys j <= off + i */
+    int64_t ks, vs; /* elements from one pair's k (v) to the next's: Tk D (Tk Dv), or a cache's */
     int64_t BR;
     unsigned char *scratch;
     size_t stride, off1, off2; /* scratch per worker; offsets in it */
@@ -79,6 +81,7 @@ static attn_job attn_job_of(const tg_tensor *q, const tg_tensor *k, const tg_ten
                             size_t off2) {
     attn_job j = {0};
     j.q = q, j.k = k, j.v = v, j.lse = lse, j.d = d, j.scale = scale, j.causal = causal, j.BR = BR;
+    j.ks = d.Tk * d.D, j.vs = d.Tk * d.Dv;
     j.scratch = scratch, j.stride = stride, j.off1 = off1, j.off2 = off2;
     return j;
 }
@@ -88,20 +91,23 @@ static void attention_forward_task(void *arg, int64_t b, int worker) {
     const tg_attn_dims d = j->d;
     unsigned char *s = j->scratch + j->stride * (size_t)worker, *kt = s + j->off1;
     double *inv = (double *)(s + j->off2);
-    const int64_t oq = b * d.Tq * d.D, ok = b * d.Tk * d.D, ov = b * d.Tk * d.Dv, oo = b * d.Tq * d.Dv;
+    const int64_t oq = b * d.Tq * d.D, ok = b * j->ks, ov = b * j->vs, oo = b * d.Tq * d.Dv;
     if (j->q->dtype == TG_F64)
         attention_forward_f64((double *)j->o->data + oo, j->lse + b * d.Tq, (const double *)j->q->data + oq,
                               (const double *)j->k->data + ok, (const double *)j->v->data + ov, d.Tq, d.Tk, d.D, d.Dv,
-                              j->scale, j->causal, j->BR, (double *)s, (double *)kt, inv);
+                              j->scale, j->causal, j->off, j->BR, (double *)s, (double *)kt, inv);
     else
         attention_forward_f32((float *)j->o->data + oo, j->lse + b * d.Tq, (const float *)j->q->data + oq,
                               (const float *)j->k->data + ok, (const float *)j->v->data + ov, d.Tq, d.Tk, d.D, d.Dv,
-                              j->scale, j->causal, j->BR, (float *)s, (float *)kt, inv);
+                              j->scale, j->causal, j->off, j->BR, (float *)s, (float *)kt, inv);
 }
 
-/* Forward over every pair: o and lse (pairs x Tq doubles). */
+/* Forward over every pair: o and lse (pairs x Tq doubles). cap: the rows
+ * from one pair's keys to the next's (Tk, or a KV cache's capacity); the
+ * causal queries are the last Tq of the Tk positions. */
 static void attention_run(tg_ctx *ctx, const char *fn, tg_tensor *o, double *lse, const tg_tensor *q,
-                          const tg_tensor *k, const tg_tensor *v, tg_attn_dims d, double scale, bool causal) {
+                          const tg_tensor *k, const tg_tensor *v, tg_attn_dims d, double scale, bool causal,
+                          int64_t cap) {
     const int nt = attn_threads(ctx, d.pairs);
     const size_t es = tg_esize(q->dtype);
     size_t stride;
@@ -113,6 +119,7 @@ static void attention_run(tg_ctx *ctx, const char *fn, tg_tensor *o, double *lse
     if (!scratch) return;
     attn_job j = attn_job_of(q, k, v, lse, d, scale, causal, BR, scratch, stride, kt_off, inv_off);
     j.o = o;
+    j.off = d.Tk - d.Tq, j.ks = cap * d.D, j.vs = cap * d.Dv;
     tg_parallel(nt, d.pairs, attention_forward_task, &j);
 }
 
@@ -222,7 +229,7 @@ tg_tensor *tg_attention(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v, b
     tg_tensor *o = tg_new_tensor(ctx, __func__, q->dtype, q->ndim, shape);
     double *lse = tg_arena_alloc_fn(ctx, __func__, (size_t)(d.pairs * d.Tq + 1) * sizeof(double));
     if (!o || !lse) return NULL;
-    if (o->numel) attention_run(ctx, __func__, o, lse, q, k, v, d, scale, causal);
+    if (o->numel) attention_run(ctx, __func__, o, lse, q, k, v, d, scale, causal, d.Tk);
     tg_node *n = tg_record(ctx, __func__, attention_backward, o, 3, (tg_tensor *[]){q, k, v});
     if (n) {
         n->saved = lse;
@@ -240,5 +247,66 @@ tg_tensor *tg_attention(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v, b
         }
         tg_node_count_saved(ctx, n, bytes);
     }
+    return tg_ok(ctx) ? o : NULL;
+}
+
+/* The float32 copy of rows 0..rows-1 of each pair of x (..., cap, W): a
+ * 16-bit KV cache widened for the float32 kernel, as tg_attention widens
+ * its 16-bit inputs. (..., rows, W). */
+static tg_tensor *attn_widen_rows(tg_ctx *ctx, const char *fn, const tg_tensor *x, int64_t pairs, int64_t rows) {
+    const int64_t cap = x->shape[x->ndim - 2], W = x->shape[x->ndim - 1];
+    int64_t shape[TG_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[x->ndim - 2] = rows;
+    tg_tensor *y = tg_new_tensor(ctx, fn, TG_F32, x->ndim, shape);
+    if (!y) return NULL;
+    for (int64_t p = 0; p < pairs; p++)
+        tg_convert_n((float *)y->data + p * rows * W, TG_F32, (const uint16_t *)x->data + p * cap * W, x->dtype,
+                     (size_t)(rows * W));
+    return y;
+}
+
+tg_tensor *tg_attention_cached(tg_ctx *ctx, const char *fn, tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
+                               int64_t Tk) {
+    if (!tg_check_arg_any(ctx, fn, "q", q) || !tg_check_arg_any(ctx, fn, "k", k) || !tg_check_arg_any(ctx, fn, "v", v))
+        return NULL;
+    const int nd = q->ndim;
+    char sq[TG_SHAPE_STR], sk[TG_SHAPE_STR], sv[TG_SHAPE_STR];
+    const char *bad = NULL;
+    if (nd < 2 || k->ndim != nd || v->ndim != nd) bad = "need the same number of dims, at least 2";
+    for (int i = 0; !bad && i < nd - 2; i++)
+        if (k->shape[i] != q->shape[i] || v->shape[i] != q->shape[i]) bad = "the leading dims differ";
+    if (!bad && (k->shape[nd - 1] != q->shape[nd - 1] || q->shape[nd - 1] < 1)) bad = "q and k differ in D, or D = 0";
+    if (!bad && v->shape[nd - 2] != k->shape[nd - 2]) bad = "k and v hold different numbers of rows";
+    if (!bad && (q->shape[nd - 2] < 1 || Tk < q->shape[nd - 2] || Tk > k->shape[nd - 2]))
+        bad = "need 1 <= Tq <= Tk <= the cache's rows";
+    if (!bad && (q->dtype != k->dtype || q->dtype != v->dtype)) bad = "q, k and v differ in dtype";
+    if (bad) {
+        tg_error(ctx, TG_ERR_SHAPE, fn, "q %s, k cache %s, v cache %s, Tk = %lld: %s", tg_shape_of(sq, q),
+                 tg_shape_of(sk, k), tg_shape_of(sv, v), (long long)Tk, bad);
+        return NULL;
+    }
+    if (tg_grad_enabled(ctx) && q->requires_grad) {
+        tg_error(ctx, TG_ERR_STATE, fn, "the attention over a KV cache has no backward: run it with grad mode off");
+        return NULL;
+    }
+    tg_attn_dims d = {1, q->shape[nd - 2], Tk, q->shape[nd - 1], v->shape[nd - 1]};
+    for (int i = 0; i < nd - 2; i++) d.pairs *= q->shape[i];
+    const int64_t cap = k->shape[nd - 2];
+    const double scale = 1.0 / sqrt((double)d.D);
+    if (tg_is_lowp(q->dtype)) { /* float32 on widened copies, one rounding out (tg_attention's path) */
+        tg_tensor *q32 = tg_to_dtype(ctx, q, TG_F32);
+        tg_tensor *k32 = attn_widen_rows(ctx, fn, k, d.pairs, Tk), *v32 = attn_widen_rows(ctx, fn, v, d.pairs, Tk);
+        if (!q32 || !k32 || !v32) return NULL;
+        tg_tensor *o = tg_attention_cached(ctx, fn, q32, k32, v32, Tk);
+        return o ? tg_to_dtype(ctx, o, q->dtype) : NULL;
+    }
+    int64_t shape[TG_MAX_DIMS];
+    memcpy(shape, q->shape, sizeof shape);
+    shape[nd - 1] = d.Dv;
+    tg_tensor *o = tg_new_tensor(ctx, fn, q->dtype, nd, shape);
+    double *lse = tg_arena_alloc_fn(ctx, fn, (size_t)(d.pairs * d.Tq + 1) * sizeof(double));
+    if (!o || !lse) return NULL;
+    attention_run(ctx, fn, o, lse, q, k, v, d, scale, true, cap);
     return tg_ok(ctx) ? o : NULL;
 }

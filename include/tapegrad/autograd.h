@@ -170,6 +170,18 @@ tg_tensor *tg_mean_axis(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim);
  * counts as the largest value (the first NaN wins), as PyTorch propagates
  * it. An axis of size 0 is TG_ERR_VALUE "empty reduction". */
 tg_tensor *tg_max_axis(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim);
+/* The index of the max along axis, for each position of the other dims
+ * (autograd/ops_argmax.c; PyTorch's x.argmax(axis)): out gets numel /
+ * size(axis) ids, in the row-major order of x without that axis. Ties: the
+ * first; NaN counts as the largest (the first NaN), as tg_max_axis. Any
+ * dtype; not recorded (no gradient). False on error: a bad axis, an axis
+ * of size 0, NULL out. */
+bool tg_argmax(tg_ctx *ctx, const tg_tensor *x, int axis, int64_t *out);
+/* The fraction of rows of logits (..., classes) whose argmax over the last
+ * dim is the row's target (targets: one id per row, each in 0..classes-1,
+ * as tg_cross_entropy takes them): a classifier's accuracy, in [0, 1].
+ * NaN on error (a target out of range, no rows, NULL). */
+double tg_accuracy(tg_ctx *ctx, const tg_tensor *logits, const int64_t *targets);
 
 /* ======================================================================== */
 /* Autograd ops: matmul, shapes, embedding, softmax, losses, dropout        */
@@ -307,6 +319,11 @@ tg_tensor *tg_triu(tg_ctx *ctx, tg_tensor *x, int64_t diagonal);
  * each head's features (Hugging Face permutes the q and k projection
  * weights when converting Meta's checkpoints). */
 tg_tensor *tg_rope(tg_ctx *ctx, tg_tensor *x, int seq_axis, double base);
+/* tg_rope with the positions starting at pos0 >= 0 (pos0, pos0 + 1, ...):
+ * the new positions of a sequence whose first pos0 are already in a KV
+ * cache. Each position gets the same rotation, to the bit, as in a tg_rope
+ * of the whole sequence. */
+tg_tensor *tg_rope_from(tg_ctx *ctx, tg_tensor *x, int seq_axis, double base, int64_t pos0);
 
 /* Fused scaled-dot-product attention (PyTorch's
  * F.scaled_dot_product_attention without dropout):
