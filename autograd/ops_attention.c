@@ -68,8 +68,8 @@ typedef struct {
     tg_attn_dims d;
     double scale;
     bool causal;
-    int64_t off;    /* the causal mask's offset: query i sees keys j <= off + i */
-    int64_t ks, vs; /* elements from one pair's k (v) to the next's: Tk D (Tk Dv), or a cache's */
+    int64_t off; /* the causal mask's offset: query i sees keys j <= off + i */
+    int64_t cap; /* a KV cache's rows per pair (tg_attention_cached) */
     int64_t BR;
     unsigned char *scratch;
     size_t stride, off1, off2; /* scratch per worker; offsets in it */
@@ -81,7 +81,6 @@ static attn_job attn_job_of(const tg_tensor *q, const tg_tensor *k, const tg_ten
                             size_t off2) {
     attn_job j = {0};
     j.q = q, j.k = k, j.v = v, j.lse = lse, j.d = d, j.scale = scale, j.causal = causal, j.BR = BR;
-    j.ks = d.Tk * d.D, j.vs = d.Tk * d.Dv;
     j.scratch = scratch, j.stride = stride, j.off1 = off1, j.off2 = off2;
     return j;
 }
@@ -91,7 +90,7 @@ static void attention_forward_task(void *arg, int64_t b, int worker) {
     const tg_attn_dims d = j->d;
     unsigned char *s = j->scratch + j->stride * (size_t)worker, *kt = s + j->off1;
     double *inv = (double *)(s + j->off2);
-    const int64_t oq = b * d.Tq * d.D, ok = b * j->ks, ov = b * j->vs, oo = b * d.Tq * d.Dv;
+    const int64_t oq = b * d.Tq * d.D, ok = b * d.Tk * d.D, ov = b * d.Tk * d.Dv, oo = b * d.Tq * d.Dv;
     if (j->q->dtype == TG_F64)
         attention_forward_f64((double *)j->o->data + oo, j->lse + b * d.Tq, (const double *)j->q->data + oq,
                               (const double *)j->k->data + ok, (const double *)j->v->data + ov, d.Tq, d.Tk, d.D, d.Dv,
@@ -102,12 +101,9 @@ static void attention_forward_task(void *arg, int64_t b, int worker) {
                               j->scale, j->causal, j->off, j->BR, (float *)s, (float *)kt, inv);
 }
 
-/* Forward over every pair: o and lse (pairs x Tq doubles). cap: the rows
- * from one pair's keys to the next's (Tk, or a KV cache's capacity); the
- * causal queries are the last Tq of the Tk positions. */
+/* Forward over every pair: o and lse (pairs x Tq doubles). */
 static void attention_run(tg_ctx *ctx, const char *fn, tg_tensor *o, double *lse, const tg_tensor *q,
-                          const tg_tensor *k, const tg_tensor *v, tg_attn_dims d, double scale, bool causal,
-                          int64_t cap) {
+                          const tg_tensor *k, const tg_tensor *v, tg_attn_dims d, double scale, bool causal) {
     const int nt = attn_threads(ctx, d.pairs);
     const size_t es = tg_esize(q->dtype);
     size_t stride;
@@ -119,7 +115,6 @@ static void attention_run(tg_ctx *ctx, const char *fn, tg_tensor *o, double *lse
     if (!scratch) return;
     attn_job j = attn_job_of(q, k, v, lse, d, scale, causal, BR, scratch, stride, kt_off, inv_off);
     j.o = o;
-    j.off = d.Tk - d.Tq, j.ks = cap * d.D, j.vs = cap * d.Dv;
     tg_parallel(nt, d.pairs, attention_forward_task, &j);
 }
 
@@ -229,7 +224,7 @@ tg_tensor *tg_attention(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v, b
     tg_tensor *o = tg_new_tensor(ctx, __func__, q->dtype, q->ndim, shape);
     double *lse = tg_arena_alloc_fn(ctx, __func__, (size_t)(d.pairs * d.Tq + 1) * sizeof(double));
     if (!o || !lse) return NULL;
-    if (o->numel) attention_run(ctx, __func__, o, lse, q, k, v, d, scale, causal, d.Tk);
+    if (o->numel) attention_run(ctx, __func__, o, lse, q, k, v, d, scale, causal);
     tg_node *n = tg_record(ctx, __func__, attention_backward, o, 3, (tg_tensor *[]){q, k, v});
     if (n) {
         n->saved = lse;
@@ -250,40 +245,61 @@ tg_tensor *tg_attention(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v, b
     return tg_ok(ctx) ? o : NULL;
 }
 
-/* The float32 copy of rows 0..rows-1 of each pair of x (..., cap, W): a
- * 16-bit KV cache widened for the float32 kernel, as tg_attention widens
- * its 16-bit inputs. (..., rows, W). */
-static tg_tensor *attn_widen_rows(tg_ctx *ctx, const char *fn, const tg_tensor *x, int64_t pairs, int64_t rows) {
-    const int64_t cap = x->shape[x->ndim - 2], W = x->shape[x->ndim - 1];
+/* ---- attention over a KV cache (generation) ------------------------------ */
+
+/* One pair of tg_attention_cached: the queries of pair b over the first
+ * Tk positions of its cached keys, kept transposed (D, cap), and values
+ * (cap, Dv). */
+static void attention_cached_task(void *arg, int64_t b, int worker) {
+    const attn_job *j = arg;
+    const tg_attn_dims d = j->d;
+    unsigned char *s = j->scratch + j->stride * (size_t)worker;
+    double *inv = (double *)(s + j->off2);
+    const int64_t oq = b * d.Tq * d.D, ok = b * d.D * j->cap, ov = b * j->cap * d.Dv, oo = b * d.Tq * d.Dv;
+    if (j->q->dtype == TG_F64)
+        attention_forward_kt_f64((double *)j->o->data + oo, j->lse + b * d.Tq, (const double *)j->q->data + oq,
+                                 (const double *)j->k->data + ok, j->cap, (const double *)j->v->data + ov, d.Tq, d.Tk,
+                                 d.D, d.Dv, j->scale, true, j->off, j->BR, (double *)s, inv);
+    else
+        attention_forward_kt_f32((float *)j->o->data + oo, j->lse + b * d.Tq, (const float *)j->q->data + oq,
+                                 (const float *)j->k->data + ok, j->cap, (const float *)j->v->data + ov, d.Tq, d.Tk,
+                                 d.D, d.Dv, j->scale, true, j->off, j->BR, (float *)s, inv);
+}
+
+/* The float32 copy of the first `cols` columns of each row of x (..., R,
+ * cap), as (..., R, cols): a 16-bit cache widened for the float32 kernel,
+ * as tg_attention widens its 16-bit inputs. */
+static tg_tensor *attn_widen(tg_ctx *ctx, const char *fn, const tg_tensor *x, int64_t cols) {
+    const int64_t cap = x->shape[x->ndim - 1], rows = x->numel / cap;
     int64_t shape[TG_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
-    shape[x->ndim - 2] = rows;
+    shape[x->ndim - 1] = cols;
     tg_tensor *y = tg_new_tensor(ctx, fn, TG_F32, x->ndim, shape);
     if (!y) return NULL;
-    for (int64_t p = 0; p < pairs; p++)
-        tg_convert_n((float *)y->data + p * rows * W, TG_F32, (const uint16_t *)x->data + p * cap * W, x->dtype,
-                     (size_t)(rows * W));
+    for (int64_t r = 0; r < rows; r++)
+        tg_convert_n((float *)y->data + r * cols, TG_F32, (const uint16_t *)x->data + r * cap, x->dtype, (size_t)cols);
     return y;
 }
 
-tg_tensor *tg_attention_cached(tg_ctx *ctx, const char *fn, tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
+tg_tensor *tg_attention_cached(tg_ctx *ctx, const char *fn, tg_tensor *q, const tg_tensor *kt, const tg_tensor *v,
                                int64_t Tk) {
-    if (!tg_check_arg_any(ctx, fn, "q", q) || !tg_check_arg_any(ctx, fn, "k", k) || !tg_check_arg_any(ctx, fn, "v", v))
+    if (!tg_check_arg_any(ctx, fn, "q", q) || !tg_check_arg_any(ctx, fn, "kt", kt) ||
+        !tg_check_arg_any(ctx, fn, "v", v))
         return NULL;
     const int nd = q->ndim;
     char sq[TG_SHAPE_STR], sk[TG_SHAPE_STR], sv[TG_SHAPE_STR];
     const char *bad = NULL;
-    if (nd < 2 || k->ndim != nd || v->ndim != nd) bad = "need the same number of dims, at least 2";
+    if (nd < 2 || kt->ndim != nd || v->ndim != nd) bad = "need the same number of dims, at least 2";
     for (int i = 0; !bad && i < nd - 2; i++)
-        if (k->shape[i] != q->shape[i] || v->shape[i] != q->shape[i]) bad = "the leading dims differ";
-    if (!bad && (k->shape[nd - 1] != q->shape[nd - 1] || q->shape[nd - 1] < 1)) bad = "q and k differ in D, or D = 0";
-    if (!bad && v->shape[nd - 2] != k->shape[nd - 2]) bad = "k and v hold different numbers of rows";
-    if (!bad && (q->shape[nd - 2] < 1 || Tk < q->shape[nd - 2] || Tk > k->shape[nd - 2]))
-        bad = "need 1 <= Tq <= Tk <= the cache's rows";
-    if (!bad && (q->dtype != k->dtype || q->dtype != v->dtype)) bad = "q, k and v differ in dtype";
+        if (kt->shape[i] != q->shape[i] || v->shape[i] != q->shape[i]) bad = "the leading dims differ";
+    if (!bad && (kt->shape[nd - 2] != q->shape[nd - 1] || q->shape[nd - 1] < 1)) bad = "q and k differ in D, or D = 0";
+    if (!bad && v->shape[nd - 2] != kt->shape[nd - 1]) bad = "k and v hold different numbers of positions";
+    if (!bad && (q->shape[nd - 2] < 1 || Tk < q->shape[nd - 2] || Tk > kt->shape[nd - 1]))
+        bad = "need 1 <= Tq <= Tk <= the cache's positions";
+    if (!bad && (q->dtype != kt->dtype || q->dtype != v->dtype)) bad = "q, k and v differ in dtype";
     if (bad) {
-        tg_error(ctx, TG_ERR_SHAPE, fn, "q %s, k cache %s, v cache %s, Tk = %lld: %s", tg_shape_of(sq, q),
-                 tg_shape_of(sk, k), tg_shape_of(sv, v), (long long)Tk, bad);
+        tg_error(ctx, TG_ERR_SHAPE, fn, "q %s, k cache %s (transposed), v cache %s, Tk = %lld: %s", tg_shape_of(sq, q),
+                 tg_shape_of(sk, kt), tg_shape_of(sv, v), (long long)Tk, bad);
         return NULL;
     }
     if (tg_grad_enabled(ctx) && q->requires_grad) {
@@ -292,13 +308,10 @@ tg_tensor *tg_attention_cached(tg_ctx *ctx, const char *fn, tg_tensor *q, const 
     }
     tg_attn_dims d = {1, q->shape[nd - 2], Tk, q->shape[nd - 1], v->shape[nd - 1]};
     for (int i = 0; i < nd - 2; i++) d.pairs *= q->shape[i];
-    const int64_t cap = k->shape[nd - 2];
-    const double scale = 1.0 / sqrt((double)d.D);
     if (tg_is_lowp(q->dtype)) { /* float32 on widened copies, one rounding out (tg_attention's path) */
-        tg_tensor *q32 = tg_to_dtype(ctx, q, TG_F32);
-        tg_tensor *k32 = attn_widen_rows(ctx, fn, k, d.pairs, Tk), *v32 = attn_widen_rows(ctx, fn, v, d.pairs, Tk);
-        if (!q32 || !k32 || !v32) return NULL;
-        tg_tensor *o = tg_attention_cached(ctx, fn, q32, k32, v32, Tk);
+        tg_tensor *q32 = tg_to_dtype(ctx, q, TG_F32), *k32 = attn_widen(ctx, fn, kt, Tk);
+        tg_tensor *v32 = tg_to_dtype(ctx, tg_slice(ctx, (tg_tensor *)v, nd - 2, 0, Tk), TG_F32);
+        tg_tensor *o = q32 && k32 && v32 ? tg_attention_cached(ctx, fn, q32, k32, v32, Tk) : NULL;
         return o ? tg_to_dtype(ctx, o, q->dtype) : NULL;
     }
     int64_t shape[TG_MAX_DIMS];
@@ -307,6 +320,15 @@ tg_tensor *tg_attention_cached(tg_ctx *ctx, const char *fn, tg_tensor *q, const 
     tg_tensor *o = tg_new_tensor(ctx, fn, q->dtype, nd, shape);
     double *lse = tg_arena_alloc_fn(ctx, fn, (size_t)(d.pairs * d.Tq + 1) * sizeof(double));
     if (!o || !lse) return NULL;
-    attention_run(ctx, fn, o, lse, q, k, v, d, scale, true, cap);
+    /* per worker: s (BR, Tk), then inv (BR doubles) */
+    const int nt = attn_threads(ctx, d.pairs);
+    const int64_t BR = attn_block_rows(true);
+    const size_t inv_off = attn_aligned((size_t)(BR * d.Tk) * tg_esize(q->dtype));
+    size_t stride;
+    unsigned char *scratch = attn_scratch(ctx, fn, nt, inv_off + (size_t)BR * sizeof(double), &stride);
+    if (!scratch) return NULL;
+    attn_job j = attn_job_of(q, kt, v, lse, d, 1.0 / sqrt((double)d.D), true, BR, scratch, stride, 0, inv_off);
+    j.o = o, j.off = d.Tk - d.Tq, j.cap = kt->shape[nd - 1];
+    tg_parallel(nt, d.pairs, attention_cached_task, &j);
     return tg_ok(ctx) ? o : NULL;
 }

@@ -6,8 +6,9 @@
  * t is appended: each block's k and v rows depend only on the tokens at
  * and before their position (causal attention, per-position norms, MLPs
  * and projections). So a generation state keeps, per block, the keys and
- * values of the positions seen so far (the cache: k and v (1, H, context,
- * D), persistent), and each new token runs the model over one position:
+ * values of the positions seen so far (the cache, persistent: the keys
+ * transposed, (1, H, D, context), as the attention's first product reads
+ * them, and the values (1, H, context, D)), and each new token runs the model over one position:
  * its q, k, v, k and v appended to the cache, its attention over the
  * cached rows (tg_attention_cached, the training kernel with the causal
  * mask offset to the last rows), its MLP, the logits of that one row. A
@@ -66,7 +67,7 @@ void tg_gpt_cache_free(tg_ctx *ctx, tg_gpt_cache *cache) {
     if (!ctx || !cache) return;
     if (cache->kv)
         for (int64_t l = 0; l < cache->gpt->config.n_layer; l++) {
-            tg_tensor_free(ctx, cache->kv[l].k);
+            tg_tensor_free(ctx, cache->kv[l].kt);
             tg_tensor_free(ctx, cache->kv[l].v);
         }
     tg_heap_free(ctx, cache->kv);
@@ -86,11 +87,11 @@ tg_gpt_cache *tg_gpt_cache_new(tg_ctx *ctx, tg_gpt *gpt) {
     }
     memset(kv, 0, (size_t)c->n_layer * sizeof *kv);
     *cache = (tg_gpt_cache){.gpt = gpt, .kv = kv, .len = 0, .cap = c->context, .dtype = compute_dtype(ctx, gpt)};
-    const int64_t shape[4] = {1, c->n_head, c->context, c->n_embd / c->n_head};
+    const int64_t H = c->n_head, D = c->n_embd / c->n_head;
     const tg_arena_pos mark = tg_arena_mark(ctx); /* the zeros are copied to the heap */
     for (int64_t l = 0; l < c->n_layer && tg_ok(ctx); l++) {
-        kv[l].k = tg_persist(ctx, tg_zeros(ctx, cache->dtype, 4, shape));
-        kv[l].v = tg_persist(ctx, tg_zeros(ctx, cache->dtype, 4, shape));
+        kv[l].kt = tg_persist(ctx, tg_zeros(ctx, cache->dtype, 4, (const int64_t[]){1, H, D, c->context}));
+        kv[l].v = tg_persist(ctx, tg_zeros(ctx, cache->dtype, 4, (const int64_t[]){1, H, c->context, D}));
     }
     tg_arena_release(ctx, mark);
     if (!tg_ok(ctx)) {

@@ -88,10 +88,12 @@ bool tg_check_size_arg(tg_ctx *ctx, const char *fn, const char *arg, int64_t siz
 bool tg_check_layer_dtype(tg_ctx *ctx, const char *fn, const tg_tensor *x, tg_dtype dtype);
 
 /* One attention layer's KV cache (layers/generate.c): the keys and values
- * of positions 0 .. cap - 1, k and v (B, H, cap, D) each, persistent, in
- * the dtype the layer computes in; rows past the cache's length unused. */
+ * of positions 0 .. cap - 1, persistent, in the dtype the layer computes
+ * in: kt (B, H, D, cap), the keys transposed (what the attention's first
+ * product reads), and v (B, H, cap, D); positions past the cache's length
+ * unused. */
 typedef struct tg_kv {
-    tg_tensor *k, *v;
+    tg_tensor *kt, *v;
 } tg_kv;
 
 /* tg_block_forward for the positions pos .. pos + T - 1 of x (B, T, C):

@@ -93,14 +93,25 @@ static tg_tensor *head_part(tg_ctx *ctx, tg_tensor *qkv, int64_t which) {
     return p ? tg_reshape(ctx, p, 4, qkv->shape + 1) : NULL;
 }
 
-/* Writes rows pos .. pos + T - 1 of each of the `pairs` (batch, head)
- * pairs of the cache c (pairs, cap, D) from x (pairs, T, D). */
-static void kv_put(tg_tensor *c, const tg_tensor *x, int64_t pos) {
-    const int64_t cap = c->shape[2], T = x->shape[2], D = x->shape[3], pairs = x->shape[0] * x->shape[1];
-    const size_t es = tg_esize(c->dtype), row = (size_t)D * es;
+/* Writes the keys (kt: transposed, (pairs, D, cap) columns) or the values
+ * (rows of (pairs, cap, D)) of positions pos .. pos + T - 1 of each of the
+ * (batch, head) pairs from x (B, H, T, D). */
+static void kv_put(tg_tensor *c, const tg_tensor *x, int64_t pos, bool transposed) {
+    const int64_t T = x->shape[2], D = x->shape[3], pairs = x->shape[0] * x->shape[1];
+    const size_t es = tg_esize(c->dtype);
+    const unsigned char *src = x->data;
+    unsigned char *dst = c->data;
+    if (!transposed) {
+        const int64_t cap = c->shape[2];
+        for (int64_t p = 0; p < pairs; p++)
+            memcpy(dst + (size_t)(p * cap + pos) * D * es, src + (size_t)(p * T * D) * es, (size_t)(T * D) * es);
+        return;
+    }
+    const int64_t cap = c->shape[3];
     for (int64_t p = 0; p < pairs; p++)
-        memcpy((unsigned char *)c->data + (size_t)(p * cap + pos) * row,
-               (const unsigned char *)x->data + (size_t)(p * T) * row, (size_t)T * row);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t e = 0; e < D; e++)
+                memcpy(dst + (size_t)((p * D + e) * cap + pos + t) * es, src + (size_t)((p * T + t) * D + e) * es, es);
 }
 
 /* The attention of x (B, T, C) at positions pos .. pos + T - 1: over the
@@ -123,14 +134,14 @@ static tg_tensor *mha_run(tg_ctx *ctx, const char *fn, tg_mha *layer, tg_tensor 
     tg_tensor *o;
     if (kv) {
         if (!q || !k || !v) return NULL;
-        if (k->dtype != kv->k->dtype) {
+        if (k->dtype != kv->kt->dtype) {
             tg_error(ctx, TG_ERR_DTYPE, fn, "the KV cache holds %s but the layer computes in %s (autocast changed?)",
-                     tg_dtype_name(kv->k->dtype), tg_dtype_name(k->dtype));
+                     tg_dtype_name(kv->kt->dtype), tg_dtype_name(k->dtype));
             return NULL;
         }
-        kv_put(kv->k, k, pos);
-        kv_put(kv->v, v, pos);
-        o = tg_attention_cached(ctx, fn, q, kv->k, kv->v, pos + T); /* scale 1/sqrt(D) */
+        kv_put(kv->kt, k, pos, true);
+        kv_put(kv->v, v, pos, false);
+        o = tg_attention_cached(ctx, fn, q, kv->kt, kv->v, pos + T); /* scale 1/sqrt(D) */
     } else {
         o = tg_attention(ctx, q, k, v, true, 0.0); /* (B,H,T,D), scale 1/sqrt(D) */
     }

@@ -48,9 +48,8 @@ START_TEST(test_ties_nan_lowp) {
     ck_assert_int_eq(got[0], 1); /* the first of two 3s */
     ck_assert_int_eq(got[1], 1); /* the first NaN */
     ck_assert_int_eq(got[2], 2);
-    tg_tensor *h = tg_to_dtype(ctx, tg_requires_grad(ctx, tg_test_tensor(ctx, TG_F32, TG_SHAPE(3),
-                                                                          (const double[]){0.5, 2.5, -7})),
-                               TG_BF16);
+    tg_tensor *h = tg_to_dtype(
+        ctx, tg_requires_grad(ctx, tg_test_tensor(ctx, TG_F32, TG_SHAPE(3), (const double[]){0.5, 2.5, -7})), TG_BF16);
     const int64_t records = tg_tape_size(ctx);
     ck_assert(tg_argmax(ctx, h, 0, got));
     ck_assert_int_eq(got[0], 1);
