@@ -22,6 +22,10 @@
  * the training: it builds the model a --save file holds (its config is in
  * the file) and only generates.
  *
+ * --checkpoint-activations keeps only each block's input for backward,
+ * which runs the block again (tg_checkpoint): the same gradients, bit for
+ * bit, in less memory (docs/activation-checkpointing.md).
+ *
  * --dtype bf16|f16 trains in mixed precision (docs/mixed-precision.md):
  * float32 parameters (the master weights AdamW updates, and the ones
  * saved), every layer computing in 16 bits under autocast
@@ -608,6 +612,10 @@ int main(int argc, char **argv) {
         {"beta1", EX_DBL, &r.beta1, "AdamW's beta1, the gradient's running-mean decay (default 0.9)", NULL},
         {"beta2", EX_DBL, &r.beta2, "AdamW's beta2, the squared gradient's running-mean decay (default 0.99)", NULL},
         {"eps", EX_DBL, &r.eps, "AdamW's eps, added to the root of the squared mean (default 1e-8)", NULL},
+        {"checkpoint-activations", EX_BOOL, &cfg.checkpoint,
+         "recompute each block's activations in backward instead of keeping them: less memory, the same "
+         "gradients, about a third more time",
+         NULL},
         {"clip", EX_DBL, &r.clip, "clip the gradient's norm to this; 0: no clipping (default 1)", NULL},
         {"dtype", EX_STR, &dtype,
          "parameters' type f32 or f64, or mixed precision bf16 / f16 (float32 parameters, layers in 16 bits "

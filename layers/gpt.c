@@ -140,6 +140,9 @@ tg_gpt *tg_gpt_new(tg_ctx *ctx, const char *name, const tg_gpt_config *config) {
     return tg_module_built(ctx, &g->base);
 }
 
+/* A block as tg_checkpoint's function: user is the block. */
+static tg_tensor *block_fn(tg_ctx *ctx, tg_tensor *const *in, void *user) { return tg_block_forward(ctx, user, in[0]); }
+
 tg_tensor *tg_gpt_forward_at(tg_ctx *ctx, const char *fn, tg_gpt *gpt, int64_t B, int64_t T, const int64_t *idx,
                              const tg_kv *kv, int64_t pos) {
     if (!tg_check_layer(ctx, fn, gpt)) return NULL;
@@ -169,6 +172,9 @@ tg_tensor *tg_gpt_forward_at(tg_ctx *ctx, const char *fn, tg_gpt *gpt, int64_t B
     if (kv) /* the blocks one by one, each with its cache */
         for (int l = 0; l < gpt->h->modules.count && x; l++)
             x = tg_block_forward_kv(ctx, fn, (tg_block *)gpt->h->modules.items[l], x, &kv[l], pos);
+    else if (c->checkpoint && tg_grad_enabled(ctx)) /* each block recomputed in backward */
+        for (int l = 0; l < gpt->h->modules.count && x; l++)
+            x = tg_checkpoint(ctx, block_fn, gpt->h->modules.items[l], 1, &x);
     else x = tg_sequential_forward(ctx, gpt->h, x);
     x = tg_module_forward(ctx, gpt->ln_f, x);
     if (!x) return NULL;

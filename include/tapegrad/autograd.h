@@ -82,6 +82,23 @@ bool tg_grad(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, int n, tg_t
  * again. The tape is kept (the records of both gradients are added to it);
  * leaves' grads are untouched. False on error. */
 bool tg_hvp(tg_ctx *ctx, tg_tensor *loss, int n, tg_tensor *const *params, tg_tensor *const *v, tg_tensor **hv);
+/* Activation checkpointing (autograd/checkpoint.c; PyTorch's
+ * torch.utils.checkpoint): y = fn(ctx, in, user) as one record that keeps
+ * only fn's inputs. fn runs once in the forward, whose records and saved
+ * tensors are thrown away at once, and again in backward (same inputs,
+ * same RNG state) under a tape of its own, whose backward adds into the
+ * inputs' and the parameters' grads: the gradients are the same bits as
+ * without the checkpoint, at the price of a second forward of fn. The
+ * parameters fn uses (and any tensor requiring grad it reaches through
+ * `user`) need not be passed: they become inputs of the record. fn must
+ * compute the same function both times (its inputs and what it reaches
+ * through user unchanged until backward) and return a new tensor of the
+ * context. With grad mode off it is just fn. The record has no
+ * double-backward or forward-mode rule (tg_grad with create_graph, tg_jvp:
+ * an error naming it). docs/activation-checkpointing.md has the memory
+ * arithmetic. */
+typedef tg_tensor *(*tg_checkpoint_fn)(tg_ctx *ctx, tg_tensor *const *in, void *user);
+tg_tensor *tg_checkpoint(tg_ctx *ctx, tg_checkpoint_fn fn, void *user, int n, tg_tensor *const *in);
 /* Number of records on the tape, and bytes they saved for backward. */
 int64_t tg_tape_size(const tg_ctx *ctx);
 size_t tg_tape_saved_bytes(const tg_ctx *ctx);

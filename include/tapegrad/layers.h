@@ -585,6 +585,12 @@ typedef struct tg_gpt_config {
     int64_t hidden;   /* the MLP's; 0: tg_mlp_hidden */
     double rope_base; /* LLaMA's RoPE base (> 0) */
     tg_dtype dtype;
+    /* run each block under tg_checkpoint when recording: backward
+     * recomputes a block's activations instead of keeping them (the same
+     * gradients, bit for bit; docs/activation-checkpointing.md). Default
+     * false. It changes no parameter: set it on a model's config at any
+     * time (gpt->config.checkpoint = true). */
+    bool checkpoint;
 } tg_gpt_config;
 /* The defaults of an arch: vocab 128, context 64, 4 layers of 4 heads,
  * 128 channels, RoPE base 10000, float32 (the issue's "tiny" size). */

@@ -15,6 +15,8 @@
 #            same --seed the same text, another seed another; bad
 #            sampling flags (top-p outside (0, 1], a negative temperature,
 #            a prompt longer than the context) exit 2 naming them
+#   checkpoint  --checkpoint-activations gives bitwise the same losses and
+#            checkpoint, both archs
 # Usage: gpt.sh BUILD_DIR CASE
 set -euo pipefail
 gpt=$(cd "$1" && pwd)/examples/gpt
@@ -122,6 +124,15 @@ generate)
     --out "$tmp/x"
   check2 beta "--beta2 1 must be in [0, 1)" "${small[@]}" --beta2 1 --out "$tmp/x"
   [ ! -e "$tmp/x" ] || fail "a refused run wrote its output folder"
+  ;;
+checkpoint)
+  for arch in llama gpt2; do
+    "$gpt" "${small[@]}" --layers 2 --arch "$arch" --steps 12 --sample 0 --save "$tmp/p.st" --out "$tmp/p" > /dev/null
+    "$gpt" "${small[@]}" --layers 2 --arch "$arch" --steps 12 --sample 0 --checkpoint-activations --save "$tmp/c.st" \
+      --out "$tmp/c" > /dev/null
+    cmp "$tmp/p/train.dat" "$tmp/c/train.dat" || fail "$arch: --checkpoint-activations changed the losses"
+    cmp "$tmp/p.st" "$tmp/c.st" || fail "$arch: --checkpoint-activations changed the trained model"
+  done
   ;;
 *) fail "unknown case $case_name" ;;
 esac
