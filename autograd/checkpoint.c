@@ -98,13 +98,12 @@ static bool listed(const tg_tensor *t, int n, tg_tensor *const *list) {
 /* fn's output on leaf views of in[0..n) (their n pointers into
  * views[0..n)), run with grad mode on: on the private tape the caller
  * stashed the context's for. */
-static tg_tensor *run_fn(tg_ctx *ctx, tg_checkpoint_fn fn, void *user, int n, tg_tensor *const *in,
-                         tg_tensor **grads, tg_tensor **views) {
+static tg_tensor *run_fn(tg_ctx *ctx, tg_checkpoint_fn fn, void *user, int n, tg_tensor *const *in, tg_tensor **grads,
+                         tg_tensor **views) {
     if (!leaf_views(ctx, n, in, grads, views)) return NULL;
     tg_set_grad_enabled(ctx, true);
     tg_tensor *y = fn(ctx, views, user);
-    if (tg_ok(ctx) && !y)
-        tg_error(ctx, TG_ERR_STATE, "tg_checkpoint", "fn returned NULL without setting an error");
+    if (tg_ok(ctx) && !y) tg_error(ctx, TG_ERR_STATE, "tg_checkpoint", "fn returned NULL without setting an error");
     return tg_ok(ctx) ? y : NULL;
 }
 
@@ -125,8 +124,7 @@ static void checkpoint_backward(tg_ctx *ctx, tg_node *n) {
     tg_tensor *y = !s->n_args || views ? run_fn(ctx, s->fn, s->user, s->n_args, n->in, grads, views) : NULL;
     if (y && !tg_same_shape(y, n->out))
         tg_error(ctx, TG_ERR_STATE, n->op, "fn gave a different shape when run again in backward");
-    else if (y && y->requires_grad)
-        tg_backward_ex(ctx, y, dy, false); /* into the inputs' and the parameters' grads */
+    else if (y && y->requires_grad) tg_backward_ex(ctx, y, dy, false); /* into the inputs' and the parameters' grads */
     tg_tape_restore(ctx, &outer);
     autocast_put_back(ctx, &keep);
     tg_rng_set_state(ctx, seed, offset);
@@ -136,8 +134,9 @@ tg_tensor *tg_checkpoint(tg_ctx *ctx, tg_checkpoint_fn fn, void *user, int n, tg
     static const char fname[] = "tg_checkpoint";
     if (!tg_live(ctx)) return NULL;
     if (!fn || (n > 0 && !in) || n < 0) {
-        tg_error(ctx, !fn || !in ? TG_ERR_NULL : TG_ERR_VALUE, fname, "fn = %s, n = %d, in = %s: need fn, n >= 0 and %s",
-                 fn ? "set" : "NULL", n, in ? "set" : "NULL", "n inputs");
+        tg_error(ctx, !fn || !in ? TG_ERR_NULL : TG_ERR_VALUE, fname,
+                 "fn = %s, n = %d, in = %s: need fn, n >= 0 and %s", fn ? "set" : "NULL", n, in ? "set" : "NULL",
+                 "n inputs");
         return NULL;
     }
     for (int i = 0; i < n; i++)
@@ -162,7 +161,8 @@ tg_tensor *tg_checkpoint(tg_ctx *ctx, tg_checkpoint_fn fn, void *user, int n, tg
         const tg_node *r = &ctx->tape.nodes[k];
         for (int i = 0; all && i < r->n_in; i++) {
             tg_tensor *t = r->in[i];
-            const bool made_here = t && t->node_ >= 0 && t->node_ < ctx->tape.n_nodes && ctx->tape.nodes[t->node_].out == t;
+            const bool made_here =
+                t && t->node_ >= 0 && t->node_ < ctx->tape.n_nodes && ctx->tape.nodes[t->node_].out == t;
             if (!t || !t->requires_grad || made_here || listed(t, n, views) || listed(t, total, all)) continue;
             if (total == cap) {
                 tg_tensor **grown = tg_heap_alloc(ctx, (size_t)(2 * cap) * sizeof *grown);

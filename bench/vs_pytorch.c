@@ -38,7 +38,9 @@
  *     AdamW), tg_gpt with vocabulary 128, T=64, B=4: tiny L=4 H=4 C=128 and
  *     small L=6 H=6 C=384, against scripts/gpt_torch.py's model in PyTorch;
  *     the step's GEMM GFLOP/s against the big Linear row's; the small one
- *     with 2 threads vs 1 (wall, alternating) and its peak memory.
+ *     with 2 threads vs 1 (wall, alternating) and its peak memory, and
+ *     the small step with checkpointed blocks (tg_checkpoint): its arena
+ *     peak and time against the plain step's.
  *   Generation (group generate): tg_gpt_generate with the tiny GPT-2 at
  *     context 256, 128 tokens after a 128-token prompt, with the KV cache
  *     and with a forward over the whole window per token.
@@ -1120,6 +1122,26 @@ static void bench_gpt(const options *o, const limits *lim) {
             snprintf(q->extra + len, sizeof q->extra - len, "; PyTorch's step %.2f MiB (RSS high-water) -> %.2fx it",
                      torch_mib, q->rate / torch_mib);
             add_target(q, "GPT-2 step small peak memory / PyTorch's", q->rate / torch_mib, 1.0, false, "x");
+            /* activation checkpointing (config.checkpoint): each block's
+             * activations recomputed in backward instead of kept */
+            const size_t plain_peak = a.peak;
+            a.measure = false;
+            a.g->config.checkpoint = true;
+            row *k = new_row("gpt", "GPT-2 step small, checkpointed blocks");
+            size_t kcap0, kcap1;
+            const bn_timing tk =
+                time_training_step(o, k, gpt_step, &a, a.ctx, &a.measure, &kcap0, &kcap1, "checkpointed GPT step");
+            a.g->config.checkpoint = false;
+            k->ours_s = tk.median_s;
+            k->rate = 1.0 / tk.median_s;
+            snprintf(k->unit, sizeof k->unit, "steps/s");
+            snprintf(k->extra, sizeof k->extra,
+                     "step arena %.2f MiB (saved %.2f) against %.2f without -> %.2fx; time %.2fx the plain step's",
+                     (double)a.peak / (1 << 20), (double)a.saved / (1 << 20), (double)plain_peak / (1 << 20),
+                     (double)a.peak / (double)plain_peak, tk.median_s / t.median_s);
+            add_target(k, "GPT-2 step small checkpointed: step arena / without", (double)a.peak / (double)plain_peak,
+                       0.4, false, "x");
+            add_target(k, "GPT-2 step small checkpointed: time / without", tk.median_s / t.median_s, 1.4, false, "x");
             /* n threads against 1, alternating (bench_scaling). The 1.7x
              * target's gap, measured on the 2-core AMD EPYC VM (instrumented
              * pool, quiet samples only, 2026-12-02): 1T 115 ms, 2T 75.5 ms
