@@ -3,7 +3,8 @@
  * under bfloat16 autocast), greedy decoding as the limit of a small
  * temperature and as the argmax loop written by hand, seeds, top-k and
  * top-p, the stop token, sliding past the context (with keep = context the
- * cached loop gives the uncached loop's tokens), the arena left as found,
+ * cached loop gives the uncached loop's tokens), 1 and 2 threads, the
+ * arena left as found,
  * and the errors; then tg_gpt_loss_from (one forward for logits and loss)
  * and tg_gpt_free. */
 #include <math.h>
@@ -183,6 +184,26 @@ START_TEST(test_seeds_and_sliding) {
 }
 END_TEST
 
+/* The cached logits are the same bits with 1 and 2 threads (the attention
+ * spreads its heads, the GEMMs their tiles, over the pool). */
+START_TEST(test_threads) {
+    int64_t tokens[24];
+    random_tokens(tokens, 24, 11, 6);
+    tg_gpt *g = small(TG_GPT_LLAMA, TG_F32, 24);
+    tg_tensor *rows[2];
+    for (int t = 0; t < 2; t++) {
+        tg_set_threads(ctx, t + 1);
+        tg_gpt_cache *cache = tg_gpt_cache_new(ctx, g);
+        tg_gpt_cache_forward(ctx, cache, 20, tokens);
+        rows[t] = tg_gpt_cache_forward(ctx, cache, 4, tokens + 20);
+        ck_assert_msg(rows[t] != NULL, "%s", tg_error_message(ctx));
+        tg_gpt_cache_free(ctx, cache);
+    }
+    tg_test_assert_same_bits("logits with 2 threads", rows[1], rows[0]);
+    tg_gpt_free(ctx, g);
+}
+END_TEST
+
 /* tg_sample_token on known probabilities (0.5, 0.3, 0.15, 0.05): the draw
  * frequencies, top-k and top-p's kept sets. */
 START_TEST(test_top_k_top_p) {
@@ -341,8 +362,8 @@ END_TEST
 static Suite *make_generate_suite(void) {
     Suite *s = suite_create("generate");
     TCase *tc = tg_test_tcase(s, "generate", setup, teardown, test_cache_equals_full_forward, test_cache_under_autocast,
-                              test_greedy, test_seeds_and_sliding, test_top_k_top_p, test_stop_and_arena, test_errors,
-                              test_loss_from_logits, NULL);
+                              test_greedy, test_seeds_and_sliding, test_threads, test_top_k_top_p, test_stop_and_arena,
+                              test_errors, test_loss_from_logits, NULL);
     tcase_set_timeout(tc, 120);
     return s;
 }
