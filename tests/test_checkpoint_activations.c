@@ -111,6 +111,26 @@ START_TEST(test_record_and_modes) {
 }
 END_TEST
 
+/* tg_grad (no create_graph) through a checkpoint: the input's gradient
+ * is the plain run's, and the parameters' grads are left as they were. */
+START_TEST(test_tg_grad) {
+    parts u = {.p = 0};
+    u.w = tg_requires_grad(ctx, tg_persist(ctx, tg_test_rand(ctx, TG_F64, 2, (const int64_t[]){6, 6}, -1, 1)));
+    u.b = tg_requires_grad(ctx, tg_persist(ctx, tg_test_rand(ctx, TG_F64, 1, (const int64_t[]){6}, -1, 1)));
+    tg_tensor *x = tg_requires_grad(ctx, tg_test_rand(ctx, TG_F64, 2, (const int64_t[]){4, 6}, -1, 1));
+    u.captured = tg_zeros(ctx, TG_F64, 2, (const int64_t[]){4, 6});
+    tg_tensor *g[2];
+    for (int ck = 0; ck < 2; ck++) {
+        tg_tensor *y = ck ? tg_checkpoint(ctx, fn, &u, 1, &x) : fn(ctx, &x, &u);
+        ck_assert(tg_grad(ctx, tg_sum(ctx, tg_mul(ctx, y, y)), NULL, 1, &x, &g[ck], false));
+    }
+    tg_test_assert_same_bits("dx by tg_grad", g[1], g[0]);
+    ck_assert(tg_get_flat(ctx, u.w->grad, 0) == 0 && tg_get_flat(ctx, x->grad, 0) == 0);
+    tg_tensor_free(ctx, u.w);
+    tg_tensor_free(ctx, u.b);
+}
+END_TEST
+
 static tg_tensor *returns_null(tg_ctx *c, tg_tensor *const *in, void *user) {
     (void)c, (void)in, (void)user;
     return NULL;
@@ -200,7 +220,7 @@ END_TEST
 static Suite *make_suite(void) {
     Suite *s = suite_create("checkpoint_activations");
     TCase *tc = tg_test_tcase(s, "checkpoint_activations", setup, teardown, test_same_gradients, test_record_and_modes,
-                              test_errors, test_gpt_same_gradients, NULL);
+                              test_tg_grad, test_errors, test_gpt_same_gradients, NULL);
     tcase_set_timeout(tc, 120);
     return s;
 }
