@@ -81,6 +81,24 @@ START_TEST(test_cache_equals_full_forward) {
 }
 END_TEST
 
+/* The longest windows the claim covers: 256 positions in float64 and 384
+ * in float32, where the attention's second product is one K slice deep. */
+START_TEST(test_cache_longest_windows) {
+    static const struct {
+        tg_dtype dtype;
+        int64_t T;
+    } cases[2] = {{TG_F64, 256}, {TG_F32, 384}};
+    int64_t tokens[384];
+    random_tokens(tokens, 384, 11, 7);
+    for (int c = 0; c < 2; c++) {
+        tg_gpt *g = small(c ? TG_GPT_GPT2 : TG_GPT_LLAMA, cases[c].dtype, cases[c].T);
+        check_cache_rows(g, tokens, cases[c].T, c ? "gpt2 float32, 384 positions" : "llama float64, 256 positions");
+        tg_gpt_free(ctx, g);
+        tg_ctx_reset(ctx);
+    }
+}
+END_TEST
+
 /* Under bfloat16 autocast the cache holds bfloat16 keys and values and the
  * rows still match the autocast full forward; a cache made without
  * autocast refuses to run under it. */
@@ -361,9 +379,10 @@ END_TEST
 
 static Suite *make_generate_suite(void) {
     Suite *s = suite_create("generate");
-    TCase *tc = tg_test_tcase(s, "generate", setup, teardown, test_cache_equals_full_forward, test_cache_under_autocast,
-                              test_greedy, test_seeds_and_sliding, test_threads, test_top_k_top_p, test_stop_and_arena,
-                              test_errors, test_loss_from_logits, NULL);
+    TCase *tc =
+        tg_test_tcase(s, "generate", setup, teardown, test_cache_equals_full_forward, test_cache_longest_windows,
+                      test_cache_under_autocast, test_greedy, test_seeds_and_sliding, test_threads, test_top_k_top_p,
+                      test_stop_and_arena, test_errors, test_loss_from_logits, NULL);
     tcase_set_timeout(tc, 120);
     return s;
 }
