@@ -8,8 +8,9 @@
 # and writes it as JSON.
 #
 # Usage: scripts/bench.sh [MAKE_BUILD_DIR] [BENCH_ARGS...]
-#   MAKE_BUILD_DIR  the folder `make` builds in (ignored: the benchmark needs
-#                   a Release build, made in build-release/)
+#   MAKE_BUILD_DIR  the folder `make` builds in (default build/): the table
+#                   needs a Release build, made in build-release/; the
+#                   user-build rows (below) compare the two
 #   BENCH_ARGS      passed to bench_vs_pytorch, e.g. --budget 1, --only norm,
 #                   --no-torch, --contend (see bench/vs_pytorch.c); --only dist
 #                   runs only the data-parallel section (below); --only llmc
@@ -37,6 +38,13 @@
 # BENCH_DIST_ARGS go to bench_dist (e.g. --samples 5, --gpt tiny); its
 # text goes beside the table's, as dist.txt.
 #
+# The build users run (after the table, or alone with --only user):
+# bench_user_build times the GPT example's training step (float32 and
+# bfloat16 autocast) in MAKE_BUILD_DIR, the default build with the lifetime
+# checks that `make demo` makes, and in the Release build, alternating
+# three times, and prints the ratio of the medians and the page faults per
+# step of each (user_build.txt and user_build.json beside the table's).
+#
 # llm.c (after it, or alone with --only llmc; in the full run only when
 # LLMC_DIR is set): scripts/llmc_bench.sh times llm.c's train_gpt2.c, from
 # the checkout LLMC_DIR (MIT-licensed third-party code the user provides;
@@ -45,7 +53,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then shift; fi  # make's build folder
+make_build=build
+if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then make_build=$1; shift; fi  # make's build folder
 isa=${BENCH_ISA:-native}
 case "$isa" in
   native) build=${BENCH_BUILD:-build-release}
@@ -66,8 +75,10 @@ only=
 for ((i = 0; i < ${#all_args[@]}; i++)); do
   if [ "${all_args[i]}" = --only ]; then only=${all_args[i + 1]:-}; fi
 done
-run_table=1 run_dist=1
-if [ "$only" = dist ]; then run_table=0; elif [ -n "$only" ]; then run_dist=0; fi
+run_table=1 run_dist=1 run_user=1
+if [ "$only" = dist ]; then run_table=0 run_user=0
+elif [ "$only" = user ]; then run_table=0 run_dist=0
+elif [ -n "$only" ]; then run_dist=0 run_user=0; fi
 # --only llmc: llm.c's train_gpt2.c beside our GPT step (scripts/llmc_bench.sh,
 # LLMC_DIR); the full run adds it when LLMC_DIR is set
 run_llmc=0
@@ -82,6 +93,7 @@ targets=()
 if [ "$run_table" = 1 ]; then targets+=(bench_vs_pytorch); fi
 if [ "$run_dist" = 1 ]; then targets+=(bench_dist); fi
 if [ "$run_llmc" = 1 ]; then targets+=(bench_vs_pytorch); fi
+if [ "$run_user" = 1 ]; then targets+=(bench_user_build); fi
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "${flags[@]}" -DBUILD_TESTING=OFF >/dev/null
 cmake --build "$build" -j "$jobs" --target "${targets[@]}" >/dev/null
 
@@ -104,6 +116,14 @@ if [ "$run_dist" = 1 ]; then
     echo "skipped: $build was built without MPI (TG_MPI=OFF); scripts/deps.sh mpi installs Open MPI," \
       "then configure $build again with -DTG_MPI=ON" | tee "$(dirname "$json")/dist.txt"
   fi
+fi
+
+if [ "$run_user" = 1 ]; then
+  echo
+  echo "== the build users run: the GPT example's step (L4 C128 T64 B16), $make_build against $build"
+  cmake --build "$make_build" -j "$jobs" --target bench_user_build >/dev/null
+  scripts/bench_user_build.sh "$make_build" "$build" "$threads" "$(dirname "$json")/user_build.json" \
+    | tee "$(dirname "$json")/user_build.txt"
 fi
 
 if [ "$run_llmc" = 1 ]; then

@@ -19,6 +19,7 @@
  * of a fitting size reuses. The peak (tg_arena_peak) counts both. */
 #include "tensor/internal.h"
 #include "tensor/parallel.h"
+#include "tensor/profile.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -103,6 +104,7 @@ void tg_ctx_free(tg_ctx *ctx) {
     }
     tg_tape_free(ctx, &ctx->tape);
     tg_heap_free(ctx, ctx->autocast_copies);
+    tg_heap_free(ctx, ctx->profile);
     tg_allocator a = ctx->alloc;
     a.free(ctx, a.user);
 }
@@ -124,6 +126,15 @@ static tg_chunk *new_chunk(tg_ctx *ctx, size_t size) {
     return c;
 }
 
+/* The size of a new chunk for an allocation of `size` bytes: at least
+ * TG_ARENA_CHUNK, and in checked builds the most one step has used rounded
+ * up to a power of two (geometric growth, few reallocations). */
+static size_t step_chunk_size(const tg_ctx *ctx, size_t size) {
+    size_t want = TG_ARENA_CHUNK;
+    while (want < ctx->step_high && want <= SIZE_MAX / 2) want *= 2;
+    return size > want ? size : want;
+}
+
 #ifdef TG_CHECKED
 static size_t total_size(const tg_chunk *c) {
     size_t n = 0;
@@ -134,11 +145,21 @@ static size_t total_size(const tg_chunk *c) {
 /* Checked builds: the chunks the ending step used go to quarantine, and the
  * ones quarantined a step ago come back. So the arena does not hand out the
  * ending step's memory in the next step: a tensor kept across the reset
- * keeps its header (and its step), and tg_check_arg names it. */
-static void quarantine_step(tg_ctx *ctx) {
+ * keeps its header (and its step), and tg_check_arg names it.
+ *
+ * Of the chunks that come back, the arena keeps those of at least `want`
+ * bytes (the most one step has used), at most two of them (one when the
+ * quarantine holds a chunk: the step after next gets that one back), and
+ * frees the rest. When none is big enough, the step allocates one of `want`
+ * bytes at its first allocation (step_chunk_size), so a failure is the
+ * step's error. So a
+ * run whose steps alternate with empty or small ones (evaluations, logs)
+ * neither frees nor allocates after the first steps: the pages stay
+ * mapped and warm, and the footprint stays at two chunks of one step. */
+static void quarantine_step(tg_ctx *ctx, size_t want) {
     tg_chunk *used = NULL, **used_end = &used;
-    tg_chunk *live = ctx->quarantine, **live_end = &live;
-    while (*live_end) live_end = &(*live_end)->next;
+    tg_chunk *back = ctx->quarantine, **back_end = &back;
+    while (*back_end) back_end = &(*back_end)->next;
     for (tg_chunk *c = ctx->chunks, *next; c; c = next) {
         next = c->next;
         c->next = NULL;
@@ -146,13 +167,27 @@ static void quarantine_step(tg_ctx *ctx) {
             *used_end = c;
             used_end = &c->next;
         } else {
+            *back_end = c;
+            back_end = &c->next;
+        }
+    }
+    int room = used ? 1 : 2;
+    tg_chunk *live = NULL, **live_end = &live;
+    for (tg_chunk *c = back, *next; c; c = next) {
+        next = c->next;
+        c->next = NULL;
+        if (room > 0 && c->size >= want) {
+            room--;
             *live_end = c;
             live_end = &c->next;
+        } else {
+            free_chunks(ctx, c);
         }
     }
     ctx->chunks = live;
     ctx->quarantine = used;
     ctx->quarantined = total_size(used);
+    ctx->arena_capacity = ctx->quarantined + total_size(live);
 }
 #endif
 
@@ -180,37 +215,29 @@ static void reset_gblocks(tg_ctx *ctx) {
 
 void tg_ctx_reset(tg_ctx *ctx) {
     if (!ctx) return;
+    tg_profile_step(ctx);
     tg_tape_clear(&ctx->tape); /* its records point at arena tensors */
     ctx->epoch++;
     if (ctx->epoch == TG_EPOCH_RELEASED) ctx->epoch = 0; /* never a released gradient's mark */
     reset_gblocks(ctx);
     /* What the step handed out becomes unaddressable for ASan. */
     for (tg_chunk *c = ctx->chunks; c; c = c->next) TG_POISON(c->base, c->used);
-    /* Coalesce a multi-chunk arena into one chunk, so the next step bumps
-     * through one block: of the same capacity, or in checked builds of
-     * the most one step has used, rounded up to a power of two (the live chunks and the quarantined ones
-     * then alternate, each big enough for a step; sizing it from the live
-     * chunks instead would let the two lists grow into each other without
-     * bound when steps of very different sizes alternate). If that
-     * allocation fails we simply keep the old chunks. (An empty arena is
-     * left empty: the step allocates what it needs, reporting failures.) */
-    size_t want = ctx->arena_capacity;
-    bool merge = ctx->chunks && ctx->chunks->next;
 #ifdef TG_CHECKED
     if (ctx->arena_peak > ctx->step_high) ctx->step_high = ctx->arena_peak;
-    quarantine_step(ctx);
-    want = TG_ARENA_CHUNK; /* a power of two: geometric growth, few reallocations */
-    while (want < ctx->step_high && want <= SIZE_MAX / 2) want *= 2;
-    merge = ctx->chunks && (ctx->chunks->next || ctx->arena_capacity - ctx->quarantined < want);
-#endif
-    if (merge) {
-        tg_chunk *one = new_chunk(ctx, want);
+    quarantine_step(ctx, step_chunk_size(ctx, 0));
+#else
+    /* Coalesce a multi-chunk arena into one chunk of the same capacity, so
+     * the next step bumps through one block. If that allocation fails we
+     * simply keep the old chunks. (An empty arena is left empty: the step
+     * allocates what it needs, reporting failures.) */
+    if (ctx->chunks && ctx->chunks->next) {
+        tg_chunk *one = new_chunk(ctx, ctx->arena_capacity);
         if (one) {
             free_chunks(ctx, ctx->chunks);
             ctx->chunks = one;
-            ctx->arena_capacity = ctx->quarantined + want;
         }
     }
+#endif
     for (tg_chunk *c = ctx->chunks; c; c = c->next) c->used = 0;
     ctx->cur = ctx->chunks;
     ctx->arena_used = 0;
@@ -234,7 +261,7 @@ void *tg_arena_alloc_fn(tg_ctx *ctx, const char *fn, size_t size) {
     tg_chunk *c = ctx->cur;
     while (c && c->size - c->used < size) c = c->next;
     if (!c) {
-        size_t want = size > TG_ARENA_CHUNK ? size : TG_ARENA_CHUNK;
+        size_t want = step_chunk_size(ctx, size);
         c = new_chunk(ctx, want);
         if (!c) {
             tg_error(ctx, TG_ERR_OOM, fn, "out of memory allocating %zu bytes in the arena", size);
