@@ -50,10 +50,13 @@ extern "C" {
  * Defaults. An h, atol or rtol left 0 -- in zero-initialized options, NULL
  * options and tg_gradcheck_defaults() alike -- takes the default of the
  * checked inputs' dtype (tg_gradcheck_dtype_tol); step and atol_scale left
- * AUTO follow it too:
- *   float64  h 1e-6 absolute, atol 1e-5 absolute, rtol 1e-3 (PyTorch's)
+ * AUTO are SCALED and GRADIENT in both dtypes:
+ *   float64  h 1e-6 x l_i, atol 1e-5 x G_k, rtol 1e-3
  *   float32  h 1e-3 x l_i, atol 1e-3 x G_k, rtol 1e-2 (when any checked
  *            input is float32)
+ * Relative to the input's and the gradient's own scale, one setting holds
+ * from inputs of size 1e-6 to 1e6 (docs/experiments.md); an absolute atol
+ * of 1e-5 would exceed a gradient of 1e-6 and pass any backward there.
  * A value set explicitly is used as given in either dtype. To use a 0
  * tolerance itself (atol 0: a purely relative test), set no_defaults.
  * (In the registry an op's own values come between the two:
@@ -65,9 +68,30 @@ extern "C" {
  *                                                    over the outputs x_i moves
  *   truncation  TG_GRADCHECK_C_TRUNC (h_i / l_i)^2 G_k   (forward differences:
  *                                                    (h_i / l_i) G_k)
- * and the result reports by how much the error exceeds it (max_excess): a
- * failure within it is the check's own round-off, one far above it a wrong
- * backward.
+ * For a comparison that fails the tolerance, the truncation is not assumed
+ * but measured: the quotient is taken again at h_i / 2, and since the
+ * truncation falls as h^2 (h), the two differ by 3/4 (1/2) of the
+ * truncation at h_i -- so a linear op, which has none, is held to its
+ * rounding alone. The result reports by how much the error exceeds the
+ * prediction (max_excess).
+ *
+ * The verdict. A comparison that fails the tolerance by more than the
+ * check's own predicted error is a wrong gradient (n_wrong); one that fails
+ * by no more than that, or whose numeric side is not finite, cannot decide
+ * (the step is off its optimum: the quotient measures its own round-off or
+ * truncation). A comparison where a backward that gave 0 would fail
+ * (|n| > atol + rtol |n|) saw a gradient (n_resolved). Each input, and the
+ * check, ends in
+ *   TG_VERDICT_WRONG         some comparison is wrong
+ *   TG_VERDICT_INCONCLUSIVE  nothing wrong, but a failure that cannot be
+ *                            decided, or no comparison that saw a
+ *                            gradient: both sides (near) zero everywhere,
+ *                            or f(x + h) == f(x - h) in the dtype, where an
+ *                            all-zero backward would pass as well (reason)
+ *   TG_VERDICT_PASS          every comparison passed, and some saw a
+ *                            gradient
+ * and pass is verdict == TG_VERDICT_PASS: a check that could not decide is
+ * never a pass.
  *
  * Forward evaluations for the differences run in no-grad mode, each from
  * the same RNG state (so dropout sees one mask throughout); afterwards the
@@ -87,8 +111,12 @@ extern "C" {
  * kept); no_defaults and tg_gradcheck_dtype_tol are new. Then: a vanished
  * step is an error (it used to pass in DIRECTIONAL mode and give NaN in
  * FULL); relative steps and tolerances, the default in float32 (it used an
- * absolute h 1e-3 and atol 1e-3); the JACOBIAN mode; user-given r and v; the
- * predicted error; the per-element callback and tg_gradcheck_write. */
+ * absolute h 1e-3 and atol 1e-3) and then in float64 too (it used PyTorch's
+ * absolute h 1e-6 and atol 1e-5); the JACOBIAN mode; user-given r and v
+ * (an all-zero r is refused); the predicted error, its truncation measured
+ * for failures; the verdict (pass used to be "no comparison failed", so a
+ * check of 0 against 0 passed); the per-element callback and
+ * tg_gradcheck_write. */
 
 /* The function checked: builds its output from inputs[0..n-1] with
  * differentiable ops; `user` is passed through (op arguments, a layer...).
@@ -129,7 +157,7 @@ typedef enum tg_gradcheck_mode {
 
 /* How the step of element i follows from h. */
 typedef enum tg_gradcheck_step {
-    TG_GRADCHECK_STEP_AUTO = 0, /* float64: ABSOLUTE; float32: SCALED */
+    TG_GRADCHECK_STEP_AUTO = 0, /* SCALED */
     TG_GRADCHECK_STEP_ABSOLUTE, /* h_i = h */
     TG_GRADCHECK_STEP_ELEMENT,  /* h_i = h max(|x_i|, floor), floor =
                                    opts.step_floor, or l_i / 10 when 0 */
@@ -138,11 +166,37 @@ typedef enum tg_gradcheck_step {
 
 /* What atol is relative to. */
 typedef enum tg_gradcheck_atol_scale {
-    TG_GRADCHECK_ATOL_AUTO = 0, /* float64: ABSOLUTE; float32: GRADIENT */
+    TG_GRADCHECK_ATOL_AUTO = 0, /* GRADIENT */
     TG_GRADCHECK_ATOL_ABSOLUTE, /* |a - n| <= atol + rtol |n| */
     TG_GRADCHECK_ATOL_GRADIENT  /* |a - n| <= atol G_k + rtol |n|, G_k the
                                     root mean square of input k's gradient */
 } tg_gradcheck_atol_scale;
+
+/* What a check concluded, per input and overall (see the verdict above). */
+typedef enum tg_gradcheck_verdict {
+    TG_VERDICT_INCONCLUSIVE = 0, /* nothing wrong found, but no decision: see the reason */
+    TG_VERDICT_PASS,             /* every comparison passed, and some saw a gradient */
+    TG_VERDICT_WRONG             /* a comparison failed beyond the check's own error */
+} tg_gradcheck_verdict;
+
+/* Why a check is inconclusive. */
+typedef enum tg_gradcheck_reason {
+    TG_REASON_NONE = 0,   /* it is not: a pass, or a wrong gradient */
+    TG_REASON_ALL_ZERO,   /* no comparison saw a gradient: the numeric side
+                             was (near) zero everywhere -- a gradient that
+                             vanishes, or f(x + h) == f(x - h) in the dtype --
+                             so an all-zero backward would pass as well, while
+                             f does change at larger steps */
+    TG_REASON_UNRESOLVED, /* a comparison failed by no more than the check's
+                             own error at its step, or its numeric side is not
+                             finite: another step may decide */
+    TG_REASON_EMPTY,      /* nothing to compare (an input without elements) */
+    TG_REASON_ERROR       /* the check stopped on an error (the context's) */
+} tg_gradcheck_reason;
+
+/* Above this many times its predicted error (truncation measured) a failed
+ * comparison is a wrong gradient; at or below it, undecided. */
+#define TG_GRADCHECK_WRONG_EXCESS 1.0
 
 /* A finite-difference step and the tolerances of the pass rule. */
 typedef struct tg_gradcheck_tol {
@@ -232,13 +286,27 @@ typedef struct tg_gradcheck_input {
      * parts there: truncation C_TRUNC (h_i / l_i)^2 G_k (central) and
      * rounding C_ROUND eps S_i / h_i */
     double pred_max, pred_trunc, pred_round;
+    /* of the n_failed: beyond the check's own error (wrong); and the
+     * comparisons that saw a gradient: |n| > atol + rtol |n|, where a
+     * backward that gave 0 would fail */
+    int64_t n_wrong, n_resolved;
+    /* no comparison saw a gradient, and f does not move at all when the
+     * input moves by its length scale l_i: an exact zero gradient, which
+     * the check confirmed (a pass; else TG_REASON_ALL_ZERO) */
+    bool constant;
+    tg_gradcheck_verdict verdict;
+    tg_gradcheck_reason reason; /* when inconclusive */
 } tg_gradcheck_input;
 
 /* The outcome of a check: what the caller asserts on. "Worst" is the
  * comparison with the largest ratio |a - n| / (atol + rtol |n|) (NaN counts
  * as the worst of all). */
 typedef struct tg_gradcheck_result {
-    bool pass;         /* every comparison passed (and no error) */
+    bool pass;                    /* verdict == TG_VERDICT_PASS (and no error) */
+    tg_gradcheck_verdict verdict; /* wrong if any input is, else inconclusive
+                                     if any input is (or on an error), else pass */
+    tg_gradcheck_reason reason;   /* an inconclusive input's (ERROR on an error) */
+    int64_t n_wrong;              /* comparisons beyond the check's own error */
     int64_t n_checked; /* comparisons over all inputs */
     int64_t n_failed;
     /* forward evaluations of f: 1 + 2 per element (FULL, JACOBIAN) or per
@@ -272,8 +340,8 @@ typedef struct tg_gradcheck_result {
  * atol_scale AUTO, seed 0, every input, float32 refused. */
 tg_gradcheck_opts tg_gradcheck_defaults(void);
 /* The step and tolerances an h, atol, rtol left 0 take in `dtype`:
- * TG_F64 {1e-6, 1e-5, 1e-3}, TG_F32 {1e-3, 1e-3, 1e-2} (in float32 relative
- * to l_i and G_k: STEP_SCALED, ATOL_GRADIENT). */
+ * TG_F64 {1e-6, 1e-5, 1e-3}, TG_F32 {1e-3, 1e-3, 1e-2} (relative to l_i
+ * and G_k by default: STEP_SCALED, ATOL_GRADIENT). */
 tg_gradcheck_tol tg_gradcheck_dtype_tol(tg_dtype dtype);
 /* Low precision. tg_gradcheck refuses bfloat16 and float16 inputs
  * (TG_ERR_DTYPE): their rounding (epsilon 2^-7 and 2^-10) swamps any
@@ -419,6 +487,10 @@ const char *tg_diagnosis_name(tg_diagnosis_kind kind);
 const char *tg_gradcheck_mode_name(tg_gradcheck_mode mode);
 const char *tg_gradcheck_step_name(tg_gradcheck_step step);
 const char *tg_gradcheck_atol_scale_name(tg_gradcheck_atol_scale s);
+/* "pass", "wrong", "inconclusive"; "none", "all-zero", "unresolved",
+ * "empty", "error" ("?" when out of range). */
+const char *tg_gradcheck_verdict_name(tg_gradcheck_verdict v);
+const char *tg_gradcheck_reason_name(tg_gradcheck_reason r);
 
 /* Output formats of tg_gradcheck_write. */
 typedef enum tg_gradcheck_format {
@@ -434,7 +506,7 @@ typedef enum tg_gradcheck_format {
     "input,pass,n_checked,n_failed,max_abs_err,max_rel_err,worst_index,worst_output,worst_analytic,worst_numeric," \
     "worst_ratio,worst_step,worst_bound,step_min,step_max,scale,grad_scale,atol_used,max_excess,fail_excess,"      \
     "pred_max,pred_trunc,pred_round,"                                                                              \
-    "mode,step,h,atol_scale,atol,rtol,dtype,seed,forward_diff"
+    "mode,step,h,atol_scale,atol,rtol,dtype,seed,forward_diff,verdict,reason,n_wrong,n_resolved"
 
 /* Writes r to f in `format`. names[k] names input k (NULL, or a NULL
  * entry: "k"); each CSV row starts with `prefix` (NULL: nothing), so a
