@@ -361,14 +361,18 @@ typedef struct gc_ref {
  * only for failing comparisons.
  *
  * The truncation above is a guess from the length scale; before a failure
- * is blamed on the backward it is measured instead (gc_measured): the
- * quotient n' at half the step has truncation t / q (q = 4 central, 2
- * forward), so n - n' = (1 - 1/q) t + (the two roundings), and
- *   |t| <= q / (q - 1) (|n - n'| + rnd + rnd'),   rnd' = rnd x (step / step')
- * A linear op (t = 0) is then held to its rounding alone, however large h.
- * The error a correct backward can show is |t| + rnd: a failure beyond
- * TG_GRADCHECK_WRONG_EXCESS times that is a wrong gradient, one within it
- * undecided. Two more evaluations per failing comparison. */
+ * is blamed on the backward it is measured instead (gc_measured): with
+ * e_m = a - n at the step h / 2^m and t_m its truncation, t_0 = (e_0 - e_1)
+ * + (e_1 - e_2) + t_2 up to the roundings, and t_2 = (e_1 - e_2) / (q - 1)
+ * once the truncation falls as h^2 (q = 4; forward differences h, q = 2)
+ * -- as it does at a quarter of the step even where the step itself is too
+ * large for that. A wrong backward shifts every e_m alike and cancels. So
+ *   |t_0| <= |e_0 - e_1| + q / (q - 1) |e_1 - e_2| + (the roundings)
+ * with the rounding of the quotient at h / 2^m 2^m times that at h. A
+ * linear op (t = 0) is held to its rounding alone, however large h. The
+ * error a correct backward can show is |t_0| + its rounding: a failure
+ * beyond TG_GRADCHECK_WRONG_EXCESS times that is a wrong gradient, one
+ * within it undecided. Four more evaluations per failing comparison. */
 
 static double gc_round(const gc_config *cfg, double S, double Lp, double Lm, double step) {
     return TG_GRADCHECK_C_ROUND * (cfg->eps * S + DBL_EPSILON * (fabs(Lp) + fabs(Lm))) / step;
@@ -580,9 +584,9 @@ void tg_gradcheck_decide(tg_gradcheck_result *R) {
         if (!in->checked) continue;
         in->reason = TG_REASON_NONE;
         if (in->n_wrong) in->verdict = TG_VERDICT_WRONG;
-        else if (in->n_checked == 0) in->reason = TG_REASON_EMPTY;
         else if (in->n_failed) in->reason = TG_REASON_UNRESOLVED;
-        else if (in->n_resolved == 0 && !in->constant) in->reason = TG_REASON_ALL_ZERO;
+        else if (in->n_resolved == 0 && !in->constant)
+            in->reason = in->n_checked ? TG_REASON_ALL_ZERO : TG_REASON_EMPTY;
         else in->verdict = TG_VERDICT_PASS;
         if (in->reason != TG_REASON_NONE) in->verdict = TG_VERDICT_INCONCLUSIVE;
         in->pass = in->verdict == TG_VERDICT_PASS;
@@ -727,32 +731,44 @@ static double gc_stored_dot(const gc_config *cfg, tg_tensor *x, const tg_tensor 
     return dot;
 }
 
+/* The telescoped truncation bound of "the predicted error" above, from
+ * e0, e1, e2 = a - n at the steps h, h / 2, h / 4 (signed) and the
+ * rounding rho of the quotient at h: into *trunc, and *round widened by
+ * the roundings the measurement carries (rho x step / step' at each). */
+static void gc_telescope(const gc_config *cfg, const double e[3], const double d[3], double *trunc, double *round) {
+    double q = cfg->o.forward_diff ? 2.0 : 4.0, rho = *round, s1 = d[0] / d[1], s2 = d[0] / d[2];
+    double t = fabs(e[0] - e[1]) + q / (q - 1) * fabs(e[1] - e[2]);
+    bool kept = d[1] >= 0.25 * d[0] && d[2] >= 0.125 * d[0] && isfinite(t);
+    *trunc = kept ? t : INFINITY;
+    *round = rho * (2 + s1 + q / (q - 1) * (s1 + s2));
+}
+
 /* The predicted error of a failing comparison with its truncation
  * measured (see "the predicted error" above): a - n at step `step` (n's
- * rounding *round) against a' - n' at half the step -- element i (p NULL)
- * at h / 2, where a' = a, or the whole input at p / 2 (p2 scratch), where
- * a' is the gradient g along the half step as stored. A wrong backward
- * shifts both by the same amount, so their difference is the truncation's
- * and the roundings'. Sets *trunc and widens *round by the roundings the
- * measurement carries; a half step that does not survive rounding, or a
- * quotient that is not finite, leaves the truncation unknown (infinite):
- * undecided. */
+ * rounding *round) against a' - n' at half and at a quarter of the step
+ * -- element i (p NULL) at h / 2^m, where a' = a, or the whole input at p
+ * / 2^m (p2 scratch), where a' is the gradient g along that step as
+ * stored. A wrong backward shifts all three by the same amount, so their
+ * differences are the truncation's and the roundings'. Sets *trunc and
+ * *round (gc_telescope); a smaller step that does not survive rounding,
+ * or a quotient that is not finite, leaves the truncation unknown
+ * (infinite): undecided. */
 static bool gc_measured(gc_session *s, const gc_config *cfg, int k, int64_t i, double h, const double *p, double *p2,
                         const tg_tensor *orig, const tg_tensor *g, gc_ref *ref, double a, double n, double step,
                         double *trunc, double *round) {
-    double d = 0.0, a2 = a;
-    if (p) {
-        for (int64_t e = 0; e < s->x[k]->numel; e++) p2[e] = 0.5 * p[e];
-        d = 0.5 * step;
-        a2 = gc_stored_dot(cfg, s->x[k], orig, g, p2) / d;
+    double e[3] = {a - n, 0, 0}, d[3] = {step, 0, 0};
+    for (int m = 1; m <= 2; m++) {
+        double f = m == 1 ? 0.5 : 0.25, am = a;
+        if (p) {
+            for (int64_t x = 0; x < s->x[k]->numel; x++) p2[x] = f * p[x];
+            d[m] = f * step;
+            am = gc_stored_dot(cfg, s->x[k], orig, g, p2) / d[m];
+        }
+        if (!gc_sides(s, cfg, k, i, f * h, p ? p2 : NULL, orig, ref, p ? NULL : &d[m])) return false;
+        gc_diff D = gc_measure(cfg, ref, NULL);
+        e[m] = am - (D.Lp - D.Lm) / d[m];
     }
-    if (!gc_sides(s, cfg, k, i, 0.5 * h, p ? p2 : NULL, orig, ref, p ? NULL : &d)) return false;
-    gc_diff D = gc_measure(cfg, ref, NULL);
-    double n2 = (D.Lp - D.Lm) / d, q = cfg->o.forward_diff ? 2.0 : 4.0, r2 = *round * step / d;
-    double delta = fabs((a - n) - (a2 - n2));
-    bool kept = d >= 0.25 * step && isfinite(delta);
-    *trunc = kept ? q / (q - 1) * delta : INFINITY;
-    *round += q / (q - 1) * (*round + r2);
+    gc_telescope(cfg, e, d, trunc, round);
     return true;
 }
 
@@ -780,6 +796,7 @@ static bool gc_failure_bound(gc_session *s, const gc_config *cfg, int k, int64_t
 static bool gc_constant(gc_session *s, tg_gradcheck_result *R, int k, const double *ell, const double *p,
                         const tg_tensor *orig, gc_ref *ref) {
     tg_gradcheck_input *in = &R->input[k];
+    if (ref->M == 0) in->constant = true; /* no output depends on anything */
     if (in->n_checked == 0 || in->n_failed || in->n_resolved) return true;
     tg_tensor *x = s->x[k];
     bool constant = true;
@@ -1011,9 +1028,11 @@ static bool gc_check_jacobian(gc_session *s, const gc_config *cfg, tg_gradcheck_
     size_t bytes = (size_t)(M * N > 0 ? M * N : 1) * sizeof(double);
     double *Jn = tg_arena_alloc_fn(ctx, s->fn, bytes), *rnd = tg_arena_alloc_fn(ctx, s->fn, bytes);
     double *d = tg_arena_alloc_fn(ctx, s->fn, (size_t)(N > 0 ? N : 1) * sizeof *d);
-    double *trunc = tg_arena_alloc_fn(ctx, s->fn, bytes);
-    if (!Jn || !rnd || !d || !trunc || !gc_jacobian_numeric(s, cfg, R, k, &st, ref, Jn, rnd, d)) return false;
-    double G = gc_rms_pair(Ja, Jn, M * N), q = cfg->o.forward_diff ? 2.0 : 4.0;
+    double *trunc = tg_arena_alloc_fn(ctx, s->fn, bytes), *col[2];
+    for (int m = 0; m < 2; m++) col[m] = tg_arena_alloc_fn(ctx, s->fn, (size_t)(M > 0 ? M : 1) * sizeof(double));
+    if (!Jn || !rnd || !d || !trunc || !col[0] || !col[1] || !gc_jacobian_numeric(s, cfg, R, k, &st, ref, Jn, rnd, d))
+        return false;
+    double G = gc_rms_pair(Ja, Jn, M * N);
     gc_set_scale(cfg, R, k, G);
     for (int64_t i = 0; i < N; i++) {
         bool failing = false;
@@ -1023,14 +1042,16 @@ static bool gc_check_jacobian(gc_session *s, const gc_config *cfg, tg_gradcheck_
             failing |= !(fabs(a - n) <= R->input[k].atol_used + R->rtol * fabs(n));
         }
         if (!failing) continue;
-        /* a failing column: its truncation measured at half the step
-         * (gc_measured, entry by entry) */
-        double d2;
-        if (!gc_sides(s, cfg, k, i, 0.5 * st.step[i], NULL, NULL, ref, &d2)) return false;
+        /* a failing column: its truncation measured at a half and a
+         * quarter of the step (gc_measured, entry by entry) */
+        double dd[3] = {d[i], 0, 0};
+        for (int m = 1; m <= 2; m++) {
+            if (!gc_sides(s, cfg, k, i, (m == 1 ? 0.5 : 0.25) * st.step[i], NULL, NULL, ref, &dd[m])) return false;
+            for (int64_t j = 0; j < M; j++) col[m - 1][j] = (ref->yp[j] - ref->ym[j]) / dd[m];
+        }
         for (int64_t j = 0; j < M; j++) {
-            double n2 = (ref->yp[j] - ref->ym[j]) / d2, delta = fabs(Jn[j * N + i] - n2), *r = &rnd[j * N + i];
-            trunc[j * N + i] = d2 >= 0.25 * d[i] && isfinite(delta) ? q / (q - 1) * delta : INFINITY;
-            *r += q / (q - 1) * (*r + *r * d[i] / d2);
+            double a = Ja[j * N + i], e[3] = {a - Jn[j * N + i], a - col[0][j], a - col[1][j]};
+            gc_telescope(cfg, e, dd, &trunc[j * N + i], &rnd[j * N + i]);
         }
     }
     for (int64_t j = 0; j < M; j++)

@@ -195,8 +195,10 @@ typedef enum tg_gradcheck_reason {
 } tg_gradcheck_reason;
 
 /* Above this many times its predicted error (truncation measured) a failed
- * comparison is a wrong gradient; at or below it, undecided. */
-#define TG_GRADCHECK_WRONG_EXCESS 1.0
+ * comparison is a wrong gradient; at or below it, undecided. The measured
+ * truncation is an estimate, exact to its next order: where the truncation
+ * is all the error, the error is ~1.0 times it. */
+#define TG_GRADCHECK_WRONG_EXCESS 2.0
 
 /* A finite-difference step and the tolerances of the pass rule. */
 typedef struct tg_gradcheck_tol {
@@ -310,8 +312,11 @@ typedef struct tg_gradcheck_result {
     int64_t n_checked; /* comparisons over all inputs */
     int64_t n_failed;
     /* forward evaluations of f: 1 + 2 per element (FULL, JACOBIAN) or per
-     * input (DIRECTIONAL); 2 + 1 per with forward_diff; 4 more for each
-     * failure the first predicted error does not explain */
+     * input (DIRECTIONAL); 2 + 1 per with forward_diff; for each failing
+     * comparison (JACOBIAN: column) 4 more to measure its truncation, and
+     * 4 or 6 more when rounding alone does not cover it; for an input no
+     * comparison saw a gradient in, 2 per element (direction) to see
+     * whether f depends on it at all */
     int64_t n_evals;
     int64_t n_backwards; /* 1, or one per output element (JACOBIAN) */
     double max_abs_err, max_rel_err;
@@ -390,9 +395,11 @@ bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_t
  * check_jvp -- every output element of J_k v_k (tg_jvp) against
  * (f(x_k + h v_k) - f(x_k - h v_k)) / 2h, passing when |a - n| <= atol +
  * rtol |n| + C eps |f| / h (h, atol, rtol as tg_gradcheck's, the last term
- * the quotient's rounding, C = TG_GRADCHECK_C_ROUND; in float32 h relative
- * to the input's root mean square and atol to the JVP's). A comparison per output
- * element: result.input[k].worst_output says where.
+ * the quotient's rounding, C = TG_GRADCHECK_C_ROUND; by default h relative
+ * to the input's root mean square and atol to the JVP's). A comparison per
+ * output element: result.input[k].worst_output says where. The verdict as
+ * tg_gradcheck's: a failure is wrong beyond TG_GRADCHECK_WRONG_EXCESS times
+ * the truncation measured at h / 2 and h / 4 plus the rounding.
  *
  * tg_gradcheck_adjoint: the dot-product test <u, J_k v_k> = <J_k^T u, v_k>
  * for a random u (opts.r, or from opts.seed) over the output: forward mode
@@ -403,8 +410,11 @@ bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_t
  * elements, Euclidean norms): input[k].atol_used is that tolerance,
  * grad_scale the norms' sum. It catches backward bugs far below the
  * tolerance of finite differences (a relative error of 1e-6 in float64).
- * Both return result->pass; errors as tg_gradcheck (and an op without a
- * tangent rule, tg_jvp's error). */
+ * Any failure of the adjoint test is wrong. In both, an input where a zero
+ * derivative would pass everywhere is inconclusive (TG_REASON_ALL_ZERO)
+ * unless f does not move at all when the input moves by its own size
+ * along v. Both return result->pass; errors as tg_gradcheck (and an op
+ * without a tangent rule, tg_jvp's error). */
 #define TG_GRADCHECK_C_ADJOINT 8.0
 bool tg_gradcheck_fwd(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
                       const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
