@@ -1103,6 +1103,8 @@ bool tg_gradcheck_start(tg_ctx *ctx, const char *fn, tg_gradcheck_result *result
     return true;
 }
 
+double tg_gradcheck_weight(uint64_t seed, int64_t j) { return gc_uniform_pm1(seed, GC_STREAM, (uint64_t)j); }
+
 /* The weighting r: opts.r, or uniform in [-1, 1) from the seed. */
 static tg_tensor *gc_weights(gc_session *s, const gc_config *cfg, const tg_tensor *y) {
     tg_tensor *r = tg_new_like(s->ctx, s->fn, y);
@@ -1115,7 +1117,7 @@ static tg_tensor *gc_weights(gc_session *s, const gc_config *cfg, const tg_tenso
     }
     double norm = 0.0;
     for (int64_t j = 0; j < r->numel; j++) {
-        tg_store(r, j, cfg->o.r.data ? cfg->o.r.data[j] : gc_uniform_pm1(cfg->o.seed, GC_STREAM, (uint64_t)j));
+        tg_store(r, j, cfg->o.r.data ? cfg->o.r.data[j] : tg_gradcheck_weight(cfg->o.seed, j));
         norm += tg_load(r, j) * tg_load(r, j);
     }
     /* a zero r weights every output by 0: L = 0 whatever f and its

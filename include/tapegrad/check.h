@@ -455,6 +455,15 @@ bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
  *                 1/sqrt(C) in every row: r from the sum of squares;
  *                 rho_n^2 = 1 + eps / mean(x^2)_n: a missing eps
  *   unstructured  none of these
+ * Before any of these, the backward must be linear in the gradient it
+ * receives, dy: D is read from unit dy, one output at a time, while a
+ * check weights every output at once (r). With r as the check draws it
+ * (opts.seed, or opts.r), backward(r) is compared with Ja^T r and
+ * backward(2 r) with 2 backward(r):
+ *   ignores-dy       backward(2 r) = backward(r): dy is ignored (dx = J^T 1,
+ *                    the gradient of sum(y), whatever dy)
+ *   nonlinear-in-dy  neither: dy used other than linearly (a term that does
+ *                    not scale with dy, dy squared, state kept between calls)
  * `factor` is c, the term's factor relative to that term of Jn (D = factor
  * x the term), p, rho, or the missing eps. */
 typedef enum tg_diagnosis_kind {
@@ -468,7 +477,9 @@ typedef enum tg_diagnosis_kind {
     TG_DIAG_PROJECTION,
     TG_DIAG_ROW_SCALE,
     TG_DIAG_STATISTIC,
-    TG_DIAG_UNSTRUCTURED
+    TG_DIAG_UNSTRUCTURED,
+    TG_DIAG_IGNORES_DY,
+    TG_DIAG_NONLINEAR
 } tg_diagnosis_kind;
 
 typedef struct tg_gradcheck_diagnosis {

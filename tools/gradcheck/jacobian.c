@@ -300,7 +300,6 @@ int gct_cmd_jacobian(const gct_args *a) {
         tg_ctx_free(ctx);
         return GCT_EXIT_ERROR;
     }
-    int n_bad_total = 0;
     for (int k = 0; k < t.c.n_inputs; k++) {
         if (!(which >> k & 1u)) continue;
         tg_tensor *Ja, *Jn;
@@ -326,7 +325,6 @@ int gct_cmd_jacobian(const gct_args *a) {
             if (!(ad <= atol + rtol * fabs(Nu[e]))) n_bad++;
             if (isnan(ad) || ad > maxd) maxd = isnan(ad) ? INFINITY : ad, worst = e;
         }
-        n_bad_total += (int)n_bad;
         jac_view v = {y, x, t.c.input_names[k], M, N, A, Nu, D};
         char sx[64], bj[64], bi[64];
         if (json) {
@@ -385,6 +383,11 @@ int gct_cmd_jacobian(const gct_args *a) {
                 snprintf(verdict, sizeof verdict, "%lld of %lld entries outside %g + %g |numeric|", (long long)n_bad,
                          (long long)(M * N), atol, rtol);
             gct_puts_tone(stdout, verdict, n_bad ? GCT_BAD : GCT_GOOD, a->color);
+            printf(": ");
+            gct_puts_tone(stdout, gct_verdict_word(res.input[k].verdict), gct_verdict_tone(res.input[k].verdict),
+                          a->color);
+            if (res.input[k].verdict == TG_VERDICT_INCONCLUSIVE)
+                printf(" (%s)", tg_gradcheck_reason_name(res.input[k].reason));
             printf(
                 "\n  predicted: the differences' own error at h = %g is %.2e at that entry, at most %.2e (truncation "
                 "%.2e + rounding %.2e)\n",
@@ -413,6 +416,6 @@ int gct_cmd_jacobian(const gct_args *a) {
     }
     if (json) printf("]}\n");
     tg_ctx_free(ctx);
-    if (status == GCT_EXIT_PASS && n_bad_total) status = GCT_EXIT_FAIL;
+    if (status == GCT_EXIT_PASS) status = gct_verdict_status(res.verdict);
     return status;
 }

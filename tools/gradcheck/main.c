@@ -70,16 +70,16 @@ void gct_usage(FILE *out) {
           "  --step absolute|element|scaled\n"
           "                    h_i = h, h max(|x_i|, floor) or h l_i (l_i: the element's length\n"
           "                    scale, e.g. the row's sqrt(mean x^2 + eps) for RMSNorm); default\n"
-          "                    absolute in f64, scaled in f32 (sweep: absolute)\n"
+          "                    scaled (sweep: absolute)\n"
           "  --step-floor F    the floor of --step element (default l_i / 10)\n"
           "  --atol A          an element passes when |analytic - numeric| <= atol + rtol |numeric|\n"
           "  --rtol R          (>= 0; atol 0: a purely relative test)\n"
           "  --atol-scale absolute|gradient\n"
-          "                    atol as given, or times the gradient's scale G (default: absolute\n"
-          "                    in f64, gradient in f32)\n"
+          "                    atol as given, or times the gradient's scale G (default: gradient)\n"
           "                    defaults: the op's own where `list` shows them, else by dtype:\n"
-          "                    f64 h 1e-6, atol 1e-5, rtol 1e-3; f32 h 1e-3 l_i, atol 1e-3 G, rtol 1e-2\n"
-          "  --r V,V,...|@FILE the output weighting r (default: random in [-1, 1))\n"
+          "                    f64 h 1e-6 l_i, atol 1e-5 G, rtol 1e-3; f32 h 1e-3 l_i, atol 1e-3 G,\n"
+          "                    rtol 1e-2\n"
+          "  --r V,V,...|@FILE the output weighting r (default: random in [-1, 1)); not all zero\n"
           "  --v NAME=V,...|@FILE   directional mode: input NAME's direction (default random)\n"
           "  --h-grid LIST     sweep: the steps, 'H1,H2,...' or 'FROM:TO:PER_DECADE' (default\n"
           "                    1e-1:1e-12:4)\n"
@@ -108,8 +108,10 @@ void gct_usage(FILE *out) {
           "  --plugin PATH     every command: load a shared object with your own ops\n"
           "                    (TG_GRADCHECK_PLUGIN, tapegrad/check.h); may repeat\n"
           "\n"
-          "exit status: 0 every check passes, 1 a check fails (or a step vanished), 2 bad\n"
-          "             usage, 3 an error while running (e.g. a file could not be written)\n"
+          "exit status: 0 every check passed; 1 a wrong gradient was found; 3 inconclusive --\n"
+          "             nothing wrong found, but some check could not decide (all-zero, a failure\n"
+          "             within the check's own error, an error such as a vanished step, a report\n"
+          "             that could not be written); 2 bad usage\n"
           "\n"
           "examples:\n"
           "  tapegrad-gradcheck check all\n"
@@ -424,7 +426,17 @@ static bool parse_option(gct_args *a, const char *opt, const char *v) {
         else return gct_usage_error("--format is text, json or csv, not '%s'", v), false;
     } else if (!strcmp(opt, "--r")) {
         free(a->r);
-        return gct_parse_values(opt, v, &a->r, &a->n_r);
+        a->r = NULL;
+        if (!gct_parse_values(opt, v, &a->r, &a->n_r)) return false;
+        /* a zero r weights every output by 0: L = 0, and the check would
+         * compare 0 with 0 whatever the backward (as a zero --v) */
+        bool nonzero = false, finite = true;
+        for (int64_t i = 0; i < a->n_r; i++) nonzero |= a->r[i] != 0, finite &= isfinite(a->r[i]) != 0;
+        if (!nonzero || !finite)
+            return gct_usage_error("--r %s: the weighting must be finite and not all zero (L = sum_j r_j y_j would "
+                                   "not see the output)",
+                                   v),
+                   false;
     } else if (!strcmp(opt, "--h-grid")) {
         return parse_grid(v, a);
     } else {
@@ -523,5 +535,13 @@ int main(int argc, char **argv) {
         else st = gct_cmd_jacobian(&a);
     }
     free_args(&a);
+    /* a report that did not reach its reader decides nothing (a full disk,
+     * a closed pipe): never exit 0 for it */
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "tapegrad-gradcheck: could not write the report to stdout: %s\n",
+                errno ? strerror(errno) : "write error");
+        if (st != GCT_EXIT_USAGE) st = GCT_EXIT_INCONCLUSIVE;
+    }
     return st;
 }

@@ -78,7 +78,8 @@ static void register_bug_rules(void) {
 }
 
 typedef struct modes_totals {
-    int ops, cases, rows, failed_rows, errors;
+    int ops, cases, rows, errors;
+    gct_tally tally; /* rows by verdict, and the errors */
     char failures[2048];
     size_t flen;
     char errors_text[2048]; /* this op's errors, printed under its table */
@@ -100,10 +101,11 @@ static void machine_row(const gct_args *a, const gct_target *tg, uint64_t seed, 
         gct_csv_prefix(prefix, sizeof prefix, tg, gct_input_seed(a, seed), gct_probe_seed(a, seed));
         printf("%s%s,%s,", prefix, k >= 0 ? tg->c.input_names[k] : "", mode);
         if (in)
-            printf("%lld,%lld,%.17g,%.17g,%.17g,%.17g,%d,\n", (long long)in->n_checked, (long long)in->n_failed,
-                   in->max_abs_err, in->worst_analytic, in->worst_numeric, in->worst_ratio, in->pass ? 1 : 0);
+            printf("%lld,%lld,%.17g,%.17g,%.17g,%.17g,%d,%s,%s,\n", (long long)in->n_checked, (long long)in->n_failed,
+                   in->max_abs_err, in->worst_analytic, in->worst_numeric, in->worst_ratio, in->pass ? 1 : 0,
+                   tg_gradcheck_verdict_name(in->verdict), tg_gradcheck_reason_name(in->reason));
         else {
-            printf(",,,,,,0,\"");
+            printf(",,,,,,0,inconclusive,error,\"");
             for (const char *c = error; *c; c++) fputs(*c == '"' ? "\"\"" : (char[]){*c, 0}, stdout);
             printf("\"\n");
         }
@@ -133,7 +135,8 @@ static void machine_row(const gct_args *a, const gct_target *tg, uint64_t seed, 
         printf(",\"%s\":", keys[i]);
         gct_json_num(stdout, vals[i]);
     }
-    printf(",\"pass\":%s}", in->pass ? "true" : "false");
+    printf(",\"pass\":%s,\"verdict\":\"%s\",\"reason\":\"%s\"}", in->pass ? "true" : "false",
+           tg_gradcheck_verdict_name(in->verdict), tg_gradcheck_reason_name(in->reason));
 }
 
 /* The rows of one mode's result: one per checked input. */
@@ -143,12 +146,13 @@ static void add_rows(const gct_args *a, gct_table *t, const gct_target *tg, uint
         const tg_gradcheck_input *in = &r->input[k];
         if (!in->checked) continue;
         T->rows++;
-        if (!in->pass) {
-            T->failed_rows++;
-            if (T->flen < sizeof T->failures)
-                T->flen += (size_t)snprintf(T->failures + T->flen, sizeof T->failures - T->flen, "\n    %s  %s: %s %s",
-                                            tg->label, tg->c.spec, tg->c.input_names[k], mode);
-        }
+        gct_tally_add(&T->tally, in->verdict);
+        if (!in->pass && T->flen < sizeof T->failures)
+            T->flen += (size_t)snprintf(T->failures + T->flen, sizeof T->failures - T->flen, "\n    %-12s  %s  %s: %s %s%s%s%s",
+                                        gct_verdict_word(in->verdict), tg->label, tg->c.spec, tg->c.input_names[k], mode,
+                                        in->verdict == TG_VERDICT_INCONCLUSIVE ? " (" : "",
+                                        in->verdict == TG_VERDICT_INCONCLUSIVE ? tg_gradcheck_reason_name(in->reason) : "",
+                                        in->verdict == TG_VERDICT_INCONCLUSIVE ? ")" : "");
         if (a->format != GCT_TEXT) {
             machine_row(a, tg, seed, mode, k, in, NULL, T);
             continue;
@@ -178,7 +182,7 @@ static void add_rows(const gct_args *a, gct_table *t, const gct_target *tg, uint
         fmt_num(&row[7], "%.12g", in->worst_analytic);
         fmt_num(&row[8], "%.12g", in->worst_numeric);
         fmt_num(&row[9], "%.2g", in->worst_ratio);
-        gct_cell_set(&row[10], in->pass ? GCT_GOOD : GCT_BAD, "%s", in->pass ? "pass" : "FAIL");
+        gct_cell_set(&row[10], gct_verdict_tone(in->verdict), "%s", gct_verdict_word(in->verdict));
         *first = false;
     }
 }
@@ -201,6 +205,7 @@ static void run_case(tg_ctx *ctx, const gct_args *a, gct_target *tg, uint64_t se
         else continue;
         if (!ok) {
             T->errors++;
+            T->tally.errors++;
             gct_cell *row = a->format == GCT_TEXT ? gct_table_row(t) : NULL;
             if (a->format != GCT_TEXT) machine_row(a, tg, seed, name, -1, NULL, tg_error_message(ctx), T);
             if (row) {
@@ -215,14 +220,13 @@ static void run_case(tg_ctx *ctx, const gct_args *a, gct_target *tg, uint64_t se
                                             "    ERROR %s (%s): %s\n", tg->c.spec, name, tg_error_message(ctx));
             if (T->flen < sizeof T->failures)
                 T->flen += (size_t)snprintf(T->failures + T->flen, sizeof T->failures - T->flen,
-                                            "\n    %s  %s: %s error", tg->label, tg->c.spec, name);
+                                            "\n    %-12s  %s  %s: %s", "error", tg->label, tg->c.spec, name);
             tg_clear_error(ctx);
             *op_failed = true;
             continue;
         }
-        int before = T->failed_rows;
         add_rows(a, t, tg, seed, name, &r, &first, T);
-        if (T->failed_rows > before) *op_failed = true;
+        if (!r.pass) *op_failed = true;
     }
 }
 
@@ -281,7 +285,7 @@ int gct_cmd_check_modes(const gct_args *a, const tg_op_info *op, const gct_bug *
                a->adjoint ? (modes ? ",\"adjoint\"" : "\"adjoint\"") : "");
     else if (a->format == GCT_CSV)
         printf("op,bug,spec,dtype,input_seed,probe_seed,input,mode,checked,failed,max_abs_err,worst_analytic,"
-               "worst_numeric,worst_ratio,pass,error\n");
+               "worst_numeric,worst_ratio,pass,verdict,reason,error\n");
     else {
         printf("modes:%s%s%s  (%s, ", modes & MODE_REV ? " rev (backward vs differences)" : "",
                modes & MODE_FWD ? " fwd (J v from tg_jvp vs differences along v)" : "",
@@ -299,27 +303,24 @@ int gct_cmd_check_modes(const gct_args *a, const tg_op_info *op, const gct_bug *
     if (op) st = modes_op(ctx, a, op, bug, &T);
     tg_ctx_free(ctx);
     if (st >= 0) return st;
-    const bool pass = !T.failed_rows && !T.errors;
+    const int status = gct_tally_status(&T.tally);
+    const bool pass = status == GCT_EXIT_PASS;
     if (a->format == GCT_JSON)
-        printf("],\n\"summary\":{\"pass\":%s,\"ops\":%d,\"cases\":%d,\"seeds\":%lld,\"checks\":%d,\"failed\":%d,"
-               "\"errors\":%d,\"seconds\":%.6f}}\n",
-               pass ? "true" : "false", T.ops, T.cases, (long long)gct_seed_count(a), T.rows, T.failed_rows, T.errors,
-               gct_now() - t0);
-    if (a->format != GCT_TEXT) return pass ? GCT_EXIT_PASS : GCT_EXIT_FAIL;
+        printf("],\n\"summary\":{\"pass\":%s,\"verdict\":\"%s\",\"ops\":%d,\"cases\":%d,\"seeds\":%lld,\"checks\":%d,"
+               "\"wrong\":%lld,\"inconclusive\":%lld,\"errors\":%d,\"seconds\":%.6f}}\n",
+               pass ? "true" : "false",
+               pass                       ? "pass"
+               : status == GCT_EXIT_WRONG ? "wrong"
+                                          : "inconclusive",
+               T.ops, T.cases, (long long)gct_seed_count(a), T.rows, (long long)T.tally.wrong,
+               (long long)T.tally.inconclusive, T.errors, gct_now() - t0);
+    if (a->format != GCT_TEXT) return status;
     printf("\n");
     gct_puts_tone(stdout, "summary:", GCT_BOLD, a->color);
     printf(" %d op%s, %d case%s", T.ops, T.ops == 1 ? "" : "s", T.cases, T.cases == 1 ? "" : "s");
     if (a->n_seeds) printf(" x %lld seeds", (long long)a->n_seeds);
     printf(", %d check%s in %s in %.2f s: ", T.rows, T.rows == 1 ? "" : "s", tg_dtype_name(a->dtype), gct_now() - t0);
-    if (pass) {
-        gct_puts_tone(stdout, "all pass", GCT_GOOD, a->color);
-        printf("\n");
-        return GCT_EXIT_PASS;
-    }
-    char line[96];
-    snprintf(line, sizeof line, "%d FAIL", T.failed_rows);
-    gct_puts_tone(stdout, line, GCT_BAD, a->color);
-    if (T.errors) printf(", %d error%s", T.errors, T.errors == 1 ? "" : "s");
+    gct_put_tally(&T.tally, "", a->color);
     printf("%s\n", T.failures);
-    return GCT_EXIT_FAIL;
+    return status;
 }
