@@ -349,8 +349,11 @@ typedef struct gc_ref {
  *               (|y+_j| + |y-_j|) (the second term: the compensated sum's
  *               own last rounding, in float64)
  *   truncation  the Taylor terms the quotient drops: (h^2 / 6) L''' central,
- *               (h / 2) L'' forward, where each derivative of L along x_i
- *               brings a factor 1 / l_i: C_TRUNC (h_i / l_i)^2 G_k, or
+ *               (h / 2) L'' forward. Central differences measure L'' for
+ *               free: the second difference D2 = L(x+) - 2 L(x) + L(x-) =
+ *               h^2 L''; one more derivative along x_i brings a factor
+ *               1 / l_i, so C_TRUNC |D2| / l_i (a linear op: 0). Forward
+ *               differences, without L(x-), assume the scale:
  *               C_TRUNC (h_i / l_i) G_k
  * An output the step did not move is computed bit for bit the same on both
  * sides and adds no rounding -- unless it did move, by less than its
@@ -378,8 +381,12 @@ static double gc_round(const gc_config *cfg, double S, double Lp, double Lm, dou
     return TG_GRADCHECK_C_ROUND * (cfg->eps * S + DBL_EPSILON * (fabs(Lp) + fabs(Lm))) / step;
 }
 
-static double gc_trunc(const gc_config *cfg, double rel_step, double G) {
-    return TG_GRADCHECK_C_TRUNC * (cfg->o.forward_diff ? rel_step : rel_step * rel_step) * G;
+/* The truncation predicted for a quotient at the relative step rel_step
+ * (h_i / l_i) with second difference D2 over the length l (central), or
+ * from the gradient's scale G (forward). */
+static double gc_trunc(const gc_config *cfg, double rel_step, double G, double D2, double l) {
+    if (cfg->o.forward_diff) return TG_GRADCHECK_C_TRUNC * rel_step * G;
+    return isfinite(D2) ? TG_GRADCHECK_C_TRUNC * fabs(D2) / l : INFINITY;
 }
 
 /* One difference, measured in one pass over the outputs: L+ and L- (L0
@@ -836,8 +843,8 @@ static bool gc_check_full(gc_session *s, const gc_config *cfg, tg_gradcheck_resu
     size_t bytes = (size_t)(N > 0 ? N : 1) * sizeof(double);
     double *num = tg_arena_alloc_fn(ctx, s->fn, bytes), *rnd = tg_arena_alloc_fn(ctx, s->fn, bytes);
     double *ana = tg_arena_alloc_fn(ctx, s->fn, bytes), *terms = tg_arena_alloc_fn(ctx, s->fn, bytes);
-    double *dx_kept = tg_arena_alloc_fn(ctx, s->fn, bytes);
-    if (!num || !rnd || !ana || !terms || !dx_kept) return false;
+    double *dx_kept = tg_arena_alloc_fn(ctx, s->fn, bytes), *curv = tg_arena_alloc_fn(ctx, s->fn, bytes);
+    if (!num || !rnd || !ana || !terms || !dx_kept || !curv) return false;
     for (int64_t i = 0; i < N; i++) {
         double dx;
         if (!gc_sides(s, cfg, k, i, st.step[i], NULL, NULL, ref, &dx)) return false;
@@ -845,6 +852,7 @@ static bool gc_check_full(gc_session *s, const gc_config *cfg, tg_gradcheck_resu
         gc_diff D = gc_measure(cfg, ref, NULL);
         /* divide by the step actually stored (rounded to the dtype) */
         num[i] = (D.Lp - D.Lm) / dx;
+        curv[i] = D.Lp - 2 * ref->L0 + D.Lm;
         terms[i] = D.T / dx;
         rnd[i] = gc_round(cfg, D.S, D.Lp, D.Lm, dx);
         ana[i] = tg_load(g, i);
@@ -853,7 +861,8 @@ static bool gc_check_full(gc_session *s, const gc_config *cfg, tg_gradcheck_resu
     double G = gc_rms_pair(ana, terms, N);
     gc_set_scale(cfg, R, k, G);
     for (int64_t i = 0; i < N; i++) {
-        double err = fabs(ana[i] - num[i]), trunc = gc_trunc(cfg, st.step[i] / st.ell[i], G), round = rnd[i];
+        double err = fabs(ana[i] - num[i]), trunc = gc_trunc(cfg, st.step[i] / st.ell[i], G, curv[i], st.ell[i]),
+               round = rnd[i];
         /* a failure: the check's own error there, measured, before the
          * backward is blamed */
         if (!(err <= R->input[k].atol_used + R->rtol * fabs(num[i])) &&
@@ -940,7 +949,8 @@ static bool gc_check_directional(gc_session *s, const gc_config *cfg, tg_gradche
     if (isfinite(D.T2)) G = fmax(G, D.T2 / step);
     rho = sqrt(rho / vv);
     gc_set_scale(cfg, R, k, G);
-    double err = fabs(ana / step - num), trunc = gc_trunc(cfg, rho, G), round = gc_round(cfg, D.S, D.Lp, D.Lm, step);
+    double err = fabs(ana / step - num), trunc = gc_trunc(cfg, rho, G, D.Lp - 2 * ref->L0 + D.Lm, h / rho),
+           round = gc_round(cfg, D.S, D.Lp, D.Lm, step);
     /* a failure: the check's own error, measured (the refinement moves the
      * direction to a relative step of 0.1) */
     if (!(err <= R->input[k].atol_used + R->rtol * fabs(num)) &&
@@ -1000,9 +1010,11 @@ static bool gc_jacobian_analytic(gc_session *s, tg_tensor *y, uint32_t mask, dou
 
 /* Numeric Jacobian of y by input k: column i is (y(x + h_i e_i) -
  * y(x - h_i e_i)) / (x+_i - x-_i), or against y0 with forward differences;
- * rnd (when not NULL) gets each entry's rounding error. */
+ * rnd (when not NULL) gets each entry's rounding error, curv (when not
+ * NULL) its second difference y+ - 2 y0 + y-. */
 static bool gc_jacobian_numeric(gc_session *s, const gc_config *cfg, tg_gradcheck_result *R, int k,
-                                const gc_input_steps *st, gc_ref *ref, double *J, double *rnd, double *steps) {
+                                const gc_input_steps *st, gc_ref *ref, double *J, double *rnd, double *steps,
+                                double *curv) {
     int64_t M = ref->M, N = s->x[k]->numel;
     for (int64_t i = 0; i < N; i++) {
         double d;
@@ -1012,6 +1024,7 @@ static bool gc_jacobian_numeric(gc_session *s, const gc_config *cfg, tg_gradchec
         for (int64_t j = 0; j < M; j++) {
             double a = ref->yp[j], b = ref->ym[j];
             J[j * N + i] = (a - b) / d;
+            if (curv) curv[j * N + i] = a - 2 * ref->y0[j] + b;
             if (rnd) rnd[j * N + i] = TG_GRADCHECK_C_ROUND * cfg->eps * (fabs(a) + fabs(b)) / d;
         }
     }
@@ -1028,9 +1041,10 @@ static bool gc_check_jacobian(gc_session *s, const gc_config *cfg, tg_gradcheck_
     size_t bytes = (size_t)(M * N > 0 ? M * N : 1) * sizeof(double);
     double *Jn = tg_arena_alloc_fn(ctx, s->fn, bytes), *rnd = tg_arena_alloc_fn(ctx, s->fn, bytes);
     double *d = tg_arena_alloc_fn(ctx, s->fn, (size_t)(N > 0 ? N : 1) * sizeof *d);
-    double *trunc = tg_arena_alloc_fn(ctx, s->fn, bytes), *col[2];
+    double *trunc = tg_arena_alloc_fn(ctx, s->fn, bytes), *curv = tg_arena_alloc_fn(ctx, s->fn, bytes), *col[2];
     for (int m = 0; m < 2; m++) col[m] = tg_arena_alloc_fn(ctx, s->fn, (size_t)(M > 0 ? M : 1) * sizeof(double));
-    if (!Jn || !rnd || !d || !trunc || !col[0] || !col[1] || !gc_jacobian_numeric(s, cfg, R, k, &st, ref, Jn, rnd, d))
+    if (!Jn || !rnd || !d || !trunc || !curv || !col[0] || !col[1] ||
+        !gc_jacobian_numeric(s, cfg, R, k, &st, ref, Jn, rnd, d, curv))
         return false;
     double G = gc_rms_pair(Ja, Jn, M * N);
     gc_set_scale(cfg, R, k, G);
@@ -1038,7 +1052,7 @@ static bool gc_check_jacobian(gc_session *s, const gc_config *cfg, tg_gradcheck_
         bool failing = false;
         for (int64_t j = 0; j < M; j++) {
             double a = Ja[j * N + i], n = Jn[j * N + i];
-            trunc[j * N + i] = gc_trunc(cfg, st.step[i] / st.ell[i], G);
+            trunc[j * N + i] = gc_trunc(cfg, st.step[i] / st.ell[i], G, curv[j * N + i], st.ell[i]);
             failing |= !(fabs(a - n) <= R->input[k].atol_used + R->rtol * fabs(n));
         }
         if (!failing) continue;
@@ -1272,7 +1286,7 @@ bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
     tg_gradcheck_start(ctx, __func__, &R);
     if (ok)
         ok = gc_make_ref(&s, &cfg, y, NULL, &ref) && gc_prepare(&s, &cfg, input, &st) &&
-             gc_jacobian_numeric(&s, &cfg, &R, input, &st, &ref, Jn->data, NULL, NULL);
+             gc_jacobian_numeric(&s, &cfg, &R, input, &st, &ref, Jn->data, NULL, NULL, NULL);
     gc_end(&s);
     if (!ok || !tg_ok(ctx)) return false;
     *analytic = Ja;

@@ -63,6 +63,14 @@ static tg_tensor *seeded_rmsnorm_jvp(tg_ctx *ctx, tg_node *node, tg_tensor *cons
     return tg_reshape(ctx, ty, x->ndim, x->shape);
 }
 
+/* The tangent of inject_norm.c's linear-scale, y = x W^T + b:
+ *   t_y = t_x W^T + x t_W^T + t_b */
+static tg_tensor *seeded_linear_jvp(tg_ctx *ctx, tg_node *node, tg_tensor *const *t) {
+    tg_tensor *x = tg_node_input(node, 0), *w = tg_node_input(node, 1), *b = tg_node_input(node, 2);
+    tg_tensor *ty = tg_add(ctx, tg_linear_fused(ctx, t[0], w, NULL), tg_linear_fused(ctx, x, t[1], NULL));
+    return b ? tg_add(ctx, ty, t[2]) : ty;
+}
+
 /* The seeded bugs have the right forward and a wrong backward, so the
  * right tangent rule: inject.c's record the fused norms' layout (x, gamma,
  * beta; N, C, eps) and take the fused op's rule; inject_norm.c's are the
@@ -75,6 +83,8 @@ static void register_bug_rules(void) {
     for (size_t k = 0; k < sizeof LN / sizeof LN[0]; k++) tg_jvp_register(LN[k], tg_jvp_find_rule("layernorm"));
     tg_jvp_register("rmsnorm[bug:r-const]", seeded_rmsnorm_jvp);
     tg_jvp_register("rmsnorm[bug:m-sum]", seeded_rmsnorm_jvp);
+    tg_jvp_register("rmsnorm[bug:ignore-dy]", seeded_rmsnorm_jvp);
+    tg_jvp_register("linear[bug:scale]", seeded_linear_jvp);
 }
 
 typedef struct modes_totals {

@@ -159,6 +159,8 @@ typedef struct gct_bug {
 /* The bugs of inject_norm.c (forwards of the catalogue's entries). */
 tg_tensor *gct_bug_rmsnorm_r_const(tg_ctx *ctx, tg_tensor *const *in, void *user);
 tg_tensor *gct_bug_rmsnorm_m_sum(tg_ctx *ctx, tg_tensor *const *in, void *user);
+tg_tensor *gct_bug_rmsnorm_ignore_dy(tg_ctx *ctx, tg_tensor *const *in, void *user);
+tg_tensor *gct_bug_linear_scale(tg_ctx *ctx, tg_tensor *const *in, void *user);
 
 int gct_bug_count(void);
 const gct_bug *gct_bug_get(int i);
