@@ -588,6 +588,98 @@ for case in doc["cases"]:
 PY
   fi
   ;;
+verdict_scale)
+  # a tiny gradient: RMSNorm without gamma at x ~ 1e6 has dx ~ 1e-6, below
+  # an absolute atol of 1e-5; its rstd from the sum of squares (dx 2.8x
+  # off) is wrong at every scale, both dtypes (eps far below mean x^2, so
+  # the bug shows); the right op passes there
+  for dt in f64 f32; do
+    for s in 1e-6 1 1e6; do
+      run 1 check --inject rmsnorm-sum --shape '4x8;affine=0;eps=1e-30' --scale x=$s --dtype $dt
+      grep -Eq "^  4x8;affine=0;eps=1e-30 +x +4x8 .* WRONG$" "$tmp/out" || fail "rmsnorm-sum at $s $dt: x not WRONG"
+      run 0 check rmsnorm --shape '4x8;affine=0;eps=1e-30' --scale x=$s --dtype $dt
+    done
+  done
+  run 1 check --inject rmsnorm-sum --shape '4x8;affine=0' --scale x=1e6
+  ;;
+verdict_zero)
+  # 0 against 0 everywhere: a saturated tanh, sigmoid, softmax -- an
+  # all-zero backward would pass, so the check is inconclusive (exit 3)
+  for c in "tanh --scale x=1e6" "sigmoid --scale x=1e6" "softmax --scale x=1e4" "tanh --scale x=1e6 --mode directional"; do
+    # shellcheck disable=SC2086
+    run 3 check $c
+    grep -q "(all-zero)" "$tmp/out" || fail "check $c: not called all-zero"
+    grep -q "so a backward that gave 0 would pass too" "$tmp/out" || fail "check $c: the note does not say why"
+    if grep -q "all pass" "$tmp/out"; then fail "check $c: all pass"; fi
+  done
+  # a constant output (the gradient exactly 0) still passes
+  run 0 check tril --shape '3x6;diagonal=-7'
+  ;;
+verdict_r)
+  # an all-zero weighting r, like an all-zero direction v, is refused
+  run 2 check rmsnorm --shape 2x3 --r 0,0,0,0,0,0
+  grep -q "not all zero" "$tmp/err" || fail "--r 0,...: no reason"
+  run 2 check rmsnorm --shape 2x3 --v x=0,0,0,0,0,0 --mode directional
+  ;;
+verdict_order2)
+  # a bug without a double-backward rule: an error, nothing checked -- no
+  # input counted as failing, exit 3
+  for seeds in 1 2; do
+    run 3 check --order 2 --inject rmsnorm-sum --seeds $seeds
+    grep -q "cannot be differentiated twice" "$tmp/out" || fail "--order 2 --seeds $seeds: the error not named"
+    grep -q "0 inputs checked" "$tmp/out" || fail "--order 2 --seeds $seeds: inputs counted as checked"
+    if grep -Eq "WRONG|FAIL|checks failed" "$tmp/out"; then fail "--order 2 --seeds $seeds: a failure reported"; fi
+  done
+  ;;
+verdict_f32)
+  # float32 sigmoid at x ~ 1e-6: f(x + h) == f(x - h) in float32, the numeric
+  # side 0 against 0.25: the check cannot decide -- no "wrong backward" note
+  # and no diagnosis inventing a term
+  run 3 check sigmoid --dtype f32 --scale x=1e-6
+  grep -q "(unresolved)" "$tmp/out" || fail "sigmoid f32 1e-6: not unresolved"
+  if grep -Eq "WRONG|a wrong backward|diagnosis|extra 0.25" "$tmp/out"; then fail "sigmoid f32 1e-6: blames the backward"; fi
+  # softmax float32 at 100: the note and the diagnosis agree -- a WRONG
+  # input has its diagnosis, an inconclusive one neither
+  run 3 check softmax --dtype f32 --scale x=100 --seed 1
+  if grep -Eq "WRONG|a wrong backward|diagnosis" "$tmp/out"; then fail "softmax f32 x100: blames the backward"; fi
+  # a too small float32 step: round-off, inconclusive
+  run 3 check rmsnorm --shape 4x8 --dtype f32 --h 1e-6
+  ;;
+verdict_linear)
+  # a linear op has no truncation error: its 2% bug at linear's float32
+  # step 0.1 is wrong in every seed (it was called round-off, and a batch
+  # counted 73 of 100 as wrong)
+  run 1 check --inject linear-scale --dtype f32 --seeds 100
+  awk '$1 ~ /^4x3,5x3/ && $2 == "x" {found = 1; if ($4 != 100) exit 1} END {exit !found}' "$tmp/out" ||
+    fail "linear-scale f32: not wrong in all 100 seeds"
+  awk '$1 == "weight" || $1 == "bias" {if ($3 != 0 || $NF != "pass") exit 1}' "$tmp/out" ||
+    fail "linear-scale f32: weight or bias not passing"
+  if grep -q "inconclusive" "$tmp/out"; then fail "linear-scale f32: inconclusive"; fi
+  ;;
+verdict_dy)
+  # a backward that ignores dy (dx = J^T 1): the diagnosis, with the
+  # check's own weighting, names it
+  run 1 check --inject rmsnorm-ignore-dy
+  grep -q "diagnosis of x 4x8 (4x8): ignores-dy" "$tmp/out" || fail "ignore-dy: not diagnosed"
+  grep -q "ignores the incoming gradient" "$tmp/out" || fail "ignore-dy: the cause not said"
+  if grep -q "Jacobians agree" "$tmp/out"; then fail "ignore-dy: 'Jacobians agree'"; fi
+  ;;
+verdict_exit)
+  # one meaning per exit code; a report that cannot be written is not a pass
+  st=0; "$tool" check tanh --shape 3x4 > /dev/full 2> "$tmp/err" || st=$?
+  [ "$st" -eq 3 ] || fail "check > /dev/full exited $st, want 3"
+  grep -q "could not write" "$tmp/err" || fail "check > /dev/full: no message"
+  st=0; "$tool" list > /dev/full 2> /dev/null || st=$?
+  [ "$st" -eq 3 ] || fail "list > /dev/full exited $st, want 3"
+  # a NaN is never a pass: var + eps = 0
+  run 3 explain layernorm --x 5,5,5 --eps 0
+  if grep -q "every check holds" "$tmp/out"; then fail "explain with NaN: every check holds"; fi
+  grep -q "not a number" "$tmp/out" || fail "explain with NaN: not said"
+  run 0 explain layernorm --x 1,2,4 --eps 0
+  run 0 check tanh --shape 3x4
+  run 1 check --inject rmsnorm-sum
+  run 2 check tanh --bogus
+  ;;
 *)
   fail "unknown case $case_name"
   ;;

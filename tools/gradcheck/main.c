@@ -272,6 +272,13 @@ static bool parse_real(const char *opt, const char *s, double *out) {
     return true;
 }
 
+/* True when v[0..n-1] are finite and not all zero. */
+static bool nonzero_finite(const double *v, int64_t n) {
+    bool nonzero = false, finite = true;
+    for (int64_t i = 0; i < n; i++) nonzero |= v[i] != 0, finite &= isfinite(v[i]) != 0;
+    return nonzero && finite;
+}
+
 /* Which options each command takes. */
 typedef struct opt_use {
     const char *opt;
@@ -429,10 +436,8 @@ static bool parse_option(gct_args *a, const char *opt, const char *v) {
         a->r = NULL;
         if (!gct_parse_values(opt, v, &a->r, &a->n_r)) return false;
         /* a zero r weights every output by 0: L = 0, and the check would
-         * compare 0 with 0 whatever the backward (as a zero --v) */
-        bool nonzero = false, finite = true;
-        for (int64_t i = 0; i < a->n_r; i++) nonzero |= a->r[i] != 0, finite &= isfinite(a->r[i]) != 0;
-        if (!nonzero || !finite)
+         * compare 0 with 0 whatever the backward */
+        if (!nonzero_finite(a->r, a->n_r))
             return gct_usage_error("--r %s: the weighting must be finite and not all zero (L = sum_j r_j y_j would "
                                    "not see the output)",
                                    v),
@@ -444,7 +449,11 @@ static bool parse_option(gct_args *a, const char *opt, const char *v) {
         if (!(c = ctl_of(a, opt, v, &rest))) return false;
         if (!strcmp(opt, "--v")) {
             free(c->v);
-            return gct_parse_values(opt, rest, &c->v, &c->n_v);
+            c->v = NULL;
+            if (!gct_parse_values(opt, rest, &c->v, &c->n_v)) return false;
+            if (!nonzero_finite(c->v, c->n_v))
+                return gct_usage_error("--v %s: the direction must be finite and not all zero", v), false;
+            return true;
         }
         if (!strcmp(opt, "--values")) {
             free(c->values);
