@@ -799,13 +799,18 @@ static bool gc_failure_bound(gc_session *s, const gc_config *cfg, int k, int64_t
  * gradient exactly zero and the check's 0 against 0 a real agreement
  * (input->constant); otherwise f changes at larger steps than the check's,
  * and it saw nothing (TG_REASON_ALL_ZERO). A probe whose step rounds away
- * proves nothing. Two evaluations per element (or direction). */
+ * proves nothing. Two evaluations per element (or direction), and one of
+ * f at x. */
 static bool gc_constant(gc_session *s, tg_gradcheck_result *R, int k, const double *ell, const double *p,
                         const tg_tensor *orig, gc_ref *ref) {
     tg_gradcheck_input *in = &R->input[k];
     if (ref->M == 0) in->constant = true; /* no output depends on anything */
     if (in->n_checked == 0 || in->n_failed || in->n_resolved) return true;
     tg_tensor *x = s->x[k];
+    /* against f at x evaluated as the probes are (no grad): the recorded
+     * output may differ from it in the last bit (a function that runs a
+     * backward, as gradgradcheck's, computes it two ways) */
+    if (!gc_values(s, ref->ym)) return false;
     bool constant = true;
     for (int64_t i = 0; constant && i < (p ? 1 : x->numel); i++) {
         for (int side = -1; constant && side <= 1; side += 2) {
@@ -825,7 +830,7 @@ static bool gc_constant(gc_session *s, tg_gradcheck_result *R, int k, const doub
             }
             if (!ok) return false;
             for (int64_t j = 0; constant && j < ref->M; j++)
-                constant = ref->r[j] == 0 || ref->yp[j] == ref->y0[j];
+                constant = ref->r[j] == 0 || ref->yp[j] == ref->ym[j];
         }
     }
     in->constant = constant;

@@ -4,16 +4,16 @@
 #   modes_all  `check all --modes fwd,rev --adjoint` passes in float64, every
 #              registered op appears, every mode has rows
 #   modes_adjoint  the seeded bug rmsnorm-scale at size 1e-6 passes `check` (inside
-#              rtol 1e-3) and fails `--adjoint` (exit 1) on x only, by orders of
-#              magnitude; at the default size 0.1 rev catches it and fwd passes; every
-#              seeded bug passes fwd and fails the adjoint test on x
+#              rtol 1e-3) and is WRONG under `--adjoint` (exit 1) on x only, by orders
+#              of magnitude; at the default size 0.1 rev catches it and fwd passes;
+#              every seeded bug passes fwd and is wrong in the adjoint test on x
 #   modes_usage  --modes takes fwd and rev only (exit 2), not with --order 2 or
 #              --elements, and is for check only; --format json parses and csv
 #              has a row per input, mode and seed; --seeds runs every seed
 #   order2     --order 2 passes for the fused norms in float64 and float32; its
 #              JSON says order 2 and parses; --seeds; an op without a
-#              double-backward rule is an error naming it (exit 1)
-#   inject     each seeded bug makes the report FAIL with exit status 1, and only
+#              double-backward rule is an error naming it (exit 3: inconclusive)
+#   inject     each seeded bug makes the report WRONG with exit status 1, and only
 #              the inputs whose gradient it breaks; the same op without the bug passes
 #   sweep      the best h of central differences in float64 lies in [1e-7, 1e-3]
 #              for smooth ops (read from the .dat the sweep writes), and the other
@@ -27,7 +27,7 @@
 #   options    --atol 0 is taken as given; the injected bug's header names the
 #              inputs the spec gives (bias=1, affine=0); float32 follows its defaults
 #   list       every op with its spec and variants, and the bug catalogue
-#   vanished   a step that rounds away is an error (exit 1) in every mode; the sweep
+#   vanished   a step that rounds away is an error (exit 3) in every mode; the sweep
 #              marks it and never takes it for the best step
 #   formats    --format json parses (python3, when there) and csv has its rows, for
 #              check, sweep and jacobian; --elements, --print-inputs
@@ -37,12 +37,19 @@
 #              reproduces the check, --dist, --scale, --offset, the two seeds
 #   scale      float32 norms pass at input scales 1e-3..1e3 and the bugs are caught
 #              there; the old absolute step and atol did neither
-#   note       the note blames the backward for genuine detections and calls a
-#              too-small step round-off
+#   note       the note blames the backward for genuine detections (every seed of
+#              every seeded bug, both dtypes) and calls a too-small step the check's
+#              own error (inconclusive)
 #   predicted  the predicted error (truncation + rounding) beside the measured
 #              one in check (every mode, --seeds), sweep, jacobian, JSON and CSV:
 #              a correct op within it, a seeded bug far beyond; the op's own
 #              step used and said to be
+#   verdict_*  each a silent or wrong verdict that was: a tiny gradient 2.8x off
+#              (scale), 0 against 0 everywhere (zero), an all-zero --r (r), an
+#              --order 2 error counted as failures (order2), float32 round-off
+#              blamed on the backward (f32), a linear op's 2% bug called round-off
+#              (linear), a backward ignoring dy diagnosed as agreeing Jacobians
+#              (dy), and the exit codes: > /dev/full, a NaN in explain (exit)
 # Usage: test_gradcheck_tool.sh PATH/TO/tapegrad-gradcheck CASE
 set -euo pipefail
 tool=${1:?usage: test_gradcheck_tool.sh TOOL CASE}
@@ -88,20 +95,20 @@ modes_adjoint)
   run 0 check --inject rmsnorm-scale --shape '4x8;size=1e-6'
   grep -q "all pass" "$tmp/out" || fail "check should pass a 1e-6 bug"
   run 1 check --inject rmsnorm-scale --shape '4x8;size=1e-6' --adjoint
-  grep -Eq " x +4x8 +adjoint +1/1 .* FAIL$" "$tmp/out" || fail "adjoint: x should FAIL"
+  grep -Eq " x +4x8 +adjoint +1/1 .* WRONG$" "$tmp/out" || fail "adjoint: x should be WRONG"
   grep -Eq " gamma +8 +adjoint +0/1 .* pass$" "$tmp/out" || fail "adjoint: gamma should pass"
   grep -Eq " x +4x8 +rev +0/32 .* pass$" "$tmp/out" || fail "rev should pass x"
   # the error is ~1e6 times the adjoint tolerance
-  ratio=$(awk '$3 == "adjoint" && $NF == "FAIL" {print $(NF-1)}' "$tmp/out")
+  ratio=$(awk '$3 == "adjoint" && $NF == "WRONG" {print $(NF-1)}' "$tmp/out")
   awk -v r="$ratio" 'BEGIN {exit !(r + 0 > 1e4)}' || fail "adjoint err/tol $ratio, want > 1e4"
   run 1 check --inject rmsnorm-scale --modes fwd,rev --adjoint
-  grep -Eq "rev +[0-9]+/32 .* FAIL$" "$tmp/out" || fail "size 0.1: rev should FAIL"
+  grep -Eq "rev +[0-9]+/32 .* WRONG$" "$tmp/out" || fail "size 0.1: rev should be WRONG"
   grep -Eq "fwd +0/32 .* pass$" "$tmp/out" || fail "size 0.1: fwd (the forward is right) should pass"
   # every seeded bug: the forward (fwd) passes, the adjoint test fails on x
   for bug in $("$tool" list | awk '/^seeded bugs/{on=1; next} on && /^  [a-z][a-z-]* +[a-z]+ +[a-z]+\(/ {print $1}'); do
     run 1 check --inject $bug --modes fwd --adjoint
-    if grep -Eq " fwd +[0-9]+/[0-9]+ .* FAIL$" "$tmp/out"; then fail "$bug: fwd should pass"; fi
-    grep -Eq " x +[0-9x]+ +adjoint +1/1 .* FAIL$" "$tmp/out" || fail "$bug: the adjoint test should FAIL on x"
+    if grep -Eq " fwd +[0-9]+/[0-9]+ .* (WRONG|inconclusive)$" "$tmp/out"; then fail "$bug: fwd should pass"; fi
+    grep -Eq " x +[0-9x]+ +adjoint +1/1 .* WRONG$" "$tmp/out" || fail "$bug: the adjoint test should find x WRONG"
   done
   ;;
 modes_usage)
@@ -124,9 +131,10 @@ assert d["summary"]["pass"] and d["summary"]["checks"] == 6' "$tmp/out" || fail 
   run 0 check rmsnorm --shape 2x4 --modes fwd --adjoint --format csv --seeds 3
   head -1 "$tmp/out" | grep -q "^op,bug,spec,dtype,input_seed,probe_seed,input,mode," || fail "--modes csv header"
   [ "$(grep -c '^rmsnorm,,2x4,float64,' "$tmp/out")" -eq 12 ] || fail "--modes csv: want 12 rows (3 seeds x 2 inputs x 2)"
-  [ "$(grep -c '^rmsnorm,,2x4,float64,2,2,x,adjoint,1,0,' "$tmp/out")" -eq 1 ] || fail "--modes csv: no seed 2 adjoint row"
+  [ "$(grep -c '^rmsnorm,,2x4,float64,2,2,x,adjoint,1,0,.*,1,pass,none,$' "$tmp/out")" -eq 1 ] ||
+    fail "--modes csv: no seed 2 adjoint row"
   run 1 check --inject rmsnorm-scale --shape '4x8;size=1e-6' --adjoint --format csv
-  grep -Eq '^rmsnorm,rmsnorm-scale,.*,x,adjoint,1,1,.*,0,$' "$tmp/out" || fail "--adjoint csv: the bug's row"
+  grep -Eq '^rmsnorm,rmsnorm-scale,.*,x,adjoint,1,1,.*,0,wrong,none,$' "$tmp/out" || fail "--adjoint csv: the bug's row"
   run 0 check rmsnorm --shape 2x4 --adjoint --seeds 2..3
   grep -q "seeds 2..3" "$tmp/out" || fail "--adjoint --seeds: the header"
   grep -q "2x4  seed 3" "$tmp/out" || fail "--adjoint --seeds: no rows of seed 3"
@@ -145,8 +153,8 @@ d = json.load(open(sys.argv[1]))
 assert d["order"] == 2 and d["summary"]["pass"] and len(d["cases"]) == 1' "$tmp/out" || fail "--order 2 --format json"
   fi
   run 0 check rmsnorm --order 2 --shape 2x4 --seeds 20
-  grep -Eq "^  2x4 +x +20 +0 +100.0%" "$tmp/out" || fail "--order 2 --seeds 20: x should pass every seed"
-  run 1 check --inject rmsnorm-sum --order 2
+  grep -Eq "^  2x4 +x +20 +0 +0 +100.0%" "$tmp/out" || fail "--order 2 --seeds 20: x should pass every seed"
+  run 3 check --inject rmsnorm-sum --order 2
   grep -q "'rmsnorm\[bug:sum\]' cannot be differentiated twice" "$tmp/out" || fail "--order 2: no error naming the op"
   ;;
 check_all)
@@ -179,9 +187,9 @@ inject)
   while read -r bug bad good; do
     run 1 check --inject "$bug"
     grep -q "with injected bug $bug" "$tmp/out" || fail "$bug: the report does not name the bug"
-    grep -q "FAIL in 1 case" "$tmp/out" || fail "$bug: no failure in the summary"
+    grep -Eq "^summary: .*: [0-9]+ inputs? WRONG" "$tmp/out" || fail "$bug: no wrong input in the summary"
     for x in ${bad//,/ }; do
-      grep -Eq "^ +([^ ]+ +)?$x +[0-9x]+ +[1-9][0-9]*/[0-9]+ .*FAIL$" "$tmp/out" || fail "$bug: input $x does not FAIL"
+      grep -Eq "^ +([^ ]+ +)?$x +[0-9x]+ +[1-9][0-9]*/[0-9]+ .*WRONG$" "$tmp/out" || fail "$bug: input $x is not WRONG"
     done
     for x in ${good//,/ }; do
       [ "$x" = "-" ] && continue
@@ -192,7 +200,7 @@ inject)
     run 1 check "$op" --inject "$bug"
     # the same op and seed without the bug pass: the failure is the bug's
     run 0 check "$op" --shape "$(awk '$2 == "input" {getline; getline; print $1; exit}' "$tmp/out")"
-    echo "inject $bug: FAIL on $bad, exit 1; $op without it passes"
+    echo "inject $bug: WRONG on $bad, exit 1; $op without it passes"
   done <<'EOF'
 rmsnorm-sum x,gamma -
 rmsnorm-no-eps x,gamma -
@@ -335,9 +343,9 @@ usage)
 options)
   # --atol 0: a purely relative test, as the header says (was: a usage error)
   run 0 check rmsnorm --shape 4x8 --atol 0
-  grep -q "passes when |analytic - numeric| <= 0 + 0.001 |numeric|" "$tmp/out" || fail "--atol 0: not used as 0"
+  grep -q "passes when |analytic - numeric| <= 0 G + 0.001 |numeric|" "$tmp/out" || fail "--atol 0: not used as 0"
   run 0 jacobian rmsnorm --shape 1x4 --atol 0 --rtol 1e-4 --out "$tmp/jac"
-  grep -q "0 of 16 entries outside 0 + 0.0001 |numeric|" "$tmp/out" || fail "jacobian --atol 0: not used as 0"
+  grep -q "0 of 16 entries outside 0 G + 0.0001 |numeric|" "$tmp/out" || fail "jacobian --atol 0: not used as 0"
   # float32: the dtype's defaults (h 1e-3 unless the op has its own, relative
   # to each element's length scale; atol relative to the gradient's scale),
   # and the op's own step where `list` shows one
@@ -381,10 +389,10 @@ list)
 vanished)
   # a step that rounds away is an error in every mode, never a pass
   for mode in full directional jacobian; do
-    run 1 check --inject rmsnorm-sum --mode "$mode" --h 1e-17
+    run 3 check --inject rmsnorm-sum --mode "$mode" --h 1e-17
     grep -q "the step vanished" "$tmp/out" || fail "$mode, h=1e-17: no word of the vanished step"
     grep -q "all pass" "$tmp/out" && fail "$mode, h=1e-17: passed"
-    run 1 check rmsnorm --shape 4x8 --mode "$mode" --h 1e-17
+    run 3 check rmsnorm --shape 4x8 --mode "$mode" --h 1e-17
   done
   # the sweep marks such steps and never picks one as the best
   run 0 sweep rmsnorm --mode directional --dtype f32 --out "$tmp/sw"
@@ -435,7 +443,7 @@ batch)
   for dt in f64 f32; do
     run 0 check rmsnorm --shape 4x8 --dtype $dt --seeds 1000
     grep -q "x 1000 seeds" "$tmp/out" || fail "--seeds 1000: not 1000 seeds"
-    grep -Eq "^ +4x8 +x +1000 +0 +100.0%" "$tmp/out" || fail "--seeds 1000 $dt: x does not pass every seed"
+    grep -Eq "^ +4x8 +x +1000 +0 +0 +100.0%" "$tmp/out" || fail "--seeds 1000 $dt: x does not pass every seed"
     secs=$(sed -n 's/.* in \([0-9.]*\) s (.*/\1/p' "$tmp/out")
     echo "check rmsnorm 4x8 $dt, 1000 seeds: $secs s ($(sed -n 's/.*(\([0-9.]* us a check\).*/\1/p' "$tmp/out"))"
     in_range "$secs" 0 10 || fail "1000 seeds took $secs s"
@@ -446,7 +454,7 @@ batch)
   # a bug's detection rate: a direction sees a 0.105% error in dx only when
   # the directional derivative is large enough for it to clear atol
   run 1 check --inject rmsnorm-scale --shape '4x8;size=1.05e-3' --seeds 200 --mode directional
-  rate=$(awk '$2 == "x" {print $5; exit}' "$tmp/out" | tr -d %)
+  rate=$(awk '$2 == "x" {print $6; exit}' "$tmp/out" | tr -d %)
   in_range "$rate" 5 95 || fail "rmsnorm-scale size=1.05e-3: pass rate $rate%, want partial"
   ;;
 inputs)
@@ -491,32 +499,40 @@ scale)
     done
     echo "scale $s: correct norms pass, bugs caught"
   done
-  # what the old absolute step and atol did: fail every seed at 1e-3 and pass a 50% bug at 1e3
-  run 1 check rmsnorm --shape 4x8 --dtype f32 --scale x=1e-3 --seeds 20 --step absolute --h 1e-2 --atol-scale absolute
-  run 1 check --inject rmsnorm-scale --shape '4x8;size=0.5' --dtype f32 --scale x=1e3 --seeds 20 --step absolute \
-      --h 1e-2 --atol-scale absolute
-  rate=$(awk '$2 == "x" {print $5; exit}' "$tmp/out" | tr -d %)
+  # what the old absolute step and atol did: a step 10 times x at 1e-3 (every
+  # seed inconclusive: the check's own truncation) and a 50% bug missed at 1e3
+  run 3 check rmsnorm --shape 4x8 --dtype f32 --scale x=1e-3 --seeds 20 --step absolute --h 1e-2 --atol-scale absolute
+  awk '$1 == "4x8" && $2 == "x" && $5 != 20 {exit 1}' "$tmp/out" ||
+    fail "absolute step at scale 1e-3: not inconclusive every seed"
+  st=0; "$tool" check --inject rmsnorm-scale --shape '4x8;size=0.5' --dtype f32 --scale x=1e3 --seeds 20 \
+      --step absolute --h 1e-2 --atol-scale absolute > "$tmp/out" || st=$?
+  [ "$st" -ne 1 ] || fail "absolute atol at scale 1e3: the 50% bug found"
+  rate=$(awk '$2 == "x" {print $6; exit}' "$tmp/out" | tr -d %)
   in_range "$rate" 80 100 || fail "absolute atol at scale 1e3: a 50% bug caught in $rate% of seeds, want most missed"
   run 1 check --inject rmsnorm-scale --shape '4x8;size=0.5' --dtype f32 --scale x=1e3 --seeds 20
   awk '$2 == "x" && $4 != 20 {exit 1}' "$tmp/out" || fail "relative atol at scale 1e3: the 50% bug not caught every seed"
   ;;
 note)
-  # genuine float32 detections exceed the predicted error of the check
+  # genuine float32 detections: WRONG, beyond the check's own error
   run 1 check --inject rmsnorm-no-eps --shape '4x8;eps=1e-2' --dtype f32 --scale x=0.3 --seeds 100
-  grep -q "times the predicted error: a wrong backward" "$tmp/out" || fail "rmsnorm-no-eps: the note does not blame the backward"
-  grep -q "within the predicted error" "$tmp/out" && fail "rmsnorm-no-eps: the note calls a genuine bug round-off"
-  # a correct op failing at a far too small float32 step: within it
-  run 1 check rmsnorm --shape 4x8 --dtype f32 --h 1e-6
-  grep -q "within the predicted error" "$tmp/out" || fail "f32 h=1e-6: the note does not call it round-off"
-  grep -q "times the predicted error: a wrong backward" "$tmp/out" && fail "f32 h=1e-6: the note blames a correct backward"
-  run 1 check matmul --dtype f32 --shape 70x65,65x40 --h 1e-4 --step absolute
-  grep -q "within the predicted error" "$tmp/out" || fail "matmul f32 h=1e-4: not within the predicted error"
-  # every seeded bug, in both dtypes: every failure is the backward's
-  for bug in rmsnorm-sum rmsnorm-no-eps layernorm-no-mean overwrite rmsnorm-scale rmsnorm-proj layernorm-unbiased; do
+  grep -q "WRONG: beyond 2 times the check's own error, so the backward is wrong" "$tmp/out" ||
+    fail "rmsnorm-no-eps: the note does not blame the backward"
+  grep -q "inconclusive" "$tmp/out" && fail "rmsnorm-no-eps: a genuine bug called inconclusive"
+  # a correct op failing at a far too small float32 step: its own error, inconclusive
+  run 3 check rmsnorm --shape 4x8 --dtype f32 --h 1e-6
+  grep -q "a failure by no more than the check's own error at this step" "$tmp/out" ||
+    fail "f32 h=1e-6: the note does not call it the check's own error"
+  grep -q "WRONG" "$tmp/out" && fail "f32 h=1e-6: the note blames a correct backward"
+  run 3 check matmul --dtype f32 --shape 70x65,65x40 --h 1e-4 --step absolute
+  grep -q "a failure by no more than the check's own error" "$tmp/out" || fail "matmul f32 h=1e-4: not the check's error"
+  # every seeded bug, in both dtypes: no seed inconclusive, every failure the backward's
+  for bug in rmsnorm-sum rmsnorm-no-eps layernorm-no-mean overwrite rmsnorm-scale rmsnorm-proj layernorm-unbiased \
+             rmsnorm-r-const rmsnorm-m-sum rmsnorm-ignore-dy linear-scale; do
     for dt in f64 f32; do
       run 1 check --inject $bug --dtype $dt --seeds 20
-      awk '$2 ~ /^(x|gamma|beta)$/ && $4 != $(NF - 1) {exit 1}' "$tmp/out" ||
-        fail "$bug $dt: a failure within the predicted error"
+      # a row: [spec] input seeds wrong inconclusive ...
+      awk '{for (i = 1; i <= 2; i++) if ($i ~ /^(x|gamma|beta|weight|bias)$/ && $(i + 1) == 20) {if ($(i + 3) != 0) exit 1; next}}' \
+        "$tmp/out" || fail "$bug $dt: a seed inconclusive"
     done
   done
   ;;
