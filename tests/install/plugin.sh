@@ -38,7 +38,7 @@ has "$work/list.log" "a learner's LayerNorm"
 expect 0 "$work/check.log" check my_layernorm --plugin "$so"
 has "$work/check.log" "my_layernorm"
 expect 1 "$work/bug.log" --plugin "$so" check my_layernorm_nomean --shape 2x4
-has "$work/bug.log" "FAIL"
+has "$work/bug.log" "WRONG"
 has "$work/bug.log" "diagnosis of x 2x4 (2x4): mean-term"
 has "$work/bug.log" "a dropped mean term"
 expect 2 "$work/missing.log" --plugin "$work/no-such-plugin.so" list
