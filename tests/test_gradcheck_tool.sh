@@ -50,6 +50,9 @@
 #              blamed on the backward (f32), a linear op's 2% bug called round-off
 #              (linear), a backward ignoring dy diagnosed as agreeing Jacobians
 #              (dy), and the exit codes: > /dev/full, a NaN in explain (exit)
+#   schema     every command's --format json validated against schema 1
+#              (tests/gradcheck_schema.py, docs/gradcheck.md); --version; seeds as a
+#              list; --seed with --seeds refused
 # Usage: test_gradcheck_tool.sh PATH/TO/tapegrad-gradcheck CASE
 set -euo pipefail
 tool=${1:?usage: test_gradcheck_tool.sh TOOL CASE}
@@ -119,14 +122,15 @@ modes_usage)
   run 2 check rmsnorm --adjoint --order 2
   run 2 check rmsnorm --adjoint --elements
   run 2 sweep rmsnorm --adjoint
-  # for programs: JSON (one row per input and mode), CSV, and over seeds
+  # for programs: JSON (one check per mode, each with every input), CSV, and over seeds
   run 0 check rmsnorm --shape 2x4 --modes fwd,rev --adjoint --format json
   if command -v python3 > /dev/null 2>&1; then
     python3 -c 'import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["modes"] == ["rev", "fwd", "adjoint"], d["modes"]
-assert len(d["rows"]) == 6 and all(r["pass"] for r in d["rows"]), d["rows"]
-assert d["summary"]["pass"] and d["summary"]["checks"] == 6' "$tmp/out" || fail "--modes --format json"
+assert d["settings"]["modes"] == ["rev", "fwd", "adjoint"], d["settings"]["modes"]
+assert [c["mode"] for c in d["checks"]] == ["rev", "fwd", "adjoint"], d["checks"]
+assert all(c["result"]["pass"] and len(c["result"]["inputs"]) == 2 for c in d["checks"])
+assert d["summary"]["pass"] and d["summary"]["inputs"]["pass"] == 6' "$tmp/out" || fail "--modes --format json"
   fi
   run 0 check rmsnorm --shape 2x4 --modes fwd --adjoint --format csv --seeds 3
   head -1 "$tmp/out" | grep -q "^op,bug,spec,dtype,input_seed,probe_seed,input,mode," || fail "--modes csv header"
@@ -150,7 +154,8 @@ order2)
   if command -v python3 > /dev/null 2>&1; then
     python3 -c 'import json, sys
 d = json.load(open(sys.argv[1]))
-assert d["order"] == 2 and d["summary"]["pass"] and len(d["cases"]) == 1' "$tmp/out" || fail "--order 2 --format json"
+assert d["settings"]["order"] == 2 and d["summary"]["pass"] and len(d["checks"]) == 1
+assert d["checks"][0]["order"] == 2' "$tmp/out" || fail "--order 2 --format json"
   fi
   run 0 check rmsnorm --order 2 --shape 2x4 --seeds 20
   grep -Eq "^  2x4 +x +20 +0 +0 +100.0%" "$tmp/out" || fail "--order 2 --seeds 20: x should pass every seed"
@@ -414,7 +419,8 @@ formats)
   grep -q '"values":{"x":{"shape":\[4,8\]' "$tmp/out" || fail "json --print-inputs: no inputs"
   run 0 check rmsnorm --shape 4x8 --seeds 20 --format json
   json_ok "$tmp/out" || fail "check --seeds --format json: not JSON"
-  grep -q '"batch":{"runs":20' "$tmp/out" || fail "check --seeds json: no batch"
+  grep -q '"seeds":\[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19\],"runs":20' "$tmp/out" ||
+    fail "check --seeds json: no batch"
   run 0 check rmsnorm --shape 4x8 --seeds 20 --format csv
   [ "$(wc -l < "$tmp/out")" -eq 41 ] || fail "check --seeds 20 --format csv: want a header and 40 rows"
   head -1 "$tmp/out" | grep -q "^op,bug,spec,dtype,input_seed,probe_seed,input,pass," || fail "csv header"
@@ -423,7 +429,7 @@ formats)
   run 0 sweep rmsnorm --format json --seeds 3 --h-grid 1e-1:1e-6:2 --out "$tmp/sw"
   json_ok "$tmp/out" || fail "sweep --format json: not JSON"
   if have_python; then
-    python3 -c 'import json, sys; h = json.load(open(sys.argv[1]))["h"]
+    python3 -c 'import json, sys; h = json.load(open(sys.argv[1]))["sweep"]["h"]
 assert len(h) == 11 and abs(h[0] - 0.1) < 1e-15 and abs(h[-1] - 1e-6) < 1e-18, h' "$tmp/out" ||
       fail "sweep json: not the grid asked for"
   fi
@@ -597,7 +603,7 @@ predicted)
     python3 - "$tmp/out" << 'PY' || fail "check json: predicted fields missing or not trunc + round"
 import json, sys
 doc = json.load(open(sys.argv[1]))
-for case in doc["cases"]:
+for case in doc["checks"]:
     for inp in case["result"]["inputs"]:
         p, t, r = inp["pred_max"], inp["pred_trunc"], inp["pred_round"]
         assert p > 0 and abs(p - (t + r)) <= 1e-12 * p and inp["max_abs_err"] <= p, inp
@@ -695,6 +701,45 @@ verdict_exit)
   run 0 check tanh --shape 3x4
   run 1 check --inject rmsnorm-sum
   run 2 check tanh --bogus
+  ;;
+schema)
+  # one JSON schema (docs/gradcheck.md) for every command: each output
+  # validated field by field (tests/gradcheck_schema.py); --version names it
+  command -v python3 > /dev/null 2>&1 || { echo "ok: schema (skipped: no python3)"; exit 0; }
+  run 0 --version
+  grep -q "^tapegrad-gradcheck [0-9]*\.[0-9]*\.[0-9]* (JSON schema 1)$" "$tmp/out" || fail "--version"
+  n=0
+  while IFS='|' read -r want args; do
+    n=$((n + 1))
+    # shellcheck disable=SC2086
+    run "$want" ${args//OUTDIR/$tmp/o} --format json
+    cp "$tmp/out" "$tmp/doc$n.json"
+    python3 "$(dirname "$0")/gradcheck_schema.py" "$tmp/doc$n.json" || fail "$args: not schema 1"
+    python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); sys.exit(d["summary"]["exit_status"] != int(sys.argv[2]))' \
+      "$tmp/doc$n.json" "$want" || fail "$args: summary.exit_status is not the exit status $want"
+  done <<'COMMANDS'
+0|check rmsnorm
+0|check rmsnorm --shape 4x8 --seeds 5
+1|check --inject rmsnorm-sum --elements --print-inputs
+1|check --inject rmsnorm-sum --seeds 3..4
+0|check rmsnorm --shape 2x4 --modes fwd,rev --adjoint --seeds 2
+1|check --inject rmsnorm-scale --shape 4x8;size=1e-6 --adjoint
+0|check layernorm --order 2 --shape 2x5
+3|check --order 2 --inject rmsnorm-sum --seeds 2
+3|check tanh --scale x=1e6
+0|check all --mode directional
+0|jacobian rmsnorm --shape 1x3 --out OUTDIR
+0|jacobian rmsnorm --shape 1x3 --seeds 3
+0|sweep rmsnorm --seeds 2 --h-grid 1e-1:1e-6:2 --out OUTDIR
+COMMANDS
+  # every seed as a list, every number to 17 significant digits
+  python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["seeds"] == [3, 4], d["seeds"]' \
+    "$tmp/doc4.json" || fail "--seeds 3..4: the seeds are not listed"
+  grep -Eq '"max_abs_err":[0-9.e+-]{17,}' "$tmp/doc1.json" || fail "json: a number without its 17 digits"
+  # --seed beside --seeds is refused, not ignored
+  run 2 check rmsnorm --seed 3 --seeds 2
+  grep -q "together" "$tmp/err" || fail "--seed with --seeds: no reason"
+  echo "schema: $n commands, every one schema 1"
   ;;
 *)
   fail "unknown case $case_name"

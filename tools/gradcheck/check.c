@@ -30,7 +30,7 @@ typedef struct check_totals {
     gct_note notes[64];
     char failures[2048]; /* "\n    WRONG  rmsnorm 4x8: x, gamma" ... */
     size_t flen;
-    bool first_json; /* no case written yet */
+    gct_json json; /* --format json */
 } check_totals;
 
 static void note_failure(check_totals *T, const char *what, const char *label, const char *spec, const char *names) {
@@ -165,26 +165,19 @@ static void print_elements_csv(const gct_target *tg, const elem_list *L, const c
     }
 }
 
-/* The rest of one run's report for a program: in JSON its seeds, the
- * inputs (--print-inputs), the result or the error, closing the object the
- * caller opened; in CSV its rows. */
+/* One run's report for a program: in JSON a check of "checks" (the case,
+ * its seeds, the result or the error, the inputs with --print-inputs, the
+ * comparisons with --elements); in CSV its rows. */
 static void print_run(tg_ctx *ctx, const gct_args *a, gct_target *tg, const tg_gradcheck_result *r, const elem_list *L,
-                      bool ok, uint64_t seed) {
+                      bool ok, uint64_t seed, check_totals *T) {
     if (a->format == GCT_JSON) {
-        printf(",\"input_seed\":%llu,\"probe_seed\":%llu", (unsigned long long)gct_input_seed(a, seed),
-               (unsigned long long)gct_probe_seed(a, seed));
+        gct_json_check_open(&T->json, a, tg, seed, "rev");
+        gct_json_check_result(tg, ctx, ok ? r : NULL);
         if (a->print_inputs) {
             printf(",\"values\":");
             gct_json_inputs(stdout, tg);
         }
-        if (ok) {
-            printf(",\"result\":");
-            tg_gradcheck_write(stdout, r, tg->c.input_names, TG_GRADCHECK_JSON, NULL);
-            if (a->elements) print_elements_json(tg, L);
-        } else {
-            printf(",\"error\":");
-            gct_json_str(stdout, tg_error_message(ctx));
-        }
+        if (ok && a->elements) print_elements_json(tg, L);
         printf("}");
     } else if (a->format == GCT_CSV && ok) {
         char prefix[256];
@@ -246,26 +239,6 @@ static tg_gradcheck_verdict add_case_rows(gct_table *t, const gct_target *tg, co
     return names.wl ? TG_VERDICT_WRONG : names.il ? TG_VERDICT_INCONCLUSIVE : TG_VERDICT_PASS;
 }
 
-/* The case's opening fields in JSON: op, bug, function, spec, dtype. */
-static void json_case_head(const gct_target *tg, check_totals *T) {
-    printf("%s\n{\"op\":", T->first_json ? "" : ",");
-    T->first_json = false;
-    gct_json_str(stdout, tg->op->name);
-    printf(",\"bug\":");
-    if (tg->bug) gct_json_str(stdout, tg->bug->name);
-    else printf("null");
-    printf(",\"function\":");
-    gct_json_str(stdout, tg->bug ? tg->function : tg->op->name);
-    printf(",\"spec\":");
-    gct_json_str(stdout, tg->c.spec);
-    printf(",\"dtype\":\"%s\",\"input_names\":[", tg_dtype_name(tg->c.dtype));
-    for (int k = 0; k < tg->c.n_inputs; k++) {
-        if (k) printf(",");
-        gct_json_str(stdout, tg->c.input_names[k]);
-    }
-    printf("]");
-}
-
 /* One check of tg at seed s with opts o: *r; each element into L when
  * --elements. False when the check raised an error (in the context). */
 static bool run_check(tg_ctx *ctx, const gct_args *a, gct_target *tg, uint64_t s, tg_gradcheck_result *r, elem_list *L,
@@ -304,16 +277,16 @@ static void batch_free(batch_input *B, int n) {
     }
 }
 
-static void json_quantiles(const char *key, double *v, int64_t n) {
-    printf("\"%s\":{\"p50\":", key);
-    gct_json_num(stdout, gct_quantile(v, n, 0.5));
-    printf(",\"p90\":");
-    gct_json_num(stdout, gct_quantile(v, n, 0.9));
-    printf(",\"p99\":");
-    gct_json_num(stdout, gct_quantile(v, n, 0.99));
-    printf(",\"max\":");
-    gct_json_num(stdout, gct_quantile(v, n, 1.0));
-    printf("}");
+static void json_quantiles(FILE *f, const char *key, double *v, int64_t n) {
+    fprintf(f, "\"%s\":{\"p50\":", key);
+    gct_json_num(f, gct_quantile(v, n, 0.5));
+    fprintf(f, ",\"p90\":");
+    gct_json_num(f, gct_quantile(v, n, 0.9));
+    fprintf(f, ",\"p99\":");
+    gct_json_num(f, gct_quantile(v, n, 0.99));
+    fprintf(f, ",\"max\":");
+    gct_json_num(f, gct_quantile(v, n, 1.0));
+    fprintf(f, "}");
 }
 
 /* The median excess of an input's seeds with verdict v (for the note). */
@@ -372,10 +345,22 @@ static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, con
                     return GCT_EXIT_ERROR;
                 }
             }
-            if (json) {
-                json_case_head(&tg, T);
-                printf(",\"seeds\":[%llu,%llu],\"runs\":[", (unsigned long long)s0,
-                       (unsigned long long)(s0 + (uint64_t)n - 1));
+            if (json && T->json.batches) {
+                /* the batch, held until the checks are written */
+                FILE *f = T->json.batches;
+                fprintf(f, "%s\n{\"op\":", T->json.n_batches++ ? "," : "");
+                gct_json_str(f, tg.op->name);
+                fprintf(f, ",\"bug\":");
+                if (tg.bug) gct_json_str(f, tg.bug->name);
+                else fprintf(f, "null");
+                fprintf(f, ",\"function\":");
+                gct_json_str(f, tg.bug ? tg.function : tg.op->name);
+                fprintf(f, ",\"spec\":");
+                gct_json_str(f, tg.c.spec);
+                fprintf(f, ",\"dtype\":\"%s\",\"order\":%d,\"mode\":\"rev\",\"seeds\":[", tg_dtype_name(tg.c.dtype),
+                        a->order);
+                for (int64_t q = 0; q < n; q++) fprintf(f, "%s%llu", q ? "," : "", (unsigned long long)(s0 + q));
+                fprintf(f, "]");
                 opened = true;
             }
         }
@@ -390,8 +375,7 @@ static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, con
         }
         tg_gradcheck_result r;
         bool ok = run_check(ctx, a, &tg, s, &r, &L, T);
-        if (json) printf("%s\n{\"seed\":%llu", i ? "," : "", (unsigned long long)s);
-        print_run(ctx, a, &tg, &r, &L, ok, s);
+        print_run(ctx, a, &tg, &r, &L, ok, s, T);
         if (!ok) {
             if (!n_errors++) snprintf(first_error, sizeof first_error, "%s", tg_error_message(ctx));
             T->runs.errors++;
@@ -416,7 +400,8 @@ static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, con
         }
     }
     free(L.e);
-    if (opened) printf("],\n\"batch\":{\"runs\":%lld,\"errors\":%lld,\"inputs\":[", (long long)n, (long long)n_errors);
+    FILE *jf = T->json.batches;
+    if (opened) fprintf(jf, ",\"runs\":%lld,\"errors\":%lld,\"inputs\":[", (long long)n, (long long)n_errors);
 
     /* the rows: one per input */
     bool first_row = true, first_json_input = true;
@@ -438,22 +423,25 @@ static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, con
         }
         double rate = (double)b->pass / (double)n;
         if (opened) {
-            printf("%s{\"name\":", first_json_input ? "" : ",");
+            fprintf(jf, "%s{\"name\":", first_json_input ? "" : ",");
             first_json_input = false;
-            gct_json_str(stdout, tg.c.input_names[k]);
-            printf(",\"runs\":%lld,\"pass\":%lld,\"wrong\":%lld,\"inconclusive\":%lld,\"verdict\":\"%s\",\"pass_rate\":",
-                   (long long)b->runs, (long long)b->pass, (long long)b->wrong, (long long)b->inconclusive,
-                   tg_gradcheck_verdict_name(v));
-            gct_json_num(stdout, rate);
-            printf(",");
-            json_quantiles("rel_err", b->rel, b->runs);
-            printf(",");
-            json_quantiles("ratio", b->ratio, b->runs);
-            printf(",");
-            json_quantiles("excess", b->excess, b->runs);
-            printf(",");
-            json_quantiles("pred_rel", b->pred, b->runs);
-            printf("}");
+            gct_json_str(jf, tg.c.input_names[k]);
+            fprintf(jf,
+                    ",\"runs\":%lld,\"pass\":%lld,\"wrong\":%lld,\"inconclusive\":%lld,\"verdict\":\"%s\","
+                    "\"reason\":\"%s\",\"pass_rate\":",
+                    (long long)b->runs, (long long)b->pass, (long long)b->wrong, (long long)b->inconclusive,
+                    tg_gradcheck_verdict_name(v),
+                    tg_gradcheck_reason_name(v == TG_VERDICT_INCONCLUSIVE ? why : TG_REASON_NONE));
+            gct_json_num(jf, rate);
+            fprintf(jf, ",");
+            json_quantiles(jf, "rel_err", b->rel, b->runs);
+            fprintf(jf, ",");
+            json_quantiles(jf, "ratio", b->ratio, b->runs);
+            fprintf(jf, ",");
+            json_quantiles(jf, "excess", b->excess, b->runs);
+            fprintf(jf, ",");
+            json_quantiles(jf, "pred_rel", b->pred, b->runs);
+            fprintf(jf, "}");
         }
         if (a->format != GCT_TEXT || (a->quiet && v == TG_VERDICT_PASS) || b->runs == 0) continue;
         gct_cell *row = gct_table_row(t);
@@ -477,7 +465,7 @@ static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, con
         gct_cell_set(&row[13], gct_verdict_tone(v), "%s", gct_verdict_word(v));
         first_row = false;
     }
-    if (opened) printf("]}}");
+    if (opened) fprintf(jf, "]}");
     batch_free(B, TG_GRADCHECK_MAX_INPUTS);
     if (n_errors) {
         /* a seed that stopped on an error checked nothing: the case is
@@ -568,10 +556,7 @@ static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
         tg_gradcheck_result r;
         bool ok = run_check(ctx, a, &tg, a->seed, &r, &L, T);
         T->cases++;
-        if (a->format == GCT_JSON) {
-            json_case_head(&tg, T);
-        }
-        print_run(ctx, a, &tg, &r, &L, ok, a->seed);
+        print_run(ctx, a, &tg, &r, &L, ok, a->seed, T);
         if (!ok) {
             if (el < sizeof errors)
                 el += (size_t)snprintf(errors + el, sizeof errors - el, "    ERROR %s: %s\n", tg.c.spec,
@@ -635,10 +620,8 @@ int gct_cmd_check(const gct_args *a) {
     if (!ctx) return GCT_EXIT_ERROR;
     check_totals T;
     memset(&T, 0, sizeof T);
-    T.first_json = true;
     T.f32 = a->dtype == TG_F32;
-    if (a->format == GCT_JSON)
-        printf("{\"tool\":\"tapegrad-gradcheck\",\"command\":\"check\",\"order\":%d,\"cases\":[", a->order);
+    if (a->format == GCT_JSON) gct_json_open(&T.json, a);
     if (a->format == GCT_CSV)
         printf("op,bug,spec,dtype,input_seed,probe_seed,%s\n",
                a->elements ? CSV_ELEMENT_COLUMNS : TG_GRADCHECK_CSV_COLUMNS);
@@ -651,23 +634,19 @@ int gct_cmd_check(const gct_args *a) {
         refused = check_op(ctx, a, op, bug, &T);
     }
     tg_ctx_free(ctx);
-    if (refused >= 0) return refused;
+    if (refused >= 0) {
+        if (T.json.batches) fclose(T.json.batches);
+        free(T.json.batch_text);
+        return refused;
+    }
 
     double secs = gct_now() - t0;
     int status = gct_tally_status(&T.inputs);
     int64_t n_inputs = T.inputs.pass + T.inputs.wrong + T.inputs.inconclusive;
     int64_t n_runs = T.runs.pass + T.runs.wrong + T.runs.inconclusive + T.runs.errors;
     if (a->format == GCT_JSON) {
-        printf("],\n\"summary\":{\"pass\":%s,\"verdict\":\"%s\",\"ops\":%d,\"cases\":%d,\"inputs\":%lld,"
-               "\"wrong_inputs\":%lld,\"inconclusive_inputs\":%lld,\"errors\":%lld,\"runs\":%lld,\"wrong_runs\":%lld,"
-               "\"inconclusive_runs\":%lld,\"error_runs\":%lld,\"seconds\":%.6f,\"check_seconds\":%.6f}}\n",
-               status == GCT_EXIT_PASS ? "true" : "false",
-               status == GCT_EXIT_PASS    ? "pass"
-               : status == GCT_EXIT_WRONG ? "wrong"
-                                          : "inconclusive",
-               T.ops, T.cases, (long long)n_inputs, (long long)T.inputs.wrong, (long long)T.inputs.inconclusive,
-               (long long)T.inputs.errors, (long long)n_runs, (long long)T.runs.wrong, (long long)T.runs.inconclusive,
-               (long long)T.runs.errors, secs, T.check_secs);
+        gct_json_checks_close(&T.json);
+        gct_json_summary(a, &T.inputs, &T.runs, T.ops, T.cases, secs, T.check_secs);
         return status;
     }
     if (a->format == GCT_CSV) return status;

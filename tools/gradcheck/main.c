@@ -46,7 +46,7 @@ void gct_usage(FILE *out) {
           "                    the backward on your numbers (--x, --gamma, --beta, --dy, --eps),\n"
           "                    every quantity of docs/normalization-gradients.md, the invariants\n"
           "                    and dx against central differences\n"
-          "  help              this text\n"
+          "  help              this text (--version: the version and the JSON schema)\n"
           "\n"
           "what is checked:\n"
           "  --shape SPEC      inputs, e.g. 4x8 or '2x3x4;norm=2;bias=1' (see list); default:\n"
@@ -91,7 +91,7 @@ void gct_usage(FILE *out) {
           "  --values NAME=V,V,...|@FILE   NAME's values, explicitly or from a file\n"
           "  --seed N          seeds the inputs and the probe vectors r and v (default 0)\n"
           "  --input-seed N, --probe-seed N   hold one of them fixed\n"
-          "  --seeds N|A..B    run N seeds from --seed (or A to B) in one process: pass rate and\n"
+          "  --seeds N|A..B    run seeds 0..N-1 (or A to B; not with --seed) in one process: pass rate and\n"
           "                    error quantiles (check, jacobian), curves over seeds (sweep)\n"
           "  --print-inputs    print the inputs as checked (full precision)\n"
           "  --save-inputs DIR write each input to DIR/NAME.txt (with --seeds: DIR/sS/NAME.txt)\n"
@@ -407,6 +407,7 @@ static bool parse_option(gct_args *a, const char *opt, const char *v) {
         else return gct_usage_error("--step is absolute, element or scaled, not '%s'", v), false;
         a->step_set = true;
     } else if (!strcmp(opt, "--seed")) {
+        a->seed_set = true;
         return parse_seed(opt, v, &a->seed);
     } else if (!strcmp(opt, "--input-seed")) {
         a->input_seed_set = true;
@@ -485,6 +486,11 @@ static int parse_args(int argc, char **argv, gct_args *a) {
         gct_usage(stdout);
         return GCT_EXIT_PASS;
     }
+    if (!strcmp(a->command, "--version") || !strcmp(a->command, "version")) {
+        printf("tapegrad-gradcheck %d.%d.%d (JSON schema %d)\n", TAPEGRAD_VERSION_MAJOR, TAPEGRAD_VERSION_MINOR,
+               TAPEGRAD_VERSION_PATCH, GCT_JSON_SCHEMA);
+        return GCT_EXIT_PASS;
+    }
     if (strcmp(a->command, "list") && strcmp(a->command, "check") && strcmp(a->command, "sweep") &&
         strcmp(a->command, "jacobian") && strcmp(a->command, "explain") && strcmp(a->command, "memory"))
         return gct_usage_error("unknown command '%s'", a->command);
@@ -511,6 +517,12 @@ static int parse_args(int argc, char **argv, gct_args *a) {
         }
         if (!parse_option(a, opt, v)) return GCT_EXIT_USAGE;
     }
+    const bool seed_given = a->seed_set;
+    /* --seeds names every seed it runs; a --seed beside it would be
+     * ignored (or silently move the range): refused */
+    if (a->n_seeds && seed_given)
+        return gct_usage_error("--seed and --seeds together: --seeds N runs seeds 0..N-1, --seeds A..B the range "
+                               "A..B (--input-seed, --probe-seed hold one of the two fixed)");
     if (a->seeds_from_seed) a->seed_first = a->seed;
     if (a->format == GCT_CSV && !strcmp(a->command, "jacobian") && a->n_seeds)
         return gct_usage_error("jacobian --seeds reports in text or json");

@@ -9,11 +9,12 @@
  *            random u and v: no step h, a tolerance of a few roundings
  *            (tg_gradcheck_adjoint)
  * One table per op, a row per input and mode (and seed, with --seeds);
- * --format json|csv give the same rows to programs: one record per input,
- * mode and seed. First order only: --order 2 (the reverse-mode double
+ * --format json gives every check (a case, seed and mode) with its full
+ * result (json.c), csv one record per input, mode and seed. First order only: --order 2 (the reverse-mode double
  * backward) is refused beside --modes and --adjoint. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tapegrad/op.h"
@@ -90,6 +91,8 @@ static void register_bug_rules(void) {
 typedef struct modes_totals {
     int ops, cases, rows, errors;
     gct_tally tally; /* rows by verdict, and the errors */
+    gct_tally runs;  /* checks (a case, seed and mode) by verdict */
+    gct_json json;   /* --format json */
     char failures[2048];
     size_t flen;
     char errors_text[2048]; /* this op's errors, printed under its table */
@@ -102,51 +105,22 @@ static void fmt_num(gct_cell *c, const char *fmt, double v) {
     else gct_cell_set(c, GCT_PLAIN, fmt, v);
 }
 
-/* A row for programs: --format json (an object in "rows") or csv. r is
- * NULL for an error (its message in `error`). */
-static void machine_row(const gct_args *a, const gct_target *tg, uint64_t seed, const char *mode, int k,
-                        const tg_gradcheck_input *in, const char *error, modes_totals *T) {
-    if (a->format == GCT_CSV) {
-        char prefix[512];
-        gct_csv_prefix(prefix, sizeof prefix, tg, gct_input_seed(a, seed), gct_probe_seed(a, seed));
-        printf("%s%s,%s,", prefix, k >= 0 ? tg->c.input_names[k] : "", mode);
-        if (in)
-            printf("%lld,%lld,%.17g,%.17g,%.17g,%.17g,%d,%s,%s,\n", (long long)in->n_checked, (long long)in->n_failed,
-                   in->max_abs_err, in->worst_analytic, in->worst_numeric, in->worst_ratio, in->pass ? 1 : 0,
-                   tg_gradcheck_verdict_name(in->verdict), tg_gradcheck_reason_name(in->reason));
-        else {
-            printf(",,,,,,0,inconclusive,error,\"");
-            for (const char *c = error; *c; c++) fputs(*c == '"' ? "\"\"" : (char[]){*c, 0}, stdout);
-            printf("\"\n");
-        }
-        return;
+/* A row for --format csv: one per input, mode and seed. in is NULL for an
+ * error (its message in `error`). */
+static void csv_row(const gct_args *a, const gct_target *tg, uint64_t seed, const char *mode, int k,
+                    const tg_gradcheck_input *in, const char *error) {
+    char prefix[512];
+    gct_csv_prefix(prefix, sizeof prefix, tg, gct_input_seed(a, seed), gct_probe_seed(a, seed));
+    printf("%s%s,%s,", prefix, k >= 0 ? tg->c.input_names[k] : "", mode);
+    if (in) {
+        printf("%lld,%lld,%.17g,%.17g,%.17g,%.17g,%d,%s,%s,\n", (long long)in->n_checked, (long long)in->n_failed,
+               in->max_abs_err, in->worst_analytic, in->worst_numeric, in->worst_ratio, in->pass ? 1 : 0,
+               tg_gradcheck_verdict_name(in->verdict), tg_gradcheck_reason_name(in->reason));
+    } else {
+        printf(",,,,,,0,inconclusive,error,\"");
+        for (const char *c = error; *c; c++) fputs(*c == '"' ? "\"\"" : (char[]){*c, 0}, stdout);
+        printf("\"\n");
     }
-    printf("%s\n{\"op\":", T->rows + T->errors > 1 ? "," : "");
-    gct_json_str(stdout, tg->op->name);
-    printf(",\"bug\":");
-    if (tg->bug) gct_json_str(stdout, tg->bug->name);
-    else printf("null");
-    printf(",\"spec\":");
-    gct_json_str(stdout, tg->c.spec);
-    printf(",\"dtype\":\"%s\",\"input_seed\":%llu,\"probe_seed\":%llu,\"mode\":\"%s\"", tg_dtype_name(tg->c.dtype),
-           (unsigned long long)gct_input_seed(a, seed), (unsigned long long)gct_probe_seed(a, seed), mode);
-    if (!in) {
-        printf(",\"error\":");
-        gct_json_str(stdout, error);
-        printf("}");
-        return;
-    }
-    printf(",\"input\":");
-    gct_json_str(stdout, tg->c.input_names[k]);
-    printf(",\"checked\":%lld,\"failed\":%lld", (long long)in->n_checked, (long long)in->n_failed);
-    const char *keys[4] = {"max_abs_err", "worst_analytic", "worst_numeric", "worst_ratio"};
-    const double vals[4] = {in->max_abs_err, in->worst_analytic, in->worst_numeric, in->worst_ratio};
-    for (int i = 0; i < 4; i++) {
-        printf(",\"%s\":", keys[i]);
-        gct_json_num(stdout, vals[i]);
-    }
-    printf(",\"pass\":%s,\"verdict\":\"%s\",\"reason\":\"%s\"}", in->pass ? "true" : "false",
-           tg_gradcheck_verdict_name(in->verdict), tg_gradcheck_reason_name(in->reason));
 }
 
 /* The rows of one mode's result: one per checked input. */
@@ -163,10 +137,8 @@ static void add_rows(const gct_args *a, gct_table *t, const gct_target *tg, uint
                                         in->verdict == TG_VERDICT_INCONCLUSIVE ? " (" : "",
                                         in->verdict == TG_VERDICT_INCONCLUSIVE ? tg_gradcheck_reason_name(in->reason) : "",
                                         in->verdict == TG_VERDICT_INCONCLUSIVE ? ")" : "");
-        if (a->format != GCT_TEXT) {
-            machine_row(a, tg, seed, mode, k, in, NULL, T);
-            continue;
-        }
+        if (a->format == GCT_CSV) csv_row(a, tg, seed, mode, k, in, NULL);
+        if (a->format != GCT_TEXT) continue;
         if (a->quiet && in->pass) continue;
         gct_cell *row = gct_table_row(t);
         if (!row) return;
@@ -216,8 +188,14 @@ static void run_case(tg_ctx *ctx, const gct_args *a, gct_target *tg, uint64_t se
         if (!ok) {
             T->errors++;
             T->tally.errors++;
+            T->runs.errors++;
             gct_cell *row = a->format == GCT_TEXT ? gct_table_row(t) : NULL;
-            if (a->format != GCT_TEXT) machine_row(a, tg, seed, name, -1, NULL, tg_error_message(ctx), T);
+            if (a->format == GCT_CSV) csv_row(a, tg, seed, name, -1, NULL, tg_error_message(ctx));
+            if (a->format == GCT_JSON) {
+                gct_json_check_open(&T->json, a, tg, seed, name);
+                gct_json_check_result(tg, ctx, NULL);
+                printf("}");
+            }
             if (row) {
                 if (first) gct_table_group(t);
                 gct_cell_set(&row[0], GCT_PLAIN, "%s", first ? tg->c.spec : "");
@@ -235,6 +213,12 @@ static void run_case(tg_ctx *ctx, const gct_args *a, gct_target *tg, uint64_t se
             *op_failed = true;
             continue;
         }
+        if (a->format == GCT_JSON) {
+            gct_json_check_open(&T->json, a, tg, seed, name);
+            gct_json_check_result(tg, ctx, &r);
+            printf("}");
+        }
+        gct_tally_add(&T->runs, r.verdict);
         add_rows(a, t, tg, seed, name, &r, &first, T);
         if (!r.pass) *op_failed = true;
     }
@@ -289,10 +273,9 @@ int gct_cmd_check_modes(const gct_args *a, const tg_op_info *op, const gct_bug *
     tg_ctx *ctx = gct_ctx_new(gct_first_seed(a));
     if (!ctx) return GCT_EXIT_ERROR;
     const int modes = a->modes ? a->modes : MODE_REV;
-    if (a->format == GCT_JSON)
-        printf("{\"tool\":\"tapegrad-gradcheck\",\"command\":\"check\",\"modes\":[%s%s%s],\"rows\":[",
-               modes & MODE_REV ? "\"rev\"" : "", modes & MODE_FWD ? (modes & MODE_REV ? ",\"fwd\"" : "\"fwd\"") : "",
-               a->adjoint ? (modes ? ",\"adjoint\"" : "\"adjoint\"") : "");
+    modes_totals T;
+    memset(&T, 0, sizeof T);
+    if (a->format == GCT_JSON) gct_json_open(&T.json, a);
     else if (a->format == GCT_CSV)
         printf("op,bug,spec,dtype,input_seed,probe_seed,input,mode,checked,failed,max_abs_err,worst_analytic,"
                "worst_numeric,worst_ratio,pass,verdict,reason,error\n");
@@ -305,25 +288,22 @@ int gct_cmd_check_modes(const gct_args *a, const tg_op_info *op, const gct_bug *
                    (unsigned long long)(gct_first_seed(a) + gct_seed_count(a) - 1));
         else printf("seed %llu)\n", (unsigned long long)a->seed);
     }
-    modes_totals T;
-    memset(&T, 0, sizeof T);
     double t0 = gct_now();
     int st = -1;
     for (int i = 0; !op && i < tg_registry_count() && st < 0; i++) st = modes_op(ctx, a, tg_registry_get(i), NULL, &T);
     if (op) st = modes_op(ctx, a, op, bug, &T);
     tg_ctx_free(ctx);
-    if (st >= 0) return st;
+    if (st >= 0) {
+        if (T.json.batches) fclose(T.json.batches);
+        free(T.json.batch_text);
+        return st;
+    }
     const int status = gct_tally_status(&T.tally);
-    const bool pass = status == GCT_EXIT_PASS;
-    if (a->format == GCT_JSON)
-        printf("],\n\"summary\":{\"pass\":%s,\"verdict\":\"%s\",\"ops\":%d,\"cases\":%d,\"seeds\":%lld,\"checks\":%d,"
-               "\"wrong\":%lld,\"inconclusive\":%lld,\"errors\":%d,\"seconds\":%.6f}}\n",
-               pass ? "true" : "false",
-               pass                       ? "pass"
-               : status == GCT_EXIT_WRONG ? "wrong"
-                                          : "inconclusive",
-               T.ops, T.cases, (long long)gct_seed_count(a), T.rows, (long long)T.tally.wrong,
-               (long long)T.tally.inconclusive, T.errors, gct_now() - t0);
+    if (a->format == GCT_JSON) {
+        /* the inputs of the summary: every row, an input in one mode */
+        gct_json_checks_close(&T.json);
+        gct_json_summary(a, &T.tally, &T.runs, T.ops, T.cases, gct_now() - t0, gct_now() - t0);
+    }
     if (a->format != GCT_TEXT) return status;
     printf("\n");
     gct_puts_tone(stdout, "summary:", GCT_BOLD, a->color);

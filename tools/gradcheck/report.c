@@ -37,16 +37,6 @@ void gct_json_str(FILE *out, const char *s) {
     fputc('"', out);
 }
 
-void gct_json_head(const char *command, const tg_op_info *op, const gct_bug *bug, const char *spec) {
-    printf("{\"tool\":\"tapegrad-gradcheck\",\"command\":\"%s\",\"op\":", command);
-    gct_json_str(stdout, op->name);
-    printf(",\"bug\":");
-    if (bug) gct_json_str(stdout, bug->name);
-    else printf("null");
-    printf(",\"spec\":");
-    gct_json_str(stdout, spec);
-}
-
 void gct_json_num(FILE *out, double v) {
     if (isfinite(v)) fprintf(out, "%.17g", v);
     else fputs("null", out);

@@ -80,6 +80,7 @@ typedef struct gct_args {
     int schemes;                        /* --scheme: bit 0 central, bit 1 forward;
                                            0: check central, sweep both */
     uint64_t seed;                      /* --seed (default 0): inputs and probe */
+    bool seed_set;                      /* --seed given */
     uint64_t input_seed, probe_seed;    /* --input-seed, --probe-seed */
     bool input_seed_set, probe_seed_set;
     int64_t n_seeds; /* --seeds: 0 a single run at seed, else seeds first.. */
@@ -279,10 +280,6 @@ bool gct_parse_values(const char *opt, const char *text, double **values, int64_
 double gct_quantile(double *v, int64_t n, double q);
 /* A JSON string (escaped, quoted). */
 void gct_json_str(FILE *out, const char *s);
-/* Opens a command's JSON document on stdout: {"tool":...,"command":...,
- * "op":...,"bug":... (null without one),"spec":... -- the caller goes on
- * with its own fields. */
-void gct_json_head(const char *command, const tg_op_info *op, const gct_bug *bug, const char *spec);
 /* A JSON number (null when not finite). */
 void gct_json_num(FILE *out, double v);
 /* "op,bug,spec,dtype,input_seed,probe_seed," for a CSV row of t (the bug
@@ -332,6 +329,35 @@ typedef struct gct_note {
  * verdict: wrong (how far beyond the check's own error), or why the check
  * could not decide. */
 void gct_put_notes(const gct_note *notes, int n, bool f32);
+
+/* ---- the JSON document (json.c) --------------------------------------------- */
+
+/* Its schema version: a field renamed, removed or changing meaning makes
+ * a new one; a field added does not. */
+#define GCT_JSON_SCHEMA 1
+
+typedef struct gct_json {
+    int n_checks;     /* checks written */
+    int n_batches;    /* batches written into `batches` */
+    FILE *batches;    /* held until the checks are done */
+    char *batch_text; /* its text */
+    size_t batch_len;
+} gct_json;
+
+/* Opens the document on stdout: schema, tool, version, command, settings,
+ * seeds, and the "checks" array. */
+void gct_json_open(gct_json *j, const gct_args *a);
+/* Opens one check of "checks": the case, its seeds, order and mode; the
+ * caller adds the result (gct_json_check_result) and any extra fields,
+ * then "}". */
+void gct_json_check_open(gct_json *j, const gct_args *a, const gct_target *t, uint64_t seed, const char *mode);
+/* ,"error":null,"result":{...}, or with r NULL ,"error":"ctx's message","result":null */
+void gct_json_check_result(const gct_target *t, tg_ctx *ctx, const tg_gradcheck_result *r);
+/* Closes "checks" and writes "batches" from j->batches. */
+void gct_json_checks_close(gct_json *j);
+/* The "summary" (verdict, exit status, counts, seconds), and the end. */
+void gct_json_summary(const gct_args *a, const gct_tally *inputs, const gct_tally *runs, int ops, int cases,
+                      double secs, double check_secs);
 
 /* ---- small helpers (table.c) ------------------------------- */
 
