@@ -371,11 +371,17 @@ typedef struct gc_ref {
  * -- as it does at a quarter of the step even where the step itself is too
  * large for that. A wrong backward shifts every e_m alike and cancels. So
  *   |t_0| <= |e_0 - e_1| + q / (q - 1) |e_1 - e_2| + (the roundings)
- * with the rounding of the quotient at h / 2^m 2^m times that at h. A
+ * with the rounding of the quotient at h / 2^m 2^m times that at h (the
+ * four added as independent errors, root sum of squares). A
  * linear op (t = 0) is held to its rounding alone, however large h. The
+ * (Where the differences grow as the step shrinks, the step straddles a
+ * kink at every size and the bound is unknown.) The
  * error a correct backward can show is |t_0| + its rounding: a failure
- * beyond TG_GRADCHECK_WRONG_EXCESS times that is a wrong gradient, one
- * within it undecided. Four more evaluations per failing comparison. */
+ * beyond TG_GRADCHECK_WRONG_EXCESS times that -- at every one of the three
+ * steps, since a wrong backward's error does not shrink with the step
+ * while the check's own (a kink the step straddles) does -- is a wrong
+ * gradient, one within it undecided. Four more evaluations per failing
+ * comparison. */
 
 static double gc_round(const gc_config *cfg, double S, double Lp, double Lm, double step) {
     return TG_GRADCHECK_C_ROUND * (cfg->eps * S + DBL_EPSILON * (fabs(Lp) + fabs(Lm))) / step;
@@ -535,7 +541,7 @@ static double gc_rms_pair(const double *a, const double *b, int64_t n) {
  * within it or when n is not finite. A comparison where a zero analytic
  * value would fail saw a gradient. */
 static void gc_compare(const gc_config *cfg, tg_gradcheck_result *R, int k, int64_t i, int64_t j, double a, double n,
-                       double h, double trunc, double round) {
+                       double h, double trunc, double round, double persist) {
     tg_gradcheck_input *in = &R->input[k];
     double bound = trunc + round;
     if (in->n_checked == 0 || bound > in->pred_max) {
@@ -549,10 +555,13 @@ static void gc_compare(const gc_config *cfg, tg_gradcheck_result *R, int k, int6
     double rel = err / fmax(fabs(n), fmax(atol, DBL_MIN));
     double ratio = tol > 0 ? err / tol : (err == 0 ? 0.0 : INFINITY);
     if (isnan(ratio)) ratio = INFINITY; /* NaN anywhere: the worst of all */
-    double excess = bound > 0 ? err / bound : (err == 0 ? 0.0 : INFINITY);
-    if (isnan(excess)) excess = INFINITY;
     bool ok = err <= tol; /* false for NaN */
-    bool wrong = !ok && isfinite(n) && !(err <= TG_GRADCHECK_WRONG_EXCESS * bound);
+    /* a failure's excess: its error at the step where it is smallest */
+    double kept = ok ? err : fmin(err, isnan(persist) ? err : persist);
+    double excess = bound > 0 ? kept / bound : (kept == 0 ? 0.0 : INFINITY);
+    if (isnan(excess)) excess = INFINITY;
+    bool wrong = !ok && isfinite(n) && !(fmin(err, persist) <= TG_GRADCHECK_WRONG_EXCESS * bound) &&
+                 !(isnan(persist) && isfinite(a));
     in->n_checked++;
     if (!ok) in->n_failed++;
     if (wrong) in->n_wrong++;
@@ -742,12 +751,26 @@ static double gc_stored_dot(const gc_config *cfg, tg_tensor *x, const tg_tensor 
  * e0, e1, e2 = a - n at the steps h, h / 2, h / 4 (signed) and the
  * rounding rho of the quotient at h: into *trunc, and *round widened by
  * the roundings the measurement carries (rho x step / step' at each). */
-static void gc_telescope(const gc_config *cfg, const double e[3], const double d[3], double *trunc, double *round) {
+static void gc_telescope(const gc_config *cfg, const double e[3], const double d[3], double *trunc, double *round,
+                         double *persist) {
     double q = cfg->o.forward_diff ? 2.0 : 4.0, rho = *round, s1 = d[0] / d[1], s2 = d[0] / d[2];
+    /* a wrong backward's error stays as the step shrinks; the check's own
+     * (a kink inside the step, truncation) goes: the smallest of the three */
+    *persist = fmin(fabs(e[0]), fmin(fabs(e[1]), fabs(e[2])));
+    if (isnan(e[0]) || isnan(e[1]) || isnan(e[2])) *persist = NAN;
     double t = fabs(e[0] - e[1]) + q / (q - 1) * fabs(e[1] - e[2]);
-    bool kept = d[1] >= 0.25 * d[0] && d[2] >= 0.125 * d[0] && isfinite(t);
+    /* the telescope holds once the differences shrink with the step (by q
+     * where the truncation rules, to rounding where it does not); growing,
+     * they are no truncation series at all -- a kink inside every step --
+     * and bound nothing */
+    bool converging = fabs(e[1] - e[2]) <= fmax(fabs(e[0] - e[1]), rho * (s1 + s2));
+    bool kept = d[1] >= 0.25 * d[0] && d[2] >= 0.125 * d[0] && isfinite(t) && converging;
     *trunc = kept ? t : INFINITY;
-    *round = rho * (2 + s1 + q / (q - 1) * (s1 + s2));
+    /* rho bounds each rounding at its worst; the four of the measurement
+     * come from separate evaluations and add as independent errors (root
+     * sum of squares), the quotient's own at h on top */
+    double c = q / (q - 1);
+    *round = rho * (1 + sqrt(1 + s1 * s1 + c * c * (s1 * s1 + s2 * s2)));
 }
 
 /* The predicted error of a failing comparison with its truncation
@@ -762,7 +785,7 @@ static void gc_telescope(const gc_config *cfg, const double e[3], const double d
  * (infinite): undecided. */
 static bool gc_measured(gc_session *s, const gc_config *cfg, int k, int64_t i, double h, const double *p, double *p2,
                         const tg_tensor *orig, const tg_tensor *g, gc_ref *ref, double a, double n, double step,
-                        double *trunc, double *round) {
+                        double *trunc, double *round, double *persist) {
     double e[3] = {a - n, 0, 0}, d[3] = {step, 0, 0};
     for (int m = 1; m <= 2; m++) {
         double f = m == 1 ? 0.5 : 0.25, am = a;
@@ -775,7 +798,7 @@ static bool gc_measured(gc_session *s, const gc_config *cfg, int k, int64_t i, d
         gc_diff D = gc_measure(cfg, ref, NULL);
         e[m] = am - (D.Lp - D.Lm) / d[m];
     }
-    gc_telescope(cfg, e, d, trunc, round);
+    gc_telescope(cfg, e, d, trunc, round, persist);
     return true;
 }
 
@@ -783,14 +806,14 @@ static bool gc_measured(gc_session *s, const gc_config *cfg, int k, int64_t i, d
  * *trunc and *round: a and n at `step`, refined at +-H. */
 static bool gc_failure_bound(gc_session *s, const gc_config *cfg, int k, int64_t i, double h, double H, const double *p,
                              double *p2, const tg_tensor *orig, const tg_tensor *g, gc_ref *ref, double a, double n,
-                             double step, double *trunc, double *round) {
+                             double step, double *trunc, double *round, double *persist) {
     if (fabs(a - n) > *round) { /* rounding alone does not cover it: which outputs depend on x */
         gc_diff D;
         double d = step;
         if (!gc_refine(s, cfg, k, i, h, H, p, orig, ref, &D, p ? NULL : &d)) return false;
         *round = fmax(*round, gc_round(cfg, D.S, D.Lp, D.Lm, d));
     }
-    return gc_measured(s, cfg, k, i, h, p, p2, orig, g, ref, a, n, step, trunc, round);
+    return gc_measured(s, cfg, k, i, h, p, p2, orig, g, ref, a, n, step, trunc, round, persist);
 }
 
 /* An input none of whose comparisons saw a gradient: does f depend on it
@@ -867,14 +890,14 @@ static bool gc_check_full(gc_session *s, const gc_config *cfg, tg_gradcheck_resu
     gc_set_scale(cfg, R, k, G);
     for (int64_t i = 0; i < N; i++) {
         double err = fabs(ana[i] - num[i]), trunc = gc_trunc(cfg, st.step[i] / st.ell[i], G, curv[i], st.ell[i]),
-               round = rnd[i];
+               round = rnd[i], persist = err;
         /* a failure: the check's own error there, measured, before the
          * backward is blamed */
         if (!(err <= R->input[k].atol_used + R->rtol * fabs(num[i])) &&
             !gc_failure_bound(s, cfg, k, i, st.step[i], fmax(0.1 * st.ell[i], st.step[i]), NULL, NULL, NULL, NULL,
-                              ref, ana[i], num[i], dx_kept[i], &trunc, &round))
+                              ref, ana[i], num[i], dx_kept[i], &trunc, &round, &persist))
             return false;
-        gc_compare(cfg, R, k, i, -1, ana[i], num[i], st.step[i], trunc, round);
+        gc_compare(cfg, R, k, i, -1, ana[i], num[i], st.step[i], trunc, round, persist);
     }
     if (!gc_constant(s, R, k, st.ell, NULL, NULL, ref)) return false;
     R->input[k].step_min = st.lo;
@@ -955,14 +978,14 @@ static bool gc_check_directional(gc_session *s, const gc_config *cfg, tg_gradche
     rho = sqrt(rho / vv);
     gc_set_scale(cfg, R, k, G);
     double err = fabs(ana / step - num), trunc = gc_trunc(cfg, rho, G, D.Lp - 2 * ref->L0 + D.Lm, h / rho),
-           round = gc_round(cfg, D.S, D.Lp, D.Lm, step);
+           round = gc_round(cfg, D.S, D.Lp, D.Lm, step), persist = err;
     /* a failure: the check's own error, measured (the refinement moves the
      * direction to a relative step of 0.1) */
     if (!(err <= R->input[k].atol_used + R->rtol * fabs(num)) &&
         !gc_failure_bound(s, cfg, k, -1, 0.0, fmax(0.1 / rho, 1.0), p, p2, orig, g, ref, ana / step, num, step, &trunc,
-                          &round))
+                          &round, &persist))
         return false;
-    gc_compare(cfg, R, k, -1, -1, ana / step, num, h, trunc, round);
+    gc_compare(cfg, R, k, -1, -1, ana / step, num, h, trunc, round, persist);
     for (int64_t i = 0; i < N; i++) p2[i] = p[i] / rho; /* a relative step of 1 along v */
     if (!gc_constant(s, R, k, NULL, p2, orig, ref)) return false;
     R->input[k].step_min = st.lo;
@@ -1047,8 +1070,9 @@ static bool gc_check_jacobian(gc_session *s, const gc_config *cfg, tg_gradcheck_
     double *Jn = tg_arena_alloc_fn(ctx, s->fn, bytes), *rnd = tg_arena_alloc_fn(ctx, s->fn, bytes);
     double *d = tg_arena_alloc_fn(ctx, s->fn, (size_t)(N > 0 ? N : 1) * sizeof *d);
     double *trunc = tg_arena_alloc_fn(ctx, s->fn, bytes), *curv = tg_arena_alloc_fn(ctx, s->fn, bytes), *col[2];
+    double *pers = tg_arena_alloc_fn(ctx, s->fn, bytes);
     for (int m = 0; m < 2; m++) col[m] = tg_arena_alloc_fn(ctx, s->fn, (size_t)(M > 0 ? M : 1) * sizeof(double));
-    if (!Jn || !rnd || !d || !trunc || !curv || !col[0] || !col[1] ||
+    if (!Jn || !rnd || !d || !trunc || !curv || !pers || !col[0] || !col[1] ||
         !gc_jacobian_numeric(s, cfg, R, k, &st, ref, Jn, rnd, d, curv))
         return false;
     double G = gc_rms_pair(Ja, Jn, M * N);
@@ -1058,6 +1082,7 @@ static bool gc_check_jacobian(gc_session *s, const gc_config *cfg, tg_gradcheck_
         for (int64_t j = 0; j < M; j++) {
             double a = Ja[j * N + i], n = Jn[j * N + i];
             trunc[j * N + i] = gc_trunc(cfg, st.step[i] / st.ell[i], G, curv[j * N + i], st.ell[i]);
+            pers[j * N + i] = fabs(a - n);
             failing |= !(fabs(a - n) <= R->input[k].atol_used + R->rtol * fabs(n));
         }
         if (!failing) continue;
@@ -1070,12 +1095,13 @@ static bool gc_check_jacobian(gc_session *s, const gc_config *cfg, tg_gradcheck_
         }
         for (int64_t j = 0; j < M; j++) {
             double a = Ja[j * N + i], e[3] = {a - Jn[j * N + i], a - col[0][j], a - col[1][j]};
-            gc_telescope(cfg, e, dd, &trunc[j * N + i], &rnd[j * N + i]);
+            gc_telescope(cfg, e, dd, &trunc[j * N + i], &rnd[j * N + i], &pers[j * N + i]);
         }
     }
     for (int64_t j = 0; j < M; j++)
         for (int64_t i = 0; i < N; i++)
-            gc_compare(cfg, R, k, i, j, Ja[j * N + i], Jn[j * N + i], st.step[i], trunc[j * N + i], rnd[j * N + i]);
+            gc_compare(cfg, R, k, i, j, Ja[j * N + i], Jn[j * N + i], st.step[i], trunc[j * N + i], rnd[j * N + i],
+                       pers[j * N + i]);
     if (!gc_constant(s, R, k, st.ell, NULL, NULL, ref)) return false;
     R->input[k].step_min = st.lo;
     R->input[k].step_max = st.hi;
