@@ -67,7 +67,10 @@ def run_tool(op, bug, spec, mode):
     """One batch of the tool: per seed, pass and the inputs; the time a check."""
     cmd = [TOOL, "check"]
     cmd += ["--inject", bug] if bug else [op]
-    cmd += ["--shape", spec, "--mode", mode, "--seeds", str(SEEDS), "--format", "json", "--print-inputs"]
+    # PyTorch's step and atol are absolute: the same here (the tool's
+    # default is relative to the input's and the gradient's scale)
+    cmd += ["--shape", spec, "--mode", mode, "--seeds", str(SEEDS), "--format", "json", "--print-inputs",
+            "--step", "absolute", "--atol-scale", "absolute"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode not in (0, 1, 3):
         sys.exit("tapegrad-gradcheck failed: %s\n%s" % (" ".join(cmd), p.stderr))
