@@ -397,16 +397,17 @@ static double gc_trunc(const gc_config *cfg, double rel_step, double G, double D
 
 /* One difference, measured in one pass over the outputs: L+ and L- (L0
  * with forward differences), S over the outputs that moved from y0 (or
- * that dep marks), and T = sum_j |r_j (y+_j - y-_j)|, the size of the terms
- * the difference sums before they cancel, and T2 their root sum of squares
- * (the size of their sum with r's random signs). */
+ * that dep marks) and S2 the root sum of squares of its terms, and T =
+ * sum_j |r_j (y+_j - y-_j)|, the size of the terms the difference sums
+ * before they cancel, and T2 their root sum of squares (the size of their
+ * sum with r's random signs). */
 typedef struct gc_diff {
-    double Lp, Lm, S, T, T2;
+    double Lp, Lm, S, S2, T, T2;
 } gc_diff;
 
 static gc_diff gc_measure(const gc_config *cfg, const gc_ref *ref, const unsigned char *dep) {
     /* two Neumaier-compensated sums (gc_weighted_sum), side by side */
-    double sp = 0.0, cp = 0.0, sm = 0.0, cm = 0.0, S = 0.0, T = 0.0, T2 = 0.0;
+    double sp = 0.0, cp = 0.0, sm = 0.0, cm = 0.0, S = 0.0, S2 = 0.0, T = 0.0, T2 = 0.0;
     for (int64_t j = 0; j < ref->M; j++) {
         double p = ref->yp[j], m = ref->ym[j], z = ref->y0[j], r = ref->r[j], w = fabs(r);
         double tp = r * p, tm = r * m, up = sp + tp, um = sm + tm;
@@ -416,9 +417,13 @@ static gc_diff gc_measure(const gc_config *cfg, const gc_ref *ref, const unsigne
         sm = um;
         T += w * fabs(p - m);
         T2 += w * (p - m) * w * (p - m);
-        if (dep ? dep[j] : p != z || m != z) S += w * (fabs(p) + fabs(m));
+        if (dep ? dep[j] : p != z || m != z) {
+            double t = w * (fabs(p) + fabs(m));
+            S += t;
+            S2 += t * t;
+        }
     }
-    gc_diff d = {sp + cp, cfg->o.forward_diff ? ref->L0 : sm + cm, S, T, sqrt(T2)};
+    gc_diff d = {sp + cp, cfg->o.forward_diff ? ref->L0 : sm + cm, S, sqrt(S2), T, sqrt(T2)};
     return d;
 }
 
@@ -751,8 +756,8 @@ static double gc_stored_dot(const gc_config *cfg, tg_tensor *x, const tg_tensor 
  * e0, e1, e2 = a - n at the steps h, h / 2, h / 4 (signed) and the
  * rounding rho of the quotient at h: into *trunc, and *round widened by
  * the roundings the measurement carries (rho x step / step' at each). */
-static void gc_telescope(const gc_config *cfg, const double e[3], const double d[3], double *trunc, double *round,
-                         double *persist) {
+static void gc_telescope(const gc_config *cfg, const double e[3], const double d[3], double frac, double *trunc,
+                         double *round, double *persist) {
     double q = cfg->o.forward_diff ? 2.0 : 4.0, rho = *round, s1 = d[0] / d[1], s2 = d[0] / d[2];
     /* a wrong backward's error stays as the step shrinks; the check's own
      * (a kink inside the step, truncation) goes: the smallest of the three */
@@ -766,11 +771,13 @@ static void gc_telescope(const gc_config *cfg, const double e[3], const double d
     bool converging = fabs(e[1] - e[2]) <= fmax(fabs(e[0] - e[1]), rho * (s1 + s2));
     bool kept = d[1] >= 0.25 * d[0] && d[2] >= 0.125 * d[0] && isfinite(t) && converging;
     *trunc = kept ? t : INFINITY;
-    /* rho bounds each rounding at its worst; the four of the measurement
-     * come from separate evaluations and add as independent errors (root
-     * sum of squares), the quotient's own at h on top */
+    /* rho bounds the quotient's rounding at its worst: every output's
+     * rounding of one sign, the sum S of their sizes. The four roundings
+     * of the measurement come from separate evaluations and add as
+     * independent errors (root sum of squares), and so do the outputs'
+     * within each: frac = S2 / S of them (1 for one output) */
     double c = q / (q - 1);
-    *round = rho * (1 + sqrt(1 + s1 * s1 + c * c * (s1 * s1 + s2 * s2)));
+    *round = rho * (1 + frac * sqrt(1 + s1 * s1 + c * c * (s1 * s1 + s2 * s2)));
 }
 
 /* The predicted error of a failing comparison with its truncation
@@ -785,7 +792,7 @@ static void gc_telescope(const gc_config *cfg, const double e[3], const double d
  * (infinite): undecided. */
 static bool gc_measured(gc_session *s, const gc_config *cfg, int k, int64_t i, double h, const double *p, double *p2,
                         const tg_tensor *orig, const tg_tensor *g, gc_ref *ref, double a, double n, double step,
-                        double *trunc, double *round, double *persist) {
+                        double frac, double *trunc, double *round, double *persist) {
     double e[3] = {a - n, 0, 0}, d[3] = {step, 0, 0};
     for (int m = 1; m <= 2; m++) {
         double f = m == 1 ? 0.5 : 0.25, am = a;
@@ -798,7 +805,7 @@ static bool gc_measured(gc_session *s, const gc_config *cfg, int k, int64_t i, d
         gc_diff D = gc_measure(cfg, ref, NULL);
         e[m] = am - (D.Lp - D.Lm) / d[m];
     }
-    gc_telescope(cfg, e, d, trunc, round, persist);
+    gc_telescope(cfg, e, d, frac, trunc, round, persist);
     return true;
 }
 
@@ -806,14 +813,14 @@ static bool gc_measured(gc_session *s, const gc_config *cfg, int k, int64_t i, d
  * *trunc and *round: a and n at `step`, refined at +-H. */
 static bool gc_failure_bound(gc_session *s, const gc_config *cfg, int k, int64_t i, double h, double H, const double *p,
                              double *p2, const tg_tensor *orig, const tg_tensor *g, gc_ref *ref, double a, double n,
-                             double step, double *trunc, double *round, double *persist) {
+                             double step, double frac, double *trunc, double *round, double *persist) {
     if (fabs(a - n) > *round) { /* rounding alone does not cover it: which outputs depend on x */
         gc_diff D;
-        double d = step;
+        double d = step, r = 0;
         if (!gc_refine(s, cfg, k, i, h, H, p, orig, ref, &D, p ? NULL : &d)) return false;
-        *round = fmax(*round, gc_round(cfg, D.S, D.Lp, D.Lm, d));
+        if ((r = gc_round(cfg, D.S, D.Lp, D.Lm, d)) > *round) *round = r, frac = D.S > 0 ? D.S2 / D.S : 1.0;
     }
-    return gc_measured(s, cfg, k, i, h, p, p2, orig, g, ref, a, n, step, trunc, round, persist);
+    return gc_measured(s, cfg, k, i, h, p, p2, orig, g, ref, a, n, step, frac, trunc, round, persist);
 }
 
 /* An input none of whose comparisons saw a gradient: does f depend on it
@@ -872,7 +879,8 @@ static bool gc_check_full(gc_session *s, const gc_config *cfg, tg_gradcheck_resu
     double *num = tg_arena_alloc_fn(ctx, s->fn, bytes), *rnd = tg_arena_alloc_fn(ctx, s->fn, bytes);
     double *ana = tg_arena_alloc_fn(ctx, s->fn, bytes), *terms = tg_arena_alloc_fn(ctx, s->fn, bytes);
     double *dx_kept = tg_arena_alloc_fn(ctx, s->fn, bytes), *curv = tg_arena_alloc_fn(ctx, s->fn, bytes);
-    if (!num || !rnd || !ana || !terms || !dx_kept || !curv) return false;
+    double *frac = tg_arena_alloc_fn(ctx, s->fn, bytes);
+    if (!num || !rnd || !ana || !terms || !dx_kept || !curv || !frac) return false;
     for (int64_t i = 0; i < N; i++) {
         double dx;
         if (!gc_sides(s, cfg, k, i, st.step[i], NULL, NULL, ref, &dx)) return false;
@@ -883,6 +891,7 @@ static bool gc_check_full(gc_session *s, const gc_config *cfg, tg_gradcheck_resu
         curv[i] = D.Lp - 2 * ref->L0 + D.Lm;
         terms[i] = D.T / dx;
         rnd[i] = gc_round(cfg, D.S, D.Lp, D.Lm, dx);
+        frac[i] = D.S > 0 ? D.S2 / D.S : 1.0;
         ana[i] = tg_load(g, i);
         dx_kept[i] = dx;
     }
@@ -895,7 +904,7 @@ static bool gc_check_full(gc_session *s, const gc_config *cfg, tg_gradcheck_resu
          * backward is blamed */
         if (!(err <= R->input[k].atol_used + R->rtol * fabs(num[i])) &&
             !gc_failure_bound(s, cfg, k, i, st.step[i], fmax(0.1 * st.ell[i], st.step[i]), NULL, NULL, NULL, NULL,
-                              ref, ana[i], num[i], dx_kept[i], &trunc, &round, &persist))
+                              ref, ana[i], num[i], dx_kept[i], frac[i], &trunc, &round, &persist))
             return false;
         gc_compare(cfg, R, k, i, -1, ana[i], num[i], st.step[i], trunc, round, persist);
     }
@@ -982,8 +991,8 @@ static bool gc_check_directional(gc_session *s, const gc_config *cfg, tg_gradche
     /* a failure: the check's own error, measured (the refinement moves the
      * direction to a relative step of 0.1) */
     if (!(err <= R->input[k].atol_used + R->rtol * fabs(num)) &&
-        !gc_failure_bound(s, cfg, k, -1, 0.0, fmax(0.1 / rho, 1.0), p, p2, orig, g, ref, ana / step, num, step, &trunc,
-                          &round, &persist))
+        !gc_failure_bound(s, cfg, k, -1, 0.0, fmax(0.1 / rho, 1.0), p, p2, orig, g, ref, ana / step, num, step,
+                          D.S > 0 ? D.S2 / D.S : 1.0, &trunc, &round, &persist))
         return false;
     gc_compare(cfg, R, k, -1, -1, ana / step, num, h, trunc, round, persist);
     for (int64_t i = 0; i < N; i++) p2[i] = p[i] / rho; /* a relative step of 1 along v */
@@ -1095,7 +1104,7 @@ static bool gc_check_jacobian(gc_session *s, const gc_config *cfg, tg_gradcheck_
         }
         for (int64_t j = 0; j < M; j++) {
             double a = Ja[j * N + i], e[3] = {a - Jn[j * N + i], a - col[0][j], a - col[1][j]};
-            gc_telescope(cfg, e, dd, &trunc[j * N + i], &rnd[j * N + i], &pers[j * N + i]);
+            gc_telescope(cfg, e, dd, 1.0, &trunc[j * N + i], &rnd[j * N + i], &pers[j * N + i]);
         }
     }
     for (int64_t j = 0; j < M; j++)
