@@ -50,6 +50,8 @@
 #              blamed on the backward (f32), a linear op's 2% bug called round-off
 #              (linear), a backward ignoring dy diagnosed as agreeing Jacobians
 #              (dy), and the exit codes: > /dev/full, a NaN in explain (exit)
+#   docs       every output quoted in docs/gradcheck.md and docs/experiments.md is
+#              the tool's now (scripts/gradcheck_docs.py --check)
 #   schema     every command's --format json validated against schema 1
 #              (tests/gradcheck_schema.py, docs/gradcheck.md); --version; seeds as a
 #              list; --seed with --seeds refused
@@ -740,6 +742,14 @@ COMMANDS
   run 2 check rmsnorm --seed 3 --seeds 2
   grep -q "together" "$tmp/err" || fail "--seed with --seeds: no reason"
   echo "schema: $n commands, every one schema 1"
+  ;;
+docs)
+  # every tool output quoted in docs/gradcheck.md and docs/experiments.md is
+  # what the tool prints now (times and written files aside)
+  command -v python3 > /dev/null 2>&1 || { echo "ok: docs (skipped: no python3)"; exit 0; }
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  python3 "$root/scripts/gradcheck_docs.py" --check --build "$(dirname "$(dirname "$tool")")" \
+    "$root/docs/gradcheck.md" "$root/docs/experiments.md" || fail "a quoted output is stale: scripts/gradcheck_docs.py --update"
   ;;
 *)
   fail "unknown case $case_name"
