@@ -86,6 +86,7 @@ def main(argv):
         sys.exit(__doc__)
     stale = 0
     for path in files:
+        stale_before = stale
         with open(path) as f:
             lines = f.read().split("\n")
         out, last = [], 0
@@ -114,7 +115,7 @@ def main(argv):
         if mode == "--update":
             with open(path, "w") as f:
                 f.write("\n".join(out))
-            print(f"{path}: {stale} block(s) refreshed")
+            print(f"{path}: {stale - stale_before} block(s) refreshed")
     return 1 if mode == "--check" and stale else 0
 
 
