@@ -605,8 +605,7 @@ static bool diagnose_dy(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n, tg_te
         d->kind = TG_DIAG_IGNORES_DY;
         say(d->finding, sizeof d->finding,
             "dx does not change when dy is doubled (max |dx(2 dy) - dx(dy)| %.2g against |dx| up to %.3g)%s", same,
-            gmax,
-            ones <= fmax(tol, 1e-6 * gmax) ? ": it is J^T 1, the gradient of sum(y), whatever dy" : "");
+            gmax, ones <= fmax(tol, 1e-6 * gmax) ? ": it is J^T 1, the gradient of sum(y), whatever dy" : "");
         say(d->cause, sizeof d->cause,
             "the backward ignores the incoming gradient: it computes d(sum y)/dx, as if dy were all ones, instead of "
             "multiplying by dy (grad_output) -- dx = J^T 1 where J^T dy belongs");

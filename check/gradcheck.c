@@ -560,7 +560,7 @@ static void gc_compare(const gc_config *cfg, tg_gradcheck_result *R, int k, int6
     double rel = err / fmax(fabs(n), fmax(atol, DBL_MIN));
     double ratio = tol > 0 ? err / tol : (err == 0 ? 0.0 : INFINITY);
     if (isnan(ratio)) ratio = INFINITY; /* NaN anywhere: the worst of all */
-    bool ok = err <= tol; /* false for NaN */
+    bool ok = err <= tol;               /* false for NaN */
     /* a failure's excess: its error at the step where it is smallest */
     double kept = ok ? err : fmin(err, isnan(persist) ? err : persist);
     double excess = bound > 0 ? kept / bound : (kept == 0 ? 0.0 : INFINITY);
@@ -859,8 +859,7 @@ static bool gc_constant(gc_session *s, tg_gradcheck_result *R, int k, const doub
                 tg_store(x, i, xi);
             }
             if (!ok) return false;
-            for (int64_t j = 0; constant && j < ref->M; j++)
-                constant = ref->r[j] == 0 || ref->yp[j] == ref->ym[j];
+            for (int64_t j = 0; constant && j < ref->M; j++) constant = ref->r[j] == 0 || ref->yp[j] == ref->ym[j];
         }
     }
     in->constant = constant;
@@ -903,8 +902,8 @@ static bool gc_check_full(gc_session *s, const gc_config *cfg, tg_gradcheck_resu
         /* a failure: the check's own error there, measured, before the
          * backward is blamed */
         if (!(err <= R->input[k].atol_used + R->rtol * fabs(num[i])) &&
-            !gc_failure_bound(s, cfg, k, i, st.step[i], fmax(0.1 * st.ell[i], st.step[i]), NULL, NULL, NULL, NULL,
-                              ref, ana[i], num[i], dx_kept[i], frac[i], &trunc, &round, &persist))
+            !gc_failure_bound(s, cfg, k, i, st.step[i], fmax(0.1 * st.ell[i], st.step[i]), NULL, NULL, NULL, NULL, ref,
+                              ana[i], num[i], dx_kept[i], frac[i], &trunc, &round, &persist))
             return false;
         gc_compare(cfg, R, k, i, -1, ana[i], num[i], st.step[i], trunc, round, persist);
     }

@@ -50,10 +50,10 @@ static void write_json(FILE *f, const tg_gradcheck_result *r, const char *const 
     put_json_num(f, "rtol", r->rtol, true);
     fprintf(f, "\"dtype\":\"%s\",", tg_dtype_name(r->dtype));
     put_json_num(f, "eps", r->eps, true);
-    fprintf(f,
-            "\"seed\":%llu,\"n_checked\":%lld,\"n_failed\":%lld,\"n_wrong\":%lld,\"n_evals\":%lld,\"n_backwards\":%lld,",
-            (unsigned long long)r->seed, (long long)r->n_checked, (long long)r->n_failed, (long long)r->n_wrong,
-            (long long)r->n_evals, (long long)r->n_backwards);
+    fprintf(
+        f, "\"seed\":%llu,\"n_checked\":%lld,\"n_failed\":%lld,\"n_wrong\":%lld,\"n_evals\":%lld,\"n_backwards\":%lld,",
+        (unsigned long long)r->seed, (long long)r->n_checked, (long long)r->n_failed, (long long)r->n_wrong,
+        (long long)r->n_evals, (long long)r->n_backwards);
     put_json_num(f, "max_abs_err", r->max_abs_err, true);
     put_json_num(f, "max_rel_err", r->max_rel_err, true);
     put_json_num(f, "max_excess", r->max_excess, true);
@@ -132,11 +132,13 @@ static void write_csv(FILE *f, const tg_gradcheck_result *r, const char *const *
 static void write_text(FILE *f, const tg_gradcheck_result *r, const char *const *names) {
     char buf[16];
     fprintf(f, "%s%s%s: %lld of %lld comparisons failed, %lld wrong (%s, %s%s); h=%g %s, |a - n| <= %g%s + %g |n|\n",
-            r->verdict == TG_VERDICT_PASS ? "pass" : r->verdict == TG_VERDICT_WRONG ? "WRONG" : "INCONCLUSIVE",
+            r->verdict == TG_VERDICT_PASS    ? "pass"
+            : r->verdict == TG_VERDICT_WRONG ? "WRONG"
+                                             : "INCONCLUSIVE",
             r->verdict == TG_VERDICT_INCONCLUSIVE ? " -- " : "",
             r->verdict == TG_VERDICT_INCONCLUSIVE ? tg_gradcheck_reason_name(r->reason) : "", (long long)r->n_failed,
-            (long long)r->n_checked, (long long)r->n_wrong, tg_gradcheck_mode_name(r->mode),
-            tg_dtype_name(r->dtype), r->forward_diff ? ", forward differences" : "", r->h,
+            (long long)r->n_checked, (long long)r->n_wrong, tg_gradcheck_mode_name(r->mode), tg_dtype_name(r->dtype),
+            r->forward_diff ? ", forward differences" : "", r->h,
             r->step == TG_GRADCHECK_STEP_SCALED    ? "x l_i"
             : r->step == TG_GRADCHECK_STEP_ELEMENT ? "x max(|x_i|, floor)"
                                                    : "absolute",
@@ -151,9 +153,9 @@ static void write_text(FILE *f, const tg_gradcheck_result *r, const char *const 
                 "%.10g; predicted error %.3g there, up to %.3g (truncation %.3g + rounding %.3g) (max excess "
                 "%.3g, over failures %.3g)\n",
                 input_name(names, k, buf, sizeof buf), tg_gradcheck_verdict_name(in->verdict), (long long)in->n_failed,
-                (long long)in->n_checked,
-                in->max_abs_err, in->max_rel_err, (long long)in->worst_index, in->worst_analytic, in->worst_numeric,
-                in->worst_bound, in->pred_max, in->pred_trunc, in->pred_round, in->max_excess, in->fail_excess);
+                (long long)in->n_checked, in->max_abs_err, in->max_rel_err, (long long)in->worst_index,
+                in->worst_analytic, in->worst_numeric, in->worst_bound, in->pred_max, in->pred_trunc, in->pred_round,
+                in->max_excess, in->fail_excess);
     }
 }
 

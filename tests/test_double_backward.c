@@ -160,11 +160,10 @@ static void assert_order2_verdict(const tg_op_info *op, const char *spec, const 
     for (size_t k = 0; k < sizeof PIECEWISE_LINEAR / sizeof PIECEWISE_LINEAR[0]; k++)
         pl |= !strcmp(op->name, PIECEWISE_LINEAR[k]);
     if (pl)
-        ck_assert_msg(r->n_failed == 0 && (r->pass || (r->verdict == TG_VERDICT_INCONCLUSIVE &&
-                                                       r->reason == TG_REASON_ALL_ZERO)),
-                      "%s '%s': order 2 of a piecewise-linear op: verdict %s (%s), %lld failed", op->name, spec,
-                      tg_gradcheck_verdict_name(r->verdict), tg_gradcheck_reason_name(r->reason),
-                      (long long)r->n_failed);
+        ck_assert_msg(
+            r->n_failed == 0 && (r->pass || (r->verdict == TG_VERDICT_INCONCLUSIVE && r->reason == TG_REASON_ALL_ZERO)),
+            "%s '%s': order 2 of a piecewise-linear op: verdict %s (%s), %lld failed", op->name, spec,
+            tg_gradcheck_verdict_name(r->verdict), tg_gradcheck_reason_name(r->reason), (long long)r->n_failed);
     else
         ck_assert_msg(r->pass && r->n_checked > 0,
                       "%s '%s': order 2 failed: %lld of %lld; worst input %d index %lld analytic %.10g numeric "

@@ -811,7 +811,7 @@ START_TEST(test_user_r_v) {
     o.r = (tg_gradcheck_vec){r2, 4};
     o.mode = TG_GRADCHECK_DIRECTIONAL;
     o.step = TG_GRADCHECK_STEP_ABSOLUTE; /* v as given, not times l */
-    o.v[0] = (tg_gradcheck_vec){r2, 4}; /* v = e_2 too: d y_2 / d x_2 */
+    o.v[0] = (tg_gradcheck_vec){r2, 4};  /* v = e_2 too: d y_2 / d x_2 */
     ck_assert(tg_gradcheck(ctx, f_square, NULL, 1, &x, &o, &r));
     /* g . (x+ - x-) / 2h: the step as stored, 1e-6 rounded near 2.0 */
     ck_assert_double_eq_tol(r.worst_analytic, 2 * xv[2], 1e-9);
@@ -937,8 +937,7 @@ START_TEST(test_write) {
     ck_assert_int_eq(tg_gradcheck_write(f, &r, names, TG_GRADCHECK_JSON, NULL), TG_OK);
     char *json = slurp(f);
     tg_test_assert_contains(json, "{\"pass\":true,\"verdict\":\"pass\",\"reason\":\"none\",\"mode\":\"full\"",
-                            "\"step\":\"scaled\"",
-                            "\"h\":9.9999999999999995e-07", "\"dtype\":\"float64\"",
+                            "\"step\":\"scaled\"", "\"h\":9.9999999999999995e-07", "\"dtype\":\"float64\"",
                             "\"inputs\":[{\"name\":\"x\",\"checked\":true", "{\"name\":\"w\",\"checked\":false",
                             "\"grad_scale\":", "\"max_excess\":", "\"vanished_input\":null", NULL);
     ck_assert(json[strlen(json) - 1] == '}');

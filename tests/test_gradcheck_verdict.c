@@ -6,7 +6,8 @@
  * own round-off (its truncation assumed, not measured); a backward that
  * ignores dy was diagnosed as agreeing Jacobians. Each is now wrong,
  * inconclusive or refused as it should be, and a correct or constant
- * function still passes. */
+ * function still passes. And forward over reverse, which stopped at the
+ * fused norms' double backward, runs through it. */
 #include <check.h>
 #include <math.h>
 #include <string.h>
@@ -272,8 +273,8 @@ START_TEST(test_linear_bug_at_large_step) {
         wrong += r.input[0].verdict == TG_VERDICT_WRONG;
         ck_assert_int_eq(r.input[1].verdict, TG_VERDICT_PASS);
         /* the prediction knows a linear op: far below the a priori 0.03 G */
-        ck_assert_msg(r.input[1].pred_max < 1e-3 * r.input[1].grad_scale, "dW predicted %g, G %g",
-                      r.input[1].pred_max, r.input[1].grad_scale);
+        ck_assert_msg(r.input[1].pred_max < 1e-3 * r.input[1].grad_scale, "dW predicted %g, G %g", r.input[1].pred_max,
+                      r.input[1].grad_scale);
         tg_ctx_reset(ctx);
     }
     ck_assert_int_eq(wrong, 20);
@@ -304,11 +305,44 @@ START_TEST(test_diagnose_ignores_dy) {
 }
 END_TEST
 
+/* ---- forward over reverse --------------------------------------------------------------- */
+
+/* tg_jvp of a gradient made with create_graph runs through the records the
+ * double backward makes -- the fused norms' rmsnorm_backward and
+ * layernorm_backward, exact GELU's gelu_cdf -- which have tangent rules:
+ * H v against differences of the gradient, and <w, H v> against
+ * reverse over reverse, pass for every variant. */
+START_TEST(test_forward_over_reverse) {
+    const char *const OPS[] = {"rmsnorm", "layernorm", "gelu", "rmsnorm_composed", "linear"};
+    for (size_t k = 0; k < sizeof OPS / sizeof OPS[0]; k++) {
+        const tg_op_info *op = tg_registry_find(OPS[k]);
+        ck_assert_ptr_nonnull(op);
+        for (int v = 0; v < op->n_variants; v++) {
+            tg_op_case c;
+            ck_assert(tg_registry_build(ctx, op, op->variants[v], TG_F64, &c));
+            tg_gradcheck_opts o = tg_registry_opts(op, TG_F64, NULL);
+            o.inputs = c.check;
+            o.scale = c.scale;
+            tg_gradcheck_result r;
+            bool fwd = tg_gradgradcheck_fwd(ctx, op->forward, &c, c.n_inputs, c.inputs, &o, &r);
+            ck_assert_msg(tg_ok(ctx), "%s '%s' fwd over rev: %s", op->name, op->variants[v], tg_error_message(ctx));
+            ck_assert_msg(fwd || r.verdict != TG_VERDICT_WRONG, "%s '%s': H v wrong (input %d output %lld)", op->name,
+                          op->variants[v], r.worst_input, (long long)r.worst_output);
+            bool adj = tg_gradgradcheck_adjoint(ctx, op->forward, &c, c.n_inputs, c.inputs, &o, &r);
+            ck_assert_msg(tg_ok(ctx), "%s '%s' adjoint: %s", op->name, op->variants[v], tg_error_message(ctx));
+            ck_assert_msg(adj || r.verdict != TG_VERDICT_WRONG, "%s '%s': <w, H v> != <H^T w, v>", op->name,
+                          op->variants[v]);
+            tg_ctx_reset(ctx);
+        }
+    }
+}
+END_TEST
+
 Suite *make_gradcheck_verdict_suite(void) {
     return tg_test_suite("gradcheck_verdict", setup, teardown, test_tiny_gradient_wrong, test_all_zero_inconclusive,
                          test_constant_passes, test_zero_r_refused, test_order2_error_inconclusive,
                          test_f32_step_lost_inconclusive, test_linear_bug_at_large_step, test_diagnose_ignores_dy,
-                         NULL);
+                         test_forward_over_reverse, NULL);
 }
 
 int main(void) { return tg_test_run(make_gradcheck_verdict_suite()); }

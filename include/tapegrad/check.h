@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "tapegrad/layers.h"
+#include "tapegrad/op.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -309,7 +310,7 @@ typedef struct tg_gradcheck_result {
                                      if any input is (or on an error), else pass */
     tg_gradcheck_reason reason;   /* an inconclusive input's (ERROR on an error) */
     int64_t n_wrong;              /* comparisons beyond the check's own error */
-    int64_t n_checked; /* comparisons over all inputs */
+    int64_t n_checked;            /* comparisons over all inputs */
     int64_t n_failed;
     /* forward evaluations of f: 1 + 2 per element (FULL, JACOBIAN) or per
      * input (DIRECTIONAL); 2 + 1 per with forward_diff; for each failing
@@ -655,25 +656,39 @@ bool tg_registry_build_ranges(tg_ctx *ctx, tg_op_case *c);
  * the user's ops without rebuilding tapegrad (docs/gradcheck.md). It
  * defines its ops as tg_op_info entries and exports them with
  *   TG_GRADCHECK_PLUGIN("myops", my_ops, 2)
- * which defines the function the tool looks up by name
+ * or, with the tangent rules of its custom ops (for `--modes fwd` and
+ * `--adjoint`: the plugin links its own copy of tapegrad, so a
+ * tg_jvp_register of its own would not reach the tool's),
+ *   TG_GRADCHECK_PLUGIN_RULES("myops", my_ops, 2, my_rules, 1)
+ * which define the function the tool looks up by name
  * (TG_GRADCHECK_PLUGIN_SYMBOL). `abi` and `op_info_size` let the tool
- * refuse a plugin built against another version of this header. */
-#define TG_GRADCHECK_PLUGIN_ABI 1
+ * refuse a plugin built against another version of this header (ABI 1,
+ * without rules, is still taken). */
+#define TG_GRADCHECK_PLUGIN_ABI 2
 #define TG_GRADCHECK_PLUGIN_SYMBOL "tg_gradcheck_plugin_register"
+/* A tangent rule the tool registers for the plugin (tg_jvp_register). */
+typedef struct tg_gradcheck_plugin_rule {
+    const char *op; /* a tg_op_def name */
+    tg_jvp_rule rule;
+} tg_gradcheck_plugin_rule;
 typedef struct tg_gradcheck_plugin {
     int abi;             /* TG_GRADCHECK_PLUGIN_ABI */
     size_t op_info_size; /* sizeof(tg_op_info) */
     const char *name;    /* the plugin's, for messages */
     const tg_op_info *ops;
     int n_ops;
+    const tg_gradcheck_plugin_rule *rules; /* ABI 2: tangent rules (NULL: none) */
+    int n_rules;
 } tg_gradcheck_plugin;
 typedef const tg_gradcheck_plugin *(*tg_gradcheck_plugin_fn)(void);
-#define TG_GRADCHECK_PLUGIN(NAME, OPS, N_OPS)                                                                       \
-    const tg_gradcheck_plugin *tg_gradcheck_plugin_register(void);                                                  \
-    const tg_gradcheck_plugin *tg_gradcheck_plugin_register(void) {                                                 \
-        static const tg_gradcheck_plugin p = {TG_GRADCHECK_PLUGIN_ABI, sizeof(tg_op_info), (NAME), (OPS), (N_OPS)}; \
-        return &p;                                                                                                  \
+#define TG_GRADCHECK_PLUGIN_RULES(NAME, OPS, N_OPS, RULES, N_RULES)                                   \
+    const tg_gradcheck_plugin *tg_gradcheck_plugin_register(void);                                    \
+    const tg_gradcheck_plugin *tg_gradcheck_plugin_register(void) {                                   \
+        static const tg_gradcheck_plugin p = {                                                        \
+            TG_GRADCHECK_PLUGIN_ABI, sizeof(tg_op_info), (NAME), (OPS), (N_OPS), (RULES), (N_RULES)}; \
+        return &p;                                                                                    \
     }
+#define TG_GRADCHECK_PLUGIN(NAME, OPS, N_OPS) TG_GRADCHECK_PLUGIN_RULES(NAME, OPS, N_OPS, NULL, 0)
 /* Parses spec (NULL: the op's first variant) and builds random valid inputs
  * of dtype into *c; arguments the spec leaves out get the op's defaults.
  * Errors (TG_ERR_FORMAT for a malformed spec or an argument the op does
@@ -709,6 +724,17 @@ bool tg_registry_check_spec(tg_ctx *ctx, const tg_op_info *op, const char *spec,
  * rule fails with its error ("'foo' cannot be differentiated twice"). */
 bool tg_gradgradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
                       const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
+/* Forward over reverse, on the same g: tg_gradcheck_fwd of g -- tg_jvp
+ * through g's recorded double backward, the Hessian-vector products H v,
+ * against differences of g along v -- and tg_gradcheck_adjoint of g --
+ * <w, H v> (forward over reverse) against <H^T w, v> (reverse over
+ * reverse), no step. Each record of the double backward needs a tangent
+ * rule (every built-in op's has one); options and result as
+ * tg_gradcheck_fwd and tg_gradcheck_adjoint. */
+bool tg_gradgradcheck_fwd(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                          const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
+bool tg_gradgradcheck_adjoint(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                              const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
 /* tg_registry_check_spec at order 2: the op's spec (NULL: its first
  * variant) built in dtype and gradgradchecked with tg_registry_opts. */
 bool tg_registry_check_order2(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_dtype dtype,

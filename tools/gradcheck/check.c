@@ -262,8 +262,8 @@ static bool run_check(tg_ctx *ctx, const gct_args *a, gct_target *tg, uint64_t s
 typedef struct batch_input {
     int64_t runs, pass, wrong, inconclusive; /* the seeds that ran, by verdict */
     tg_gradcheck_reason reason;              /* the first inconclusive seed's */
-    double *rel, *ratio, *excess; /* per seed: max |a - n| / G, worst ratio, excess */
-    double *pred;                 /* per seed: the predicted error / G (as rel) */
+    double *rel, *ratio, *excess;            /* per seed: max |a - n| / G, worst ratio, excess */
+    double *pred;                            /* per seed: the predicted error / G (as rel) */
     tg_gradcheck_verdict *verdict;
 } batch_input;
 
@@ -412,9 +412,9 @@ static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, con
         if (!b->rel) continue;
         /* the input over its seeds: wrong if any seed is, else inconclusive
          * if any seed is (or did not run), else pass */
-        tg_gradcheck_verdict v = b->wrong                             ? TG_VERDICT_WRONG
-                                 : b->inconclusive || b->runs < n     ? TG_VERDICT_INCONCLUSIVE
-                                                                      : TG_VERDICT_PASS;
+        tg_gradcheck_verdict v = b->wrong                         ? TG_VERDICT_WRONG
+                                 : b->inconclusive || b->runs < n ? TG_VERDICT_INCONCLUSIVE
+                                                                  : TG_VERDICT_PASS;
         tg_gradcheck_reason why = b->inconclusive ? b->reason : TG_REASON_ERROR;
         if (b->runs > 0) gct_tally_add(&T->inputs, v); /* an input no seed ran: the case's error */
         if (v != TG_VERDICT_PASS && b->runs > 0) {

@@ -127,7 +127,8 @@ static void linear_backward(tg_ctx *ctx, tg_node *node) {
         for (int64_t o = 0; o < O; o++) {
             double d = tg_get_flat(ctx, dy, n * O + o);
             for (int64_t i = 0; i < I; i++) {
-                tg_set_flat(ctx, dx, n * I + i, tg_get_flat(ctx, dx, n * I + i) + (1 + size) * d * tg_get_flat(ctx, w, o * I + i));
+                tg_set_flat(ctx, dx, n * I + i,
+                            tg_get_flat(ctx, dx, n * I + i) + (1 + size) * d * tg_get_flat(ctx, w, o * I + i));
                 tg_set_flat(ctx, dw, o * I + i, tg_get_flat(ctx, dw, o * I + i) + d * tg_get_flat(ctx, x, n * I + i));
             }
             if (db) tg_set_flat(ctx, db, o, tg_get_flat(ctx, db, o) + d);

@@ -10,8 +10,11 @@
  *            (tg_gradcheck_adjoint)
  * One table per op, a row per input and mode (and seed, with --seeds);
  * --format json gives every check (a case, seed and mode) with its full
- * result (json.c), csv one record per input, mode and seed. First order only: --order 2 (the reverse-mode double
- * backward) is refused beside --modes and --adjoint. */
+ * result (json.c), csv one record per input, mode and seed. With --order 2
+ * every mode runs on the first gradient g = J^T u: rev is gradgradcheck,
+ * fwd and adjoint forward over reverse (tg_jvp through g's recorded double
+ * backward) -- Hessian-vector products against differences of g and
+ * against reverse over reverse. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,11 +135,12 @@ static void add_rows(const gct_args *a, gct_table *t, const gct_target *tg, uint
         T->rows++;
         gct_tally_add(&T->tally, in->verdict);
         if (!in->pass && T->flen < sizeof T->failures)
-            T->flen += (size_t)snprintf(T->failures + T->flen, sizeof T->failures - T->flen, "\n    %-12s  %s  %s: %s %s%s%s%s",
-                                        gct_verdict_word(in->verdict), tg->label, tg->c.spec, tg->c.input_names[k], mode,
-                                        in->verdict == TG_VERDICT_INCONCLUSIVE ? " (" : "",
-                                        in->verdict == TG_VERDICT_INCONCLUSIVE ? tg_gradcheck_reason_name(in->reason) : "",
-                                        in->verdict == TG_VERDICT_INCONCLUSIVE ? ")" : "");
+            T->flen += (size_t)snprintf(
+                T->failures + T->flen, sizeof T->failures - T->flen, "\n    %-12s  %s  %s: %s %s%s%s%s",
+                gct_verdict_word(in->verdict), tg->label, tg->c.spec, tg->c.input_names[k], mode,
+                in->verdict == TG_VERDICT_INCONCLUSIVE ? " (" : "",
+                in->verdict == TG_VERDICT_INCONCLUSIVE ? tg_gradcheck_reason_name(in->reason) : "",
+                in->verdict == TG_VERDICT_INCONCLUSIVE ? ")" : "");
         if (a->format == GCT_CSV) csv_row(a, tg, seed, mode, k, in, NULL);
         if (a->format != GCT_TEXT) continue;
         if (a->quiet && in->pass) continue;
@@ -179,11 +183,18 @@ static void run_case(tg_ctx *ctx, const gct_args *a, gct_target *tg, uint64_t se
         tg_gradcheck_result r;
         const char *name = m == 0 ? "rev" : m == 1 ? "fwd" : "adjoint";
         bool ok = true;
-        if (m == 0 && (modes & MODE_REV)) ok = gct_target_check(ctx, tg, &o, &r) || tg_ok(ctx);
+        /* --order 2: the same modes on g = J^T u (gradcheck_order2.c):
+         * rev is gradgradcheck, fwd and adjoint forward over reverse */
+        bool two = a->order == 2;
+        tg_tensor *const *in = tg->c.inputs;
+        const int n = tg->c.n_inputs;
+        if (m == 0 && (modes & MODE_REV))
+            ok = (two ? gct_order2_check(ctx, tg, &o, &r) : gct_target_check(ctx, tg, &o, &r)) || tg_ok(ctx);
         else if (m == 1 && (modes & MODE_FWD))
-            ok = tg_gradcheck_fwd(ctx, tg->fn, &tg->c, tg->c.n_inputs, tg->c.inputs, &o, &r) || tg_ok(ctx);
+            ok = (two ? tg_gradgradcheck_fwd : tg_gradcheck_fwd)(ctx, tg->fn, &tg->c, n, in, &o, &r) || tg_ok(ctx);
         else if (m == 2 && a->adjoint)
-            ok = tg_gradcheck_adjoint(ctx, tg->fn, &tg->c, tg->c.n_inputs, tg->c.inputs, &o, &r) || tg_ok(ctx);
+            ok = (two ? tg_gradgradcheck_adjoint : tg_gradcheck_adjoint)(ctx, tg->fn, &tg->c, n, in, &o, &r) ||
+                 tg_ok(ctx);
         else continue;
         if (!ok) {
             T->errors++;
@@ -262,10 +273,6 @@ static int modes_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
 }
 
 int gct_cmd_check_modes(const gct_args *a, const tg_op_info *op, const gct_bug *bug) {
-    if (a->order == 2)
-        return gct_usage_error(
-            "--order 2 checks the reverse-mode double backward; --modes and --adjoint are first-order "
-            "checks (run them separately)");
     if (a->elements || a->print_inputs || a->save_inputs)
         return gct_usage_error("--modes and --adjoint report one row per input and mode (no --elements, "
                                "--print-inputs, --save-inputs)");

@@ -157,17 +157,19 @@ void gct_put_notes(const gct_note *notes, int n, bool f32) {
         "inconclusive: nothing to compare (no elements)",
         "inconclusive: the check stopped on an error (above)",
     };
-    const char *advice[K_N] = {NULL, NULL,
+    const char *advice[K_N] = {NULL,
+                               NULL,
                                f32 ? "try the op's best step (sweep), or check in float64"
                                    : "try the best step (sweep)",
                                f32 ? "check where the gradient is not zero (--scale, --dist), or in float64"
                                    : "check where the gradient is not zero (--scale, --dist)",
-                               NULL, NULL};
+                               NULL,
+                               NULL};
     for (int kind = 0; kind < K_N; kind++) {
         bool any = false;
         for (int k = 0; k < n; k++) {
             const gct_note *e = &notes[k];
-            int ek = e->verdict == TG_VERDICT_WRONG ? (isfinite(e->excess) ? K_WRONG : K_NAN)
+            int ek = e->verdict == TG_VERDICT_WRONG      ? (isfinite(e->excess) ? K_WRONG : K_NAN)
                      : e->reason == TG_REASON_UNRESOLVED ? K_UNRESOLVED
                      : e->reason == TG_REASON_ALL_ZERO   ? K_ALL_ZERO
                      : e->reason == TG_REASON_EMPTY      ? K_EMPTY

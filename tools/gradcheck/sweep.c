@@ -404,10 +404,11 @@ int gct_cmd_sweep(const gct_args *a) {
                 for (int k = 0; k < d.nk; k++) {
                     printf("%s,%s,", op->name, bug ? bug->name : "");
                     for (const char *q = spec; *q; q++) putchar(*q == ',' ? ';' : *q);
-                    printf(",%s,%s,%s,%s,%.17g,%d,%d,%.17g,%.17g,%.17g,%.17g,%.17g,%d,%.17g\n", tg_dtype_name(ci->dtype),
-                           ci->forward ? "forward" : "central", i < 0 ? "all" : d.input_name[i], i < 0 ? "abs" : "rel",
-                           grid[k], d.ns, d.vanished[c * d.nk + k], b->med[k], b->lo[k], b->hi[k], b->l,
-                           theory_h(ci, b->l), k == b->k, b->pred[k]);
+                    printf(",%s,%s,%s,%s,%.17g,%d,%d,%.17g,%.17g,%.17g,%.17g,%.17g,%d,%.17g\n",
+                           tg_dtype_name(ci->dtype), ci->forward ? "forward" : "central",
+                           i < 0 ? "all" : d.input_name[i], i < 0 ? "abs" : "rel", grid[k], d.ns,
+                           d.vanished[c * d.nk + k], b->med[k], b->lo[k], b->hi[k], b->l, theory_h(ci, b->l), k == b->k,
+                           b->pred[k]);
                 }
             }
         }

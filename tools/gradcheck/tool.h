@@ -361,7 +361,6 @@ void gct_json_summary(const gct_args *a, const gct_tally *inputs, const gct_tall
 
 /* ---- small helpers (table.c) ------------------------------- */
 
-
 #define GCT_MAX_COLS 16
 #define GCT_CELL 96
 
