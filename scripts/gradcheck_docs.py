@@ -99,7 +99,8 @@ def main(argv):
                 new.append("$ " + c)
                 if o:
                     new.extend(o.split("\n"))
-            if mask("\n".join(new)) != mask("\n".join(body)):
+            changed = mask("\n".join(new)) != mask("\n".join(body))
+            if changed:
                 stale += 1
                 if mode == "--check":
                     print(f"{path}:{start}: stale output of $ {commands[0]}")
@@ -109,7 +110,7 @@ def main(argv):
                             print(f"    doc: {a}\n    now: {b}")
                             break
             out.extend(lines[last:start])
-            out.extend(new if mode == "--update" else body)
+            out.extend(new if mode == "--update" and changed else body)  # times alone: left as they are
             last = end
         out.extend(lines[last:])
         if mode == "--update":
