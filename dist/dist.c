@@ -29,13 +29,25 @@
 
 #include "dist/internal.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "tapegrad.h" /* the version */
+#include "tensor/gemm.h"
+#if defined(__GLIBC__)
+#include <gnu/libc-version.h>
+#endif
 
 #define DEFAULT_BUCKET_BYTES ((size_t)4 << 20)
 #define MIN_BUCKET_BYTES ((size_t)64)
 #define MAX_BUCKET_BYTES ((size_t)1 << 30)
+/* The deadline of a collective when TG_DIST_TIMEOUT does not set one: far
+ * above any wait of a working run (docs/distributed.md: the longest waits
+ * measured are rank 0's evaluations and saves, seconds), far below "forever". */
+#define DEFAULT_TIMEOUT 600.0
 
 /* A piece of the data a collective moves: numel elements of dtype. */
 typedef struct seg {
@@ -57,6 +69,7 @@ struct tg_dist {
     seg *segs;
     int segs_cap;
     tg_dist_stats stats;
+    char fingerprint[384]; /* what decides the bits (tg_dist_fingerprint) */
 };
 
 static double now(void) {
@@ -71,6 +84,87 @@ static void dist_free(tg_dist *d, void *p) {
 }
 
 /* ---- the world --------------------------------------------------------------- */
+
+/* What decides the bits of a rank's gradient beyond its inputs: the
+ * library's version, the instruction sets it was compiled for (-march: the
+ * GEMM's micro-kernels, AVX paths in the optimizer and the norms), the
+ * compiler (whether it fuses a * b + c), the C library (exp, pow) and the
+ * autocast dtype. Ranks compare it at the start (same_build). */
+static void make_fingerprint(tg_ctx *ctx, char *buf, size_t size) {
+    const char *isa = ""
+#if defined(__x86_64__)
+                      "x86-64"
+#elif defined(__aarch64__)
+                      "aarch64"
+#endif
+#if defined(__AVX512F__)
+                      " avx512f"
+#endif
+#if defined(__AVX512BF16__)
+                      " avx512bf16"
+#endif
+#if defined(__AVX2__)
+                      " avx2"
+#endif
+#if defined(__FMA__)
+                      " fma"
+#endif
+#if defined(__AVX__)
+                      " avx"
+#endif
+#if defined(__F16C__)
+                      " f16c"
+#endif
+        ;
+    const char *compiler =
+#if defined(__clang__)
+        "clang " __clang_version__;
+#elif defined(__GNUC__)
+        "gcc " __VERSION__;
+#else
+        "an unknown compiler";
+#endif
+    const char *libc =
+#if defined(__GLIBC__)
+        gnu_get_libc_version();
+#else
+        "unknown";
+#endif
+    snprintf(buf, size, "tapegrad %d.%d.%d, GEMM kernels %s, isa %s, %s, C library %s, autocast %s",
+             TAPEGRAD_VERSION_MAJOR, TAPEGRAD_VERSION_MINOR, TAPEGRAD_VERSION_PATCH, tg_gemm_kernel_name(),
+             isa[0] ? isa : "generic", compiler, libc, tg_dtype_name(tg_ctx_autocast(ctx)));
+}
+
+/* True on every rank when every rank's fingerprint is rank 0's; else false
+ * everywhere, with an error naming rank 0's and the first other one's. */
+static bool same_build(tg_ctx *ctx, tg_dist *d) {
+    char err[512];
+    const size_t n = sizeof d->fingerprint;
+    uint64_t h = 14695981039346656037ull, v[2];
+    for (size_t i = 0; i < n && d->fingerprint[i]; i++) h = (h ^ (unsigned char)d->fingerprint[i]) * 1099511628211ull;
+    v[0] = h, v[1] = ~h;
+    tg_comm_begin(d->comm, "tg_dist_init");
+    if (!tg_comm_min_u64(d->comm, v, 2, err, sizeof err)) goto failed;
+    if (v[0] == ~v[1]) return true;
+    /* which rank differs from rank 0, and how */
+    char theirs[sizeof d->fingerprint], first[sizeof d->fingerprint];
+    memcpy(theirs, d->fingerprint, n);
+    if (!tg_comm_bcast(d->comm, theirs, (int)n, 0, err, sizeof err)) goto failed;
+    uint64_t who = strncmp(theirs, d->fingerprint, n) ? (uint64_t)d->rank : (uint64_t)d->size;
+    if (!tg_comm_min_u64(d->comm, &who, 1, err, sizeof err)) goto failed;
+    memcpy(first, d->fingerprint, n);
+    if (who >= (uint64_t)d->size || !tg_comm_bcast(d->comm, first, (int)n, (int)who, err, sizeof err)) goto failed;
+    theirs[n - 1] = first[n - 1] = '\0';
+    tg_error(ctx, TG_ERR_STATE, "tg_dist_init",
+             "the ranks run different builds, which would break the bitwise guarantee (each rank's gradient "
+             "must round as one process's would): rank 0 runs %s; rank %d runs %s. Build every rank from the "
+             "same sources with the same compiler and flags (on machines with different CPUs: -DTG_NATIVE=OFF)",
+             theirs, (int)who, first);
+    return false;
+failed:
+    tg_error(ctx, TG_ERR_IO, "tg_dist_init", "comparing the ranks' builds: %s", err);
+    return false;
+}
 
 tg_dist *tg_dist_init(tg_ctx *ctx, int *argc, char ***argv) {
     if (!tg_live(ctx)) return NULL;
@@ -97,6 +191,24 @@ tg_dist *tg_dist_init(tg_ctx *ctx, int *argc, char ***argv) {
         tg_dist_free(d);
         return NULL;
     }
+    /* the deadline, then the builds compared (itself under the deadline) */
+    double timeout = DEFAULT_TIMEOUT;
+    const char *env = getenv("TG_DIST_TIMEOUT");
+    if (env && *env) {
+        char *end;
+        timeout = strtod(env, &end);
+        if (*end || !isfinite(timeout) || timeout < 0) {
+            tg_error(ctx, TG_ERR_VALUE, __func__, "TG_DIST_TIMEOUT='%s': want seconds >= 0 (0: no deadline)", env);
+            tg_dist_free(d);
+            return NULL;
+        }
+    }
+    tg_comm_set_timeout(d->comm, timeout);
+    make_fingerprint(ctx, d->fingerprint, sizeof d->fingerprint);
+    if (!same_build(ctx, d)) {
+        tg_dist_free(d);
+        return NULL;
+    }
     return d;
 }
 
@@ -114,6 +226,23 @@ int tg_dist_rank(const tg_dist *d) { return d ? d->rank : 0; }
 int tg_dist_size(const tg_dist *d) { return d ? d->size : 1; }
 int tg_dist_local_size(const tg_dist *d) { return d ? tg_comm_local_size(d->comm) : 1; }
 const char *tg_dist_backend(const tg_dist *d) { return d ? tg_comm_backend(d->comm) : "one process: no tg_dist"; }
+const char *tg_dist_fingerprint(const tg_dist *d) { return d ? d->fingerprint : ""; }
+
+bool tg_dist_set_timeout(tg_ctx *ctx, tg_dist *d, double seconds) {
+    if (!tg_live(ctx)) return false;
+    if (!d) {
+        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'd' is NULL");
+        return false;
+    }
+    if (!isfinite(seconds) || seconds < 0) {
+        tg_error(ctx, TG_ERR_VALUE, __func__, "seconds = %g: want >= 0 (0: no deadline)", seconds);
+        return false;
+    }
+    tg_comm_set_timeout(d->comm, seconds);
+    return true;
+}
+double tg_dist_timeout(const tg_dist *d) { return d ? tg_comm_timeout(d->comm) : 0; }
+double tg_dist_longest_wait(const tg_dist *d) { return d ? tg_comm_longest_wait(d->comm) : 0; }
 
 void tg_dist_split(int64_t total, int parts, int part, int64_t *start, int64_t *count) {
     int64_t s = 0, c = 0;
@@ -184,6 +313,7 @@ typedef struct failure {
  * else false on every rank, with the error set on each that had not failed
  * itself. `what` names what the hash covers, for the mismatch message. */
 static bool agree(tg_ctx *ctx, tg_dist *d, const char *fn, bool ok, uint64_t hash, const char *what) {
+    tg_comm_begin(d->comm, fn);
     bool failed = !ok || !tg_ok(ctx);
     uint64_t v[3] = {failed ? (uint64_t)d->rank : (uint64_t)d->size, hash, ~hash};
     char err[512];

@@ -36,6 +36,17 @@ int tg_comm_size(const tg_comm *c);
 int tg_comm_local_size(const tg_comm *c);
 const char *tg_comm_backend(const tg_comm *c);
 
+/* The deadline of every collective below, in seconds (0: none), and the
+ * longest any one has waited so far. Past the deadline the world is
+ * broken (dist/comm.c): err names the ranks that did not arrive, and
+ * every later call fails at once with the same message. */
+void tg_comm_set_timeout(tg_comm *c, double seconds);
+double tg_comm_timeout(const tg_comm *c);
+double tg_comm_longest_wait(const tg_comm *c);
+/* Called as a collective of dist/ begins: counts it and names it (fn: a
+ * string that lives on), for the roll call after a missed deadline. */
+void tg_comm_begin(tg_comm *c, const char *fn);
+
 /* v[i] = min over ranks of v[i], in place. */
 bool tg_comm_min_u64(tg_comm *c, uint64_t *v, int n, char *err, size_t err_size);
 /* buf (bytes) = root's buf. */

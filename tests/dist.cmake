@@ -35,7 +35,7 @@ if(TG_MPI)
     set_tests_properties(test_dist_np${_np} PROPERTIES TIMEOUT 900 RESOURCE_LOCK mpi
       ENVIRONMENT_MODIFICATION "${TG_TEST_ENV};${TG_MPI_TEST_ENV}")
   endforeach()
-  set(TG_DIST_CASES micro gpt_micro installed bitwise resume failing_rank flags_differ rank0_output readme_mpi
+  set(TG_DIST_CASES micro gpt_micro installed bitwise resume failing_rank deadline flags_differ rank0_output readme_mpi
     gpt_bitwise gpt_resume gpt_failing gpt_readme)
   set(_tg_mpi 1)
 endif()

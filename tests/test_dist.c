@@ -16,6 +16,7 @@
  *   - errors: one rank's error (or a layout that differs) ends every
  *     collective on every rank with a message naming the rank, and the
  *     ranks stay in step for the next collective;
+ *   - the deadline's and the build fingerprint's settings;
  *   - the accumulator's own contract (one process).
  * Check runs the tests in-process (CK_FORK=no, set by main): a forked
  * child cannot take part in MPI collectives. A test makes all its
@@ -125,6 +126,46 @@ START_TEST(test_world) {
     /* NULL: one process */
     ck_assert_int_eq(tg_dist_rank(NULL), 0);
     ck_assert_int_eq(tg_dist_size(NULL), 1);
+}
+END_TEST
+
+/* The deadline: TG_DIST_TIMEOUT's value or 600 s at the start; set and
+ * read back; bad values refused and the deadline kept. */
+START_TEST(test_timeout) {
+    const char *env = getenv("TG_DIST_TIMEOUT");
+    const double start = tg_dist_timeout(world);
+    ck_assert(start == (env && *env ? strtod(env, NULL) : 600.0));
+    ck_assert(tg_dist_set_timeout(ctx, world, 2.5));
+    ck_assert(tg_dist_timeout(world) == 2.5);
+    ck_assert(tg_dist_set_timeout(ctx, world, 0)); /* no deadline */
+    ck_assert(tg_dist_timeout(world) == 0);
+    ck_assert(!tg_dist_set_timeout(ctx, world, -1));
+    tg_test_assert_error(ctx, TG_ERR_VALUE, "tg_dist_set_timeout", "seconds = -1", "want >= 0", NULL);
+    ck_assert(!tg_dist_set_timeout(ctx, world, NAN));
+    tg_test_assert_error(ctx, TG_ERR_VALUE, "tg_dist_set_timeout", "seconds = nan", NULL);
+    ck_assert(!tg_dist_set_timeout(ctx, NULL, 1));
+    tg_test_assert_error(ctx, TG_ERR_NULL, "tg_dist_set_timeout", "'d' is NULL", NULL);
+    ck_assert(tg_dist_timeout(world) == 0);
+    ck_assert(tg_dist_timeout(NULL) == 0);
+    ck_assert(tg_dist_set_timeout(ctx, world, start));
+    /* a collective under a deadline works as before, and its wait is kept */
+    double v = 1;
+    ck_assert_msg(tg_dist_allreduce_f64(ctx, world, &v, 1, 1.0), "%s", tg_error_message(ctx));
+    ck_assert(v == nproc);
+    ck_assert(tg_dist_longest_wait(world) >= 0 && tg_dist_longest_wait(world) < start);
+}
+END_TEST
+
+/* The build's fingerprint: what decides the bits, the same on every rank
+ * (tg_dist_init compared them). */
+START_TEST(test_fingerprint) {
+    const char *fp = tg_dist_fingerprint(world);
+    ck_assert_msg(strstr(fp, "tapegrad 0.") == fp, "%s", fp);
+    ck_assert_msg(strstr(fp, "GEMM kernels ") && strstr(fp, "isa ") && strstr(fp, "C library ") &&
+                      strstr(fp, "autocast float32"),
+                  "%s", fp);
+    ck_assert_msg(tg_dist_same(ctx, world, fp, strlen(fp), "the fingerprints"), "%s", tg_error_message(ctx));
+    ck_assert_str_eq(tg_dist_fingerprint(NULL), "");
 }
 END_TEST
 
@@ -586,7 +627,8 @@ END_TEST
 
 static Suite *make_dist_suite(void) {
     Suite *s = suite_create("dist");
-    tg_test_tcase(s, "world", setup, teardown, test_split_tiles, test_draw_any_split, test_world, NULL);
+    tg_test_tcase(s, "world", setup, teardown, test_split_tiles, test_draw_any_split, test_world, test_timeout,
+                  test_fingerprint, NULL);
     tg_test_tcase(s, "broadcast", setup, teardown, test_broadcast_odd_sizes, test_broadcast_rng_and_optim, NULL);
     tg_test_tcase(s, "allreduce", setup, teardown, test_allreduce_rank_order, test_allreduce_f64_values, NULL);
     tg_test_tcase(s, "training", setup, teardown, test_ranks_equal_accumulation, NULL);

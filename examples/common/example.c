@@ -162,14 +162,42 @@ bool ex_resume(tg_ctx *ctx, const ex_args *args, const tg_train_part *parts, int
     return true;
 }
 
-bool ex_save(tg_ctx *ctx, const ex_args *args, const tg_train_part *parts, int nparts) {
+bool ex_save(tg_ctx *ctx, const ex_args *args, const tg_train_part *parts, int nparts, int64_t step) {
     if (!args->save) return true;
     if (tg_train_save_parts(ctx, args->save, parts, nparts, NULL) != TG_OK) {
         ex_failed(ctx);
         return false;
     }
-    printf("saved the training state to %s\n", args->save);
+    if (step) ex_saved_at(args, step);
+    else printf("saved the training state to %s\n", args->save);
     return true;
+}
+
+bool ex_save_due(const ex_args *args, int64_t step) {
+    return args->save && args->save_every > 0 && step % args->save_every == 0 && step < ex_last_step(args);
+}
+
+void ex_saved_at(const ex_args *args, int64_t step) {
+    printf("step %lld: saved the training state to %s\n", (long long)step, args->save);
+    fflush(stdout);
+}
+
+bool ex_save_folder_ok(const ex_args *args) {
+    if (!args->save) return true;
+    const char *slash = strrchr(args->save, '/');
+    if (!slash) return true; /* the current folder */
+    size_t n = slash == args->save ? 1 : (size_t)(slash - args->save);
+    char *dir = strndup(args->save, n);
+    struct stat sb;
+    errno = 0;
+    bool ok = dir && stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode) && access(dir, W_OK) == 0;
+    if (!ok)
+        fprintf(stderr, "%s: --save %s: cannot write into the folder %s: %s\n", prog, args->save, dir ? dir : "",
+                !dir    ? "out of memory"
+                : errno ? strerror(errno)
+                        : "not a folder");
+    free(dir);
+    return ok;
 }
 
 /* "DIR/NAME.dat: No space left on device", or the status's name when the

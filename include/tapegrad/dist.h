@@ -56,12 +56,17 @@ typedef struct tg_dist tg_dist;
  * (unless the program already did) and returns this process's place in
  * the world; a program started without a launcher is a world of one and
  * MPI is not initialized at all (no start-up cost, nothing to finalize).
- * argc and argv are main's (MPI may use them; may be NULL). NULL and an
- * error on failure, e.g. a build without MPI started by mpirun with 2
- * processes (each would train alone). Memory comes from ctx's allocator. */
+ * argc and argv are main's (MPI may use them; may be NULL).
+ * A collective: the ranks compare their builds (tg_dist_fingerprint) and
+ * refuse to run mixed ones. NULL and an error on failure, e.g. a build
+ * without MPI started by mpirun with 2 processes (each would train alone),
+ * ranks of different builds ("the ranks run different builds ...: rank 0
+ * runs ...; rank 1 runs ..."), or a bad TG_DIST_TIMEOUT. Memory comes from
+ * ctx's allocator. */
 tg_dist *tg_dist_init(tg_ctx *ctx, int *argc, char ***argv);
 /* Frees the handle and finalizes MPI when tg_dist_init initialized it.
- * Not a collective, but MPI's finalize waits for the other ranks. */
+ * Not a collective, but MPI's finalize waits for the other ranks (not
+ * after a missed deadline: see tg_dist_set_timeout). */
 void tg_dist_free(tg_dist *d);
 
 /* This process's rank (0..size-1) and the number of processes; the number
@@ -74,6 +79,30 @@ int tg_dist_local_size(const tg_dist *d);
  * there is none ("one process: built without MPI", "one process: not
  * started by mpirun"). */
 const char *tg_dist_backend(const tg_dist *d);
+
+/* What decides the bits of this rank's results besides its inputs, as
+ * text: the library's version, the GEMM's micro-kernels and the
+ * instruction sets compiled for, the compiler, the C library and the
+ * context's autocast dtype at tg_dist_init. Every rank's must be rank 0's
+ * (tg_dist_init checks): a rank from another build would compute another
+ * gradient for the same slice, and the run would match no one-process run. */
+const char *tg_dist_fingerprint(const tg_dist *d);
+
+/* The deadline of every collective: a rank that waits longer for the
+ * others calls the roll, and every waiting rank fails with an error naming
+ * the ranks that did not arrive ("rank 1 did not arrive within 600 s ...").
+ * The world is then broken: every later collective fails at once, and
+ * tg_dist_free does not finalize MPI (which would wait for the missing
+ * rank), so the program should exit non-zero; mpirun then ends the rest.
+ * Waiting ranks poll with growing pauses instead of spinning a core.
+ * Default: the environment variable TG_DIST_TIMEOUT (seconds) if set, else
+ * 600 s; 0: no deadline. Not a collective (each rank keeps its own).
+ * Errors: a negative or non-finite value, a NULL d. */
+bool tg_dist_set_timeout(tg_ctx *ctx, tg_dist *d, double seconds);
+double tg_dist_timeout(const tg_dist *d);
+/* The longest one collective has waited on this rank since tg_dist_init
+ * (seconds): what a deadline must stay above. */
+double tg_dist_longest_wait(const tg_dist *d);
 
 /* Part `part` of `parts` near-equal consecutive parts of `total` items:
  *   start = floor(part * total / parts),  count = start(part + 1) - start,
