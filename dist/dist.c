@@ -156,9 +156,8 @@ static bool same_build(tg_ctx *ctx, tg_dist *d) {
     if (who >= (uint64_t)d->size || !tg_comm_bcast(d->comm, first, (int)n, (int)who, err, sizeof err)) goto failed;
     theirs[n - 1] = first[n - 1] = '\0';
     tg_error(ctx, TG_ERR_STATE, "tg_dist_init",
-             "the ranks run different builds, which would break the bitwise guarantee (each rank's gradient "
-             "must round as one process's would): rank 0 runs %s; rank %d runs %s. Build every rank from the "
-             "same sources with the same compiler and flags (on machines with different CPUs: -DTG_NATIVE=OFF)",
+             "the ranks run different builds, whose results would match no one-process run: rank 0 runs %s; "
+             "rank %d runs %s (build every rank alike; on unlike CPUs with -DTG_NATIVE=OFF)",
              theirs, (int)who, first);
     return false;
 failed:

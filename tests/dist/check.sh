@@ -7,9 +7,9 @@
 # hang: every run is bounded by a timeout), only rank 0 writes, and the
 # README's recipes run as printed.
 # Usage: check.sh BUILD_DIR CASE [MPI]
-#   CASE: micro | gpt_micro | no_mpi | installed (any build; installed also
+#   CASE: micro | gpt_micro | no_mpi | save_every | installed (any build; installed also
 #         runs two processes when the third argument is 1: an MPI build);
-#         bitwise | resume | failing_rank | deadline | flags_differ | rank0_output |
+#         bitwise | resume | failing_rank | deadline | mixed_builds | flags_differ | rank0_output |
 #         readme_mpi | gpt_bitwise | gpt_resume | gpt_failing | gpt_readme
 #         (MPI builds: mpirun must be on PATH).
 # tests/dist.cmake sets the environment: mpirun as root, oversubscribed,
@@ -231,6 +231,24 @@ deadline)
   done
   echo "deadline: a stopped rank ends the job (status $rc, ${took} s) with its rank named by the others; waiting uses $((c1 - c0)) ticks in 2 s"
   ;;
+mixed_builds)
+  # Rank 0 from this build, rank 1 from a portable build of the same
+  # sources (-DTG_NATIVE=OFF: other GEMM kernels, other rounding): refused
+  # by both at the start, each naming the two builds, instead of a run that
+  # matches no one-process run. On a CPU without AVX2 the two builds would
+  # be the same; then there is nothing to refuse.
+  if ! grep -qw avx2 /proc/cpuinfo; then echo "mixed_builds: no AVX2 here: the native build is the portable one"; echo "1 passed, 0 failed"; exit 0; fi
+  "$TG_CMAKE" -S "$src" -B portable -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE=-O1 -DTG_NATIVE=OFF \
+    -DTG_MPI=ON -DCMAKE_C_COMPILER="$TG_CC" > build.log 2>&1 || { cat build.log >&2; fail "configuring a portable build"; }
+  "$TG_CMAKE" --build portable -j2 --target spiral >> build.log 2>&1 || { cat build.log >&2; fail "building it"; }
+  run=(--norm none --steps 5 --out o)
+  expect 0 "$tmp/p.log" mpirun -np 2 portable/examples/spiral --norm none --steps 5 --out p
+  expect 1 "$tmp/log" mpirun -np 1 "$spiral" "${run[@]}" : -np 1 portable/examples/spiral "${run[@]}"
+  [ "$(grep -c "tg_dist_init: the ranks run different builds.*rank 0 runs tapegrad.*GEMM kernels .*rank 1 runs tapegrad .*GEMM kernels portable" "$tmp/log")" -eq 2 ] \
+    || { cat "$tmp/log" >&2; fail "the two ranks did not both refuse, naming the builds"; }
+  [ ! -e o ] || fail "a refused run wrote output"
+  echo "mixed_builds: $(grep -m1 -o "rank 1 runs.*GEMM kernels portable" "$tmp/log")"
+  ;;
 flags_differ)
   # Ranks given different --steps would make different numbers of steps
   # and wait for each other forever: refused at the start, by every rank.
@@ -375,6 +393,45 @@ gpt_failing)
     || fail "--batch 2 on 3 processes: $(cat "$tmp/batch.log")"
   [ ! -e o ] || fail "a refused run wrote output"
   echo "gpt_failing: a damaged checkpoint, another text or other flags on rank 1, a batch too small end every rank with the reason"
+  ;;
+save_every)
+  # --save into a folder that does not exist is refused before step 1 (by
+  # spiral, gpt and charlm), and gpt's --save-every N saves every N steps:
+  # a run killed (kill -9) after some saves resumes from the last one and
+  # ends bitwise where an uninterrupted run ends. With MPI, on 2 processes.
+  printf 'apple\nbanana\ncherry\ndates\nelder\nfig\ngrape\n' > words.txt
+  expect 1 "$tmp/s.log" "$spiral" --steps 5 --save nodir/x.st --out o
+  expect 1 "$tmp/g.log" "$gpt" "${small[@]}" --steps 5 --save nodir/x.st --out o
+  expect 1 "$tmp/c.log" "$build/examples/charlm" --data words.txt --steps 5 --save nodir/x.st --out o
+  for p in s g c; do
+    grep -q -- "--save nodir/x.st: cannot write into the folder nodir: No such file or directory" "$tmp/$p.log" \
+      || fail "--save into a missing folder: $(cat "$tmp/$p.log")"
+  done
+  [ ! -e o ] || fail "a run refused for its --save wrote output"
+  launch=() np=1
+  if [ "$mpi" = 1 ]; then launch=(mpirun -np 2) np=2; fi
+  expect 1 "$tmp/m.log" "${launch[@]}" "$gpt" "${small[@]}" --steps 5 --save nodir/x.st --out o
+  grep -q "cannot write into the folder nodir" "$tmp/m.log" || fail "$np processes, a missing folder: $(cat "$tmp/m.log")"
+  printf '#!/bin/sh\necho $$ > "%s/pid"\nexec "$@"\n' "$tmp" > pid.sh
+  chmod +x pid.sh
+  run=("$gpt" "${small[@]}" --steps 100000 --every 100000 --eval-every 100000)
+  if [ "$mpi" = 1 ]; then
+    timeout "$limit" mpirun -np 1 ./pid.sh "${run[@]}" --save-every 20 --save p.st --out k : -np 1 "${run[@]}" \
+      --save-every 20 > "$tmp/k.log" 2>&1 &
+  else
+    timeout "$limit" ./pid.sh "${run[@]}" --save-every 20 --save p.st --out k > "$tmp/k.log" 2>&1 &
+  fi
+  job=$!
+  for _ in $(seq 600); do grep -q "^step 40: saved the training state to p.st" "$tmp/k.log" && break; sleep 0.1; done
+  kill -9 "$(cat pid)"
+  wait "$job" || true
+  last=$(grep -o "^step [0-9]*: saved" "$tmp/k.log" | tail -1 | grep -o "[0-9]*")
+  [ -n "$last" ] && [ "$last" -ge 40 ] || { cat "$tmp/k.log" >&2; fail "no save every 20 steps"; }
+  stop=$((last + 27)) # past the save after $last too, which a kill can leave unannounced
+  expect 0 "$tmp/r.log" "${launch[@]}" "${run[@]}" --stop-after "$stop" --resume p.st --save r.st --out r
+  expect 0 "$tmp/f.log" "${launch[@]}" "${run[@]}" --stop-after "$stop" --save f.st --out f
+  same r.st f.st "killed after the save at step $last, resumed to step $stop"
+  echo "save_every: --save into a missing folder refused at the start; $np process(es) killed after step $last's save resume bit for bit to step $stop"
   ;;
 gpt_readme)
   # The README's gpt recipe (on the fortunes), run as printed.
