@@ -306,7 +306,7 @@ static int resume(tg_ctx *ctx, const ex_args *args, const run *r, tg_train_part 
 static bool save(tg_ctx *ctx, const ex_args *args, const run *r, tg_train_part *part, int64_t step) {
     if (!args->save) return true;
     tg_meta meta = {0};
-    bool ok = tg_meta_set(ctx, &meta, "gpt.config", r->config) &&
+    bool ok = tg_meta_set(ctx, &meta, "gpt.config", r->config) && tg_meta_set(ctx, &meta, "dist.split", args->split) &&
               tg_train_save_parts(ctx, args->save, part, 1, &meta) == TG_OK;
     tg_meta_free(&meta);
     if (!ok) ex_failed(ctx);
@@ -539,6 +539,7 @@ int main(int argc, char **argv) {
     }
     r.lead = tg_dist_rank(r.dist) == 0;
     const int nproc = tg_dist_size(r.dist);
+    ex_dist_set_split(&args, r.dist, r.micro);
     bool ok = same_flags(ctx, &args, &r);
     const int64_t parts = (int64_t)nproc * r.micro;
     if (ok && r.batch < parts) {

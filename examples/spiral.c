@@ -428,6 +428,7 @@ int main(int argc, char **argv) {
     }
     const int nproc = tg_dist_size(b.dist);
     b.lead = tg_dist_rank(b.dist) == 0;
+    ex_dist_set_split(&args, b.dist, micro);
     /* The flags that decide what each process computes must be the same
      * everywhere, or the processes would wait for each other forever. */
     char settings[512];

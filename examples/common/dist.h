@@ -73,4 +73,14 @@ static inline tg_dist *ex_dist_join(tg_ctx *ctx, ex_args *args, int *argc, char 
     return d;
 }
 
+/* args->split for a run of d's P processes x K = `micro` micro-batches
+ * each: the order of the gradient's sum. P processes of one micro-batch
+ * fold like one process of P micro-batches (docs/distributed.md), so both
+ * are "M" slices (M = P K); else "PxK" (K per process, then the processes). */
+static inline void ex_dist_set_split(ex_args *args, const tg_dist *d, int64_t micro) {
+    const int P = tg_dist_size(d);
+    if (P == 1 || micro == 1) snprintf(args->split, sizeof args->split, "%lld", (long long)(P * micro));
+    else snprintf(args->split, sizeof args->split, "%dx%lld", P, (long long)micro);
+}
+
 #endif

@@ -22,6 +22,8 @@ typedef struct ex_args {
     int64_t stop_after;       /* stop after this step (0: run all steps), e.g. to --save and --resume later */
     int64_t save_every;       /* also --save after every N steps (0: only at the end); EX_FLAG_SAVE_EVERY */
     const char *dist_timeout; /* a collective's deadline in seconds, or NULL; EX_FLAG_DIST_TIMEOUT (common/dist.h) */
+    char split[32];           /* the order of each batch's gradient sum, kept by --save and compared on --resume:
+                       "M" slices in a row, or "PxK" (ex_dist_set_split); "": not recorded */
 } ex_args;
 
 /* An example-specific flag: --name VALUE. */
@@ -70,6 +72,11 @@ bool ex_resume(tg_ctx *ctx, const ex_args *args, const tg_train_part *parts, int
  * (step 0: "saved the training state to FILE") or after step `step` of
  * --save-every (ex_saved_at's line). */
 bool ex_save(tg_ctx *ctx, const ex_args *args, const tg_train_part *parts, int nparts, int64_t step);
+/* After --resume: when the checkpoint's run split its batches otherwise
+ * (theirs: its "dist.split" metadata, or NULL) than args->split, prints a
+ * note that the sums now round otherwise, so the run goes on but will not
+ * match an uninterrupted one bit for bit. */
+void ex_note_split(const ex_args *args, const char *theirs);
 /* True when step is one of --save-every's (not the last step to run,
  * whose save is the final one). */
 bool ex_save_due(const ex_args *args, int64_t step);

@@ -151,12 +151,18 @@ resume)
     -np 1 -wdir "$tmp/elsewhere" "$spiral" "${flags[@]}" --resume half.st --out w
   same full.st w.st "resumed with the checkpoint on rank 0 alone"
   expect 0 "$tmp/r3.log" mpirun -np 3 "$spiral" "${flags[@]}" --resume half.st --save resumed3.st --out r3
+  # another split is said at run time; the same one (or its equal: 2 processes, --micro 2) is not
+  grep -q "^spiral: note: half.st was trained with each batch's gradient summed over 2 slices, this run sums it over 3 .*round otherwise" \
+    "$tmp/r3.log" || fail "resuming 2 processes' run on 3 did not say it rounds otherwise: $(cat "$tmp/r3.log")"
+  if grep -q "note: " "$tmp/r.log" "$tmp/w.log"; then fail "resuming on as many processes printed a note"; fi
   expect 0 "$tmp/s.log" "$spiral" "${flags[@]}" --micro 2 --stop-after 20 --save s-half.st --out s
   same half.st s-half.st "2 processes vs --micro 2 after 20 steps"
   expect 0 "$tmp/s3.log" "$spiral" "${flags[@]}" --micro 3 --resume s-half.st --save s-resumed3.st --out s
   same resumed3.st s-resumed3.st "resumed with 3 processes vs --micro 3"
   # and back to one process (one micro-batch)
   expect 0 "$tmp/r1.log" "$spiral" "${flags[@]}" --resume resumed3.st --steps 50 --save r1.st --out r1
+  grep -q "note: resumed3.st was trained with each batch's gradient summed over 3 slices, this run sums it over 1" \
+    "$tmp/r1.log" || fail "3 -> 1 said no note"
   grep -q "resumed from resumed3.st at step 40" "$tmp/r1.log" || fail "one process did not resume at step 40"
   echo "resume: 2 -> 2 processes is one straight run, also with the checkpoint on rank 0 alone; 2 -> 3 processes == --micro 2 -> --micro 3; 3 -> 1 runs"
   ;;
@@ -365,6 +371,9 @@ gpt_resume)
   expect 0 "$tmp/s.log" "$gpt" "${small[@]}" --steps 20 --micro 2 --stop-after 10 --save s-half.st --out s
   same half.st s-half.st "2 processes vs --micro 2 after 10 steps"
   expect 0 "$tmp/s1.log" "$gpt" "${small[@]}" --steps 20 --resume s-half.st --save s.st --out s
+  grep -q "^gpt: note: half.st was trained with each batch's gradient summed over 2 slices, this run sums it over 1" "$tmp/r1.log" \
+    || fail "2 -> 1 process: no note that it rounds otherwise: $(cat "$tmp/r1.log")"
+  if grep -q "note: " "$tmp/r2.log"; then fail "2 -> 2 processes printed a note"; fi
   same_gpt one s "resumed with 1 process vs --micro 2 then 1"
   echo "gpt_resume: 2 -> 2 processes is one straight run (the checkpoint on rank 0 alone); 2 -> 1 process == --micro 2 -> --micro 1"
   ;;
