@@ -88,7 +88,8 @@ struct tg_comm {
     bool mpi;      /* the world is MPI's (size may still be 1: mpirun -np 1) */
     bool finalize; /* tg_comm_open initialized MPI, so closing finalizes it */
     MPI_Comm world, roll;
-    note mine; /* this rank's note, alive until close (its sends may still be queued) */
+    MPI_Comm lane[TG_COMM_LANES]; /* lane 0 is world; the others its duplicates (tg_comm_start_...) */
+    note mine;                    /* this rank's note, alive until close (its sends may still be queued) */
 #endif
 };
 
@@ -152,6 +153,16 @@ static bool open_mpi(tg_comm *c, int *argc, char ***argv, char *err, size_t err_
         c->mpi = false;
         return false;
     }
+    c->lane[0] = c->world;
+    for (int l = 1; l < TG_COMM_LANES; l++) {
+        if (!mpi_ok(MPI_Comm_dup(c->world, &c->lane[l]), "MPI_Comm_dup", err, err_size)) {
+            while (--l > 0) MPI_Comm_free(&c->lane[l]);
+            MPI_Comm_free(&c->roll);
+            MPI_Comm_free(&c->world);
+            c->mpi = false;
+            return false;
+        }
+    }
     MPI_Comm_rank(c->world, &c->rank);
     MPI_Comm_size(c->world, &c->size);
     MPI_Comm local;
@@ -209,6 +220,7 @@ void tg_comm_close(tg_comm *c, const tg_allocator *alloc) {
      * end: freeing its communicators or finalizing would wait for it. The
      * pause: see the roll call at the top. */
     if (c->mpi && !c->broken[0]) {
+        for (int l = 1; l < TG_COMM_LANES; l++) MPI_Comm_free(&c->lane[l]);
         MPI_Comm_free(&c->roll);
         MPI_Comm_free(&c->world);
         if (c->finalize) MPI_Finalize();
@@ -349,7 +361,98 @@ static bool wait_for(tg_comm *c, MPI_Request *req, const char *call, char *err, 
 static bool started(tg_comm *c, int rc, MPI_Request *req, const char *call, char *err, size_t err_size) {
     return mpi_ok(rc, call, err, err_size) && wait_for(c, req, call, err, err_size);
 }
+
+/* A tg_comm_req holds an MPI_Request and the call's name. */
+_Static_assert(sizeof(MPI_Request) <= sizeof(((tg_comm_req *)0)->handle), "tg_comm_req too small for MPI_Request");
+static void req_put(tg_comm_req *r, MPI_Request m, const char *call) {
+    memcpy(r->handle, &m, sizeof m);
+    r->call = call;
+    r->active = true;
+}
+static MPI_Request req_get(const tg_comm_req *r) {
+    MPI_Request m;
+    memcpy(&m, r->handle, sizeof m);
+    return m;
+}
 #endif
+
+bool tg_comm_start_alltoallv(tg_comm *c, int lane, const void *send, const int *scounts, const int *sdispls, void *recv,
+                             const int *rcounts, const int *rdispls, tg_comm_req *r, char *err, size_t err_size) {
+    r->active = false;
+    if (c->broken[0]) return broken(c, err, err_size);
+#if TG_HAVE_MPI
+    if (c->size > 1) {
+        MPI_Request m;
+        int rc = MPI_Ialltoallv(send, scounts, sdispls, MPI_BYTE, recv, rcounts, rdispls, MPI_BYTE, c->lane[lane], &m);
+        if (!mpi_ok(rc, "MPI_Ialltoallv", err, err_size)) return false;
+        req_put(r, m, "MPI_Ialltoallv");
+        return true;
+    }
+#endif
+    (void)lane, (void)rcounts;
+    memmove((char *)recv + rdispls[0], (const char *)send + sdispls[0], (size_t)scounts[0]);
+    return true;
+}
+
+bool tg_comm_start_allgatherv(tg_comm *c, int lane, void *buf, const int *counts, const int *displs, tg_comm_req *r,
+                              char *err, size_t err_size) {
+    r->active = false;
+    if (c->broken[0]) return broken(c, err, err_size);
+#if TG_HAVE_MPI
+    if (c->size > 1) {
+        MPI_Request m;
+        int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_BYTE, c->lane[lane], &m);
+        if (!mpi_ok(rc, "MPI_Iallgatherv", err, err_size)) return false;
+        req_put(r, m, "MPI_Iallgatherv");
+        return true;
+    }
+#endif
+    (void)lane, (void)buf, (void)counts, (void)displs;
+    return true; /* in place: the one block is already there */
+}
+
+bool tg_comm_test(tg_comm *c, tg_comm_req *r, bool *done, char *err, size_t err_size) {
+    *done = !r->active;
+    if (!r->active) return true;
+    if (c->broken[0]) return broken(c, err, err_size);
+#if TG_HAVE_MPI
+    MPI_Request m = req_get(r);
+    int flag = 0;
+    if (!mpi_ok(MPI_Test(&m, &flag, MPI_STATUS_IGNORE), r->call, err, err_size)) return false;
+    memcpy(r->handle, &m, sizeof m);
+    r->active = !flag;
+    *done = flag != 0;
+#endif
+    return true;
+}
+
+bool tg_comm_wait(tg_comm *c, tg_comm_req *r, char *err, size_t err_size) {
+    if (!r->active) return true;
+    if (c->broken[0]) return broken(c, err, err_size);
+#if TG_HAVE_MPI
+    MPI_Request m = req_get(r);
+    bool ok = wait_for(c, &m, r->call, err, err_size);
+    memcpy(r->handle, &m, sizeof m);
+    r->active = false;
+    return ok;
+#else
+    r->active = false;
+    return true;
+#endif
+}
+
+bool tg_comm_allgather(tg_comm *c, const void *mine, int bytes, void *all, char *err, size_t err_size) {
+    if (c->broken[0]) return broken(c, err, err_size);
+#if TG_HAVE_MPI
+    if (c->size > 1) {
+        MPI_Request r;
+        return started(c, MPI_Iallgather(mine, bytes, MPI_BYTE, all, bytes, MPI_BYTE, c->world, &r), &r,
+                       "MPI_Iallgather", err, err_size);
+    }
+#endif
+    memcpy(all, mine, (size_t)bytes);
+    return true;
+}
 
 /* Each collective: MPI's call for a world of several ranks; with one rank
  * (no MPI, or mpirun -np 1) what that call does with one rank. */
@@ -377,34 +480,4 @@ bool tg_comm_bcast(tg_comm *c, void *buf, int bytes, int root, char *err, size_t
 #endif
     (void)buf, (void)bytes, (void)root;
     return true; /* the one rank is the root */
-}
-
-bool tg_comm_alltoallv(tg_comm *c, const void *send, const int *scounts, const int *sdispls, void *recv,
-                       const int *rcounts, const int *rdispls, char *err, size_t err_size) {
-    if (c->broken[0]) return broken(c, err, err_size);
-#if TG_HAVE_MPI
-    if (c->size > 1) {
-        MPI_Request r;
-        return started(c,
-                       MPI_Ialltoallv(send, scounts, sdispls, MPI_BYTE, recv, rcounts, rdispls, MPI_BYTE, c->world, &r),
-                       &r, "MPI_Ialltoallv", err, err_size);
-    }
-#endif
-    (void)rcounts;
-    memcpy((char *)recv + rdispls[0], (const char *)send + sdispls[0], (size_t)scounts[0]);
-    return true;
-}
-
-bool tg_comm_allgatherv(tg_comm *c, void *buf, const int *counts, const int *displs, char *err, size_t err_size) {
-    if (c->broken[0]) return broken(c, err, err_size);
-#if TG_HAVE_MPI
-    if (c->size > 1) {
-        MPI_Request r;
-        return started(c,
-                       MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_BYTE, c->world, &r),
-                       &r, "MPI_Iallgatherv", err, err_size);
-    }
-#endif
-    (void)buf, (void)counts, (void)displs;
-    return true; /* in place: the one block is already there */
 }

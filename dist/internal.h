@@ -51,12 +51,119 @@ void tg_comm_begin(tg_comm *c, const char *fn);
 bool tg_comm_min_u64(tg_comm *c, uint64_t *v, int n, char *err, size_t err_size);
 /* buf (bytes) = root's buf. */
 bool tg_comm_bcast(tg_comm *c, void *buf, int bytes, int root, char *err, size_t err_size);
+/* Every rank's `bytes` bytes at mine, into all[q * bytes ..] for rank q
+ * (MPI_Allgather). */
+bool tg_comm_allgather(tg_comm *c, const void *mine, int bytes, void *all, char *err, size_t err_size);
+
+/* Collectives started now and finished later, so several can be in flight
+ * (the windows of an all-reduce that overlaps backward). Each runs on a
+ * lane, a communicator of its own (lane 0: the one of the calls above):
+ * MPI wants the collectives of one communicator started in the same order
+ * on every rank, so each kind of call that may be started out of step with
+ * another gets its lane. tg_comm_wait waits under the deadline. */
+#define TG_COMM_LANES 3
+typedef struct tg_comm_req {
+    unsigned char handle[16]; /* the MPI_Request */
+    const char *call;
+    bool active; /* started and not yet seen done */
+} tg_comm_req;
 /* Sends send[sdispls[q] ..][scounts[q]] to rank q and receives rank q's
- * piece into recv[rdispls[q] ..][rcounts[q]] (MPI_Alltoallv). */
-bool tg_comm_alltoallv(tg_comm *c, const void *send, const int *scounts, const int *sdispls, void *recv,
-                       const int *rcounts, const int *rdispls, char *err, size_t err_size);
+ * piece into recv[rdispls[q] ..][rcounts[q]] (MPI_Ialltoallv). */
+bool tg_comm_start_alltoallv(tg_comm *c, int lane, const void *send, const int *scounts, const int *sdispls, void *recv,
+                             const int *rcounts, const int *rdispls, tg_comm_req *r, char *err, size_t err_size);
 /* Every rank's block buf[displs[q] ..][counts[q]] to every rank, in place
- * (MPI_Allgatherv with MPI_IN_PLACE). */
-bool tg_comm_allgatherv(tg_comm *c, void *buf, const int *counts, const int *displs, char *err, size_t err_size);
+ * (MPI_Iallgatherv with MPI_IN_PLACE). */
+bool tg_comm_start_allgatherv(tg_comm *c, int lane, void *buf, const int *counts, const int *displs, tg_comm_req *r,
+                              char *err, size_t err_size);
+/* *done: r has finished (without waiting). */
+bool tg_comm_test(tg_comm *c, tg_comm_req *r, bool *done, char *err, size_t err_size);
+bool tg_comm_wait(tg_comm *c, tg_comm_req *r, char *err, size_t err_size);
+
+/* ---- the handle (dist/world.c) --------------------------------------------- */
+
+/* A piece of the data a collective moves: numel elements of dtype. */
+typedef struct tg_seg {
+    void *data;
+    int64_t numel;
+    tg_dtype dtype;
+} tg_seg;
+
+struct tg_dist {
+    tg_allocator alloc; /* the context's at tg_dist_init: every buffer below */
+    tg_comm *comm;
+    int rank, size;
+    size_t bucket_bytes;
+    /* Scratch kept between calls, grown when needed (tg_dist_reserve). */
+    unsigned char *buf;   /* one window, packed; after the fold, reduced */
+    unsigned char *recv;  /* the P pieces of this rank's chunk of a window */
+    unsigned char *heads; /* the P records of the head exchange (dist/head.c), made at tg_dist_init */
+    size_t buf_cap, recv_cap;
+    int *counts; /* 4 x P byte counts: send counts and displacements, receive counts and displacements */
+    tg_seg *segs;
+    int segs_cap;
+    tg_dist_stats stats;
+    char fingerprint[384]; /* what decides the bits (tg_dist_fingerprint) */
+};
+
+double tg_dist_now(void);
+/* Memory from the handle's allocator (TG_ALIGN-aligned); free takes NULL. */
+void *tg_dist_mem(tg_dist *d, size_t size);
+void tg_dist_mem_free(tg_dist *d, void *p);
+/* 64-bit FNV-1a of n bytes, continuing from h (start: TG_FNV_OFFSET). */
+#define TG_FNV_OFFSET 14695981039346656037ull
+uint64_t tg_fnv1a(uint64_t h, const void *bytes, size_t n);
+
+/* ---- the head of every collective (dist/head.c) ------------------------------ */
+
+/* Bytes of data a head record carries: an all-reduce of at most this many
+ * bytes (losses, metrics) is done in the head exchange alone. */
+#define TG_HEAD_BYTES 256
+#define TG_HEAD_RECORD (16 + TG_HEAD_BYTES) /* one rank's record: header and data */
+
+/* The head exchange that begins every collective: each rank's status
+ * (ok false or its context in error: failed), a hash of what it is about
+ * to do, and up to TG_HEAD_BYTES bytes of data, gathered by every rank in
+ * one fixed-size message (MPI_Allgather: the same size whatever the
+ * layouts, so a rank that differs cannot leave the others waiting). True
+ * on every rank when no rank failed and every hash is the same; then
+ * *records (if not NULL) points at the P records' data, rank q's at
+ * (*records) + q * stride. Else false on every rank, with the error set
+ * on each that had not failed itself: "rank R failed: its message" (R the
+ * lowest that failed, its message then broadcast) or "WHAT differ between
+ * the ranks". */
+bool tg_dist_head(tg_ctx *ctx, tg_dist *d, const char *fn, bool ok, uint64_t hash, const char *what, const void *data,
+                  size_t bytes, const unsigned char **records, size_t *stride);
+
+/* ---- segments and windows (dist/collectives.c) -------------------------------- */
+
+/* The hash's subject in messages when layouts differ. */
+#define TG_LAYOUT "the tensors (their count, dtypes and sizes) or the bucket sizes"
+
+/* d->segs with room for n; false (error set) when out of memory. */
+bool tg_dist_reserve_segs(tg_ctx *ctx, tg_dist *d, const char *fn, int n);
+/* d->segs = params' values (grads false) or grads (true). */
+bool tg_dist_param_segs(tg_ctx *ctx, tg_dist *d, const char *fn, const tg_params *params, bool grads);
+/* The layout of the first n segments, as a hash: the collective (a tag),
+ * the bucket size (which cuts the windows) and each one's dtype and size. */
+uint64_t tg_dist_layout_hash(const tg_dist *d, char tag, int n);
+/* d->buf and d->recv for the current bucket size. */
+bool tg_dist_reserve(tg_ctx *ctx, tg_dist *d, const char *fn);
+/* Elements [w0, w0 + len) of the dtype-dt elements of the first nseg
+ * segments laid end to end (a window), to or from buf: TG_PACK copies
+ * them in, TG_PACK_SCALED stores w x (tg_fold), TG_UNPACK copies back out. */
+typedef enum { TG_PACK, TG_PACK_SCALED, TG_UNPACK } tg_copy_mode;
+void tg_dist_window_copy(tg_dist *d, int nseg, tg_dtype dt, int64_t w0, int64_t len, tg_copy_mode mode, double w,
+                         unsigned char *buf);
+/* The window's memory when it lies inside one segment, else NULL. */
+unsigned char *tg_dist_window_inside(const tg_dist *d, int nseg, tg_dtype dt, int64_t w0, int64_t len);
+/* counts[0..4P): the byte counts and displacements of a window of len
+ * elements of es bytes: what this rank sends to each (its chunks), and
+ * receives from each (their pieces of its chunk, laid in rank order). */
+void tg_dist_window_counts(tg_dist *d, int64_t len, size_t es, int *counts);
+/* This rank's chunk of the window at base = the P pieces in recv folded
+ * in rank order. */
+void tg_dist_window_fold(const tg_dist *d, tg_dtype dt, unsigned char *base, const unsigned char *recv, int64_t len);
+/* A NULL d: the error naming fn, and false. */
+bool tg_dist_no_d(tg_ctx *ctx, const char *fn);
 
 #endif
