@@ -55,6 +55,10 @@
 #include "tapegrad.h"
 #include "tapegrad/dist.h"
 
+#if TG_HAVE_MPI
+#include <mpi.h> /* the references of --allreduce: MPI_Allreduce and a ring of MPI_Sendrecv */
+#endif
+
 extern char **environ;
 
 typedef enum kind { MLP, GPT } kind;
@@ -64,6 +68,7 @@ typedef struct options {
     bool tiny; /* --gpt tiny */
     int64_t hidden, batch;
     int samples;
+    bool allreduce; /* --allreduce: the all-reduce alone against MPI's and a ring */
 } options;
 
 /* bench_vs_pytorch's verdict (its header): a quiet machine had a load
@@ -259,11 +264,110 @@ static double time_steps(net *m, int samples, double *allreduce) {
     return 1.0 / t[samples / 2];
 }
 
+/* ---- --allreduce: tg_dist_allreduce against MPI_Allreduce and a ring -------- */
+
+#if TG_HAVE_MPI
+/* The textbook ring all-reduce of n floats in place (MPI_SUM's job done by
+ * hand): P - 1 steps of reduce-scatter, each rank passing one chunk to the
+ * next and adding the one it gets, then P - 1 steps passing the summed
+ * chunks on. Each rank sends and receives 2 (P - 1) / P of the data, the
+ * least any all-reduce can; its sums are in ring order, not rank order. */
+static void ring_allreduce(float *x, int64_t n, float *tmp) {
+    int P, r;
+    MPI_Comm_size(MPI_COMM_WORLD, &P);
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    const int next = (r + 1) % P, prev = (r + P - 1) % P;
+    int64_t start[65], count[65];
+    for (int q = 0; q < P && q < 64; q++) tg_dist_split(n, P, q, &start[q], &count[q]);
+    for (int s = 0; s < P - 1; s++) {
+        const int out = (r - s + P) % P, in = (r - s - 1 + P) % P;
+        MPI_Sendrecv(x + start[out], (int)count[out], MPI_FLOAT, next, 0, tmp, (int)count[in], MPI_FLOAT, prev, 0,
+                     MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        for (int64_t i = 0; i < count[in]; i++) x[start[in] + i] += tmp[i];
+    }
+    for (int s = 0; s < P - 1; s++) {
+        const int out = (r + 1 - s + P) % P, in = (r - s + P) % P;
+        MPI_Sendrecv(x + start[out], (int)count[out], MPI_FLOAT, next, 1, x + start[in], (int)count[in], MPI_FLOAT,
+                     prev, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+}
+#endif
+
+/* Each size: the median time of tg_dist_allreduce (one window: the bucket
+ * is the size), of MPI_Allreduce(MPI_SUM) and of the ring on the same n
+ * floats, the three alternating call by call; rank 0 prints the rows. */
+static int allreduce_worker(const options *o, tg_dist *d) {
+#if TG_HAVE_MPI
+    static const int64_t kib[] = {64, 256, 1024, 4096, 16384, 65536};
+    tg_ctx *ctx = tg_ctx_new(1);
+    const bool lead = tg_dist_rank(d) == 0;
+    if (lead)
+        printf("all-reduce of n floats on %d processes (median of %d calls each, alternating): tg_dist_allreduce "
+               "with the bucket = the size (one window), then with the default 4 MiB bucket\n%10s %12s %12s %12s %9s "
+               "%9s %9s\n",
+               tg_dist_size(d), o->samples * 3, "size", "tapegrad ms", "MPI ms", "ring ms", "vs MPI", "ring/MPI",
+               "4 MiB bkt");
+    for (size_t k = 0; k < sizeof kib / sizeof *kib; k++) {
+        const int64_t n = kib[k] * 1024 / 4;
+        tg_tensor *x = tg_persist(ctx, tg_zeros(ctx, TG_F32, TG_SHAPE(n)));
+        float *tmp = malloc((size_t)n * sizeof *tmp);
+        if (!x || !tmp) die(ctx, "the all-reduce's data");
+        enum { WAYS = 4 };
+        double t[WAYS][192];
+        const int reps = o->samples * 3 > 192 ? 192 : o->samples * 3;
+        for (int i = -2; i < reps; i++) { /* two warm-up rounds */
+            for (int way = 0; way < WAYS; way++) {
+                for (int64_t e = 0; e < n; e++) ((float *)x->data)[e] = (float)(e % 7) * 0.25f;
+                MPI_Barrier(MPI_COMM_WORLD);
+                double a = bn_now();
+                if (way == 0 || way == 3) {
+                    tg_dist_set_bucket_bytes(d, way == 0 ? (size_t)n * 4 : (size_t)4 << 20);
+                    if (!tg_dist_allreduce(ctx, d, &x, 1, 1.0)) die(ctx, "tg_dist_allreduce");
+                } else if (way == 1) {
+                    MPI_Allreduce(MPI_IN_PLACE, x->data, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+                } else {
+                    ring_allreduce(x->data, n, tmp);
+                }
+                double b = bn_now();
+                if (i >= 0) t[way][i] = b - a;
+            }
+        }
+        double med[WAYS];
+        for (int way = 0; way < WAYS; way++) {
+            qsort(t[way], (size_t)reps, sizeof t[way][0], cmp_double);
+            med[way] = t[way][reps / 2];
+        }
+        /* every rank's medians may differ: take the slowest rank's */
+        MPI_Allreduce(MPI_IN_PLACE, med, WAYS, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        char size[32];
+        snprintf(size, sizeof size, kib[k] >= 1024 ? "%lld MiB" : "%lld KiB",
+                 (long long)(kib[k] >= 1024 ? kib[k] / 1024 : kib[k]));
+        if (lead)
+            printf("%10s %12.3f %12.3f %12.3f %8.2fx %8.2fx %8.2fx\n", size, med[0] * 1e3, med[1] * 1e3, med[2] * 1e3,
+                   med[0] / med[1], med[2] / med[1], med[3] / med[1]);
+        free(tmp);
+        tg_tensor_free(ctx, x);
+    }
+    tg_dist_set_bucket_bytes(d, (size_t)4 << 20);
+    tg_ctx_free(ctx);
+    return 0;
+#else
+    (void)o, (void)d;
+    return 1;
+#endif
+}
+
 /* --worker: one rank of the mpirun run; rank 0 prints the result line. */
 static int worker(const options *o, int *argc, char ***argv) {
     tg_ctx *init = tg_ctx_new(0);
     tg_dist *d = tg_dist_init(init, argc, argv);
     if (!d) die(init, "tg_dist_init");
+    if (o->allreduce) {
+        int rc = allreduce_worker(o, d);
+        tg_dist_free(d);
+        tg_ctx_free(init);
+        return rc;
+    }
     net m;
     net_init(&m, d, o, 1, 1);
     double ar, rate = time_steps(&m, o->samples, &ar);
@@ -313,6 +417,7 @@ static bool run_two(const options *o, double *rate, double *ar, char *why, size_
     args[a++] = batch;
     args[a++] = "--samples";
     args[a++] = samples;
+    if (o->allreduce) args[a++] = "--allreduce";
     args[a] = NULL;
     int pipefd[2];
     if (pipe(pipefd) != 0) {
@@ -334,10 +439,11 @@ static bool run_two(const options *o, double *rate, double *ar, char *why, size_
     }
     FILE *f = fdopen(pipefd[0], "r");
     char line[512];
-    bool got = false;
+    bool got = o->allreduce; /* its rows are the output */
     while (f && fgets(line, sizeof line, f)) {
         int np;
-        if (sscanf(line, "RESULT %d %lf %lf", &np, rate, ar) == 3 && np == 2) got = true;
+        if (o->allreduce) fputs(line, stdout);
+        else if (sscanf(line, "RESULT %d %lf %lf", &np, rate, ar) == 3 && np == 2) got = true;
         else fputs(line, stderr); /* whatever else mpirun or the ranks said */
     }
     if (f) fclose(f);
@@ -393,9 +499,11 @@ static double others_since(const meter *a) {
 
 static int usage(FILE *f, int status) {
     fprintf(f, "usage: bench_dist [--model mlp|gpt|all] [--gpt small|tiny] [--hidden H] [--batch B] [--samples N]\n"
+               "       bench_dist --allreduce [--samples N]\n"
                "Steps/s of a training step (the MLP, the GPT or both): 1 process with 1 or 2 threads, with 2\n"
                "micro-batches, and 2 processes of 1 thread under mpirun (defaults: all, the GPT small, H 256,\n"
-               "B 256 rows for the MLP and 8 sequences for the GPT, 9 samples).\n");
+               "B 256 rows for the MLP and 8 sequences for the GPT, 9 samples). --allreduce: the all-reduce alone\n"
+               "on 2 processes, 64 KiB to 64 MiB, against MPI_Allreduce and a ring.\n");
     return status;
 }
 
@@ -455,6 +563,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         long long v = 0;
         if (strcmp(argv[i], "--worker") == 0) is_worker = true;
+        else if (strcmp(argv[i], "--allreduce") == 0) o.allreduce = true;
         else if (strcmp(argv[i], "--help") == 0) return usage(stdout, 0);
         else if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
             const char *name = argv[++i];
@@ -477,6 +586,15 @@ int main(int argc, char **argv) {
     }
     const int64_t batch = o.batch;
     if (is_worker) return worker(&o, &argc, &argv);
+    if (o.allreduce) {
+        double rate, ar;
+        char why[256];
+        printf("bench_dist --allreduce: %s, %ld cores, load average %.2f\n", bn_cpu_name(why, sizeof why),
+               sysconf(_SC_NPROCESSORS_ONLN), bn_loadavg());
+        o.batch = 8; /* unused, but passed on */
+        if (!run_two(&o, &rate, &ar, why, sizeof why)) printf("not measured: %s\n", why);
+        return 0;
+    }
 
     setvbuf(stdout, NULL, _IOLBF, 0); /* each row as it is done, also through scripts/bench.sh's tee */
     char cpu[128];
