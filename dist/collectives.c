@@ -166,49 +166,71 @@ static int64_t dtype_numel(const tg_dist *d, int nseg, tg_dtype dt) {
 
 void tg_dist_window_counts(tg_dist *d, int64_t len, size_t es, int *counts) {
     const int P = d->size;
-    int *scount = counts, *sdispl = scount + P, *rcount = sdispl + P, *rdispl = rcount + P;
     int64_t mine, piece;
     tg_dist_split(len, P, d->rank, &mine, &piece);
-    (void)mine;
     for (int q = 0; q < P; q++) {
         int64_t start, count;
         tg_dist_split(len, P, q, &start, &count);
-        scount[q] = (int)((size_t)count * es);
-        sdispl[q] = (int)((size_t)start * es);
-        rcount[q] = (int)((size_t)piece * es);
-        rdispl[q] = (int)((size_t)q * (size_t)piece * es);
+        counts[q] = (int)((size_t)count * es); /* chunk q, to rank q */
+        counts[P + q] = (int)((size_t)start * es);
+        counts[2 * P + q] = (int)((size_t)piece * es); /* rank q's piece of my chunk */
+        counts[3 * P + q] = (int)((size_t)q * (size_t)piece * es);
+        counts[4 * P + q] = (int)((size_t)count * es); /* chunk q, folded, from rank q */
+        counts[5 * P + q] = (int)((size_t)start * es);
     }
+    (void)mine;
 }
 
-void tg_dist_window_fold(const tg_dist *d, tg_dtype dt, unsigned char *base, const unsigned char *recv, int64_t len) {
+void tg_dist_window_fold(const tg_dist *d, tg_dtype dt, unsigned char *base, unsigned char *recv, int64_t len) {
     const size_t es = tg_esize(dt);
     int64_t mine, piece;
     tg_dist_split(len, d->size, d->rank, &mine, &piece);
-    for (int q = 0; q < d->size; q++)
-        tg_fold(base + (size_t)mine * es, recv + (size_t)q * (size_t)piece * es, dt, 1.0, piece, q == 0);
+    unsigned char *acc = base + (size_t)mine * es, *own = recv + (size_t)d->rank * (size_t)piece * es;
+    if (d->rank <= 1) {
+        /* acc holds this rank's own piece: p_0 for rank 0, and for rank 1
+         * p_1 + p_0, which is p_0 + p_1 (IEEE addition commutes) */
+        for (int q = d->rank == 0 ? 1 : 0; q < d->size; q++)
+            if (q != 1 || d->rank != 1) tg_fold(acc, recv + (size_t)q * (size_t)piece * es, dt, 1.0, piece, false);
+        return;
+    }
+    memcpy(own, acc, (size_t)piece * es); /* its place among the pieces, so that p_0 + p_1 comes first */
+    for (int q = 0; q < d->size; q++) tg_fold(acc, recv + (size_t)q * (size_t)piece * es, dt, 1.0, piece, q == 0);
+}
+
+bool tg_dist_window_start(tg_dist *d, tg_dtype dt, unsigned char *base, unsigned char *recv, int64_t len, int *counts,
+                          int tag, tg_comm_batch *b, char *err, size_t err_size) {
+    const int P = d->size;
+    tg_dist_window_counts(d, len, tg_esize(dt), counts);
+    return tg_comm_exchange(d->comm, tag, base, counts, counts + P, recv, counts + 2 * P, counts + 3 * P, b, err,
+                            err_size);
+}
+
+bool tg_dist_window_gather(tg_dist *d, tg_dtype dt, unsigned char *base, unsigned char *recv, int64_t len,
+                           const int *counts, int tag, tg_comm_batch *b, char *err, size_t err_size) {
+    const int P = d->size, r = d->rank;
+    if (!tg_comm_batch_wait(d->comm, b, err, err_size)) return false;
+    tg_dist_window_fold(d, dt, base, recv, len);
+    /* the folded chunk to every rank: the same bytes to each */
+    int *same = d->counts + 6 * P;
+    for (int q = 0; q < P; q++) same[q] = counts[4 * P + r], same[P + q] = counts[5 * P + r];
+    return tg_comm_exchange(d->comm, tag + 1, base, same, same + P, base, counts + 4 * P, counts + 5 * P, b, err,
+                            err_size) &&
+           tg_comm_batch_wait(d->comm, b, err, err_size);
 }
 
 /* The all-reduce of the len elements at base (P > 1, already scaled), in
- * place: the exchange and the rank-order fold described at the top. */
+ * place: the exchanges and the rank-order fold described at the top. */
 static bool reduce_window(tg_ctx *ctx, tg_dist *d, const char *fn, tg_dtype dt, unsigned char *base, int64_t len) {
-    const int P = d->size;
-    int *counts = d->counts;
-    tg_dist_window_counts(d, len, tg_esize(dt), counts);
     char err[512];
-    tg_comm_req r;
-    if (!tg_comm_start_alltoallv(d->comm, 0, base, counts, counts + P, d->recv, counts + 2 * P, counts + 3 * P, &r,
-                                 err, sizeof err) ||
-        !tg_comm_wait(d->comm, &r, err, sizeof err))
-        goto failed;
-    tg_dist_window_fold(d, dt, base, d->recv, len);
-    if (!tg_comm_start_allgatherv(d->comm, 0, base, counts, counts + P, &r, err, sizeof err) ||
-        !tg_comm_wait(d->comm, &r, err, sizeof err))
-        goto failed;
+    const int tag = d->tag;
+    d->tag = (d->tag + 2) % 32766;
+    if (!tg_dist_window_start(d, dt, base, d->recv, len, d->counts, tag, d->batch, err, sizeof err) ||
+        !tg_dist_window_gather(d, dt, base, d->recv, len, d->counts, tag, d->batch, err, sizeof err)) {
+        tg_error(ctx, TG_ERR_IO, fn, "%s", err);
+        return false;
+    }
     d->stats.messages += 2;
     return true;
-failed:
-    tg_error(ctx, TG_ERR_IO, fn, "%s", err);
-    return false;
 }
 
 /* ---- the collectives ------------------------------------------------------------ */
@@ -242,8 +264,8 @@ static bool reduce(tg_ctx *ctx, tg_dist *d, const char *fn, int nseg, double w, 
     const unsigned char *records = NULL;
     size_t stride = 0;
     uint64_t h = ok ? tg_dist_layout_hash(d, 'R', nseg) : 0;
-    bool done = tg_dist_head(ctx, d, fn, ok, h, TG_LAYOUT, small ? rec : NULL, small ? sizeof rec : 0, &records,
-                             &stride);
+    bool done =
+        tg_dist_head(ctx, d, fn, ok, h, TG_LAYOUT, small ? rec : NULL, small ? sizeof rec : 0, &records, &stride);
     if (done && small) small_fold(d, nseg, n64, n32, records, stride);
     for (int t = 0; done && !small && t < 2; t++) {
         const tg_dtype dt = t ? TG_F64 : TG_F32;

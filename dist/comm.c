@@ -88,8 +88,8 @@ struct tg_comm {
     bool mpi;      /* the world is MPI's (size may still be 1: mpirun -np 1) */
     bool finalize; /* tg_comm_open initialized MPI, so closing finalizes it */
     MPI_Comm world, roll;
-    MPI_Comm lane[TG_COMM_LANES]; /* lane 0 is world; the others its duplicates (tg_comm_start_...) */
-    note mine;                    /* this rank's note, alive until close (its sends may still be queued) */
+    MPI_Comm lane[2]; /* lane 0 is world; lane 1 its duplicate for the windows (tg_comm_exchange) */
+    note mine;        /* this rank's note, alive until close (its sends may still be queued) */
 #endif
 };
 
@@ -154,7 +154,7 @@ static bool open_mpi(tg_comm *c, int *argc, char ***argv, char *err, size_t err_
         return false;
     }
     c->lane[0] = c->world;
-    for (int l = 1; l < TG_COMM_LANES; l++) {
+    for (int l = 1; l < 2; l++) {
         if (!mpi_ok(MPI_Comm_dup(c->world, &c->lane[l]), "MPI_Comm_dup", err, err_size)) {
             while (--l > 0) MPI_Comm_free(&c->lane[l]);
             MPI_Comm_free(&c->roll);
@@ -220,7 +220,7 @@ void tg_comm_close(tg_comm *c, const tg_allocator *alloc) {
      * end: freeing its communicators or finalizing would wait for it. The
      * pause: see the roll call at the top. */
     if (c->mpi && !c->broken[0]) {
-        for (int l = 1; l < TG_COMM_LANES; l++) MPI_Comm_free(&c->lane[l]);
+        for (int l = 1; l < 2; l++) MPI_Comm_free(&c->lane[l]);
         MPI_Comm_free(&c->roll);
         MPI_Comm_free(&c->world);
         if (c->finalize) MPI_Finalize();
@@ -338,13 +338,14 @@ static bool roll_call(tg_comm *c, const char *call, double waited, char *err, si
     return broken(c, err, err_size);
 }
 
-/* Waits for req (started by `call`) under the deadline: polls MPI_Test,
- * spinning briefly, then pausing 1/16 of the time waited so far. */
-static bool wait_for(tg_comm *c, MPI_Request *req, const char *call, char *err, size_t err_size) {
+/* Waits for the n requests at req (started by `call`) under the deadline:
+ * polls MPI_Testall, spinning briefly, then pausing 1/16 of the time
+ * waited so far. */
+static bool wait_for(tg_comm *c, MPI_Request *req, int n, const char *call, char *err, size_t err_size) {
     const double t0 = seconds_now();
     for (;;) {
         int done = 0;
-        int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        int rc = MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS) return mpi_ok(rc, call, err, err_size);
         const double waited = seconds_now() - t0;
         if (done) {
@@ -359,84 +360,82 @@ static bool wait_for(tg_comm *c, MPI_Request *req, const char *call, char *err, 
 
 /* Started (rc from the MPI_I... call), then waited for. */
 static bool started(tg_comm *c, int rc, MPI_Request *req, const char *call, char *err, size_t err_size) {
-    return mpi_ok(rc, call, err, err_size) && wait_for(c, req, call, err, err_size);
+    return mpi_ok(rc, call, err, err_size) && wait_for(c, req, 1, call, err, err_size);
 }
 
-/* A tg_comm_req holds an MPI_Request and the call's name. */
-_Static_assert(sizeof(MPI_Request) <= sizeof(((tg_comm_req *)0)->handle), "tg_comm_req too small for MPI_Request");
-static void req_put(tg_comm_req *r, MPI_Request m, const char *call) {
-    memcpy(r->handle, &m, sizeof m);
-    r->call = call;
-    r->active = true;
-}
-static MPI_Request req_get(const tg_comm_req *r) {
-    MPI_Request m;
-    memcpy(&m, r->handle, sizeof m);
-    return m;
-}
 #endif
 
-bool tg_comm_start_alltoallv(tg_comm *c, int lane, const void *send, const int *scounts, const int *sdispls, void *recv,
-                             const int *rcounts, const int *rdispls, tg_comm_req *r, char *err, size_t err_size) {
-    r->active = false;
+/* The requests of one exchange: a receive and a send per other rank. */
+struct tg_comm_batch {
+    int n; /* requests in use */
+    const char *call;
+#if TG_HAVE_MPI
+    MPI_Request req[]; /* 2 (P - 1) */
+#endif
+};
+
+tg_comm_batch *tg_comm_batch_new(tg_comm *c, const tg_allocator *alloc) {
+    size_t size = sizeof(tg_comm_batch);
+#if TG_HAVE_MPI
+    size += 2 * (size_t)c->size * sizeof(MPI_Request);
+#endif
+    tg_comm_batch *b = alloc->alloc(size, 16, alloc->user);
+    if (b) memset(b, 0, size);
+    return b;
+}
+
+void tg_comm_batch_free(tg_comm_batch *b, const tg_allocator *alloc) {
+    if (b) alloc->free(b, alloc->user);
+}
+
+bool tg_comm_exchange(tg_comm *c, int tag, const void *send, const int *scounts, const int *sdispls, void *recv,
+                      const int *rcounts, const int *rdispls, tg_comm_batch *b, char *err, size_t err_size) {
+    b->n = 0;
+    b->call = "MPI_Isend/MPI_Irecv";
     if (c->broken[0]) return broken(c, err, err_size);
 #if TG_HAVE_MPI
-    if (c->size > 1) {
-        MPI_Request m;
-        int rc = MPI_Ialltoallv(send, scounts, sdispls, MPI_BYTE, recv, rcounts, rdispls, MPI_BYTE, c->lane[lane], &m);
-        if (!mpi_ok(rc, "MPI_Ialltoallv", err, err_size)) return false;
-        req_put(r, m, "MPI_Ialltoallv");
-        return true;
+    /* the receives first, so the sends find them posted */
+    for (int k = 1; k < c->size; k++) {
+        const int q = (c->rank + c->size - k) % c->size;
+        if (!mpi_ok(MPI_Irecv((char *)recv + rdispls[q], rcounts[q], MPI_BYTE, q, tag, c->lane[1], &b->req[b->n]),
+                    "MPI_Irecv", err, err_size))
+            return false;
+        b->n++;
     }
+    for (int k = 1; k < c->size; k++) {
+        const int q = (c->rank + k) % c->size;
+        if (!mpi_ok(MPI_Isend((const char *)send + sdispls[q], scounts[q], MPI_BYTE, q, tag, c->lane[1], &b->req[b->n]),
+                    "MPI_Isend", err, err_size))
+            return false;
+        b->n++;
+    }
+#else
+    (void)tag, (void)send, (void)scounts, (void)sdispls, (void)recv, (void)rcounts, (void)rdispls;
 #endif
-    (void)lane, (void)rcounts;
-    memmove((char *)recv + rdispls[0], (const char *)send + sdispls[0], (size_t)scounts[0]);
     return true;
 }
 
-bool tg_comm_start_allgatherv(tg_comm *c, int lane, void *buf, const int *counts, const int *displs, tg_comm_req *r,
-                              char *err, size_t err_size) {
-    r->active = false;
+bool tg_comm_batch_test(tg_comm *c, tg_comm_batch *b, bool *done, char *err, size_t err_size) {
+    *done = true;
+    if (b->n == 0) return true;
     if (c->broken[0]) return broken(c, err, err_size);
 #if TG_HAVE_MPI
-    if (c->size > 1) {
-        MPI_Request m;
-        int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_BYTE, c->lane[lane], &m);
-        if (!mpi_ok(rc, "MPI_Iallgatherv", err, err_size)) return false;
-        req_put(r, m, "MPI_Iallgatherv");
-        return true;
-    }
-#endif
-    (void)lane, (void)buf, (void)counts, (void)displs;
-    return true; /* in place: the one block is already there */
-}
-
-bool tg_comm_test(tg_comm *c, tg_comm_req *r, bool *done, char *err, size_t err_size) {
-    *done = !r->active;
-    if (!r->active) return true;
-    if (c->broken[0]) return broken(c, err, err_size);
-#if TG_HAVE_MPI
-    MPI_Request m = req_get(r);
     int flag = 0;
-    if (!mpi_ok(MPI_Test(&m, &flag, MPI_STATUS_IGNORE), r->call, err, err_size)) return false;
-    memcpy(r->handle, &m, sizeof m);
-    r->active = !flag;
+    if (!mpi_ok(MPI_Testall(b->n, b->req, &flag, MPI_STATUSES_IGNORE), b->call, err, err_size)) return false;
     *done = flag != 0;
+    if (flag) b->n = 0;
 #endif
     return true;
 }
 
-bool tg_comm_wait(tg_comm *c, tg_comm_req *r, char *err, size_t err_size) {
-    if (!r->active) return true;
+bool tg_comm_batch_wait(tg_comm *c, tg_comm_batch *b, char *err, size_t err_size) {
+    if (b->n == 0) return true;
     if (c->broken[0]) return broken(c, err, err_size);
 #if TG_HAVE_MPI
-    MPI_Request m = req_get(r);
-    bool ok = wait_for(c, &m, r->call, err, err_size);
-    memcpy(r->handle, &m, sizeof m);
-    r->active = false;
+    bool ok = wait_for(c, b->req, b->n, b->call, err, err_size);
+    b->n = 0;
     return ok;
 #else
-    r->active = false;
     return true;
 #endif
 }

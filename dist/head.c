@@ -35,8 +35,8 @@ typedef struct failure {
     char message[508];
 } failure;
 
-bool tg_dist_head(tg_ctx *ctx, tg_dist *d, const char *fn, bool ok, uint64_t hash, const char *what,
-                  const void *data, size_t bytes, const unsigned char **records, size_t *stride) {
+bool tg_dist_head(tg_ctx *ctx, tg_dist *d, const char *fn, bool ok, uint64_t hash, const char *what, const void *data,
+                  size_t bytes, const unsigned char **records, size_t *stride) {
     tg_comm_begin(d->comm, fn);
     const bool failed = !ok || !tg_ok(ctx);
     char err[512];

@@ -55,29 +55,24 @@ bool tg_comm_bcast(tg_comm *c, void *buf, int bytes, int root, char *err, size_t
  * (MPI_Allgather). */
 bool tg_comm_allgather(tg_comm *c, const void *mine, int bytes, void *all, char *err, size_t err_size);
 
-/* Collectives started now and finished later, so several can be in flight
- * (the windows of an all-reduce that overlaps backward). Each runs on a
- * lane, a communicator of its own (lane 0: the one of the calls above):
- * MPI wants the collectives of one communicator started in the same order
- * on every rank, so each kind of call that may be started out of step with
- * another gets its lane. tg_comm_wait waits under the deadline. */
-#define TG_COMM_LANES 3
-typedef struct tg_comm_req {
-    unsigned char handle[16]; /* the MPI_Request */
-    const char *call;
-    bool active; /* started and not yet seen done */
-} tg_comm_req;
-/* Sends send[sdispls[q] ..][scounts[q]] to rank q and receives rank q's
- * piece into recv[rdispls[q] ..][rcounts[q]] (MPI_Ialltoallv). */
-bool tg_comm_start_alltoallv(tg_comm *c, int lane, const void *send, const int *scounts, const int *sdispls, void *recv,
-                             const int *rcounts, const int *rdispls, tg_comm_req *r, char *err, size_t err_size);
-/* Every rank's block buf[displs[q] ..][counts[q]] to every rank, in place
- * (MPI_Iallgatherv with MPI_IN_PLACE). */
-bool tg_comm_start_allgatherv(tg_comm *c, int lane, void *buf, const int *counts, const int *displs, tg_comm_req *r,
-                              char *err, size_t err_size);
-/* *done: r has finished (without waiting). */
-bool tg_comm_test(tg_comm *c, tg_comm_req *r, bool *done, char *err, size_t err_size);
-bool tg_comm_wait(tg_comm *c, tg_comm_req *r, char *err, size_t err_size);
+/* The windows of an all-reduce move by point-to-point messages on a
+ * communicator of their own (MPI_Isend, MPI_Irecv), so that several can be
+ * in flight, started as they become ready (dist/overlap.c), with no order
+ * to keep between ranks beyond each window's tag. A batch holds one
+ * exchange's requests. */
+typedef struct tg_comm_batch tg_comm_batch;
+tg_comm_batch *tg_comm_batch_new(tg_comm *c, const tg_allocator *alloc);
+void tg_comm_batch_free(tg_comm_batch *b, const tg_allocator *alloc);
+/* Starts one exchange: for every other rank q, a receive of rcounts[q]
+ * bytes from q into recv + rdispls[q] and a send of scounts[q] bytes from
+ * send + sdispls[q] to q, all with `tag` (below 32768). This rank's own
+ * entries are not used. */
+bool tg_comm_exchange(tg_comm *c, int tag, const void *send, const int *scounts, const int *sdispls, void *recv,
+                      const int *rcounts, const int *rdispls, tg_comm_batch *b, char *err, size_t err_size);
+/* *done: every request of b has finished (without waiting). */
+bool tg_comm_batch_test(tg_comm *c, tg_comm_batch *b, bool *done, char *err, size_t err_size);
+/* Waits for b under the deadline. */
+bool tg_comm_batch_wait(tg_comm *c, tg_comm_batch *b, char *err, size_t err_size);
 
 /* ---- the handle (dist/world.c) --------------------------------------------- */
 
@@ -98,7 +93,9 @@ struct tg_dist {
     unsigned char *recv;  /* the P pieces of this rank's chunk of a window */
     unsigned char *heads; /* the P records of the head exchange (dist/head.c), made at tg_dist_init */
     size_t buf_cap, recv_cap;
-    int *counts; /* 4 x P byte counts: send counts and displacements, receive counts and displacements */
+    int *counts;          /* 6 x P byte counts: a window's chunks, the pieces received, the chunks gathered */
+    tg_comm_batch *batch; /* the requests of a window's exchange */
+    int tag;              /* the next window's tags (2 a window) */
     tg_seg *segs;
     int segs_cap;
     tg_dist_stats stats;
@@ -156,13 +153,23 @@ void tg_dist_window_copy(tg_dist *d, int nseg, tg_dtype dt, int64_t w0, int64_t 
                          unsigned char *buf);
 /* The window's memory when it lies inside one segment, else NULL. */
 unsigned char *tg_dist_window_inside(const tg_dist *d, int nseg, tg_dtype dt, int64_t w0, int64_t len);
-/* counts[0..4P): the byte counts and displacements of a window of len
- * elements of es bytes: what this rank sends to each (its chunks), and
- * receives from each (their pieces of its chunk, laid in rank order). */
+/* The byte counts and displacements of a window of len elements of es
+ * bytes, into counts[0..6P): [0, 2P) what this rank sends to each rank q
+ * (its chunk q) in the first exchange, [2P, 4P) where rank q's piece of
+ * this rank's chunk lands in the receive buffer (in rank order), [4P, 6P)
+ * where each chunk lands in the window in the second (this rank sends its
+ * own chunk to all: counts[4P + rank], counts[5P + rank]). */
 void tg_dist_window_counts(tg_dist *d, int64_t len, size_t es, int *counts);
-/* This rank's chunk of the window at base = the P pieces in recv folded
- * in rank order. */
-void tg_dist_window_fold(const tg_dist *d, tg_dtype dt, unsigned char *base, const unsigned char *recv, int64_t len);
+/* This rank's chunk of the window at base = the P pieces folded in rank
+ * order: rank q's from recv (the first exchange's), this rank's own from
+ * the window itself. */
+void tg_dist_window_fold(const tg_dist *d, tg_dtype dt, unsigned char *base, unsigned char *recv, int64_t len);
+/* The all-reduce of a window's chunks by two exchanges with tags tag and
+ * tag + 1: start (the pieces out), finish (fold, the chunks out, wait). */
+bool tg_dist_window_start(tg_dist *d, tg_dtype dt, unsigned char *base, unsigned char *recv, int64_t len, int *counts,
+                          int tag, tg_comm_batch *b, char *err, size_t err_size);
+bool tg_dist_window_gather(tg_dist *d, tg_dtype dt, unsigned char *base, unsigned char *recv, int64_t len,
+                           const int *counts, int tag, tg_comm_batch *b, char *err, size_t err_size);
 /* A NULL d: the error naming fn, and false. */
 bool tg_dist_no_d(tg_ctx *ctx, const char *fn);
 

@@ -143,9 +143,10 @@ tg_dist *tg_dist_init(tg_ctx *ctx, int *argc, char ***argv) {
     }
     d->rank = tg_comm_rank(d->comm);
     d->size = tg_comm_size(d->comm);
-    d->counts = tg_dist_mem(d, 4 * (size_t)d->size * sizeof *d->counts);
+    d->counts = tg_dist_mem(d, 8 * (size_t)d->size * sizeof *d->counts);
     d->heads = tg_dist_mem(d, (size_t)d->size * TG_HEAD_RECORD);
-    if (!d->counts || !d->heads) {
+    d->batch = tg_comm_batch_new(d->comm, &d->alloc);
+    if (!d->counts || !d->heads || !d->batch) {
         tg_error(ctx, TG_ERR_OOM, __func__, "out of memory for %d processes", d->size);
         tg_dist_free(d);
         return NULL;
@@ -178,6 +179,7 @@ void tg_dist_free(tg_dist *d) {
     tg_dist_mem_free(d, d->heads);
     tg_dist_mem_free(d, d->counts);
     tg_dist_mem_free(d, d->segs);
+    tg_comm_batch_free(d->batch, &d->alloc);
     tg_comm_close(d->comm, &d->alloc);
     tg_dist_mem_free(d, d);
 }
