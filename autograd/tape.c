@@ -326,6 +326,7 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
         n->backward(ctx, n);
         if (!tg_live(ctx)) backward_failed(ctx, n);
         else if (!keep_tape) release_after(ctx, n, scratch, seed);
+        if (ctx->tape.walked) ctx->tape.walked(ctx, k, ctx->tape.walked_user);
     }
     ctx->tape.grad_enabled = was;
     if (!keep_tape && intact) ctx->tape.consumed = true;

@@ -156,8 +156,7 @@ unsigned char *tg_dist_window_inside(const tg_dist *d, int nseg, tg_dtype dt, in
     return NULL;
 }
 
-/* Elements of dtype dt over the first nseg segments. */
-static int64_t dtype_numel(const tg_dist *d, int nseg, tg_dtype dt) {
+int64_t tg_dist_dtype_numel(const tg_dist *d, int nseg, tg_dtype dt) {
     int64_t n = 0;
     for (int i = 0; i < nseg; i++)
         if (d->segs[i].dtype == dt) n += d->segs[i].numel;
@@ -205,17 +204,15 @@ bool tg_dist_window_start(tg_dist *d, tg_dtype dt, unsigned char *base, unsigned
                             err_size);
 }
 
-bool tg_dist_window_gather(tg_dist *d, tg_dtype dt, unsigned char *base, unsigned char *recv, int64_t len,
-                           const int *counts, int tag, tg_comm_batch *b, char *err, size_t err_size) {
+bool tg_dist_window_mid(tg_dist *d, tg_dtype dt, unsigned char *base, unsigned char *recv, int64_t len, int *counts,
+                        int tag, tg_comm_batch *b, char *err, size_t err_size) {
     const int P = d->size, r = d->rank;
-    if (!tg_comm_batch_wait(d->comm, b, err, err_size)) return false;
     tg_dist_window_fold(d, dt, base, recv, len);
     /* the folded chunk to every rank: the same bytes to each */
-    int *same = d->counts + 6 * P;
+    int *same = counts + 6 * P;
     for (int q = 0; q < P; q++) same[q] = counts[4 * P + r], same[P + q] = counts[5 * P + r];
     return tg_comm_exchange(d->comm, tag + 1, base, same, same + P, base, counts + 4 * P, counts + 5 * P, b, err,
-                            err_size) &&
-           tg_comm_batch_wait(d->comm, b, err, err_size);
+                            err_size);
 }
 
 /* The all-reduce of the len elements at base (P > 1, already scaled), in
@@ -225,7 +222,9 @@ static bool reduce_window(tg_ctx *ctx, tg_dist *d, const char *fn, tg_dtype dt, 
     const int tag = d->tag;
     d->tag = (d->tag + 2) % 32766;
     if (!tg_dist_window_start(d, dt, base, d->recv, len, d->counts, tag, d->batch, err, sizeof err) ||
-        !tg_dist_window_gather(d, dt, base, d->recv, len, d->counts, tag, d->batch, err, sizeof err)) {
+        !tg_comm_batch_wait(d->comm, d->batch, err, sizeof err) ||
+        !tg_dist_window_mid(d, dt, base, d->recv, len, d->counts, tag, d->batch, err, sizeof err) ||
+        !tg_comm_batch_wait(d->comm, d->batch, err, sizeof err)) {
         tg_error(ctx, TG_ERR_IO, fn, "%s", err);
         return false;
     }
@@ -257,7 +256,7 @@ static void small_fold(tg_dist *d, int nseg, int64_t n64, int64_t n32, const uns
 static bool reduce(tg_ctx *ctx, tg_dist *d, const char *fn, int nseg, double w, bool ok) {
     const double t0 = tg_dist_now();
     ok = ok && tg_check_finite(ctx, fn, "weight", w) && tg_dist_reserve(ctx, d, fn);
-    const int64_t n32 = ok ? dtype_numel(d, nseg, TG_F32) : 0, n64 = ok ? dtype_numel(d, nseg, TG_F64) : 0;
+    const int64_t n32 = ok ? tg_dist_dtype_numel(d, nseg, TG_F32) : 0, n64 = ok ? tg_dist_dtype_numel(d, nseg, TG_F64) : 0;
     const bool small = n64 * 8 + n32 * 4 <= TG_HEAD_BYTES;
     unsigned char rec[TG_HEAD_BYTES] = {0};
     if (ok && small) small_pack(d, nseg, n64, n32, w, rec);
@@ -298,7 +297,7 @@ static bool broadcast(tg_ctx *ctx, tg_dist *d, const char *fn, int nseg, bool ok
     bool done = tg_dist_head(ctx, d, fn, ok, h, TG_LAYOUT, NULL, 0, NULL, NULL);
     for (int t = 0; done && d->size > 1 && t < 2; t++) {
         const tg_dtype dt = t ? TG_F64 : TG_F32;
-        const int64_t total = dtype_numel(d, nseg, dt), window = (int64_t)(d->bucket_bytes / tg_esize(dt));
+        const int64_t total = tg_dist_dtype_numel(d, nseg, dt), window = (int64_t)(d->bucket_bytes / tg_esize(dt));
         for (int64_t w0 = 0; done && w0 < total; w0 += window) {
             const int64_t len = total - w0 < window ? total - w0 : window;
             unsigned char *base = tg_dist_window_inside(d, nseg, dt, w0, len);

@@ -96,6 +96,7 @@ struct tg_dist {
     int *counts;          /* 6 x P byte counts: a window's chunks, the pieces received, the chunks gathered */
     tg_comm_batch *batch; /* the requests of a window's exchange */
     int tag;              /* the next window's tags (2 a window) */
+    struct tg_dist_slots *slots; /* the windows in flight during backward (dist/overlap.c), or NULL */
     tg_seg *segs;
     int segs_cap;
     tg_dist_stats stats;
@@ -164,12 +165,18 @@ void tg_dist_window_counts(tg_dist *d, int64_t len, size_t es, int *counts);
  * order: rank q's from recv (the first exchange's), this rank's own from
  * the window itself. */
 void tg_dist_window_fold(const tg_dist *d, tg_dtype dt, unsigned char *base, unsigned char *recv, int64_t len);
-/* The all-reduce of a window's chunks by two exchanges with tags tag and
- * tag + 1: start (the pieces out), finish (fold, the chunks out, wait). */
+/* The all-reduce of a window by two exchanges, with tags tag and tag + 1
+ * (counts: 8P ints of the window's own): start sends the pieces out;
+ * once b is done, mid folds this rank's chunk and sends it to every rank;
+ * once b is done again, the window at base is reduced. */
 bool tg_dist_window_start(tg_dist *d, tg_dtype dt, unsigned char *base, unsigned char *recv, int64_t len, int *counts,
                           int tag, tg_comm_batch *b, char *err, size_t err_size);
-bool tg_dist_window_gather(tg_dist *d, tg_dtype dt, unsigned char *base, unsigned char *recv, int64_t len,
-                           const int *counts, int tag, tg_comm_batch *b, char *err, size_t err_size);
+bool tg_dist_window_mid(tg_dist *d, tg_dtype dt, unsigned char *base, unsigned char *recv, int64_t len, int *counts,
+                        int tag, tg_comm_batch *b, char *err, size_t err_size);
+/* Elements of dtype dt over the first nseg segments. */
+int64_t tg_dist_dtype_numel(const tg_dist *d, int nseg, tg_dtype dt);
+/* Frees d->slots (dist/overlap.c). */
+void tg_dist_slots_free(tg_dist *d);
 /* A NULL d: the error naming fn, and false. */
 bool tg_dist_no_d(tg_ctx *ctx, const char *fn);
 

@@ -180,6 +180,7 @@ void tg_dist_free(tg_dist *d) {
     tg_dist_mem_free(d, d->counts);
     tg_dist_mem_free(d, d->segs);
     tg_comm_batch_free(d->batch, &d->alloc);
+    tg_dist_slots_free(d);
     tg_comm_close(d->comm, &d->alloc);
     tg_dist_mem_free(d, d);
 }

@@ -16,6 +16,8 @@
  *   - errors: one rank's error (or a layout that differs) ends every
  *     collective on every rank with a message naming the rank, and the
  *     ranks stay in step for the next collective;
+ *   - tg_dist_backward (the all-reduce under backward): the bits of
+ *     tg_backward then tg_dist_allreduce_grads, some buckets sent early;
  *   - the deadline's and the build fingerprint's settings;
  *   - the accumulator's own contract (one process).
  * Check runs the tests in-process (CK_FORK=no, set by main): a forked
@@ -450,6 +452,75 @@ START_TEST(test_ranks_equal_accumulation) {
 }
 END_TEST
 
+/* tg_dist_backward: backward with the all-reduce under it gives the bits
+ * of tg_backward then tg_dist_allreduce_grads, step after step, for any
+ * bucket size; with small buckets some start while backward runs. A rank
+ * in error fails it on every rank. */
+START_TEST(test_backward_overlaps) {
+    static const size_t buckets[] = {64, 1000, 4 << 20};
+    float x[B * IN];
+    int64_t y[B];
+    bool ok = true;
+    int64_t early = 0;
+    for (int b = 0; b < 3; b++) {
+        tg_dist_set_bucket_bytes(world, buckets[b]);
+        net two[2];
+        net_init(ctx, &two[0]);
+        net_init(ctx, &two[1]);
+        for (int s = 0; s < STEPS; s++) {
+            batch(s, x, y);
+            for (int k = 0; k < 2; k++) {
+                int64_t start, count;
+                tg_dist_split(B, nproc, rank, &start, &count);
+                net *n = &two[k];
+                tg_tensor *xs = tg_from_buffer(ctx, TG_F32, TG_SHAPE(count, IN), x + start * IN);
+                tg_tensor *h = tg_relu(ctx, tg_layernorm_forward(ctx, n->norm, tg_linear_forward(ctx, n->fc1, xs)));
+                tg_tensor *loss = tg_cross_entropy(ctx, tg_linear_forward(ctx, n->fc2, h), y + start, NULL);
+                tg_optim_zero_grad(ctx, n->opt);
+                tg_dist_reset_stats(world);
+                if (k == 0) {
+                    tg_backward(ctx, loss);
+                    ok = tg_dist_allreduce_grads(ctx, world, &n->params, (double)count / B) && ok;
+                } else {
+                    ok = tg_dist_backward(ctx, world, loss, &n->params, (double)count / B) && ok;
+                    early += tg_dist_get_stats(world).early;
+                }
+            }
+            for (int i = 0; i < two[0].params.count; i++) {
+                char what[160];
+                snprintf(what, sizeof what, "grad of %s, step %d, bucket %zu, rank %d of %d",
+                         two[0].params.items[i].name, s, buckets[b], rank, nproc);
+                tg_test_assert_same_bits(what, two[1].params.items[i].value->grad, two[0].params.items[i].value->grad);
+            }
+            tg_optim_step(ctx, two[0].opt);
+            tg_optim_step(ctx, two[1].opt);
+            tg_ctx_reset(ctx);
+        }
+        net_free(ctx, &two[0]);
+        net_free(ctx, &two[1]);
+    }
+    ck_assert_msg(ok, "%s", tg_error_message(ctx));
+    if (nproc > 1) ck_assert_int_gt(early, 0); /* 64-byte buckets: the last layers' go out during backward */
+    else ck_assert_int_eq(early, 0);
+    /* the last rank in error before: every rank fails, none waits */
+    tg_ctx *c = tg_ctx_new(1);
+    net n;
+    net_init(c, &n);
+    batch(0, x, y);
+    tg_tensor *xs = tg_from_buffer(c, TG_F32, TG_SHAPE(B, IN), x);
+    tg_tensor *loss = tg_cross_entropy(c, tg_linear_forward(c, n.fc2, tg_relu(c, tg_linear_forward(c, n.fc1, xs))), y,
+                                       NULL);
+    if (rank == nproc - 1) tg_error(c, TG_ERR_IO, "loader", "disk on fire");
+    ck_assert(!tg_dist_backward(c, world, loss, &n.params, 1.0));
+    if (rank == nproc - 1) tg_test_assert_error(c, TG_ERR_IO, "loader: disk on fire", NULL);
+    else tg_test_assert_error(c, TG_ERR_IO, "tg_dist_backward", "failed: loader: disk on fire", NULL);
+    net_free(c, &n);
+    tg_ctx_free(c);
+    ck_assert(!tg_dist_backward(ctx, NULL, loss, NULL, 1.0));
+    tg_test_assert_error(ctx, TG_ERR_NULL, "tg_dist_backward", "'d' is NULL", NULL);
+}
+END_TEST
+
 /* ---- errors ------------------------------------------------------------------ */
 
 START_TEST(test_one_rank_error_ends_all) {
@@ -634,7 +705,7 @@ static Suite *make_dist_suite(void) {
                   test_fingerprint, NULL);
     tg_test_tcase(s, "broadcast", setup, teardown, test_broadcast_odd_sizes, test_broadcast_rng_and_optim, NULL);
     tg_test_tcase(s, "allreduce", setup, teardown, test_allreduce_rank_order, test_allreduce_f64_values, NULL);
-    tg_test_tcase(s, "training", setup, teardown, test_ranks_equal_accumulation, NULL);
+    tg_test_tcase(s, "training", setup, teardown, test_ranks_equal_accumulation, test_backward_overlaps, NULL);
     tg_test_tcase(s, "errors", setup, teardown, test_one_rank_error_ends_all, test_agree_failed_without_error,
                   test_layout_mismatch, test_bad_arguments, NULL);
     tg_test_tcase(s, "accumulator", setup, teardown, test_accum_folds_in_order, NULL);

@@ -183,8 +183,19 @@ bool tg_dist_allreduce(tg_ctx *ctx, tg_dist *d, tg_tensor *const *tensors, int n
  * an error. With each rank's loss the mean over its b_r rows of a global
  * batch of B, weight = b_r / B gives the gradient of the global mean. */
 bool tg_dist_allreduce_grads(tg_ctx *ctx, tg_dist *d, tg_params *params, double weight);
-/* n doubles, in place: losses, counts, metrics. */
+/* n doubles, in place: losses, counts, metrics. Up to 256 bytes of them
+ * take one message (the check that begins every collective carries them). */
 bool tg_dist_allreduce_f64(tg_ctx *ctx, tg_dist *d, double *values, int64_t n, double weight);
+/* tg_backward(ctx, loss) then tg_dist_allreduce_grads(ctx, d, params,
+ * weight), the same bits, with the communication under backward: the
+ * gradients are cut into buckets in reverse parameter order, and a
+ * bucket's all-reduce starts as soon as backward has run the first use
+ * of each of its parameters (its gradients are then final), while
+ * backward goes on with the earlier layers. params in forward order (as
+ * tg_module_params gives them) let the buckets start in turn. Zero the
+ * grads first, as for tg_backward; one micro-batch per rank (with the
+ * accumulator, reduce after tg_grad_accum_finish instead). */
+bool tg_dist_backward(tg_ctx *ctx, tg_dist *d, tg_tensor *loss, tg_params *params, double weight);
 
 /* The largest message of a broadcast or an all-reduce, in bytes (default
  * 4 MiB, at least 64, at most 1 GiB: the value is clamped). Every rank
@@ -193,12 +204,16 @@ void tg_dist_set_bucket_bytes(tg_dist *d, size_t bytes);
 size_t tg_dist_bucket_bytes(const tg_dist *d);
 
 /* Time and traffic of this rank's all-reduces since the start (or the last
- * reset): calls, MPI messages (the agreement, then 2 per bucket), payload
- * bytes (the reduced data) and wall seconds inside the calls, including
- * the wait for slower ranks. */
+ * reset): calls, messages (the check that begins each call, then 2 per
+ * bucket; tg_dist_backward also one at its end), payload bytes (the
+ * reduced data), wall seconds inside the calls, including the wait for
+ * slower ranks (for tg_dist_backward: after its backward ended, the
+ * communication left uncovered), and the buckets tg_dist_backward started
+ * while its backward still ran. */
 typedef struct tg_dist_stats {
     int64_t calls, messages;
     double bytes, seconds;
+    int64_t early;
 } tg_dist_stats;
 tg_dist_stats tg_dist_get_stats(const tg_dist *d);
 void tg_dist_reset_stats(tg_dist *d);
