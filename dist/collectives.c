@@ -256,7 +256,8 @@ static void small_fold(tg_dist *d, int nseg, int64_t n64, int64_t n32, const uns
 static bool reduce(tg_ctx *ctx, tg_dist *d, const char *fn, int nseg, double w, bool ok) {
     const double t0 = tg_dist_now();
     ok = ok && tg_check_finite(ctx, fn, "weight", w) && tg_dist_reserve(ctx, d, fn);
-    const int64_t n32 = ok ? tg_dist_dtype_numel(d, nseg, TG_F32) : 0, n64 = ok ? tg_dist_dtype_numel(d, nseg, TG_F64) : 0;
+    const int64_t n32 = ok ? tg_dist_dtype_numel(d, nseg, TG_F32) : 0,
+                  n64 = ok ? tg_dist_dtype_numel(d, nseg, TG_F64) : 0;
     const bool small = n64 * 8 + n32 * 4 <= TG_HEAD_BYTES;
     unsigned char rec[TG_HEAD_BYTES] = {0};
     if (ok && small) small_pack(d, nseg, n64, n32, w, rec);

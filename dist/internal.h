@@ -93,9 +93,9 @@ struct tg_dist {
     unsigned char *recv;  /* the P pieces of this rank's chunk of a window */
     unsigned char *heads; /* the P records of the head exchange (dist/head.c), made at tg_dist_init */
     size_t buf_cap, recv_cap;
-    int *counts;          /* 6 x P byte counts: a window's chunks, the pieces received, the chunks gathered */
-    tg_comm_batch *batch; /* the requests of a window's exchange */
-    int tag;              /* the next window's tags (2 a window) */
+    int *counts;                 /* 6 x P byte counts: a window's chunks, the pieces received, the chunks gathered */
+    tg_comm_batch *batch;        /* the requests of a window's exchange */
+    int tag;                     /* the next window's tags (2 a window) */
     struct tg_dist_slots *slots; /* the windows in flight during backward (dist/overlap.c), or NULL */
     tg_seg *segs;
     int segs_cap;

@@ -219,6 +219,44 @@ tg_dist_stats tg_dist_get_stats(const tg_dist *d);
 void tg_dist_reset_stats(tg_dist *d);
 
 /* ======================================================================== */
+/* The optimizer state split over the ranks (ZeRO stage 1)                  */
+/* ======================================================================== */
+/* Every rank keeps the whole model and the whole all-reduced gradient, but
+ * updates only its share of the parameters, so its optimizer's state (the
+ * bulk of the memory with Adam: two moments per parameter) is 1/P of it;
+ * then the ranks gather the updated shares. A step:
+ *
+ *   tg_dist_shard *s = tg_dist_shard_new(ctx, d, &params);
+ *   tg_optim *opt = tg_adamw_new(ctx, tg_dist_shard_params(s), &o);
+ *   for each step:
+ *       tg_params_zero_grad(ctx, &params);                  // all of them
+ *       tg_dist_backward(ctx, d, loss, &params, b_r / (double)B);
+ *       tg_clip_grad_norm(ctx, &params, 1.0);               // optional: whole grads
+ *       tg_optim_step(ctx, opt);                            // this rank's share
+ *       tg_dist_shard_gather(ctx, s);                       // everyone's shares
+ *
+ * The parameters are bitwise those of tg_dist_allreduce_grads and an
+ * optimizer over all of them: the optimizers update each element from
+ * that element alone. The shares: the parameters of one dtype laid end to
+ * end, cut into windows of the bucket size (set it before), chunk r of
+ * each window to rank r (views that may split a parameter between ranks).
+ * The optimizer's state is then of the views; it cannot be saved as one
+ * process's (tg_train_save wants the whole state). */
+typedef struct tg_dist_shard tg_dist_shard;
+/* This rank's share of params (every parameter float32 or float64, with a
+ * grad; the list must outlive the shard and not change). Not a
+ * collective. NULL and an error on failure. */
+tg_dist_shard *tg_dist_shard_new(tg_ctx *ctx, tg_dist *d, tg_params *params);
+/* The share: views named "NAME@OFFSET" over runs of the parameters and
+ * their grads, with their weight-decay flags. Build the optimizer on it. */
+tg_params *tg_dist_shard_params(tg_dist_shard *s);
+/* Collective: every rank's share of the parameters' values to every rank,
+ * in place, after the optimizer's step. */
+bool tg_dist_shard_gather(tg_ctx *ctx, tg_dist_shard *s);
+/* Frees the views (free the optimizer over them first). */
+void tg_dist_shard_free(tg_ctx *ctx, tg_dist_shard *s);
+
+/* ======================================================================== */
 /* Gradient accumulation (one process)                                      */
 /* ======================================================================== */
 /* Runs a global batch as M micro-batches in one process, one after the
