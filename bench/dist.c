@@ -70,6 +70,8 @@ typedef struct options {
     int samples;
     bool allreduce; /* --allreduce: the all-reduce alone against MPI's and a ring */
     bool after;     /* --after: the 2-process all-reduce after backward, not under it (tg_dist_backward) */
+    bool zero;      /* --zero: per-rank memory with the optimizer state split (tg_dist_shard), P = 1, 2, 4 */
+    int np;         /* processes of the mpirun run */
 } options;
 
 /* bench_vs_pytorch's verdict (its header): a quiet machine had a load
@@ -361,13 +363,62 @@ static int allreduce_worker(const options *o, tg_dist *d) {
 #endif
 }
 
+/* ---- --zero: per-rank memory with the optimizer state split ---------------- */
+
+/* The GPT small model trained 2 steps with AdamW over this rank's share
+ * (tg_dist_shard); rank 0 prints the largest rank's bytes of parameters,
+ * gradients and optimizer state, and its peak resident memory. */
+static int zero_worker(const options *o, tg_dist *d) {
+    net m;
+    net_init(&m, d, o, 1, 1);
+    tg_ctx *ctx = m.ctx;
+    tg_optim_free(ctx, m.opt);
+    tg_dist_shard *s = tg_dist_shard_new(ctx, d, &m.params);
+    tg_adam_opts ao = tg_adamw_defaults();
+    ao.lr = 3e-3, ao.beta2 = 0.99, ao.weight_decay = 0.1;
+    m.opt = tg_adamw_new(ctx, tg_dist_shard_params(s), &ao);
+    if (!tg_ok(ctx)) die(ctx, "the shard");
+    for (int step = 0; step < 2; step++) {
+        tg_params_zero_grad(ctx, &m.params);
+        tg_tensor *loss = tg_gpt_loss(ctx, m.gpt, m.count, m.T, m.tokens + m.start * m.T, m.y + m.start * m.T);
+        tg_dist_backward(ctx, d, loss, &m.params, (double)m.count / (double)m.batch);
+        tg_optim_step(ctx, m.opt);
+        tg_dist_shard_gather(ctx, s);
+        if (!tg_ok(ctx)) die(ctx, "a step");
+        tg_ctx_reset(ctx);
+    }
+    double v[4] = {(double)tg_params_numel(&m.params) * 4, (double)tg_params_numel(&m.params) * 4, 0, 0};
+    tg_params *st = tg_optim_state(m.opt);
+    for (int i = 0; i < st->count; i++)
+        v[2] += (double)st->items[i].value->numel * (double)tg_dtype_size(st->items[i].value->dtype);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    v[3] = (double)ru.ru_maxrss * 1024;
+    double all[4 * 64];
+    for (int q = 0; q < 4 * 64; q++) all[q] = 0;
+    for (int k = 0; k < 4; k++) all[4 * tg_dist_rank(d) + k] = v[k];
+    /* every rank's four numbers to rank 0: a sum where only rank r's are non-zero */
+    if (tg_dist_size(d) <= 64 && !tg_dist_allreduce_f64(ctx, d, all, 4 * 64, 1.0)) die(ctx, "the report");
+    double most[4] = {0, 0, 0, 0};
+    for (int q = 0; q < tg_dist_size(d) && q < 64; q++)
+        for (int k = 0; k < 4; k++) most[k] = all[4 * q + k] > most[k] ? all[4 * q + k] : most[k];
+    if (tg_dist_rank(d) == 0)
+        printf("%9d %12.1f %12.1f %16.1f %12.1f %22.1f\n", tg_dist_size(d), most[0] / 1048576, most[1] / 1048576,
+               most[2] / 1048576, most[3] / 1048576, v[0] * 2 / 1048576);
+    tg_optim_free(ctx, m.opt);
+    m.opt = NULL;
+    tg_dist_shard_free(ctx, s);
+    net_free(&m);
+    return 0;
+}
+
 /* --worker: one rank of the mpirun run; rank 0 prints the result line. */
 static int worker(const options *o, int *argc, char ***argv) {
     tg_ctx *init = tg_ctx_new(0);
     tg_dist *d = tg_dist_init(init, argc, argv);
     if (!d) die(init, "tg_dist_init");
-    if (o->allreduce) {
-        int rc = allreduce_worker(o, d);
+    if (o->allreduce || o->zero) {
+        int rc = o->zero ? zero_worker(o, d) : allreduce_worker(o, d);
         tg_dist_free(d);
         tg_ctx_free(init);
         return rc;
@@ -406,10 +457,12 @@ static bool run_two(const options *o, double *rate, double *ar, char *why, size_
     char *args[24];
     int a = 0;
     args[a++] = TG_MPIEXEC;
+    char np[16];
+    snprintf(np, sizeof np, "%d", o->np ? o->np : 2);
     args[a++] = "-np";
-    args[a++] = "2";
+    args[a++] = np;
     if (geteuid() == 0) args[a++] = "--allow-run-as-root";
-    if (sysconf(_SC_NPROCESSORS_ONLN) < 2) args[a++] = "--oversubscribe";
+    if (sysconf(_SC_NPROCESSORS_ONLN) < (o->np ? o->np : 2)) args[a++] = "--oversubscribe";
     args[a++] = self;
     args[a++] = "--worker";
     args[a++] = "--model";
@@ -424,6 +477,7 @@ static bool run_two(const options *o, double *rate, double *ar, char *why, size_
     args[a++] = samples;
     if (o->allreduce) args[a++] = "--allreduce";
     if (o->after) args[a++] = "--after";
+    if (o->zero) args[a++] = "--zero";
     args[a] = NULL;
     int pipefd[2];
     if (pipe(pipefd) != 0) {
@@ -445,10 +499,10 @@ static bool run_two(const options *o, double *rate, double *ar, char *why, size_
     }
     FILE *f = fdopen(pipefd[0], "r");
     char line[512];
-    bool got = o->allreduce; /* its rows are the output */
+    bool got = o->allreduce || o->zero; /* their rows are the output */
     while (f && fgets(line, sizeof line, f)) {
         int np;
-        if (o->allreduce) fputs(line, stdout);
+        if (o->allreduce || o->zero) fputs(line, stdout);
         else if (sscanf(line, "RESULT %d %lf %lf", &np, rate, ar) == 3 && np == 2) got = true;
         else fputs(line, stderr); /* whatever else mpirun or the ranks said */
     }
@@ -456,7 +510,7 @@ static bool run_two(const options *o, double *rate, double *ar, char *why, size_
     int status = 0;
     waitpid(pid, &status, 0);
     if (!got || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        snprintf(why, why_size, "%s -np 2 failed (status %d)", TG_MPIEXEC,
+        snprintf(why, why_size, "%s -np %s failed (status %d)", TG_MPIEXEC, np,
                  WIFEXITED(status) ? WEXITSTATUS(status) : -1);
         return false;
     }
@@ -505,11 +559,12 @@ static double others_since(const meter *a) {
 
 static int usage(FILE *f, int status) {
     fprintf(f, "usage: bench_dist [--model mlp|gpt|all] [--gpt small|tiny] [--hidden H] [--batch B] [--samples N]\n"
-               "       bench_dist --allreduce [--samples N]\n"
+               "       bench_dist --allreduce [--samples N] | --zero\n"
                "Steps/s of a training step (the MLP, the GPT or both): 1 process with 1 or 2 threads, with 2\n"
                "micro-batches, and 2 processes of 1 thread under mpirun (defaults: all, the GPT small, H 256,\n"
                "B 256 rows for the MLP and 8 sequences for the GPT, 9 samples). --allreduce: the all-reduce alone\n"
-               "on 2 processes, 64 KiB to 64 MiB, against MPI_Allreduce and a ring.\n");
+               "on 2 processes, 64 KiB to 64 MiB, against MPI_Allreduce and a ring. --zero: per-rank memory with the\n"
+               "optimizer state split over 1, 2 and 4 processes.\n");
     return status;
 }
 
@@ -580,6 +635,7 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--worker") == 0) is_worker = true;
         else if (strcmp(argv[i], "--allreduce") == 0) o.allreduce = true;
         else if (strcmp(argv[i], "--after") == 0) o.after = true;
+        else if (strcmp(argv[i], "--zero") == 0) o.zero = true;
         else if (strcmp(argv[i], "--help") == 0) return usage(stdout, 0);
         else if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
             const char *name = argv[++i];
@@ -602,6 +658,17 @@ int main(int argc, char **argv) {
     }
     const int64_t batch = o.batch;
     if (is_worker) return worker(&o, &argc, &argv);
+    if (o.zero) {
+        double rate, ar;
+        char why[256];
+        o.model = GPT, o.batch = 8;
+        printf("bench_dist --zero: GPT small (AdamW), the optimizer state split over P processes (tg_dist_shard); "
+               "per rank, the largest rank's, in MiB\n%9s %12s %12s %16s %12s %22s\n",
+               "processes", "parameters", "gradients", "optimizer state", "peak RSS", "state without split");
+        for (o.np = 1; o.np <= 4; o.np *= 2)
+            if (!run_two(&o, &rate, &ar, why, sizeof why)) printf("%9d not measured: %s\n", o.np, why);
+        return 0;
+    }
     if (o.allreduce) {
         double rate, ar;
         char why[256];

@@ -79,10 +79,22 @@ static int runs(tg_dist_shard *s, run_fn fn) {
 static void make_view(tg_dist_shard *s, int i, int64_t lo, int64_t n, int k) {
     tg_tensor *p = s->params->items[i].value, *v = &s->views[2 * k], *g = &s->views[2 * k + 1];
     const size_t off = (size_t)lo * tg_esize(p->dtype);
-    *g = (tg_tensor){.dtype = p->dtype, .ndim = 1, .numel = n, .data = (char *)p->grad->data + off,
-                     .persistent = true, .node_ = -1, .base_ = tg_root(p->grad)};
-    *v = (tg_tensor){.dtype = p->dtype, .ndim = 1, .numel = n, .data = (char *)p->data + off, .grad = g,
-                     .requires_grad = true, .persistent = true, .node_ = -1, .base_ = tg_root(p)};
+    *g = (tg_tensor){.dtype = p->dtype,
+                     .ndim = 1,
+                     .numel = n,
+                     .data = (char *)p->grad->data + off,
+                     .persistent = true,
+                     .node_ = -1,
+                     .base_ = tg_root(p->grad)};
+    *v = (tg_tensor){.dtype = p->dtype,
+                     .ndim = 1,
+                     .numel = n,
+                     .data = (char *)p->data + off,
+                     .grad = g,
+                     .requires_grad = true,
+                     .persistent = true,
+                     .node_ = -1,
+                     .base_ = tg_root(p)};
     for (int j = 0; j < TG_MAX_DIMS; j++) v->shape[j] = g->shape[j] = j == 0 ? n : 1;
 }
 
@@ -120,8 +132,8 @@ tg_dist_shard *tg_dist_shard_new(tg_ctx *ctx, tg_dist *d, tg_params *params) {
         const tg_tensor *v = &s->views[2 * k];
         int i = 0;
         while (v->base_ != tg_root(params->items[i].value)) i++;
-        const int64_t lo = ((const char *)v->data - (const char *)params->items[i].value->data) /
-                           (int64_t)tg_esize(v->dtype);
+        const int64_t lo =
+            ((const char *)v->data - (const char *)params->items[i].value->data) / (int64_t)tg_esize(v->dtype);
         char name[64];
         if (snprintf(name, sizeof name, "%s@%lld", params->items[i].name, (long long)lo) >= (int)sizeof name)
             snprintf(name, sizeof name, "param%d@%lld", i, (long long)lo);
