@@ -12,12 +12,18 @@
  *   1 process  x 1 thread                 the baseline
  *   1 process  x 1 thread, 2 micro-batches  the gradient accumulator's cost
  *   1 process  x 2 threads                the same cores used by threads
- *   2 processes x 1 thread                mpirun -np 2: B/2 rows each, the
- *                                          grads summed by the all-reduce
+ *   2 processes x 1 thread, reduce after  mpirun -np 2: B/2 rows each, the
+ *                                          grads summed by
+ *                                          tg_dist_allreduce_grads
+ *   2 processes x 1 thread, under backward the same, summed by
+ *                                          tg_dist_backward as backward runs
  *
- * and, for the 2-process run, the time spent in tg_dist_allreduce_grads
- * (including the wait for the slower rank): its share of the whole run,
- * and that share of a median step in ms. The issue's target: 2 processes
+ * and, for the 2-process runs, the time spent in the all-reduce
+ * (including the wait for the slower rank; under backward, what backward
+ * did not cover): its share of the whole run, and that share of a median
+ * step in ms. --allreduce times the all-reduce alone against
+ * MPI_Allreduce and a ring; --zero reports per-rank memory with the
+ * optimizer state split over 1, 2 and 4 processes (tg_dist_shard). The issue's target: 2 processes
  * at least 1.7x the steps/s of 1 process x 1 thread on the GPT small step,
  * on a quiet machine. Run it as
  *   build-release/bench/bench_dist [--model mlp|gpt|all] [--gpt small|tiny] [--hidden H] [--batch B]

@@ -21,6 +21,8 @@ endif()
 
 file(GLOB TG_DIST_SOURCES CONFIGURE_DEPENDS dist/*.c)
 tg_add_library_above(tapegrad_dist dist ${TG_DIST_SOURCES})
+# the version in the build fingerprint the ranks compare (dist/world.c)
+target_compile_definitions(tapegrad_dist PRIVATE TG_DIST_VERSION="${PROJECT_VERSION}")
 if(TG_MPI)
   # only dist/comm.c uses it
   target_link_libraries(tapegrad_dist PRIVATE MPI::MPI_C)

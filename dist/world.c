@@ -14,10 +14,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "tapegrad.h" /* the version */
 #include "tensor/gemm.h"
 #if defined(__GLIBC__)
 #include <gnu/libc-version.h>
+#endif
+
+#ifndef TG_DIST_VERSION /* the project's version, from cmake/dist.cmake */
+#define TG_DIST_VERSION "unknown"
 #endif
 
 #define DEFAULT_BUCKET_BYTES ((size_t)4 << 20)
@@ -90,9 +93,8 @@ static void make_fingerprint(tg_ctx *ctx, char *buf, size_t size) {
 #else
         "unknown";
 #endif
-    snprintf(buf, size, "tapegrad %d.%d.%d, GEMM kernels %s, isa %s, %s, C library %s, autocast %s",
-             TAPEGRAD_VERSION_MAJOR, TAPEGRAD_VERSION_MINOR, TAPEGRAD_VERSION_PATCH, tg_gemm_kernel_name(),
-             isa[0] ? isa : "generic", compiler, libc, tg_dtype_name(tg_ctx_autocast(ctx)));
+    snprintf(buf, size, "tapegrad %s, GEMM kernels %s, isa %s, %s, C library %s, autocast %s", TG_DIST_VERSION,
+             tg_gemm_kernel_name(), isa[0] ? isa : "generic", compiler, libc, tg_dtype_name(tg_ctx_autocast(ctx)));
 }
 
 /* True on every rank when every rank's fingerprint is rank 0's; else false

@@ -95,6 +95,8 @@ const char *tg_dist_fingerprint(const tg_dist *d);
  * tg_dist_free does not finalize MPI (which would wait for the missing
  * rank), so the program should exit non-zero; mpirun then ends the rest.
  * Waiting ranks poll with growing pauses instead of spinning a core.
+ * (It covers the collectives of tg_dist_init after MPI's start-up and
+ * every one after; not MPI_Init itself.)
  * Default: the environment variable TG_DIST_TIMEOUT (seconds) if set, else
  * 600 s; 0: no deadline. Not a collective (each rank keeps its own).
  * Errors: a negative or non-finite value, a NULL d. */
@@ -171,10 +173,10 @@ bool tg_dist_broadcast_rng(tg_ctx *ctx, tg_dist *d);
  * rounded to the dtype and the sums are made left to right in that dtype,
  * exactly as tg_grad_accum_add folds micro-batches. (With one rank: y = w x.)
  * The order is the library's, never MPI's: each bucket is split into P
- * chunks, rank q receives every rank's piece of chunk q (MPI_Alltoallv) and
- * folds them in rank order, then every rank gathers the folded chunks
- * (MPI_Allgatherv): 2 messages per bucket, each rank sending and receiving
- * about twice the data, as a ring all-reduce does. w must be finite. */
+ * chunks, rank q receives every rank's piece of chunk q and folds them in
+ * rank order, then sends the folded chunk to every rank: 2 exchanges per
+ * bucket, each rank sending and receiving about twice the data, as a ring
+ * all-reduce does. w must be finite. */
 
 /* The n tensors' data, in place. */
 bool tg_dist_allreduce(tg_ctx *ctx, tg_dist *d, tg_tensor *const *tensors, int n, double weight);

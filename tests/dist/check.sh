@@ -205,7 +205,9 @@ deadline)
   # from the environment.
   printf '#!/bin/sh\necho $$ > "%s/pid.$1"\nshift\nexec "$@"\n' "$tmp" > pid.sh
   chmod +x pid.sh
-  run=("$spiral" --norm rmsnorm --steps 1000000 --every 1000000 --out o)
+  # --every 1: rank 0's progress lines fill its output buffer soon, so the
+  # log shows when training runs
+  run=("$spiral" --norm rmsnorm --steps 1000000 --every 1 --out o)
   for how in flag env; do
     rm -f pid.0 pid.1
     deadline=(--dist-timeout 4) envs=()
@@ -214,8 +216,10 @@ deadline)
     timeout "$limit" env "${envs[@]}" mpirun -np 1 ./pid.sh 0 "${run[@]}" "${deadline[@]}" : -np 1 ./pid.sh 1 "${run[@]}" \
       "${deadline[@]}" : -np 1 "${run[@]}" "${deadline[@]}" > "$tmp/$how.log" 2>&1 &
     job=$!
-    for _ in $(seq 300); do [ -s pid.0 ] && [ -s pid.1 ] && break; sleep 0.1; done
-    sleep 2
+    # stopped once training runs (the deadline covers the collectives
+    # after tg_dist_init, not MPI's own start-up)
+    for _ in $(seq 1200); do grep -q "step [0-9]*/1000000 " "$tmp/$how.log" && [ -s pid.1 ] && break; sleep 0.1; done
+    sleep 1
     kill -STOP "$(cat pid.1)"
     # rank 0 waits at the next collective: its CPU time over 2 s of waiting
     sleep 0.5
