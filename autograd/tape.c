@@ -332,6 +332,7 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
         if (ctx->profile) tg_profile_backward(ctx, n->op, tg_profile_now() - t0);
         if (!tg_live(ctx)) backward_failed(ctx, n);
         else if (!keep_tape) release_after(ctx, n, scratch, seed);
+        if (ctx->tape.walked) ctx->tape.walked(ctx, k, ctx->tape.walked_user);
     }
     tg_profile_walk_end(ctx);
     ctx->tape.grad_enabled = was;
