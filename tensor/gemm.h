@@ -97,8 +97,9 @@ const char *tg_gemm_kernel_name(void);
 /* ---- bfloat16 operands (tensor/gemm_bf16.c) -------------------------------
  * C (M,N) = alpha * op(A) op(B) + beta * C with A and B bfloat16 (the bits,
  * tensor/half.h) multiplied in bfloat16 and summed in float32, and C float32
- * or bfloat16 (c_bf16). Shapes, strides, transposes, beta == 0 and the
- * trivial cases as above (a bfloat16 C then gets beta * C rounded once).
+ * or bfloat16. Shapes, strides, transposes, beta == 0 and the trivial cases
+ * as above (a bfloat16 C then gets beta * C rounded once); the arguments
+ * come in a struct (tg_gemm_bf16_args, below).
  *
  * The rule for each element of C, the same bits for every kernel, thread
  * count, workspace and M (docs/mixed-precision.md):
@@ -141,17 +142,35 @@ tg_gemm_bf16_kernel tg_gemm_bf16_auto(void);
 /* "avx512bf16", "avx2", "portable", "reference" (AUTO: its kernel's name). */
 const char *tg_gemm_bf16_name(tg_gemm_bf16_kernel kernel);
 
-/* Bytes of workspace tg_gemm_bf16_ws wants for this problem (0: none);
- * 64 bytes of slack included, as tg_gemm_workspace_size. */
-size_t tg_gemm_bf16_workspace_size(tg_gemm_bf16_kernel kernel, int64_t M, int64_t N, int64_t K, bool c_bf16,
-                                   int threads);
+/* One product: C (M,N) = alpha * op(A) op(B) + beta * C_in, written to C.
+ * C_in is C itself (c_in == NULL) or another matrix of C's dtype with row
+ * stride ldc_in, which may be 0: the same row for every row of C (a bias:
+ * C = op(A) op(B) + b with beta = 1 rounds once, where copying b into C
+ * first would write C twice). Not read when beta == 0. */
+typedef struct tg_gemm_bf16_args {
+    tg_gemm_bf16_kernel kernel; /* AUTO unless a test or benchmark picks one */
+    bool trans_a, trans_b;
+    int64_t M, N, K;
+    float alpha, beta;
+    const uint16_t *A; /* bfloat16 */
+    int64_t lda;
+    const uint16_t *B; /* bfloat16 */
+    int64_t ldb;
+    void *C; /* float *, or uint16_t * (bfloat16) when c_bf16 */
+    int64_t ldc;
+    bool c_bf16;
+    const void *c_in; /* NULL: C */
+    int64_t ldc_in;
+    int threads; /* values below 1 count as 1 */
+} tg_gemm_bf16_args;
 
-/* C (M,N) = alpha * op(A) op(B) + beta * C by the rule above. C is float *
- * or, when c_bf16, uint16_t * (bfloat16). A kernel this CPU lacks runs as
- * AUTO. work: work_size bytes of scratch, or NULL (then the call allocates;
- * a buffer big enough for one thread runs one thread). */
-void tg_gemm_bf16_ws(tg_gemm_bf16_kernel kernel, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                     float alpha, const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *C,
-                     int64_t ldc, bool c_bf16, int threads, void *work, size_t work_size);
+/* Bytes of workspace tg_gemm_bf16_ws wants for this product (0: none); 64
+ * bytes of slack included, as tg_gemm_workspace_size. */
+size_t tg_gemm_bf16_workspace_size(const tg_gemm_bf16_args *g);
+
+/* The product g by the rule above. A kernel this CPU lacks runs as AUTO.
+ * work: work_size bytes of scratch, or NULL (then the call allocates; a
+ * buffer big enough for one thread runs one thread, with the same bits). */
+void tg_gemm_bf16_ws(const tg_gemm_bf16_args *g, void *work, size_t work_size);
 
 #endif

@@ -254,35 +254,42 @@ TARGET_AVX2 static void tile_avx2(int64_t kp, const uint32_t *a, const uint32_t 
 
 enum { X512_MR = 12, X512_NR = 32 };
 
-/* r (see bf16_out) for 16 lanes at row i, column j of the tile. */
-TARGET_AVX512BW static inline void store16_avx512(const bf16_out *o, int64_t i, int64_t j, __m512 acc) {
-    __m512 r;
-    if (o->src) {
-        __m512 s;
-        if (o->src_bf16) {
-            const __m256i h =
-                _mm256_loadu_si256((const __m256i *)(const void *)((const uint16_t *)o->src + i * o->lds + j));
-            s = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-        } else {
-            s = _mm512_loadu_ps((const float *)o->src + i * o->lds + j);
+/* The store of a whole tile (see bf16_out) from the registers; src: 0
+ * none, 1 float32, 2 bfloat16. Inlined with constant src and dst_bf16, so
+ * each of the six stores is straight code. */
+TARGET_AVX512BW static inline __attribute__((always_inline)) void store_avx512(const bf16_out *o,
+                                                                               __m512 acc[X512_MR][2], int src,
+                                                                               bool dst_bf16) {
+    const __m512 va = _mm512_set1_ps(o->alpha), vb = _mm512_set1_ps(o->beta);
+    const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff), quiet = _mm512_set1_epi32(0x40);
+    const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    for (int i = 0; i < X512_MR; i++)
+        for (int v = 0; v < 2; v++) {
+            const int64_t j = 16 * v;
+            __m512 r;
+            if (src == 1) {
+                r = _mm512_fmadd_ps(va, acc[i][v], _mm512_mul_ps(vb, _mm512_loadu_ps((const float *)o->src + i * o->lds + j)));
+            } else if (src == 2) {
+                const __m256i h =
+                    _mm256_loadu_si256((const __m256i *)(const void *)((const uint16_t *)o->src + i * o->lds + j));
+                const __m512 s = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+                r = _mm512_fmadd_ps(va, acc[i][v], _mm512_mul_ps(vb, s));
+            } else {
+                r = _mm512_mul_ps(va, acc[i][v]);
+            }
+            if (!dst_bf16) {
+                _mm512_storeu_ps((float *)o->dst + i * o->ldd + j, r);
+                continue;
+            }
+            /* to nearest even as tg_f32_to_bf16: u + 0x7fff + ((u >> 16) & 1),
+             * upper half; a NaN keeps its top bits, made quiet */
+            const __m512i u = _mm512_castps_si512(r);
+            const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
+            __m512i h = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, half)), 16);
+            const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
+            h = _mm512_mask_mov_epi32(h, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), quiet));
+            _mm256_storeu_si256((__m256i *)(void *)((uint16_t *)o->dst + i * o->ldd + j), _mm512_cvtepi32_epi16(h));
         }
-        r = _mm512_fmadd_ps(_mm512_set1_ps(o->alpha), acc, _mm512_mul_ps(_mm512_set1_ps(o->beta), s));
-    } else {
-        r = _mm512_mul_ps(_mm512_set1_ps(o->alpha), acc);
-    }
-    if (!o->dst_bf16) {
-        _mm512_storeu_ps((float *)o->dst + i * o->ldd + j, r);
-        return;
-    }
-    /* round to nearest even as tg_f32_to_bf16: u + 0x7fff + ((u >> 16) & 1),
-     * upper half; a NaN keeps its top bits, made quiet */
-    const __m512i u = _mm512_castps_si512(r);
-    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i h = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
-    const __mmask16 nan =
-        _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-    h = _mm512_mask_mov_epi32(h, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
-    _mm256_storeu_si256((__m256i *)(void *)((uint16_t *)o->dst + i * o->ldd + j), _mm512_cvtepi32_epi16(h));
 }
 
 /* The VDPBF16PS sums of a 12 x 32 tile, in 24 registers (inlined into
@@ -305,14 +312,27 @@ sums_avx512(int64_t kp, const uint32_t *restrict a, const uint32_t *restrict b, 
 GEMM_NOINLINE TARGET_AVX512BF16 static void fused_avx512(int64_t kp, const uint32_t *restrict a,
                                                          const uint32_t *restrict b, const bf16_out *o) {
     /* start bringing the tile's rows in now: they arrive during the sums */
+    const int64_t es = o->src_bf16 ? 2 : 4, ed = o->dst_bf16 ? 2 : 4;
     for (int i = 0; i < X512_MR; i++) {
-        if (o->src) _mm_prefetch((const char *)o->src + i * o->lds * (o->src_bf16 ? 2 : 4), _MM_HINT_T0);
-        _mm_prefetch((const char *)o->dst + i * o->ldd * (o->dst_bf16 ? 2 : 4), _MM_HINT_T0);
+        if (o->src) {
+            _mm_prefetch((const char *)o->src + i * o->lds * es, _MM_HINT_T0);
+            _mm_prefetch((const char *)o->src + (i * o->lds + X512_NR - 1) * es, _MM_HINT_T0);
+        }
+        _mm_prefetch((const char *)o->dst + i * o->ldd * ed, _MM_HINT_T0);
+        _mm_prefetch((const char *)o->dst + (i * o->ldd + X512_NR - 1) * ed, _MM_HINT_T0);
     }
     __m512 acc[X512_MR][2];
     sums_avx512(kp, a, b, acc);
-    for (int i = 0; i < X512_MR; i++)
-        for (int v = 0; v < 2; v++) store16_avx512(o, i, 16 * v, acc[i][v]);
+    const int src = !o->src ? 0 : o->src_bf16 ? 2 : 1;
+    if (o->dst_bf16) {
+        if (src == 0) store_avx512(o, acc, 0, true);
+        else if (src == 1) store_avx512(o, acc, 1, true);
+        else store_avx512(o, acc, 2, true);
+    } else {
+        if (src == 0) store_avx512(o, acc, 0, false);
+        else if (src == 1) store_avx512(o, acc, 1, false);
+        else store_avx512(o, acc, 2, false);
+    }
 }
 
 GEMM_NOINLINE TARGET_AVX512BF16 static void tile_avx512(int64_t kp, const uint32_t *restrict a,
@@ -389,35 +409,40 @@ static const bf16_kernel *kernel_for(tg_gemm_bf16_kernel kernel) {
 
 /* op(A)[i][k] or op(B)[k][j] with A or B as stored; 0 past K (an odd K's
  * pad). */
-static inline float ref_a(const uint16_t *A, int64_t lda, bool ta, int64_t i, int64_t k, int64_t K) {
-    return k < K ? bf16_daz(ta ? A[k * lda + i] : A[i * lda + k]) : 0.0f;
+static inline float ref_a(const tg_gemm_bf16_args *g, int64_t i, int64_t k) {
+    return k < g->K ? bf16_daz(g->trans_a ? g->A[k * g->lda + i] : g->A[i * g->lda + k]) : 0.0f;
 }
-static inline float ref_b(const uint16_t *B, int64_t ldb, bool tb, int64_t k, int64_t j, int64_t K) {
-    return k < K ? bf16_daz(tb ? B[j * ldb + k] : B[k * ldb + j]) : 0.0f;
+static inline float ref_b(const tg_gemm_bf16_args *g, int64_t k, int64_t j) {
+    return k < g->K ? bf16_daz(g->trans_b ? g->B[j * g->ldb + k] : g->B[k * g->ldb + j]) : 0.0f;
+}
+
+/* Element (i, j) of C_in (g->c_in, or C) and of C, as float32 or bfloat16. */
+static inline float c_in_at(const tg_gemm_bf16_args *g, int64_t i, int64_t j) {
+    const void *c = g->c_in ? g->c_in : g->C;
+    const int64_t at = i * (g->c_in ? g->ldc_in : g->ldc) + j;
+    return g->c_bf16 ? tg_bf16_to_f32(((const uint16_t *)c)[at]) : ((const float *)c)[at];
+}
+static inline void c_set(const tg_gemm_bf16_args *g, int64_t i, int64_t j, float r) {
+    if (g->c_bf16) ((uint16_t *)g->C)[i * g->ldc + j] = tg_f32_to_bf16(r);
+    else ((float *)g->C)[i * g->ldc + j] = r;
 }
 
 /* The rule of tensor/gemm.h, element by element. */
-static void gemm_bf16_reference(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t *A,
-                                int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *C, int64_t ldc,
-                                bool c_bf16) {
-    const int64_t kp = (K + 1) / 2, kcp = gemm_kc(kp, BF16_KCP);
-    for (int64_t i = 0; i < M; i++)
-        for (int64_t j = 0; j < N; j++) {
-            float *c32 = (float *)C + i * ldc + j;
-            uint16_t *c16 = (uint16_t *)C + i * ldc + j;
-            const float c0 = beta == 0 ? 0.0f : c_bf16 ? tg_bf16_to_f32(*c16) : *c32; /* not read when beta == 0 */
+static void gemm_bf16_reference(const tg_gemm_bf16_args *g) {
+    const int64_t kp = (g->K + 1) / 2, kcp = gemm_kc(kp, BF16_KCP);
+    for (int64_t i = 0; i < g->M; i++)
+        for (int64_t j = 0; j < g->N; j++) {
             float r = 0;
             for (int64_t p0 = 0; p0 < kp; p0 += kcp) {
                 float acc = 0;
                 for (int64_t p = p0; p < kp && p < p0 + kcp; p++) {
-                    acc = bf16_step(acc, ref_a(A, lda, ta, i, 2 * p + 1, K), ref_b(B, ldb, tb, 2 * p + 1, j, K));
-                    acc = bf16_step(acc, ref_a(A, lda, ta, i, 2 * p, K), ref_b(B, ldb, tb, 2 * p, j, K));
+                    acc = bf16_step(acc, ref_a(g, i, 2 * p + 1), ref_b(g, 2 * p + 1, j));
+                    acc = bf16_step(acc, ref_a(g, i, 2 * p), ref_b(g, 2 * p, j));
                 }
-                if (p0 > 0) r = fmaf(alpha, acc, r);
-                else r = beta == 0 ? alpha * acc : fmaf(alpha, acc, beta * c0);
+                if (p0 > 0) r = fmaf(g->alpha, acc, r);
+                else r = g->beta == 0 ? g->alpha * acc : fmaf(g->alpha, acc, g->beta * c_in_at(g, i, j));
             }
-            if (c_bf16) *c16 = tg_f32_to_bf16(r);
-            else *c32 = r;
+            c_set(g, i, j, r);
         }
 }
 
@@ -432,17 +457,17 @@ typedef struct bf16_plan {
     size_t bbytes, pbytes, abytes;
 } bf16_plan;
 
-static bf16_plan make_plan(const bf16_kernel *kn, int64_t M, int64_t N, int64_t K, bool c_bf16, int nt) {
+static bf16_plan make_plan(const bf16_kernel *kn, const tg_gemm_bf16_args *g, int nt) {
     bf16_plan p;
     p.nt = nt;
-    p.kp = (K + 1) / 2;
+    p.kp = (g->K + 1) / 2;
     p.kcp = gemm_kc(p.kp, BF16_KCP);
-    const int64_t nr = kn->nr, npad = (N + nr - 1) / nr * nr;
+    const int64_t nr = kn->nr, npad = (g->N + nr - 1) / nr * nr;
     int64_t ns = (int64_t)(GEMM_LAZY_B_BYTES / 4) / p.kp / nr * nr;
     p.ns = ns < nr ? nr : ns > npad ? npad : ns;
     p.bbytes = gemm_round64((size_t)(p.kp * p.ns) * 4);
-    p.pbytes = c_bf16 && p.kp > p.kcp ? gemm_round64((size_t)(M * N) * sizeof(float)) : 0;
-    const int64_t mc = M < kn->mc ? (M + kn->mr - 1) / kn->mr * kn->mr : kn->mc;
+    p.pbytes = g->c_bf16 && p.kp > p.kcp ? gemm_round64((size_t)(g->M * g->N) * sizeof(float)) : 0;
+    const int64_t mc = g->M < kn->mc ? (g->M + kn->mr - 1) / kn->mr * kn->mr : kn->mc;
     p.abytes = gemm_round64((size_t)(p.kcp * mc) * 4);
     return p;
 }
@@ -450,14 +475,9 @@ static bf16_plan make_plan(const bf16_kernel *kn, int64_t M, int64_t N, int64_t 
 static size_t plan_bytes(const bf16_plan *p) { return p->bbytes + p->pbytes + (size_t)p->nt * p->abytes; }
 
 typedef struct bf16_job {
+    const tg_gemm_bf16_args *g;
     const bf16_kernel *kn;
     bf16_plan plan;
-    bool ta, tb, c_bf16;
-    int64_t M, N, K;
-    float alpha, beta;
-    const uint16_t *A, *B;
-    int64_t lda, ldb, ldc;
-    void *C;
     float *P;             /* partial sums between slices, or NULL (C holds them) */
     uint32_t *bpack;      /* the super-block: slice s's panel q at s kcp ns + q kps nr words */
     unsigned char *apack; /* thread w's A block at w abytes */
@@ -466,37 +486,46 @@ typedef struct bf16_job {
     int64_t rb[GEMM_MAX_ROW_CHUNKS + 1]; /* row chunks' first tiles (gemm_tasks) */
 } bf16_job;
 
-/* Pairs in slice s. */
+/* Pairs in slice s, and values of K in it. */
 static inline int64_t slice_pairs(const bf16_job *jb, int64_t s) {
     const int64_t p0 = s * jb->plan.kcp;
     return jb->plan.kp - p0 < jb->plan.kcp ? jb->plan.kp - p0 : jb->plan.kcp;
+}
+static inline int64_t slice_k(const bf16_job *jb, int64_t s) {
+    const int64_t k0 = 2 * s * jb->plan.kcp;
+    return jb->g->K - k0 < 2 * jb->plan.kcp ? jb->g->K - k0 : 2 * jb->plan.kcp;
 }
 
 /* Panel q of the super-block, every slice. One task of the first round. */
 static void pack_b_task(void *arg, int64_t q, int worker) {
     const bf16_job *jb = arg;
+    const tg_gemm_bf16_args *g = jb->g;
     (void)worker;
     const int64_t nr = jb->kn->nr, j0 = jb->s0 + q * nr, n = jb->s0 + jb->ncur - j0 < nr ? jb->s0 + jb->ncur - j0 : nr;
-    const int64_t sr = jb->tb ? jb->ldb : 1, sk = jb->tb ? 1 : jb->ldb;
+    const int64_t sr = g->trans_b ? g->ldb : 1, sk = g->trans_b ? 1 : g->ldb;
     for (int64_t s = 0; s * jb->plan.kcp < jb->plan.kp; s++) {
-        const int64_t k0 = 2 * s * jb->plan.kcp, kc = jb->K - k0 < 2 * jb->plan.kcp ? jb->K - k0 : 2 * jb->plan.kcp;
+        const int64_t k0 = 2 * s * jb->plan.kcp;
         uint32_t *dst = jb->bpack + s * jb->plan.kcp * jb->plan.ns + q * slice_pairs(jb, s) * nr;
-        jb->kn->pack(dst, nr, jb->B + j0 * sr + k0 * sk, sr, sk, n, kc);
+        jb->kn->pack(dst, nr, g->B + j0 * sr + k0 * sk, sr, sk, n, slice_k(jb, s));
     }
 }
 
-/* The store of slice s (of nsl) for the tile at (i, j) of C. */
+/* The store of slice s (of nsl) for the tile at (i, j) of C: from C_in
+ * (beta) on the first slice, from P on the later ones; to P but on the
+ * last one (P: bfloat16 C; a float32 C holds r itself). */
 static bf16_out slice_out(const bf16_job *jb, int64_t s, int64_t nsl, int64_t i, int64_t j) {
-    const size_t ec = jb->c_bf16 ? 2 : 4;
-    char *c = (char *)jb->C + (size_t)(i * jb->ldc + j) * ec;
-    float *p = jb->P ? jb->P + i * jb->N + j : NULL;
-    bf16_out o = {jb->alpha, jb->beta, c, jb->ldc, jb->c_bf16, c, jb->ldc, jb->c_bf16};
-    if (s == 0 && jb->beta == 0) o.src = NULL;
+    const tg_gemm_bf16_args *g = jb->g;
+    const size_t ec = g->c_bf16 ? 2 : 4;
+    char *c = (char *)g->C + (size_t)(i * g->ldc + j) * ec;
+    float *p = jb->P ? jb->P + i * g->N + j : NULL;
+    bf16_out o = {g->alpha, g->beta, c, g->ldc, g->c_bf16, c, g->ldc, g->c_bf16};
+    if (s == 0 && g->c_in) o.src = (const char *)g->c_in + (size_t)(i * g->ldc_in + j) * ec, o.lds = g->ldc_in;
+    if (s == 0 && g->beta == 0) o.src = NULL;
     if (s > 0) {
         o.beta = 1;
-        if (p) o.src = p, o.lds = jb->N, o.src_bf16 = false;
+        if (p) o.src = p, o.lds = g->N, o.src_bf16 = false;
     }
-    if (s < nsl - 1 && p) o.dst = p, o.ldd = jb->N, o.dst_bf16 = false;
+    if (s < nsl - 1 && p) o.dst = p, o.ldd = g->N, o.dst_bf16 = false;
     return o;
 }
 
@@ -504,21 +533,21 @@ static bf16_out slice_out(const bf16_job *jb, int64_t s, int64_t nsl, int64_t i,
  * for each NC block of columns, each K slice, each MC block of rows: pack
  * that block of A, then the kernel over the tiles, NR panel by panel. */
 static void bf16_task(const bf16_job *jb, int worker, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    const tg_gemm_bf16_args *g = jb->g;
     const bf16_kernel *kn = jb->kn;
     const int64_t mr = kn->mr, nr = kn->nr, nsl = (jb->plan.kp + jb->plan.kcp - 1) / jb->plan.kcp;
-    const int64_t sr = jb->ta ? 1 : jb->lda, sk = jb->ta ? jb->lda : 1;
+    const int64_t sr = g->trans_a ? 1 : g->lda, sk = g->trans_a ? g->lda : 1;
     uint32_t *ap = (uint32_t *)(void *)(jb->apack + (size_t)worker * jb->plan.abytes);
     _Alignas(64) float tile[TILE_MAX];
     for (int64_t jc = c0; jc < c1; jc += kn->nc) {
         const int64_t nc = c1 - jc < kn->nc ? c1 - jc : kn->nc;
         for (int64_t s = 0; s < nsl; s++) {
-            const int64_t kps = slice_pairs(jb, s), k0 = 2 * s * jb->plan.kcp;
-            const int64_t kc = jb->K - k0 < 2 * kps ? jb->K - k0 : 2 * kps;
+            const int64_t kps = slice_pairs(jb, s), k0 = 2 * s * jb->plan.kcp, kc = slice_k(jb, s);
             const uint32_t *bs = jb->bpack + s * jb->plan.kcp * jb->plan.ns + (jc - jb->s0) / nr * kps * nr;
             for (int64_t ic = r0; ic < r1; ic += kn->mc) {
                 const int64_t mc = r1 - ic < kn->mc ? r1 - ic : kn->mc;
                 for (int64_t r = 0; r < mc; r += mr)
-                    kn->pack(ap + r * kps, mr, jb->A + (ic + r) * sr + k0 * sk, sr, sk, mc - r < mr ? mc - r : mr, kc);
+                    kn->pack(ap + r * kps, mr, g->A + (ic + r) * sr + k0 * sk, sr, sk, mc - r < mr ? mc - r : mr, kc);
                 for (int64_t q = 0; q * nr < nc; q++) {
                     const int64_t n = nc - q * nr < nr ? nc - q * nr : nr;
                     for (int64_t ir = 0; ir < mc; ir += mr) {
@@ -543,91 +572,65 @@ static void compute_task(void *arg, int64_t t, int worker) {
     const int64_t mr = jb->kn->mr, nr = jb->kn->nr, i = t / jb->ncc, j = t % jb->ncc, s0 = jb->s0;
     const int64_t r0 = jb->rb[i] * mr, r1 = jb->rb[i + 1] * mr;
     const int64_t c0 = s0 + j * jb->np / jb->ncc * nr, c1 = s0 + (j + 1) * jb->np / jb->ncc * nr;
-    bf16_task(jb, worker, r0, r1 < jb->M ? r1 : jb->M, c0, c1 < s0 + jb->ncur ? c1 : s0 + jb->ncur);
+    bf16_task(jb, worker, r0, r1 < jb->g->M ? r1 : jb->g->M, c0, c1 < s0 + jb->ncur ? c1 : s0 + jb->ncur);
 }
 
 static void bf16_packed(bf16_job *jb, unsigned char *base) {
+    const tg_gemm_bf16_args *g = jb->g;
     const bf16_plan *p = &jb->plan;
-    const int nt = p->nt;
     jb->bpack = (uint32_t *)(void *)base;
     jb->P = p->pbytes ? (float *)(void *)(base + p->bbytes) : NULL;
     jb->apack = base + p->bbytes + p->pbytes;
-    jb->mt = (jb->M + jb->kn->mr - 1) / jb->kn->mr;
-    for (jb->s0 = 0; jb->s0 < jb->N; jb->s0 += p->ns) {
-        jb->ncur = jb->N - jb->s0 < p->ns ? jb->N - jb->s0 : p->ns;
+    jb->mt = (g->M + jb->kn->mr - 1) / jb->kn->mr;
+    for (jb->s0 = 0; jb->s0 < g->N; jb->s0 += p->ns) {
+        jb->ncur = g->N - jb->s0 < p->ns ? g->N - jb->s0 : p->ns;
         jb->np = (jb->ncur + jb->kn->nr - 1) / jb->kn->nr;
-        tg_parallel(nt, jb->np, pack_b_task, jb);
-        gemm_tasks(jb->mt, jb->np, nt, jb->rb, &jb->nrc, &jb->ncc);
-        const double fmas = (double)jb->M * (double)jb->ncur * (double)jb->K;
-        tg_parallel_sized(nt, jb->nrc * jb->ncc, compute_task, jb, fmas / jb->kn->fmas_per_ns);
+        tg_parallel(p->nt, jb->np, pack_b_task, jb);
+        gemm_tasks(jb->mt, jb->np, p->nt, jb->rb, &jb->nrc, &jb->ncc);
+        const double fmas = (double)g->M * (double)jb->ncur * (double)g->K;
+        tg_parallel_sized(p->nt, jb->nrc * jb->ncc, compute_task, jb, fmas / jb->kn->fmas_per_ns);
     }
 }
 
-/* C = beta C when nothing is to be multiplied (K == 0, alpha == 0);
+/* C = beta C_in when nothing is to be multiplied (K == 0, alpha == 0);
  * returns false when there is a product to compute. */
-static bool bf16_trivial(int64_t M, int64_t N, int64_t K, float alpha, float beta, void *C, int64_t ldc, bool c_bf16) {
-    if (M <= 0 || N <= 0) return true;
-    if (K > 0 && alpha != 0) return false;
-    for (int64_t i = 0; i < M; i++)
-        for (int64_t j = 0; j < N; j++) {
-            if (c_bf16) {
-                uint16_t *c = (uint16_t *)C + i * ldc + j;
-                *c = beta == 0 ? 0 : tg_f32_to_bf16(beta * tg_bf16_to_f32(*c));
-            } else {
-                float *c = (float *)C + i * ldc + j;
-                *c = beta == 0 ? 0 : beta * *c;
-            }
-        }
+static bool bf16_trivial(const tg_gemm_bf16_args *g) {
+    if (g->M <= 0 || g->N <= 0) return true;
+    if (g->K > 0 && g->alpha != 0) return false;
+    for (int64_t i = 0; i < g->M; i++)
+        for (int64_t j = 0; j < g->N; j++) c_set(g, i, j, g->beta == 0 ? 0.0f : g->beta * c_in_at(g, i, j));
     return true;
 }
 
-size_t tg_gemm_bf16_workspace_size(tg_gemm_bf16_kernel kernel, int64_t M, int64_t N, int64_t K, bool c_bf16,
-                                   int threads) {
-    const bf16_kernel *kn = kernel_for(kernel);
-    if (!kn || M <= 0 || N <= 0 || K <= 0) return 0;
-    const bf16_plan p = make_plan(kn, M, N, K, c_bf16, gemm_threads(M, N, K, threads));
+size_t tg_gemm_bf16_workspace_size(const tg_gemm_bf16_args *g) {
+    const bf16_kernel *kn = kernel_for(g->kernel);
+    if (!kn || g->M <= 0 || g->N <= 0 || g->K <= 0) return 0;
+    const bf16_plan p = make_plan(kn, g, gemm_threads(g->M, g->N, g->K, g->threads));
     return plan_bytes(&p) + 64;
 }
 
-void tg_gemm_bf16_ws(tg_gemm_bf16_kernel kernel, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                     float alpha, const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *C,
-                     int64_t ldc, bool c_bf16, int threads, void *work, size_t work_size) {
-    if (bf16_trivial(M, N, K, alpha, beta, C, ldc, c_bf16)) return;
-    const bf16_kernel *kn = kernel_for(kernel);
+void tg_gemm_bf16_ws(const tg_gemm_bf16_args *g, void *work, size_t work_size) {
+    if (bf16_trivial(g)) return;
+    const bf16_kernel *kn = kernel_for(g->kernel);
     if (!kn) {
-        gemm_bf16_reference(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, c_bf16);
+        gemm_bf16_reference(g);
         return;
     }
     /* the caller's workspace if big enough for all threads, else one
      * thread if enough for that (same bits), else our own */
-    bf16_job jb = {.kn = kn,
-                   .plan = make_plan(kn, M, N, K, c_bf16, gemm_threads(M, N, K, threads)),
-                   .ta = trans_a,
-                   .tb = trans_b,
-                   .c_bf16 = c_bf16,
-                   .M = M,
-                   .N = N,
-                   .K = K,
-                   .alpha = alpha,
-                   .beta = beta,
-                   .A = A,
-                   .B = B,
-                   .lda = lda,
-                   .ldb = ldb,
-                   .ldc = ldc,
-                   .C = C};
+    bf16_job jb = {.g = g, .kn = kn, .plan = make_plan(kn, g, gemm_threads(g->M, g->N, g->K, g->threads))};
     unsigned char *base = gemm_align64(work);
     const size_t skip = (size_t)(base - (unsigned char *)work);
     const size_t avail = work && work_size >= skip ? work_size - skip : 0;
     void *own = NULL;
     if (avail < plan_bytes(&jb.plan)) {
-        const bf16_plan one = make_plan(kn, M, N, K, c_bf16, 1);
+        const bf16_plan one = make_plan(kn, g, 1);
         if (avail >= plan_bytes(&one)) {
             jb.plan = one;
         } else {
             own = aligned_alloc(64, plan_bytes(&jb.plan));
             if (!own) {
-                gemm_bf16_reference(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, c_bf16);
+                gemm_bf16_reference(g);
                 return;
             }
             base = own;

@@ -84,10 +84,31 @@ static double matc_get(const matc *m, int64_t i, int64_t j) {
 
 static size_t matc_bytes(const matc *m) { return (size_t)(m->rows * m->ld) * (m->bf16 ? 2 : 4); }
 
+/* The arguments of C = alpha op(A) op(B) + beta C by kernel k. */
+static tg_gemm_bf16_args args16(tg_gemm_bf16_kernel k, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
+                                const mat16 *A, const mat16 *B, double beta, matc *C, int threads) {
+    return (tg_gemm_bf16_args){.kernel = k,
+                               .trans_a = ta,
+                               .trans_b = tb,
+                               .M = M,
+                               .N = N,
+                               .K = K,
+                               .alpha = (float)alpha,
+                               .beta = (float)beta,
+                               .A = A->x,
+                               .lda = A->ld,
+                               .B = B->x,
+                               .ldb = B->ld,
+                               .C = C->x,
+                               .ldc = C->ld,
+                               .c_bf16 = C->bf16,
+                               .threads = threads};
+}
+
 static void gemm16(tg_gemm_bf16_kernel k, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
                    const mat16 *A, const mat16 *B, double beta, matc *C, int threads) {
-    tg_gemm_bf16_ws(k, ta, tb, M, N, K, (float)alpha, A->x, A->ld, B->x, B->ld, (float)beta, C->x, C->ld, C->bf16,
-                    threads, NULL, 0);
+    const tg_gemm_bf16_args g = args16(k, ta, tb, M, N, K, alpha, A, B, beta, C, threads);
+    tg_gemm_bf16_ws(&g, NULL, 0);
 }
 
 /* ---- the rule by hand ------------------------------------------------------ */
@@ -102,7 +123,9 @@ static void check_dot(const char *what, int K, const float *a, const float *b, f
         tg_gemm_bf16_kernel kn = i < 0 ? TG_GEMM_BF16_REFERENCE : KERNELS[i];
         if (!tg_gemm_bf16_available(kn)) continue;
         float c = 12345;
-        tg_gemm_bf16_ws(kn, false, false, 1, 1, K, 1.0f, A, K, B, 1, 0.0f, &c, 1, false, 1, NULL, 0);
+        const tg_gemm_bf16_args g = {
+            .kernel = kn, .M = 1, .N = 1, .K = K, .alpha = 1, .A = A, .lda = K, .B = B, .ldb = 1, .C = &c, .ldc = 1};
+        tg_gemm_bf16_ws(&g, NULL, 0);
         ck_assert_msg(tg_f32_bits(c) == tg_f32_bits(want), "%s, %s kernel: %a, want %a", what, tg_gemm_bf16_name(kn),
                       (double)c, (double)want);
     }
@@ -238,6 +261,40 @@ START_TEST(test_bf16_tiny_values) {
 }
 END_TEST
 
+/* C = alpha op(A) op(B) + beta C_in with C_in another matrix, or one row
+ * for every row (ldc_in 0: a bias): each kernel gives the reference's
+ * bits, and a bias row gives the bits of C prefilled with it (beta 1). */
+START_TEST(test_bf16_c_in) {
+    const int64_t M = 53, N = 70, K = 90;
+    for (int bf = 0; bf < 2; bf++)
+        for (int i = -1; i < 3; i++) {
+            const tg_gemm_bf16_kernel kn = i < 0 ? TG_GEMM_BF16_REFERENCE : KERNELS[i];
+            if (!tg_gemm_bf16_available(kn)) continue;
+            uint64_t seed = 11;
+            mat16 A = mat16_new(M, K, 0, &seed), B = mat16_new(N, K, 0, &seed);
+            matc Cin = matc_new(M, N, 3, bf, &seed), bias = matc_new(1, N, 0, bf, &seed);
+            matc C = matc_new(M, N, 1, bf, &seed), R = matc_copy(&C), F = matc_copy(&C);
+            for (int row = 0; row < 2; row++) {
+                tg_gemm_bf16_args g = args16(kn, false, true, M, N, K, -0.5, &A, &B, row ? 1.0 : 2.0, &C, 2);
+                g.c_in = row ? bias.x : Cin.x;
+                g.ldc_in = row ? 0 : Cin.ld;
+                tg_gemm_bf16_ws(&g, NULL, 0);
+                g.kernel = TG_GEMM_BF16_REFERENCE, g.C = R.x;
+                tg_gemm_bf16_ws(&g, NULL, 0);
+                ck_assert_msg(memcmp(C.x, R.x, matc_bytes(&C)) == 0, "%s, C %s, %s: differs from the reference",
+                              tg_gemm_bf16_name(kn), bf ? "bf16" : "f32", row ? "a bias row" : "C_in");
+            }
+            /* the bias row against C prefilled with it */
+            for (int64_t r = 0; r < M; r++)
+                memcpy((char *)F.x + (size_t)(r * F.ld) * (bf ? 2 : 4), bias.x, (size_t)N * (bf ? 2 : 4));
+            gemm16(kn, false, true, M, N, K, -0.5, &A, &B, 1.0, &F, 1);
+            ck_assert_msg(memcmp(C.x, F.x, matc_bytes(&C)) == 0, "%s, C %s: a bias row differs from a prefilled C",
+                          tg_gemm_bf16_name(kn), bf ? "bf16" : "f32");
+            free(A.x), free(B.x), free(Cin.x), free(bias.x), free(C.x), free(R.x), free(F.x);
+        }
+}
+END_TEST
+
 /* ---- the reference against float64 ------------------------------------------ *
  * The products of two bfloat16 values are exact in float32, so the error is
  * the roundings of the sums: each of a slice's up to K + 1 steps (K and
@@ -293,8 +350,9 @@ START_TEST(test_bf16_degenerate) {
     memset(C.x, 0xff, matc_bytes(&C));
     gemm16(TG_GEMM_BF16_AUTO, false, false, 5, 6, 7, 0.0, &A, &B, 0.0, &C, 1);
     for (int64_t i = 0; i < 30; i++) ck_assert(matc_get(&C, i / 6, i % 6) == 0.0);
-    tg_gemm_bf16_ws(TG_GEMM_BF16_AUTO, false, false, 0, 5, 5, 1.0f, NULL, 5, NULL, 5, 0.0f, NULL, 5, bf, 1, NULL, 0);
-    tg_gemm_bf16_ws(TG_GEMM_BF16_AUTO, false, false, 5, 0, 5, 1.0f, NULL, 5, NULL, 5, 0.0f, NULL, 5, bf, 1, NULL, 0);
+    const tg_gemm_bf16_args none[2] = {{.M = 0, .N = 5, .K = 5, .alpha = 1, .c_bf16 = bf},
+                                       {.M = 5, .N = 0, .K = 5, .alpha = 1, .c_bf16 = bf}};
+    for (int i = 0; i < 2; i++) tg_gemm_bf16_ws(&none[i], NULL, 0);
     free(A.x), free(B.x), free(C.x), free(C0.x);
 }
 END_TEST
@@ -319,13 +377,16 @@ START_TEST(test_bf16_threads_bitwise) {
         C[0] = matc_new(M, N, 1, bf, &seed);
         for (int r = 1; r < 5; r++) C[r] = matc_copy(&C[0]);
         for (int t = 1; t <= 3; t++) gemm16(kn, ta, tb, M, N, K, 0.5, &A, &B, 1.5, &C[t - 1], t);
-        const size_t ws = tg_gemm_bf16_workspace_size(kn, M, N, K, bf, 2);
-        ck_assert_uint_gt(ws, 0);
-        ck_assert_uint_ge(ws, tg_gemm_bf16_workspace_size(kn, M, N, K, bf, 1));
+        tg_gemm_bf16_args g = args16(kn, ta, tb, M, N, K, 0.5, &A, &B, 1.5, &C[3], 1);
+        const size_t ws1 = tg_gemm_bf16_workspace_size(&g);
+        g.threads = 2;
+        const size_t ws = tg_gemm_bf16_workspace_size(&g);
+        ck_assert_uint_gt(ws1, 0);
+        ck_assert_uint_ge(ws, ws1);
         void *work = tg_test_malloc(ws);
         for (int r = 3; r < 5; r++) {
-            size_t size = r == 3 ? ws : tg_gemm_bf16_workspace_size(kn, M, N, K, bf, 1);
-            tg_gemm_bf16_ws(kn, ta, tb, M, N, K, 0.5f, A.x, A.ld, B.x, B.ld, 1.5f, C[r].x, C[r].ld, bf, 2, work, size);
+            g.C = C[r].x;
+            tg_gemm_bf16_ws(&g, work, r == 3 ? ws : ws1);
         }
         free(work);
         for (int r = 1; r < 5; r++)
@@ -395,13 +456,15 @@ START_TEST(test_bf16_kernels) {
                                                                                      : TG_GEMM_BF16_PORTABLE;
         ck_assert_int_eq(a, best);
     }
-    ck_assert_uint_eq(tg_gemm_bf16_workspace_size(TG_GEMM_BF16_REFERENCE, 100, 100, 100, true, 2), 0);
+    const tg_gemm_bf16_args g = {.kernel = TG_GEMM_BF16_REFERENCE, .M = 100, .N = 100, .K = 100, .threads = 2};
+    ck_assert_uint_eq(tg_gemm_bf16_workspace_size(&g), 0);
 }
 END_TEST
 
 Suite *make_gemm_bf16_suite(void) {
     Suite *s = suite_create("gemm_bf16");
-    TCase *tc = tg_test_tcase(s, "rule", NULL, NULL, test_bf16_rule, test_bf16_tiny_values, test_bf16_kernels, NULL);
+    TCase *tc = tg_test_tcase(s, "rule", NULL, NULL, test_bf16_rule, test_bf16_tiny_values, test_bf16_c_in,
+                              test_bf16_kernels, NULL);
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, test_bf16_vs_reference, 0, 12);
     tcase_add_loop_test(tc, test_bf16_slices, 0, 12);
