@@ -11,7 +11,14 @@
  *             dW += dy^T x    trans_a    (N x K, depth M)
  * GEMM workspaces come from the context's arena, so a warmed-up training
  * step allocates nothing from malloc, and go back to it after each product
- * (tg_arena_release), so every product reuses the same memory. */
+ * (tg_arena_release), so every product reuses the same memory.
+ *
+ * bfloat16 runs the same three products in bfloat16 (tg_gemm_bf16_ws:
+ * bfloat16 products, float32 sums, each result rounded once to bfloat16;
+ * docs/mixed-precision.md): y = round(x W^T + b) with b added in the
+ * GEMM's store, dx = round(dx + dy W), dW = round(dW + dy^T x). float16
+ * takes the ops' low-precision path (autograd/lowp.h): the float32 GEMM on
+ * widened copies. */
 #include "autograd/lowp.h"
 #include "autograd/tape.h"
 #include "layers/grad_rules.h"
@@ -25,16 +32,37 @@
 /* Below this many elements of dy the bias column sums run on one thread. */
 #define LIN_PAR_MIN 65536
 
-/* C (M,N) = op(A) op(B) + beta C in dtype dt, workspace from the arena. */
+/* C (M,N) = op(A) op(B) + beta C in dtype dt, workspace from the arena.
+ * bias (bfloat16 only; float32 and float64 prefill C): beta's C is this one
+ * row for every row of C, instead of C. */
 static void lin_gemm(tg_ctx *ctx, const char *fn, tg_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                     const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc) {
+                     const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C, int64_t ldc,
+                     const void *bias) {
     if (M == 0 || N == 0) return;
-    int threads = tg_threads(ctx);
-    size_t ws = tg_gemm_workspace_size(M, N, K, tg_esize(dt), threads);
+    const int threads = tg_threads(ctx);
+    const tg_gemm_bf16_args g = {.trans_a = ta,
+                                 .trans_b = tb,
+                                 .M = M,
+                                 .N = N,
+                                 .K = K,
+                                 .alpha = 1,
+                                 .beta = (float)beta,
+                                 .A = A,
+                                 .lda = lda,
+                                 .B = B,
+                                 .ldb = ldb,
+                                 .C = C,
+                                 .ldc = ldc,
+                                 .c_bf16 = true,
+                                 .c_in = bias,
+                                 .ldc_in = 0,
+                                 .threads = threads};
+    size_t ws = dt == TG_BF16 ? tg_gemm_bf16_workspace_size(&g) : tg_gemm_workspace_size(M, N, K, tg_esize(dt), threads);
     tg_arena_pos before = tg_arena_mark(ctx); /* the workspace is given back after the product */
     void *work = ws ? tg_arena_alloc_fn(ctx, fn, ws) : NULL;
     if (ws && !work) return;
-    if (dt == TG_F64) tg_gemm_f64_ws(ta, tb, M, N, K, 1.0, A, lda, B, ldb, beta, C, ldc, threads, work, ws);
+    if (dt == TG_BF16) tg_gemm_bf16_ws(&g, work, ws);
+    else if (dt == TG_F64) tg_gemm_f64_ws(ta, tb, M, N, K, 1.0, A, lda, B, ldb, beta, C, ldc, threads, work, ws);
     else tg_gemm_f32_ws(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, (float)beta, C, ldc, threads, work, ws);
     tg_arena_release(ctx, before);
 }
@@ -53,6 +81,18 @@ static void lin_gemm(tg_ctx *ctx, const char *fn, tg_dtype dt, bool ta, bool tb,
 LIN_DEFINE_BIAS_BLOCK(float, f32)
 LIN_DEFINE_BIAS_BLOCK(double, f64)
 
+/* The same for bfloat16: dy widened, db = round(db + the sum) (through
+ * float32, as every bfloat16 result is rounded). */
+static void bias_grad_block_bf16(uint16_t *db, const uint16_t *dy, double *acc, int64_t M, int64_t N, int64_t j0,
+                                 int64_t j1) {
+    for (int64_t j = j0; j < j1; j++) acc[j] = 0.0;
+    for (int64_t i = 0; i < M; i++) {
+        const uint16_t *row = dy + i * N;
+        for (int64_t j = j0; j < j1; j++) acc[j] += (double)tg_bf16_to_f32(row[j]);
+    }
+    for (int64_t j = j0; j < j1; j++) db[j] = tg_f32_to_bf16((float)((double)tg_bf16_to_f32(db[j]) + acc[j]));
+}
+
 typedef struct {
     tg_dtype dt;
     void *db;
@@ -66,6 +106,7 @@ static void bias_grad_task(void *p, int64_t j0, int64_t j1, int worker) {
     const bias_job *b = p;
     (void)worker;
     if (b->dt == TG_F64) bias_grad_block_f64(b->db, b->dy, b->acc, b->M, b->N, j0, j1);
+    else if (b->dt == TG_BF16) bias_grad_block_bf16(b->db, b->dy, b->acc, b->M, b->N, j0, j1);
     else bias_grad_block_f32(b->db, b->dy, b->acc, b->M, b->N, j0, j1);
 }
 
@@ -81,17 +122,23 @@ static void bias_grad(tg_dtype dt, void *db, const void *dy, double *acc, int64_
 /* Forward: y_ij = sum_k x_ik W_jk + b_j,   x (M,K)  W (N,K)  b (N) or NULL
  * y (M,N). The bias is added in the same pass as the product: y's rows are
  * prefilled with b and the GEMM accumulates x W^T onto them (beta = 1);
- * without a bias the GEMM overwrites y (beta = 0). Saves nothing: backward
- * reads x and W through the record's inputs. */
+ * in bfloat16 the GEMM reads b as beta's row itself. Without a bias the
+ * GEMM overwrites y (beta = 0). Saves nothing: backward reads x and W
+ * through the record's inputs. */
 static void linear_forward(tg_ctx *ctx, const char *fn, tg_tensor *y, const tg_tensor *x, const tg_tensor *w,
                            const tg_tensor *b, int64_t M, int64_t N, int64_t K) {
     const size_t es = tg_esize(y->dtype);
+    if (y->dtype == TG_BF16) {
+        lin_gemm(ctx, fn, TG_BF16, false, true, M, N, K, x->data, K, w->data, K, b ? 1.0 : 0.0, y->data, N,
+                 b ? b->data : NULL);
+        return;
+    }
     if (b) {
         for (int64_t i = 0; i < M; i++) memcpy((char *)y->data + (size_t)(i * N) * es, b->data, (size_t)N * es);
     } else if (K == 0 && y->numel) {
         memset(y->data, 0, (size_t)y->numel * es); /* an empty sum */
     }
-    lin_gemm(ctx, fn, y->dtype, false, true, M, N, K, x->data, K, w->data, K, b ? 1.0 : 0.0, y->data, N);
+    lin_gemm(ctx, fn, y->dtype, false, true, M, N, K, x->data, K, w->data, K, b ? 1.0 : 0.0, y->data, N, NULL);
 }
 
 /* Forward was y_ij = sum_k x_ik W_jk + b_j. dy_ij reaches x_ik through W_jk,
@@ -111,9 +158,10 @@ static void linear_backward(tg_ctx *ctx, tg_node *n) {
     const tg_dtype dt = dy->dtype;
     /* dx (M,K) = dy (M,N) W (N,K) */
     if (dx && K > 0 && N > 0)
-        lin_gemm(ctx, n->op, dt, false, false, M, K, N, dy->data, N, w->data, K, 1.0, dx->data, K);
+        lin_gemm(ctx, n->op, dt, false, false, M, K, N, dy->data, N, w->data, K, 1.0, dx->data, K, NULL);
     /* dW (N,K) = dy^T (N,M) x (M,K); dy read transposed */
-    if (dw && K > 0 && M > 0) lin_gemm(ctx, n->op, dt, true, false, N, K, M, dy->data, N, x->data, K, 1.0, dw->data, K);
+    if (dw && K > 0 && M > 0)
+        lin_gemm(ctx, n->op, dt, true, false, N, K, M, dy->data, N, x->data, K, 1.0, dw->data, K, NULL);
     if (db && N > 0 && M > 0) {
         double *acc = tg_arena_alloc_fn(ctx, n->op, (size_t)N * sizeof *acc);
         if (!acc) return;
@@ -122,10 +170,14 @@ static void linear_backward(tg_ctx *ctx, tg_node *n) {
 }
 
 tg_tensor *tg_linear_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *weight, tg_tensor *bias) {
-    if (tg_lowp_args(ctx, __func__, 3, (tg_tensor *[]){x, weight, bias})) /* f32 GEMM on widened copies */
+    /* bfloat16 in its own GEMM; float16 (or a dtype error, reported on the
+     * way) through the float32 GEMM on widened copies */
+    const bool lowp = tg_lowp_args(ctx, __func__, 3, (tg_tensor *[]){x, weight, bias});
+    const bool bf16 = lowp && tg_ok(ctx) && x && !tg_stale(ctx, x) && x->dtype == TG_BF16;
+    if (lowp && !bf16)
         return tg_lowp_out(ctx,
                            tg_linear_fused(ctx, tg_lowp_in(ctx, x), tg_lowp_in(ctx, weight), tg_lowp_in(ctx, bias)), x);
-    if (!tg_check_arg(ctx, __func__, "x", x) || !tg_check_arg(ctx, __func__, "weight", weight)) return NULL;
+    if (!tg_check_arg_any(ctx, __func__, "x", x) || !tg_check_arg_any(ctx, __func__, "weight", weight)) return NULL;
     if (!tg_check_same_dtype(ctx, __func__, x, weight)) return NULL;
     if (bias && !tg_check_same_dtype(ctx, __func__, x, bias)) return NULL;
     char sx[TG_SHAPE_STR], sw[TG_SHAPE_STR], sb[TG_SHAPE_STR];
