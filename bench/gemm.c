@@ -133,8 +133,7 @@ static void fill(void *p, int64_t n, bool f64, unsigned seed) {
     }
 }
 
-static void bench_shape(int64_t M, int64_t K, int64_t N, bool f64, int bf16, const int *threads, int nthr,
-                        int reps) {
+static void bench_shape(int64_t M, int64_t K, int64_t N, bool f64, int bf16, const int *threads, int nthr, int reps) {
     const size_t es = f64 ? sizeof(double) : sizeof(float);
     /* x (M,K)  W (N,K)  dy (M,N)  y (M,N)  dx (M,K)  dW (N,K) */
     const int64_t sizes[6] = {M * K, N * K, M * N, M * N, M * K, N * K};
@@ -165,7 +164,7 @@ static void bench_shape(int64_t M, int64_t K, int64_t N, bool f64, int bf16, con
     d.work = d.work_size ? aligned_alloc(64, (d.work_size + 63) / 64 * 64) : NULL;
 
     printf("\n%s (M,K,N) = (%lld,%lld,%lld)\n",
-           bf16   ? "bf16 (OpenBLAS: sgemm)"
+           bf16  ? "bf16 (OpenBLAS: sgemm)"
            : f64 ? "f64"
                  : "f32",
            (long long)M, (long long)K, (long long)N);
@@ -244,11 +243,11 @@ int main(int argc, char **argv) {
                 return 2;
             }
         } else {
-            fprintf(
-                stderr,
-                "usage: %s [--f64] [--bf16 [KERNEL]] [--reps N] [--min] [--cpu] [--no-blas] [--threads 1,2] [--shape M,K,N] [--contend]\n"
-                "  run as: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE %s\n",
-                argv[0], argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--f64] [--bf16 [KERNEL]] [--reps N] [--min] [--cpu] [--no-blas] [--threads 1,2] "
+                    "[--shape M,K,N] [--contend]\n"
+                    "  run as: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE %s\n",
+                    argv[0], argv[0]);
             return 2;
         }
     }

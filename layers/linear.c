@@ -57,7 +57,8 @@ static void lin_gemm(tg_ctx *ctx, const char *fn, tg_dtype dt, bool ta, bool tb,
                                  .c_in = bias,
                                  .ldc_in = 0,
                                  .threads = threads};
-    size_t ws = dt == TG_BF16 ? tg_gemm_bf16_workspace_size(&g) : tg_gemm_workspace_size(M, N, K, tg_esize(dt), threads);
+    size_t ws =
+        dt == TG_BF16 ? tg_gemm_bf16_workspace_size(&g) : tg_gemm_workspace_size(M, N, K, tg_esize(dt), threads);
     tg_arena_pos before = tg_arena_mark(ctx); /* the workspace is given back after the product */
     void *work = ws ? tg_arena_alloc_fn(ctx, fn, ws) : NULL;
     if (ws && !work) return;

@@ -114,16 +114,18 @@ static void bf16_store_tile(const bf16_out *o, const float *acc, int64_t lda, in
 }
 
 /* ---- packing ----------------------------------------------------------------
- * dst[p*W + r] = element (r, 2p) | element (r, 2p+1) << 16, where element
- * (r, k) = src[r*sr + k*sk] for r < R and k < kc, zero elsewhere (r < W,
- * p < ceil(kc/2)). An A block's rows (op(A), stride sr) or a B panel's
- * columns (op(B)^T) are the r; K is the k. */
+ * ceil(R/W) panels of W rows, panel i at dst + i kp W (kp = ceil(kc/2)
+ * pairs), each holding word (p, r) at p W + r:
+ *   element (i W + r, 2p) | element (i W + r, 2p+1) << 16,
+ * where element (r, k) = src[r*sr + k*sk] for r < R and k < kc, zero
+ * elsewhere. A block of A (rows of op(A)) is packed whole; a panel of B
+ * (columns of op(B)) is one panel, R <= W. */
 static inline uint16_t pack_elem(const uint16_t *src, int64_t sr, int64_t sk, int64_t R, int64_t kc, int64_t r,
                                  int64_t k) {
     return r < R && k < kc ? src[r * sr + k * sk] : 0;
 }
 
-/* Pairs p0 .. p1 of the panel, element by element. */
+/* Pairs p0 .. p1 of one panel (R rows at most), element by element. */
 static void pack_pairs_c(uint32_t *restrict dst, int64_t W, const uint16_t *restrict src, int64_t sr, int64_t sk,
                          int64_t R, int64_t kc, int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; p++)
@@ -134,41 +136,50 @@ static void pack_pairs_c(uint32_t *restrict dst, int64_t W, const uint16_t *rest
 
 static void pack_c(uint32_t *restrict dst, int64_t W, const uint16_t *restrict src, int64_t sr, int64_t sk, int64_t R,
                    int64_t kc) {
-    pack_pairs_c(dst, W, src, sr, sk, R, kc, 0, (kc + 1) / 2);
+    const int64_t kp = (kc + 1) / 2;
+    for (int64_t i = 0; i * W < R; i++)
+        pack_pairs_c(dst + i * kp * W, W, src + i * W * sr, sr, sk, R - i * W < W ? R - i * W : W, kc, 0, kp);
 }
 
 #ifdef GEMM_X86
 /* AVX-512 packing for the two layouts that occur:
  *  - sr == 1 (the r of one k contiguous: A^T's rows, B's rows): each pair
- *    of k rows is widened to 32 bits and interleaved, 16 r at a time;
+ *    of k rows is read across all R (long runs), widened to 32 bits and
+ *    interleaved, at most 16 r at a time and never across a panel's edge;
  *  - sk == 1 (the k of one r contiguous: A's rows, B^T's rows): a pair is
  *    one 32-bit word already, so 16 x 16 blocks of words are transposed
  *    (gemm_tr16_ps), the pairs past the last whole block word by word.
  * Anything else (strides of 1 in neither) element by element. */
-TARGET_AVX512BW static void pack_avx512(uint32_t *restrict dst, int64_t W, const uint16_t *restrict src, int64_t sr,
-                                        int64_t sk, int64_t R, int64_t kc) {
-    const int64_t np = (kc + 1) / 2;
-    if (sr == 1) {
-        for (int64_t p = 0; p < np; p++) {
-            const uint16_t *lo = src + 2 * p * sk, *hi = lo + sk;
-            const bool has_hi = 2 * p + 1 < kc;
+#define PACK_AHEAD 4 /* pairs */
+TARGET_AVX512BW static void pack_avx512_rows(uint32_t *restrict dst, int64_t W, const uint16_t *restrict src,
+                                             int64_t sk, int64_t R, int64_t kc) {
+    const int64_t kp = (kc + 1) / 2, np = (R + W - 1) / W;
+    for (int64_t p = 0; p < kp; p++) {
+        const uint16_t *lo = src + 2 * p * sk, *hi = lo + sk;
+        const bool has_hi = 2 * p + 1 < kc;
+        /* the two rows a few pairs on: far apart, so the hardware's
+         * prefetcher does not see them coming */
+        if (2 * p + 2 * PACK_AHEAD + 1 < kc)
+            for (int64_t r = 0; r < R; r += 32) {
+                _mm_prefetch((const char *)(lo + 2 * PACK_AHEAD * sk + r), _MM_HINT_T0);
+                _mm_prefetch((const char *)(hi + 2 * PACK_AHEAD * sk + r), _MM_HINT_T0);
+            }
+        for (int64_t i = 0; i < np; i++)
             for (int64_t r0 = 0; r0 < W; r0 += 16) {
-                const int64_t valid = R - r0 < 0 ? 0 : R - r0 < 16 ? R - r0 : 16;
+                const int64_t r = i * W + r0, left = R - r, valid = left < 0 ? 0 : left < 16 ? left : 16;
                 const __mmask16 m = (__mmask16)((1u << valid) - 1u);
-                __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, lo + r0));
+                __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, lo + r));
                 if (has_hi)
                     v = _mm512_or_si512(
-                        v, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, hi + r0)), 16));
+                        v, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, hi + r)), 16));
                 const int64_t n = W - r0 < 16 ? W - r0 : 16;
-                _mm512_mask_storeu_epi32(dst + p * W + r0, (__mmask16)((1u << n) - 1u), v);
+                _mm512_mask_storeu_epi32(dst + (i * kp + p) * W + r0, (__mmask16)((1u << n) - 1u), v);
             }
-        }
-        return;
     }
-    if (sk != 1) {
-        pack_c(dst, W, src, sr, sk, R, kc);
-        return;
-    }
+}
+
+TARGET_AVX512BW static void pack_avx512_words(uint32_t *restrict dst, int64_t W, const uint16_t *restrict src,
+                                              int64_t sr, int64_t R, int64_t kc) {
     const int64_t whole = kc / 2; /* pairs with both halves inside */
     int64_t p = 0;
     for (; p + 16 <= whole; p += 16)
@@ -181,14 +192,27 @@ TARGET_AVX512BW static void pack_avx512(uint32_t *restrict dst, int64_t W, const
             const __mmask16 m = (__mmask16)((1u << n) - 1u);
             for (int t = 0; t < 16; t++) _mm512_mask_storeu_ps(dst + (p + t) * W + r0, m, v[t]);
         }
-    pack_pairs_c(dst, W, src, sr, sk, R, kc, p, np);
+    pack_pairs_c(dst, W, src, sr, 1, R, kc, p, (kc + 1) / 2);
+}
+
+TARGET_AVX512BW static void pack_avx512(uint32_t *restrict dst, int64_t W, const uint16_t *restrict src, int64_t sr,
+                                        int64_t sk, int64_t R, int64_t kc) {
+    const int64_t kp = (kc + 1) / 2;
+    if (sr == 1) pack_avx512_rows(dst, W, src, sk, R, kc);
+    else if (sk != 1) pack_c(dst, W, src, sr, sk, R, kc);
+    else
+        for (int64_t i = 0; i * W < R; i++)
+            pack_avx512_words(dst + i * kp * W, W, src + i * W * sr, sr, R - i * W < W ? R - i * W : W, kc);
 }
 #endif
 
 /* ---- kernels ------------------------------------------------------------------
- * tile(kp, a, b, acc): the sums of one MR x NR tile over kp pairs, acc from
- * 0 (acc: MR x NR floats, row stride NR). fused(kp, a, b, o), where a
- * kernel has one: the sums and their store (o) in one, for whole tiles.
+ * A kernel has one of:
+ *   tile(kp, a, b, acc): the sums of one MR x NR tile over kp pairs, acc
+ *     from 0 (acc: MR x NR floats, row stride NR), stored by the driver
+ *     (bf16_store_tile);
+ *   fused(kp, a, b, o, m, n): the sums and their store (o) of the tile's
+ *     first m rows and n columns, in one.
  * a: packed (kp, MR)   b: packed (kp, NR) */
 typedef struct bf16_kernel {
     tg_gemm_bf16_kernel id;
@@ -197,7 +221,7 @@ typedef struct bf16_kernel {
     int64_t mc, nc;     /* cache blocks: rows of a packed A block, columns of C per pass */
     double fmas_per_ns; /* about 0.7x the measured rate, for the pool's estimate (tensor/gemm.c) */
     void (*tile)(int64_t kp, const uint32_t *a, const uint32_t *b, float *acc);
-    void (*fused)(int64_t kp, const uint32_t *a, const uint32_t *b, const bf16_out *o);
+    void (*fused)(int64_t kp, const uint32_t *a, const uint32_t *b, const bf16_out *o, int64_t m, int64_t n);
     void (*pack)(uint32_t *dst, int64_t W, const uint16_t *src, int64_t sr, int64_t sk, int64_t R, int64_t kc);
 } bf16_kernel;
 
@@ -252,33 +276,41 @@ TARGET_AVX2 static void tile_avx2(int64_t kp, const uint32_t *a, const uint32_t 
     _mm_setcsr(csr);
 }
 
-enum { X512_MR = 12, X512_NR = 32 };
+#ifndef TG_GEMM_BF16_MR
+#define TG_GEMM_BF16_MR 12
+#endif
+enum { X512_MR = TG_GEMM_BF16_MR, X512_NR = 32 };
 
-/* The store of a whole tile (see bf16_out) from the registers; src: 0
- * none, 1 float32, 2 bfloat16. Inlined with constant src and dst_bf16, so
- * each of the six stores is straight code. */
-TARGET_AVX512BW static inline __attribute__((always_inline)) void store_avx512(const bf16_out *o,
-                                                                               __m512 acc[X512_MR][2], int src,
-                                                                               bool dst_bf16) {
+/* The store of the first m rows and n columns of a tile (see bf16_out)
+ * from the registers; src: 0 none, 1 float32, 2 bfloat16. Inlined with
+ * constant rows, src and dst_bf16, so each store is straight code; the
+ * columns past n are masked off. */
+TARGET_AVX512BW static inline __attribute__((always_inline)) void
+store_avx512(const bf16_out *o, __m512 acc[X512_MR][2], int rows, int64_t m, int64_t n, int src, bool dst_bf16) {
     const __m512 va = _mm512_set1_ps(o->alpha), vb = _mm512_set1_ps(o->beta);
     const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff), quiet = _mm512_set1_epi32(0x40);
     const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-    for (int i = 0; i < X512_MR; i++)
+    const __mmask16 mk[2] = {(__mmask16)(n >= 16 ? 0xffffu : (1u << n) - 1u),
+                             (__mmask16)(n >= 32   ? 0xffffu
+                                         : n <= 16 ? 0u
+                                                   : (1u << (n - 16)) - 1u)};
+    for (int i = 0; i < rows; i++) {
+        if (i >= m) break;
         for (int v = 0; v < 2; v++) {
             const int64_t j = 16 * v;
             __m512 r;
             if (src == 1) {
-                r = _mm512_fmadd_ps(va, acc[i][v], _mm512_mul_ps(vb, _mm512_loadu_ps((const float *)o->src + i * o->lds + j)));
+                const __m512 s = _mm512_maskz_loadu_ps(mk[v], (const float *)o->src + i * o->lds + j);
+                r = _mm512_fmadd_ps(va, acc[i][v], _mm512_mul_ps(vb, s));
             } else if (src == 2) {
-                const __m256i h =
-                    _mm256_loadu_si256((const __m256i *)(const void *)((const uint16_t *)o->src + i * o->lds + j));
+                const __m256i h = _mm256_maskz_loadu_epi16(mk[v], (const uint16_t *)o->src + i * o->lds + j);
                 const __m512 s = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
                 r = _mm512_fmadd_ps(va, acc[i][v], _mm512_mul_ps(vb, s));
             } else {
                 r = _mm512_mul_ps(va, acc[i][v]);
             }
             if (!dst_bf16) {
-                _mm512_storeu_ps((float *)o->dst + i * o->ldd + j, r);
+                _mm512_mask_storeu_ps((float *)o->dst + i * o->ldd + j, mk[v], r);
                 continue;
             }
             /* to nearest even as tg_f32_to_bf16: u + 0x7fff + ((u >> 16) & 1),
@@ -288,20 +320,20 @@ TARGET_AVX512BW static inline __attribute__((always_inline)) void store_avx512(c
             __m512i h = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, half)), 16);
             const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
             h = _mm512_mask_mov_epi32(h, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), quiet));
-            _mm256_storeu_si256((__m256i *)(void *)((uint16_t *)o->dst + i * o->ldd + j), _mm512_cvtepi32_epi16(h));
+            _mm256_mask_storeu_epi16((uint16_t *)o->dst + i * o->ldd + j, mk[v], _mm512_cvtepi32_epi16(h));
         }
+    }
 }
 
-/* The VDPBF16PS sums of a 12 x 32 tile, in 24 registers (inlined into
- * both callers, each kept out of line: inlined into the driver, GCC would
- * run short of vector registers and spill in the k loop). */
+/* The VDPBF16PS sums of the first `rows` rows of a tile over kp pairs,
+ * two registers a row (a: panels MR wide). Inlined with constant rows. */
 TARGET_AVX512BF16 static inline __attribute__((always_inline)) void
-sums_avx512(int64_t kp, const uint32_t *restrict a, const uint32_t *restrict b, __m512 acc[X512_MR][2]) {
-    for (int i = 0; i < X512_MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+sums_avx512(int rows, int64_t kp, const uint32_t *restrict a, const uint32_t *restrict b, __m512 acc[X512_MR][2]) {
+    for (int i = 0; i < rows; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     for (int64_t p = 0; p < kp; p++, a += X512_MR, b += X512_NR) {
         const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);
-#pragma GCC unroll 12
-        for (int i = 0; i < X512_MR; i++) {
+#pragma GCC unroll 16
+        for (int i = 0; i < rows; i++) {
             const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);
             acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
             acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
@@ -309,44 +341,50 @@ sums_avx512(int64_t kp, const uint32_t *restrict a, const uint32_t *restrict b, 
     }
 }
 
-GEMM_NOINLINE TARGET_AVX512BF16 static void fused_avx512(int64_t kp, const uint32_t *restrict a,
-                                                         const uint32_t *restrict b, const bf16_out *o) {
+/* The sums of rows (a constant) rows and the store of the tile's m x n. */
+TARGET_AVX512BF16 static inline __attribute__((always_inline)) void
+tile_rows_avx512(int rows, int64_t kp, const uint32_t *restrict a, const uint32_t *restrict b, const bf16_out *o,
+                 int64_t m, int64_t n) {
     /* start bringing the tile's rows in now: they arrive during the sums */
     const int64_t es = o->src_bf16 ? 2 : 4, ed = o->dst_bf16 ? 2 : 4;
-    for (int i = 0; i < X512_MR; i++) {
+    for (int i = 0; i < rows && i < m; i++) {
         if (o->src) {
             _mm_prefetch((const char *)o->src + i * o->lds * es, _MM_HINT_T0);
-            _mm_prefetch((const char *)o->src + (i * o->lds + X512_NR - 1) * es, _MM_HINT_T0);
+            _mm_prefetch((const char *)o->src + (i * o->lds + n - 1) * es, _MM_HINT_T0);
         }
         _mm_prefetch((const char *)o->dst + i * o->ldd * ed, _MM_HINT_T0);
-        _mm_prefetch((const char *)o->dst + (i * o->ldd + X512_NR - 1) * ed, _MM_HINT_T0);
+        _mm_prefetch((const char *)o->dst + (i * o->ldd + n - 1) * ed, _MM_HINT_T0);
     }
     __m512 acc[X512_MR][2];
-    sums_avx512(kp, a, b, acc);
+    sums_avx512(rows, kp, a, b, acc);
     const int src = !o->src ? 0 : o->src_bf16 ? 2 : 1;
     if (o->dst_bf16) {
-        if (src == 0) store_avx512(o, acc, 0, true);
-        else if (src == 1) store_avx512(o, acc, 1, true);
-        else store_avx512(o, acc, 2, true);
+        if (src == 0) store_avx512(o, acc, rows, m, n, 0, true);
+        else if (src == 1) store_avx512(o, acc, rows, m, n, 1, true);
+        else store_avx512(o, acc, rows, m, n, 2, true);
     } else {
-        if (src == 0) store_avx512(o, acc, 0, false);
-        else if (src == 1) store_avx512(o, acc, 1, false);
-        else store_avx512(o, acc, 2, false);
+        if (src == 0) store_avx512(o, acc, rows, m, n, 0, false);
+        else if (src == 1) store_avx512(o, acc, rows, m, n, 1, false);
+        else store_avx512(o, acc, rows, m, n, 2, false);
     }
 }
 
-GEMM_NOINLINE TARGET_AVX512BF16 static void tile_avx512(int64_t kp, const uint32_t *restrict a,
-                                                        const uint32_t *restrict b, float *restrict out) {
-    __m512 acc[X512_MR][2];
-    sums_avx512(kp, a, b, acc);
-    for (int i = 0; i < X512_MR; i++)
-        for (int v = 0; v < 2; v++) _mm512_storeu_ps(out + i * X512_NR + 16 * v, acc[i][v]);
+/* A whole tile (or an edge: m <= MR rows, n <= 32 columns): the sums of
+ * MR rows, or of 8 or 4 when the edge has no more, and their store. Kept
+ * out of line: inlined into the driver, GCC runs short of vector
+ * registers and spills in the k loop. */
+GEMM_NOINLINE TARGET_AVX512BF16 static void fused_avx512(int64_t kp, const uint32_t *restrict a,
+                                                         const uint32_t *restrict b, const bf16_out *o, int64_t m,
+                                                         int64_t n) {
+    if (m > 8 || X512_MR <= 8) tile_rows_avx512(X512_MR, kp, a, b, o, m, n);
+    else if (m > 4) tile_rows_avx512(8, kp, a, b, o, m, n);
+    else tile_rows_avx512(4, kp, a, b, o, m, n);
 }
 #endif
 
 static const bf16_kernel KERNELS[] = {
 #ifdef GEMM_X86
-    {TG_GEMM_BF16_AVX512, "avx512bf16", X512_MR, X512_NR, X512_MR * 24, X512_NR * 48, 128, tile_avx512, fused_avx512,
+    {TG_GEMM_BF16_AVX512, "avx512bf16", X512_MR, X512_NR, X512_MR * 24, X512_NR * 48, 128, NULL, fused_avx512,
      pack_avx512},
     {TG_GEMM_BF16_AVX2, "avx2", AVX2_MR, AVX2_NR, AVX2_MR * 48, AVX2_NR * 64, 16, tile_avx2, NULL, pack_c},
 #endif
@@ -541,20 +579,19 @@ static void bf16_task(const bf16_job *jb, int worker, int64_t r0, int64_t r1, in
     _Alignas(64) float tile[TILE_MAX];
     for (int64_t jc = c0; jc < c1; jc += kn->nc) {
         const int64_t nc = c1 - jc < kn->nc ? c1 - jc : kn->nc;
-        for (int64_t s = 0; s < nsl; s++) {
-            const int64_t kps = slice_pairs(jb, s), k0 = 2 * s * jb->plan.kcp, kc = slice_k(jb, s);
-            const uint32_t *bs = jb->bpack + s * jb->plan.kcp * jb->plan.ns + (jc - jb->s0) / nr * kps * nr;
-            for (int64_t ic = r0; ic < r1; ic += kn->mc) {
-                const int64_t mc = r1 - ic < kn->mc ? r1 - ic : kn->mc;
-                for (int64_t r = 0; r < mc; r += mr)
-                    kn->pack(ap + r * kps, mr, g->A + (ic + r) * sr + k0 * sk, sr, sk, mc - r < mr ? mc - r : mr, kc);
+        for (int64_t ic = r0; ic < r1; ic += kn->mc) {
+            const int64_t mc = r1 - ic < kn->mc ? r1 - ic : kn->mc;
+            for (int64_t s = 0; s < nsl; s++) {
+                const int64_t kps = slice_pairs(jb, s), k0 = 2 * s * jb->plan.kcp, kc = slice_k(jb, s);
+                const uint32_t *bs = jb->bpack + s * jb->plan.kcp * jb->plan.ns + (jc - jb->s0) / nr * kps * nr;
+                kn->pack(ap, mr, g->A + ic * sr + k0 * sk, sr, sk, mc, kc);
                 for (int64_t q = 0; q * nr < nc; q++) {
                     const int64_t n = nc - q * nr < nr ? nc - q * nr : nr;
                     for (int64_t ir = 0; ir < mc; ir += mr) {
                         const int64_t m = mc - ir < mr ? mc - ir : mr;
                         const bf16_out o = slice_out(jb, s, nsl, ic + ir, jc + q * nr);
-                        if (m == mr && n == nr && kn->fused) {
-                            kn->fused(kps, ap + ir * kps, bs + q * kps * nr, &o);
+                        if (kn->fused) {
+                            kn->fused(kps, ap + ir * kps, bs + q * kps * nr, &o, m, n);
                         } else {
                             kn->tile(kps, ap + ir * kps, bs + q * kps * nr, tile);
                             bf16_store_tile(&o, tile, nr, m, n);
