@@ -158,15 +158,16 @@ START_TEST(test_copy_once_per_step) {
     ck_assert_ptr_eq(tg_autocast_param(ctx, fc->weight), w1);
     ck_assert_ptr_null(tg_autocast_param(ctx, NULL)); /* an absent bias */
     OK();
-    /* two forwards of the layer in one step: one cast record per parameter */
+    /* two forwards of the layer in one step: one record each and no cast
+     * (under bfloat16 autocast a Linear reads its parameters' copies as
+     * data and records the float32 parameters themselves) */
     tg_tensor *x = tg_ones(ctx, TG_F32, TG_SHAPE(2, 4));
     const int64_t before = tg_tape_size(ctx);
     tg_tensor *y1 = tg_linear_forward(ctx, fc, x);
-    const int64_t one = tg_tape_size(ctx) - before;
+    ck_assert_int_eq(tg_tape_size(ctx) - before, 1);
     tg_tensor *y2 = tg_linear_forward(ctx, fc, x);
     OK();
-    /* the same records but the bias's cast (the weight's was made above) */
-    ck_assert_int_eq(tg_tape_size(ctx) - before - one, one - 1);
+    ck_assert_int_eq(tg_tape_size(ctx) - before, 2);
     /* the gradient of both uses reaches the float32 parameter */
     tg_backward(ctx, tg_sum(ctx, tg_cast(ctx, tg_add(ctx, y1, y2), TG_F32)));
     OK();
@@ -457,7 +458,7 @@ END_TEST
 /* Steps [from, to) of AdamW on the spiral under autocast dtype (a float16
  * run scales its loss); the mean loss of the last TAIL steps (or of all,
  * when fewer). */
-enum { TAIL = 30 };
+enum { TAIL = 50 };
 static double train(net *n, tg_optim *opt, tg_grad_scaler *s, tg_dtype dtype, int from, int to) {
     double loss = 0;
     tg_ctx_set_autocast(ctx, dtype);
@@ -481,7 +482,7 @@ static double train(net *n, tg_optim *opt, tg_grad_scaler *s, tg_dtype dtype, in
     return loss / (to - from < TAIL ? to - from : TAIL);
 }
 
-/* The mean of the last 30 steps' losses, not the last one's: at the end
+/* The mean of the last 50 steps' losses, not the last one's: at the end
  * the loss rises and falls by up to 15% from step to step (AdamW at lr
  * 0.01 on 120 points), so one step's loss says where in that swing the
  * run stopped, and any change of rounding moves it. */
