@@ -41,6 +41,11 @@ struct tg_module_ops {
     const tg_model *(*children)(const tg_module *m);
 };
 
+/* p's copy in the autocast dtype for reading only: tg_autocast_param's
+ * copy, made without recording the cast, for a layer that routes p's
+ * gradient itself (the Linear under bfloat16 autocast, layers/linear.c). */
+tg_tensor *tg_autocast_data(tg_ctx *ctx, tg_tensor *p);
+
 /* Allocates a zeroed layer struct of `size` bytes on the context's heap and
  * fills its tg_module header (the struct's first member). Checks the name
  * (NULL means "", at most 47 bytes) and the dtype; errors are reported as

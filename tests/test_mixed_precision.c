@@ -158,15 +158,16 @@ START_TEST(test_copy_once_per_step) {
     ck_assert_ptr_eq(tg_autocast_param(ctx, fc->weight), w1);
     ck_assert_ptr_null(tg_autocast_param(ctx, NULL)); /* an absent bias */
     OK();
-    /* two forwards of the layer in one step: one cast record per parameter */
+    /* two forwards of the layer in one step: one record each and no cast
+     * (under bfloat16 autocast a Linear reads its parameters' copies as
+     * data and records the float32 parameters themselves) */
     tg_tensor *x = tg_ones(ctx, TG_F32, TG_SHAPE(2, 4));
     const int64_t before = tg_tape_size(ctx);
     tg_tensor *y1 = tg_linear_forward(ctx, fc, x);
-    const int64_t one = tg_tape_size(ctx) - before;
+    ck_assert_int_eq(tg_tape_size(ctx) - before, 1);
     tg_tensor *y2 = tg_linear_forward(ctx, fc, x);
     OK();
-    /* the same records but the bias's cast (the weight's was made above) */
-    ck_assert_int_eq(tg_tape_size(ctx) - before - one, one - 1);
+    ck_assert_int_eq(tg_tape_size(ctx) - before, 2);
     /* the gradient of both uses reaches the float32 parameter */
     tg_backward(ctx, tg_sum(ctx, tg_cast(ctx, tg_add(ctx, y1, y2), TG_F32)));
     OK();
@@ -455,9 +456,11 @@ END_TEST
 /* ---- training --------------------------------------------------------------------- */
 
 /* Steps [from, to) of AdamW on the spiral under autocast dtype (a float16
- * run scales its loss); the last step's loss. */
+ * run scales its loss); the mean loss of the last TAIL steps (or of all,
+ * when fewer). */
+enum { TAIL = 50 };
 static double train(net *n, tg_optim *opt, tg_grad_scaler *s, tg_dtype dtype, int from, int to) {
-    double loss = NAN;
+    double loss = 0;
     tg_ctx_set_autocast(ctx, dtype);
     spiral d;
     make_spiral(&d);
@@ -465,7 +468,7 @@ static double train(net *n, tg_optim *opt, tg_grad_scaler *s, tg_dtype dtype, in
         tg_optim_zero_grad(ctx, opt);
         tg_tensor *l = net_loss(n, &d);
         tg_backward(ctx, s ? tg_grad_scaler_scale(ctx, s, l) : l);
-        loss = tg_get_flat(ctx, l, 0);
+        if (step >= to - TAIL) loss += tg_get_flat(ctx, l, 0);
         if (s) {
             tg_grad_scaler_step(ctx, s, opt);
             tg_grad_scaler_update(ctx, s);
@@ -476,9 +479,13 @@ static double train(net *n, tg_optim *opt, tg_grad_scaler *s, tg_dtype dtype, in
         tg_ctx_reset(ctx);
     }
     tg_ctx_set_autocast(ctx, TG_F32);
-    return loss;
+    return loss / (to - from < TAIL ? to - from : TAIL);
 }
 
+/* The mean of the last 50 steps' losses, not the last one's: at the end
+ * the loss rises and falls by up to 15% from step to step (AdamW at lr
+ * 0.01 on 120 points), so one step's loss says where in that swing the
+ * run stopped, and any change of rounding moves it. */
 START_TEST(test_spiral_bf16_f16) {
     enum { STEPS = 300 };
     double loss[3];
@@ -496,7 +503,8 @@ START_TEST(test_spiral_bf16_f16) {
         tg_optim_free(ctx, opt);
         net_free(&n);
     }
-    printf("spiral after %d steps: loss f32 %.6f, bf16 %.6f, f16 %.6f\n", STEPS, loss[0], loss[1], loss[2]);
+    printf("spiral, mean loss of steps %d-%d: f32 %.6f, bf16 %.6f, f16 %.6f\n", STEPS - TAIL, STEPS - 1, loss[0],
+           loss[1], loss[2]);
     ck_assert_msg(loss[0] < 0.2, "f32 did not learn: %g", loss[0]);
     for (int k = 1; k < 3; k++)
         ck_assert_msg(fabs(loss[k] - loss[0]) <= 0.05 * loss[0], "%s loss %g vs float32 %g", tg_dtype_name(dts[k]),
