@@ -349,10 +349,8 @@ static bool match(tg_ctx *ctx, const char *fn, const char *path, const tg_gpt *g
             const char *prefix = layout_prefix(gpt->config.arch, layout);
             char hint[160] = "";
             if (i == 0) /* the token table: the file is another model's, or in another layout */
-                snprintf(hint, sizeof hint,
-                         " (no token table, with or without the prefix \"%s\": another model's "
-                         "file?)",
-                         prefix);
+                snprintf(hint, sizeof hint, " (no token table%s%s%s: another model's file?)",
+                         *prefix ? ", with or without the prefix \"" : "", prefix, *prefix ? "\"" : "");
             tg_error(ctx, TG_ERR_VALUE, fn, "%s: tensor \"%s\" (tapegrad's \"%s\") is missing from the file%s", path,
                      x->ext, x->param->name, hint);
             return false;

@@ -10,12 +10,14 @@ and shapes of their originals:
               model.safetensors is: GPT2Model's names, no "transformer."
               prefix, no lm_head;
   nanogpt     nanoGPT's GPT (nn.Linear (out, in), lm_head tied), its
-              state_dict;
+              ckpt.pt (a torch.compile'd model's state_dict under "model")
+              through scripts/convert_weights.py;
   llama_hf    Hugging Face's LlamaForCausalLM (rotate-half RoPE, the
               rotary_emb.inv_freq buffers older versions save), its
               state_dict;
   llama_meta  Meta's LLaMA Transformer (complex RoPE on consecutive pairs),
-              its state_dict plus the rope.freqs its checkpoints carry;
+              its consolidated.00.pth (with the rope.freqs LLaMA-1's carry)
+              through scripts/convert_weights.py;
 
 the script fills the weights with the formula tests/test_gpt_weights.c uses
 (so the C test can build the same files without PyTorch), writes the file,
@@ -26,7 +28,8 @@ weights in the same layout. Then, in float64:
   - tapegrad's loss and logits of the imported model against the PyTorch
     model's (the import is right);
   - tapegrad's 20 losses against the same training in PyTorch;
-  - the export loads into a fresh PyTorch model (load_state_dict: no
+  - the export (for nanoGPT and Meta, turned into a torch.save'd dict by
+    convert_weights.py) loads into a fresh PyTorch model (load_state_dict: no
     unexpected key, only buffers missing) and gives tapegrad's loss on
     another batch (the export is right), and every exported tensor is
     PyTorch's trained tensor (max |a - b| / max |b| per tensor).
@@ -71,6 +74,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "fixtures"))
 from interop_torch import read_safetensors, write_safetensors  # noqa: E402
+from convert_weights import to_safetensors, to_torch  # noqa: E402
 from fixture_file import Fixture, weight_array  # noqa: E402
 
 V, CTX, NL, NH, C, HID, STEPS = 128, 8, 2, 2, 16, 48, 20
@@ -434,14 +438,39 @@ def buffer_names(model):
     return {n for n, _ in model.named_buffers()}
 
 
-def user_file(kind, model):
-    """The state dict as the user's file holds it."""
+def write_user_file(kind, model, d):
+    """DIR/KIND.torch.safetensors, the state dict as the user has it: the
+    hub's GPT-2 file as is; nanoGPT's ckpt.pt (a torch.compile'd model's
+    names) and Meta's consolidated.00.pth through convert_weights.py."""
     sd = dict(model.state_dict())
+    path = os.path.join(d, kind + ".torch.safetensors")
     if kind == "gpt2_hf":  # the hub's file: GPT2Model's names, no lm_head
         sd = {n[len("transformer."):]: t for n, t in sd.items() if n != "lm_head.weight"}
-    if kind == "llama_meta":  # LLaMA-1's checkpoints carry it
+    if kind in ("gpt2_hf", "llama_hf"):
+        write_safetensors(path, sd, {"format": "pt"})
+        return
+    if kind == "nanogpt":
+        pt = os.path.join(d, "ckpt.pt")
+        torch.save({"model": {"_orig_mod." + n: t for n, t in sd.items()}, "iter_num": 0,
+                    "model_args": dict(n_layer=NL, n_head=NH, n_embd=C, block_size=CTX, vocab_size=V)}, pt)
+    else:  # LLaMA-1's checkpoints carry rope.freqs
         sd["rope.freqs"] = 1.0 / (10000.0 ** (torch.arange(0, C // NH, 2).float() / (C // NH)))
-    return sd
+        pt = os.path.join(d, "consolidated.00.pth")
+        torch.save(sd, pt)
+    to_safetensors(pt, path)
+
+
+def read_export(kind, d):
+    """tapegrad's export as a PyTorch user reads it: the safetensors file,
+    or (nanoGPT, Meta) the torch.save'd dict convert_weights.py makes."""
+    path = os.path.join(d, kind + ".tapegrad.safetensors")
+    if kind in ("gpt2_hf", "llama_hf"):
+        tensors, meta = read_safetensors(path)
+        assert meta.get("format") == "pt", meta
+        return tensors
+    pt = os.path.join(d, kind + ".tapegrad.pt")
+    to_torch(path, pt)
+    return torch.load(pt, weights_only=True)
 
 
 def fill(kind, model):
@@ -496,8 +525,7 @@ def check(kind, d, batches, fx, w):
     traj = train(model, batches)
     errs["traj"] = ((tg["traj"] - traj).abs() / traj.abs()).max().item()
     # tapegrad's export into a fresh model: nothing unexpected, only buffers missing
-    exported, meta = read_safetensors(os.path.join(d, kind + ".tapegrad.safetensors"))
-    assert meta.get("format") == "pt", meta
+    exported = read_export(kind, d)
     back = MODELS[kind]().double()
     missing, unexpected = back.load_state_dict(exported, strict=False)
     assert not unexpected and set(missing) <= buffer_names(back), (missing, unexpected)
@@ -556,7 +584,7 @@ def main():
 
 def run(args, d):
     for kind in KINDS:
-        write_safetensors(os.path.join(d, kind + ".torch.safetensors"), user_file(kind, make(kind)), {"format": "pt"})
+        write_user_file(kind, make(kind), d)
     env = dict(os.environ, TG_WEIGHTS_TORCH_DIR=d, CK_FORK="no")
     subprocess.run([args.test_bin], env=env, check=True, stdout=subprocess.DEVNULL)
     bt, _ = read_safetensors(os.path.join(d, "batches.safetensors"))

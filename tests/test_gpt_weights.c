@@ -604,6 +604,9 @@ START_TEST(test_errors) {
     assert_import_fails(GPT2_HF, &(variant){.skip = "h.1.mlp.c_fc.bias"}, TG_ERR_VALUE,
                         "\"h.1.mlp.c_fc.bias\" (tapegrad's \"h.1.mlp.fc.bias\") is missing", NULL);
     assert_import_fails(LLAMA_META, &(variant){.skip = "output.weight"}, TG_ERR_VALUE, "\"output.weight\"", "missing");
+    assert_import_fails(LLAMA_META, &(variant){.skip = "tok_embeddings.weight"}, TG_ERR_VALUE,
+                        "\"tok_embeddings.weight\" (tapegrad's \"wte.weight\") is missing",
+                        "file (no token table: another model's file?)");
     /* grouped-query attention: k_proj of fewer rows */
     assert_import_fails(LLAMA_HF, &(variant){.resize = "model.layers.1.self_attn.k_proj.weight", .extra_rows = 8},
                         TG_ERR_SHAPE, "has shape (8, 16); tapegrad's \"h.1.attn.qkv.weight\" needs (16, 16)",
