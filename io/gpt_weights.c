@@ -532,7 +532,8 @@ static bool read_config(tg_ctx *ctx, const char *fn, const char *path, const tg_
         double n_head = -1, context = (double)c.context;
         if (!meta_number(ctx, fn, path, f, "tapegrad.n_head", 1, 1e9, &n_head) ||
             !meta_number(ctx, fn, path, f, "tapegrad.context", 1, 1e12, &context) ||
-            !meta_number(ctx, fn, path, f, "tapegrad.rope_base", 1e-300, 1e300, &c.rope_base))
+            !meta_number(ctx, fn, path, f, "tapegrad.rope_base", 1e-300, 1e300, &c.rope_base) ||
+            !meta_number(ctx, fn, path, f, "tapegrad.norm_eps", 0, 1, &c.norm_eps))
             return false;
         if (n_head < 0) {
             tg_error(ctx, TG_ERR_VALUE, fn,
@@ -621,6 +622,8 @@ tg_status tg_gpt_export(tg_ctx *ctx, tg_gpt *gpt, const char *path, tg_gpt_layou
         goto done;
     snprintf(v, sizeof v, "%.17g", c->rope_base);
     if (c->arch == TG_GPT_LLAMA && !tg_meta_set(ctx, &meta, "tapegrad.rope_base", v)) goto done;
+    snprintf(v, sizeof v, "%.17g", c->norm_eps);
+    if (c->norm_eps > 0 && !tg_meta_set(ctx, &meta, "tapegrad.norm_eps", v)) goto done;
     tg_ckpt_save_as(ctx, fn, path, &out, NULL, &meta, opt);
 done:
     tg_meta_free(&meta);

@@ -15,7 +15,8 @@ and shapes of their originals:
   llama_hf    Hugging Face's LlamaForCausalLM (rotate-half RoPE, the
               rotary_emb.inv_freq buffers older versions save), its
               state_dict;
-  llama_meta  Meta's LLaMA Transformer (complex RoPE on consecutive pairs),
+  llama_meta  Meta's LLaMA Transformer (complex RoPE on consecutive pairs;
+              LLaMA-2's norm_eps 1e-5, tapegrad's config.norm_eps),
               its consolidated.00.pth (with the rope.freqs LLaMA-1's carry)
               through scripts/convert_weights.py;
 
@@ -405,8 +406,8 @@ class TransformerBlock(nn.Module):
         super().__init__()
         self.attention = MetaAttention()
         self.feed_forward = FeedForward()
-        self.attention_norm = RMSNorm()
-        self.ffn_norm = RMSNorm()
+        self.attention_norm = RMSNorm(eps=1e-5)  # LLaMA-2's norm_eps (config.norm_eps in tapegrad)
+        self.ffn_norm = RMSNorm(eps=1e-5)
 
     def forward(self, x, freqs_cis):
         h = x + self.attention(self.attention_norm(x), freqs_cis)
@@ -418,7 +419,7 @@ class MetaTransformer(nn.Module):
         super().__init__()
         self.tok_embeddings = nn.Embedding(V, C)
         self.layers = nn.ModuleList([TransformerBlock() for _ in range(NL)])
-        self.norm = RMSNorm()
+        self.norm = RMSNorm(eps=1e-5)
         self.output = nn.Linear(C, V, bias=False)
 
     def forward(self, idx):

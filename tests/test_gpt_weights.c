@@ -14,7 +14,8 @@
  * (that script writes it; CI needs no PyTorch): for each file, a tiny
  * model (vocabulary 128, context 8, 2 layers of 2 heads, 16 channels,
  * LLaMA's MLP 48 wide) imported by tg_gpt_import_new in float64 gives
- * PyTorch's loss and first-position logits on batch 0, then 20 AdamW steps
+ * PyTorch's loss and first-position logits on batch 0 (Meta's model with
+ * LLaMA-2's norm eps, 1e-5, through config.norm_eps), then 20 AdamW steps
  * give PyTorch's losses (lr 3e-3, betas (0.9, 0.99), weight decay 0.1 on
  * the matrices, clipping at 1), the trained model's loss on another batch
  * is the one PyTorch computes from tapegrad's exported file, and every
@@ -237,8 +238,15 @@ static tg_gpt_config base_config(tg_gpt_arch arch, tg_dtype dtype) {
     return c;
 }
 
-static tg_gpt *import_kind(kind k, const char *path, tg_dtype dtype) {
+/* Meta's model is LLaMA-2's here: its norms' eps 1e-5, not the default. */
+static tg_gpt_config kind_config(kind k, tg_dtype dtype) {
     tg_gpt_config c = base_config(kind_arch(k), dtype);
+    if (k == LLAMA_META) c.norm_eps = 1e-5;
+    return c;
+}
+
+static tg_gpt *import_kind(kind k, const char *path, tg_dtype dtype) {
+    tg_gpt_config c = kind_config(k, dtype);
     tg_gpt *g = tg_gpt_import_new(ctx, NULL, path, KIND_LAYOUT[k], &c);
     ck_assert_msg(g != NULL, "%s: %s", KIND_NAME[k], tg_error_message(ctx));
     return g;
@@ -409,7 +417,7 @@ END_TEST
 
 /* A model of kind's arch with the test's sizes, weights from seed. */
 static tg_gpt *fresh(kind k, tg_dtype dtype, uint64_t seed, const char *name) {
-    tg_gpt_config c = base_config(kind_arch(k), dtype);
+    tg_gpt_config c = kind_config(k, dtype);
     c.vocab_size = V;
     c.n_layer = NL;
     c.n_embd = C;
@@ -555,6 +563,7 @@ START_TEST(test_config_from_file) {
         tg_gpt_config c = base_config(k == LLAMA_META ? TG_GPT_GPT2 : kind_arch(k), TG_F32); /* arch from the file */
         c.context = 5;                                                                       /* GPT-2: wpe's */
         c.rope_base = 500000.0;
+        c.norm_eps = 1e-5;
         tg_gpt *g = tg_gpt_import_new(ctx, "m", in_dir("in.safetensors"), KIND_LAYOUT[k], &c);
         ck_assert_msg(g != NULL, "%s: %s", KIND_NAME[k], tg_error_message(ctx));
         tg_rng_state(ctx, &s1, &o1);
@@ -568,6 +577,7 @@ START_TEST(test_config_from_file) {
         ck_assert_int_eq(r->hidden, kind_arch(k) == TG_GPT_GPT2 ? 4 * C : HID);
         ck_assert_int_eq(r->context, kind_arch(k) == TG_GPT_GPT2 ? CTX : 5);
         ck_assert_int_eq(r->dtype, TG_F32);
+        ck_assert(r->norm_eps == 1e-5);
         ck_assert_str_eq(g->base.name, "m");
         if (kind_arch(k) == TG_GPT_LLAMA) ck_assert(r->rope_base == 500000.0);
         /* NULL config: refused for this file, which does not say n_head */
@@ -580,6 +590,7 @@ START_TEST(test_config_from_file) {
         ck_assert_int_eq(h->config.n_head, NH);
         ck_assert_int_eq(h->config.context, r->context);
         ck_assert(h->config.rope_base == (kind_arch(k) == TG_GPT_LLAMA ? 500000.0 : 10000.0));
+        ck_assert(h->config.norm_eps == 1e-5);
         ck_assert_int_eq(h->config.dtype, TG_F32);
         tg_module_free(ctx, TG_MODULE(h));
         tg_module_free(ctx, TG_MODULE(g));

@@ -166,8 +166,8 @@ tg_status tg_gpt_import(tg_ctx *ctx, tg_gpt *gpt, const char *path, tg_gpt_layou
 /* A new model with the file's weights, its sizes read from the file: arch,
  * vocab_size, n_embd, n_layer, hidden, and GPT-2's context (the rows of
  * wpe). The rest, which weights do not say, comes from config: n_head,
- * rope_base, LLaMA's context, dtype (take them from the model's
- * config.json: n_head / num_attention_heads, rope_theta,
+ * norm_eps, rope_base, LLaMA's context, dtype (take them from the model's
+ * config.json: n_head / num_attention_heads, rms_norm_eps, rope_theta,
  * max_position_embeddings). config NULL: those of a file tg_gpt_export
  * wrote (its metadata), else an error. The context's RNG is left as it was
  * (tg_gpt_new's init draws are undone). NULL on error. */
@@ -178,7 +178,7 @@ tg_gpt *tg_gpt_import_new(tg_ctx *ctx, const char *name, const char *path, tg_gp
  * GPT-2 with the "transformer." prefix and lm_head.weight, LLaMA in
  * Hugging Face's layout with the "model." prefix. The metadata holds
  * "format": "pt" (which Hugging Face's loader asks for) and the config's
- * n_head, context and rope_base ("tapegrad.*"). opt (may be NULL): the
+ * n_head, context, rope_base and norm_eps ("tapegrad.*"). opt (may be NULL): the
  * save's options (io, convert_on_save and save_dtype, e.g. BF16). */
 tg_status tg_gpt_export(tg_ctx *ctx, tg_gpt *gpt, const char *path, tg_gpt_layout layout, const tg_ckpt_options *opt);
 
