@@ -19,11 +19,12 @@
  *    Meta's wq. With both q and k permuted alike and the rotation matched,
  *    q . k, and so the model, is the same function.
  *
- * An import reads the file once, checks every tensor against the model
- * (names, shapes, nothing left over) before writing anything, stages the
- * tensors it needs through the checkpoint loader (which validates the
- * file, converts the dtype and swaps bytes on a big-endian host), then
- * moves them into the parameters: on error the model is unchanged. An
+ * An import reads the file once and validates it (tg_st_parse), checks
+ * every tensor against the model (names, shapes, nothing left over) before
+ * writing anything, then moves the tensors into the parameters: from the
+ * file's bytes where they are the model's dtype in the host's byte order,
+ * else from a copy the checkpoint loader stages (converting the dtype,
+ * swapping bytes on a big-endian host). On error the model is unchanged. An
  * export moves the parameters into tensors of the file's shapes and saves
  * them with the checkpoint's atomic save. */
 #include "io/checkpoint.h"
