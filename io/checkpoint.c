@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/checkpoint.h"
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "tensor/internal.h"
@@ -484,4 +485,15 @@ tg_status tg_ckpt_load(tg_ctx *ctx, const char *path, tg_params *params, tg_para
 tg_status tg_ckpt_load_ex(tg_ctx *ctx, const char *path, tg_params *params, tg_params *state, tg_meta *meta,
                           const tg_ckpt_options *opt) {
     return load_impl(ctx, "tg_ckpt_load_ex", path, params, state, meta, opt);
+}
+
+/* ---- for the rest of io/ (io/checkpoint.h) ----------------------------------------- */
+
+tg_status tg_ckpt_read_file(tg_ctx *ctx, const char *fn, const char *path, unsigned char **buf, size_t *len) {
+    return read_file(ctx, fn, path, buf, len);
+}
+
+tg_status tg_ckpt_save_as(tg_ctx *ctx, const char *fn, const char *path, const tg_params *params,
+                          const tg_params *state, const tg_meta *meta, const tg_ckpt_options *opt) {
+    return save_impl(ctx, fn, path, params, state, meta, opt);
 }

@@ -590,6 +590,8 @@ typedef struct tg_gpt_config {
     int64_t context;    /* the most positions a sequence may have */
     int64_t n_layer, n_head, n_embd;
     int64_t hidden;   /* the MLP's; 0: tg_mlp_hidden */
+    double norm_eps;  /* every norm's eps; 0: TG_LAYERNORM_EPS, TG_RMSNORM_EPS
+                         (LLaMA-2 and 3 use 1e-5) */
     double rope_base; /* LLaMA's RoPE base (> 0) */
     tg_dtype dtype;
     /* run each block under tg_checkpoint when recording: backward
