@@ -127,7 +127,8 @@ static int64_t locate(const jac *J, char *buf, size_t size) {
         rows[i / C] = cols[i % C] = 1;
     }
     if (n == K) {
-        say(buf, size, "every element (%lld of %lld)", (long long)n, (long long)K);
+        say(buf, size, "every element (%lld of %lld) has a column of analytic - numeric beyond the tolerance",
+            (long long)n, (long long)K);
     } else if (J->x->ndim < 2) {
         size_t l = (size_t)snprintf(buf, size, "%lld of %lld elements:", (long long)n, (long long)K);
         for (int64_t i = 0, shown = 0; i < K && l < size; i++)
@@ -622,6 +623,119 @@ static bool diagnose_dy(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n, tg_te
     return true;
 }
 
+/* ---- a learner's mistakes ------------------------------------------------------------ */
+
+/* Ja = Jn on some output rows and 0 on the others (each row of the
+ * Jacobian an output element): the gradient takes the contributions of
+ * only some outputs -- a sum over rows written with `=` for one row (the
+ * last one wins) instead of accumulated. The outputs that reach it are
+ * named by their rows of `C` (the input's numel, its last dim). */
+static bool diagnose_partial(const jac *J, double tol, tg_gradcheck_diagnosis *d) {
+    int64_t kept = 0, lost = 0, first = -1, last = -1, C = J->K;
+    for (int64_t j = 0; j < J->M; j++) {
+        double nn = 0, ok = 0, zero = 0;
+        for (int64_t i = 0; i < J->K; i++) {
+            double a = J->a[j * J->K + i], n = J->n[j * J->K + i];
+            nn = fmax(nn, fabs(n)), ok = fmax(ok, fabs(a - n)), zero = fmax(zero, fabs(a));
+        }
+        if (!(nn > tol)) continue; /* no gradient flows from this output */
+        if (ok <= tol) {
+            kept++;
+            if (first < 0) first = j;
+            last = j;
+        } else if (zero <= tol) {
+            lost++;
+        } else {
+            return false;
+        }
+    }
+    if (!kept || !lost) return false;
+    d->kind = TG_DIAG_PARTIAL;
+    d->factor = (double)kept / (double)(kept + lost);
+    if (C > 0 && J->M % C == 0 && first / C == last / C)
+        say(d->finding, sizeof d->finding,
+            "only the outputs of row %lld (of %lld rows of %lld) reach this input's gradient: the other rows' "
+            "contributions are missing, the ones that reach it exact",
+            (long long)(first / C), (long long)(J->M / C), (long long)C);
+    else
+        say(d->finding, sizeof d->finding,
+            "only %lld of the %lld outputs that depend on this input reach its gradient, exactly; the others "
+            "contribute nothing",
+            (long long)kept, (long long)(kept + lost));
+    say(d->cause, sizeof d->cause,
+        "a gradient summed over rows written with = for each row (dgamma = dy xhat of one row, the last one "
+        "winning) instead of accumulated: dgamma_i = sum over rows of dy_i xhat_i");
+    return true;
+}
+
+/* Ja = Jn / w_c row by row, c the output element's position in a row of
+ * C = numel(w), w another input of the op (the gain): the backward left
+ * w out of u = w dy. Inputs other than `input`, of numel dividing M. */
+static bool diagnose_missing_gain(const jac *J, double tol, int n_inputs, tg_tensor *const *inputs, int input,
+                                  tg_gradcheck_diagnosis *d) {
+    for (int k = 0; k < n_inputs; k++) {
+        const tg_tensor *w = inputs[k];
+        if (k == input || !w || w->numel < 2 || J->M % w->numel) continue;
+        const int64_t C = w->numel;
+        bool fits = true, any = false;
+        for (int64_t j = 0; j < J->M && fits; j++) {
+            double wc = tg_load(w, j % C);
+            for (int64_t i = 0; i < J->K && fits; i++) {
+                double a = J->a[j * J->K + i], n = J->n[j * J->K + i];
+                if (fabs(n) > tol) any = true;
+                fits = wc != 0 && fabs(a * wc - n) <= tol * fmax(1.0, fabs(wc));
+            }
+        }
+        if (!fits || !any) continue;
+        d->kind = TG_DIAG_MISSING_GAIN;
+        d->factor = k;
+        say(d->finding, sizeof d->finding,
+            "analytic = numeric / w_c output by output, w = input %d (%lld values, the position c in a row): the "
+            "gradient lacks the factor that input puts on the output",
+            k, (long long)C);
+        say(d->cause, sizeof d->cause,
+            "the gain gamma (input %d) left out of u = gamma dy: the gradient that reaches xhat is gamma dy, not "
+            "dy (dx = r (u - xhat mean(u xhat)) with u = gamma dy)",
+            k);
+        return true;
+    }
+    return false;
+}
+
+/* The analytic Jacobian of this input is the numeric one of another input
+ * of its size: the two gradients are swapped (dgamma computed as dbeta's
+ * formula, or written into the other's place). */
+static bool diagnose_swapped(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                             int input, const tg_gradcheck_opts *o, const jac *J, double tol, tg_gradcheck_diagnosis *d,
+                             bool *err) {
+    *err = false;
+    for (int k = 0; k < n_inputs; k++) {
+        if (k == input || !inputs[k] || inputs[k]->numel != J->K) continue;
+        tg_tensor *ja, *jn;
+        if (!tg_gradcheck_jacobian(ctx, f, user, n_inputs, inputs, k, o, &ja, &jn)) {
+            /* not differentiable, or not checkable: not a candidate */
+            tg_clear_error(ctx);
+            continue;
+        }
+        bool same = true;
+        double scale = 0;
+        for (int64_t e = 0; e < J->M * J->K; e++) scale = fmax(scale, fabs(tg_load(jn, e)));
+        for (int64_t e = 0; e < J->M * J->K && same; e++) same = fabs(J->a[e] - tg_load(jn, e)) <= tol;
+        if (!same || !(scale > tol)) continue;
+        d->kind = TG_DIAG_SWAPPED;
+        d->factor = k;
+        say(d->finding, sizeof d->finding,
+            "the analytic Jacobian of this input is the numeric Jacobian of input %d: this input gets input %d's "
+            "gradient",
+            k, k);
+        say(d->cause, sizeof d->cause,
+            "the gradients of two inputs swapped (dgamma and dbeta: dgamma = sum dy xhat, dbeta = sum dy), each "
+            "written into the other's place");
+        return true;
+    }
+    return !tg_ok(ctx) ? (*err = true, false) : false;
+}
+
 /* ---- the entry point ---------------------------------------------------------- */
 
 bool tg_gradcheck_diagnose(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
@@ -714,8 +828,9 @@ bool tg_gradcheck_diagnose(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
                     c < 1 ? "unbiased" : "biased", named);
             else if (strstr(named, "sqrt"))
                 say(d->cause, sizeof d->cause,
-                    "a statistic off by sqrt(C): the root of a sum where the forward has the root of a mean (or "
-                    "the reverse)");
+                    "a factor sqrt(C) (C the input's last dim): a scale 1/sqrt(C) the forward applies and the "
+                    "backward leaves out or applies twice -- attention's score scale 1/sqrt(d) -- or a root of a "
+                    "sum where the forward has the root of a mean (or the reverse)");
             else if (named[0])
                 say(d->cause, sizeof d->cause,
                     "a factor %s too %s: a derivative of x^2 taken as x, or a term counted %s", named,
@@ -740,6 +855,11 @@ bool tg_gradcheck_diagnose(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
             return true;
         }
     }
+    /* a learner's mistakes that are not of one factor */
+    if (diagnose_partial(&J, tol, d)) return true;
+    if (diagnose_missing_gain(&J, tol, n_inputs, inputs, input, d)) return true;
+    if (diagnose_swapped(ctx, f, user, n_inputs, inputs, input, &o, &J, tol, d, &err)) return true;
+    if (err) return false;
     /* a normalization: x of the output's shape, rows of C */
     J.C = C;
     J.rows = C ? J.K / C : 0;
@@ -768,6 +888,9 @@ const char *tg_diagnosis_name(tg_diagnosis_kind kind) {
     case TG_DIAG_UNSTRUCTURED: return "unstructured";
     case TG_DIAG_IGNORES_DY: return "ignores-dy";
     case TG_DIAG_NONLINEAR: return "nonlinear-in-dy";
+    case TG_DIAG_PARTIAL: return "partial-sum";
+    case TG_DIAG_MISSING_GAIN: return "missing-gain";
+    case TG_DIAG_SWAPPED: return "swapped";
     }
     return "?";
 }

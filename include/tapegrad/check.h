@@ -465,6 +465,13 @@ bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
  *                    the gradient of sum(y), whatever dy)
  *   nonlinear-in-dy  neither: dy used other than linearly (a term that does
  *                    not scale with dy, dy squared, state kept between calls)
+ * and, not of one factor, a learner's mistakes:
+ *   partial-sum   Ja = Jn on some outputs' rows, 0 on the others: a sum over
+ *                 rows written with = (dgamma of one row)
+ *   missing-gain  Ja = Jn / w_c output by output, w another input of C
+ *                 values (factor: its index): gamma left out of u = gamma dy
+ *   swapped       Ja = the numeric Jacobian of another input of the same
+ *                 size (factor: its index): dgamma and dbeta swapped
  * `factor` is c, the term's factor relative to that term of Jn (D = factor
  * x the term), p, rho, or the missing eps. */
 typedef enum tg_diagnosis_kind {
@@ -480,7 +487,10 @@ typedef enum tg_diagnosis_kind {
     TG_DIAG_STATISTIC,
     TG_DIAG_UNSTRUCTURED,
     TG_DIAG_IGNORES_DY,
-    TG_DIAG_NONLINEAR
+    TG_DIAG_NONLINEAR,
+    TG_DIAG_PARTIAL,
+    TG_DIAG_MISSING_GAIN,
+    TG_DIAG_SWAPPED
 } tg_diagnosis_kind;
 
 typedef struct tg_gradcheck_diagnosis {
