@@ -20,10 +20,12 @@
  * takes the ops' low-precision path (autograd/lowp.h): the float32 GEMM on
  * widened copies.
  *
- * The module under bfloat16 autocast (linear_autocast) multiplies bfloat16
- * copies of its float32 parameters but records the parameters themselves:
- * dW += dy^T x is summed straight into W's float32 grad (the GEMM writes
- * float32: no rounding of dW to bfloat16, no cast backward), db likewise. */
+ * The module under bfloat16 autocast (linear_autocast) records its float32
+ * parameters themselves: the GEMM reads W as float32 and rounds it to
+ * bfloat16 as it packs it (the bits of W's autocast copy, which is never
+ * made), and dW += dy^T x is summed straight into W's float32 grad (the
+ * GEMM writes float32: no rounding of dW to bfloat16, no cast backward),
+ * db likewise. */
 #include "autograd/lowp.h"
 #include "autograd/tape.h"
 #include "layers/grad_rules.h"
@@ -39,11 +41,12 @@
 
 /* C (M,N) = op(A) op(B) + beta C with A and B of dtype dt and C of dtype
  * ct (ct == dt, or float32 C for bfloat16 A and B), workspace from the
- * arena. bias (bfloat16 only; float32 and float64 prefill C): beta's C is
- * this one row for every row of C, instead of C. */
+ * arena. For bfloat16 only: bias, beta's C is this one row for every row
+ * of C, instead of C (float32 and float64 prefill C); b_f32, B is float32,
+ * rounded to bfloat16 as the GEMM packs it. */
 static void lin_gemm(tg_ctx *ctx, const char *fn, tg_dtype dt, tg_dtype ct, bool ta, bool tb, int64_t M, int64_t N,
-                     int64_t K, const void *A, int64_t lda, const void *B, int64_t ldb, double beta, void *C,
-                     int64_t ldc, const void *bias) {
+                     int64_t K, const void *A, int64_t lda, const void *B, int64_t ldb, bool b_f32, double beta,
+                     void *C, int64_t ldc, const void *bias) {
     if (M == 0 || N == 0) return;
     const int threads = tg_threads(ctx);
     const tg_gemm_bf16_args g = {.trans_a = ta,
@@ -57,6 +60,7 @@ static void lin_gemm(tg_ctx *ctx, const char *fn, tg_dtype dt, tg_dtype ct, bool
                                  .lda = lda,
                                  .B = B,
                                  .ldb = ldb,
+                                 .b_f32 = b_f32,
                                  .C = C,
                                  .ldc = ldc,
                                  .c_bf16 = ct == TG_BF16,
@@ -79,13 +83,13 @@ static void lin_gemm(tg_ctx *ctx, const char *fn, tg_dtype dt, tg_dtype ct, bool
  * in double and rounded once to db's dtype (a bfloat16 db through
  * float32, as every bfloat16 result is rounded). dy and db have the same
  * dtype, or dy is bfloat16 and db float32 (a Linear under autocast). */
-#define LIN_DEFINE_COLUMN_SUMS(T, SUF, LOAD)                                                                           \
-    static void column_sums_##SUF(double *acc, const T *dy, int64_t M, int64_t N, int64_t j0, int64_t j1) {            \
-        for (int64_t j = j0; j < j1; j++) acc[j] = 0.0;                                                                \
-        for (int64_t i = 0; i < M; i++) {                                                                              \
-            const T *row = dy + i * N;                                                                                 \
-            for (int64_t j = j0; j < j1; j++) acc[j] += (double)LOAD(row[j]);                                          \
-        }                                                                                                              \
+#define LIN_DEFINE_COLUMN_SUMS(T, SUF, LOAD)                                                                \
+    static void column_sums_##SUF(double *acc, const T *dy, int64_t M, int64_t N, int64_t j0, int64_t j1) { \
+        for (int64_t j = j0; j < j1; j++) acc[j] = 0.0;                                                     \
+        for (int64_t i = 0; i < M; i++) {                                                                   \
+            const T *row = dy + i * N;                                                                      \
+            for (int64_t j = j0; j < j1; j++) acc[j] += (double)LOAD(row[j]);                               \
+        }                                                                                                   \
     }
 #define LIN_PLAIN(v) (v)
 LIN_DEFINE_COLUMN_SUMS(float, f32, LIN_PLAIN)
@@ -132,15 +136,16 @@ static void bias_grad(tg_dtype dt, tg_dtype bt, void *db, const void *dy, double
 /* Forward: y_ij = sum_k x_ik W_jk + b_j,   x (M,K)  W (N,K)  b (N) or NULL
  * y (M,N). The bias is added in the same pass as the product: y's rows are
  * prefilled with b and the GEMM accumulates x W^T onto them (beta = 1);
- * in bfloat16 the GEMM reads b as beta's row itself. Without a bias the
+ * in bfloat16 the GEMM reads b as beta's row itself (and W may be the
+ * float32 master weight, rounded as it is packed). Without a bias the
  * GEMM overwrites y (beta = 0). Saves nothing: backward reads x and W
  * through the record's inputs. */
 static void linear_forward(tg_ctx *ctx, const char *fn, tg_tensor *y, const tg_tensor *x, const tg_tensor *w,
                            const tg_tensor *b, int64_t M, int64_t N, int64_t K) {
     const size_t es = tg_esize(y->dtype);
     if (y->dtype == TG_BF16) {
-        lin_gemm(ctx, fn, TG_BF16, TG_BF16, false, true, M, N, K, x->data, K, w->data, K, b ? 1.0 : 0.0, y->data, N,
-                 b ? b->data : NULL);
+        lin_gemm(ctx, fn, TG_BF16, TG_BF16, false, true, M, N, K, x->data, K, w->data, K, w->dtype == TG_F32,
+                 b ? 1.0 : 0.0, y->data, N, b ? b->data : NULL);
         return;
     }
     if (b) {
@@ -148,8 +153,8 @@ static void linear_forward(tg_ctx *ctx, const char *fn, tg_tensor *y, const tg_t
     } else if (K == 0 && y->numel) {
         memset(y->data, 0, (size_t)y->numel * es); /* an empty sum */
     }
-    lin_gemm(ctx, fn, y->dtype, y->dtype, false, true, M, N, K, x->data, K, w->data, K, b ? 1.0 : 0.0, y->data, N,
-             NULL);
+    lin_gemm(ctx, fn, y->dtype, y->dtype, false, true, M, N, K, x->data, K, w->data, K, false, b ? 1.0 : 0.0, y->data,
+             N, NULL);
 }
 
 /* Forward was y_ij = sum_k x_ik W_jk + b_j. dy_ij reaches x_ik through W_jk,
@@ -158,13 +163,14 @@ static void linear_forward(tg_ctx *ctx, const char *fn, tg_tensor *y, const tg_t
  *   dW_jk += sum_i dy_ij x_ik      dW += dy^T x     (N,M)(M,K)
  *   db_j  += sum_i dy_ij           column sums of dy
  * beta = 1 makes the GEMMs accumulate into the grads. A record of
- * linear_autocast (n->i[3]) multiplies by W's bfloat16 copy, saved in
- * n->saved, and sums dW and db into the float32 parameters' grads. */
+ * linear_autocast has a bfloat16 dy and x and a float32 W (rounded to
+ * bfloat16 as the GEMM packs it) and b, whose grads get dW and db in
+ * float32. */
 static void linear_backward(tg_ctx *ctx, tg_node *n) {
     const tg_tensor *dy = n->out->grad;
     tg_tensor *x = n->in[0], *w = n->in[1], *b = n->n_in > 2 ? n->in[2] : NULL;
     const int64_t M = n->i[0], N = n->i[1], K = n->i[2];
-    const void *wdata = n->i[3] ? (*(tg_tensor *const *)n->saved)->data : w->data;
+    const bool w_f32 = dy->dtype == TG_BF16 && w->dtype == TG_F32;
     tg_tensor *dx = tg_grad_of(ctx, x);
     tg_tensor *dw = tg_grad_of(ctx, w);
     tg_tensor *db = tg_grad_of(ctx, b);
@@ -172,10 +178,12 @@ static void linear_backward(tg_ctx *ctx, tg_node *n) {
     const tg_dtype dt = dy->dtype;
     /* dx (M,K) = dy (M,N) W (N,K) */
     if (dx && K > 0 && N > 0)
-        lin_gemm(ctx, n->op, dt, dx->dtype, false, false, M, K, N, dy->data, N, wdata, K, 1.0, dx->data, K, NULL);
+        lin_gemm(ctx, n->op, dt, dx->dtype, false, false, M, K, N, dy->data, N, w->data, K, w_f32, 1.0, dx->data, K,
+                 NULL);
     /* dW (N,K) = dy^T (N,M) x (M,K); dy read transposed */
     if (dw && K > 0 && M > 0)
-        lin_gemm(ctx, n->op, dt, dw->dtype, true, false, N, K, M, dy->data, N, x->data, K, 1.0, dw->data, K, NULL);
+        lin_gemm(ctx, n->op, dt, dw->dtype, true, false, N, K, M, dy->data, N, x->data, K, false, 1.0, dw->data, K,
+                 NULL);
     if (db && N > 0 && M > 0) {
         double *acc = tg_arena_alloc_fn(ctx, n->op, (size_t)N * sizeof *acc);
         if (!acc) return;
@@ -191,11 +199,9 @@ static bool linear_autocast_grad_rule(tg_ctx *ctx, const tg_node *n, tg_tensor *
     tg_tensor *x = n->in[0], *w = n->in[1], *b = n->n_in > 2 ? n->in[2] : NULL;
     const int64_t M = n->i[0], N = n->i[1], K = n->i[2];
     tg_tensor *dy2 = tg_reshape(ctx, dy, 2, (int64_t[]){M, N});
-    if (x->requires_grad)
-        dx[0] = tg_reshape(ctx, tg_matmul(ctx, dy2, tg_cast(ctx, w, TG_BF16)), x->ndim, x->shape);
+    if (x->requires_grad) dx[0] = tg_reshape(ctx, tg_matmul(ctx, dy2, tg_cast(ctx, w, TG_BF16)), x->ndim, x->shape);
     if (w->requires_grad)
-        dx[1] =
-            tg_cast(ctx, tg_matmul(ctx, tg_transpose(ctx, dy2), tg_reshape(ctx, x, 2, (int64_t[]){M, K})), TG_F32);
+        dx[1] = tg_cast(ctx, tg_matmul(ctx, tg_transpose(ctx, dy2), tg_reshape(ctx, x, 2, (int64_t[]){M, K})), TG_F32);
     if (b && b->requires_grad) dx[2] = tg_cast(ctx, tg_sum_axis(ctx, dy2, 0, false), TG_F32);
     return tg_ok(ctx);
 }
@@ -255,15 +261,16 @@ tg_tensor *tg_linear_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *weight, tg_tens
     return tg_ok(ctx) ? y : NULL;
 }
 
-/* The module under bfloat16 autocast: y = x W^T + b in bfloat16 from the
- * bfloat16 copies of the float32 parameters w and b (tg_autocast_data, no
+/* The module under bfloat16 autocast: y = x W^T + b in bfloat16, W read
+ * as float32 and rounded to bfloat16 as the GEMM packs it (the bits of its
+ * autocast copy, which is never made) and b's copy (tg_autocast_data, no
  * cast on the tape), recorded with w and b themselves as inputs (see the
  * top of this file). x is bfloat16 (tg_autocast_input made it so); its
  * last dim was checked by tg_linear_forward. */
 static tg_tensor *linear_autocast(tg_ctx *ctx, tg_tensor *x, tg_tensor *w, tg_tensor *b) {
     static const char fn[] = "tg_linear_forward";
-    tg_tensor *w16 = tg_autocast_data(ctx, w), *b16 = tg_autocast_data(ctx, b);
-    if (!x || !w16 || (b && !b16) || !tg_ok(ctx)) return NULL;
+    tg_tensor *b16 = tg_autocast_data(ctx, b);
+    if (!x || (b && !b16) || !tg_ok(ctx)) return NULL;
     const int64_t N = w->shape[0], K = w->shape[1];
     int64_t shape[TG_MAX_DIMS], rows = 1;
     memcpy(shape, x->shape, sizeof shape);
@@ -271,16 +278,15 @@ static tg_tensor *linear_autocast(tg_ctx *ctx, tg_tensor *x, tg_tensor *w, tg_te
     for (int d = 0; d < x->ndim - 1; d++) rows *= x->shape[d];
     tg_tensor *y = tg_new_tensor(ctx, fn, TG_BF16, x->ndim, shape);
     if (!y) return NULL;
-    linear_forward(ctx, fn, y, x, w16, b16, rows, N, K);
+    linear_forward(ctx, fn, y, x, w, b16, rows, N, K);
     tg_tensor *in[3] = {x, w, b};
     tg_node *n = tg_record(ctx, "linear", linear_backward, y, b ? 3 : 2, in);
     if (n) {
-        n->i[0] = rows, n->i[1] = N, n->i[2] = K, n->i[3] = 1;
+        n->i[0] = rows, n->i[1] = N, n->i[2] = K;
         n->grad_rule = linear_autocast_grad_rule;
-        tg_tensor **saved = tg_node_save(ctx, n, sizeof *saved); /* the copy, by pointer: dx needs it */
-        if (saved) *saved = w16;
+        /* kept by pointer: dx needs W, dW needs x */
         size_t bytes = 0;
-        if (x->requires_grad) bytes += (size_t)w16->numel * tg_esize(w16->dtype);
+        if (x->requires_grad) bytes += (size_t)w->numel * tg_esize(w->dtype);
         if (w->requires_grad) bytes += (size_t)x->numel * tg_esize(x->dtype);
         tg_node_count_saved(ctx, n, bytes);
     }

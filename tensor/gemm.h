@@ -154,9 +154,10 @@ typedef struct tg_gemm_bf16_args {
     float alpha, beta;
     const uint16_t *A; /* bfloat16 */
     int64_t lda;
-    const uint16_t *B; /* bfloat16 */
+    const void *B; /* bfloat16 (uint16_t *), or float * when b_f32 */
     int64_t ldb;
-    void *C; /* float *, or uint16_t * (bfloat16) when c_bf16 */
+    bool b_f32; /* B float32, rounded to bfloat16 (nearest even, tensor/half.h) as it is read */
+    void *C;    /* float *, or uint16_t * (bfloat16) when c_bf16 */
     int64_t ldc;
     bool c_bf16;
     const void *c_in; /* NULL: C */

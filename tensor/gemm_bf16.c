@@ -118,91 +118,176 @@ static void bf16_store_tile(const bf16_out *o, const float *acc, int64_t lda, in
  * pairs), each holding word (p, r) at p W + r:
  *   element (i W + r, 2p) | element (i W + r, 2p+1) << 16,
  * where element (r, k) = src[r*sr + k*sk] for r < R and k < kc, zero
- * elsewhere. A block of A (rows of op(A)) is packed whole; a panel of B
- * (columns of op(B)) is one panel, R <= W. */
-static inline uint16_t pack_elem(const uint16_t *src, int64_t sr, int64_t sk, int64_t R, int64_t kc, int64_t r,
-                                 int64_t k) {
-    return r < R && k < kc ? src[r * sr + k * sk] : 0;
+ * elsewhere: bfloat16, or float32 rounded to bfloat16 (f32: B given as
+ * float32, tg_gemm_bf16_args.b_f32). A block of A (rows of op(A)) is
+ * packed whole; a panel of B (columns of op(B)) is one panel, R <= W. */
+typedef struct pack_src {
+    const void *p; /* element (0, 0) */
+    bool f32;
+    int64_t sr, sk;
+} pack_src;
+
+/* Element `at` (offset in elements) as bfloat16 bits. */
+static inline uint16_t src_at(const pack_src *s, int64_t at) {
+    return s->f32 ? tg_f32_to_bf16(((const float *)s->p)[at]) : ((const uint16_t *)s->p)[at];
+}
+
+/* The source moved on by r rows and k columns. */
+static inline pack_src src_from(const pack_src *s, int64_t r, int64_t k) {
+    pack_src t = *s;
+    t.p = (const char *)s->p + (size_t)(r * s->sr + k * s->sk) * (s->f32 ? 4 : 2);
+    return t;
+}
+
+static inline uint16_t pack_elem(const pack_src *s, int64_t R, int64_t kc, int64_t r, int64_t k) {
+    return r < R && k < kc ? src_at(s, r * s->sr + k * s->sk) : 0;
 }
 
 /* Pairs p0 .. p1 of one panel (R rows at most), element by element. */
-static void pack_pairs_c(uint32_t *restrict dst, int64_t W, const uint16_t *restrict src, int64_t sr, int64_t sk,
-                         int64_t R, int64_t kc, int64_t p0, int64_t p1) {
+static void pack_pairs_c(uint32_t *restrict dst, int64_t W, const pack_src *s, int64_t R, int64_t kc, int64_t p0,
+                         int64_t p1) {
     for (int64_t p = p0; p < p1; p++)
         for (int64_t r = 0; r < W; r++)
-            dst[p * W + r] = (uint32_t)pack_elem(src, sr, sk, R, kc, r, 2 * p) |
-                             (uint32_t)pack_elem(src, sr, sk, R, kc, r, 2 * p + 1) << 16;
+            dst[p * W + r] = (uint32_t)pack_elem(s, R, kc, r, 2 * p) | (uint32_t)pack_elem(s, R, kc, r, 2 * p + 1)
+                                                                           << 16;
 }
 
-static void pack_c(uint32_t *restrict dst, int64_t W, const uint16_t *restrict src, int64_t sr, int64_t sk, int64_t R,
-                   int64_t kc) {
+static void pack_c(uint32_t *restrict dst, int64_t W, const pack_src *s, int64_t R, int64_t kc) {
     const int64_t kp = (kc + 1) / 2;
-    for (int64_t i = 0; i * W < R; i++)
-        pack_pairs_c(dst + i * kp * W, W, src + i * W * sr, sr, sk, R - i * W < W ? R - i * W : W, kc, 0, kp);
+    for (int64_t i = 0; i * W < R; i++) {
+        const pack_src si = src_from(s, i * W, 0);
+        pack_pairs_c(dst + i * kp * W, W, &si, R - i * W < W ? R - i * W : W, kc, 0, kp);
+    }
 }
 
 #ifdef GEMM_X86
+/* float32 lanes rounded to bfloat16 as tg_f32_to_bf16 does, the result in
+ * each lane's upper 16 bits (the lower ones are left over): u + 0x7fff +
+ * ((u >> 16) & 1); a NaN keeps its top bits, made quiet. */
+TARGET_AVX512BW static inline __m512i round_hi_avx512(__m512 x) {
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+    const __mmask16 nan =
+        _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
+}
+
+/* 32 float32 (lo: the first 16, hi: the next) rounded to bfloat16 as
+ * tg_f32_to_bf16 does, as 32 words in order: VCVTNE2PS2BF16, which reads
+ * a subnormal float32 as zero, so a vector holding one (rare: weights are
+ * not that small) is rounded by the integer rule instead. */
+TARGET_AVX512BF16 static inline __m512i cvt32_avx512(__m512 lo, __m512 hi) {
+    const __m512i abs = _mm512_set1_epi32(0x7fffffff), min_normal = _mm512_set1_epi32(0x00800000);
+    const __m512i al = _mm512_and_si512(_mm512_castps_si512(lo), abs),
+                  ah = _mm512_and_si512(_mm512_castps_si512(hi), abs);
+    const __mmask16 sub = (_mm512_cmplt_epu32_mask(al, min_normal) & _mm512_test_epi32_mask(al, al)) |
+                          (_mm512_cmplt_epu32_mask(ah, min_normal) & _mm512_test_epi32_mask(ah, ah));
+    if (!sub) return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+    const __m512i idx = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25,
+                                         23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    return _mm512_permutex2var_epi16(round_hi_avx512(lo), idx, round_hi_avx512(hi));
+}
+
+/* Row r0.. (16 lanes, `valid` of them read) of a pair's low and high k
+ * rows, as words low | high << 16. */
+TARGET_AVX512BF16 static inline __m512i pair_row_avx512(const pack_src *s, const void *lo, const void *hi, int64_t r,
+                                                        int64_t valid) {
+    const __mmask16 m = (__mmask16)((1u << valid) - 1u);
+    if (s->f32) {
+        const __m512 l = _mm512_maskz_loadu_ps(m, (const float *)lo + r);
+        const __m512 h = hi ? _mm512_maskz_loadu_ps(m, (const float *)hi + r) : _mm512_setzero_ps();
+        const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                             21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+        return _mm512_permutexvar_epi16(idx, cvt32_avx512(l, h)); /* words l0 h0 l1 h1 ... */
+    }
+    __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)lo + r));
+    if (hi)
+        v = _mm512_or_si512(
+            v, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)hi + r)), 16));
+    return v;
+}
+
 /* AVX-512 packing for the two layouts that occur:
  *  - sr == 1 (the r of one k contiguous: A^T's rows, B's rows): each pair
  *    of k rows is read across all R (long runs), widened to 32 bits and
  *    interleaved, at most 16 r at a time and never across a panel's edge;
  *  - sk == 1 (the k of one r contiguous: A's rows, B^T's rows): a pair is
- *    one 32-bit word already, so 16 x 16 blocks of words are transposed
- *    (gemm_tr16_ps), the pairs past the last whole block word by word.
+ *    one 32-bit word already (float32: the two rounded and their upper
+ *    halves gathered by a word permute), so 16 x 16 blocks of words are
+ *    transposed (gemm_tr16_ps), the pairs past the last whole block word
+ *    by word.
  * Anything else (strides of 1 in neither) element by element. */
 #define PACK_AHEAD 4 /* pairs */
-TARGET_AVX512BW static void pack_avx512_rows(uint32_t *restrict dst, int64_t W, const uint16_t *restrict src,
-                                             int64_t sk, int64_t R, int64_t kc) {
-    const int64_t kp = (kc + 1) / 2, np = (R + W - 1) / W;
+TARGET_AVX512BF16 static void pack_avx512_rows(uint32_t *restrict dst, int64_t W, const pack_src *s, int64_t R,
+                                               int64_t kc) {
+    const int64_t kp = (kc + 1) / 2, np = (R + W - 1) / W, es = s->f32 ? 4 : 2;
     for (int64_t p = 0; p < kp; p++) {
-        const uint16_t *lo = src + 2 * p * sk, *hi = lo + sk;
+        const char *lo = (const char *)s->p + (size_t)(2 * p * s->sk) * es, *hi = lo + s->sk * es;
         const bool has_hi = 2 * p + 1 < kc;
         /* the two rows a few pairs on: far apart, so the hardware's
          * prefetcher does not see them coming */
         if (2 * p + 2 * PACK_AHEAD + 1 < kc)
-            for (int64_t r = 0; r < R; r += 32) {
-                _mm_prefetch((const char *)(lo + 2 * PACK_AHEAD * sk + r), _MM_HINT_T0);
-                _mm_prefetch((const char *)(hi + 2 * PACK_AHEAD * sk + r), _MM_HINT_T0);
+            for (int64_t r = 0; r < R * es; r += 64) {
+                _mm_prefetch(lo + 2 * PACK_AHEAD * s->sk * es + r, _MM_HINT_T0);
+                _mm_prefetch(hi + 2 * PACK_AHEAD * s->sk * es + r, _MM_HINT_T0);
             }
         for (int64_t i = 0; i < np; i++)
             for (int64_t r0 = 0; r0 < W; r0 += 16) {
                 const int64_t r = i * W + r0, left = R - r, valid = left < 0 ? 0 : left < 16 ? left : 16;
-                const __mmask16 m = (__mmask16)((1u << valid) - 1u);
-                __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, lo + r));
-                if (has_hi)
-                    v = _mm512_or_si512(
-                        v, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, hi + r)), 16));
+                const __m512i v = pair_row_avx512(s, lo, has_hi ? hi : NULL, r, valid);
                 const int64_t n = W - r0 < 16 ? W - r0 : 16;
                 _mm512_mask_storeu_epi32(dst + (i * kp + p) * W + r0, (__mmask16)((1u << n) - 1u), v);
             }
     }
 }
 
-TARGET_AVX512BW static void pack_avx512_words(uint32_t *restrict dst, int64_t W, const uint16_t *restrict src,
-                                              int64_t sr, int64_t R, int64_t kc) {
+/* The 16 words of pairs p .. p + 15 of row r (float32: 32 values
+ * rounded, in order). */
+TARGET_AVX512BF16 static inline __m512 pair_words_avx512(const pack_src *s, int64_t r, int64_t p) {
+    if (!s->f32) return _mm512_loadu_ps((const uint16_t *)s->p + r * s->sr + 2 * p);
+    const float *f = (const float *)s->p + r * s->sr + 2 * p;
+    return _mm512_castsi512_ps(cvt32_avx512(_mm512_loadu_ps(f), _mm512_loadu_ps(f + 16)));
+}
+
+TARGET_AVX512BF16 static void pack_avx512_words(uint32_t *restrict dst, int64_t W, const pack_src *s, int64_t R,
+                                                int64_t kc) {
     const int64_t whole = kc / 2; /* pairs with both halves inside */
     int64_t p = 0;
+    const int64_t es = s->f32 ? 4 : 2;
     for (; p + 16 <= whole; p += 16)
         for (int64_t r0 = 0; r0 < W; r0 += 16) {
             __m512 v[16];
-            for (int t = 0; t < 16; t++)
-                v[t] = r0 + t < R ? _mm512_loadu_ps(src + (r0 + t) * sr + 2 * p) : _mm512_setzero_ps();
+            for (int t = 0; t < 16; t++) {
+                v[t] = r0 + t < R ? pair_words_avx512(s, r0 + t, p) : _mm512_setzero_ps();
+                /* this row two blocks on (rows far apart, many at once: the
+                 * hardware's prefetcher keeps up with few of them) */
+                if (r0 + t < R && p + 48 <= whole) {
+                    const char *row = (const char *)s->p + (size_t)((r0 + t) * s->sr + 2 * (p + 32)) * es;
+                    _mm_prefetch(row, _MM_HINT_T0);
+                    if (s->f32) _mm_prefetch(row + 64, _MM_HINT_T0);
+                }
+            }
             gemm_tr16_ps(v);
             const int64_t n = W - r0 < 16 ? W - r0 : 16;
             const __mmask16 m = (__mmask16)((1u << n) - 1u);
             for (int t = 0; t < 16; t++) _mm512_mask_storeu_ps(dst + (p + t) * W + r0, m, v[t]);
         }
-    pack_pairs_c(dst, W, src, sr, 1, R, kc, p, (kc + 1) / 2);
+    pack_pairs_c(dst, W, s, R, kc, p, (kc + 1) / 2);
 }
 
-TARGET_AVX512BW static void pack_avx512(uint32_t *restrict dst, int64_t W, const uint16_t *restrict src, int64_t sr,
-                                        int64_t sk, int64_t R, int64_t kc) {
+TARGET_AVX512BF16 static void pack_avx512(uint32_t *restrict dst, int64_t W, const pack_src *s, int64_t R, int64_t kc) {
     const int64_t kp = (kc + 1) / 2;
-    if (sr == 1) pack_avx512_rows(dst, W, src, sk, R, kc);
-    else if (sk != 1) pack_c(dst, W, src, sr, sk, R, kc);
-    else
-        for (int64_t i = 0; i * W < R; i++)
-            pack_avx512_words(dst + i * kp * W, W, src + i * W * sr, sr, R - i * W < W ? R - i * W : W, kc);
+    if (s->sr == 1) {
+        pack_avx512_rows(dst, W, s, R, kc);
+    } else if (s->sk != 1) {
+        pack_c(dst, W, s, R, kc);
+    } else {
+        for (int64_t i = 0; i * W < R; i++) {
+            const pack_src si = src_from(s, i * W, 0);
+            pack_avx512_words(dst + i * kp * W, W, &si, R - i * W < W ? R - i * W : W, kc);
+        }
+    }
 }
 #endif
 
@@ -222,7 +307,7 @@ typedef struct bf16_kernel {
     double fmas_per_ns; /* about 0.7x the measured rate, for the pool's estimate (tensor/gemm.c) */
     void (*tile)(int64_t kp, const uint32_t *a, const uint32_t *b, float *acc);
     void (*fused)(int64_t kp, const uint32_t *a, const uint32_t *b, const bf16_out *o, int64_t m, int64_t n);
-    void (*pack)(uint32_t *dst, int64_t W, const uint16_t *src, int64_t sr, int64_t sk, int64_t R, int64_t kc);
+    void (*pack)(uint32_t *dst, int64_t W, const pack_src *src, int64_t R, int64_t kc);
 } bf16_kernel;
 
 enum { PORT_MR = 4, PORT_NR = 8 };
@@ -288,8 +373,6 @@ enum { X512_MR = TG_GEMM_BF16_MR, X512_NR = 32 };
 TARGET_AVX512BW static inline __attribute__((always_inline)) void
 store_avx512(const bf16_out *o, __m512 acc[X512_MR][2], int rows, int64_t m, int64_t n, int src, bool dst_bf16) {
     const __m512 va = _mm512_set1_ps(o->alpha), vb = _mm512_set1_ps(o->beta);
-    const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff), quiet = _mm512_set1_epi32(0x40);
-    const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
     const __mmask16 mk[2] = {(__mmask16)(n >= 16 ? 0xffffu : (1u << n) - 1u),
                              (__mmask16)(n >= 32   ? 0xffffu
                                          : n <= 16 ? 0u
@@ -313,13 +396,7 @@ store_avx512(const bf16_out *o, __m512 acc[X512_MR][2], int rows, int64_t m, int
                 _mm512_mask_storeu_ps((float *)o->dst + i * o->ldd + j, mk[v], r);
                 continue;
             }
-            /* to nearest even as tg_f32_to_bf16: u + 0x7fff + ((u >> 16) & 1),
-             * upper half; a NaN keeps its top bits, made quiet */
-            const __m512i u = _mm512_castps_si512(r);
-            const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
-            __m512i h = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, half)), 16);
-            const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
-            h = _mm512_mask_mov_epi32(h, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), quiet));
+            const __m512i h = _mm512_srli_epi32(round_hi_avx512(r), 16);
             _mm256_mask_storeu_epi16((uint16_t *)o->dst + i * o->ldd + j, mk[v], _mm512_cvtepi32_epi16(h));
         }
     }
@@ -451,7 +528,8 @@ static inline float ref_a(const tg_gemm_bf16_args *g, int64_t i, int64_t k) {
     return k < g->K ? bf16_daz(g->trans_a ? g->A[k * g->lda + i] : g->A[i * g->lda + k]) : 0.0f;
 }
 static inline float ref_b(const tg_gemm_bf16_args *g, int64_t k, int64_t j) {
-    return k < g->K ? bf16_daz(g->trans_b ? g->B[j * g->ldb + k] : g->B[k * g->ldb + j]) : 0.0f;
+    const pack_src b = {g->B, g->b_f32, 0, 0};
+    return k < g->K ? bf16_daz(src_at(&b, g->trans_b ? j * g->ldb + k : k * g->ldb + j)) : 0.0f;
 }
 
 /* Element (i, j) of C_in (g->c_in, or C) and of C, as float32 or bfloat16. */
@@ -534,17 +612,24 @@ static inline int64_t slice_k(const bf16_job *jb, int64_t s) {
     return jb->g->K - k0 < 2 * jb->plan.kcp ? jb->g->K - k0 : 2 * jb->plan.kcp;
 }
 
-/* Panel q of the super-block, every slice. One task of the first round. */
-static void pack_b_task(void *arg, int64_t q, int worker) {
+/* Panels of B packed by one task of the first round: with B's rows
+ * across the columns (not transposed), a pair of rows is read once across
+ * all of them (pack_avx512_rows). */
+#define PACK_B_PANELS 8
+
+/* Panels t PACK_B_PANELS .. of the super-block, every slice (the panels of
+ * a slice lie one after the other, as one pack call writes them). */
+static void pack_b_task(void *arg, int64_t t, int worker) {
     const bf16_job *jb = arg;
     const tg_gemm_bf16_args *g = jb->g;
     (void)worker;
-    const int64_t nr = jb->kn->nr, j0 = jb->s0 + q * nr, n = jb->s0 + jb->ncur - j0 < nr ? jb->s0 + jb->ncur - j0 : nr;
-    const int64_t sr = g->trans_b ? g->ldb : 1, sk = g->trans_b ? 1 : g->ldb;
+    const int64_t nr = jb->kn->nr, q = t * PACK_B_PANELS, j0 = jb->s0 + q * nr, end = jb->s0 + jb->ncur;
+    const int64_t n = end - j0 < PACK_B_PANELS * nr ? end - j0 : PACK_B_PANELS * nr;
+    const pack_src b = {g->B, g->b_f32, g->trans_b ? g->ldb : 1, g->trans_b ? 1 : g->ldb};
     for (int64_t s = 0; s * jb->plan.kcp < jb->plan.kp; s++) {
-        const int64_t k0 = 2 * s * jb->plan.kcp;
+        const pack_src bs = src_from(&b, j0, 2 * s * jb->plan.kcp);
         uint32_t *dst = jb->bpack + s * jb->plan.kcp * jb->plan.ns + q * slice_pairs(jb, s) * nr;
-        jb->kn->pack(dst, nr, g->B + j0 * sr + k0 * sk, sr, sk, n, slice_k(jb, s));
+        jb->kn->pack(dst, nr, &bs, n, slice_k(jb, s));
     }
 }
 
@@ -574,7 +659,7 @@ static void bf16_task(const bf16_job *jb, int worker, int64_t r0, int64_t r1, in
     const tg_gemm_bf16_args *g = jb->g;
     const bf16_kernel *kn = jb->kn;
     const int64_t mr = kn->mr, nr = kn->nr, nsl = (jb->plan.kp + jb->plan.kcp - 1) / jb->plan.kcp;
-    const int64_t sr = g->trans_a ? 1 : g->lda, sk = g->trans_a ? g->lda : 1;
+    const pack_src a = {g->A, false, g->trans_a ? 1 : g->lda, g->trans_a ? g->lda : 1};
     uint32_t *ap = (uint32_t *)(void *)(jb->apack + (size_t)worker * jb->plan.abytes);
     _Alignas(64) float tile[TILE_MAX];
     for (int64_t jc = c0; jc < c1; jc += kn->nc) {
@@ -584,7 +669,8 @@ static void bf16_task(const bf16_job *jb, int worker, int64_t r0, int64_t r1, in
             for (int64_t s = 0; s < nsl; s++) {
                 const int64_t kps = slice_pairs(jb, s), k0 = 2 * s * jb->plan.kcp, kc = slice_k(jb, s);
                 const uint32_t *bs = jb->bpack + s * jb->plan.kcp * jb->plan.ns + (jc - jb->s0) / nr * kps * nr;
-                kn->pack(ap, mr, g->A + ic * sr + k0 * sk, sr, sk, mc, kc);
+                const pack_src as = src_from(&a, ic, k0);
+                kn->pack(ap, mr, &as, mc, kc);
                 for (int64_t q = 0; q * nr < nc; q++) {
                     const int64_t n = nc - q * nr < nr ? nc - q * nr : nr;
                     for (int64_t ir = 0; ir < mc; ir += mr) {
@@ -622,7 +708,7 @@ static void bf16_packed(bf16_job *jb, unsigned char *base) {
     for (jb->s0 = 0; jb->s0 < g->N; jb->s0 += p->ns) {
         jb->ncur = g->N - jb->s0 < p->ns ? g->N - jb->s0 : p->ns;
         jb->np = (jb->ncur + jb->kn->nr - 1) / jb->kn->nr;
-        tg_parallel(p->nt, jb->np, pack_b_task, jb);
+        tg_parallel(p->nt, (jb->np + PACK_B_PANELS - 1) / PACK_B_PANELS, pack_b_task, jb);
         gemm_tasks(jb->mt, jb->np, p->nt, jb->rb, &jb->nrc, &jb->ncc);
         const double fmas = (double)g->M * (double)jb->ncur * (double)g->K;
         tg_parallel_sized(p->nt, jb->nrc * jb->ncc, compute_task, jb, fmas / jb->kn->fmas_per_ns);

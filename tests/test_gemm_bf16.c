@@ -295,6 +295,80 @@ START_TEST(test_bf16_c_in) {
 }
 END_TEST
 
+/* B given as float32 (b_f32): the bits of the product with B rounded to
+ * bfloat16 first (tg_f32_to_bf16), for each kernel and both layouts of B,
+ * values on and between bfloat16's rounding ties, NaN and infinities
+ * included. */
+START_TEST(test_bf16_b_f32) {
+    const bool tb = _i & 1;
+    const int64_t M = 29, N = 45, K = 71;
+    uint64_t seed = 21;
+    mat16 A = mat16_new(M, K, 1, &seed);
+    const int64_t rows = tb ? N : K, cols = tb ? K : N, ld = cols + 3;
+    float *b32 = tg_test_malloc((size_t)(rows * ld) * sizeof *b32);
+    for (int64_t i = 0; i < rows * ld; i++) {
+        uint32_t u = tg_f32_bits((float)rnd(&seed));
+        if (i % 5 == 0) u = (u & 0xffff0000u) | 0x8000u; /* a tie */
+        if (i % 7 == 0) u |= 0x7fffu;                    /* just below a tie */
+        b32[i] = tg_f32_from_bits(u);
+    }
+    b32[3] = NAN, b32[8] = INFINITY, b32[13] = -0x1p-130f;           /* a subnormal, */
+    b32[ld + 2] = tg_f32_from_bits(0x807fffffu);                     /* one that rounds to -2^-126 */
+    for (int64_t i = 0; i < rows * ld; i += 97) b32[i] *= 0x1p-120f; /* products near 2^-126 */
+    mat16 B = {rows, cols, ld, tg_test_malloc((size_t)(rows * ld) * 2)};
+    tg_f32_to_bf16_n(B.x, b32, (size_t)(rows * ld));
+    for (int bf = 0; bf < 2; bf++)
+        for (int i = -1; i < 3; i++) {
+            const tg_gemm_bf16_kernel kn = i < 0 ? TG_GEMM_BF16_REFERENCE : KERNELS[i];
+            if (!tg_gemm_bf16_available(kn)) continue;
+            matc C = matc_new(M, N, 0, bf, &seed), R = matc_copy(&C);
+            tg_gemm_bf16_args g = args16(kn, false, tb, M, N, K, 1.0, &A, &B, 0.5, &R, 2);
+            tg_gemm_bf16_ws(&g, NULL, 0); /* B rounded beforehand */
+            g.B = b32, g.b_f32 = true, g.C = C.x;
+            tg_gemm_bf16_ws(&g, NULL, 0);
+            for (int64_t r = 0; r < M; r++)
+                for (int64_t c = 0; c < N; c++)
+                    ck_assert_msg(matc_bits(&C, r, c) == matc_bits(&R, r, c) ||
+                                      (isnan(matc_get(&C, r, c)) && isnan(matc_get(&R, r, c))),
+                                  "%s tb=%d C %s: C[%lld][%lld] = %a, with B rounded first %a", tg_gemm_bf16_name(kn),
+                                  tb, bf ? "bf16" : "f32", (long long)r, (long long)c, matc_get(&C, r, c),
+                                  matc_get(&R, r, c));
+            free(C.x), free(R.x);
+        }
+    /* a float32 just below 2^-126 rounds up to 2^-126, a normal bfloat16
+     * that counts (its product 1 x 2^-126 is not flushed): C = 2^-126 in
+     * column 5, zero elsewhere, with 32 pairs of K (whole vectors) */
+    enum { K2 = 64, N2 = 16 };
+    uint16_t a1[K2] = {0};
+    float bt[K2 * N2] = {0};
+    a1[0] = tg_f32_to_bf16(1.0f);
+    bt[tb ? 5 * K2 : 5] = tg_f32_from_bits(0x007fffffu);
+    for (int i = -1; i < 3; i++) {
+        const tg_gemm_bf16_kernel kn = i < 0 ? TG_GEMM_BF16_REFERENCE : KERNELS[i];
+        if (!tg_gemm_bf16_available(kn)) continue;
+        float c[N2];
+        const tg_gemm_bf16_args g = {.kernel = kn,
+                                     .trans_b = tb,
+                                     .M = 1,
+                                     .N = N2,
+                                     .K = K2,
+                                     .alpha = 1,
+                                     .A = a1,
+                                     .lda = K2,
+                                     .B = bt,
+                                     .ldb = tb ? K2 : N2,
+                                     .b_f32 = true,
+                                     .C = c,
+                                     .ldc = N2};
+        tg_gemm_bf16_ws(&g, NULL, 0);
+        for (int j = 0; j < N2; j++)
+            ck_assert_msg(c[j] == (j == 5 ? 0x1p-126f : 0.0f), "%s tb=%d: C[%d] = %a", tg_gemm_bf16_name(kn), tb, j,
+                          (double)c[j]);
+    }
+    free(A.x), free(B.x), free(b32);
+}
+END_TEST
+
 /* ---- the reference against float64 ------------------------------------------ *
  * The products of two bfloat16 values are exact in float32, so the error is
  * the roundings of the sums: each of a slice's up to K + 1 steps (K and
@@ -470,6 +544,7 @@ Suite *make_gemm_bf16_suite(void) {
     tcase_add_loop_test(tc, test_bf16_slices, 0, 12);
     tcase_add_loop_test(tc, test_bf16_vs_f64, 0, 4);
     tcase_add_loop_test(tc, test_bf16_degenerate, 0, 2);
+    tcase_add_loop_test(tc, test_bf16_b_f32, 0, 2);
     TCase *td = tg_test_tcase(s, "determinism", NULL, NULL, NULL);
     tcase_set_timeout(td, 600);
     tcase_add_loop_test(td, test_bf16_threads_bitwise, 0, 24);

@@ -222,6 +222,33 @@ START_TEST(test_grads_bf16_vs_f32) {
 }
 END_TEST
 
+/* Second derivatives through a Linear under bfloat16 autocast (its record
+ * takes the float32 parameters; its double-backward rule remakes W's
+ * bfloat16 copy with a recorded cast): the Hessian-vector product of
+ * sum(y^2), y = tanh(x W^T + b), against float32's, within a few
+ * bfloat16 roundings (2^-8 each). */
+START_TEST(test_hvp_bf16_linear) {
+    tg_linear *fc = tg_linear_new1(ctx, "fc", 6, 5);
+    tg_tensor *x = tg_test_rand(ctx, TG_F32, TG_SHAPE(4, 6), -1, 1);
+    tg_tensor *p[2] = {fc->weight, fc->bias}, *v[2], *hv[2], *ref[2];
+    for (int k = 0; k < 2; k++) v[k] = tg_test_rand(ctx, TG_F32, p[k]->ndim, p[k]->shape, -1, 1);
+    for (int pass = 0; pass < 2; pass++) {
+        tg_ctx_set_autocast(ctx, pass ? TG_BF16 : TG_F32);
+        tg_tensor *y = tg_tanh(ctx, tg_linear_forward(ctx, fc, x));
+        if (pass) y = tg_cast(ctx, y, TG_F32);
+        ck_assert_msg(tg_hvp(ctx, tg_sum(ctx, tg_mul(ctx, y, y)), 2, p, v, pass ? hv : ref), "%s",
+                      tg_error_message(ctx));
+    }
+    tg_ctx_set_autocast(ctx, TG_F32);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(hv[k]->dtype, TG_F32);
+        const double e = rel_err(hv[k], ref[k]);
+        ck_assert_msg(e < 0.05, "hvp %s: relative error %g", k ? "bias" : "weight", e);
+    }
+    tg_linear_free(ctx, fc);
+}
+END_TEST
+
 /* A GPT-2 (LayerNorm, attention, GELU, its token table tied to the
  * output) under autocast: every grad float32 and close to the float32
  * model's, the tied table's included (the sum of both of its uses). */
@@ -576,7 +603,7 @@ END_TEST
 
 Suite *make_mixed_precision_suite(void) {
     Suite *s = tg_test_suite("mixed_precision", setup, teardown, test_autocast_setting, test_copy_once_per_step,
-                             test_grads_bf16_vs_f32, test_gpt2_tied_bf16, test_scaler_options,
+                             test_hvp_bf16_linear, test_grads_bf16_vs_f32, test_gpt2_tied_bf16, test_scaler_options,
                              test_scaler_exact_and_growth, test_overflow_skips_sgd, test_overflow_skips_adamw, NULL);
     TCase *t = tg_test_tcase(s, "training", setup, teardown, test_spiral_bf16_f16, test_resume_f16_exact, NULL);
     tcase_set_timeout(t, 300);
