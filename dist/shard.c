@@ -85,7 +85,8 @@ static void make_view(tg_dist_shard *s, int i, int64_t lo, int64_t n, int k) {
                      .data = (char *)p->grad->data + off,
                      .persistent = true,
                      .node_ = -1,
-                     .base_ = tg_root(p->grad)};
+                     .base_ = tg_root(p->grad),
+                     .ctx_ = p->ctx_};
     *v = (tg_tensor){.dtype = p->dtype,
                      .ndim = 1,
                      .numel = n,
@@ -94,7 +95,8 @@ static void make_view(tg_dist_shard *s, int i, int64_t lo, int64_t n, int k) {
                      .requires_grad = true,
                      .persistent = true,
                      .node_ = -1,
-                     .base_ = tg_root(p)};
+                     .base_ = tg_root(p),
+                     .ctx_ = p->ctx_};
     for (int j = 0; j < TG_MAX_DIMS; j++) v->shape[j] = g->shape[j] = j == 0 ? n : 1;
 }
 
