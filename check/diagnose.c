@@ -127,8 +127,7 @@ static int64_t locate(const jac *J, char *buf, size_t size) {
         rows[i / C] = cols[i % C] = 1;
     }
     if (n == K) {
-        say(buf, size, "every element (%lld of %lld) has a column of analytic - numeric beyond the tolerance",
-            (long long)n, (long long)K);
+        say(buf, size, "every element's column of the Jacobians (%lld of %lld)", (long long)n, (long long)K);
     } else if (J->x->ndim < 2) {
         size_t l = (size_t)snprintf(buf, size, "%lld of %lld elements:", (long long)n, (long long)K);
         for (int64_t i = 0, shown = 0; i < K && l < size; i++)

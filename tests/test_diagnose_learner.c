@@ -31,7 +31,8 @@ static void ln_backward(tg_ctx *c, tg_node *node) {
     int bug = (int)tg_node_scalar(node, 0);
     tg_tensor *x = tg_node_input(node, 0), *gamma = tg_node_input(node, 1), *dy = tg_node_grad_output(node);
     int64_t N = x->shape[0], C = x->shape[1];
-    tg_tensor *dx = tg_zeros(c, TG_F64, 2, x->shape), *dg = tg_zeros(c, TG_F64, 1, &C), *db = tg_zeros(c, TG_F64, 1, &C);
+    tg_tensor *dx = tg_zeros(c, TG_F64, 2, x->shape), *dg = tg_zeros(c, TG_F64, 1, &C),
+              *db = tg_zeros(c, TG_F64, 1, &C);
     double xh[16], u[16];
     for (int64_t n = 0; n < N; n++) {
         double mu = 0, var = 0, mu_u = 0, m = 0;
@@ -118,8 +119,8 @@ START_TEST(test_ignores_dy) {
 END_TEST
 
 Suite *make_diagnose_learner_suite(void) {
-    return tg_test_suite("diagnose_learner", setup, teardown, test_right_passes, test_missing_gain,
-                         test_dgamma_one_row, test_swapped, test_ignores_dy, NULL);
+    return tg_test_suite("diagnose_learner", setup, teardown, test_right_passes, test_missing_gain, test_dgamma_one_row,
+                         test_swapped, test_ignores_dy, NULL);
 }
 
 int main(void) { return tg_test_run(make_diagnose_learner_suite()); }

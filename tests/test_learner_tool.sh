@@ -64,7 +64,7 @@ diagnose)
   run 1 check --inject overwrite
   has "diagnosis of x 4x8 (4x8): identity"
   has "overwritten instead of accumulated"
-  has "every element (32 of 32)"
+  has "every element's column of the Jacobians (32 of 32)"
 
   # the bugs written with the custom-op API (inject_norm.c)
   run 1 check --inject rmsnorm-r-const
