@@ -19,10 +19,11 @@
  *   - rank r scales it to w_r x_r (tg_fold: one rounding, in the dtype;
  *     nothing to do when w_r = 1);
  *   - the window is cut into P chunks (tg_dist_split); rank q receives
- *     every rank's piece of chunk q (MPI_Alltoallv), in rank order;
+ *     every other rank's piece of chunk q (tg_comm_exchange: MPI_Isend and
+ *     MPI_Irecv), in rank order;
  *   - rank q folds its P pieces left to right: y = ((p_0 + p_1) + p_2) ...
  *     (tg_fold with weight 1: 1 * p is exactly p), into its own chunk;
- *   - every rank gathers the folded chunks (MPI_Allgatherv, in place).
+ *   - rank q sends its folded chunk to every rank, into the window.
  * Each element's sum is made by one rank, in rank order, whichever rank
  * and whatever MPI's algorithms: the same bits as one process folding the
  * P terms in that order (the gradient accumulator, dist/accum.c). With one

@@ -88,7 +88,7 @@ struct tg_comm {
     bool mpi;      /* the world is MPI's (size may still be 1: mpirun -np 1) */
     bool finalize; /* tg_comm_open initialized MPI, so closing finalizes it */
     MPI_Comm world, roll;
-    MPI_Comm lane[2]; /* lane 0 is world; lane 1 its duplicate for the windows (tg_comm_exchange) */
+    MPI_Comm windows; /* a duplicate of world for the windows' messages (tg_comm_exchange) */
     note mine;        /* this rank's note, alive until close (its sends may still be queued) */
 #endif
 };
@@ -153,15 +153,11 @@ static bool open_mpi(tg_comm *c, int *argc, char ***argv, char *err, size_t err_
         c->mpi = false;
         return false;
     }
-    c->lane[0] = c->world;
-    for (int l = 1; l < 2; l++) {
-        if (!mpi_ok(MPI_Comm_dup(c->world, &c->lane[l]), "MPI_Comm_dup", err, err_size)) {
-            while (--l > 0) MPI_Comm_free(&c->lane[l]);
-            MPI_Comm_free(&c->roll);
-            MPI_Comm_free(&c->world);
-            c->mpi = false;
-            return false;
-        }
+    if (!mpi_ok(MPI_Comm_dup(c->world, &c->windows), "MPI_Comm_dup", err, err_size)) {
+        MPI_Comm_free(&c->roll);
+        MPI_Comm_free(&c->world);
+        c->mpi = false;
+        return false;
     }
     MPI_Comm_rank(c->world, &c->rank);
     MPI_Comm_size(c->world, &c->size);
@@ -220,7 +216,7 @@ void tg_comm_close(tg_comm *c, const tg_allocator *alloc) {
      * end: freeing its communicators or finalizing would wait for it. The
      * pause: see the roll call at the top. */
     if (c->mpi && !c->broken[0]) {
-        for (int l = 1; l < 2; l++) MPI_Comm_free(&c->lane[l]);
+        MPI_Comm_free(&c->windows);
         MPI_Comm_free(&c->roll);
         MPI_Comm_free(&c->world);
         if (c->finalize) MPI_Finalize();
@@ -397,14 +393,14 @@ bool tg_comm_exchange(tg_comm *c, int tag, const void *send, const int *scounts,
     /* the receives first, so the sends find them posted */
     for (int k = 1; k < c->size; k++) {
         const int q = (c->rank + c->size - k) % c->size;
-        if (!mpi_ok(MPI_Irecv((char *)recv + rdispls[q], rcounts[q], MPI_BYTE, q, tag, c->lane[1], &b->req[b->n]),
+        if (!mpi_ok(MPI_Irecv((char *)recv + rdispls[q], rcounts[q], MPI_BYTE, q, tag, c->windows, &b->req[b->n]),
                     "MPI_Irecv", err, err_size))
             return false;
         b->n++;
     }
     for (int k = 1; k < c->size; k++) {
         const int q = (c->rank + k) % c->size;
-        if (!mpi_ok(MPI_Isend((const char *)send + sdispls[q], scounts[q], MPI_BYTE, q, tag, c->lane[1], &b->req[b->n]),
+        if (!mpi_ok(MPI_Isend((const char *)send + sdispls[q], scounts[q], MPI_BYTE, q, tag, c->windows, &b->req[b->n]),
                     "MPI_Isend", err, err_size))
             return false;
         b->n++;
