@@ -1093,10 +1093,11 @@ static void bench_gpt(const options *o, const limits *lim) {
 static bool lowp_native(void) { return tg_gemm_bf16_auto() == TG_GEMM_BF16_AVX512; }
 
 static void lowp_kernel_note(char *buf, size_t size) {
+    const char *k = tg_gemm_bf16_name(TG_GEMM_BF16_AUTO);
     if (lowp_native()) snprintf(buf, size, "bf16 GEMM kernel avx512bf16 (VDPBF16PS)");
-    else
-        snprintf(buf, size, "NO AVX-512 BF16 here: bf16 GEMM kernel %s, float32 speed; bf16 targets as before",
-                 tg_gemm_bf16_name(TG_GEMM_BF16_AUTO));
+    else if (tg_gemm_bf16_available(TG_GEMM_BF16_AVX512))
+        snprintf(buf, size, "bf16 GEMM kernel %s (TG_GEMM_BF16), not VDPBF16PS: the targets of a CPU without it", k);
+    else snprintf(buf, size, "this CPU has NO AVX-512 BF16: bf16 GEMM kernel %s (float32 speed), targets as before", k);
 }
 
 /* step(arg[k]) for k = 0 (f32) and 1 (bf16), alternating LOWP_REPS times:
