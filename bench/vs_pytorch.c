@@ -1185,10 +1185,11 @@ static void bench_generate(const options *o) {
 static bool lowp_native(void) { return tg_gemm_bf16_auto() == TG_GEMM_BF16_AVX512; }
 
 static void lowp_kernel_note(char *buf, size_t size) {
+    const char *k = tg_gemm_bf16_name(TG_GEMM_BF16_AUTO);
     if (lowp_native()) snprintf(buf, size, "bf16 GEMM kernel avx512bf16 (VDPBF16PS)");
-    else
-        snprintf(buf, size, "NO AVX-512 BF16 here: bf16 GEMM kernel %s, float32 speed; bf16 targets as before",
-                 tg_gemm_bf16_name(TG_GEMM_BF16_AUTO));
+    else if (tg_gemm_bf16_available(TG_GEMM_BF16_AVX512))
+        snprintf(buf, size, "bf16 GEMM kernel %s (TG_GEMM_BF16), not VDPBF16PS: the targets of a CPU without it", k);
+    else snprintf(buf, size, "this CPU has NO AVX-512 BF16: bf16 GEMM kernel %s (float32 speed), targets as before", k);
 }
 
 /* step(arg[k]) for k = 0 (f32) and 1 (bf16), alternating LOWP_REPS times:
@@ -1238,6 +1239,21 @@ static void bench_lowp_linear(const options *o, const limits *lim) {
     }
 }
 
+/* A training step's f32 and bf16 mixed rows, timed: their rates, the
+ * bf16 row's note and, with VDPBF16PS, its target (what: its name). */
+static void lowp_steps_done(row *r[2], const char *what) {
+    for (int k = 0; k < 2; k++) {
+        r[k]->rate = 1.0 / r[k]->ours_s;
+        snprintf(r[k]->unit, sizeof r[k]->unit, "steps/s");
+    }
+    char note[128];
+    lowp_kernel_note(note, sizeof note);
+    snprintf(r[1]->extra, sizeof r[1]->extra,
+             "%.2fx the f32 step's speed (best of %d alternating timings each); %s; PyTorch: torch.autocast bf16",
+             r[0]->ours_s / r[1]->ours_s, LOWP_REPS, note);
+    if (lowp_native()) add_target(r[1], what, r[0]->ours_s / r[1]->ours_s, 1.4, true, "x");
+}
+
 static void bench_lowp_mlp(const options *o) {
     const int64_t H = 256, B = 64;
     progress("MLP 784-%lld-%lld-10 batch %lld, f32 and bf16 mixed precision, alternating", (long long)H, (long long)H,
@@ -1252,17 +1268,9 @@ static void bench_lowp_mlp(const options *o) {
                    "MLP step bf16");
     for (int k = 0; k < 2; k++) {
         mlp_free(&m[k]);
-        r[k]->rate = 1.0 / r[k]->ours_s;
-        snprintf(r[k]->unit, sizeof r[k]->unit, "steps/s");
         torch_time(r[k], "%s %lld %lld", k ? "mlp_bf16" : "mlp", (long long)H, (long long)B);
     }
-    char note[128];
-    lowp_kernel_note(note, sizeof note);
-    snprintf(r[1]->extra, sizeof r[1]->extra,
-             "%.2fx the f32 step's speed (best of %d alternating timings each); %s; PyTorch: torch.autocast bf16",
-             r[0]->ours_s / r[1]->ours_s, LOWP_REPS, note);
-    if (lowp_native())
-        add_target(r[1], "MLP step bf16 mixed vs f32 (same run)", r[0]->ours_s / r[1]->ours_s, 1.4, true, "x");
+    lowp_steps_done(r, "MLP step bf16 mixed vs f32 (same run)");
 }
 
 static void bench_lowp_gpt(const options *o) {
@@ -1279,18 +1287,10 @@ static void bench_lowp_gpt(const options *o) {
                    "GPT step bf16");
     for (int k = 0; k < 2; k++) {
         gpt_free(&g[k]);
-        r[k]->rate = 1.0 / r[k]->ours_s;
-        snprintf(r[k]->unit, sizeof r[k]->unit, "steps/s");
         torch_time(r[k], "%s gpt2 %lld %lld %lld %lld %lld", k ? "gpt_bf16" : "gpt", (long long)L, (long long)H,
                    (long long)C, (long long)T, (long long)B);
     }
-    char note[128];
-    lowp_kernel_note(note, sizeof note);
-    snprintf(r[1]->extra, sizeof r[1]->extra,
-             "%.2fx the f32 step's speed (best of %d alternating timings each); %s; PyTorch: torch.autocast bf16",
-             r[0]->ours_s / r[1]->ours_s, LOWP_REPS, note);
-    if (lowp_native())
-        add_target(r[1], "GPT-2 step small bf16 mixed vs f32 (same run)", r[0]->ours_s / r[1]->ours_s, 1.4, true, "x");
+    lowp_steps_done(r, "GPT-2 step small bf16 mixed vs f32 (same run)");
 }
 
 /* --only lowp runs all four parts, --only lowp-norm (-linear, -mlp, -gpt)

@@ -455,7 +455,9 @@ void tg_sequential_free(tg_ctx *ctx, tg_sequential *seq);
  *  - Linear, RMSNorm, LayerNorm run their fused op on a 16-bit copy of
  *    each parameter (tg_autocast_param) and on their input cast to the
  *    compute dtype when it is float32 (tg_autocast_input): the output is
- *    16-bit. The norms keep their statistics in float32.
+ *    16-bit. The norms keep their statistics in float32. A Linear under
+ *    bfloat16 multiplies in bfloat16 and reads W as float32, rounded to
+ *    bfloat16 as its GEMM packs it (the copy's bits; no copy is made).
  *  - Embedding looks the rows up in its float32 table and casts them (the
  *    same values as a lookup in a cast table; its grad stays float32).
  *  - The transformer modules and tg_gpt are made of those, with the
@@ -467,7 +469,8 @@ void tg_sequential_free(tg_ctx *ctx, tg_sequential *seq);
  * Parameters, their grads, optimizer state and checkpoints stay float32,
  * so nothing else changes: the optimizer updates the master weights, a
  * checkpoint saves them exactly. Gradients reach them through tg_cast's
- * backward. A float16 run needs loss scaling (tg_grad_scaler,
+ * backward; a Linear under bfloat16 sums dW and db into the float32 grads
+ * in float32 itself. A float16 run needs loss scaling (tg_grad_scaler,
  * tapegrad/optim.h): float16 gradients below 2^-24 are 0. Outside autocast
  * a 16-bit input to a float32 layer stays an error (TG_ERR_DTYPE, naming
  * tg_ctx_set_autocast): dtypes are never mixed silently. */
