@@ -97,7 +97,19 @@ static bool gelu_cdf_grad(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tenso
     dx[0] = tg_mul(ctx, dy, gelu_pdf(ctx, n->in[0]));
     return tg_ok(ctx);
 }
-static const tg_op_def GELU_CDF = {.name = "gelu_cdf", .backward = gelu_cdf_backward, .backward_graph = gelu_cdf_grad};
+/* t_y = phi(x) t_x (forward over reverse through exact GELU's double
+ * backward) */
+static tg_tensor *gelu_cdf_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
+    const tg_tensor *x = n->in[0];
+    tg_tensor *y = tg_new_like(ctx, "tg_jvp", n->out);
+    for (int64_t i = 0; y && i < y->numel; i++) {
+        const double v = tg_load(x, i);
+        tg_store(y, i, TG_INV_SQRT_2PI * exp(-0.5 * v * v) * tg_load(t[0], i));
+    }
+    return y;
+}
+static const tg_op_def GELU_CDF = {
+    .name = "gelu_cdf", .backward = gelu_cdf_backward, .backward_graph = gelu_cdf_grad, .jvp = gelu_cdf_jvp};
 
 static tg_tensor *gelu_cdf(tg_ctx *ctx, tg_tensor *x) {
     tg_tensor *y = tg_new_like(ctx, "tg_grad", x);

@@ -8,6 +8,7 @@
  * gradients of intermediate tensors are rebuilt by every backward, in
  * gradient blocks (tensor/ctx.c) that backward releases as it goes. */
 #include "autograd/tape.h"
+#include "tensor/profile.h"
 #include "tensor/parallel.h"
 
 #include <string.h>
@@ -33,7 +34,8 @@ static bool grow_tape(tg_ctx *ctx, const char *op) {
     return true;
 }
 
-/* tg_record's error for a stale input k of op; returns NULL. */
+/* tg_record's error for an input k of op that is stale or another
+ * context's; returns NULL. */
 #if defined(__GNUC__)
 __attribute__((noinline, cold))
 #endif
@@ -41,7 +43,7 @@ static tg_node *
 stale_input(tg_ctx *ctx, const char *op, int k, const tg_tensor *t) {
     char what[32];
     snprintf(what, sizeof what, "input %d", k);
-    tg_stale_error(ctx, op, what, t);
+    if (!tg_foreign_error(ctx, op, what, t)) tg_stale_error(ctx, op, what, t);
     return NULL;
 }
 
@@ -75,8 +77,8 @@ tg_node *tg_record(tg_ctx *ctx, const tg_op_def *op, tg_tensor *out, int n_in, t
         version[k] = 0;
         if (!in[k]) continue;
         /* every op checks its arguments (tg_check_arg); this catches one
-         * that forgot, before a stale tensor reaches the tape */
-        if (tg_stale(ctx, in[k])) return stale_input(ctx, op->name, (int)k, in[k]);
+         * that forgot, before a stale or foreign tensor reaches the tape */
+        if (!tg_current(ctx, in[k])) return stale_input(ctx, op->name, (int)k, in[k]);
         version[k] = tg_root(in[k])->version_;
     }
     version[nin] = tg_root(out)->version_;
@@ -86,6 +88,7 @@ tg_node *tg_record(tg_ctx *ctx, const tg_op_def *op, tg_tensor *out, int n_in, t
     out->node_ = (int32_t)ctx->tape.n_nodes;
     out->grad = NULL;
     ctx->tape.n_nodes++;
+    tg_profile_forward(ctx, op->name);
     return n;
 }
 
@@ -324,6 +327,7 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
      * onto the tape being walked. */
     bool was = ctx->tape.grad_enabled, intact = true;
     ctx->tape.grad_enabled = false;
+    tg_profile_walk_begin(ctx);
     for (int64_t k = top; k >= 0 && tg_live(ctx); k--) {
         tg_node *n = &ctx->tape.nodes[k];
         if (!n->out->grad) continue; /* no gradient flows through this record */
@@ -333,10 +337,14 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
             break;
         }
         tg_arena_pos scratch = tg_arena_mark(ctx);
+        double t0 = ctx->profile ? tg_profile_now() : 0;
         n->backward(ctx, n);
+        if (ctx->profile) tg_profile_backward(ctx, n->op->name, tg_profile_now() - t0);
         if (!tg_live(ctx)) backward_failed(ctx, n);
         else if (!keep_tape) release_after(ctx, n, scratch, seed);
+        if (ctx->tape.walked) ctx->tape.walked(ctx, k, ctx->tape.walked_user);
     }
+    tg_profile_walk_end(ctx);
     ctx->tape.grad_enabled = was;
     if (!keep_tape && intact) ctx->tape.consumed = true;
 }

@@ -375,6 +375,11 @@ static tg_tensor *fw_gelu(tg_ctx *ctx, tg_tensor *const *in, void *u) {
 /* ---- reductions ----------------------------------------------------------------- */
 
 static const char *const V_SUM[] = {"3x4", "()", "1", "2x3x4", "16x33", NULL};
+/* sum_axis, mean_axis, max_axis: an integer axis and keepdim */
+static bool build_axis(tg_ctx *ctx, tg_op_case *c) {
+    return build_unary(ctx, c) && check_args(ctx, c, "axis,keepdim", true);
+}
+
 static const char HELP_AXIS[] = "X;axis=A;keepdim=0|1: any shape, the axis (default -1, may be negative) and "
                                 "whether to keep it with size 1 (default 0)";
 static const char *const V_AXIS[] = {"3x4;axis=0",
@@ -386,10 +391,6 @@ static const char *const V_AXIS[] = {"3x4;axis=0",
                                      "1x4;axis=0",
                                      "16x33;axis=1",
                                      NULL};
-
-static bool build_axis(tg_ctx *ctx, tg_op_case *c) {
-    return build_unary(ctx, c) && check_args(ctx, c, "axis,keepdim", true);
-}
 
 /* ---- shapes: transpose, reshape, concat, slice ------------------------------- */
 

@@ -43,12 +43,6 @@ static tg_tensor *finish(tg_ctx *ctx, tg_tensor *xhat, tg_tensor *x, tg_tensor *
  *   xhat = rows * r               mul             (N,C)
  *   y    = xhat * gamma + beta    mul, add
  * 6 records with gamma and no beta (+2 reshapes over several dims). */
-/* For the registry (layers/ops.h): the fused op's arguments, draws and
- * step. */
-const tg_op_def tg_rmsnorm_composed_op =
-    TG_OP("rmsnorm_composed", NULL, NULL, NULL, .args = "norm=1,eps=" TG_STR(TG_RMSNORM_EPS) ",affine=1,bias=0",
-          .inputs = "x=-2:2,gamma=-2:2,beta=-2:2", .f32 = {.h = 1e-2});
-
 tg_tensor *tg_rmsnorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
                                double eps) {
     int64_t N, C;
@@ -67,10 +61,6 @@ tg_tensor *tg_rmsnorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_t
  *   xhat = d * r                  mul             (N,C)
  *   y    = xhat * gamma + beta    mul, add
  * 9 records with gamma and beta (+2 reshapes over several dims). */
-const tg_op_def tg_layernorm_composed_op =
-    TG_OP("layernorm_composed", NULL, NULL, NULL, .args = "norm=1,eps=" TG_STR(TG_LAYERNORM_EPS) ",affine=1,bias=1",
-          .inputs = "x=-2:2,gamma=-2:2,beta=-2:2", .f32 = {.h = 1e-2});
-
 tg_tensor *tg_layernorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
                                  double eps) {
     int64_t N, C;
@@ -81,3 +71,10 @@ tg_tensor *tg_layernorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg
     tg_tensor *r = tg_pow_scalar(ctx, tg_add_scalar(ctx, var, eps), -0.5);
     return finish(ctx, tg_mul(ctx, d, r), x, gamma, beta, ndim_norm);
 }
+
+/* The twins as the registry sees them (layers/ops.h): the fused ops'
+ * arguments, draws and steps. */
+const tg_op_def tg_rmsnorm_composed_op =
+    TG_OP("rmsnorm_composed", NULL, NULL, NULL, .args = TG_RMSNORM_ARGS, .inputs = TG_NORM_INPUTS, .f32 = {.h = 1e-2});
+const tg_op_def tg_layernorm_composed_op = TG_OP("layernorm_composed", NULL, NULL, NULL, .args = TG_LAYERNORM_ARGS,
+                                                 .inputs = TG_NORM_INPUTS, .f32 = {.h = 1e-2});

@@ -10,6 +10,7 @@
 #include "layers/norm.h"
 #include "layers/norm_kernels.h"
 #include "layers/ops.h"
+#include "tensor/profile.h"
 
 /* Forward was, per row,  mu = mean_j x_j,  var = mean_j (x_j - mu)^2,
  *   r = 1 / sqrt(var + eps),  xhat_i = (x_i - mu) r,  y_i = g_i xhat_i + b_i.
@@ -28,13 +29,6 @@ static void layernorm_backward(tg_ctx *ctx, tg_node *n) {
     else tg_layernorm_backward_f32(a.dx, a.dg, a.db, a.dy, a.x, a.g, mean, rstd, a.N, a.C, a.threads);
 }
 
-/* A check's arguments and their defaults are PyTorch's (eps 1e-5, with beta); its
- * float32 step is larger than the default: a perturbed element moves its
- * whole row. */
-const tg_op_def tg_layernorm_op = TG_OP("layernorm", layernorm_backward, tg_layernorm_grad, tg_layernorm_jvp,
-                                        .args = "norm=1,eps=" TG_STR(TG_LAYERNORM_EPS) ",affine=1,bias=1",
-                                        .inputs = "x=-2:2,gamma=-2:2,beta=-2:2", .f32 = {.h = 1e-2});
-
 tg_tensor *tg_layernorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm, double eps) {
     if (x && tg_live(ctx) && !tg_stale(ctx, x) && tg_is_lowp(x->dtype)) /* bfloat16, float16: layers/norm_lowp.c */
         return tg_norm_lowp(ctx, __func__, true, x, gamma, beta, ndim_norm, eps);
@@ -44,5 +38,11 @@ tg_tensor *tg_layernorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_te
     double *mean = a.saved, *rstd = mean ? mean + a.N : NULL;
     if (a.f64) tg_layernorm_forward_f64(a.y, mean, rstd, a.x, a.g, a.b, a.N, a.C, eps, a.threads);
     else tg_layernorm_forward_f32(a.y, mean, rstd, a.x, a.g, a.b, a.N, a.C, eps, a.threads);
+    tg_profile_forward_end(ctx, tg_layernorm_op.name); /* recorded before it ran */
     return a.out;
 }
+
+/* A check's arguments and draws are layers/ops.h's; its float32 step is
+ * larger than the default: a perturbed element moves its whole row. */
+const tg_op_def tg_layernorm_op = TG_OP("layernorm", layernorm_backward, tg_layernorm_grad, tg_layernorm_jvp,
+                                        .args = TG_LAYERNORM_ARGS, .inputs = TG_NORM_INPUTS, .f32 = {.h = 1e-2});

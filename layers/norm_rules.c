@@ -100,11 +100,63 @@ static void norm_dx_backward(tg_ctx *ctx, tg_node *n) {
     }
 }
 
+/* The tangent rule of the norms' backward as a record of its own
+ * (rmsnorm_backward, layernorm_backward, below: made by tg_grad with
+ * create_graph), so forward over reverse (tg_jvp of a gradient) runs
+ * through the fused norms. Per row, with c = x and u = gamma dy (LayerNorm:
+ * both centred, and their tangents too), r = (mean(c^2) + eps)^(-1/2),
+ * xhat = c r, m = mean(u xhat):
+ *   B = r (u - xhat m)
+ *   t_u = t_gamma dy + gamma t_dy
+ *   t_r = -r^3 mean(c t_c),  t_xhat = r t_c + c t_r
+ *   t_m = mean(t_u xhat + u t_xhat)
+ *   t_B = t_r (u - xhat m) + r (t_u - t_xhat m - xhat t_m)
+ * The inputs: x (N, C), gamma (C) or NULL, dy (N, C); f[0] = eps, i[0]:
+ * centred. */
+static tg_tensor *norm_dx_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
+    const tg_tensor *x = n->in[0], *g = n->in[1], *dy = n->in[2];
+    const int64_t N = x->shape[0], C = x->shape[1];
+    const bool centred = n->i[0] != 0;
+    const double eps = n->f[0];
+    double *b = tg_arena_alloc_fn(ctx, "tg_jvp", (size_t)(4 * C) * sizeof *b);
+    tg_tensor *y = tg_new_like(ctx, "tg_jvp", n->out);
+    if (!tg_ok(ctx)) return NULL;
+    double *c = b, *u = b + C, *tc = b + 2 * C, *tu = b + 3 * C;
+    for (int64_t row = 0; row < N; row++) {
+        double mc = 0, mu = 0, mtc = 0, mtu = 0;
+        for (int64_t j = 0; j < C; j++) {
+            const int64_t k = row * C + j;
+            const double gj = g ? tg_load(g, j) : 1.0, tg = g && t[1] ? tg_load(t[1], j) : 0.0;
+            c[j] = tg_load(x, k), u[j] = gj * tg_load(dy, k);
+            tc[j] = tg_load(t[0], k), tu[j] = tg * tg_load(dy, k) + gj * tg_load(t[2], k);
+            mc += c[j], mu += u[j], mtc += tc[j], mtu += tu[j];
+        }
+        double ss = 0, ctc = 0;
+        for (int64_t j = 0; j < C; j++) {
+            if (centred)
+                c[j] -= mc / (double)C, u[j] -= mu / (double)C, tc[j] -= mtc / (double)C, tu[j] -= mtu / (double)C;
+            ss += c[j] * c[j], ctc += c[j] * tc[j];
+        }
+        const double r = 1.0 / sqrt(ss / (double)C + eps), tr = -r * r * r * ctc / (double)C;
+        double m = 0, tm = 0;
+        for (int64_t j = 0; j < C; j++) {
+            const double xh = c[j] * r, txh = r * tc[j] + c[j] * tr;
+            m += u[j] * xh, tm += tu[j] * xh + u[j] * txh;
+        }
+        m /= (double)C, tm /= (double)C;
+        for (int64_t j = 0; j < C; j++) {
+            const double xh = c[j] * r, txh = r * tc[j] + c[j] * tr;
+            tg_store(y, row * C + j, tr * (u[j] - xh * m) + r * (tu[j] - txh * m - xh * tm));
+        }
+    }
+    return y;
+}
+
 /* The norms' backward as recorded ops: i[0] = centered (LayerNorm),
  * f[0] = eps. Their own double backward would be a third derivative:
- * none. */
-static const tg_op_def RMSNORM_DX = {.name = "rmsnorm_backward", .backward = norm_dx_backward};
-static const tg_op_def LAYERNORM_DX = {.name = "layernorm_backward", .backward = norm_dx_backward};
+ * none; their tangent rule is above. */
+static const tg_op_def RMSNORM_DX = {.name = "rmsnorm_backward", .backward = norm_dx_backward, .jvp = norm_dx_jvp};
+static const tg_op_def LAYERNORM_DX = {.name = "layernorm_backward", .backward = norm_dx_backward, .jvp = norm_dx_jvp};
 
 /* dx = B(x, gamma, dy) for x, dy (N,C), gamma (C) or NULL: the norm's
  * backward as a recorded op (rmsnorm_backward / layernorm_backward). */

@@ -73,6 +73,7 @@ tg_tensor *tg_tensor_init(const tg_ctx *ctx, void *mem, tg_dtype dtype, int ndim
     t->data = (unsigned char *)mem + TG_TENSOR_HEAD;
     t->node_ = -1;
     t->epoch_ = ctx->epoch;
+    t->ctx_ = ctx;
     return t;
 }
 
@@ -260,6 +261,7 @@ static tg_tensor *heap_copy(tg_ctx *ctx, const tg_tensor *t, size_t header) {
     p->numel = t->numel;
     p->persistent = true;
     p->node_ = -1;
+    p->ctx_ = ctx;
     return p;
 }
 

@@ -54,6 +54,10 @@ typedef struct tg_tape {
     size_t saved_bytes;    /* what the records saved for backward (tg_tape_saved_bytes) */
     bool consumed;         /* a backward walked it: the next record starts a fresh tape */
     bool grad_enabled;     /* grad mode (tg_set_grad_enabled) */
+    /* Called by backward after each record it ran (index k), or NULL:
+     * dist/overlap.c starts sending gradients that are final. */
+    void (*walked)(struct tg_ctx *ctx, int64_t k, void *user);
+    void *walked_user;
 } tg_tape;
 
 /* A tape with no records, no array yet, grad mode on. */
@@ -82,11 +86,15 @@ typedef enum tg_own_kind {
 typedef struct tg_owned {
     const void *p;
     tg_own_kind kind;
+    bool held; /* a layer in a model or a container (tg_model_add): its holder frees it, tg_module_free refuses it */
 } tg_owned;
 
 /* Autocast (layers/autocast.c): one float32 parameter's 16-bit copy made
  * this step, so that every use in the step shares it (and its gradient
  * flows back through one tg_cast record). */
+/* The per-op profile (tensor/profile.c), NULL while off. */
+typedef struct tg_profile tg_profile;
+
 typedef struct tg_autocast_copy {
     const struct tg_tensor *param; /* the float32 parameter */
     struct tg_tensor *copy;        /* tg_cast(param, dtype), an arena tensor of this step */
@@ -149,6 +157,8 @@ struct tg_ctx {
     tg_autocast_copy *autocast_copies;
     int autocast_count, autocast_cap;
     uint32_t autocast_epoch;
+
+    tg_profile *profile; /* tg_profile_enable; NULL: off */
 
     char message[512]; /* the first error's message */
 };
@@ -233,6 +243,18 @@ bool tg_own(tg_ctx *ctx, const char *fn, const void *p, tg_own_kind kind);
 bool tg_disown(tg_ctx *ctx, const char *fn, const void *p, tg_own_kind kind);
 /* The kind p is registered as (TG_OWN_NONE when it is not). */
 tg_own_kind tg_owned_kind(const tg_ctx *ctx, const void *p);
+/* p's entry when the context owns p as `kind`, else NULL. The pointer is
+ * good until the next tg_own or tg_disown. */
+tg_owned *tg_owned_entry(tg_ctx *ctx, const void *p, tg_own_kind kind);
+/* "a layer", "an optimizer", ...: the kind with its article, for messages. */
+const char *tg_own_kind_name(tg_own_kind kind);
+/* Checks that p is an object of `kind` the context made and has not freed,
+ * by its address alone (p is not read: it may be another context's, or
+ * freed). Otherwise TG_ERR_STATE naming fn and `what` ("the layer"):
+ *   tg_linear_forward: the layer at 0x... is not a layer of this context:
+ *   it was made by another context (use it with that one), or freed
+ * One probe of the registry's hash table. */
+bool tg_check_owned(tg_ctx *ctx, const char *fn, const char *what, const void *p, tg_own_kind kind);
 /* Remembers p among the last frees (for tg_disown's message). */
 void tg_recent_free(tg_ctx *ctx, const void *p, tg_own_kind kind);
 /* True when p lies in the context's arena (live or quarantined chunks). */
@@ -257,12 +279,23 @@ bool tg_persistent_set_owner(tg_ctx *ctx, const char *fn, tg_tensor *t, const vo
 
 /* True for the 16-bit storage dtypes (tensor/half.h). */
 static inline bool tg_is_lowp(tg_dtype d) { return d == TG_BF16 || d == TG_F16; }
+/* True when t is usable in ctx: of this context (every tensor header
+ * records the context that made it, ctx_), and for an arena tensor, of
+ * this step. Two loads of the header's second cache line and two compares. */
+static inline bool tg_current(const tg_ctx *ctx, const tg_tensor *t) { return !tg_stale(ctx, t) && t->ctx_ == ctx; }
+/* Sets TG_ERR_STATE when t, whose header is readable, was made by another
+ * context than ctx, naming fn and `what` ("argument 'b'", "input 1 of
+ * 'add'"):
+ *   tg_add: argument 'b', a (2, 2) float32 tensor, was made by another
+ *   context (0x...), not this one (0x...): ...
+ * and returns true; false (nothing set) otherwise. */
+bool tg_foreign_error(tg_ctx *ctx, const char *fn, const char *what, const tg_tensor *t);
 /* Checks a tensor argument: NULL while healthy is TG_ERR_NULL naming `arg`;
- * an arena tensor from before the last tg_ctx_reset is TG_ERR_STATE
- * (tg_stale_error). Returns false (and does nothing more) when the ctx is
- * already in error. */
+ * a tensor of another context, or an arena tensor from before the last
+ * tg_ctx_reset, is TG_ERR_STATE (tg_foreign_error, tg_stale_error). Returns
+ * false (and does nothing more) when the ctx is already in error. */
 static inline bool tg_check_arg(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t);
-/* tg_check_arg's error: NULL, or stale. Returns false. */
+/* tg_check_arg's error: NULL, another context's, stale, or 16 bits. Returns false. */
 bool tg_check_arg_error(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t);
 /* Inline: every op calls it on every tensor argument. It also refuses a
  * bfloat16 / float16 tensor (TG_ERR_DTYPE: "fn has no bfloat16 path"), so
@@ -272,13 +305,13 @@ bool tg_check_arg_error(tg_ctx *ctx, const char *fn, const char *arg, const tg_t
  * tg_check_arg_any instead. */
 static inline bool tg_check_arg(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t) {
     if (!tg_live(ctx)) return false;
-    if (t && !tg_stale(ctx, t) && !tg_is_lowp(t->dtype)) return true;
+    if (t && tg_current(ctx, t) && !tg_is_lowp(t->dtype)) return true;
     return tg_check_arg_error(ctx, fn, arg, t);
 }
 /* As tg_check_arg, every dtype accepted. */
 static inline bool tg_check_arg_any(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t) {
     if (!tg_live(ctx)) return false;
-    if (t && !tg_stale(ctx, t)) return true;
+    if (t && tg_current(ctx, t)) return true;
     return tg_check_arg_error(ctx, fn, arg, t);
 }
 /* Checks that the scalar argument `what` (e.g. "exponent p") is finite:

@@ -110,6 +110,7 @@ tg_tensor *tg_view(tg_ctx *ctx, tg_tensor *t, int ndim, const int64_t *shape) {
     v->base_ = tg_root(t); /* shares t's data, so t's version counter */
     v->node_ = -1;
     v->epoch_ = ctx->epoch;
+    v->ctx_ = ctx;
     return v;
 }
 

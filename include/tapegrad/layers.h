@@ -155,7 +155,9 @@ tg_tensor *tg_attention_composed(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_ten
  * lists. Fields are read-only for users. A layer's parameters are
  * persistent tensors that require grad (they survive tg_ctx_reset); the
  * layer owns them and its _free frees them. Free layers (or their model)
- * before the context.
+ * before the context. A layer belongs to the context that made it: another
+ * context refuses it in every call (its forward, parameter list, model)
+ * with TG_ERR_STATE, without reading it.
  *
  * Constructors come in three forms, which differ in how the options are
  * given:
@@ -215,7 +217,9 @@ tg_tensor *tg_module_forward(tg_ctx *ctx, tg_module *m, tg_tensor *x);
 size_t tg_module_format(char *buf, size_t size, const tg_module *m);
 /* Prints tg_module_format's text and a newline to out (any length). */
 void tg_module_print(FILE *out, const tg_module *m);
-/* Frees the module and its parameters (any layer kind). NULL is a no-op. */
+/* Frees the module and its parameters (any layer kind). NULL is a no-op. A
+ * module a model, a Sequential or a bigger module (a GPT's lm_head) holds
+ * is refused (TG_ERR_STATE): its holder frees it. */
 void tg_module_free(tg_ctx *ctx, tg_module *m);
 
 /* Linear(in_features, out_features, bias=true), as torch.nn.Linear:
@@ -375,12 +379,14 @@ typedef struct tg_model {
     int count;
     int capacity;
 } tg_model;
-/* Appends m; the model owns it from then on. It takes m in every case: if
- * m cannot be added (the context in error, a duplicate name, out of
- * memory) m is freed, so tg_model_add(ctx, &model,
- * TG_MODULE(tg_linear_new(...))) never leaks. NULL m is TG_ERR_NULL (when
- * the context is healthy); a module already in the model is TG_ERR_VALUE
- * and stays owned by it. */
+/* Appends m; the model owns it from then on (tg_module_free refuses it;
+ * tg_model_free frees it). It takes m in every case: if m cannot be added
+ * (the context in error, a duplicate name, out of memory) m is freed, so
+ * tg_model_add(ctx, &model, TG_MODULE(tg_linear_new(...))) never leaks.
+ * NULL m is TG_ERR_NULL (when the context is healthy). Left where they
+ * are: a module already in the model or held by another model or
+ * container (TG_ERR_VALUE: a module has one holder), and a layer of
+ * another context (TG_ERR_STATE). */
 bool tg_model_add(tg_ctx *ctx, tg_model *model, tg_module *m);
 /* Appends every module's parameters to list, in the order added. */
 bool tg_model_params(tg_ctx *ctx, const tg_model *model, tg_params *list);
@@ -427,9 +433,10 @@ tg_sequential *tg_sequential_new(tg_ctx *ctx, const char *name);
  * tg_model_add: m is freed when it cannot be added (the context in error,
  * NULL seq, a duplicate name, a module without a tensor forward such as an
  * Embedding, out of memory), so a failed add never leaks. Two exceptions
- * keep m where it is and set TG_ERR_VALUE: m already in seq, and m being
- * seq or holding it (a cycle). A module belongs to one model or Sequential
- * at a time. */
+ * keep m where it is and set TG_ERR_VALUE: m already in seq or held by
+ * another model or container, and m being seq or holding it (a cycle). A
+ * module belongs to one model or Sequential at a time. Another context's
+ * seq or m is TG_ERR_STATE. */
 bool tg_sequential_add(tg_ctx *ctx, tg_sequential *seq, tg_module *m);
 /* x through every module in order. An error inside names the module, by
  * name or position, before the module's own message:
@@ -448,7 +455,9 @@ void tg_sequential_free(tg_ctx *ctx, tg_sequential *seq);
  *  - Linear, RMSNorm, LayerNorm run their fused op on a 16-bit copy of
  *    each parameter (tg_autocast_param) and on their input cast to the
  *    compute dtype when it is float32 (tg_autocast_input): the output is
- *    16-bit. The norms keep their statistics in float32.
+ *    16-bit. The norms keep their statistics in float32. A Linear under
+ *    bfloat16 multiplies in bfloat16 and reads W as float32, rounded to
+ *    bfloat16 as its GEMM packs it (the copy's bits; no copy is made).
  *  - Embedding looks the rows up in its float32 table and casts them (the
  *    same values as a lookup in a cast table; its grad stays float32).
  *  - The transformer modules and tg_gpt are made of those, with the
@@ -460,7 +469,8 @@ void tg_sequential_free(tg_ctx *ctx, tg_sequential *seq);
  * Parameters, their grads, optimizer state and checkpoints stay float32,
  * so nothing else changes: the optimizer updates the master weights, a
  * checkpoint saves them exactly. Gradients reach them through tg_cast's
- * backward. A float16 run needs loss scaling (tg_grad_scaler,
+ * backward; a Linear under bfloat16 sums dW and db into the float32 grads
+ * in float32 itself. A float16 run needs loss scaling (tg_grad_scaler,
  * tapegrad/optim.h): float16 gradients below 2^-24 are 0. Outside autocast
  * a 16-bit input to a float32 layer stays an error (TG_ERR_DTYPE, naming
  * tg_ctx_set_autocast): dtypes are never mixed silently. */
@@ -583,8 +593,16 @@ typedef struct tg_gpt_config {
     int64_t context;    /* the most positions a sequence may have */
     int64_t n_layer, n_head, n_embd;
     int64_t hidden;   /* the MLP's; 0: tg_mlp_hidden */
+    double norm_eps;  /* every norm's eps; 0: TG_LAYERNORM_EPS, TG_RMSNORM_EPS
+                         (LLaMA-2 and 3 use 1e-5) */
     double rope_base; /* LLaMA's RoPE base (> 0) */
     tg_dtype dtype;
+    /* run each block under tg_checkpoint when recording: backward
+     * recomputes a block's activations instead of keeping them (the same
+     * gradients, bit for bit; docs/activation-checkpointing.md). Default
+     * false. It changes no parameter: set it on a model's config at any
+     * time (gpt->config.checkpoint = true). */
+    bool checkpoint;
 } tg_gpt_config;
 /* The defaults of an arch: vocab 128, context 64, 4 layers of 4 heads,
  * 128 channels, RoPE base 10000, float32 (the issue's "tiny" size). */
@@ -610,6 +628,84 @@ tg_tensor *tg_gpt_forward(tg_ctx *ctx, tg_gpt *gpt, int64_t B, int64_t T, const 
 /* The mean cross-entropy of the next tokens: targets (B*T) are the ids
  * that follow idx (targets[i] = the token after idx[i]). A scalar. */
 tg_tensor *tg_gpt_loss(tg_ctx *ctx, tg_gpt *gpt, int64_t B, int64_t T, const int64_t *idx, const int64_t *targets);
+/* The same loss from logits a forward already made, so one forward gives
+ * both: logits (..., vocab_size) (tg_gpt_forward's (B, T, vocab_size)),
+ * targets one id per row; 16-bit logits are cast to float32 first, as
+ * autocast computes losses. tg_gpt_loss is tg_gpt_forward then this. */
+tg_tensor *tg_gpt_loss_from(tg_ctx *ctx, tg_tensor *logits, const int64_t *targets);
+/* Frees the model and its parameters (tg_module_free(ctx, TG_MODULE(gpt))).
+ * NULL is a no-op. */
+void tg_gpt_free(tg_ctx *ctx, tg_gpt *gpt);
+
+/* ======================================================================== */
+/* Generation: KV cache and sampling (layers/generate.c)                    */
+/* ======================================================================== */
+/* Text from a tg_gpt, one token at a time, without the tape (grad mode is
+ * off inside). The KV cache keeps each block's keys and values of the
+ * positions seen, so a new token costs one position instead of a forward
+ * over the whole window, and its logits are bitwise those of the full
+ * forward (float32 and float64, up to 256 positions in float64 and 384 in
+ * float32; beyond, to rounding: layers/generate.c says why).
+ *
+ * Life cycle: a cache is persistent (2 n_layer n_embd context elements)
+ * and belongs to one model: make it with tg_gpt_cache_new, feed it tokens
+ * with tg_gpt_cache_forward (each call's activations and logits are arena
+ * tensors, gone at the next tg_ctx_reset, as in training; the cache's
+ * contents survive resets), empty it with tg_gpt_cache_clear, free it
+ * with tg_gpt_cache_free before the model. tg_gpt_generate does all of
+ * this itself and gives the arena back after every token: it needs
+ * nothing from the caller but the prompt.
+ *
+ * When the context fills, tg_gpt_generate slides: the cache is refilled
+ * by one forward over the last `keep` tokens (default half the context),
+ * which then continue at positions 0 .. keep - 1; keep = context gives
+ * every token the last `context` tokens, as a loop without a cache (and
+ * nanoGPT's generate) does, at that loop's cost. */
+typedef struct tg_gpt_cache tg_gpt_cache;
+/* An empty cache for gpt, in the dtype its blocks compute in (under
+ * autocast, the 16-bit one: use it under the same autocast). */
+tg_gpt_cache *tg_gpt_cache_new(tg_ctx *ctx, tg_gpt *gpt);
+/* Runs T >= 1 new tokens idx[0 .. T-1] (one sequence) at the next T
+ * positions, appending their keys and values: logits (1, T, vocab_size),
+ * those of the full forward over every token fed since the last clear.
+ * Errors: more tokens than the context has room left (clear first), a
+ * changed autocast dtype, the errors of tg_gpt_forward. */
+tg_tensor *tg_gpt_cache_forward(tg_ctx *ctx, tg_gpt_cache *cache, int64_t T, const int64_t *idx);
+/* Positions the cache holds (0 for NULL). */
+int64_t tg_gpt_cache_len(const tg_gpt_cache *cache);
+/* Forgets every position (the next token is at position 0 again). */
+void tg_gpt_cache_clear(tg_gpt_cache *cache);
+/* Frees the cache. NULL is a no-op. */
+void tg_gpt_cache_free(tg_ctx *ctx, tg_gpt_cache *cache);
+
+/* How tokens are drawn and generation runs. Start from tg_gen_defaults(). */
+typedef struct tg_gen_opts {
+    double temperature; /* logits / temperature; finite, >= 0; 0: greedy (the argmax). Default 1 */
+    int64_t top_k;      /* keep the k most likely tokens; 0 (default): all */
+    double top_p;       /* then the fewest most likely whose probability reaches top_p; (0, 1], 1 (default): all */
+    uint64_t seed;      /* draw i uses Philox(seed, i): the same seed, the same tokens. Default 0 */
+    int64_t stop;       /* a token id that ends generation (it is output); -1 (default): none */
+    int64_t keep;       /* tokens kept when the context fills, 1..context; 0 (default): context / 2 */
+    bool use_cache;     /* false: a forward over the whole window per token (for comparison). Default true */
+    /* called with each new token; returning false stops. NULL (default): none */
+    bool (*on_token)(void *user, int64_t token);
+    void *user;
+} tg_gen_opts;
+tg_gen_opts tg_gen_defaults(void);
+/* The next token after the last row of logits (..., vocab_size), drawn as
+ * opts says (NULL: the defaults) with draw number `draw` (the Philox
+ * counter). -1 on error: bad options (a negative or NaN temperature, top_p
+ * outside (0, 1], top_k < 0, a stop id out of range), a NaN or +inf
+ * logit, every logit -inf. */
+int64_t tg_sample_token(tg_ctx *ctx, const tg_tensor *logits, const tg_gen_opts *opts, uint64_t draw);
+/* Up to n_new tokens after the prompt (n_prompt ids, 1 <= n_prompt <=
+ * context), written to out; the number written (fewer after the stop
+ * token or a false from on_token), or -1 on error (the context's error:
+ * bad options, a prompt longer than the context or with an id out of
+ * range). Token i is drawn with draw number i. The arena is as it was
+ * when the call returns. */
+int64_t tg_gpt_generate(tg_ctx *ctx, tg_gpt *gpt, int64_t n_prompt, const int64_t *prompt, int64_t n_new,
+                        const tg_gen_opts *opts, int64_t *out);
 
 #ifdef __cplusplus
 }

@@ -47,6 +47,13 @@ static double bug_size(void *user) {
     return s ? strtod(s, NULL) : 0.0;
 }
 
+/* The bugs' descriptors (defined after their backward functions, below):
+ * each its name and wrong backward, and the fused norm's tangent rule (the
+ * forward is right, and so is its tangent). */
+enum { RMS_SUM, RMS_NO_EPS, RMS_OVERWRITE, RMS_SCALE, RMS_PROJ, N_RMS_BUGS };
+enum { LN_NO_MEAN, LN_UNBIASED, N_LN_BUGS };
+static const tg_op_def RMS_BUGS[N_RMS_BUGS], LN_BUGS[N_LN_BUGS];
+
 /* ---- the shared forward ------------------------------------------------------ */
 
 /* The real RMSNorm or LayerNorm forward, recorded with op: the bug's
@@ -136,11 +143,9 @@ static void rmsnorm_recomputed_backward(tg_ctx *ctx, tg_node *n) {
  * factor: its identity part r' u is scaled by r' / r and its projection part
  * (three factors of r') by its cube (docs/gradcheck.md, diagnosis); dbeta
  * = dy is right. */
-static const tg_op_def RMS_SUM = {
-    .name = "rmsnorm[bug:sum]", .backward = rmsnorm_recomputed_backward, .jvp = tg_rmsnorm_jvp};
 static tg_tensor *fw_rmsnorm_sum(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
-    return bug_norm_forward(ctx, &RMS_SUM, false, BUG_SUM, 0.0, &a);
+    return bug_norm_forward(ctx, &RMS_BUGS[RMS_SUM], false, BUG_SUM, 0.0, &a);
 }
 
 /* ---- rmsnorm-no-eps -----------------------------------------------------------
@@ -150,11 +155,9 @@ static tg_tensor *fw_rmsnorm_sum(tg_ctx *ctx, tg_tensor *const *in, void *user) 
  * Relative error of the gradient ~ eps / (2 mean_j x_j^2): invisible for
  * eps = 1e-6 on rows of size ~1 (it hides under rtol), exposed when eps is
  * comparable to mean x^2 (the bug's default spec uses eps = 0.1). */
-static const tg_op_def RMS_NO_EPS = {
-    .name = "rmsnorm[bug:no-eps]", .backward = rmsnorm_recomputed_backward, .jvp = tg_rmsnorm_jvp};
 static tg_tensor *fw_rmsnorm_no_eps(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
-    return bug_norm_forward(ctx, &RMS_NO_EPS, false, BUG_NO_EPS, 0.0, &a);
+    return bug_norm_forward(ctx, &RMS_BUGS[RMS_NO_EPS], false, BUG_NO_EPS, 0.0, &a);
 }
 
 /* ---- layernorm-no-mean -------------------------------------------------------
@@ -195,11 +198,9 @@ static void layernorm_no_mean_backward(tg_ctx *ctx, tg_node *n) {
                                   g ? g->data : NULL, mean, rstd, N, C, tg_threads(ctx));
 }
 
-static const tg_op_def LN_NO_MEAN = {
-    .name = "layernorm[bug:no-mean]", .backward = layernorm_no_mean_backward, .jvp = tg_layernorm_jvp};
 static tg_tensor *fw_layernorm_no_mean(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
-    return bug_norm_forward(ctx, &LN_NO_MEAN, true, 0, 0.0, &a);
+    return bug_norm_forward(ctx, &LN_BUGS[LN_NO_MEAN], true, 0, 0.0, &a);
 }
 
 /* ---- overwrite ------------------------------------------------------------
@@ -217,11 +218,9 @@ static void rmsnorm_overwrite_backward(tg_ctx *ctx, tg_node *n) {
     rms_kernel(ctx, n, dx, n->saved);
 }
 
-static const tg_op_def RMS_OVERWRITE = {
-    .name = "rmsnorm[bug:overwrite]", .backward = rmsnorm_overwrite_backward, .jvp = tg_rmsnorm_jvp};
 static tg_tensor *fw_rmsnorm_overwrite(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
-    tg_tensor *y = bug_norm_forward(ctx, &RMS_OVERWRITE, false, 0, 0.0, &a);
+    tg_tensor *y = bug_norm_forward(ctx, &RMS_BUGS[RMS_OVERWRITE], false, 0, 0.0, &a);
     /* ";uses=1" (target.c): x used once, the bug stays hidden */
     const char *uses = tg_registry_arg(user, "uses");
     if (uses && strcmp(uses, "1") == 0) return y;
@@ -242,12 +241,9 @@ static void rmsnorm_scale_backward(tg_ctx *ctx, tg_node *n) {
     rms_kernel(ctx, n, t, n->saved); /* the right dx into t; dgamma, dbeta */
     for (int64_t i = 0; t && i < t->numel; i++) tg_store(dx, i, tg_load(dx, i) + (1 + n->f[1]) * tg_load(t, i));
 }
-
-static const tg_op_def RMS_SCALE = {
-    .name = "rmsnorm[bug:scale]", .backward = rmsnorm_scale_backward, .jvp = tg_rmsnorm_jvp};
 static tg_tensor *fw_rmsnorm_scale(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
-    return bug_norm_forward(ctx, &RMS_SCALE, false, 0, bug_size(user), &a);
+    return bug_norm_forward(ctx, &RMS_BUGS[RMS_SCALE], false, 0, bug_size(user), &a);
 }
 
 /* ---- rmsnorm-proj -----------------------------------------------------------------
@@ -275,12 +271,9 @@ static void rmsnorm_proj_backward(tg_ctx *ctx, tg_node *n) {
     }
     rms_kernel(ctx, n, NULL, rstd); /* dgamma, dbeta */
 }
-
-static const tg_op_def RMS_PROJ = {
-    .name = "rmsnorm[bug:proj]", .backward = rmsnorm_proj_backward, .jvp = tg_rmsnorm_jvp};
 static tg_tensor *fw_rmsnorm_proj(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
-    return bug_norm_forward(ctx, &RMS_PROJ, false, 0, bug_size(user), &a);
+    return bug_norm_forward(ctx, &RMS_BUGS[RMS_PROJ], false, 0, bug_size(user), &a);
 }
 
 /* ---- layernorm-unbiased -----------------------------------------------------------
@@ -313,12 +306,24 @@ static void layernorm_unbiased_backward(tg_ctx *ctx, tg_node *n) {
                                   g ? g->data : NULL, mean, r, N, C, tg_threads(ctx));
 }
 
-static const tg_op_def LN_UNBIASED = {
-    .name = "layernorm[bug:unbiased]", .backward = layernorm_unbiased_backward, .jvp = tg_layernorm_jvp};
 static tg_tensor *fw_layernorm_unbiased(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
-    return bug_norm_forward(ctx, &LN_UNBIASED, true, 0, 0.0, &a);
+    return bug_norm_forward(ctx, &LN_BUGS[LN_UNBIASED], true, 0, 0.0, &a);
 }
+
+static const tg_op_def RMS_BUGS[N_RMS_BUGS] = {
+    [RMS_SUM] = {.name = "rmsnorm[bug:sum]", .backward = rmsnorm_recomputed_backward, .jvp = tg_rmsnorm_jvp},
+    [RMS_NO_EPS] = {.name = "rmsnorm[bug:no-eps]", .backward = rmsnorm_recomputed_backward, .jvp = tg_rmsnorm_jvp},
+    [RMS_OVERWRITE] = {.name = "rmsnorm[bug:overwrite]", .backward = rmsnorm_overwrite_backward, .jvp = tg_rmsnorm_jvp},
+    [RMS_SCALE] = {.name = "rmsnorm[bug:scale]", .backward = rmsnorm_scale_backward, .jvp = tg_rmsnorm_jvp},
+    [RMS_PROJ] = {.name = "rmsnorm[bug:proj]", .backward = rmsnorm_proj_backward, .jvp = tg_rmsnorm_jvp},
+};
+static const tg_op_def LN_BUGS[N_LN_BUGS] = {
+    [LN_NO_MEAN] = {.name = "layernorm[bug:no-mean]", .backward = layernorm_no_mean_backward, .jvp = tg_layernorm_jvp},
+    [LN_UNBIASED] = {.name = "layernorm[bug:unbiased]",
+                     .backward = layernorm_unbiased_backward,
+                     .jvp = tg_layernorm_jvp},
+};
 
 /* ---- the catalogue ---------------------------------------------------------- */
 
@@ -343,6 +348,10 @@ static const gct_bug BUGS[] = {
      "4x8", gct_bug_rmsnorm_r_const, NULL, 0},
     {"rmsnorm-m-sum", "rmsnorm", "RMSNorm dx sums m = sum(g xhat) instead of averaging it", "", "4x8",
      gct_bug_rmsnorm_m_sum, NULL, 0},
+    {"rmsnorm-ignore-dy", "rmsnorm", "RMSNorm dx ignores the incoming gradient: J^T 1 instead of J^T dy", "", "4x8",
+     gct_bug_rmsnorm_ignore_dy, NULL, 0},
+    {"linear-scale", "linear", "Linear dx times 1 + size (;size=S, default 0.02): a linear op, no truncation error", "",
+     "4x3,5x3", gct_bug_linear_scale, NULL, 0.02},
 };
 
 int gct_bug_count(void) { return (int)(sizeof BUGS / sizeof BUGS[0]); }

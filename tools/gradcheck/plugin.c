@@ -6,7 +6,9 @@
  * command line and repeat; they are taken out of argv before the rest is
  * parsed. A plugin that does not load, lacks the registration symbol, was
  * built against another version of the header or registers a bad op is a
- * usage error (exit status 2) with the reason. */
+ * usage error (exit status 2) with the reason. An op's rules come with its
+ * records (each points to the plugin's tg_op_def), so nothing more is
+ * registered. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <dlfcn.h>

@@ -60,15 +60,30 @@ static void ln_backward_impl(tg_ctx *ctx, tg_node *node, int keep_mean_term) {
 static void ln_backward(tg_ctx *ctx, tg_node *node) { ln_backward_impl(ctx, node, 1); }
 static void ln_backward_bug(tg_ctx *ctx, tg_node *node) { ln_backward_impl(ctx, node, 0); }
 
-/* The ops, with what a check needs: the argument eps and its default, and
- * the values x is drawn from (tg_registry_build_ranges below). */
-static const tg_op_def LN = {
-    .name = "my_layernorm", .forward = ln_forward, .backward = ln_backward, .args = "eps=1e-5", .inputs = "x=-2:2"};
-static const tg_op_def LN_BUG = {.name = "my_layernorm_nomean",
-                                 .forward = ln_forward,
-                                 .backward = ln_backward_bug,
-                                 .args = "eps=1e-5",
-                                 .inputs = "x=-2:2"};
+/* The tangent rule (forward mode), composed of ops on the (N, C) rows:
+ *   t_y = r (t_x - mean(t_x) - xhat mean(xhat t_x))
+ * -- the same for both ops, whose forward is the same. It is in the ops'
+ * descriptors, which their records point to: the tool reaches it although
+ * this plugin links its own copy of tapegrad. */
+static tg_tensor *ln_jvp(tg_ctx *ctx, tg_node *node, tg_tensor *const *t) {
+    tg_tensor *xhat = tg_node_output(node), *rstd = tg_node_saved_tensor(node, 0);
+    int64_t col[2] = {rstd->shape[0], 1};
+    tg_tensor *r = tg_reshape(ctx, rstd, 2, col);
+    tg_tensor *c = tg_sub(ctx, t[0], tg_mean_axis(ctx, t[0], 1, true));
+    tg_tensor *m = tg_mean_axis(ctx, tg_mul(ctx, xhat, t[0]), 1, true);
+    return tg_mul(ctx, r, tg_sub(ctx, c, tg_mul(ctx, xhat, m)));
+}
+
+/* The ops, with their tangent rule and what a check needs: the argument
+ * eps and its default, and the values x is drawn from
+ * (tg_registry_build_ranges below). They differ in name and backward. */
+#define LN_OP(NAME, BACKWARD)                                                                             \
+    {                                                                                                     \
+        .name = (NAME), .forward = ln_forward, .backward = (BACKWARD), .jvp = ln_jvp, .args = "eps=1e-5", \
+        .inputs = "x=-2:2"                                                                                \
+    }
+static const tg_op_def LN = LN_OP("my_layernorm", ln_backward);
+static const tg_op_def LN_BUG = LN_OP("my_layernorm_nomean", ln_backward_bug);
 
 /* The registry calls forward with the case (its arguments) as user. */
 static tg_tensor *apply(tg_ctx *ctx, const tg_op_def *def, tg_tensor *const *in, void *user) {
