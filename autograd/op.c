@@ -100,12 +100,13 @@ static void guarded_backward(tg_ctx *ctx, tg_node *n) {
             continue;
         }
         if (x->grad != own[k] || g->version_ == version[k]) continue; /* replaced, or never handed out */
-        if (own[k]) {
-            memcpy(own[k]->data, g->data, (size_t)g->numel * tg_esize(g->dtype));
-            tg_written(own[k]);
-        } else {
-            x->grad = g; /* a new gradient, as tg_grad_of would have made it */
-        }
+        /* g is scratch: the walk gives the record's arena back after it,
+         * so a new gradient goes into a gradient block, as tg_grad_of
+         * would have made it */
+        tg_tensor *dst = own[k] ? own[k] : tg_grad_of(ctx, x);
+        if (!dst) return;
+        memcpy(dst->data, g->data, (size_t)g->numel * tg_esize(g->dtype));
+        tg_written(dst);
     }
 }
 
