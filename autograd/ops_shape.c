@@ -107,7 +107,7 @@ static void TG_FN(accum_rows)(T *restrict dst, int64_t ld_dst, const T *restrict
 
 #include "autograd/lowp.h"
 #include "autograd/tape.h"
-#include "autograd/unary.h" /* TG_PAR_MIN, TG_PAR_CHUNK */
+#include "autograd/unary.h"
 #include "tensor/parallel.h"
 
 #include <string.h>

@@ -21,6 +21,7 @@ endif()
 
 file(GLOB TG_DIST_SOURCES CONFIGURE_DEPENDS dist/*.c)
 tg_add_library_above(tapegrad_dist dist ${TG_DIST_SOURCES})
+tg_internal_twin(tapegrad_dist tapegrad_internal m $<$<BOOL:${TG_MPI}>:MPI::MPI_C>)
 if(TG_MPI)
   # only dist/comm.c uses it
   target_link_libraries(tapegrad_dist PRIVATE MPI::MPI_C)
@@ -28,9 +29,9 @@ if(TG_MPI)
 endif()
 
 # The programs that train across processes.
-target_link_libraries(spiral PRIVATE tapegrad_dist)
-target_link_libraries(gpt PRIVATE tapegrad_dist)
-target_link_libraries(bench_dist PRIVATE tapegrad_dist)
+target_link_libraries(spiral PRIVATE tapegrad_dist_internal)
+target_link_libraries(gpt PRIVATE tapegrad_dist_internal)
+target_link_libraries(bench_dist PRIVATE tapegrad_dist_internal)
 if(TG_MPI)
   # bench_dist starts its 2-process run itself, with this launcher.
   target_compile_definitions(bench_dist PRIVATE TG_MPIEXEC="${MPIEXEC_EXECUTABLE}")

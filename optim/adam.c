@@ -13,7 +13,6 @@
  * The bias corrections bc1 and bc2 undo the zero start of m and v: at t = 1
  * m = (1 - beta1) g, so m / bc1 = g. */
 #include "optim/internal.h"
-#include "autograd/unary.h" /* TG_PAR_MIN */
 #include "tensor/parallel.h"
 
 #include <math.h>

@@ -59,28 +59,28 @@ typedef struct tg_dist tg_dist;
  * argc and argv are main's (MPI may use them; may be NULL). NULL and an
  * error on failure, e.g. a build without MPI started by mpirun with 2
  * processes (each would train alone). Memory comes from ctx's allocator. */
-tg_dist *tg_dist_init(tg_ctx *ctx, int *argc, char ***argv);
+TG_API tg_dist *tg_dist_init(tg_ctx *ctx, int *argc, char ***argv);
 /* Frees the handle and finalizes MPI when tg_dist_init initialized it.
  * Not a collective, but MPI's finalize waits for the other ranks. */
-void tg_dist_free(tg_dist *d);
+TG_API void tg_dist_free(tg_dist *d);
 
 /* This process's rank (0..size-1) and the number of processes; the number
  * of processes on this machine (to share its cores: give each process
  * cores / local_size threads). A NULL d is rank 0 of 1. */
-int tg_dist_rank(const tg_dist *d);
-int tg_dist_size(const tg_dist *d);
-int tg_dist_local_size(const tg_dist *d);
+TG_API int tg_dist_rank(const tg_dist *d);
+TG_API int tg_dist_size(const tg_dist *d);
+TG_API int tg_dist_local_size(const tg_dist *d);
 /* What carries the messages: the MPI library's name and version, or why
  * there is none ("one process: built without MPI", "one process: not
  * started by mpirun"). */
-const char *tg_dist_backend(const tg_dist *d);
+TG_API const char *tg_dist_backend(const tg_dist *d);
 
 /* Part `part` of `parts` near-equal consecutive parts of `total` items:
  *   start = floor(part * total / parts),  count = start(part + 1) - start,
  * so the sizes differ by at most one and the parts tile [0, total). For
  * splitting a global batch into slices (one per rank, or per micro-batch).
  * Out-of-range arguments give start = count = 0. */
-void tg_dist_split(int64_t total, int parts, int part, int64_t *start, int64_t *count);
+TG_API void tg_dist_split(int64_t total, int parts, int part, int64_t *start, int64_t *count);
 
 /* Rows [start, start + count) of a global batch drawn with replacement
  * from n items by the context's RNG, into index[0..count):
@@ -93,7 +93,7 @@ void tg_dist_split(int64_t total, int parts, int part, int64_t *start, int64_t *
  * the whole batch of B rows (tg_rng_set_state(ctx, seed, offset + B)) on
  * every rank. Not a collective. Errors: n < 1, start < 0, count < 0, a
  * NULL index with count > 0. */
-bool tg_dist_draw(tg_ctx *ctx, int64_t n, int64_t start, int64_t count, int64_t *index);
+TG_API bool tg_dist_draw(tg_ctx *ctx, int64_t n, int64_t start, int64_t count, int64_t *index);
 
 /* ======================================================================== */
 /* Agreement: one rank's failure ends every rank                            */
@@ -105,13 +105,13 @@ bool tg_dist_draw(tg_ctx *ctx, int64_t n, int64_t start, int64_t count, int64_t 
  * failing rank, MESSAGE its context's error, or a note that it printed its
  * reason itself). Call it after anything that can fail on one rank only: a
  * file read, a rank-0-only write, a check of the input. */
-bool tg_dist_agree(tg_ctx *ctx, tg_dist *d, bool ok);
+TG_API bool tg_dist_agree(tg_ctx *ctx, tg_dist *d, bool ok);
 /* Collective. True when `size` bytes at `bytes` are the same on every rank
  * (compared by a 64-bit FNV-1a hash); else false everywhere with the error
  * "WHAT differ between the ranks". E.g. the flags that decide how many
  * steps and collectives a run makes: ranks that disagree would wait for
  * each other forever. */
-bool tg_dist_same(tg_ctx *ctx, tg_dist *d, const void *bytes, size_t size, const char *what);
+TG_API bool tg_dist_same(tg_ctx *ctx, tg_dist *d, const void *bytes, size_t size, const char *what);
 
 /* ======================================================================== */
 /* Broadcast from rank 0                                                    */
@@ -122,16 +122,16 @@ bool tg_dist_same(tg_ctx *ctx, tg_dist *d, const void *bytes, size_t size, const
  * ranks (checked first: an error names the mismatch, nothing is sent). */
 
 /* The n tensors' data. */
-bool tg_dist_broadcast(tg_ctx *ctx, tg_dist *d, tg_tensor *const *tensors, int n);
+TG_API bool tg_dist_broadcast(tg_ctx *ctx, tg_dist *d, tg_tensor *const *tensors, int n);
 /* The parameters' values (not their grads). */
-bool tg_dist_broadcast_params(tg_ctx *ctx, tg_dist *d, tg_params *params);
+TG_API bool tg_dist_broadcast_params(tg_ctx *ctx, tg_dist *d, tg_params *params);
 /* The optimizer's state (moments, momentum buffers and step count, see
  * tg_optim_state), then tg_optim_sync_state: after a resume, every rank
  * continues from rank 0's optimizer. */
-bool tg_dist_broadcast_optim(tg_ctx *ctx, tg_dist *d, tg_optim *opt);
+TG_API bool tg_dist_broadcast_optim(tg_ctx *ctx, tg_dist *d, tg_optim *opt);
 /* The context's RNG state (seed and offset), so every rank draws the same
  * numbers from here on. */
-bool tg_dist_broadcast_rng(tg_ctx *ctx, tg_dist *d);
+TG_API bool tg_dist_broadcast_rng(tg_ctx *ctx, tg_dist *d);
 
 /* ======================================================================== */
 /* All-reduce in rank order                                                 */
@@ -148,20 +148,20 @@ bool tg_dist_broadcast_rng(tg_ctx *ctx, tg_dist *d);
  * about twice the data, as a ring all-reduce does. w must be finite. */
 
 /* The n tensors' data, in place. */
-bool tg_dist_allreduce(tg_ctx *ctx, tg_dist *d, tg_tensor *const *tensors, int n, double weight);
+TG_API bool tg_dist_allreduce(tg_ctx *ctx, tg_dist *d, tg_tensor *const *tensors, int n, double weight);
 /* The parameters' grads, in place: between tg_backward (or
  * tg_grad_accum_finish) and tg_optim_step. A parameter without a grad is
  * an error. With each rank's loss the mean over its b_r rows of a global
  * batch of B, weight = b_r / B gives the gradient of the global mean. */
-bool tg_dist_allreduce_grads(tg_ctx *ctx, tg_dist *d, tg_params *params, double weight);
+TG_API bool tg_dist_allreduce_grads(tg_ctx *ctx, tg_dist *d, tg_params *params, double weight);
 /* n doubles, in place: losses, counts, metrics. */
-bool tg_dist_allreduce_f64(tg_ctx *ctx, tg_dist *d, double *values, int64_t n, double weight);
+TG_API bool tg_dist_allreduce_f64(tg_ctx *ctx, tg_dist *d, double *values, int64_t n, double weight);
 
 /* The largest message of a broadcast or an all-reduce, in bytes (default
  * 4 MiB, at least 64, at most 1 GiB: the value is clamped). Every rank
  * must use the same (collectives check it). */
-void tg_dist_set_bucket_bytes(tg_dist *d, size_t bytes);
-size_t tg_dist_bucket_bytes(const tg_dist *d);
+TG_API void tg_dist_set_bucket_bytes(tg_dist *d, size_t bytes);
+TG_API size_t tg_dist_bucket_bytes(const tg_dist *d);
 
 /* Time and traffic of this rank's all-reduces since the start (or the last
  * reset): calls, MPI messages (the agreement, then 2 per bucket), payload
@@ -171,8 +171,8 @@ typedef struct tg_dist_stats {
     int64_t calls, messages;
     double bytes, seconds;
 } tg_dist_stats;
-tg_dist_stats tg_dist_get_stats(const tg_dist *d);
-void tg_dist_reset_stats(tg_dist *d);
+TG_API tg_dist_stats tg_dist_get_stats(const tg_dist *d);
+TG_API void tg_dist_reset_stats(tg_dist *d);
 
 /* ======================================================================== */
 /* Gradient accumulation (one process)                                      */
@@ -200,17 +200,17 @@ typedef struct tg_grad_accum tg_grad_accum;
 
 /* An accumulator for params' grads (the list must outlive it, and not grow):
  * one persistent sum per parameter. NULL and an error on failure. */
-tg_grad_accum *tg_grad_accum_new(tg_ctx *ctx, tg_params *params);
+TG_API tg_grad_accum *tg_grad_accum_new(tg_ctx *ctx, tg_params *params);
 /* Folds weight * grad into the sums (weight finite). A parameter without a
  * grad is an error. The grads are left as they are. */
-bool tg_grad_accum_add(tg_ctx *ctx, tg_grad_accum *acc, double weight);
+TG_API bool tg_grad_accum_add(tg_ctx *ctx, tg_grad_accum *acc, double weight);
 /* Writes the sums into the grads and starts a new sum. An error when
  * nothing was added since the last finish. */
-bool tg_grad_accum_finish(tg_ctx *ctx, tg_grad_accum *acc);
+TG_API bool tg_grad_accum_finish(tg_ctx *ctx, tg_grad_accum *acc);
 /* Micro-batches added since the last finish. */
-int tg_grad_accum_count(const tg_grad_accum *acc);
+TG_API int tg_grad_accum_count(const tg_grad_accum *acc);
 /* Frees the accumulator and its sums. */
-void tg_grad_accum_free(tg_ctx *ctx, tg_grad_accum *acc);
+TG_API void tg_grad_accum_free(tg_ctx *ctx, tg_grad_accum *acc);
 
 #ifdef __cplusplus
 }

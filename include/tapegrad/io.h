@@ -60,20 +60,20 @@ typedef struct tg_meta {
 
 /* Sets key to value (both copied, valid UTF-8), replacing an old value.
  * Returns false on error. */
-bool tg_meta_set(tg_ctx *ctx, tg_meta *meta, const char *key, const char *value);
+TG_API bool tg_meta_set(tg_ctx *ctx, tg_meta *meta, const char *key, const char *value);
 /* Sets key to value written in decimal. */
-bool tg_meta_set_u64(tg_ctx *ctx, tg_meta *meta, const char *key, uint64_t value);
+TG_API bool tg_meta_set_u64(tg_ctx *ctx, tg_meta *meta, const char *key, uint64_t value);
 /* The value of key, or NULL when absent (sets no error). */
-const char *tg_meta_get(const tg_meta *meta, const char *key);
+TG_API const char *tg_meta_get(const tg_meta *meta, const char *key);
 /* Reads key's value as a decimal uint64 into *value. Errors: key absent
  * (TG_ERR_VALUE), not a decimal number below 2^64 (TG_ERR_FORMAT). */
-bool tg_meta_get_u64(tg_ctx *ctx, const tg_meta *meta, const char *key, uint64_t *value);
+TG_API bool tg_meta_get_u64(tg_ctx *ctx, const tg_meta *meta, const char *key, uint64_t *value);
 /* Frees every key and value and empties the list. */
-void tg_meta_free(tg_meta *meta);
+TG_API void tg_meta_free(tg_meta *meta);
 /* Stores the context's RNG state as "tapegrad.rng.seed" and
  * "tapegrad.rng.offset", and restores it from them. */
-bool tg_meta_set_rng(tg_ctx *ctx, tg_meta *meta);
-bool tg_meta_get_rng(tg_ctx *ctx, const tg_meta *meta);
+TG_API bool tg_meta_set_rng(tg_ctx *ctx, tg_meta *meta);
+TG_API bool tg_meta_get_rng(tg_ctx *ctx, const tg_meta *meta);
 
 /* The file operations a save makes, replaceable per call (tests use this to
  * inject a failure at every write point). Each behaves like its POSIX
@@ -94,7 +94,7 @@ typedef struct tg_ckpt_io {
 } tg_ckpt_io;
 
 /* The POSIX implementations, e.g. for a hook that wraps them. */
-tg_ckpt_io tg_ckpt_io_posix(void);
+TG_API tg_ckpt_io tg_ckpt_io_posix(void);
 
 typedef struct tg_ckpt_options {
     const tg_ckpt_io *io; /* save: file operations (NULL: POSIX) */
@@ -112,20 +112,20 @@ typedef struct tg_ckpt_options {
  * temporary is removed; only when fsyncing the folder after the rename
  * fails does path already hold the new checkpoint. Names must be unique
  * across both lists and not "__metadata__". */
-tg_status tg_ckpt_save(tg_ctx *ctx, const char *path, const tg_params *params, const tg_params *state,
-                       const tg_meta *meta);
+TG_API tg_status tg_ckpt_save(tg_ctx *ctx, const char *path, const tg_params *params, const tg_params *state,
+                              const tg_meta *meta);
 /* As tg_ckpt_save with options (NULL: defaults). */
-tg_status tg_ckpt_save_ex(tg_ctx *ctx, const char *path, const tg_params *params, const tg_params *state,
-                          const tg_meta *meta, const tg_ckpt_options *opt);
+TG_API tg_status tg_ckpt_save_ex(tg_ctx *ctx, const char *path, const tg_params *params, const tg_params *state,
+                                 const tg_meta *meta, const tg_ckpt_options *opt);
 /* Loads path into the existing tensors of params (and state, when not NULL)
  * by name. The file must hold exactly those tensors, each with the same
  * dtype and shape; the whole file is validated and read before any tensor
  * is written, so on error nothing changes. meta (may be NULL) receives the
  * file's metadata, replacing its contents. */
-tg_status tg_ckpt_load(tg_ctx *ctx, const char *path, tg_params *params, tg_params *state, tg_meta *meta);
+TG_API tg_status tg_ckpt_load(tg_ctx *ctx, const char *path, tg_params *params, tg_params *state, tg_meta *meta);
 /* As tg_ckpt_load with options (NULL: defaults). */
-tg_status tg_ckpt_load_ex(tg_ctx *ctx, const char *path, tg_params *params, tg_params *state, tg_meta *meta,
-                          const tg_ckpt_options *opt);
+TG_API tg_status tg_ckpt_load_ex(tg_ctx *ctx, const char *path, tg_params *params, tg_params *state, tg_meta *meta,
+                                 const tg_ckpt_options *opt);
 
 #ifdef __cplusplus
 }
