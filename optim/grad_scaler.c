@@ -289,6 +289,6 @@ void tg_grad_scaler_sync_state(tg_ctx *ctx, tg_grad_scaler *s) {
     s->nseen = 0;
 }
 
-const tg_grad_scaler_opts *tg_grad_scaler_opts_of(const tg_grad_scaler *s) { return s ? &s->opts : NULL; }
+tg_grad_scaler_opts tg_grad_scaler_get_opts(const tg_grad_scaler *s) { return s ? s->opts : tg_grad_scaler_defaults(); }
 
 #endif

@@ -79,6 +79,17 @@ TG_API int64_t tg_optim_steps(const tg_optim *opt);
 TG_API tg_params *tg_optim_state(tg_optim *opt);
 /* Reads "optim.step" back into the step count after a restore. */
 TG_API void tg_optim_sync_state(tg_ctx *ctx, tg_optim *opt);
+/* The optimizer's kind and hyper-parameters as one line in buf, as
+ * snprintf (returns the length the whole text needs; "" for NULL), each
+ * number in the fewest digits that read back exactly:
+ *   adamw lr=0.003 beta1=0.9 beta2=0.999 eps=1e-08 weight_decay=0.01 amsgrad=0
+ *   sgd lr=0.1 momentum=0.9 dampening=0 weight_decay=0 nesterov=0
+ * A training state saves it, and compares it on resuming (tapegrad/train.h). */
+TG_API size_t tg_optim_format(char *buf, size_t size, const tg_optim *opt);
+/* The optimizer's lr schedule the same way: "constant", "step step_size=10
+ * gamma=0.5", "warmup_cosine warmup_steps=4 total_steps=40 start_factor=0.1
+ * min_lr=0.0001", or "callback" (a function has no text). */
+TG_API size_t tg_optim_format_schedule(char *buf, size_t size, const tg_optim *opt);
 
 /* Learning-rate schedules: lr(t) = base_lr * factor(t) at step t (0-based). */
 typedef enum tg_schedule_kind {
@@ -173,6 +184,12 @@ TG_API void tg_grad_scaler_update(tg_ctx *ctx, tg_grad_scaler *scaler);
  * since it last changed. */
 TG_API double tg_grad_scaler_get_scale(const tg_grad_scaler *scaler);
 TG_API int64_t tg_grad_scaler_growth_tracker(const tg_grad_scaler *scaler);
+/* The options the scaler was made with (the defaults for NULL). */
+TG_API tg_grad_scaler_opts tg_grad_scaler_get_opts(const tg_grad_scaler *scaler);
+/* Its settings as one line, as tg_optim_format: "grad_scaler
+ * growth_factor=2 backoff_factor=0.5 growth_interval=2000 enabled=1" (what
+ * must match on resuming; the scale itself is state). */
+TG_API size_t tg_grad_scaler_format(char *buf, size_t size, const tg_grad_scaler *scaler);
 /* The scaler's state for checkpoints: "scaler.scale" and
  * "scaler.growth_tracker", float64 scalars, kept up to date by update.
  * Writing them (a checkpoint load) and calling tg_grad_scaler_sync_state

@@ -1,9 +1,11 @@
-/* tapegrad/train.h: what a training loop shows (train/): loss logs and
- * gnuplot plots, and progress lines. */
+/* tapegrad/train.h: what a training loop shows and keeps (train/): loss
+ * logs and gnuplot plots, progress lines, and the training state saved and
+ * resumed in one call. */
 #ifndef TAPEGRAD_TRAIN_H
 #define TAPEGRAD_TRAIN_H
 
-#include "tapegrad/tensor.h"
+#include "tapegrad/io.h"    /* a training state is a checkpoint... */
+#include "tapegrad/optim.h" /* ...of a model and its optimizers */
 
 #ifdef __cplusplus
 extern "C" {
@@ -152,8 +154,6 @@ TG_API void tg_progress_resume(tg_progress *p, int64_t step);
 /* ======================================================================== */
 /* Training state: save and resume a run in one call (train/state.c)        */
 /* ======================================================================== */
-#include "tapegrad/io.h"
-#include "tapegrad/optim.h"
 
 /* A training-state file is a checkpoint (tapegrad/io.h: safetensors, saved
  * atomically) holding all a run needs to continue bit for bit:
