@@ -90,13 +90,13 @@ static bool is_input(const tg_tensor *t, int n, tg_tensor *const *inputs) {
 static void walk(tg_ctx *ctx, const char *fn, int64_t floor, int64_t top, bool create_graph, int n_inputs,
                  tg_tensor *const *inputs) {
     const tg_tensor *seed = ctx->tape.nodes[top].out->grad;
-    for (int64_t k = top; k >= floor && tg_live(ctx); k--) {
+    for (int64_t k = top; k >= floor && tg_ok(ctx); k--) {
         tg_node *rec = &ctx->tape.nodes[k];
         if (!rec->out->grad) continue;
         if (!tg_record_check(ctx, fn, rec)) return;
         if (!create_graph) {
             rec->backward(ctx, rec);
-            if (!tg_live(ctx)) tg_record_failed(ctx, rec);
+            if (!tg_ok(ctx)) tg_record_failed(ctx, rec);
             else if (rec->out->grad != seed && !is_input(rec->out, n_inputs, inputs) &&
                      tg_grad_release(ctx, rec->out->grad))
                 rec->out->grad = NULL;
@@ -119,7 +119,7 @@ static void walk(tg_ctx *ctx, const char *fn, int64_t floor, int64_t top, bool c
             tg_record_failed(ctx, &n);
             return;
         }
-        for (int i = 0; i < n.n_in && tg_live(ctx); i++) accumulate(ctx, &n, i, d[i]);
+        for (int i = 0; i < n.n_in && tg_ok(ctx); i++) accumulate(ctx, &n, i, d[i]);
     }
 }
 
@@ -158,13 +158,13 @@ bool tg_grad_walk(tg_ctx *ctx, const char *fn, tg_tensor *out, tg_tensor *grad_o
         }
         ctx->tape.grad_enabled = was;
     }
-    for (int i = 0; i < n && tg_live(ctx); i++) {
+    for (int i = 0; i < n && tg_ok(ctx); i++) {
         tg_tensor *g = inputs[i]->grad;
         grads[i] = g ? g : tg_zeros(ctx, inputs[i]->dtype, inputs[i]->ndim, inputs[i]->shape);
     }
     if (top < floor) out->grad = NULL;
     stash_restore(&s);
-    return tg_live(ctx);
+    return tg_ok(ctx);
 }
 
 /* Arguments shared by tg_grad and tg_hvp. */
@@ -174,11 +174,11 @@ static bool check_inputs(tg_ctx *ctx, const char *fn, int n, tg_tensor *const *i
         return false;
     }
     char what[32];
-    for (int i = 0; i < n && tg_live(ctx); i++) {
+    for (int i = 0; i < n && tg_ok(ctx); i++) {
         snprintf(what, sizeof what, "inputs[%d]", i);
         tg_check_arg(ctx, fn, what, inputs[i]); /* sets the error */
     }
-    return tg_live(ctx);
+    return tg_ok(ctx);
 }
 
 bool tg_grad(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, int n, tg_tensor *const *inputs, tg_tensor **grads,
@@ -213,7 +213,7 @@ bool tg_hvp(tg_ctx *ctx, tg_tensor *loss, int n, tg_tensor *const *params, tg_te
     static const char fn[] = "tg_hvp";
     if (!tg_check_arg(ctx, fn, "loss", loss) || !check_inputs(ctx, fn, n, params, hv)) return false;
     if (!v) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'v' is NULL");
+        tg_null_error(ctx, fn, "v");
         return false;
     }
     char s1[TG_SHAPE_STR], s2[TG_SHAPE_STR];
@@ -233,16 +233,16 @@ bool tg_hvp(tg_ctx *ctx, tg_tensor *loss, int n, tg_tensor *const *params, tg_te
     if (!g || !tg_grad(ctx, loss, NULL, n, params, g, true)) return false;
     bool was = tg_set_grad_enabled(ctx, true);
     tg_tensor *dot = NULL;
-    for (int i = 0; i < n && tg_live(ctx); i++) {
+    for (int i = 0; i < n && tg_ok(ctx); i++) {
         tg_tensor *gi = tg_sum(ctx, tg_mul(ctx, g[i], v[i]));
         dot = dot ? tg_add(ctx, dot, gi) : gi;
     }
     tg_set_grad_enabled(ctx, was);
     if (!tg_ok(ctx)) return false;
     if (!dot->requires_grad) { /* the gradient does not depend on params: H = 0 */
-        for (int i = 0; i < n && tg_live(ctx); i++)
+        for (int i = 0; i < n && tg_ok(ctx); i++)
             hv[i] = tg_zeros(ctx, params[i]->dtype, params[i]->ndim, params[i]->shape);
-        return tg_live(ctx);
+        return tg_ok(ctx);
     }
     return tg_grad(ctx, dot, NULL, n, params, hv, false);
 }

@@ -339,7 +339,7 @@ static tg_tensor *run_rule(tg_ctx *ctx, const char *fn, tg_node *n, tg_tensor **
 
 tg_tensor *tg_jvp(tg_ctx *ctx, tg_tensor *out, int n, tg_tensor *const *inputs, tg_tensor *const *tangents) {
     static const char fn[] = "tg_jvp";
-    if (!tg_live(ctx) || !jvp_check_args(ctx, fn, out, n, inputs, tangents)) return NULL;
+    if (!tg_ok(ctx) || !jvp_check_args(ctx, fn, out, n, inputs, tangents)) return NULL;
     const int64_t top = out->node_;
     if (top < 0) { /* out is a leaf: one of the inputs, or a constant */
         for (int j = 0; j < n; j++)
@@ -351,7 +351,7 @@ tg_tensor *tg_jvp(tg_ctx *ctx, tg_tensor *out, int n, tg_tensor *const *inputs, 
     /* Rules use ops: with grad mode off they record nothing on the tape
      * being walked. */
     bool was = tg_set_grad_enabled(ctx, false);
-    for (int64_t k = 0; k <= top && tg_live(ctx); k++) {
+    for (int64_t k = 0; k <= top && tg_ok(ctx); k++) {
         tg_node *nd = &ctx->tape.nodes[k];
         tan[k] = NULL;
         tg_tensor **tin = tg_arena_alloc_fn(ctx, fn, (size_t)(nd->n_in > 0 ? nd->n_in : 1) * sizeof *tin);
@@ -366,6 +366,6 @@ tg_tensor *tg_jvp(tg_ctx *ctx, tg_tensor *out, int n, tg_tensor *const *inputs, 
         if (any && tg_record_check(ctx, fn, nd)) tan[k] = run_rule(ctx, fn, nd, tin);
     }
     tg_set_grad_enabled(ctx, was);
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     return tan[top] ? tan[top] : tg_zeros(ctx, out->dtype, out->ndim, out->shape);
 }

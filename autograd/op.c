@@ -111,7 +111,7 @@ static void guarded_backward(tg_ctx *ctx, tg_node *n) {
 
 tg_tensor *tg_op_apply(tg_ctx *ctx, const tg_op_def *def, int n_in, tg_tensor *const *in, void *user) {
     static const char fn[] = "tg_op_apply";
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (!def || !def->name || !def->forward || !def->backward) {
         tg_error(ctx, TG_ERR_NULL, fn, "the op definition %s", !def ? "is NULL" : "lacks a name, forward or backward");
         return NULL;
@@ -175,9 +175,9 @@ tg_tensor *tg_node_saved_tensor(const tg_node *node, int k) {
 }
 
 bool tg_node_save_tensor(tg_ctx *ctx, tg_node *node, tg_tensor *t) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (!node) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'node' is NULL");
+        tg_null_error(ctx, __func__, "node");
         return false;
     }
     if (!tg_check_arg(ctx, node->op, "the saved tensor", t)) return false;
@@ -202,7 +202,7 @@ bool tg_node_save_tensor(tg_ctx *ctx, tg_node *node, tg_tensor *t) {
 }
 
 bool tg_node_set_scalar(tg_ctx *ctx, tg_node *node, int k, double v) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (!node || k < 0 || k >= TG_NODE_MAX_SCALARS) {
         tg_error(ctx, node ? TG_ERR_INDEX : TG_ERR_NULL, node ? node->op : __func__,
                  "%s: scalar slot %d is outside 0..%d", __func__, k, TG_NODE_MAX_SCALARS - 1);
@@ -222,9 +222,9 @@ bool tg_node_needs_grad(const tg_node *node, int k) {
 
 bool tg_node_accumulate(tg_ctx *ctx, tg_node *node, int k, const tg_tensor *g) {
     static const char fn[] = "tg_node_accumulate";
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (!node) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'node' is NULL");
+        tg_null_error(ctx, fn, "node");
         return false;
     }
     if (k < 0 || k >= node->n_in) {
@@ -259,7 +259,7 @@ bool tg_node_accumulate(tg_ctx *ctx, tg_node *node, int k, const tg_tensor *g) {
 }
 
 void tg_node_error(tg_ctx *ctx, const tg_node *node, const char *fmt, ...) {
-    if (!tg_live(ctx)) return;
+    if (!tg_ok(ctx)) return;
     char buf[400];
     va_list ap;
     va_start(ap, fmt);

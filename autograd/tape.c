@@ -47,7 +47,7 @@ stale_input(tg_ctx *ctx, const char *op, int k, const tg_tensor *t) {
 
 tg_node *tg_record(tg_ctx *ctx, const char *op, tg_backward_fn backward, tg_tensor *out, int n_in,
                    tg_tensor *const *in) {
-    if (!tg_live(ctx) || !out || !tg_needs_grad(ctx, n_in, in)) return NULL;
+    if (!tg_ok(ctx) || !out || !tg_needs_grad(ctx, n_in, in)) return NULL;
     if (ctx->tape.consumed) {
         /* A new forward after a backward: start a fresh tape on top. Records
          * of the consumed tape stay (their tensors are alive until reset),
@@ -94,7 +94,7 @@ void tg_node_count_saved(tg_ctx *ctx, tg_node *node, size_t bytes) {
 }
 
 tg_tensor *tg_grad_of(tg_ctx *ctx, tg_tensor *t) {
-    if (!t || !t->requires_grad || !tg_live(ctx)) return NULL;
+    if (!t || !t->requires_grad || !tg_ok(ctx)) return NULL;
     if (!t->grad) {
         t->grad = tg_grad_block(ctx, "tg_grad_of", t);
         if (!t->grad) return NULL;
@@ -314,7 +314,7 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
      * onto the tape being walked. */
     bool was = ctx->tape.grad_enabled, intact = true;
     ctx->tape.grad_enabled = false;
-    for (int64_t k = top; k >= 0 && tg_live(ctx); k--) {
+    for (int64_t k = top; k >= 0 && tg_ok(ctx); k--) {
         tg_node *n = &ctx->tape.nodes[k];
         if (!n->out->grad) continue; /* no gradient flows through this record */
         if (!record_intact(n)) {
@@ -324,7 +324,7 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
         }
         tg_arena_pos scratch = tg_arena_mark(ctx);
         n->backward(ctx, n);
-        if (!tg_live(ctx)) backward_failed(ctx, n);
+        if (!tg_ok(ctx)) backward_failed(ctx, n);
         else if (!keep_tape) release_after(ctx, n, scratch, seed);
     }
     ctx->tape.grad_enabled = was;

@@ -73,7 +73,7 @@ static void dist_free(tg_dist *d, void *p) {
 /* ---- the world --------------------------------------------------------------- */
 
 tg_dist *tg_dist_init(tg_ctx *ctx, int *argc, char ***argv) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     tg_dist *d = ctx->alloc.alloc(sizeof *d, TG_ALIGN, ctx->alloc.user);
     if (!d) {
         tg_error(ctx, TG_ERR_OOM, __func__, "out of memory");
@@ -129,7 +129,7 @@ void tg_dist_split(int64_t total, int parts, int part, int64_t *start, int64_t *
 }
 
 bool tg_dist_draw(tg_ctx *ctx, int64_t n, int64_t start, int64_t count, int64_t *index) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (n < 1 || start < 0 || count < 0) {
         tg_error(ctx, TG_ERR_VALUE, __func__,
                  "n = %lld, start = %lld, count = %lld: want n >= 1, start >= 0, count >= 0", (long long)n,
@@ -137,7 +137,7 @@ bool tg_dist_draw(tg_ctx *ctx, int64_t n, int64_t start, int64_t count, int64_t 
         return false;
     }
     if (!index && count > 0) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'index' is NULL (count %lld)", (long long)count);
+        tg_null_error(ctx, __func__, "index");
         return false;
     }
     uint64_t seed, offset;
@@ -221,7 +221,7 @@ static bool agree(tg_ctx *ctx, tg_dist *d, const char *fn, bool ok, uint64_t has
 
 bool tg_dist_agree(tg_ctx *ctx, tg_dist *d, bool ok) {
     if (!d) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'd' is NULL");
+        tg_null_error(ctx, __func__, "d");
         return false;
     }
     return agree(ctx, d, __func__, ok, 0, "");
@@ -229,12 +229,12 @@ bool tg_dist_agree(tg_ctx *ctx, tg_dist *d, bool ok) {
 
 bool tg_dist_same(tg_ctx *ctx, tg_dist *d, const void *bytes, size_t size, const char *what) {
     if (!d) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'd' is NULL");
+        tg_null_error(ctx, __func__, "d");
         return false;
     }
     bool ok = true;
     if (!bytes && size) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'bytes' is NULL (size %zu)", size);
+        tg_null_error(ctx, __func__, "bytes");
         ok = false;
     }
     uint64_t h = ok ? fnv1a(FNV_OFFSET, bytes, size) : 0;
@@ -259,7 +259,7 @@ static bool reserve_segs(tg_ctx *ctx, tg_dist *d, const char *fn, int n) {
 
 /* The segments of n tensors' data. */
 static bool tensor_segs(tg_ctx *ctx, tg_dist *d, const char *fn, tg_tensor *const *tensors, int n) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (n < 0 || (n > 0 && !tensors)) {
         tg_error(ctx, n < 0 ? TG_ERR_VALUE : TG_ERR_NULL, fn, "bad tensor list: %d tensors at %p", n,
                  (const void *)tensors);
@@ -268,8 +268,9 @@ static bool tensor_segs(tg_ctx *ctx, tg_dist *d, const char *fn, tg_tensor *cons
     if (!reserve_segs(ctx, d, fn, n)) return false;
     for (int i = 0; i < n; i++) {
         if (!tensors[i]) {
-            tg_error(ctx, TG_ERR_NULL, fn, "tensors[%d] is NULL", i);
-            return false;
+            char name[32];
+            snprintf(name, sizeof name, "tensors[%d]", i);
+            return tg_null_error(ctx, fn, name);
         }
         d->segs[i] = (seg){tensors[i]->data, tensors[i]->numel, tensors[i]->dtype};
     }
@@ -278,9 +279,9 @@ static bool tensor_segs(tg_ctx *ctx, tg_dist *d, const char *fn, tg_tensor *cons
 
 /* The segments of params' values (grads false) or grads (true). */
 static bool param_segs(tg_ctx *ctx, tg_dist *d, const char *fn, const tg_params *params, bool grads) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (!params) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'params' is NULL");
+        tg_null_error(ctx, fn, "params");
         return false;
     }
     if (!reserve_segs(ctx, d, fn, params->count)) return false;
@@ -451,7 +452,7 @@ static bool broadcast(tg_ctx *ctx, tg_dist *d, const char *fn, int nseg, bool ok
 
 /* A NULL d cannot join a collective: the error, and false. */
 static bool no_dist(tg_ctx *ctx, const char *fn) {
-    tg_error(ctx, TG_ERR_NULL, fn, "argument 'd' is NULL");
+    tg_null_error(ctx, fn, "d");
     return false;
 }
 
@@ -469,7 +470,7 @@ bool tg_dist_allreduce_grads(tg_ctx *ctx, tg_dist *d, tg_params *params, double 
 
 bool tg_dist_allreduce_f64(tg_ctx *ctx, tg_dist *d, double *values, int64_t n, double weight) {
     if (!d) return no_dist(ctx, __func__);
-    bool ok = tg_live(ctx) && reserve_segs(ctx, d, __func__, 1);
+    bool ok = tg_ok(ctx) && reserve_segs(ctx, d, __func__, 1);
     if (ok && (n < 0 || (n > 0 && !values))) {
         tg_error(ctx, n < 0 ? TG_ERR_VALUE : TG_ERR_NULL, __func__, "bad values: %lld at %p", (long long)n,
                  (void *)values);
@@ -493,7 +494,7 @@ bool tg_dist_broadcast_params(tg_ctx *ctx, tg_dist *d, tg_params *params) {
 
 bool tg_dist_broadcast_optim(tg_ctx *ctx, tg_dist *d, tg_optim *opt) {
     if (!d) return no_dist(ctx, __func__);
-    if (!opt) tg_error(ctx, TG_ERR_NULL, __func__, "argument 'opt' is NULL");
+    if (!opt) tg_null_error(ctx, __func__, "opt");
     tg_params *state = tg_optim_state(opt);
     bool ok = opt && param_segs(ctx, d, __func__, state, false);
     if (!broadcast(ctx, d, __func__, ok ? state->count : 0, ok)) return false;
@@ -505,7 +506,7 @@ bool tg_dist_broadcast_rng(tg_ctx *ctx, tg_dist *d) {
     if (!d) return no_dist(ctx, __func__);
     uint64_t state[2] = {0, 0};
     double bits[2]; /* the two words, moved as bytes */
-    bool ok = tg_live(ctx) && reserve_segs(ctx, d, __func__, 1);
+    bool ok = tg_ok(ctx) && reserve_segs(ctx, d, __func__, 1);
     if (ok) {
         tg_rng_state(ctx, &state[0], &state[1]);
         memcpy(bits, state, sizeof bits);

@@ -60,7 +60,7 @@ static bool remember(tg_ctx *ctx, int slot, const tg_tensor *p, tg_tensor *copy,
 }
 
 tg_tensor *tg_autocast_param(tg_ctx *ctx, tg_tensor *p) {
-    if (!tg_live(ctx) || !p) return NULL; /* an absent bias or gamma stays absent */
+    if (!tg_ok(ctx) || !p) return NULL; /* an absent bias or gamma stays absent */
     if (!tg_check_arg_any(ctx, __func__, "p", p)) return NULL;
     const tg_dtype dtype = ctx->autocast;
     if (dtype == TG_F32 || p->dtype != TG_F32) return p;

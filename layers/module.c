@@ -50,7 +50,7 @@ bool tg_check_layer_dtype(tg_ctx *ctx, const char *fn, const tg_tensor *x, tg_dt
 
 void *tg_module_alloc(tg_ctx *ctx, const char *fn, size_t size, const char *kind, const char *name, tg_dtype dtype,
                       const tg_module_ops *ops) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (!name) name = "";
     size_t len = strlen(name);
     if (len >= sizeof((tg_module *)0)->name) {
@@ -78,9 +78,9 @@ void *tg_module_alloc(tg_ctx *ctx, const char *fn, size_t size, const char *kind
 }
 
 bool tg_check_layer(tg_ctx *ctx, const char *fn, const void *layer) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (layer) return true;
-    tg_error(ctx, TG_ERR_NULL, fn, "argument 'layer' is NULL");
+    tg_null_error(ctx, fn, "layer");
     return false;
 }
 
@@ -209,10 +209,10 @@ static bool params_at(tg_ctx *ctx, tg_module *m, const char *prefix, tg_params *
 }
 
 bool tg_module_params(tg_ctx *ctx, tg_module *m, tg_params *list) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (!m || !list) {
-        if (!m) tg_error(ctx, TG_ERR_NULL, __func__, "argument 'm' (the layer) is NULL");
-        else tg_error(ctx, TG_ERR_NULL, __func__, "argument 'list' is NULL");
+        if (!m) tg_null_error(ctx, __func__, "m");
+        else tg_null_error(ctx, __func__, "list");
         return false;
     }
     return params_at(ctx, m, m->name, list);
@@ -226,9 +226,9 @@ int64_t tg_module_numel(const tg_module *m) {
 }
 
 tg_tensor *tg_module_forward(tg_ctx *ctx, tg_module *m, tg_tensor *x) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (!m) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'm' (the module) is NULL");
+        tg_null_error(ctx, __func__, "m");
         return NULL;
     }
     if (!m->ops_->forward) {
@@ -270,21 +270,21 @@ void tg_module_free(tg_ctx *ctx, tg_module *m) {
 
 bool tg_module_list_add(tg_ctx *ctx, const char *fn, const char *what, tg_model *list, tg_module *m) {
     if (!m) {
-        if (tg_live(ctx)) tg_error(ctx, TG_ERR_NULL, fn, "argument 'm' is NULL");
+        if (tg_ok(ctx)) tg_null_error(ctx, fn, "m");
         return false;
     }
     if (list)
         for (int i = 0; i < list->count; i++)
             if (list->items[i] == m) {
                 /* already owned by this list: keep it */
-                if (tg_live(ctx)) tg_error(ctx, TG_ERR_VALUE, fn, "module '%s' is already in the %s", m->name, what);
+                if (tg_ok(ctx)) tg_error(ctx, TG_ERR_VALUE, fn, "module '%s' is already in the %s", m->name, what);
                 return false;
             }
     /* From here on the list takes m: on any failure m is freed, so
      * tg_model_add(ctx, &model, TG_MODULE(tg_linear_new(...))) never leaks. */
-    if (!tg_live(ctx)) goto fail;
+    if (!tg_ok(ctx)) goto fail;
     if (!list) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", what);
+        tg_null_error(ctx, fn, what);
         goto fail;
     }
     if (m->name[0])
@@ -317,9 +317,9 @@ bool tg_model_add(tg_ctx *ctx, tg_model *model, tg_module *m) {
 }
 
 bool tg_model_params(tg_ctx *ctx, const tg_model *model, tg_params *list) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (!model || !list) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument '%s' is NULL", !model ? "model" : "list");
+        tg_null_error(ctx, __func__, !model ? "model" : "list");
         return false;
     }
     for (int i = 0; i < model->count; i++)

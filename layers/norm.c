@@ -199,13 +199,13 @@ static const norm_kind LAYERNORM = {"LayerNorm", "tg_layernorm_defaults", tg_lay
  * the argument and its value. */
 static bool check_new(tg_ctx *ctx, const char *fn, int ndim, const int64_t *normalized_shape, double eps,
                       tg_dtype dtype) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (ndim < 1 || ndim > TG_MAX_DIMS) {
         tg_error(ctx, TG_ERR_VALUE, fn, "ndim = %d must be in 1..%d", ndim, TG_MAX_DIMS);
         return false;
     }
     if (!normalized_shape) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'normalized_shape' is NULL");
+        tg_null_error(ctx, fn, "normalized_shape");
         return false;
     }
     for (int d = 0; d < ndim; d++) {
@@ -268,7 +268,7 @@ static tg_tensor *norm_forward(tg_ctx *ctx, const char *fn, const norm_kind *kin
  * defaults are. */
 static void *norm_new_opts(tg_ctx *ctx, const char *fn, const norm_kind *kind, const char *name, int ndim,
                            const int64_t *normalized_shape, double eps, bool affine, bool bias, tg_dtype dtype) {
-    if (eps == 0 && tg_live(ctx)) {
+    if (eps == 0 && tg_ok(ctx)) {
         tg_error(ctx, TG_ERR_VALUE, fn,
                  "eps = 0 must be > 0 and finite (start the options from %s(): a zeroed "
                  "struct is not the defaults)",

@@ -96,7 +96,7 @@ static bool check_opts(tg_ctx *ctx, const char *fn, const tg_grad_scaler_opts *o
 }
 
 tg_grad_scaler *tg_grad_scaler_new(tg_ctx *ctx, const tg_grad_scaler_opts *opts) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     const tg_grad_scaler_opts o = opts ? *opts : tg_grad_scaler_defaults();
     if (!check_opts(ctx, __func__, &o)) return NULL;
     tg_grad_scaler *s = tg_heap_alloc(ctx, sizeof *s);
@@ -151,10 +151,7 @@ void tg_grad_scaler_free(tg_ctx *ctx, tg_grad_scaler *s) {
 
 /* The start of every call but new and free. */
 static bool check_scaler(tg_ctx *ctx, const char *fn, const tg_grad_scaler *s) {
-    if (!tg_live(ctx)) return false;
-    if (s) return true;
-    tg_error(ctx, TG_ERR_NULL, fn, "argument 'scaler' is NULL");
-    return false;
+    return tg_check_ptr(ctx, fn, "scaler", s);
 }
 
 double tg_grad_scaler_get_scale(const tg_grad_scaler *s) {
@@ -208,9 +205,7 @@ static bool unscale(tg_ctx *ctx, const char *fn, tg_grad_scaler *s, tg_optim *op
 }
 
 static bool check_optim(tg_ctx *ctx, const char *fn, const tg_optim *opt) {
-    if (opt) return true;
-    tg_error(ctx, TG_ERR_NULL, fn, "argument 'opt' is NULL");
-    return false;
+    return opt ? true : tg_null_error(ctx, fn, "opt");
 }
 
 bool tg_grad_scaler_unscale(tg_ctx *ctx, tg_grad_scaler *s, tg_optim *opt) {

@@ -32,11 +32,7 @@ static const char *const slot_names[SLOT_COUNT] = {"exp_avg", "exp_avg_sq", "max
 
 tg_optim *tg_optim_make(tg_ctx *ctx, const char *fn, tg_optim_kind kind, tg_params *params, double lr,
                         const bool want[SLOT_COUNT]) {
-    if (!tg_live(ctx)) return NULL;
-    if (!params) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'params' is NULL");
-        return NULL;
-    }
+    if (!tg_check_ptr(ctx, fn, "params", params)) return NULL;
     /* Everything through the context's allocator, remembered for
      * tg_optim_free (which may be called without a context). */
     size_t nslots = (size_t)(params->count ? params->count : 1) * SLOT_COUNT;
@@ -127,11 +123,7 @@ void tg_optim_free(tg_ctx *ctx, tg_optim *o) {
 }
 
 void tg_optim_step(tg_ctx *ctx, tg_optim *o) {
-    if (!tg_live(ctx)) return;
-    if (!o) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'opt' is NULL");
-        return;
-    }
+    if (!tg_check_ptr(ctx, __func__, "opt", o)) return;
     if (o->params->count != o->nparams) {
         tg_error(ctx, TG_ERR_STATE, __func__,
                  "the parameter list changed from %d to %d entries after the optimizer was made", o->nparams,
@@ -159,11 +151,7 @@ void tg_optim_step(tg_ctx *ctx, tg_optim *o) {
 }
 
 void tg_optim_zero_grad(tg_ctx *ctx, tg_optim *o) {
-    if (!tg_live(ctx)) return;
-    if (!o) {
-        tg_error(ctx, TG_ERR_NULL, "tg_optim_zero_grad", "argument 'opt' is NULL");
-        return;
-    }
+    if (!tg_check_ptr(ctx, __func__, "opt", o)) return;
     tg_params_zero_grad(ctx, o->params);
 }
 
@@ -173,11 +161,7 @@ double tg_optim_lr(const tg_optim *o) {
 }
 
 void tg_optim_set_lr(tg_ctx *ctx, tg_optim *o, double lr) {
-    if (!tg_live(ctx)) return;
-    if (!o) {
-        tg_error(ctx, TG_ERR_NULL, "tg_optim_set_lr", "argument 'opt' is NULL");
-        return;
-    }
+    if (!tg_check_ptr(ctx, __func__, "opt", o)) return;
     if (!(lr >= 0) || !isfinite(lr)) {
         tg_error(ctx, TG_ERR_VALUE, "tg_optim_set_lr", "lr=%g must be finite and >= 0", lr);
         return;
@@ -190,7 +174,7 @@ int64_t tg_optim_steps(const tg_optim *o) { return o ? o->step : 0; }
 tg_params *tg_optim_state(tg_optim *o) { return o ? &o->state : NULL; }
 
 void tg_optim_sync_state(tg_ctx *ctx, tg_optim *o) {
-    if (!tg_live(ctx) || !o) return;
+    if (!tg_ok(ctx) || !o) return;
     double s = *(const double *)o->step_tensor->data;
     if (!(s >= 0) || s > 9e15 || s != floor(s)) {
         tg_error(ctx, TG_ERR_VALUE, "tg_optim_sync_state", "optim.step=%g is not a step count", s);
@@ -200,11 +184,7 @@ void tg_optim_sync_state(tg_ctx *ctx, tg_optim *o) {
 }
 
 void tg_optim_set_schedule(tg_ctx *ctx, tg_optim *o, const tg_schedule *sched) {
-    if (!tg_live(ctx)) return;
-    if (!o) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'opt' is NULL");
-        return;
-    }
+    if (!tg_check_ptr(ctx, __func__, "opt", o)) return;
     if (!sched) {
         memset(&o->sched, 0, sizeof o->sched);
         o->sched.kind = TG_SCHED_CONSTANT;

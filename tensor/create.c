@@ -9,13 +9,13 @@
 #define TG_MAX_NUMEL ((int64_t)1 << 56)
 
 bool tg_check_shape(tg_ctx *ctx, const char *fn, int ndim, const int64_t *shape, int64_t *numel) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (ndim < 0 || ndim > TG_MAX_DIMS) {
         tg_error(ctx, TG_ERR_SHAPE, fn, "ndim %d is outside 0..%d", ndim, TG_MAX_DIMS);
         return false;
     }
     if (ndim > 0 && !shape) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'shape' is NULL with ndim %d", ndim);
+        tg_null_error(ctx, fn, "shape");
         return false;
     }
     int64_t n = 1;
@@ -47,7 +47,7 @@ bool tg_check_shape(tg_ctx *ctx, const char *fn, int ndim, const int64_t *shape,
 }
 
 tg_tensor *tg_new_tensor(tg_ctx *ctx, const char *fn, tg_dtype dtype, int ndim, const int64_t *shape) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (dtype != TG_F32 && dtype != TG_F64 && dtype != TG_BF16 && dtype != TG_F16) {
         tg_error(ctx, TG_ERR_DTYPE, fn, "unknown dtype %d", (int)dtype);
         return NULL;
@@ -114,7 +114,7 @@ tg_tensor *tg_full(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, 
 }
 
 tg_tensor *tg_arange(tg_ctx *ctx, tg_dtype dtype, double start, double end, double step) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (!isfinite(start) || !isfinite(end) || !isfinite(step) || step == 0.0) {
         tg_error(ctx, TG_ERR_VALUE, "tg_arange", "start=%g end=%g step=%g: need finite values and step != 0", start,
                  end, step);
@@ -135,11 +135,11 @@ tg_tensor *tg_arange(tg_ctx *ctx, tg_dtype dtype, double start, double end, doub
 }
 
 tg_tensor *tg_from_buffer(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, const void *data) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     tg_tensor *t = tg_new_tensor(ctx, "tg_from_buffer", dtype, ndim, shape);
     if (!t) return NULL;
     if (!data && t->numel > 0) {
-        tg_error(ctx, TG_ERR_NULL, "tg_from_buffer", "argument 'data' is NULL");
+        tg_null_error(ctx, "tg_from_buffer", "data");
         return NULL;
     }
     if (t->numel) memcpy(t->data, data, (size_t)t->numel * tg_esize(dtype));
@@ -165,7 +165,7 @@ static void lowp_half_open(tg_tensor *t, double high) {
 }
 
 tg_tensor *tg_rand(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, double low, double high) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (!check_finite_pair(ctx, "tg_rand", "low", low, "high", high)) return NULL;
     if (!(low <= high)) {
         tg_error(ctx, TG_ERR_VALUE, "tg_rand", "low=%g > high=%g", low, high);
@@ -205,7 +205,7 @@ tg_tensor *tg_rand(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, 
 }
 
 tg_tensor *tg_randn(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, double mean, double std) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (!check_finite_pair(ctx, "tg_randn", "mean", mean, "std", std)) return NULL;
     if (std < 0) {
         tg_error(ctx, TG_ERR_VALUE, "tg_randn", "std=%g is negative", std);

@@ -66,7 +66,7 @@ tg_ctx *tg_ctx_new_with_allocator(uint64_t seed, const tg_allocator *alloc) {
 /* Autocast is a setting of the context, like its thread count: the layers
  * read it (layers/autocast.c, where the copies are made). */
 void tg_ctx_set_autocast(tg_ctx *ctx, tg_dtype dtype) {
-    if (!tg_live(ctx)) return;
+    if (!tg_ok(ctx)) return;
     if (dtype != TG_F32 && dtype != TG_BF16 && dtype != TG_F16) {
         tg_error(ctx, TG_ERR_VALUE, __func__,
                  "dtype %d (%s): autocast computes in TG_BF16 or TG_F16; TG_F32 turns it off", (int)dtype,
@@ -247,7 +247,7 @@ static void note_peak(tg_ctx *ctx) {
 }
 
 void *tg_arena_alloc_fn(tg_ctx *ctx, const char *fn, size_t size) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (size > SIZE_MAX - TG_ALIGN) {
         tg_error(ctx, TG_ERR_OOM, fn, "allocation of %zu bytes overflows", size);
         return NULL;
@@ -299,7 +299,7 @@ void tg_arena_release(tg_ctx *ctx, tg_arena_pos pos) {
 /* ---- gradient blocks ------------------------------------------------------ */
 
 tg_tensor *tg_grad_block(tg_ctx *ctx, const char *fn, const tg_tensor *t) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     const size_t bytes = (size_t)t->numel * tg_esize(t->dtype);
     const size_t need = (TG_TENSOR_HEAD + bytes + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN;
     /* The smallest free block that fits without wasting more than the
@@ -364,7 +364,7 @@ size_t tg_arena_quarantined(const tg_ctx *ctx) { return ctx ? ctx->quarantined :
 
 /* ---- errors ------------------------------------------------------------ */
 
-bool tg_ok(const tg_ctx *ctx) { return ctx && ctx->status == TG_OK; }
+bool(tg_ok)(const tg_ctx *ctx) { return tg_ok(ctx); }
 
 tg_status tg_status_of(const tg_ctx *ctx) { return ctx ? ctx->status : TG_ERR_NULL; }
 
@@ -416,11 +416,13 @@ void tg_error(tg_ctx *ctx, tg_status status, const char *fn, const char *fmt, ..
 
 /* ---- argument checks ---------------------------------------------------- */
 
+bool tg_null_error(tg_ctx *ctx, const char *fn, const char *name) {
+    tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", name);
+    return false;
+}
+
 bool tg_check_arg_error(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t) {
-    if (!t) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", arg);
-        return false;
-    }
+    if (!t) return tg_null_error(ctx, fn, arg);
     char what[96];
     snprintf(what, sizeof what, "argument '%s'", arg);
     if (tg_stale(ctx, t)) tg_stale_error(ctx, fn, what, t);

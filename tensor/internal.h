@@ -170,8 +170,22 @@ static inline void tg_tape_free(tg_ctx *ctx, tg_tape *tape) {
     tape->n_nodes = tape->cap_nodes = 0;
 }
 
-/* True when ctx can be used: non-NULL and not in error. */
-static inline bool tg_live(const tg_ctx *ctx) { return ctx && ctx->status == TG_OK; }
+/* tg_ok (tapegrad/tensor.h: non-NULL and not in error), inline: every
+ * public function asks it first. Programs call the exported function
+ * (tensor/ctx.c), the same test; `(tg_ok)` names that function here too. */
+static inline bool tg_ok_inline(const tg_ctx *ctx) { return ctx && ctx->status == TG_OK; }
+#define tg_ok(ctx) tg_ok_inline(ctx)
+
+/* A NULL pointer argument: sets TG_ERR_NULL "fn: argument 'name' is NULL"
+ * (nothing when the context is already in error) and returns false. The
+ * one spelling of that message. */
+bool tg_null_error(tg_ctx *ctx, const char *fn, const char *name);
+/* Checks a pointer argument: true when the context is healthy and p is not
+ * NULL; else false, with tg_null_error for a NULL p. */
+static inline bool tg_check_ptr(tg_ctx *ctx, const char *fn, const char *name, const void *p) {
+    if (!tg_ok(ctx)) return false;
+    return p ? true : tg_null_error(ctx, fn, name);
+}
 
 /* ---- lifetime (tensor/lifetime.c) ---------------------------------------------
  * Stale tensors: an arena tensor lives until the next tg_ctx_reset. Its
@@ -271,13 +285,13 @@ bool tg_check_arg_error(tg_ctx *ctx, const char *fn, const char *arg, const tg_t
  * function with a low-precision path of its own checks with
  * tg_check_arg_any instead. */
 static inline bool tg_check_arg(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (t && !tg_stale(ctx, t) && !tg_is_lowp(t->dtype)) return true;
     return tg_check_arg_error(ctx, fn, arg, t);
 }
 /* As tg_check_arg, every dtype accepted. */
 static inline bool tg_check_arg_any(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (t && !tg_stale(ctx, t)) return true;
     return tg_check_arg_error(ctx, fn, arg, t);
 }

@@ -58,7 +58,7 @@ bool tg_infer_shape(tg_ctx *ctx, const char *fn, const tg_tensor *t, int ndim, c
         return false;
     }
     if (ndim > 0 && !shape) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'shape' is NULL");
+        tg_null_error(ctx, fn, "shape");
         return false;
     }
     char why[96]; /* what is wrong, if anything */
@@ -144,7 +144,7 @@ void tg_fill(tg_ctx *ctx, tg_tensor *t, double value) {
 /* Flat index of a multi-index, or -1 (with an error) when out of range. */
 static int64_t flat_index(tg_ctx *ctx, const char *fn, const tg_tensor *t, const int64_t *index) {
     if (t->ndim > 0 && !index) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'index' is NULL");
+        tg_null_error(ctx, fn, "index");
         return -1;
     }
     int64_t f = 0;

@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 
 #include "tapegrad.h"
+#include "tensor/internal.h" /* tg_check_ptr, tg_null_error */
 
 #define FORMAT_KEY "tapegrad.train"
 #define FORMAT_VERSION "1"
@@ -57,10 +58,7 @@ static bool put(tg_ctx *ctx, const char *fn, tg_params *list, const char *prefix
 /* Checks the parts: at least one, each with params, names unique and
  * without '.', every tensor present. */
 static bool check_parts(tg_ctx *ctx, const char *fn, const tg_train_part *parts, int nparts) {
-    if (!parts) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'parts' is NULL");
-        return false;
-    }
+    if (!parts) return tg_null_error(ctx, fn, "parts");
     if (nparts < 1 || nparts > MAX_PARTS) {
         tg_error(ctx, TG_ERR_VALUE, fn, "nparts = %d must be in 1..%d", nparts, MAX_PARTS);
         return false;
@@ -69,8 +67,7 @@ static bool check_parts(tg_ctx *ctx, const char *fn, const tg_train_part *parts,
         const tg_train_part *p = &parts[i];
         const char *name = p->name ? p->name : "";
         if (!p->params && nparts == 1 && !p->name) { /* tg_train_save / tg_train_load */
-            tg_error(ctx, TG_ERR_NULL, fn, "argument 'params' is NULL");
-            return false;
+            return tg_null_error(ctx, fn, "params");
         }
         if (!p->params) {
             tg_error(ctx, TG_ERR_NULL, fn, "part %d (\"%s\") has no params", i, name);
@@ -182,11 +179,7 @@ static bool check_regular(tg_ctx *ctx, const char *fn, const char *path, bool ma
 /* The checks every call starts with: false when it must stop (the
  * context's status says why, TG_ERR_NULL for a NULL context). */
 static bool begin(tg_ctx *ctx, const char *fn, const char *path, const tg_train_part *parts, int nparts, bool saving) {
-    if (!tg_ok(ctx)) return false;
-    if (!path) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'path' is NULL");
-        return false;
-    }
+    if (!tg_check_ptr(ctx, fn, "path", path)) return false;
     return check_parts(ctx, fn, parts, nparts) && check_regular(ctx, fn, path, saving);
 }
 
