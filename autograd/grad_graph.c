@@ -125,7 +125,7 @@ static void walk(tg_ctx *ctx, const char *fn, int64_t floor, int64_t top, bool c
 
 bool tg_grad_walk(tg_ctx *ctx, const char *fn, tg_tensor *out, tg_tensor *grad_out, int64_t floor, int n,
                   tg_tensor *const *inputs, tg_tensor **grads, bool create_graph) {
-    int64_t top = out->node_;
+    int64_t top = tg_impl(out)->node;
     stash s = {0};
     bool ok = true;
     if (top >= floor) {
@@ -137,12 +137,12 @@ bool tg_grad_walk(tg_ctx *ctx, const char *fn, tg_tensor *out, tg_tensor *grad_o
             rec->out->grad = NULL;
             for (int i = 0; i < rec->n_in && ok; i++) {
                 tg_tensor *t = rec->in[i];
-                if (t && t->requires_grad && t->node_ < floor) ok = stash_add(ctx, fn, &s, t);
+                if (t && t->requires_grad && tg_impl(t)->node < floor) ok = stash_add(ctx, fn, &s, t);
             }
         }
     }
     for (int i = 0; i < n && ok; i++)
-        if (inputs[i]->node_ < floor || inputs[i]->node_ > top) ok = stash_add(ctx, fn, &s, inputs[i]);
+        if (tg_impl(inputs[i])->node < floor || tg_impl(inputs[i])->node > top) ok = stash_add(ctx, fn, &s, inputs[i]);
     if (!ok) {
         stash_restore(&s);
         return false;
@@ -199,7 +199,7 @@ bool tg_grad(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, int n, tg_t
                  tg_shape_of(s1, out));
         return false;
     }
-    int64_t top = out->node_;
+    int64_t top = tg_impl(out)->node;
     if (top >= 0 && (ctx->tape.consumed || top >= ctx->tape.n_nodes || ctx->tape.nodes[top].out != out)) {
         tg_error(ctx, TG_ERR_STATE, fn,
                  "the tape was already consumed by a backward (tg_grad needs the records of out %s)",

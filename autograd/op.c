@@ -77,7 +77,7 @@ static void guarded_backward(tg_ctx *ctx, tg_node *n) {
         if (own[k] && (own[k]->numel != x->numel || own[k]->dtype != x->dtype)) continue;
         if (!(made[k] = guarded_like(ctx, n, x, own[k]))) return;
         x->grad = made[k];
-        version[k] = made[k]->version_;
+        version[k] = tg_impl(made[k])->version;
     }
     n->user_backward(ctx, n);
     for (int k = 0; k < n->n_in && k < GUARD_INPUTS; k++) {
@@ -99,7 +99,7 @@ static void guarded_backward(tg_ctx *ctx, tg_node *n) {
                      (long long)first, (long long)g->numel - 1);
             continue;
         }
-        if (x->grad != own[k] || g->version_ == version[k]) continue; /* replaced, or never handed out */
+        if (x->grad != own[k] || tg_impl(g)->version == version[k]) continue; /* replaced, or never handed out */
         if (own[k]) {
             memcpy(own[k]->data, g->data, (size_t)g->numel * tg_esize(g->dtype));
             tg_written(own[k]);
@@ -157,7 +157,7 @@ tg_tensor *tg_op_apply(tg_ctx *ctx, const tg_op_def *def, int n_in, tg_tensor *c
     n->n_saved_t = pending.n_saved_t;
     for (int k = 0; k < n->n_saved_t; k++) {
         tg_tensor *t = n->saved_t[k];
-        n->saved_version[k] = tg_root(t)->version_; /* as the forward left it */
+        n->saved_version[k] = tg_version(t); /* as the forward left it */
         if (!kept_by_pointer(n, t)) tg_node_count_saved(ctx, n, (size_t)t->numel * tg_esize(t->dtype));
     }
     return y;
@@ -192,7 +192,7 @@ bool tg_node_save_tensor(tg_ctx *ctx, tg_node *node, tg_tensor *t) {
         node->saved_version = (uint32_t *)(node->saved_t + TG_NODE_MAX_SAVED);
     }
     node->saved_t[node->n_saved_t] = t;
-    node->saved_version[node->n_saved_t] = tg_root(t)->version_;
+    node->saved_version[node->n_saved_t] = tg_version(t);
     node->n_saved_t++;
     /* a record already on the tape (the caller used tg_record itself)
      * counts the bytes now; tg_op_apply counts a pending one's */

@@ -36,7 +36,7 @@ struct tg_node {
     tg_tensor **in; /* n_in inputs (arena array) */
     int n_in;
     int n_saved_t; /* tensors saved by tg_node_save_tensor */
-    /* The version counters (tg_root(t)->version_) of the inputs, then of
+    /* The version counters (tg_version(t)) of the inputs, then of
      * the output, when the op ran: backward checks them before it runs the
      * record, so a saved tensor changed in place since is an error. */
     uint32_t *version;

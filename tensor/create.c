@@ -62,7 +62,7 @@ tg_tensor *tg_new_tensor(tg_ctx *ctx, const char *fn, tg_dtype dtype, int ndim, 
 
 tg_tensor *tg_tensor_init(const tg_ctx *ctx, void *mem, tg_dtype dtype, int ndim, const int64_t *shape, int64_t numel) {
     tg_tensor *t = mem;
-    memset(t, 0, sizeof *t);
+    memset(t, 0, sizeof(tg_tensor_impl));
     t->dtype = dtype;
     t->ndim = ndim;
     /* Two plain loops: a single `i < ndim ? shape[i] : 1` loop becomes a
@@ -71,8 +71,8 @@ tg_tensor *tg_tensor_init(const tg_ctx *ctx, void *mem, tg_dtype dtype, int ndim
     for (int i = ndim; i < TG_MAX_DIMS; i++) t->shape[i] = 1;
     t->numel = numel;
     t->data = (unsigned char *)mem + TG_TENSOR_HEAD;
-    t->node_ = -1;
-    t->epoch_ = ctx->epoch;
+    tg_impl(t)->node = -1;
+    tg_impl(t)->epoch = ctx->epoch;
     return t;
 }
 
@@ -224,7 +224,7 @@ tg_tensor *tg_randn(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape,
 
 /* ---- persistent tensors -------------------------------------------------
  * A persistent tensor is a tg_persistent (the tensor, then its owner) with
- * its data in a second block; its grad, if any, is a bare tg_tensor with
+ * its data in a second block; its grad, if any, is a bare tg_tensor_impl with
  * its own data. Both are in the context's ownership registry (TG_OWN_TENSOR,
  * TG_OWN_GRAD), which is what tg_tensor_free and tg_ctx_free go by. */
 
@@ -241,7 +241,7 @@ static void free_persistent(tg_ctx *ctx, tg_tensor *t) {
     free_block(ctx, t);
 }
 
-/* A heap tensor of `header` bytes (a tg_tensor or a tg_persistent) with t's
+/* A heap tensor of `header` bytes (a tg_tensor_impl or a tg_persistent) with t's
  * shape and dtype and a copy of t's data, not registered. */
 static tg_tensor *heap_copy(tg_ctx *ctx, const tg_tensor *t, size_t header) {
     tg_tensor *p = tg_heap_alloc(ctx, header);
@@ -259,14 +259,14 @@ static tg_tensor *heap_copy(tg_ctx *ctx, const tg_tensor *t, size_t header) {
     memcpy(p->shape, t->shape, sizeof p->shape);
     p->numel = t->numel;
     p->persistent = true;
-    p->node_ = -1;
+    tg_impl(p)->node = -1;
     return p;
 }
 
 /* A zeroed persistent grad for t, registered (NULL and an error naming fn
  * when out of memory). */
 static tg_tensor *new_grad(tg_ctx *ctx, const char *fn, const tg_tensor *t) {
-    tg_tensor *g = heap_copy(ctx, t, sizeof(tg_tensor));
+    tg_tensor *g = heap_copy(ctx, t, sizeof(tg_tensor_impl));
     if (!g) {
         tg_error(ctx, TG_ERR_OOM, fn, "out of memory for the grad");
         return NULL;

@@ -332,7 +332,7 @@ tg_tensor *tg_grad_block(tg_ctx *ctx, const char *fn, const tg_tensor *t) {
     note_peak(ctx);
     TG_UNPOISON(gblock_tensor(b), TG_TENSOR_HEAD + bytes);
     tg_tensor *g = tg_tensor_init(ctx, gblock_tensor(b), t->dtype, t->ndim, t->shape, t->numel);
-    g->grad_block_ = true;
+    tg_impl(g)->grad_block = true;
     tg_parallel_zero(ctx->threads, g->data, bytes); /* big gradients: a few % of a step, on the threads */
     return g;
 }
@@ -340,13 +340,13 @@ tg_tensor *tg_grad_block(tg_ctx *ctx, const char *fn, const tg_tensor *t) {
 /* A block is found from its tensor's address, not by a walk over the
  * blocks: a step that runs thousands of backwards (a second-order
  * gradient check) would pay for the walk quadratically. Only tg_grad_block
- * marks a header grad_block_ (tg_tensor_init clears it), so the address
+ * marks a header grad_block (tg_tensor_init clears it), so the address
  * arithmetic is taken only for a block's own tensor. */
 bool tg_grad_release(tg_ctx *ctx, tg_tensor *g) {
-    if (!g || !g->grad_block_) return false;
+    if (!g || !tg_impl(g)->grad_block) return false;
     tg_gblock *b = (tg_gblock *)((unsigned char *)g - TG_GBLOCK_HEAD);
     if (b->state != TG_GBLOCK_USED) return false;
-    g->epoch_ = TG_EPOCH_RELEASED;
+    tg_impl(g)->epoch = TG_EPOCH_RELEASED;
     TG_POISON(g, b->size);
     b->state = TG_GBLOCK_FREE;
     b->next_free = ctx->gfree;

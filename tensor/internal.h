@@ -37,7 +37,22 @@ enum { TG_GBLOCK_FREE, TG_GBLOCK_USED, TG_GBLOCK_QUARANTINED };
 /* Bytes of a block's header, before its tensor. */
 #define TG_GBLOCK_HEAD ((sizeof(tg_gblock) + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN)
 
-/* The epoch_ a released gradient's header carries: never a step's, so a use
+/* A tensor as the library makes it: the public fields (tapegrad/tensor.h),
+ * then what only the library reads. Every tensor -- an arena tensor, a
+ * view, a gradient block's, a persistent one -- is allocated as one, and
+ * the pointer users hold points at its first member; tg_impl goes back. */
+typedef struct tg_tensor_impl {
+    tg_tensor pub;          /* first: the pointer users hold */
+    bool grad_block;        /* the header of a gradient block (tensor/ctx.c) */
+    int32_t node;           /* index of the tape record that made it, or -1 */
+    uint32_t epoch;         /* the step (reset count) it was made in; unused when persistent */
+    uint32_t version;       /* in-place writes so far (kept by base for a view) */
+    struct tg_tensor *base; /* a view's tensor, whose data and version it shares; NULL if none */
+} tg_tensor_impl;
+/* The library's view of a tensor it made. */
+static inline tg_tensor_impl *tg_impl(const tg_tensor *t) { return (tg_tensor_impl *)(uintptr_t)t; }
+
+/* The epoch a released gradient's header carries: never a step's, so a use
  * of it is stale, and tg_stale_error says it was released. */
 #define TG_EPOCH_RELEASED UINT32_MAX
 
@@ -189,7 +204,7 @@ static inline bool tg_check_ptr(tg_ctx *ctx, const char *fn, const char *name, c
 
 /* ---- lifetime (tensor/lifetime.c) ---------------------------------------------
  * Stale tensors: an arena tensor lives until the next tg_ctx_reset. Its
- * header carries the step it was made in (epoch_), and every use checks it
+ * header carries the step it was made in (epoch), and every use checks it
  * against the context's step (tg_check_arg, inline below; tg_record too,
  * for an op that forgot, so the tape holds only tensors of this step: a
  * reset empties it). Release builds can only see a stale header that no new tensor
@@ -219,9 +234,9 @@ static inline bool tg_check_ptr(tg_ctx *ctx, const char *fn, const char *name, c
 /* True when t is an arena tensor of an earlier step than the context's. */
 static inline bool tg_stale(const tg_ctx *ctx, const tg_tensor *t) {
 #ifdef TG_ASAN
-    if (__asan_region_is_poisoned((void *)(uintptr_t)t, sizeof *t)) return true; /* quarantined or freed */
+    if (__asan_region_is_poisoned((void *)(uintptr_t)t, sizeof(tg_tensor_impl))) return true; /* quarantined or freed */
 #endif
-    return !t->persistent && t->epoch_ != ctx->epoch;
+    return !t->persistent && tg_impl(t)->epoch != ctx->epoch;
 }
 /* Sets TG_ERR_STATE naming fn, the argument `what` (e.g. "argument 'a'",
  * "input 0 of 'mul'") and the step t comes from:
@@ -230,12 +245,16 @@ static inline bool tg_stale(const tg_ctx *ctx, const tg_tensor *t) {
  * Reads t's header only when the arena still holds it. */
 void tg_stale_error(tg_ctx *ctx, const char *fn, const char *what, const tg_tensor *t);
 
-/* The tensor whose version_ counts in-place writes to t's data: t, or the
+/* The tensor whose version counts in-place writes to t's data: t, or the
  * tensor it is a view of. */
-static inline tg_tensor *tg_root(const tg_tensor *t) { return t->base_ ? t->base_ : (tg_tensor *)t; }
+static inline tg_tensor *tg_root(const tg_tensor *t) {
+    return tg_impl(t)->base ? tg_impl(t)->base : (tg_tensor *)(uintptr_t)t;
+}
+/* The count of in-place writes to t's data so far (its root's). */
+static inline uint32_t tg_version(const tg_tensor *t) { return tg_impl(tg_root(t))->version; }
 /* Records an in-place write to t's data (tg_fill, tg_assign, an optimizer
  * step, a checkpoint load...): ops that saved t see it at backward. */
-static inline void tg_written(tg_tensor *t) { tg_root(t)->version_++; }
+static inline void tg_written(tg_tensor *t) { tg_impl(tg_root(t))->version++; }
 
 /* The ownership registry. tg_own adds p (false and TG_ERR_OOM naming fn
  * when the table cannot grow). tg_disown removes p if the context owns it
@@ -256,7 +275,7 @@ bool tg_arena_holds(const tg_ctx *ctx, const void *p);
  * The registry says which pointers are one (TG_OWN_TENSOR); a persistent
  * grad is a bare tg_tensor. */
 typedef struct tg_persistent {
-    tg_tensor t;       /* first: the pointer users hold */
+    tg_tensor_impl t;  /* first: the pointer users hold */
     const void *owner; /* the layer or optimizer it belongs to, or NULL */
     char role[160];    /* what it is to its owner, for tg_tensor_free's message */
 } tg_persistent;
@@ -344,8 +363,8 @@ bool tg_grad_release(tg_ctx *ctx, tg_tensor *g);
 /* Initializes the tensor header at mem for (dtype, ndim, shape, numel),
  * data right after the header rounded up to TG_ALIGN (tg_tensor_head). */
 tg_tensor *tg_tensor_init(const tg_ctx *ctx, void *mem, tg_dtype dtype, int ndim, const int64_t *shape, int64_t numel);
-/* Bytes of a tensor header in the arena: sizeof(tg_tensor) rounded up to TG_ALIGN. */
-#define TG_TENSOR_HEAD ((sizeof(tg_tensor) + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN)
+/* Bytes of a tensor header in the arena: sizeof(tg_tensor_impl) rounded up to TG_ALIGN. */
+#define TG_TENSOR_HEAD ((sizeof(tg_tensor_impl) + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN)
 
 /* A new arena tensor with uninitialized data (NULL and an error on failure). */
 tg_tensor *tg_new_tensor(tg_ctx *ctx, const char *fn, tg_dtype dtype, int ndim, const int64_t *shape);

@@ -2,7 +2,7 @@
  * makes frees safe.
  *
  * Stale tensors. An arena tensor's header records the step it was made in
- * (epoch_); tg_check_arg compares it with the context's step, so a tensor
+ * (epoch); tg_check_arg compares it with the context's step, so a tensor
  * kept across tg_ctx_reset is an error naming the call instead of an alias
  * of whatever the arena put there since (tensor/internal.h says what each
  * build can see).
@@ -162,19 +162,19 @@ bool tg_arena_holds(const tg_ctx *ctx, const void *p) {
 __attribute__((no_sanitize("address")))
 #endif
 static void
-read_header(tg_tensor *h, const tg_tensor *t) {
-    const volatile tg_tensor *v = t;
-    h->dtype = v->dtype;
-    h->ndim = v->ndim;
-    for (int i = 0; i < TG_MAX_DIMS; i++) h->shape[i] = v->shape[i];
-    h->persistent = v->persistent;
-    h->epoch_ = v->epoch_;
+read_header(tg_tensor_impl *h, const tg_tensor *t) {
+    const volatile tg_tensor_impl *v = tg_impl(t);
+    h->pub.dtype = v->pub.dtype;
+    h->pub.ndim = v->pub.ndim;
+    for (int i = 0; i < TG_MAX_DIMS; i++) h->pub.shape[i] = v->pub.shape[i];
+    h->pub.persistent = v->pub.persistent;
+    h->epoch = v->epoch;
 }
 
 void tg_stale_error(tg_ctx *ctx, const char *fn, const char *what, const tg_tensor *t) {
     bool known = true;
 #ifdef TG_ASAN
-    known = !__asan_region_is_poisoned((void *)(uintptr_t)t, sizeof *t) || tg_arena_holds(ctx, t);
+    known = !__asan_region_is_poisoned((void *)(uintptr_t)t, sizeof(tg_tensor_impl)) || tg_arena_holds(ctx, t);
 #endif
     if (!known) {
         tg_error(ctx, TG_ERR_STATE, fn,
@@ -183,15 +183,15 @@ void tg_stale_error(tg_ctx *ctx, const char *fn, const char *what, const tg_tens
                  what, ctx->epoch);
         return;
     }
-    tg_tensor h;
+    tg_tensor_impl h;
     read_header(&h, t);
     char desc[TG_SHAPE_STR + 32] = "a tensor";
-    if (h.ndim >= 0 && h.ndim <= TG_MAX_DIMS) {
+    if (h.pub.ndim >= 0 && h.pub.ndim <= TG_MAX_DIMS) {
         char s[TG_SHAPE_STR];
-        snprintf(desc, sizeof desc, "a %s %s tensor", tg_shape_str(s, sizeof s, h.ndim, h.shape),
-                 tg_dtype_name(h.dtype));
+        snprintf(desc, sizeof desc, "a %s %s tensor", tg_shape_str(s, sizeof s, h.pub.ndim, h.pub.shape),
+                 tg_dtype_name(h.pub.dtype));
     }
-    if (h.epoch_ == TG_EPOCH_RELEASED) {
+    if (h.epoch == TG_EPOCH_RELEASED) {
         tg_error(ctx, TG_ERR_STATE, fn,
                  "%s, %s, is the gradient of an intermediate tensor that backward released after the op that "
                  "read it (pass keep_tape=true to tg_backward_ex to keep intermediate gradients)",
@@ -201,5 +201,5 @@ void tg_stale_error(tg_ctx *ctx, const char *fn, const char *what, const tg_tens
     tg_error(ctx, TG_ERR_STATE, fn,
              "%s, %s, is from step %u, before tg_ctx_reset; the context is at step %u (an arena tensor lives "
              "until the next reset: tg_persist what must outlive a step)",
-             what, desc, h.epoch_, ctx->epoch);
+             what, desc, h.epoch, ctx->epoch);
 }

@@ -99,17 +99,17 @@ tg_tensor *tg_view(tg_ctx *ctx, tg_tensor *t, int ndim, const int64_t *shape) {
     if (!tg_check_arg_any(ctx, __func__, "t", t)) return NULL;
     int64_t s[TG_MAX_DIMS];
     if (!tg_infer_shape(ctx, __func__, t, ndim, shape, s)) return NULL;
-    tg_tensor *v = tg_arena_alloc_fn(ctx, __func__, sizeof *v);
+    tg_tensor *v = tg_arena_alloc_fn(ctx, __func__, sizeof(tg_tensor_impl));
     if (!v) return NULL;
-    memset(v, 0, sizeof *v);
+    memset(v, 0, sizeof(tg_tensor_impl));
     v->dtype = t->dtype;
     v->ndim = ndim;
     for (int i = 0; i < TG_MAX_DIMS; i++) v->shape[i] = i < ndim ? s[i] : 1;
     v->numel = t->numel;
     v->data = t->data;
-    v->base_ = tg_root(t); /* shares t's data, so t's version counter */
-    v->node_ = -1;
-    v->epoch_ = ctx->epoch;
+    tg_impl(v)->base = tg_root(t); /* shares t's data, so t's version counter */
+    tg_impl(v)->node = -1;
+    tg_impl(v)->epoch = ctx->epoch;
     return v;
 }
 

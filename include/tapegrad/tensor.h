@@ -82,7 +82,11 @@ typedef struct tg_ctx tg_ctx;
  * tg_clip_grad_norm; a checkpoint load), a view sharing its tensor's count.
  * tg_backward refuses an op whose inputs or output were written since the op
  * ran (see tapegrad/autograd.h). Writes through the pointers of
- * tg_data_f32 / tg_data_f64 or `data` are not seen. */
+ * tg_data_f32 / tg_data_f64 or `data` are not seen.
+ *
+ * The library makes every tensor, with what it keeps about it (its step,
+ * write count, tape record) after these fields: use tensors through the
+ * pointers it hands out, never through a copy of the struct. */
 typedef struct tg_tensor {
     tg_dtype dtype;
     int ndim;                   /* 0 (a scalar) .. TG_MAX_DIMS */
@@ -92,12 +96,6 @@ typedef struct tg_tensor {
     struct tg_tensor *grad;     /* gradient, same shape and dtype, or NULL */
     bool requires_grad;         /* record ops on it; accumulate into grad */
     bool persistent;            /* lives on the heap, survives resets */
-    /* internal */
-    bool grad_block_;        /* the header of a gradient block (tensor/ctx.c) */
-    int32_t node_;           /* index of the tape record that made it, or -1 */
-    uint32_t epoch_;         /* the step (reset count) it was made in; unused when persistent */
-    uint32_t version_;       /* in-place writes so far (kept by base_ for a view) */
-    struct tg_tensor *base_; /* a view's tensor, whose data and version_ it shares; NULL if none */
 } tg_tensor;
 
 /* A custom allocator (tests use it to simulate allocation failure). alloc
