@@ -71,8 +71,8 @@ void tg_node_count_saved(tg_ctx *ctx, tg_node *node, size_t bytes);
  * the context an empty one, grad mode unchanged: a private tape, as
  * gradcheck uses. tg_tape_restore frees the private tape and puts *saved
  * back, grad mode included. */
-void tg_tape_stash(tg_ctx *ctx, tg_tape *saved);
-void tg_tape_restore(tg_ctx *ctx, tg_tape *saved);
+TG_FRIEND void tg_tape_stash(tg_ctx *ctx, tg_tape *saved);
+TG_FRIEND void tg_tape_restore(tg_ctx *ctx, tg_tape *saved);
 
 /* True when t is the output of a record of the live tape, one a backward
  * can still walk (not consumed, not cleared by a reset). Autocast

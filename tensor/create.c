@@ -76,10 +76,6 @@ tg_tensor *tg_tensor_init(const tg_ctx *ctx, void *mem, tg_dtype dtype, int ndim
     return t;
 }
 
-tg_tensor *tg_new_like(tg_ctx *ctx, const char *fn, const tg_tensor *t) {
-    return tg_new_tensor(ctx, fn, t->dtype, t->ndim, t->shape);
-}
-
 static void fill_value(tg_tensor *t, double v) {
     if (t->dtype == TG_F64) {
         double *p = t->data;

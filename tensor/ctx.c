@@ -37,12 +37,6 @@ static void default_free(void *p, void *user) {
     free(p);
 }
 
-void *tg_heap_alloc(tg_ctx *ctx, size_t size) { return ctx->alloc.alloc(size, TG_ALIGN, ctx->alloc.user); }
-
-void tg_heap_free(tg_ctx *ctx, void *p) {
-    if (p) ctx->alloc.free(p, ctx->alloc.user);
-}
-
 tg_ctx *tg_ctx_new(uint64_t seed) { return tg_ctx_new_with_allocator(seed, NULL); }
 
 tg_ctx *tg_ctx_new_with_allocator(uint64_t seed, const tg_allocator *alloc) {
@@ -416,11 +410,6 @@ void tg_error(tg_ctx *ctx, tg_status status, const char *fn, const char *fmt, ..
 
 /* ---- argument checks ---------------------------------------------------- */
 
-bool tg_null_error(tg_ctx *ctx, const char *fn, const char *name) {
-    tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", name);
-    return false;
-}
-
 bool tg_check_arg_error(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t) {
     if (!t) return tg_null_error(ctx, fn, arg);
     char what[96];
@@ -431,12 +420,6 @@ bool tg_check_arg_error(tg_ctx *ctx, const char *fn, const char *arg, const tg_t
                  "%s is a %s tensor, and %s has no %s path; convert it first (tg_cast(ctx, %s, TG_F32), "
                  "differentiable) or use a function that takes it (tapegrad/tensor.h, Low precision)",
                  what, tg_dtype_name(t->dtype), fn, tg_dtype_name(t->dtype), arg);
-    return false;
-}
-
-bool tg_check_finite(tg_ctx *ctx, const char *fn, const char *what, double v) {
-    if (isfinite(v)) return true;
-    tg_error(ctx, TG_ERR_VALUE, fn, "%s = %g is not finite", what, v);
     return false;
 }
 

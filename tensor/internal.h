@@ -6,6 +6,19 @@
 #include "tapegrad/tensor.h"
 #include "tensor/half.h"
 
+#include <math.h>
+
+/* TG_FRIEND marks the few internal functions that tapegrad_check and
+ * tapegrad_dist, libraries of their own above this one, call: besides the
+ * API (TG_API), a shared libtapegrad exports these, for those two. Not
+ * for programs. tests/source/exports.sh keeps the list exact: each one is
+ * called by check/ or dist/, and they call no other hidden function. */
+#if defined(__GNUC__) || defined(__clang__)
+#define TG_FRIEND __attribute__((visibility("default")))
+#else
+#define TG_FRIEND
+#endif
+
 /* Every arena allocation and every persistent buffer is aligned to this. */
 #define TG_ALIGN 64
 /* The arena grows in chunks of at least this many bytes. */
@@ -175,8 +188,12 @@ struct tg_ctx {
 int tg_cpus_from_quota(const char *cpu_max);
 
 /* Allocator wrappers (NULL on failure; no error set). */
-void *tg_heap_alloc(tg_ctx *ctx, size_t size);
-void tg_heap_free(tg_ctx *ctx, void *p);
+static inline void *tg_heap_alloc(tg_ctx *ctx, size_t size) {
+    return ctx->alloc.alloc(size, TG_ALIGN, ctx->alloc.user);
+}
+static inline void tg_heap_free(tg_ctx *ctx, void *p) {
+    if (p) ctx->alloc.free(p, ctx->alloc.user);
+}
 
 /* Frees the tape's record array (tg_ctx_free). */
 static inline void tg_tape_free(tg_ctx *ctx, tg_tape *tape) {
@@ -194,7 +211,10 @@ static inline bool tg_ok_inline(const tg_ctx *ctx) { return ctx && ctx->status =
 /* A NULL pointer argument: sets TG_ERR_NULL "fn: argument 'name' is NULL"
  * (nothing when the context is already in error) and returns false. The
  * one spelling of that message. */
-bool tg_null_error(tg_ctx *ctx, const char *fn, const char *name);
+static inline bool tg_null_error(tg_ctx *ctx, const char *fn, const char *name) {
+    tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", name);
+    return false;
+}
 /* Checks a pointer argument: true when the context is healthy and p is not
  * NULL; else false, with tg_null_error for a NULL p. */
 static inline bool tg_check_ptr(tg_ctx *ctx, const char *fn, const char *name, const void *p) {
@@ -296,7 +316,7 @@ static inline bool tg_is_lowp(tg_dtype d) { return d == TG_BF16 || d == TG_F16; 
  * already in error. */
 static inline bool tg_check_arg(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t);
 /* tg_check_arg's error: NULL, or stale. Returns false. */
-bool tg_check_arg_error(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t);
+TG_FRIEND bool tg_check_arg_error(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t);
 /* Inline: every op calls it on every tensor argument. It also refuses a
  * bfloat16 / float16 tensor (TG_ERR_DTYPE: "fn has no bfloat16 path"), so
  * an op that reads its data as float or double never sees one: the ops
@@ -316,7 +336,11 @@ static inline bool tg_check_arg_any(tg_ctx *ctx, const char *fn, const char *arg
 }
 /* Checks that the scalar argument `what` (e.g. "exponent p") is finite:
  * TG_ERR_VALUE "<fn>: exponent p = inf is not finite" otherwise. */
-bool tg_check_finite(tg_ctx *ctx, const char *fn, const char *what, double v);
+static inline bool tg_check_finite(tg_ctx *ctx, const char *fn, const char *what, double v) {
+    if (isfinite(v)) return true;
+    tg_error(ctx, TG_ERR_VALUE, fn, "%s = %g is not finite", what, v);
+    return false;
+}
 /* Checks that a and b have the same dtype (TG_ERR_DTYPE otherwise). */
 bool tg_check_same_dtype(tg_ctx *ctx, const char *fn, const tg_tensor *a, const tg_tensor *b);
 /* Checks that a and b have the same shape (TG_ERR_SHAPE otherwise). */
@@ -358,7 +382,7 @@ tg_tensor *tg_grad_block(tg_ctx *ctx, const char *fn, const tg_tensor *t);
 /* Gives g's block back for reuse when g came from tg_grad_block and is in
  * use (returns false otherwise, doing nothing). g's header is marked
  * released (TG_EPOCH_RELEASED) and, in ASan builds, poisoned. */
-bool tg_grad_release(tg_ctx *ctx, tg_tensor *g);
+TG_FRIEND bool tg_grad_release(tg_ctx *ctx, tg_tensor *g);
 
 /* Initializes the tensor header at mem for (dtype, ndim, shape, numel),
  * data right after the header rounded up to TG_ALIGN (tg_tensor_head). */
@@ -367,20 +391,28 @@ tg_tensor *tg_tensor_init(const tg_ctx *ctx, void *mem, tg_dtype dtype, int ndim
 #define TG_TENSOR_HEAD ((sizeof(tg_tensor_impl) + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN)
 
 /* A new arena tensor with uninitialized data (NULL and an error on failure). */
-tg_tensor *tg_new_tensor(tg_ctx *ctx, const char *fn, tg_dtype dtype, int ndim, const int64_t *shape);
+TG_FRIEND tg_tensor *tg_new_tensor(tg_ctx *ctx, const char *fn, tg_dtype dtype, int ndim, const int64_t *shape);
 /* Gives a persistent tensor a zeroed persistent grad (tensor/create.c). */
 bool tg_persistent_make_grad(tg_ctx *ctx, tg_tensor *t);
 /* Frees every persistent tensor the context still owns (tg_ctx_free). */
 void tg_persistent_free_all(tg_ctx *ctx);
 /* A new arena tensor with t's shape and dtype, uninitialized. */
-tg_tensor *tg_new_like(tg_ctx *ctx, const char *fn, const tg_tensor *t);
+static inline tg_tensor *tg_new_like(tg_ctx *ctx, const char *fn, const tg_tensor *t) {
+    return tg_new_tensor(ctx, fn, t->dtype, t->ndim, t->shape);
+}
 /* Arena allocation reporting errors as `fn`. */
-void *tg_arena_alloc_fn(tg_ctx *ctx, const char *fn, size_t size);
+TG_FRIEND void *tg_arena_alloc_fn(tg_ctx *ctx, const char *fn, size_t size);
 
 /* Formats a tensor's shape into a small static-size buffer held by the
  * caller: char buf[TG_SHAPE_STR]; tg_shape_of(buf, t). */
 #define TG_SHAPE_STR 128
-char *tg_shape_of(char buf[TG_SHAPE_STR], const tg_tensor *t);
+static inline char *tg_shape_of(char buf[TG_SHAPE_STR], const tg_tensor *t) {
+    if (!t) {
+        snprintf(buf, TG_SHAPE_STR, "(NULL)");
+        return buf;
+    }
+    return tg_shape_str(buf, TG_SHAPE_STR, t->ndim, t->shape);
+}
 
 /* Element size in bytes: TG_F32 4, TG_F64 8, TG_BF16 and TG_F16 2. */
 static inline size_t tg_esize(tg_dtype d) { return d == TG_F64 ? 8 : d == TG_F32 ? 4 : 2; }
@@ -409,8 +441,18 @@ void tg_convert_n(void *dst, tg_dtype to, const void *src, tg_dtype from, size_t
 /* The k-th Philox block of the context's stream, counting from its current
  * offset; does not advance the offset. */
 void tg_rng_block(const tg_ctx *ctx, uint64_t k, uint32_t out[4]);
-/* Uniform in [0,1) as f64 from two 32-bit words, and Box-Muller. */
-double tg_u01_f64(uint32_t hi, uint32_t lo);
-double tg_normal_from_block(const uint32_t x[4]);
+/* Uniform in [0,1) as f64 from two 32-bit words. */
+static inline double tg_u01_f64(uint32_t hi, uint32_t lo) {
+    uint64_t w = ((uint64_t)hi << 32) | lo;
+    return (double)(w >> 11) * 0x1.0p-53;
+}
+/* Box-Muller: with u1, u2 uniform in [0,1), 1 - u1 is in (0, 1] so the log
+ * is finite; z = sqrt(-2 ln(1 - u1)) cos(2 pi u2) is standard normal. */
+static inline double tg_normal_from_block(const uint32_t x[4]) {
+    double u1 = tg_u01_f64(x[0], x[1]);
+    double u2 = tg_u01_f64(x[2], x[3]);
+    const double two_pi = 6.283185307179586476925286766559;
+    return sqrt(-2.0 * log(1.0 - u1)) * cos(two_pi * u2);
+}
 
 #endif

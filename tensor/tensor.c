@@ -43,14 +43,6 @@ char *tg_shape_str(char *buf, size_t size, int ndim, const int64_t *shape) {
     return buf;
 }
 
-char *tg_shape_of(char buf[TG_SHAPE_STR], const tg_tensor *t) {
-    if (!t) {
-        snprintf(buf, TG_SHAPE_STR, "(NULL)");
-        return buf;
-    }
-    return tg_shape_str(buf, TG_SHAPE_STR, t->ndim, t->shape);
-}
-
 bool tg_infer_shape(tg_ctx *ctx, const char *fn, const tg_tensor *t, int ndim, const int64_t *shape,
                     int64_t out[TG_MAX_DIMS]) {
     if (ndim < 0 || ndim > TG_MAX_DIMS) {
