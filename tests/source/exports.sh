@@ -157,12 +157,15 @@ siblings=""
 for lib in check dist; do case " $libs " in *" $lib "*) siblings="$siblings $lib" ;; esac; done
 : > "$work/called"
 for lib in $siblings; do
-  join "$work/undefined.$lib" "$work/internal.tapegrad" | while read -r name obj _; do
-    if ! grep -q "^$name " "$work/friends"; then
-      echo "$(libfile "$lib") ($obj) calls $name, hidden in libtapegrad: a shared $(libfile "$lib") would" \
-           "not load; declare it TG_FRIEND (tensor/internal.h) or call the API"
-    fi
-  done
+  # "NAME OBJ1,OBJ2" for each hidden function of libtapegrad the library calls
+  join "$work/undefined.$lib" "$work/internal.tapegrad" | cut -d' ' -f1,2 |
+    awk '{ if ($1 in objs) objs[$1] = objs[$1] ", " $2; else objs[$1] = $2 } END { for (n in objs) print n, objs[n] }' | sort |
+    while read -r name objs; do
+      if ! grep -q "^$name " "$work/friends"; then
+        echo "$(libfile "$lib") ($objs) calls $name, hidden in libtapegrad: a shared $(libfile "$lib")" \
+             "would not load; declare it TG_FRIEND (tensor/internal.h) or call the API"
+      fi
+    done
   cut -d' ' -f1 "$work/undefined.$lib" >> "$work/called"
 done > "$work/hidden_calls"
 if [ -s "$work/hidden_calls" ]; then cat "$work/hidden_calls"; status=1; fi
