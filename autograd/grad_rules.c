@@ -324,7 +324,7 @@ static bool rule_rope(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **
     tg_tensor *p = tg_new_tensor(ctx, "tg_grad", dy->dtype, 1, &D);
     if (!p) return false;
     for (int64_t i = 0; i < D; i++) tg_store(p, i, i % 2 ? -1.0 : 1.0);
-    dx[0] = tg_mul(ctx, tg_rope(ctx, tg_mul(ctx, dy, p), (int)n->i[0], n->f[0]), p);
+    dx[0] = tg_mul(ctx, tg_rope_from(ctx, tg_mul(ctx, dy, p), (int)n->i[0], n->f[0], n->i[1]), p);
     return tg_ok(ctx);
 }
 

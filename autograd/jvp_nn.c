@@ -104,7 +104,7 @@ static tg_tensor *jvp_dropout(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
 
 /* y = R(position) x, a fixed rotation of each pair: t_y = R t_x. */
 static tg_tensor *jvp_rope(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
-    return tg_rope(ctx, t[0], (int)n->i[0], n->f[0]);
+    return tg_rope_from(ctx, t[0], (int)n->i[0], n->f[0], n->i[1]);
 }
 
 /* ---- attention ------------------------------------------------------------- */

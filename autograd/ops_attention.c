@@ -68,6 +68,8 @@ typedef struct {
     tg_attn_dims d;
     double scale;
     bool causal;
+    int64_t off; /* the causal mask's offset: query i sees keys j <= off + i */
+    int64_t cap; /* a KV cache's rows per pair (tg_attention_cached) */
     int64_t BR;
     unsigned char *scratch;
     size_t stride, off1, off2; /* scratch per worker; offsets in it */
@@ -92,11 +94,11 @@ static void attention_forward_task(void *arg, int64_t b, int worker) {
     if (j->q->dtype == TG_F64)
         attention_forward_f64((double *)j->o->data + oo, j->lse + b * d.Tq, (const double *)j->q->data + oq,
                               (const double *)j->k->data + ok, (const double *)j->v->data + ov, d.Tq, d.Tk, d.D, d.Dv,
-                              j->scale, j->causal, j->BR, (double *)s, (double *)kt, inv);
+                              j->scale, j->causal, j->off, j->BR, (double *)s, (double *)kt, inv);
     else
         attention_forward_f32((float *)j->o->data + oo, j->lse + b * d.Tq, (const float *)j->q->data + oq,
                               (const float *)j->k->data + ok, (const float *)j->v->data + ov, d.Tq, d.Tk, d.D, d.Dv,
-                              j->scale, j->causal, j->BR, (float *)s, (float *)kt, inv);
+                              j->scale, j->causal, j->off, j->BR, (float *)s, (float *)kt, inv);
 }
 
 /* Forward over every pair: o and lse (pairs x Tq doubles). */
@@ -240,5 +242,93 @@ tg_tensor *tg_attention(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v, b
         }
         tg_node_count_saved(ctx, n, bytes);
     }
+    return tg_ok(ctx) ? o : NULL;
+}
+
+/* ---- attention over a KV cache (generation) ------------------------------ */
+
+/* One pair of tg_attention_cached: the queries of pair b over the first
+ * Tk positions of its cached keys, kept transposed (D, cap), and values
+ * (cap, Dv). */
+static void attention_cached_task(void *arg, int64_t b, int worker) {
+    const attn_job *j = arg;
+    const tg_attn_dims d = j->d;
+    unsigned char *s = j->scratch + j->stride * (size_t)worker;
+    double *inv = (double *)(s + j->off2);
+    const int64_t oq = b * d.Tq * d.D, ok = b * d.D * j->cap, ov = b * j->cap * d.Dv, oo = b * d.Tq * d.Dv;
+    if (j->q->dtype == TG_F64)
+        attention_forward_kt_f64((double *)j->o->data + oo, j->lse + b * d.Tq, (const double *)j->q->data + oq,
+                                 (const double *)j->k->data + ok, j->cap, (const double *)j->v->data + ov, d.Tq, d.Tk,
+                                 d.D, d.Dv, j->scale, true, j->off, j->BR, (double *)s, inv);
+    else
+        attention_forward_kt_f32((float *)j->o->data + oo, j->lse + b * d.Tq, (const float *)j->q->data + oq,
+                                 (const float *)j->k->data + ok, j->cap, (const float *)j->v->data + ov, d.Tq, d.Tk,
+                                 d.D, d.Dv, j->scale, true, j->off, j->BR, (float *)s, inv);
+}
+
+/* The float32 copy of the first `cols` columns of each row of x (..., R,
+ * cap), as (..., R, cols): a 16-bit cache widened for the float32 kernel,
+ * as tg_attention widens its 16-bit inputs. */
+static tg_tensor *attn_widen(tg_ctx *ctx, const char *fn, const tg_tensor *x, int64_t cols) {
+    const int64_t cap = x->shape[x->ndim - 1], rows = x->numel / cap;
+    int64_t shape[TG_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[x->ndim - 1] = cols;
+    tg_tensor *y = tg_new_tensor(ctx, fn, TG_F32, x->ndim, shape);
+    if (!y) return NULL;
+    for (int64_t r = 0; r < rows; r++)
+        tg_convert_n((float *)y->data + r * cols, TG_F32, (const uint16_t *)x->data + r * cap, x->dtype, (size_t)cols);
+    return y;
+}
+
+tg_tensor *tg_attention_cached(tg_ctx *ctx, const char *fn, tg_tensor *q, const tg_tensor *kt, const tg_tensor *v,
+                               int64_t Tk) {
+    if (!tg_check_arg_any(ctx, fn, "q", q) || !tg_check_arg_any(ctx, fn, "kt", kt) ||
+        !tg_check_arg_any(ctx, fn, "v", v))
+        return NULL;
+    const int nd = q->ndim;
+    char sq[TG_SHAPE_STR], sk[TG_SHAPE_STR], sv[TG_SHAPE_STR];
+    const char *bad = NULL;
+    if (nd < 2 || kt->ndim != nd || v->ndim != nd) bad = "need the same number of dims, at least 2";
+    for (int i = 0; !bad && i < nd - 2; i++)
+        if (kt->shape[i] != q->shape[i] || v->shape[i] != q->shape[i]) bad = "the leading dims differ";
+    if (!bad && (kt->shape[nd - 2] != q->shape[nd - 1] || q->shape[nd - 1] < 1)) bad = "q and k differ in D, or D = 0";
+    if (!bad && v->shape[nd - 2] != kt->shape[nd - 1]) bad = "k and v hold different numbers of positions";
+    if (!bad && (q->shape[nd - 2] < 1 || Tk < q->shape[nd - 2] || Tk > kt->shape[nd - 1]))
+        bad = "need 1 <= Tq <= Tk <= the cache's positions";
+    if (!bad && (q->dtype != kt->dtype || q->dtype != v->dtype)) bad = "q, k and v differ in dtype";
+    if (bad) {
+        tg_error(ctx, TG_ERR_SHAPE, fn, "q %s, k cache %s (transposed), v cache %s, Tk = %lld: %s", tg_shape_of(sq, q),
+                 tg_shape_of(sk, kt), tg_shape_of(sv, v), (long long)Tk, bad);
+        return NULL;
+    }
+    if (tg_grad_enabled(ctx) && q->requires_grad) {
+        tg_error(ctx, TG_ERR_STATE, fn, "the attention over a KV cache has no backward: run it with grad mode off");
+        return NULL;
+    }
+    tg_attn_dims d = {1, q->shape[nd - 2], Tk, q->shape[nd - 1], v->shape[nd - 1]};
+    for (int i = 0; i < nd - 2; i++) d.pairs *= q->shape[i];
+    if (tg_is_lowp(q->dtype)) { /* float32 on widened copies, one rounding out (tg_attention's path) */
+        tg_tensor *q32 = tg_to_dtype(ctx, q, TG_F32), *k32 = attn_widen(ctx, fn, kt, Tk);
+        tg_tensor *v32 = tg_to_dtype(ctx, tg_slice(ctx, (tg_tensor *)v, nd - 2, 0, Tk), TG_F32);
+        tg_tensor *o = q32 && k32 && v32 ? tg_attention_cached(ctx, fn, q32, k32, v32, Tk) : NULL;
+        return o ? tg_to_dtype(ctx, o, q->dtype) : NULL;
+    }
+    int64_t shape[TG_MAX_DIMS];
+    memcpy(shape, q->shape, sizeof shape);
+    shape[nd - 1] = d.Dv;
+    tg_tensor *o = tg_new_tensor(ctx, fn, q->dtype, nd, shape);
+    double *lse = tg_arena_alloc_fn(ctx, fn, (size_t)(d.pairs * d.Tq + 1) * sizeof(double));
+    if (!o || !lse) return NULL;
+    /* per worker: s (BR, Tk), then inv (BR doubles) */
+    const int nt = attn_threads(ctx, d.pairs);
+    const int64_t BR = attn_block_rows(true);
+    const size_t inv_off = attn_aligned((size_t)(BR * d.Tk) * tg_esize(q->dtype));
+    size_t stride;
+    unsigned char *scratch = attn_scratch(ctx, fn, nt, inv_off + (size_t)BR * sizeof(double), &stride);
+    if (!scratch) return NULL;
+    attn_job j = attn_job_of(q, kt, v, lse, d, 1.0 / sqrt((double)d.D), true, BR, scratch, stride, 0, inv_off);
+    j.o = o, j.off = d.Tk - d.Tq, j.cap = kt->shape[nd - 1];
+    tg_parallel(nt, d.pairs, attention_cached_task, &j);
     return tg_ok(ctx) ? o : NULL;
 }

@@ -23,4 +23,21 @@ typedef struct tg_attn_dims {
 bool tg_attention_check(tg_ctx *ctx, const char *fn, const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
                         bool causal, double *scale, tg_attn_dims *d);
 
+/* Attention of Tq new queries over the first Tk positions of a KV cache,
+ * for generation (layers/generate.c): q (..., Tq, D) are the queries at
+ * positions Tk - Tq .. Tk - 1; kt (..., D, cap) holds the keys of
+ * positions 0 .. cap - 1 transposed (column p is position p's key: the
+ * layout the kernel's first product reads, so no transpose per token) and
+ * v (..., cap, Dv) their values; columns and rows past Tk are unused. The
+ * same leading dims and dtype; query i sees keys j <= Tk - Tq + i, with
+ * scale 1/sqrt(D). Row i is what tg_attention's causal row Tk - Tq + i
+ * computes over the whole sequence, with the same kernel: bitwise the same
+ * while Tk fits one K slice of the GEMM (tensor/gemm.h; 256 positions for
+ * float64, 384 for float32), else to rounding. 16-bit inputs run in
+ * float32 on widened copies, rounded once, as tg_attention does. Not
+ * recorded: an error when grad mode is on and q requires grad. Errors name
+ * fn. */
+tg_tensor *tg_attention_cached(tg_ctx *ctx, const char *fn, tg_tensor *q, const tg_tensor *kt, const tg_tensor *v,
+                               int64_t Tk);
+
 #endif

@@ -19,15 +19,16 @@
  *   rope_table_f32  rope_kernel_f32  and the same with _f64. */
 #ifdef T /* the kernels, compiled once per element type (tensor/instantiate.h) */
 
-/* cs[p, i] = (cos a_pi, sin a_pi), a_pi = p base^(-2i/D), for p < S,
- * i < D/2: theta_i = pow(base, -2i/D) and a_pi = p * theta_i in double,
- * the cosine and sine of that double rounded to T.   cs: (S, D/2, 2) */
-static void TG_FN(rope_table)(T *restrict cs, int64_t S, int64_t D, double base) {
+/* cs[p, i] = (cos a_pi, sin a_pi), a_pi = (p0 + p) base^(-2i/D), for
+ * p < S, i < D/2: theta_i = pow(base, -2i/D) and a_pi = (p0 + p) * theta_i
+ * in double, the cosine and sine of that double rounded to T. A position
+ * gets the same bits whatever p0 and S.   cs: (S, D/2, 2) */
+static void TG_FN(rope_table)(T *restrict cs, int64_t S, int64_t D, double base, int64_t p0) {
     const int64_t half = D / 2;
     for (int64_t i = 0; i < half; i++) {
         const double theta = pow(base, -(double)(2 * i) / (double)D);
         for (int64_t p = 0; p < S; p++) {
-            const double a = (double)p * theta;
+            const double a = (double)(p0 + p) * theta;
             cs[(p * half + i) * 2] = (T)cos(a);
             cs[(p * half + i) * 2 + 1] = (T)sin(a);
         }
@@ -77,10 +78,11 @@ static void TG_FN(rope_kernel)(T *restrict y, const T *restrict x, const T *rest
 #define TG_TEMPLATE "autograd/ops_rope.c"
 #include "tensor/instantiate.h"
 
-/* The rotation of x (its shape, the sequence axis, the base) applied to in
- * and written (or, backward, added) to out; the table comes from the arena. */
-static void rope_run(tg_ctx *ctx, const char *fn, const tg_tensor *x, int axis, double base, void *out, const void *in,
-                     bool backward) {
+/* The rotation of x (its shape, the sequence axis, the base, the first
+ * position p0) applied to in and written (or, backward, added) to out; the
+ * table comes from the arena. */
+static void rope_run(tg_ctx *ctx, const char *fn, const tg_tensor *x, int axis, double base, int64_t p0, void *out,
+                     const void *in, bool backward) {
     const int64_t S = x->shape[axis], D = x->shape[x->ndim - 1];
     int64_t outer = 1, inner = 1;
     for (int d = 0; d < axis; d++) outer *= x->shape[d];
@@ -89,10 +91,10 @@ static void rope_run(tg_ctx *ctx, const char *fn, const tg_tensor *x, int axis, 
     void *cs = tg_arena_alloc_fn(ctx, fn, (size_t)(S * D) * tg_esize(x->dtype));
     if (!cs) return;
     if (x->dtype == TG_F64) {
-        rope_table_f64(cs, S, D, base);
+        rope_table_f64(cs, S, D, base, p0);
         rope_kernel_f64(out, in, cs, outer, S, inner, D, backward);
     } else {
-        rope_table_f32(cs, S, D, base);
+        rope_table_f32(cs, S, D, base, p0);
         rope_kernel_f32(out, in, cs, outer, S, inner, D, backward);
     }
 }
@@ -105,12 +107,19 @@ static void rope_run(tg_ctx *ctx, const char *fn, const tg_tensor *x, int axis, 
  *   dx_2i+1 += -dy_2i s + dy_2i+1 c */
 static void rope_backward(tg_ctx *ctx, tg_node *n) {
     tg_tensor *dx = tg_grad_of(ctx, n->in[0]);
-    if (dx) rope_run(ctx, n->op, dx, (int)n->i[0], n->f[0], dx->data, n->out->grad->data, true);
+    if (dx) rope_run(ctx, n->op, dx, (int)n->i[0], n->f[0], n->i[1], dx->data, n->out->grad->data, true);
 }
 
 tg_tensor *tg_rope(tg_ctx *ctx, tg_tensor *x, int seq_axis, double base) {
+    return tg_rope_from(ctx, x, seq_axis, base, 0);
+}
+
+/* Recorded as "tg_rope" with the first position in i[1], whatever the
+ * entry point, so the second-order and forward-mode rules (grad_rules.c,
+ * jvp_nn.c) are the same for both. */
+tg_tensor *tg_rope_from(tg_ctx *ctx, tg_tensor *x, int seq_axis, double base, int64_t pos0) {
     if (tg_lowp_args(ctx, __func__, 1, &x))
-        return tg_lowp_out(ctx, tg_rope(ctx, tg_lowp_in(ctx, x), seq_axis, base), x);
+        return tg_lowp_out(ctx, tg_rope_from(ctx, tg_lowp_in(ctx, x), seq_axis, base, pos0), x);
     if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
     char s[TG_SHAPE_STR];
     if (x->ndim < 2 || x->shape[x->ndim - 1] % 2 != 0) {
@@ -129,11 +138,15 @@ tg_tensor *tg_rope(tg_ctx *ctx, tg_tensor *x, int seq_axis, double base) {
         tg_error(ctx, TG_ERR_VALUE, __func__, "base = %g must be finite and > 0 (LLaMA: 10000)", base);
         return NULL;
     }
+    if (pos0 < 0) {
+        tg_error(ctx, TG_ERR_VALUE, __func__, "pos0 = %lld: the first position must be >= 0", (long long)pos0);
+        return NULL;
+    }
     tg_tensor *y = tg_new_like(ctx, __func__, x);
     if (!y) return NULL;
-    rope_run(ctx, __func__, x, axis, base, y->data, x->data, false);
-    tg_node *n = tg_record(ctx, __func__, rope_backward, y, 1, &x);
-    if (n) n->i[0] = axis, n->f[0] = base;
+    rope_run(ctx, __func__, x, axis, base, pos0, y->data, x->data, false);
+    tg_node *n = tg_record(ctx, "tg_rope", rope_backward, y, 1, &x);
+    if (n) n->i[0] = axis, n->i[1] = pos0, n->f[0] = base;
     return tg_ok(ctx) ? y : NULL;
 }
 

@@ -8,6 +8,7 @@
  * gradients of intermediate tensors are rebuilt by every backward, in
  * gradient blocks (tensor/ctx.c) that backward releases as it goes. */
 #include "autograd/tape.h"
+#include "tensor/profile.h"
 #include "tensor/parallel.h"
 
 #include <string.h>
@@ -76,6 +77,7 @@ tg_node *tg_record(tg_ctx *ctx, const char *op, tg_backward_fn backward, tg_tens
     tg_impl(out)->node = (int32_t)ctx->tape.n_nodes;
     out->grad = NULL;
     ctx->tape.n_nodes++;
+    tg_profile_forward(ctx, op);
     return n;
 }
 
@@ -314,6 +316,7 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
      * onto the tape being walked. */
     bool was = ctx->tape.grad_enabled, intact = true;
     ctx->tape.grad_enabled = false;
+    tg_profile_walk_begin(ctx);
     for (int64_t k = top; k >= 0 && tg_ok(ctx); k--) {
         tg_node *n = &ctx->tape.nodes[k];
         if (!n->out->grad) continue; /* no gradient flows through this record */
@@ -323,10 +326,13 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
             break;
         }
         tg_arena_pos scratch = tg_arena_mark(ctx);
+        double t0 = ctx->profile ? tg_profile_now() : 0;
         n->backward(ctx, n);
+        if (ctx->profile) tg_profile_backward(ctx, n->op, tg_profile_now() - t0);
         if (!tg_ok(ctx)) backward_failed(ctx, n);
         else if (!keep_tape) release_after(ctx, n, scratch, seed);
     }
+    tg_profile_walk_end(ctx);
     ctx->tape.grad_enabled = was;
     if (!keep_tape && intact) ctx->tape.consumed = true;
 }

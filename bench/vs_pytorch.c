@@ -38,7 +38,12 @@
  *     AdamW), tg_gpt with vocabulary 128, T=64, B=4: tiny L=4 H=4 C=128 and
  *     small L=6 H=6 C=384, against scripts/gpt_torch.py's model in PyTorch;
  *     the step's GEMM GFLOP/s against the big Linear row's; the small one
- *     with 2 threads vs 1 (wall, alternating) and its peak memory.
+ *     with 2 threads vs 1 (wall, alternating) and its peak memory, and
+ *     the small step with checkpointed blocks (tg_checkpoint): its arena
+ *     peak and time against the plain step's.
+ *   Generation (group generate): tg_gpt_generate with the tiny GPT-2 at
+ *     context 256, 128 tokens after a 128-token prompt, with the KV cache
+ *     and with a forward over the whole window per token.
  *   Tiny op: c = a + b of 1-element tensors, backward, tg_ctx_reset.
  *   Low precision (group lowp): RMSNorm and LayerNorm forward+backward in
  *     bfloat16 at 4096x768, Linear bf16 4096x768x3072 (and the instruction
@@ -106,7 +111,7 @@ typedef struct options {
     bool torch, blas;
     const char *python, *torch_script;
     bool warm_malloc; /* PyTorch with glibc's trimming off (see notes) */
-    const char *only; /* run one group: norm, linear, scaling, mlp, attention, gpt, tiny */
+    const char *only; /* run one group: norm, linear, scaling, mlp, attention, gpt, generate, tiny */
     int clock;        /* 0 auto, 1 wall, 2 cpu */
     int torch_wait;   /* WAIT_*: the PyTorch servers' OpenMP wait policy */
     bool contend;     /* 1 vs 2 threads with a spinning process on one CPU */
@@ -126,7 +131,7 @@ static double fma32_for(const limits *lim, int threads) { return lim->fma[thread
 /* One row of the table. NaN means "not measured / not applicable". */
 typedef struct row {
     char name[48];
-    char group[12]; /* norm, linear, scaling, mlp, memory, attention, gpt, tiny, contend */
+    char group[12]; /* norm, linear, scaling, mlp, memory, attention, gpt, generate, tiny, contend */
     double ours_s;  /* our median seconds per call */
     double rate;    /* in `unit` */
     char unit[12];
@@ -1057,6 +1062,27 @@ static double gpt_flops(int64_t L, int64_t C, int64_t T, int64_t B) {
  * GEMM rate against the Linear rows'; the small size with 2 threads; the
  * peak memory. llm.c's train_gpt2.c is not run here: scripts/llmc_bench.sh
  * times it beside this step (`scripts/bench.sh --only llmc`, LLMC_DIR). */
+/* The per-op profiles of the GPT steps (tg_profile), printed after the
+ * table: where each step's time goes. */
+static char gpt_profiles[12288];
+
+static void profile_gpt_step(const char *name, gpt_arg *a) {
+    tg_profile_enable(a->ctx, true);
+    for (int i = 0; i < 10; i++) gpt_step(a);
+    FILE *f = tmpfile();
+    size_t len = strlen(gpt_profiles);
+    if (f) {
+        tg_profile_print(f, a->ctx);
+        rewind(f);
+        len += (size_t)snprintf(gpt_profiles + len, sizeof gpt_profiles - len,
+                                "\nwhere the GPT-2 step %s's time goes (tg_profile, 10 steps):\n", name);
+        if (len < sizeof gpt_profiles) len += fread(gpt_profiles + len, 1, sizeof gpt_profiles - 1 - len, f);
+        gpt_profiles[len < sizeof gpt_profiles ? len : sizeof gpt_profiles - 1] = 0;
+        fclose(f);
+    }
+    tg_profile_enable(a->ctx, false);
+}
+
 static void bench_gpt(const options *o, const limits *lim) {
     static const struct {
         const char *name;
@@ -1098,6 +1124,7 @@ static void bench_gpt(const options *o, const limits *lim) {
                  "%.1f); llm.c: scripts/bench.sh --only llmc (LLMC_DIR)",
                  (double)(B * T) / t.median_s, (double)tg_params_numel(&a.params) * 1e-6, flops * 1e-9, gflops,
                  100 * gflops / linear_rate, linear_rate);
+        profile_gpt_step(cfg[s].name, &a);
         char what[96];
         snprintf(what, sizeof what, "GPT-2 step %s vs PyTorch steps/s", cfg[s].name);
         add_target(r, what, r->ratio_torch, cfg[s].vs_torch, true, "x");
@@ -1117,6 +1144,26 @@ static void bench_gpt(const options *o, const limits *lim) {
             snprintf(q->extra + len, sizeof q->extra - len, "; PyTorch's step %.2f MiB (RSS high-water) -> %.2fx it",
                      torch_mib, q->rate / torch_mib);
             add_target(q, "GPT-2 step small peak memory / PyTorch's", q->rate / torch_mib, 1.0, false, "x");
+            /* activation checkpointing (config.checkpoint): each block's
+             * activations recomputed in backward instead of kept */
+            const size_t plain_peak = a.peak;
+            a.measure = false;
+            a.g->config.checkpoint = true;
+            row *k = new_row("gpt", "GPT-2 step small, checkpointed blocks");
+            size_t kcap0, kcap1;
+            const bn_timing tk =
+                time_training_step(o, k, gpt_step, &a, a.ctx, &a.measure, &kcap0, &kcap1, "checkpointed GPT step");
+            a.g->config.checkpoint = false;
+            k->ours_s = tk.median_s;
+            k->rate = 1.0 / tk.median_s;
+            snprintf(k->unit, sizeof k->unit, "steps/s");
+            snprintf(k->extra, sizeof k->extra,
+                     "step arena %.2f MiB (saved %.2f) against %.2f without -> %.2fx; time %.2fx the plain step's",
+                     (double)a.peak / (1 << 20), (double)a.saved / (1 << 20), (double)plain_peak / (1 << 20),
+                     (double)a.peak / (double)plain_peak, tk.median_s / t.median_s);
+            add_target(k, "GPT-2 step small checkpointed: step arena / without", (double)a.peak / (double)plain_peak,
+                       0.4, false, "x");
+            add_target(k, "GPT-2 step small checkpointed: time / without", tk.median_s / t.median_s, 1.4, false, "x");
             /* n threads against 1, alternating (bench_scaling). The 1.7x
              * target's gap, measured on the 2-core AMD EPYC VM (instrumented
              * pool, quiet samples only, 2026-12-02): 1T 115 ms, 2T 75.5 ms
@@ -1141,6 +1188,51 @@ static void bench_gpt(const options *o, const limits *lim) {
         }
         gpt_free(&a);
     }
+}
+
+/* ---- generation ------------------------------------------------------------ */
+
+typedef struct gen_arg {
+    tg_ctx *ctx;
+    tg_gpt *g;
+    tg_gen_opts opts;
+    int64_t prompt[128], out[128];
+} gen_arg;
+
+/* 128 tokens after the 128-token prompt: the window grows to the context. */
+static void gen_step(void *p) {
+    gen_arg *a = p;
+    if (tg_gpt_generate(a->ctx, a->g, 128, a->prompt, 128, &a->opts, a->out) != 128) die_ctx(a->ctx, "generate");
+}
+
+/* Tokens/s of tg_gpt_generate with and without the KV cache (the tiny
+ * GPT-2 of the training rows, context 256): the cache makes each token one
+ * position, where the loop without it runs a forward over the whole
+ * window (129 .. 255 positions) per token. No PyTorch side. */
+static void bench_generate(const options *o) {
+    progress("generation: tiny GPT-2 at context 256, 128 tokens after 128, with and without the KV cache");
+    gen_arg a = {.ctx = tg_ctx_new(7)};
+    tg_gpt_config c = tg_gpt_defaults(TG_GPT_GPT2);
+    c.n_layer = 4, c.n_head = 4, c.n_embd = 128, c.context = 256;
+    a.g = tg_gpt_new(a.ctx, NULL, &c);
+    for (int i = 0; i < 128; i++) a.prompt[i] = (int64_t)(tg_rng_uniform(a.ctx) * 128) % 128;
+    a.opts = tg_gen_defaults();
+    a.opts.seed = 1;
+    if (!tg_ok(a.ctx)) die_ctx(a.ctx, "generation setup");
+    row *r = new_row("generate", "GPT-2 generate tiny T256 KV cache");
+    const double cached = time_ours(r, a.ctx, o->threads, gen_step, &a, o->budget, 5, 0.05).median_s;
+    a.opts.use_cache = false;
+    const double full = time_ours(r, a.ctx, o->threads, gen_step, &a, o->budget, 3, 0.05).median_s;
+    r->ours_s = cached;
+    r->rate = 128 / cached;
+    snprintf(r->unit, sizeof r->unit, "tokens/s");
+    snprintf(r->extra, sizeof r->extra,
+             "128 tokens after a 128-token prompt; without the cache (a forward over the window per token) %.0f "
+             "tokens/s -> %.1fx",
+             128 / full, full / cached);
+    add_target(r, "GPT-2 generate tiny T256: KV cache vs a forward per token", full / cached, 10, true, "x");
+    tg_gpt_free(a.ctx, a.g);
+    tg_ctx_free(a.ctx);
 }
 
 /* ---- tiny op ------------------------------------------------------------- */
@@ -1608,7 +1700,7 @@ static void usage(const char *argv0) {
             "usage: %s [--threads N] [--json FILE] [--budget SECONDS] [--no-torch] [--no-blas]\n"
             "          [--python PATH] [--torch-script PATH] [--torch-malloc warm|default]\n"
             "          [--clock auto|wall|cpu] [--torch-wait default|passive|both]\n"
-            "          [--only norm|linear|scaling|mlp|attention|gpt|tiny|lowp] [--contend]\n"
+            "          [--only norm|linear|scaling|mlp|attention|gpt|generate|tiny|lowp] [--contend]\n"
             "fair OpenBLAS/PyTorch case: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE %s ...\n",
             argv0, argv0);
 }
@@ -1762,6 +1854,7 @@ int main(int argc, char **argv) {
         if (run_group(&o, "mlp")) bench_mlp(&o, &lim);
         if (run_group(&o, "attention")) bench_attention(&o, &lim);
         if (run_group(&o, "gpt")) bench_gpt(&o, &lim);
+        if (run_group(&o, "generate")) bench_generate(&o);
         if (run_group(&o, "tiny")) bench_tiny(&o);
         if (run_group(&o, "lowp")) bench_lowp(&o, &lim);
     }
@@ -1782,6 +1875,7 @@ int main(int argc, char **argv) {
                bn_last_cpu());
     } else {
         print_table(stdout);
+        fputs(gpt_profiles, stdout);
         print_summary(stdout, &o);
         char fma[2][160];
         for (int k = 0; k < 2; k++) bn_fma_describe(fma[k], sizeof fma[k], &lim.fma[k]);

@@ -16,8 +16,15 @@
  * with AdamW, a warmup-cosine schedule and gradient clipping.
  *
  * Prints the model, progress (loss, validation loss, tokens/s, ETA),
- * writes OUT/loss.png (train and validation loss) and prints --sample N
- * bytes of generated text at the end.
+ * writes OUT/loss.png (train and validation loss) and prints --tokens N
+ * bytes generated after --prompt at the end (tg_gpt_generate: a KV cache,
+ * --temperature, --top-k, --top-p, drawn from --seed). --load FILE skips
+ * the training: it builds the model a --save file holds (its config is in
+ * the file) and only generates.
+ *
+ * --checkpoint-activations keeps only each block's input for backward,
+ * which runs the block again (tg_checkpoint): the same gradients, bit for
+ * bit, in less memory (docs/activation-checkpointing.md).
  *
  * --dtype bf16|f16 trains in mixed precision (docs/mixed-precision.md):
  * float32 parameters (the master weights AdamW updates, and the ones
@@ -218,43 +225,135 @@ static double evaluate(tg_ctx *ctx, tg_gpt *g, const text *val, int64_t B, int64
 
 /* ---- sampling ---------------------------------------------------------------------- */
 
-/* Prints n bytes drawn one at a time from softmax(logits / temperature) of
- * the last position, the model seeing the last `context` bytes; starts
- * from a newline. */
-static void sample(tg_ctx *ctx, tg_gpt *g, int64_t n, double temperature) {
-    const int64_t T = g->config.context;
-    int64_t *hist = malloc((size_t)(n + 1) * sizeof *hist);
-    if (!hist) return;
-    hist[0] = '\n';
-    bool was = tg_set_grad_enabled(ctx, false);
-    for (int64_t i = 1; i <= n && tg_ok(ctx); i++) {
-        int64_t len = i < T ? i : T;
-        tg_tensor *logits = tg_gpt_forward(ctx, g, 1, len, hist + i - len);
-        if (!logits) break;
-        double p[VOCAB], m = -INFINITY, z = 0;
-        for (int c = 0; c < VOCAB; c++) {
-            p[c] = tg_get_flat(ctx, logits, (len - 1) * VOCAB + c) / temperature;
-            m = p[c] > m ? p[c] : m;
+/* The sampling flags: --prompt (C escapes \n, \t, \\ read as such),
+ * --tokens, --temperature, --top-k, --top-p; the draws come from --seed. */
+typedef struct sampling {
+    const char *prompt;
+    int64_t tokens, top_k;
+    double temperature, top_p;
+} sampling;
+
+/* The prompt's bytes as token ids into ids (at most max), its escapes
+ * read; -1 (printed) for a byte that is not text, or more than max. */
+static int64_t prompt_ids(const char *p, int64_t *ids, int64_t max) {
+    int64_t n = 0;
+    for (; *p; p++) {
+        unsigned c = (unsigned char)*p;
+        if (c == '\\' && (p[1] == 'n' || p[1] == 't' || p[1] == '\\')) c = *++p == 'n' ? '\n' : *p == 't' ? '\t' : '\\';
+        if (!is_text(c)) {
+            fprintf(stderr, "gpt: --prompt holds a byte that is not text: 0x%02x\n", c);
+            return -1;
         }
-        for (int c = 0; c < VOCAB; c++) z += p[c] = exp(p[c] - m);
-        double u = tg_rng_uniform(ctx) * z, acc = 0;
-        int c = 0;
-        for (; c < VOCAB - 1; c++)
-            if ((acc += p[c]) > u) break;
-        hist[i] = c;
-        putchar(c);
-        tg_ctx_reset(ctx);
+        if (n == max) {
+            fprintf(stderr, "gpt: --prompt holds more than %lld bytes, the model's context\n", (long long)max);
+            return -1;
+        }
+        ids[n++] = c;
     }
-    putchar('\n');
-    tg_set_grad_enabled(ctx, was);
-    free(hist);
+    if (n == 0) fprintf(stderr, "gpt: --prompt is empty: the model needs at least one byte to go on from\n");
+    return n > 0 ? n : -1;
+}
+
+static bool put_token(void *user, int64_t token) {
+    (void)user;
+    putchar((int)token);
+    return fflush(stdout) == 0;
+}
+
+/* Prints the prompt, then up to --tokens bytes generated after it as they
+ * come (tg_gpt_generate: the KV cache, sliding by half the context when it
+ * fills). False (printed) on error. */
+static bool sample(tg_ctx *ctx, tg_gpt *g, const sampling *s, uint64_t seed) {
+    const int64_t T = g->config.context;
+    int64_t *ids = malloc((size_t)T * sizeof *ids), *out = malloc((size_t)(s->tokens + 1) * sizeof *out);
+    int64_t n = ids && out ? prompt_ids(s->prompt, ids, T) : -1;
+    bool ok = n > 0;
+    if (ok) {
+        tg_gen_opts o = tg_gen_defaults();
+        o.temperature = s->temperature;
+        o.top_k = s->top_k;
+        o.top_p = s->top_p;
+        o.seed = seed;
+        o.on_token = put_token;
+        printf("sampled text (temperature %g, top-k %lld, top-p %g):\n", s->temperature, (long long)s->top_k, s->top_p);
+        for (int64_t i = ids[0] == '\n' ? 1 : 0; i < n; i++) putchar((int)ids[i]); /* the prompt */
+        ok = tg_gpt_generate(ctx, g, n, ids, s->tokens, &o, out) >= 0;
+        putchar('\n');
+        ok = !ex_failed(ctx) && ok;
+    }
+    free(ids);
+    free(out);
+    return ok;
+}
+
+/* The sampling flags past ex_parse's checks (exit status 2), the prompt
+ * against the model's context (0: not known yet, --load). */
+static bool check_sampling(const sampling *s, int64_t context) {
+    if (context > 0) {
+        int64_t *ids = malloc((size_t)context * sizeof *ids);
+        const bool fits = ids && prompt_ids(s->prompt, ids, context) > 0;
+        free(ids);
+        if (!fits) return false;
+    }
+    if (s->tokens < 0) fprintf(stderr, "gpt: --tokens %lld must be >= 0\n", (long long)s->tokens);
+    else if (!(s->temperature >= 0))
+        fprintf(stderr, "gpt: --temperature %g must be >= 0 (0: greedy)\n", s->temperature);
+    else if (s->top_k < 0) fprintf(stderr, "gpt: --top-k %lld must be >= 0 (0: all)\n", (long long)s->top_k);
+    else if (!(s->top_p > 0 && s->top_p <= 1)) fprintf(stderr, "gpt: --top-p %g must be in (0, 1]\n", s->top_p);
+    else return true;
+    return false;
+}
+
+/* --load FILE: the model a --save file holds, built from the config in it
+ * (the model flags are not needed), and text generated from it; no
+ * training, no data. */
+static int generate_only(const ex_args *args, const char *path, const sampling *s) {
+    tg_ctx *ctx = tg_ctx_new(args->seed);
+    if (!ctx) return 1;
+    ex_setup(ctx, args);
+    tg_params none = {0}, params = {0};
+    tg_meta meta = {0};
+    tg_ckpt_options extra = {.ignore_extra = true};
+    tg_gpt *g = NULL;
+    int rc = 1;
+    if (tg_ckpt_load_ex(ctx, path, &none, NULL, &meta, &extra) == TG_OK) {
+        const char *text = tg_meta_get(&meta, "gpt.config");
+        char arch[16] = "", dtype[8] = "";
+        long long L, H, C, T, V;
+        tg_gpt_config c = tg_gpt_defaults(TG_GPT_LLAMA);
+        if (!text || sscanf(text, "arch=%15s layers=%lld heads=%lld channels=%lld context=%lld vocab=%lld dtype=%7s",
+                            arch, &L, &H, &C, &T, &V, dtype) != 7) {
+            fprintf(stderr, "gpt: %s holds no gpt model (no gpt.config in its metadata)\n", path);
+            rc = 2;
+        } else {
+            c.arch = strcmp(arch, "gpt2") == 0 ? TG_GPT_GPT2 : TG_GPT_LLAMA;
+            c.n_layer = L, c.n_head = H, c.n_embd = C, c.context = T, c.vocab_size = V;
+            c.dtype = strcmp(dtype, "f64") == 0 ? TG_F64 : TG_F32;
+            tg_ctx_set_autocast(ctx, strcmp(dtype, "bf16") == 0  ? TG_BF16
+                                     : strcmp(dtype, "f16") == 0 ? TG_F16
+                                                                 : TG_F32);
+            g = tg_gpt_new(ctx, NULL, &c);
+            tg_module_params(ctx, TG_MODULE(g), &params);
+            if (tg_ok(ctx) && tg_ckpt_load_ex(ctx, path, &params, NULL, NULL, &extra) == TG_OK) {
+                printf("%s: %s, %lld parameters\n", path, text, (long long)tg_params_numel(&params));
+                rc = sample(ctx, g, s, args->seed) ? 0 : 1;
+            }
+        }
+    }
+    if (rc == 1) ex_failed(ctx);
+    tg_meta_free(&meta);
+    tg_params_free(&params);
+    tg_gpt_free(ctx, g);
+    tg_ctx_free(ctx);
+    return rc == 0 ? ex_exit(true) : rc;
 }
 
 /* ---- the run ----------------------------------------------------------------------- */
 
 typedef struct run {
-    int64_t batch, eval_every, sample;
-    double warmup, min_lr, weight_decay, clip, temperature;
+    int64_t batch, eval_every;
+    double warmup, min_lr, weight_decay, beta1, beta2, eps, clip;
+    sampling sample;
     char config[256];       /* the model's config as text, kept in checkpoints */
     int64_t micro;          /* --micro: micro-batches per process */
     tg_dist *dist;          /* the processes (a world of one without mpirun) */
@@ -448,8 +547,6 @@ static bool check_flags(const tg_gpt_config *c, const run *r) {
         snprintf(msg, sizeof msg, "--micro %lld must be in 1..1000000", (long long)r->micro), bad = msg;
     else if (r->eval_every < 1)
         snprintf(msg, sizeof msg, "--eval-every %lld must be >= 1", (long long)r->eval_every), bad = msg;
-    else if (!(r->temperature > 0))
-        snprintf(msg, sizeof msg, "--temperature %g must be > 0", r->temperature), bad = msg;
     else if (r->warmup < 0 || r->min_lr < 0 || r->weight_decay < 0 || r->clip < 0)
         snprintf(msg, sizeof msg, "--warmup %g, --min-lr %g, --weight-decay %g, --clip %g must be >= 0", r->warmup,
                  r->min_lr, r->weight_decay, r->clip),
@@ -458,20 +555,30 @@ static bool check_flags(const tg_gpt_config *c, const run *r) {
     return !bad;
 }
 
+/* AdamW's flags: betas in [0, 1), eps > 0 (exit status 2 otherwise). */
+static bool check_adamw(const run *r) {
+    if (r->beta1 >= 0 && r->beta1 < 1 && r->beta2 >= 0 && r->beta2 < 1 && r->eps > 0) return true;
+    fprintf(stderr, "gpt: --beta1 %g and --beta2 %g must be in [0, 1), --eps %g > 0\n", r->beta1, r->beta2, r->eps);
+    return false;
+}
+
 /* True when the flags that decide what each process computes are the
  * same on every rank (tg_dist_same), else false on every rank with the
  * reason printed: ranks that disagree would wait for each other forever.
  * A collective. */
 static bool same_flags(tg_ctx *ctx, const ex_args *args, const run *r) {
-    char flags[512];
+    char flags[768];
     snprintf(flags, sizeof flags,
              "steps=%lld stop-after=%lld seed=%llu lr=%.17g %s batch=%lld micro=%lld warmup=%.17g min-lr=%.17g "
-             "weight-decay=%.17g clip=%.17g",
+             "weight-decay=%.17g beta1=%.17g beta2=%.17g eps=%.17g clip=%.17g",
              (long long)args->steps, (long long)args->stop_after, (unsigned long long)args->seed, args->lr, r->config,
-             (long long)r->batch, (long long)r->micro, r->warmup, r->min_lr, r->weight_decay, r->clip);
-    return tg_dist_same(ctx, r->dist, flags, strlen(flags),
-                        "the flags (--steps, --stop-after, --seed, --lr, --arch, --layers, --heads, --channels, "
-                        "--context, --dtype, --batch, --micro, --warmup, --min-lr, --weight-decay, --clip)") ||
+             (long long)r->batch, (long long)r->micro, r->warmup, r->min_lr, r->weight_decay, r->beta1, r->beta2,
+             r->eps, r->clip);
+    return tg_dist_same(
+               ctx, r->dist, flags, strlen(flags),
+               "the flags (--steps, --stop-after, --seed, --lr, --arch, --layers, --heads, --channels, "
+               "--context, --dtype, --batch, --micro, --warmup, --min-lr, --weight-decay, --beta1, --beta2, --eps, "
+               "--clip)") ||
            !ex_failed(ctx);
 }
 
@@ -480,14 +587,16 @@ int main(int argc, char **argv) {
     tg_gpt_config cfg = tg_gpt_defaults(TG_GPT_LLAMA);
     run r = {.batch = 8,
              .eval_every = 100,
-             .sample = 400,
+             .sample = {.prompt = "\\n", .tokens = 400, .temperature = 0.8, .top_k = 0, .top_p = 1.0},
              .warmup = 50,
              .min_lr = 1e-4,
              .weight_decay = 0.1,
+             .beta1 = 0.9,
+             .beta2 = 0.99,
+             .eps = 1e-8,
              .clip = 1.0,
-             .temperature = 0.8,
              .micro = 1};
-    const char *arch = "llama", *dtype = "f32", *data = NULL;
+    const char *arch = "llama", *dtype = "f32", *data = NULL, *load = NULL;
     static const char *const archs[] = {"llama", "gpt2", NULL}, *const dtypes[] = {"f32", "f64", "bf16", "f16", NULL};
     ex_flag extra[] = {
         {"arch", EX_STR, &arch, "model: llama (RMSNorm, RoPE, SwiGLU) or gpt2 (default llama)", archs},
@@ -500,14 +609,28 @@ int main(int argc, char **argv) {
         {"warmup", EX_DBL, &r.warmup, "steps of linear lr warmup, then cosine decay (default 50)", NULL},
         {"min-lr", EX_DBL, &r.min_lr, "the lr the cosine ends at (default 1e-4)", NULL},
         {"weight-decay", EX_DBL, &r.weight_decay, "AdamW's decoupled weight decay (default 0.1)", NULL},
+        {"beta1", EX_DBL, &r.beta1, "AdamW's beta1, the gradient's running-mean decay (default 0.9)", NULL},
+        {"beta2", EX_DBL, &r.beta2, "AdamW's beta2, the squared gradient's running-mean decay (default 0.99)", NULL},
+        {"eps", EX_DBL, &r.eps, "AdamW's eps, added to the root of the squared mean (default 1e-8)", NULL},
+        {"checkpoint-activations", EX_BOOL, &cfg.checkpoint,
+         "recompute each block's activations in backward instead of keeping them: less memory, the same "
+         "gradients, about a third more time",
+         NULL},
         {"clip", EX_DBL, &r.clip, "clip the gradient's norm to this; 0: no clipping (default 1)", NULL},
         {"dtype", EX_STR, &dtype,
          "parameters' type f32 or f64, or mixed precision bf16 / f16 (float32 parameters, layers in 16 bits "
          "under autocast; f16 scales the loss) (default f32)",
          dtypes},
         {"eval-every", EX_INT, &r.eval_every, "validation loss every N steps (default 100)", NULL},
-        {"sample", EX_INT, &r.sample, "bytes of text to generate at the end (default 400)", NULL},
-        {"temperature", EX_DBL, &r.temperature, "sampling temperature > 0 (default 0.8)", NULL},
+        {"tokens", EX_INT, &r.sample.tokens, "bytes of text to generate at the end (default 400)", NULL},
+        {"sample", EX_INT, &r.sample.tokens, "the same as --tokens", NULL},
+        {"prompt", EX_STR, &r.sample.prompt, "the text generation starts from; \\n, \\t read as escapes (default \\n)",
+         NULL},
+        {"temperature", EX_DBL, &r.sample.temperature, "sampling temperature >= 0; 0: greedy (default 0.8)", NULL},
+        {"top-k", EX_INT, &r.sample.top_k, "draw among the k likeliest bytes; 0: all (default 0)", NULL},
+        {"top-p", EX_DBL, &r.sample.top_p,
+         "draw among the likeliest bytes holding this probability, in (0, 1] (default 1)", NULL},
+        {"load", EX_STR, &load, "no training: generate from the model a --save file holds", NULL},
         {"data", EX_STR, &data, "an ASCII text file to train on (default: the fortunes)", NULL},
     };
     int rc = ex_parse(&args, argc, argv, "gpt", "Trains a byte-level GPT (LLaMA or GPT-2 architecture) on text.", extra,
@@ -516,7 +639,8 @@ int main(int argc, char **argv) {
     cfg.arch = strcmp(arch, "gpt2") == 0 ? TG_GPT_GPT2 : TG_GPT_LLAMA;
     cfg.dtype = strcmp(dtype, "f64") == 0 ? TG_F64 : TG_F32;
     const tg_dtype compute = strcmp(dtype, "bf16") == 0 ? TG_BF16 : strcmp(dtype, "f16") == 0 ? TG_F16 : TG_F32;
-    if (!check_flags(&cfg, &r)) return 2;
+    if (!check_flags(&cfg, &r) || !check_sampling(&r.sample, load ? 0 : cfg.context) || !check_adamw(&r)) return 2;
+    if (load) return generate_only(&args, load, &r.sample);
     config_text(r.config, sizeof r.config, &cfg, dtype);
 
     tg_ctx *ctx = tg_ctx_new(args.seed);
@@ -579,7 +703,9 @@ int main(int argc, char **argv) {
                (long long)r.batch, (long long)cfg.context);
         tg_adam_opts o = tg_adamw_defaults();
         o.lr = args.lr;
-        o.beta2 = 0.99;
+        o.beta1 = r.beta1;
+        o.beta2 = r.beta2;
+        o.eps = r.eps;
         o.weight_decay = r.weight_decay;
         opt = tg_adamw_new(ctx, &params, &o);
         tg_schedule sched = {.kind = TG_SCHED_WARMUP_COSINE,
@@ -630,18 +756,14 @@ int main(int argc, char **argv) {
                val_loss, unigram_loss(&tr, &val), log((double)VOCAB));
         ok = save(ctx, &args, &r, &part) && plotted;
     }
-    if (ok && r.lead && r.sample > 0) {
-        printf("sampled text (temperature %g):\n", r.temperature);
-        sample(ctx, g, r.sample, r.temperature);
-        ok = !ex_failed(ctx);
-    }
+    if (ok && r.lead && r.sample.tokens > 0) ok = sample(ctx, g, &r.sample, args.seed);
     /* every rank ends with rank 0's status */
     if (trained) ok = all_ok(ctx, &r, ok);
     tg_grad_accum_free(ctx, r.acc);
     tg_grad_scaler_free(ctx, r.scaler);
     tg_optim_free(ctx, opt);
     tg_params_free(&params);
-    if (g) tg_module_free(ctx, TG_MODULE(g));
+    tg_gpt_free(ctx, g);
     tg_dist_free(r.dist);
     tg_ctx_free(ctx);
     free(all.bytes);

@@ -140,32 +140,72 @@ tg_gpt *tg_gpt_new(tg_ctx *ctx, const char *name, const tg_gpt_config *config) {
     return tg_module_built(ctx, &g->base);
 }
 
-tg_tensor *tg_gpt_forward(tg_ctx *ctx, tg_gpt *gpt, int64_t B, int64_t T, const int64_t *idx) {
-    if (!tg_check_layer(ctx, __func__, gpt)) return NULL;
+/* A block as tg_checkpoint's function: user is the block. */
+static tg_tensor *block_fn(tg_ctx *ctx, tg_tensor *const *in, void *user) { return tg_block_forward(ctx, user, in[0]); }
+
+tg_tensor *tg_gpt_forward_at(tg_ctx *ctx, const char *fn, tg_gpt *gpt, int64_t B, int64_t T, const int64_t *idx,
+                             const tg_kv *kv, int64_t pos) {
+    if (!tg_check_layer(ctx, fn, gpt)) return NULL;
     const tg_gpt_config *c = &gpt->config;
     if (!idx) {
-        tg_null_error(ctx, __func__, "idx");
+        tg_null_error(ctx, fn, "idx");
         return NULL;
     }
-    if (B < 1 || T < 1 || T > c->context) {
-        tg_error(ctx, TG_ERR_VALUE, __func__, "B = %lld, T = %lld: need B >= 1 and 1 <= T <= the context %lld",
-                 (long long)B, (long long)T, (long long)c->context);
+    if (B < 1 || T < 1 || pos < 0 || pos + T > c->context) {
+        if (pos == 0)
+            tg_error(ctx, TG_ERR_VALUE, fn, "B = %lld, T = %lld: need B >= 1 and 1 <= T <= the context %lld",
+                     (long long)B, (long long)T, (long long)c->context);
+        else
+            tg_error(ctx, TG_ERR_VALUE, fn,
+                     "B = %lld, T = %lld new positions after %lld: need B >= 1, T >= 1 and %lld + T <= the context "
+                     "%lld",
+                     (long long)B, (long long)T, (long long)pos, (long long)pos, (long long)c->context);
         return NULL;
     }
     tg_tensor *x = tg_embedding_layer_forward(ctx, gpt->wte, 2, (const int64_t[]){B, T}, idx); /* (B,T,C) */
     if (gpt->wpe) {
-        int64_t *pos = tg_arena_alloc(ctx, (size_t)T * sizeof *pos);
-        if (!pos) return NULL;
-        for (int64_t t = 0; t < T; t++) pos[t] = t;
-        x = tg_add(ctx, x, tg_embedding_layer_forward(ctx, gpt->wpe, 1, &T, pos)); /* + (T,C) */
+        int64_t *p = tg_arena_alloc(ctx, (size_t)T * sizeof *p);
+        if (!p) return NULL;
+        for (int64_t t = 0; t < T; t++) p[t] = pos + t;
+        x = tg_add(ctx, x, tg_embedding_layer_forward(ctx, gpt->wpe, 1, &T, p)); /* + (T,C) */
     }
-    x = tg_module_forward(ctx, gpt->ln_f, tg_sequential_forward(ctx, gpt->h, x));
+    if (kv) /* the blocks one by one, each with its cache */
+        for (int l = 0; l < gpt->h->modules.count && x; l++)
+            x = tg_block_forward_kv(ctx, fn, (tg_block *)gpt->h->modules.items[l], x, &kv[l], pos);
+    else if (c->checkpoint && tg_grad_enabled(ctx)) /* each block recomputed in backward */
+        for (int l = 0; l < gpt->h->modules.count && x; l++)
+            x = tg_checkpoint(ctx, block_fn, gpt->h->modules.items[l], 1, &x);
+    else x = tg_sequential_forward(ctx, gpt->h, x);
+    x = tg_module_forward(ctx, gpt->ln_f, x);
     if (!x) return NULL;
     /* GPT-2 ties the output projection to the token table: logits = x wte^T
      * (under autocast through the table's 16-bit copy, whose gradient joins
      * the embedding's in wte's float32 grad) */
     return gpt->lm_head ? tg_linear_forward(ctx, gpt->lm_head, x)
                         : tg_linear_fused(ctx, x, tg_autocast_param(ctx, gpt->wte->weight), NULL);
+}
+
+tg_tensor *tg_gpt_forward(tg_ctx *ctx, tg_gpt *gpt, int64_t B, int64_t T, const int64_t *idx) {
+    return tg_gpt_forward_at(ctx, __func__, gpt, B, T, idx, NULL, 0);
+}
+
+tg_tensor *tg_gpt_loss_from(tg_ctx *ctx, tg_tensor *logits, const int64_t *targets) {
+    if (!tg_check_arg_any(ctx, __func__, "logits", logits)) return NULL;
+    if (!targets) {
+        tg_null_error(ctx, __func__, "targets");
+        return NULL;
+    }
+    if (logits->ndim < 2 || logits->numel == 0) {
+        char s[TG_SHAPE_STR];
+        tg_error(ctx, TG_ERR_SHAPE, __func__, "logits %s: need (..., vocab_size) with at least one row",
+                 tg_shape_of(s, logits));
+        return NULL;
+    }
+    /* the loss in float32, as autocast computes losses */
+    if (tg_is_lowp(logits->dtype)) logits = tg_cast(ctx, logits, TG_F32);
+    const int64_t V = logits->shape[logits->ndim - 1];
+    tg_tensor *rows = tg_reshape(ctx, logits, 2, (const int64_t[]){logits ? logits->numel / V : 0, V});
+    return tg_cross_entropy(ctx, rows, targets, NULL);
 }
 
 tg_tensor *tg_gpt_loss(tg_ctx *ctx, tg_gpt *gpt, int64_t B, int64_t T, const int64_t *idx, const int64_t *targets) {
@@ -175,8 +215,9 @@ tg_tensor *tg_gpt_loss(tg_ctx *ctx, tg_gpt *gpt, int64_t B, int64_t T, const int
         tg_null_error(ctx, __func__, "targets");
         return NULL;
     }
-    /* the loss in float32, as autocast computes losses */
-    if (tg_is_lowp(logits->dtype)) logits = tg_cast(ctx, logits, TG_F32);
-    tg_tensor *rows = tg_reshape(ctx, logits, 2, (const int64_t[]){B * T, gpt->config.vocab_size});
-    return tg_cross_entropy(ctx, rows, targets, NULL);
+    return tg_gpt_loss_from(ctx, logits, targets);
+}
+
+void tg_gpt_free(tg_ctx *ctx, tg_gpt *gpt) {
+    if (gpt) tg_module_free(ctx, TG_MODULE(gpt));
 }

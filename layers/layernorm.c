@@ -9,6 +9,7 @@
  * docs/normalization-gradients.md. */
 #include "layers/norm.h"
 #include "layers/norm_kernels.h"
+#include "tensor/profile.h"
 
 /* Forward was, per row,  mu = mean_j x_j,  var = mean_j (x_j - mu)^2,
  *   r = 1 / sqrt(var + eps),  xhat_i = (x_i - mu) r,  y_i = g_i xhat_i + b_i.
@@ -37,5 +38,6 @@ tg_tensor *tg_layernorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_te
     double *mean = a.saved, *rstd = mean ? mean + a.N : NULL;
     if (a.f64) tg_layernorm_forward_f64(a.y, mean, rstd, a.x, a.g, a.b, a.N, a.C, eps, a.threads);
     else tg_layernorm_forward_f32(a.y, mean, rstd, a.x, a.g, a.b, a.N, a.C, eps, a.threads);
+    tg_profile_forward_end(ctx, "layernorm"); /* recorded before it ran */
     return a.out;
 }

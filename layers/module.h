@@ -87,4 +87,28 @@ bool tg_check_size_arg(tg_ctx *ctx, const char *fn, const char *arg, int64_t siz
 /* Checks that x has the layer's dtype (TG_ERR_DTYPE naming both). */
 bool tg_check_layer_dtype(tg_ctx *ctx, const char *fn, const tg_tensor *x, tg_dtype dtype);
 
+/* One attention layer's KV cache (layers/generate.c): the keys and values
+ * of positions 0 .. cap - 1, persistent, in the dtype the layer computes
+ * in: kt (B, H, D, cap), the keys transposed (what the attention's first
+ * product reads), and v (B, H, cap, D); positions past the cache's length
+ * unused. */
+typedef struct tg_kv {
+    tg_tensor *kt, *v;
+} tg_kv;
+
+/* tg_block_forward for the positions pos .. pos + T - 1 of x (B, T, C):
+ * their keys and values (RoPE'd at those positions) go into kv's rows pos
+ * .. pos + T - 1, and the attention reads rows 0 .. pos + T - 1
+ * (tg_attention_cached). Not recorded: grad mode must be off. Errors name
+ * fn. */
+tg_tensor *tg_block_forward_kv(tg_ctx *ctx, const char *fn, tg_block *layer, tg_tensor *x, const tg_kv *kv,
+                               int64_t pos);
+
+/* tg_gpt_forward for the positions pos .. pos + T - 1 of B sequences whose
+ * first pos positions are in the caches kv[0 .. n_layer - 1] (NULL kv: no
+ * cache, pos 0: tg_gpt_forward itself). pos + T <= the context. Errors
+ * name fn. */
+tg_tensor *tg_gpt_forward_at(tg_ctx *ctx, const char *fn, tg_gpt *gpt, int64_t B, int64_t T, const int64_t *idx,
+                             const tg_kv *kv, int64_t pos);
+
 #endif

@@ -9,6 +9,7 @@
  * docs/normalization-gradients.md. */
 #include "layers/norm.h"
 #include "layers/norm_kernels.h"
+#include "tensor/profile.h"
 
 /* Forward was, per row,  r = 1 / sqrt(mean_j x_j^2 + eps),
  *   y_i = g_i x_i r + b_i.
@@ -36,5 +37,6 @@ tg_tensor *tg_rmsnorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tens
     double *rstd = a.saved;
     if (a.f64) tg_rmsnorm_forward_f64(a.y, rstd, a.x, a.g, a.b, a.N, a.C, eps, a.threads);
     else tg_rmsnorm_forward_f32(a.y, rstd, a.x, a.g, a.b, a.N, a.C, eps, a.threads);
+    tg_profile_forward_end(ctx, "rmsnorm"); /* recorded before it ran */
     return a.out;
 }

@@ -8,10 +8,12 @@
  * backward (tg_linear_fused, tg_permute, tg_rope, the fused tg_attention,
  * tg_gelu, tg_silu, tg_mul, tg_add): nothing here needs a derivation of its
  * own. The attention's backward is derived in docs/attention-gradients.md. */
+#include "autograd/ops_attention.h"
 #include "layers/module.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 /* The frees and children of the three containers: the children list owns
  * the layers the typed fields point at. */
@@ -91,9 +93,32 @@ static tg_tensor *head_part(tg_ctx *ctx, tg_tensor *qkv, int64_t which) {
     return p ? tg_reshape(ctx, p, 4, qkv->shape + 1) : NULL;
 }
 
-tg_tensor *tg_mha_forward(tg_ctx *ctx, tg_mha *layer, tg_tensor *x) {
-    if (!tg_check_layer(ctx, __func__, layer) || !check_btc(ctx, __func__, x, layer->n_embd, layer->base.dtype))
-        return NULL;
+/* Writes the keys (kt: transposed, (pairs, D, cap) columns) or the values
+ * (rows of (pairs, cap, D)) of positions pos .. pos + T - 1 of each of the
+ * (batch, head) pairs from x (B, H, T, D). */
+static void kv_put(tg_tensor *c, const tg_tensor *x, int64_t pos, bool transposed) {
+    const int64_t T = x->shape[2], D = x->shape[3], pairs = x->shape[0] * x->shape[1];
+    const size_t es = tg_esize(c->dtype);
+    const unsigned char *src = x->data;
+    unsigned char *dst = c->data;
+    if (!transposed) {
+        const int64_t cap = c->shape[2];
+        for (int64_t p = 0; p < pairs; p++)
+            memcpy(dst + (size_t)(p * cap + pos) * D * es, src + (size_t)(p * T * D) * es, (size_t)(T * D) * es);
+        return;
+    }
+    const int64_t cap = c->shape[3];
+    for (int64_t p = 0; p < pairs; p++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t e = 0; e < D; e++)
+                memcpy(dst + (size_t)((p * D + e) * cap + pos + t) * es, src + (size_t)((p * T + t) * D + e) * es, es);
+}
+
+/* The attention of x (B, T, C) at positions pos .. pos + T - 1: over the
+ * sequence itself (kv NULL, pos 0: tg_mha_forward) or over a KV cache
+ * holding positions 0 .. pos - 1, to which it appends its keys and values. */
+static tg_tensor *mha_run(tg_ctx *ctx, const char *fn, tg_mha *layer, tg_tensor *x, const tg_kv *kv, int64_t pos) {
+    if (!tg_check_layer(ctx, fn, layer) || !check_btc(ctx, fn, x, layer->n_embd, layer->base.dtype)) return NULL;
     const int64_t B = x->shape[0], T = x->shape[1], C = layer->n_embd, H = layer->n_head, D = layer->head_dim;
     /* (B,T,3C) -> (B,T,3,H,D) -> (3,B,H,T,D): the heads side by side, q k v
      * first so each is one contiguous slice */
@@ -102,14 +127,31 @@ tg_tensor *tg_mha_forward(tg_ctx *ctx, tg_mha *layer, tg_tensor *x) {
     qkv = tg_permute(ctx, qkv, (const int[]){2, 0, 3, 1, 4});
     if (!qkv) return NULL;
     tg_tensor *q = head_part(ctx, qkv, 0), *k = head_part(ctx, qkv, 1), *v = head_part(ctx, qkv, 2);
-    if (layer->rope_base > 0) {
-        q = tg_rope(ctx, q, -2, layer->rope_base);
-        k = tg_rope(ctx, k, -2, layer->rope_base);
+    if (layer->rope_base > 0) { /* positions pos, pos + 1, ...: the same rotations as in the whole sequence */
+        q = tg_rope_from(ctx, q, -2, layer->rope_base, pos);
+        k = tg_rope_from(ctx, k, -2, layer->rope_base, pos);
     }
-    tg_tensor *o = tg_attention(ctx, q, k, v, true, 0.0); /* (B,H,T,D), scale 1/sqrt(D) */
-    o = tg_permute(ctx, o, (const int[]){0, 2, 1, 3});    /* (B,T,H,D): heads merged back */
+    tg_tensor *o;
+    if (kv) {
+        if (!q || !k || !v) return NULL;
+        if (k->dtype != kv->kt->dtype) {
+            tg_error(ctx, TG_ERR_DTYPE, fn, "the KV cache holds %s but the layer computes in %s (autocast changed?)",
+                     tg_dtype_name(kv->kt->dtype), tg_dtype_name(k->dtype));
+            return NULL;
+        }
+        kv_put(kv->kt, k, pos, true);
+        kv_put(kv->v, v, pos, false);
+        o = tg_attention_cached(ctx, fn, q, kv->kt, kv->v, pos + T); /* scale 1/sqrt(D) */
+    } else {
+        o = tg_attention(ctx, q, k, v, true, 0.0); /* (B,H,T,D), scale 1/sqrt(D) */
+    }
+    o = tg_permute(ctx, o, (const int[]){0, 2, 1, 3}); /* (B,T,H,D): heads merged back */
     o = tg_reshape(ctx, o, 3, (const int64_t[]){B, T, C});
     return o ? tg_linear_forward(ctx, layer->proj, o) : NULL;
+}
+
+tg_tensor *tg_mha_forward(tg_ctx *ctx, tg_mha *layer, tg_tensor *x) {
+    return mha_run(ctx, __func__, layer, x, NULL, 0);
 }
 
 /* ---- MLP --------------------------------------------------------------------------- */
@@ -230,10 +272,21 @@ tg_block *tg_block_new(tg_ctx *ctx, const char *name, int64_t n_embd, int64_t n_
     return tg_module_built(ctx, &b->base);
 }
 
-tg_tensor *tg_block_forward(tg_ctx *ctx, tg_block *layer, tg_tensor *x) {
-    if (!tg_check_layer(ctx, __func__, layer) || !check_btc(ctx, __func__, x, layer->attn->n_embd, layer->base.dtype))
-        return NULL;
+/* h = x + attn(ln_1(x)), y = h + mlp(ln_2(h)), the attention over x itself
+ * or over a KV cache (mha_run). */
+static tg_tensor *block_run(tg_ctx *ctx, const char *fn, tg_block *layer, tg_tensor *x, const tg_kv *kv, int64_t pos) {
+    if (!tg_check_layer(ctx, fn, layer) || !check_btc(ctx, fn, x, layer->attn->n_embd, layer->base.dtype)) return NULL;
     x = tg_autocast_input(ctx, x); /* the residual stream in the compute dtype under autocast */
-    tg_tensor *h = tg_add(ctx, x, tg_mha_forward(ctx, layer->attn, tg_module_forward(ctx, layer->ln_1, x)));
+    tg_tensor *a = tg_module_forward(ctx, layer->ln_1, x);
+    tg_tensor *h = tg_add(ctx, x, kv ? mha_run(ctx, fn, layer->attn, a, kv, pos) : tg_mha_forward(ctx, layer->attn, a));
     return tg_add(ctx, h, tg_mlp_forward(ctx, layer->mlp, tg_module_forward(ctx, layer->ln_2, h)));
+}
+
+tg_tensor *tg_block_forward(tg_ctx *ctx, tg_block *layer, tg_tensor *x) {
+    return block_run(ctx, __func__, layer, x, NULL, 0);
+}
+
+tg_tensor *tg_block_forward_kv(tg_ctx *ctx, const char *fn, tg_block *layer, tg_tensor *x, const tg_kv *kv,
+                               int64_t pos) {
+    return block_run(ctx, fn, layer, x, kv, pos);
 }

@@ -19,6 +19,7 @@
  * of a fitting size reuses. The peak (tg_arena_peak) counts both. */
 #include "tensor/internal.h"
 #include "tensor/parallel.h"
+#include "tensor/profile.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -97,6 +98,7 @@ void tg_ctx_free(tg_ctx *ctx) {
     }
     tg_tape_free(ctx, &ctx->tape);
     tg_heap_free(ctx, ctx->autocast_copies);
+    tg_heap_free(ctx, ctx->profile);
     tg_allocator a = ctx->alloc;
     a.free(ctx, a.user);
 }
@@ -207,6 +209,7 @@ static void reset_gblocks(tg_ctx *ctx) {
 
 void tg_ctx_reset(tg_ctx *ctx) {
     if (!ctx) return;
+    tg_profile_step(ctx);
     tg_tape_clear(&ctx->tape); /* its records point at arena tensors */
     ctx->epoch++;
     if (ctx->epoch == TG_EPOCH_RELEASED) ctx->epoch = 0; /* never a released gradient's mark */

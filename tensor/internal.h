@@ -115,6 +115,9 @@ typedef struct tg_owned {
 /* Autocast (layers/autocast.c): one float32 parameter's 16-bit copy made
  * this step, so that every use in the step shares it (and its gradient
  * flows back through one tg_cast record). */
+/* The per-op profile (tensor/profile.c), NULL while off. */
+typedef struct tg_profile tg_profile;
+
 typedef struct tg_autocast_copy {
     const struct tg_tensor *param; /* the float32 parameter */
     struct tg_tensor *copy;        /* tg_cast(param, dtype), an arena tensor of this step */
@@ -177,6 +180,8 @@ struct tg_ctx {
     tg_autocast_copy *autocast_copies;
     int autocast_count, autocast_cap;
     uint32_t autocast_epoch;
+
+    tg_profile *profile; /* tg_profile_enable; NULL: off */
 
     char message[512]; /* the first error's message */
 };

@@ -65,6 +65,13 @@ static bool known_flag(const char *name, const ex_flag *extra, int nextra) {
     return false;
 }
 
+/* The switch (EX_BOOL) named name, or NULL. */
+static const ex_flag *switch_flag(const char *name, const ex_flag *extra, int nextra) {
+    for (int k = 0; k < nextra; k++)
+        if (extra[k].kind == EX_BOOL && strcmp(name, extra[k].name) == 0) return &extra[k];
+    return NULL;
+}
+
 int ex_parse(ex_args *a, int argc, char **argv, const char *name_of_prog, const char *about, const ex_flag *extra,
              int nextra) {
     prog = name_of_prog;
@@ -74,6 +81,11 @@ int ex_parse(ex_args *a, int argc, char **argv, const char *name_of_prog, const 
         if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
             usage(stdout, &defaults, about, extra, nextra);
             return 0;
+        }
+        const ex_flag *sw = strncmp(flag, "--", 2) == 0 ? switch_flag(flag + 2, extra, nextra) : NULL;
+        if (sw) {
+            *(bool *)sw->target = true;
+            continue;
         }
         const char *problem = strncmp(flag, "--", 2) != 0            ? "unexpected argument"
                               : !known_flag(flag + 2, extra, nextra) ? "unknown flag"

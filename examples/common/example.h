@@ -22,12 +22,13 @@ typedef struct ex_args {
     int64_t stop_after; /* stop after this step (0: run all steps), e.g. to --save and --resume later */
 } ex_args;
 
-/* An example-specific flag: --name VALUE. */
-typedef enum { EX_STR, EX_INT, EX_DBL } ex_kind;
+/* An example-specific flag: --name VALUE, or a switch --name (EX_BOOL: no
+ * value; sets its bool target to true). */
+typedef enum { EX_STR, EX_INT, EX_DBL, EX_BOOL } ex_kind;
 typedef struct ex_flag {
     const char *name; /* without the leading dashes */
     ex_kind kind;
-    void *target; /* const char **, int64_t *, double * */
+    void *target; /* const char **, int64_t *, double *, bool * */
     const char *help;
     const char *const *choices; /* for EX_STR: NULL-terminated allowed values, or NULL */
 } ex_flag;

@@ -82,6 +82,23 @@ TG_API bool tg_grad(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, int 
  * again. The tape is kept (the records of both gradients are added to it);
  * leaves' grads are untouched. False on error. */
 TG_API bool tg_hvp(tg_ctx *ctx, tg_tensor *loss, int n, tg_tensor *const *params, tg_tensor *const *v, tg_tensor **hv);
+/* Activation checkpointing (autograd/checkpoint.c; PyTorch's
+ * torch.utils.checkpoint): y = fn(ctx, in, user) as one record that keeps
+ * only fn's inputs. fn runs once in the forward, whose records and saved
+ * tensors are thrown away at once, and again in backward (same inputs,
+ * same RNG state) under a tape of its own, whose backward adds into the
+ * inputs' and the parameters' grads: the gradients are the same bits as
+ * without the checkpoint, at the price of a second forward of fn. The
+ * parameters fn uses (and any tensor requiring grad it reaches through
+ * `user`) need not be passed: they become inputs of the record. fn must
+ * compute the same function both times (its inputs and what it reaches
+ * through user unchanged until backward) and return a new tensor of the
+ * context. With grad mode off it is just fn. The record has no
+ * double-backward or forward-mode rule (tg_grad with create_graph, tg_jvp:
+ * an error naming it). docs/activation-checkpointing.md has the memory
+ * arithmetic. */
+typedef tg_tensor *(*tg_checkpoint_fn)(tg_ctx *ctx, tg_tensor *const *in, void *user);
+TG_API tg_tensor *tg_checkpoint(tg_ctx *ctx, tg_checkpoint_fn fn, void *user, int n, tg_tensor *const *in);
 /* Number of records on the tape, and bytes they saved for backward. */
 TG_API int64_t tg_tape_size(const tg_ctx *ctx);
 TG_API size_t tg_tape_saved_bytes(const tg_ctx *ctx);
@@ -170,6 +187,18 @@ TG_API tg_tensor *tg_mean_axis(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim
  * counts as the largest value (the first NaN wins), as PyTorch propagates
  * it. An axis of size 0 is TG_ERR_VALUE "empty reduction". */
 TG_API tg_tensor *tg_max_axis(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim);
+/* The index of the max along axis, for each position of the other dims
+ * (autograd/ops_argmax.c; PyTorch's x.argmax(axis)): out gets numel /
+ * size(axis) ids, in the row-major order of x without that axis. Ties: the
+ * first; NaN counts as the largest (the first NaN), as tg_max_axis. Any
+ * dtype; not recorded (no gradient). False on error: a bad axis, an axis
+ * of size 0, NULL out. */
+TG_API bool tg_argmax(tg_ctx *ctx, const tg_tensor *x, int axis, int64_t *out);
+/* The fraction of rows of logits (..., classes) whose argmax over the last
+ * dim is the row's target (targets: one id per row, each in 0..classes-1,
+ * as tg_cross_entropy takes them): a classifier's accuracy, in [0, 1].
+ * NaN on error (a target out of range, no rows, NULL). */
+TG_API double tg_accuracy(tg_ctx *ctx, const tg_tensor *logits, const int64_t *targets);
 
 /* ======================================================================== */
 /* Autograd ops: matmul, shapes, embedding, softmax, losses, dropout        */
@@ -308,6 +337,11 @@ TG_API tg_tensor *tg_triu(tg_ctx *ctx, tg_tensor *x, int64_t diagonal);
  * each head's features (Hugging Face permutes the q and k projection
  * weights when converting Meta's checkpoints). */
 TG_API tg_tensor *tg_rope(tg_ctx *ctx, tg_tensor *x, int seq_axis, double base);
+/* tg_rope with the positions starting at pos0 >= 0 (pos0, pos0 + 1, ...):
+ * the new positions of a sequence whose first pos0 are already in a KV
+ * cache. Each position gets the same rotation, to the bit, as in a tg_rope
+ * of the whole sequence. */
+TG_API tg_tensor *tg_rope_from(tg_ctx *ctx, tg_tensor *x, int seq_axis, double base, int64_t pos0);
 
 /* Fused scaled-dot-product attention (PyTorch's
  * F.scaled_dot_product_attention without dropout):

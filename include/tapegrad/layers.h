@@ -589,6 +589,12 @@ typedef struct tg_gpt_config {
     int64_t hidden;   /* the MLP's; 0: tg_mlp_hidden */
     double rope_base; /* LLaMA's RoPE base (> 0) */
     tg_dtype dtype;
+    /* run each block under tg_checkpoint when recording: backward
+     * recomputes a block's activations instead of keeping them (the same
+     * gradients, bit for bit; docs/activation-checkpointing.md). Default
+     * false. It changes no parameter: set it on a model's config at any
+     * time (gpt->config.checkpoint = true). */
+    bool checkpoint;
 } tg_gpt_config;
 /* The defaults of an arch: vocab 128, context 64, 4 layers of 4 heads,
  * 128 channels, RoPE base 10000, float32 (the issue's "tiny" size). */
@@ -615,6 +621,84 @@ TG_API tg_tensor *tg_gpt_forward(tg_ctx *ctx, tg_gpt *gpt, int64_t B, int64_t T,
  * that follow idx (targets[i] = the token after idx[i]). A scalar. */
 TG_API tg_tensor *tg_gpt_loss(tg_ctx *ctx, tg_gpt *gpt, int64_t B, int64_t T, const int64_t *idx,
                               const int64_t *targets);
+/* The same loss from logits a forward already made, so one forward gives
+ * both: logits (..., vocab_size) (tg_gpt_forward's (B, T, vocab_size)),
+ * targets one id per row; 16-bit logits are cast to float32 first, as
+ * autocast computes losses. tg_gpt_loss is tg_gpt_forward then this. */
+TG_API tg_tensor *tg_gpt_loss_from(tg_ctx *ctx, tg_tensor *logits, const int64_t *targets);
+/* Frees the model and its parameters (tg_module_free(ctx, TG_MODULE(gpt))).
+ * NULL is a no-op. */
+TG_API void tg_gpt_free(tg_ctx *ctx, tg_gpt *gpt);
+
+/* ======================================================================== */
+/* Generation: KV cache and sampling (layers/generate.c)                    */
+/* ======================================================================== */
+/* Text from a tg_gpt, one token at a time, without the tape (grad mode is
+ * off inside). The KV cache keeps each block's keys and values of the
+ * positions seen, so a new token costs one position instead of a forward
+ * over the whole window, and its logits are bitwise those of the full
+ * forward (float32 and float64, up to 256 positions in float64 and 384 in
+ * float32; beyond, to rounding: layers/generate.c says why).
+ *
+ * Life cycle: a cache is persistent (2 n_layer n_embd context elements)
+ * and belongs to one model: make it with tg_gpt_cache_new, feed it tokens
+ * with tg_gpt_cache_forward (each call's activations and logits are arena
+ * tensors, gone at the next tg_ctx_reset, as in training; the cache's
+ * contents survive resets), empty it with tg_gpt_cache_clear, free it
+ * with tg_gpt_cache_free before the model. tg_gpt_generate does all of
+ * this itself and gives the arena back after every token: it needs
+ * nothing from the caller but the prompt.
+ *
+ * When the context fills, tg_gpt_generate slides: the cache is refilled
+ * by one forward over the last `keep` tokens (default half the context),
+ * which then continue at positions 0 .. keep - 1; keep = context gives
+ * every token the last `context` tokens, as a loop without a cache (and
+ * nanoGPT's generate) does, at that loop's cost. */
+typedef struct tg_gpt_cache tg_gpt_cache;
+/* An empty cache for gpt, in the dtype its blocks compute in (under
+ * autocast, the 16-bit one: use it under the same autocast). */
+TG_API tg_gpt_cache *tg_gpt_cache_new(tg_ctx *ctx, tg_gpt *gpt);
+/* Runs T >= 1 new tokens idx[0 .. T-1] (one sequence) at the next T
+ * positions, appending their keys and values: logits (1, T, vocab_size),
+ * those of the full forward over every token fed since the last clear.
+ * Errors: more tokens than the context has room left (clear first), a
+ * changed autocast dtype, the errors of tg_gpt_forward. */
+TG_API tg_tensor *tg_gpt_cache_forward(tg_ctx *ctx, tg_gpt_cache *cache, int64_t T, const int64_t *idx);
+/* Positions the cache holds (0 for NULL). */
+TG_API int64_t tg_gpt_cache_len(const tg_gpt_cache *cache);
+/* Forgets every position (the next token is at position 0 again). */
+TG_API void tg_gpt_cache_clear(tg_gpt_cache *cache);
+/* Frees the cache. NULL is a no-op. */
+TG_API void tg_gpt_cache_free(tg_ctx *ctx, tg_gpt_cache *cache);
+
+/* How tokens are drawn and generation runs. Start from tg_gen_defaults(). */
+typedef struct tg_gen_opts {
+    double temperature; /* logits / temperature; finite, >= 0; 0: greedy (the argmax). Default 1 */
+    int64_t top_k;      /* keep the k most likely tokens; 0 (default): all */
+    double top_p;       /* then the fewest most likely whose probability reaches top_p; (0, 1], 1 (default): all */
+    uint64_t seed;      /* draw i uses Philox(seed, i): the same seed, the same tokens. Default 0 */
+    int64_t stop;       /* a token id that ends generation (it is output); -1 (default): none */
+    int64_t keep;       /* tokens kept when the context fills, 1..context; 0 (default): context / 2 */
+    bool use_cache;     /* false: a forward over the whole window per token (for comparison). Default true */
+    /* called with each new token; returning false stops. NULL (default): none */
+    bool (*on_token)(void *user, int64_t token);
+    void *user;
+} tg_gen_opts;
+TG_API tg_gen_opts tg_gen_defaults(void);
+/* The next token after the last row of logits (..., vocab_size), drawn as
+ * opts says (NULL: the defaults) with draw number `draw` (the Philox
+ * counter). -1 on error: bad options (a negative or NaN temperature, top_p
+ * outside (0, 1], top_k < 0, a stop id out of range), a NaN or +inf
+ * logit, every logit -inf. */
+TG_API int64_t tg_sample_token(tg_ctx *ctx, const tg_tensor *logits, const tg_gen_opts *opts, uint64_t draw);
+/* Up to n_new tokens after the prompt (n_prompt ids, 1 <= n_prompt <=
+ * context), written to out; the number written (fewer after the stop
+ * token or a false from on_token), or -1 on error (the context's error:
+ * bad options, a prompt longer than the context or with an id out of
+ * range). Token i is drawn with draw number i. The arena is as it was
+ * when the call returns. */
+TG_API int64_t tg_gpt_generate(tg_ctx *ctx, tg_gpt *gpt, int64_t n_prompt, const int64_t *prompt, int64_t n_new,
+                               const tg_gen_opts *opts, int64_t *out);
 
 #ifdef __cplusplus
 }

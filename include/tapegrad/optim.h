@@ -64,7 +64,10 @@ TG_API void tg_optim_free(tg_ctx *ctx, tg_optim *opt);
 TG_API void tg_optim_step(tg_ctx *ctx, tg_optim *opt);
 /* Zeroes the grads of the optimizer's parameters. */
 TG_API void tg_optim_zero_grad(tg_ctx *ctx, tg_optim *opt);
-/* The lr the next step will use (for logging), and the base lr. */
+/* The learning rate the NEXT tg_optim_step will apply: the schedule's
+ * value at the step count so far (tg_schedule_lr(sched, base lr,
+ * tg_optim_steps(opt))). To log the rate a step uses, read it before that
+ * step: after it, it is already the following step's. NaN for NULL. */
 TG_API double tg_optim_lr(const tg_optim *opt);
 /* Sets the base lr (the schedule scales it). lr < 0 or NaN: error. */
 TG_API void tg_optim_set_lr(tg_ctx *ctx, tg_optim *opt, double lr);

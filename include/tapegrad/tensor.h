@@ -158,6 +158,30 @@ TG_API size_t tg_arena_peak(const tg_ctx *ctx);
  * checked builds (TG_CHECKED) the previous step's chunks, so that a tensor
  * kept across tg_ctx_reset keeps its header and is reported; 0 otherwise. */
 TG_API size_t tg_arena_quarantined(const tg_ctx *ctx);
+
+/* ---- per-op profile --------------------------------------------------------
+ * Where a step's time goes, op by op: while on, the context times each
+ * recorded op's forward (the time from the previous record to this one),
+ * each record's backward, and what runs without a record before the
+ * backward and after it until tg_ctx_reset (the optimizer, clipping), and
+ * counts steps by tg_ctx_reset. Only recorded ops are seen: profile steps
+ * with grad mode on. Off by default; the cost when on is two clock reads a
+ * record. */
+
+/* Turns the profile on (starting it afresh) or off. */
+TG_API void tg_profile_enable(tg_ctx *ctx, bool on);
+/* One row of the profile: totals since tg_profile_enable. */
+typedef struct tg_profile_row {
+    const char *op; /* the record's name, or a "(no record: ...)" row */
+    double forward_s, backward_s;
+    int64_t calls; /* records made */
+} tg_profile_row;
+/* Fills rows[0..max) with the profile's rows, most time first, and *steps
+ * (may be NULL) with the steps profiled; returns the rows written (0 when
+ * the profile is off). */
+TG_API size_t tg_profile_rows(const tg_ctx *ctx, tg_profile_row *rows, size_t max, int64_t *steps);
+/* Prints the profile as a table of milliseconds per step. */
+TG_API void tg_profile_print(FILE *f, const tg_ctx *ctx);
 /* Allocates `size` bytes, 64-byte aligned, from the arena (freed at reset).
  * For kernels' scratch space and saved tensors. NULL on error. */
 TG_API void *tg_arena_alloc(tg_ctx *ctx, size_t size);

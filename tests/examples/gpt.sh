@@ -10,6 +10,13 @@
 #            unknown arch), a checkpoint of another architecture exits 2,
 #            a --data file with non-text bytes or fewer bytes than a window
 #            is refused naming them; none of them writes anything
+#   generate --prompt and --tokens at the end of a run and from --load:
+#            temperature 0 and top-k 1 give the same (greedy) text, the
+#            same --seed the same text, another seed another; bad
+#            sampling flags (top-p outside (0, 1], a negative temperature,
+#            a prompt longer than the context) exit 2 naming them
+#   checkpoint  --checkpoint-activations gives bitwise the same losses and
+#            checkpoint, both archs
 # Usage: gpt.sh BUILD_DIR CASE
 set -euo pipefail
 gpt=$(cd "$1" && pwd)/examples/gpt
@@ -91,6 +98,41 @@ errors)
   grep -qF -- "--context + 1 = 65" "$tmp/short.log" || fail "short: $(cat "$tmp/short.log")"
   [ ! -e "$tmp/out/bin" ] && [ ! -e "$tmp/out/short" ] || fail "a refused --data wrote its output folder"
   cmp "$tmp/llama.st" "$tmp/llama.copy" || fail "a failed run wrote over --save's file"
+  ;;
+generate)
+  "$gpt" "${small[@]}" --steps 60 --lr 1e-2 --prompt 'The cat' --tokens 30 --save "$tmp/m.st" --out "$tmp/g" \
+    > "$tmp/train.log"
+  grep -q "^sampled text (temperature 0.8, top-k 0, top-p 1):" "$tmp/train.log" || fail "no sample header"
+  grep -q "^The cat" "$tmp/train.log" || fail "the sample does not start with the prompt"
+  text() { "$gpt" --load "$tmp/m.st" --prompt 'A dog' --tokens 40 "$@" | sed -n '/^sampled text/,$p' | tail -n +2; }
+  greedy=$(text --temperature 0)
+  [ "$(text --temperature 0)" = "$greedy" ] || fail "greedy text differs between runs"
+  [ "$(text --temperature 1 --top-k 1 --seed 9)" = "$greedy" ] || fail "top-k 1 is not the greedy text"
+  case $greedy in "A dog"*) ;; *) fail "the text does not start with the prompt: $greedy" ;; esac
+  a=$(text --temperature 1 --seed 3) b=$(text --temperature 1 --seed 3) c=$(text --temperature 1 --seed 4)
+  [ "$a" = "$b" ] || fail "the same seed gave different text"
+  [ "$a" != "$c" ] || fail "seeds 3 and 4 gave the same text"
+  check2() { # LOG-NAME, expected text, flags...
+    local name=$1 want=$2; shift 2
+    expect 2 "$tmp/$name.log" "$gpt" "$@"
+    grep -qF -- "$want" "$tmp/$name.log" || { cat "$tmp/$name.log" >&2; fail "$name: the message lacks '$want'"; }
+  }
+  check2 top_p0 "--top-p 0 must be in (0, 1]" "${small[@]}" --top-p 0 --out "$tmp/x"
+  check2 top_p2 "--top-p 1.5 must be in (0, 1]" --load "$tmp/m.st" --top-p 1.5
+  check2 temp "--temperature -0.5 must be >= 0 (0: greedy)" "${small[@]}" --temperature -0.5 --out "$tmp/x"
+  check2 long "--prompt holds more than 16 bytes, the model's context" "${small[@]}" --prompt 'The cat sat on the mat' \
+    --out "$tmp/x"
+  check2 beta "--beta2 1 must be in [0, 1)" "${small[@]}" --beta2 1 --out "$tmp/x"
+  [ ! -e "$tmp/x" ] || fail "a refused run wrote its output folder"
+  ;;
+checkpoint)
+  for arch in llama gpt2; do
+    "$gpt" "${small[@]}" --layers 2 --arch "$arch" --steps 12 --sample 0 --save "$tmp/p.st" --out "$tmp/p" > /dev/null
+    "$gpt" "${small[@]}" --layers 2 --arch "$arch" --steps 12 --sample 0 --checkpoint-activations --save "$tmp/c.st" \
+      --out "$tmp/c" > /dev/null
+    cmp "$tmp/p/train.dat" "$tmp/c/train.dat" || fail "$arch: --checkpoint-activations changed the losses"
+    cmp "$tmp/p.st" "$tmp/c.st" || fail "$arch: --checkpoint-activations changed the trained model"
+  done
   ;;
 *) fail "unknown case $case_name" ;;
 esac

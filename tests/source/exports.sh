@@ -161,10 +161,12 @@ for lib in $siblings; do
   join "$work/undefined.$lib" "$work/internal.tapegrad" | cut -d' ' -f1,2 |
     awk '{ if ($1 in objs) objs[$1] = objs[$1] ", " $2; else objs[$1] = $2 } END { for (n in objs) print n, objs[n] }' | sort |
     while read -r name objs; do
-      if ! grep -q "^$name " "$work/friends"; then
-        echo "$(libfile "$lib") ($objs) calls $name, hidden in libtapegrad: a shared $(libfile "$lib")" \
-             "would not load; declare it TG_FRIEND (tensor/internal.h) or call the API"
-      fi
+      grep -q "^$name " "$work/friends" && continue
+      fix="declare it TG_FRIEND (tensor/internal.h) or call the API"
+      where=$(awk -v n="$name" '$2 == n { print $3; exit }' "$work/declared")
+      [ -z "$where" ] || fix="add TG_API to its declaration ($where)"
+      echo "$(libfile "$lib") ($objs) calls $name, hidden in libtapegrad: a shared $(libfile "$lib")" \
+           "would not load; $fix"
     done
   cut -d' ' -f1 "$work/undefined.$lib" >> "$work/called"
 done > "$work/hidden_calls"
