@@ -439,8 +439,16 @@ static const rule_entry RULES[] = {
     {"tg_cast", rule_cast},
 };
 
+/* Says so itself: a record made by another copy of the library (a
+ * gradcheck plugin linking its own) carries that copy's address of this
+ * function, which the pointer test of tg_grad_rule_find does not know. */
 bool tg_grad_rule_none(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {
-    (void)ctx, (void)n, (void)dy, (void)dx;
+    (void)dy, (void)dx;
+    tg_error(ctx, TG_ERR_STATE, "tg_grad",
+             "'%s' cannot be differentiated twice: it has no double-backward rule (create_graph); compute this "
+             "gradient without create_graph, or build the function from ops that have one (a custom op: give its "
+             "tg_op_def a backward_graph)",
+             n->op);
     return false;
 }
 

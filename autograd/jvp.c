@@ -82,6 +82,11 @@ static double dgelu_tanh(double x, double y, double a) {
     return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * c * (1 + 3 * k * x * x);
 }
 /* y = x s(x): s + x s (1 - s) */
+/* gelu_cdf: Phi(x), the record exact GELU's double backward makes
+ * (autograd/grad_rules.c): Phi' = phi(x) = exp(-x^2 / 2) / sqrt(2 pi) */
+static double dgelu_cdf(double x, double y, double a) {
+    return (void)y, (void)a, 0.3989422804014327 * exp(-0.5 * x * x);
+}
 static double dsilu(double x, double y, double a) {
     (void)y, (void)a;
     const double s = sigmoid_of(x);
@@ -108,6 +113,7 @@ static const struct {
     {"tanh", dtanh},
     {"gelu", dgelu},
     {"gelu_tanh", dgelu_tanh},
+    {"gelu_cdf", dgelu_cdf},
     {"silu", dsilu},
 };
 

@@ -235,14 +235,75 @@ static tg_tensor *jvp_norm(tg_ctx *ctx, tg_node *n, tg_tensor *const *t, bool la
 static tg_tensor *jvp_rmsnorm(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) { return jvp_norm(ctx, n, t, false); }
 static tg_tensor *jvp_layernorm(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) { return jvp_norm(ctx, n, t, true); }
 
+/* The norms' backward as a record of its own (rmsnorm_backward,
+ * layernorm_backward: layers/norm_grad.c, made by tg_grad with
+ * create_graph), so forward over reverse (tg_jvp of a gradient) runs
+ * through the fused norms. Per row, with c = x and u = gamma dy (LayerNorm:
+ * both centred, and their tangents too), r = (mean(c^2) + eps)^(-1/2),
+ * xhat = c r, m = mean(u xhat):
+ *   B = r (u - xhat m)
+ *   t_u = t_gamma dy + gamma t_dy
+ *   t_r = -r^3 mean(c t_c),  t_xhat = r t_c + c t_r
+ *   t_m = mean(t_u xhat + u t_xhat)
+ *   t_B = t_r (u - xhat m) + r (t_u - t_xhat m - xhat t_m)
+ * The inputs: x (N, C), gamma (C) or NULL, dy (N, C); f[0] = eps, i[0]:
+ * centred. */
+static tg_tensor *jvp_norm_backward(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
+    const tg_tensor *x = n->in[0], *g = n->in[1], *dy = n->in[2];
+    const int64_t N = x->shape[0], C = x->shape[1];
+    const bool centred = n->i[0] != 0;
+    const double eps = n->f[0];
+    double *b = tg_arena_alloc_fn(ctx, "tg_jvp", (size_t)(4 * C) * sizeof *b);
+    tg_tensor *y = tg_new_like(ctx, "tg_jvp", n->out);
+    if (!tg_ok(ctx)) return NULL;
+    double *c = b, *u = b + C, *tc = b + 2 * C, *tu = b + 3 * C;
+    for (int64_t row = 0; row < N; row++) {
+        double mc = 0, mu = 0, mtc = 0, mtu = 0;
+        for (int64_t j = 0; j < C; j++) {
+            const int64_t k = row * C + j;
+            const double gj = g ? tg_load(g, j) : 1.0, tg = g && t[1] ? tg_load(t[1], j) : 0.0;
+            c[j] = tg_load(x, k), u[j] = gj * tg_load(dy, k);
+            tc[j] = tg_load(t[0], k), tu[j] = tg * tg_load(dy, k) + gj * tg_load(t[2], k);
+            mc += c[j], mu += u[j], mtc += tc[j], mtu += tu[j];
+        }
+        double ss = 0, ctc = 0;
+        for (int64_t j = 0; j < C; j++) {
+            if (centred)
+                c[j] -= mc / (double)C, u[j] -= mu / (double)C, tc[j] -= mtc / (double)C, tu[j] -= mtu / (double)C;
+            ss += c[j] * c[j], ctc += c[j] * tc[j];
+        }
+        const double r = 1.0 / sqrt(ss / (double)C + eps), tr = -r * r * r * ctc / (double)C;
+        double m = 0, tm = 0;
+        for (int64_t j = 0; j < C; j++) {
+            const double xh = c[j] * r, txh = r * tc[j] + c[j] * tr;
+            m += u[j] * xh, tm += tu[j] * xh + u[j] * txh;
+        }
+        m /= (double)C, tm /= (double)C;
+        for (int64_t j = 0; j < C; j++) {
+            const double xh = c[j] * r, txh = r * tc[j] + c[j] * tr;
+            tg_store(y, row * C + j, tr * (u[j] - xh * m) + r * (tu[j] - txh * m - xh * tm));
+        }
+    }
+    return y;
+}
+
 const tg_jvp_entry tg_jvp_nn_rules[] = {
-    {"tg_matmul", jvp_matmul},       {"tg_softmax", jvp_softmax},
-    {"tg_log_softmax", jvp_softmax}, {"tg_cross_entropy", jvp_cross_entropy},
-    {"tg_mse_loss", jvp_mse},        {"tg_masked_fill", jvp_masked_fill},
-    {"tg_tril", jvp_tril},           {"tg_triu", jvp_triu},
-    {"tg_embedding", jvp_embedding}, {"tg_dropout", jvp_dropout},
-    {"tg_rope", jvp_rope},           {"tg_attention", jvp_attention},
-    {"linear", jvp_linear},          {"rmsnorm", jvp_rmsnorm},
+    {"tg_matmul", jvp_matmul},
+    {"tg_softmax", jvp_softmax},
+    {"tg_log_softmax", jvp_softmax},
+    {"tg_cross_entropy", jvp_cross_entropy},
+    {"tg_mse_loss", jvp_mse},
+    {"tg_masked_fill", jvp_masked_fill},
+    {"tg_tril", jvp_tril},
+    {"tg_triu", jvp_triu},
+    {"tg_embedding", jvp_embedding},
+    {"tg_dropout", jvp_dropout},
+    {"tg_rope", jvp_rope},
+    {"tg_attention", jvp_attention},
+    {"linear", jvp_linear},
+    {"rmsnorm", jvp_rmsnorm},
     {"layernorm", jvp_layernorm},
+    {"rmsnorm_backward", jvp_norm_backward},
+    {"layernorm_backward", jvp_norm_backward},
 };
 const int tg_jvp_nn_count = (int)(sizeof tg_jvp_nn_rules / sizeof tg_jvp_nn_rules[0]);

@@ -34,7 +34,8 @@ static bool grow_tape(tg_ctx *ctx, const char *op) {
     return true;
 }
 
-/* tg_record's error for a stale input k of op; returns NULL. */
+/* tg_record's error for an input k of op that is stale or another
+ * context's; returns NULL. */
 #if defined(__GNUC__)
 __attribute__((noinline, cold))
 #endif
@@ -42,7 +43,7 @@ static tg_node *
 stale_input(tg_ctx *ctx, const char *op, int k, const tg_tensor *t) {
     char what[32];
     snprintf(what, sizeof what, "input %d", k);
-    tg_stale_error(ctx, op, what, t);
+    if (!tg_foreign_error(ctx, op, what, t)) tg_stale_error(ctx, op, what, t);
     return NULL;
 }
 
@@ -66,8 +67,8 @@ tg_node *tg_record(tg_ctx *ctx, const char *op, tg_backward_fn backward, tg_tens
         version[k] = 0;
         if (!in[k]) continue;
         /* every op checks its arguments (tg_check_arg); this catches one
-         * that forgot, before a stale tensor reaches the tape */
-        if (tg_stale(ctx, in[k])) return stale_input(ctx, op, (int)k, in[k]);
+         * that forgot, before a stale or foreign tensor reaches the tape */
+        if (!tg_current(ctx, in[k])) return stale_input(ctx, op, (int)k, in[k]);
         version[k] = tg_version(in[k]);
     }
     version[nin] = tg_version(out);
@@ -331,6 +332,7 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
         if (ctx->profile) tg_profile_backward(ctx, n->op, tg_profile_now() - t0);
         if (!tg_ok(ctx)) backward_failed(ctx, n);
         else if (!keep_tape) release_after(ctx, n, scratch, seed);
+        if (ctx->tape.walked) ctx->tape.walked(ctx, k, ctx->tape.walked_user);
     }
     tg_profile_walk_end(ctx);
     ctx->tape.grad_enabled = was;

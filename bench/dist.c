@@ -12,12 +12,18 @@
  *   1 process  x 1 thread                 the baseline
  *   1 process  x 1 thread, 2 micro-batches  the gradient accumulator's cost
  *   1 process  x 2 threads                the same cores used by threads
- *   2 processes x 1 thread                mpirun -np 2: B/2 rows each, the
- *                                          grads summed by the all-reduce
+ *   2 processes x 1 thread, reduce after  mpirun -np 2: B/2 rows each, the
+ *                                          grads summed by
+ *                                          tg_dist_allreduce_grads
+ *   2 processes x 1 thread, under backward the same, summed by
+ *                                          tg_dist_backward as backward runs
  *
- * and, for the 2-process run, the time spent in tg_dist_allreduce_grads
- * (including the wait for the slower rank): its share of the whole run,
- * and that share of a median step in ms. The issue's target: 2 processes
+ * and, for the 2-process runs, the time spent in the all-reduce
+ * (including the wait for the slower rank; under backward, what backward
+ * did not cover): its share of the whole run, and that share of a median
+ * step in ms. --allreduce times the all-reduce alone against
+ * MPI_Allreduce and a ring; --zero reports per-rank memory with the
+ * optimizer state split over 1, 2 and 4 processes (tg_dist_shard). The issue's target: 2 processes
  * at least 1.7x the steps/s of 1 process x 1 thread on the GPT small step,
  * on a quiet machine. Run it as
  *   build-release/bench/bench_dist [--model mlp|gpt|all] [--gpt small|tiny] [--hidden H] [--batch B]
@@ -55,6 +61,10 @@
 #include "tapegrad.h"
 #include "tapegrad/dist.h"
 
+#if TG_HAVE_MPI
+#include <mpi.h> /* the references of --allreduce: MPI_Allreduce and a ring of MPI_Sendrecv */
+#endif
+
 extern char **environ;
 
 typedef enum kind { MLP, GPT } kind;
@@ -64,6 +74,10 @@ typedef struct options {
     bool tiny; /* --gpt tiny */
     int64_t hidden, batch;
     int samples;
+    bool allreduce; /* --allreduce: the all-reduce alone against MPI's and a ring */
+    bool after;     /* --after: the 2-process all-reduce after backward, not under it (tg_dist_backward) */
+    bool zero;      /* --zero: per-rank memory with the optimizer state split (tg_dist_shard), P = 1, 2, 4 */
+    int np;         /* processes of the mpirun run */
 } options;
 
 /* bench_vs_pytorch's verdict (its header): a quiet machine had a load
@@ -95,6 +109,7 @@ typedef struct net {
     tg_optim *opt;
     tg_grad_accum *acc; /* micro > 1 */
     int micro;          /* micro-batches per step in this process */
+    bool after;         /* the all-reduce after backward (else under it: tg_dist_backward) */
     int64_t batch, start, count;
     /* MLP */
     tg_linear *fc1, *fc2, *fc3;
@@ -194,13 +209,15 @@ static tg_tensor *mlp_loss(net *m, int64_t start, int64_t count) {
 }
 
 /* Forward and backward of rows [start, start + count): the grads of their
- * mean loss. */
-static void net_backward(net *m, int64_t start, int64_t count) {
+ * mean loss; with reduce, summed over the processes under backward
+ * (tg_dist_backward, weight count / batch). */
+static void net_backward(net *m, int64_t start, int64_t count, bool reduce) {
     tg_tensor *loss = m->model == MLP
                           ? mlp_loss(m, start, count)
                           : tg_gpt_loss(m->ctx, m->gpt, count, m->T, m->tokens + start * m->T, m->y + start * m->T);
     tg_optim_zero_grad(m->ctx, m->opt);
-    tg_backward(m->ctx, loss);
+    if (reduce) tg_dist_backward(m->ctx, m->dist, loss, &m->params, (double)count / (double)m->batch);
+    else tg_backward(m->ctx, loss);
 }
 
 /* One step: this process's rows (as micro-batches), the all-reduce when
@@ -211,15 +228,15 @@ static void net_step(net *m) {
         for (int k = 0; k < m->micro; k++) {
             int64_t s, c;
             tg_dist_split(m->count, m->micro, k, &s, &c);
-            net_backward(m, m->start + s, c);
+            net_backward(m, m->start + s, c, false);
             tg_grad_accum_add(ctx, m->acc, (double)c / (double)m->batch);
             tg_ctx_reset(ctx);
         }
         tg_grad_accum_finish(ctx, m->acc);
     } else {
-        net_backward(m, m->start, m->count);
+        net_backward(m, m->start, m->count, m->dist && !m->after);
     }
-    if (m->dist) tg_dist_allreduce_grads(ctx, m->dist, &m->params, (double)m->count / (double)m->batch);
+    if (m->dist && m->after) tg_dist_allreduce_grads(ctx, m->dist, &m->params, (double)m->count / (double)m->batch);
     tg_optim_step(ctx, m->opt);
     if (!tg_ok(ctx)) die(ctx, "step");
     tg_ctx_reset(ctx);
@@ -259,13 +276,162 @@ static double time_steps(net *m, int samples, double *allreduce) {
     return 1.0 / t[samples / 2];
 }
 
+/* ---- --allreduce: tg_dist_allreduce against MPI_Allreduce and a ring -------- */
+
+#if TG_HAVE_MPI
+/* The textbook ring all-reduce of n floats in place (MPI_SUM's job done by
+ * hand): P - 1 steps of reduce-scatter, each rank passing one chunk to the
+ * next and adding the one it gets, then P - 1 steps passing the summed
+ * chunks on. Each rank sends and receives 2 (P - 1) / P of the data, the
+ * least any all-reduce can; its sums are in ring order, not rank order. */
+static void ring_allreduce(float *x, int64_t n, float *tmp) {
+    int P, r;
+    MPI_Comm_size(MPI_COMM_WORLD, &P);
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    const int next = (r + 1) % P, prev = (r + P - 1) % P;
+    int64_t start[65], count[65];
+    for (int q = 0; q < P && q < 64; q++) tg_dist_split(n, P, q, &start[q], &count[q]);
+    for (int s = 0; s < P - 1; s++) {
+        const int out = (r - s + P) % P, in = (r - s - 1 + P) % P;
+        MPI_Sendrecv(x + start[out], (int)count[out], MPI_FLOAT, next, 0, tmp, (int)count[in], MPI_FLOAT, prev, 0,
+                     MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        for (int64_t i = 0; i < count[in]; i++) x[start[in] + i] += tmp[i];
+    }
+    for (int s = 0; s < P - 1; s++) {
+        const int out = (r + 1 - s + P) % P, in = (r - s + P) % P;
+        MPI_Sendrecv(x + start[out], (int)count[out], MPI_FLOAT, next, 1, x + start[in], (int)count[in], MPI_FLOAT,
+                     prev, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+}
+#endif
+
+/* Each size: the median time of tg_dist_allreduce (one window: the bucket
+ * is the size), of MPI_Allreduce(MPI_SUM) and of the ring on the same n
+ * floats, the three alternating call by call; rank 0 prints the rows. */
+static int allreduce_worker(const options *o, tg_dist *d) {
+#if TG_HAVE_MPI
+    static const int64_t kib[] = {64, 256, 1024, 4096, 16384, 65536};
+    tg_ctx *ctx = tg_ctx_new(1);
+    const bool lead = tg_dist_rank(d) == 0;
+    if (lead)
+        printf("all-reduce of n floats on %d processes (median of %d calls each, alternating): tg_dist_allreduce "
+               "with the bucket = the size (one window), then with the default 4 MiB bucket\n%10s %12s %12s %12s %9s "
+               "%9s %9s\n",
+               tg_dist_size(d), o->samples * 3, "size", "tapegrad ms", "MPI ms", "ring ms", "vs MPI", "ring/MPI",
+               "4 MiB bkt");
+    for (size_t k = 0; k < sizeof kib / sizeof *kib; k++) {
+        const int64_t n = kib[k] * 1024 / 4;
+        tg_tensor *x = tg_persist(ctx, tg_zeros(ctx, TG_F32, TG_SHAPE(n)));
+        float *tmp = malloc((size_t)n * sizeof *tmp);
+        if (!x || !tmp) die(ctx, "the all-reduce's data");
+        enum { WAYS = 4 };
+        double t[WAYS][192];
+        const int reps = o->samples * 3 > 192 ? 192 : o->samples * 3;
+        for (int i = -2; i < reps; i++) { /* two warm-up rounds */
+            for (int way = 0; way < WAYS; way++) {
+                for (int64_t e = 0; e < n; e++) ((float *)x->data)[e] = (float)(e % 7) * 0.25f;
+                MPI_Barrier(MPI_COMM_WORLD);
+                double a = bn_now();
+                if (way == 0 || way == 3) {
+                    tg_dist_set_bucket_bytes(d, way == 0 ? (size_t)n * 4 : (size_t)4 << 20);
+                    if (!tg_dist_allreduce(ctx, d, &x, 1, 1.0)) die(ctx, "tg_dist_allreduce");
+                } else if (way == 1) {
+                    MPI_Allreduce(MPI_IN_PLACE, x->data, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+                } else {
+                    ring_allreduce(x->data, n, tmp);
+                }
+                double b = bn_now();
+                if (i >= 0) t[way][i] = b - a;
+            }
+        }
+        double med[WAYS];
+        for (int way = 0; way < WAYS; way++) {
+            qsort(t[way], (size_t)reps, sizeof t[way][0], cmp_double);
+            med[way] = t[way][reps / 2];
+        }
+        /* every rank's medians may differ: take the slowest rank's */
+        MPI_Allreduce(MPI_IN_PLACE, med, WAYS, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        char size[32];
+        snprintf(size, sizeof size, kib[k] >= 1024 ? "%lld MiB" : "%lld KiB",
+                 (long long)(kib[k] >= 1024 ? kib[k] / 1024 : kib[k]));
+        if (lead)
+            printf("%10s %12.3f %12.3f %12.3f %8.2fx %8.2fx %8.2fx\n", size, med[0] * 1e3, med[1] * 1e3, med[2] * 1e3,
+                   med[0] / med[1], med[2] / med[1], med[3] / med[1]);
+        free(tmp);
+        tg_tensor_free(ctx, x);
+    }
+    tg_dist_set_bucket_bytes(d, (size_t)4 << 20);
+    tg_ctx_free(ctx);
+    return 0;
+#else
+    (void)o, (void)d;
+    return 1;
+#endif
+}
+
+/* ---- --zero: per-rank memory with the optimizer state split ---------------- */
+
+/* The GPT small model trained 2 steps with AdamW over this rank's share
+ * (tg_dist_shard); rank 0 prints the largest rank's bytes of parameters,
+ * gradients and optimizer state, and its peak resident memory. */
+static int zero_worker(const options *o, tg_dist *d) {
+    net m;
+    net_init(&m, d, o, 1, 1);
+    tg_ctx *ctx = m.ctx;
+    tg_optim_free(ctx, m.opt);
+    tg_dist_shard *s = tg_dist_shard_new(ctx, d, &m.params);
+    tg_adam_opts ao = tg_adamw_defaults();
+    ao.lr = 3e-3, ao.beta2 = 0.99, ao.weight_decay = 0.1;
+    m.opt = tg_adamw_new(ctx, tg_dist_shard_params(s), &ao);
+    if (!tg_ok(ctx)) die(ctx, "the shard");
+    for (int step = 0; step < 2; step++) {
+        tg_params_zero_grad(ctx, &m.params);
+        tg_tensor *loss = tg_gpt_loss(ctx, m.gpt, m.count, m.T, m.tokens + m.start * m.T, m.y + m.start * m.T);
+        tg_dist_backward(ctx, d, loss, &m.params, (double)m.count / (double)m.batch);
+        tg_optim_step(ctx, m.opt);
+        tg_dist_shard_gather(ctx, s);
+        if (!tg_ok(ctx)) die(ctx, "a step");
+        tg_ctx_reset(ctx);
+    }
+    double v[4] = {(double)tg_params_numel(&m.params) * 4, (double)tg_params_numel(&m.params) * 4, 0, 0};
+    tg_params *st = tg_optim_state(m.opt);
+    for (int i = 0; i < st->count; i++)
+        v[2] += (double)st->items[i].value->numel * (double)tg_dtype_size(st->items[i].value->dtype);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    v[3] = (double)ru.ru_maxrss * 1024;
+    double all[4 * 64];
+    for (int q = 0; q < 4 * 64; q++) all[q] = 0;
+    for (int k = 0; k < 4; k++) all[4 * tg_dist_rank(d) + k] = v[k];
+    /* every rank's four numbers to rank 0: a sum where only rank r's are non-zero */
+    if (tg_dist_size(d) <= 64 && !tg_dist_allreduce_f64(ctx, d, all, 4 * 64, 1.0)) die(ctx, "the report");
+    double most[4] = {0, 0, 0, 0};
+    for (int q = 0; q < tg_dist_size(d) && q < 64; q++)
+        for (int k = 0; k < 4; k++) most[k] = all[4 * q + k] > most[k] ? all[4 * q + k] : most[k];
+    if (tg_dist_rank(d) == 0)
+        printf("%9d %12.1f %12.1f %16.1f %12.1f %22.1f\n", tg_dist_size(d), most[0] / 1048576, most[1] / 1048576,
+               most[2] / 1048576, most[3] / 1048576, v[0] * 2 / 1048576);
+    tg_optim_free(ctx, m.opt);
+    m.opt = NULL;
+    tg_dist_shard_free(ctx, s);
+    net_free(&m);
+    return 0;
+}
+
 /* --worker: one rank of the mpirun run; rank 0 prints the result line. */
 static int worker(const options *o, int *argc, char ***argv) {
     tg_ctx *init = tg_ctx_new(0);
     tg_dist *d = tg_dist_init(init, argc, argv);
     if (!d) die(init, "tg_dist_init");
+    if (o->allreduce || o->zero) {
+        int rc = o->zero ? zero_worker(o, d) : allreduce_worker(o, d);
+        tg_dist_free(d);
+        tg_ctx_free(init);
+        return rc;
+    }
     net m;
     net_init(&m, d, o, 1, 1);
+    m.after = o->after;
     double ar, rate = time_steps(&m, o->samples, &ar);
     if (tg_dist_rank(d) == 0) printf("RESULT %d %.6g %.6g\n", tg_dist_size(d), rate, ar);
     net_free(&m);
@@ -297,10 +463,12 @@ static bool run_two(const options *o, double *rate, double *ar, char *why, size_
     char *args[24];
     int a = 0;
     args[a++] = TG_MPIEXEC;
+    char np[16];
+    snprintf(np, sizeof np, "%d", o->np ? o->np : 2);
     args[a++] = "-np";
-    args[a++] = "2";
+    args[a++] = np;
     if (geteuid() == 0) args[a++] = "--allow-run-as-root";
-    if (sysconf(_SC_NPROCESSORS_ONLN) < 2) args[a++] = "--oversubscribe";
+    if (sysconf(_SC_NPROCESSORS_ONLN) < (o->np ? o->np : 2)) args[a++] = "--oversubscribe";
     args[a++] = self;
     args[a++] = "--worker";
     args[a++] = "--model";
@@ -313,6 +481,9 @@ static bool run_two(const options *o, double *rate, double *ar, char *why, size_
     args[a++] = batch;
     args[a++] = "--samples";
     args[a++] = samples;
+    if (o->allreduce) args[a++] = "--allreduce";
+    if (o->after) args[a++] = "--after";
+    if (o->zero) args[a++] = "--zero";
     args[a] = NULL;
     int pipefd[2];
     if (pipe(pipefd) != 0) {
@@ -334,17 +505,18 @@ static bool run_two(const options *o, double *rate, double *ar, char *why, size_
     }
     FILE *f = fdopen(pipefd[0], "r");
     char line[512];
-    bool got = false;
+    bool got = o->allreduce || o->zero; /* their rows are the output */
     while (f && fgets(line, sizeof line, f)) {
         int np;
-        if (sscanf(line, "RESULT %d %lf %lf", &np, rate, ar) == 3 && np == 2) got = true;
+        if (o->allreduce || o->zero) fputs(line, stdout);
+        else if (sscanf(line, "RESULT %d %lf %lf", &np, rate, ar) == 3 && np == 2) got = true;
         else fputs(line, stderr); /* whatever else mpirun or the ranks said */
     }
     if (f) fclose(f);
     int status = 0;
     waitpid(pid, &status, 0);
     if (!got || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        snprintf(why, why_size, "%s -np 2 failed (status %d)", TG_MPIEXEC,
+        snprintf(why, why_size, "%s -np %s failed (status %d)", TG_MPIEXEC, np,
                  WIFEXITED(status) ? WEXITSTATUS(status) : -1);
         return false;
     }
@@ -393,9 +565,12 @@ static double others_since(const meter *a) {
 
 static int usage(FILE *f, int status) {
     fprintf(f, "usage: bench_dist [--model mlp|gpt|all] [--gpt small|tiny] [--hidden H] [--batch B] [--samples N]\n"
+               "       bench_dist --allreduce [--samples N] | --zero\n"
                "Steps/s of a training step (the MLP, the GPT or both): 1 process with 1 or 2 threads, with 2\n"
                "micro-batches, and 2 processes of 1 thread under mpirun (defaults: all, the GPT small, H 256,\n"
-               "B 256 rows for the MLP and 8 sequences for the GPT, 9 samples).\n");
+               "B 256 rows for the MLP and 8 sequences for the GPT, 9 samples). --allreduce: the all-reduce alone\n"
+               "on 2 processes, 64 KiB to 64 MiB, against MPI_Allreduce and a ring. --zero: per-rank memory with the\n"
+               "optimizer state split over 1, 2 and 4 processes.\n");
     return status;
 }
 
@@ -431,21 +606,30 @@ static double bench_model(const options *o) {
     t = meter_now();
     double two_threads = local_rate(o, 2, 1);
     others[2] = others_since(&t);
-    double two_procs = 0, ar = 0;
+    double two_procs = 0, ar = 0, two_after = 0, ar_after = 0;
     char why[256] = "", tail[320];
     t = meter_now();
     bool have_two = run_two(o, &two_procs, &ar, why, sizeof why);
     others[3] = others_since(&t);
+    options after = *o;
+    after.after = true;
+    t = meter_now();
+    bool have_after = have_two && run_two(&after, &two_after, &ar_after, why, sizeof why);
+    const double others_after = others_since(&t);
 
     printf("%-40s %9s %8s %7s  %s\n", "configuration", "steps/s", "vs 1x1", "others", "all-reduce per step");
     print_row("1 process x 1 thread", base, base, others[0], "");
     print_row("1 process x 1 thread, 2 micro-batches", micro, base, others[1], "");
     print_row("1 process x 2 threads", two_threads, base, others[2], "");
-    if (have_two)
-        snprintf(tail, sizeof tail, "%.3f ms (%.1f%% of the time); %.2fx 1 process x 2 threads", ar / two_procs * 1e3,
-                 100 * ar, two_procs / two_threads);
+    if (have_after)
+        snprintf(tail, sizeof tail, "%.3f ms (%.1f%% of the time)", ar_after / two_after * 1e3, 100 * ar_after);
     else snprintf(tail, sizeof tail, "%s", why);
-    print_row("2 processes x 1 thread (mpirun -np 2)", have_two ? two_procs : 0, base, others[3], tail);
+    print_row("2 processes x 1 thread, reduce after", have_after ? two_after : 0, base, others_after, tail);
+    if (have_two)
+        snprintf(tail, sizeof tail, "%.3f ms uncovered (%.1f%% of the time); %.2fx 1 process x 2 threads",
+                 ar / two_procs * 1e3, 100 * ar, two_procs / two_threads);
+    else snprintf(tail, sizeof tail, "%s", why);
+    print_row("2 processes x 1 thread, under backward", have_two ? two_procs : 0, base, others[3], tail);
     return have_two ? two_procs / base : 0;
 }
 
@@ -455,6 +639,9 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         long long v = 0;
         if (strcmp(argv[i], "--worker") == 0) is_worker = true;
+        else if (strcmp(argv[i], "--allreduce") == 0) o.allreduce = true;
+        else if (strcmp(argv[i], "--after") == 0) o.after = true;
+        else if (strcmp(argv[i], "--zero") == 0) o.zero = true;
         else if (strcmp(argv[i], "--help") == 0) return usage(stdout, 0);
         else if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
             const char *name = argv[++i];
@@ -477,6 +664,26 @@ int main(int argc, char **argv) {
     }
     const int64_t batch = o.batch;
     if (is_worker) return worker(&o, &argc, &argv);
+    if (o.zero) {
+        double rate, ar;
+        char why[256];
+        o.model = GPT, o.batch = 8;
+        printf("bench_dist --zero: GPT small (AdamW), the optimizer state split over P processes (tg_dist_shard); "
+               "per rank, the largest rank's, in MiB\n%9s %12s %12s %16s %12s %22s\n",
+               "processes", "parameters", "gradients", "optimizer state", "peak RSS", "state without split");
+        for (o.np = 1; o.np <= 4; o.np *= 2)
+            if (!run_two(&o, &rate, &ar, why, sizeof why)) printf("%9d not measured: %s\n", o.np, why);
+        return 0;
+    }
+    if (o.allreduce) {
+        double rate, ar;
+        char why[256];
+        printf("bench_dist --allreduce: %s, %ld cores, load average %.2f\n", bn_cpu_name(why, sizeof why),
+               sysconf(_SC_NPROCESSORS_ONLN), bn_loadavg());
+        o.batch = 8; /* unused, but passed on */
+        if (!run_two(&o, &rate, &ar, why, sizeof why)) printf("not measured: %s\n", why);
+        return 0;
+    }
 
     setvbuf(stdout, NULL, _IOLBF, 0); /* each row as it is done, also through scripts/bench.sh's tee */
     char cpu[128];

@@ -19,7 +19,10 @@
  * printed before and after; on a busy machine a preempted thread stalls
  * every fork-join library (ours and OpenBLAS alike), and only the 1-thread
  * figures (best with --min --cpu) mean something.
- * Options: --f64 (double instead of float), --reps N (default 9), --min (best
+ * Options: --f64 (double instead of float), --bf16 [KERNEL] (ours in bfloat16:
+ *          A, B and C bfloat16, tg_gemm_bf16_ws with KERNEL avx512bf16, avx2,
+ *          portable or auto (default); OpenBLAS still sgemm on the float
+ *          values), --reps N (default 9), --min (best
  *          run instead of the median), --no-blas (skip OpenBLAS), --cpu
  *          (process CPU time, not wall time: for 1-thread tuning on a busy
  *          machine; with more threads it adds up all threads' time),
@@ -30,6 +33,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "bench/common/bench.h"
 #include "tensor/gemm.h"
+#include "tensor/half.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,13 +59,37 @@ typedef struct {
 
 typedef struct {
     bool f64;
+    int bf16; /* 0: float, else the tg_gemm_bf16_kernel + 1 of ours in bfloat16 */
     void *buf[6];
+    uint16_t *buf16[6]; /* bf16: the bfloat16 copies ours multiplies */
     void *work;
     size_t work_size;
 } bench_data;
 
+/* Case g in bfloat16, C bfloat16 (as a Linear multiplies). */
+static tg_gemm_bf16_args bf16_args(const bench_data *d, const gemm_case *g, int threads) {
+    return (tg_gemm_bf16_args){.kernel = (tg_gemm_bf16_kernel)(d->bf16 - 1),
+                               .trans_a = g->ta,
+                               .trans_b = g->tb,
+                               .M = g->M,
+                               .N = g->N,
+                               .K = g->K,
+                               .alpha = 1,
+                               .A = d->buf16[g->a],
+                               .lda = g->lda,
+                               .B = d->buf16[g->b],
+                               .ldb = g->ldb,
+                               .C = d->buf16[g->c],
+                               .ldc = g->ldc,
+                               .c_bf16 = true,
+                               .threads = threads};
+}
+
 static void run_ours(const bench_data *d, const gemm_case *g, int threads) {
-    if (d->f64)
+    if (d->bf16) {
+        const tg_gemm_bf16_args a = bf16_args(d, g, threads);
+        tg_gemm_bf16_ws(&a, d->work, d->work_size);
+    } else if (d->f64)
         tg_gemm_f64_ws(g->ta, g->tb, g->M, g->N, g->K, 1.0, d->buf[g->a], g->lda, d->buf[g->b], g->ldb, 0.0,
                        d->buf[g->c], g->ldc, threads, d->work, d->work_size);
     else
@@ -105,18 +133,20 @@ static void fill(void *p, int64_t n, bool f64, unsigned seed) {
     }
 }
 
-static void bench_shape(int64_t M, int64_t K, int64_t N, bool f64, const int *threads, int nthr, int reps) {
+static void bench_shape(int64_t M, int64_t K, int64_t N, bool f64, int bf16, const int *threads, int nthr, int reps) {
     const size_t es = f64 ? sizeof(double) : sizeof(float);
     /* x (M,K)  W (N,K)  dy (M,N)  y (M,N)  dx (M,K)  dW (N,K) */
     const int64_t sizes[6] = {M * K, N * K, M * N, M * N, M * K, N * K};
-    bench_data d = {.f64 = f64};
+    bench_data d = {.f64 = f64, .bf16 = bf16};
     for (int i = 0; i < 6; i++) {
         d.buf[i] = aligned_alloc(64, ((size_t)sizes[i] * es + 63) / 64 * 64);
-        if (!d.buf[i]) {
+        d.buf16[i] = bf16 ? aligned_alloc(64, ((size_t)sizes[i] * 2 + 63) / 64 * 64) : NULL;
+        if (!d.buf[i] || (bf16 && !d.buf16[i])) {
             fprintf(stderr, "bench_gemm: out of memory\n");
             exit(1);
         }
         fill(d.buf[i], sizes[i], f64, 17u + (unsigned)i);
+        if (bf16) tg_f32_to_bf16_n(d.buf16[i], d.buf[i], (size_t)sizes[i]);
     }
     const gemm_case g[3] = {
         {false, true, M, N, K, 0, 1, 3, K, K, N},  /* y  = x W^T  */
@@ -127,12 +157,17 @@ static void bench_shape(int64_t M, int64_t K, int64_t N, bool f64, const int *th
     int maxthr = 1;
     for (int i = 0; i < nthr; i++) maxthr = threads[i] > maxthr ? threads[i] : maxthr;
     for (int i = 0; i < 3; i++) {
-        size_t w = tg_gemm_workspace_size(g[i].M, g[i].N, g[i].K, es, maxthr);
+        const tg_gemm_bf16_args a = bf16_args(&d, &g[i], maxthr);
+        size_t w = bf16 ? tg_gemm_bf16_workspace_size(&a) : tg_gemm_workspace_size(g[i].M, g[i].N, g[i].K, es, maxthr);
         if (w > d.work_size) d.work_size = w;
     }
     d.work = d.work_size ? aligned_alloc(64, (d.work_size + 63) / 64 * 64) : NULL;
 
-    printf("\n%s (M,K,N) = (%lld,%lld,%lld)\n", f64 ? "f64" : "f32", (long long)M, (long long)K, (long long)N);
+    printf("\n%s (M,K,N) = (%lld,%lld,%lld)\n",
+           bf16  ? "bf16 (OpenBLAS: sgemm)"
+           : f64 ? "f64"
+                 : "f32",
+           (long long)M, (long long)K, (long long)N);
     printf("  %-14s", "GFLOP/s");
     for (int t = 0; t < nthr; t++) printf("   ours %dT  blas %dT  ratio", threads[t], threads[t]);
     printf("\n");
@@ -167,19 +202,24 @@ static void bench_shape(int64_t M, int64_t K, int64_t N, bool f64, const int *th
         printf("\n");
     }
     bn_settle(NULL, 0, 3.0);
-    for (int i = 0; i < 6; i++) free(d.buf[i]);
+    for (int i = 0; i < 6; i++) free(d.buf[i]), free(d.buf16[i]);
     free(d.work);
 }
 
 int main(int argc, char **argv) {
     bool f64 = false;
-    int reps = 9;
+    int bf16 = 0, reps = 9;
     int threads[8] = {1, 2}, nthr = 2;
     long long shape[3] = {0, 0, 0};
     bool no_blas = false, contend = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--f64")) {
             f64 = true;
+        } else if (!strcmp(argv[i], "--bf16")) {
+            bf16 = TG_GEMM_BF16_AUTO + 1;
+            for (int k = TG_GEMM_BF16_AVX512; i + 1 < argc && k <= TG_GEMM_BF16_PORTABLE; k++)
+                if (!strcmp(argv[i + 1], tg_gemm_bf16_name((tg_gemm_bf16_kernel)k))) bf16 = k + 1, i++;
+            if (i + 1 < argc && !strcmp(argv[i + 1], "auto")) i++;
         } else if (!strcmp(argv[i], "--min")) {
             use_min = true;
         } else if (!strcmp(argv[i], "--cpu")) {
@@ -203,18 +243,20 @@ int main(int argc, char **argv) {
                 return 2;
             }
         } else {
-            fprintf(
-                stderr,
-                "usage: %s [--f64] [--reps N] [--min] [--cpu] [--no-blas] [--threads 1,2] [--shape M,K,N] [--contend]\n"
-                "  run as: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE %s\n",
-                argv[0], argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--f64] [--bf16 [KERNEL]] [--reps N] [--min] [--cpu] [--no-blas] [--threads 1,2] "
+                    "[--shape M,K,N] [--contend]\n"
+                    "  run as: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE %s\n",
+                    argv[0], argv[0]);
             return 2;
         }
     }
 
     if (!no_blas) blas = bn_blas_open();
     char cpu[128];
-    printf("tapegrad gemm, kernel %s, on %s; OpenBLAS %s%s", tg_gemm_kernel_name(), bn_cpu_name(cpu, sizeof cpu),
+    printf("tapegrad gemm, kernel %s, on %s; OpenBLAS %s%s",
+           bf16 ? tg_gemm_bf16_name((tg_gemm_bf16_kernel)(bf16 - 1)) : tg_gemm_kernel_name(),
+           bn_cpu_name(cpu, sizeof cpu),
            blas.lib  ? "libopenblas, core "
            : no_blas ? "skipped (--no-blas)"
                      : "not found",
@@ -227,10 +269,11 @@ int main(int argc, char **argv) {
     const int spinner = contend ? bn_spinner_start(bn_last_cpu()) : -1;
     if (contend) printf("--contend: a process spins on CPU %d the whole run\n", bn_last_cpu());
     if (shape[0]) {
-        bench_shape(shape[0], shape[1], shape[2], f64, threads, nthr, reps);
+        bench_shape(shape[0], shape[1], shape[2], f64, bf16, threads, nthr, reps);
     } else {
         static const int64_t shapes[3][3] = {{512, 512, 512}, {64, 784, 256}, {4096, 768, 3072}};
-        for (int s = 0; s < 3; s++) bench_shape(shapes[s][0], shapes[s][1], shapes[s][2], f64, threads, nthr, reps);
+        for (int s = 0; s < 3; s++)
+            bench_shape(shapes[s][0], shapes[s][1], shapes[s][2], f64, bf16, threads, nthr, reps);
     }
     bn_spinner_stop(spinner);
     printf("\nload average after: %.2f\n", bn_loadavg());

@@ -18,6 +18,7 @@ Commands (server mode):
   norm rms|ln f32|f64|bf16 N C
                              RMSNorm (composed) / LayerNorm (native) fwd+bwd
   linear M K N               F.linear fwd+bwd, x (M,K), W (N,K), b (N)
+  linear_bf16 M K N          the same with x, W, b, dy in bfloat16 (oneDNN's bf16 matmul)
   mlp H B                    one Adam training step of 784-H-H-10 with RMSNorm
   mlp_bf16 H B               the same under torch.autocast("cpu", torch.bfloat16)
   attn sdpa|composed B H T D causal attention fwd+bwd, q k v (B,H,T,D): 1.13's
@@ -26,6 +27,8 @@ Commands (server mode):
   gpt ARCH L H C T B         one GPT training step (zero-grad, forward, cross-entropy,
                              backward, AdamW) of scripts/gpt_torch.py's model, the same
                              as tg_gpt (vocabulary 128), init N(0, 0.02)
+  gpt_bf16 ARCH L H C T B    the same step under torch.autocast("cpu", torch.bfloat16)
+                             (float32 weights and AdamW state, the loss in float32)
   gpt_mem ARCH L H C T B     the same step's memory, measured in a fresh process
                              (--mem-probe): the RSS high-water mark of one step
                              (after two warm-up steps, VmHWM reset through
@@ -121,12 +124,14 @@ def case_norm(kind, dtype, n, c, budget):
     return bench(step, budget)
 
 
-def case_linear(m, k, n, budget):
+def case_linear(m, k, n, budget, dtype=None):
+    # bfloat16: drawn in float32, then rounded (the tensors are bf16 leaves)
+    dt = dtype or torch.float32
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(m, k, generator=g).requires_grad_()
-    w = (torch.rand(n, k, generator=g) - 0.5).requires_grad_()
-    b = (torch.rand(n, generator=g) - 0.5).requires_grad_()
-    dy = torch.randn(m, n, generator=g)
+    x = torch.randn(m, k, generator=g).to(dt).requires_grad_()
+    w = (torch.rand(n, k, generator=g) - 0.5).to(dt).requires_grad_()
+    b = (torch.rand(n, generator=g) - 0.5).to(dt).requires_grad_()
+    dy = torch.randn(m, n, generator=g).to(dt)
 
     def step():
         x.grad = None
@@ -202,8 +207,9 @@ def case_attention(form, b, h, t, d, budget):
     return bench(step, budget)
 
 
-def make_gpt_step(arch, n_layer, n_head, c, t, b):
-    """The GPT training step of case_gpt, and its parameters."""
+def make_gpt_step(arch, n_layer, n_head, c, t, b, autocast=False):
+    """The GPT training step of case_gpt, and its parameters; autocast: in
+    bfloat16 mixed precision (the loss in float32)."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
     import gpt_torch
     g = torch.Generator().manual_seed(0)
@@ -216,15 +222,20 @@ def make_gpt_step(arch, n_layer, n_head, c, t, b):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss, _ = gpt_torch.loss_of(P, idx, tgt, arch, n_layer, n_head)
+        if autocast:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                logits = gpt_torch.forward(P, idx, arch, n_layer, n_head)
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tgt.reshape(-1))
+        else:
+            loss, _ = gpt_torch.loss_of(P, idx, tgt, arch, n_layer, n_head)
         loss.backward()
         opt.step()
 
     return step, P
 
 
-def case_gpt(arch, n_layer, n_head, c, t, b, budget):
-    step, _ = make_gpt_step(arch, n_layer, n_head, c, t, b)
+def case_gpt(arch, n_layer, n_head, c, t, b, budget, autocast=False):
+    step, _ = make_gpt_step(arch, n_layer, n_head, c, t, b, autocast)
     return bench(step, 4 * budget, sample=5e-3)
 
 
@@ -279,14 +290,14 @@ def run(cmd, budget, threads=1):
         return case_gpt_mem("gpt " + " ".join(w[1:7]), threads)
     if w[0] == "norm":
         return case_norm(w[1], w[2], int(w[3]), int(w[4]), budget)
-    if w[0] == "linear":
-        return case_linear(int(w[1]), int(w[2]), int(w[3]), budget)
+    if w[0] in ("linear", "linear_bf16"):
+        return case_linear(int(w[1]), int(w[2]), int(w[3]), budget, torch.bfloat16 if w[0] == "linear_bf16" else None)
     if w[0] in ("mlp", "mlp_bf16"):
         return case_mlp(int(w[1]), int(w[2]), budget, w[0] == "mlp_bf16")
     if w[0] == "attn":
         return case_attention(w[1], int(w[2]), int(w[3]), int(w[4]), int(w[5]), budget)
-    if w[0] == "gpt":
-        return case_gpt(w[1], *(int(v) for v in w[2:7]), budget)
+    if w[0] in ("gpt", "gpt_bf16"):
+        return case_gpt(w[1], *(int(v) for v in w[2:7]), budget, w[0] == "gpt_bf16")
     if w[0] == "tiny":
         return case_tiny(budget)
     raise ValueError("unknown command: " + cmd)
@@ -295,7 +306,8 @@ def run(cmd, budget, threads=1):
 ALL = [
     *[f"norm {k} {d} {n} {c}" for k in ("rms", "ln") for d in ("f32", "f64")
       for n, c in ((4096, 768), (256, 4096), (64, 64))],
-    "norm rms bf16 4096 768", "norm ln bf16 4096 768", "mlp_bf16 256 64",
+    "norm rms bf16 4096 768", "norm ln bf16 4096 768", "mlp_bf16 256 64", "linear_bf16 4096 768 3072",
+    "gpt_bf16 gpt2 6 6 384 64 4",
     "linear 512 512 512", "linear 64 784 256", "linear 4096 768 3072",
     "mlp 256 64", "mlp 64 32", "attn sdpa 4 6 256 64", "attn composed 4 6 256 64",
     "gpt gpt2 4 4 128 64 4", "gpt gpt2 6 6 384 64 4", "gpt_mem gpt2 6 6 384 64 4", "tiny",

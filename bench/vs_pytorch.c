@@ -844,79 +844,6 @@ static void bench_mlp(const options *o, const limits *lim) {
     }
 }
 
-/* ---- low precision: Linear and the MLP step (--only lowp) -----------------
- * Linear 4096x768x3072 forward+backward with x, W, b, dy in bfloat16
- * beside the f32 row, alternating: the products run the float32 GEMM on
- * widened operands (packing converts), so the target is 0.9x the f32
- * GFLOP/s; the row names the conversion's instruction set
- * (tg_lowp_isa). The MLP step of bench_mlp (784-256-256-10, batch 64,
- * Adam) in bfloat16 mixed precision (tg_ctx_set_autocast: float32 master
- * weights and Adam state, 16-bit copies per step) beside the f32 step,
- * alternating, and PyTorch's torch.autocast("cpu", torch.bfloat16). */
-static void bench_lowp_linear(const options *o, const limits *lim) {
-    const int64_t M = 4096, K = 768, N = 3072;
-    const double flops = 6.0 * (double)M * (double)N * (double)K;
-    progress("Linear f32 and bf16 %lldx%lldx%lld, alternating", (long long)M, (long long)K, (long long)N);
-    row *r[2] = {new_row("lowp", "Linear f32 %lldx%lldx%lld fwd+bwd", (long long)M, (long long)K, (long long)N),
-                 new_row("lowp", "Linear bf16 %lldx%lldx%lld fwd+bwd", (long long)M, (long long)K, (long long)N)};
-    linear_arg a[2] = {linear_setup_dt(M, K, N, TG_F32), linear_setup_dt(M, K, N, TG_BF16)};
-    for (int k = 0; k < 2; k++) r[k]->ours_s = INFINITY;
-    for (int rep = 0; rep < LOWP_REPS; rep++)
-        for (int k = 0; k < 2; k++) {
-            bn_timing t = time_ours(r[k], a[k].ctx, o->threads, linear_step, &a[k], o->budget / 2, 5, 2e-3);
-            if (!tg_ok(a[k].ctx)) die_ctx(a[k].ctx, "Linear bf16");
-            r[k]->ours_s = fmin(r[k]->ours_s, t.median_s);
-        }
-    for (int k = 0; k < 2; k++) {
-        tg_ctx_free(a[k].ctx);
-        r[k]->rate = flops / r[k]->ours_s * 1e-9;
-        snprintf(r[k]->unit, sizeof r[k]->unit, "GFLOP/s");
-        r[k]->frac = r[k]->rate / fma32_for(lim, o->threads);
-        snprintf(r[k]->limit_name, sizeof r[k]->limit_name, "FMA f32");
-    }
-    torch_time(r[0], "linear %lld %lld %lld", (long long)M, (long long)K, (long long)N);
-    snprintf(r[1]->extra, sizeof r[1]->extra,
-             "%.2fx the f32 row's GFLOP/s (best of %d alternating timings each); conversions: %s",
-             r[1]->rate / r[0]->rate, LOWP_REPS, tg_lowp_isa());
-    add_target(r[1], "Linear bf16 4096x768x3072 GFLOP/s vs f32 (same run)", r[1]->rate / r[0]->rate, 0.9, true, "x");
-}
-
-static void bench_lowp_mlp(const options *o) {
-    const int64_t H = 256, B = 64;
-    progress("MLP 784-%lld-%lld-10 batch %lld, f32 and bf16 mixed precision, alternating", (long long)H, (long long)H,
-             (long long)B);
-    row *r[2] = {
-        new_row("lowp", "MLP step 784-%lld-%lld-10 b%lld f32", (long long)H, (long long)H, (long long)B),
-        new_row("lowp", "MLP step 784-%lld-%lld-10 b%lld bf16 mixed", (long long)H, (long long)H, (long long)B)};
-    mlp m[2];
-    for (int k = 0; k < 2; k++) {
-        mlp_init(&m[k], H, B);
-        r[k]->ours_s = INFINITY;
-    }
-    tg_ctx_set_autocast(m[1].ctx, TG_BF16);
-    for (int rep = 0; rep < LOWP_REPS; rep++)
-        for (int k = 0; k < 2; k++) {
-            bn_timing t = time_ours(r[k], m[k].ctx, o->threads, mlp_step, &m[k], 2 * o->budget, 5, 5e-3);
-            if (!tg_ok(m[k].ctx)) die_ctx(m[k].ctx, "MLP step bf16");
-            r[k]->ours_s = fmin(r[k]->ours_s, t.median_s);
-        }
-    for (int k = 0; k < 2; k++) {
-        mlp_free(&m[k]);
-        r[k]->rate = 1.0 / r[k]->ours_s;
-        snprintf(r[k]->unit, sizeof r[k]->unit, "steps/s");
-        torch_time(r[k], "%s %lld %lld", k ? "mlp_bf16" : "mlp", (long long)H, (long long)B);
-    }
-    snprintf(r[1]->extra, sizeof r[1]->extra,
-             "%.2fx the f32 step's speed (best of %d alternating timings each); PyTorch: torch.autocast bf16",
-             r[0]->ours_s / r[1]->ours_s, LOWP_REPS);
-}
-
-static void bench_lowp(const options *o, const limits *lim) {
-    bench_lowp_norms(o, lim);
-    bench_lowp_linear(o, lim);
-    bench_lowp_mlp(o);
-}
-
 /* ---- attention ------------------------------------------------------------ */
 
 typedef struct attn_arg {
@@ -1235,6 +1162,147 @@ static void bench_generate(const options *o) {
     tg_ctx_free(a.ctx);
 }
 
+/* ---- low precision: Linear, the MLP and GPT-2 steps (--only lowp) ---------
+ * Linear 4096x768x3072 forward+backward with x, W, b, dy in bfloat16
+ * beside the f32 row, alternating (best median of LOWP_REPS each). The
+ * bfloat16 products run the bfloat16 GEMM (tensor/gemm.h): on a CPU with
+ * AVX-512 BF16 its VDPBF16PS kernel does twice the f32 FMA's work per
+ * instruction, so the targets are 1.7x the f32 row and 1.1x PyTorch's
+ * bfloat16 F.linear (oneDNN underneath); without those instructions its
+ * kernel runs at float32 speed (two FMAs per pair of products), the row
+ * says so and keeps the target it had when bfloat16 went through the
+ * float32 GEMM: 0.9x the f32 row. The "of limit" column is against twice
+ * the f32 FMA peak where VDPBF16PS runs (it issues as often as an FMA,
+ * measured on this project's Zen 5: 6.5 G/s each), else against the f32
+ * peak. The MLP step of bench_mlp (784-256-256-10, batch 64, Adam) and the
+ * GPT-2 small step of bench_gpt in bfloat16 mixed precision
+ * (tg_ctx_set_autocast: float32 master weights and optimizer state,
+ * bfloat16 copies per step) beside their f32 steps, alternating; with
+ * VDPBF16PS the targets are 1.4x the f32 step; PyTorch's
+ * torch.autocast("cpu", torch.bfloat16) beside them. */
+
+/* The bfloat16 GEMM's kernel here, and whether it is VDPBF16PS's. */
+static bool lowp_native(void) { return tg_gemm_bf16_auto() == TG_GEMM_BF16_AVX512; }
+
+static void lowp_kernel_note(char *buf, size_t size) {
+    const char *k = tg_gemm_bf16_name(TG_GEMM_BF16_AUTO);
+    if (lowp_native()) snprintf(buf, size, "bf16 GEMM kernel avx512bf16 (VDPBF16PS)");
+    else if (tg_gemm_bf16_available(TG_GEMM_BF16_AVX512))
+        snprintf(buf, size, "bf16 GEMM kernel %s (TG_GEMM_BF16), not VDPBF16PS: the targets of a CPU without it", k);
+    else snprintf(buf, size, "this CPU has NO AVX-512 BF16: bf16 GEMM kernel %s (float32 speed), targets as before", k);
+}
+
+/* step(arg[k]) for k = 0 (f32) and 1 (bf16), alternating LOWP_REPS times:
+ * each row's best median. */
+static void lowp_alternate(const options *o, row *r[2], tg_ctx *ctx[2], void (*step)(void *), void *arg[2],
+                           double budget, double sample_s, const char *what) {
+    for (int k = 0; k < 2; k++) r[k]->ours_s = INFINITY;
+    for (int rep = 0; rep < LOWP_REPS; rep++)
+        for (int k = 0; k < 2; k++) {
+            bn_timing t = time_ours(r[k], ctx[k], o->threads, step, arg[k], budget, 5, sample_s);
+            if (!tg_ok(ctx[k])) die_ctx(ctx[k], what);
+            r[k]->ours_s = fmin(r[k]->ours_s, t.median_s);
+        }
+}
+
+static void bench_lowp_linear(const options *o, const limits *lim) {
+    const int64_t M = 4096, K = 768, N = 3072;
+    const double flops = 6.0 * (double)M * (double)N * (double)K;
+    const bool native = lowp_native();
+    progress("Linear f32 and bf16 %lldx%lldx%lld, alternating", (long long)M, (long long)K, (long long)N);
+    row *r[2] = {new_row("lowp", "Linear f32 %lldx%lldx%lld fwd+bwd", (long long)M, (long long)K, (long long)N),
+                 new_row("lowp", "Linear bf16 %lldx%lldx%lld fwd+bwd", (long long)M, (long long)K, (long long)N)};
+    linear_arg a[2] = {linear_setup_dt(M, K, N, TG_F32), linear_setup_dt(M, K, N, TG_BF16)};
+    lowp_alternate(o, r, (tg_ctx *[]){a[0].ctx, a[1].ctx}, linear_step, (void *[]){&a[0], &a[1]}, o->budget / 2, 2e-3,
+                   "Linear bf16");
+    for (int k = 0; k < 2; k++) {
+        tg_ctx_free(a[k].ctx);
+        r[k]->rate = flops / r[k]->ours_s * 1e-9;
+        snprintf(r[k]->unit, sizeof r[k]->unit, "GFLOP/s");
+        const bool dot = k == 1 && native;
+        r[k]->frac = r[k]->rate / ((dot ? 2 : 1) * fma32_for(lim, o->threads));
+        snprintf(r[k]->limit_name, sizeof r[k]->limit_name, dot ? "BF16 dot" : "FMA f32");
+        torch_time(r[k], "linear%s %lld %lld %lld", k ? "_bf16" : "", (long long)M, (long long)K, (long long)N);
+    }
+    char note[128];
+    lowp_kernel_note(note, sizeof note);
+    snprintf(r[1]->extra, sizeof r[1]->extra,
+             "%.2fx the f32 row's GFLOP/s (best of %d alternating timings each); %s; conversions: %s; PyTorch: "
+             "bf16 F.linear",
+             r[1]->rate / r[0]->rate, LOWP_REPS, note, tg_lowp_isa());
+    if (native) {
+        add_target(r[1], "Linear bf16 4096x768x3072 vs f32 (same run)", r[1]->rate / r[0]->rate, 1.7, true, "x");
+        add_target(r[1], "Linear bf16 4096x768x3072 vs PyTorch bf16", r[1]->ratio_torch, 1.1, true, "x");
+    } else {
+        add_target(r[1], "Linear bf16 4096x768x3072 GFLOP/s vs f32 (same run)", r[1]->rate / r[0]->rate, 0.9, true,
+                   "x");
+    }
+}
+
+/* A training step's f32 and bf16 mixed rows, timed: their rates, the
+ * bf16 row's note and, with VDPBF16PS, its target (what: its name). */
+static void lowp_steps_done(row *r[2], const char *what) {
+    for (int k = 0; k < 2; k++) {
+        r[k]->rate = 1.0 / r[k]->ours_s;
+        snprintf(r[k]->unit, sizeof r[k]->unit, "steps/s");
+    }
+    char note[128];
+    lowp_kernel_note(note, sizeof note);
+    snprintf(r[1]->extra, sizeof r[1]->extra,
+             "%.2fx the f32 step's speed (best of %d alternating timings each); %s; PyTorch: torch.autocast bf16",
+             r[0]->ours_s / r[1]->ours_s, LOWP_REPS, note);
+    if (lowp_native()) add_target(r[1], what, r[0]->ours_s / r[1]->ours_s, 1.4, true, "x");
+}
+
+static void bench_lowp_mlp(const options *o) {
+    const int64_t H = 256, B = 64;
+    progress("MLP 784-%lld-%lld-10 batch %lld, f32 and bf16 mixed precision, alternating", (long long)H, (long long)H,
+             (long long)B);
+    row *r[2] = {
+        new_row("lowp", "MLP step 784-%lld-%lld-10 b%lld f32", (long long)H, (long long)H, (long long)B),
+        new_row("lowp", "MLP step 784-%lld-%lld-10 b%lld bf16 mixed", (long long)H, (long long)H, (long long)B)};
+    mlp m[2];
+    for (int k = 0; k < 2; k++) mlp_init(&m[k], H, B);
+    tg_ctx_set_autocast(m[1].ctx, TG_BF16);
+    lowp_alternate(o, r, (tg_ctx *[]){m[0].ctx, m[1].ctx}, mlp_step, (void *[]){&m[0], &m[1]}, 2 * o->budget, 5e-3,
+                   "MLP step bf16");
+    for (int k = 0; k < 2; k++) {
+        mlp_free(&m[k]);
+        torch_time(r[k], "%s %lld %lld", k ? "mlp_bf16" : "mlp", (long long)H, (long long)B);
+    }
+    lowp_steps_done(r, "MLP step bf16 mixed vs f32 (same run)");
+}
+
+static void bench_lowp_gpt(const options *o) {
+    const int64_t L = 6, H = 6, C = 384, T = 64, B = 4;
+    progress("GPT-2 step small, f32 and bf16 mixed precision, alternating");
+    row *r[2] = {new_row("lowp", "GPT-2 step small L%lld C%lld T%lld B%lld f32", (long long)L, (long long)C,
+                         (long long)T, (long long)B),
+                 new_row("lowp", "GPT-2 step small L%lld C%lld T%lld B%lld bf16 mixed", (long long)L, (long long)C,
+                         (long long)T, (long long)B)};
+    gpt_arg g[2];
+    for (int k = 0; k < 2; k++) gpt_init(&g[k], o->threads, L, H, C, T, B);
+    tg_ctx_set_autocast(g[1].ctx, TG_BF16);
+    lowp_alternate(o, r, (tg_ctx *[]){g[0].ctx, g[1].ctx}, gpt_step, (void *[]){&g[0], &g[1]}, 2 * o->budget, 5e-3,
+                   "GPT step bf16");
+    for (int k = 0; k < 2; k++) {
+        gpt_free(&g[k]);
+        torch_time(r[k], "%s gpt2 %lld %lld %lld %lld %lld", k ? "gpt_bf16" : "gpt", (long long)L, (long long)H,
+                   (long long)C, (long long)T, (long long)B);
+    }
+    lowp_steps_done(r, "GPT-2 step small bf16 mixed vs f32 (same run)");
+}
+
+/* --only lowp runs all four parts, --only lowp-norm (-linear, -mlp, -gpt)
+ * one of them. */
+static void bench_lowp(const options *o, const limits *lim) {
+    const char *part = o->only && !strncmp(o->only, "lowp-", 5) ? o->only + 5 : NULL;
+    if (!part || !strcmp(part, "norm")) bench_lowp_norms(o, lim);
+    if (!part || !strcmp(part, "linear")) bench_lowp_linear(o, lim);
+    if (!part || !strcmp(part, "mlp")) bench_lowp_mlp(o);
+    if (!part || !strcmp(part, "gpt")) bench_lowp_gpt(o);
+}
+
 /* ---- tiny op ------------------------------------------------------------- */
 
 typedef struct tiny_arg {
@@ -1481,7 +1549,7 @@ static void print_summary(FILE *out, const options *o) {
                     "wall-clock scaling needs %d free cores; %s. The CPU time beside it says what the split allows "
                     "on free cores.\n",
                     o->threads > 2 ? o->threads : 2, busy);
-        else if (!strcmp(r->group, "lowp") && strstr(t->what, "vs f32"))
+        else if (!strcmp(r->group, "lowp") && strstr(t->what, "Norm") && strstr(t->what, "vs f32"))
             fprintf(out,
                     "bound by arithmetic, not memory: the 16-bit kernels convert in registers (no row buffer), "
                     "but they run the f32 row code's passes plus the conversions, 1.3x the f32 kernels' time per "
@@ -1502,6 +1570,18 @@ static void print_summary(FILE *out, const options *o) {
                     "(%s).\n",
                     100 * r->frac, 100 * r->frac / r->ratio_torch, 100 * r->frac / r->ratio_blas, t->goal, t->unit,
                     100 * r->frac * t->goal / t->measured, busy);
+        else if (!strcmp(r->group, "lowp") && strstr(t->what, "Linear"))
+            fprintf(out,
+                    "GEMM-bound: the row ran at %.0f%% of its limit (%s); a bf16 Linear's other work (the bias "
+                    "gradient's pass over dy, the partial sums of a product over several K slices) is memory traffic "
+                    "that the faster products do not shrink (%s).\n",
+                    100 * r->frac, r->limit_name, busy);
+        else if (!strcmp(r->group, "lowp") && strstr(t->what, "step"))
+            fprintf(out,
+                    "a mixed-precision step gains only in its products: its other ops (norms, attention, "
+                    "elementwise, the optimizer on float32 master weights) read and write bfloat16 but compute in "
+                    "float32, and it adds the casts of the weights to bfloat16 and of their gradients back (%s).\n",
+                    busy);
         else if (!strcmp(r->group, "contend"))
             fprintf(out, "see the row's samples above (%s, beside the spinner).\n", busy);
         else if (!strcmp(r->group, "attention") && strstr(t->what, "saved bytes"))
@@ -1567,6 +1647,7 @@ static bool write_json(const char *path, const options *o, const limits *lim, co
     fprintf(f, ",\n  \"default_threads\": %d", ri->default_threads);
     fprintf(f, ",\n  \"contend\": %s", o->contend ? "true" : "false");
     json_kstr(f, ",\n  ", "gemm_kernel", tg_gemm_kernel_name());
+    json_kstr(f, ",\n  ", "bf16_gemm_kernel", tg_gemm_bf16_name(TG_GEMM_BF16_AUTO));
     fprintf(f, ",\n  \"torch\": ");
     if (nsrv && srv[0].version[0]) json_str(f, srv[0].version);
     else fprintf(f, "null");
@@ -1646,9 +1727,10 @@ static void print_header(FILE *out, const options *o, const run_info *ri, const 
     struct utsname un;
     if (uname(&un) != 0) snprintf(un.release, sizeof un.release, "?");
     const int ncpu = bn_cpu_count();
-    fprintf(out, "tapegrad benchmark, %s, %s (%s), %d thread%s%s, gemm kernel %s\n", ri->date, ri->cpu, un.release,
-            o->threads, o->threads == 1 ? "" : "s", o->contend ? " against 1 with one CPU taken (--contend)" : "",
-            tg_gemm_kernel_name());
+    fprintf(out, "tapegrad benchmark, %s, %s (%s), %d thread%s%s, gemm kernel %s, bf16 gemm kernel %s\n", ri->date,
+            ri->cpu, un.release, o->threads, o->threads == 1 ? "" : "s",
+            o->contend ? " against 1 with one CPU taken (--contend)" : "", tg_gemm_kernel_name(),
+            tg_gemm_bf16_name(TG_GEMM_BF16_AUTO));
     fprintf(out,
             "threads: --threads %d; a program that does not choose gets %d here (TG_THREADS=N when set, else the "
             "CPUs it may use: affinity mask, cgroup quota)\n",
@@ -1701,6 +1783,8 @@ static void usage(const char *argv0) {
             "          [--python PATH] [--torch-script PATH] [--torch-malloc warm|default]\n"
             "          [--clock auto|wall|cpu] [--torch-wait default|passive|both]\n"
             "          [--only norm|linear|scaling|mlp|attention|gpt|generate|tiny|lowp] [--contend]\n"
+            "          [--only norm|linear|scaling|mlp|attention|gpt|tiny|lowp|lowp-norm|lowp-linear|lowp-mlp|\n"
+            "                  lowp-gpt] [--contend]\n"
             "fair OpenBLAS/PyTorch case: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE %s ...\n",
             argv0, argv0);
 }
@@ -1713,7 +1797,10 @@ static void default_script(char *buf, size_t size) {
     else snprintf(buf, size, "%.*s/torch_bench.py", (int)(slash - file), file);
 }
 
-static bool run_group(const options *o, const char *g) { return !o->only || !strcmp(o->only, g); }
+/* --only GROUP; lowp's parts (lowp-linear, ...) run in the lowp group. */
+static bool run_group(const options *o, const char *g) {
+    return !o->only || !strcmp(o->only, g) || (!strcmp(g, "lowp") && !strncmp(o->only, "lowp-", 5));
+}
 
 /* The PyTorch server(s), per --torch-wait. */
 static void start_torch(const options *o) {

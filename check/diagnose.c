@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/tape.h"
 #include "check/registry.h"
 #include "tensor/internal.h"
 
@@ -126,7 +127,7 @@ static int64_t locate(const jac *J, char *buf, size_t size) {
         rows[i / C] = cols[i % C] = 1;
     }
     if (n == K) {
-        say(buf, size, "every element (%lld of %lld)", (long long)n, (long long)K);
+        say(buf, size, "every element's column of the Jacobians (%lld of %lld)", (long long)n, (long long)K);
     } else if (J->x->ndim < 2) {
         size_t l = (size_t)snprintf(buf, size, "%lld of %lld elements:", (long long)n, (long long)K);
         for (int64_t i = 0, shown = 0; i < K && l < size; i++)
@@ -519,6 +520,221 @@ static bool diagnose_rows(const jac *J, tg_gradcheck_diagnosis *d) {
     return found;
 }
 
+/* ---- linearity in dy ------------------------------------------------------------ */
+
+/* The backward of f seeded with the weighting r (M values) as the check
+ * runs it -- on copies of the inputs, a private tape, from the same RNG
+ * state -- into g (numel of input k). False on an error. */
+static bool backward_with(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n, tg_tensor *const *inputs, int k,
+                          const double *r, int64_t M, double *g) {
+    tg_tape saved;
+    uint64_t seed, offset;
+    tg_rng_state(ctx, &seed, &offset);
+    tg_tape_stash(ctx, &saved);
+    bool was = tg_set_grad_enabled(ctx, true);
+    tg_tensor *xs[TG_GRADCHECK_MAX_INPUTS];
+    for (int i = 0; i < n; i++) xs[i] = tg_copy(ctx, inputs[i]);
+    if (tg_ok(ctx)) tg_requires_grad(ctx, xs[k]);
+    tg_tensor *y = tg_ok(ctx) ? f(ctx, xs, user) : NULL;
+    bool ok = y && y->numel == M;
+    if (ok && y->requires_grad) {
+        tg_tensor *u = tg_new_like(ctx, "tg_gradcheck_diagnose", y), *gx = NULL;
+        for (int64_t j = 0; u && j < M; j++) tg_store(u, j, r[j]);
+        ok = u && tg_grad(ctx, y, u, 1, &xs[k], &gx, false);
+        for (int64_t i = 0; ok && i < xs[k]->numel; i++) g[i] = gx ? tg_load(gx, i) : 0.0;
+    } else if (ok) {
+        memset(g, 0, (size_t)xs[k]->numel * sizeof *g);
+    }
+    tg_set_grad_enabled(ctx, was);
+    tg_tape_restore(ctx, &saved);
+    tg_rng_set_state(ctx, seed, offset);
+    return ok && tg_ok(ctx);
+}
+
+/* Whether the backward is linear in the gradient it receives, dy: the
+ * Jacobian read row by row from unit dy (e_j) describes what a check with
+ * a weighting r sees only if backward(r) = sum_j r_j backward(e_j). A
+ * backward that ignores dy (dx = J^T 1 whatever dy) gives every row the
+ * same, and a Jacobian read that way can even agree with the numeric one
+ * while the check, with its random r, fails. So: backward(r) against Ja^T
+ * r, and backward(2 r) against backward(r). True with d filled when the
+ * backward is not linear (d->kind set); false when it is, or on an error
+ * (*err set). */
+static bool diagnose_dy(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n, tg_tensor *const *inputs, int k,
+                        const tg_gradcheck_opts *o, const jac *J, tg_gradcheck_diagnosis *d, bool *err) {
+    int64_t M = J->M, K = J->K;
+    double *r = calloc((size_t)(2 * M + 4 * K + 2), sizeof *r);
+    *err = false;
+    if (!r) return false;
+    double *r2 = r + M, *ga = r2 + M, *g2 = ga + K, *gJ = g2 + K, *g1 = gJ + K;
+    for (int64_t j = 0; j < M; j++) {
+        r[j] = o->r.data && o->r.numel == M ? o->r.data[j] : tg_gradcheck_weight(o->seed, j);
+        r2[j] = 2 * r[j];
+    }
+    if (!backward_with(ctx, f, user, n, inputs, k, r, M, ga) || !backward_with(ctx, f, user, n, inputs, k, r2, M, g2)) {
+        free(r);
+        *err = true;
+        return false;
+    }
+    /* the scale of the terms, and what rounding allows between the two
+     * ways of forming the same sum */
+    double scale = 0, lin = 0, same = 0, dbl = 0, ones = 0, gmax = 0;
+    for (int64_t i = 0; i < K; i++) {
+        double t = 0, s = 0, s1 = 0;
+        for (int64_t j = 0; j < M; j++) {
+            t += fabs(r[j] * J->a[j * K + i]);
+            s += r[j] * J->a[j * K + i];
+            s1 += J->n[j * K + i];
+        }
+        gJ[i] = s;
+        g1[i] = s1;
+        scale = fmax(scale, fmax(t, fabs(ga[i])));
+        gmax = fmax(gmax, fabs(ga[i]));
+    }
+    double eps = J->x->dtype == TG_F32 ? 1.2e-7 : 2.3e-16, tol = 64 * eps * sqrt((double)M + 1) * scale;
+    for (int64_t i = 0; i < K; i++) {
+        lin = fmax(lin, fabs(ga[i] - gJ[i]));
+        same = fmax(same, fabs(g2[i] - ga[i]));
+        dbl = fmax(dbl, fabs(g2[i] - 2 * ga[i]));
+        ones = fmax(ones, fabs(ga[i] - g1[i]));
+    }
+    free(r);
+    if (!(lin > tol) && !(dbl > tol)) return false; /* linear in dy */
+    d->max_diff = fmax(lin, dbl);
+    if (!(same > tol) && gmax > tol) {
+        d->kind = TG_DIAG_IGNORES_DY;
+        say(d->finding, sizeof d->finding,
+            "dx does not change when dy is doubled (max |dx(2 dy) - dx(dy)| %.2g against |dx| up to %.3g)%s", same,
+            gmax, ones <= fmax(tol, 1e-6 * gmax) ? ": it is J^T 1, the gradient of sum(y), whatever dy" : "");
+        say(d->cause, sizeof d->cause,
+            "the backward ignores the incoming gradient: it computes d(sum y)/dx, as if dy were all ones, instead of "
+            "multiplying by dy (grad_output) -- dx = J^T 1 where J^T dy belongs");
+    } else {
+        d->kind = TG_DIAG_NONLINEAR;
+        say(d->finding, sizeof d->finding,
+            "dx is not linear in dy: dx(2 dy) - 2 dx(dy) is up to %.3g, and dx(dy) differs from the sum of "
+            "its rows dy_j dx(e_j) by up to %.3g",
+            dbl, lin);
+        say(d->cause, sizeof d->cause,
+            "the backward uses dy other than linearly: a term that does not scale with dy (a constant or a leftover "
+            "gradient added in), dy squared or its absolute value, or state kept from an earlier call");
+    }
+    return true;
+}
+
+/* ---- a learner's mistakes ------------------------------------------------------------ */
+
+/* Ja = Jn on some output rows and 0 on the others (each row of the
+ * Jacobian an output element): the gradient takes the contributions of
+ * only some outputs -- a sum over rows written with `=` for one row (the
+ * last one wins) instead of accumulated. The outputs that reach it are
+ * named by their rows of `C` (the input's numel, its last dim). */
+static bool diagnose_partial(const jac *J, double tol, tg_gradcheck_diagnosis *d) {
+    int64_t kept = 0, lost = 0, first = -1, last = -1, C = J->K;
+    for (int64_t j = 0; j < J->M; j++) {
+        double nn = 0, ok = 0, zero = 0;
+        for (int64_t i = 0; i < J->K; i++) {
+            double a = J->a[j * J->K + i], n = J->n[j * J->K + i];
+            nn = fmax(nn, fabs(n)), ok = fmax(ok, fabs(a - n)), zero = fmax(zero, fabs(a));
+        }
+        if (!(nn > tol)) continue; /* no gradient flows from this output */
+        if (ok <= tol) {
+            kept++;
+            if (first < 0) first = j;
+            last = j;
+        } else if (zero <= tol) {
+            lost++;
+        } else {
+            return false;
+        }
+    }
+    if (!kept || !lost) return false;
+    d->kind = TG_DIAG_PARTIAL;
+    d->factor = (double)kept / (double)(kept + lost);
+    if (C > 0 && J->M % C == 0 && first / C == last / C)
+        say(d->finding, sizeof d->finding,
+            "only the outputs of row %lld (of %lld rows of %lld) reach this input's gradient: the other rows' "
+            "contributions are missing, the ones that reach it exact",
+            (long long)(first / C), (long long)(J->M / C), (long long)C);
+    else
+        say(d->finding, sizeof d->finding,
+            "only %lld of the %lld outputs that depend on this input reach its gradient, exactly; the others "
+            "contribute nothing",
+            (long long)kept, (long long)(kept + lost));
+    say(d->cause, sizeof d->cause,
+        "a gradient summed over rows written with = for each row (dgamma = dy xhat of one row, the last one "
+        "winning) instead of accumulated: dgamma_i = sum over rows of dy_i xhat_i");
+    return true;
+}
+
+/* Ja = Jn / w_c row by row, c the output element's position in a row of
+ * C = numel(w), w another input of the op (the gain): the backward left
+ * w out of u = w dy. Inputs other than `input`, of numel dividing M. */
+static bool diagnose_missing_gain(const jac *J, double tol, int n_inputs, tg_tensor *const *inputs, int input,
+                                  tg_gradcheck_diagnosis *d) {
+    for (int k = 0; k < n_inputs; k++) {
+        const tg_tensor *w = inputs[k];
+        if (k == input || !w || w->numel < 2 || J->M % w->numel) continue;
+        const int64_t C = w->numel;
+        bool fits = true, any = false;
+        for (int64_t j = 0; j < J->M && fits; j++) {
+            double wc = tg_load(w, j % C);
+            for (int64_t i = 0; i < J->K && fits; i++) {
+                double a = J->a[j * J->K + i], n = J->n[j * J->K + i];
+                if (fabs(n) > tol) any = true;
+                fits = wc != 0 && fabs(a * wc - n) <= tol * fmax(1.0, fabs(wc));
+            }
+        }
+        if (!fits || !any) continue;
+        d->kind = TG_DIAG_MISSING_GAIN;
+        d->factor = k;
+        say(d->finding, sizeof d->finding,
+            "analytic = numeric / w_c output by output, w = input %d (%lld values, the position c in a row): the "
+            "gradient lacks the factor that input puts on the output",
+            k, (long long)C);
+        say(d->cause, sizeof d->cause,
+            "the gain gamma (input %d) left out of u = gamma dy: the gradient that reaches xhat is gamma dy, not "
+            "dy (dx = r (u - xhat mean(u xhat)) with u = gamma dy)",
+            k);
+        return true;
+    }
+    return false;
+}
+
+/* The analytic Jacobian of this input is the numeric one of another input
+ * of its size: the two gradients are swapped (dgamma computed as dbeta's
+ * formula, or written into the other's place). */
+static bool diagnose_swapped(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                             int input, const tg_gradcheck_opts *o, const jac *J, double tol, tg_gradcheck_diagnosis *d,
+                             bool *err) {
+    *err = false;
+    for (int k = 0; k < n_inputs; k++) {
+        if (k == input || !inputs[k] || inputs[k]->numel != J->K) continue;
+        tg_tensor *ja, *jn;
+        if (!tg_gradcheck_jacobian(ctx, f, user, n_inputs, inputs, k, o, &ja, &jn)) {
+            /* not differentiable, or not checkable: not a candidate */
+            tg_clear_error(ctx);
+            continue;
+        }
+        bool same = true;
+        double scale = 0;
+        for (int64_t e = 0; e < J->M * J->K; e++) scale = fmax(scale, fabs(tg_load(jn, e)));
+        for (int64_t e = 0; e < J->M * J->K && same; e++) same = fabs(J->a[e] - tg_load(jn, e)) <= tol;
+        if (!same || !(scale > tol)) continue;
+        d->kind = TG_DIAG_SWAPPED;
+        d->factor = k;
+        say(d->finding, sizeof d->finding,
+            "the analytic Jacobian of this input is the numeric Jacobian of input %d: this input gets input %d's "
+            "gradient",
+            k, k);
+        say(d->cause, sizeof d->cause,
+            "the gradients of two inputs swapped (dgamma and dbeta: dgamma = sum dy xhat, dbeta = sum dy), each "
+            "written into the other's place");
+        return true;
+    }
+    return !tg_ok(ctx) ? (*err = true, false) : false;
+}
+
 /* ---- the entry point ---------------------------------------------------------- */
 
 bool tg_gradcheck_diagnose(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
@@ -543,8 +759,29 @@ bool tg_gradcheck_diagnose(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
            rtol = o.rtol > 0 || o.no_defaults ? o.rtol : def.rtol;
     jac J = {.a = ja->data, .n = jn->data, .M = ja->shape[0], .K = ja->shape[1], .x = inputs[input]};
     double nmax = max_abs(J.n, J.M * J.K), amax = max_abs(J.a, J.M * J.K);
+    /* atol relative to the Jacobian's scale, as the check's (its root mean
+     * square over the entries that are not zero) */
+    if (o.atol_scale != TG_GRADCHECK_ATOL_ABSOLUTE) {
+        double ss = 0;
+        int64_t nz = 0;
+        for (int64_t e = 0; e < J.M * J.K; e++) {
+            double v = fmax(fabs(J.a[e]), fabs(J.n[e]));
+            if (v > 0 && isfinite(v)) ss += v * v, nz++;
+        }
+        atol *= nz ? sqrt(ss / (double)nz) : 0.0;
+    }
     J.noise = atol + rtol * nmax;
     d->n_elements = J.K;
+
+    /* first: is the backward linear in dy at all? */
+    bool err;
+    if (diagnose_dy(ctx, f, user, n_inputs, inputs, input, &o, &J, d, &err)) {
+        d->n_wrong = locate(&J, d->where, sizeof d->where);
+        if (!d->where[0] || d->n_wrong == 0)
+            say(d->where, sizeof d->where, "every element, through dy (the unit-dy Jacobians cannot show it)");
+        return true;
+    }
+    if (err) return false;
 
     double dmax = 0;
     for (int64_t e = 0; e < J.M * J.K; e++) dmax = fmax(dmax, fabs(J.a[e] - J.n[e]));
@@ -590,8 +827,9 @@ bool tg_gradcheck_diagnose(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
                     c < 1 ? "unbiased" : "biased", named);
             else if (strstr(named, "sqrt"))
                 say(d->cause, sizeof d->cause,
-                    "a statistic off by sqrt(C): the root of a sum where the forward has the root of a mean (or "
-                    "the reverse)");
+                    "a factor sqrt(C) (C the input's last dim): a scale 1/sqrt(C) the forward applies and the "
+                    "backward leaves out or applies twice -- attention's score scale 1/sqrt(d) -- or a root of a "
+                    "sum where the forward has the root of a mean (or the reverse)");
             else if (named[0])
                 say(d->cause, sizeof d->cause,
                     "a factor %s too %s: a derivative of x^2 taken as x, or a term counted %s", named,
@@ -616,6 +854,11 @@ bool tg_gradcheck_diagnose(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
             return true;
         }
     }
+    /* a learner's mistakes that are not of one factor */
+    if (diagnose_partial(&J, tol, d)) return true;
+    if (diagnose_missing_gain(&J, tol, n_inputs, inputs, input, d)) return true;
+    if (diagnose_swapped(ctx, f, user, n_inputs, inputs, input, &o, &J, tol, d, &err)) return true;
+    if (err) return false;
     /* a normalization: x of the output's shape, rows of C */
     J.C = C;
     J.rows = C ? J.K / C : 0;
@@ -642,6 +885,11 @@ const char *tg_diagnosis_name(tg_diagnosis_kind kind) {
     case TG_DIAG_ROW_SCALE: return "row-scale";
     case TG_DIAG_STATISTIC: return "statistic";
     case TG_DIAG_UNSTRUCTURED: return "unstructured";
+    case TG_DIAG_IGNORES_DY: return "ignores-dy";
+    case TG_DIAG_NONLINEAR: return "nonlinear-in-dy";
+    case TG_DIAG_PARTIAL: return "partial-sum";
+    case TG_DIAG_MISSING_GAIN: return "missing-gain";
+    case TG_DIAG_SWAPPED: return "swapped";
     }
     return "?";
 }

@@ -144,8 +144,12 @@ static tg_tensor *fw_direction(fw_session *s, int k) {
 /* J_k d, from the recorded output (zeros when y does not depend on x). */
 static tg_tensor *fw_jvp(fw_session *s, int k, tg_tensor *d) { return tg_jvp(s->ctx, s->y, 1, &s->x[k], &d); }
 
-/* One comparison into input k's result and the overall one. */
-static void fw_compare(tg_gradcheck_result *R, int k, int64_t j, double a, double n, double tol, double atol) {
+/* One comparison into input k's result and the overall one: it passes
+ * within tol; a failure is wrong beyond `bound` (the check's own error;
+ * an analytic NaN always), undecided within it or when n is not finite; a
+ * zero analytic value failing here means it saw a derivative. */
+static void fw_compare(tg_gradcheck_result *R, int k, int64_t j, double a, double n, double tol, double atol,
+                       double bound, double persist) {
     tg_gradcheck_input *in = &R->input[k];
     double err = fabs(a - n), ratio = tol > 0 ? err / tol : (err > 0 ? INFINITY : 0);
     bool pass = err <= tol;
@@ -153,6 +157,8 @@ static void fw_compare(tg_gradcheck_result *R, int k, int64_t j, double a, doubl
     in->n_checked++;
     R->n_checked++;
     if (!pass) in->n_failed++, R->n_failed++;
+    if (!pass && isfinite(n) && !(fmin(err, persist) <= bound)) in->n_wrong++;
+    if (isfinite(n) && fabs(n) > tol) in->n_resolved++;
     if (err > in->max_abs_err || isnan(err)) in->max_abs_err = err;
     double rel = err / fmax(fabs(n), atol > 0 ? atol : 1e-300);
     if (rel > in->max_rel_err || isnan(rel)) in->max_rel_err = rel;
@@ -165,11 +171,9 @@ static void fw_compare(tg_gradcheck_result *R, int k, int64_t j, double a, doubl
 }
 
 static void fw_summarize(tg_gradcheck_result *R) {
-    R->pass = R->n_failed == 0;
     for (int k = 0; k < R->n_inputs; k++) {
         tg_gradcheck_input *in = &R->input[k];
         if (!in->checked) continue;
-        in->pass = in->n_failed == 0;
         if (in->max_abs_err > R->max_abs_err || isnan(in->max_abs_err)) R->max_abs_err = in->max_abs_err;
         if (in->max_rel_err > R->max_rel_err || isnan(in->max_rel_err)) R->max_rel_err = in->max_rel_err;
         if (R->worst_input < 0 || isnan(in->worst_ratio) || in->worst_ratio > R->worst_ratio) {
@@ -180,6 +184,51 @@ static void fw_summarize(tg_gradcheck_result *R) {
             R->worst_ratio = in->worst_ratio;
         }
     }
+    tg_gradcheck_decide(R);
+}
+
+/* An input no comparison saw a derivative in: does f depend on it at all?
+ * f at x_k +- d, d the direction scaled to the input's root mean square
+ * (1 for a zero input): when no output weighted by u (NULL: every output)
+ * moves, the derivative is exactly zero and the check's agreement real
+ * (input->constant); else it saw nothing (TG_REASON_ALL_ZERO). */
+static bool fw_constant(fw_session *s, tg_gradcheck_result *R, int k, const tg_tensor *d, const tg_tensor *u) {
+    tg_gradcheck_input *in = &R->input[k];
+    if (s->y->numel == 0) in->constant = true; /* no output depends on anything */
+    if (in->n_checked == 0 || in->n_failed || in->n_resolved) return true;
+    tg_ctx *ctx = s->ctx;
+    const tg_tensor *x = s->x[k];
+    double xx = 0, dd = 0;
+    for (int64_t i = 0; i < x->numel; i++) xx += tg_load(x, i) * tg_load(x, i), dd += tg_load(d, i) * tg_load(d, i);
+    double c = (xx > 0 ? sqrt(xx) : sqrt((double)x->numel)) / (dd > 0 ? sqrt(dd) : 1.0);
+    tg_tensor *xs[TG_GRADCHECK_MAX_INPUTS], *xm = tg_copy(ctx, x);
+    double *y0 = tg_arena_alloc_fn(ctx, s->fn, (size_t)(s->y->numel ? s->y->numel : 1) * sizeof *y0);
+    if (!xm || !y0) return false;
+    for (int j = 0; j < s->n; j++) xs[j] = s->x[j];
+    /* against f at x evaluated as the probes are (no grad): the recorded
+     * output may differ in the last bit (a gradient recorded with
+     * create_graph against a plain backward's) */
+    tg_tensor *base = fw_eval(s, xs, false);
+    R->n_evals++;
+    if (!base) return false;
+    for (int64_t j = 0; j < base->numel; j++) y0[j] = tg_load(base, j);
+    xs[k] = xm;
+    bool constant = dd > 0;
+    for (int side = -1; constant && side <= 1; side += 2) {
+        bool moved = false;
+        for (int64_t i = 0; i < x->numel; i++) {
+            tg_store(xm, i, tg_load(x, i) + side * c * tg_load(d, i));
+            moved |= tg_load(xm, i) != tg_load(x, i);
+        }
+        tg_tensor *y = fw_eval(s, xs, false);
+        R->n_evals++;
+        if (!y) return false;
+        constant = moved;
+        for (int64_t j = 0; constant && j < y->numel; j++)
+            constant = (u && tg_load(u, j) == 0) || tg_load(y, j) == y0[j];
+    }
+    in->constant = constant;
+    return true;
 }
 
 static void fw_input_start(tg_gradcheck_input *in) {
@@ -192,19 +241,45 @@ static void fw_input_start(tg_gradcheck_input *in) {
 
 /* Input k: the outputs at x_k +- h d, the stored direction (x+ - x-) / 2h,
  * J_k of it, and every output element compared. */
+/* The outputs at x_k +- f h d (d the direction as drawn) into vp, vm (M
+ * values each). */
+static bool fw_sides(fw_session *s, tg_gradcheck_result *R, int k, double fh, const tg_tensor *d, double *vp,
+                     double *vm) {
+    tg_ctx *ctx = s->ctx;
+    const tg_tensor *x = s->x[k];
+    tg_tensor *xs[TG_GRADCHECK_MAX_INPUTS], *xk = tg_copy(ctx, x);
+    if (!xk) return false;
+    for (int j = 0; j < s->n; j++) xs[j] = s->x[j];
+    xs[k] = xk;
+    for (int side = 1; side >= -1; side -= 2) {
+        for (int64_t i = 0; i < x->numel; i++) tg_store(xk, i, tg_load(x, i) + side * fh * tg_load(d, i));
+        tg_tensor *y = fw_eval(s, xs, false);
+        R->n_evals++;
+        if (!y) return false;
+        double *v = side > 0 ? vp : vm;
+        for (int64_t j = 0; j < y->numel; j++) v[j] = tg_load(y, j); /* before the next evaluation */
+    }
+    return true;
+}
+
+/* Input k: the outputs at x_k +- h d, the stored direction (x+ - x-) / 2h,
+ * J_k of it, and every output element compared; a failing output's
+ * truncation measured at h / 2 and h / 4 (tg_gradcheck's gc_measured). */
 static bool fw_check_jvp(fw_session *s, tg_gradcheck_result *R, int k) {
     tg_ctx *ctx = s->ctx;
     tg_gradcheck_input *in = &R->input[k];
     fw_input_start(in);
-    tg_tensor *d = fw_direction(s, k), *xs[TG_GRADCHECK_MAX_INPUTS];
+    tg_tensor *d0 = fw_direction(s, k), *d = d0 ? tg_copy(ctx, d0) : NULL;
     if (!d) return false;
-    /* float32: the step relative to the input's root mean square, as
-     * tg_gradcheck's STEP_SCALED default */
+    /* the step relative to the input's root mean square, as tg_gradcheck's
+     * STEP_SCALED default */
     double h = s->o.h, ms = 0;
     const tg_tensor *x = s->x[k];
     for (int64_t i = 0; i < x->numel; i++) ms += tg_load(x, i) * tg_load(x, i);
-    if (s->dtype == TG_F32 && (s->o.step == TG_GRADCHECK_STEP_AUTO || s->o.step == TG_GRADCHECK_STEP_SCALED))
+    if (s->o.step == TG_GRADCHECK_STEP_AUTO || s->o.step == TG_GRADCHECK_STEP_SCALED) {
         h *= x->numel && ms > 0 ? sqrt(ms / (double)x->numel) : 1.0;
+        R->step = TG_GRADCHECK_STEP_SCALED;
+    }
     in->step_min = in->step_max = h;
     tg_tensor *xp = tg_copy(ctx, x), *xm = tg_copy(ctx, x);
     if (!xp || !xm) return false;
@@ -213,22 +288,22 @@ static bool fw_check_jvp(fw_session *s, tg_gradcheck_result *R, int k) {
         tg_store(xm, i, tg_load(x, i) - h * tg_load(d, i));
         tg_store(d, i, (tg_load(xp, i) - tg_load(xm, i)) / (2 * h)); /* the direction as stored */
     }
-    for (int j = 0; j < s->n; j++) xs[j] = s->x[j];
-    xs[k] = xp;
-    tg_tensor *yp = fw_eval(s, xs, false);
-    double *vp = yp ? tg_arena_alloc_fn(ctx, s->fn, (size_t)(yp->numel ? yp->numel : 1) * sizeof *vp) : NULL;
-    for (int64_t j = 0; vp && j < yp->numel; j++) vp[j] = tg_load(yp, j); /* before the next evaluation */
-    xs[k] = xm;
-    tg_tensor *ym = vp ? fw_eval(s, xs, false) : NULL;
-    R->n_evals += 2;
-    tg_tensor *a = ym ? fw_jvp(s, k, d) : NULL;
+    const int64_t M = s->y->numel;
+    size_t bytes = (size_t)(M ? M : 1) * sizeof(double);
+    double *v[6];
+    for (int m = 0; m < 6; m++)
+        if (!(v[m] = tg_arena_alloc_fn(ctx, s->fn, bytes))) return false;
+    if (!fw_sides(s, R, k, h, d0, v[0], v[1])) return false;
+    tg_tensor *a = fw_jvp(s, k, d);
     if (!a) return false;
-    double atol = s->o.atol, g2 = 0;
-    const int64_t M = a->numel;
-    if (s->o.atol_scale == TG_GRADCHECK_ATOL_GRADIENT ||
-        (s->o.atol_scale == TG_GRADCHECK_ATOL_AUTO && s->dtype == TG_F32)) {
-        for (int64_t j = 0; j < M; j++) g2 += tg_load(a, j) * tg_load(a, j);
-        atol *= M ? sqrt(g2 / (double)M) : 0.0;
+    double atol = s->o.atol, g2 = 0, n2 = 0;
+    if (s->o.atol_scale != TG_GRADCHECK_ATOL_ABSOLUTE) {
+        for (int64_t j = 0; j < M; j++) {
+            double n = (v[0][j] - v[1][j]) / (2 * h);
+            g2 += tg_load(a, j) * tg_load(a, j);
+            n2 += isfinite(n) ? n * n : 0;
+        }
+        atol *= M ? sqrt(fmax(g2, n2) / (double)M) : 0.0;
         R->atol_scale = TG_GRADCHECK_ATOL_GRADIENT;
     }
     in->atol_used = atol;
@@ -236,12 +311,29 @@ static bool fw_check_jvp(fw_session *s, tg_gradcheck_result *R, int k) {
      * predicted rounding error): where J v is small against f -- a loss
      * whose terms cancel along v -- in float32 it is all the difference
      * there is */
+    bool measured = false;
     for (int64_t j = 0; j < M; j++) {
-        double num = (vp[j] - tg_load(ym, j)) / (2 * h), an = tg_load(a, j);
-        double round = TG_GRADCHECK_C_ROUND * R->eps * fmax(fabs(vp[j]), fabs(tg_load(ym, j))) / h;
-        fw_compare(R, k, j, an, num, atol + s->o.rtol * fabs(num) + round, atol);
+        double num = (v[0][j] - v[1][j]) / (2 * h), an = tg_load(a, j);
+        double round = TG_GRADCHECK_C_ROUND * R->eps * fmax(fabs(v[0][j]), fabs(v[1][j])) / h;
+        double tol = atol + s->o.rtol * fabs(num) + round, bound = INFINITY, persist = fabs(an - num);
+        if (!(fabs(an - num) <= tol)) {
+            /* a failure: the truncation measured at h / 2 and h / 4 */
+            if (!measured &&
+                (!fw_sides(s, R, k, 0.5 * h, d0, v[2], v[3]) || !fw_sides(s, R, k, 0.25 * h, d0, v[4], v[5])))
+                return false;
+            measured = true;
+            double e[3] = {an - num, an - (v[2][j] - v[3][j]) / h, an - (v[4][j] - v[5][j]) / (0.5 * h)};
+            double t = fabs(e[0] - e[1]) + 4.0 / 3.0 * fabs(e[1] - e[2]);
+            if (!(fabs(e[1] - e[2]) <= fmax(fabs(e[0] - e[1]), round * 6))) t = INFINITY; /* not converging */
+            /* a wrong JVP's error stays as the step shrinks (tg_gradcheck's gc_telescope) */
+            persist = fmin(fabs(e[0]), fmin(fabs(e[1]), fabs(e[2])));
+            /* the roundings as tg_gradcheck's gc_telescope adds them */
+            double rounds = round * (1 + sqrt(1 + 4 + 16.0 / 9.0 * (4 + 16)));
+            bound = TG_GRADCHECK_WRONG_EXCESS * ((isfinite(t) ? t : INFINITY) + rounds);
+        }
+        fw_compare(R, k, j, an, num, tol, atol, bound, persist);
     }
-    return true;
+    return fw_constant(s, R, k, d0, NULL);
 }
 
 bool tg_gradcheck_fwd(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
@@ -254,8 +346,8 @@ bool tg_gradcheck_fwd(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, 
         fw_end(&s);
     }
     result->h = s.o.h, result->atol = s.o.atol, result->rtol = s.o.rtol;
-    if (!ok) return result->pass = false;
     fw_summarize(result);
+    if (!ok || !tg_ok(ctx)) tg_gradcheck_stopped(result);
     return result->pass;
 }
 
@@ -285,8 +377,14 @@ bool tg_gradcheck_adjoint(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inpu
         tg_error(ctx, TG_ERR_SHAPE, __func__, "opts.r has %lld values; the output %s has %lld", (long long)s.o.r.numel,
                  tg_shape_of(sh, s.y), (long long)s.y->numel);
     }
-    for (int64_t j = 0; u && tg_ok(ctx) && j < u->numel; j++)
+    double uu = 0;
+    for (int64_t j = 0; u && tg_ok(ctx) && j < u->numel; j++) {
         tg_store(u, j, s.o.r.data ? s.o.r.data[j] : fw_uniform_pm1(s.o.seed, FW_STREAM, (uint64_t)j));
+        uu += tg_load(u, j) * tg_load(u, j);
+    }
+    if (u && tg_ok(ctx) && u->numel > 0 && (!(uu > 0) || !isfinite(uu)))
+        tg_error(ctx, TG_ERR_VALUE, __func__, "opts.r is zero or not finite (|u| = %g): both sides would be 0",
+                 sqrt(uu));
     /* reverse mode: every J_k^T u from one backward (the tape kept for
      * tg_jvp); an output that does not depend on the inputs has J = 0 */
     ok = ok && tg_ok(ctx);
@@ -312,11 +410,13 @@ bool tg_gradcheck_adjoint(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inpu
         double tol = TG_GRADCHECK_C_ADJOINT * eps * sqrt(M + (double)v->numel) * scale;
         R->input[k].atol_used = tol;
         R->input[k].grad_scale = scale;
-        fw_compare(R, k, -1, fwd, rev, tol, tol);
+        /* no step, no truncation: a failure beyond the rounding is wrong */
+        fw_compare(R, k, -1, fwd, rev, tol, tol, tol, fabs(fwd - rev));
+        ok = fw_constant(&s, R, k, v, u);
     }
     fw_end(&s);
     R->h = 0, R->atol = 0, R->rtol = 0;
-    if (!ok) return R->pass = false;
     fw_summarize(R);
+    if (!ok || !tg_ok(ctx)) tg_gradcheck_stopped(R);
     return R->pass;
 }

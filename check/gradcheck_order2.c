@@ -109,12 +109,16 @@ static bool order2_scale(tg_tensor *const *inputs, int k, double *scale, void *u
     return o->scale ? o->scale(inputs, k, scale, o->user) : false;
 }
 
-bool tg_gradgradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
-                      const tg_gradcheck_opts *opts, tg_gradcheck_result *result) {
-    if (!tg_gradcheck_start(ctx, __func__, result)) return false;
+/* The check `check` (tg_gradcheck, tg_gradcheck_fwd or
+ * tg_gradcheck_adjoint) of g = order2_fn. */
+typedef bool (*order2_checker)(tg_ctx *, tg_gradcheck_fn, void *, int, tg_tensor *const *, const tg_gradcheck_opts *,
+                               tg_gradcheck_result *);
+
+static bool order2_check(tg_ctx *ctx, const char *fn, order2_checker check, tg_gradcheck_fn f, void *user, int n_inputs,
+                         tg_tensor *const *inputs, const tg_gradcheck_opts *opts, tg_gradcheck_result *result) {
+    if (!tg_gradcheck_start(ctx, fn, result)) return false;
     if (!f || !inputs || n_inputs < 1 || n_inputs > TG_GRADCHECK_MAX_INPUTS) {
-        tg_error(ctx, TG_ERR_VALUE, __func__, "needs f and 1..%d inputs (n_inputs = %d)", TG_GRADCHECK_MAX_INPUTS,
-                 n_inputs);
+        tg_error(ctx, TG_ERR_VALUE, fn, "needs f and 1..%d inputs (n_inputs = %d)", TG_GRADCHECK_MAX_INPUTS, n_inputs);
         return false;
     }
     tg_gradcheck_opts o = opts ? *opts : tg_gradcheck_defaults();
@@ -124,9 +128,28 @@ bool tg_gradgradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, 
     o.inputs = st.wrt;
     o.scale = st.scale ? order2_scale : NULL;
     o.r = (tg_gradcheck_vec){0}; /* a weighting of f's output, not of g's */
-    bool ok = tg_gradcheck(ctx, order2_fn, &st, n_inputs, inputs, &o, result);
+    bool ok = check(ctx, order2_fn, &st, n_inputs, inputs, &o, result);
     free(st.u);
     return ok;
+}
+
+bool tg_gradgradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                      const tg_gradcheck_opts *opts, tg_gradcheck_result *result) {
+    return order2_check(ctx, __func__, tg_gradcheck, f, user, n_inputs, inputs, opts, result);
+}
+
+/* Forward over reverse: tg_jvp through g's recorded double backward --
+ * the Hessian-vector product H v, every record's tangent rule -- against
+ * differences of g along v (fwd), and <w, H v> against <H^T w, v> from
+ * g's backward, reverse over reverse (adjoint). */
+bool tg_gradgradcheck_fwd(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                          const tg_gradcheck_opts *opts, tg_gradcheck_result *result) {
+    return order2_check(ctx, __func__, tg_gradcheck_fwd, f, user, n_inputs, inputs, opts, result);
+}
+
+bool tg_gradgradcheck_adjoint(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                              const tg_gradcheck_opts *opts, tg_gradcheck_result *result) {
+    return order2_check(ctx, __func__, tg_gradcheck_adjoint, f, user, n_inputs, inputs, opts, result);
 }
 
 bool tg_registry_check_order2(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_dtype dtype,

@@ -41,7 +41,8 @@ static void put_csv_num(FILE *f, double v) {
 
 static void write_json(FILE *f, const tg_gradcheck_result *r, const char *const *names) {
     char buf[16];
-    fprintf(f, "{\"pass\":%s,\"mode\":\"%s\",\"forward_diff\":%s,\"step\":\"%s\",", r->pass ? "true" : "false",
+    fprintf(f, "{\"pass\":%s,\"verdict\":\"%s\",\"reason\":\"%s\",\"mode\":\"%s\",\"forward_diff\":%s,\"step\":\"%s\",",
+            r->pass ? "true" : "false", tg_gradcheck_verdict_name(r->verdict), tg_gradcheck_reason_name(r->reason),
             tg_gradcheck_mode_name(r->mode), r->forward_diff ? "true" : "false", tg_gradcheck_step_name(r->step));
     put_json_num(f, "h", r->h, true);
     fprintf(f, "\"atol_scale\":\"%s\",", tg_gradcheck_atol_scale_name(r->atol_scale));
@@ -49,9 +50,10 @@ static void write_json(FILE *f, const tg_gradcheck_result *r, const char *const 
     put_json_num(f, "rtol", r->rtol, true);
     fprintf(f, "\"dtype\":\"%s\",", tg_dtype_name(r->dtype));
     put_json_num(f, "eps", r->eps, true);
-    fprintf(f, "\"seed\":%llu,\"n_checked\":%lld,\"n_failed\":%lld,\"n_evals\":%lld,\"n_backwards\":%lld,",
-            (unsigned long long)r->seed, (long long)r->n_checked, (long long)r->n_failed, (long long)r->n_evals,
-            (long long)r->n_backwards);
+    fprintf(
+        f, "\"seed\":%llu,\"n_checked\":%lld,\"n_failed\":%lld,\"n_wrong\":%lld,\"n_evals\":%lld,\"n_backwards\":%lld,",
+        (unsigned long long)r->seed, (long long)r->n_checked, (long long)r->n_failed, (long long)r->n_wrong,
+        (long long)r->n_evals, (long long)r->n_backwards);
     put_json_num(f, "max_abs_err", r->max_abs_err, true);
     put_json_num(f, "max_rel_err", r->max_rel_err, true);
     put_json_num(f, "max_excess", r->max_excess, true);
@@ -71,8 +73,12 @@ static void write_json(FILE *f, const tg_gradcheck_result *r, const char *const 
         const tg_gradcheck_input *in = &r->input[k];
         fprintf(f, "%s{\"name\":", k ? "," : "");
         put_json_str(f, input_name(names, k, buf, sizeof buf));
-        fprintf(f, ",\"checked\":%s,\"pass\":%s,\"n_checked\":%lld,\"n_failed\":%lld,", in->checked ? "true" : "false",
-                in->pass ? "true" : "false", (long long)in->n_checked, (long long)in->n_failed);
+        fprintf(f,
+                ",\"checked\":%s,\"pass\":%s,\"verdict\":\"%s\",\"reason\":\"%s\",\"n_checked\":%lld,\"n_failed\":%lld,"
+                "\"n_wrong\":%lld,\"n_resolved\":%lld,\"constant\":%s,",
+                in->checked ? "true" : "false", in->pass ? "true" : "false", tg_gradcheck_verdict_name(in->verdict),
+                tg_gradcheck_reason_name(in->reason), (long long)in->n_checked, (long long)in->n_failed,
+                (long long)in->n_wrong, (long long)in->n_resolved, in->constant ? "true" : "false");
         put_json_num(f, "max_abs_err", in->max_abs_err, true);
         put_json_num(f, "max_rel_err", in->max_rel_err, true);
         fprintf(f, "\"worst_index\":%lld,\"worst_output\":%lld,", (long long)in->worst_index,
@@ -117,15 +123,22 @@ static void write_csv(FILE *f, const tg_gradcheck_result *r, const char *const *
         put_csv_num(f, r->atol);
         fputc(',', f);
         put_csv_num(f, r->rtol);
-        fprintf(f, ",%s,%llu,%d\n", tg_dtype_name(r->dtype), (unsigned long long)r->seed, r->forward_diff ? 1 : 0);
+        fprintf(f, ",%s,%llu,%d,%s,%s,%lld,%lld\n", tg_dtype_name(r->dtype), (unsigned long long)r->seed,
+                r->forward_diff ? 1 : 0, tg_gradcheck_verdict_name(in->verdict), tg_gradcheck_reason_name(in->reason),
+                (long long)in->n_wrong, (long long)in->n_resolved);
     }
 }
 
 static void write_text(FILE *f, const tg_gradcheck_result *r, const char *const *names) {
     char buf[16];
-    fprintf(f, "%s: %lld of %lld comparisons failed (%s, %s%s); h=%g %s, |a - n| <= %g%s + %g |n|\n",
-            r->pass ? "pass" : "FAIL", (long long)r->n_failed, (long long)r->n_checked, tg_gradcheck_mode_name(r->mode),
-            tg_dtype_name(r->dtype), r->forward_diff ? ", forward differences" : "", r->h,
+    fprintf(f, "%s%s%s: %lld of %lld comparisons failed, %lld wrong (%s, %s%s); h=%g %s, |a - n| <= %g%s + %g |n|\n",
+            r->verdict == TG_VERDICT_PASS    ? "pass"
+            : r->verdict == TG_VERDICT_WRONG ? "WRONG"
+                                             : "INCONCLUSIVE",
+            r->verdict == TG_VERDICT_INCONCLUSIVE ? " -- " : "",
+            r->verdict == TG_VERDICT_INCONCLUSIVE ? tg_gradcheck_reason_name(r->reason) : "", (long long)r->n_failed,
+            (long long)r->n_checked, (long long)r->n_wrong, tg_gradcheck_mode_name(r->mode), tg_dtype_name(r->dtype),
+            r->forward_diff ? ", forward differences" : "", r->h,
             r->step == TG_GRADCHECK_STEP_SCALED    ? "x l_i"
             : r->step == TG_GRADCHECK_STEP_ELEMENT ? "x max(|x_i|, floor)"
                                                    : "absolute",
@@ -136,12 +149,13 @@ static void write_text(FILE *f, const tg_gradcheck_result *r, const char *const 
         const tg_gradcheck_input *in = &r->input[k];
         if (!in->checked) continue;
         fprintf(f,
-                "  %s: %lld/%lld failed, max abs err %.3g, max rel err %.3g; worst %lld: analytic %.10g, numeric "
+                "  %s: %s, %lld/%lld failed, max abs err %.3g, max rel err %.3g; worst %lld: analytic %.10g, numeric "
                 "%.10g; predicted error %.3g there, up to %.3g (truncation %.3g + rounding %.3g) (max excess "
                 "%.3g, over failures %.3g)\n",
-                input_name(names, k, buf, sizeof buf), (long long)in->n_failed, (long long)in->n_checked,
-                in->max_abs_err, in->max_rel_err, (long long)in->worst_index, in->worst_analytic, in->worst_numeric,
-                in->worst_bound, in->pred_max, in->pred_trunc, in->pred_round, in->max_excess, in->fail_excess);
+                input_name(names, k, buf, sizeof buf), tg_gradcheck_verdict_name(in->verdict), (long long)in->n_failed,
+                (long long)in->n_checked, in->max_abs_err, in->max_rel_err, (long long)in->worst_index,
+                in->worst_analytic, in->worst_numeric, in->worst_bound, in->pred_max, in->pred_trunc, in->pred_round,
+                in->max_excess, in->fail_excess);
     }
 }
 

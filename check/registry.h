@@ -20,5 +20,14 @@
  * false when the call must stop -- ctx NULL or in error, or result NULL (an
  * error naming fn). */
 bool tg_gradcheck_start(tg_ctx *ctx, const char *fn, tg_gradcheck_result *result);
+/* The verdicts of a filled result (tapegrad/check.h): each checked input's
+ * from its counts, then the check's; pass set from them. */
+void tg_gradcheck_decide(tg_gradcheck_result *result);
+/* A check that stopped on an error: inconclusive (unless already wrong),
+ * never a pass. */
+void tg_gradcheck_stopped(tg_gradcheck_result *result);
+/* The weighting r_j tg_gradcheck draws from opts.seed for output j (when
+ * opts.r is not given): uniform in [-1, 1). */
+double tg_gradcheck_weight(uint64_t seed, int64_t j);
 
 #endif

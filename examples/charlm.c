@@ -260,6 +260,7 @@ static bool train(tg_ctx *ctx, const ex_args *args, charlm *m, tg_params *params
             *val_loss = evaluate(ctx, m, val);
             ok = ex_log_row(&vlog, (double[]){(double)step, *val_loss});
         }
+        if (ok && ex_save_due(args, step)) ok = ex_save(ctx, args, &(tg_train_part){NULL, params, opt, NULL}, 1, step);
         tg_progress_update(&progress, step, *loss_value, lr, gnorm);
         tg_ctx_reset(ctx);
     }
@@ -276,9 +277,12 @@ int main(int argc, char **argv) {
     ex_flag extra[] = {
         {"data", EX_STR, &data, "word list, one word per line (default /usr/share/dict/words)", NULL},
         {"temperature", EX_DBL, &temperature, "sampling temperature > 0 (default 1)", NULL},
+        EX_FLAG_SAVE_EVERY(args),
     };
-    int rc = ex_parse(&args, argc, argv, "charlm", "Trains a character-level language model on a word list.", extra, 2);
+    int rc = ex_parse(&args, argc, argv, "charlm", "Trains a character-level language model on a word list.", extra,
+                      (int)(sizeof extra / sizeof *extra));
     if (rc >= 0) return rc;
+    if (!ex_save_folder_ok(&args)) return 1;
     if (!(temperature > 0)) {
         fprintf(stderr, "charlm: --temperature must be > 0\n");
         return 2;
@@ -335,7 +339,7 @@ int main(int argc, char **argv) {
         printf("final train loss %.4f, validation loss %.4f (uniform guessing: %.4f)\n", loss_value, val_loss,
                log((double)VOCAB));
         tg_train_part part = {NULL, &params, opt, NULL};
-        ok = ex_save(ctx, &args, &part, 1) && plotted;
+        ok = ex_save(ctx, &args, &part, 1, 0) && plotted;
     }
     if (ok) {
         printf("sampled words (temperature %g):", temperature);

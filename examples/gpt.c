@@ -362,6 +362,7 @@ typedef struct run {
     const char *dtype;      /* --dtype: f32, f64, bf16 or f16 */
     tg_grad_scaler *scaler; /* --dtype f16: the loss scaler; else NULL */
     int64_t skipped;        /* steps the scaler skipped */
+    tg_train_part *part;    /* what --save writes */
 } run;
 
 /* ex_dist_agree over the run's processes: true on every rank, or false on
@@ -400,13 +401,15 @@ static int resume(tg_ctx *ctx, const ex_args *args, const run *r, tg_train_part 
     return ex_resume(ctx, args, part, 1, start) ? -1 : 1;
 }
 
-static bool save(tg_ctx *ctx, const ex_args *args, const run *r, tg_train_part *part) {
+/* --save, at the end (step 0) or after step `step` (--save-every). */
+static bool save(tg_ctx *ctx, const ex_args *args, const run *r, tg_train_part *part, int64_t step) {
     if (!args->save) return true;
     tg_meta meta = {0};
-    bool ok = tg_meta_set(ctx, &meta, "gpt.config", r->config) &&
+    bool ok = tg_meta_set(ctx, &meta, "gpt.config", r->config) && tg_meta_set(ctx, &meta, "dist.split", args->split) &&
               tg_train_save_parts(ctx, args->save, part, 1, &meta) == TG_OK;
     tg_meta_free(&meta);
     if (!ok) ex_failed(ctx);
+    else if (step) ex_saved_at(args, step);
     else printf("saved the training state to %s\n", args->save);
     return ok;
 }
@@ -501,6 +504,7 @@ static bool train(tg_ctx *ctx, const ex_args *args, run *r, tg_gpt *g, tg_params
         done++;
         if (r->lead && tg_ok(ctx)) {
             ok = ex_log_row(&tlog, (double[]){(double)step, *loss_value});
+            if (ok && ex_save_due(args, step)) ok = save(ctx, args, r, r->part, step);
             tg_progress_update(&progress, step, *loss_value, lr, gnorm);
             if (ok && (step == 1 || step % r->eval_every == 0 || step == args->steps)) {
                 *val_loss = evaluate(ctx, g, val, B, T, idx, tgt, starts);
@@ -534,6 +538,8 @@ static bool check_flags(const tg_gpt_config *c, const run *r) {
         snprintf(msg, sizeof msg, "--layers %lld, --heads %lld, --channels %lld, --context %lld must all be >= 1",
                  (long long)c->n_layer, (long long)c->n_head, (long long)c->n_embd, (long long)c->context),
             bad = msg;
+    else if (c->n_layer > 9999) /* tg_gpt_new's limit */
+        snprintf(msg, sizeof msg, "--layers %lld: at most 9999", (long long)c->n_layer), bad = msg;
     else if (c->n_embd % c->n_head)
         snprintf(msg, sizeof msg, "--heads %lld does not divide --channels %lld", (long long)c->n_head,
                  (long long)c->n_embd),
@@ -632,6 +638,8 @@ int main(int argc, char **argv) {
          "draw among the likeliest bytes holding this probability, in (0, 1] (default 1)", NULL},
         {"load", EX_STR, &load, "no training: generate from the model a --save file holds", NULL},
         {"data", EX_STR, &data, "an ASCII text file to train on (default: the fortunes)", NULL},
+        EX_FLAG_SAVE_EVERY(args),
+        EX_FLAG_DIST_TIMEOUT(args),
     };
     int rc = ex_parse(&args, argc, argv, "gpt", "Trains a byte-level GPT (LLaMA or GPT-2 architecture) on text.", extra,
                       (int)(sizeof extra / sizeof *extra));
@@ -657,6 +665,7 @@ int main(int argc, char **argv) {
     }
     r.lead = tg_dist_rank(r.dist) == 0;
     const int nproc = tg_dist_size(r.dist);
+    ex_dist_set_split(&args, r.dist, r.micro);
     bool ok = same_flags(ctx, &args, &r);
     const int64_t parts = (int64_t)nproc * r.micro;
     if (ok && r.batch < parts) {
@@ -696,6 +705,7 @@ int main(int argc, char **argv) {
         ok = !ex_failed(ctx);
     }
     tg_train_part part = {NULL, &params, NULL, NULL};
+    r.part = &part;
     if (ok) {
         tg_module_print(stdout, TG_MODULE(g));
         tg_module_params(ctx, TG_MODULE(g), &params);
@@ -720,7 +730,7 @@ int main(int argc, char **argv) {
         part.scaler = r.scaler;
         ok = !ex_failed(ctx);
     }
-    if (ok) { /* every rank reads its own copy of the file */
+    if (ok && r.lead) { /* only rank 0 reads the file: the others receive its state below */
         rc = resume(ctx, &args, &r, &part, &start);
         ok = rc < 0;
     }
@@ -754,7 +764,7 @@ int main(int argc, char **argv) {
         bool plotted = ex_plot_train_val(&args, title);
         printf("final train loss %.4f, validation loss %.4f (unigram baseline %.4f, uniform %.4f)\n", loss_value,
                val_loss, unigram_loss(&tr, &val), log((double)VOCAB));
-        ok = save(ctx, &args, &r, &part) && plotted;
+        ok = save(ctx, &args, &r, &part, 0) && plotted;
     }
     if (ok && r.lead && r.sample.tokens > 0) ok = sample(ctx, g, &r.sample, args.seed);
     /* every rank ends with rank 0's status */

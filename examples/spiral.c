@@ -398,8 +398,10 @@ int main(int argc, char **argv) {
          "compute dtype; bf16 and f16 are mixed precision (float32 master weights, autocast; f16 scales the loss) "
          "(default f32)",
          dtypes},
+        EX_FLAG_DIST_TIMEOUT(args),
     };
-    int rc = ex_parse(&args, argc, argv, "spiral", "Trains an MLP to classify three spirals.", extra, 7);
+    int rc = ex_parse(&args, argc, argv, "spiral", "Trains an MLP to classify three spirals.", extra,
+                      (int)(sizeof extra / sizeof *extra));
     if (rc >= 0) return rc;
     if (per_class < 2 || per_class > 1000000) {
         fprintf(stderr, "spiral: --points must be in 2..1000000\n");
@@ -426,6 +428,7 @@ int main(int argc, char **argv) {
     }
     const int nproc = tg_dist_size(b.dist);
     b.lead = tg_dist_rank(b.dist) == 0;
+    ex_dist_set_split(&args, b.dist, micro);
     /* The flags that decide what each process computes must be the same
      * everywhere, or the processes would wait for each other forever. */
     char settings[512];
@@ -474,7 +477,8 @@ int main(int argc, char **argv) {
         ok = !ex_failed(ctx);
     }
     int64_t start = 0;
-    ok = ok && ex_resume(ctx, &args, parts_of_state, count, &start);
+    /* only rank 0 reads --resume: the others receive its state below */
+    ok = ok && (!b.lead || ex_resume(ctx, &args, parts_of_state, count, &start));
     ok = sync_from_rank0(ctx, &b, runs, count, ok);
     if (ok) start = tg_optim_steps(runs[0].opt);
     if (ok && (nproc > 1 || micro > 1))
@@ -482,7 +486,7 @@ int main(int argc, char **argv) {
                nproc, nproc > 1 ? "es" : "", tg_dist_backend(b.dist), tg_threads(ctx), tg_threads(ctx) > 1 ? "s" : "",
                (long long)B, (long long)parts, parts > 1 ? "es" : "");
     for (int k = 0; k < count && ok; k++) ok = train(ctx, &args, &d, &b, &runs[k], start);
-    if (ok) ok = all_ok(ctx, &b, !b.lead || ex_save(ctx, &args, parts_of_state, count));
+    if (ok) ok = all_ok(ctx, &b, !b.lead || ex_save(ctx, &args, parts_of_state, count, 0));
 
     /* What only rank 0 does: the decision regions, the pictures, the table. */
     const bool synced = ok;

@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/checkpoint.h"
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "tensor/internal.h"
@@ -405,17 +406,19 @@ tg_status tg_ckpt_save_ex(tg_ctx *ctx, const char *path, const tg_params *params
 
 /* ---- load ------------------------------------------------------------------------ */
 
-/* Reads the whole file at path into a new buffer from the context's
- * allocator (*buf, *len). Plain read(2), no stdio: a FILE would allocate
- * its own buffer with malloc. The buffer starts one byte larger than the
- * file, so the read that returns 0 at its end proves the end (a file that
- * grew meanwhile, or has no size such as a pipe, makes it grow). */
+/* Reads the whole file at path, a regular file (tg_open_regular: a device
+ * or a pipe need not end), into a new buffer from the context's allocator
+ * (*buf, *len). Plain read(2), no stdio: a FILE would allocate its own
+ * buffer with malloc. The buffer starts one byte larger than the file, so
+ * the read that returns 0 at its end proves the end (a file that grew
+ * meanwhile makes it grow). */
 static tg_status read_file(tg_ctx *ctx, const char *fn, const char *path, unsigned char **buf, size_t *len) {
     *buf = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    char why[512];
+    int fd = tg_open_regular(path, why, sizeof why);
     if (fd < 0) {
-        tg_error(ctx, TG_ERR_IO, fn, "cannot open %s: %s", path, strerror(errno));
+        tg_error(ctx, TG_ERR_IO, fn, "%s", why);
         return TG_ERR_IO;
     }
     struct stat sb;
@@ -482,4 +485,15 @@ tg_status tg_ckpt_load(tg_ctx *ctx, const char *path, tg_params *params, tg_para
 tg_status tg_ckpt_load_ex(tg_ctx *ctx, const char *path, tg_params *params, tg_params *state, tg_meta *meta,
                           const tg_ckpt_options *opt) {
     return load_impl(ctx, "tg_ckpt_load_ex", path, params, state, meta, opt);
+}
+
+/* ---- for the rest of io/ (io/checkpoint.h) ----------------------------------------- */
+
+tg_status tg_ckpt_read_file(tg_ctx *ctx, const char *fn, const char *path, unsigned char **buf, size_t *len) {
+    return read_file(ctx, fn, path, buf, len);
+}
+
+tg_status tg_ckpt_save_as(tg_ctx *ctx, const char *fn, const char *path, const tg_params *params,
+                          const tg_params *state, const tg_meta *meta, const tg_ckpt_options *opt) {
+    return save_impl(ctx, fn, path, params, state, meta, opt);
 }

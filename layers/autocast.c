@@ -14,7 +14,13 @@
  * for one step (its epoch), and a copy is reused only while it is still
  * what a new cast would give: the parameter not written since (its version
  * count) and, when the use is recorded, its cast record still on the live
- * tape (a backward has not consumed it). */
+ * tape (a backward has not consumed it).
+ *
+ * A Linear under bfloat16 autocast reads its copies without their casts on
+ * the tape (tg_autocast_data): its record takes the float32 parameters
+ * themselves, and its backward sums dW and db into their float32 grads in
+ * float32 (layers/linear.c). A copy made that way serves a later recorded
+ * use only once remade with its cast (the cast is not on the tape). */
 #include "autograd/tape.h"
 #include "layers/module.h"
 
@@ -58,18 +64,27 @@ static bool remember(tg_ctx *ctx, int slot, const tg_tensor *p, tg_tensor *copy,
     return true;
 }
 
-tg_tensor *tg_autocast_param(tg_ctx *ctx, tg_tensor *p) {
+/* p's copy for this step (tg_autocast_param, tg_autocast_data); record:
+ * the copy's cast goes on the tape (when grad mode and p call for it). */
+static tg_tensor *copy_of(tg_ctx *ctx, const char *fn, tg_tensor *p, bool record) {
     if (!tg_ok(ctx) || !p) return NULL; /* an absent bias or gamma stays absent */
-    if (!tg_check_arg_any(ctx, __func__, "p", p)) return NULL;
+    if (!tg_check_arg_any(ctx, fn, "p", p)) return NULL;
     const tg_dtype dtype = ctx->autocast;
     if (dtype == TG_F32 || p->dtype != TG_F32) return p;
-    const bool record = tg_grad_enabled(ctx) && p->requires_grad;
+    record = record && tg_grad_enabled(ctx) && p->requires_grad;
     int slot;
     tg_tensor *copy = cached_copy(ctx, p, dtype, record, &slot);
     if (copy) return copy;
+    const bool grad = tg_grad_enabled(ctx);
+    if (!record) tg_set_grad_enabled(ctx, false);
     copy = tg_cast(ctx, p, dtype);
+    tg_set_grad_enabled(ctx, grad);
     return copy && remember(ctx, slot, p, copy, dtype) ? copy : NULL;
 }
+
+tg_tensor *tg_autocast_param(tg_ctx *ctx, tg_tensor *p) { return copy_of(ctx, __func__, p, true); }
+
+tg_tensor *tg_autocast_data(tg_ctx *ctx, tg_tensor *p) { return copy_of(ctx, "tg_autocast_param", p, false); }
 
 tg_tensor *tg_autocast_input(tg_ctx *ctx, tg_tensor *x) {
     if (!tg_check_arg_any(ctx, __func__, "x", x)) return NULL;

@@ -98,6 +98,11 @@ tg_gpt *tg_gpt_new(tg_ctx *ctx, const char *name, const tg_gpt_config *config) {
                  (long long)c.n_head, (long long)c.n_embd);
         return NULL;
     }
+    if (!(isfinite(c.norm_eps) && c.norm_eps >= 0)) {
+        tg_error(ctx, TG_ERR_VALUE, __func__, "config.norm_eps = %g must be finite and >= 0 (0: the norms' default)",
+                 c.norm_eps);
+        return NULL;
+    }
     if (c.arch == TG_GPT_LLAMA && !(isfinite(c.rope_base) && c.rope_base > 0)) {
         tg_error(ctx, TG_ERR_VALUE, __func__, "config.rope_base = %g must be finite and > 0", c.rope_base);
         return NULL;
@@ -112,6 +117,7 @@ tg_gpt *tg_gpt_new(tg_ctx *ctx, const char *name, const tg_gpt_config *config) {
     tg_block_opts bo = c.arch == TG_GPT_GPT2 ? tg_block_gpt2() : tg_block_llama();
     bo.dtype = c.dtype;
     bo.hidden = c.hidden;
+    bo.eps = c.norm_eps;
     if (c.arch == TG_GPT_LLAMA) bo.rope_base = c.rope_base;
     g->wte = tg_embedding_layer_new(ctx, "wte", c.vocab_size, c.n_embd, c.dtype);
     if (g->wte) tg_model_add(ctx, &g->children_, TG_MODULE(g->wte));
@@ -128,9 +134,9 @@ tg_gpt *tg_gpt_new(tg_ctx *ctx, const char *name, const tg_gpt_config *config) {
         if (b) tg_sequential_add(ctx, g->h, TG_MODULE(b));
     }
     const int64_t cshape[1] = {c.n_embd};
-    g->ln_f = c.arch == TG_GPT_GPT2
-                  ? TG_MODULE(tg_layernorm_new(ctx, "ln_f", 1, cshape, TG_LAYERNORM_EPS, true, true, c.dtype))
-                  : TG_MODULE(tg_rmsnorm_new(ctx, "ln_f", 1, cshape, TG_RMSNORM_EPS, true, false, c.dtype));
+    const double eps = c.norm_eps > 0 ? c.norm_eps : c.arch == TG_GPT_GPT2 ? TG_LAYERNORM_EPS : TG_RMSNORM_EPS;
+    g->ln_f = c.arch == TG_GPT_GPT2 ? TG_MODULE(tg_layernorm_new(ctx, "ln_f", 1, cshape, eps, true, true, c.dtype))
+                                    : TG_MODULE(tg_rmsnorm_new(ctx, "ln_f", 1, cshape, eps, true, false, c.dtype));
     if (g->ln_f) tg_model_add(ctx, &g->children_, g->ln_f);
     if (c.arch == TG_GPT_LLAMA) {
         g->lm_head = tg_linear_new(ctx, "lm_head", c.n_embd, c.vocab_size, false, c.dtype);

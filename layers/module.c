@@ -79,9 +79,11 @@ void *tg_module_alloc(tg_ctx *ctx, const char *fn, size_t size, const char *kind
 
 bool tg_check_layer(tg_ctx *ctx, const char *fn, const void *layer) {
     if (!tg_ok(ctx)) return false;
-    if (layer) return true;
-    tg_null_error(ctx, fn, "layer");
-    return false;
+    if (!layer) {
+        tg_null_error(ctx, fn, "layer");
+        return false;
+    }
+    return tg_check_owned(ctx, fn, "the layer", layer, TG_OWN_LAYER);
 }
 
 /* Marks each of m's parameters as m's own, so that tg_tensor_free refuses
@@ -215,7 +217,7 @@ bool tg_module_params(tg_ctx *ctx, tg_module *m, tg_params *list) {
         else tg_null_error(ctx, __func__, "list");
         return false;
     }
-    return params_at(ctx, m, m->name, list);
+    return tg_check_owned(ctx, __func__, "the layer", m, TG_OWN_LAYER) && params_at(ctx, m, m->name, list);
 }
 
 int64_t tg_module_numel(const tg_module *m) {
@@ -231,6 +233,7 @@ tg_tensor *tg_module_forward(tg_ctx *ctx, tg_module *m, tg_tensor *x) {
         tg_null_error(ctx, __func__, "m");
         return NULL;
     }
+    if (!tg_check_owned(ctx, __func__, "the module", m, TG_OWN_LAYER)) return NULL;
     if (!m->ops_->forward) {
         tg_module_no_forward(ctx, __func__, m);
         return NULL;
@@ -254,16 +257,33 @@ void tg_module_print(FILE *out, const tg_module *m) {
     tg_text_put(&s, "\n");
 }
 
-/* The registry is asked first (by address: a freed layer is never read),
- * and while the layer frees its parameters it is ctx->releasing, the one
- * object tg_tensor_free lets free them. */
-void tg_module_free(tg_ctx *ctx, tg_module *m) {
-    if (!ctx || !m) return;
-    if (!tg_disown(ctx, __func__, m, TG_OWN_LAYER)) return;
+/* Frees m, a layer of ctx or not (tg_disown says which). While the layer
+ * frees its parameters it is ctx->releasing, the one object tg_tensor_free
+ * lets free them. */
+static void release(tg_ctx *ctx, tg_module *m) {
+    if (!tg_disown(ctx, "tg_module_free", m, TG_OWN_LAYER)) return;
     const void *outer = ctx->releasing; /* a module inside another being freed */
     ctx->releasing = m;
     m->ops_->free(ctx, m);
     ctx->releasing = outer;
+}
+
+/* The registry is asked first (by address: a freed layer is never read).
+ * A module a model or a container holds is refused: the holder would
+ * free it again, and until then read it (its summary, its forward). */
+void tg_module_free(tg_ctx *ctx, tg_module *m) {
+    if (!ctx || !m) return;
+    const tg_owned *e = tg_owned_entry(ctx, m, TG_OWN_LAYER);
+    if (e && e->held) {
+        char label[TG_MODULE_LABEL];
+        tg_error(ctx, TG_ERR_STATE, __func__,
+                 "%s is held by a model or a container module (tg_model_add, tg_sequential_add, or a layer built "
+                 "of layers such as tg_gpt), which frees it: free the holder (tg_model_free, or the container's "
+                 "free)",
+                 tg_module_label(label, m));
+        return;
+    }
+    release(ctx, m);
 }
 
 /* ---- tg_model -------------------------------------------------------------------- */
@@ -272,6 +292,22 @@ bool tg_module_list_add(tg_ctx *ctx, const char *fn, const char *what, tg_model 
     if (!m) {
         if (tg_ok(ctx)) tg_null_error(ctx, fn, "m");
         return false;
+    }
+    /* Not this context's (or freed): neither read nor freed, left to its
+     * owner. Held already: its holder frees it, and two would free it twice. */
+    if (tg_ok(ctx) && !tg_check_owned(ctx, fn, "the module", m, TG_OWN_LAYER)) return false;
+    const tg_owned *e = tg_owned_entry(ctx, m, TG_OWN_LAYER);
+    if (e && e->held && tg_ok(ctx)) {
+        bool here = false;
+        for (int i = 0; list && i < list->count; i++) here |= list->items[i] == m;
+        char label[TG_MODULE_LABEL];
+        if (!here) {
+            tg_error(ctx, TG_ERR_VALUE, fn,
+                     "%s is already held by another model or container module: a module has one holder, which "
+                     "frees it",
+                     tg_module_label(label, m));
+            return false;
+        }
     }
     if (list)
         for (int i = 0; i < list->count; i++)
@@ -306,6 +342,7 @@ bool tg_module_list_add(tg_ctx *ctx, const char *fn, const char *what, tg_model 
         list->capacity = cap;
     }
     list->items[list->count++] = m;
+    tg_owned_entry(ctx, m, TG_OWN_LAYER)->held = true;
     return true;
 fail:
     tg_module_free(ctx, m);
@@ -348,7 +385,7 @@ void tg_model_print(FILE *out, const tg_model *model) {
 
 void tg_model_free(tg_ctx *ctx, tg_model *model) {
     if (!ctx || !model) return;
-    for (int i = 0; i < model->count; i++) tg_module_free(ctx, model->items[i]);
+    for (int i = 0; i < model->count; i++) release(ctx, model->items[i]);
     tg_heap_free(ctx, model->items);
     model->items = NULL;
     model->count = model->capacity = 0;

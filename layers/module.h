@@ -41,6 +41,11 @@ struct tg_module_ops {
     const tg_model *(*children)(const tg_module *m);
 };
 
+/* p's copy in the autocast dtype for reading only: tg_autocast_param's
+ * copy, made without recording the cast, for a layer that routes p's
+ * gradient itself (the Linear under bfloat16 autocast, layers/linear.c). */
+tg_tensor *tg_autocast_data(tg_ctx *ctx, tg_tensor *p);
+
 /* Allocates a zeroed layer struct of `size` bytes on the context's heap and
  * fills its tg_module header (the struct's first member). Checks the name
  * (NULL means "", at most 47 bytes) and the dtype; errors are reported as
@@ -48,9 +53,11 @@ struct tg_module_ops {
 void *tg_module_alloc(tg_ctx *ctx, const char *fn, size_t size, const char *kind, const char *name, tg_dtype dtype,
                       const tg_module_ops *ops);
 
-/* tg_model_add and tg_sequential_add: appends m to list, which owns it from
- * then on; on failure m is freed (except when it is already in the list,
- * TG_ERR_VALUE "already in the <what>"). Errors name fn. */
+/* tg_model_add and tg_sequential_add: appends m to list, which holds it
+ * from then on (tg_module_free refuses it; tg_model_free frees it); on
+ * failure m is freed, except when it is already in the list (TG_ERR_VALUE
+ * "already in the <what>"), held by another list, or not a layer of ctx
+ * (another context's: TG_ERR_STATE). Errors name fn. */
 bool tg_module_list_add(tg_ctx *ctx, const char *fn, const char *what, tg_model *list, tg_module *m);
 
 /* The key of a container's i-th child in parameter names, summaries and
@@ -65,8 +72,9 @@ const char *tg_module_label(char buf[TG_MODULE_LABEL], const tg_module *m);
  * naming fn, the module and what to call instead (its ops' forward_hint). */
 void tg_module_no_forward(tg_ctx *ctx, const char *fn, const tg_module *m);
 
-/* The start of a layer's forward: false when the context is in error or
- * `layer` is NULL (TG_ERR_NULL "argument 'layer' is NULL", naming `fn`). */
+/* The start of a layer's forward: false when the context is in error,
+ * `layer` is NULL (TG_ERR_NULL "argument 'layer' is NULL", naming `fn`) or
+ * not a layer of ctx (tg_check_owned: another context's, or freed). */
 bool tg_check_layer(tg_ctx *ctx, const char *fn, const void *layer);
 
 /* The end of a layer's constructor: m (the layer) when the context is

@@ -76,6 +76,13 @@ bool tg_sequential_add(tg_ctx *ctx, tg_sequential *seq, tg_module *m) {
         tg_module_free(ctx, m); /* taken in every case */
         return false;
     }
+    /* Both this context's before either is read (tg_module_free frees
+     * neither another context's module nor a held one). */
+    if (!tg_ok(ctx) || !tg_check_owned(ctx, __func__, "seq", seq, TG_OWN_LAYER)) {
+        tg_module_free(ctx, m);
+        return false;
+    }
+    if (m && !tg_check_owned(ctx, __func__, "the module", m, TG_OWN_LAYER)) return false;
     if (m && holds(m, &seq->base)) {
         /* seq itself, or a module holding seq: freeing it would free seq */
         char lm[TG_MODULE_LABEL], ls[TG_MODULE_LABEL];

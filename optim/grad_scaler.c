@@ -151,7 +151,10 @@ void tg_grad_scaler_free(tg_ctx *ctx, tg_grad_scaler *s) {
 
 /* The start of every call but new and free. */
 static bool check_scaler(tg_ctx *ctx, const char *fn, const tg_grad_scaler *s) {
-    return tg_check_ptr(ctx, fn, "scaler", s);
+    if (!tg_ok(ctx)) return false;
+    if (s) return tg_check_owned(ctx, fn, "the scaler", s, TG_OWN_SCALER);
+    tg_null_error(ctx, fn, "scaler");
+    return false;
 }
 
 double tg_grad_scaler_get_scale(const tg_grad_scaler *s) {
@@ -204,12 +207,8 @@ static bool unscale(tg_ctx *ctx, const char *fn, tg_grad_scaler *s, tg_optim *op
     return finite;
 }
 
-static bool check_optim(tg_ctx *ctx, const char *fn, const tg_optim *opt) {
-    return opt ? true : tg_null_error(ctx, fn, "opt");
-}
-
 bool tg_grad_scaler_unscale(tg_ctx *ctx, tg_grad_scaler *s, tg_optim *opt) {
-    if (!check_scaler(ctx, __func__, s) || !check_optim(ctx, __func__, opt)) return false;
+    if (!check_scaler(ctx, __func__, s) || !tg_optim_check_arg(ctx, __func__, opt)) return false;
     if (!s->opts.enabled) return true;
     scaler_optim *e = entry_of(ctx, __func__, s, opt);
     if (!e) return false;
@@ -223,7 +222,7 @@ bool tg_grad_scaler_unscale(tg_ctx *ctx, tg_grad_scaler *s, tg_optim *opt) {
 }
 
 bool tg_grad_scaler_step(tg_ctx *ctx, tg_grad_scaler *s, tg_optim *opt) {
-    if (!check_scaler(ctx, __func__, s) || !check_optim(ctx, __func__, opt)) return false;
+    if (!check_scaler(ctx, __func__, s) || !tg_optim_check_arg(ctx, __func__, opt)) return false;
     if (!s->opts.enabled) {
         tg_optim_step(ctx, opt);
         return tg_ok(ctx);

@@ -29,6 +29,10 @@ struct tg_optim {
     tg_params state;        /* named view of step_tensor and slots */
 };
 
+/* The check of an optimizer argument: false when the context is in error,
+ * o is NULL (TG_ERR_NULL) or not an optimizer of ctx (TG_ERR_STATE: another
+ * context's, or freed; tg_check_owned). */
+bool tg_optim_check_arg(tg_ctx *ctx, const char *fn, const tg_optim *o);
 /* Checks a hyper-parameter when an optimizer is made: when !ok, sets
  * TG_ERR_VALUE "fn: name=value must be rule" and returns false. */
 bool tg_optim_check(tg_ctx *ctx, const char *fn, bool ok, const char *name, double value, const char *rule);

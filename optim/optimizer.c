@@ -23,6 +23,15 @@ static bool add_state(tg_ctx *ctx, const char *fn, tg_params *list, const char *
     return true;
 }
 
+bool tg_optim_check_arg(tg_ctx *ctx, const char *fn, const tg_optim *o) {
+    if (!tg_ok(ctx)) return false;
+    if (!o) {
+        tg_null_error(ctx, fn, "opt");
+        return false;
+    }
+    return tg_check_owned(ctx, fn, "the optimizer", o, TG_OWN_OPTIM);
+}
+
 bool tg_optim_check(tg_ctx *ctx, const char *fn, bool ok, const char *name, double value, const char *rule) {
     if (!ok) tg_error(ctx, TG_ERR_VALUE, fn, "%s=%g must be %s", name, value, rule);
     return ok;
@@ -32,7 +41,16 @@ static const char *const slot_names[SLOT_COUNT] = {"exp_avg", "exp_avg_sq", "max
 
 tg_optim *tg_optim_make(tg_ctx *ctx, const char *fn, tg_optim_kind kind, tg_params *params, double lr,
                         const bool want[SLOT_COUNT]) {
-    if (!tg_check_ptr(ctx, fn, "params", params)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
+    if (!params) {
+        tg_null_error(ctx, fn, "params");
+        return NULL;
+    }
+    for (int p = 0; p < params->count; p++) { /* this context's tensors, which the steps will write */
+        char what[96];
+        snprintf(what, sizeof what, "params.items[%d] ('%.60s')", p, params->items[p].name);
+        if (!tg_check_arg(ctx, fn, what, params->items[p].value)) return NULL;
+    }
     /* Everything through the context's allocator, remembered for
      * tg_optim_free (which may be called without a context). */
     size_t nslots = (size_t)(params->count ? params->count : 1) * SLOT_COUNT;
@@ -123,7 +141,7 @@ void tg_optim_free(tg_ctx *ctx, tg_optim *o) {
 }
 
 void tg_optim_step(tg_ctx *ctx, tg_optim *o) {
-    if (!tg_check_ptr(ctx, __func__, "opt", o)) return;
+    if (!tg_optim_check_arg(ctx, __func__, o)) return;
     if (o->params->count != o->nparams) {
         tg_error(ctx, TG_ERR_STATE, __func__,
                  "the parameter list changed from %d to %d entries after the optimizer was made", o->nparams,
@@ -151,7 +169,7 @@ void tg_optim_step(tg_ctx *ctx, tg_optim *o) {
 }
 
 void tg_optim_zero_grad(tg_ctx *ctx, tg_optim *o) {
-    if (!tg_check_ptr(ctx, __func__, "opt", o)) return;
+    if (!tg_optim_check_arg(ctx, __func__, o)) return;
     tg_params_zero_grad(ctx, o->params);
 }
 
@@ -161,7 +179,7 @@ double tg_optim_lr(const tg_optim *o) {
 }
 
 void tg_optim_set_lr(tg_ctx *ctx, tg_optim *o, double lr) {
-    if (!tg_check_ptr(ctx, __func__, "opt", o)) return;
+    if (!tg_optim_check_arg(ctx, __func__, o)) return;
     if (!(lr >= 0) || !isfinite(lr)) {
         tg_error(ctx, TG_ERR_VALUE, "tg_optim_set_lr", "lr=%g must be finite and >= 0", lr);
         return;
@@ -174,7 +192,7 @@ int64_t tg_optim_steps(const tg_optim *o) { return o ? o->step : 0; }
 tg_params *tg_optim_state(tg_optim *o) { return o ? &o->state : NULL; }
 
 void tg_optim_sync_state(tg_ctx *ctx, tg_optim *o) {
-    if (!tg_ok(ctx) || !o) return;
+    if (!tg_ok(ctx) || !o || !tg_optim_check_arg(ctx, __func__, o)) return;
     double s = *(const double *)o->step_tensor->data;
     if (!(s >= 0) || s > 9e15 || s != floor(s)) {
         tg_error(ctx, TG_ERR_VALUE, "tg_optim_sync_state", "optim.step=%g is not a step count", s);
@@ -184,7 +202,7 @@ void tg_optim_sync_state(tg_ctx *ctx, tg_optim *o) {
 }
 
 void tg_optim_set_schedule(tg_ctx *ctx, tg_optim *o, const tg_schedule *sched) {
-    if (!tg_check_ptr(ctx, __func__, "opt", o)) return;
+    if (!tg_optim_check_arg(ctx, __func__, o)) return;
     if (!sched) {
         memset(&o->sched, 0, sizeof o->sched);
         o->sched.kind = TG_SCHED_CONSTANT;

@@ -73,6 +73,7 @@ tg_tensor *tg_tensor_init(const tg_ctx *ctx, void *mem, tg_dtype dtype, int ndim
     t->data = (unsigned char *)mem + TG_TENSOR_HEAD;
     tg_impl(t)->node = -1;
     tg_impl(t)->epoch = ctx->epoch;
+    tg_impl(t)->ctx = ctx;
     return t;
 }
 
@@ -256,6 +257,7 @@ static tg_tensor *heap_copy(tg_ctx *ctx, const tg_tensor *t, size_t header) {
     p->numel = t->numel;
     p->persistent = true;
     tg_impl(p)->node = -1;
+    tg_impl(p)->ctx = ctx;
     return p;
 }
 

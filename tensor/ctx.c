@@ -417,6 +417,7 @@ bool tg_check_arg_error(tg_ctx *ctx, const char *fn, const char *arg, const tg_t
     if (!t) return tg_null_error(ctx, fn, arg);
     char what[96];
     snprintf(what, sizeof what, "argument '%s'", arg);
+    if (tg_foreign_error(ctx, fn, what, t)) return false;
     if (tg_stale(ctx, t)) tg_stale_error(ctx, fn, what, t);
     else /* tg_check_arg: a 16-bit tensor where the function has no path for it */
         tg_error(ctx, TG_ERR_DTYPE, fn,

@@ -61,6 +61,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tensor/friend.h"
+
 /* Bytes of workspace the _ws variants want for an (M,N,K) problem with this
  * many threads, whatever the transposes; elem_size is sizeof(float) or
  * sizeof(double). 0 when no call of that shape packs (then work may be
@@ -92,6 +94,86 @@ void tg_gemm_f64_direct(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
                         int64_t lda, const double *B, int64_t ldb, double beta, double *C, int64_t ldc, int threads);
 
 /* Which micro-kernel was compiled in: "avx512", "avx2" or "portable". */
-const char *tg_gemm_kernel_name(void);
+TG_FRIEND const char *tg_gemm_kernel_name(void);
+
+/* ---- bfloat16 operands (tensor/gemm_bf16.c) -------------------------------
+ * C (M,N) = alpha * op(A) op(B) + beta * C with A and B bfloat16 (the bits,
+ * tensor/half.h) multiplied in bfloat16 and summed in float32, and C float32
+ * or bfloat16. Shapes, strides, transposes, beta == 0 and the trivial cases
+ * as above (a bfloat16 C then gets beta * C rounded once); the arguments
+ * come in a struct (tg_gemm_bf16_args, below).
+ *
+ * The rule for each element of C, the same bits for every kernel, thread
+ * count, workspace and M (docs/mixed-precision.md):
+ *   K is read in pairs (k = 2p, 2p+1; an odd K ends with a zero), the pairs
+ *   cut into equal slices of at most 384 pairs (depending on K only);
+ *   for each slice in order: acc = 0, then for each pair in increasing p
+ *       acc = acc + a[2p+1] b[2p+1],  then  acc = acc + a[2p] b[2p]
+ *   each step one rounding to float32 (nearest even) of the exact sum, as
+ *   if the exponent were unbounded; a result below 2^-126 in magnitude
+ *   becomes a zero of its sign, and a subnormal bfloat16 input counts as a
+ *   zero of its sign (the rule of VDPBF16PS, checked bitwise on this
+ *   project's CPU);
+ *   r = alpha*acc + beta*C after the first slice (beta*C rounded first,
+ *   then one fused multiply-add; alpha*acc when beta == 0), r = alpha*acc + r
+ *   after each later one (fused, no flushing);
+ *   C = r, rounded once to bfloat16 (nearest even) when C is bfloat16.
+ * NaN results are NaN (payload unspecified).
+ *
+ * Kernels, chosen per call: AVX-512 BF16 (VDPBF16PS) when the CPU has it,
+ * else AVX2+FMA (two fused multiply-adds per pair, with the FTZ/DAZ bits of
+ * MXCSR set for the sums), else portable C; asked of the CPU at run time,
+ * so every build carries all three. TG_GEMM_BF16=avx512bf16|avx2|portable
+ * in the environment picks one for TG_GEMM_BF16_AUTO (if the CPU has it).
+ * REFERENCE is the rule above written out element by element (no packing,
+ * no workspace): the tests' yardstick, and the fallback when no workspace
+ * can be had. */
+typedef enum tg_gemm_bf16_kernel {
+    TG_GEMM_BF16_AUTO,      /* the fastest this CPU has (or TG_GEMM_BF16) */
+    TG_GEMM_BF16_AVX512,    /* VDPBF16PS: "avx512bf16" */
+    TG_GEMM_BF16_AVX2,      /* AVX2 + FMA: "avx2" */
+    TG_GEMM_BF16_PORTABLE,  /* C, packed: "portable" */
+    TG_GEMM_BF16_REFERENCE, /* C, element by element: "reference" */
+} tg_gemm_bf16_kernel;
+
+/* True when this CPU (and build) can run the kernel; AUTO, PORTABLE and
+ * REFERENCE always can. */
+bool tg_gemm_bf16_available(tg_gemm_bf16_kernel kernel);
+/* The kernel AUTO stands for here: AVX512, AVX2 or PORTABLE. */
+tg_gemm_bf16_kernel tg_gemm_bf16_auto(void);
+/* "avx512bf16", "avx2", "portable", "reference" (AUTO: its kernel's name). */
+const char *tg_gemm_bf16_name(tg_gemm_bf16_kernel kernel);
+
+/* One product: C (M,N) = alpha * op(A) op(B) + beta * C_in, written to C.
+ * C_in is C itself (c_in == NULL) or another matrix of C's dtype with row
+ * stride ldc_in, which may be 0: the same row for every row of C (a bias:
+ * C = op(A) op(B) + b with beta = 1 rounds once, where copying b into C
+ * first would write C twice). Not read when beta == 0. */
+typedef struct tg_gemm_bf16_args {
+    tg_gemm_bf16_kernel kernel; /* AUTO unless a test or benchmark picks one */
+    bool trans_a, trans_b;
+    int64_t M, N, K;
+    float alpha, beta;
+    const uint16_t *A; /* bfloat16 */
+    int64_t lda;
+    const void *B; /* bfloat16 (uint16_t *), or float * when b_f32 */
+    int64_t ldb;
+    bool b_f32; /* B float32, rounded to bfloat16 (nearest even, tensor/half.h) as it is read */
+    void *C;    /* float *, or uint16_t * (bfloat16) when c_bf16 */
+    int64_t ldc;
+    bool c_bf16;
+    const void *c_in; /* NULL: C */
+    int64_t ldc_in;
+    int threads; /* values below 1 count as 1 */
+} tg_gemm_bf16_args;
+
+/* Bytes of workspace tg_gemm_bf16_ws wants for this product (0: none); 64
+ * bytes of slack included, as tg_gemm_workspace_size. */
+size_t tg_gemm_bf16_workspace_size(const tg_gemm_bf16_args *g);
+
+/* The product g by the rule above. A kernel this CPU lacks runs as AUTO.
+ * work: work_size bytes of scratch, or NULL (then the call allocates; a
+ * buffer big enough for one thread runs one thread, with the same bits). */
+void tg_gemm_bf16_ws(const tg_gemm_bf16_args *g, void *work, size_t work_size);
 
 #endif

@@ -4,20 +4,10 @@
 #define TG_TENSOR_INTERNAL_H
 
 #include "tapegrad/tensor.h"
+#include "tensor/friend.h"
 #include "tensor/half.h"
 
 #include <math.h>
-
-/* TG_FRIEND marks the few internal functions that tapegrad_check and
- * tapegrad_dist, libraries of their own above this one, call: besides the
- * API (TG_API), a shared libtapegrad exports these, for those two. Not
- * for programs. tests/source/exports.sh keeps the list exact: each one is
- * called by check/ or dist/, and they call no other hidden function. */
-#if defined(__GNUC__) || defined(__clang__)
-#define TG_FRIEND __attribute__((visibility("default")))
-#else
-#define TG_FRIEND
-#endif
 
 /* Every arena allocation and every persistent buffer is aligned to this. */
 #define TG_ALIGN 64
@@ -56,11 +46,12 @@ enum { TG_GBLOCK_FREE, TG_GBLOCK_USED, TG_GBLOCK_QUARANTINED };
  * the pointer users hold points at its first member; tg_impl goes back. */
 typedef struct tg_tensor_impl {
     tg_tensor pub;          /* first: the pointer users hold */
-    bool grad_block;        /* the header of a gradient block (tensor/ctx.c) */
-    int32_t node;           /* index of the tape record that made it, or -1 */
     uint32_t epoch;         /* the step (reset count) it was made in; unused when persistent */
-    uint32_t version;       /* in-place writes so far (kept by base for a view) */
+    int32_t node;           /* index of the tape record that made it, or -1 */
+    const tg_ctx *ctx;      /* the context that made it: every other context refuses it */
     struct tg_tensor *base; /* a view's tensor, whose data and version it shares; NULL if none */
+    uint32_t version;       /* in-place writes so far (kept by base for a view) */
+    bool grad_block;        /* the header of a gradient block (tensor/ctx.c) */
 } tg_tensor_impl;
 /* The library's view of a tensor it made. */
 static inline tg_tensor_impl *tg_impl(const tg_tensor *t) { return (tg_tensor_impl *)(uintptr_t)t; }
@@ -82,6 +73,10 @@ typedef struct tg_tape {
     size_t saved_bytes;    /* what the records saved for backward (tg_tape_saved_bytes) */
     bool consumed;         /* a backward walked it: the next record starts a fresh tape */
     bool grad_enabled;     /* grad mode (tg_set_grad_enabled) */
+    /* Called by backward after each record it ran (index k), or NULL:
+     * dist/overlap.c starts sending gradients that are final. */
+    void (*walked)(struct tg_ctx *ctx, int64_t k, void *user);
+    void *walked_user;
 } tg_tape;
 
 /* A tape with no records, no array yet, grad mode on. */
@@ -110,6 +105,7 @@ typedef enum tg_own_kind {
 typedef struct tg_owned {
     const void *p;
     tg_own_kind kind;
+    bool held; /* a layer in a model or a container (tg_model_add): its holder frees it, tg_module_free refuses it */
 } tg_owned;
 
 /* Autocast (layers/autocast.c): one float32 parameter's 16-bit copy made
@@ -291,6 +287,18 @@ bool tg_own(tg_ctx *ctx, const char *fn, const void *p, tg_own_kind kind);
 bool tg_disown(tg_ctx *ctx, const char *fn, const void *p, tg_own_kind kind);
 /* The kind p is registered as (TG_OWN_NONE when it is not). */
 tg_own_kind tg_owned_kind(const tg_ctx *ctx, const void *p);
+/* p's entry when the context owns p as `kind`, else NULL. The pointer is
+ * good until the next tg_own or tg_disown. */
+tg_owned *tg_owned_entry(tg_ctx *ctx, const void *p, tg_own_kind kind);
+/* "a layer", "an optimizer", ...: the kind with its article, for messages. */
+const char *tg_own_kind_name(tg_own_kind kind);
+/* Checks that p is an object of `kind` the context made and has not freed,
+ * by its address alone (p is not read: it may be another context's, or
+ * freed). Otherwise TG_ERR_STATE naming fn and `what` ("the layer"):
+ *   tg_linear_forward: the layer at 0x... is not a layer of this context:
+ *   it was made by another context (use it with that one), or freed
+ * One probe of the registry's hash table. */
+bool tg_check_owned(tg_ctx *ctx, const char *fn, const char *what, const void *p, tg_own_kind kind);
 /* Remembers p among the last frees (for tg_disown's message). */
 void tg_recent_free(tg_ctx *ctx, const void *p, tg_own_kind kind);
 /* True when p lies in the context's arena (live or quarantined chunks). */
@@ -315,12 +323,25 @@ bool tg_persistent_set_owner(tg_ctx *ctx, const char *fn, tg_tensor *t, const vo
 
 /* True for the 16-bit storage dtypes (tensor/half.h). */
 static inline bool tg_is_lowp(tg_dtype d) { return d == TG_BF16 || d == TG_F16; }
+/* True when t is usable in ctx: of this context (every tensor header
+ * records the context that made it), and for an arena tensor, of
+ * this step. Two loads of the header's second cache line and two compares. */
+static inline bool tg_current(const tg_ctx *ctx, const tg_tensor *t) {
+    return !tg_stale(ctx, t) && tg_impl(t)->ctx == ctx;
+}
+/* Sets TG_ERR_STATE when t, whose header is readable, was made by another
+ * context than ctx, naming fn and `what` ("argument 'b'", "input 1 of
+ * 'add'"):
+ *   tg_add: argument 'b', a (2, 2) float32 tensor, was made by another
+ *   context (0x...), not this one (0x...): ...
+ * and returns true; false (nothing set) otherwise. */
+bool tg_foreign_error(tg_ctx *ctx, const char *fn, const char *what, const tg_tensor *t);
 /* Checks a tensor argument: NULL while healthy is TG_ERR_NULL naming `arg`;
- * an arena tensor from before the last tg_ctx_reset is TG_ERR_STATE
- * (tg_stale_error). Returns false (and does nothing more) when the ctx is
- * already in error. */
+ * a tensor of another context, or an arena tensor from before the last
+ * tg_ctx_reset, is TG_ERR_STATE (tg_foreign_error, tg_stale_error). Returns
+ * false (and does nothing more) when the ctx is already in error. */
 static inline bool tg_check_arg(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t);
-/* tg_check_arg's error: NULL, or stale. Returns false. */
+/* tg_check_arg's error: NULL, another context's, stale, or 16 bits. Returns false. */
 TG_FRIEND bool tg_check_arg_error(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t);
 /* Inline: every op calls it on every tensor argument. It also refuses a
  * bfloat16 / float16 tensor (TG_ERR_DTYPE: "fn has no bfloat16 path"), so
@@ -330,13 +351,13 @@ TG_FRIEND bool tg_check_arg_error(tg_ctx *ctx, const char *fn, const char *arg, 
  * tg_check_arg_any instead. */
 static inline bool tg_check_arg(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t) {
     if (!tg_ok(ctx)) return false;
-    if (t && !tg_stale(ctx, t) && !tg_is_lowp(t->dtype)) return true;
+    if (t && tg_current(ctx, t) && !tg_is_lowp(t->dtype)) return true;
     return tg_check_arg_error(ctx, fn, arg, t);
 }
 /* As tg_check_arg, every dtype accepted. */
 static inline bool tg_check_arg_any(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t) {
     if (!tg_ok(ctx)) return false;
-    if (t && !tg_stale(ctx, t)) return true;
+    if (t && tg_current(ctx, t)) return true;
     return tg_check_arg_error(ctx, fn, arg, t);
 }
 /* Checks that the scalar argument `what` (e.g. "exponent p") is finite:

@@ -55,6 +55,12 @@ tg_own_kind tg_owned_kind(const tg_ctx *ctx, const void *p) {
     return ctx->owned[find_slot(ctx, p)].kind;
 }
 
+tg_owned *tg_owned_entry(tg_ctx *ctx, const void *p, tg_own_kind kind) {
+    if (!ctx || !p || !ctx->owned_cap) return NULL;
+    tg_owned *e = &ctx->owned[find_slot(ctx, p)];
+    return e->p && e->kind == kind ? e : NULL;
+}
+
 /* Forgets p among the recent frees (its address now names a new object). */
 static void forget_recent(tg_ctx *ctx, const void *p) {
     for (int i = 0; i < TG_RECENT_FREES; i++)
@@ -69,7 +75,7 @@ bool tg_own(tg_ctx *ctx, const char *fn, const void *p, tg_own_kind kind) {
     }
     size_t i = find_slot(ctx, p);
     if (!ctx->owned[i].p) ctx->owned_count++;
-    ctx->owned[i] = (tg_owned){p, kind};
+    ctx->owned[i] = (tg_owned){.p = p, .kind = kind};
     forget_recent(ctx, p);
     return true;
 }
@@ -92,21 +98,24 @@ static void remove_slot(tg_ctx *ctx, size_t i) {
 }
 
 void tg_recent_free(tg_ctx *ctx, const void *p, tg_own_kind kind) {
-    ctx->recent[ctx->recent_next % TG_RECENT_FREES] = (tg_owned){p, kind};
+    ctx->recent[ctx->recent_next % TG_RECENT_FREES] = (tg_owned){.p = p, .kind = kind};
     ctx->recent_next++;
 }
 
-static const char *kind_name(tg_own_kind kind) {
+const char *tg_own_kind_name(tg_own_kind kind) {
     switch (kind) {
-    case TG_OWN_TENSOR: return "persistent tensor";
-    case TG_OWN_GRAD: return "persistent grad";
-    case TG_OWN_LAYER: return "layer";
-    case TG_OWN_OPTIM: return "optimizer";
-    case TG_OWN_SCALER: return "gradient scaler";
+    case TG_OWN_TENSOR: return "a persistent tensor";
+    case TG_OWN_GRAD: return "a persistent grad";
+    case TG_OWN_LAYER: return "a layer";
+    case TG_OWN_OPTIM: return "an optimizer";
+    case TG_OWN_SCALER: return "a gradient scaler";
     case TG_OWN_NONE: break;
     }
-    return "object";
+    return "an object";
 }
+
+/* The kind without its article: "the optimizer at 0x..." */
+static const char *kind_noun(tg_own_kind kind) { return strchr(tg_own_kind_name(kind), ' ') + 1; }
 
 bool tg_disown(tg_ctx *ctx, const char *fn, const void *p, tg_own_kind kind) {
     tg_own_kind has = tg_owned_kind(ctx, p);
@@ -116,18 +125,27 @@ bool tg_disown(tg_ctx *ctx, const char *fn, const void *p, tg_own_kind kind) {
         return true;
     }
     if (has != TG_OWN_NONE) {
-        tg_error(ctx, TG_ERR_STATE, fn, "%p is a %s of this context, not a %s", p, kind_name(has), kind_name(kind));
+        tg_error(ctx, TG_ERR_STATE, fn, "%p is %s of this context, not %s", p, tg_own_kind_name(has),
+                 tg_own_kind_name(kind));
         return false;
     }
     for (int i = 0; i < TG_RECENT_FREES; i++)
         if (ctx->recent[i].p == p && ctx->recent[i].kind == kind) {
-            tg_error(ctx, TG_ERR_STATE, fn, "the %s at %p was already freed (a second free)", kind_name(kind), p);
+            tg_error(ctx, TG_ERR_STATE, fn, "the %s at %p was already freed (a second free)", kind_noun(kind), p);
             return false;
         }
     tg_error(ctx, TG_ERR_STATE, fn,
-             "%p is not a %s of this context: it was made by another context (free it through that one), "
+             "%p is not %s of this context: it was made by another context (free it through that one), "
              "or freed already",
-             p, kind_name(kind));
+             p, tg_own_kind_name(kind));
+    return false;
+}
+
+bool tg_check_owned(tg_ctx *ctx, const char *fn, const char *what, const void *p, tg_own_kind kind) {
+    if (tg_owned_kind(ctx, p) == kind) return true;
+    tg_error(ctx, TG_ERR_STATE, fn,
+             "%s at %p is not %s of this context: it was made by another context (use it with that one), or freed",
+             what, p, tg_own_kind_name(kind));
     return false;
 }
 
@@ -169,6 +187,37 @@ read_header(tg_tensor_impl *h, const tg_tensor *t) {
     for (int i = 0; i < TG_MAX_DIMS; i++) h->pub.shape[i] = v->pub.shape[i];
     h->pub.persistent = v->pub.persistent;
     h->epoch = v->epoch;
+    h->ctx = v->ctx;
+}
+
+/* "a (2, 2) float32 tensor", or "a tensor" when the header makes no sense. */
+static void describe(char desc[TG_SHAPE_STR + 32], const tg_tensor *h) {
+    snprintf(desc, TG_SHAPE_STR + 32, "a tensor");
+    if (h->ndim >= 0 && h->ndim <= TG_MAX_DIMS) {
+        char s[TG_SHAPE_STR];
+        snprintf(desc, TG_SHAPE_STR + 32, "a %s %s tensor", tg_shape_str(s, sizeof s, h->ndim, h->shape),
+                 tg_dtype_name(h->dtype));
+    }
+}
+
+/* Another context's tensor is refused: its memory lives and dies with that
+ * context (its arena, its resets, its registry), and an op would record it
+ * on this context's tape. */
+bool tg_foreign_error(tg_ctx *ctx, const char *fn, const char *what, const tg_tensor *t) {
+#ifdef TG_ASAN
+    if (__asan_region_is_poisoned((void *)(uintptr_t)t, sizeof(tg_tensor_impl)))
+        return false; /* stale or freed: not readable */
+#endif
+    tg_tensor_impl h;
+    read_header(&h, t);
+    if (h.ctx == ctx) return false;
+    char desc[TG_SHAPE_STR + 32];
+    describe(desc, &h.pub);
+    tg_error(ctx, TG_ERR_STATE, fn,
+             "%s, %s, was made by another context (%p), not this one (%p): a tensor is used only with the context "
+             "that made it (to move values across, tg_from_buffer(ctx, dtype, ndim, shape, t->data))",
+             what, desc, (const void *)h.ctx, (const void *)ctx);
+    return true;
 }
 
 void tg_stale_error(tg_ctx *ctx, const char *fn, const char *what, const tg_tensor *t) {
@@ -185,12 +234,8 @@ void tg_stale_error(tg_ctx *ctx, const char *fn, const char *what, const tg_tens
     }
     tg_tensor_impl h;
     read_header(&h, t);
-    char desc[TG_SHAPE_STR + 32] = "a tensor";
-    if (h.pub.ndim >= 0 && h.pub.ndim <= TG_MAX_DIMS) {
-        char s[TG_SHAPE_STR];
-        snprintf(desc, sizeof desc, "a %s %s tensor", tg_shape_str(s, sizeof s, h.pub.ndim, h.pub.shape),
-                 tg_dtype_name(h.pub.dtype));
-    }
+    char desc[TG_SHAPE_STR + 32];
+    describe(desc, &h.pub);
     if (h.epoch == TG_EPOCH_RELEASED) {
         tg_error(ctx, TG_ERR_STATE, fn,
                  "%s, %s, is the gradient of an intermediate tensor that backward released after the op that "

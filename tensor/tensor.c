@@ -102,6 +102,7 @@ tg_tensor *tg_view(tg_ctx *ctx, tg_tensor *t, int ndim, const int64_t *shape) {
     tg_impl(v)->base = tg_root(t); /* shares t's data, so t's version counter */
     tg_impl(v)->node = -1;
     tg_impl(v)->epoch = ctx->epoch;
+    tg_impl(v)->ctx = ctx;
     return v;
 }
 

@@ -26,7 +26,7 @@ if(TG_SANITIZE)
   set(_tg_dist_limit 1200)
   set(_tg_dist_timeout 3600)
 endif()
-set(TG_DIST_CASES micro gpt_micro no_mpi installed)
+set(TG_DIST_CASES micro gpt_micro no_mpi save_every installed)
 set(_tg_mpi 0)
 if(TG_MPI)
   foreach(_np 2 3 4)
@@ -35,7 +35,7 @@ if(TG_MPI)
     set_tests_properties(test_dist_np${_np} PROPERTIES TIMEOUT 900 RESOURCE_LOCK mpi
       ENVIRONMENT_MODIFICATION "${TG_TEST_ENV};${TG_MPI_TEST_ENV}")
   endforeach()
-  set(TG_DIST_CASES micro gpt_micro installed bitwise resume failing_rank flags_differ rank0_output readme_mpi
+  set(TG_DIST_CASES micro gpt_micro save_every installed bitwise resume failing_rank deadline mixed_builds flags_differ rank0_output readme_mpi
     gpt_bitwise gpt_resume gpt_failing gpt_readme)
   set(_tg_mpi 1)
 endif()

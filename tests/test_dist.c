@@ -16,6 +16,11 @@
  *   - errors: one rank's error (or a layout that differs) ends every
  *     collective on every rank with a message naming the rank, and the
  *     ranks stay in step for the next collective;
+ *   - tg_dist_backward (the all-reduce under backward): the bits of
+ *     tg_backward then tg_dist_allreduce_grads, some buckets sent early;
+ *   - the optimizer state split over the ranks (tg_dist_shard): the bits
+ *     of one process with an optimizer over every parameter;
+ *   - the deadline's and the build fingerprint's settings;
  *   - the accumulator's own contract (one process).
  * Check runs the tests in-process (CK_FORK=no, set by main): a forked
  * child cannot take part in MPI collectives. A test makes all its
@@ -125,6 +130,46 @@ START_TEST(test_world) {
     /* NULL: one process */
     ck_assert_int_eq(tg_dist_rank(NULL), 0);
     ck_assert_int_eq(tg_dist_size(NULL), 1);
+}
+END_TEST
+
+/* The deadline: TG_DIST_TIMEOUT's value or 600 s at the start; set and
+ * read back; bad values refused and the deadline kept. */
+START_TEST(test_timeout) {
+    const char *env = getenv("TG_DIST_TIMEOUT");
+    const double start = tg_dist_timeout(world);
+    ck_assert(start == (env && *env ? strtod(env, NULL) : 600.0));
+    ck_assert(tg_dist_set_timeout(ctx, world, 2.5));
+    ck_assert(tg_dist_timeout(world) == 2.5);
+    ck_assert(tg_dist_set_timeout(ctx, world, 0)); /* no deadline */
+    ck_assert(tg_dist_timeout(world) == 0);
+    ck_assert(!tg_dist_set_timeout(ctx, world, -1));
+    tg_test_assert_error(ctx, TG_ERR_VALUE, "tg_dist_set_timeout", "seconds = -1", "want >= 0", NULL);
+    ck_assert(!tg_dist_set_timeout(ctx, world, NAN));
+    tg_test_assert_error(ctx, TG_ERR_VALUE, "tg_dist_set_timeout", "seconds = nan", NULL);
+    ck_assert(!tg_dist_set_timeout(ctx, NULL, 1));
+    tg_test_assert_error(ctx, TG_ERR_NULL, "tg_dist_set_timeout", "'d' is NULL", NULL);
+    ck_assert(tg_dist_timeout(world) == 0);
+    ck_assert(tg_dist_timeout(NULL) == 0);
+    ck_assert(tg_dist_set_timeout(ctx, world, start));
+    /* a collective under a deadline works as before, and its wait is kept */
+    double v = 1;
+    ck_assert_msg(tg_dist_allreduce_f64(ctx, world, &v, 1, 1.0), "%s", tg_error_message(ctx));
+    ck_assert(v == nproc);
+    ck_assert(tg_dist_longest_wait(world) >= 0 && tg_dist_longest_wait(world) < start);
+}
+END_TEST
+
+/* The build's fingerprint: what decides the bits, the same on every rank
+ * (tg_dist_init compared them). */
+START_TEST(test_fingerprint) {
+    const char *fp = tg_dist_fingerprint(world);
+    ck_assert_msg(strstr(fp, "tapegrad 0.") == fp, "%s", fp);
+    ck_assert_msg(strstr(fp, "GEMM kernels ") && strstr(fp, "isa ") && strstr(fp, "C library ") &&
+                      strstr(fp, "autocast float32"),
+                  "%s", fp);
+    ck_assert_msg(tg_dist_same(ctx, world, fp, strlen(fp), "the fingerprints"), "%s", tg_error_message(ctx));
+    ck_assert_str_eq(tg_dist_fingerprint(NULL), "");
 }
 END_TEST
 
@@ -261,7 +306,7 @@ START_TEST(test_allreduce_rank_order) {
     }
     /* the data tell the orders apart once there are three terms */
     if (nproc >= 3) ck_assert_int_gt(order_matters, 0);
-    /* the stats: three calls; per call the agreement and 2 messages per window */
+    /* the stats: three calls; per call the head exchange and 2 messages per window */
     ck_assert_int_eq(st.calls, 3);
     ck_assert(st.seconds >= 0);
     double bytes = 0;
@@ -279,9 +324,12 @@ END_TEST
 START_TEST(test_allreduce_f64_values) {
     double v[5], want[5];
     for (int i = 0; i < 5; i++) v[i] = (rank + 1) * 0.1 + i * 1e-17;
+    tg_dist_reset_stats(world);
     bool ok = tg_dist_allreduce_f64(ctx, world, v, 5, weight_of(rank));
     bool empty = tg_dist_allreduce_f64(ctx, world, NULL, 0, 1.0);
     ck_assert_msg(ok && empty, "%s", tg_error_message(ctx));
+    /* a few values (a loss) travel in the head exchange: one message a call */
+    ck_assert_int_eq(tg_dist_get_stats(world).messages, nproc > 1 ? 2 : 0);
     for (int i = 0; i < 5; i++) {
         for (int q = 0; q < nproc; q++) {
             double t = weight_of(q) * ((q + 1) * 0.1 + i * 1e-17);
@@ -403,6 +451,157 @@ START_TEST(test_ranks_equal_accumulation) {
     net_free(one, &acc_net);
     tg_ctx_free(one);
     net_free(ctx, &dist);
+}
+END_TEST
+
+/* tg_dist_backward: backward with the all-reduce under it gives the bits
+ * of tg_backward then tg_dist_allreduce_grads, step after step, for any
+ * bucket size; with small buckets some start while backward runs. A rank
+ * in error fails it on every rank. */
+START_TEST(test_backward_overlaps) {
+    static const size_t buckets[] = {64, 1000, 4 << 20};
+    float x[B * IN];
+    int64_t y[B];
+    bool ok = true;
+    int64_t early = 0;
+    for (int b = 0; b < 3; b++) {
+        tg_dist_set_bucket_bytes(world, buckets[b]);
+        net two[2];
+        net_init(ctx, &two[0]);
+        net_init(ctx, &two[1]);
+        for (int s = 0; s < STEPS; s++) {
+            batch(s, x, y);
+            for (int k = 0; k < 2; k++) {
+                int64_t start, count;
+                tg_dist_split(B, nproc, rank, &start, &count);
+                net *n = &two[k];
+                tg_tensor *xs = tg_from_buffer(ctx, TG_F32, TG_SHAPE(count, IN), x + start * IN);
+                tg_tensor *h = tg_relu(ctx, tg_layernorm_forward(ctx, n->norm, tg_linear_forward(ctx, n->fc1, xs)));
+                tg_tensor *loss = tg_cross_entropy(ctx, tg_linear_forward(ctx, n->fc2, h), y + start, NULL);
+                tg_optim_zero_grad(ctx, n->opt);
+                tg_dist_reset_stats(world);
+                if (k == 0) {
+                    tg_backward(ctx, loss);
+                    ok = tg_dist_allreduce_grads(ctx, world, &n->params, (double)count / B) && ok;
+                } else {
+                    ok = tg_dist_backward(ctx, world, loss, &n->params, (double)count / B) && ok;
+                    early += tg_dist_get_stats(world).early;
+                }
+            }
+            for (int i = 0; i < two[0].params.count; i++) {
+                char what[160];
+                snprintf(what, sizeof what, "grad of %s, step %d, bucket %zu, rank %d of %d",
+                         two[0].params.items[i].name, s, buckets[b], rank, nproc);
+                tg_test_assert_same_bits(what, two[1].params.items[i].value->grad, two[0].params.items[i].value->grad);
+            }
+            tg_optim_step(ctx, two[0].opt);
+            tg_optim_step(ctx, two[1].opt);
+            tg_ctx_reset(ctx);
+        }
+        net_free(ctx, &two[0]);
+        net_free(ctx, &two[1]);
+    }
+    ck_assert_msg(ok, "%s", tg_error_message(ctx));
+    if (nproc > 1) ck_assert_int_gt(early, 0); /* 64-byte buckets: the last layers' go out during backward */
+    else ck_assert_int_eq(early, 0);
+    /* the last rank in error before: every rank fails, none waits */
+    tg_ctx *c = tg_ctx_new(1);
+    net n;
+    net_init(c, &n);
+    batch(0, x, y);
+    tg_tensor *xs = tg_from_buffer(c, TG_F32, TG_SHAPE(B, IN), x);
+    tg_tensor *loss =
+        tg_cross_entropy(c, tg_linear_forward(c, n.fc2, tg_relu(c, tg_linear_forward(c, n.fc1, xs))), y, NULL);
+    if (rank == nproc - 1) tg_error(c, TG_ERR_IO, "loader", "disk on fire");
+    ck_assert(!tg_dist_backward(c, world, loss, &n.params, 1.0));
+    if (rank == nproc - 1) tg_test_assert_error(c, TG_ERR_IO, "loader: disk on fire", NULL);
+    else tg_test_assert_error(c, TG_ERR_IO, "tg_dist_backward", "failed: loader: disk on fire", NULL);
+    net_free(c, &n);
+    tg_ctx_free(c);
+    ck_assert(!tg_dist_backward(ctx, NULL, loss, NULL, 1.0));
+    tg_test_assert_error(ctx, TG_ERR_NULL, "tg_dist_backward", "'d' is NULL", NULL);
+}
+END_TEST
+
+/* The optimizer state split over the ranks: after several AdamW steps,
+ * every rank's parameters are bitwise those of one process with an
+ * optimizer over all of them and the P slices as micro-batches; each
+ * rank's state is its share's (all of it with one rank), and the shares
+ * tile the parameters. Buckets that cut parameters between ranks. */
+START_TEST(test_shard_equals_full) {
+    static const size_t buckets[] = {64, 1000, 4 << 20};
+    float x[B * IN];
+    int64_t y[B];
+    for (int b = 0; b < 3; b++) {
+        tg_dist_set_bucket_bytes(world, buckets[b]);
+        net sh;
+        net_init(ctx, &sh);
+        tg_optim_free(ctx, sh.opt); /* replaced by one over this rank's share */
+        tg_dist_shard *s = tg_dist_shard_new(ctx, world, &sh.params);
+        ck_assert_msg(s != NULL, "%s", tg_error_message(ctx));
+        tg_adam_opts o = tg_adamw_defaults();
+        o.lr = 0.05;
+        sh.opt = tg_adamw_new(ctx, tg_dist_shard_params(s), &o);
+        bool ok = true;
+        for (int st = 0; st < STEPS; st++) {
+            batch(st, x, y);
+            tg_params_zero_grad(ctx, &sh.params);
+            int64_t start, count;
+            tg_dist_split(B, nproc, rank, &start, &count);
+            tg_tensor *xs = tg_from_buffer(ctx, TG_F32, TG_SHAPE(count, IN), x + start * IN);
+            tg_tensor *h = tg_relu(ctx, tg_layernorm_forward(ctx, sh.norm, tg_linear_forward(ctx, sh.fc1, xs)));
+            tg_tensor *loss = tg_cross_entropy(ctx, tg_linear_forward(ctx, sh.fc2, h), y + start, NULL);
+            ok = tg_dist_backward(ctx, world, loss, &sh.params, (double)count / B) && ok;
+            tg_optim_step(ctx, sh.opt);
+            ok = tg_dist_shard_gather(ctx, s) && ok;
+            tg_ctx_reset(ctx);
+        }
+        ck_assert_msg(ok, "%s", tg_error_message(ctx));
+        /* the state: 1 + 2 per view, the views' elements this rank's share */
+        int64_t mine = 0, total = tg_params_numel(&sh.params), state = 0;
+        tg_params *share = tg_dist_shard_params(s);
+        for (int i = 0; i < share->count; i++) mine += share->items[i].value->numel;
+        tg_params *opt_state = tg_optim_state(sh.opt);
+        for (int i = 1; i < opt_state->count; i++) state += opt_state->items[i].value->numel;
+        ck_assert_int_eq(state, 2 * mine);
+        double shares = (double)mine;
+        ck_assert(tg_dist_allreduce_f64(ctx, world, &shares, 1, 1.0));
+        ck_assert(shares == (double)total);
+        if (nproc == 1) ck_assert_int_eq(mine, total);
+        else ck_assert_int_le(mine, total / nproc + 64); /* about 1/P: a window's chunks differ by an element */
+        /* one process, a whole optimizer, the P slices as micro-batches */
+        tg_ctx *one = tg_ctx_new(11);
+        net full;
+        net_init(one, &full);
+        tg_optim_free(one, full.opt);
+        full.opt = tg_adamw_new(one, &full.params, &o);
+        tg_grad_accum *acc = tg_grad_accum_new(one, &full.params);
+        for (int st = 0; st < STEPS; st++) {
+            batch(st, x, y);
+            for (int m = 0; m < nproc; m++) {
+                tg_grad_accum_add(one, acc, slice_backward(one, &full, x, y, nproc, m));
+                tg_ctx_reset(one);
+            }
+            tg_grad_accum_finish(one, acc);
+            tg_optim_step(one, full.opt);
+        }
+        ck_assert_msg(tg_ok(one), "%s", tg_error_message(one));
+        for (int i = 0; i < full.params.count; i++) {
+            char what[160];
+            snprintf(what, sizeof what, "%s, bucket %zu, rank %d of %d", full.params.items[i].name, buckets[b], rank,
+                     nproc);
+            tg_test_assert_same_bits(what, sh.params.items[i].value, full.params.items[i].value);
+        }
+        tg_grad_accum_free(one, acc);
+        net_free(one, &full);
+        tg_ctx_free(one);
+        tg_optim_free(ctx, sh.opt);
+        sh.opt = NULL;
+        tg_dist_shard_free(ctx, s);
+        net_free(ctx, &sh);
+    }
+    ck_assert_ptr_null(tg_dist_shard_new(ctx, NULL, NULL));
+    tg_test_assert_error(ctx, TG_ERR_NULL, "tg_dist_shard_new", "'d' is NULL", NULL);
 }
 END_TEST
 
@@ -586,10 +785,12 @@ END_TEST
 
 static Suite *make_dist_suite(void) {
     Suite *s = suite_create("dist");
-    tg_test_tcase(s, "world", setup, teardown, test_split_tiles, test_draw_any_split, test_world, NULL);
+    tg_test_tcase(s, "world", setup, teardown, test_split_tiles, test_draw_any_split, test_world, test_timeout,
+                  test_fingerprint, NULL);
     tg_test_tcase(s, "broadcast", setup, teardown, test_broadcast_odd_sizes, test_broadcast_rng_and_optim, NULL);
     tg_test_tcase(s, "allreduce", setup, teardown, test_allreduce_rank_order, test_allreduce_f64_values, NULL);
-    tg_test_tcase(s, "training", setup, teardown, test_ranks_equal_accumulation, NULL);
+    tg_test_tcase(s, "training", setup, teardown, test_ranks_equal_accumulation, test_backward_overlaps,
+                  test_shard_equals_full, NULL);
     tg_test_tcase(s, "errors", setup, teardown, test_one_rank_error_ends_all, test_agree_failed_without_error,
                   test_layout_mismatch, test_bad_arguments, NULL);
     tg_test_tcase(s, "accumulator", setup, teardown, test_accum_folds_in_order, NULL);

@@ -64,7 +64,7 @@ diagnose)
   run 1 check --inject overwrite
   has "diagnosis of x 4x8 (4x8): identity"
   has "overwritten instead of accumulated"
-  has "every element (32 of 32)"
+  has "every element's column of the Jacobians (32 of 32)"
 
   # the bugs written with the custom-op API (inject_norm.c)
   run 1 check --inject rmsnorm-r-const
@@ -86,13 +86,14 @@ diagnose)
   run 0 check rmsnorm --shape 4x8
   grep -q "diagnosis" "$tmp/out" && fail "rmsnorm passes, yet a diagnosis was printed"
 
-  # the predicted error of the differences beside the measured one: a bug is
-  # far beyond it; a float32 check at too small an h fails within it
+  # the check's own error beside the error found: a bug is far beyond it
+  # (wrong); a float32 check at too small an h fails within it -- the check
+  # cannot decide (inconclusive, exit 3), and nothing is diagnosed
   run 1 check --inject layernorm-no-mean
-  has "far beyond, so the backward is wrong, not the check"
-  run 1 check rmsnorm --shape 4x8 --dtype f32 --h 1e-5
-  has "within reach of the differences' own error"
-  has "not from a wrong gradient"
+  has "the backward is wrong, not the check"
+  run 3 check rmsnorm --shape 4x8 --dtype f32 --h 1e-5
+  has "a failure by no more than the check's own error at this step"
+  grep -q "diagnosis" "$tmp/out" && fail "a round-off failure diagnosed as a bug"
 
   # list NAME: one entry, with how its inputs are drawn
   run 0 list rmsnorm

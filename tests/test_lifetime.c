@@ -3,7 +3,8 @@
  *
  *  - stale: a tensor kept across tg_ctx_reset (the arena has handed its
  *    memory out again) is refused by every call, and a backward on a loss
- *    from before the reset too;
+ *    from before the reset too; tg_record refuses a stale input, and
+ *    another context's (tests/test_ownership.c has the rest of those);
  *  - version: an input an op saved, changed in place before the backward
  *    (tg_fill, tg_assign, tg_set*, an optimizer step, a checkpoint load),
  *    makes the backward an error instead of a gradient from the new values;
@@ -187,6 +188,19 @@ START_TEST(test_record_refuses_stale_inputs) {
     tg_test_assert_fails(ctx, forgetful(ctx, x), TG_ERR_STATE,
                          "forgetful: input 0, a (3,) float64 tensor, is from step 0, before tg_ctx_reset", NULL);
     ck_assert_int_eq(tg_tape_size(ctx), 0);
+}
+END_TEST
+
+/* tg_record refuses another context's input too: an op that forgot its
+ * checks cannot put it on this context's tape. */
+START_TEST(test_record_refuses_foreign_inputs) {
+    tg_ctx *other = tg_ctx_new(18);
+    tg_tensor *x = tg_requires_grad(other, tg_ones(other, TG_F64, TG_SHAPE(3)));
+    tg_test_assert_fails(ctx, forgetful(ctx, x), TG_ERR_STATE, "forgetful: input 0, a (3,) float64 tensor",
+                         "was made by another context", NULL);
+    ck_assert_int_eq(tg_tape_size(ctx), 0);
+    ck_assert(tg_ok(other));
+    tg_ctx_free(other);
 }
 END_TEST
 
@@ -400,7 +414,8 @@ Suite *make_lifetime_suite(void) {
     Suite *s = suite_create("lifetime");
     tg_test_tcase(s, "stale", setup, teardown, test_use_after_reset_is_an_error, test_backward_after_reset_is_an_error,
                   test_stale_seen_in_every_build, test_stale_refused_everywhere, test_persistent_never_stale,
-                  test_every_op_refuses_stale_inputs, test_record_refuses_stale_inputs, NULL);
+                  test_every_op_refuses_stale_inputs, test_record_refuses_stale_inputs,
+                  test_record_refuses_foreign_inputs, NULL);
     TCase *tc = tg_test_tcase(s, "version", setup, teardown, test_writes_outside_the_window_are_fine,
                               test_saved_output_changed_is_an_error, test_write_through_a_view_is_seen,
                               test_optimizer_step_on_a_pending_tape, test_checkpoint_load_on_a_pending_tape, NULL);

@@ -14,11 +14,16 @@
  * with a tolerance). Then: mixing dtypes is an error naming the op and both
  * dtypes, an op without a 16-bit path (a custom op) refuses by name, and a
  * two-layer MLP in bfloat16 trains through forward and backward with
- * gradients within a bfloat16-derived tolerance of float64's. */
+ * gradients within a bfloat16-derived tolerance of float64's.
+ * One exception: a bfloat16 Linear multiplies in bfloat16 (its own GEMM,
+ * tensor/gemm.h), so its results and gradients are checked bit for bit
+ * against that GEMM's rule instead (check_linear_bf16). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "tensor/gemm.h"
+#include "tensor/half.h"
 #include "testutil.h"
 
 static tg_ctx *ctx;
@@ -208,15 +213,91 @@ static tg_tensor *f_linear_nb(tg_ctx *c, tg_tensor *const *in, void *u) {
     return (void)u, tg_linear_fused(c, in[0], in[1], NULL);
 }
 
+/* C (M,N) = op(A) op(B) + C by the bfloat16 GEMM's rule (its reference),
+ * all bfloat16 tensors' data. */
+static void gemm_rule(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const tg_tensor *A, const tg_tensor *B,
+                      tg_tensor *C) {
+    const tg_gemm_bf16_args g = {.kernel = TG_GEMM_BF16_REFERENCE,
+                                 .trans_a = ta,
+                                 .trans_b = tb,
+                                 .M = M,
+                                 .N = N,
+                                 .K = K,
+                                 .alpha = 1,
+                                 .beta = 1,
+                                 .A = A->data,
+                                 .lda = ta ? M : K,
+                                 .B = B->data,
+                                 .ldb = tb ? K : N,
+                                 .C = C->data,
+                                 .ldc = N,
+                                 .c_bf16 = true};
+    tg_gemm_bf16_ws(&g, NULL, 0);
+}
+
+/* A bfloat16 Linear (case c: x, W, b) against the bfloat16 GEMM's rule:
+ * y = round(x W^T + b) with b the GEMM's beta row (the same bits as y
+ * prefilled with b), and from a bfloat16 dy into zero grads
+ * dx = round(0 + dy W), dW = round(0 + dy^T x), db = round(column sums of
+ * dy, in double). */
+static void check_linear_bf16(const op_case *c) {
+    tg_tensor *x = tg_to_dtype(ctx, tg_test_rand(ctx, TG_F32, c->ndim[0], c->shape[0], c->lo, c->hi), TG_BF16);
+    tg_tensor *w = tg_to_dtype(ctx, tg_test_rand(ctx, TG_F32, 2, c->shape[1], c->lo, c->hi), TG_BF16);
+    tg_tensor *b = c->n > 2 ? tg_to_dtype(ctx, tg_test_rand(ctx, TG_F32, 1, c->shape[2], c->lo, c->hi), TG_BF16) : NULL;
+    const int64_t N = w->shape[0], K = w->shape[1];
+    int64_t M = 1; /* x's leading dims */
+    for (int d = 0; d < x->ndim - 1; d++) M *= x->shape[d];
+    if (!(c->no_grad & 1)) tg_requires_grad(ctx, x);
+    tg_requires_grad(ctx, w);
+    if (b) tg_requires_grad(ctx, b);
+    tg_tensor *y = c->f(ctx, (tg_tensor *[]){x, w, b}, NULL);
+    ck_assert_msg(y && tg_ok(ctx) && y->dtype == TG_BF16, "%s: %s", c->name, tg_error_message(ctx));
+    tg_tensor *want = tg_zeros(ctx, TG_BF16, y->ndim, y->shape);
+    for (int64_t i = 0; b && i < M; i++) memcpy((uint16_t *)want->data + i * N, b->data, (size_t)N * 2);
+    gemm_rule(false, true, M, N, K, x, w, want);
+    char what[160];
+    snprintf(what, sizeof what, "%s bfloat16 forward", c->name);
+    tg_test_assert_same_bits(what, y, want);
+
+    tg_tensor *dy = tg_to_dtype(ctx, tg_test_rand(ctx, TG_F32, y->ndim, y->shape, -1, 1), TG_BF16);
+    tg_backward_ex(ctx, y, dy, false);
+    ck_assert_msg(tg_ok(ctx), "%s backward: %s", c->name, tg_error_message(ctx));
+    tg_tensor *dw = tg_zeros(ctx, TG_BF16, 2, w->shape);
+    gemm_rule(true, false, N, K, M, dy, x, dw);
+    snprintf(what, sizeof what, "%s bfloat16 dW", c->name);
+    tg_test_assert_same_bits(what, w->grad, dw);
+    if (!(c->no_grad & 1)) {
+        tg_tensor *dx = tg_zeros(ctx, TG_BF16, x->ndim, x->shape);
+        gemm_rule(false, false, M, K, N, dy, w, dx);
+        snprintf(what, sizeof what, "%s bfloat16 dx", c->name);
+        tg_test_assert_same_bits(what, x->grad, dx);
+    }
+    for (int64_t j = 0; b && j < N; j++) {
+        double sum = 0;
+        for (int64_t i = 0; i < M; i++) sum += tg_bf16_to_f32(((const uint16_t *)dy->data)[i * N + j]);
+        ck_assert_int_eq(((const uint16_t *)b->grad->data)[j], tg_f32_to_bf16((float)sum));
+    }
+}
+
 START_TEST(test_matmul_linear) {
     const op_case cases[] = {
         {"matmul", f_matmul, 2, {2, 2}, {{6, 33}, {33, 5}}, -2, 2, 0},
         {"matmul batched", f_matmul, 2, {3, 2}, {{3, 4, 17}, {17, 6}}, -2, 2, 0},
-        {"linear", f_linear, 3, {3, 2, 1}, {{2, 3, 40}, {9, 40}, {9}}, -2, 2, 0},
-        {"linear, no bias", f_linear_nb, 2, {2, 2}, {{7, 40}, {9, 40}}, -2, 2, 0},
-        {"linear, x needs no grad", f_linear, 3, {2, 2, 1}, {{7, 40}, {9, 40}, {9}}, -2, 2, 1},
     };
     check_cases(cases, sizeof cases / sizeof cases[0]);
+    /* float16 through the float32 GEMM (check_case), bfloat16 in its own */
+    const op_case linear[] = {
+        {"linear", f_linear, 3, {3, 2, 1}, {{2, 3, 41}, {9, 41}, {9}}, -2, 2, 0},
+        {"linear, no bias", f_linear_nb, 2, {2, 2}, {{7, 40}, {9, 40}}, -2, 2, 0},
+        {"linear, x needs no grad", f_linear, 3, {2, 2, 1}, {{7, 40}, {9, 40}, {9}}, -2, 2, 1},
+        {"linear, K = 0", f_linear, 3, {2, 2, 1}, {{3, 0}, {5, 0}, {5}}, -2, 2, 0},
+    };
+    for (size_t i = 0; i < sizeof linear / sizeof linear[0]; i++) {
+        check_case(&linear[i], TG_F16);
+        tg_ctx_reset(ctx);
+        check_linear_bf16(&linear[i]);
+        tg_ctx_reset(ctx);
+    }
 }
 END_TEST
 

@@ -108,6 +108,28 @@ static void write_fake_gnuplot(const char *dir) {
     ck_assert_int_eq(chmod(path, 0755), 0);
 }
 
+/* Puts into folder dir a fake `gnuplot` that draws the output its script
+ * names (`set output 'NAME.png'`) as a PNG signature and 300 bytes, then,
+ * when `whole`, the IEND chunk that ends every PNG: without it, what a
+ * gnuplot that exits 0 after filling the disk leaves. */
+static void write_drawing_gnuplot(const char *dir, bool whole) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/gnuplot", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f,
+            "#!/bin/sh\n"
+            "PATH=/usr/bin:/bin\n"
+            "out=$(sed -n \"s/^set output '\\(.*\\)'$/\\1/p\" \"$1\")\n"
+            "printf '\\211PNG\\r\\n\\032\\n' > \"$out\"\n"
+            "head -c 300 /dev/zero >> \"$out\"\n"
+            "%s"
+            "exit 0\n",
+            whole ? "printf '\\0\\0\\0\\0IEND\\256B`\\202' >> \"$out\"\n" : "");
+    fclose(f);
+    ck_assert_int_eq(chmod(path, 0755), 0);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Data files                                                               */
 /* ------------------------------------------------------------------------ */
@@ -398,6 +420,53 @@ START_TEST(test_close_without_rows) {
 }
 END_TEST
 
+/* gnuplot exits 0 after a full disk cut its picture short: the picture is
+ * removed and the close fails, saying so; a whole one is announced. */
+START_TEST(test_truncated_png_is_not_a_picture) {
+    mkdir(in_tmp("fakebin"), 0755);
+    write_drawing_gnuplot(in_tmp("fakebin"), false);
+    setenv("PATH", in_tmp("fakebin"), 1);
+    bool rendered = true;
+    char msg[512];
+    ck_assert_int_eq(tg_plot_close(make_log(tmp, "loss", 10, 1.0), NULL, &rendered, msg, sizeof msg), TG_ERR_IO);
+    ck_assert(!rendered);
+    tg_test_assert_contains(msg, "loss.gp but left ", "loss.png incomplete (308 bytes, not ending with the PNG's IEND",
+                            NULL);
+    ck_assert(!exists(in_tmp("loss.png")));
+    tg_plot_series s = {in_tmp("loss.dat"), 1, 2, "loss"};
+    ck_assert_int_eq(tg_plot_overlay(tmp, "both", NULL, &s, 1, &rendered, msg, sizeof msg), TG_ERR_IO);
+    tg_test_assert_contains(msg, "both.png incomplete", NULL);
+
+    write_drawing_gnuplot(in_tmp("fakebin"), true);
+    ck_assert_int_eq(tg_plot_close(make_log(tmp, "loss", 10, 1.0), NULL, &rendered, msg, sizeof msg), TG_OK);
+    ck_assert(rendered);
+    tg_test_assert_contains(msg, "wrote ", "loss.png", NULL);
+    ck_assert(exists(in_tmp("loss.png")));
+}
+END_TEST
+
+/* The check itself: the signature first and IEND last, in a regular file. */
+START_TEST(test_png_complete) {
+    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    static const unsigned char iend[12] = {0, 0, 0, 0, 'I', 'E', 'N', 'D', 0xae, 0x42, 0x60, 0x82};
+    unsigned char png[60] = {0};
+    memcpy(png, sig, 8);
+    memcpy(png + 48, iend, 12);
+    tg_test_write_file(in_tmp("whole.png"), png, sizeof png);
+    ck_assert(tg_plot_png_complete(in_tmp("whole.png")));
+    tg_test_write_file(in_tmp("cut.png"), png, 59);
+    ck_assert(!tg_plot_png_complete(in_tmp("cut.png")));
+    tg_test_write_file(in_tmp("short.png"), png + 40, 20); /* IEND, no signature */
+    ck_assert(!tg_plot_png_complete(in_tmp("short.png")));
+    tg_test_write_file(in_tmp("empty.png"), png, 0);
+    ck_assert(!tg_plot_png_complete(in_tmp("empty.png")));
+    ck_assert(!tg_plot_png_complete(in_tmp("missing.png")));
+    ck_assert(!tg_plot_png_complete(tmp));
+    ck_assert(!tg_plot_png_complete("/dev/zero"));
+    ck_assert(!tg_plot_png_complete(NULL));
+}
+END_TEST
+
 /* ------------------------------------------------------------------------ */
 /* gnuplot detection                                                        */
 /* ------------------------------------------------------------------------ */
@@ -552,12 +621,12 @@ END_TEST
 
 Suite *make_plot_suite(void) {
     Suite *s = suite_create("plot");
-    TCase *tc =
-        tg_test_tcase(s, "files", setup, teardown, test_dat_rows_and_columns, test_open_replaces_old_file,
-                      test_trailing_slash, test_close_renders_png, test_close_default_style, test_labels_with_quotes,
-                      test_without_gnuplot_keeps_files_and_says_how, test_overlay_three_runs, test_render_custom_script,
-                      test_render_failure_reports_gnuplot_error, test_close_without_rows, test_gnuplot_detection,
-                      test_bad_arguments, NULL);
+    TCase *tc = tg_test_tcase(
+        s, "files", setup, teardown, test_dat_rows_and_columns, test_open_replaces_old_file, test_trailing_slash,
+        test_close_renders_png, test_close_default_style, test_labels_with_quotes,
+        test_without_gnuplot_keeps_files_and_says_how, test_overlay_three_runs, test_render_custom_script,
+        test_render_failure_reports_gnuplot_error, test_close_without_rows, test_truncated_png_is_not_a_picture,
+        test_png_complete, test_gnuplot_detection, test_bad_arguments, NULL);
     tcase_set_timeout(tc, 120);
     return s;
 }

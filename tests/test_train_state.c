@@ -232,10 +232,13 @@ START_TEST(test_parts) {
     tg_meta_free(&meta);
     assert_same(snap(a, &x), snap(b, &x2), "part x");
     assert_same(snap(a, &y), snap(b, &y2), "part y");
-    /* The parts swapped: the shapes differ, refused. */
+    /* The parts swapped: refused, naming the settings that differ. */
     tg_train_part swapped[2] = {{"y", &x2.params, x2.opt, NULL}, {"x", &y2.params, y2.opt, NULL}};
     ck_assert_int_ne(tg_train_load_parts(b, "two.st", swapped, 2, NULL), TG_OK);
-    tg_test_assert_error(b, TG_ERR_SHAPE, "tg_train_load_parts: ", NULL);
+    tg_test_assert_error(b, TG_ERR_VALUE,
+                         "tg_train_load_parts: two.st (part \"y\") was saved by an optimizer with settings \"sgd "
+                         "lr=0.1",
+                         "this one has \"adamw lr=0.01", NULL);
     /* Bad part lists. */
     tg_train_part same[2] = {{"x", &x2.params, NULL, NULL}, {"x", &y2.params, NULL, NULL}};
     tg_train_load_parts(b, "two.st", same, 2, NULL);
@@ -371,7 +374,9 @@ START_TEST(test_mismatch) {
     fixture_free(&f);
 
     fixture_init(&f, 4, OPT_SGD, 0.01);
-    fixture_expect_refused(&f, ref, TG_ERR_VALUE, "exp_avg");
+    fixture_expect_refused(&f, ref, TG_ERR_VALUE,
+                           "settings \"adamw lr=0.01 beta1=0.9 beta2=0.999 eps=1e-08 weight_decay=0.01 amsgrad=0\", "
+                           "this one has \"sgd lr=0.01");
     fixture_free(&f);
 
     fixture_init(&f, 4, OPT_ADAMW, 0.02);
@@ -395,6 +400,77 @@ START_TEST(test_mismatch) {
     tg_optim_set_lr(f.ctx, f.n.opt, 0.5);
     ck_assert(tg_optim_lr(f.n.opt) == 0.5);
     fixture_free(&f);
+}
+END_TEST
+
+/* A file of other parts (spiral --norm rmsnorm resumed with --norm
+ * layernorm, or with --norm all): both lists of parts, not the first
+ * tensor that differs; the model is untouched. */
+START_TEST(test_other_parts) {
+    tg_ctx *a = tg_ctx_new(3), *b = tg_ctx_new(4);
+    net x, y, z, w;
+    net_init(a, &x, 4, OPT_ADAM, 0.01);
+    net_init(a, &y, 4, OPT_ADAM, 0.01);
+    tg_train_part saved[1] = {{"rmsnorm", &x.params, x.opt, NULL}};
+    ck_assert_int_eq(tg_train_save_parts(a, "r.st", saved, 1, NULL), TG_OK);
+    tg_train_part two[2] = {{"none", &x.params, x.opt, NULL}, {"rmsnorm", &y.params, y.opt, NULL}};
+    ck_assert_int_eq(tg_train_save_parts(a, "two.st", two, 2, NULL), TG_OK);
+    net_init(b, &z, 4, OPT_ADAM, 0.01);
+    net_init(b, &w, 4, OPT_ADAM, 0.01);
+    snapshot before = snap(b, &z);
+    tg_train_part other[1] = {{"layernorm", &z.params, z.opt, NULL}};
+    ck_assert_int_eq(tg_train_load_parts(b, "r.st", other, 1, NULL), TG_ERR_VALUE);
+    tg_test_assert_error(b, TG_ERR_VALUE,
+                         "tg_train_load_parts: r.st holds the parts \"rmsnorm\", and this load has \"layernorm\": "
+                         "it was saved with other settings",
+                         NULL);
+    assert_same(before, snap(b, &z), "a refused load changed the model");
+    tg_train_part one[1] = {{"rmsnorm", &z.params, z.opt, NULL}};
+    ck_assert_int_eq(tg_train_load_parts(b, "two.st", one, 1, NULL), TG_ERR_VALUE);
+    tg_test_assert_error(b, TG_ERR_VALUE, "two.st holds the parts \"none\", \"rmsnorm\", and this load has \"rmsnorm\"",
+                         NULL);
+    tg_train_part more[2] = {{"rmsnorm", &z.params, z.opt, NULL}, {"layernorm", &w.params, w.opt, NULL}};
+    ck_assert_int_eq(tg_train_load_parts(b, "r.st", more, 2, NULL), TG_ERR_VALUE);
+    tg_test_assert_error(b, TG_ERR_VALUE,
+                         "r.st holds the parts \"rmsnorm\", and this load has \"rmsnorm\", \"layernorm\"", NULL);
+    ck_assert_int_eq(tg_train_load_parts(b, "r.st", one, 1, NULL), TG_OK);
+    net_free(a, &y);
+    done(a, &x);
+    net_free(b, &w);
+    done(b, &z);
+}
+END_TEST
+
+/* The compute dtype (autocast) is saved and compared: a bfloat16 run's
+ * state does not resume into a float32 one, nor the reverse, without a
+ * word; the same dtype resumes. */
+START_TEST(test_compute_dtype) {
+    tg_ctx *a = tg_ctx_new(3), *b = tg_ctx_new(4);
+    net x, y;
+    net_init(a, &x, 4, OPT_ADAMW, 0.01);
+    net_init(b, &y, 4, OPT_ADAMW, 0.01);
+    tg_ctx_set_autocast(a, TG_BF16);
+    ck_assert_int_eq(tg_train_save(a, "bf16.st", &x.params, x.opt, NULL), TG_OK);
+    snapshot before = snap(b, &y);
+    ck_assert_int_eq(tg_train_load(b, "bf16.st", &y.params, y.opt, NULL), TG_ERR_VALUE);
+    tg_test_assert_error(b, TG_ERR_VALUE,
+                         "tg_train_load: bf16.st was saved by a run computing in bfloat16, and this context computes "
+                         "in float32",
+                         NULL);
+    assert_same(before, snap(b, &y), "a refused load changed the model");
+    tg_ctx_set_autocast(b, TG_BF16);
+    ck_assert_int_eq(tg_train_load(b, "bf16.st", &y.params, y.opt, NULL), TG_OK);
+    tg_meta meta = {0};
+    tg_ctx_set_autocast(a, TG_F32);
+    ck_assert_int_eq(tg_train_save(a, "f32.st", &x.params, x.opt, NULL), TG_OK);
+    ck_assert_int_eq(tg_train_load(b, "f32.st", &y.params, y.opt, &meta), TG_ERR_VALUE);
+    tg_test_assert_error(b, TG_ERR_VALUE, "computing in float32, and this context computes in bfloat16", NULL);
+    tg_ctx_set_autocast(b, TG_F32);
+    ck_assert_int_eq(tg_train_load(b, "f32.st", &y.params, y.opt, &meta), TG_OK);
+    ck_assert_str_eq(tg_meta_get(&meta, "tapegrad.compute"), "float32");
+    tg_meta_free(&meta);
+    done(a, &x);
+    done(b, &y);
 }
 END_TEST
 
@@ -571,6 +647,8 @@ Suite *make_train_state_suite(void) {
     tcase_add_test(tc, test_parts);
     tcase_add_test(tc, test_damaged_file);
     tcase_add_test(tc, test_mismatch);
+    tcase_add_test(tc, test_other_parts);
+    tcase_add_test(tc, test_compute_dtype);
     tcase_add_test(tc, test_not_regular);
     tcase_add_test(tc, test_arguments);
     tcase_add_test(tc, test_stale_temporaries_removed);

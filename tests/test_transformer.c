@@ -173,10 +173,37 @@ START_TEST(test_causal) {
 }
 END_TEST
 
+/* config.norm_eps reaches every norm (LLaMA-2's 1e-5); 0 leaves each its
+ * default. */
+START_TEST(test_norm_eps) {
+    for (int a = 0; a < 2; a++) {
+        for (int set = 0; set < 2; set++) {
+            tg_gpt_config c = tiny(a ? TG_GPT_GPT2 : TG_GPT_LLAMA);
+            c.norm_eps = set ? 1e-3 : 0;
+            tg_gpt *g = tg_gpt_new(ctx, NULL, &c);
+            ck_assert_msg(g != NULL, "%s", tg_error_message(ctx));
+            const double want = set ? 1e-3 : a ? TG_LAYERNORM_EPS : TG_RMSNORM_EPS;
+            tg_module *norms[5] = {g->ln_f};
+            int n = 1;
+            for (int l = 0; l < g->h->modules.count; l++) {
+                tg_block *b = (tg_block *)g->h->modules.items[l];
+                norms[n++] = b->ln_1, norms[n++] = b->ln_2;
+            }
+            for (int i = 0; i < n; i++)
+                ck_assert(a ? ((tg_layernorm *)norms[i])->eps == want : ((tg_rmsnorm *)norms[i])->eps == want);
+            tg_module_free(ctx, TG_MODULE(g));
+        }
+    }
+}
+END_TEST
+
 START_TEST(test_errors) {
     tg_gpt_config c = tiny(TG_GPT_LLAMA);
     c.n_head = 3;
     tg_test_assert_fails(ctx, tg_gpt_new(ctx, NULL, &c), TG_ERR_VALUE, "tg_gpt_new", "n_head = 3", "n_embd = 8", NULL);
+    c = tiny(TG_GPT_LLAMA);
+    c.norm_eps = -1e-5;
+    tg_test_assert_fails(ctx, tg_gpt_new(ctx, NULL, &c), TG_ERR_VALUE, "tg_gpt_new", "config.norm_eps = -1e-05", NULL);
     tg_test_assert_fails(ctx, tg_mha_new(ctx, NULL, 10, 4, false, 0, TG_F32), TG_ERR_VALUE, "tg_mha_new",
                          "n_head = 4 does not divide n_embd = 10", NULL);
     tg_test_assert_fails(ctx, tg_mha_new(ctx, NULL, 6, 2, false, 10000, TG_F32), TG_ERR_VALUE, "even head size", NULL);
@@ -200,7 +227,7 @@ END_TEST
 
 Suite *make_transformer_suite(void) {
     return tg_test_suite("transformer", setup, teardown, test_names_and_counts, test_grads_llama, test_grads_gpt2,
-                         test_block_input_gradcheck, test_causal, test_errors, NULL);
+                         test_block_input_gradcheck, test_causal, test_norm_eps, test_errors, NULL);
 }
 
 int main(void) { return tg_test_run(make_transformer_suite()); }

@@ -12,6 +12,8 @@
 
 #include "train/gnuplot.h"
 
+#include "tapegrad/io.h" /* tg_open_regular */
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -354,12 +356,13 @@ tg_status tg_plot_render(const char *gp_path, bool *rendered, char *msg, size_t 
         tg_plot_msgf(msg, msgsize, "tg_plot_render: path is empty or holds a quote or control character");
         return TG_ERR_VALUE;
     }
-    FILE *f = fopen(gp_path, "r");
-    if (!f) {
-        tg_plot_msgf(msg, msgsize, "tg_plot_render: cannot read %s: %s", gp_path, strerror(errno));
+    char why[512]; /* gnuplot reads the script whole: a pipe or a device need not end */
+    int fd = tg_open_regular(gp_path, why, sizeof why);
+    if (fd < 0) {
+        tg_plot_msgf(msg, msgsize, "tg_plot_render: %s", why);
         return TG_ERR_IO;
     }
-    fclose(f);
+    close(fd);
 
     /* Split into folder and file name; gnuplot runs in the folder. */
     char *dir = tg_plot_concat(1, gp_path);

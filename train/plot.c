@@ -11,7 +11,10 @@
 
 #include "train/gnuplot.h"
 
+#include "tapegrad/io.h" /* tg_open_regular */
+
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -46,6 +49,21 @@ typedef struct plot_curve {
 static bool name_ok(const char *name) {
     return tg_plot_path_ok(name) && !strchr(name, '/') && strcmp(name, ".") != 0 && strcmp(name, "..") != 0 &&
            name[0] != '-';
+}
+
+/* fopen(path, "w") that never blocks: a pipe (FIFO) at the path with no
+ * reader fails at once (ENXIO) instead of stopping the run until one
+ * comes. NULL with errno set on failure. */
+static FILE *create_file(const char *path) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0666);
+    int flags = fd >= 0 ? fcntl(fd, F_GETFL) : -1;
+    FILE *f = flags >= 0 && fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0 ? fdopen(fd, "w") : NULL;
+    if (!f && fd >= 0) {
+        int err = errno;
+        close(fd);
+        errno = err;
+    }
+    return f;
 }
 
 /* A malloc'd copy of dir without trailing slashes ("out/" -> "out"; "/"
@@ -104,7 +122,7 @@ tg_status tg_plot_open(tg_plot **out, const char *dir, const char *name, int nco
         plot_free(p);
         return st;
     }
-    p->f = fopen(p->dat, "w");
+    p->f = create_file(p->dat);
     if (!p->f) {
         plot_free(p);
         return TG_ERR_IO;
@@ -168,7 +186,7 @@ static tg_status write_script(const char *dir, const char *name, const tg_plot_s
         free(png);
         return TG_ERR_OOM;
     }
-    FILE *f = fopen(gp_path, "w");
+    FILE *f = create_file(gp_path);
     free(gp_path);
     if (!f) {
         free(png);
@@ -202,6 +220,26 @@ static tg_status write_script(const char *dir, const char *name, const tg_plot_s
     return st;
 }
 
+/* A PNG is the signature, then chunks (4-byte length, 4-byte type, data,
+ * 4-byte CRC), the last of which is IEND: no data, so always these 12
+ * bytes. gnuplot writes the file front to back and IEND last, and exits 0
+ * even when a write failed (a full disk), so a picture whose last 12 bytes
+ * are not IEND was cut short. */
+bool tg_plot_png_complete(const char *path) {
+    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    static const unsigned char iend[12] = {0, 0, 0, 0, 'I', 'E', 'N', 'D', 0xae, 0x42, 0x60, 0x82};
+    int fd = path ? tg_open_regular(path, NULL, 0) : -1;
+    if (fd < 0) return false;
+    unsigned char head[8], tail[12];
+    struct stat sb;
+    bool ok = fstat(fd, &sb) == 0 && sb.st_size >= (off_t)(sizeof sig + sizeof iend) &&
+              pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head &&
+              pread(fd, tail, sizeof tail, sb.st_size - (off_t)sizeof tail) == (ssize_t)sizeof tail &&
+              memcmp(head, sig, sizeof sig) == 0 && memcmp(tail, iend, sizeof iend) == 0;
+    close(fd);
+    return ok;
+}
+
 /* Removes a stale NAME.png, renders NAME.gp, and checks the picture. */
 static tg_status render(const char *dir, const char *name, bool *rendered, char *msg, size_t msgsize) {
     char *gp = tg_plot_concat(2, name, ".gp");
@@ -219,8 +257,14 @@ static tg_status render(const char *dir, const char *name, bool *rendered, char 
     if (st != TG_OK) unlink(png); /* gnuplot opened it at `set output` */
     if (st == TG_OK && done) {
         struct stat sb;
-        if (stat(png, &sb) != 0 || sb.st_size == 0) {
-            tg_plot_msgf(msg, msgsize, "gnuplot ran %s/%s but wrote no %s", dir, gp, png);
+        bool none = stat(png, &sb) != 0 || sb.st_size == 0;
+        if (none || !tg_plot_png_complete(png)) {
+            if (none) tg_plot_msgf(msg, msgsize, "gnuplot ran %s/%s but wrote no %s", dir, gp, png);
+            else
+                tg_plot_msgf(msg, msgsize,
+                             "gnuplot ran %s/%s but left %s incomplete (%lld bytes, not ending with the PNG's "
+                             "IEND chunk: is the disk full?); removed it",
+                             dir, gp, png, (long long)sb.st_size);
             unlink(png);
             st = TG_ERR_IO;
             done = false;

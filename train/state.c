@@ -22,11 +22,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "tapegrad.h"
 #include "tensor/internal.h" /* tg_check_ptr, tg_null_error */
 
 #define FORMAT_KEY "tapegrad.train"
+#define COMPUTE_KEY "tapegrad.compute" /* the context's compute dtype (autocast): "float32", "bfloat16", ... */
 #define FORMAT_VERSION "1"
 #define RESERVED_PREFIX "tapegrad."
 #define MAX_PARTS 64
@@ -153,26 +155,18 @@ static tg_status name_error(tg_ctx *ctx, const char *fn) {
     return st;
 }
 
-/* Only regular files (or none yet, for a save): see train.h for why. */
-static bool check_regular(tg_ctx *ctx, const char *fn, const char *path, bool may_be_missing) {
+/* A save replaces only a regular file, or makes a new one: see train.h for
+ * why. (A load reads only a regular file: tg_ckpt_load checks it.) */
+static bool check_save_path(tg_ctx *ctx, const char *fn, const char *path) {
     struct stat sb;
     if (stat(path, &sb) != 0) {
-        if (may_be_missing && errno == ENOENT) return true;
+        if (errno == ENOENT) return true;
         tg_error(ctx, TG_ERR_IO, fn, "cannot open %s: %s", path, strerror(errno));
         return false;
     }
     if (S_ISREG(sb.st_mode)) return true;
-    const char *kind = S_ISDIR(sb.st_mode)    ? "a directory"
-                       : S_ISCHR(sb.st_mode)  ? "a character device"
-                       : S_ISBLK(sb.st_mode)  ? "a block device"
-                       : S_ISFIFO(sb.st_mode) ? "a pipe (FIFO)"
-                       : S_ISSOCK(sb.st_mode) ? "a socket"
-                                              : "not a regular file";
-    tg_error(ctx, TG_ERR_IO, fn,
-             may_be_missing ? "%s is %s, not a regular file: a save replaces the file at the path"
-                            : "%s is %s, not a regular file: a checkpoint is read whole, and a device or a "
-                              "pipe need not end",
-             path, kind);
+    tg_error(ctx, TG_ERR_IO, fn, "%s is %s, not a regular file: a save replaces the file at the path", path,
+             tg_file_kind((unsigned)sb.st_mode));
     return false;
 }
 
@@ -180,7 +174,7 @@ static bool check_regular(tg_ctx *ctx, const char *fn, const char *path, bool ma
  * context's status says why, TG_ERR_NULL for a NULL context). */
 static bool begin(tg_ctx *ctx, const char *fn, const char *path, const tg_train_part *parts, int nparts, bool saving) {
     if (!tg_check_ptr(ctx, fn, "path", path)) return false;
-    return check_parts(ctx, fn, parts, nparts) && check_regular(ctx, fn, path, saving);
+    return check_parts(ctx, fn, parts, nparts) && (!saving || check_save_path(ctx, fn, path));
 }
 
 /* ---- save ------------------------------------------------------------------------ */
@@ -200,6 +194,7 @@ static tg_status save_parts(tg_ctx *ctx, const char *fn, const char *path, const
         tg_meta_set(ctx, &meta, it->key, it->value);
     }
     tg_meta_set(ctx, &meta, FORMAT_KEY, FORMAT_VERSION);
+    tg_meta_set(ctx, &meta, COMPUTE_KEY, tg_dtype_name(tg_ctx_autocast(ctx)));
     tg_meta_set_rng(ctx, &meta);
     for (int i = 0; i < nparts && tg_ok(ctx); i++) {
         if (!parts[i].optim) continue;
@@ -238,27 +233,73 @@ tg_status tg_train_save(tg_ctx *ctx, const char *path, const tg_params *params, 
 
 /* ---- load ------------------------------------------------------------------------ */
 
-/* The file's metadata agrees with the parts: the format, and each
- * optimizer's description and schedule; the scratch step counts are step
- * counts; the RNG state reads. Sets *seed and *offset. */
-static bool check_loaded(tg_ctx *ctx, const char *fn, const char *path, const tg_train_part *parts, int nparts,
-                         const tg_meta *meta, const tg_params *state, uint64_t *seed, uint64_t *offset) {
+/* The file's format key says it is a training state this library reads. */
+static bool check_format(tg_ctx *ctx, const char *fn, const char *path, const tg_meta *meta) {
     const char *format = tg_meta_get(meta, FORMAT_KEY);
-    if (!format || strcmp(format, FORMAT_VERSION) != 0) {
-        if (format)
-            tg_error(ctx, TG_ERR_FORMAT, fn, "%s: training-state format \"%.40s\", this library reads \"%s\"", path,
-                     format, FORMAT_VERSION);
-        else
-            tg_error(ctx, TG_ERR_FORMAT, fn,
-                     "%s has no \"%s\" key: not a training-state file (a checkpoint of tg_ckpt_save? "
-                     "load it with tg_ckpt_load)",
-                     path, FORMAT_KEY);
+    if (format && strcmp(format, FORMAT_VERSION) == 0) return true;
+    if (format)
+        tg_error(ctx, TG_ERR_FORMAT, fn, "%s: training-state format \"%.40s\", this library reads \"%s\"", path, format,
+                 FORMAT_VERSION);
+    else
+        tg_error(ctx, TG_ERR_FORMAT, fn,
+                 "%s has no \"%s\" key: not a training-state file (a checkpoint of tg_ckpt_save? load it with "
+                 "tg_ckpt_load)",
+                 path, FORMAT_KEY);
+    return false;
+}
+
+/* Appends ", \"name\"" (the first without the comma) to buf[size]. */
+static void put_name(char *buf, size_t size, const char *name) {
+    size_t len = strlen(buf);
+    if (len < size) snprintf(buf + len, size - len, "%s\"%s\"", len ? ", " : "", name);
+}
+
+/* The parts the file holds an optimizer for (its "tapegrad.optim[.NAME]"
+ * keys), quoted, into buf; how many. */
+static int file_parts(const tg_meta *meta, char *buf, size_t size) {
+    static const char prefix[] = "tapegrad.optim";
+    const size_t k = sizeof prefix - 1;
+    int n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < meta->count; i++) {
+        const char *key = meta->items[i].key;
+        if (strncmp(key, prefix, k) != 0 || (key[k] && key[k] != '.')) continue;
+        put_name(buf, size, key[k] ? key + k + 1 : "");
+        n++;
+    }
+    return n;
+}
+
+/* The settings the file was saved with agree with the parts and the
+ * context: the same parts, each optimizer's description and schedule, the
+ * gradient scalers' settings, the compute dtype. Metadata only, so it also
+ * explains a file whose tensors do not fit (explain_mismatch). */
+static bool settings_agree(tg_ctx *ctx, const char *fn, const char *path, const tg_train_part *parts, int nparts,
+                           const tg_meta *meta) {
+    /* The same parts (those with an optimizer, whose keys name them). */
+    char key[96], theirs_parts[256], ours[256] = "";
+    int n_file = file_parts(meta, theirs_parts, sizeof theirs_parts), n_ours = 0;
+    bool missing = false;
+    for (int i = 0; i < nparts; i++) {
+        if (!parts[i].optim) continue;
+        put_name(ours, sizeof ours, parts[i].name ? parts[i].name : "");
+        n_ours++;
+        part_key(key, sizeof key, "optim", &parts[i]);
+        missing |= !tg_meta_get(meta, key);
+    }
+    if (n_file > 0 && (missing || n_file != n_ours)) {
+        tg_error(ctx, TG_ERR_VALUE, fn,
+                 "%s holds the parts %s, and this load has %s: it was saved with other settings (another model; "
+                 "load it with the parts it was saved with)",
+                 path, theirs_parts, n_ours ? ours : "none with an optimizer");
         return false;
     }
     for (int i = 0; i < nparts; i++) {
         if (!parts[i].optim) continue;
+        char part[96] = ""; /* which one, when there are names */
+        if (parts[i].name && *parts[i].name) snprintf(part, sizeof part, " (part \"%s\")", parts[i].name);
         for (int what = 0; what < 2; what++) {
-            char key[96], mine[512];
+            char mine[512];
             part_key(key, sizeof key, what == 0 ? "optim" : "schedule", &parts[i]);
             if (what == 0) tg_optim_format(mine, sizeof mine, parts[i].optim);
             else tg_optim_format_schedule(mine, sizeof mine, parts[i].optim);
@@ -269,16 +310,25 @@ static bool check_loaded(tg_ctx *ctx, const char *fn, const char *path, const tg
             }
             if (strcmp(theirs, mine) != 0) {
                 tg_error(ctx, TG_ERR_VALUE, fn,
-                         "%s was saved by an optimizer with %s \"%.160s\", this one has \"%.160s\" (make it as "
+                         "%s%s was saved by an optimizer with %s \"%.160s\", this one has \"%.160s\" (make it as "
                          "when the run started; change it after loading)",
-                         path, what == 0 ? "settings" : "schedule", theirs, mine);
+                         path, part, what == 0 ? "settings" : "schedule", theirs, mine);
                 return false;
             }
         }
     }
+    /* Files from before the key was written say nothing: any dtype. */
+    const char *compute = tg_meta_get(meta, COMPUTE_KEY), *dtype = tg_dtype_name(tg_ctx_autocast(ctx));
+    if (compute && strcmp(compute, dtype) != 0) {
+        tg_error(ctx, TG_ERR_VALUE, fn,
+                 "%s was saved by a run computing in %.40s, and this context computes in %s (tg_ctx_set_autocast "
+                 "as when the run started, before the load; change it after)",
+                 path, compute, dtype);
+        return false;
+    }
     for (int i = 0; i < nparts; i++) {
         if (!parts[i].scaler) continue;
-        char key[96], mine[512];
+        char mine[512];
         part_key(key, sizeof key, "scaler", &parts[i]);
         tg_grad_scaler_format(mine, sizeof mine, parts[i].scaler);
         const char *theirs = tg_meta_get(meta, key);
@@ -292,6 +342,42 @@ static bool check_loaded(tg_ctx *ctx, const char *fn, const char *path, const tg
                      theirs, mine);
             return false;
         }
+    }
+    return true;
+}
+
+/* After a load whose tensors did not fit the parts (a name, shape or dtype
+ * that differs, status st): when the file's metadata shows why, other
+ * parts or other settings (TG_ERR_VALUE from settings_agree), that is the
+ * error, naming both; else the tensor's error stays (a key missing from
+ * the file says less than the tensor missing from it). Reads the metadata
+ * again, only on this path. */
+static void explain_mismatch(tg_ctx *ctx, const char *fn, const char *path, const tg_train_part *parts, int nparts) {
+    tg_status st = tg_status_of(ctx);
+    if (st != TG_ERR_VALUE && st != TG_ERR_SHAPE && st != TG_ERR_DTYPE) return;
+    char inner[512];
+    snprintf(inner, sizeof inner, "%s", tg_error_message(ctx));
+    tg_clear_error(ctx);
+    tg_params none = {0};
+    tg_meta meta = {0};
+    const tg_ckpt_options only_meta = {.ignore_extra = true};
+    bool explained = tg_ckpt_load_ex(ctx, path, &none, NULL, &meta, &only_meta) == TG_OK &&
+                     tg_meta_get(&meta, FORMAT_KEY) && !settings_agree(ctx, fn, path, parts, nparts, &meta) &&
+                     tg_status_of(ctx) == TG_ERR_VALUE;
+    tg_meta_free(&meta);
+    if (explained) return;
+    tg_clear_error(ctx);
+    tg_error(ctx, st, fn, "%s", inner);
+}
+
+/* The file's metadata agrees with the parts (check_format,
+ * settings_agree); the scalers' and the optimizers' step counts are in
+ * range; the RNG state reads. Sets *seed and *offset. */
+static bool check_loaded(tg_ctx *ctx, const char *fn, const char *path, const tg_train_part *parts, int nparts,
+                         const tg_meta *meta, const tg_params *state, uint64_t *seed, uint64_t *offset) {
+    if (!check_format(ctx, fn, path, meta) || !settings_agree(ctx, fn, path, parts, nparts, meta)) return false;
+    for (int i = 0; i < nparts; i++) {
+        if (!parts[i].scaler) continue;
         /* the rules tg_grad_scaler_sync_state applies, before anything is written */
         char name[160];
         const bool named = parts[i].name && *parts[i].name;
@@ -332,10 +418,11 @@ static tg_status load_parts(tg_ctx *ctx, const char *fn, const char *path, const
     tg_params live_params = {0}, live_state = {0}, params = {0}, state = {0};
     tg_meta file_meta = {0};
     uint64_t seed = 0, offset = 0;
-    if (gather(ctx, fn, parts, nparts, false, &live_params, &live_state) &&
-        gather(ctx, fn, parts, nparts, true, &params, &state) &&
-        tg_ckpt_load(ctx, path, &params, &state, &file_meta) == TG_OK &&
-        check_loaded(ctx, fn, path, parts, nparts, &file_meta, &state, &seed, &offset)) {
+    const bool gathered = gather(ctx, fn, parts, nparts, false, &live_params, &live_state) &&
+                          gather(ctx, fn, parts, nparts, true, &params, &state);
+    const bool loaded = gathered && tg_ckpt_load(ctx, path, &params, &state, &file_meta) == TG_OK;
+    if (gathered && !loaded) explain_mismatch(ctx, fn, path, parts, nparts);
+    if (loaded && check_loaded(ctx, fn, path, parts, nparts, &file_meta, &state, &seed, &offset)) {
         /* Everything checked: commit. The lists match entry for entry. */
         for (int i = 0; i < params.count; i++) tg_assign(ctx, live_params.items[i].value, params.items[i].value);
         for (int i = 0; i < state.count; i++) tg_assign(ctx, live_state.items[i].value, state.items[i].value);
@@ -381,12 +468,11 @@ static tg_status read_rows(const char *dir, const char *name, int ncols, const c
     char *path = malloc(plen);
     if (!path) return TG_ERR_OOM;
     snprintf(path, plen, "%s/%s.dat", dir, name);
-    FILE *f = fopen(path, "r");
+    int fd = tg_open_regular(path, NULL, 0); /* a pipe would block, a device never end */
     free(path);
-    struct stat sb;
-    if (!f) return TG_OK;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fclose(f);
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    if (!f) {
+        if (fd >= 0) close(fd);
         return TG_OK;
     }
     tg_status st = TG_OK;

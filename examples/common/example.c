@@ -158,10 +158,14 @@ void ex_setup(tg_ctx *ctx, const ex_args *args) {
 bool ex_resume(tg_ctx *ctx, const ex_args *args, const tg_train_part *parts, int nparts, int64_t *start) {
     *start = 0;
     if (!args->resume) return true;
-    if (tg_train_load_parts(ctx, args->resume, parts, nparts, NULL) != TG_OK) {
+    tg_meta meta = {0};
+    if (tg_train_load_parts(ctx, args->resume, parts, nparts, &meta) != TG_OK) {
+        tg_meta_free(&meta);
         ex_failed(ctx);
         return false;
     }
+    ex_note_split(args, tg_meta_get(&meta, "dist.split"));
+    tg_meta_free(&meta);
     *start = parts[0].optim ? tg_optim_steps(parts[0].optim) : 0;
     if (*start >= ex_last_step(args)) {
         fprintf(stderr,
@@ -174,14 +178,54 @@ bool ex_resume(tg_ctx *ctx, const ex_args *args, const tg_train_part *parts, int
     return true;
 }
 
-bool ex_save(tg_ctx *ctx, const ex_args *args, const tg_train_part *parts, int nparts) {
+bool ex_save(tg_ctx *ctx, const ex_args *args, const tg_train_part *parts, int nparts, int64_t step) {
     if (!args->save) return true;
-    if (tg_train_save_parts(ctx, args->save, parts, nparts, NULL) != TG_OK) {
+    tg_meta meta = {0};
+    bool ok = (!args->split[0] || tg_meta_set(ctx, &meta, "dist.split", args->split)) &&
+              tg_train_save_parts(ctx, args->save, parts, nparts, &meta) == TG_OK;
+    tg_meta_free(&meta);
+    if (!ok) {
         ex_failed(ctx);
         return false;
     }
-    printf("saved the training state to %s\n", args->save);
+    if (step) ex_saved_at(args, step);
+    else printf("saved the training state to %s\n", args->save);
     return true;
+}
+
+void ex_note_split(const ex_args *args, const char *theirs) {
+    if (!theirs || !args->split[0] || strcmp(theirs, args->split) == 0) return;
+    printf("%s: note: %s was trained with each batch's gradient summed over %s slices, this run sums it over %s "
+           "(processes x micro-batches): the sums round otherwise from here on, so the run goes on as the same "
+           "training but will not match an uninterrupted run bit for bit\n",
+           prog, args->resume, theirs, args->split);
+}
+
+bool ex_save_due(const ex_args *args, int64_t step) {
+    return args->save && args->save_every > 0 && step % args->save_every == 0 && step < ex_last_step(args);
+}
+
+void ex_saved_at(const ex_args *args, int64_t step) {
+    printf("step %lld: saved the training state to %s\n", (long long)step, args->save);
+    fflush(stdout);
+}
+
+bool ex_save_folder_ok(const ex_args *args) {
+    if (!args->save) return true;
+    const char *slash = strrchr(args->save, '/');
+    if (!slash) return true; /* the current folder */
+    size_t n = slash == args->save ? 1 : (size_t)(slash - args->save);
+    char *dir = strndup(args->save, n);
+    struct stat sb;
+    errno = 0;
+    bool ok = dir && stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode) && access(dir, W_OK) == 0;
+    if (!ok)
+        fprintf(stderr, "%s: --save %s: cannot write into the folder %s: %s\n", prog, args->save, dir ? dir : "",
+                !dir    ? "out of memory"
+                : errno ? strerror(errno)
+                        : "not a folder");
+    free(dir);
+    return ok;
 }
 
 /* "DIR/NAME.dat: No space left on device", or the status's name when the
@@ -242,10 +286,10 @@ bool ex_close(FILE *f, const char *path) {
 }
 
 bool ex_picture(tg_status st, bool rendered, const char *msg, const char *png_path, bool *failed) {
-    struct stat sb;
-    bool exists = stat(png_path, &sb) == 0 && sb.st_size > 0;
+    /* gnuplot exits 0 after a write failed (a full disk): only a whole PNG is a picture */
+    bool exists = tg_plot_png_complete(png_path);
     if (st != TG_OK || (rendered && !exists)) {
-        fprintf(stderr, "%s: %s%s\n", prog, st != TG_OK ? msg : "gnuplot ran but wrote no ",
+        fprintf(stderr, "%s: %s%s\n", prog, st != TG_OK ? msg : "gnuplot ran but wrote no complete PNG ",
                 st != TG_OK ? "" : png_path);
         *failed = true;
         return false;

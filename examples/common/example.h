@@ -14,12 +14,16 @@ typedef struct ex_args {
     int64_t steps;
     double lr;
     uint64_t seed;
-    const char *out;    /* output folder for logs and plots */
-    int threads;        /* 0: the default */
-    int64_t every;      /* progress every N steps */
-    const char *save;   /* training state to write at the end, or NULL */
-    const char *resume; /* training state to start from, or NULL */
-    int64_t stop_after; /* stop after this step (0: run all steps), e.g. to --save and --resume later */
+    const char *out;          /* output folder for logs and plots */
+    int threads;              /* 0: the default */
+    int64_t every;            /* progress every N steps */
+    const char *save;         /* training state to write at the end, or NULL */
+    const char *resume;       /* training state to start from, or NULL */
+    int64_t stop_after;       /* stop after this step (0: run all steps), e.g. to --save and --resume later */
+    int64_t save_every;       /* also --save after every N steps (0: only at the end); EX_FLAG_SAVE_EVERY */
+    const char *dist_timeout; /* a collective's deadline in seconds, or NULL; EX_FLAG_DIST_TIMEOUT (common/dist.h) */
+    char split[32];           /* the order of each batch's gradient sum, kept by --save and compared on --resume:
+                       "M" slices in a row, or "PxK" (ex_dist_set_split); "": not recorded */
 } ex_args;
 
 /* An example-specific flag: --name VALUE, or a switch --name (EX_BOOL: no
@@ -32,6 +36,16 @@ typedef struct ex_flag {
     const char *help;
     const char *const *choices; /* for EX_STR: NULL-terminated allowed values, or NULL */
 } ex_flag;
+
+/* --save-every N, for an example that trains long enough to lose work:
+ * put it in the example's extra flags, and call ex_save_due in its loop. */
+#define EX_FLAG_SAVE_EVERY(args)                                                                                     \
+    {                                                                                                                \
+        "save-every", EX_INT, &(args).save_every,                                                                    \
+            "also write --save after every N steps (atomically: a crash leaves the last whole save) (default 0: at " \
+            "the end)",                                                                                              \
+            NULL                                                                                                     \
+    }
 
 /* Parses argv into args (whose fields hold the defaults) and the extra
  * flags; numbers must be finite. Returns -1 to go on, or the exit status to
@@ -55,8 +69,23 @@ void ex_setup(tg_ctx *ctx, const ex_args *args);
  * does not fit, or when it is already at or past the last step to run:
  * there is nothing to train, and no numbers to report. */
 bool ex_resume(tg_ctx *ctx, const ex_args *args, const tg_train_part *parts, int nparts, int64_t *start);
-/* --save: writes the training state (tg_train_save_parts). */
-bool ex_save(tg_ctx *ctx, const ex_args *args, const tg_train_part *parts, int nparts);
+/* --save: writes the training state (tg_train_save_parts), at the end
+ * (step 0: "saved the training state to FILE") or after step `step` of
+ * --save-every (ex_saved_at's line). */
+bool ex_save(tg_ctx *ctx, const ex_args *args, const tg_train_part *parts, int nparts, int64_t step);
+/* After --resume: when the checkpoint's run split its batches otherwise
+ * (theirs: its "dist.split" metadata, or NULL) than args->split, prints a
+ * note that the sums now round otherwise, so the run goes on but will not
+ * match an uninterrupted one bit for bit. */
+void ex_note_split(const ex_args *args, const char *theirs);
+/* True when step is one of --save-every's (not the last step to run,
+ * whose save is the final one). */
+bool ex_save_due(const ex_args *args, int64_t step);
+/* Says a periodic save happened ("step N: saved the training state to FILE"). */
+void ex_saved_at(const ex_args *args, int64_t step);
+/* --save's folder exists and is a folder, so a run is refused at the start
+ * instead of failing to save after the last step; false (printed) if not. */
+bool ex_save_folder_ok(const ex_args *args);
 
 /* A loss log in --out that continues the earlier rows after a resume
  * (tg_plot_open_resume); each failure is printed with errno's text. */
@@ -73,9 +102,10 @@ bool ex_close(FILE *f, const char *path);
 
 /* Reports a plot call (tg_plot_overlay, tg_plot_render, ...) that should
  * have drawn png_path, from its status, *rendered and message: true when
- * the picture exists ("wrote PATH"); false with *failed set when gnuplot
- * failed or wrote nothing (printed to stderr); false alone when gnuplot is
- * not installed (the message says how to render it later). */
+ * the picture is a whole PNG (tg_plot_png_complete; "wrote PATH"); false
+ * with *failed set when gnuplot failed, wrote nothing or left the picture
+ * incomplete (printed to stderr); false alone when gnuplot is not
+ * installed (the message says how to render it later). */
 bool ex_picture(tg_status st, bool rendered, const char *msg, const char *png_path, bool *failed);
 
 /* OUT/loss.png: the per-step training loss of OUT/train.dat and the

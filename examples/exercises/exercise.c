@@ -47,7 +47,10 @@ int tg_exercise_main(int argc, char **argv, tg_exercise *e, bool (*make_inputs)(
         const tg_gradcheck_input *in = &r.input[k];
         if (!in->checked) continue;
         printf("  d%-6s %s  (%lld/%lld elements wrong, max |yours - numeric| %.3g)\n", e->input_names[k],
-               in->pass ? "right" : "WRONG", (long long)in->n_failed, (long long)in->n_checked, in->max_abs_err);
+               in->verdict == TG_VERDICT_PASS    ? "right"
+               : in->verdict == TG_VERDICT_WRONG ? "WRONG"
+                                                 : "undecided",
+               (long long)in->n_wrong, (long long)in->n_checked, in->max_abs_err);
     }
     if (pass) {
         printf("solved: every gradient matches central differences (float64, h = %g)\n", r.h);
@@ -55,7 +58,7 @@ int tg_exercise_main(int argc, char **argv, tg_exercise *e, bool (*make_inputs)(
         goto out;
     }
     for (int k = 0; k < e->n_inputs; k++) {
-        if (!r.input[k].checked || r.input[k].pass) continue;
+        if (!r.input[k].checked || r.input[k].verdict != TG_VERDICT_WRONG) continue;
         tg_gradcheck_diagnosis d;
         if (!tg_gradcheck_diagnose(ctx, e->f, e->user, e->n_inputs, e->inputs, k, &o, &d)) {
             printf("  (no diagnosis: %s)\n", tg_error_message(ctx));

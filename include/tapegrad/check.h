@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "tapegrad/layers.h"
+#include "tapegrad/op.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -50,10 +51,13 @@ extern "C" {
  * Defaults. An h, atol or rtol left 0 -- in zero-initialized options, NULL
  * options and tg_gradcheck_defaults() alike -- takes the default of the
  * checked inputs' dtype (tg_gradcheck_dtype_tol); step and atol_scale left
- * AUTO follow it too:
- *   float64  h 1e-6 absolute, atol 1e-5 absolute, rtol 1e-3 (PyTorch's)
+ * AUTO are SCALED and GRADIENT in both dtypes:
+ *   float64  h 1e-6 x l_i, atol 1e-5 x G_k, rtol 1e-3
  *   float32  h 1e-3 x l_i, atol 1e-3 x G_k, rtol 1e-2 (when any checked
  *            input is float32)
+ * Relative to the input's and the gradient's own scale, one setting holds
+ * from inputs of size 1e-6 to 1e6 (docs/experiments.md); an absolute atol
+ * of 1e-5 would exceed a gradient of 1e-6 and pass any backward there.
  * A value set explicitly is used as given in either dtype. To use a 0
  * tolerance itself (atol 0: a purely relative test), set no_defaults.
  * (In the registry an op's own values come between the two:
@@ -65,9 +69,30 @@ extern "C" {
  *                                                    over the outputs x_i moves
  *   truncation  TG_GRADCHECK_C_TRUNC (h_i / l_i)^2 G_k   (forward differences:
  *                                                    (h_i / l_i) G_k)
- * and the result reports by how much the error exceeds it (max_excess): a
- * failure within it is the check's own round-off, one far above it a wrong
- * backward.
+ * For a comparison that fails the tolerance, the truncation is not assumed
+ * but measured: the quotient is taken again at h_i / 2, and since the
+ * truncation falls as h^2 (h), the two differ by 3/4 (1/2) of the
+ * truncation at h_i -- so a linear op, which has none, is held to its
+ * rounding alone. The result reports by how much the error exceeds the
+ * prediction (max_excess).
+ *
+ * The verdict. A comparison that fails the tolerance by more than the
+ * check's own predicted error is a wrong gradient (n_wrong); one that fails
+ * by no more than that, or whose numeric side is not finite, cannot decide
+ * (the step is off its optimum: the quotient measures its own round-off or
+ * truncation). A comparison where a backward that gave 0 would fail
+ * (|n| > atol + rtol |n|) saw a gradient (n_resolved). Each input, and the
+ * check, ends in
+ *   TG_VERDICT_WRONG         some comparison is wrong
+ *   TG_VERDICT_INCONCLUSIVE  nothing wrong, but a failure that cannot be
+ *                            decided, or no comparison that saw a
+ *                            gradient: both sides (near) zero everywhere,
+ *                            or f(x + h) == f(x - h) in the dtype, where an
+ *                            all-zero backward would pass as well (reason)
+ *   TG_VERDICT_PASS          every comparison passed, and some saw a
+ *                            gradient
+ * and pass is verdict == TG_VERDICT_PASS: a check that could not decide is
+ * never a pass.
  *
  * Forward evaluations for the differences run in no-grad mode, each from
  * the same RNG state (so dropout sees one mask throughout); afterwards the
@@ -87,8 +112,12 @@ extern "C" {
  * kept); no_defaults and tg_gradcheck_dtype_tol are new. Then: a vanished
  * step is an error (it used to pass in DIRECTIONAL mode and give NaN in
  * FULL); relative steps and tolerances, the default in float32 (it used an
- * absolute h 1e-3 and atol 1e-3); the JACOBIAN mode; user-given r and v; the
- * predicted error; the per-element callback and tg_gradcheck_write. */
+ * absolute h 1e-3 and atol 1e-3) and then in float64 too (it used PyTorch's
+ * absolute h 1e-6 and atol 1e-5); the JACOBIAN mode; user-given r and v
+ * (an all-zero r is refused); the predicted error, its truncation measured
+ * for failures; the verdict (pass used to be "no comparison failed", so a
+ * check of 0 against 0 passed); the per-element callback and
+ * tg_gradcheck_write. */
 
 /* The function checked: builds its output from inputs[0..n-1] with
  * differentiable ops; `user` is passed through (op arguments, a layer...).
@@ -105,12 +134,14 @@ typedef bool (*tg_gradcheck_scale_fn)(tg_tensor *const *inputs, int k, double *s
 /* Most inputs a checked function may take. */
 #define TG_GRADCHECK_MAX_INPUTS 8
 
-/* The constants of the predicted error (see above), measured on the
- * registry's ops: over `check all` in float32 and float64, full and
- * directional, seeds 0..9, steps 1e-8..1e-1, 9 of 5589 failing correct
- * inputs exceed the prediction, by at most 1.09x (the kinked max_axis
- * aside), and every failure of the seeded bugs exceeds it
- * (docs/gradcheck.md). */
+/* The constants of the predicted error (see above). C_ROUND was measured
+ * on the registry's ops (over `check all` in both dtypes and modes, steps
+ * 1e-8..1e-1, the rounding of a correct op stays under it); C_TRUNC
+ * scales the truncation predicted for a passing comparison. A failing
+ * one's truncation is measured, not predicted: over `check all` at steps
+ * 1e-8..1e-1, in both dtypes and modes, no correct op is found wrong
+ * (scripts/experiments/verdicts.sh and docs/experiments.md hold the
+ * seeded bugs and their ops to it from input scale 1e-6 to 1e6). */
 #define TG_GRADCHECK_C_ROUND 4.0
 #define TG_GRADCHECK_C_TRUNC 3.0
 
@@ -129,7 +160,7 @@ typedef enum tg_gradcheck_mode {
 
 /* How the step of element i follows from h. */
 typedef enum tg_gradcheck_step {
-    TG_GRADCHECK_STEP_AUTO = 0, /* float64: ABSOLUTE; float32: SCALED */
+    TG_GRADCHECK_STEP_AUTO = 0, /* SCALED */
     TG_GRADCHECK_STEP_ABSOLUTE, /* h_i = h */
     TG_GRADCHECK_STEP_ELEMENT,  /* h_i = h max(|x_i|, floor), floor =
                                    opts.step_floor, or l_i / 10 when 0 */
@@ -138,11 +169,39 @@ typedef enum tg_gradcheck_step {
 
 /* What atol is relative to. */
 typedef enum tg_gradcheck_atol_scale {
-    TG_GRADCHECK_ATOL_AUTO = 0, /* float64: ABSOLUTE; float32: GRADIENT */
+    TG_GRADCHECK_ATOL_AUTO = 0, /* GRADIENT */
     TG_GRADCHECK_ATOL_ABSOLUTE, /* |a - n| <= atol + rtol |n| */
     TG_GRADCHECK_ATOL_GRADIENT  /* |a - n| <= atol G_k + rtol |n|, G_k the
                                     root mean square of input k's gradient */
 } tg_gradcheck_atol_scale;
+
+/* What a check concluded, per input and overall (see the verdict above). */
+typedef enum tg_gradcheck_verdict {
+    TG_VERDICT_INCONCLUSIVE = 0, /* nothing wrong found, but no decision: see the reason */
+    TG_VERDICT_PASS,             /* every comparison passed, and some saw a gradient */
+    TG_VERDICT_WRONG             /* a comparison failed beyond the check's own error */
+} tg_gradcheck_verdict;
+
+/* Why a check is inconclusive. */
+typedef enum tg_gradcheck_reason {
+    TG_REASON_NONE = 0,   /* it is not: a pass, or a wrong gradient */
+    TG_REASON_ALL_ZERO,   /* no comparison saw a gradient: the numeric side
+                             was (near) zero everywhere -- a gradient that
+                             vanishes, or f(x + h) == f(x - h) in the dtype --
+                             so an all-zero backward would pass as well, while
+                             f does change at larger steps */
+    TG_REASON_UNRESOLVED, /* a comparison failed by no more than the check's
+                             own error at its step, or its numeric side is not
+                             finite: another step may decide */
+    TG_REASON_EMPTY,      /* nothing to compare (an input without elements) */
+    TG_REASON_ERROR       /* the check stopped on an error (the context's) */
+} tg_gradcheck_reason;
+
+/* Above this many times its predicted error (truncation measured) a failed
+ * comparison is a wrong gradient; at or below it, undecided. The measured
+ * truncation is an estimate, exact to its next order: where the truncation
+ * is all the error, the error is ~1.0 times it. */
+#define TG_GRADCHECK_WRONG_EXCESS 2.0
 
 /* A finite-difference step and the tolerances of the pass rule. */
 typedef struct tg_gradcheck_tol {
@@ -232,18 +291,35 @@ typedef struct tg_gradcheck_input {
      * parts there: truncation C_TRUNC (h_i / l_i)^2 G_k (central) and
      * rounding C_ROUND eps S_i / h_i */
     double pred_max, pred_trunc, pred_round;
+    /* of the n_failed: beyond the check's own error (wrong); and the
+     * comparisons that saw a gradient: |n| > atol + rtol |n|, where a
+     * backward that gave 0 would fail */
+    int64_t n_wrong, n_resolved;
+    /* no comparison saw a gradient, and f does not move at all when the
+     * input moves by its length scale l_i: an exact zero gradient, which
+     * the check confirmed (a pass; else TG_REASON_ALL_ZERO) */
+    bool constant;
+    tg_gradcheck_verdict verdict;
+    tg_gradcheck_reason reason; /* when inconclusive */
 } tg_gradcheck_input;
 
 /* The outcome of a check: what the caller asserts on. "Worst" is the
  * comparison with the largest ratio |a - n| / (atol + rtol |n|) (NaN counts
  * as the worst of all). */
 typedef struct tg_gradcheck_result {
-    bool pass;         /* every comparison passed (and no error) */
-    int64_t n_checked; /* comparisons over all inputs */
+    bool pass;                    /* verdict == TG_VERDICT_PASS (and no error) */
+    tg_gradcheck_verdict verdict; /* wrong if any input is, else inconclusive
+                                     if any input is (or on an error), else pass */
+    tg_gradcheck_reason reason;   /* an inconclusive input's (ERROR on an error) */
+    int64_t n_wrong;              /* comparisons beyond the check's own error */
+    int64_t n_checked;            /* comparisons over all inputs */
     int64_t n_failed;
     /* forward evaluations of f: 1 + 2 per element (FULL, JACOBIAN) or per
-     * input (DIRECTIONAL); 2 + 1 per with forward_diff; 4 more for each
-     * failure the first predicted error does not explain */
+     * input (DIRECTIONAL); 2 + 1 per with forward_diff; for each failing
+     * comparison (JACOBIAN: column) 4 more to measure its truncation, and
+     * 4 or 6 more when rounding alone does not cover it; for an input no
+     * comparison saw a gradient in, 2 per element (direction) to see
+     * whether f depends on it at all */
     int64_t n_evals;
     int64_t n_backwards; /* 1, or one per output element (JACOBIAN) */
     double max_abs_err, max_rel_err;
@@ -272,8 +348,8 @@ typedef struct tg_gradcheck_result {
  * atol_scale AUTO, seed 0, every input, float32 refused. */
 TG_API tg_gradcheck_opts tg_gradcheck_defaults(void);
 /* The step and tolerances an h, atol, rtol left 0 take in `dtype`:
- * TG_F64 {1e-6, 1e-5, 1e-3}, TG_F32 {1e-3, 1e-3, 1e-2} (in float32 relative
- * to l_i and G_k: STEP_SCALED, ATOL_GRADIENT). */
+ * TG_F64 {1e-6, 1e-5, 1e-3}, TG_F32 {1e-3, 1e-3, 1e-2} (relative to l_i
+ * and G_k by default: STEP_SCALED, ATOL_GRADIENT). */
 TG_API tg_gradcheck_tol tg_gradcheck_dtype_tol(tg_dtype dtype);
 /* Low precision. tg_gradcheck refuses bfloat16 and float16 inputs
  * (TG_ERR_DTYPE): their rounding (epsilon 2^-7 and 2^-10) swamps any
@@ -322,9 +398,11 @@ TG_API bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_input
  * check_jvp -- every output element of J_k v_k (tg_jvp) against
  * (f(x_k + h v_k) - f(x_k - h v_k)) / 2h, passing when |a - n| <= atol +
  * rtol |n| + C eps |f| / h (h, atol, rtol as tg_gradcheck's, the last term
- * the quotient's rounding, C = TG_GRADCHECK_C_ROUND; in float32 h relative
- * to the input's root mean square and atol to the JVP's). A comparison per output
- * element: result.input[k].worst_output says where.
+ * the quotient's rounding, C = TG_GRADCHECK_C_ROUND; by default h relative
+ * to the input's root mean square and atol to the JVP's). A comparison per
+ * output element: result.input[k].worst_output says where. The verdict as
+ * tg_gradcheck's: a failure is wrong beyond TG_GRADCHECK_WRONG_EXCESS times
+ * the truncation measured at h / 2 and h / 4 plus the rounding.
  *
  * tg_gradcheck_adjoint: the dot-product test <u, J_k v_k> = <J_k^T u, v_k>
  * for a random u (opts.r, or from opts.seed) over the output: forward mode
@@ -335,8 +413,11 @@ TG_API bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_input
  * elements, Euclidean norms): input[k].atol_used is that tolerance,
  * grad_scale the norms' sum. It catches backward bugs far below the
  * tolerance of finite differences (a relative error of 1e-6 in float64).
- * Both return result->pass; errors as tg_gradcheck (and an op without a
- * tangent rule, tg_jvp's error). */
+ * Any failure of the adjoint test is wrong. In both, an input where a zero
+ * derivative would pass everywhere is inconclusive (TG_REASON_ALL_ZERO)
+ * unless f does not move at all when the input moves by its own size
+ * along v. Both return result->pass; errors as tg_gradcheck (and an op
+ * without a tangent rule, tg_jvp's error). */
 #define TG_GRADCHECK_C_ADJOINT 8.0
 TG_API bool tg_gradcheck_fwd(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
                              const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
@@ -377,6 +458,22 @@ TG_API bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, in
  *                 1/sqrt(C) in every row: r from the sum of squares;
  *                 rho_n^2 = 1 + eps / mean(x^2)_n: a missing eps
  *   unstructured  none of these
+ * Before any of these, the backward must be linear in the gradient it
+ * receives, dy: D is read from unit dy, one output at a time, while a
+ * check weights every output at once (r). With r as the check draws it
+ * (opts.seed, or opts.r), backward(r) is compared with Ja^T r and
+ * backward(2 r) with 2 backward(r):
+ *   ignores-dy       backward(2 r) = backward(r): dy is ignored (dx = J^T 1,
+ *                    the gradient of sum(y), whatever dy)
+ *   nonlinear-in-dy  neither: dy used other than linearly (a term that does
+ *                    not scale with dy, dy squared, state kept between calls)
+ * and, not of one factor, a learner's mistakes:
+ *   partial-sum   Ja = Jn on some outputs' rows, 0 on the others: a sum over
+ *                 rows written with = (dgamma of one row)
+ *   missing-gain  Ja = Jn / w_c output by output, w another input of C
+ *                 values (factor: its index): gamma left out of u = gamma dy
+ *   swapped       Ja = the numeric Jacobian of another input of the same
+ *                 size (factor: its index): dgamma and dbeta swapped
  * `factor` is c, the term's factor relative to that term of Jn (D = factor
  * x the term), p, rho, or the missing eps. */
 typedef enum tg_diagnosis_kind {
@@ -390,7 +487,12 @@ typedef enum tg_diagnosis_kind {
     TG_DIAG_PROJECTION,
     TG_DIAG_ROW_SCALE,
     TG_DIAG_STATISTIC,
-    TG_DIAG_UNSTRUCTURED
+    TG_DIAG_UNSTRUCTURED,
+    TG_DIAG_IGNORES_DY,
+    TG_DIAG_NONLINEAR,
+    TG_DIAG_PARTIAL,
+    TG_DIAG_MISSING_GAIN,
+    TG_DIAG_SWAPPED
 } tg_diagnosis_kind;
 
 typedef struct tg_gradcheck_diagnosis {
@@ -419,6 +521,10 @@ TG_API const char *tg_diagnosis_name(tg_diagnosis_kind kind);
 TG_API const char *tg_gradcheck_mode_name(tg_gradcheck_mode mode);
 TG_API const char *tg_gradcheck_step_name(tg_gradcheck_step step);
 TG_API const char *tg_gradcheck_atol_scale_name(tg_gradcheck_atol_scale s);
+/* "pass", "wrong", "inconclusive"; "none", "all-zero", "unresolved",
+ * "empty", "error" ("?" when out of range). */
+TG_API const char *tg_gradcheck_verdict_name(tg_gradcheck_verdict v);
+TG_API const char *tg_gradcheck_reason_name(tg_gradcheck_reason r);
 
 /* Output formats of tg_gradcheck_write. */
 typedef enum tg_gradcheck_format {
@@ -434,7 +540,7 @@ typedef enum tg_gradcheck_format {
     "input,pass,n_checked,n_failed,max_abs_err,max_rel_err,worst_index,worst_output,worst_analytic,worst_numeric," \
     "worst_ratio,worst_step,worst_bound,step_min,step_max,scale,grad_scale,atol_used,max_excess,fail_excess,"      \
     "pred_max,pred_trunc,pred_round,"                                                                              \
-    "mode,step,h,atol_scale,atol,rtol,dtype,seed,forward_diff"
+    "mode,step,h,atol_scale,atol,rtol,dtype,seed,forward_diff,verdict,reason,n_wrong,n_resolved"
 
 /* Writes r to f in `format`. names[k] names input k (NULL, or a NULL
  * entry: "k"); each CSV row starts with `prefix` (NULL: nothing), so a
@@ -562,25 +668,39 @@ TG_API bool tg_registry_build_ranges(tg_ctx *ctx, tg_op_case *c);
  * the user's ops without rebuilding tapegrad (docs/gradcheck.md). It
  * defines its ops as tg_op_info entries and exports them with
  *   TG_GRADCHECK_PLUGIN("myops", my_ops, 2)
- * which defines the function the tool looks up by name
+ * or, with the tangent rules of its custom ops (for `--modes fwd` and
+ * `--adjoint`: the plugin links its own copy of tapegrad, so a
+ * tg_jvp_register of its own would not reach the tool's),
+ *   TG_GRADCHECK_PLUGIN_RULES("myops", my_ops, 2, my_rules, 1)
+ * which define the function the tool looks up by name
  * (TG_GRADCHECK_PLUGIN_SYMBOL). `abi` and `op_info_size` let the tool
- * refuse a plugin built against another version of this header. */
-#define TG_GRADCHECK_PLUGIN_ABI 1
+ * refuse a plugin built against another version of this header (ABI 1,
+ * without rules, is still taken). */
+#define TG_GRADCHECK_PLUGIN_ABI 2
 #define TG_GRADCHECK_PLUGIN_SYMBOL "tg_gradcheck_plugin_register"
+/* A tangent rule the tool registers for the plugin (tg_jvp_register). */
+typedef struct tg_gradcheck_plugin_rule {
+    const char *op; /* a tg_op_def name */
+    tg_jvp_rule rule;
+} tg_gradcheck_plugin_rule;
 typedef struct tg_gradcheck_plugin {
     int abi;             /* TG_GRADCHECK_PLUGIN_ABI */
     size_t op_info_size; /* sizeof(tg_op_info) */
     const char *name;    /* the plugin's, for messages */
     const tg_op_info *ops;
     int n_ops;
+    const tg_gradcheck_plugin_rule *rules; /* ABI 2: tangent rules (NULL: none) */
+    int n_rules;
 } tg_gradcheck_plugin;
 typedef const tg_gradcheck_plugin *(*tg_gradcheck_plugin_fn)(void);
-#define TG_GRADCHECK_PLUGIN(NAME, OPS, N_OPS)                                                                       \
-    const tg_gradcheck_plugin *tg_gradcheck_plugin_register(void);                                                  \
-    const tg_gradcheck_plugin *tg_gradcheck_plugin_register(void) {                                                 \
-        static const tg_gradcheck_plugin p = {TG_GRADCHECK_PLUGIN_ABI, sizeof(tg_op_info), (NAME), (OPS), (N_OPS)}; \
-        return &p;                                                                                                  \
+#define TG_GRADCHECK_PLUGIN_RULES(NAME, OPS, N_OPS, RULES, N_RULES)                                   \
+    const tg_gradcheck_plugin *tg_gradcheck_plugin_register(void);                                    \
+    const tg_gradcheck_plugin *tg_gradcheck_plugin_register(void) {                                   \
+        static const tg_gradcheck_plugin p = {                                                        \
+            TG_GRADCHECK_PLUGIN_ABI, sizeof(tg_op_info), (NAME), (OPS), (N_OPS), (RULES), (N_RULES)}; \
+        return &p;                                                                                    \
     }
+#define TG_GRADCHECK_PLUGIN(NAME, OPS, N_OPS) TG_GRADCHECK_PLUGIN_RULES(NAME, OPS, N_OPS, NULL, 0)
 /* Parses spec (NULL: the op's first variant) and builds random valid inputs
  * of dtype into *c; arguments the spec leaves out get the op's defaults.
  * Errors (TG_ERR_FORMAT for a malformed spec or an argument the op does
@@ -616,6 +736,17 @@ TG_API bool tg_registry_check_spec(tg_ctx *ctx, const tg_op_info *op, const char
  * rule fails with its error ("'foo' cannot be differentiated twice"). */
 TG_API bool tg_gradgradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
                              const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
+/* Forward over reverse, on the same g: tg_gradcheck_fwd of g -- tg_jvp
+ * through g's recorded double backward, the Hessian-vector products H v,
+ * against differences of g along v -- and tg_gradcheck_adjoint of g --
+ * <w, H v> (forward over reverse) against <H^T w, v> (reverse over
+ * reverse), no step. Each record of the double backward needs a tangent
+ * rule (every built-in op's has one); options and result as
+ * tg_gradcheck_fwd and tg_gradcheck_adjoint. */
+TG_API bool tg_gradgradcheck_fwd(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                                 const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
+TG_API bool tg_gradgradcheck_adjoint(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                                     const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
 /* tg_registry_check_spec at order 2: the op's spec (NULL: its first
  * variant) built in dtype and gradgradchecked with tg_registry_opts. */
 TG_API bool tg_registry_check_order2(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_dtype dtype,

@@ -56,12 +56,17 @@ typedef struct tg_dist tg_dist;
  * (unless the program already did) and returns this process's place in
  * the world; a program started without a launcher is a world of one and
  * MPI is not initialized at all (no start-up cost, nothing to finalize).
- * argc and argv are main's (MPI may use them; may be NULL). NULL and an
- * error on failure, e.g. a build without MPI started by mpirun with 2
- * processes (each would train alone). Memory comes from ctx's allocator. */
+ * argc and argv are main's (MPI may use them; may be NULL).
+ * A collective: the ranks compare their builds (tg_dist_fingerprint) and
+ * refuse to run mixed ones. NULL and an error on failure, e.g. a build
+ * without MPI started by mpirun with 2 processes (each would train alone),
+ * ranks of different builds ("the ranks run different builds ...: rank 0
+ * runs ...; rank 1 runs ..."), or a bad TG_DIST_TIMEOUT. Memory comes from
+ * ctx's allocator. */
 TG_API tg_dist *tg_dist_init(tg_ctx *ctx, int *argc, char ***argv);
 /* Frees the handle and finalizes MPI when tg_dist_init initialized it.
- * Not a collective, but MPI's finalize waits for the other ranks. */
+ * Not a collective, but MPI's finalize waits for the other ranks (not
+ * after a missed deadline: see tg_dist_set_timeout). */
 TG_API void tg_dist_free(tg_dist *d);
 
 /* This process's rank (0..size-1) and the number of processes; the number
@@ -74,6 +79,32 @@ TG_API int tg_dist_local_size(const tg_dist *d);
  * there is none ("one process: built without MPI", "one process: not
  * started by mpirun"). */
 TG_API const char *tg_dist_backend(const tg_dist *d);
+
+/* What decides the bits of this rank's results besides its inputs, as
+ * text: the library's version, the GEMM's micro-kernels and the
+ * instruction sets compiled for, the compiler, the C library and the
+ * context's autocast dtype at tg_dist_init. Every rank's must be rank 0's
+ * (tg_dist_init checks): a rank from another build would compute another
+ * gradient for the same slice, and the run would match no one-process run. */
+TG_API const char *tg_dist_fingerprint(const tg_dist *d);
+
+/* The deadline of every collective: a rank that waits longer for the
+ * others calls the roll, and every waiting rank fails with an error naming
+ * the ranks that did not arrive ("rank 1 did not arrive within 600 s ...").
+ * The world is then broken: every later collective fails at once, and
+ * tg_dist_free does not finalize MPI (which would wait for the missing
+ * rank), so the program should exit non-zero; mpirun then ends the rest.
+ * Waiting ranks poll with growing pauses instead of spinning a core.
+ * (It covers the collectives of tg_dist_init after MPI's start-up and
+ * every one after; not MPI_Init itself.)
+ * Default: the environment variable TG_DIST_TIMEOUT (seconds) if set, else
+ * 600 s; 0: no deadline. Not a collective (each rank keeps its own).
+ * Errors: a negative or non-finite value, a NULL d. */
+TG_API bool tg_dist_set_timeout(tg_ctx *ctx, tg_dist *d, double seconds);
+TG_API double tg_dist_timeout(const tg_dist *d);
+/* The longest one collective has waited on this rank since tg_dist_init
+ * (seconds): what a deadline must stay above. */
+TG_API double tg_dist_longest_wait(const tg_dist *d);
 
 /* Part `part` of `parts` near-equal consecutive parts of `total` items:
  *   start = floor(part * total / parts),  count = start(part + 1) - start,
@@ -142,10 +173,10 @@ TG_API bool tg_dist_broadcast_rng(tg_ctx *ctx, tg_dist *d);
  * rounded to the dtype and the sums are made left to right in that dtype,
  * exactly as tg_grad_accum_add folds micro-batches. (With one rank: y = w x.)
  * The order is the library's, never MPI's: each bucket is split into P
- * chunks, rank q receives every rank's piece of chunk q (MPI_Alltoallv) and
- * folds them in rank order, then every rank gathers the folded chunks
- * (MPI_Allgatherv): 2 messages per bucket, each rank sending and receiving
- * about twice the data, as a ring all-reduce does. w must be finite. */
+ * chunks, rank q receives every rank's piece of chunk q and folds them in
+ * rank order, then sends the folded chunk to every rank: 2 exchanges per
+ * bucket, each rank sending and receiving about twice the data, as a ring
+ * all-reduce does. w must be finite. */
 
 /* The n tensors' data, in place. */
 TG_API bool tg_dist_allreduce(tg_ctx *ctx, tg_dist *d, tg_tensor *const *tensors, int n, double weight);
@@ -154,8 +185,19 @@ TG_API bool tg_dist_allreduce(tg_ctx *ctx, tg_dist *d, tg_tensor *const *tensors
  * an error. With each rank's loss the mean over its b_r rows of a global
  * batch of B, weight = b_r / B gives the gradient of the global mean. */
 TG_API bool tg_dist_allreduce_grads(tg_ctx *ctx, tg_dist *d, tg_params *params, double weight);
-/* n doubles, in place: losses, counts, metrics. */
+/* n doubles, in place: losses, counts, metrics. Up to 256 bytes of them
+ * take one message (the check that begins every collective carries them). */
 TG_API bool tg_dist_allreduce_f64(tg_ctx *ctx, tg_dist *d, double *values, int64_t n, double weight);
+/* tg_backward(ctx, loss) then tg_dist_allreduce_grads(ctx, d, params,
+ * weight), the same bits, with the communication under backward: the
+ * gradients are cut into buckets in reverse parameter order, and a
+ * bucket's all-reduce starts as soon as backward has run the first use
+ * of each of its parameters (its gradients are then final), while
+ * backward goes on with the earlier layers. params in forward order (as
+ * tg_module_params gives them) let the buckets start in turn. Zero the
+ * grads first, as for tg_backward; one micro-batch per rank (with the
+ * accumulator, reduce after tg_grad_accum_finish instead). */
+TG_API bool tg_dist_backward(tg_ctx *ctx, tg_dist *d, tg_tensor *loss, tg_params *params, double weight);
 
 /* The largest message of a broadcast or an all-reduce, in bytes (default
  * 4 MiB, at least 64, at most 1 GiB: the value is clamped). Every rank
@@ -164,15 +206,57 @@ TG_API void tg_dist_set_bucket_bytes(tg_dist *d, size_t bytes);
 TG_API size_t tg_dist_bucket_bytes(const tg_dist *d);
 
 /* Time and traffic of this rank's all-reduces since the start (or the last
- * reset): calls, MPI messages (the agreement, then 2 per bucket), payload
- * bytes (the reduced data) and wall seconds inside the calls, including
- * the wait for slower ranks. */
+ * reset): calls, messages (the check that begins each call, then 2 per
+ * bucket; tg_dist_backward also one at its end), payload bytes (the
+ * reduced data), wall seconds inside the calls, including the wait for
+ * slower ranks (for tg_dist_backward: after its backward ended, the
+ * communication left uncovered), and the buckets tg_dist_backward started
+ * while its backward still ran. */
 typedef struct tg_dist_stats {
     int64_t calls, messages;
     double bytes, seconds;
+    int64_t early;
 } tg_dist_stats;
 TG_API tg_dist_stats tg_dist_get_stats(const tg_dist *d);
 TG_API void tg_dist_reset_stats(tg_dist *d);
+
+/* ======================================================================== */
+/* The optimizer state split over the ranks (ZeRO stage 1)                  */
+/* ======================================================================== */
+/* Every rank keeps the whole model and the whole all-reduced gradient, but
+ * updates only its share of the parameters, so its optimizer's state (the
+ * bulk of the memory with Adam: two moments per parameter) is 1/P of it;
+ * then the ranks gather the updated shares. A step:
+ *
+ *   tg_dist_shard *s = tg_dist_shard_new(ctx, d, &params);
+ *   tg_optim *opt = tg_adamw_new(ctx, tg_dist_shard_params(s), &o);
+ *   for each step:
+ *       tg_params_zero_grad(ctx, &params);                  // all of them
+ *       tg_dist_backward(ctx, d, loss, &params, b_r / (double)B);
+ *       tg_clip_grad_norm(ctx, &params, 1.0);               // optional: whole grads
+ *       tg_optim_step(ctx, opt);                            // this rank's share
+ *       tg_dist_shard_gather(ctx, s);                       // everyone's shares
+ *
+ * The parameters are bitwise those of tg_dist_allreduce_grads and an
+ * optimizer over all of them: the optimizers update each element from
+ * that element alone. The shares: the parameters of one dtype laid end to
+ * end, cut into windows of the bucket size (set it before), chunk r of
+ * each window to rank r (views that may split a parameter between ranks).
+ * The optimizer's state is then of the views; it cannot be saved as one
+ * process's (tg_train_save wants the whole state). */
+typedef struct tg_dist_shard tg_dist_shard;
+/* This rank's share of params (every parameter float32 or float64, with a
+ * grad; the list must outlive the shard and not change). Not a
+ * collective. NULL and an error on failure. */
+TG_API tg_dist_shard *tg_dist_shard_new(tg_ctx *ctx, tg_dist *d, tg_params *params);
+/* The share: views named "NAME@OFFSET" over runs of the parameters and
+ * their grads, with their weight-decay flags. Build the optimizer on it. */
+TG_API tg_params *tg_dist_shard_params(tg_dist_shard *s);
+/* Collective: every rank's share of the parameters' values to every rank,
+ * in place, after the optimizer's step. */
+TG_API bool tg_dist_shard_gather(tg_ctx *ctx, tg_dist_shard *s);
+/* Frees the views (free the optimizer over them first). */
+TG_API void tg_dist_shard_free(tg_ctx *ctx, tg_dist_shard *s);
 
 /* ======================================================================== */
 /* Gradient accumulation (one process)                                      */

@@ -127,6 +127,82 @@ TG_API tg_status tg_ckpt_load(tg_ctx *ctx, const char *path, tg_params *params, 
 TG_API tg_status tg_ckpt_load_ex(tg_ctx *ctx, const char *path, tg_params *params, tg_params *state, tg_meta *meta,
                                  const tg_ckpt_options *opt);
 
+/* ======================================================================== */
+/* Files a user names                                                      */
+/* ======================================================================== */
+
+/* Opens path for reading when it names a regular file, as every reader of
+ * a user-named file in tapegrad does (checkpoint loads, the loss log of a
+ * resumed run, gnuplot scripts, the examples' and tools' inputs): a device
+ * such as /dev/zero never ends and a pipe (FIFO) may block forever, so they
+ * are refused, as are directories and sockets. Never blocks. Returns the
+ * file descriptor (O_RDONLY | O_CLOEXEC; the caller closes it), or -1 with
+ * errno set and the reason in why (snprintf semantics; why may be NULL):
+ *   cannot open data.st: No such file or directory
+ *   /dev/zero is a character device, not a regular file (a device or a
+ *   pipe need not end) */
+TG_API int tg_open_regular(const char *path, char *why, size_t why_size);
+/* What a stat mode that is not a regular file names, with its article, for
+ * messages: "a directory", "a character device", "a block device", "a pipe
+ * (FIFO)", "a socket", or "not a regular file" for anything else. */
+TG_API const char *tg_file_kind(unsigned mode);
+
+/* ======================================================================== */
+/* GPT weights in PyTorch's layouts (io/gpt_weights.c)                      */
+/* ======================================================================== */
+/* A tg_gpt from, and to, the safetensors files PyTorch users have, by the
+ * mapping table of docs/weights.md:
+ *  - TG_GPT_HF: Hugging Face's names. GPT-2 (GPT2LMHeadModel, or the
+ *    hub's model.safetensors without the "transformer." prefix): its Conv1D
+ *    weights are (in, out), transposed on the way; c_attn is tapegrad's
+ *    fused qkv as it is. LLaMA (LlamaForCausalLM, "model." prefix optional):
+ *    q_proj, k_proj and v_proj stacked into qkv, the rows of q_proj and
+ *    k_proj permuted, since Hugging Face rotates the halves (i, i + D/2) of
+ *    a head where tapegrad, as Meta, rotates the pairs (2i, 2i + 1).
+ *  - TG_GPT_NANOGPT: GPT-2 under nanoGPT's names (Hugging Face's, with the
+ *    "transformer." prefix) in nn.Linear's (out, in) layout.
+ *  - TG_GPT_META: LLaMA under Meta's names (tok_embeddings, layers.N.
+ *    attention.wq, feed_forward.w1, output), rows as tapegrad has them.
+ * GPT-2's lm_head.weight is wte.weight (tied): an import checks that the
+ * file's is equal when it has one; an export writes it. A LLaMA file
+ * without lm_head.weight (Hugging Face's tie_word_embeddings) gives
+ * lm_head a copy of the token table. Buffers PyTorch keeps beside the
+ * weights (attn.bias, attn.masked_bias, rotary_emb.inv_freq, rope.freqs)
+ * are skipped; any other tensor of the file that has no place in the
+ * model is an error, as is a missing one or a shape that differs (naming
+ * the file's tensor, tapegrad's parameter and both shapes; grouped-query
+ * attention, fewer key/value heads than query heads, is refused so). What
+ * tapegrad computes differently from the source models (nanoGPT's exact
+ * GELU, LLaMA-2's norm eps 1e-5) is listed in docs/weights.md. */
+typedef enum tg_gpt_layout { TG_GPT_HF = 0, TG_GPT_NANOGPT, TG_GPT_META } tg_gpt_layout;
+
+/* Loads the file at path, in `layout`, into gpt's parameters (converting
+ * the file's dtype to the model's). The whole file is checked against the
+ * model before any parameter is written: on error the model is unchanged.
+ * Memory: the file and a copy of its tensors, while it runs. Errors: a
+ * layout the model's arch does not have (TG_ERR_VALUE), and those of
+ * tg_ckpt_load. */
+TG_API tg_status tg_gpt_import(tg_ctx *ctx, tg_gpt *gpt, const char *path, tg_gpt_layout layout);
+/* A new model with the file's weights, its sizes read from the file: arch,
+ * vocab_size, n_embd, n_layer, hidden, and GPT-2's context (the rows of
+ * wpe). The rest, which weights do not say, comes from config: n_head,
+ * norm_eps, rope_base, LLaMA's context, dtype (take them from the model's
+ * config.json: n_head / num_attention_heads, rms_norm_eps, rope_theta,
+ * max_position_embeddings). config NULL: those of a file tg_gpt_export
+ * wrote (its metadata), else an error. The context's RNG is left as it was
+ * (tg_gpt_new's init draws are undone). NULL on error. */
+TG_API tg_gpt *tg_gpt_import_new(tg_ctx *ctx, const char *name, const char *path, tg_gpt_layout layout,
+                                 const tg_gpt_config *config);
+/* Saves gpt's parameters to path in `layout`, atomically (tg_ckpt_save),
+ * under the names a PyTorch model's load_state_dict(strict=True) expects:
+ * GPT-2 with the "transformer." prefix and lm_head.weight, LLaMA in
+ * Hugging Face's layout with the "model." prefix. The metadata holds
+ * "format": "pt" (which Hugging Face's loader asks for) and the config's
+ * n_head, context, rope_base and norm_eps ("tapegrad.*"). opt (may be NULL): the
+ * save's options (io, convert_on_save and save_dtype, e.g. BF16). */
+TG_API tg_status tg_gpt_export(tg_ctx *ctx, tg_gpt *gpt, const char *path, tg_gpt_layout layout,
+                               const tg_ckpt_options *opt);
+
 #ifdef __cplusplus
 }
 #endif

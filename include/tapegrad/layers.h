@@ -159,7 +159,9 @@ TG_API tg_tensor *tg_attention_composed(tg_ctx *ctx, tg_tensor *q, tg_tensor *k,
  * lists. Fields are read-only for users. A layer's parameters are
  * persistent tensors that require grad (they survive tg_ctx_reset); the
  * layer owns them and its _free frees them. Free layers (or their model)
- * before the context.
+ * before the context. A layer belongs to the context that made it: another
+ * context refuses it in every call (its forward, parameter list, model)
+ * with TG_ERR_STATE, without reading it.
  *
  * Constructors come in three forms, which differ in how the options are
  * given:
@@ -219,7 +221,9 @@ TG_API tg_tensor *tg_module_forward(tg_ctx *ctx, tg_module *m, tg_tensor *x);
 TG_API size_t tg_module_format(char *buf, size_t size, const tg_module *m);
 /* Prints tg_module_format's text and a newline to out (any length). */
 TG_API void tg_module_print(FILE *out, const tg_module *m);
-/* Frees the module and its parameters (any layer kind). NULL is a no-op. */
+/* Frees the module and its parameters (any layer kind). NULL is a no-op. A
+ * module a model, a Sequential or a bigger module (a GPT's lm_head) holds
+ * is refused (TG_ERR_STATE): its holder frees it. */
 TG_API void tg_module_free(tg_ctx *ctx, tg_module *m);
 
 /* Linear(in_features, out_features, bias=true), as torch.nn.Linear:
@@ -379,12 +383,14 @@ typedef struct tg_model {
     int count;
     int capacity;
 } tg_model;
-/* Appends m; the model owns it from then on. It takes m in every case: if
- * m cannot be added (the context in error, a duplicate name, out of
- * memory) m is freed, so tg_model_add(ctx, &model,
- * TG_MODULE(tg_linear_new(...))) never leaks. NULL m is TG_ERR_NULL (when
- * the context is healthy); a module already in the model is TG_ERR_VALUE
- * and stays owned by it. */
+/* Appends m; the model owns it from then on (tg_module_free refuses it;
+ * tg_model_free frees it). It takes m in every case: if m cannot be added
+ * (the context in error, a duplicate name, out of memory) m is freed, so
+ * tg_model_add(ctx, &model, TG_MODULE(tg_linear_new(...))) never leaks.
+ * NULL m is TG_ERR_NULL (when the context is healthy). Left where they
+ * are: a module already in the model or held by another model or
+ * container (TG_ERR_VALUE: a module has one holder), and a layer of
+ * another context (TG_ERR_STATE). */
 TG_API bool tg_model_add(tg_ctx *ctx, tg_model *model, tg_module *m);
 /* Appends every module's parameters to list, in the order added. */
 TG_API bool tg_model_params(tg_ctx *ctx, const tg_model *model, tg_params *list);
@@ -431,9 +437,10 @@ TG_API tg_sequential *tg_sequential_new(tg_ctx *ctx, const char *name);
  * tg_model_add: m is freed when it cannot be added (the context in error,
  * NULL seq, a duplicate name, a module without a tensor forward such as an
  * Embedding, out of memory), so a failed add never leaks. Two exceptions
- * keep m where it is and set TG_ERR_VALUE: m already in seq, and m being
- * seq or holding it (a cycle). A module belongs to one model or Sequential
- * at a time. */
+ * keep m where it is and set TG_ERR_VALUE: m already in seq or held by
+ * another model or container, and m being seq or holding it (a cycle). A
+ * module belongs to one model or Sequential at a time. Another context's
+ * seq or m is TG_ERR_STATE. */
 TG_API bool tg_sequential_add(tg_ctx *ctx, tg_sequential *seq, tg_module *m);
 /* x through every module in order. An error inside names the module, by
  * name or position, before the module's own message:
@@ -452,7 +459,9 @@ TG_API void tg_sequential_free(tg_ctx *ctx, tg_sequential *seq);
  *  - Linear, RMSNorm, LayerNorm run their fused op on a 16-bit copy of
  *    each parameter (tg_autocast_param) and on their input cast to the
  *    compute dtype when it is float32 (tg_autocast_input): the output is
- *    16-bit. The norms keep their statistics in float32.
+ *    16-bit. The norms keep their statistics in float32. A Linear under
+ *    bfloat16 multiplies in bfloat16 and reads W as float32, rounded to
+ *    bfloat16 as its GEMM packs it (the copy's bits; no copy is made).
  *  - Embedding looks the rows up in its float32 table and casts them (the
  *    same values as a lookup in a cast table; its grad stays float32).
  *  - The transformer modules and tg_gpt are made of those, with the
@@ -464,7 +473,8 @@ TG_API void tg_sequential_free(tg_ctx *ctx, tg_sequential *seq);
  * Parameters, their grads, optimizer state and checkpoints stay float32,
  * so nothing else changes: the optimizer updates the master weights, a
  * checkpoint saves them exactly. Gradients reach them through tg_cast's
- * backward. A float16 run needs loss scaling (tg_grad_scaler,
+ * backward; a Linear under bfloat16 sums dW and db into the float32 grads
+ * in float32 itself. A float16 run needs loss scaling (tg_grad_scaler,
  * tapegrad/optim.h): float16 gradients below 2^-24 are 0. Outside autocast
  * a 16-bit input to a float32 layer stays an error (TG_ERR_DTYPE, naming
  * tg_ctx_set_autocast): dtypes are never mixed silently. */
@@ -587,6 +597,8 @@ typedef struct tg_gpt_config {
     int64_t context;    /* the most positions a sequence may have */
     int64_t n_layer, n_head, n_embd;
     int64_t hidden;   /* the MLP's; 0: tg_mlp_hidden */
+    double norm_eps;  /* every norm's eps; 0: TG_LAYERNORM_EPS, TG_RMSNORM_EPS
+                         (LLaMA-2 and 3 use 1e-5) */
     double rope_base; /* LLaMA's RoPE base (> 0) */
     tg_dtype dtype;
     /* run each block under tg_checkpoint when recording: backward

@@ -75,6 +75,8 @@ typedef struct tg_ctx tg_ctx;
  * step is always caught; AddressSanitizer builds also poison the arena
  * memory not handed out, so reading a stale tensor's data through a saved
  * pointer is reported. tg_persist makes a tensor that survives resets.
+ * A tensor belongs to the context that made it: any other context refuses
+ * it (TG_ERR_STATE, "... was made by another context").
  *
  * In-place writes. Each tensor counts the writes the library makes into its
  * data in place (tg_fill, tg_assign, tg_set, tg_set_flat; tg_zero_grad and

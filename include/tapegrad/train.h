@@ -71,7 +71,9 @@ TG_API const char *tg_plot_dat_path(const tg_plot *p);
 /* Closes the data file and writes DIR/NAME.gp plotting every column after
  * the first against it, labelled with the column names (style may be NULL
  * for the defaults), then renders DIR/NAME.png. Always frees p. With no
- * rows logged: TG_ERR_STATE (the script is written, nothing is drawn). */
+ * rows logged: TG_ERR_STATE (the script is written, nothing is drawn). A
+ * picture gnuplot left incomplete (it exits 0 when the disk fills up) is
+ * removed: TG_ERR_IO, and msg says so (tg_plot_png_complete). */
 TG_API tg_status tg_plot_close(tg_plot *p, const tg_plot_style *style, bool *rendered, char *msg, size_t msgsize);
 /* Closes the data file without writing a script or a picture (e.g. one run
  * of several later drawn together with tg_plot_overlay). Always frees p. */
@@ -88,8 +90,13 @@ TG_API tg_status tg_plot_overlay(const char *dir, const char *name, const tg_plo
  * script's directory). */
 TG_API tg_status tg_plot_write_preamble(FILE *gp, const char *png_name, int width, int height);
 /* Renders an existing script with gnuplot, run in the script's directory;
- * the script names its own output (see tg_plot_write_preamble). */
+ * the script names its own output (see tg_plot_write_preamble), so check
+ * it with tg_plot_png_complete before announcing it. */
 TG_API tg_status tg_plot_render(const char *gp_path, bool *rendered, char *msg, size_t msgsize);
+/* True when path is a regular file holding a whole PNG: the 8-byte PNG
+ * signature first and the IEND chunk (the PNG's last, 12 bytes) last. A
+ * picture cut short by a full disk ends elsewhere. */
+TG_API bool tg_plot_png_complete(const char *path);
 /* Looks for an executable `gnuplot` in PATH: TG_OK and its path in
  * path[size] (path may be NULL), or TG_ERR_IO when there is none. */
 TG_API tg_status tg_gnuplot_find(char *path, size_t size);
@@ -163,7 +170,9 @@ TG_API void tg_progress_resume(tg_progress *p, int64_t step);
  *  - metadata: "tapegrad.train" (the format, "1"), the RNG state
  *    (tg_meta_set_rng), the optimizer's kind and hyper-parameters and its lr
  *    schedule as text ("tapegrad.optim", "tapegrad.schedule", e.g.
- *    "adamw lr=0.003 beta1=0.9 ...") and the caller's own keys.
+ *    "adamw lr=0.003 beta1=0.9 ..."), the context's compute dtype
+ *    ("tapegrad.compute": "float32", or the autocast dtype "bfloat16",
+ *    "float16") and the caller's own keys.
  * The training step is the optimizer's step count (tg_optim_steps after a
  * load); keep any other counter in meta.
  *
@@ -171,8 +180,12 @@ TG_API void tg_progress_resume(tg_progress *p, int64_t step);
  * model's and the optimizer's tensors (names, dtypes, shapes), and the
  * optimizer must be made as when the run started (same kind,
  * hyper-parameters and schedule: compared with the file's text, and an
- * error shows both). To change the lr or the schedule on resuming, change
- * them after the load. A schedule given by a callback is compared by kind
+ * error shows both), as must the parts (their names: an error lists the
+ * file's and the call's) and the context's compute dtype (autocast;
+ * a file without the key, from before it was written, fits any). A file
+ * whose tensors do not fit is explained by the first of these settings
+ * that differs, else by the first tensor that does. To change the lr or
+ * the schedule on resuming, change them after the load. A schedule given by a callback is compared by kind
  * only. On any error nothing changes: parameters, optimizer, RNG and meta
  * keep their values. Only regular files are read or replaced: a device or
  * a pipe may never end (/dev/zero), and a save renames its temporary file

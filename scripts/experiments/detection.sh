@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Experiment 2 of docs/experiments.md: how often a check catches a bug, as
 # the bug grows, for full and directional checks in float64 and float32
-# (the tool's defaults for each: absolute steps and atol in float64,
-# relative ones in float32).
+# (the tool's defaults for each: steps and atol relative to the input's and
+# the gradient's scale).
 #
 # Two bugs of a chosen relative size (tools/gradcheck/inject.c), RMSNorm
 # 4x8: rmsnorm-scale (dx times 1 + size: every element off by `size`) and
@@ -15,10 +15,15 @@
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 seeds=${SEEDS:-200}
 csv=$OUT/detection.csv
-# one batch as CSV (exit status 1, some seed failed, is the point here)
-batch() { "$TOOL" check "$@" --seeds "$seeds" --format csv || [ $? -eq 1 ]; }
-# the detection rate of input x over the seeds of one batch (CSV rows)
-rate() { awk -F, 'NR > 1 && $7 == "x" {n++; if ($8 == 0) f++} END {printf "%.4f", n ? f / n : 0}'; }
+# one batch as CSV (exit status 1, a wrong gradient found, or 3, some seed
+# inconclusive, is the point here)
+batch() { local st=0; "$TOOL" check "$@" --seeds "$seeds" --format csv || st=$?; [ "$st" -ne 2 ]; }
+# the detection rate of input x over the seeds of one batch (CSV rows): the
+# seeds whose verdict on x is wrong
+rate() {
+  awk -F, 'NR == 1 {for (i = 1; i <= NF; i++) c[$i] = i; next}
+           $(c["input"]) == "x" {n++; if ($(c["verdict"]) == "wrong") f++} END {printf "%.4f", n ? f / n : 0}'
+}
 # the rows BUG,LABEL,DTYPE,MODE,RATE of one bug and spec in both dtypes and modes
 rates() {
   for dt in f64 f32; do

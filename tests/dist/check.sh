@@ -7,9 +7,9 @@
 # hang: every run is bounded by a timeout), only rank 0 writes, and the
 # README's recipes run as printed.
 # Usage: check.sh BUILD_DIR CASE [MPI]
-#   CASE: micro | gpt_micro | no_mpi | installed (any build; installed also
+#   CASE: micro | gpt_micro | no_mpi | save_every | installed (any build; installed also
 #         runs two processes when the third argument is 1: an MPI build);
-#         bitwise | resume | failing_rank | flags_differ | rank0_output |
+#         bitwise | resume | failing_rank | deadline | mixed_builds | flags_differ | rank0_output |
 #         readme_mpi | gpt_bitwise | gpt_resume | gpt_failing | gpt_readme
 #         (MPI builds: mpirun must be on PATH).
 # tests/dist.cmake sets the environment: mpirun as root, oversubscribed,
@@ -144,33 +144,44 @@ resume)
   grep -q "resumed from half.st at step 20" "$tmp/r.log" || fail "did not resume at step 20"
   same full.st resumed.st "2 processes, resumed with 2"
   same f/loss_rmsnorm.dat r/loss_rmsnorm.dat "2 processes, resumed with 2: the loss log"
+  # only rank 0 reads the checkpoint: rank 1 runs in a folder without
+  # it (as on machines without a shared file system) and get its state
+  mkdir elsewhere
+  expect 0 "$tmp/w.log" mpirun -np 1 "$spiral" "${flags[@]}" --resume half.st --save w.st --out w : \
+    -np 1 -wdir "$tmp/elsewhere" "$spiral" "${flags[@]}" --resume half.st --out w
+  same full.st w.st "resumed with the checkpoint on rank 0 alone"
   expect 0 "$tmp/r3.log" mpirun -np 3 "$spiral" "${flags[@]}" --resume half.st --save resumed3.st --out r3
+  # another split is said at run time; the same one (or its equal: 2 processes, --micro 2) is not
+  grep -q "^spiral: note: half.st was trained with each batch's gradient summed over 2 slices, this run sums it over 3 .*round otherwise" \
+    "$tmp/r3.log" || fail "resuming 2 processes' run on 3 did not say it rounds otherwise: $(cat "$tmp/r3.log")"
+  if grep -q "note: " "$tmp/r.log" "$tmp/w.log"; then fail "resuming on as many processes printed a note"; fi
   expect 0 "$tmp/s.log" "$spiral" "${flags[@]}" --micro 2 --stop-after 20 --save s-half.st --out s
   same half.st s-half.st "2 processes vs --micro 2 after 20 steps"
   expect 0 "$tmp/s3.log" "$spiral" "${flags[@]}" --micro 3 --resume s-half.st --save s-resumed3.st --out s
   same resumed3.st s-resumed3.st "resumed with 3 processes vs --micro 3"
   # and back to one process (one micro-batch)
   expect 0 "$tmp/r1.log" "$spiral" "${flags[@]}" --resume resumed3.st --steps 50 --save r1.st --out r1
+  grep -q "note: resumed3.st was trained with each batch's gradient summed over 3 slices, this run sums it over 1" \
+    "$tmp/r1.log" || fail "3 -> 1 said no note"
   grep -q "resumed from resumed3.st at step 40" "$tmp/r1.log" || fail "one process did not resume at step 40"
-  echo "resume: 2 -> 2 processes is one straight run; 2 -> 3 processes == --micro 2 -> --micro 3; 3 -> 1 runs"
+  echo "resume: 2 -> 2 processes is one straight run, also with the checkpoint on rank 0 alone; 2 -> 3 processes == --micro 2 -> --micro 3; 3 -> 1 runs"
   ;;
 failing_rank)
-  # One rank's checkpoint is damaged (each rank reads its own --resume,
-  # given per rank with mpirun's colon syntax): every rank exits with
+  # The checkpoint is damaged (rank 0 alone reads --resume; the others
+  # are given a good one, which they must not read): every rank exits with
   # status 1 and the reason, none waits forever. Then a rank killed
   # mid-run: mpirun ends the others.
   "$spiral" --norm rmsnorm --steps 20 --stop-after 10 --save good.st --out g > /dev/null
   head -c 100 good.st > bad.st
   run=("$spiral" --norm rmsnorm --steps 20 --out o)
-  expect 1 "$tmp/log" mpirun -np 2 "${run[@]}" --resume good.st : -np 1 "${run[@]}" --resume bad.st
+  expect 1 "$tmp/log" mpirun -np 1 "${run[@]}" --resume bad.st : -np 2 "${run[@]}" --resume good.st
   reason="tg_train_load_parts: tg_ckpt_load: bad.st: header length"
-  [ "$(grep -c "^spiral: error: $reason" "$tmp/log")" -eq 1 ] || fail "rank 2 did not say why: $(cat "$tmp/log")"
-  [ "$(grep -c "^spiral: error: tg_dist_agree: rank 2 failed: $reason" "$tmp/log")" -eq 2 ] \
-    || fail "ranks 0 and 1 did not both name rank 2 and its reason: $(cat "$tmp/log")"
+  [ "$(grep -c "^spiral: error: $reason" "$tmp/log")" -eq 1 ] || fail "rank 0 did not say why: $(cat "$tmp/log")"
+  [ "$(grep -c "^spiral: error: tg_dist_agree: rank 0 failed: $reason" "$tmp/log")" -eq 2 ] \
+    || fail "ranks 1 and 2 did not both name rank 0 and its reason: $(cat "$tmp/log")"
   [ ! -e o ] || fail "a log was written although the run never started"
-  # the damaged file on rank 0
-  expect 1 "$tmp/log0" mpirun -np 1 "${run[@]}" --resume bad.st : -np 1 "${run[@]}" --resume good.st
-  grep -q "^spiral: error: tg_dist_agree: rank 0 failed: $reason" "$tmp/log0" || fail "rank 1 did not name rank 0"
+  # a damaged copy on rank 1 is never read: the run goes on from rank 0's
+  expect 0 "$tmp/log1" mpirun -np 1 "${run[@]}" --resume good.st : -np 1 "${run[@]}" --resume bad.st
   # a rank killed with SIGKILL while the run goes on
   printf '#!/bin/sh\necho $$ > "%s/victim.pid"\nexec "$@"\n' "$tmp" > victim.sh
   chmod +x victim.sh
@@ -184,7 +195,69 @@ failing_rank)
   wait "$job" || rc=$?
   [ "$rc" -ne 124 ] || fail "after a rank was killed, the run was still going after $limit s"
   [ "$rc" -ne 0 ] || fail "a rank was killed, yet the run exited 0"
-  echo "failing_rank: a damaged checkpoint on rank 2 or rank 0 ends all ranks with the reason; a killed rank ends the run (status $rc)"
+  echo "failing_rank: a damaged checkpoint on rank 0 ends all ranks with the reason (on rank 1 it is not read); a killed rank ends the run (status $rc)"
+  ;;
+deadline)
+  # A rank that stops (kill -STOP) mid-run: the others wait at the next
+  # collective without spinning a core, and past the deadline (--dist-timeout,
+  # or TG_DIST_TIMEOUT) each exits non-zero naming the rank that did not
+  # arrive. Three ranks, rank 1 stopped; the deadline from the flag, then
+  # from the environment.
+  printf '#!/bin/sh\necho $$ > "%s/pid.$1"\nshift\nexec "$@"\n' "$tmp" > pid.sh
+  chmod +x pid.sh
+  # --every 1: rank 0's progress lines fill its output buffer soon, so the
+  # log shows when training runs
+  run=("$spiral" --norm rmsnorm --steps 1000000 --every 1 --out o)
+  for how in flag env; do
+    rm -f pid.0 pid.1
+    deadline=(--dist-timeout 4) envs=()
+    if [ "$how" = env ]; then deadline=() envs=(TG_DIST_TIMEOUT=4); fi
+    rc=0 t0=$(date +%s)
+    timeout "$limit" env "${envs[@]}" mpirun -np 1 ./pid.sh 0 "${run[@]}" "${deadline[@]}" : -np 1 ./pid.sh 1 "${run[@]}" \
+      "${deadline[@]}" : -np 1 "${run[@]}" "${deadline[@]}" > "$tmp/$how.log" 2>&1 &
+    job=$!
+    # stopped once training runs (the deadline covers the collectives
+    # after tg_dist_init, not MPI's own start-up)
+    for _ in $(seq 1200); do grep -q "step [0-9]*/1000000 " "$tmp/$how.log" && [ -s pid.1 ] && break; sleep 0.1; done
+    sleep 1
+    kill -STOP "$(cat pid.1)"
+    # rank 0 waits at the next collective: its CPU time over 2 s of waiting
+    sleep 0.5
+    cpu() { awk '{print $14 + $15}' "/proc/$(cat pid.0)/stat"; }
+    c0=$(cpu)
+    sleep 2
+    c1=$(cpu)
+    wait "$job" || rc=$?
+    kill -9 "$(cat pid.1)" 2> /dev/null || true
+    took=$(( $(date +%s) - t0 ))
+    [ "$rc" -ne 124 ] || { cat "$tmp/$how.log" >&2; fail "$how: a stopped rank hung the job for $limit s"; }
+    [ "$rc" -ne 0 ] || { cat "$tmp/$how.log" >&2; fail "$how: a rank stopped, yet the run exited 0"; }
+    ticks=$(getconf CLK_TCK)
+    awk -v d=$((c1 - c0)) -v t="$ticks" 'BEGIN {exit !(d / t < 0.2)}' \
+      || fail "$how: rank 0 used $((c1 - c0)) ticks of $ticks/s in 2 s of waiting: it spins"
+    [ "$(grep -c "spiral: error: .*rank 1 did not arrive within 4 s" "$tmp/$how.log")" -eq 2 ] \
+      || { cat "$tmp/$how.log" >&2; fail "$how: ranks 0 and 2 did not both name rank 1"; }
+    [ "$took" -lt 60 ] || fail "$how: the job took $took s to end after a 4 s deadline"
+  done
+  echo "deadline: a stopped rank ends the job (status $rc, ${took} s) with its rank named by the others; waiting uses $((c1 - c0)) ticks in 2 s"
+  ;;
+mixed_builds)
+  # Rank 0 from this build, rank 1 from a portable build of the same
+  # sources (-DTG_NATIVE=OFF: other GEMM kernels, other rounding): refused
+  # by both at the start, each naming the two builds, instead of a run that
+  # matches no one-process run. On a CPU without AVX2 the two builds would
+  # be the same; then there is nothing to refuse.
+  if ! grep -qw avx2 /proc/cpuinfo; then echo "mixed_builds: no AVX2 here: the native build is the portable one"; echo "1 passed, 0 failed"; exit 0; fi
+  "$TG_CMAKE" -S "$src" -B portable -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE=-O1 -DTG_NATIVE=OFF \
+    -DTG_MPI=ON -DCMAKE_C_COMPILER="$TG_CC" > build.log 2>&1 || { cat build.log >&2; fail "configuring a portable build"; }
+  "$TG_CMAKE" --build portable -j2 --target spiral >> build.log 2>&1 || { cat build.log >&2; fail "building it"; }
+  run=(--norm none --steps 5 --out o)
+  expect 0 "$tmp/p.log" mpirun -np 2 portable/examples/spiral --norm none --steps 5 --out p
+  expect 1 "$tmp/log" mpirun -np 1 "$spiral" "${run[@]}" : -np 1 portable/examples/spiral "${run[@]}"
+  [ "$(grep -c "tg_dist_init: the ranks run different builds.*rank 0 runs tapegrad.*GEMM kernels .*rank 1 runs tapegrad .*GEMM kernels portable" "$tmp/log")" -eq 2 ] \
+    || { cat "$tmp/log" >&2; fail "the two ranks did not both refuse, naming the builds"; }
+  [ ! -e o ] || fail "a refused run wrote output"
+  echo "mixed_builds: $(grep -m1 -o "rank 1 runs.*GEMM kernels portable" "$tmp/log")"
   ;;
 flags_differ)
   # Ranks given different --steps would make different numbers of steps
@@ -290,7 +363,11 @@ gpt_resume)
   expect 0 "$tmp/f.log" mpirun -np 2 "$gpt" "${small[@]}" --steps 20 --save full.st --out full
   expect 0 "$tmp/h.log" mpirun -np 2 "$gpt" "${small[@]}" --steps 20 --stop-after 10 --save half.st --out half
   cp -r half two && cp -r half one
-  expect 0 "$tmp/r2.log" mpirun -np 2 "$gpt" "${small[@]}" --steps 20 --resume half.st --save two.st --out two
+  # rank 1 runs in a folder with its own copy of the text but no
+  # checkpoint (no shared file system): it receives rank 0's state
+  mkdir elsewhere && cp text.txt elsewhere/
+  expect 0 "$tmp/r2.log" mpirun -np 1 "$gpt" "${small[@]}" --steps 20 --resume half.st --save two.st --out two : \
+    -np 1 -wdir "$tmp/elsewhere" "$gpt" "${small[@]}" --steps 20 --resume half.st --out two
   grep -q "resumed from half.st at step 10" "$tmp/r2.log" || fail "2 processes did not resume at step 10"
   same_gpt full two "2 processes, resumed with 2"
   expect 0 "$tmp/r1.log" "$gpt" "${small[@]}" --steps 20 --resume half.st --save one.st --out one
@@ -298,22 +375,25 @@ gpt_resume)
   expect 0 "$tmp/s.log" "$gpt" "${small[@]}" --steps 20 --micro 2 --stop-after 10 --save s-half.st --out s
   same half.st s-half.st "2 processes vs --micro 2 after 10 steps"
   expect 0 "$tmp/s1.log" "$gpt" "${small[@]}" --steps 20 --resume s-half.st --save s.st --out s
+  grep -q "^gpt: note: half.st was trained with each batch's gradient summed over 2 slices, this run sums it over 1" "$tmp/r1.log" \
+    || fail "2 -> 1 process: no note that it rounds otherwise: $(cat "$tmp/r1.log")"
+  if grep -q "note: " "$tmp/r2.log"; then fail "2 -> 2 processes printed a note"; fi
   same_gpt one s "resumed with 1 process vs --micro 2 then 1"
-  echo "gpt_resume: 2 -> 2 processes is one straight run; 2 -> 1 process == --micro 2 -> --micro 1"
+  echo "gpt_resume: 2 -> 2 processes is one straight run (the checkpoint on rank 0 alone); 2 -> 1 process == --micro 2 -> --micro 1"
   ;;
 gpt_failing)
   # What would make the ranks train different things, or wait forever,
-  # ends every rank at the start with the reason: a damaged checkpoint on
-  # rank 1, another text on rank 1, other flags on rank 1, a batch too
+  # ends every rank at the start with the reason: a damaged checkpoint (on
+  # rank 0, the one that reads it), another text on rank 1, other flags on rank 1, a batch too
   # small for the processes. None writes anything.
   "$gpt" "${small[@]}" --steps 20 --stop-after 10 --save good.st --out g > /dev/null
   head -c 100 good.st > bad.st
   run=("$gpt" "${small[@]}" --steps 20 --out o)
-  expect 1 "$tmp/ckpt.log" mpirun -np 1 "${run[@]}" --resume good.st : -np 1 "${run[@]}" --resume bad.st
+  expect 1 "$tmp/ckpt.log" mpirun -np 1 "${run[@]}" --resume bad.st : -np 1 "${run[@]}" --resume good.st
   reason="tg_ckpt_load_ex: bad.st: header length"
-  [ "$(grep -c "^gpt: error: $reason" "$tmp/ckpt.log")" -eq 1 ] || fail "rank 1 did not say why: $(cat "$tmp/ckpt.log")"
-  grep -q "^gpt: error: tg_dist_agree: rank 1 failed: $reason" "$tmp/ckpt.log" \
-    || fail "rank 0 did not name rank 1 and its reason: $(cat "$tmp/ckpt.log")"
+  [ "$(grep -c "^gpt: error: $reason" "$tmp/ckpt.log")" -eq 1 ] || fail "rank 0 did not say why: $(cat "$tmp/ckpt.log")"
+  grep -q "^gpt: error: tg_dist_agree: rank 0 failed: $reason" "$tmp/ckpt.log" \
+    || fail "rank 1 did not name rank 0 and its reason: $(cat "$tmp/ckpt.log")"
   sed 's/cat/dog/' text.txt > other.txt
   expect 1 "$tmp/text.log" mpirun -np 1 "${run[@]}" : -np 1 "${run[@]}" --data other.txt
   [ "$(grep -c "tg_dist_same: the texts (--data) differ between the ranks" "$tmp/text.log")" -eq 2 ] \
@@ -325,7 +405,46 @@ gpt_failing)
   grep -q "a batch of 2 windows cannot make 3 micro-batches (3 processes x --micro 1)" "$tmp/batch.log" \
     || fail "--batch 2 on 3 processes: $(cat "$tmp/batch.log")"
   [ ! -e o ] || fail "a refused run wrote output"
-  echo "gpt_failing: a damaged checkpoint, another text, other flags on rank 1 and a batch too small end every rank with the reason"
+  echo "gpt_failing: a damaged checkpoint, another text or other flags on rank 1, a batch too small end every rank with the reason"
+  ;;
+save_every)
+  # --save into a folder that does not exist is refused before step 1 (by
+  # spiral, gpt and charlm), and gpt's --save-every N saves every N steps:
+  # a run killed (kill -9) after some saves resumes from the last one and
+  # ends bitwise where an uninterrupted run ends. With MPI, on 2 processes.
+  printf 'apple\nbanana\ncherry\ndates\nelder\nfig\ngrape\n' > words.txt
+  expect 1 "$tmp/s.log" "$spiral" --steps 5 --save nodir/x.st --out o
+  expect 1 "$tmp/g.log" "$gpt" "${small[@]}" --steps 5 --save nodir/x.st --out o
+  expect 1 "$tmp/c.log" "$build/examples/charlm" --data words.txt --steps 5 --save nodir/x.st --out o
+  for p in s g c; do
+    grep -q -- "--save nodir/x.st: cannot write into the folder nodir: No such file or directory" "$tmp/$p.log" \
+      || fail "--save into a missing folder: $(cat "$tmp/$p.log")"
+  done
+  [ ! -e o ] || fail "a run refused for its --save wrote output"
+  launch=() np=1
+  if [ "$mpi" = 1 ]; then launch=(mpirun -np 2) np=2; fi
+  expect 1 "$tmp/m.log" "${launch[@]}" "$gpt" "${small[@]}" --steps 5 --save nodir/x.st --out o
+  grep -q "cannot write into the folder nodir" "$tmp/m.log" || fail "$np processes, a missing folder: $(cat "$tmp/m.log")"
+  printf '#!/bin/sh\necho $$ > "%s/pid"\nexec "$@"\n' "$tmp" > pid.sh
+  chmod +x pid.sh
+  run=("$gpt" "${small[@]}" --steps 100000 --every 100000 --eval-every 100000)
+  if [ "$mpi" = 1 ]; then
+    timeout "$limit" mpirun -np 1 ./pid.sh "${run[@]}" --save-every 20 --save p.st --out k : -np 1 "${run[@]}" \
+      --save-every 20 > "$tmp/k.log" 2>&1 &
+  else
+    timeout "$limit" ./pid.sh "${run[@]}" --save-every 20 --save p.st --out k > "$tmp/k.log" 2>&1 &
+  fi
+  job=$!
+  for _ in $(seq 600); do grep -q "^step 40: saved the training state to p.st" "$tmp/k.log" && break; sleep 0.1; done
+  kill -9 "$(cat pid)"
+  wait "$job" || true
+  last=$(grep -o "^step [0-9]*: saved" "$tmp/k.log" | tail -1 | grep -o "[0-9]*")
+  [ -n "$last" ] && [ "$last" -ge 40 ] || { cat "$tmp/k.log" >&2; fail "no save every 20 steps"; }
+  stop=$((last + 27)) # past the save after $last too, which a kill can leave unannounced
+  expect 0 "$tmp/r.log" "${launch[@]}" "${run[@]}" --stop-after "$stop" --resume p.st --save r.st --out r
+  expect 0 "$tmp/f.log" "${launch[@]}" "${run[@]}" --stop-after "$stop" --save f.st --out f
+  same r.st f.st "killed after the save at step $last, resumed to step $stop"
+  echo "save_every: --save into a missing folder refused at the start; $np process(es) killed after step $last's save resume bit for bit to step $stop"
   ;;
 gpt_readme)
   # The README's gpt recipe (on the fortunes), run as printed.

@@ -162,7 +162,7 @@ for lib in $siblings; do
     awk '{ if ($1 in objs) objs[$1] = objs[$1] ", " $2; else objs[$1] = $2 } END { for (n in objs) print n, objs[n] }' | sort |
     while read -r name objs; do
       grep -q "^$name " "$work/friends" && continue
-      fix="declare it TG_FRIEND (tensor/internal.h) or call the API"
+      fix="declare it TG_FRIEND (tensor/friend.h) or call the API"
       where=$(awk -v n="$name" '$2 == n { print $3; exit }' "$work/declared")
       [ -z "$where" ] || fix="add TG_API to its declaration ($where)"
       echo "$(libfile "$lib") ($objs) calls $name, hidden in libtapegrad: a shared $(libfile "$lib")" \

@@ -14,8 +14,10 @@
 #    a later folder fails too.
 # Internal headers stay in their folder, but for the few a folder below
 # offers on purpose (CROSSING below): tensor/'s, the base every folder
-# builds on, and autograd/'s op-writing interface for the fused ops of
-# layers/ and for check/. A public header includes only public headers.
+# builds on; autograd/'s op-writing interface for the fused ops of layers/
+# and for check/; and the tape's records for dist/, whose all-reduces
+# start from a hook in backward's walk (dist/overlap.c). A public header
+# includes only public headers.
 # Usage: layering.sh SOURCE_DIR [OBJECT_FILE...]
 #   OBJECT_FILEs as CMake lays them out, .../NAME.dir/FOLDER/FILE.c.o
 #   (ctest passes the three libraries' $<TARGET_OBJECTS:...>).
@@ -26,7 +28,7 @@ shift
 # Internal headers a file of another folder may include: "header: folders".
 CROSSING="
 tensor/*: all
-autograd/tape.h: layers check
+autograd/tape.h: layers check dist
 autograd/grad_graph.h: layers check
 autograd/lowp.h: layers
 autograd/ops_attention.h: layers

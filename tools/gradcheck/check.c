@@ -19,29 +19,54 @@
 
 /* Totals over the run. */
 typedef struct check_totals {
-    int ops, cases, inputs, failed_inputs, failed_cases, errors;
-    int64_t runs, failed_runs; /* checks run (a case times its seeds), failed */
-    double check_secs;         /* in tg_gradcheck alone */
+    int ops, cases;
+    gct_tally inputs;  /* input checks by verdict (over --seeds: an input's
+                          seeds joined); errors: cases that stopped on one */
+    gct_tally runs;    /* every check run (a case times its seeds) by verdict */
+    double check_secs; /* in tg_gradcheck alone */
     bool f32;
-    /* the failing inputs, for the note: name and excess over the
-     * predicted error */
+    /* the inputs that did not pass, for the note */
     int n_note;
-    char note_name[64][400];
-    double note_excess[64];
-    char failures[2048]; /* "rmsnorm 4x8: x, gamma; ..." */
+    gct_note notes[64];
+    char failures[2048]; /* "\n    WRONG  rmsnorm 4x8: x, gamma" ... */
     size_t flen;
-    bool first_json; /* no case written yet */
+    gct_json json; /* --format json */
 } check_totals;
 
-static void note_failure(check_totals *T, const char *fmt, const char *a, const char *b, const char *c) {
+static void note_failure(check_totals *T, const char *what, const char *label, const char *spec, const char *names) {
     if (T->flen < sizeof T->failures)
-        T->flen += (size_t)snprintf(T->failures + T->flen, sizeof T->failures - T->flen, fmt, a, b, c);
+        T->flen += (size_t)snprintf(T->failures + T->flen, sizeof T->failures - T->flen, "\n    %-12s  %s  %s: %s",
+                                    what, label, spec, names);
 }
 
-static void note_excess(check_totals *T, const gct_target *tg, int k, double excess) {
+static void note_input(check_totals *T, const gct_target *tg, int k, tg_gradcheck_verdict v, tg_gradcheck_reason why,
+                       double excess) {
     if (T->n_note == 64) return;
-    snprintf(T->note_name[T->n_note], sizeof T->note_name[0], "%s %s %s", tg->label, tg->c.spec, tg->c.input_names[k]);
-    T->note_excess[T->n_note++] = excess;
+    gct_note *e = &T->notes[T->n_note++];
+    snprintf(e->name, sizeof e->name, "%s %s %s", tg->label, tg->c.spec, tg->c.input_names[k]);
+    e->verdict = v;
+    e->reason = why;
+    e->excess = excess;
+}
+
+/* The names of a case's inputs that got verdict v: "x, gamma" (the reason
+ * after an inconclusive one: "x (all-zero)"). */
+typedef struct case_names {
+    char wrong[256], inconclusive[256];
+    size_t wl, il;
+} case_names;
+
+static void case_name_add(case_names *n, const char *name, tg_gradcheck_verdict v, tg_gradcheck_reason why) {
+    if (v == TG_VERDICT_WRONG && n->wl < sizeof n->wrong)
+        n->wl += (size_t)snprintf(n->wrong + n->wl, sizeof n->wrong - n->wl, "%s%s", n->wl ? ", " : "", name);
+    if (v == TG_VERDICT_INCONCLUSIVE && n->il < sizeof n->inconclusive)
+        n->il += (size_t)snprintf(n->inconclusive + n->il, sizeof n->inconclusive - n->il, "%s%s (%s)",
+                                  n->il ? ", " : "", name, tg_gradcheck_reason_name(why));
+}
+
+static void case_names_note(check_totals *T, const case_names *n, const char *label, const char *spec) {
+    if (n->wl) note_failure(T, "WRONG", label, spec, n->wrong);
+    if (n->il) note_failure(T, "inconclusive", label, spec, n->inconclusive);
 }
 
 static void fmt_err(gct_cell *c, double v) {
@@ -140,26 +165,19 @@ static void print_elements_csv(const gct_target *tg, const elem_list *L, const c
     }
 }
 
-/* The rest of one run's report for a program: in JSON its seeds, the
- * inputs (--print-inputs), the result or the error, closing the object the
- * caller opened; in CSV its rows. */
+/* One run's report for a program: in JSON a check of "checks" (the case,
+ * its seeds, the result or the error, the inputs with --print-inputs, the
+ * comparisons with --elements); in CSV its rows. */
 static void print_run(tg_ctx *ctx, const gct_args *a, gct_target *tg, const tg_gradcheck_result *r, const elem_list *L,
-                      bool ok, uint64_t seed) {
+                      bool ok, uint64_t seed, check_totals *T) {
     if (a->format == GCT_JSON) {
-        printf(",\"input_seed\":%llu,\"probe_seed\":%llu", (unsigned long long)gct_input_seed(a, seed),
-               (unsigned long long)gct_probe_seed(a, seed));
+        gct_json_check_open(&T->json, a, tg, seed, "rev");
+        gct_json_check_result(tg, ctx, ok ? r : NULL);
         if (a->print_inputs) {
             printf(",\"values\":");
             gct_json_inputs(stdout, tg);
         }
-        if (ok) {
-            printf(",\"result\":");
-            tg_gradcheck_write(stdout, r, tg->c.input_names, TG_GRADCHECK_JSON, NULL);
-            if (a->elements) print_elements_json(tg, L);
-        } else {
-            printf(",\"error\":");
-            gct_json_str(stdout, tg_error_message(ctx));
-        }
+        if (ok && a->elements) print_elements_json(tg, L);
         printf("}");
     } else if (a->format == GCT_CSV && ok) {
         char prefix[256];
@@ -171,28 +189,23 @@ static void print_run(tg_ctx *ctx, const gct_args *a, gct_target *tg, const tg_g
 
 /* ---- one case, one seed -------------------------------------------------------- */
 
-/* Appends the rows of one checked case to the table. Returns the number of
- * failing inputs. */
-static int add_case_rows(gct_table *t, const gct_target *tg, const tg_gradcheck_result *r, bool quiet,
-                         check_totals *T) {
-    int failed = 0;
+/* Appends the rows of one checked case to the table and counts its
+ * inputs' verdicts. Returns the case's verdict. */
+static tg_gradcheck_verdict add_case_rows(gct_table *t, const gct_target *tg, const tg_gradcheck_result *r, bool quiet,
+                                          check_totals *T) {
     bool first = true;
-    char names[256] = "";
-    size_t nl = 0;
+    case_names names = {0};
     for (int k = 0; k < tg->c.n_inputs; k++) {
         const tg_gradcheck_input *in = &r->input[k];
         if (!in->checked) continue;
-        T->inputs++;
-        if (!in->pass) {
-            failed++;
-            note_excess(T, tg, k, in->fail_excess);
-            if (nl < sizeof names)
-                nl += (size_t)snprintf(names + nl, sizeof names - nl, "%s%s", failed > 1 ? ", " : "",
-                                       tg->c.input_names[k]);
+        gct_tally_add(&T->inputs, in->verdict);
+        if (in->verdict != TG_VERDICT_PASS) {
+            note_input(T, tg, k, in->verdict, in->reason, in->fail_excess);
+            case_name_add(&names, tg->c.input_names[k], in->verdict, in->reason);
         }
         if (quiet && in->pass) continue;
         gct_cell *row = gct_table_row(t);
-        if (!row) return failed;
+        if (!row) break;
         if (first) gct_table_group(t);
         const tg_tensor *x = tg->c.inputs[k];
         char sh[64], idx[64], out[64];
@@ -218,36 +231,12 @@ static int add_case_rows(gct_table *t, const gct_target *tg, const tg_gradcheck_
             gct_cell_set(&row[8], GCT_PLAIN, "%.10g", in->worst_analytic);
             gct_cell_set(&row[9], GCT_PLAIN, "%.10g", in->worst_numeric);
         }
-        gct_cell_set(&row[10], GCT_PLAIN, "%.2g", in->pass ? in->max_excess : in->fail_excess);
-        gct_cell_set(&row[11], in->pass ? GCT_GOOD : GCT_BAD, "%s", in->pass ? "pass" : "FAIL");
+        gct_cell_set(&row[10], GCT_PLAIN, "%.2g", in->n_failed ? in->fail_excess : in->max_excess);
+        gct_cell_set(&row[11], gct_verdict_tone(in->verdict), "%s", gct_verdict_word(in->verdict));
         first = false;
     }
-    if (failed) {
-        T->failed_inputs += failed;
-        T->failed_cases++;
-        note_failure(T, "\n    %s  %s: %s", tg->label, tg->c.spec, names);
-    }
-    return failed;
-}
-
-/* The case's opening fields in JSON: op, bug, function, spec, dtype. */
-static void json_case_head(const gct_target *tg, check_totals *T) {
-    printf("%s\n{\"op\":", T->first_json ? "" : ",");
-    T->first_json = false;
-    gct_json_str(stdout, tg->op->name);
-    printf(",\"bug\":");
-    if (tg->bug) gct_json_str(stdout, tg->bug->name);
-    else printf("null");
-    printf(",\"function\":");
-    gct_json_str(stdout, tg->bug ? tg->function : tg->op->name);
-    printf(",\"spec\":");
-    gct_json_str(stdout, tg->c.spec);
-    printf(",\"dtype\":\"%s\",\"input_names\":[", tg_dtype_name(tg->c.dtype));
-    for (int k = 0; k < tg->c.n_inputs; k++) {
-        if (k) printf(",");
-        gct_json_str(stdout, tg->c.input_names[k]);
-    }
-    printf("]");
+    case_names_note(T, &names, tg->label, tg->c.spec);
+    return names.wl ? TG_VERDICT_WRONG : names.il ? TG_VERDICT_INCONCLUSIVE : TG_VERDICT_PASS;
 }
 
 /* One check of tg at seed s with opts o: *r; each element into L when
@@ -271,9 +260,11 @@ static bool run_check(tg_ctx *ctx, const gct_args *a, gct_target *tg, uint64_t s
 
 /* Per input of a case: what its seeds gave. */
 typedef struct batch_input {
-    int64_t runs, failed, wrong;  /* wrong: failures above 4x the predicted error */
-    double *rel, *ratio, *excess; /* per seed: max |a - n| / G, worst ratio, max excess */
-    double *pred;                 /* per seed: the predicted error / G (as rel) */
+    int64_t runs, pass, wrong, inconclusive; /* the seeds that ran, by verdict */
+    tg_gradcheck_reason reason;              /* the first inconclusive seed's */
+    double *rel, *ratio, *excess;            /* per seed: max |a - n| / G, worst ratio, excess */
+    double *pred;                            /* per seed: the predicted error / G (as rel) */
+    tg_gradcheck_verdict *verdict;
 } batch_input;
 
 static void batch_free(batch_input *B, int n) {
@@ -282,26 +273,38 @@ static void batch_free(batch_input *B, int n) {
         free(B[k].rel);
         free(B[k].ratio);
         free(B[k].excess);
+        free(B[k].verdict);
     }
 }
 
-static void json_quantiles(const char *key, double *v, int64_t n) {
-    printf("\"%s\":{\"p50\":", key);
-    gct_json_num(stdout, gct_quantile(v, n, 0.5));
-    printf(",\"p90\":");
-    gct_json_num(stdout, gct_quantile(v, n, 0.9));
-    printf(",\"p99\":");
-    gct_json_num(stdout, gct_quantile(v, n, 0.99));
-    printf(",\"max\":");
-    gct_json_num(stdout, gct_quantile(v, n, 1.0));
-    printf("}");
+static void json_quantiles(FILE *f, const char *key, double *v, int64_t n) {
+    fprintf(f, "\"%s\":{\"p50\":", key);
+    gct_json_num(f, gct_quantile(v, n, 0.5));
+    fprintf(f, ",\"p90\":");
+    gct_json_num(f, gct_quantile(v, n, 0.9));
+    fprintf(f, ",\"p99\":");
+    gct_json_num(f, gct_quantile(v, n, 0.99));
+    fprintf(f, ",\"max\":");
+    gct_json_num(f, gct_quantile(v, n, 1.0));
+    fprintf(f, "}");
+}
+
+/* The median excess of an input's seeds with verdict v (for the note). */
+static double batch_excess(const batch_input *b, tg_gradcheck_verdict v) {
+    double *e = malloc((size_t)(b->runs ? b->runs : 1) * sizeof *e);
+    int64_t m = 0;
+    for (int64_t i = 0; e && i < b->runs; i++)
+        if (b->verdict[i] == v) e[m++] = b->excess[i];
+    double q = e && m ? gct_quantile(e, m, 0.5) : NAN;
+    free(e);
+    return q;
 }
 
 /* Runs the case over every seed. Returns -1, or the exit status of a
  * usage error (a --shape that does not build). */
 static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const gct_bug *bug, const char *spec,
                        gct_table *t, check_totals *T, char *errors, size_t *el, size_t esize, char *function,
-                       tg_gradcheck_result *first, bool *have_first, bool *op_failed) {
+                       tg_gradcheck_result *first, bool *have_first, bool *op_shown) {
     uint64_t s0 = gct_first_seed(a);
     int64_t n = gct_seed_count(a);
     batch_input B[TG_GRADCHECK_MAX_INPUTS];
@@ -320,10 +323,10 @@ static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, con
             if (a->shape || i > 0) return gct_build_failed(ctx);
             if (*el < esize)
                 *el += (size_t)snprintf(errors + *el, esize - *el, "    ERROR %s: %s\n", spec, tg_error_message(ctx));
-            T->errors++;
-            T->failed_cases++;
-            note_failure(T, "\n    %s  %s: %s", op->name, spec, "does not build");
-            *op_failed = true;
+            T->inputs.errors++;
+            T->runs.errors++;
+            note_failure(T, "error", op->name, spec, "does not build");
+            *op_shown = true;
             tg_clear_error(ctx);
             return -1;
         }
@@ -335,16 +338,29 @@ static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, con
                 B[k].ratio = malloc((size_t)n * sizeof(double));
                 B[k].excess = malloc((size_t)n * sizeof(double));
                 B[k].pred = malloc((size_t)n * sizeof(double));
-                if (!B[k].rel || !B[k].ratio || !B[k].excess || !B[k].pred) {
+                B[k].verdict = malloc((size_t)n * sizeof(tg_gradcheck_verdict));
+                if (!B[k].rel || !B[k].ratio || !B[k].excess || !B[k].pred || !B[k].verdict) {
                     batch_free(B, TG_GRADCHECK_MAX_INPUTS);
                     fprintf(stderr, "tapegrad-gradcheck: out of memory\n");
                     return GCT_EXIT_ERROR;
                 }
             }
-            if (json) {
-                json_case_head(&tg, T);
-                printf(",\"seeds\":[%llu,%llu],\"runs\":[", (unsigned long long)s0,
-                       (unsigned long long)(s0 + (uint64_t)n - 1));
+            if (json && T->json.batches) {
+                /* the batch, held until the checks are written */
+                FILE *f = T->json.batches;
+                fprintf(f, "%s\n{\"op\":", T->json.n_batches++ ? "," : "");
+                gct_json_str(f, tg.op->name);
+                fprintf(f, ",\"bug\":");
+                if (tg.bug) gct_json_str(f, tg.bug->name);
+                else fprintf(f, "null");
+                fprintf(f, ",\"function\":");
+                gct_json_str(f, tg.bug ? tg.function : tg.op->name);
+                fprintf(f, ",\"spec\":");
+                gct_json_str(f, tg.c.spec);
+                fprintf(f, ",\"dtype\":\"%s\",\"order\":%d,\"mode\":\"rev\",\"seeds\":[", tg_dtype_name(tg.c.dtype),
+                        a->order);
+                for (int64_t q = 0; q < n; q++) fprintf(f, "%s%llu", q ? "," : "", (unsigned long long)(s0 + q));
+                fprintf(f, "]");
                 opened = true;
             }
         }
@@ -359,17 +375,15 @@ static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, con
         }
         tg_gradcheck_result r;
         bool ok = run_check(ctx, a, &tg, s, &r, &L, T);
-        T->runs++;
-        if (json) printf("%s\n{\"seed\":%llu", i ? "," : "", (unsigned long long)s);
-        print_run(ctx, a, &tg, &r, &L, ok, s);
+        print_run(ctx, a, &tg, &r, &L, ok, s, T);
         if (!ok) {
             if (!n_errors++) snprintf(first_error, sizeof first_error, "%s", tg_error_message(ctx));
-            T->failed_runs++;
+            T->runs.errors++;
             tg_clear_error(ctx);
             continue;
         }
+        gct_tally_add(&T->runs, r.verdict);
         if (!*have_first) *first = r, *have_first = true;
-        if (!r.pass) T->failed_runs++;
         for (int k = 0; k < tg.c.n_inputs; k++) {
             const tg_gradcheck_input *in = &r.input[k];
             if (!in->checked || !B[k].rel) continue;
@@ -377,98 +391,95 @@ static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, con
             b->rel[b->runs] = in->grad_scale > 0 ? in->max_abs_err / in->grad_scale : in->max_abs_err;
             b->pred[b->runs] = in->grad_scale > 0 ? in->pred_max / in->grad_scale : in->pred_max;
             b->ratio[b->runs] = in->worst_ratio;
-            b->excess[b->runs] = in->pass ? in->max_excess : in->fail_excess;
+            b->excess[b->runs] = in->n_failed ? in->fail_excess : in->max_excess;
+            b->verdict[b->runs] = in->verdict;
             b->runs++;
-            if (!in->pass) {
-                b->failed++;
-                if (!(in->fail_excess <= 1.0)) b->wrong++;
-            }
+            if (in->verdict == TG_VERDICT_PASS) b->pass++;
+            else if (in->verdict == TG_VERDICT_WRONG) b->wrong++;
+            else if (!b->inconclusive++) b->reason = in->reason;
         }
     }
     free(L.e);
-    if (opened) printf("],\n\"batch\":{\"runs\":%lld,\"errors\":%lld,\"inputs\":[", (long long)n, (long long)n_errors);
+    FILE *jf = T->json.batches;
+    if (opened) fprintf(jf, ",\"runs\":%lld,\"errors\":%lld,\"inputs\":[", (long long)n, (long long)n_errors);
 
     /* the rows: one per input */
     bool first_row = true, first_json_input = true;
-    char names[256] = "";
-    size_t nl = 0;
-    int failed = 0;
+    case_names names = {0};
     T->cases++;
     for (int k = 0; k < tg.c.n_inputs; k++) {
         batch_input *b = &B[k];
         if (!b->rel) continue;
-        T->inputs++;
-        bool pass = b->failed == 0 && n_errors == 0;
-        if (!pass) {
-            failed++;
-            if (nl < sizeof names)
-                nl += (size_t)snprintf(names + nl, sizeof names - nl, "%s%s", failed > 1 ? ", " : "",
-                                       tg.c.input_names[k]);
-            if (b->failed) {
-                /* the note: the median excess of the failing seeds, as one number */
-                double *fe = malloc((size_t)b->runs * sizeof *fe);
-                int64_t m = 0;
-                for (int64_t i = 0; fe && i < b->runs; i++)
-                    if (b->ratio[i] > 1 || isnan(b->ratio[i])) fe[m++] = b->excess[i];
-                if (fe && m) note_excess(T, &tg, k, gct_quantile(fe, m, 0.5));
-                free(fe);
-            }
+        /* the input over its seeds: wrong if any seed is, else inconclusive
+         * if any seed is (or did not run), else pass */
+        tg_gradcheck_verdict v = b->wrong                         ? TG_VERDICT_WRONG
+                                 : b->inconclusive || b->runs < n ? TG_VERDICT_INCONCLUSIVE
+                                                                  : TG_VERDICT_PASS;
+        tg_gradcheck_reason why = b->inconclusive ? b->reason : TG_REASON_ERROR;
+        if (b->runs > 0) gct_tally_add(&T->inputs, v); /* an input no seed ran: the case's error */
+        if (v != TG_VERDICT_PASS && b->runs > 0) {
+            note_input(T, &tg, k, v, why, batch_excess(b, v));
+            case_name_add(&names, tg.c.input_names[k], v, why);
         }
-        double rate = b->runs ? (double)(b->runs - b->failed) / (double)n : 0.0;
+        double rate = (double)b->pass / (double)n;
         if (opened) {
-            printf("%s{\"name\":", first_json_input ? "" : ",");
+            fprintf(jf, "%s{\"name\":", first_json_input ? "" : ",");
             first_json_input = false;
-            gct_json_str(stdout, tg.c.input_names[k]);
-            printf(",\"runs\":%lld,\"failed\":%lld,\"wrong\":%lld,\"pass_rate\":", (long long)b->runs,
-                   (long long)b->failed, (long long)b->wrong);
-            gct_json_num(stdout, rate);
-            printf(",");
-            json_quantiles("rel_err", b->rel, b->runs);
-            printf(",");
-            json_quantiles("ratio", b->ratio, b->runs);
-            printf(",");
-            json_quantiles("excess", b->excess, b->runs);
-            printf(",");
-            json_quantiles("pred_rel", b->pred, b->runs);
-            printf("}");
+            gct_json_str(jf, tg.c.input_names[k]);
+            fprintf(jf,
+                    ",\"runs\":%lld,\"pass\":%lld,\"wrong\":%lld,\"inconclusive\":%lld,\"verdict\":\"%s\","
+                    "\"reason\":\"%s\",\"pass_rate\":",
+                    (long long)b->runs, (long long)b->pass, (long long)b->wrong, (long long)b->inconclusive,
+                    tg_gradcheck_verdict_name(v),
+                    tg_gradcheck_reason_name(v == TG_VERDICT_INCONCLUSIVE ? why : TG_REASON_NONE));
+            gct_json_num(jf, rate);
+            fprintf(jf, ",");
+            json_quantiles(jf, "rel_err", b->rel, b->runs);
+            fprintf(jf, ",");
+            json_quantiles(jf, "ratio", b->ratio, b->runs);
+            fprintf(jf, ",");
+            json_quantiles(jf, "excess", b->excess, b->runs);
+            fprintf(jf, ",");
+            json_quantiles(jf, "pred_rel", b->pred, b->runs);
+            fprintf(jf, "}");
         }
-        if (a->format != GCT_TEXT || (a->quiet && pass)) continue;
+        if (a->format != GCT_TEXT || (a->quiet && v == TG_VERDICT_PASS) || b->runs == 0) continue;
         gct_cell *row = gct_table_row(t);
         if (!row) break;
         if (first_row) gct_table_group(t);
         gct_cell_set(&row[0], GCT_PLAIN, "%s", first_row ? tg.c.spec : "");
         gct_cell_set(&row[1], GCT_PLAIN, "%s", tg.c.input_names[k]);
         gct_cell_set(&row[2], GCT_PLAIN, "%lld", (long long)n);
-        gct_cell_set(&row[3], b->failed ? GCT_BAD : GCT_PLAIN, "%lld", (long long)(b->failed + n_errors));
-        gct_cell_set(&row[4], pass ? GCT_GOOD : GCT_BAD, "%.1f%%", 100.0 * rate);
+        gct_cell_set(&row[3], b->wrong ? GCT_BAD : GCT_PLAIN, "%lld", (long long)b->wrong);
+        gct_cell_set(&row[4], b->inconclusive ? GCT_BOLD : GCT_PLAIN, "%lld", (long long)b->inconclusive);
+        gct_cell_set(&row[5], gct_verdict_tone(v), "%.1f%%", 100.0 * rate);
         double q50 = gct_quantile(b->rel, b->runs, 0.5), q90 = gct_quantile(b->rel, b->runs, 0.9),
                qmax = gct_quantile(b->rel, b->runs, 1.0);
-        fmt_err(&row[5], q50);
-        fmt_err(&row[6], q90);
-        fmt_err(&row[7], qmax);
-        fmt_err(&row[8], gct_quantile(b->pred, b->runs, 0.5));
-        gct_cell_set(&row[9], GCT_PLAIN, "%.2g", gct_quantile(b->ratio, b->runs, 0.5));
-        gct_cell_set(&row[10], GCT_PLAIN, "%.2g", gct_quantile(b->ratio, b->runs, 1.0));
-        gct_cell_set(&row[11], GCT_PLAIN, "%.2g", gct_quantile(b->excess, b->runs, 1.0));
-        gct_cell_set(&row[12], b->wrong ? GCT_BAD : GCT_PLAIN, "%lld", (long long)b->wrong);
-        gct_cell_set(&row[13], pass ? GCT_GOOD : GCT_BAD, "%s", pass ? "pass" : "FAIL");
+        fmt_err(&row[6], q50);
+        fmt_err(&row[7], q90);
+        fmt_err(&row[8], qmax);
+        fmt_err(&row[9], gct_quantile(b->pred, b->runs, 0.5));
+        gct_cell_set(&row[10], GCT_PLAIN, "%.2g", gct_quantile(b->ratio, b->runs, 0.5));
+        gct_cell_set(&row[11], GCT_PLAIN, "%.2g", gct_quantile(b->ratio, b->runs, 1.0));
+        gct_cell_set(&row[12], GCT_PLAIN, "%.2g", gct_quantile(b->excess, b->runs, 1.0));
+        gct_cell_set(&row[13], gct_verdict_tone(v), "%s", gct_verdict_word(v));
         first_row = false;
     }
-    if (opened) printf("]}}");
+    if (opened) fprintf(jf, "]}");
     batch_free(B, TG_GRADCHECK_MAX_INPUTS);
     if (n_errors) {
-        T->errors++;
+        /* a seed that stopped on an error checked nothing: the case is
+         * counted once as an error, its inputs not as failures */
+        T->inputs.errors++;
         if (*el < esize)
             *el += (size_t)snprintf(errors + *el, esize - *el, "    ERROR %s: %lld of %lld seeds, the first: %s\n",
                                     tg.c.spec, (long long)n_errors, (long long)n, first_error);
-        if (!failed) failed = 1, snprintf(names, sizeof names, "error");
+        char what[64];
+        snprintf(what, sizeof what, "%lld of %lld seeds stopped on an error", (long long)n_errors, (long long)n);
+        note_failure(T, "error", tg.label, tg.c.spec, what);
     }
-    if (failed) {
-        T->failed_inputs += failed;
-        T->failed_cases++;
-        note_failure(T, "\n    %s  %s: %s", tg.label, tg.c.spec, names);
-        *op_failed = true;
-    }
+    case_names_note(T, &names, tg.label, tg.c.spec);
+    if (n_errors || names.wl || names.il) *op_shown = true;
     return -1;
 }
 
@@ -481,15 +492,15 @@ static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
     bool batch = a->n_seeds > 0, text = a->format == GCT_TEXT;
     gct_table t;
     if (batch)
-        gct_table_init(&t, "lllrrrrrrrrrrl", "spec", "input", "seeds", "failed", "pass rate", "rel err p50", "p90",
-                       "max", "pred p50", "err/tol p50", "max", "err/pred max", "wrong", "result");
+        gct_table_init(&t, "lllrrrrrrrrrrl", "spec", "input", "seeds", "wrong", "inconcl.", "pass rate", "rel err p50",
+                       "p90", "max", "pred p50", "err/tol p50", "max", "err/pred max", "result");
     else
         gct_table_init(&t, "lllrrlrlrrrl", "spec", "input", "shape", "failed", "max abs err",
                        "predicted = trunc + round", "max rel err", "worst at", "analytic", "numeric", "err/pred",
                        "result");
     int n_specs = a->shape || bug ? 1 : op->n_variants;
     tg_gradcheck_result first = {0};
-    bool have_first = false, op_failed = false;
+    bool have_first = false, op_shown = false;
     char function[160] = "";
     char errors[1024] = "", diag[8192] = "";
     size_t el = 0, dl = 0;
@@ -502,7 +513,7 @@ static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
         const char *spec = a->shape ? a->shape : bug ? NULL : op->variants[v];
         if (batch) {
             int st = check_batch(ctx, a, op, bug, spec, &t, T, errors, &el, sizeof errors, function, &first,
-                                 &have_first, &op_failed);
+                                 &have_first, &op_shown);
             tg_ctx_reset(ctx);
             if (st >= 0) {
                 gct_table_free(&t);
@@ -526,10 +537,10 @@ static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
             if (el < sizeof errors)
                 el += (size_t)snprintf(errors + el, sizeof errors - el, "    ERROR %s: %s\n", spec,
                                        tg_error_message(ctx));
-            T->errors++;
-            T->failed_cases++;
-            note_failure(T, "\n    %s  %s: %s", op->name, spec, "does not build");
-            op_failed = true;
+            T->inputs.errors++;
+            T->runs.errors++;
+            note_failure(T, "error", op->name, spec, "does not build");
+            op_shown = true;
             tg_clear_error(ctx);
             tg_ctx_reset(ctx);
             continue;
@@ -545,26 +556,22 @@ static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
         tg_gradcheck_result r;
         bool ok = run_check(ctx, a, &tg, a->seed, &r, &L, T);
         T->cases++;
-        T->runs++;
-        if (a->format == GCT_JSON) {
-            json_case_head(&tg, T);
-        }
-        print_run(ctx, a, &tg, &r, &L, ok, a->seed);
+        print_run(ctx, a, &tg, &r, &L, ok, a->seed, T);
         if (!ok) {
             if (el < sizeof errors)
                 el += (size_t)snprintf(errors + el, sizeof errors - el, "    ERROR %s: %s\n", tg.c.spec,
                                        tg_error_message(ctx));
-            T->errors++;
-            T->failed_cases++;
-            T->failed_runs++;
-            note_failure(T, "\n    %s  %s: %s", tg.label, tg.c.spec, "error");
-            op_failed = true;
+            /* nothing was checked: one error, no input counted as failing */
+            T->inputs.errors++;
+            T->runs.errors++;
+            note_failure(T, "error", tg.label, tg.c.spec, "stopped on an error");
+            op_shown = true;
             tg_clear_error(ctx);
         } else {
             if (!have_first) first = r, have_first = true;
-            if (!r.pass) T->failed_runs++;
-            if (add_case_rows(&t, &tg, &r, a->quiet || !text, T)) op_failed = true;
-            if (text && !r.pass) { /* the diagnosis, under the table (diagnose.c) */
+            gct_tally_add(&T->runs, r.verdict);
+            if (add_case_rows(&t, &tg, &r, a->quiet || !text, T) != TG_VERDICT_PASS) op_shown = true;
+            if (text && r.verdict == TG_VERDICT_WRONG) { /* the diagnosis, under the table (diagnose.c) */
                 tg_gradcheck_opts o = gct_target_opts(&tg, a, a->seed);
                 dl += gct_diagnose_case(ctx, a, &tg, &o, &r, diag + dl, sizeof diag - dl);
             }
@@ -579,7 +586,7 @@ static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
     }
     free(L.e);
     T->ops++;
-    if (text && (!a->quiet || op_failed)) {
+    if (text && (!a->quiet || op_shown)) {
         printf("%s", T->ops > 1 || a->quiet ? "\n" : "");
         gct_put_title(a, op, bug, function);
         if (have_first) gct_put_settings(a, &first), gct_put_sources(a, op, first.dtype, "  ");
@@ -613,10 +620,8 @@ int gct_cmd_check(const gct_args *a) {
     if (!ctx) return GCT_EXIT_ERROR;
     check_totals T;
     memset(&T, 0, sizeof T);
-    T.first_json = true;
     T.f32 = a->dtype == TG_F32;
-    if (a->format == GCT_JSON)
-        printf("{\"tool\":\"tapegrad-gradcheck\",\"command\":\"check\",\"order\":%d,\"cases\":[", a->order);
+    if (a->format == GCT_JSON) gct_json_open(&T.json, a);
     if (a->format == GCT_CSV)
         printf("op,bug,spec,dtype,input_seed,probe_seed,%s\n",
                a->elements ? CSV_ELEMENT_COLUMNS : TG_GRADCHECK_CSV_COLUMNS);
@@ -629,43 +634,39 @@ int gct_cmd_check(const gct_args *a) {
         refused = check_op(ctx, a, op, bug, &T);
     }
     tg_ctx_free(ctx);
-    if (refused >= 0) return refused;
+    if (refused >= 0) {
+        if (T.json.batches) fclose(T.json.batches);
+        free(T.json.batch_text);
+        return refused;
+    }
 
     double secs = gct_now() - t0;
-    bool pass = T.failed_cases == 0 && T.errors == 0;
+    int status = gct_tally_status(&T.inputs);
+    int64_t n_inputs = T.inputs.pass + T.inputs.wrong + T.inputs.inconclusive;
+    int64_t n_runs = T.runs.pass + T.runs.wrong + T.runs.inconclusive + T.runs.errors;
     if (a->format == GCT_JSON) {
-        printf("],\n\"summary\":{\"pass\":%s,\"ops\":%d,\"cases\":%d,\"inputs\":%d,\"failed_inputs\":%d,"
-               "\"failed_cases\":%d,\"errors\":%d,\"runs\":%lld,\"failed_runs\":%lld,\"seconds\":%.6f,"
-               "\"check_seconds\":%.6f}}\n",
-               pass ? "true" : "false", T.ops, T.cases, T.inputs, T.failed_inputs, T.failed_cases, T.errors,
-               (long long)T.runs, (long long)T.failed_runs, secs, T.check_secs);
-        return pass ? GCT_EXIT_PASS : GCT_EXIT_FAIL;
+        gct_json_checks_close(&T.json);
+        gct_json_summary(a, &T.inputs, &T.runs, T.ops, T.cases, secs, T.check_secs);
+        return status;
     }
-    if (a->format == GCT_CSV) return pass ? GCT_EXIT_PASS : GCT_EXIT_FAIL;
+    if (a->format == GCT_CSV) return status;
     printf("\n");
     gct_puts_tone(stdout, "summary:", GCT_BOLD, a->color);
     printf(" %d op%s, %d case%s", T.ops, T.ops == 1 ? "" : "s", T.cases, T.cases == 1 ? "" : "s");
     if (a->n_seeds) printf(" x %lld seeds", (long long)a->n_seeds);
-    printf(", %d input%s checked in %s (%s%s) in %.2f s", T.inputs, T.inputs == 1 ? "" : "s", tg_dtype_name(a->dtype),
-           tg_gradcheck_mode_name(a->mode), a->order == 2 ? ", order 2" : "", secs);
+    printf(", %lld input%s checked in %s (%s%s) in %.2f s", (long long)n_inputs, n_inputs == 1 ? "" : "s",
+           tg_dtype_name(a->dtype), tg_gradcheck_mode_name(a->mode), a->order == 2 ? ", order 2" : "", secs);
     if (a->n_seeds)
-        printf(" (%.1f us a check, %.1f us with making its inputs)", 1e6 * T.check_secs / (double)(T.runs ? T.runs : 1),
-               1e6 * secs / (double)(T.runs ? T.runs : 1));
+        printf(" (%.1f us a check, %.1f us with making its inputs)", 1e6 * T.check_secs / (double)(n_runs ? n_runs : 1),
+               1e6 * secs / (double)(n_runs ? n_runs : 1));
     printf(": ");
-    if (pass) {
-        gct_puts_tone(stdout, "all pass", GCT_GOOD, a->color);
-        printf("\n");
-        return GCT_EXIT_PASS;
+    gct_put_tally(&T.inputs, "input", a->color);
+    if (a->n_seeds && status != GCT_EXIT_PASS) {
+        printf(" (of %lld checks: ", (long long)n_runs);
+        gct_put_tally(&T.runs, "", false);
+        printf(")");
     }
-    char line[160];
-    snprintf(line, sizeof line, "%d input%s FAIL in %d case%s", T.failed_inputs, T.failed_inputs == 1 ? "" : "s",
-             T.failed_cases, T.failed_cases == 1 ? "" : "s");
-    gct_puts_tone(stdout, line, GCT_BAD, a->color);
-    if (T.errors) printf(", %d error%s", T.errors, T.errors == 1 ? "" : "s");
-    if (a->n_seeds) printf(" (%lld of %lld checks failed)", (long long)T.failed_runs, (long long)T.runs);
     printf("%s\n", T.failures);
-    const char *names[64];
-    for (int k = 0; k < T.n_note; k++) names[k] = T.note_name[k];
-    gct_put_excess_note(T.note_excess, names, T.n_note, T.f32);
-    return GCT_EXIT_FAIL;
+    gct_put_notes(T.notes, T.n_note, T.f32);
+    return status;
 }

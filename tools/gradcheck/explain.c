@@ -101,7 +101,7 @@ int gct_cmd_explain(const gct_args *a) {
     printf("\n    dy    =");
     for (int i = 0; i < n; i++) printf(" %.17g", dy[i]);
     printf("\n");
-    bool ok = true;
+    bool ok = true, undefined = false;
     for (int64_t row = 0; row < N; row++) {
         const double *xr = x + row * C, *d = dy + row * C;
         double xc[EX_MAX], xh[EX_MAX], y[EX_MAX], u[EX_MAX], dx[EX_MAX], dg[EX_MAX], fd[EX_MAX];
@@ -143,6 +143,7 @@ int gct_cmd_explain(const gct_args *a) {
 
         /* central differences of L = sum_i dy_i y_i */
         double h = 1e-6, worst = 0, scale = 0;
+        bool nan = !isfinite(r); /* var + eps = 0: r, xhat, y and dx are undefined */
         for (int64_t j = 0; j < C; j++) {
             double xp[EX_MAX], yp[EX_MAX], ym[EX_MAX], lp = 0, lm = 0;
             memcpy(xp, xr, (size_t)C * sizeof *xp);
@@ -152,13 +153,22 @@ int gct_cmd_explain(const gct_args *a) {
             row_forward(ln, xp, g, b, C, eps, ym);
             for (int64_t i = 0; i < C; i++) lp += d[i] * yp[i], lm += d[i] * ym[i];
             fd[j] = (lp - lm) / (2 * h);
+            nan |= !isfinite(fd[j]) || !isfinite(dx[j]);
             worst = fmax(worst, fabs(fd[j] - dx[j]));
             scale = fmax(scale, fabs(fd[j]));
         }
         put_vec("numeric dx", fd, C, "(L(x + h e_i) - L(x - h e_i)) / 2h, L = sum dy y, h = 1e-6");
-        bool agree = worst <= 1e-7 + 1e-6 * scale;
-        printf("  dx %s central differences (max |difference| %.2e)\n", agree ? "agrees with" : "DIFFERS from", worst);
-        ok &= agree;
+        bool agree = !nan && worst <= 1e-7 + 1e-6 * scale;
+        if (nan)
+            printf("  dx is not a number here: %s, so nothing can be checked%s\n",
+                   isfinite(r) ? "a quantity of the row is NaN or infinite"
+                               : "r = 1 / sqrt(0) is infinite (the row's statistic plus eps is 0)",
+                   eps == 0 ? " -- give eps > 0 (--eps), or a row whose values differ" : "");
+        else
+            printf("  dx %s central differences (max |difference| %.2e)\n", agree ? "agrees with" : "DIFFERS from",
+                   worst);
+        ok &= agree || nan;
+        undefined |= nan;
 
         /* the invariants */
         printf("  invariants:\n");
@@ -180,10 +190,14 @@ int gct_cmd_explain(const gct_args *a) {
         }
         printf("    max |J xhat| = %.3g    (0 when eps = 0: J = diag(gamma) r (I - %sxhat xhat^T / C))\n", jx,
                ln ? "1 1^T / C - " : "");
+        /* a NaN invariant holds nothing: undefined, never "holds" */
         double tol = 1e-12 * (1 + scale) * (double)C;
-        if (ln && fabs(sdx) > tol) ok = false, printf("    sum_i dx_i is not 0: check the inputs\n");
-        if (eps == 0 && fabs(ln ? hdx : xdx) > tol) ok = false, printf("    the invariant fails\n");
+        if (!nan && ln && !(fabs(sdx) <= tol)) ok = false, printf("    sum_i dx_i is not 0: check the inputs\n");
+        if (!nan && eps == 0 && !(fabs(ln ? hdx : xdx) <= tol)) ok = false, printf("    the invariant fails\n");
+        if (nan) printf("    (not numbers: the invariants cannot hold or fail here)\n");
     }
-    printf("\n%s\n", ok ? "every check holds" : "a check failed");
-    return ok ? GCT_EXIT_PASS : GCT_EXIT_FAIL;
+    if (!ok) printf("\na check failed\n");
+    else if (undefined) printf("\ninconclusive: dx is not a number in some row, so it could not be checked\n");
+    else printf("\nevery check holds\n");
+    return !ok ? GCT_EXIT_WRONG : undefined ? GCT_EXIT_INCONCLUSIVE : GCT_EXIT_PASS;
 }

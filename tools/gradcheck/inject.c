@@ -326,6 +326,10 @@ static const gct_bug BUGS[] = {
      "4x8", gct_bug_rmsnorm_r_const, NULL, 0},
     {"rmsnorm-m-sum", "rmsnorm", "RMSNorm dx sums m = sum(g xhat) instead of averaging it", "", "4x8",
      gct_bug_rmsnorm_m_sum, NULL, 0},
+    {"rmsnorm-ignore-dy", "rmsnorm", "RMSNorm dx ignores the incoming gradient: J^T 1 instead of J^T dy", "", "4x8",
+     gct_bug_rmsnorm_ignore_dy, NULL, 0},
+    {"linear-scale", "linear", "Linear dx times 1 + size (;size=S, default 0.02): a linear op, no truncation error", "",
+     "4x3,5x3", gct_bug_linear_scale, NULL, 0.02},
 };
 
 int gct_bug_count(void) { return (int)(sizeof BUGS / sizeof BUGS[0]); }

@@ -1,4 +1,4 @@
-/* More seeded bugs of the normalization backward, written with the public
+/* More seeded bugs, of the normalization backward and a linear one, written with the public
  * custom-op API (tapegrad/op.h): the forward is the real fused op (run by
  * tg_op_apply with grad mode off), the backward is the guide's formula
  * with one mistake a learner makes. Listed in inject.c's catalogue; what
@@ -12,13 +12,15 @@
  *                       difference is exactly r diag(gamma) xhat xhat^T / C
  *   rmsnorm-m-sum       m = sum(g xhat) instead of the mean: -(C - 1) times
  *                       that
- * dgamma and dbeta are right in both. */
+ *   rmsnorm-ignore-dy   dx from g = gamma (dy taken as all ones): J^T 1, the
+ *                       gradient of sum(y), whatever dy
+ * dgamma and dbeta are right in all. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "tools/gradcheck/tool.h"
 
-enum { SEED_R_CONST = 1, SEED_M_SUM };
+enum { SEED_R_CONST = 1, SEED_M_SUM, SEED_IGNORE_DY };
 
 typedef struct seed_args {
     int bug;
@@ -66,7 +68,7 @@ static void seeded_backward(tg_ctx *ctx, tg_node *node) {
         for (int64_t j = 0; j < C; j++) {
             xh[j] *= r;
             d[j] = tg_get_flat(ctx, dy, n * C + j);
-            g[j] = (gamma ? tg_get_flat(ctx, gamma, j) : 1.0) * d[j];
+            g[j] = (gamma ? tg_get_flat(ctx, gamma, j) : 1.0) * (bug == SEED_IGNORE_DY ? 1.0 : d[j]);
             mg += g[j] / (double)C;
             m += g[j] * xh[j];
         }
@@ -97,4 +99,50 @@ tg_tensor *gct_bug_rmsnorm_r_const(tg_ctx *ctx, tg_tensor *const *in, void *user
 }
 tg_tensor *gct_bug_rmsnorm_m_sum(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     return seeded(ctx, in, user, SEED_M_SUM, false, "rmsnorm[bug:m-sum]");
+}
+tg_tensor *gct_bug_rmsnorm_ignore_dy(tg_ctx *ctx, tg_tensor *const *in, void *user) {
+    return seeded(ctx, in, user, SEED_IGNORE_DY, false, "rmsnorm[bug:ignore-dy]");
+}
+
+/* ---- linear-scale: a linear op with dx off by a factor ----------------------
+ * y = x W^T + b, the real fused forward; the backward's dW = dy^T x and db
+ * = sum dy are right, dx = (1 + size) dy W. A linear op has no truncation
+ * error at any step: the check's measured truncation is its rounding, so
+ * a 2% bug stands out even at the float32 step h = 0.1 of linear. */
+
+static tg_tensor *linear_forward(tg_ctx *ctx, tg_node *node, tg_tensor *const *in, void *user) {
+    tg_node_set_scalar(ctx, node, 0, *(const double *)user);
+    return tg_linear_fused(ctx, in[0], in[1], in[2]);
+}
+
+static void linear_backward(tg_ctx *ctx, tg_node *node) {
+    double size = tg_node_scalar(node, 0);
+    tg_tensor *x = tg_node_input(node, 0), *w = tg_node_input(node, 1), *b = tg_node_input(node, 2);
+    tg_tensor *dy = tg_node_grad_output(node);
+    int64_t O = w->shape[0], I = w->shape[1], N = I ? x->numel / I : 0;
+    tg_tensor *dx = tg_zeros(ctx, x->dtype, x->ndim, x->shape), *dw = tg_zeros(ctx, w->dtype, 2, w->shape);
+    tg_tensor *db = b ? tg_zeros(ctx, b->dtype, 1, b->shape) : NULL;
+    if (!dx || !dw || (b && !db)) return;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t o = 0; o < O; o++) {
+            double d = tg_get_flat(ctx, dy, n * O + o);
+            for (int64_t i = 0; i < I; i++) {
+                tg_set_flat(ctx, dx, n * I + i,
+                            tg_get_flat(ctx, dx, n * I + i) + (1 + size) * d * tg_get_flat(ctx, w, o * I + i));
+                tg_set_flat(ctx, dw, o * I + i, tg_get_flat(ctx, dw, o * I + i) + d * tg_get_flat(ctx, x, n * I + i));
+            }
+            if (db) tg_set_flat(ctx, db, o, tg_get_flat(ctx, db, o) + d);
+        }
+    tg_node_accumulate(ctx, node, 0, dx);
+    tg_node_accumulate(ctx, node, 1, dw);
+    if (db) tg_node_accumulate(ctx, node, 2, db);
+}
+
+tg_tensor *gct_bug_linear_scale(tg_ctx *ctx, tg_tensor *const *in, void *user) {
+    const tg_op_case *c = user;
+    const char *sz = tg_registry_arg(c, "size");
+    double size = sz ? strtod(sz, NULL) : 0.0;
+    tg_op_def def = {.name = "linear[bug:scale]", .forward = linear_forward, .backward = linear_backward};
+    tg_tensor *x3[3] = {in[0], in[1], c->n_inputs > 2 ? in[2] : NULL};
+    return tg_op_apply(ctx, &def, 3, x3, &size);
 }

@@ -102,7 +102,8 @@ int gct_cmd_list(const gct_args *a) {
         return GCT_EXIT_PASS;
     }
 
-    printf("seeded bugs (--inject BUG: a known-wrong backward in place of the op's; the report must FAIL)\n\n");
+    printf(
+        "seeded bugs (--inject BUG: a known-wrong backward in place of the op's; the report must find it WRONG)\n\n");
     gct_table t;
     gct_table_init(&t, "llll", "bug", "op", "function checked", "what is wrong");
     for (int i = 0; i < gct_bug_count(); i++) {

@@ -46,7 +46,7 @@ void gct_usage(FILE *out) {
           "                    the backward on your numbers (--x, --gamma, --beta, --dy, --eps),\n"
           "                    every quantity of docs/normalization-gradients.md, the invariants\n"
           "                    and dx against central differences\n"
-          "  help              this text\n"
+          "  help              this text (--version: the version and the JSON schema)\n"
           "\n"
           "what is checked:\n"
           "  --shape SPEC      inputs, e.g. 4x8 or '2x3x4;norm=2;bias=1' (see list); default:\n"
@@ -64,22 +64,23 @@ void gct_usage(FILE *out) {
           "                    backward's own derivative against differences of backwards)\n"
           "  --modes fwd,rev   check: rev the backward, fwd the JVP (tg_jvp), each against finite\n"
           "                    differences (default rev)\n"
-          "  --adjoint         check: also <u, J v> (forward) against <J^T u, v> (reverse), no step\n"
+          "  --adjoint         check: also <u, J v> (forward) against <J^T u, v> (reverse), no step;\n"
+          "                    with --order 2 both modes run on the gradient: forward over reverse\n"
           "  --scheme central|forward   differences (default central; sweep: both)\n"
           "  --h H             step of the differences (> 0)\n"
           "  --step absolute|element|scaled\n"
           "                    h_i = h, h max(|x_i|, floor) or h l_i (l_i: the element's length\n"
           "                    scale, e.g. the row's sqrt(mean x^2 + eps) for RMSNorm); default\n"
-          "                    absolute in f64, scaled in f32 (sweep: absolute)\n"
+          "                    scaled (sweep: absolute)\n"
           "  --step-floor F    the floor of --step element (default l_i / 10)\n"
           "  --atol A          an element passes when |analytic - numeric| <= atol + rtol |numeric|\n"
           "  --rtol R          (>= 0; atol 0: a purely relative test)\n"
           "  --atol-scale absolute|gradient\n"
-          "                    atol as given, or times the gradient's scale G (default: absolute\n"
-          "                    in f64, gradient in f32)\n"
+          "                    atol as given, or times the gradient's scale G (default: gradient)\n"
           "                    defaults: the op's own where `list` shows them, else by dtype:\n"
-          "                    f64 h 1e-6, atol 1e-5, rtol 1e-3; f32 h 1e-3 l_i, atol 1e-3 G, rtol 1e-2\n"
-          "  --r V,V,...|@FILE the output weighting r (default: random in [-1, 1))\n"
+          "                    f64 h 1e-6 l_i, atol 1e-5 G, rtol 1e-3; f32 h 1e-3 l_i, atol 1e-3 G,\n"
+          "                    rtol 1e-2\n"
+          "  --r V,V,...|@FILE the output weighting r (default: random in [-1, 1)); not all zero\n"
           "  --v NAME=V,...|@FILE   directional mode: input NAME's direction (default random)\n"
           "  --h-grid LIST     sweep: the steps, 'H1,H2,...' or 'FROM:TO:PER_DECADE' (default\n"
           "                    1e-1:1e-12:4)\n"
@@ -91,7 +92,7 @@ void gct_usage(FILE *out) {
           "  --values NAME=V,V,...|@FILE   NAME's values, explicitly or from a file\n"
           "  --seed N          seeds the inputs and the probe vectors r and v (default 0)\n"
           "  --input-seed N, --probe-seed N   hold one of them fixed\n"
-          "  --seeds N|A..B    run N seeds from --seed (or A to B) in one process: pass rate and\n"
+          "  --seeds N|A..B    run seeds 0..N-1 (or A to B; not with --seed) in one process: pass rate and\n"
           "                    error quantiles (check, jacobian), curves over seeds (sweep)\n"
           "  --print-inputs    print the inputs as checked (full precision)\n"
           "  --save-inputs DIR write each input to DIR/NAME.txt (with --seeds: DIR/sS/NAME.txt)\n"
@@ -108,8 +109,10 @@ void gct_usage(FILE *out) {
           "  --plugin PATH     every command: load a shared object with your own ops\n"
           "                    (TG_GRADCHECK_PLUGIN, tapegrad/check.h); may repeat\n"
           "\n"
-          "exit status: 0 every check passes, 1 a check fails (or a step vanished), 2 bad\n"
-          "             usage, 3 an error while running (e.g. a file could not be written)\n"
+          "exit status: 0 every check passed; 1 a wrong gradient was found; 3 inconclusive --\n"
+          "             nothing wrong found, but some check could not decide (all-zero, a failure\n"
+          "             within the check's own error, an error such as a vanished step, a report\n"
+          "             that could not be written); 2 bad usage\n"
           "\n"
           "examples:\n"
           "  tapegrad-gradcheck check all\n"
@@ -270,6 +273,13 @@ static bool parse_real(const char *opt, const char *s, double *out) {
     return true;
 }
 
+/* True when v[0..n-1] are finite and not all zero. */
+static bool nonzero_finite(const double *v, int64_t n) {
+    bool nonzero = false, finite = true;
+    for (int64_t i = 0; i < n; i++) nonzero |= v[i] != 0, finite &= isfinite(v[i]) != 0;
+    return nonzero && finite;
+}
+
 /* Which options each command takes. */
 typedef struct opt_use {
     const char *opt;
@@ -398,6 +408,7 @@ static bool parse_option(gct_args *a, const char *opt, const char *v) {
         else return gct_usage_error("--step is absolute, element or scaled, not '%s'", v), false;
         a->step_set = true;
     } else if (!strcmp(opt, "--seed")) {
+        a->seed_set = true;
         return parse_seed(opt, v, &a->seed);
     } else if (!strcmp(opt, "--input-seed")) {
         a->input_seed_set = true;
@@ -424,7 +435,15 @@ static bool parse_option(gct_args *a, const char *opt, const char *v) {
         else return gct_usage_error("--format is text, json or csv, not '%s'", v), false;
     } else if (!strcmp(opt, "--r")) {
         free(a->r);
-        return gct_parse_values(opt, v, &a->r, &a->n_r);
+        a->r = NULL;
+        if (!gct_parse_values(opt, v, &a->r, &a->n_r)) return false;
+        /* a zero r weights every output by 0: L = 0, and the check would
+         * compare 0 with 0 whatever the backward */
+        if (!nonzero_finite(a->r, a->n_r))
+            return gct_usage_error("--r %s: the weighting must be finite and not all zero (L = sum_j r_j y_j would "
+                                   "not see the output)",
+                                   v),
+                   false;
     } else if (!strcmp(opt, "--h-grid")) {
         return parse_grid(v, a);
     } else {
@@ -432,7 +451,11 @@ static bool parse_option(gct_args *a, const char *opt, const char *v) {
         if (!(c = ctl_of(a, opt, v, &rest))) return false;
         if (!strcmp(opt, "--v")) {
             free(c->v);
-            return gct_parse_values(opt, rest, &c->v, &c->n_v);
+            c->v = NULL;
+            if (!gct_parse_values(opt, rest, &c->v, &c->n_v)) return false;
+            if (!nonzero_finite(c->v, c->n_v))
+                return gct_usage_error("--v %s: the direction must be finite and not all zero", v), false;
+            return true;
         }
         if (!strcmp(opt, "--values")) {
             free(c->values);
@@ -464,6 +487,11 @@ static int parse_args(int argc, char **argv, gct_args *a) {
         gct_usage(stdout);
         return GCT_EXIT_PASS;
     }
+    if (!strcmp(a->command, "--version") || !strcmp(a->command, "version")) {
+        printf("tapegrad-gradcheck %d.%d.%d (JSON schema %d)\n", TAPEGRAD_VERSION_MAJOR, TAPEGRAD_VERSION_MINOR,
+               TAPEGRAD_VERSION_PATCH, GCT_JSON_SCHEMA);
+        return GCT_EXIT_PASS;
+    }
     if (strcmp(a->command, "list") && strcmp(a->command, "check") && strcmp(a->command, "sweep") &&
         strcmp(a->command, "jacobian") && strcmp(a->command, "explain") && strcmp(a->command, "memory"))
         return gct_usage_error("unknown command '%s'", a->command);
@@ -490,6 +518,12 @@ static int parse_args(int argc, char **argv, gct_args *a) {
         }
         if (!parse_option(a, opt, v)) return GCT_EXIT_USAGE;
     }
+    const bool seed_given = a->seed_set;
+    /* --seeds names every seed it runs; a --seed beside it would be
+     * ignored (or silently move the range): refused */
+    if (a->n_seeds && seed_given)
+        return gct_usage_error("--seed and --seeds together: --seeds N runs seeds 0..N-1, --seeds A..B the range "
+                               "A..B (--input-seed, --probe-seed hold one of the two fixed)");
     if (a->seeds_from_seed) a->seed_first = a->seed;
     if (a->format == GCT_CSV && !strcmp(a->command, "jacobian") && a->n_seeds)
         return gct_usage_error("jacobian --seeds reports in text or json");
@@ -523,5 +557,13 @@ int main(int argc, char **argv) {
         else st = gct_cmd_jacobian(&a);
     }
     free_args(&a);
+    /* a report that did not reach its reader decides nothing (a full disk,
+     * a closed pipe): never exit 0 for it */
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "tapegrad-gradcheck: could not write the report to stdout: %s\n",
+                errno ? strerror(errno) : "write error");
+        if (st != GCT_EXIT_USAGE) st = GCT_EXIT_INCONCLUSIVE;
+    }
     return st;
 }

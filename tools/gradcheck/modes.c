@@ -9,11 +9,15 @@
  *            random u and v: no step h, a tolerance of a few roundings
  *            (tg_gradcheck_adjoint)
  * One table per op, a row per input and mode (and seed, with --seeds);
- * --format json|csv give the same rows to programs: one record per input,
- * mode and seed. First order only: --order 2 (the reverse-mode double
- * backward) is refused beside --modes and --adjoint. */
+ * --format json gives every check (a case, seed and mode) with its full
+ * result (json.c), csv one record per input, mode and seed. With --order 2
+ * every mode runs on the first gradient g = J^T u: rev is gradgradcheck,
+ * fwd and adjoint forward over reverse (tg_jvp through g's recorded double
+ * backward) -- Hessian-vector products against differences of g and
+ * against reverse over reverse. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tapegrad/op.h"
@@ -63,6 +67,14 @@ static tg_tensor *seeded_rmsnorm_jvp(tg_ctx *ctx, tg_node *node, tg_tensor *cons
     return tg_reshape(ctx, ty, x->ndim, x->shape);
 }
 
+/* The tangent of inject_norm.c's linear-scale, y = x W^T + b:
+ *   t_y = t_x W^T + x t_W^T + t_b */
+static tg_tensor *seeded_linear_jvp(tg_ctx *ctx, tg_node *node, tg_tensor *const *t) {
+    tg_tensor *x = tg_node_input(node, 0), *w = tg_node_input(node, 1), *b = tg_node_input(node, 2);
+    tg_tensor *ty = tg_add(ctx, tg_linear_fused(ctx, t[0], w, NULL), tg_linear_fused(ctx, x, t[1], NULL));
+    return b ? tg_add(ctx, ty, t[2]) : ty;
+}
+
 /* The seeded bugs have the right forward and a wrong backward, so the
  * right tangent rule: inject.c's record the fused norms' layout (x, gamma,
  * beta; N, C, eps) and take the fused op's rule; inject_norm.c's are the
@@ -75,10 +87,15 @@ static void register_bug_rules(void) {
     for (size_t k = 0; k < sizeof LN / sizeof LN[0]; k++) tg_jvp_register(LN[k], tg_jvp_find_rule("layernorm"));
     tg_jvp_register("rmsnorm[bug:r-const]", seeded_rmsnorm_jvp);
     tg_jvp_register("rmsnorm[bug:m-sum]", seeded_rmsnorm_jvp);
+    tg_jvp_register("rmsnorm[bug:ignore-dy]", seeded_rmsnorm_jvp);
+    tg_jvp_register("linear[bug:scale]", seeded_linear_jvp);
 }
 
 typedef struct modes_totals {
-    int ops, cases, rows, failed_rows, errors;
+    int ops, cases, rows, errors;
+    gct_tally tally; /* rows by verdict, and the errors */
+    gct_tally runs;  /* checks (a case, seed and mode) by verdict */
+    gct_json json;   /* --format json */
     char failures[2048];
     size_t flen;
     char errors_text[2048]; /* this op's errors, printed under its table */
@@ -91,49 +108,22 @@ static void fmt_num(gct_cell *c, const char *fmt, double v) {
     else gct_cell_set(c, GCT_PLAIN, fmt, v);
 }
 
-/* A row for programs: --format json (an object in "rows") or csv. r is
- * NULL for an error (its message in `error`). */
-static void machine_row(const gct_args *a, const gct_target *tg, uint64_t seed, const char *mode, int k,
-                        const tg_gradcheck_input *in, const char *error, modes_totals *T) {
-    if (a->format == GCT_CSV) {
-        char prefix[512];
-        gct_csv_prefix(prefix, sizeof prefix, tg, gct_input_seed(a, seed), gct_probe_seed(a, seed));
-        printf("%s%s,%s,", prefix, k >= 0 ? tg->c.input_names[k] : "", mode);
-        if (in)
-            printf("%lld,%lld,%.17g,%.17g,%.17g,%.17g,%d,\n", (long long)in->n_checked, (long long)in->n_failed,
-                   in->max_abs_err, in->worst_analytic, in->worst_numeric, in->worst_ratio, in->pass ? 1 : 0);
-        else {
-            printf(",,,,,,0,\"");
-            for (const char *c = error; *c; c++) fputs(*c == '"' ? "\"\"" : (char[]){*c, 0}, stdout);
-            printf("\"\n");
-        }
-        return;
+/* A row for --format csv: one per input, mode and seed. in is NULL for an
+ * error (its message in `error`). */
+static void csv_row(const gct_args *a, const gct_target *tg, uint64_t seed, const char *mode, int k,
+                    const tg_gradcheck_input *in, const char *error) {
+    char prefix[512];
+    gct_csv_prefix(prefix, sizeof prefix, tg, gct_input_seed(a, seed), gct_probe_seed(a, seed));
+    printf("%s%s,%s,", prefix, k >= 0 ? tg->c.input_names[k] : "", mode);
+    if (in) {
+        printf("%lld,%lld,%.17g,%.17g,%.17g,%.17g,%d,%s,%s,\n", (long long)in->n_checked, (long long)in->n_failed,
+               in->max_abs_err, in->worst_analytic, in->worst_numeric, in->worst_ratio, in->pass ? 1 : 0,
+               tg_gradcheck_verdict_name(in->verdict), tg_gradcheck_reason_name(in->reason));
+    } else {
+        printf(",,,,,,0,inconclusive,error,\"");
+        for (const char *c = error; *c; c++) fputs(*c == '"' ? "\"\"" : (char[]){*c, 0}, stdout);
+        printf("\"\n");
     }
-    printf("%s\n{\"op\":", T->rows + T->errors > 1 ? "," : "");
-    gct_json_str(stdout, tg->op->name);
-    printf(",\"bug\":");
-    if (tg->bug) gct_json_str(stdout, tg->bug->name);
-    else printf("null");
-    printf(",\"spec\":");
-    gct_json_str(stdout, tg->c.spec);
-    printf(",\"dtype\":\"%s\",\"input_seed\":%llu,\"probe_seed\":%llu,\"mode\":\"%s\"", tg_dtype_name(tg->c.dtype),
-           (unsigned long long)gct_input_seed(a, seed), (unsigned long long)gct_probe_seed(a, seed), mode);
-    if (!in) {
-        printf(",\"error\":");
-        gct_json_str(stdout, error);
-        printf("}");
-        return;
-    }
-    printf(",\"input\":");
-    gct_json_str(stdout, tg->c.input_names[k]);
-    printf(",\"checked\":%lld,\"failed\":%lld", (long long)in->n_checked, (long long)in->n_failed);
-    const char *keys[4] = {"max_abs_err", "worst_analytic", "worst_numeric", "worst_ratio"};
-    const double vals[4] = {in->max_abs_err, in->worst_analytic, in->worst_numeric, in->worst_ratio};
-    for (int i = 0; i < 4; i++) {
-        printf(",\"%s\":", keys[i]);
-        gct_json_num(stdout, vals[i]);
-    }
-    printf(",\"pass\":%s}", in->pass ? "true" : "false");
 }
 
 /* The rows of one mode's result: one per checked input. */
@@ -143,16 +133,16 @@ static void add_rows(const gct_args *a, gct_table *t, const gct_target *tg, uint
         const tg_gradcheck_input *in = &r->input[k];
         if (!in->checked) continue;
         T->rows++;
-        if (!in->pass) {
-            T->failed_rows++;
-            if (T->flen < sizeof T->failures)
-                T->flen += (size_t)snprintf(T->failures + T->flen, sizeof T->failures - T->flen, "\n    %s  %s: %s %s",
-                                            tg->label, tg->c.spec, tg->c.input_names[k], mode);
-        }
-        if (a->format != GCT_TEXT) {
-            machine_row(a, tg, seed, mode, k, in, NULL, T);
-            continue;
-        }
+        gct_tally_add(&T->tally, in->verdict);
+        if (!in->pass && T->flen < sizeof T->failures)
+            T->flen += (size_t)snprintf(
+                T->failures + T->flen, sizeof T->failures - T->flen, "\n    %-12s  %s  %s: %s %s%s%s%s",
+                gct_verdict_word(in->verdict), tg->label, tg->c.spec, tg->c.input_names[k], mode,
+                in->verdict == TG_VERDICT_INCONCLUSIVE ? " (" : "",
+                in->verdict == TG_VERDICT_INCONCLUSIVE ? tg_gradcheck_reason_name(in->reason) : "",
+                in->verdict == TG_VERDICT_INCONCLUSIVE ? ")" : "");
+        if (a->format == GCT_CSV) csv_row(a, tg, seed, mode, k, in, NULL);
+        if (a->format != GCT_TEXT) continue;
         if (a->quiet && in->pass) continue;
         gct_cell *row = gct_table_row(t);
         if (!row) return;
@@ -178,7 +168,7 @@ static void add_rows(const gct_args *a, gct_table *t, const gct_target *tg, uint
         fmt_num(&row[7], "%.12g", in->worst_analytic);
         fmt_num(&row[8], "%.12g", in->worst_numeric);
         fmt_num(&row[9], "%.2g", in->worst_ratio);
-        gct_cell_set(&row[10], in->pass ? GCT_GOOD : GCT_BAD, "%s", in->pass ? "pass" : "FAIL");
+        gct_cell_set(&row[10], gct_verdict_tone(in->verdict), "%s", gct_verdict_word(in->verdict));
         *first = false;
     }
 }
@@ -193,16 +183,30 @@ static void run_case(tg_ctx *ctx, const gct_args *a, gct_target *tg, uint64_t se
         tg_gradcheck_result r;
         const char *name = m == 0 ? "rev" : m == 1 ? "fwd" : "adjoint";
         bool ok = true;
-        if (m == 0 && (modes & MODE_REV)) ok = gct_target_check(ctx, tg, &o, &r) || tg_ok(ctx);
+        /* --order 2: the same modes on g = J^T u (gradcheck_order2.c):
+         * rev is gradgradcheck, fwd and adjoint forward over reverse */
+        bool two = a->order == 2;
+        tg_tensor *const *in = tg->c.inputs;
+        const int n = tg->c.n_inputs;
+        if (m == 0 && (modes & MODE_REV))
+            ok = (two ? gct_order2_check(ctx, tg, &o, &r) : gct_target_check(ctx, tg, &o, &r)) || tg_ok(ctx);
         else if (m == 1 && (modes & MODE_FWD))
-            ok = tg_gradcheck_fwd(ctx, tg->fn, &tg->c, tg->c.n_inputs, tg->c.inputs, &o, &r) || tg_ok(ctx);
+            ok = (two ? tg_gradgradcheck_fwd : tg_gradcheck_fwd)(ctx, tg->fn, &tg->c, n, in, &o, &r) || tg_ok(ctx);
         else if (m == 2 && a->adjoint)
-            ok = tg_gradcheck_adjoint(ctx, tg->fn, &tg->c, tg->c.n_inputs, tg->c.inputs, &o, &r) || tg_ok(ctx);
+            ok = (two ? tg_gradgradcheck_adjoint : tg_gradcheck_adjoint)(ctx, tg->fn, &tg->c, n, in, &o, &r) ||
+                 tg_ok(ctx);
         else continue;
         if (!ok) {
             T->errors++;
+            T->tally.errors++;
+            T->runs.errors++;
             gct_cell *row = a->format == GCT_TEXT ? gct_table_row(t) : NULL;
-            if (a->format != GCT_TEXT) machine_row(a, tg, seed, name, -1, NULL, tg_error_message(ctx), T);
+            if (a->format == GCT_CSV) csv_row(a, tg, seed, name, -1, NULL, tg_error_message(ctx));
+            if (a->format == GCT_JSON) {
+                gct_json_check_open(&T->json, a, tg, seed, name);
+                gct_json_check_result(tg, ctx, NULL);
+                printf("}");
+            }
             if (row) {
                 if (first) gct_table_group(t);
                 gct_cell_set(&row[0], GCT_PLAIN, "%s", first ? tg->c.spec : "");
@@ -215,14 +219,19 @@ static void run_case(tg_ctx *ctx, const gct_args *a, gct_target *tg, uint64_t se
                                             "    ERROR %s (%s): %s\n", tg->c.spec, name, tg_error_message(ctx));
             if (T->flen < sizeof T->failures)
                 T->flen += (size_t)snprintf(T->failures + T->flen, sizeof T->failures - T->flen,
-                                            "\n    %s  %s: %s error", tg->label, tg->c.spec, name);
+                                            "\n    %-12s  %s  %s: %s", "error", tg->label, tg->c.spec, name);
             tg_clear_error(ctx);
             *op_failed = true;
             continue;
         }
-        int before = T->failed_rows;
+        if (a->format == GCT_JSON) {
+            gct_json_check_open(&T->json, a, tg, seed, name);
+            gct_json_check_result(tg, ctx, &r);
+            printf("}");
+        }
+        gct_tally_add(&T->runs, r.verdict);
         add_rows(a, t, tg, seed, name, &r, &first, T);
-        if (T->failed_rows > before) *op_failed = true;
+        if (!r.pass) *op_failed = true;
     }
 }
 
@@ -264,10 +273,6 @@ static int modes_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
 }
 
 int gct_cmd_check_modes(const gct_args *a, const tg_op_info *op, const gct_bug *bug) {
-    if (a->order == 2)
-        return gct_usage_error(
-            "--order 2 checks the reverse-mode double backward; --modes and --adjoint are first-order "
-            "checks (run them separately)");
     if (a->elements || a->print_inputs || a->save_inputs)
         return gct_usage_error("--modes and --adjoint report one row per input and mode (no --elements, "
                                "--print-inputs, --save-inputs)");
@@ -275,13 +280,12 @@ int gct_cmd_check_modes(const gct_args *a, const tg_op_info *op, const gct_bug *
     tg_ctx *ctx = gct_ctx_new(gct_first_seed(a));
     if (!ctx) return GCT_EXIT_ERROR;
     const int modes = a->modes ? a->modes : MODE_REV;
-    if (a->format == GCT_JSON)
-        printf("{\"tool\":\"tapegrad-gradcheck\",\"command\":\"check\",\"modes\":[%s%s%s],\"rows\":[",
-               modes & MODE_REV ? "\"rev\"" : "", modes & MODE_FWD ? (modes & MODE_REV ? ",\"fwd\"" : "\"fwd\"") : "",
-               a->adjoint ? (modes ? ",\"adjoint\"" : "\"adjoint\"") : "");
+    modes_totals T;
+    memset(&T, 0, sizeof T);
+    if (a->format == GCT_JSON) gct_json_open(&T.json, a);
     else if (a->format == GCT_CSV)
         printf("op,bug,spec,dtype,input_seed,probe_seed,input,mode,checked,failed,max_abs_err,worst_analytic,"
-               "worst_numeric,worst_ratio,pass,error\n");
+               "worst_numeric,worst_ratio,pass,verdict,reason,error\n");
     else {
         printf("modes:%s%s%s  (%s, ", modes & MODE_REV ? " rev (backward vs differences)" : "",
                modes & MODE_FWD ? " fwd (J v from tg_jvp vs differences along v)" : "",
@@ -291,35 +295,29 @@ int gct_cmd_check_modes(const gct_args *a, const tg_op_info *op, const gct_bug *
                    (unsigned long long)(gct_first_seed(a) + gct_seed_count(a) - 1));
         else printf("seed %llu)\n", (unsigned long long)a->seed);
     }
-    modes_totals T;
-    memset(&T, 0, sizeof T);
     double t0 = gct_now();
     int st = -1;
     for (int i = 0; !op && i < tg_registry_count() && st < 0; i++) st = modes_op(ctx, a, tg_registry_get(i), NULL, &T);
     if (op) st = modes_op(ctx, a, op, bug, &T);
     tg_ctx_free(ctx);
-    if (st >= 0) return st;
-    const bool pass = !T.failed_rows && !T.errors;
-    if (a->format == GCT_JSON)
-        printf("],\n\"summary\":{\"pass\":%s,\"ops\":%d,\"cases\":%d,\"seeds\":%lld,\"checks\":%d,\"failed\":%d,"
-               "\"errors\":%d,\"seconds\":%.6f}}\n",
-               pass ? "true" : "false", T.ops, T.cases, (long long)gct_seed_count(a), T.rows, T.failed_rows, T.errors,
-               gct_now() - t0);
-    if (a->format != GCT_TEXT) return pass ? GCT_EXIT_PASS : GCT_EXIT_FAIL;
+    if (st >= 0) {
+        if (T.json.batches) fclose(T.json.batches);
+        free(T.json.batch_text);
+        return st;
+    }
+    const int status = gct_tally_status(&T.tally);
+    if (a->format == GCT_JSON) {
+        /* the inputs of the summary: every row, an input in one mode */
+        gct_json_checks_close(&T.json);
+        gct_json_summary(a, &T.tally, &T.runs, T.ops, T.cases, gct_now() - t0, gct_now() - t0);
+    }
+    if (a->format != GCT_TEXT) return status;
     printf("\n");
     gct_puts_tone(stdout, "summary:", GCT_BOLD, a->color);
     printf(" %d op%s, %d case%s", T.ops, T.ops == 1 ? "" : "s", T.cases, T.cases == 1 ? "" : "s");
     if (a->n_seeds) printf(" x %lld seeds", (long long)a->n_seeds);
     printf(", %d check%s in %s in %.2f s: ", T.rows, T.rows == 1 ? "" : "s", tg_dtype_name(a->dtype), gct_now() - t0);
-    if (pass) {
-        gct_puts_tone(stdout, "all pass", GCT_GOOD, a->color);
-        printf("\n");
-        return GCT_EXIT_PASS;
-    }
-    char line[96];
-    snprintf(line, sizeof line, "%d FAIL", T.failed_rows);
-    gct_puts_tone(stdout, line, GCT_BAD, a->color);
-    if (T.errors) printf(", %d error%s", T.errors, T.errors == 1 ? "" : "s");
+    gct_put_tally(&T.tally, "", a->color);
     printf("%s\n", T.failures);
-    return GCT_EXIT_FAIL;
+    return status;
 }

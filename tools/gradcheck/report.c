@@ -1,6 +1,7 @@
 /* What the reports of tapegrad-gradcheck share: quantiles over seeds, the
- * pieces of JSON and CSV output, the settings line under a title, and the
- * note that says whether a failure is the check's own error. */
+ * pieces of JSON and CSV output, the settings line under a title, the
+ * tally of verdicts and the note that says, for an input that did not
+ * pass, whether the backward is wrong or the check could not decide. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -34,16 +35,6 @@ void gct_json_str(FILE *out, const char *s) {
         else fputc(c, out);
     }
     fputc('"', out);
-}
-
-void gct_json_head(const char *command, const tg_op_info *op, const gct_bug *bug, const char *spec) {
-    printf("{\"tool\":\"tapegrad-gradcheck\",\"command\":\"%s\",\"op\":", command);
-    gct_json_str(stdout, op->name);
-    printf(",\"bug\":");
-    if (bug) gct_json_str(stdout, bug->name);
-    else printf("null");
-    printf(",\"spec\":");
-    gct_json_str(stdout, spec);
 }
 
 void gct_json_num(FILE *out, double v) {
@@ -100,28 +91,100 @@ void gct_put_settings(const gct_args *a, const tg_gradcheck_result *r) {
     printf("\n");
 }
 
-/* Above this many times the predicted error, a failure is not the check's. */
-#define GCT_EXCESS_WRONG 4.0
+void gct_tally_add(gct_tally *t, tg_gradcheck_verdict v) {
+    if (v == TG_VERDICT_PASS) t->pass++;
+    else if (v == TG_VERDICT_WRONG) t->wrong++;
+    else t->inconclusive++;
+}
 
-void gct_put_excess_note(const double *excess, const char *const *names, int n, bool f32) {
+int gct_tally_status(const gct_tally *t) {
+    return t->wrong ? GCT_EXIT_WRONG : t->inconclusive || t->errors ? GCT_EXIT_INCONCLUSIVE : GCT_EXIT_PASS;
+}
+
+int gct_verdict_status(tg_gradcheck_verdict v) {
+    return v == TG_VERDICT_PASS ? GCT_EXIT_PASS : v == TG_VERDICT_WRONG ? GCT_EXIT_WRONG : GCT_EXIT_INCONCLUSIVE;
+}
+
+void gct_put_tally(const gct_tally *t, const char *unit, bool color) {
+    if (!t->wrong && !t->inconclusive && !t->errors) {
+        gct_puts_tone(stdout, "all pass", GCT_GOOD, color);
+        return;
+    }
+    /* the unit (pluralized) on the first count only: "2 inputs WRONG, 1 inconclusive" */
+    const int64_t counts[2] = {t->wrong, t->inconclusive};
+    const char *words[2] = {"WRONG", "inconclusive"};
+    const char *sep = "";
+    for (int i = 0; i < 2; i++) {
+        if (!counts[i]) continue;
+        char buf[160];
+        snprintf(buf, sizeof buf, "%lld%s%s%s %s", (long long)counts[i], *sep || !*unit ? "" : " ", *sep ? "" : unit,
+                 *sep || !*unit || counts[i] == 1 ? "" : "s", words[i]);
+        fputs(sep, stdout);
+        gct_puts_tone(stdout, buf, i == 0 ? GCT_BAD : GCT_BOLD, color);
+        sep = ", ";
+    }
+    if (t->errors) printf("%s%lld error%s", sep, (long long)t->errors, t->errors == 1 ? "" : "s"), sep = ", ";
+    if (t->pass) printf("%s%lld pass", sep, (long long)t->pass);
+}
+
+const char *gct_verdict_word(tg_gradcheck_verdict v) {
+    return v == TG_VERDICT_PASS ? "pass" : v == TG_VERDICT_WRONG ? "WRONG" : "inconclusive";
+}
+
+gct_tone gct_verdict_tone(tg_gradcheck_verdict v) {
+    return v == TG_VERDICT_PASS ? GCT_GOOD : v == TG_VERDICT_WRONG ? GCT_BAD : GCT_BOLD;
+}
+
+tg_gradcheck_verdict gct_verdict_join(tg_gradcheck_verdict a, tg_gradcheck_verdict b) {
+    if (a == TG_VERDICT_WRONG || b == TG_VERDICT_WRONG) return TG_VERDICT_WRONG;
+    if (a == TG_VERDICT_INCONCLUSIVE || b == TG_VERDICT_INCONCLUSIVE) return TG_VERDICT_INCONCLUSIVE;
+    return TG_VERDICT_PASS;
+}
+
+void gct_put_notes(const gct_note *notes, int n, bool f32) {
     if (n <= 0) return;
-    printf("\n  note: each failing input's error against the error the check itself makes at its step --\n"
-           "  rounding from the dtype's epsilon and the outputs a step moves, truncation from h and the length\n"
-           "  scale l (docs/gradcheck.md):\n");
-    for (int k = 0; k < n; k++) {
-        double e = excess[k];
-        if (!isfinite(e)) printf("    %s: not finite: a derivative that is NaN or infinite, not round-off\n", names[k]);
-        else if (e > GCT_EXCESS_WRONG)
-            printf("    %s: %.3g times the predicted error: a wrong backward, not the check\n", names[k], e);
-        else if (e > 1)
-            printf("    %s: %.2g times the predicted error, just above it: not conclusive; check in float64 or\n"
-                   "      at another h\n",
-                   names[k], e);
-        else
-            printf("    %s: within the predicted error (%.2g of it): the check's own %s, not a wrong backward;\n"
-                   "      %s\n",
-                   names[k], e, f32 ? "round-off" : "error",
-                   f32 ? "try the op's best step (sweep), or check in float64, where a wrong backward stands out"
-                       : "try the best step (sweep)");
+    printf("\n  note: against the error the check itself makes at its step -- rounding from the dtype's\n"
+           "  epsilon and the outputs a step moves, truncation measured at h/2 and h/4 (docs/gradcheck.md):\n");
+    /* one paragraph per kind, its inputs under it */
+    enum { K_WRONG, K_NAN, K_UNRESOLVED, K_ALL_ZERO, K_EMPTY, K_ERROR, K_N };
+    static const char *const what[K_N] = {
+        "WRONG: beyond %g times the check's own error, so the backward is wrong, not the check",
+        "WRONG: a derivative that is NaN or infinite where the differences are finite",
+        "inconclusive: a failure by no more than the check's own error at this step (or a numeric\n"
+        "    side that is not finite): the check cannot decide there",
+        "inconclusive: no comparison saw a gradient -- both sides (near) zero, or f(x+h) == f(x-h) in\n"
+        "    the dtype -- so a backward that gave 0 would pass too",
+        "inconclusive: nothing to compare (no elements)",
+        "inconclusive: the check stopped on an error (above)",
+    };
+    const char *advice[K_N] = {NULL,
+                               NULL,
+                               f32 ? "try the op's best step (sweep), or check in float64"
+                                   : "try the best step (sweep)",
+                               f32 ? "check where the gradient is not zero (--scale, --dist), or in float64"
+                                   : "check where the gradient is not zero (--scale, --dist)",
+                               NULL,
+                               NULL};
+    for (int kind = 0; kind < K_N; kind++) {
+        bool any = false;
+        for (int k = 0; k < n; k++) {
+            const gct_note *e = &notes[k];
+            int ek = e->verdict == TG_VERDICT_WRONG      ? (isfinite(e->excess) ? K_WRONG : K_NAN)
+                     : e->reason == TG_REASON_UNRESOLVED ? K_UNRESOLVED
+                     : e->reason == TG_REASON_ALL_ZERO   ? K_ALL_ZERO
+                     : e->reason == TG_REASON_EMPTY      ? K_EMPTY
+                                                         : K_ERROR;
+            if (ek != kind) continue;
+            if (!any) {
+                printf("  ");
+                printf(what[kind], TG_GRADCHECK_WRONG_EXCESS);
+                printf("%s\n", advice[kind] ? ";" : ":");
+                if (advice[kind]) printf("    %s:\n", advice[kind]);
+                any = true;
+            }
+            if (kind == K_WRONG || kind == K_UNRESOLVED)
+                printf("      %s: %.3g times the check's own error\n", e->name, e->excess);
+            else printf("      %s\n", e->name);
+        }
     }
 }

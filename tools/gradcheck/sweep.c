@@ -280,6 +280,7 @@ int gct_cmd_sweep(const gct_args *a) {
     tg_ctx *ctx;
     int status = gct_begin(a, &op, &bug, &ctx);
     if (status >= 0) return status;
+    const double t_start = gct_now();
 
     /* the steps: --h-grid, or 1e-1 .. 1e-12, four a decade */
     double grid[GCT_MAX_GRID];
@@ -339,10 +340,18 @@ int gct_cmd_sweep(const gct_args *a) {
     snprintf(name, sizeof name, "sweep_%s", bug ? bug->name : op->name);
 
     if (a->format == GCT_JSON) {
-        gct_json_head("sweep", op, bug, spec);
-        printf(",\"mode\":\"%s\",\"step\":\"%s\",\"seeds\":[%llu,%llu],\"h\":", tg_gradcheck_mode_name(a->mode),
-               step_name, (unsigned long long)gct_first_seed(a),
-               (unsigned long long)(gct_first_seed(a) + (uint64_t)d.ns - 1));
+        /* the document's envelope (json.c), the sweep in its own field */
+        gct_json J;
+        gct_json_open(&J, a);
+        gct_json_checks_close(&J);
+        printf(",\n\"sweep\":{\"op\":");
+        gct_json_str(stdout, op->name);
+        printf(",\"bug\":");
+        if (bug) gct_json_str(stdout, bug->name);
+        else printf("null");
+        printf(",\"spec\":");
+        gct_json_str(stdout, spec);
+        printf(",\"mode\":\"%s\",\"step\":\"%s\",\"h\":", tg_gradcheck_mode_name(a->mode), step_name);
         json_array(stdout, grid, d.nk);
         printf(",\"curves\":[");
         for (int c = 0; c < d.nc; c++) {
@@ -383,7 +392,9 @@ int gct_cmd_sweep(const gct_args *a) {
             }
             printf("]}");
         }
-        printf("]}\n");
+        printf("]}");
+        gct_tally none = {0};
+        gct_json_summary(a, &none, &none, 1, 1, gct_now() - t_start, gct_now() - t_start);
     } else if (a->format == GCT_CSV) {
         printf("op,bug,spec,dtype,scheme,input,measure,h,seeds,vanished,p50,p10,p90,scale,theory_h,best,predicted\n");
         for (int c = 0; c < d.nc; c++) {
@@ -393,10 +404,11 @@ int gct_cmd_sweep(const gct_args *a) {
                 for (int k = 0; k < d.nk; k++) {
                     printf("%s,%s,", op->name, bug ? bug->name : "");
                     for (const char *q = spec; *q; q++) putchar(*q == ',' ? ';' : *q);
-                    printf(",%s,%s,%s,%s,%.9g,%d,%d,%.9g,%.9g,%.9g,%.9g,%.9g,%d,%.9g\n", tg_dtype_name(ci->dtype),
-                           ci->forward ? "forward" : "central", i < 0 ? "all" : d.input_name[i], i < 0 ? "abs" : "rel",
-                           grid[k], d.ns, d.vanished[c * d.nk + k], b->med[k], b->lo[k], b->hi[k], b->l,
-                           theory_h(ci, b->l), k == b->k, b->pred[k]);
+                    printf(",%s,%s,%s,%s,%.17g,%d,%d,%.17g,%.17g,%.17g,%.17g,%.17g,%d,%.17g\n",
+                           tg_dtype_name(ci->dtype), ci->forward ? "forward" : "central",
+                           i < 0 ? "all" : d.input_name[i], i < 0 ? "abs" : "rel", grid[k], d.ns,
+                           d.vanished[c * d.nk + k], b->med[k], b->lo[k], b->hi[k], b->l, theory_h(ci, b->l), k == b->k,
+                           b->pred[k]);
                 }
             }
         }

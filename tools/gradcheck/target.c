@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tensor/internal.h"
 #include "tools/gradcheck/tool.h"
@@ -208,9 +209,15 @@ bool gct_parse_values(const char *opt, const char *text, double **values, int64_
     *n = 0;
     char *buf = NULL;
     if (text[0] == '@') {
-        FILE *f = fopen(text + 1, "r");
+        char why[512]; /* a regular file: a device or a pipe need not end */
+        int fd = tg_open_regular(text + 1, why, sizeof why);
+        FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+        if (fd >= 0 && !f) {
+            snprintf(why, sizeof why, "cannot read %s: %s", text + 1, strerror(errno));
+            close(fd);
+        }
         if (!f) {
-            gct_usage_error("%s: cannot read %s: %s", opt, text + 1, strerror(errno));
+            gct_usage_error("%s: %s", opt, why);
             return false;
         }
         size_t cap = 4096, len = 0;

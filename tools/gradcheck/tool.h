@@ -20,9 +20,11 @@
  *   modes.c      check --modes fwd,rev and --adjoint: forward mode
  *
  * The tool prints to stdout (reports) and stderr (usage errors). Exit
- * status: 0 every check passed, 1 a check failed, 2 bad usage (the usage
- * text is printed), 3 an error while running (a file could not be written,
- * out of memory). */
+ * status, one meaning each: 0 every check passed; 1 a wrong gradient was
+ * found; 3 inconclusive -- nothing wrong was found, but some check could
+ * not decide (all-zero, a failure within the check's own error, an error
+ * while running, a report that could not be written); 2 bad usage (the
+ * reason is printed). */
 #ifndef TG_TOOLS_GRADCHECK_TOOL_H
 #define TG_TOOLS_GRADCHECK_TOOL_H
 
@@ -33,7 +35,10 @@
 #include "tapegrad.h"
 #include "tapegrad/check.h"
 
-enum { GCT_EXIT_PASS = 0, GCT_EXIT_FAIL = 1, GCT_EXIT_USAGE = 2, GCT_EXIT_ERROR = 3 };
+enum { GCT_EXIT_PASS = 0, GCT_EXIT_WRONG = 1, GCT_EXIT_USAGE = 2, GCT_EXIT_INCONCLUSIVE = 3 };
+/* An error while running (out of memory, a file not written) decides
+ * nothing: inconclusive. */
+#define GCT_EXIT_ERROR GCT_EXIT_INCONCLUSIVE
 
 /* ---- the command line, parsed ---------------------------------------------- */
 
@@ -75,6 +80,7 @@ typedef struct gct_args {
     int schemes;                        /* --scheme: bit 0 central, bit 1 forward;
                                            0: check central, sweep both */
     uint64_t seed;                      /* --seed (default 0): inputs and probe */
+    bool seed_set;                      /* --seed given */
     uint64_t input_seed, probe_seed;    /* --input-seed, --probe-seed */
     bool input_seed_set, probe_seed_set;
     int64_t n_seeds; /* --seeds: 0 a single run at seed, else seeds first.. */
@@ -154,6 +160,8 @@ typedef struct gct_bug {
 /* The bugs of inject_norm.c (forwards of the catalogue's entries). */
 tg_tensor *gct_bug_rmsnorm_r_const(tg_ctx *ctx, tg_tensor *const *in, void *user);
 tg_tensor *gct_bug_rmsnorm_m_sum(tg_ctx *ctx, tg_tensor *const *in, void *user);
+tg_tensor *gct_bug_rmsnorm_ignore_dy(tg_ctx *ctx, tg_tensor *const *in, void *user);
+tg_tensor *gct_bug_linear_scale(tg_ctx *ctx, tg_tensor *const *in, void *user);
 
 int gct_bug_count(void);
 const gct_bug *gct_bug_get(int i);
@@ -221,10 +229,12 @@ int64_t gct_target_numel(const gct_target *t);
 /* The inputs of t as text (--print-inputs): "x 4x8 = 1.2, -0.3, ..." per
  * input, full precision. */
 void gct_print_inputs(FILE *out, const gct_target *t, int indent);
-/* The diagnosis of every failing input of r (diagnose.c), as text for
+/* The diagnosis of every input r found wrong (diagnose.c), as text for
  * the report: which input, where, what structure analytic - numeric
- * Jacobian has, the predicted error of the differences and the likely
- * cause. Writes at most size bytes into buf; returns the length written. */
+ * Jacobian has, the check's own error against the error found (the
+ * numbers of the verdict) and the likely cause. Inputs that pass or are
+ * inconclusive get none: there is nothing to diagnose. Writes at most size
+ * bytes into buf; returns the length written. */
 size_t gct_diagnose_case(tg_ctx *ctx, const gct_args *a, gct_target *t, const tg_gradcheck_opts *o,
                          const tg_gradcheck_result *r, char *buf, size_t size);
 /* One panel of a heatmap picture: an M x N matrix, its title, its colour
@@ -270,10 +280,6 @@ bool gct_parse_values(const char *opt, const char *text, double **values, int64_
 double gct_quantile(double *v, int64_t n, double q);
 /* A JSON string (escaped, quoted). */
 void gct_json_str(FILE *out, const char *s);
-/* Opens a command's JSON document on stdout: {"tool":...,"command":...,
- * "op":...,"bug":... (null without one),"spec":... -- the caller goes on
- * with its own fields. */
-void gct_json_head(const char *command, const tg_op_info *op, const gct_bug *bug, const char *spec);
 /* A JSON number (null when not finite). */
 void gct_json_num(FILE *out, double v);
 /* "op,bug,spec,dtype,input_seed,probe_seed," for a CSV row of t (the bug
@@ -286,15 +292,74 @@ void gct_put_settings(const gct_args *a, const tg_gradcheck_result *r);
  * on the command line, the op's own entry for dtype in the registry, or
  * the dtype's default -- so a learner sees the op's own values at work. */
 void gct_put_sources(const gct_args *a, const tg_op_info *op, tg_dtype dtype, const char *indent);
-/* The note on failing inputs: for each, by how much its error exceeds the
- * error the check itself predicts at that step (rounding + truncation);
- * worst_excess[k] and names[k] for n failing inputs. */
-void gct_put_excess_note(const double *excess, const char *const *names, int n, bool f32);
-
-/* ---- small helpers (table.c) ------------------------------- */
+/* ---- verdicts ---------------------------------------------------------------- */
 
 /* How a table cell is drawn when colours are on. */
 typedef enum gct_tone { GCT_PLAIN = 0, GCT_GOOD, GCT_BAD, GCT_DIM, GCT_BOLD } gct_tone;
+
+/* Verdicts counted over a run's inputs (or rows), and the errors. */
+typedef struct gct_tally {
+    int64_t pass, wrong, inconclusive, errors;
+} gct_tally;
+
+void gct_tally_add(gct_tally *t, tg_gradcheck_verdict v);
+/* The exit status: 1 when anything is wrong, else 3 when anything is
+ * inconclusive or an error, else 0. */
+int gct_tally_status(const gct_tally *t);
+/* The exit status of one verdict. */
+int gct_verdict_status(tg_gradcheck_verdict v);
+/* "all pass", or "2 WRONG, 1 inconclusive, 1 error, 5 pass" (unit after
+ * the first count: "2 inputs WRONG"). */
+void gct_put_tally(const gct_tally *t, const char *unit, bool color);
+/* A verdict in a table cell: "pass", "WRONG", "inconclusive". */
+const char *gct_verdict_word(tg_gradcheck_verdict v);
+gct_tone gct_verdict_tone(tg_gradcheck_verdict v);
+/* The verdict of several: wrong beats inconclusive beats pass. */
+tg_gradcheck_verdict gct_verdict_join(tg_gradcheck_verdict a, tg_gradcheck_verdict b);
+
+/* One input that did not pass, for the note under a report. */
+typedef struct gct_note {
+    char name[400];
+    tg_gradcheck_verdict verdict;
+    tg_gradcheck_reason reason;
+    double excess; /* its error over the check's own predicted error */
+} gct_note;
+
+/* The note on inputs that did not pass, one line each in the words of the
+ * verdict: wrong (how far beyond the check's own error), or why the check
+ * could not decide. */
+void gct_put_notes(const gct_note *notes, int n, bool f32);
+
+/* ---- the JSON document (json.c) --------------------------------------------- */
+
+/* Its schema version: a field renamed, removed or changing meaning makes
+ * a new one; a field added does not. */
+#define GCT_JSON_SCHEMA 1
+
+typedef struct gct_json {
+    int n_checks;     /* checks written */
+    int n_batches;    /* batches written into `batches` */
+    FILE *batches;    /* held until the checks are done */
+    char *batch_text; /* its text */
+    size_t batch_len;
+} gct_json;
+
+/* Opens the document on stdout: schema, tool, version, command, settings,
+ * seeds, and the "checks" array. */
+void gct_json_open(gct_json *j, const gct_args *a);
+/* Opens one check of "checks": the case, its seeds, order and mode; the
+ * caller adds the result (gct_json_check_result) and any extra fields,
+ * then "}". */
+void gct_json_check_open(gct_json *j, const gct_args *a, const gct_target *t, uint64_t seed, const char *mode);
+/* ,"error":null,"result":{...}, or with r NULL ,"error":"ctx's message","result":null */
+void gct_json_check_result(const gct_target *t, tg_ctx *ctx, const tg_gradcheck_result *r);
+/* Closes "checks" and writes "batches" from j->batches. */
+void gct_json_checks_close(gct_json *j);
+/* The "summary" (verdict, exit status, counts, seconds), and the end. */
+void gct_json_summary(const gct_args *a, const gct_tally *inputs, const gct_tally *runs, int ops, int cases,
+                      double secs, double check_secs);
+
+/* ---- small helpers (table.c) ------------------------------- */
 
 #define GCT_MAX_COLS 16
 #define GCT_CELL 96

@@ -63,6 +63,20 @@ static void ln_backward_bug(tg_ctx *ctx, tg_node *node) { ln_backward_impl(ctx, 
 static const tg_op_def LN = {.name = "my_layernorm", .forward = ln_forward, .backward = ln_backward};
 static const tg_op_def LN_BUG = {.name = "my_layernorm_nomean", .forward = ln_forward, .backward = ln_backward_bug};
 
+/* The tangent rule (forward mode), composed of ops on the (N, C) rows:
+ *   t_y = r (t_x - mean(t_x) - xhat mean(xhat t_x))
+ * -- the same for both ops, whose forward is the same. The tool registers
+ * it (TG_GRADCHECK_PLUGIN_RULES below): a tg_jvp_register here would
+ * reach only this plugin's own copy of tapegrad. */
+static tg_tensor *ln_jvp(tg_ctx *ctx, tg_node *node, tg_tensor *const *t) {
+    tg_tensor *xhat = tg_node_output(node), *rstd = tg_node_saved_tensor(node, 0);
+    int64_t col[2] = {rstd->shape[0], 1};
+    tg_tensor *r = tg_reshape(ctx, rstd, 2, col);
+    tg_tensor *c = tg_sub(ctx, t[0], tg_mean_axis(ctx, t[0], 1, true));
+    tg_tensor *m = tg_mean_axis(ctx, tg_mul(ctx, xhat, t[0]), 1, true);
+    return tg_mul(ctx, r, tg_sub(ctx, c, tg_mul(ctx, xhat, m)));
+}
+
 /* The registry calls forward with the case (its arguments) as user. */
 static tg_tensor *apply(tg_ctx *ctx, const tg_op_def *def, tg_tensor *const *in, void *user) {
     double eps = strtod(tg_registry_arg(user, "eps"), NULL);
@@ -94,4 +108,6 @@ static const tg_op_info OPS[] = {
      .inputs = "x=-2:2"},
 };
 
-TG_GRADCHECK_PLUGIN("learner-layernorm", OPS, 2)
+static const tg_gradcheck_plugin_rule RULES[] = {{"my_layernorm", ln_jvp}, {"my_layernorm_nomean", ln_jvp}};
+
+TG_GRADCHECK_PLUGIN_RULES("learner-layernorm", OPS, 2, RULES, 2)
