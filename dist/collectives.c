@@ -59,8 +59,9 @@ static bool tensor_segs(tg_ctx *ctx, tg_dist *d, const char *fn, tg_tensor *cons
     if (!tg_dist_reserve_segs(ctx, d, fn, n)) return false;
     for (int i = 0; i < n; i++) {
         if (!tensors[i]) {
-            tg_error(ctx, TG_ERR_NULL, fn, "tensors[%d] is NULL", i);
-            return false;
+            char name[32];
+            snprintf(name, sizeof name, "tensors[%d]", i);
+            return tg_null_error(ctx, fn, name);
         }
         d->segs[i] = (tg_seg){tensors[i]->data, tensors[i]->numel, tensors[i]->dtype};
     }

@@ -102,7 +102,7 @@ bool tg_dist_same(tg_ctx *ctx, tg_dist *d, const void *bytes, size_t size, const
     }
     bool ok = true;
     if (!bytes && size) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'bytes' is NULL (size %zu)", size);
+        tg_null_error(ctx, __func__, "bytes");
         ok = false;
     }
     uint64_t h = ok ? tg_fnv1a(TG_FNV_OFFSET, bytes, size) : 0;

@@ -231,7 +231,7 @@ bool tg_dist_draw(tg_ctx *ctx, int64_t n, int64_t start, int64_t count, int64_t 
         return false;
     }
     if (!index && count > 0) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'index' is NULL (count %lld)", (long long)count);
+        tg_null_error(ctx, __func__, "index");
         return false;
     }
     uint64_t seed, offset;
