@@ -137,7 +137,7 @@ static const tg_op_def CHECKPOINT = {.name = "checkpoint", .backward = checkpoin
 
 tg_tensor *tg_checkpoint(tg_ctx *ctx, tg_checkpoint_fn fn, void *user, int n, tg_tensor *const *in) {
     static const char fname[] = "tg_checkpoint";
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (!fn || (n > 0 && !in) || n < 0) {
         tg_error(ctx, !fn || !in ? TG_ERR_NULL : TG_ERR_VALUE, fname,
                  "fn = %s, n = %d, in = %s: need fn, n >= 0 and %s", fn ? "set" : "NULL", n, in ? "set" : "NULL",
@@ -166,8 +166,8 @@ tg_tensor *tg_checkpoint(tg_ctx *ctx, tg_checkpoint_fn fn, void *user, int n, tg
         const tg_node *r = &ctx->tape.nodes[k];
         for (int i = 0; all && i < r->n_in; i++) {
             tg_tensor *t = r->in[i];
-            const bool made_here =
-                t && t->node_ >= 0 && t->node_ < ctx->tape.n_nodes && ctx->tape.nodes[t->node_].out == t;
+            const bool made_here = t && tg_impl(t)->node >= 0 && tg_impl(t)->node < ctx->tape.n_nodes &&
+                                   ctx->tape.nodes[tg_impl(t)->node].out == t;
             if (!t || !t->requires_grad || made_here || listed(t, n, views) || listed(t, total, all)) continue;
             if (total == cap) {
                 tg_tensor **grown = tg_heap_alloc(ctx, (size_t)(2 * cap) * sizeof *grown);

@@ -115,13 +115,13 @@ static bool is_input(const tg_tensor *t, int n, tg_tensor *const *inputs) {
 static void walk(tg_ctx *ctx, const char *fn, int64_t floor, int64_t top, bool create_graph, int n_inputs,
                  tg_tensor *const *inputs) {
     const tg_tensor *seed = ctx->tape.nodes[top].out->grad;
-    for (int64_t k = top; k >= floor && tg_live(ctx); k--) {
+    for (int64_t k = top; k >= floor && tg_ok(ctx); k--) {
         tg_node *rec = &ctx->tape.nodes[k];
         if (!rec->out->grad) continue;
         if (!tg_record_check(ctx, fn, rec)) return;
         if (!create_graph) {
             rec->backward(ctx, rec);
-            if (!tg_live(ctx)) tg_record_failed(ctx, rec);
+            if (!tg_ok(ctx)) tg_record_failed(ctx, rec);
             else if (rec->out->grad != seed && !is_input(rec->out, n_inputs, inputs) &&
                      tg_grad_release(ctx, rec->out->grad))
                 rec->out->grad = NULL;
@@ -144,13 +144,13 @@ static void walk(tg_ctx *ctx, const char *fn, int64_t floor, int64_t top, bool c
             tg_record_failed(ctx, &n);
             return;
         }
-        for (int i = 0; i < n.n_in && tg_live(ctx); i++) accumulate(ctx, &n, i, d[i]);
+        for (int i = 0; i < n.n_in && tg_ok(ctx); i++) accumulate(ctx, &n, i, d[i]);
     }
 }
 
 bool tg_grad_walk(tg_ctx *ctx, const char *fn, tg_tensor *out, tg_tensor *grad_out, int64_t floor, int n,
                   tg_tensor *const *inputs, tg_tensor **grads, bool create_graph) {
-    int64_t top = out->node_;
+    int64_t top = tg_impl(out)->node;
     stash s = {0};
     bool ok = true;
     if (top >= floor) {
@@ -162,12 +162,12 @@ bool tg_grad_walk(tg_ctx *ctx, const char *fn, tg_tensor *out, tg_tensor *grad_o
             rec->out->grad = NULL;
             for (int i = 0; i < rec->n_in && ok; i++) {
                 tg_tensor *t = rec->in[i];
-                if (t && t->requires_grad && t->node_ < floor) ok = stash_add(ctx, fn, &s, t);
+                if (t && t->requires_grad && tg_impl(t)->node < floor) ok = stash_add(ctx, fn, &s, t);
             }
         }
     }
     for (int i = 0; i < n && ok; i++)
-        if (inputs[i]->node_ < floor || inputs[i]->node_ > top) ok = stash_add(ctx, fn, &s, inputs[i]);
+        if (tg_impl(inputs[i])->node < floor || tg_impl(inputs[i])->node > top) ok = stash_add(ctx, fn, &s, inputs[i]);
     if (!ok) {
         stash_restore(&s);
         return false;
@@ -183,13 +183,13 @@ bool tg_grad_walk(tg_ctx *ctx, const char *fn, tg_tensor *out, tg_tensor *grad_o
         }
         ctx->tape.grad_enabled = was;
     }
-    for (int i = 0; i < n && tg_live(ctx); i++) {
+    for (int i = 0; i < n && tg_ok(ctx); i++) {
         tg_tensor *g = inputs[i]->grad;
         grads[i] = g ? g : tg_zeros(ctx, inputs[i]->dtype, inputs[i]->ndim, inputs[i]->shape);
     }
     if (top < floor) out->grad = NULL;
     stash_restore(&s);
-    return tg_live(ctx);
+    return tg_ok(ctx);
 }
 
 /* Arguments shared by tg_grad and tg_hvp. */
@@ -199,11 +199,11 @@ static bool check_inputs(tg_ctx *ctx, const char *fn, int n, tg_tensor *const *i
         return false;
     }
     char what[32];
-    for (int i = 0; i < n && tg_live(ctx); i++) {
+    for (int i = 0; i < n && tg_ok(ctx); i++) {
         snprintf(what, sizeof what, "inputs[%d]", i);
         tg_check_arg(ctx, fn, what, inputs[i]); /* sets the error */
     }
-    return tg_live(ctx);
+    return tg_ok(ctx);
 }
 
 bool tg_grad(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, int n, tg_tensor *const *inputs, tg_tensor **grads,
@@ -224,7 +224,7 @@ bool tg_grad(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, int n, tg_t
                  tg_shape_of(s1, out));
         return false;
     }
-    int64_t top = out->node_;
+    int64_t top = tg_impl(out)->node;
     if (top >= 0 && (ctx->tape.consumed || top >= ctx->tape.n_nodes || ctx->tape.nodes[top].out != out)) {
         tg_error(ctx, TG_ERR_STATE, fn,
                  "the tape was already consumed by a backward (tg_grad needs the records of out %s)",
@@ -238,7 +238,7 @@ bool tg_hvp(tg_ctx *ctx, tg_tensor *loss, int n, tg_tensor *const *params, tg_te
     static const char fn[] = "tg_hvp";
     if (!tg_check_arg(ctx, fn, "loss", loss) || !check_inputs(ctx, fn, n, params, hv)) return false;
     if (!v) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'v' is NULL");
+        tg_null_error(ctx, fn, "v");
         return false;
     }
     char s1[TG_SHAPE_STR], s2[TG_SHAPE_STR];
@@ -258,16 +258,16 @@ bool tg_hvp(tg_ctx *ctx, tg_tensor *loss, int n, tg_tensor *const *params, tg_te
     if (!g || !tg_grad(ctx, loss, NULL, n, params, g, true)) return false;
     bool was = tg_set_grad_enabled(ctx, true);
     tg_tensor *dot = NULL;
-    for (int i = 0; i < n && tg_live(ctx); i++) {
+    for (int i = 0; i < n && tg_ok(ctx); i++) {
         tg_tensor *gi = tg_sum(ctx, tg_mul(ctx, g[i], v[i]));
         dot = dot ? tg_add(ctx, dot, gi) : gi;
     }
     tg_set_grad_enabled(ctx, was);
     if (!tg_ok(ctx)) return false;
     if (!dot->requires_grad) { /* the gradient does not depend on params: H = 0 */
-        for (int i = 0; i < n && tg_live(ctx); i++)
+        for (int i = 0; i < n && tg_ok(ctx); i++)
             hv[i] = tg_zeros(ctx, params[i]->dtype, params[i]->ndim, params[i]->shape);
-        return tg_live(ctx);
+        return tg_ok(ctx);
     }
     return tg_grad(ctx, dot, NULL, n, params, hv, false);
 }

@@ -41,7 +41,7 @@ static tg_tensor *tangent_of(const tg_ctx *ctx, tg_tensor *x, int64_t k, tg_tens
     if (!x) return NULL;
     for (int j = 0; j < n; j++)
         if (x == inputs[j]) return tangents[j];
-    int64_t m = x->node_;
+    int64_t m = tg_impl(x)->node;
     return m >= 0 && m < k && ctx->tape.nodes[m].out == x ? tan[m] : NULL;
 }
 
@@ -73,7 +73,7 @@ static bool jvp_check_args(tg_ctx *ctx, const char *fn, tg_tensor *out, int n, t
             return false;
         }
     }
-    int64_t top = out->node_;
+    int64_t top = tg_impl(out)->node;
     if (top >= 0 && (ctx->tape.consumed || top >= ctx->tape.n_nodes || ctx->tape.nodes[top].out != out)) {
         tg_error(ctx, TG_ERR_STATE, fn,
                  "out of shape %s is not on the live tape (a backward consumed it: pass keep_tape=true to "
@@ -115,8 +115,8 @@ static tg_tensor *run_rule(tg_ctx *ctx, const char *fn, tg_node *n, tg_tensor **
 
 tg_tensor *tg_jvp(tg_ctx *ctx, tg_tensor *out, int n, tg_tensor *const *inputs, tg_tensor *const *tangents) {
     static const char fn[] = "tg_jvp";
-    if (!tg_live(ctx) || !jvp_check_args(ctx, fn, out, n, inputs, tangents)) return NULL;
-    const int64_t top = out->node_;
+    if (!tg_ok(ctx) || !jvp_check_args(ctx, fn, out, n, inputs, tangents)) return NULL;
+    const int64_t top = tg_impl(out)->node;
     if (top < 0) { /* out is a leaf: one of the inputs, or a constant */
         for (int j = 0; j < n; j++)
             if (inputs[j] == out) return tg_copy(ctx, tangents[j]);
@@ -127,7 +127,7 @@ tg_tensor *tg_jvp(tg_ctx *ctx, tg_tensor *out, int n, tg_tensor *const *inputs, 
     /* Rules use ops: with grad mode off they record nothing on the tape
      * being walked. */
     bool was = tg_set_grad_enabled(ctx, false);
-    for (int64_t k = 0; k <= top && tg_live(ctx); k++) {
+    for (int64_t k = 0; k <= top && tg_ok(ctx); k++) {
         tg_node *nd = &ctx->tape.nodes[k];
         tan[k] = NULL;
         tg_tensor **tin = tg_arena_alloc_fn(ctx, fn, (size_t)(nd->n_in > 0 ? nd->n_in : 1) * sizeof *tin);
@@ -142,6 +142,6 @@ tg_tensor *tg_jvp(tg_ctx *ctx, tg_tensor *out, int n, tg_tensor *const *inputs, 
         if (any && tg_record_check(ctx, fn, nd)) tan[k] = run_rule(ctx, fn, nd, tin);
     }
     tg_set_grad_enabled(ctx, was);
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     return tan[top] ? tan[top] : tg_zeros(ctx, out->dtype, out->ndim, out->shape);
 }

@@ -77,7 +77,7 @@ static void guarded_backward(tg_ctx *ctx, tg_node *n) {
         if (own[k] && (own[k]->numel != x->numel || own[k]->dtype != x->dtype)) continue;
         if (!(made[k] = guarded_like(ctx, n, x, own[k]))) return;
         x->grad = made[k];
-        version[k] = made[k]->version_;
+        version[k] = tg_impl(made[k])->version;
     }
     n->op->backward(ctx, n);
     for (int k = 0; k < n->n_in && k < GUARD_INPUTS; k++) {
@@ -99,19 +99,20 @@ static void guarded_backward(tg_ctx *ctx, tg_node *n) {
                      (long long)first, (long long)g->numel - 1);
             continue;
         }
-        if (x->grad != own[k] || g->version_ == version[k]) continue; /* replaced, or never handed out */
-        if (own[k]) {
-            memcpy(own[k]->data, g->data, (size_t)g->numel * tg_esize(g->dtype));
-            tg_written(own[k]);
-        } else {
-            x->grad = g; /* a new gradient, as tg_grad_of would have made it */
-        }
+        if (x->grad != own[k] || tg_impl(g)->version == version[k]) continue; /* replaced, or never handed out */
+        /* g is scratch: the walk gives the record's arena back after it,
+         * so a new gradient goes into a gradient block, as tg_grad_of
+         * would have made it */
+        tg_tensor *dst = own[k] ? own[k] : tg_grad_of(ctx, x);
+        if (!dst) return;
+        memcpy(dst->data, g->data, (size_t)g->numel * tg_esize(g->dtype));
+        tg_written(dst);
     }
 }
 
 tg_tensor *tg_op_apply(tg_ctx *ctx, const tg_op_def *def, int n_in, tg_tensor *const *in, void *user) {
     static const char fn[] = "tg_op_apply";
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (!def || !def->name || !def->forward || !def->backward) {
         tg_error(ctx, TG_ERR_NULL, fn, "the op definition %s", !def ? "is NULL" : "lacks a name, forward or backward");
         return NULL;
@@ -159,7 +160,7 @@ tg_tensor *tg_op_apply(tg_ctx *ctx, const tg_op_def *def, int n_in, tg_tensor *c
     n->n_saved_t = pending.n_saved_t;
     for (int k = 0; k < n->n_saved_t; k++) {
         tg_tensor *t = n->saved_t[k];
-        n->saved_version[k] = tg_root(t)->version_; /* as the forward left it */
+        n->saved_version[k] = tg_version(t); /* as the forward left it */
         if (!kept_by_pointer(n, t)) tg_node_count_saved(ctx, n, (size_t)t->numel * tg_esize(t->dtype));
     }
     return y;
@@ -177,9 +178,9 @@ tg_tensor *tg_node_saved_tensor(const tg_node *node, int k) {
 }
 
 bool tg_node_save_tensor(tg_ctx *ctx, tg_node *node, tg_tensor *t) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (!node) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'node' is NULL");
+        tg_null_error(ctx, __func__, "node");
         return false;
     }
     if (!tg_check_arg(ctx, node->op->name, "the saved tensor", t)) return false;
@@ -194,7 +195,7 @@ bool tg_node_save_tensor(tg_ctx *ctx, tg_node *node, tg_tensor *t) {
         node->saved_version = (uint32_t *)(node->saved_t + TG_NODE_MAX_SAVED);
     }
     node->saved_t[node->n_saved_t] = t;
-    node->saved_version[node->n_saved_t] = tg_root(t)->version_;
+    node->saved_version[node->n_saved_t] = tg_version(t);
     node->n_saved_t++;
     /* a record already on the tape (the caller used tg_record itself)
      * counts the bytes now; tg_op_apply counts a pending one's */
@@ -204,7 +205,7 @@ bool tg_node_save_tensor(tg_ctx *ctx, tg_node *node, tg_tensor *t) {
 }
 
 bool tg_node_set_scalar(tg_ctx *ctx, tg_node *node, int k, double v) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (!node || k < 0 || k >= TG_NODE_MAX_SCALARS) {
         tg_error(ctx, node ? TG_ERR_INDEX : TG_ERR_NULL, node ? node->op->name : __func__,
                  "%s: scalar slot %d is outside 0..%d", __func__, k, TG_NODE_MAX_SCALARS - 1);
@@ -224,9 +225,9 @@ bool tg_node_needs_grad(const tg_node *node, int k) {
 
 bool tg_node_accumulate(tg_ctx *ctx, tg_node *node, int k, const tg_tensor *g) {
     static const char fn[] = "tg_node_accumulate";
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (!node) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'node' is NULL");
+        tg_null_error(ctx, fn, "node");
         return false;
     }
     if (k < 0 || k >= node->n_in) {
@@ -261,7 +262,7 @@ bool tg_node_accumulate(tg_ctx *ctx, tg_node *node, int k, const tg_tensor *g) {
 }
 
 void tg_node_error(tg_ctx *ctx, const tg_node *node, const char *fmt, ...) {
-    if (!tg_live(ctx)) return;
+    if (!tg_ok(ctx)) return;
     char buf[400];
     va_list ap;
     va_start(ap, fmt);

@@ -23,7 +23,7 @@ static int64_t argmax_line(const tg_tensor *t, int64_t at, int64_t n, int64_t s)
 bool tg_argmax(tg_ctx *ctx, const tg_tensor *x, int axis, int64_t *out) {
     if (!tg_check_arg_any(ctx, __func__, "x", x)) return false;
     if (!out) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'out' is NULL");
+        tg_null_error(ctx, __func__, "out");
         return false;
     }
     char s[TG_SHAPE_STR];
@@ -50,7 +50,7 @@ double tg_accuracy(tg_ctx *ctx, const tg_tensor *logits, const int64_t *targets)
     if (!tg_check_arg_any(ctx, __func__, "logits", logits)) return NAN;
     char s[TG_SHAPE_STR];
     if (!targets) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'targets' is NULL");
+        tg_null_error(ctx, __func__, "targets");
         return NAN;
     }
     const int64_t C = logits->ndim ? logits->shape[logits->ndim - 1] : 0;

@@ -115,7 +115,7 @@ tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *weight, int ndim, const int64_t 
     int64_t cnt;
     if (!tg_check_shape(ctx, __func__, ndim, shape, &cnt)) return NULL;
     if (cnt > 0 && !indices) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'indices' is NULL");
+        tg_null_error(ctx, __func__, "indices");
         return NULL;
     }
     int64_t V = weight->shape[0], D = weight->shape[1];

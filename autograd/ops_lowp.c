@@ -96,7 +96,7 @@ tg_tensor *tg_cast(tg_ctx *ctx, tg_tensor *x, tg_dtype dtype) {
 static bool usable(const tg_ctx *ctx, const tg_tensor *t) { return t && !tg_stale(ctx, t); }
 
 bool tg_lowp_args(tg_ctx *ctx, const char *fn, int n, tg_tensor *const *in) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     const tg_tensor *lowp = NULL;
     for (int k = 0; k < n && !lowp; k++)
         if (usable(ctx, in[k]) && tg_is_lowp(in[k]->dtype)) lowp = in[k];
@@ -112,7 +112,7 @@ bool tg_lowp_args(tg_ctx *ctx, const char *fn, int n, tg_tensor *const *in) {
 }
 
 tg_tensor *tg_lowp_in(tg_ctx *ctx, tg_tensor *x) {
-    return tg_live(ctx) && usable(ctx, x) && tg_is_lowp(x->dtype) ? tg_cast(ctx, x, TG_F32) : x;
+    return tg_ok(ctx) && usable(ctx, x) && tg_is_lowp(x->dtype) ? tg_cast(ctx, x, TG_F32) : x;
 }
 
 tg_tensor **tg_lowp_in_all(tg_ctx *ctx, int n, tg_tensor *const *in, tg_tensor **out) {

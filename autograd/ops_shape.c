@@ -108,6 +108,7 @@ static void TG_FN(accum_rows)(T *restrict dst, int64_t ld_dst, const T *restrict
 #include "autograd/grad_graph.h"
 #include "autograd/lowp.h"
 #include "autograd/ops.h" /* and TG_PAR_MIN, TG_PAR_CHUNK (autograd/unary.h) */
+#include "autograd/tape.h"
 #include "tensor/parallel.h"
 
 #include <string.h>
@@ -389,7 +390,7 @@ tg_tensor *tg_permute(tg_ctx *ctx, tg_tensor *x, const int *perm) {
     if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
     const int nd = x->ndim;
     if (!perm && nd > 0) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'perm' is NULL");
+        tg_null_error(ctx, __func__, "perm");
         return NULL;
     }
     int p[TG_MAX_DIMS];
@@ -507,9 +508,9 @@ static tg_tensor *concat_lowp(tg_ctx *ctx, int n, tg_tensor *const *xs, int axis
 
 tg_tensor *tg_concat(tg_ctx *ctx, int n, tg_tensor *const *xs, int axis) {
     if (xs && n >= 1 && tg_lowp_args(ctx, __func__, n, xs)) return concat_lowp(ctx, n, xs, axis);
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (!xs) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'xs' is NULL");
+        tg_null_error(ctx, __func__, "xs");
         return NULL;
     }
     if (n < 1) {

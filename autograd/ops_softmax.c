@@ -267,7 +267,7 @@ tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, const int64_t *targe
         return NULL;
     }
     if (!targets) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'targets' is NULL");
+        tg_null_error(ctx, __func__, "targets");
         return NULL;
     }
     if (!(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0)) {

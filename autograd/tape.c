@@ -58,7 +58,7 @@ bad_op(tg_ctx *ctx, const tg_op_def *op) {
 }
 
 tg_node *tg_record(tg_ctx *ctx, const tg_op_def *op, tg_tensor *out, int n_in, tg_tensor *const *in) {
-    if (!tg_live(ctx) || !out || !tg_needs_grad(ctx, n_in, in)) return NULL;
+    if (!tg_ok(ctx) || !out || !tg_needs_grad(ctx, n_in, in)) return NULL;
     if (!op || !op->name || !op->backward) return bad_op(ctx, op);
     if (ctx->tape.consumed) {
         /* A new forward after a backward: start a fresh tape on top. Records
@@ -79,13 +79,13 @@ tg_node *tg_record(tg_ctx *ctx, const tg_op_def *op, tg_tensor *out, int n_in, t
         /* every op checks its arguments (tg_check_arg); this catches one
          * that forgot, before a stale or foreign tensor reaches the tape */
         if (!tg_current(ctx, in[k])) return stale_input(ctx, op->name, (int)k, in[k]);
-        version[k] = tg_root(in[k])->version_;
+        version[k] = tg_version(in[k]);
     }
-    version[nin] = tg_root(out)->version_;
+    version[nin] = tg_version(out);
     tg_node *n = &ctx->tape.nodes[ctx->tape.n_nodes];
     *n = (tg_node){.op = op, .backward = op->backward, .out = out, .in = ins, .n_in = n_in, .version = version};
     out->requires_grad = true;
-    out->node_ = (int32_t)ctx->tape.n_nodes;
+    tg_impl(out)->node = (int32_t)ctx->tape.n_nodes;
     out->grad = NULL;
     ctx->tape.n_nodes++;
     tg_profile_forward(ctx, op->name);
@@ -107,7 +107,7 @@ void tg_node_count_saved(tg_ctx *ctx, tg_node *node, size_t bytes) {
 }
 
 tg_tensor *tg_grad_of(tg_ctx *ctx, tg_tensor *t) {
-    if (!t || !t->requires_grad || !tg_live(ctx)) return NULL;
+    if (!t || !t->requires_grad || !tg_ok(ctx)) return NULL;
     if (!t->grad) {
         t->grad = tg_grad_block(ctx, "tg_grad_of", t);
         if (!t->grad) return NULL;
@@ -134,11 +134,11 @@ void tg_tape_restore(tg_ctx *ctx, tg_tape *saved) {
 
 tg_tensor *tg_requires_grad(tg_ctx *ctx, tg_tensor *t) {
     if (!tg_check_arg_any(ctx, __func__, "t", t)) return NULL;
-    if (t->node_ >= 0) {
+    if (tg_impl(t)->node >= 0) {
         char s[TG_SHAPE_STR];
         tg_error(ctx, TG_ERR_STATE, __func__,
                  "tensor of shape %s was made by an op ('%s'), not a leaf; detach it first", tg_shape_of(s, t),
-                 t->node_ < ctx->tape.n_nodes ? ctx->tape.nodes[t->node_].op->name : "?");
+                 tg_impl(t)->node < ctx->tape.n_nodes ? ctx->tape.nodes[tg_impl(t)->node].op->name : "?");
         return NULL;
     }
     t->requires_grad = true;
@@ -176,7 +176,7 @@ tg_tensor *tg_detach(tg_ctx *ctx, tg_tensor *t) {
     if (d) {
         d->requires_grad = false;
         d->grad = NULL;
-        d->node_ = -1;
+        tg_impl(d)->node = -1;
     }
     return d;
 }
@@ -210,10 +210,10 @@ static bool seed_aliases_a_grad(const tg_ctx *ctx, const tg_tensor *g, int64_t t
  * tape, and tg_record refuses stale tensors.) */
 static inline bool record_intact(const tg_node *n) {
     for (int k = 0; k < n->n_in; k++)
-        if (n->in[k] && tg_root(n->in[k])->version_ != n->version[k]) return false;
+        if (n->in[k] && tg_version(n->in[k]) != n->version[k]) return false;
     for (int k = 0; k < n->n_saved_t; k++)
-        if (tg_root(n->saved_t[k])->version_ != n->saved_version[k]) return false;
-    return tg_root(n->out)->version_ == n->version[n->n_in];
+        if (tg_version(n->saved_t[k]) != n->saved_version[k]) return false;
+    return tg_version(n->out) == n->version[n->n_in];
 }
 
 /* The error of a record that is not intact, naming the op and the tensor. */
@@ -225,7 +225,7 @@ record_error(tg_ctx *ctx, const char *fn, const tg_node *n) {
     for (int k = 0; k <= n->n_in + n->n_saved_t; k++) {
         const tg_tensor *t = k < n->n_in ? n->in[k] : k == n->n_in ? n->out : n->saved_t[k - n->n_in - 1];
         uint32_t v = k <= n->n_in ? n->version[k] : n->saved_version[k - n->n_in - 1];
-        if (!t || tg_root(t)->version_ == v) continue;
+        if (!t || tg_version(t) == v) continue;
         char what[32], s[TG_SHAPE_STR];
         if (k < n->n_in) snprintf(what, sizeof what, "input %d", k);
         else if (k == n->n_in) snprintf(what, sizeof what, "the output");
@@ -234,7 +234,7 @@ record_error(tg_ctx *ctx, const char *fn, const tg_node *n) {
                  "%s %s of '%s' was modified in place (version %u, recorded at %u) after the op used it: its "
                  "backward needs the values the op saw (change a tensor before the forward, or change a tg_copy "
                  "of it)",
-                 what, tg_shape_of(s, t), n->op->name, tg_root(t)->version_, v);
+                 what, tg_shape_of(s, t), n->op->name, tg_version(t), v);
         return;
     }
 }
@@ -292,7 +292,7 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
                  tg_shape_of(s1, out));
         return;
     }
-    int64_t top = out->node_;
+    int64_t top = tg_impl(out)->node;
     if (top >= 0 && (ctx->tape.consumed || top >= ctx->tape.n_nodes || ctx->tape.nodes[top].out != out)) {
         tg_error(ctx, TG_ERR_STATE, fn,
                  "the tape was already consumed by a backward; pass keep_tape=true to "
@@ -328,7 +328,7 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
     bool was = ctx->tape.grad_enabled, intact = true;
     ctx->tape.grad_enabled = false;
     tg_profile_walk_begin(ctx);
-    for (int64_t k = top; k >= 0 && tg_live(ctx); k--) {
+    for (int64_t k = top; k >= 0 && tg_ok(ctx); k--) {
         tg_node *n = &ctx->tape.nodes[k];
         if (!n->out->grad) continue; /* no gradient flows through this record */
         if (!record_intact(n)) {
@@ -340,7 +340,7 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
         double t0 = ctx->profile ? tg_profile_now() : 0;
         n->backward(ctx, n);
         if (ctx->profile) tg_profile_backward(ctx, n->op->name, tg_profile_now() - t0);
-        if (!tg_live(ctx)) backward_failed(ctx, n);
+        if (!tg_ok(ctx)) backward_failed(ctx, n);
         else if (!keep_tape) release_after(ctx, n, scratch, seed);
         if (ctx->tape.walked) ctx->tape.walked(ctx, k, ctx->tape.walked_user);
     }
@@ -358,6 +358,6 @@ bool tg_record_check(tg_ctx *ctx, const char *fn, const tg_node *n) {
 void tg_record_failed(tg_ctx *ctx, const tg_node *n) { backward_failed(ctx, n); }
 
 bool tg_tape_holds(const tg_ctx *ctx, const tg_tensor *t) {
-    const int64_t k = t->node_;
+    const int64_t k = tg_impl(t)->node;
     return k >= 0 && !ctx->tape.consumed && k < ctx->tape.n_nodes && ctx->tape.nodes[k].out == t;
 }

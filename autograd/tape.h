@@ -38,7 +38,7 @@ struct tg_node {
     tg_tensor **in; /* n_in inputs (arena array) */
     int n_in;
     int n_saved_t; /* tensors saved by tg_node_save_tensor */
-    /* The version counters (tg_root(t)->version_) of the inputs, then of
+    /* The version counters (tg_version(t)) of the inputs, then of
      * the output, when the op ran: backward checks them before it runs the
      * record, so a saved tensor changed in place since is an error. */
     uint32_t *version;
@@ -77,8 +77,8 @@ void tg_node_count_saved(tg_ctx *ctx, tg_node *node, size_t bytes);
  * the context an empty one, grad mode unchanged: a private tape, as
  * gradcheck uses. tg_tape_restore frees the private tape and puts *saved
  * back, grad mode included. */
-void tg_tape_stash(tg_ctx *ctx, tg_tape *saved);
-void tg_tape_restore(tg_ctx *ctx, tg_tape *saved);
+TG_FRIEND void tg_tape_stash(tg_ctx *ctx, tg_tape *saved);
+TG_FRIEND void tg_tape_restore(tg_ctx *ctx, tg_tape *saved);
 
 /* True when t is the output of a record of the live tape, one a backward
  * can still walk (not consumed, not cleared by a reset). Autocast

@@ -12,6 +12,7 @@
 #define TG_AUTOGRAD_UNARY_H
 
 #include "autograd/tape.h"
+#include "tensor/parallel.h" /* TG_PAR_MIN, TG_PAR_CHUNK */
 
 /* x, y, dx, dy: (n) contiguous */
 typedef void (*tg_unary_fwd_f32)(float *restrict y, const float *restrict x, int64_t n, double a);
@@ -55,23 +56,6 @@ tg_tensor *tg_unary_apply(tg_ctx *ctx, const tg_unary_op *op, tg_tensor *x, doub
 void tg_unary_backward(tg_ctx *ctx, tg_node *n);
 /* The tangent rule of every unary op: t_y = f'(x) t_x, f' the op's deriv. */
 tg_tensor *tg_unary_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t);
-
-/* Elementwise work is split over threads in chunks of this many elements,
- * and only when there are at least TG_PAR_MIN elements. Chunk boundaries
- * depend only on the size, so results never depend on the thread count.
- * Measured (add + exp of n floats, task pool, 2 threads against 1, on a
- * 2-core machine at load ~16, so CPU time is the figure to trust): the
- * process CPU per op grew by 49% at n = 65536 (132 -> 197 us) and by 10% at
- * 262144 (797 -> 879 us) -- the helper's spin before and after its share --
- * while pieces of 4096 at n = 8192 cost 1T 19 us, 2T 18 us of CPU. The wall
- * times were too noisy at that load to move TG_PAR_MIN from 65536; retune
- * on a quiet machine (the build flags -DTG_PAR_MIN=, -DTG_PAR_CHUNK=). */
-#ifndef TG_PAR_CHUNK /* overridable for tuning: -DTG_PAR_CHUNK=... */
-#define TG_PAR_CHUNK ((int64_t)1 << 14)
-#endif
-#ifndef TG_PAR_MIN
-#define TG_PAR_MIN ((int64_t)1 << 16)
-#endif
 
 /* Whole rows of `row` elements per piece, for row-wise work: about
  * TG_PAR_CHUNK elements, at least one row. */

@@ -741,9 +741,9 @@ bool tg_gradcheck_diagnose(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
                            int input, const tg_gradcheck_opts *opts, tg_gradcheck_diagnosis *d) {
     static const char fn[] = "tg_gradcheck_diagnose";
     if (d) memset(d, 0, sizeof *d);
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (!d || !f || !inputs) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", !d ? "d" : !f ? "f" : "inputs");
+        tg_null_error(ctx, fn, !d ? "d" : !f ? "f" : "inputs");
         return false;
     }
     if (input < 0 || input >= n_inputs) {

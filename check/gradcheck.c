@@ -1121,7 +1121,7 @@ static bool gc_check_jacobian(gc_session *s, const gc_config *cfg, tg_gradcheck_
 
 static bool gc_check_args(tg_ctx *ctx, const char *fn, tg_gradcheck_fn f, int n_inputs, tg_tensor *const *inputs) {
     if (!f || !inputs) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", f ? "inputs" : "f");
+        tg_null_error(ctx, fn, f ? "inputs" : "f");
         return false;
     }
     if (n_inputs < 1 || n_inputs > TG_GRADCHECK_MAX_INPUTS) {
@@ -1130,8 +1130,9 @@ static bool gc_check_args(tg_ctx *ctx, const char *fn, tg_gradcheck_fn f, int n_
     }
     for (int k = 0; k < n_inputs; k++) {
         if (!inputs[k]) {
-            tg_error(ctx, TG_ERR_NULL, fn, "argument 'inputs[%d]' is NULL", k);
-            return false;
+            char name[32];
+            snprintf(name, sizeof name, "inputs[%d]", k);
+            return tg_null_error(ctx, fn, name);
         }
     }
     return true;
@@ -1148,9 +1149,9 @@ bool tg_gradcheck_start(tg_ctx *ctx, const char *fn, tg_gradcheck_result *result
         result->verdict = TG_VERDICT_INCONCLUSIVE;
         result->reason = TG_REASON_ERROR; /* until a verdict is reached */
     }
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (!result) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'result' is NULL");
+        tg_null_error(ctx, fn, "result");
         return false;
     }
     return true;
@@ -1286,9 +1287,9 @@ bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
                            int input, const tg_gradcheck_opts *opts, tg_tensor **analytic, tg_tensor **numeric) {
     if (analytic) *analytic = NULL;
     if (numeric) *numeric = NULL;
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (!analytic || !numeric) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument '%s' is NULL", analytic ? "numeric" : "analytic");
+        tg_null_error(ctx, __func__, analytic ? "numeric" : "analytic");
         return false;
     }
     if (!gc_check_args(ctx, __func__, f, n_inputs, inputs)) return false;

@@ -158,7 +158,7 @@ bool tg_registry_check_order2(tg_ctx *ctx, const tg_op_info *op, const char *spe
     tg_op_case c;
     if (!tg_gradcheck_start(ctx, fn, result)) return false;
     if (!op) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'op' is NULL");
+        tg_null_error(ctx, fn, "op");
         return false;
     }
     if (!tg_registry_build(ctx, op, spec, dtype, &c)) return false;

@@ -136,7 +136,7 @@ tg_tensor *tg_registry_input(tg_ctx *ctx, tg_op_case *c, int k, int ndim, const 
 
 bool tg_registry_build_ranges(tg_ctx *ctx, tg_op_case *c) {
     static const char fn[] = "tg_registry_build_ranges";
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (!c || !c->op || !c->op->def) {
         tg_error(ctx, TG_ERR_NULL, fn, "argument 'c' is NULL or has no op");
         return false;

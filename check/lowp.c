@@ -60,9 +60,9 @@ bool tg_gradcheck_lowp(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs,
                        tg_dtype dtype, double tol, tg_gradcheck_lowp_result *result) {
     static const char fn[] = "tg_gradcheck_lowp";
     if (result) *result = (tg_gradcheck_lowp_result){.worst_input = -1, .worst_index = -1, .dtype = dtype};
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (!result || !f || !inputs) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", !result ? "result" : !f ? "f" : "inputs");
+        tg_null_error(ctx, fn, !result ? "result" : !f ? "f" : "inputs");
         return false;
     }
     if (n_inputs < 1 || n_inputs > TG_GRADCHECK_MAX_INPUTS) {

@@ -1145,7 +1145,7 @@ int tg_registry_index(const tg_op_info *op) {
 }
 
 bool tg_registry_add(tg_ctx *ctx, const tg_op_info *op) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (!op || !op->def || !op->def->name || !op->build || !op->forward || !op->variants || op->n_variants < 1) {
         tg_error(ctx, TG_ERR_NULL, __func__, "op %s lacks a descriptor with a name, build, forward or variants",
                  op && op->def && op->def->name ? op->def->name : "(null)");
@@ -1166,9 +1166,9 @@ bool tg_registry_add(tg_ctx *ctx, const tg_op_info *op) {
 
 bool tg_registry_build(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_dtype dtype, tg_op_case *c) {
     if (c) memset(c, 0, sizeof *c);
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (!op || !c) {
-        tg_error(ctx, TG_ERR_NULL, BUILD_FN, "argument '%s' is NULL", op ? "c" : "op");
+        tg_null_error(ctx, BUILD_FN, op ? "c" : "op");
         return false;
     }
     if (dtype != TG_F32 && dtype != TG_F64) {
@@ -1187,7 +1187,7 @@ bool tg_registry_build(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_d
 }
 
 tg_tensor *tg_registry_forward(tg_ctx *ctx, tg_op_case *c) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (!c || !c->op) {
         tg_error(ctx, TG_ERR_NULL, __func__, "argument 'c' is NULL or was not built");
         return NULL;
@@ -1229,7 +1229,7 @@ bool tg_registry_check(tg_ctx *ctx, const tg_op_info *op, int variant, tg_dtype 
                        tg_gradcheck_result *result) {
     if (!tg_gradcheck_start(ctx, __func__, result)) return false;
     if (!op) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'op' is NULL");
+        tg_null_error(ctx, __func__, "op");
         return false;
     }
     if (variant < 0 || variant >= op->n_variants) {

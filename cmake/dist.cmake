@@ -21,6 +21,7 @@ endif()
 
 file(GLOB TG_DIST_SOURCES CONFIGURE_DEPENDS dist/*.c)
 tg_add_library_above(tapegrad_dist dist ${TG_DIST_SOURCES})
+tg_internal_twin(tapegrad_dist tapegrad_internal m $<$<BOOL:${TG_MPI}>:MPI::MPI_C>)
 # the version in the build fingerprint the ranks compare (dist/world.c)
 target_compile_definitions(tapegrad_dist PRIVATE TG_DIST_VERSION="${PROJECT_VERSION}")
 if(TG_MPI)
@@ -30,9 +31,9 @@ if(TG_MPI)
 endif()
 
 # The programs that train across processes.
-target_link_libraries(spiral PRIVATE tapegrad_dist)
-target_link_libraries(gpt PRIVATE tapegrad_dist)
-target_link_libraries(bench_dist PRIVATE tapegrad_dist)
+target_link_libraries(spiral PRIVATE tapegrad_dist_internal)
+target_link_libraries(gpt PRIVATE tapegrad_dist_internal)
+target_link_libraries(bench_dist PRIVATE tapegrad_dist_internal)
 if(TG_MPI)
   # bench_dist starts its 2-process run itself, with this launcher; its
   # --allreduce compares the all-reduce with MPI's own (the library's

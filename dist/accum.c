@@ -28,9 +28,9 @@ void tg_grad_accum_free(tg_ctx *ctx, tg_grad_accum *acc) {
 }
 
 tg_grad_accum *tg_grad_accum_new(tg_ctx *ctx, tg_params *params) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (!params) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'params' is NULL");
+        tg_null_error(ctx, __func__, "params");
         return NULL;
     }
     tg_grad_accum *acc = tg_heap_alloc(ctx, sizeof *acc);
@@ -56,9 +56,9 @@ tg_grad_accum *tg_grad_accum_new(tg_ctx *ctx, tg_params *params) {
 /* False (and the error) unless acc is usable with its parameter list as it
  * is now, every parameter with a grad of its sum's size and dtype. */
 static bool accum_check(tg_ctx *ctx, const char *fn, const tg_grad_accum *acc) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (!acc) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'acc' is NULL");
+        tg_null_error(ctx, fn, "acc");
         return false;
     }
     if (acc->params->count != acc->nparams) {

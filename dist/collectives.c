@@ -50,7 +50,7 @@ bool tg_dist_reserve_segs(tg_ctx *ctx, tg_dist *d, const char *fn, int n) {
 
 /* The segments of n tensors' data. */
 static bool tensor_segs(tg_ctx *ctx, tg_dist *d, const char *fn, tg_tensor *const *tensors, int n) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (n < 0 || (n > 0 && !tensors)) {
         tg_error(ctx, n < 0 ? TG_ERR_VALUE : TG_ERR_NULL, fn, "bad tensor list: %d tensors at %p", n,
                  (const void *)tensors);
@@ -59,8 +59,9 @@ static bool tensor_segs(tg_ctx *ctx, tg_dist *d, const char *fn, tg_tensor *cons
     if (!tg_dist_reserve_segs(ctx, d, fn, n)) return false;
     for (int i = 0; i < n; i++) {
         if (!tensors[i]) {
-            tg_error(ctx, TG_ERR_NULL, fn, "tensors[%d] is NULL", i);
-            return false;
+            char name[32];
+            snprintf(name, sizeof name, "tensors[%d]", i);
+            return tg_null_error(ctx, fn, name);
         }
         d->segs[i] = (tg_seg){tensors[i]->data, tensors[i]->numel, tensors[i]->dtype};
     }
@@ -69,9 +70,9 @@ static bool tensor_segs(tg_ctx *ctx, tg_dist *d, const char *fn, tg_tensor *cons
 
 /* The segments of params' values (grads false) or grads (true). */
 bool tg_dist_param_segs(tg_ctx *ctx, tg_dist *d, const char *fn, const tg_params *params, bool grads) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (!params) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'params' is NULL");
+        tg_null_error(ctx, fn, "params");
         return false;
     }
     if (!tg_dist_reserve_segs(ctx, d, fn, params->count)) return false;
@@ -318,7 +319,7 @@ static bool broadcast(tg_ctx *ctx, tg_dist *d, const char *fn, int nseg, bool ok
 
 /* A NULL d cannot join a collective: the error, and false. */
 bool tg_dist_no_d(tg_ctx *ctx, const char *fn) {
-    tg_error(ctx, TG_ERR_NULL, fn, "argument 'd' is NULL");
+    tg_null_error(ctx, fn, "d");
     return false;
 }
 
@@ -336,7 +337,7 @@ bool tg_dist_allreduce_grads(tg_ctx *ctx, tg_dist *d, tg_params *params, double 
 
 bool tg_dist_allreduce_f64(tg_ctx *ctx, tg_dist *d, double *values, int64_t n, double weight) {
     if (!d) return tg_dist_no_d(ctx, __func__);
-    bool ok = tg_live(ctx) && tg_dist_reserve_segs(ctx, d, __func__, 1);
+    bool ok = tg_ok(ctx) && tg_dist_reserve_segs(ctx, d, __func__, 1);
     if (ok && (n < 0 || (n > 0 && !values))) {
         tg_error(ctx, n < 0 ? TG_ERR_VALUE : TG_ERR_NULL, __func__, "bad values: %lld at %p", (long long)n,
                  (void *)values);
@@ -360,7 +361,7 @@ bool tg_dist_broadcast_params(tg_ctx *ctx, tg_dist *d, tg_params *params) {
 
 bool tg_dist_broadcast_optim(tg_ctx *ctx, tg_dist *d, tg_optim *opt) {
     if (!d) return tg_dist_no_d(ctx, __func__);
-    if (!opt) tg_error(ctx, TG_ERR_NULL, __func__, "argument 'opt' is NULL");
+    if (!opt) tg_null_error(ctx, __func__, "opt");
     tg_params *state = tg_optim_state(opt);
     bool ok = opt && tg_dist_param_segs(ctx, d, __func__, state, false);
     if (!broadcast(ctx, d, __func__, ok ? state->count : 0, ok)) return false;
@@ -372,7 +373,7 @@ bool tg_dist_broadcast_rng(tg_ctx *ctx, tg_dist *d) {
     if (!d) return tg_dist_no_d(ctx, __func__);
     uint64_t state[2] = {0, 0};
     double bits[2]; /* the two words, moved as bytes */
-    bool ok = tg_live(ctx) && tg_dist_reserve_segs(ctx, d, __func__, 1);
+    bool ok = tg_ok(ctx) && tg_dist_reserve_segs(ctx, d, __func__, 1);
     if (ok) {
         tg_rng_state(ctx, &state[0], &state[1]);
         memcpy(bits, state, sizeof bits);

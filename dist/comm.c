@@ -374,6 +374,8 @@ tg_comm_batch *tg_comm_batch_new(tg_comm *c, const tg_allocator *alloc) {
     size_t size = sizeof(tg_comm_batch);
 #if TG_HAVE_MPI
     size += 2 * (size_t)c->size * sizeof(MPI_Request);
+#else
+    (void)c;
 #endif
     tg_comm_batch *b = alloc->alloc(size, 16, alloc->user);
     if (b) memset(b, 0, size);

@@ -89,7 +89,7 @@ bool tg_dist_head(tg_ctx *ctx, tg_dist *d, const char *fn, bool ok, uint64_t has
 
 bool tg_dist_agree(tg_ctx *ctx, tg_dist *d, bool ok) {
     if (!d) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'd' is NULL");
+        tg_null_error(ctx, __func__, "d");
         return false;
     }
     return tg_dist_head(ctx, d, __func__, ok, 0, "", NULL, 0, NULL, NULL);
@@ -97,12 +97,12 @@ bool tg_dist_agree(tg_ctx *ctx, tg_dist *d, bool ok) {
 
 bool tg_dist_same(tg_ctx *ctx, tg_dist *d, const void *bytes, size_t size, const char *what) {
     if (!d) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'd' is NULL");
+        tg_null_error(ctx, __func__, "d");
         return false;
     }
     bool ok = true;
     if (!bytes && size) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'bytes' is NULL (size %zu)", size);
+        tg_null_error(ctx, __func__, "bytes");
         ok = false;
     }
     uint64_t h = ok ? tg_fnv1a(TG_FNV_OFFSET, bytes, size) : 0;

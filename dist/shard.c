@@ -29,8 +29,8 @@ struct tg_dist_shard {
     tg_dist *d;
     tg_params *params; /* the whole model's */
     int nparams;
-    tg_params share;  /* this rank's views */
-    tg_tensor *views; /* 2 per view: the value, then its grad */
+    tg_params share;       /* this rank's views */
+    tg_tensor_impl *views; /* 2 per view: the value, then its grad */
     int nviews;
 };
 
@@ -77,34 +77,32 @@ static int runs(tg_dist_shard *s, run_fn fn) {
 
 /* View k: elements [lo, lo + n) of parameter i and of its grad. */
 static void make_view(tg_dist_shard *s, int i, int64_t lo, int64_t n, int k) {
-    tg_tensor *p = s->params->items[i].value, *v = &s->views[2 * k], *g = &s->views[2 * k + 1];
+    tg_tensor *p = s->params->items[i].value;
+    tg_tensor_impl *v = &s->views[2 * k], *g = &s->views[2 * k + 1];
     const size_t off = (size_t)lo * tg_esize(p->dtype);
-    *g = (tg_tensor){.dtype = p->dtype,
-                     .ndim = 1,
-                     .numel = n,
-                     .data = (char *)p->grad->data + off,
-                     .persistent = true,
-                     .node_ = -1,
-                     .base_ = tg_root(p->grad),
-                     .ctx_ = p->ctx_};
-    *v = (tg_tensor){.dtype = p->dtype,
-                     .ndim = 1,
-                     .numel = n,
-                     .data = (char *)p->data + off,
-                     .grad = g,
-                     .requires_grad = true,
-                     .persistent = true,
-                     .node_ = -1,
-                     .base_ = tg_root(p),
-                     .ctx_ = p->ctx_};
-    for (int j = 0; j < TG_MAX_DIMS; j++) v->shape[j] = g->shape[j] = j == 0 ? n : 1;
+    *g = (tg_tensor_impl){
+        .pub = {.dtype = p->dtype, .ndim = 1, .numel = n, .data = (char *)p->grad->data + off, .persistent = true},
+        .node = -1,
+        .base = tg_root(p->grad),
+        .ctx = tg_impl(p)->ctx};
+    *v = (tg_tensor_impl){.pub = {.dtype = p->dtype,
+                                  .ndim = 1,
+                                  .numel = n,
+                                  .data = (char *)p->data + off,
+                                  .grad = &g->pub,
+                                  .requires_grad = true,
+                                  .persistent = true},
+                          .node = -1,
+                          .base = tg_root(p),
+                          .ctx = tg_impl(p)->ctx};
+    for (int j = 0; j < TG_MAX_DIMS; j++) v->pub.shape[j] = g->pub.shape[j] = j == 0 ? n : 1;
 }
 
 tg_dist_shard *tg_dist_shard_new(tg_ctx *ctx, tg_dist *d, tg_params *params) {
     static const char fn[] = "tg_dist_shard_new";
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (!d || !params) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", !d ? "d" : "params");
+        tg_null_error(ctx, fn, !d ? "d" : "params");
         return NULL;
     }
     for (int i = 0; i < params->count; i++) {
@@ -131,15 +129,15 @@ tg_dist_shard *tg_dist_shard_new(tg_ctx *ctx, tg_dist *d, tg_params *params) {
     runs(s, make_view);
     /* the views in the share list, named after their parameter and offset */
     for (int k = 0; k < s->nviews && tg_ok(ctx); k++) {
-        const tg_tensor *v = &s->views[2 * k];
+        const tg_tensor *v = &s->views[2 * k].pub;
         int i = 0;
-        while (v->base_ != tg_root(params->items[i].value)) i++;
+        while (tg_impl(v)->base != tg_root(params->items[i].value)) i++;
         const int64_t lo =
             ((const char *)v->data - (const char *)params->items[i].value->data) / (int64_t)tg_esize(v->dtype);
         char name[64];
         if (snprintf(name, sizeof name, "%s@%lld", params->items[i].name, (long long)lo) >= (int)sizeof name)
             snprintf(name, sizeof name, "param%d@%lld", i, (long long)lo);
-        tg_params_add(ctx, &s->share, NULL, name, &s->views[2 * k], params->items[i].weight_decay);
+        tg_params_add(ctx, &s->share, NULL, name, &s->views[2 * k].pub, params->items[i].weight_decay);
     }
     if (!tg_ok(ctx)) {
         tg_dist_shard_free(ctx, s);
@@ -153,11 +151,11 @@ tg_params *tg_dist_shard_params(tg_dist_shard *s) { return s ? &s->share : NULL;
 bool tg_dist_shard_gather(tg_ctx *ctx, tg_dist_shard *s) {
     static const char fn[] = "tg_dist_shard_gather";
     if (!s) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 's' is NULL");
+        tg_null_error(ctx, fn, "s");
         return false;
     }
     tg_dist *d = s->d;
-    bool ok = tg_live(ctx) && tg_dist_param_segs(ctx, d, fn, s->params, false) && tg_dist_reserve(ctx, d, fn);
+    bool ok = tg_ok(ctx) && tg_dist_param_segs(ctx, d, fn, s->params, false) && tg_dist_reserve(ctx, d, fn);
     if (ok && s->params->count != s->nparams) {
         tg_error(ctx, TG_ERR_STATE, fn, "the parameter list has %d parameters, the shard was made for %d",
                  s->params->count, s->nparams);

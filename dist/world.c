@@ -127,7 +127,7 @@ failed:
 }
 
 tg_dist *tg_dist_init(tg_ctx *ctx, int *argc, char ***argv) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     tg_dist *d = ctx->alloc.alloc(sizeof *d, TG_ALIGN, ctx->alloc.user);
     if (!d) {
         tg_error(ctx, TG_ERR_OOM, __func__, "out of memory");
@@ -194,9 +194,9 @@ const char *tg_dist_backend(const tg_dist *d) { return d ? tg_comm_backend(d->co
 const char *tg_dist_fingerprint(const tg_dist *d) { return d ? d->fingerprint : ""; }
 
 bool tg_dist_set_timeout(tg_ctx *ctx, tg_dist *d, double seconds) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (!d) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'd' is NULL");
+        tg_null_error(ctx, __func__, "d");
         return false;
     }
     if (!isfinite(seconds) || seconds < 0) {
@@ -223,7 +223,7 @@ void tg_dist_split(int64_t total, int parts, int part, int64_t *start, int64_t *
 }
 
 bool tg_dist_draw(tg_ctx *ctx, int64_t n, int64_t start, int64_t count, int64_t *index) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (n < 1 || start < 0 || count < 0) {
         tg_error(ctx, TG_ERR_VALUE, __func__,
                  "n = %lld, start = %lld, count = %lld: want n >= 1, start >= 0, count >= 0", (long long)n,
@@ -231,7 +231,7 @@ bool tg_dist_draw(tg_ctx *ctx, int64_t n, int64_t start, int64_t count, int64_t 
         return false;
     }
     if (!index && count > 0) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'index' is NULL (count %lld)", (long long)count);
+        tg_null_error(ctx, __func__, "index");
         return false;
     }
     uint64_t seed, offset;

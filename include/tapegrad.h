@@ -71,7 +71,10 @@
  *    values. A function handed NULL, or called while the context is in
  *    error, returns NULL (or a failure status) and does nothing. Check once
  *    per step with tg_ok(ctx). Set TG_ABORT_ON_ERROR=1 in the environment to
- *    abort at the first error with its message.
+ *    abort at the first error with its message. The functions that read or
+ *    write files (tg_ckpt_*, tg_train_save/load) also return the context's
+ *    status after the call; the few that take no context (plots, gnuplot)
+ *    return a tg_status instead.
  *  - Tensors are always contiguous and row-major.
  *  - The library never prints unasked and never calls exit().
  *

@@ -217,7 +217,7 @@ static tg_status save_impl(tg_ctx *ctx, const char *fn, const char *path, const 
     if (!ctx) return TG_ERR_NULL;
     if (!tg_ok(ctx)) return tg_status_of(ctx);
     if (!path || !params) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", !path ? "path" : "params");
+        tg_null_error(ctx, fn, !path ? "path" : "params");
         return TG_ERR_NULL;
     }
     if (!*path) {
@@ -465,7 +465,7 @@ static tg_status load_impl(tg_ctx *ctx, const char *fn, const char *path, tg_par
     if (!ctx) return TG_ERR_NULL;
     if (!tg_ok(ctx)) return tg_status_of(ctx);
     if (!path || !params) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", !path ? "path" : "params");
+        tg_null_error(ctx, fn, !path ? "path" : "params");
         return TG_ERR_NULL;
     }
     unsigned char *buf;

@@ -13,8 +13,6 @@
  * but the caller may hand the descriptor on). */
 #define _POSIX_C_SOURCE 200809L
 
-#include "io/file.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>

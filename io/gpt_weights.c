@@ -462,9 +462,9 @@ static bool read_parse(tg_ctx *ctx, const char *fn, const char *path, unsigned c
 }
 
 static bool check_args(tg_ctx *ctx, const char *fn, const void *gpt, const char *path) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (!gpt || !path) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", !gpt ? "gpt" : "path");
+        tg_null_error(ctx, fn, !gpt ? "gpt" : "path");
         return false;
     }
     return true;

@@ -36,11 +36,9 @@ static tg_meta_item *meta_find(const tg_meta *meta, const char *key) {
 }
 
 bool tg_meta_set(tg_ctx *ctx, tg_meta *meta, const char *key, const char *value) {
-    if (!tg_ok(ctx)) return false;
-    if (!meta || !key || !value) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument '%s' is NULL", !meta ? "meta" : !key ? "key" : "value");
+    if (!tg_check_ptr(ctx, __func__, "meta", meta) || !tg_check_ptr(ctx, __func__, "key", key) ||
+        !tg_check_ptr(ctx, __func__, "value", value))
         return false;
-    }
     if (!tg_utf8_valid(key, strlen(key)) || !tg_utf8_valid(value, strlen(value))) {
         char q[80];
         tg_error(ctx, TG_ERR_VALUE, __func__, "the %s of key \"%s\" is not valid UTF-8",
@@ -95,11 +93,9 @@ const char *tg_meta_get(const tg_meta *meta, const char *key) {
 }
 
 bool tg_meta_get_u64(tg_ctx *ctx, const tg_meta *meta, const char *key, uint64_t *value) {
-    if (!tg_ok(ctx)) return false;
-    if (!meta || !key || !value) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument '%s' is NULL", !meta ? "meta" : !key ? "key" : "value");
+    if (!tg_check_ptr(ctx, __func__, "meta", meta) || !tg_check_ptr(ctx, __func__, "key", key) ||
+        !tg_check_ptr(ctx, __func__, "value", value))
         return false;
-    }
     const char *s = tg_meta_get(meta, key);
     if (!s) {
         tg_error(ctx, TG_ERR_VALUE, __func__, "no metadata key \"%s\"", key);

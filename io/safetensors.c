@@ -491,7 +491,7 @@ tg_status tg_st_load_memory_ex(tg_ctx *ctx, const char *fn, const char *what, co
     if (!ctx) return TG_ERR_NULL;
     if (!tg_ok(ctx)) return tg_status_of(ctx);
     if (!params) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'params' is NULL");
+        tg_null_error(ctx, fn, "params");
         return TG_ERR_NULL;
     }
     tg_st_file f;

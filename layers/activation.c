@@ -39,7 +39,7 @@ static const tg_module_ops ACTIVATION_OPS = {
     .repr = activation_repr, .free = activation_free_m, .forward = activation_forward_m};
 
 tg_activation *tg_activation_new(tg_ctx *ctx, const char *name, tg_activation_kind act) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if ((int)act < 0 || (int)act >= N_ACTIVATIONS) {
         tg_error(ctx, TG_ERR_VALUE, __func__, "act = %d is not a tg_activation_kind (0..%d)", (int)act,
                  N_ACTIVATIONS - 1);

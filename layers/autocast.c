@@ -38,7 +38,7 @@ static tg_tensor *cached_copy(tg_ctx *ctx, const tg_tensor *p, tg_dtype dtype, b
         const tg_autocast_copy *c = &ctx->autocast_copies[i];
         if (c->param != p || c->dtype != dtype) continue;
         *slot = i; /* a stale copy of p is replaced in place */
-        if (c->version != tg_root(p)->version_) return NULL;
+        if (c->version != tg_version(p)) return NULL;
         if (record && !tg_tape_holds(ctx, c->copy)) return NULL;
         return c->copy;
     }
@@ -59,8 +59,7 @@ static bool remember(tg_ctx *ctx, int slot, const tg_tensor *p, tg_tensor *copy,
         ctx->autocast_copies = grown;
         ctx->autocast_cap = cap;
     }
-    ctx->autocast_copies[slot] =
-        (tg_autocast_copy){.param = p, .copy = copy, .version = tg_root(p)->version_, .dtype = dtype};
+    ctx->autocast_copies[slot] = (tg_autocast_copy){.param = p, .copy = copy, .version = tg_version(p), .dtype = dtype};
     if (slot == ctx->autocast_count) ctx->autocast_count++;
     return true;
 }
@@ -68,7 +67,7 @@ static bool remember(tg_ctx *ctx, int slot, const tg_tensor *p, tg_tensor *copy,
 /* p's copy for this step (tg_autocast_param, tg_autocast_data); record:
  * the copy's cast goes on the tape (when grad mode and p call for it). */
 static tg_tensor *copy_of(tg_ctx *ctx, const char *fn, tg_tensor *p, bool record) {
-    if (!tg_live(ctx) || !p) return NULL; /* an absent bias or gamma stays absent */
+    if (!tg_ok(ctx) || !p) return NULL; /* an absent bias or gamma stays absent */
     if (!tg_check_arg_any(ctx, fn, "p", p)) return NULL;
     const tg_dtype dtype = ctx->autocast;
     if (dtype == TG_F32 || p->dtype != TG_F32) return p;

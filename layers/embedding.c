@@ -35,7 +35,7 @@ static const tg_module_ops EMBEDDING_OPS = {
 
 tg_embedding_layer *tg_embedding_layer_new(tg_ctx *ctx, const char *name, int64_t num_embeddings, int64_t embedding_dim,
                                            tg_dtype dtype) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (!tg_check_size_arg(ctx, __func__, "num_embeddings", num_embeddings) ||
         !tg_check_size_arg(ctx, __func__, "embedding_dim", embedding_dim))
         return NULL;

@@ -108,9 +108,9 @@ void tg_gpt_cache_clear(tg_gpt_cache *cache) {
 }
 
 tg_tensor *tg_gpt_cache_forward(tg_ctx *ctx, tg_gpt_cache *cache, int64_t T, const int64_t *idx) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (!cache) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'cache' is NULL");
+        tg_null_error(ctx, __func__, "cache");
         return NULL;
     }
     if (T < 1 || cache->len + T > cache->cap) {
@@ -296,7 +296,7 @@ int64_t tg_gpt_generate(tg_ctx *ctx, tg_gpt *gpt, int64_t n_prompt, const int64_
     const tg_gen_opts o = opts ? *opts : tg_gen_defaults();
     const int64_t V = gpt->config.vocab_size, context = gpt->config.context;
     if (!prompt || (!out && n_new > 0)) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument '%s' is NULL", !prompt ? "prompt" : "out");
+        tg_null_error(ctx, __func__, !prompt ? "prompt" : "out");
         return -1;
     }
     if (n_prompt < 1 || n_prompt > context || n_new < 0) {

@@ -77,9 +77,9 @@ static void gpt_init(tg_ctx *ctx, tg_gpt *g) {
 }
 
 tg_gpt *tg_gpt_new(tg_ctx *ctx, const char *name, const tg_gpt_config *config) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (!config) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'config' is NULL");
+        tg_null_error(ctx, __func__, "config");
         return NULL;
     }
     const tg_gpt_config c = *config;
@@ -154,7 +154,7 @@ tg_tensor *tg_gpt_forward_at(tg_ctx *ctx, const char *fn, tg_gpt *gpt, int64_t B
     if (!tg_check_layer(ctx, fn, gpt)) return NULL;
     const tg_gpt_config *c = &gpt->config;
     if (!idx) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'idx' is NULL");
+        tg_null_error(ctx, fn, "idx");
         return NULL;
     }
     if (B < 1 || T < 1 || pos < 0 || pos + T > c->context) {
@@ -198,7 +198,7 @@ tg_tensor *tg_gpt_forward(tg_ctx *ctx, tg_gpt *gpt, int64_t B, int64_t T, const 
 tg_tensor *tg_gpt_loss_from(tg_ctx *ctx, tg_tensor *logits, const int64_t *targets) {
     if (!tg_check_arg_any(ctx, __func__, "logits", logits)) return NULL;
     if (!targets) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'targets' is NULL");
+        tg_null_error(ctx, __func__, "targets");
         return NULL;
     }
     if (logits->ndim < 2 || logits->numel == 0) {
@@ -218,7 +218,7 @@ tg_tensor *tg_gpt_loss(tg_ctx *ctx, tg_gpt *gpt, int64_t B, int64_t T, const int
     tg_tensor *logits = tg_gpt_forward(ctx, gpt, B, T, idx);
     if (!logits) return NULL;
     if (!targets) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'targets' is NULL");
+        tg_null_error(ctx, __func__, "targets");
         return NULL;
     }
     return tg_gpt_loss_from(ctx, logits, targets);

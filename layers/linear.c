@@ -369,7 +369,7 @@ static const tg_module_ops LINEAR_OPS = {.repr = linear_repr,
 /* The constructors' common part; errors name fn. */
 static tg_linear *linear_new(tg_ctx *ctx, const char *fn, const char *name, int64_t in_features, int64_t out_features,
                              bool bias, tg_dtype dtype) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (!tg_check_size_arg(ctx, fn, "in_features", in_features) ||
         !tg_check_size_arg(ctx, fn, "out_features", out_features))
         return NULL;

@@ -8,8 +8,8 @@
  * Sequential modules side by side. The functions here walk a container's
  * children (a Sequential's modules) for its parameters, size and summary. */
 #include "layers/module.h"
+#include "tensor/text.h"
 
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,7 +50,7 @@ bool tg_check_layer_dtype(tg_ctx *ctx, const char *fn, const tg_tensor *x, tg_dt
 
 void *tg_module_alloc(tg_ctx *ctx, const char *fn, size_t size, const char *kind, const char *name, tg_dtype dtype,
                       const tg_module_ops *ops) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (!name) name = "";
     size_t len = strlen(name);
     if (len >= sizeof((tg_module *)0)->name) {
@@ -78,9 +78,9 @@ void *tg_module_alloc(tg_ctx *ctx, const char *fn, size_t size, const char *kind
 }
 
 bool tg_check_layer(tg_ctx *ctx, const char *fn, const void *layer) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (!layer) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'layer' is NULL");
+        tg_null_error(ctx, fn, "layer");
         return false;
     }
     return tg_check_owned(ctx, fn, "the layer", layer, TG_OWN_LAYER);
@@ -118,51 +118,23 @@ tg_tensor *tg_param_from(tg_ctx *ctx, tg_tensor *t) {
     return p;
 }
 
-/* Where a summary goes: a buffer with snprintf semantics (pos counts the
- * length the whole text needs, the buffer holds what fits, always
- * terminated when size > 0), or a FILE. */
-typedef struct sink {
-    char *buf;
-    size_t size;
-    size_t pos;
-    FILE *out;
-} sink;
-
-static void put(sink *s, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-static void put(sink *s, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n;
-    if (s->out) {
-        n = vfprintf(s->out, fmt, ap);
-    } else {
-        char *dst = s->buf && s->pos < s->size ? s->buf + s->pos : NULL;
-        n = vsnprintf(dst, dst ? s->size - s->pos : 0, fmt, ap);
-    }
-    va_end(ap);
-    if (n > 0) s->pos += (size_t)n;
-}
-
-/* The module's repr (its ops' repr, snprintf semantics) into the sink. */
-static void put_repr(sink *s, const tg_module *m) {
+/* The module's repr (its ops' repr, snprintf semantics) into the text. */
+static void put_repr(tg_text *s, const tg_module *m) {
     if (!s->out) {
-        char *dst = s->buf && s->pos < s->size ? s->buf + s->pos : NULL;
-        s->pos += m->ops_->repr(m, dst, dst ? s->size - s->pos : 0);
+        size_t room;
+        char *dst = tg_text_room(s, &room);
+        s->len += m->ops_->repr(m, dst, room);
         return;
     }
     char small[256];
     size_t n = m->ops_->repr(m, small, sizeof small);
     if (n < sizeof small) {
-        put(s, "%s", small);
+        tg_text_put(s, small);
         return;
     }
     char *big = malloc(n + 1); /* printing uses the C library's malloc */
     if (big) m->ops_->repr(m, big, n + 1);
-    put(s, "%s", big ? big : small);
+    tg_text_put(s, big ? big : small);
     free(big);
 }
 
@@ -177,32 +149,32 @@ const char *tg_module_child_key(char buf[16], const tg_module *child, int i) {
 
 /* "Repr  params=N", or for a container "Repr(", one line per child
  * indented by indent + 2, and ")  params=N" at indent. */
-static void put_module(sink *s, const tg_module *m, int indent) {
+static void put_module(tg_text *s, const tg_module *m, int indent) {
     put_repr(s, m);
     const tg_model *kids = children_of(m);
     if (kids) {
-        put(s, "(%s", kids->count ? "\n" : "");
+        tg_text_printf(s, "(%s", kids->count ? "\n" : "");
         for (int i = 0; i < kids->count; i++) {
             char key[16];
-            put(s, "%*s(%s): ", indent + 2, "", tg_module_child_key(key, kids->items[i], i));
+            tg_text_printf(s, "%*s(%s): ", indent + 2, "", tg_module_child_key(key, kids->items[i], i));
             put_module(s, kids->items[i], indent + 2);
-            put(s, "\n");
+            tg_text_put(s, "\n");
         }
-        put(s, "%*s)", kids->count ? indent : 0, "");
+        tg_text_printf(s, "%*s)", kids->count ? indent : 0, "");
     }
-    put(s, "  params=%lld", (long long)tg_module_numel(m));
+    tg_text_printf(s, "  params=%lld", (long long)tg_module_numel(m));
 }
 
 /* The model's summary: "(key): module" lines and the total. */
-static void put_model(sink *s, const tg_model *model) {
+static void put_model(tg_text *s, const tg_model *model) {
     int count = model ? model->count : 0;
     for (int i = 0; i < count; i++) {
         char key[16];
-        put(s, "(%s): ", tg_module_child_key(key, model->items[i], i));
+        tg_text_printf(s, "(%s): ", tg_module_child_key(key, model->items[i], i));
         put_module(s, model->items[i], 0);
-        put(s, "\n");
+        tg_text_put(s, "\n");
     }
-    put(s, "total params=%lld\n", (long long)tg_model_numel(model));
+    tg_text_printf(s, "total params=%lld\n", (long long)tg_model_numel(model));
 }
 
 /* ---- tg_module ------------------------------------------------------------------- */
@@ -239,10 +211,10 @@ static bool params_at(tg_ctx *ctx, tg_module *m, const char *prefix, tg_params *
 }
 
 bool tg_module_params(tg_ctx *ctx, tg_module *m, tg_params *list) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (!m || !list) {
-        if (!m) tg_error(ctx, TG_ERR_NULL, __func__, "argument 'm' (the layer) is NULL");
-        else tg_error(ctx, TG_ERR_NULL, __func__, "argument 'list' is NULL");
+        if (!m) tg_null_error(ctx, __func__, "m");
+        else tg_null_error(ctx, __func__, "list");
         return false;
     }
     return tg_check_owned(ctx, __func__, "the layer", m, TG_OWN_LAYER) && params_at(ctx, m, m->name, list);
@@ -256,9 +228,9 @@ int64_t tg_module_numel(const tg_module *m) {
 }
 
 tg_tensor *tg_module_forward(tg_ctx *ctx, tg_module *m, tg_tensor *x) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (!m) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument 'm' (the module) is NULL");
+        tg_null_error(ctx, __func__, "m");
         return NULL;
     }
     if (!tg_check_owned(ctx, __func__, "the module", m, TG_OWN_LAYER)) return NULL;
@@ -273,16 +245,16 @@ tg_tensor *tg_module_forward(tg_ctx *ctx, tg_module *m, tg_tensor *x) {
 size_t tg_module_format(char *buf, size_t size, const tg_module *m) {
     if (buf && size) buf[0] = '\0';
     if (!m) return 0;
-    sink s = {.buf = buf, .size = size};
+    tg_text s = tg_text_buf(buf, size);
     put_module(&s, m, 0);
-    return s.pos;
+    return s.len;
 }
 
 void tg_module_print(FILE *out, const tg_module *m) {
     if (!out || !m) return;
-    sink s = {.out = out};
+    tg_text s = tg_text_file(out);
     put_module(&s, m, 0);
-    put(&s, "\n");
+    tg_text_put(&s, "\n");
 }
 
 /* Frees m, a layer of ctx or not (tg_disown says which). While the layer
@@ -318,14 +290,14 @@ void tg_module_free(tg_ctx *ctx, tg_module *m) {
 
 bool tg_module_list_add(tg_ctx *ctx, const char *fn, const char *what, tg_model *list, tg_module *m) {
     if (!m) {
-        if (tg_live(ctx)) tg_error(ctx, TG_ERR_NULL, fn, "argument 'm' is NULL");
+        if (tg_ok(ctx)) tg_null_error(ctx, fn, "m");
         return false;
     }
     /* Not this context's (or freed): neither read nor freed, left to its
      * owner. Held already: its holder frees it, and two would free it twice. */
-    if (tg_live(ctx) && !tg_check_owned(ctx, fn, "the module", m, TG_OWN_LAYER)) return false;
+    if (tg_ok(ctx) && !tg_check_owned(ctx, fn, "the module", m, TG_OWN_LAYER)) return false;
     const tg_owned *e = tg_owned_entry(ctx, m, TG_OWN_LAYER);
-    if (e && e->held && tg_live(ctx)) {
+    if (e && e->held && tg_ok(ctx)) {
         bool here = false;
         for (int i = 0; list && i < list->count; i++) here |= list->items[i] == m;
         char label[TG_MODULE_LABEL];
@@ -341,14 +313,14 @@ bool tg_module_list_add(tg_ctx *ctx, const char *fn, const char *what, tg_model 
         for (int i = 0; i < list->count; i++)
             if (list->items[i] == m) {
                 /* already owned by this list: keep it */
-                if (tg_live(ctx)) tg_error(ctx, TG_ERR_VALUE, fn, "module '%s' is already in the %s", m->name, what);
+                if (tg_ok(ctx)) tg_error(ctx, TG_ERR_VALUE, fn, "module '%s' is already in the %s", m->name, what);
                 return false;
             }
     /* From here on the list takes m: on any failure m is freed, so
      * tg_model_add(ctx, &model, TG_MODULE(tg_linear_new(...))) never leaks. */
-    if (!tg_live(ctx)) goto fail;
+    if (!tg_ok(ctx)) goto fail;
     if (!list) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", what);
+        tg_null_error(ctx, fn, what);
         goto fail;
     }
     if (m->name[0])
@@ -382,9 +354,9 @@ bool tg_model_add(tg_ctx *ctx, tg_model *model, tg_module *m) {
 }
 
 bool tg_model_params(tg_ctx *ctx, const tg_model *model, tg_params *list) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (!model || !list) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument '%s' is NULL", !model ? "model" : "list");
+        tg_null_error(ctx, __func__, !model ? "model" : "list");
         return false;
     }
     for (int i = 0; i < model->count; i++)
@@ -400,15 +372,14 @@ int64_t tg_model_numel(const tg_model *model) {
 }
 
 size_t tg_model_format(char *buf, size_t size, const tg_model *model) {
-    if (buf && size) buf[0] = '\0';
-    sink s = {.buf = buf, .size = size};
+    tg_text s = tg_text_buf(buf, size);
     put_model(&s, model);
-    return s.pos;
+    return s.len;
 }
 
 void tg_model_print(FILE *out, const tg_model *model) {
     if (!out) return;
-    sink s = {.out = out};
+    tg_text s = tg_text_file(out);
     put_model(&s, model);
 }
 

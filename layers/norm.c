@@ -66,9 +66,9 @@ bool tg_norm_check_args_lowp(tg_ctx *ctx, const char *fn, const tg_tensor *x, co
         return false;
     if ((gamma && !tg_check_same_dtype(ctx, fn, x, gamma)) || (beta && !tg_check_same_dtype(ctx, fn, x, beta)))
         return false;
-    tg_tensor hx = *x, hg = gamma ? *gamma : hx, hb = beta ? *beta : hx;
-    hx.dtype = hg.dtype = hb.dtype = TG_F32;
-    return tg_norm_check_args(ctx, fn, &hx, gamma ? &hg : NULL, beta ? &hb : NULL, ndim_norm, eps, N, C);
+    tg_tensor_impl hx = *tg_impl(x), hg = gamma ? *tg_impl(gamma) : hx, hb = beta ? *tg_impl(beta) : hx;
+    hx.pub.dtype = hg.pub.dtype = hb.pub.dtype = TG_F32;
+    return tg_norm_check_args(ctx, fn, &hx.pub, gamma ? &hg.pub : NULL, beta ? &hb.pub : NULL, ndim_norm, eps, N, C);
 }
 
 static void *data_of(const tg_tensor *t) { return t ? t->data : NULL; }
@@ -126,53 +126,62 @@ bool tg_norm_grads(tg_ctx *ctx, tg_node *n, tg_norm_bwd *b) {
 /* What tells RMSNorm and LayerNorm apart. */
 typedef struct norm_kind {
     const char *name;     /* the module's kind, "RMSNorm" or "LayerNorm" */
+    size_t size;          /* of its struct */
     const char *defaults; /* the function giving its options' defaults */
     tg_tensor *(*fused)(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm, double eps);
     const tg_module_ops *ops; /* its methods: the shared ones, its forward */
 } norm_kind;
 
 /* tg_rmsnorm and tg_layernorm (include/tapegrad/layers.h) have the same
- * members in the same order. The shared code reaches either through this
- * union, as .rms: C11 6.5.2.3 lets the members of a common initial
- * sequence be used through any of the union's structs. */
-typedef union norm_layer {
-    tg_module base;
-    tg_rmsnorm rms;
-    tg_layernorm ln;
-} norm_layer;
-_Static_assert(sizeof(tg_rmsnorm) == sizeof(tg_layernorm) && offsetof(tg_rmsnorm, beta) == offsetof(tg_layernorm, beta),
-               "tg_rmsnorm and tg_layernorm must keep the same members");
+ * members, in two structs so that each kind's functions take their own
+ * type. The shared code reaches the members through pointers taken from
+ * the layer's own struct, the kind told by its methods. */
+typedef struct norm_fields {
+    int *ndim;
+    int64_t *normalized_shape; /* TG_MAX_DIMS of them */
+    double *eps;
+    bool *affine, *bias;
+    tg_tensor **gamma, **beta;
+} norm_fields;
+#define NORM_FIELDS(l) \
+    ((norm_fields){&(l)->ndim, (l)->normalized_shape, &(l)->eps, &(l)->affine, &(l)->bias, &(l)->gamma, &(l)->beta})
 
-/* The members of a norm layer of either kind, read through the union. */
-static const tg_rmsnorm *fields_of(const tg_module *m) { return &((const norm_layer *)(const void *)m)->rms; }
+static const tg_module_ops LAYERNORM_OPS; /* defined below, with the functions it lists */
+
+/* The members of a norm layer of either kind. */
+static norm_fields fields_of(const tg_module *m) {
+    void *layer = (void *)(uintptr_t)m;
+    if (m->ops_ == &LAYERNORM_OPS) return NORM_FIELDS((tg_layernorm *)layer);
+    return NORM_FIELDS((tg_rmsnorm *)layer);
+}
 
 /* "RMSNorm(dim=384, eps=1e-06, affine=true, bias=false)"; dim is "(4, 8)"
  * when more than one dim is normalized. */
 static size_t norm_repr(const tg_module *m, char *buf, size_t size) {
-    const tg_rmsnorm *l = fields_of(m);
+    const norm_fields l = fields_of(m);
     char dim[TG_SHAPE_STR];
-    if (l->ndim == 1) snprintf(dim, sizeof dim, "%lld", (long long)l->normalized_shape[0]);
-    else tg_shape_str(dim, sizeof dim, l->ndim, l->normalized_shape);
-    int n = snprintf(buf, size, "%s(dim=%s, eps=%g, affine=%s, bias=%s)", m->kind, dim, l->eps,
-                     l->affine ? "true" : "false", l->bias ? "true" : "false");
+    if (*l.ndim == 1) snprintf(dim, sizeof dim, "%lld", (long long)l.normalized_shape[0]);
+    else tg_shape_str(dim, sizeof dim, *l.ndim, l.normalized_shape);
+    int n = snprintf(buf, size, "%s(dim=%s, eps=%g, affine=%s, bias=%s)", m->kind, dim, *l.eps,
+                     *l.affine ? "true" : "false", *l.bias ? "true" : "false");
     return n > 0 ? (size_t)n : 0;
 }
 
 static bool norm_params(tg_ctx *ctx, tg_module *m, const char *prefix, tg_params *list) {
-    const tg_rmsnorm *l = fields_of(m);
-    if (l->gamma && !tg_params_add(ctx, list, prefix, "gamma", l->gamma, false)) return false;
-    return !l->beta || tg_params_add(ctx, list, prefix, "beta", l->beta, false);
+    const norm_fields l = fields_of(m);
+    if (*l.gamma && !tg_params_add(ctx, list, prefix, "gamma", *l.gamma, false)) return false;
+    return !*l.beta || tg_params_add(ctx, list, prefix, "beta", *l.beta, false);
 }
 
 static int64_t norm_numel(const tg_module *m) {
-    const tg_rmsnorm *l = fields_of(m);
-    return (l->gamma ? l->gamma->numel : 0) + (l->beta ? l->beta->numel : 0);
+    const norm_fields l = fields_of(m);
+    return (*l.gamma ? (*l.gamma)->numel : 0) + (*l.beta ? (*l.beta)->numel : 0);
 }
 
 static void norm_free(tg_ctx *ctx, tg_module *m) {
-    const tg_rmsnorm *l = fields_of(m);
-    tg_tensor_free(ctx, l->gamma);
-    tg_tensor_free(ctx, l->beta);
+    const norm_fields l = fields_of(m);
+    tg_tensor_free(ctx, *l.gamma);
+    tg_tensor_free(ctx, *l.beta);
     tg_heap_free(ctx, m);
 }
 
@@ -189,21 +198,22 @@ static const tg_module_ops RMSNORM_OPS = {
 static const tg_module_ops LAYERNORM_OPS = {
     .repr = norm_repr, .params = norm_params, .numel = norm_numel, .free = norm_free, .forward = layernorm_forward_m};
 
-static const norm_kind RMSNORM = {"RMSNorm", "tg_rmsnorm_defaults", tg_rmsnorm_fused, &RMSNORM_OPS};
-static const norm_kind LAYERNORM = {"LayerNorm", "tg_layernorm_defaults", tg_layernorm_fused, &LAYERNORM_OPS};
+static const norm_kind RMSNORM = {"RMSNorm", sizeof(tg_rmsnorm), "tg_rmsnorm_defaults", tg_rmsnorm_fused, &RMSNORM_OPS};
+static const norm_kind LAYERNORM = {"LayerNorm", sizeof(tg_layernorm), "tg_layernorm_defaults", tg_layernorm_fused,
+                                    &LAYERNORM_OPS};
 
 /* The constructor arguments: ndim in 1..TG_MAX_DIMS, normalized_shape
  * non-NULL with sizes >= 1, eps > 0 and finite, a known dtype. Errors name
  * the argument and its value. */
 static bool check_new(tg_ctx *ctx, const char *fn, int ndim, const int64_t *normalized_shape, double eps,
                       tg_dtype dtype) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (ndim < 1 || ndim > TG_MAX_DIMS) {
         tg_error(ctx, TG_ERR_VALUE, fn, "ndim = %d must be in 1..%d", ndim, TG_MAX_DIMS);
         return false;
     }
     if (!normalized_shape) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'normalized_shape' is NULL");
+        tg_null_error(ctx, fn, "normalized_shape");
         return false;
     }
     for (int d = 0; d < ndim; d++) {
@@ -227,38 +237,38 @@ static bool check_new(tg_ctx *ctx, const char *fn, int ndim, const int64_t *norm
 static void *norm_new(tg_ctx *ctx, const char *fn, const norm_kind *kind, const char *name, int ndim,
                       const int64_t *normalized_shape, double eps, bool affine, bool bias, tg_dtype dtype) {
     if (!check_new(ctx, fn, ndim, normalized_shape, eps, dtype)) return NULL;
-    norm_layer *u = tg_module_alloc(ctx, fn, sizeof *u, kind->name, name, dtype, kind->ops);
-    if (!u) return NULL;
-    tg_rmsnorm *l = &u->rms;
-    l->ndim = ndim;
-    for (int d = 0; d < ndim; d++) l->normalized_shape[d] = normalized_shape[d];
-    for (int d = ndim; d < TG_MAX_DIMS; d++) l->normalized_shape[d] = 1;
-    l->eps = eps;
-    l->affine = affine;
-    l->bias = affine && bias; /* no affine: no parameters at all (PyTorch) */
-    if (l->affine) l->gamma = tg_param_from(ctx, tg_full(ctx, dtype, ndim, normalized_shape, 1.0));
-    if (l->bias) l->beta = tg_param_from(ctx, tg_full(ctx, dtype, ndim, normalized_shape, 0.0));
-    return tg_module_built(ctx, &u->base);
+    tg_module *m = tg_module_alloc(ctx, fn, kind->size, kind->name, name, dtype, kind->ops);
+    if (!m) return NULL;
+    const norm_fields l = fields_of(m);
+    *l.ndim = ndim;
+    for (int d = 0; d < ndim; d++) l.normalized_shape[d] = normalized_shape[d];
+    for (int d = ndim; d < TG_MAX_DIMS; d++) l.normalized_shape[d] = 1;
+    *l.eps = eps;
+    *l.affine = affine;
+    *l.bias = affine && bias; /* no affine: no parameters at all (PyTorch) */
+    if (*l.affine) *l.gamma = tg_param_from(ctx, tg_full(ctx, dtype, ndim, normalized_shape, 1.0));
+    if (*l.bias) *l.beta = tg_param_from(ctx, tg_full(ctx, dtype, ndim, normalized_shape, 0.0));
+    return tg_module_built(ctx, m);
 }
 
 /* The kind's fused op on x, whose trailing dims must be the layer's
  * normalized_shape and whose dtype the layer's. */
 static tg_tensor *norm_forward(tg_ctx *ctx, const char *fn, const norm_kind *kind, tg_module *m, tg_tensor *x) {
     if (!tg_check_layer(ctx, fn, m)) return NULL;
-    const tg_rmsnorm *l = fields_of(m);
+    const norm_fields l = fields_of(m);
     if (!tg_check_arg_any(ctx, fn, "x", x)) return NULL;
-    bool fits = x->ndim >= l->ndim;
-    for (int d = 0; fits && d < l->ndim; d++) fits = x->shape[x->ndim - l->ndim + d] == l->normalized_shape[d];
+    bool fits = x->ndim >= *l.ndim;
+    for (int d = 0; fits && d < *l.ndim; d++) fits = x->shape[x->ndim - *l.ndim + d] == l.normalized_shape[d];
     if (!fits) {
         char sx[TG_SHAPE_STR], sn[TG_SHAPE_STR];
         tg_error(ctx, TG_ERR_SHAPE, fn, "input %s does not end with normalized_shape %s", tg_shape_of(sx, x),
-                 tg_shape_str(sn, sizeof sn, l->ndim, l->normalized_shape));
+                 tg_shape_str(sn, sizeof sn, *l.ndim, l.normalized_shape));
         return NULL;
     }
     if (!tg_check_layer_dtype(ctx, fn, x, m->dtype)) return NULL;
     /* under autocast: x, gamma and beta in the compute dtype (layers/autocast.c) */
-    return kind->fused(ctx, tg_autocast_input(ctx, x), tg_autocast_param(ctx, l->gamma),
-                       tg_autocast_param(ctx, l->beta), l->ndim, l->eps);
+    return kind->fused(ctx, tg_autocast_input(ctx, x), tg_autocast_param(ctx, *l.gamma),
+                       tg_autocast_param(ctx, *l.beta), *l.ndim, *l.eps);
 }
 
 /* norm_new for the _new_ex forms, whose options come in a struct: a zero
@@ -266,7 +276,7 @@ static tg_tensor *norm_forward(tg_ctx *ctx, const char *fn, const norm_kind *kin
  * defaults are. */
 static void *norm_new_opts(tg_ctx *ctx, const char *fn, const norm_kind *kind, const char *name, int ndim,
                            const int64_t *normalized_shape, double eps, bool affine, bool bias, tg_dtype dtype) {
-    if (eps == 0 && tg_live(ctx)) {
+    if (eps == 0 && tg_ok(ctx)) {
         tg_error(ctx, TG_ERR_VALUE, fn,
                  "eps = 0 must be > 0 and finite (start the options from %s(): a zeroed "
                  "struct is not the defaults)",

@@ -14,9 +14,9 @@
 
 bool tg_params_add(tg_ctx *ctx, tg_params *list, const char *prefix, const char *name, tg_tensor *value,
                    bool weight_decay) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (!list || !name) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "argument '%s' is NULL", !list ? "list" : "name");
+        tg_null_error(ctx, __func__, !list ? "list" : "name");
         return false;
     }
     if (!tg_check_arg(ctx, __func__, "value", value)) return false;
@@ -74,7 +74,7 @@ int64_t tg_params_numel(const tg_params *list) {
 }
 
 void tg_params_zero_grad(tg_ctx *ctx, tg_params *list) {
-    if (!tg_live(ctx) || !list) return;
+    if (!tg_ok(ctx) || !list) return;
     for (int i = 0; i < list->count; i++) tg_zero_grad(ctx, list->items[i].value);
 }
 

@@ -30,7 +30,7 @@ static void rmsnorm_backward(tg_ctx *ctx, tg_node *n) {
 }
 
 tg_tensor *tg_rmsnorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm, double eps) {
-    if (x && tg_live(ctx) && !tg_stale(ctx, x) && tg_is_lowp(x->dtype)) /* bfloat16, float16: layers/norm_lowp.c */
+    if (x && tg_ok(ctx) && !tg_stale(ctx, x) && tg_is_lowp(x->dtype)) /* bfloat16, float16: layers/norm_lowp.c */
         return tg_norm_lowp(ctx, __func__, false, x, gamma, beta, ndim_norm, eps);
     /* saved: rstd, one per row; kept by pointer: x (and gamma) */
     tg_norm_fwd a;

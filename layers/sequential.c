@@ -72,13 +72,13 @@ static bool holds(const tg_module *outer, const tg_module *inner) {
 
 bool tg_sequential_add(tg_ctx *ctx, tg_sequential *seq, tg_module *m) {
     if (!seq) {
-        if (tg_live(ctx)) tg_error(ctx, TG_ERR_NULL, __func__, "argument 'seq' is NULL");
+        if (tg_ok(ctx)) tg_null_error(ctx, __func__, "seq");
         tg_module_free(ctx, m); /* taken in every case */
         return false;
     }
     /* Both this context's before either is read (tg_module_free frees
      * neither another context's module nor a held one). */
-    if (!tg_live(ctx) || !tg_check_owned(ctx, __func__, "seq", seq, TG_OWN_LAYER)) {
+    if (!tg_ok(ctx) || !tg_check_owned(ctx, __func__, "seq", seq, TG_OWN_LAYER)) {
         tg_module_free(ctx, m);
         return false;
     }
@@ -86,7 +86,7 @@ bool tg_sequential_add(tg_ctx *ctx, tg_sequential *seq, tg_module *m) {
     if (m && holds(m, &seq->base)) {
         /* seq itself, or a module holding seq: freeing it would free seq */
         char lm[TG_MODULE_LABEL], ls[TG_MODULE_LABEL];
-        if (tg_live(ctx))
+        if (tg_ok(ctx))
             tg_error(ctx, TG_ERR_VALUE, __func__, "%s %s %s, which it would be added to: a cycle",
                      tg_module_label(lm, m), m == &seq->base ? "is" : "holds", tg_module_label(ls, &seq->base));
         return false;

@@ -56,7 +56,7 @@ static const tg_module_ops MHA_OPS = {
 
 tg_mha *tg_mha_new(tg_ctx *ctx, const char *name, int64_t n_embd, int64_t n_head, bool bias, double rope_base,
                    tg_dtype dtype) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (!tg_check_size_arg(ctx, __func__, "n_embd", n_embd) || !tg_check_size_arg(ctx, __func__, "n_head", n_head))
         return NULL;
     if (n_embd % n_head) {
@@ -176,7 +176,7 @@ int64_t tg_mlp_hidden(tg_mlp_kind kind, int64_t n_embd) {
 
 tg_mlp *tg_mlp_new(tg_ctx *ctx, const char *name, int64_t n_embd, int64_t hidden, tg_mlp_kind kind, bool bias,
                    tg_dtype dtype) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (!tg_check_size_arg(ctx, __func__, "n_embd", n_embd)) return NULL;
     if (kind != TG_MLP_GELU_TANH && kind != TG_MLP_SWIGLU) {
         tg_error(ctx, TG_ERR_VALUE, __func__, "kind = %d is neither TG_MLP_GELU_TANH nor TG_MLP_SWIGLU", (int)kind);
@@ -248,7 +248,7 @@ static tg_module *block_norm(tg_ctx *ctx, const char *name, int64_t C, const tg_
 }
 
 tg_block *tg_block_new(tg_ctx *ctx, const char *name, int64_t n_embd, int64_t n_head, const tg_block_opts *opts) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     const tg_block_opts o = opts ? *opts : tg_block_llama();
     if (o.norm != TG_NORM_RMS && o.norm != TG_NORM_LAYER) {
         tg_error(ctx, TG_ERR_VALUE, __func__, "opts.norm = %d is neither TG_NORM_RMS nor TG_NORM_LAYER", (int)o.norm);

@@ -13,7 +13,6 @@
  * The bias corrections bc1 and bc2 undo the zero start of m and v: at t = 1
  * m = (1 - beta1) g, so m / bc1 = g. */
 #include "optim/internal.h"
-#include "autograd/unary.h" /* TG_PAR_MIN */
 #include "tensor/parallel.h"
 
 #include <math.h>
@@ -232,7 +231,7 @@ tg_adam_opts tg_adamw_defaults(void) {
 
 /* Adam or AdamW from the options (NULL: the kind's defaults). */
 static tg_optim *adam_new(tg_ctx *ctx, const char *fn, tg_optim_kind kind, tg_params *params, const tg_adam_opts *a) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     const tg_adam_opts dflt = kind == TG_OPTIM_ADAMW ? tg_adamw_defaults() : tg_adam_defaults();
     if (!a) a = &dflt;
     if (!tg_optim_check(ctx, fn, tg_finite_nonneg(a->lr), "lr", a->lr, "finite and >= 0")) return NULL;

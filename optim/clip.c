@@ -22,11 +22,7 @@ static double sum_squares(const tg_tensor *g) {
 }
 
 static bool check_params(tg_ctx *ctx, const char *fn, const tg_params *params) {
-    if (!tg_live(ctx)) return false;
-    if (!params) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'params' is NULL");
-        return false;
-    }
+    if (!tg_check_ptr(ctx, fn, "params", params)) return false;
     return true;
 }
 

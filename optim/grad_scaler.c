@@ -96,7 +96,7 @@ static bool check_opts(tg_ctx *ctx, const char *fn, const tg_grad_scaler_opts *o
 }
 
 tg_grad_scaler *tg_grad_scaler_new(tg_ctx *ctx, const tg_grad_scaler_opts *opts) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     const tg_grad_scaler_opts o = opts ? *opts : tg_grad_scaler_defaults();
     if (!check_opts(ctx, __func__, &o)) return NULL;
     tg_grad_scaler *s = tg_heap_alloc(ctx, sizeof *s);
@@ -151,9 +151,9 @@ void tg_grad_scaler_free(tg_ctx *ctx, tg_grad_scaler *s) {
 
 /* The start of every call but new and free. */
 static bool check_scaler(tg_ctx *ctx, const char *fn, const tg_grad_scaler *s) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (s) return tg_check_owned(ctx, fn, "the scaler", s, TG_OWN_SCALER);
-    tg_error(ctx, TG_ERR_NULL, fn, "argument 'scaler' is NULL");
+    tg_null_error(ctx, fn, "scaler");
     return false;
 }
 
@@ -283,6 +283,6 @@ void tg_grad_scaler_sync_state(tg_ctx *ctx, tg_grad_scaler *s) {
     s->nseen = 0;
 }
 
-const tg_grad_scaler_opts *tg_grad_scaler_opts_of(const tg_grad_scaler *s) { return s ? &s->opts : NULL; }
+tg_grad_scaler_opts tg_grad_scaler_get_opts(const tg_grad_scaler *s) { return s ? s->opts : tg_grad_scaler_defaults(); }
 
 #endif

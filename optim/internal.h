@@ -50,7 +50,4 @@ void tg_sgd_update(tg_optim *o, int index, double lr, bool decay);
  * memory for its task table. */
 bool tg_adam_step(tg_ctx *ctx, tg_optim *o, double lr);
 
-/* A gradient scaler's options (train/state.c describes them in a save). */
-const tg_grad_scaler_opts *tg_grad_scaler_opts_of(const tg_grad_scaler *s);
-
 #endif

@@ -24,9 +24,9 @@ static bool add_state(tg_ctx *ctx, const char *fn, tg_params *list, const char *
 }
 
 bool tg_optim_check_arg(tg_ctx *ctx, const char *fn, const tg_optim *o) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (!o) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'opt' is NULL");
+        tg_null_error(ctx, fn, "opt");
         return false;
     }
     return tg_check_owned(ctx, fn, "the optimizer", o, TG_OWN_OPTIM);
@@ -41,9 +41,9 @@ static const char *const slot_names[SLOT_COUNT] = {"exp_avg", "exp_avg_sq", "max
 
 tg_optim *tg_optim_make(tg_ctx *ctx, const char *fn, tg_optim_kind kind, tg_params *params, double lr,
                         const bool want[SLOT_COUNT]) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (!params) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'params' is NULL");
+        tg_null_error(ctx, fn, "params");
         return NULL;
     }
     for (int p = 0; p < params->count; p++) { /* this context's tensors, which the steps will write */
@@ -192,7 +192,7 @@ int64_t tg_optim_steps(const tg_optim *o) { return o ? o->step : 0; }
 tg_params *tg_optim_state(tg_optim *o) { return o ? &o->state : NULL; }
 
 void tg_optim_sync_state(tg_ctx *ctx, tg_optim *o) {
-    if (!tg_live(ctx) || !o || !tg_optim_check_arg(ctx, __func__, o)) return;
+    if (!tg_ok(ctx) || !o || !tg_optim_check_arg(ctx, __func__, o)) return;
     double s = *(const double *)o->step_tensor->data;
     if (!(s >= 0) || s > 9e15 || s != floor(s)) {
         tg_error(ctx, TG_ERR_VALUE, "tg_optim_sync_state", "optim.step=%g is not a step count", s);

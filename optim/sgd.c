@@ -50,7 +50,7 @@ tg_sgd_opts tg_sgd_defaults(double lr) {
 }
 
 tg_optim *tg_sgd_new(tg_ctx *ctx, tg_params *params, const tg_sgd_opts *opts) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     const tg_sgd_opts dflt = tg_sgd_defaults(TG_SGD_LR);
     const tg_sgd_opts *s = opts ? opts : &dflt;
     const char *nonneg = "finite and >= 0";

@@ -9,13 +9,13 @@
 #define TG_MAX_NUMEL ((int64_t)1 << 56)
 
 bool tg_check_shape(tg_ctx *ctx, const char *fn, int ndim, const int64_t *shape, int64_t *numel) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (ndim < 0 || ndim > TG_MAX_DIMS) {
         tg_error(ctx, TG_ERR_SHAPE, fn, "ndim %d is outside 0..%d", ndim, TG_MAX_DIMS);
         return false;
     }
     if (ndim > 0 && !shape) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'shape' is NULL with ndim %d", ndim);
+        tg_null_error(ctx, fn, "shape");
         return false;
     }
     int64_t n = 1;
@@ -47,7 +47,7 @@ bool tg_check_shape(tg_ctx *ctx, const char *fn, int ndim, const int64_t *shape,
 }
 
 tg_tensor *tg_new_tensor(tg_ctx *ctx, const char *fn, tg_dtype dtype, int ndim, const int64_t *shape) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (dtype != TG_F32 && dtype != TG_F64 && dtype != TG_BF16 && dtype != TG_F16) {
         tg_error(ctx, TG_ERR_DTYPE, fn, "unknown dtype %d", (int)dtype);
         return NULL;
@@ -62,7 +62,7 @@ tg_tensor *tg_new_tensor(tg_ctx *ctx, const char *fn, tg_dtype dtype, int ndim, 
 
 tg_tensor *tg_tensor_init(const tg_ctx *ctx, void *mem, tg_dtype dtype, int ndim, const int64_t *shape, int64_t numel) {
     tg_tensor *t = mem;
-    memset(t, 0, sizeof *t);
+    memset(t, 0, sizeof(tg_tensor_impl));
     t->dtype = dtype;
     t->ndim = ndim;
     /* Two plain loops: a single `i < ndim ? shape[i] : 1` loop becomes a
@@ -71,14 +71,10 @@ tg_tensor *tg_tensor_init(const tg_ctx *ctx, void *mem, tg_dtype dtype, int ndim
     for (int i = ndim; i < TG_MAX_DIMS; i++) t->shape[i] = 1;
     t->numel = numel;
     t->data = (unsigned char *)mem + TG_TENSOR_HEAD;
-    t->node_ = -1;
-    t->epoch_ = ctx->epoch;
-    t->ctx_ = ctx;
+    tg_impl(t)->node = -1;
+    tg_impl(t)->epoch = ctx->epoch;
+    tg_impl(t)->ctx = ctx;
     return t;
-}
-
-tg_tensor *tg_new_like(tg_ctx *ctx, const char *fn, const tg_tensor *t) {
-    return tg_new_tensor(ctx, fn, t->dtype, t->ndim, t->shape);
 }
 
 static void fill_value(tg_tensor *t, double v) {
@@ -115,7 +111,7 @@ tg_tensor *tg_full(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, 
 }
 
 tg_tensor *tg_arange(tg_ctx *ctx, tg_dtype dtype, double start, double end, double step) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (!isfinite(start) || !isfinite(end) || !isfinite(step) || step == 0.0) {
         tg_error(ctx, TG_ERR_VALUE, "tg_arange", "start=%g end=%g step=%g: need finite values and step != 0", start,
                  end, step);
@@ -136,11 +132,11 @@ tg_tensor *tg_arange(tg_ctx *ctx, tg_dtype dtype, double start, double end, doub
 }
 
 tg_tensor *tg_from_buffer(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, const void *data) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     tg_tensor *t = tg_new_tensor(ctx, "tg_from_buffer", dtype, ndim, shape);
     if (!t) return NULL;
     if (!data && t->numel > 0) {
-        tg_error(ctx, TG_ERR_NULL, "tg_from_buffer", "argument 'data' is NULL");
+        tg_null_error(ctx, "tg_from_buffer", "data");
         return NULL;
     }
     if (t->numel) memcpy(t->data, data, (size_t)t->numel * tg_esize(dtype));
@@ -166,7 +162,7 @@ static void lowp_half_open(tg_tensor *t, double high) {
 }
 
 tg_tensor *tg_rand(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, double low, double high) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (!check_finite_pair(ctx, "tg_rand", "low", low, "high", high)) return NULL;
     if (!(low <= high)) {
         tg_error(ctx, TG_ERR_VALUE, "tg_rand", "low=%g > high=%g", low, high);
@@ -206,7 +202,7 @@ tg_tensor *tg_rand(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, 
 }
 
 tg_tensor *tg_randn(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, double mean, double std) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (!check_finite_pair(ctx, "tg_randn", "mean", mean, "std", std)) return NULL;
     if (std < 0) {
         tg_error(ctx, TG_ERR_VALUE, "tg_randn", "std=%g is negative", std);
@@ -225,7 +221,7 @@ tg_tensor *tg_randn(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape,
 
 /* ---- persistent tensors -------------------------------------------------
  * A persistent tensor is a tg_persistent (the tensor, then its owner) with
- * its data in a second block; its grad, if any, is a bare tg_tensor with
+ * its data in a second block; its grad, if any, is a bare tg_tensor_impl with
  * its own data. Both are in the context's ownership registry (TG_OWN_TENSOR,
  * TG_OWN_GRAD), which is what tg_tensor_free and tg_ctx_free go by. */
 
@@ -242,7 +238,7 @@ static void free_persistent(tg_ctx *ctx, tg_tensor *t) {
     free_block(ctx, t);
 }
 
-/* A heap tensor of `header` bytes (a tg_tensor or a tg_persistent) with t's
+/* A heap tensor of `header` bytes (a tg_tensor_impl or a tg_persistent) with t's
  * shape and dtype and a copy of t's data, not registered. */
 static tg_tensor *heap_copy(tg_ctx *ctx, const tg_tensor *t, size_t header) {
     tg_tensor *p = tg_heap_alloc(ctx, header);
@@ -260,15 +256,15 @@ static tg_tensor *heap_copy(tg_ctx *ctx, const tg_tensor *t, size_t header) {
     memcpy(p->shape, t->shape, sizeof p->shape);
     p->numel = t->numel;
     p->persistent = true;
-    p->node_ = -1;
-    p->ctx_ = ctx;
+    tg_impl(p)->node = -1;
+    tg_impl(p)->ctx = ctx;
     return p;
 }
 
 /* A zeroed persistent grad for t, registered (NULL and an error naming fn
  * when out of memory). */
 static tg_tensor *new_grad(tg_ctx *ctx, const char *fn, const tg_tensor *t) {
-    tg_tensor *g = heap_copy(ctx, t, sizeof(tg_tensor));
+    tg_tensor *g = heap_copy(ctx, t, sizeof(tg_tensor_impl));
     if (!g) {
         tg_error(ctx, TG_ERR_OOM, fn, "out of memory for the grad");
         return NULL;

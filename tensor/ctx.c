@@ -38,12 +38,6 @@ static void default_free(void *p, void *user) {
     free(p);
 }
 
-void *tg_heap_alloc(tg_ctx *ctx, size_t size) { return ctx->alloc.alloc(size, TG_ALIGN, ctx->alloc.user); }
-
-void tg_heap_free(tg_ctx *ctx, void *p) {
-    if (p) ctx->alloc.free(p, ctx->alloc.user);
-}
-
 tg_ctx *tg_ctx_new(uint64_t seed) { return tg_ctx_new_with_allocator(seed, NULL); }
 
 tg_ctx *tg_ctx_new_with_allocator(uint64_t seed, const tg_allocator *alloc) {
@@ -67,7 +61,7 @@ tg_ctx *tg_ctx_new_with_allocator(uint64_t seed, const tg_allocator *alloc) {
 /* Autocast is a setting of the context, like its thread count: the layers
  * read it (layers/autocast.c, where the copies are made). */
 void tg_ctx_set_autocast(tg_ctx *ctx, tg_dtype dtype) {
-    if (!tg_live(ctx)) return;
+    if (!tg_ok(ctx)) return;
     if (dtype != TG_F32 && dtype != TG_BF16 && dtype != TG_F16) {
         tg_error(ctx, TG_ERR_VALUE, __func__,
                  "dtype %d (%s): autocast computes in TG_BF16 or TG_F16; TG_F32 turns it off", (int)dtype,
@@ -250,7 +244,7 @@ static void note_peak(tg_ctx *ctx) {
 }
 
 void *tg_arena_alloc_fn(tg_ctx *ctx, const char *fn, size_t size) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     if (size > SIZE_MAX - TG_ALIGN) {
         tg_error(ctx, TG_ERR_OOM, fn, "allocation of %zu bytes overflows", size);
         return NULL;
@@ -302,7 +296,7 @@ void tg_arena_release(tg_ctx *ctx, tg_arena_pos pos) {
 /* ---- gradient blocks ------------------------------------------------------ */
 
 tg_tensor *tg_grad_block(tg_ctx *ctx, const char *fn, const tg_tensor *t) {
-    if (!tg_live(ctx)) return NULL;
+    if (!tg_ok(ctx)) return NULL;
     const size_t bytes = (size_t)t->numel * tg_esize(t->dtype);
     const size_t need = (TG_TENSOR_HEAD + bytes + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN;
     /* The smallest free block that fits without wasting more than the
@@ -335,7 +329,7 @@ tg_tensor *tg_grad_block(tg_ctx *ctx, const char *fn, const tg_tensor *t) {
     note_peak(ctx);
     TG_UNPOISON(gblock_tensor(b), TG_TENSOR_HEAD + bytes);
     tg_tensor *g = tg_tensor_init(ctx, gblock_tensor(b), t->dtype, t->ndim, t->shape, t->numel);
-    g->grad_block_ = true;
+    tg_impl(g)->grad_block = true;
     tg_parallel_zero(ctx->threads, g->data, bytes); /* big gradients: a few % of a step, on the threads */
     return g;
 }
@@ -343,13 +337,13 @@ tg_tensor *tg_grad_block(tg_ctx *ctx, const char *fn, const tg_tensor *t) {
 /* A block is found from its tensor's address, not by a walk over the
  * blocks: a step that runs thousands of backwards (a second-order
  * gradient check) would pay for the walk quadratically. Only tg_grad_block
- * marks a header grad_block_ (tg_tensor_init clears it), so the address
+ * marks a header grad_block (tg_tensor_init clears it), so the address
  * arithmetic is taken only for a block's own tensor. */
 bool tg_grad_release(tg_ctx *ctx, tg_tensor *g) {
-    if (!g || !g->grad_block_) return false;
+    if (!g || !tg_impl(g)->grad_block) return false;
     tg_gblock *b = (tg_gblock *)((unsigned char *)g - TG_GBLOCK_HEAD);
     if (b->state != TG_GBLOCK_USED) return false;
-    g->epoch_ = TG_EPOCH_RELEASED;
+    tg_impl(g)->epoch = TG_EPOCH_RELEASED;
     TG_POISON(g, b->size);
     b->state = TG_GBLOCK_FREE;
     b->next_free = ctx->gfree;
@@ -367,7 +361,7 @@ size_t tg_arena_quarantined(const tg_ctx *ctx) { return ctx ? ctx->quarantined :
 
 /* ---- errors ------------------------------------------------------------ */
 
-bool tg_ok(const tg_ctx *ctx) { return ctx && ctx->status == TG_OK; }
+bool(tg_ok)(const tg_ctx *ctx) { return tg_ok(ctx); }
 
 tg_status tg_status_of(const tg_ctx *ctx) { return ctx ? ctx->status : TG_ERR_NULL; }
 
@@ -420,10 +414,7 @@ void tg_error(tg_ctx *ctx, tg_status status, const char *fn, const char *fmt, ..
 /* ---- argument checks ---------------------------------------------------- */
 
 bool tg_check_arg_error(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t) {
-    if (!t) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", arg);
-        return false;
-    }
+    if (!t) return tg_null_error(ctx, fn, arg);
     char what[96];
     snprintf(what, sizeof what, "argument '%s'", arg);
     if (tg_foreign_error(ctx, fn, what, t)) return false;
@@ -433,12 +424,6 @@ bool tg_check_arg_error(tg_ctx *ctx, const char *fn, const char *arg, const tg_t
                  "%s is a %s tensor, and %s has no %s path; convert it first (tg_cast(ctx, %s, TG_F32), "
                  "differentiable) or use a function that takes it (tapegrad/tensor.h, Low precision)",
                  what, tg_dtype_name(t->dtype), fn, tg_dtype_name(t->dtype), arg);
-    return false;
-}
-
-bool tg_check_finite(tg_ctx *ctx, const char *fn, const char *what, double v) {
-    if (isfinite(v)) return true;
-    tg_error(ctx, TG_ERR_VALUE, fn, "%s = %g is not finite", what, v);
     return false;
 }
 

@@ -61,6 +61,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tensor/friend.h"
+
 /* Bytes of workspace the _ws variants want for an (M,N,K) problem with this
  * many threads, whatever the transposes; elem_size is sizeof(float) or
  * sizeof(double). 0 when no call of that shape packs (then work may be
@@ -92,7 +94,7 @@ void tg_gemm_f64_direct(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
                         int64_t lda, const double *B, int64_t ldb, double beta, double *C, int64_t ldc, int threads);
 
 /* Which micro-kernel was compiled in: "avx512", "avx2" or "portable". */
-const char *tg_gemm_kernel_name(void);
+TG_FRIEND const char *tg_gemm_kernel_name(void);
 
 /* ---- bfloat16 operands (tensor/gemm_bf16.c) -------------------------------
  * C (M,N) = alpha * op(A) op(B) + beta * C with A and B bfloat16 (the bits,

@@ -4,7 +4,10 @@
 #define TG_TENSOR_INTERNAL_H
 
 #include "tapegrad/tensor.h"
+#include "tensor/friend.h"
 #include "tensor/half.h"
+
+#include <math.h>
 
 /* Every arena allocation and every persistent buffer is aligned to this. */
 #define TG_ALIGN 64
@@ -37,7 +40,23 @@ enum { TG_GBLOCK_FREE, TG_GBLOCK_USED, TG_GBLOCK_QUARANTINED };
 /* Bytes of a block's header, before its tensor. */
 #define TG_GBLOCK_HEAD ((sizeof(tg_gblock) + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN)
 
-/* The epoch_ a released gradient's header carries: never a step's, so a use
+/* A tensor as the library makes it: the public fields (tapegrad/tensor.h),
+ * then what only the library reads. Every tensor -- an arena tensor, a
+ * view, a gradient block's, a persistent one -- is allocated as one, and
+ * the pointer users hold points at its first member; tg_impl goes back. */
+typedef struct tg_tensor_impl {
+    tg_tensor pub;          /* first: the pointer users hold */
+    uint32_t epoch;         /* the step (reset count) it was made in; unused when persistent */
+    int32_t node;           /* index of the tape record that made it, or -1 */
+    const tg_ctx *ctx;      /* the context that made it: every other context refuses it */
+    struct tg_tensor *base; /* a view's tensor, whose data and version it shares; NULL if none */
+    uint32_t version;       /* in-place writes so far (kept by base for a view) */
+    bool grad_block;        /* the header of a gradient block (tensor/ctx.c) */
+} tg_tensor_impl;
+/* The library's view of a tensor it made. */
+static inline tg_tensor_impl *tg_impl(const tg_tensor *t) { return (tg_tensor_impl *)(uintptr_t)t; }
+
+/* The epoch a released gradient's header carries: never a step's, so a use
  * of it is stale, and tg_stale_error says it was released. */
 #define TG_EPOCH_RELEASED UINT32_MAX
 
@@ -170,8 +189,12 @@ struct tg_ctx {
 int tg_cpus_from_quota(const char *cpu_max);
 
 /* Allocator wrappers (NULL on failure; no error set). */
-void *tg_heap_alloc(tg_ctx *ctx, size_t size);
-void tg_heap_free(tg_ctx *ctx, void *p);
+static inline void *tg_heap_alloc(tg_ctx *ctx, size_t size) {
+    return ctx->alloc.alloc(size, TG_ALIGN, ctx->alloc.user);
+}
+static inline void tg_heap_free(tg_ctx *ctx, void *p) {
+    if (p) ctx->alloc.free(p, ctx->alloc.user);
+}
 
 /* Frees the tape's record array (tg_ctx_free). */
 static inline void tg_tape_free(tg_ctx *ctx, tg_tape *tape) {
@@ -180,12 +203,29 @@ static inline void tg_tape_free(tg_ctx *ctx, tg_tape *tape) {
     tape->n_nodes = tape->cap_nodes = 0;
 }
 
-/* True when ctx can be used: non-NULL and not in error. */
-static inline bool tg_live(const tg_ctx *ctx) { return ctx && ctx->status == TG_OK; }
+/* tg_ok (tapegrad/tensor.h: non-NULL and not in error), inline: every
+ * public function asks it first. Programs call the exported function
+ * (tensor/ctx.c), the same test; `(tg_ok)` names that function here too. */
+static inline bool tg_ok_inline(const tg_ctx *ctx) { return ctx && ctx->status == TG_OK; }
+#define tg_ok(ctx) tg_ok_inline(ctx)
+
+/* A NULL pointer argument: sets TG_ERR_NULL "fn: argument 'name' is NULL"
+ * (nothing when the context is already in error) and returns false. The
+ * one spelling of that message. */
+static inline bool tg_null_error(tg_ctx *ctx, const char *fn, const char *name) {
+    tg_error(ctx, TG_ERR_NULL, fn, "argument '%s' is NULL", name);
+    return false;
+}
+/* Checks a pointer argument: true when the context is healthy and p is not
+ * NULL; else false, with tg_null_error for a NULL p. */
+static inline bool tg_check_ptr(tg_ctx *ctx, const char *fn, const char *name, const void *p) {
+    if (!tg_ok(ctx)) return false;
+    return p ? true : tg_null_error(ctx, fn, name);
+}
 
 /* ---- lifetime (tensor/lifetime.c) ---------------------------------------------
  * Stale tensors: an arena tensor lives until the next tg_ctx_reset. Its
- * header carries the step it was made in (epoch_), and every use checks it
+ * header carries the step it was made in (epoch), and every use checks it
  * against the context's step (tg_check_arg, inline below; tg_record too,
  * for an op that forgot, so the tape holds only tensors of this step: a
  * reset empties it). Release builds can only see a stale header that no new tensor
@@ -215,9 +255,9 @@ static inline bool tg_live(const tg_ctx *ctx) { return ctx && ctx->status == TG_
 /* True when t is an arena tensor of an earlier step than the context's. */
 static inline bool tg_stale(const tg_ctx *ctx, const tg_tensor *t) {
 #ifdef TG_ASAN
-    if (__asan_region_is_poisoned((void *)(uintptr_t)t, sizeof *t)) return true; /* quarantined or freed */
+    if (__asan_region_is_poisoned((void *)(uintptr_t)t, sizeof(tg_tensor_impl))) return true; /* quarantined or freed */
 #endif
-    return !t->persistent && t->epoch_ != ctx->epoch;
+    return !t->persistent && tg_impl(t)->epoch != ctx->epoch;
 }
 /* Sets TG_ERR_STATE naming fn, the argument `what` (e.g. "argument 'a'",
  * "input 0 of 'mul'") and the step t comes from:
@@ -226,12 +266,16 @@ static inline bool tg_stale(const tg_ctx *ctx, const tg_tensor *t) {
  * Reads t's header only when the arena still holds it. */
 void tg_stale_error(tg_ctx *ctx, const char *fn, const char *what, const tg_tensor *t);
 
-/* The tensor whose version_ counts in-place writes to t's data: t, or the
+/* The tensor whose version counts in-place writes to t's data: t, or the
  * tensor it is a view of. */
-static inline tg_tensor *tg_root(const tg_tensor *t) { return t->base_ ? t->base_ : (tg_tensor *)t; }
+static inline tg_tensor *tg_root(const tg_tensor *t) {
+    return tg_impl(t)->base ? tg_impl(t)->base : (tg_tensor *)(uintptr_t)t;
+}
+/* The count of in-place writes to t's data so far (its root's). */
+static inline uint32_t tg_version(const tg_tensor *t) { return tg_impl(tg_root(t))->version; }
 /* Records an in-place write to t's data (tg_fill, tg_assign, an optimizer
  * step, a checkpoint load...): ops that saved t see it at backward. */
-static inline void tg_written(tg_tensor *t) { tg_root(t)->version_++; }
+static inline void tg_written(tg_tensor *t) { tg_impl(tg_root(t))->version++; }
 
 /* The ownership registry. tg_own adds p (false and TG_ERR_OOM naming fn
  * when the table cannot grow). tg_disown removes p if the context owns it
@@ -264,7 +308,7 @@ bool tg_arena_holds(const tg_ctx *ctx, const void *p);
  * The registry says which pointers are one (TG_OWN_TENSOR); a persistent
  * grad is a bare tg_tensor. */
 typedef struct tg_persistent {
-    tg_tensor t;       /* first: the pointer users hold */
+    tg_tensor_impl t;  /* first: the pointer users hold */
     const void *owner; /* the layer or optimizer it belongs to, or NULL */
     char role[160];    /* what it is to its owner, for tg_tensor_free's message */
 } tg_persistent;
@@ -280,9 +324,11 @@ bool tg_persistent_set_owner(tg_ctx *ctx, const char *fn, tg_tensor *t, const vo
 /* True for the 16-bit storage dtypes (tensor/half.h). */
 static inline bool tg_is_lowp(tg_dtype d) { return d == TG_BF16 || d == TG_F16; }
 /* True when t is usable in ctx: of this context (every tensor header
- * records the context that made it, ctx_), and for an arena tensor, of
+ * records the context that made it), and for an arena tensor, of
  * this step. Two loads of the header's second cache line and two compares. */
-static inline bool tg_current(const tg_ctx *ctx, const tg_tensor *t) { return !tg_stale(ctx, t) && t->ctx_ == ctx; }
+static inline bool tg_current(const tg_ctx *ctx, const tg_tensor *t) {
+    return !tg_stale(ctx, t) && tg_impl(t)->ctx == ctx;
+}
 /* Sets TG_ERR_STATE when t, whose header is readable, was made by another
  * context than ctx, naming fn and `what` ("argument 'b'", "input 1 of
  * 'add'"):
@@ -296,7 +342,7 @@ bool tg_foreign_error(tg_ctx *ctx, const char *fn, const char *what, const tg_te
  * false (and does nothing more) when the ctx is already in error. */
 static inline bool tg_check_arg(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t);
 /* tg_check_arg's error: NULL, another context's, stale, or 16 bits. Returns false. */
-bool tg_check_arg_error(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t);
+TG_FRIEND bool tg_check_arg_error(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t);
 /* Inline: every op calls it on every tensor argument. It also refuses a
  * bfloat16 / float16 tensor (TG_ERR_DTYPE: "fn has no bfloat16 path"), so
  * an op that reads its data as float or double never sees one: the ops
@@ -304,19 +350,23 @@ bool tg_check_arg_error(tg_ctx *ctx, const char *fn, const char *arg, const tg_t
  * function with a low-precision path of its own checks with
  * tg_check_arg_any instead. */
 static inline bool tg_check_arg(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (t && tg_current(ctx, t) && !tg_is_lowp(t->dtype)) return true;
     return tg_check_arg_error(ctx, fn, arg, t);
 }
 /* As tg_check_arg, every dtype accepted. */
 static inline bool tg_check_arg_any(tg_ctx *ctx, const char *fn, const char *arg, const tg_tensor *t) {
-    if (!tg_live(ctx)) return false;
+    if (!tg_ok(ctx)) return false;
     if (t && tg_current(ctx, t)) return true;
     return tg_check_arg_error(ctx, fn, arg, t);
 }
 /* Checks that the scalar argument `what` (e.g. "exponent p") is finite:
  * TG_ERR_VALUE "<fn>: exponent p = inf is not finite" otherwise. */
-bool tg_check_finite(tg_ctx *ctx, const char *fn, const char *what, double v);
+static inline bool tg_check_finite(tg_ctx *ctx, const char *fn, const char *what, double v) {
+    if (isfinite(v)) return true;
+    tg_error(ctx, TG_ERR_VALUE, fn, "%s = %g is not finite", what, v);
+    return false;
+}
 /* Checks that a and b have the same dtype (TG_ERR_DTYPE otherwise). */
 bool tg_check_same_dtype(tg_ctx *ctx, const char *fn, const tg_tensor *a, const tg_tensor *b);
 /* Checks that a and b have the same shape (TG_ERR_SHAPE otherwise). */
@@ -358,29 +408,37 @@ tg_tensor *tg_grad_block(tg_ctx *ctx, const char *fn, const tg_tensor *t);
 /* Gives g's block back for reuse when g came from tg_grad_block and is in
  * use (returns false otherwise, doing nothing). g's header is marked
  * released (TG_EPOCH_RELEASED) and, in ASan builds, poisoned. */
-bool tg_grad_release(tg_ctx *ctx, tg_tensor *g);
+TG_FRIEND bool tg_grad_release(tg_ctx *ctx, tg_tensor *g);
 
 /* Initializes the tensor header at mem for (dtype, ndim, shape, numel),
  * data right after the header rounded up to TG_ALIGN (tg_tensor_head). */
 tg_tensor *tg_tensor_init(const tg_ctx *ctx, void *mem, tg_dtype dtype, int ndim, const int64_t *shape, int64_t numel);
-/* Bytes of a tensor header in the arena: sizeof(tg_tensor) rounded up to TG_ALIGN. */
-#define TG_TENSOR_HEAD ((sizeof(tg_tensor) + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN)
+/* Bytes of a tensor header in the arena: sizeof(tg_tensor_impl) rounded up to TG_ALIGN. */
+#define TG_TENSOR_HEAD ((sizeof(tg_tensor_impl) + TG_ALIGN - 1) / TG_ALIGN * TG_ALIGN)
 
 /* A new arena tensor with uninitialized data (NULL and an error on failure). */
-tg_tensor *tg_new_tensor(tg_ctx *ctx, const char *fn, tg_dtype dtype, int ndim, const int64_t *shape);
+TG_FRIEND tg_tensor *tg_new_tensor(tg_ctx *ctx, const char *fn, tg_dtype dtype, int ndim, const int64_t *shape);
 /* Gives a persistent tensor a zeroed persistent grad (tensor/create.c). */
 bool tg_persistent_make_grad(tg_ctx *ctx, tg_tensor *t);
 /* Frees every persistent tensor the context still owns (tg_ctx_free). */
 void tg_persistent_free_all(tg_ctx *ctx);
 /* A new arena tensor with t's shape and dtype, uninitialized. */
-tg_tensor *tg_new_like(tg_ctx *ctx, const char *fn, const tg_tensor *t);
+static inline tg_tensor *tg_new_like(tg_ctx *ctx, const char *fn, const tg_tensor *t) {
+    return tg_new_tensor(ctx, fn, t->dtype, t->ndim, t->shape);
+}
 /* Arena allocation reporting errors as `fn`. */
-void *tg_arena_alloc_fn(tg_ctx *ctx, const char *fn, size_t size);
+TG_FRIEND void *tg_arena_alloc_fn(tg_ctx *ctx, const char *fn, size_t size);
 
 /* Formats a tensor's shape into a small static-size buffer held by the
  * caller: char buf[TG_SHAPE_STR]; tg_shape_of(buf, t). */
 #define TG_SHAPE_STR 128
-char *tg_shape_of(char buf[TG_SHAPE_STR], const tg_tensor *t);
+static inline char *tg_shape_of(char buf[TG_SHAPE_STR], const tg_tensor *t) {
+    if (!t) {
+        snprintf(buf, TG_SHAPE_STR, "(NULL)");
+        return buf;
+    }
+    return tg_shape_str(buf, TG_SHAPE_STR, t->ndim, t->shape);
+}
 
 /* Element size in bytes: TG_F32 4, TG_F64 8, TG_BF16 and TG_F16 2. */
 static inline size_t tg_esize(tg_dtype d) { return d == TG_F64 ? 8 : d == TG_F32 ? 4 : 2; }
@@ -409,8 +467,18 @@ void tg_convert_n(void *dst, tg_dtype to, const void *src, tg_dtype from, size_t
 /* The k-th Philox block of the context's stream, counting from its current
  * offset; does not advance the offset. */
 void tg_rng_block(const tg_ctx *ctx, uint64_t k, uint32_t out[4]);
-/* Uniform in [0,1) as f64 from two 32-bit words, and Box-Muller. */
-double tg_u01_f64(uint32_t hi, uint32_t lo);
-double tg_normal_from_block(const uint32_t x[4]);
+/* Uniform in [0,1) as f64 from two 32-bit words. */
+static inline double tg_u01_f64(uint32_t hi, uint32_t lo) {
+    uint64_t w = ((uint64_t)hi << 32) | lo;
+    return (double)(w >> 11) * 0x1.0p-53;
+}
+/* Box-Muller: with u1, u2 uniform in [0,1), 1 - u1 is in (0, 1] so the log
+ * is finite; z = sqrt(-2 ln(1 - u1)) cos(2 pi u2) is standard normal. */
+static inline double tg_normal_from_block(const uint32_t x[4]) {
+    double u1 = tg_u01_f64(x[0], x[1]);
+    double u2 = tg_u01_f64(x[2], x[3]);
+    const double two_pi = 6.283185307179586476925286766559;
+    return sqrt(-2.0 * log(1.0 - u1)) * cos(two_pi * u2);
+}
 
 #endif

@@ -2,7 +2,7 @@
  * makes frees safe.
  *
  * Stale tensors. An arena tensor's header records the step it was made in
- * (epoch_); tg_check_arg compares it with the context's step, so a tensor
+ * (epoch); tg_check_arg compares it with the context's step, so a tensor
  * kept across tg_ctx_reset is an error naming the call instead of an alias
  * of whatever the arena put there since (tensor/internal.h says what each
  * build can see).
@@ -180,14 +180,14 @@ bool tg_arena_holds(const tg_ctx *ctx, const void *p) {
 __attribute__((no_sanitize("address")))
 #endif
 static void
-read_header(tg_tensor *h, const tg_tensor *t) {
-    const volatile tg_tensor *v = t;
-    h->dtype = v->dtype;
-    h->ndim = v->ndim;
-    for (int i = 0; i < TG_MAX_DIMS; i++) h->shape[i] = v->shape[i];
-    h->persistent = v->persistent;
-    h->epoch_ = v->epoch_;
-    h->ctx_ = v->ctx_;
+read_header(tg_tensor_impl *h, const tg_tensor *t) {
+    const volatile tg_tensor_impl *v = tg_impl(t);
+    h->pub.dtype = v->pub.dtype;
+    h->pub.ndim = v->pub.ndim;
+    for (int i = 0; i < TG_MAX_DIMS; i++) h->pub.shape[i] = v->pub.shape[i];
+    h->pub.persistent = v->pub.persistent;
+    h->epoch = v->epoch;
+    h->ctx = v->ctx;
 }
 
 /* "a (2, 2) float32 tensor", or "a tensor" when the header makes no sense. */
@@ -205,24 +205,25 @@ static void describe(char desc[TG_SHAPE_STR + 32], const tg_tensor *h) {
  * on this context's tape. */
 bool tg_foreign_error(tg_ctx *ctx, const char *fn, const char *what, const tg_tensor *t) {
 #ifdef TG_ASAN
-    if (__asan_region_is_poisoned((void *)(uintptr_t)t, sizeof *t)) return false; /* stale or freed: not readable */
+    if (__asan_region_is_poisoned((void *)(uintptr_t)t, sizeof(tg_tensor_impl)))
+        return false; /* stale or freed: not readable */
 #endif
-    tg_tensor h;
+    tg_tensor_impl h;
     read_header(&h, t);
-    if (h.ctx_ == ctx) return false;
+    if (h.ctx == ctx) return false;
     char desc[TG_SHAPE_STR + 32];
-    describe(desc, &h);
+    describe(desc, &h.pub);
     tg_error(ctx, TG_ERR_STATE, fn,
              "%s, %s, was made by another context (%p), not this one (%p): a tensor is used only with the context "
              "that made it (to move values across, tg_from_buffer(ctx, dtype, ndim, shape, t->data))",
-             what, desc, (const void *)h.ctx_, (const void *)ctx);
+             what, desc, (const void *)h.ctx, (const void *)ctx);
     return true;
 }
 
 void tg_stale_error(tg_ctx *ctx, const char *fn, const char *what, const tg_tensor *t) {
     bool known = true;
 #ifdef TG_ASAN
-    known = !__asan_region_is_poisoned((void *)(uintptr_t)t, sizeof *t) || tg_arena_holds(ctx, t);
+    known = !__asan_region_is_poisoned((void *)(uintptr_t)t, sizeof(tg_tensor_impl)) || tg_arena_holds(ctx, t);
 #endif
     if (!known) {
         tg_error(ctx, TG_ERR_STATE, fn,
@@ -231,11 +232,11 @@ void tg_stale_error(tg_ctx *ctx, const char *fn, const char *what, const tg_tens
                  what, ctx->epoch);
         return;
     }
-    tg_tensor h;
+    tg_tensor_impl h;
     read_header(&h, t);
     char desc[TG_SHAPE_STR + 32];
-    describe(desc, &h);
-    if (h.epoch_ == TG_EPOCH_RELEASED) {
+    describe(desc, &h.pub);
+    if (h.epoch == TG_EPOCH_RELEASED) {
         tg_error(ctx, TG_ERR_STATE, fn,
                  "%s, %s, is the gradient of an intermediate tensor that backward released after the op that "
                  "read it (pass keep_tape=true to tg_backward_ex to keep intermediate gradients)",
@@ -245,5 +246,5 @@ void tg_stale_error(tg_ctx *ctx, const char *fn, const char *what, const tg_tens
     tg_error(ctx, TG_ERR_STATE, fn,
              "%s, %s, is from step %u, before tg_ctx_reset; the context is at step %u (an arena tensor lives "
              "until the next reset: tg_persist what must outlive a step)",
-             what, desc, h.epoch_, ctx->epoch);
+             what, desc, h.epoch, ctx->epoch);
 }

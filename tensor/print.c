@@ -13,6 +13,7 @@
  * more than 1000 elements only 3 items per edge of each dim are shown, with
  * "..." between them. nan, inf and -inf print as such. */
 #include "tensor/internal.h"
+#include "tensor/text.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -22,23 +23,8 @@
 #define EDGE_ITEMS 3
 #define LINE_WIDTH 80
 
-typedef struct sbuf {
-    char *buf;
-    size_t size;
-    size_t len; /* length the full text needs */
-} sbuf;
-
-static void put(sbuf *s, const char *text) {
-    size_t n = strlen(text);
-    if (s->len < s->size) {
-        size_t room = s->size - s->len - 1;
-        memcpy(s->buf + s->len, text, n < room ? n : room);
-    }
-    s->len += n;
-}
-
-static void put_spaces(sbuf *s, int n) {
-    for (int i = 0; i < n; i++) put(s, " ");
+static void put_spaces(tg_text *s, int n) {
+    for (int i = 0; i < n; i++) tg_text_put(s, " ");
 }
 
 typedef struct formatter {
@@ -99,40 +85,40 @@ static formatter make_formatter(const tg_tensor *t, bool summarize) {
     return f;
 }
 
-static void put_value(sbuf *s, const formatter *f, double v) {
+static void put_value(tg_text *s, const formatter *f, double v) {
     char tmp[64];
     int w = format_value(tmp, sizeof tmp, v, f->mode);
     put_spaces(s, f->width - w);
-    put(s, tmp);
+    tg_text_put(s, tmp);
 }
 
 /* Prints the sub-tensor of dims [dim, ndim) starting at flat offset `base`,
  * `indent` columns from the left margin. */
-static void put_block(sbuf *s, const tg_tensor *t, int dim, int64_t base, int indent, bool summarize,
+static void put_block(tg_text *s, const tg_tensor *t, int dim, int64_t base, int indent, bool summarize,
                       const formatter *f) {
     int64_t n = t->shape[dim];
     int64_t stride = 1;
     for (int d = dim + 1; d < t->ndim; d++) stride *= t->shape[d];
     bool cut = summarize && n > 2 * EDGE_ITEMS;
-    put(s, "[");
+    tg_text_put(s, "[");
     if (dim == t->ndim - 1) {
         int per_line = (LINE_WIDTH - indent) / (f->width + 2);
         if (per_line < 1) per_line = 1;
         int on_line = 0;
         for (int64_t i = 0; i < n; i++) {
             if (cut && i == EDGE_ITEMS) {
-                put(s, on_line ? ",  ..." : " ...");
+                tg_text_put(s, on_line ? ",  ..." : " ...");
                 on_line++;
                 i = n - EDGE_ITEMS - 1;
                 continue;
             }
             if (i > 0) {
                 if (on_line >= per_line) {
-                    put(s, ",\n");
+                    tg_text_put(s, ",\n");
                     put_spaces(s, indent + 1);
                     on_line = 0;
                 } else {
-                    put(s, ", ");
+                    tg_text_put(s, ", ");
                 }
             }
             put_value(s, f, tg_load(t, base + i * stride));
@@ -142,36 +128,35 @@ static void put_block(sbuf *s, const tg_tensor *t, int dim, int64_t base, int in
         int newlines = t->ndim - dim - 1;
         for (int64_t i = 0; i < n; i++) {
             if (i > 0) {
-                put(s, ",");
-                for (int k = 0; k < newlines; k++) put(s, "\n");
+                tg_text_put(s, ",");
+                for (int k = 0; k < newlines; k++) tg_text_put(s, "\n");
                 put_spaces(s, indent + 1);
             }
             if (cut && i == EDGE_ITEMS) {
-                put(s, "...");
+                tg_text_put(s, "...");
                 i = n - EDGE_ITEMS - 1;
                 continue;
             }
             put_block(s, t, dim + 1, base + i * stride, indent + 1, summarize, f);
         }
     }
-    put(s, "]");
+    tg_text_put(s, "]");
 }
 
 size_t tg_format(char *buf, size_t size, const tg_tensor *t) {
-    sbuf s = {buf, size, 0};
-    if (buf && size) buf[0] = '\0';
+    tg_text s = tg_text_buf(buf, size);
     if (!t) {
-        put(&s, "tensor(NULL)");
+        tg_text_put(&s, "tensor(NULL)");
     } else {
         bool summarize = t->numel > PRINT_THRESHOLD;
         formatter f = make_formatter(t, summarize);
-        put(&s, "tensor(");
+        tg_text_put(&s, "tensor(");
         if (t->numel == 0) {
-            put(&s, "[]");
+            tg_text_put(&s, "[]");
             if (t->ndim != 1) {
                 char sh[TG_SHAPE_STR];
-                put(&s, ", size=");
-                put(&s, tg_shape_of(sh, t));
+                tg_text_put(&s, ", size=");
+                tg_text_put(&s, tg_shape_of(sh, t));
             }
         } else if (t->ndim == 0) {
             f.width = 0;
@@ -179,11 +164,10 @@ size_t tg_format(char *buf, size_t size, const tg_tensor *t) {
         } else {
             put_block(&s, t, 0, 0, 7, summarize, &f);
         }
-        put(&s, ", dtype=");
-        put(&s, tg_dtype_name(t->dtype));
-        put(&s, ")");
+        tg_text_put(&s, ", dtype=");
+        tg_text_put(&s, tg_dtype_name(t->dtype));
+        tg_text_put(&s, ")");
     }
-    if (buf && size) buf[s.len < size ? s.len : size - 1] = '\0';
     return s.len;
 }
 

@@ -89,7 +89,7 @@ void tg_profile_step(tg_ctx *ctx) {
 }
 
 void tg_profile_enable(tg_ctx *ctx, bool on) {
-    if (!tg_live(ctx)) return;
+    if (!tg_ok(ctx)) return;
     if (!on) {
         tg_heap_free(ctx, ctx->profile);
         ctx->profile = NULL;

@@ -55,20 +55,6 @@ void tg_rng_block(const tg_ctx *ctx, uint64_t k, uint32_t out[4]) {
     tg_philox4x32_10(out, ctr, key);
 }
 
-double tg_u01_f64(uint32_t hi, uint32_t lo) {
-    uint64_t w = ((uint64_t)hi << 32) | lo;
-    return (double)(w >> 11) * 0x1.0p-53;
-}
-
-/* Box-Muller: with u1, u2 uniform in [0,1), 1 - u1 is in (0, 1] so the log
- * is finite; z = sqrt(-2 ln(1 - u1)) cos(2 pi u2) is standard normal. */
-double tg_normal_from_block(const uint32_t x[4]) {
-    double u1 = tg_u01_f64(x[0], x[1]);
-    double u2 = tg_u01_f64(x[2], x[3]);
-    const double two_pi = 6.283185307179586476925286766559;
-    return sqrt(-2.0 * log(1.0 - u1)) * cos(two_pi * u2);
-}
-
 void tg_rng_seed(tg_ctx *ctx, uint64_t seed) {
     if (!ctx) return;
     ctx->seed = seed;

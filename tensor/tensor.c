@@ -43,14 +43,6 @@ char *tg_shape_str(char *buf, size_t size, int ndim, const int64_t *shape) {
     return buf;
 }
 
-char *tg_shape_of(char buf[TG_SHAPE_STR], const tg_tensor *t) {
-    if (!t) {
-        snprintf(buf, TG_SHAPE_STR, "(NULL)");
-        return buf;
-    }
-    return tg_shape_str(buf, TG_SHAPE_STR, t->ndim, t->shape);
-}
-
 bool tg_infer_shape(tg_ctx *ctx, const char *fn, const tg_tensor *t, int ndim, const int64_t *shape,
                     int64_t out[TG_MAX_DIMS]) {
     if (ndim < 0 || ndim > TG_MAX_DIMS) {
@@ -58,7 +50,7 @@ bool tg_infer_shape(tg_ctx *ctx, const char *fn, const tg_tensor *t, int ndim, c
         return false;
     }
     if (ndim > 0 && !shape) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'shape' is NULL");
+        tg_null_error(ctx, fn, "shape");
         return false;
     }
     char why[96]; /* what is wrong, if anything */
@@ -99,18 +91,18 @@ tg_tensor *tg_view(tg_ctx *ctx, tg_tensor *t, int ndim, const int64_t *shape) {
     if (!tg_check_arg_any(ctx, __func__, "t", t)) return NULL;
     int64_t s[TG_MAX_DIMS];
     if (!tg_infer_shape(ctx, __func__, t, ndim, shape, s)) return NULL;
-    tg_tensor *v = tg_arena_alloc_fn(ctx, __func__, sizeof *v);
+    tg_tensor *v = tg_arena_alloc_fn(ctx, __func__, sizeof(tg_tensor_impl));
     if (!v) return NULL;
-    memset(v, 0, sizeof *v);
+    memset(v, 0, sizeof(tg_tensor_impl));
     v->dtype = t->dtype;
     v->ndim = ndim;
     for (int i = 0; i < TG_MAX_DIMS; i++) v->shape[i] = i < ndim ? s[i] : 1;
     v->numel = t->numel;
     v->data = t->data;
-    v->base_ = tg_root(t); /* shares t's data, so t's version counter */
-    v->node_ = -1;
-    v->epoch_ = ctx->epoch;
-    v->ctx_ = ctx;
+    tg_impl(v)->base = tg_root(t); /* shares t's data, so t's version counter */
+    tg_impl(v)->node = -1;
+    tg_impl(v)->epoch = ctx->epoch;
+    tg_impl(v)->ctx = ctx;
     return v;
 }
 
@@ -145,7 +137,7 @@ void tg_fill(tg_ctx *ctx, tg_tensor *t, double value) {
 /* Flat index of a multi-index, or -1 (with an error) when out of range. */
 static int64_t flat_index(tg_ctx *ctx, const char *fn, const tg_tensor *t, const int64_t *index) {
     if (t->ndim > 0 && !index) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'index' is NULL");
+        tg_null_error(ctx, fn, "index");
         return -1;
     }
     int64_t f = 0;

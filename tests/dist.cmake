@@ -5,7 +5,7 @@
 # micro-batches, resuming with the same or another process count, a rank
 # that fails, the README's recipes. Without TG_MPI, check.sh checks what
 # one process can: --micro, and the refusal of an mpirun start.
-target_link_libraries(test_dist PRIVATE tapegrad_dist)
+target_link_libraries(test_dist PRIVATE tapegrad_dist_internal)
 
 # mpirun as root (CI containers), oversubscribed (4 processes on 2 cores:
 # OpenMP threads that wait sleep instead of spinning, which would take the

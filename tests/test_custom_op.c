@@ -236,6 +236,22 @@ START_TEST(test_guard_leaves_no_gradient_unasked) {
 }
 END_TEST
 
+/* A chain of custom ops whose intermediates get their first gradient from
+ * the guard: that gradient must outlive the record's scratch, which the
+ * walk gives back after each record (the next record's scratch lands on
+ * it). y = s^3 x through three scale-by-s records: dx = s^3 for sum(y). */
+START_TEST(test_chain_keeps_gradients_made_under_the_guard) {
+    tg_tensor *x = tg_requires_grad(ctx, tg_randn(ctx, TG_F64, TG_SHAPE(6), 0, 1));
+    tg_tensor *s = tg_full(ctx, TG_F64, TG_SHAPE(6), 3.0), *y = x;
+    for (int i = 0; i < 3; i++) y = tg_op_apply(ctx, &SCALE, 1, &y, s);
+    tg_backward(ctx, tg_sum(ctx, y));
+    ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
+    double want[6];
+    for (int i = 0; i < 6; i++) want[i] = 27.0;
+    tg_test_assert_close(ctx, "dx through three custom records", x->grad, want, 6, 0, 0);
+}
+END_TEST
+
 /* An op's own step and tolerances (its descriptor's f64 / f32) are what
  * its check runs with, and they change the verdict: exp, copied with
  * an own float64 h of 0.5, fails on truncation (h^2 L''' / 6, about 4% of
@@ -282,11 +298,11 @@ START_TEST(test_registry_entry_own_step_and_tolerances) {
 END_TEST
 
 Suite *make_custom_op_suite(void) {
-    return tg_test_suite("custom_op", setup, teardown, test_gradcheck_and_values,
-                         test_no_grad_and_no_input_needing_grad, test_accumulate_and_keep_tape,
-                         test_saved_tensor_written_in_place, test_errors_name_the_op,
-                         test_backward_writing_past_its_gradient, test_guard_leaves_no_gradient_unasked,
-                         test_registry_entry_own_step_and_tolerances, NULL);
+    return tg_test_suite(
+        "custom_op", setup, teardown, test_gradcheck_and_values, test_no_grad_and_no_input_needing_grad,
+        test_accumulate_and_keep_tape, test_saved_tensor_written_in_place, test_errors_name_the_op,
+        test_backward_writing_past_its_gradient, test_guard_leaves_no_gradient_unasked,
+        test_chain_keeps_gradients_made_under_the_guard, test_registry_entry_own_step_and_tolerances, NULL);
 }
 
 int main(void) { return tg_test_run(make_custom_op_suite()); }

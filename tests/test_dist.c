@@ -689,7 +689,7 @@ START_TEST(test_bad_arguments) {
     tg_test_assert_error(ctx, TG_ERR_NULL, "tg_dist_allreduce", "2 tensors", NULL);
     tg_tensor *list[2] = {tg_ones(ctx, TG_F32, TG_SHAPE(2)), NULL};
     ck_assert(!tg_dist_broadcast(ctx, world, list, 2));
-    tg_test_assert_error(ctx, TG_ERR_NULL, "tg_dist_broadcast", "tensors[1] is NULL", NULL);
+    tg_test_assert_error(ctx, TG_ERR_NULL, "tg_dist_broadcast", "argument 'tensors[1]' is NULL", NULL);
     ck_assert(!tg_dist_broadcast_optim(ctx, world, NULL));
     tg_test_assert_error(ctx, TG_ERR_NULL, "tg_dist_broadcast_optim", "'opt'", NULL);
     ck_assert(!tg_dist_allreduce_grads(ctx, world, NULL, 1.0));

@@ -151,7 +151,7 @@ START_TEST(test_every_op_refuses_stale_inputs) {
         }
         tg_ctx_reset(ctx);
         tg_zeros(ctx, TG_F64, TG_SHAPE(64)); /* something new in the arena */
-        for (int k = 0; k < c.n_inputs; k++) TG_UNPOISON(c.inputs[k], sizeof(tg_tensor));
+        for (int k = 0; k < c.n_inputs; k++) TG_UNPOISON(c.inputs[k], sizeof(tg_tensor_impl));
         tg_tensor *y = tg_registry_forward(ctx, &c);
         ck_assert_msg(y == NULL && tg_status_of(ctx) == TG_ERR_STATE &&
                           strstr(tg_error_message(ctx), "before tg_ctx_reset"),

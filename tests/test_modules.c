@@ -124,7 +124,7 @@ START_TEST(test_params_list) {
     ck_assert(!tg_module_params(ctx, m.items[0], NULL));
     tg_test_assert_error(ctx, TG_ERR_NULL, "tg_module_params", "'list'", NULL);
     ck_assert(!tg_rmsnorm_params(ctx, NULL, &q));
-    tg_test_assert_error(ctx, TG_ERR_NULL, "'m' (the layer) is NULL", NULL);
+    tg_test_assert_error(ctx, TG_ERR_NULL, "argument 'm' is NULL", NULL);
     tg_model_free(ctx, &m);
 }
 END_TEST

@@ -328,12 +328,60 @@ START_TEST(test_no_decay_flag_and_state_names) {
 }
 END_TEST
 
+/* The one-line texts a training state saves: kind and settings in their
+ * shortest exact digits, snprintf's semantics (the length the whole text
+ * needs, what fits kept and terminated), "" for NULL. */
+START_TEST(test_format_settings) {
+    tg_params ps = {0};
+    add_param(&ps, "fc", "weight", tg_ones(ctx, TG_F64, TG_SHAPE(2)), true);
+    tg_adam_opts ao = tg_adamw_defaults();
+    ao.lr = 0.003;
+    tg_optim *adamw = tg_adamw_new(ctx, &ps, &ao);
+    tg_sgd_opts so = tg_sgd_defaults(0.1);
+    so.momentum = 0.9;
+    tg_optim *sgd = tg_sgd_new(ctx, &ps, &so);
+    char buf[256];
+    const char *want = "adamw lr=0.003 beta1=0.9 beta2=0.999 eps=1e-08 weight_decay=0.01 amsgrad=0";
+    ck_assert_uint_eq(tg_optim_format(buf, sizeof buf, adamw), strlen(want));
+    ck_assert_str_eq(buf, want);
+    tg_optim_format(buf, sizeof buf, sgd);
+    ck_assert_str_eq(buf, "sgd lr=0.1 momentum=0.9 dampening=0 weight_decay=0 nesterov=0");
+    tg_optim_format_schedule(buf, sizeof buf, sgd);
+    ck_assert_str_eq(buf, "constant");
+    tg_schedule sched = {
+        .kind = TG_SCHED_WARMUP_COSINE, .warmup_steps = 4, .total_steps = 40, .start_factor = 0.1, .min_lr = 1e-4};
+    tg_optim_set_schedule(ctx, sgd, &sched);
+    tg_optim_format_schedule(buf, sizeof buf, sgd);
+    ck_assert_str_eq(buf, "warmup_cosine warmup_steps=4 total_steps=40 start_factor=0.1 min_lr=0.0001");
+    /* cut: the full length, the kept part terminated */
+    char small[8];
+    ck_assert_uint_eq(tg_optim_format(small, sizeof small, adamw), strlen(want));
+    ck_assert_str_eq(small, "adamw l");
+    ck_assert_uint_eq(tg_optim_format(NULL, 0, adamw), strlen(want));
+    ck_assert_uint_eq(tg_optim_format(buf, sizeof buf, NULL), 0);
+    ck_assert_str_eq(buf, "");
+
+    tg_grad_scaler_opts go = tg_grad_scaler_defaults();
+    go.growth_interval = 100;
+    tg_grad_scaler *scaler = tg_grad_scaler_new(ctx, &go);
+    ck_assert_int_eq(tg_grad_scaler_get_opts(scaler).growth_interval, 100);
+    ck_assert_int_eq(tg_grad_scaler_get_opts(NULL).growth_interval, tg_grad_scaler_defaults().growth_interval);
+    tg_grad_scaler_format(buf, sizeof buf, scaler);
+    ck_assert_str_eq(buf, "grad_scaler growth_factor=2 backoff_factor=0.5 growth_interval=100 enabled=1");
+    ck_assert(tg_ok(ctx));
+    tg_grad_scaler_free(ctx, scaler);
+    tg_optim_free(ctx, sgd);
+    tg_optim_free(ctx, adamw);
+    tg_params_free(&ps);
+}
+END_TEST
+
 Suite *make_optim_suite(void) {
     Suite *s = suite_create("optim");
     tg_test_tcase(s, "pytorch", setup, teardown, test_trajectories_match_pytorch, test_schedules_match_pytorch,
                   test_callback_schedule, test_clip_grad_norm_matches_pytorch, NULL);
     tg_test_tcase(s, "checks", setup, teardown, test_clip_value_and_anomaly, test_invalid_hyperparameters,
-                  test_no_decay_flag_and_state_names, NULL);
+                  test_no_decay_flag_and_state_names, test_format_settings, NULL);
     return s;
 }
 

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tensor/text.h"
 #include "testutil.h"
 
 static tg_ctx *ctx;
@@ -255,6 +256,49 @@ START_TEST(test_print_summarizes_large) {
 }
 END_TEST
 
+/* The string builder every printer uses (tensor/text.h): snprintf's
+ * semantics into a buffer (the whole length counted, what fits kept and
+ * terminated), a measuring text without a buffer, a FILE, and numbers in
+ * their shortest exact digits. */
+START_TEST(test_text_builder) {
+    char buf[8];
+    tg_text t = tg_text_buf(buf, sizeof buf);
+    tg_text_put(&t, "abc");
+    tg_text_printf(&t, "%d-%s", 42, "xyz");
+    ck_assert_uint_eq(t.len, 9);
+    ck_assert_str_eq(buf, "abc42-x");
+    ck_assert_uint_eq(tg_text_kept(&t), 7);
+    size_t room;
+    ck_assert_ptr_null(tg_text_room(&t, &room));
+    ck_assert_uint_eq(room, 0);
+    tg_text m = tg_text_buf(NULL, 0);
+    tg_text_put(&m, "hello");
+    ck_assert_uint_eq(m.len, 5);
+    ck_assert_uint_eq(tg_text_kept(&m), 0);
+
+    const double v[] = {0.003, 0.1 + 0.2, 1e-8, 2, NAN};
+    const char *want[] = {"0.003", "0.30000000000000004", "1e-08", "2", "nan"};
+    for (int i = 0; i < 5; i++) {
+        char num[32];
+        tg_text n = tg_text_buf(num, sizeof num);
+        tg_text_shortest(&n, v[i]);
+        ck_assert_str_eq(num, want[i]);
+    }
+
+    FILE *f = tmpfile();
+    ck_assert_ptr_nonnull(f);
+    tg_text ft = tg_text_file(f);
+    tg_text_printf(&ft, "x=%d", 5);
+    tg_text_put(&ft, "; done");
+    ck_assert_uint_eq(ft.len, 9);
+    rewind(f);
+    char back[16] = {0};
+    ck_assert_ptr_nonnull(fgets(back, sizeof back, f));
+    ck_assert_str_eq(back, "x=5; done");
+    fclose(f);
+}
+END_TEST
+
 Suite *make_tensor_suite(void) {
     Suite *s = suite_create("tensor");
     tg_test_tcase(s, "create", setup, teardown, test_zeros_ones_full, test_scalar_and_empty, test_arange,
@@ -263,7 +307,8 @@ Suite *make_tensor_suite(void) {
                   test_rng_same_seed_same_numbers, test_rng_state_restores_stream, test_rng_distribution, NULL);
     tg_test_tcase(s, "views", setup, teardown, test_view_shares_data, test_copy_and_convert,
                   test_typed_data_and_index_errors, NULL);
-    tg_test_tcase(s, "print", setup, teardown, test_print_pytorch_format, test_print_summarizes_large, NULL);
+    tg_test_tcase(s, "print", setup, teardown, test_print_pytorch_format, test_print_summarizes_large,
+                  test_text_builder, NULL);
     return s;
 }
 

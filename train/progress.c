@@ -18,9 +18,9 @@
 #define _XOPEN_SOURCE 700
 
 #include "tapegrad/train.h"
+#include "tensor/text.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -103,41 +103,24 @@ static void format_duration(char *buf, size_t size, double s) {
     else snprintf(buf, size, "%lld:%02lld", t / 60, t % 60);
 }
 
-/* Appends to buf at *len, never past size. */
-static void put(char *buf, size_t size, size_t *len, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 4, 5)))
-#endif
-    ;
-
-static void put(char *buf, size_t size, size_t *len, const char *fmt, ...) {
-    if (*len >= size) return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf + *len, size - *len, fmt, ap);
-    va_end(ap);
-    if (n > 0) *len = *len + (size_t)n < size ? *len + (size_t)n : size - 1;
-}
-
 /* The fields after the bar: step, loss, lr, grad_norm, steps/s, ETA. */
 static size_t format_fields(const tg_progress *p, char *buf, size_t size) {
-    size_t len = 0;
-    buf[0] = '\0';
-    if (p->total > 0) put(buf, size, &len, "step %lld/%lld", (long long)p->step_last_, (long long)p->total);
-    else put(buf, size, &len, "step %lld", (long long)p->step_last_);
-    put(buf, size, &len, "  loss %.6g", p->loss_);
-    if (!isnan(p->lr_)) put(buf, size, &len, "  lr %.3g", p->lr_);
-    if (!isnan(p->gnorm_)) put(buf, size, &len, "  grad_norm %.3g", p->gnorm_);
+    tg_text t = tg_text_buf(buf, size);
+    if (p->total > 0) tg_text_printf(&t, "step %lld/%lld", (long long)p->step_last_, (long long)p->total);
+    else tg_text_printf(&t, "step %lld", (long long)p->step_last_);
+    tg_text_printf(&t, "  loss %.6g", p->loss_);
+    if (!isnan(p->lr_)) tg_text_printf(&t, "  lr %.3g", p->lr_);
+    if (!isnan(p->gnorm_)) tg_text_printf(&t, "  grad_norm %.3g", p->gnorm_);
     double r = rate(p);
-    if (isnan(r)) put(buf, size, &len, "  ? steps/s");
-    else put(buf, size, &len, r < 100 ? "  %.1f steps/s" : "  %.0f steps/s", r);
+    if (isnan(r)) tg_text_put(&t, "  ? steps/s");
+    else tg_text_printf(&t, r < 100 ? "  %.1f steps/s" : "  %.0f steps/s", r);
     if (p->total > 0) {
         char eta[32];
         double left = (double)(p->total - p->step_last_);
         format_duration(eta, sizeof eta, left <= 0 ? 0.0 : left / r);
-        put(buf, size, &len, "  ETA %s", eta);
+        tg_text_printf(&t, "  ETA %s", eta);
     }
-    return len;
+    return tg_text_kept(&t);
 }
 
 char *tg_progress_format(const tg_progress *p, char *buf, size_t size) {
@@ -158,15 +141,15 @@ char *tg_progress_format(const tg_progress *p, char *buf, size_t size) {
     int avail = (p->width > 1 ? p->width : 80) - 1;
     int cells = avail - (int)flen - 8; /* "[" "]" " 100% " around the bar */
     if (cells > TG_PROGRESS_BAR_MAX) cells = TG_PROGRESS_BAR_MAX;
-    size_t len = 0;
+    tg_text t = tg_text_buf(buf, size);
     if (cells >= TG_PROGRESS_BAR_MIN) {
         int filled = (int)(frac * cells);
-        put(buf, size, &len, "[");
-        for (int i = 0; i < cells; i++) put(buf, size, &len, "%c", i < filled ? '=' : i == filled ? '>' : ' ');
-        put(buf, size, &len, "]");
+        tg_text_put(&t, "[");
+        for (int i = 0; i < cells; i++) tg_text_printf(&t, "%c", i < filled ? '=' : i == filled ? '>' : ' ');
+        tg_text_put(&t, "]");
     }
-    put(buf, size, &len, " %3d%% %s", (int)(frac * 100), fields);
-    if (avail > 0 && len > (size_t)avail) buf[avail] = '\0';
+    tg_text_printf(&t, " %3d%% %s", (int)(frac * 100), fields);
+    if (avail > 0 && tg_text_kept(&t) > (size_t)avail) buf[avail] = '\0';
     return buf;
 }
 

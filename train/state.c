@@ -24,92 +24,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "io/file.h"        /* tg_file_kind */
-#include "optim/internal.h" /* the optimizer's kind, hyper-parameters and schedule */
 #include "tapegrad.h"
+#include "tensor/internal.h" /* tg_check_ptr, tg_null_error */
 
 #define FORMAT_KEY "tapegrad.train"
 #define COMPUTE_KEY "tapegrad.compute" /* the context's compute dtype (autocast): "float32", "bfloat16", ... */
 #define FORMAT_VERSION "1"
 #define RESERVED_PREFIX "tapegrad."
 #define MAX_PARTS 64
-
-/* ---- descriptions of an optimizer and its schedule ----------------------------- */
-
-/* v in the fewest digits that read back as exactly v ("0.003", not
- * "0.0030000000000000001"), so equal settings give equal text. */
-static void put_num(char *buf, size_t size, size_t *len, const char *key, double v) {
-    char num[40];
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(num, sizeof num, "%.*g", prec, v);
-        if (strtod(num, NULL) == v || isnan(v)) break;
-    }
-    if (*len < size) {
-        int n = snprintf(buf + *len, size - *len, "%s%s=%s", *len ? " " : "", key, num);
-        if (n > 0) *len += (size_t)n;
-    }
-}
-
-static void put_int(char *buf, size_t size, size_t *len, const char *key, long long v) {
-    if (*len < size) {
-        int n = snprintf(buf + *len, size - *len, " %s=%lld", key, v);
-        if (n > 0) *len += (size_t)n;
-    }
-}
-
-/* "adamw lr=0.003 beta1=0.9 beta2=0.999 eps=1e-08 weight_decay=0.01 amsgrad=0" */
-static void describe_optim(const tg_optim *o, char *buf, size_t size) {
-    static const char *const kinds[] = {"sgd", "adam", "adamw"};
-    size_t len = (size_t)snprintf(buf, size, "%s", kinds[o->kind]);
-    put_num(buf, size, &len, "lr", o->lr);
-    if (o->kind == TG_OPTIM_SGD) {
-        put_num(buf, size, &len, "momentum", o->sgd.momentum);
-        put_num(buf, size, &len, "dampening", o->sgd.dampening);
-        put_num(buf, size, &len, "weight_decay", o->sgd.weight_decay);
-        put_int(buf, size, &len, "nesterov", o->sgd.nesterov);
-    } else {
-        put_num(buf, size, &len, "beta1", o->adam.beta1);
-        put_num(buf, size, &len, "beta2", o->adam.beta2);
-        put_num(buf, size, &len, "eps", o->adam.eps);
-        put_num(buf, size, &len, "weight_decay", o->adam.weight_decay);
-        put_int(buf, size, &len, "amsgrad", o->adam.amsgrad);
-    }
-}
-
-/* "constant", "step step_size=10 gamma=0.5", "warmup_cosine warmup_steps=4
- * total_steps=40 start_factor=0.1 min_lr=0.0001", or "callback" (a function
- * cannot be written down; only its kind is compared). */
-static void describe_schedule(const tg_schedule *s, char *buf, size_t size) {
-    size_t len;
-    switch (s->kind) {
-    case TG_SCHED_STEP:
-        len = (size_t)snprintf(buf, size, "step");
-        put_int(buf, size, &len, "step_size", (long long)s->step_size);
-        put_num(buf, size, &len, "gamma", s->gamma);
-        break;
-    case TG_SCHED_WARMUP_COSINE:
-        len = (size_t)snprintf(buf, size, "warmup_cosine");
-        put_int(buf, size, &len, "warmup_steps", (long long)s->warmup_steps);
-        put_int(buf, size, &len, "total_steps", (long long)s->total_steps);
-        put_num(buf, size, &len, "start_factor", s->start_factor);
-        put_num(buf, size, &len, "min_lr", s->min_lr);
-        break;
-    case TG_SCHED_CALLBACK: snprintf(buf, size, "callback"); break;
-    default: snprintf(buf, size, "constant"); break;
-    }
-}
-
-/* "grad_scaler growth_factor=2 backoff_factor=0.5 growth_interval=2000
- * enabled=1": what must match on resuming (the scale and the clean-step
- * count are state, loaded from the file). */
-static void describe_scaler(const tg_grad_scaler *sc, char *buf, size_t size) {
-    const tg_grad_scaler_opts *o = tg_grad_scaler_opts_of(sc);
-    size_t len = (size_t)snprintf(buf, size, "grad_scaler");
-    put_num(buf, size, &len, "growth_factor", o->growth_factor);
-    put_num(buf, size, &len, "backoff_factor", o->backoff_factor);
-    put_int(buf, size, &len, "growth_interval", (long long)o->growth_interval);
-    put_int(buf, size, &len, "enabled", o->enabled);
-}
 
 /* "tapegrad.optim" or "tapegrad.optim.NAME" */
 static void part_key(char *buf, size_t size, const char *what, const tg_train_part *part) {
@@ -138,10 +60,7 @@ static bool put(tg_ctx *ctx, const char *fn, tg_params *list, const char *prefix
 /* Checks the parts: at least one, each with params, names unique and
  * without '.', every tensor present. */
 static bool check_parts(tg_ctx *ctx, const char *fn, const tg_train_part *parts, int nparts) {
-    if (!parts) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'parts' is NULL");
-        return false;
-    }
+    if (!parts) return tg_null_error(ctx, fn, "parts");
     if (nparts < 1 || nparts > MAX_PARTS) {
         tg_error(ctx, TG_ERR_VALUE, fn, "nparts = %d must be in 1..%d", nparts, MAX_PARTS);
         return false;
@@ -150,8 +69,7 @@ static bool check_parts(tg_ctx *ctx, const char *fn, const tg_train_part *parts,
         const tg_train_part *p = &parts[i];
         const char *name = p->name ? p->name : "";
         if (!p->params && nparts == 1 && !p->name) { /* tg_train_save / tg_train_load */
-            tg_error(ctx, TG_ERR_NULL, fn, "argument 'params' is NULL");
-            return false;
+            return tg_null_error(ctx, fn, "params");
         }
         if (!p->params) {
             tg_error(ctx, TG_ERR_NULL, fn, "part %d (\"%s\") has no params", i, name);
@@ -255,11 +173,7 @@ static bool check_save_path(tg_ctx *ctx, const char *fn, const char *path) {
 /* The checks every call starts with: false when it must stop (the
  * context's status says why, TG_ERR_NULL for a NULL context). */
 static bool begin(tg_ctx *ctx, const char *fn, const char *path, const tg_train_part *parts, int nparts, bool saving) {
-    if (!tg_ok(ctx)) return false;
-    if (!path) {
-        tg_error(ctx, TG_ERR_NULL, fn, "argument 'path' is NULL");
-        return false;
-    }
+    if (!tg_check_ptr(ctx, fn, "path", path)) return false;
     return check_parts(ctx, fn, parts, nparts) && (!saving || check_save_path(ctx, fn, path));
 }
 
@@ -286,17 +200,17 @@ static tg_status save_parts(tg_ctx *ctx, const char *fn, const char *path, const
         if (!parts[i].optim) continue;
         char key[96], text[512];
         part_key(key, sizeof key, "optim", &parts[i]);
-        describe_optim(parts[i].optim, text, sizeof text);
+        tg_optim_format(text, sizeof text, parts[i].optim);
         tg_meta_set(ctx, &meta, key, text);
         part_key(key, sizeof key, "schedule", &parts[i]);
-        describe_schedule(&parts[i].optim->sched, text, sizeof text);
+        tg_optim_format_schedule(text, sizeof text, parts[i].optim);
         tg_meta_set(ctx, &meta, key, text);
     }
     for (int i = 0; i < nparts && tg_ok(ctx); i++) {
         if (!parts[i].scaler) continue;
         char key[96], text[512];
         part_key(key, sizeof key, "scaler", &parts[i]);
-        describe_scaler(parts[i].scaler, text, sizeof text);
+        tg_grad_scaler_format(text, sizeof text, parts[i].scaler);
         tg_meta_set(ctx, &meta, key, text);
     }
     if (gather(ctx, fn, parts, nparts, false, &params, &state)) tg_ckpt_save(ctx, path, &params, &state, &meta);
@@ -387,8 +301,8 @@ static bool settings_agree(tg_ctx *ctx, const char *fn, const char *path, const 
         for (int what = 0; what < 2; what++) {
             char mine[512];
             part_key(key, sizeof key, what == 0 ? "optim" : "schedule", &parts[i]);
-            if (what == 0) describe_optim(parts[i].optim, mine, sizeof mine);
-            else describe_schedule(&parts[i].optim->sched, mine, sizeof mine);
+            if (what == 0) tg_optim_format(mine, sizeof mine, parts[i].optim);
+            else tg_optim_format_schedule(mine, sizeof mine, parts[i].optim);
             const char *theirs = tg_meta_get(meta, key);
             if (!theirs) {
                 tg_error(ctx, TG_ERR_FORMAT, fn, "%s has no \"%s\" key", path, key);
@@ -416,7 +330,7 @@ static bool settings_agree(tg_ctx *ctx, const char *fn, const char *path, const 
         if (!parts[i].scaler) continue;
         char mine[512];
         part_key(key, sizeof key, "scaler", &parts[i]);
-        describe_scaler(parts[i].scaler, mine, sizeof mine);
+        tg_grad_scaler_format(mine, sizeof mine, parts[i].scaler);
         const char *theirs = tg_meta_get(meta, key);
         if (!theirs) {
             tg_error(ctx, TG_ERR_FORMAT, fn, "%s has no \"%s\" key (saved without a gradient scaler?)", path, key);
@@ -473,7 +387,7 @@ static bool check_loaded(tg_ctx *ctx, const char *fn, const char *path, const tg
         const tg_param *tp = tg_params_find((tg_params *)state, name);
         const double scale = sp ? *(const double *)sp->value->data : NAN;
         const double tracker = tp ? *(const double *)tp->value->data : NAN;
-        const int64_t interval = tg_grad_scaler_opts_of(parts[i].scaler)->growth_interval;
+        const int64_t interval = tg_grad_scaler_get_opts(parts[i].scaler).growth_interval;
         if (!(scale > 0) || !isfinite(scale) || (double)(float)scale != scale || !(tracker >= 0) ||
             tracker != floor(tracker) || tracker >= (double)interval) {
             tg_error(ctx, TG_ERR_FORMAT, fn,

@@ -18,21 +18,21 @@ extern "C" {
 
 /* Marks t as a leaf that requires grad and gives it a zeroed grad of the same
  * kind (persistent for persistent tensors). Returns t. */
-tg_tensor *tg_requires_grad(tg_ctx *ctx, tg_tensor *t);
+TG_API tg_tensor *tg_requires_grad(tg_ctx *ctx, tg_tensor *t);
 /* Turns recording on or off (no-grad mode for evaluation); returns the
  * previous setting. */
-bool tg_set_grad_enabled(tg_ctx *ctx, bool enabled);
-bool tg_grad_enabled(const tg_ctx *ctx);
+TG_API bool tg_set_grad_enabled(tg_ctx *ctx, bool enabled);
+TG_API bool tg_grad_enabled(const tg_ctx *ctx);
 /* Zeroes t's grad (if it has one): an in-place write to the grad. */
-void tg_zero_grad(tg_ctx *ctx, tg_tensor *t);
+TG_API void tg_zero_grad(tg_ctx *ctx, tg_tensor *t);
 /* A tensor sharing t's data that requires no grad and has no history. */
-tg_tensor *tg_detach(tg_ctx *ctx, tg_tensor *t);
+TG_API tg_tensor *tg_detach(tg_ctx *ctx, tg_tensor *t);
 /* x converted to dtype, recorded: y = round_to(dtype, x) (tapegrad/tensor.h,
  * Low precision: round to nearest even, NaN and inf kept). Backward treats
  * the rounding as the identity and casts the gradient back:
  * dx += round_to(x's dtype, dy). Takes every dtype: the way into and out of
  * bfloat16 / float16 inside a differentiable computation. */
-tg_tensor *tg_cast(tg_ctx *ctx, tg_tensor *x, tg_dtype dtype);
+TG_API tg_tensor *tg_cast(tg_ctx *ctx, tg_tensor *x, tg_dtype dtype);
 
 /* Back-propagates from a scalar `loss` (numel 1): walks the tape in reverse
  * and accumulates (+=) gradients into the grad of every leaf that requires
@@ -49,7 +49,7 @@ tg_tensor *tg_cast(tg_ctx *ctx, tg_tensor *x, tg_dtype dtype);
  * op's backward reads it. Change a tensor before the forward, or change a
  * tg_copy of it. After such an error, leaves whose gradient the walk had
  * reached before the op may hold part of this backward (as in PyTorch). */
-void tg_backward(tg_ctx *ctx, tg_tensor *loss);
+TG_API void tg_backward(tg_ctx *ctx, tg_tensor *loss);
 /* General form: `grad_out` (same shape as out) seeds the gradient, NULL
  * meaning 1 for a scalar; keep_tape=true keeps the tape for another
  * backward (PyTorch's retain_graph).
@@ -60,7 +60,7 @@ void tg_backward(tg_ctx *ctx, tg_tensor *loss);
  * backward adds is the gradients live at one point of the walk, not one
  * per op (tg_arena_peak measures it). With keep_tape=true every
  * intermediate keeps its grad until the next backward or reset. */
-void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool keep_tape);
+TG_API void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool keep_tape);
 /* Gradients as tensors (PyTorch's torch.autograd.grad): grads[i] = d out /
  * d inputs[i] seeded by grad_out (NULL: 1 for a scalar out), for n >= 1
  * inputs (leaves or intermediate tensors of the tape); zeros when no path
@@ -73,15 +73,15 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
  * without one fails with TG_ERR_STATE "'foo' cannot be differentiated
  * twice", never a wrong answer. Without create_graph it is a plain
  * backward into fresh gradients (no extra records). False on error. */
-bool tg_grad(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, int n, tg_tensor *const *inputs, tg_tensor **grads,
-             bool create_graph);
+TG_API bool tg_grad(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, int n, tg_tensor *const *inputs,
+                    tg_tensor **grads, bool create_graph);
 /* Hessian-vector product of a scalar loss (already computed, on the tape)
  * with respect to params[0..n-1], in the direction v (same shapes):
  *   hv = H v = d/dp <dL/dp, v>,
  * reverse over reverse: tg_grad with create_graph, the dot with v, tg_grad
  * again. The tape is kept (the records of both gradients are added to it);
  * leaves' grads are untouched. False on error. */
-bool tg_hvp(tg_ctx *ctx, tg_tensor *loss, int n, tg_tensor *const *params, tg_tensor *const *v, tg_tensor **hv);
+TG_API bool tg_hvp(tg_ctx *ctx, tg_tensor *loss, int n, tg_tensor *const *params, tg_tensor *const *v, tg_tensor **hv);
 /* Activation checkpointing (autograd/checkpoint.c; PyTorch's
  * torch.utils.checkpoint): y = fn(ctx, in, user) as one record that keeps
  * only fn's inputs. fn runs once in the forward, whose records and saved
@@ -98,10 +98,10 @@ bool tg_hvp(tg_ctx *ctx, tg_tensor *loss, int n, tg_tensor *const *params, tg_te
  * an error naming it). docs/activation-checkpointing.md has the memory
  * arithmetic. */
 typedef tg_tensor *(*tg_checkpoint_fn)(tg_ctx *ctx, tg_tensor *const *in, void *user);
-tg_tensor *tg_checkpoint(tg_ctx *ctx, tg_checkpoint_fn fn, void *user, int n, tg_tensor *const *in);
+TG_API tg_tensor *tg_checkpoint(tg_ctx *ctx, tg_checkpoint_fn fn, void *user, int n, tg_tensor *const *in);
 /* Number of records on the tape, and bytes they saved for backward. */
-int64_t tg_tape_size(const tg_ctx *ctx);
-size_t tg_tape_saved_bytes(const tg_ctx *ctx);
+TG_API int64_t tg_tape_size(const tg_ctx *ctx);
+TG_API size_t tg_tape_saved_bytes(const tg_ctx *ctx);
 
 /* ======================================================================== */
 /* Autograd ops: elementwise, activations, reductions                       */
@@ -125,46 +125,46 @@ size_t tg_tape_saved_bytes(const tg_ctx *ctx);
  * sqrt(0)'s gradient is inf, NaN propagates. */
 
 /* a + b, a - b, a * b, a / b elementwise, with broadcasting. */
-tg_tensor *tg_add(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);
-tg_tensor *tg_sub(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);
-tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);
-tg_tensor *tg_div(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);
+TG_API tg_tensor *tg_add(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);
+TG_API tg_tensor *tg_sub(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);
+TG_API tg_tensor *tg_mul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);
+TG_API tg_tensor *tg_div(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);
 /* y = -x */
-tg_tensor *tg_neg(tg_ctx *ctx, tg_tensor *x);
+TG_API tg_tensor *tg_neg(tg_ctx *ctx, tg_tensor *x);
 /* y = x + s  (any s; e.g. -inf for masks) */
-tg_tensor *tg_add_scalar(tg_ctx *ctx, tg_tensor *x, double s);
+TG_API tg_tensor *tg_add_scalar(tg_ctx *ctx, tg_tensor *x, double s);
 /* y = s x  (any s) */
-tg_tensor *tg_mul_scalar(tg_ctx *ctx, tg_tensor *x, double s);
+TG_API tg_tensor *tg_mul_scalar(tg_ctx *ctx, tg_tensor *x, double s);
 /* y = x^p with p finite (TG_ERR_VALUE otherwise); dy/dx = p x^(p-1), and 0
  * when p == 0 (as PyTorch). At x = 0 with p < 1 the gradient is inf/NaN. */
-tg_tensor *tg_pow_scalar(tg_ctx *ctx, tg_tensor *x, double p);
+TG_API tg_tensor *tg_pow_scalar(tg_ctx *ctx, tg_tensor *x, double p);
 /* y = e^x */
-tg_tensor *tg_exp(tg_ctx *ctx, tg_tensor *x);
+TG_API tg_tensor *tg_exp(tg_ctx *ctx, tg_tensor *x);
 /* y = ln x; ln 0 = -inf, ln of a negative = NaN; dy/dx = 1/x */
-tg_tensor *tg_log(tg_ctx *ctx, tg_tensor *x);
+TG_API tg_tensor *tg_log(tg_ctx *ctx, tg_tensor *x);
 /* y = sqrt(x); dy/dx = 1/(2 sqrt x), inf at x = 0 */
-tg_tensor *tg_sqrt(tg_ctx *ctx, tg_tensor *x);
+TG_API tg_tensor *tg_sqrt(tg_ctx *ctx, tg_tensor *x);
 /* y = |x|; dy/dx = sign(x), 0 at x = 0 */
-tg_tensor *tg_abs(tg_ctx *ctx, tg_tensor *x);
+TG_API tg_tensor *tg_abs(tg_ctx *ctx, tg_tensor *x);
 
 /* Activations (autograd/ops_activation.c). */
 /* y = max(x, 0); dy/dx = 1 for x > 0, 0 for x <= 0 (0 at the kink) */
-tg_tensor *tg_relu(tg_ctx *ctx, tg_tensor *x);
+TG_API tg_tensor *tg_relu(tg_ctx *ctx, tg_tensor *x);
 /* y = x for x > 0, negative_slope * x otherwise; negative_slope finite
  * (TG_ERR_VALUE otherwise). PyTorch's default slope is 0.01. */
-tg_tensor *tg_leaky_relu(tg_ctx *ctx, tg_tensor *x, double negative_slope);
+TG_API tg_tensor *tg_leaky_relu(tg_ctx *ctx, tg_tensor *x, double negative_slope);
 /* y = 1 / (1 + e^-x), without overflow for any x; dy/dx = y (1 - y) */
-tg_tensor *tg_sigmoid(tg_ctx *ctx, tg_tensor *x);
+TG_API tg_tensor *tg_sigmoid(tg_ctx *ctx, tg_tensor *x);
 /* y = tanh x; dy/dx = 1 - y^2 */
-tg_tensor *tg_tanh(tg_ctx *ctx, tg_tensor *x);
+TG_API tg_tensor *tg_tanh(tg_ctx *ctx, tg_tensor *x);
 /* GELU. Exact (tanh_approx false): y = x/2 (1 + erf(x / sqrt 2)).
  * tanh_approx: y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), PyTorch's
  * approximate='tanh'. */
-tg_tensor *tg_gelu(tg_ctx *ctx, tg_tensor *x, bool tanh_approx);
+TG_API tg_tensor *tg_gelu(tg_ctx *ctx, tg_tensor *x, bool tanh_approx);
 /* SiLU (swish): y = x sigmoid(x). LLaMA's SwiGLU gate silu(a) b is
  * tg_mul(tg_silu(a), b): a fused form measured no faster (the exp is the
  * cost, not the extra pass). */
-tg_tensor *tg_silu(tg_ctx *ctx, tg_tensor *x);
+TG_API tg_tensor *tg_silu(tg_ctx *ctx, tg_tensor *x);
 
 /* Reductions (autograd/ops_reduce.c). `axis` may be negative (-1 is the
  * last dim); out of range is TG_ERR_SHAPE. A 0-d tensor takes axis 0 or -1
@@ -174,31 +174,31 @@ tg_tensor *tg_silu(tg_ctx *ctx, tg_tensor *x);
  * thread count. A 16-bit x is summed in float32 too, the result rounded
  * once. */
 /* Sum of all elements: a 0-d tensor (0 for an empty x). */
-tg_tensor *tg_sum(tg_ctx *ctx, tg_tensor *x);
+TG_API tg_tensor *tg_sum(tg_ctx *ctx, tg_tensor *x);
 /* Mean of all elements: a 0-d tensor. An empty x is TG_ERR_VALUE "empty
  * reduction": PyTorch returns NaN there; we call it misuse. */
-tg_tensor *tg_mean(tg_ctx *ctx, tg_tensor *x);
+TG_API tg_tensor *tg_mean(tg_ctx *ctx, tg_tensor *x);
 /* Sum over one axis (an axis of size 0 sums to 0). */
-tg_tensor *tg_sum_axis(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim);
+TG_API tg_tensor *tg_sum_axis(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim);
 /* Mean over one axis; an axis of size 0 is TG_ERR_VALUE "empty reduction". */
-tg_tensor *tg_mean_axis(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim);
+TG_API tg_tensor *tg_mean_axis(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim);
 /* Max over one axis (values only). Ties: the gradient goes to the first
  * maximal element along the axis (lowest index), the others get 0. NaN
  * counts as the largest value (the first NaN wins), as PyTorch propagates
  * it. An axis of size 0 is TG_ERR_VALUE "empty reduction". */
-tg_tensor *tg_max_axis(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim);
+TG_API tg_tensor *tg_max_axis(tg_ctx *ctx, tg_tensor *x, int axis, bool keepdim);
 /* The index of the max along axis, for each position of the other dims
  * (autograd/ops_argmax.c; PyTorch's x.argmax(axis)): out gets numel /
  * size(axis) ids, in the row-major order of x without that axis. Ties: the
  * first; NaN counts as the largest (the first NaN), as tg_max_axis. Any
  * dtype; not recorded (no gradient). False on error: a bad axis, an axis
  * of size 0, NULL out. */
-bool tg_argmax(tg_ctx *ctx, const tg_tensor *x, int axis, int64_t *out);
+TG_API bool tg_argmax(tg_ctx *ctx, const tg_tensor *x, int axis, int64_t *out);
 /* The fraction of rows of logits (..., classes) whose argmax over the last
  * dim is the row's target (targets: one id per row, each in 0..classes-1,
  * as tg_cross_entropy takes them): a classifier's accuracy, in [0, 1].
  * NaN on error (a target out of range, no rows, NULL). */
-double tg_accuracy(tg_ctx *ctx, const tg_tensor *logits, const int64_t *targets);
+TG_API double tg_accuracy(tg_ctx *ctx, const tg_tensor *logits, const int64_t *targets);
 
 /* ======================================================================== */
 /* Autograd ops: matmul, shapes, embedding, softmax, losses, dropout        */
@@ -222,44 +222,44 @@ double tg_accuracy(tg_ctx *ctx, const tg_tensor *logits, const int64_t *targets)
  * Backward uses the transposed GEMM cases (da = dc b^T, db = a^T dc)
  * without copying a transpose. bfloat16 / float16: a float32 GEMM on
  * widened copies (float32 accumulation), c rounded once. */
-tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);
+TG_API tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b);
 /* Swaps the last two dims (ndim >= 2): y[..., j, i] = x[..., i, j]. A copy. */
-tg_tensor *tg_transpose(tg_ctx *ctx, tg_tensor *x);
+TG_API tg_tensor *tg_transpose(tg_ctx *ctx, tg_tensor *x);
 /* Reorders the dims, PyTorch's x.permute(perm): y's dim d is x's dim
  * perm[d], y.shape[d] = x.shape[perm[d]] and
  *   y[i_0, ..., i_{n-1}] = x[j]  with j_{perm[d]} = i_d.
  * perm has x->ndim entries naming each dim once (negative entries count
  * from the end); e.g. heads split as (B,T,H,D) -> (B,H,T,D) with
  * (const int[]){0, 2, 1, 3}. A copy; dx = dy permuted back. */
-tg_tensor *tg_permute(tg_ctx *ctx, tg_tensor *x, const int *perm);
+TG_API tg_tensor *tg_permute(tg_ctx *ctx, tg_tensor *x, const int *perm);
 /* Swaps dims dim0 and dim1 (negative count from the end), PyTorch's
  * x.transpose(dim0, dim1): tg_permute with those two entries exchanged. */
-tg_tensor *tg_transpose_dims(tg_ctx *ctx, tg_tensor *x, int dim0, int dim1);
+TG_API tg_tensor *tg_transpose_dims(tg_ctx *ctx, tg_tensor *x, int dim0, int dim1);
 /* x with a new shape of the same numel; one size may be -1 (inferred).
  * Shares x's data like tg_view, but is recorded (dx = dy reshaped). */
-tg_tensor *tg_reshape(tg_ctx *ctx, tg_tensor *x, int ndim, const int64_t *shape);
+TG_API tg_tensor *tg_reshape(tg_ctx *ctx, tg_tensor *x, int ndim, const int64_t *shape);
 /* Joins n >= 1 tensors along `axis`; all have the same ndim and the same
  * sizes except along axis. */
-tg_tensor *tg_concat(tg_ctx *ctx, int n, tg_tensor *const *xs, int axis);
+TG_API tg_tensor *tg_concat(tg_ctx *ctx, int n, tg_tensor *const *xs, int axis);
 /* Elements start..end-1 of x along `axis` (0 <= start <= end <= size; no
  * clamping: out of range is an error). A copy. */
-tg_tensor *tg_slice(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t end);
+TG_API tg_tensor *tg_slice(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t end);
 
 /* Embedding lookup: y[i, :] = weight[indices[i], :] for weight (V,D) and
  * the numel(shape) indices (row-major, each in 0..V-1, copied); the result
  * has shape + (D), so ndim <= TG_MAX_DIMS - 1. Backward scatter-adds dy
  * rows into dweight; repeated indices accumulate (for a 16-bit weight in
  * float32, rounded once). */
-tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *weight, int ndim, const int64_t *shape, const int64_t *indices);
+TG_API tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *weight, int ndim, const int64_t *shape, const int64_t *indices);
 
 /* Softmax over the last axis: y_i = exp(x_i - m) / sum_j exp(x_j - m), with
  * m the row's max (so logits of +-1e4 stay finite in float32). A 0-d x is
  * one row of one element. */
-tg_tensor *tg_softmax(tg_ctx *ctx, tg_tensor *x);
+TG_API tg_tensor *tg_softmax(tg_ctx *ctx, tg_tensor *x);
 /* log_softmax over the last axis: y_i = x_i - m - log(sum_j exp(x_j - m)).
  * Finite for finite logits; a -inf logit gives -inf, as in PyTorch. Both
  * compute in float32 for 16-bit x (max, exp and sum), one rounding out. */
-tg_tensor *tg_log_softmax(tg_ctx *ctx, tg_tensor *x);
+TG_API tg_tensor *tg_log_softmax(tg_ctx *ctx, tg_tensor *x);
 
 /* Options of tg_cross_entropy, as PyTorch's F.cross_entropy. Defaults
  * (also what a NULL opts means): ignore_index = -100, label_smoothing = 0.
@@ -283,10 +283,11 @@ typedef struct tg_cross_entropy_opts {
  * the logits first: tg_cross_entropy(ctx, tg_cast(ctx, logits, TG_F32),
  * targets, opts) (the gradient still reaches the 16-bit logits, rounded
  * once). */
-tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, const int64_t *targets, const tg_cross_entropy_opts *opts);
+TG_API tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, const int64_t *targets,
+                                   const tg_cross_entropy_opts *opts);
 /* Mean squared error, a scalar: mean((pred - target)^2). Same shapes, at
  * least one element. Both inputs may require grad. */
-tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *pred, tg_tensor *target);
+TG_API tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *pred, tg_tensor *target);
 
 /* Dropout (inverted): in training, y_i = x_i / (1 - p) when kept, 0 when
  * dropped, each element dropped with probability p in [0, 1). Element i is
@@ -296,7 +297,7 @@ tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *pred, tg_tensor *target);
  * numel. With training=false or p = 0 it returns x itself and draws
  * nothing (in every dtype; a 16-bit x is otherwise scaled in float32 and
  * rounded once). */
-tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p, bool training);
+TG_API tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p, bool training);
 
 /* ======================================================================== */
 /* Autograd ops for transformers: masks, rotary embedding, attention        */
@@ -313,14 +314,14 @@ tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p, bool training);
  * growing it (e.g. a (T,T) mask for (B,H,T,T) scores); nonzero (NaN
  * included) means fill. value may be any double, -INFINITY for attention
  * masks. dx = dy where the mask is 0, else 0; the mask gets no gradient. */
-tg_tensor *tg_masked_fill(tg_ctx *ctx, tg_tensor *x, tg_tensor *mask, double value);
+TG_API tg_tensor *tg_masked_fill(tg_ctx *ctx, tg_tensor *x, tg_tensor *mask, double value);
 /* The lower / upper triangle of the last two dims (ndim >= 2), the rest 0,
  * as PyTorch's torch.tril / torch.triu: element (i, j) is kept when
  * j - i <= diagonal (tril) or j - i >= diagonal (triu). diagonal 0 is the
  * main diagonal, > 0 above it, < 0 below. dx = the same triangle of dy.
  * The causal mask of T positions: tg_triu(ctx, ones (T,T), 1). */
-tg_tensor *tg_tril(tg_ctx *ctx, tg_tensor *x, int64_t diagonal);
-tg_tensor *tg_triu(tg_ctx *ctx, tg_tensor *x, int64_t diagonal);
+TG_API tg_tensor *tg_tril(tg_ctx *ctx, tg_tensor *x, int64_t diagonal);
+TG_API tg_tensor *tg_triu(tg_ctx *ctx, tg_tensor *x, int64_t diagonal);
 
 /* Rotary position embedding, in Meta's original LLaMA convention: the last
  * dim (D, even) holds D/2 consecutive pairs (x_2i, x_2i+1), and the pair at
@@ -335,12 +336,12 @@ tg_tensor *tg_triu(tg_ctx *ctx, tg_tensor *x, int64_t diagonal);
  * which pairs x_i with x_{i+D/2}: the two differ by a fixed permutation of
  * each head's features (Hugging Face permutes the q and k projection
  * weights when converting Meta's checkpoints). */
-tg_tensor *tg_rope(tg_ctx *ctx, tg_tensor *x, int seq_axis, double base);
+TG_API tg_tensor *tg_rope(tg_ctx *ctx, tg_tensor *x, int seq_axis, double base);
 /* tg_rope with the positions starting at pos0 >= 0 (pos0, pos0 + 1, ...):
  * the new positions of a sequence whose first pos0 are already in a KV
  * cache. Each position gets the same rotation, to the bit, as in a tg_rope
  * of the whole sequence. */
-tg_tensor *tg_rope_from(tg_ctx *ctx, tg_tensor *x, int seq_axis, double base, int64_t pos0);
+TG_API tg_tensor *tg_rope_from(tg_ctx *ctx, tg_tensor *x, int seq_axis, double base, int64_t pos0);
 
 /* Fused scaled-dot-product attention (PyTorch's
  * F.scaled_dot_product_attention without dropout):
@@ -357,7 +358,7 @@ tg_tensor *tg_rope_from(tg_ctx *ctx, tg_tensor *x, int seq_axis, double base, in
  *   dK = scale dS^T Q.
  * Pairs are spread over threads; results are bitwise the same for any
  * thread count. Needs Tk >= 1 and D >= 1. */
-tg_tensor *tg_attention(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v, bool causal, double scale);
+TG_API tg_tensor *tg_attention(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v, bool causal, double scale);
 
 /* ======================================================================== */
 /* Forward mode                                                             */
@@ -378,7 +379,7 @@ tg_tensor *tg_attention(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v, b
  * consumed it), and an op without a tangent rule (named):
  *   tg_jvp: op 'my_op' has no tangent rule (forward mode): its tg_op_def
  *   has no jvp */
-tg_tensor *tg_jvp(tg_ctx *ctx, tg_tensor *out, int n, tg_tensor *const *inputs, tg_tensor *const *tangents);
+TG_API tg_tensor *tg_jvp(tg_ctx *ctx, tg_tensor *out, int n, tg_tensor *const *inputs, tg_tensor *const *tangents);
 
 #ifdef __cplusplus
 }

@@ -343,11 +343,11 @@ typedef struct tg_gradcheck_result {
 
 /* The defaults: h, atol, rtol 0 (the dtype's, see above), FULL, step and
  * atol_scale AUTO, seed 0, every input, float32 refused. */
-tg_gradcheck_opts tg_gradcheck_defaults(void);
+TG_API tg_gradcheck_opts tg_gradcheck_defaults(void);
 /* The step and tolerances an h, atol, rtol left 0 take in `dtype`:
  * TG_F64 {1e-6, 1e-5, 1e-3}, TG_F32 {1e-3, 1e-3, 1e-2} (relative to l_i
  * and G_k by default: STEP_SCALED, ATOL_GRADIENT). */
-tg_gradcheck_tol tg_gradcheck_dtype_tol(tg_dtype dtype);
+TG_API tg_gradcheck_tol tg_gradcheck_dtype_tol(tg_dtype dtype);
 /* Low precision. tg_gradcheck refuses bfloat16 and float16 inputs
  * (TG_ERR_DTYPE): their rounding (epsilon 2^-7 and 2^-10) swamps any
  * difference quotient -- a step small enough to follow the curve is lost in
@@ -378,15 +378,15 @@ typedef struct tg_gradcheck_lowp_result {
  * backward at inputs (float32 or float64 values; every input is checked),
  * as described above; tol <= 0 takes the default. Returns result->pass;
  * errors (bad arguments, f failing) set the context's error. */
-bool tg_gradcheck_lowp(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
-                       tg_dtype dtype, double tol, tg_gradcheck_lowp_result *result);
+TG_API bool tg_gradcheck_lowp(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                              tg_dtype dtype, double tol, tg_gradcheck_lowp_result *result);
 
 /* Checks f's backward at inputs[0..n_inputs-1] (1..TG_GRADCHECK_MAX_INPUTS)
  * and fills *result. Returns result->pass. A failed comparison is a result,
  * not an error; errors (bad arguments, float32 refused, f failing, a step
  * that vanished) set the context's error and return false. */
-bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
-                  const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
+TG_API bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                         const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
 /* Forward mode (check/gradcheck_fwd.c), both with the options and result
  * of tg_gradcheck (mode DIRECTIONAL in the result: one direction v_k per
  * checked input, opts.v[k] or random in [-1, 1) from opts.seed).
@@ -416,17 +416,17 @@ bool tg_gradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_t
  * along v. Both return result->pass; errors as tg_gradcheck (and an op
  * without a tangent rule, tg_jvp's error). */
 #define TG_GRADCHECK_C_ADJOINT 8.0
-bool tg_gradcheck_fwd(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
-                      const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
-bool tg_gradcheck_adjoint(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
-                          const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
+TG_API bool tg_gradcheck_fwd(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                             const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
+TG_API bool tg_gradcheck_adjoint(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                                 const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
 /* The full Jacobians of f's output with respect to input `input`, as float64
  * arena tensors of shape (numel(out), numel(input)): J[j][i] = d out_j / d x_i.
  * *analytic from one backward per output element, *numeric from central
  * differences (steps h_i from opts as above). For small functions: at most
  * 2^22 entries. Returns false (and sets the error) on failure. */
-bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
-                           int input, const tg_gradcheck_opts *opts, tg_tensor **analytic, tg_tensor **numeric);
+TG_API bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                                  int input, const tg_gradcheck_opts *opts, tg_tensor **analytic, tg_tensor **numeric);
 
 /* Diagnosis of a failed check (check/diagnose.c): what is wrong with a
  * backward, read from the structure of D = Ja - Jn, the analytic minus the
@@ -508,20 +508,20 @@ typedef struct tg_gradcheck_diagnosis {
  * tg_gradcheck: h and the tolerances deciding what counts as a
  * difference). Returns false only on an error (bad arguments, a Jacobian
  * too big, f failing); a correct backward gives kind TG_DIAG_NONE. */
-bool tg_gradcheck_diagnose(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
-                           int input, const tg_gradcheck_opts *opts, tg_gradcheck_diagnosis *d);
+TG_API bool tg_gradcheck_diagnose(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                                  int input, const tg_gradcheck_opts *opts, tg_gradcheck_diagnosis *d);
 /* "projection", "scale", ... */
-const char *tg_diagnosis_name(tg_diagnosis_kind kind);
+TG_API const char *tg_diagnosis_name(tg_diagnosis_kind kind);
 /* Names of the enums, as the tool spells them: "full", "directional",
  * "jacobian"; "auto", "absolute", "element", "scaled"; "auto", "absolute",
  * "gradient" ("?" when out of range). */
-const char *tg_gradcheck_mode_name(tg_gradcheck_mode mode);
-const char *tg_gradcheck_step_name(tg_gradcheck_step step);
-const char *tg_gradcheck_atol_scale_name(tg_gradcheck_atol_scale s);
+TG_API const char *tg_gradcheck_mode_name(tg_gradcheck_mode mode);
+TG_API const char *tg_gradcheck_step_name(tg_gradcheck_step step);
+TG_API const char *tg_gradcheck_atol_scale_name(tg_gradcheck_atol_scale s);
 /* "pass", "wrong", "inconclusive"; "none", "all-zero", "unresolved",
  * "empty", "error" ("?" when out of range). */
-const char *tg_gradcheck_verdict_name(tg_gradcheck_verdict v);
-const char *tg_gradcheck_reason_name(tg_gradcheck_reason r);
+TG_API const char *tg_gradcheck_verdict_name(tg_gradcheck_verdict v);
+TG_API const char *tg_gradcheck_reason_name(tg_gradcheck_reason r);
 
 /* Output formats of tg_gradcheck_write. */
 typedef enum tg_gradcheck_format {
@@ -543,8 +543,8 @@ typedef enum tg_gradcheck_format {
  * entry: "k"); each CSV row starts with `prefix` (NULL: nothing), so a
  * program can put its own columns first. TG_OK, or TG_ERR_NULL (f or r
  * NULL), TG_ERR_VALUE (format), TG_ERR_IO (a write failed). */
-tg_status tg_gradcheck_write(FILE *f, const tg_gradcheck_result *r, const char *const *names,
-                             tg_gradcheck_format format, const char *prefix);
+TG_API tg_status tg_gradcheck_write(FILE *f, const tg_gradcheck_result *r, const char *const *names,
+                                    tg_gradcheck_format format, const char *prefix);
 
 /* The op registry (check/registry.c): one table with an entry per
  * differentiable op and layer -- its name, a builder of random valid inputs
@@ -630,10 +630,10 @@ typedef struct tg_op_info {
 /* Number of registered ops, the i-th (NULL when out of range), the one
  * named `name` (NULL when there is none), and op's index (-1 when op is
  * not an entry of the registry). */
-int tg_registry_count(void);
-const tg_op_info *tg_registry_get(int i);
-const tg_op_info *tg_registry_find(const char *name);
-int tg_registry_index(const tg_op_info *op);
+TG_API int tg_registry_count(void);
+TG_API const tg_op_info *tg_registry_get(int i);
+TG_API const tg_op_info *tg_registry_find(const char *name);
+TG_API int tg_registry_index(const tg_op_info *op);
 
 /* Adds a user's op (defined with tapegrad/op.h, say) after the built-in
  * ones, so tg_registry_find, tg_registry_check and tapegrad-gradcheck see
@@ -643,13 +643,13 @@ int tg_registry_index(const tg_op_info *op);
  * add ops before checking. Errors: TG_ERR_NULL, TG_ERR_VALUE (name taken,
  * more than TG_REGISTRY_MAX_ADDED). */
 #define TG_REGISTRY_MAX_ADDED 64
-bool tg_registry_add(tg_ctx *ctx, const tg_op_info *op);
+TG_API bool tg_registry_add(tg_ctx *ctx, const tg_op_info *op);
 /* A builder for a user's op: input k has the spec's k-th shape, and is
  * named and drawn as item k of its descriptor's inputs text says
  * ("x=-2:2,gamma=0.5:1.5": tg_op_def in tapegrad/op.h). A spec with
  * another number of shapes, or a malformed inputs text, is TG_ERR_FORMAT
  * naming the op. */
-bool tg_registry_build_ranges(tg_ctx *ctx, tg_op_case *c);
+TG_API bool tg_registry_build_ranges(tg_ctx *ctx, tg_op_case *c);
 
 /* A gradcheck plugin: a shared object a user builds against the installed
  * package, that `tapegrad-gradcheck --plugin ./libmyop.so` loads to check
@@ -684,24 +684,24 @@ typedef const tg_gradcheck_plugin *(*tg_gradcheck_plugin_fn)(void);
  * not take, TG_ERR_SHAPE / TG_ERR_VALUE for shapes or arguments its builder
  * refuses) name the op and the spec. Shapes the op itself refuses (add of
  * 2x3 and 4) build, and fail in the forward with the op's error. */
-bool tg_registry_build(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_dtype dtype, tg_op_case *c);
+TG_API bool tg_registry_build(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_dtype dtype, tg_op_case *c);
 /* The value of argument `key` of a built case, as text (NULL: none). */
-const char *tg_registry_arg(const tg_op_case *c, const char *key);
+TG_API const char *tg_registry_arg(const tg_op_case *c, const char *key);
 /* The op's forward on c's inputs. */
-tg_tensor *tg_registry_forward(tg_ctx *ctx, tg_op_case *c);
+TG_API tg_tensor *tg_registry_forward(tg_ctx *ctx, tg_op_case *c);
 /* The options a check of op in dtype runs with: opts (NULL: the defaults),
  * where it leaves h, atol or rtol 0 the op's own for dtype, else the
  * dtype's default; every one resolved, and no_defaults set so they are used
  * as they are (a caller may then set a tolerance to 0). */
-tg_gradcheck_opts tg_registry_opts(const tg_op_info *op, tg_dtype dtype, const tg_gradcheck_opts *opts);
+TG_API tg_gradcheck_opts tg_registry_opts(const tg_op_info *op, tg_dtype dtype, const tg_gradcheck_opts *opts);
 /* Builds the op's variant-th built-in spec (0..n_variants-1), or `spec`,
  * and gradchecks it with tg_registry_opts(op, dtype, opts) over the
  * differentiable inputs (intersected with opts->inputs when set), with the
  * case's length scales unless opts gives its own. As tg_gradcheck. */
-bool tg_registry_check(tg_ctx *ctx, const tg_op_info *op, int variant, tg_dtype dtype, const tg_gradcheck_opts *opts,
-                       tg_gradcheck_result *result);
-bool tg_registry_check_spec(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_dtype dtype,
-                            const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
+TG_API bool tg_registry_check(tg_ctx *ctx, const tg_op_info *op, int variant, tg_dtype dtype,
+                              const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
+TG_API bool tg_registry_check_spec(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_dtype dtype,
+                                   const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
 
 /* Second order (check/gradcheck_order2.c): gradgradcheck. For f, a fixed
  * random weighting u of its output (from opts.seed) and the checked inputs
@@ -711,8 +711,8 @@ bool tg_registry_check_spec(tg_ctx *ctx, const tg_op_info *op, const char *spec,
  * plain backwards. opts and result as tg_gradcheck's (opts.r is not used:
  * the check draws its own weighting of g). An op without a double-backward
  * rule fails with its error ("'foo' cannot be differentiated twice"). */
-bool tg_gradgradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
-                      const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
+TG_API bool tg_gradgradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                             const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
 /* Forward over reverse, on the same g: tg_gradcheck_fwd of g -- tg_jvp
  * through g's recorded double backward, the Hessian-vector products H v,
  * against differences of g along v -- and tg_gradcheck_adjoint of g --
@@ -720,14 +720,14 @@ bool tg_gradgradcheck(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, 
  * reverse), no step. Each record of the double backward needs a tangent
  * rule (every built-in op's has one); options and result as
  * tg_gradcheck_fwd and tg_gradcheck_adjoint. */
-bool tg_gradgradcheck_fwd(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
-                          const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
-bool tg_gradgradcheck_adjoint(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
-                              const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
+TG_API bool tg_gradgradcheck_fwd(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                                 const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
+TG_API bool tg_gradgradcheck_adjoint(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inputs, tg_tensor *const *inputs,
+                                     const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
 /* tg_registry_check_spec at order 2: the op's spec (NULL: its first
  * variant) built in dtype and gradgradchecked with tg_registry_opts. */
-bool tg_registry_check_order2(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_dtype dtype,
-                              const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
+TG_API bool tg_registry_check_order2(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_dtype dtype,
+                                     const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
 
 #ifdef __cplusplus
 }

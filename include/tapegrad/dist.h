@@ -63,22 +63,22 @@ typedef struct tg_dist tg_dist;
  * ranks of different builds ("the ranks run different builds ...: rank 0
  * runs ...; rank 1 runs ..."), or a bad TG_DIST_TIMEOUT. Memory comes from
  * ctx's allocator. */
-tg_dist *tg_dist_init(tg_ctx *ctx, int *argc, char ***argv);
+TG_API tg_dist *tg_dist_init(tg_ctx *ctx, int *argc, char ***argv);
 /* Frees the handle and finalizes MPI when tg_dist_init initialized it.
  * Not a collective, but MPI's finalize waits for the other ranks (not
  * after a missed deadline: see tg_dist_set_timeout). */
-void tg_dist_free(tg_dist *d);
+TG_API void tg_dist_free(tg_dist *d);
 
 /* This process's rank (0..size-1) and the number of processes; the number
  * of processes on this machine (to share its cores: give each process
  * cores / local_size threads). A NULL d is rank 0 of 1. */
-int tg_dist_rank(const tg_dist *d);
-int tg_dist_size(const tg_dist *d);
-int tg_dist_local_size(const tg_dist *d);
+TG_API int tg_dist_rank(const tg_dist *d);
+TG_API int tg_dist_size(const tg_dist *d);
+TG_API int tg_dist_local_size(const tg_dist *d);
 /* What carries the messages: the MPI library's name and version, or why
  * there is none ("one process: built without MPI", "one process: not
  * started by mpirun"). */
-const char *tg_dist_backend(const tg_dist *d);
+TG_API const char *tg_dist_backend(const tg_dist *d);
 
 /* What decides the bits of this rank's results besides its inputs, as
  * text: the library's version, the GEMM's micro-kernels and the
@@ -86,7 +86,7 @@ const char *tg_dist_backend(const tg_dist *d);
  * context's autocast dtype at tg_dist_init. Every rank's must be rank 0's
  * (tg_dist_init checks): a rank from another build would compute another
  * gradient for the same slice, and the run would match no one-process run. */
-const char *tg_dist_fingerprint(const tg_dist *d);
+TG_API const char *tg_dist_fingerprint(const tg_dist *d);
 
 /* The deadline of every collective: a rank that waits longer for the
  * others calls the roll, and every waiting rank fails with an error naming
@@ -100,18 +100,18 @@ const char *tg_dist_fingerprint(const tg_dist *d);
  * Default: the environment variable TG_DIST_TIMEOUT (seconds) if set, else
  * 600 s; 0: no deadline. Not a collective (each rank keeps its own).
  * Errors: a negative or non-finite value, a NULL d. */
-bool tg_dist_set_timeout(tg_ctx *ctx, tg_dist *d, double seconds);
-double tg_dist_timeout(const tg_dist *d);
+TG_API bool tg_dist_set_timeout(tg_ctx *ctx, tg_dist *d, double seconds);
+TG_API double tg_dist_timeout(const tg_dist *d);
 /* The longest one collective has waited on this rank since tg_dist_init
  * (seconds): what a deadline must stay above. */
-double tg_dist_longest_wait(const tg_dist *d);
+TG_API double tg_dist_longest_wait(const tg_dist *d);
 
 /* Part `part` of `parts` near-equal consecutive parts of `total` items:
  *   start = floor(part * total / parts),  count = start(part + 1) - start,
  * so the sizes differ by at most one and the parts tile [0, total). For
  * splitting a global batch into slices (one per rank, or per micro-batch).
  * Out-of-range arguments give start = count = 0. */
-void tg_dist_split(int64_t total, int parts, int part, int64_t *start, int64_t *count);
+TG_API void tg_dist_split(int64_t total, int parts, int part, int64_t *start, int64_t *count);
 
 /* Rows [start, start + count) of a global batch drawn with replacement
  * from n items by the context's RNG, into index[0..count):
@@ -124,7 +124,7 @@ void tg_dist_split(int64_t total, int parts, int part, int64_t *start, int64_t *
  * the whole batch of B rows (tg_rng_set_state(ctx, seed, offset + B)) on
  * every rank. Not a collective. Errors: n < 1, start < 0, count < 0, a
  * NULL index with count > 0. */
-bool tg_dist_draw(tg_ctx *ctx, int64_t n, int64_t start, int64_t count, int64_t *index);
+TG_API bool tg_dist_draw(tg_ctx *ctx, int64_t n, int64_t start, int64_t count, int64_t *index);
 
 /* ======================================================================== */
 /* Agreement: one rank's failure ends every rank                            */
@@ -136,13 +136,13 @@ bool tg_dist_draw(tg_ctx *ctx, int64_t n, int64_t start, int64_t count, int64_t 
  * failing rank, MESSAGE its context's error, or a note that it printed its
  * reason itself). Call it after anything that can fail on one rank only: a
  * file read, a rank-0-only write, a check of the input. */
-bool tg_dist_agree(tg_ctx *ctx, tg_dist *d, bool ok);
+TG_API bool tg_dist_agree(tg_ctx *ctx, tg_dist *d, bool ok);
 /* Collective. True when `size` bytes at `bytes` are the same on every rank
  * (compared by a 64-bit FNV-1a hash); else false everywhere with the error
  * "WHAT differ between the ranks". E.g. the flags that decide how many
  * steps and collectives a run makes: ranks that disagree would wait for
  * each other forever. */
-bool tg_dist_same(tg_ctx *ctx, tg_dist *d, const void *bytes, size_t size, const char *what);
+TG_API bool tg_dist_same(tg_ctx *ctx, tg_dist *d, const void *bytes, size_t size, const char *what);
 
 /* ======================================================================== */
 /* Broadcast from rank 0                                                    */
@@ -153,16 +153,16 @@ bool tg_dist_same(tg_ctx *ctx, tg_dist *d, const void *bytes, size_t size, const
  * ranks (checked first: an error names the mismatch, nothing is sent). */
 
 /* The n tensors' data. */
-bool tg_dist_broadcast(tg_ctx *ctx, tg_dist *d, tg_tensor *const *tensors, int n);
+TG_API bool tg_dist_broadcast(tg_ctx *ctx, tg_dist *d, tg_tensor *const *tensors, int n);
 /* The parameters' values (not their grads). */
-bool tg_dist_broadcast_params(tg_ctx *ctx, tg_dist *d, tg_params *params);
+TG_API bool tg_dist_broadcast_params(tg_ctx *ctx, tg_dist *d, tg_params *params);
 /* The optimizer's state (moments, momentum buffers and step count, see
  * tg_optim_state), then tg_optim_sync_state: after a resume, every rank
  * continues from rank 0's optimizer. */
-bool tg_dist_broadcast_optim(tg_ctx *ctx, tg_dist *d, tg_optim *opt);
+TG_API bool tg_dist_broadcast_optim(tg_ctx *ctx, tg_dist *d, tg_optim *opt);
 /* The context's RNG state (seed and offset), so every rank draws the same
  * numbers from here on. */
-bool tg_dist_broadcast_rng(tg_ctx *ctx, tg_dist *d);
+TG_API bool tg_dist_broadcast_rng(tg_ctx *ctx, tg_dist *d);
 
 /* ======================================================================== */
 /* All-reduce in rank order                                                 */
@@ -179,15 +179,15 @@ bool tg_dist_broadcast_rng(tg_ctx *ctx, tg_dist *d);
  * all-reduce does. w must be finite. */
 
 /* The n tensors' data, in place. */
-bool tg_dist_allreduce(tg_ctx *ctx, tg_dist *d, tg_tensor *const *tensors, int n, double weight);
+TG_API bool tg_dist_allreduce(tg_ctx *ctx, tg_dist *d, tg_tensor *const *tensors, int n, double weight);
 /* The parameters' grads, in place: between tg_backward (or
  * tg_grad_accum_finish) and tg_optim_step. A parameter without a grad is
  * an error. With each rank's loss the mean over its b_r rows of a global
  * batch of B, weight = b_r / B gives the gradient of the global mean. */
-bool tg_dist_allreduce_grads(tg_ctx *ctx, tg_dist *d, tg_params *params, double weight);
+TG_API bool tg_dist_allreduce_grads(tg_ctx *ctx, tg_dist *d, tg_params *params, double weight);
 /* n doubles, in place: losses, counts, metrics. Up to 256 bytes of them
  * take one message (the check that begins every collective carries them). */
-bool tg_dist_allreduce_f64(tg_ctx *ctx, tg_dist *d, double *values, int64_t n, double weight);
+TG_API bool tg_dist_allreduce_f64(tg_ctx *ctx, tg_dist *d, double *values, int64_t n, double weight);
 /* tg_backward(ctx, loss) then tg_dist_allreduce_grads(ctx, d, params,
  * weight), the same bits, with the communication under backward: the
  * gradients are cut into buckets in reverse parameter order, and a
@@ -197,13 +197,13 @@ bool tg_dist_allreduce_f64(tg_ctx *ctx, tg_dist *d, double *values, int64_t n, d
  * tg_module_params gives them) let the buckets start in turn. Zero the
  * grads first, as for tg_backward; one micro-batch per rank (with the
  * accumulator, reduce after tg_grad_accum_finish instead). */
-bool tg_dist_backward(tg_ctx *ctx, tg_dist *d, tg_tensor *loss, tg_params *params, double weight);
+TG_API bool tg_dist_backward(tg_ctx *ctx, tg_dist *d, tg_tensor *loss, tg_params *params, double weight);
 
 /* The largest message of a broadcast or an all-reduce, in bytes (default
  * 4 MiB, at least 64, at most 1 GiB: the value is clamped). Every rank
  * must use the same (collectives check it). */
-void tg_dist_set_bucket_bytes(tg_dist *d, size_t bytes);
-size_t tg_dist_bucket_bytes(const tg_dist *d);
+TG_API void tg_dist_set_bucket_bytes(tg_dist *d, size_t bytes);
+TG_API size_t tg_dist_bucket_bytes(const tg_dist *d);
 
 /* Time and traffic of this rank's all-reduces since the start (or the last
  * reset): calls, messages (the check that begins each call, then 2 per
@@ -217,8 +217,8 @@ typedef struct tg_dist_stats {
     double bytes, seconds;
     int64_t early;
 } tg_dist_stats;
-tg_dist_stats tg_dist_get_stats(const tg_dist *d);
-void tg_dist_reset_stats(tg_dist *d);
+TG_API tg_dist_stats tg_dist_get_stats(const tg_dist *d);
+TG_API void tg_dist_reset_stats(tg_dist *d);
 
 /* ======================================================================== */
 /* The optimizer state split over the ranks (ZeRO stage 1)                  */
@@ -248,15 +248,15 @@ typedef struct tg_dist_shard tg_dist_shard;
 /* This rank's share of params (every parameter float32 or float64, with a
  * grad; the list must outlive the shard and not change). Not a
  * collective. NULL and an error on failure. */
-tg_dist_shard *tg_dist_shard_new(tg_ctx *ctx, tg_dist *d, tg_params *params);
+TG_API tg_dist_shard *tg_dist_shard_new(tg_ctx *ctx, tg_dist *d, tg_params *params);
 /* The share: views named "NAME@OFFSET" over runs of the parameters and
  * their grads, with their weight-decay flags. Build the optimizer on it. */
-tg_params *tg_dist_shard_params(tg_dist_shard *s);
+TG_API tg_params *tg_dist_shard_params(tg_dist_shard *s);
 /* Collective: every rank's share of the parameters' values to every rank,
  * in place, after the optimizer's step. */
-bool tg_dist_shard_gather(tg_ctx *ctx, tg_dist_shard *s);
+TG_API bool tg_dist_shard_gather(tg_ctx *ctx, tg_dist_shard *s);
 /* Frees the views (free the optimizer over them first). */
-void tg_dist_shard_free(tg_ctx *ctx, tg_dist_shard *s);
+TG_API void tg_dist_shard_free(tg_ctx *ctx, tg_dist_shard *s);
 
 /* ======================================================================== */
 /* Gradient accumulation (one process)                                      */
@@ -284,17 +284,17 @@ typedef struct tg_grad_accum tg_grad_accum;
 
 /* An accumulator for params' grads (the list must outlive it, and not grow):
  * one persistent sum per parameter. NULL and an error on failure. */
-tg_grad_accum *tg_grad_accum_new(tg_ctx *ctx, tg_params *params);
+TG_API tg_grad_accum *tg_grad_accum_new(tg_ctx *ctx, tg_params *params);
 /* Folds weight * grad into the sums (weight finite). A parameter without a
  * grad is an error. The grads are left as they are. */
-bool tg_grad_accum_add(tg_ctx *ctx, tg_grad_accum *acc, double weight);
+TG_API bool tg_grad_accum_add(tg_ctx *ctx, tg_grad_accum *acc, double weight);
 /* Writes the sums into the grads and starts a new sum. An error when
  * nothing was added since the last finish. */
-bool tg_grad_accum_finish(tg_ctx *ctx, tg_grad_accum *acc);
+TG_API bool tg_grad_accum_finish(tg_ctx *ctx, tg_grad_accum *acc);
 /* Micro-batches added since the last finish. */
-int tg_grad_accum_count(const tg_grad_accum *acc);
+TG_API int tg_grad_accum_count(const tg_grad_accum *acc);
 /* Frees the accumulator and its sums. */
-void tg_grad_accum_free(tg_ctx *ctx, tg_grad_accum *acc);
+TG_API void tg_grad_accum_free(tg_ctx *ctx, tg_grad_accum *acc);
 
 #ifdef __cplusplus
 }

@@ -60,20 +60,20 @@ typedef struct tg_meta {
 
 /* Sets key to value (both copied, valid UTF-8), replacing an old value.
  * Returns false on error. */
-bool tg_meta_set(tg_ctx *ctx, tg_meta *meta, const char *key, const char *value);
+TG_API bool tg_meta_set(tg_ctx *ctx, tg_meta *meta, const char *key, const char *value);
 /* Sets key to value written in decimal. */
-bool tg_meta_set_u64(tg_ctx *ctx, tg_meta *meta, const char *key, uint64_t value);
+TG_API bool tg_meta_set_u64(tg_ctx *ctx, tg_meta *meta, const char *key, uint64_t value);
 /* The value of key, or NULL when absent (sets no error). */
-const char *tg_meta_get(const tg_meta *meta, const char *key);
+TG_API const char *tg_meta_get(const tg_meta *meta, const char *key);
 /* Reads key's value as a decimal uint64 into *value. Errors: key absent
  * (TG_ERR_VALUE), not a decimal number below 2^64 (TG_ERR_FORMAT). */
-bool tg_meta_get_u64(tg_ctx *ctx, const tg_meta *meta, const char *key, uint64_t *value);
+TG_API bool tg_meta_get_u64(tg_ctx *ctx, const tg_meta *meta, const char *key, uint64_t *value);
 /* Frees every key and value and empties the list. */
-void tg_meta_free(tg_meta *meta);
+TG_API void tg_meta_free(tg_meta *meta);
 /* Stores the context's RNG state as "tapegrad.rng.seed" and
  * "tapegrad.rng.offset", and restores it from them. */
-bool tg_meta_set_rng(tg_ctx *ctx, tg_meta *meta);
-bool tg_meta_get_rng(tg_ctx *ctx, const tg_meta *meta);
+TG_API bool tg_meta_set_rng(tg_ctx *ctx, tg_meta *meta);
+TG_API bool tg_meta_get_rng(tg_ctx *ctx, const tg_meta *meta);
 
 /* The file operations a save makes, replaceable per call (tests use this to
  * inject a failure at every write point). Each behaves like its POSIX
@@ -94,7 +94,7 @@ typedef struct tg_ckpt_io {
 } tg_ckpt_io;
 
 /* The POSIX implementations, e.g. for a hook that wraps them. */
-tg_ckpt_io tg_ckpt_io_posix(void);
+TG_API tg_ckpt_io tg_ckpt_io_posix(void);
 
 typedef struct tg_ckpt_options {
     const tg_ckpt_io *io; /* save: file operations (NULL: POSIX) */
@@ -112,20 +112,20 @@ typedef struct tg_ckpt_options {
  * temporary is removed; only when fsyncing the folder after the rename
  * fails does path already hold the new checkpoint. Names must be unique
  * across both lists and not "__metadata__". */
-tg_status tg_ckpt_save(tg_ctx *ctx, const char *path, const tg_params *params, const tg_params *state,
-                       const tg_meta *meta);
+TG_API tg_status tg_ckpt_save(tg_ctx *ctx, const char *path, const tg_params *params, const tg_params *state,
+                              const tg_meta *meta);
 /* As tg_ckpt_save with options (NULL: defaults). */
-tg_status tg_ckpt_save_ex(tg_ctx *ctx, const char *path, const tg_params *params, const tg_params *state,
-                          const tg_meta *meta, const tg_ckpt_options *opt);
+TG_API tg_status tg_ckpt_save_ex(tg_ctx *ctx, const char *path, const tg_params *params, const tg_params *state,
+                                 const tg_meta *meta, const tg_ckpt_options *opt);
 /* Loads path into the existing tensors of params (and state, when not NULL)
  * by name. The file must hold exactly those tensors, each with the same
  * dtype and shape; the whole file is validated and read before any tensor
  * is written, so on error nothing changes. meta (may be NULL) receives the
  * file's metadata, replacing its contents. */
-tg_status tg_ckpt_load(tg_ctx *ctx, const char *path, tg_params *params, tg_params *state, tg_meta *meta);
+TG_API tg_status tg_ckpt_load(tg_ctx *ctx, const char *path, tg_params *params, tg_params *state, tg_meta *meta);
 /* As tg_ckpt_load with options (NULL: defaults). */
-tg_status tg_ckpt_load_ex(tg_ctx *ctx, const char *path, tg_params *params, tg_params *state, tg_meta *meta,
-                          const tg_ckpt_options *opt);
+TG_API tg_status tg_ckpt_load_ex(tg_ctx *ctx, const char *path, tg_params *params, tg_params *state, tg_meta *meta,
+                                 const tg_ckpt_options *opt);
 
 /* ======================================================================== */
 /* Files a user names                                                      */
@@ -141,7 +141,11 @@ tg_status tg_ckpt_load_ex(tg_ctx *ctx, const char *path, tg_params *params, tg_p
  *   cannot open data.st: No such file or directory
  *   /dev/zero is a character device, not a regular file (a device or a
  *   pipe need not end) */
-int tg_open_regular(const char *path, char *why, size_t why_size);
+TG_API int tg_open_regular(const char *path, char *why, size_t why_size);
+/* What a stat mode that is not a regular file names, with its article, for
+ * messages: "a directory", "a character device", "a block device", "a pipe
+ * (FIFO)", "a socket", or "not a regular file" for anything else. */
+TG_API const char *tg_file_kind(unsigned mode);
 
 /* ======================================================================== */
 /* GPT weights in PyTorch's layouts (io/gpt_weights.c)                      */
@@ -178,7 +182,7 @@ typedef enum tg_gpt_layout { TG_GPT_HF = 0, TG_GPT_NANOGPT, TG_GPT_META } tg_gpt
  * Memory: the file and a copy of its tensors, while it runs. Errors: a
  * layout the model's arch does not have (TG_ERR_VALUE), and those of
  * tg_ckpt_load. */
-tg_status tg_gpt_import(tg_ctx *ctx, tg_gpt *gpt, const char *path, tg_gpt_layout layout);
+TG_API tg_status tg_gpt_import(tg_ctx *ctx, tg_gpt *gpt, const char *path, tg_gpt_layout layout);
 /* A new model with the file's weights, its sizes read from the file: arch,
  * vocab_size, n_embd, n_layer, hidden, and GPT-2's context (the rows of
  * wpe). The rest, which weights do not say, comes from config: n_head,
@@ -187,8 +191,8 @@ tg_status tg_gpt_import(tg_ctx *ctx, tg_gpt *gpt, const char *path, tg_gpt_layou
  * max_position_embeddings). config NULL: those of a file tg_gpt_export
  * wrote (its metadata), else an error. The context's RNG is left as it was
  * (tg_gpt_new's init draws are undone). NULL on error. */
-tg_gpt *tg_gpt_import_new(tg_ctx *ctx, const char *name, const char *path, tg_gpt_layout layout,
-                          const tg_gpt_config *config);
+TG_API tg_gpt *tg_gpt_import_new(tg_ctx *ctx, const char *name, const char *path, tg_gpt_layout layout,
+                                 const tg_gpt_config *config);
 /* Saves gpt's parameters to path in `layout`, atomically (tg_ckpt_save),
  * under the names a PyTorch model's load_state_dict(strict=True) expects:
  * GPT-2 with the "transformer." prefix and lm_head.weight, LLaMA in
@@ -196,7 +200,8 @@ tg_gpt *tg_gpt_import_new(tg_ctx *ctx, const char *name, const char *path, tg_gp
  * "format": "pt" (which Hugging Face's loader asks for) and the config's
  * n_head, context, rope_base and norm_eps ("tapegrad.*"). opt (may be NULL): the
  * save's options (io, convert_on_save and save_dtype, e.g. BF16). */
-tg_status tg_gpt_export(tg_ctx *ctx, tg_gpt *gpt, const char *path, tg_gpt_layout layout, const tg_ckpt_options *opt);
+TG_API tg_status tg_gpt_export(tg_ctx *ctx, tg_gpt *gpt, const char *path, tg_gpt_layout layout,
+                               const tg_ckpt_options *opt);
 
 #ifdef __cplusplus
 }

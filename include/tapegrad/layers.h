@@ -37,16 +37,16 @@ typedef struct tg_params {
 /* Appends a parameter named prefix + "." + name (just name when prefix is
  * NULL or ""). Errors: NULL value, a name over 63 bytes, a duplicate name,
  * a tensor that is not persistent. Returns false on error. */
-bool tg_params_add(tg_ctx *ctx, tg_params *list, const char *prefix, const char *name, tg_tensor *value,
-                   bool weight_decay);
+TG_API bool tg_params_add(tg_ctx *ctx, tg_params *list, const char *prefix, const char *name, tg_tensor *value,
+                          bool weight_decay);
 /* The parameter with that name, or NULL. */
-tg_param *tg_params_find(tg_params *list, const char *name);
+TG_API tg_param *tg_params_find(tg_params *list, const char *name);
 /* Total number of scalar parameters. */
-int64_t tg_params_numel(const tg_params *list);
+TG_API int64_t tg_params_numel(const tg_params *list);
 /* Zeroes every parameter's grad. */
-void tg_params_zero_grad(tg_ctx *ctx, tg_params *list);
+TG_API void tg_params_zero_grad(tg_ctx *ctx, tg_params *list);
 /* Frees the list's array (not the tensors, which their layers own). */
-void tg_params_free(tg_params *list);
+TG_API void tg_params_free(tg_params *list);
 
 /* ======================================================================== */
 /* Layers: fused ops and modules                                            */
@@ -91,7 +91,7 @@ void tg_params_free(tg_params *list);
  * bfloat16 / float16 x, W and b (one dtype): the float32 GEMMs on widened
  * copies (float32 accumulation), y and each gradient rounded once to the
  * 16-bit dtype (tapegrad/tensor.h, Low precision). */
-tg_tensor *tg_linear_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *weight, tg_tensor *bias);
+TG_API tg_tensor *tg_linear_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *weight, tg_tensor *bias);
 
 /* Normalizations over the last ndim_norm dims of x (1 <= ndim_norm <=
  * x->ndim): each "row" is C = the product of those sizes elements (C >= 1),
@@ -115,7 +115,8 @@ tg_tensor *tg_linear_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *weight, tg_tens
  * Backward, with xhat = x r, u = gamma dy:
  *   dx = r (u - xhat mean_j(u_j xhat_j)),  dgamma = sum_rows dy xhat,
  *   dbeta = sum_rows dy. */
-tg_tensor *tg_rmsnorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm, double eps);
+TG_API tg_tensor *tg_rmsnorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
+                                   double eps);
 /* LayerNorm, one record saving only mean and rstd per row:
  *   mu = mean_j x_j, var = mean_j (x_j - mu)^2 (biased, two-pass: no
  *   E[x^2] - E[x]^2 cancellation), r = 1 / sqrt(var + eps),
@@ -123,7 +124,8 @@ tg_tensor *tg_rmsnorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tens
  * Backward, with xhat = (x - mu) r, u = gamma dy:
  *   dx = r (u - mean_j u_j - xhat mean_j(u_j xhat_j)),
  *   dgamma = sum_rows dy xhat,  dbeta = sum_rows dy. */
-tg_tensor *tg_layernorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm, double eps);
+TG_API tg_tensor *tg_layernorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
+                                     double eps);
 /* Both fused ops also take bfloat16 / float16 x (gamma and beta of x's
  * dtype): statistics, normalization and scaling in float32, one rounding
  * to x's dtype at the end; backward through the float32 formulas, each
@@ -139,16 +141,18 @@ tg_tensor *tg_layernorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_te
  * computes in float32 and stores in x's dtype, as PyTorch does, so x^2
  * overflows float16 from |x| >= 256 where the fused ops stay right. For
  * tests, learners and benchmarks. */
-tg_tensor *tg_rmsnorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm, double eps);
-tg_tensor *tg_layernorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
-                                 double eps);
+TG_API tg_tensor *tg_rmsnorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
+                                      double eps);
+TG_API tg_tensor *tg_layernorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta, int ndim_norm,
+                                        double eps);
 /* The composed twin of tg_attention (tapegrad/autograd.h), same arguments
  * and checks: tg_matmul(q, tg_transpose(k)) * scale, tg_masked_fill with
  * tg_triu(ones, 1) and -inf when causal, tg_softmax, tg_matmul with v.
  * 5 records (6 causal), keeping the (Tq, Tk) probabilities for backward
  * where the fused op keeps one log-sum-exp per row. For tests, learners
  * and benchmarks. */
-tg_tensor *tg_attention_composed(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v, bool causal, double scale);
+TG_API tg_tensor *tg_attention_composed(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v, bool causal,
+                                        double scale);
 
 /* Modules. Every layer struct starts with a tg_module (its member `base`),
  * the generic view used by models, sequentials, summaries and parameter
@@ -194,16 +198,16 @@ typedef struct tg_module {
  * its modules', each under its name or, when unnamed, its position:
  * "mlp.fc1.weight", "mlp.2.gamma" ("2.gamma" when the Sequential is
  * unnamed, as PyTorch's state_dict). False on error. */
-bool tg_module_params(tg_ctx *ctx, tg_module *m, tg_params *list);
+TG_API bool tg_module_params(tg_ctx *ctx, tg_module *m, tg_params *list);
 /* Number of scalar parameters (a Sequential: of all its modules). */
-int64_t tg_module_numel(const tg_module *m);
+TG_API int64_t tg_module_numel(const tg_module *m);
 /* The module's forward on one input tensor, whatever its kind: the same as
  * tg_linear_forward, tg_rmsnorm_forward, tg_layernorm_forward,
  * tg_activation_forward or tg_sequential_forward, with the same checks and
  * errors. Errors: NULL m or x (TG_ERR_NULL); an Embedding, which takes
  * indices rather than a tensor (TG_ERR_VALUE, pointing at
  * tg_embedding_layer_forward). */
-tg_tensor *tg_module_forward(tg_ctx *ctx, tg_module *m, tg_tensor *x);
+TG_API tg_tensor *tg_module_forward(tg_ctx *ctx, tg_module *m, tg_tensor *x);
 /* Writes the module's repr and parameter count into buf (snprintf
  * semantics: returns the length the full text needs), e.g.
  *   Linear(in_features=784, out_features=256, bias=true)  params=200960
@@ -214,13 +218,13 @@ tg_tensor *tg_module_forward(tg_ctx *ctx, tg_module *m, tg_tensor *x);
  *     (0): Linear(in_features=2, out_features=8, bias=true)  params=24
  *     (1): ReLU()  params=0
  *   )  params=24 */
-size_t tg_module_format(char *buf, size_t size, const tg_module *m);
+TG_API size_t tg_module_format(char *buf, size_t size, const tg_module *m);
 /* Prints tg_module_format's text and a newline to out (any length). */
-void tg_module_print(FILE *out, const tg_module *m);
+TG_API void tg_module_print(FILE *out, const tg_module *m);
 /* Frees the module and its parameters (any layer kind). NULL is a no-op. A
  * module a model, a Sequential or a bigger module (a GPT's lm_head) holds
  * is refused (TG_ERR_STATE): its holder frees it. */
-void tg_module_free(tg_ctx *ctx, tg_module *m);
+TG_API void tg_module_free(tg_ctx *ctx, tg_module *m);
 
 /* Linear(in_features, out_features, bias=true), as torch.nn.Linear:
  * y = x W^T + b. weight (out, in) and bias (out) are drawn uniform in
@@ -237,21 +241,21 @@ typedef struct tg_linear_opts {
     bool bias;      /* a bias vector b */
     tg_dtype dtype; /* of weight and bias, and so of the inputs */
 } tg_linear_opts;
-tg_linear_opts tg_linear_defaults(void);
+TG_API tg_linear_opts tg_linear_defaults(void);
 /* Linear(in_features, out_features) with the options (NULL: the defaults).
  * Errors: in or out < 1, a name over 47 bytes, an unknown dtype. */
-tg_linear *tg_linear_new_ex(tg_ctx *ctx, const char *name, int64_t in_features, int64_t out_features,
-                            const tg_linear_opts *opts);
+TG_API tg_linear *tg_linear_new_ex(tg_ctx *ctx, const char *name, int64_t in_features, int64_t out_features,
+                                   const tg_linear_opts *opts);
 /* The short form: the defaults, float32 with a bias. */
-tg_linear *tg_linear_new1(tg_ctx *ctx, const char *name, int64_t in_features, int64_t out_features);
+TG_API tg_linear *tg_linear_new1(tg_ctx *ctx, const char *name, int64_t in_features, int64_t out_features);
 /* Every option in place (the same layer as tg_linear_new_ex). */
-tg_linear *tg_linear_new(tg_ctx *ctx, const char *name, int64_t in_features, int64_t out_features, bool bias,
-                         tg_dtype dtype);
+TG_API tg_linear *tg_linear_new(tg_ctx *ctx, const char *name, int64_t in_features, int64_t out_features, bool bias,
+                                tg_dtype dtype);
 /* tg_linear_fused(x, weight, bias); x's last dim must be in_features and
  * its dtype the layer's. */
-tg_tensor *tg_linear_forward(tg_ctx *ctx, tg_linear *layer, tg_tensor *x);
-bool tg_linear_params(tg_ctx *ctx, tg_linear *layer, tg_params *list);
-void tg_linear_free(tg_ctx *ctx, tg_linear *layer);
+TG_API tg_tensor *tg_linear_forward(tg_ctx *ctx, tg_linear *layer, tg_tensor *x);
+TG_API bool tg_linear_params(tg_ctx *ctx, tg_linear *layer, tg_params *list);
+TG_API void tg_linear_free(tg_ctx *ctx, tg_linear *layer);
 
 /* RMSNorm(normalized_shape, eps=1e-6, affine=true, bias=false) and
  * LayerNorm(normalized_shape, eps=1e-5, affine=true, bias=true) over the
@@ -292,34 +296,34 @@ typedef struct tg_layernorm_opts {
     bool affine, bias;
     tg_dtype dtype;
 } tg_layernorm_opts;
-tg_rmsnorm_opts tg_rmsnorm_defaults(void);
-tg_layernorm_opts tg_layernorm_defaults(void);
+TG_API tg_rmsnorm_opts tg_rmsnorm_defaults(void);
+TG_API tg_layernorm_opts tg_layernorm_defaults(void);
 /* A norm over normalized_shape[0..ndim-1] with the options (NULL: the
  * defaults); TG_SHAPE fits: tg_layernorm_new_ex(ctx, "ln", TG_SHAPE(4, 8),
  * &o). Errors (TG_ERR_VALUE, naming the argument and its value): ndim
  * outside 1..TG_MAX_DIMS, a size < 1, eps <= 0, NaN or inf; a name over 47
  * bytes; a NULL normalized_shape; an unknown dtype. */
-tg_rmsnorm *tg_rmsnorm_new_ex(tg_ctx *ctx, const char *name, int ndim, const int64_t *normalized_shape,
-                              const tg_rmsnorm_opts *opts);
-tg_layernorm *tg_layernorm_new_ex(tg_ctx *ctx, const char *name, int ndim, const int64_t *normalized_shape,
-                                  const tg_layernorm_opts *opts);
+TG_API tg_rmsnorm *tg_rmsnorm_new_ex(tg_ctx *ctx, const char *name, int ndim, const int64_t *normalized_shape,
+                                     const tg_rmsnorm_opts *opts);
+TG_API tg_layernorm *tg_layernorm_new_ex(tg_ctx *ctx, const char *name, int ndim, const int64_t *normalized_shape,
+                                         const tg_layernorm_opts *opts);
 /* The short forms: one normalized dim of size dim, the defaults, float32. */
-tg_rmsnorm *tg_rmsnorm_new1(tg_ctx *ctx, const char *name, int64_t dim);
-tg_layernorm *tg_layernorm_new1(tg_ctx *ctx, const char *name, int64_t dim);
+TG_API tg_rmsnorm *tg_rmsnorm_new1(tg_ctx *ctx, const char *name, int64_t dim);
+TG_API tg_layernorm *tg_layernorm_new1(tg_ctx *ctx, const char *name, int64_t dim);
 /* Every option in place (the same layers as the _new_ex forms). */
-tg_rmsnorm *tg_rmsnorm_new(tg_ctx *ctx, const char *name, int ndim, const int64_t *normalized_shape, double eps,
-                           bool affine, bool bias, tg_dtype dtype);
-tg_layernorm *tg_layernorm_new(tg_ctx *ctx, const char *name, int ndim, const int64_t *normalized_shape, double eps,
-                               bool affine, bool bias, tg_dtype dtype);
+TG_API tg_rmsnorm *tg_rmsnorm_new(tg_ctx *ctx, const char *name, int ndim, const int64_t *normalized_shape, double eps,
+                                  bool affine, bool bias, tg_dtype dtype);
+TG_API tg_layernorm *tg_layernorm_new(tg_ctx *ctx, const char *name, int ndim, const int64_t *normalized_shape,
+                                      double eps, bool affine, bool bias, tg_dtype dtype);
 /* The fused op on x, whose trailing dims must equal normalized_shape
  * (TG_ERR_SHAPE naming both shapes otherwise) and whose dtype must be the
  * layer's. */
-tg_tensor *tg_rmsnorm_forward(tg_ctx *ctx, tg_rmsnorm *layer, tg_tensor *x);
-tg_tensor *tg_layernorm_forward(tg_ctx *ctx, tg_layernorm *layer, tg_tensor *x);
-bool tg_rmsnorm_params(tg_ctx *ctx, tg_rmsnorm *layer, tg_params *list);
-bool tg_layernorm_params(tg_ctx *ctx, tg_layernorm *layer, tg_params *list);
-void tg_rmsnorm_free(tg_ctx *ctx, tg_rmsnorm *layer);
-void tg_layernorm_free(tg_ctx *ctx, tg_layernorm *layer);
+TG_API tg_tensor *tg_rmsnorm_forward(tg_ctx *ctx, tg_rmsnorm *layer, tg_tensor *x);
+TG_API tg_tensor *tg_layernorm_forward(tg_ctx *ctx, tg_layernorm *layer, tg_tensor *x);
+TG_API bool tg_rmsnorm_params(tg_ctx *ctx, tg_rmsnorm *layer, tg_params *list);
+TG_API bool tg_layernorm_params(tg_ctx *ctx, tg_layernorm *layer, tg_params *list);
+TG_API void tg_rmsnorm_free(tg_ctx *ctx, tg_rmsnorm *layer);
+TG_API void tg_layernorm_free(tg_ctx *ctx, tg_layernorm *layer);
 
 /* Embedding(num_embeddings, embedding_dim), as torch.nn.Embedding: a table
  * of num_embeddings rows initialized N(0, 1) from the context's RNG; the
@@ -333,13 +337,13 @@ typedef struct tg_embedding_layer {
     tg_tensor *weight; /* (num_embeddings, embedding_dim) */
 } tg_embedding_layer;
 /* Errors: a size < 1, a name over 47 bytes, an unknown dtype. */
-tg_embedding_layer *tg_embedding_layer_new(tg_ctx *ctx, const char *name, int64_t num_embeddings, int64_t embedding_dim,
-                                           tg_dtype dtype);
+TG_API tg_embedding_layer *tg_embedding_layer_new(tg_ctx *ctx, const char *name, int64_t num_embeddings,
+                                                  int64_t embedding_dim, tg_dtype dtype);
 /* Rows of the table for the numel(shape) indices: shape + (embedding_dim). */
-tg_tensor *tg_embedding_layer_forward(tg_ctx *ctx, tg_embedding_layer *layer, int ndim, const int64_t *shape,
-                                      const int64_t *indices);
-bool tg_embedding_layer_params(tg_ctx *ctx, tg_embedding_layer *layer, tg_params *list);
-void tg_embedding_layer_free(tg_ctx *ctx, tg_embedding_layer *layer);
+TG_API tg_tensor *tg_embedding_layer_forward(tg_ctx *ctx, tg_embedding_layer *layer, int ndim, const int64_t *shape,
+                                             const int64_t *indices);
+TG_API bool tg_embedding_layer_params(tg_ctx *ctx, tg_embedding_layer *layer, tg_params *list);
+TG_API void tg_embedding_layer_free(tg_ctx *ctx, tg_embedding_layer *layer);
 
 /* An activation as a module, so that it can take its place in a
  * Sequential (in a forward of your own, call the op itself: tg_relu(ctx,
@@ -366,10 +370,10 @@ typedef struct tg_activation {
     tg_activation_kind act;
 } tg_activation;
 /* Errors: an unknown kind (TG_ERR_VALUE), a name over 47 bytes. */
-tg_activation *tg_activation_new(tg_ctx *ctx, const char *name, tg_activation_kind act);
+TG_API tg_activation *tg_activation_new(tg_ctx *ctx, const char *name, tg_activation_kind act);
 /* The activation's op on x. */
-tg_tensor *tg_activation_forward(tg_ctx *ctx, tg_activation *layer, tg_tensor *x);
-void tg_activation_free(tg_ctx *ctx, tg_activation *layer);
+TG_API tg_tensor *tg_activation_forward(tg_ctx *ctx, tg_activation *layer, tg_tensor *x);
+TG_API void tg_activation_free(tg_ctx *ctx, tg_activation *layer);
 
 /* A model: an ordered list of modules, for the parameter list, the summary
  * and freeing. The forward is the user's own C code calling the layers.
@@ -387,22 +391,22 @@ typedef struct tg_model {
  * are: a module already in the model or held by another model or
  * container (TG_ERR_VALUE: a module has one holder), and a layer of
  * another context (TG_ERR_STATE). */
-bool tg_model_add(tg_ctx *ctx, tg_model *model, tg_module *m);
+TG_API bool tg_model_add(tg_ctx *ctx, tg_model *model, tg_module *m);
 /* Appends every module's parameters to list, in the order added. */
-bool tg_model_params(tg_ctx *ctx, const tg_model *model, tg_params *list);
+TG_API bool tg_model_params(tg_ctx *ctx, const tg_model *model, tg_params *list);
 /* Number of scalar parameters of every module. */
-int64_t tg_model_numel(const tg_model *model);
+TG_API int64_t tg_model_numel(const tg_model *model);
 /* The summary, one line per module and the total (snprintf semantics):
  *   (fc1): Linear(in_features=784, out_features=256, bias=true)  params=200960
  *   (norm1): RMSNorm(dim=256, eps=1e-06, affine=true, bias=false)  params=256
  *   total params=201216
  * An unnamed module shows its position, "(0): ...". A Sequential spans
  * several lines, as tg_module_format shows. */
-size_t tg_model_format(char *buf, size_t size, const tg_model *model);
+TG_API size_t tg_model_format(char *buf, size_t size, const tg_model *model);
 /* Prints the summary to out. */
-void tg_model_print(FILE *out, const tg_model *model);
+TG_API void tg_model_print(FILE *out, const tg_model *model);
 /* Frees every module and the list; the model is empty again. */
-void tg_model_free(tg_ctx *ctx, tg_model *model);
+TG_API void tg_model_free(tg_ctx *ctx, tg_model *model);
 
 /* Sequential: modules run one after the other, each on the output of the
  * one before, as torch.nn.Sequential. It is a module itself, so it goes
@@ -428,7 +432,7 @@ typedef struct tg_sequential {
 } tg_sequential;
 /* An empty Sequential (its forward returns its input). Errors: a name over
  * 47 bytes. */
-tg_sequential *tg_sequential_new(tg_ctx *ctx, const char *name);
+TG_API tg_sequential *tg_sequential_new(tg_ctx *ctx, const char *name);
 /* Appends m, which then belongs to seq. It takes m in every case, as
  * tg_model_add: m is freed when it cannot be added (the context in error,
  * NULL seq, a duplicate name, a module without a tensor forward such as an
@@ -437,15 +441,15 @@ tg_sequential *tg_sequential_new(tg_ctx *ctx, const char *name);
  * another model or container, and m being seq or holding it (a cycle). A
  * module belongs to one model or Sequential at a time. Another context's
  * seq or m is TG_ERR_STATE. */
-bool tg_sequential_add(tg_ctx *ctx, tg_sequential *seq, tg_module *m);
+TG_API bool tg_sequential_add(tg_ctx *ctx, tg_sequential *seq, tg_module *m);
 /* x through every module in order. An error inside names the module, by
  * name or position, before the module's own message:
  *   tg_sequential_forward: in (1) RMSNorm: tg_rmsnorm_forward: input (4, 63)
  *   does not end with normalized_shape (64,) */
-tg_tensor *tg_sequential_forward(tg_ctx *ctx, tg_sequential *seq, tg_tensor *x);
-bool tg_sequential_params(tg_ctx *ctx, tg_sequential *seq, tg_params *list);
+TG_API tg_tensor *tg_sequential_forward(tg_ctx *ctx, tg_sequential *seq, tg_tensor *x);
+TG_API bool tg_sequential_params(tg_ctx *ctx, tg_sequential *seq, tg_params *list);
 /* Frees seq and every module in it. */
-void tg_sequential_free(tg_ctx *ctx, tg_sequential *seq);
+TG_API void tg_sequential_free(tg_ctx *ctx, tg_sequential *seq);
 
 /* ======================================================================== */
 /* Autocast: mixed precision with float32 master weights (layers/autocast.c) */
@@ -481,10 +485,10 @@ void tg_sequential_free(tg_ctx *ctx, tg_sequential *seq);
  * still on the live tape. p itself when autocast is off or p is not float32;
  * NULL for a NULL p (an absent bias). For the fused ops called by hand on a
  * layer's parameters (tg_gpt's tied lm_head does). */
-tg_tensor *tg_autocast_param(tg_ctx *ctx, tg_tensor *p);
+TG_API tg_tensor *tg_autocast_param(tg_ctx *ctx, tg_tensor *p);
 /* x cast to the autocast dtype (tg_cast, recorded) when autocast is on and x
  * is float32; x itself otherwise. Where a model's input enters. */
-tg_tensor *tg_autocast_input(tg_ctx *ctx, tg_tensor *x);
+TG_API tg_tensor *tg_autocast_input(tg_ctx *ctx, tg_tensor *x);
 
 /* ======================================================================== */
 /* Transformer modules (layers/transformer.c, layers/gpt.c)                 */
@@ -517,11 +521,11 @@ typedef struct tg_mha {
 } tg_mha;
 /* Errors: n_embd or n_head < 1, n_head not dividing n_embd, rope_base < 0
  * or not finite, an odd head size with RoPE (it rotates pairs). */
-tg_mha *tg_mha_new(tg_ctx *ctx, const char *name, int64_t n_embd, int64_t n_head, bool bias, double rope_base,
-                   tg_dtype dtype);
+TG_API tg_mha *tg_mha_new(tg_ctx *ctx, const char *name, int64_t n_embd, int64_t n_head, bool bias, double rope_base,
+                          tg_dtype dtype);
 /* y (B,T,C) for x (B,T,C), every position attending to itself and the
  * positions before it. */
-tg_tensor *tg_mha_forward(tg_ctx *ctx, tg_mha *layer, tg_tensor *x);
+TG_API tg_tensor *tg_mha_forward(tg_ctx *ctx, tg_mha *layer, tg_tensor *x);
 
 /* The MLP of a transformer block:
  *   TG_MLP_GELU_TANH (GPT-2):  y = proj(gelu_tanh(fc(x)))
@@ -538,13 +542,13 @@ typedef struct tg_mlp {
 } tg_mlp;
 /* hidden 0: the kind's default, tg_mlp_hidden. Errors: n_embd < 1,
  * hidden < 0, an unknown kind. */
-tg_mlp *tg_mlp_new(tg_ctx *ctx, const char *name, int64_t n_embd, int64_t hidden, tg_mlp_kind kind, bool bias,
-                   tg_dtype dtype);
+TG_API tg_mlp *tg_mlp_new(tg_ctx *ctx, const char *name, int64_t n_embd, int64_t hidden, tg_mlp_kind kind, bool bias,
+                          tg_dtype dtype);
 /* The default hidden size: 4C for GELU (GPT-2); for SwiGLU LLaMA's 2/3 of
  * 4C (so the three matrices hold as many weights as GELU's two), rounded
  * up to a multiple of 32. */
-int64_t tg_mlp_hidden(tg_mlp_kind kind, int64_t n_embd);
-tg_tensor *tg_mlp_forward(tg_ctx *ctx, tg_mlp *layer, tg_tensor *x);
+TG_API int64_t tg_mlp_hidden(tg_mlp_kind kind, int64_t n_embd);
+TG_API tg_tensor *tg_mlp_forward(tg_ctx *ctx, tg_mlp *layer, tg_tensor *x);
 
 /* A pre-norm transformer block:
  *   h = x + attn(ln_1(x)),   y = h + mlp(ln_2(h))
@@ -560,9 +564,9 @@ typedef struct tg_block_opts {
     tg_dtype dtype;
 } tg_block_opts;
 /* LLaMA's block: RMSNorm, SwiGLU, no biases, RoPE base 10000, float32. */
-tg_block_opts tg_block_llama(void);
+TG_API tg_block_opts tg_block_llama(void);
 /* GPT-2's block: LayerNorm, GELU-tanh, biases, no RoPE, float32. */
-tg_block_opts tg_block_gpt2(void);
+TG_API tg_block_opts tg_block_gpt2(void);
 typedef struct tg_block {
     tg_module base;
     tg_block_opts opts;
@@ -572,8 +576,8 @@ typedef struct tg_block {
     tg_model children_;
 } tg_block;
 /* opts NULL: tg_block_llama(). Errors: those of its layers. */
-tg_block *tg_block_new(tg_ctx *ctx, const char *name, int64_t n_embd, int64_t n_head, const tg_block_opts *opts);
-tg_tensor *tg_block_forward(tg_ctx *ctx, tg_block *layer, tg_tensor *x);
+TG_API tg_block *tg_block_new(tg_ctx *ctx, const char *name, int64_t n_embd, int64_t n_head, const tg_block_opts *opts);
+TG_API tg_tensor *tg_block_forward(tg_ctx *ctx, tg_block *layer, tg_tensor *x);
 
 /* A decoder-only language model over token ids 0..vocab_size-1:
  *   x = wte[idx] (+ wpe[0..T-1] for GPT-2)
@@ -606,9 +610,9 @@ typedef struct tg_gpt_config {
 } tg_gpt_config;
 /* The defaults of an arch: vocab 128, context 64, 4 layers of 4 heads,
  * 128 channels, RoPE base 10000, float32 (the issue's "tiny" size). */
-tg_gpt_config tg_gpt_defaults(tg_gpt_arch arch);
+TG_API tg_gpt_config tg_gpt_defaults(tg_gpt_arch arch);
 /* "llama" or "gpt2". */
-const char *tg_gpt_arch_name(tg_gpt_arch arch);
+TG_API const char *tg_gpt_arch_name(tg_gpt_arch arch);
 typedef struct tg_gpt {
     tg_module base;
     tg_gpt_config config;
@@ -621,21 +625,22 @@ typedef struct tg_gpt {
 } tg_gpt;
 /* Errors name the config's values: sizes < 1, n_head not dividing n_embd,
  * an unknown arch, a bad rope_base. */
-tg_gpt *tg_gpt_new(tg_ctx *ctx, const char *name, const tg_gpt_config *config);
+TG_API tg_gpt *tg_gpt_new(tg_ctx *ctx, const char *name, const tg_gpt_config *config);
 /* logits (B, T, vocab_size) for B sequences of T token ids idx (B*T,
  * row-major). Errors: B or T < 1, T over the context, an id out of range. */
-tg_tensor *tg_gpt_forward(tg_ctx *ctx, tg_gpt *gpt, int64_t B, int64_t T, const int64_t *idx);
+TG_API tg_tensor *tg_gpt_forward(tg_ctx *ctx, tg_gpt *gpt, int64_t B, int64_t T, const int64_t *idx);
 /* The mean cross-entropy of the next tokens: targets (B*T) are the ids
  * that follow idx (targets[i] = the token after idx[i]). A scalar. */
-tg_tensor *tg_gpt_loss(tg_ctx *ctx, tg_gpt *gpt, int64_t B, int64_t T, const int64_t *idx, const int64_t *targets);
+TG_API tg_tensor *tg_gpt_loss(tg_ctx *ctx, tg_gpt *gpt, int64_t B, int64_t T, const int64_t *idx,
+                              const int64_t *targets);
 /* The same loss from logits a forward already made, so one forward gives
  * both: logits (..., vocab_size) (tg_gpt_forward's (B, T, vocab_size)),
  * targets one id per row; 16-bit logits are cast to float32 first, as
  * autocast computes losses. tg_gpt_loss is tg_gpt_forward then this. */
-tg_tensor *tg_gpt_loss_from(tg_ctx *ctx, tg_tensor *logits, const int64_t *targets);
+TG_API tg_tensor *tg_gpt_loss_from(tg_ctx *ctx, tg_tensor *logits, const int64_t *targets);
 /* Frees the model and its parameters (tg_module_free(ctx, TG_MODULE(gpt))).
  * NULL is a no-op. */
-void tg_gpt_free(tg_ctx *ctx, tg_gpt *gpt);
+TG_API void tg_gpt_free(tg_ctx *ctx, tg_gpt *gpt);
 
 /* ======================================================================== */
 /* Generation: KV cache and sampling (layers/generate.c)                    */
@@ -664,19 +669,19 @@ void tg_gpt_free(tg_ctx *ctx, tg_gpt *gpt);
 typedef struct tg_gpt_cache tg_gpt_cache;
 /* An empty cache for gpt, in the dtype its blocks compute in (under
  * autocast, the 16-bit one: use it under the same autocast). */
-tg_gpt_cache *tg_gpt_cache_new(tg_ctx *ctx, tg_gpt *gpt);
+TG_API tg_gpt_cache *tg_gpt_cache_new(tg_ctx *ctx, tg_gpt *gpt);
 /* Runs T >= 1 new tokens idx[0 .. T-1] (one sequence) at the next T
  * positions, appending their keys and values: logits (1, T, vocab_size),
  * those of the full forward over every token fed since the last clear.
  * Errors: more tokens than the context has room left (clear first), a
  * changed autocast dtype, the errors of tg_gpt_forward. */
-tg_tensor *tg_gpt_cache_forward(tg_ctx *ctx, tg_gpt_cache *cache, int64_t T, const int64_t *idx);
+TG_API tg_tensor *tg_gpt_cache_forward(tg_ctx *ctx, tg_gpt_cache *cache, int64_t T, const int64_t *idx);
 /* Positions the cache holds (0 for NULL). */
-int64_t tg_gpt_cache_len(const tg_gpt_cache *cache);
+TG_API int64_t tg_gpt_cache_len(const tg_gpt_cache *cache);
 /* Forgets every position (the next token is at position 0 again). */
-void tg_gpt_cache_clear(tg_gpt_cache *cache);
+TG_API void tg_gpt_cache_clear(tg_gpt_cache *cache);
 /* Frees the cache. NULL is a no-op. */
-void tg_gpt_cache_free(tg_ctx *ctx, tg_gpt_cache *cache);
+TG_API void tg_gpt_cache_free(tg_ctx *ctx, tg_gpt_cache *cache);
 
 /* How tokens are drawn and generation runs. Start from tg_gen_defaults(). */
 typedef struct tg_gen_opts {
@@ -691,21 +696,21 @@ typedef struct tg_gen_opts {
     bool (*on_token)(void *user, int64_t token);
     void *user;
 } tg_gen_opts;
-tg_gen_opts tg_gen_defaults(void);
+TG_API tg_gen_opts tg_gen_defaults(void);
 /* The next token after the last row of logits (..., vocab_size), drawn as
  * opts says (NULL: the defaults) with draw number `draw` (the Philox
  * counter). -1 on error: bad options (a negative or NaN temperature, top_p
  * outside (0, 1], top_k < 0, a stop id out of range), a NaN or +inf
  * logit, every logit -inf. */
-int64_t tg_sample_token(tg_ctx *ctx, const tg_tensor *logits, const tg_gen_opts *opts, uint64_t draw);
+TG_API int64_t tg_sample_token(tg_ctx *ctx, const tg_tensor *logits, const tg_gen_opts *opts, uint64_t draw);
 /* Up to n_new tokens after the prompt (n_prompt ids, 1 <= n_prompt <=
  * context), written to out; the number written (fewer after the stop
  * token or a false from on_token), or -1 on error (the context's error:
  * bad options, a prompt longer than the context or with an id out of
  * range). Token i is drawn with draw number i. The arena is as it was
  * when the call returns. */
-int64_t tg_gpt_generate(tg_ctx *ctx, tg_gpt *gpt, int64_t n_prompt, const int64_t *prompt, int64_t n_new,
-                        const tg_gen_opts *opts, int64_t *out);
+TG_API int64_t tg_gpt_generate(tg_ctx *ctx, tg_gpt *gpt, int64_t n_prompt, const int64_t *prompt, int64_t n_new,
+                               const tg_gen_opts *opts, int64_t *out);
 
 #ifdef __cplusplus
 }

@@ -159,7 +159,7 @@ typedef struct tg_op_def {
  * gets no gradient for it). Returns y, or NULL with the error set (a NULL
  * def or forward, a stale input, a forward that failed or returned one of
  * its inputs). */
-tg_tensor *tg_op_apply(tg_ctx *ctx, const tg_op_def *def, int n_in, tg_tensor *const *in, void *user);
+TG_API tg_tensor *tg_op_apply(tg_ctx *ctx, const tg_op_def *def, int n_in, tg_tensor *const *in, void *user);
 
 /* ======================================================================== */
 /* What forward and backward call                                           */
@@ -168,11 +168,11 @@ tg_tensor *tg_op_apply(tg_ctx *ctx, const tg_op_def *def, int n_in, tg_tensor *c
 /* The op's name, its n-th input (NULL outside 0..n-1), its output, and the
  * gradient of its output (backward only; never NULL there; read it, never
  * write it). */
-const char *tg_node_name(const tg_node *node);
-int tg_node_n_inputs(const tg_node *node);
-tg_tensor *tg_node_input(const tg_node *node, int k);
-tg_tensor *tg_node_output(const tg_node *node);
-tg_tensor *tg_node_grad_output(const tg_node *node);
+TG_API const char *tg_node_name(const tg_node *node);
+TG_API int tg_node_n_inputs(const tg_node *node);
+TG_API tg_tensor *tg_node_input(const tg_node *node, int k);
+TG_API tg_tensor *tg_node_output(const tg_node *node);
+TG_API tg_tensor *tg_node_grad_output(const tg_node *node);
 
 /* Saves t (an input, the output, or a tensor the forward made: a statistic
  * such as rstd) for backward. Its in-place version is noted: backward is
@@ -180,27 +180,27 @@ tg_tensor *tg_node_grad_output(const tg_node *node);
  * tg_tape_saved_bytes unless it is an input or the output (kept by
  * pointer, not copied). False (and the error set) beyond
  * TG_NODE_MAX_SAVED or on a bad argument. */
-bool tg_node_save_tensor(tg_ctx *ctx, tg_node *node, tg_tensor *t);
+TG_API bool tg_node_save_tensor(tg_ctx *ctx, tg_node *node, tg_tensor *t);
 /* The k-th saved tensor, in the order saved (NULL outside 0..n-1). */
-tg_tensor *tg_node_saved_tensor(const tg_node *node, int k);
-int tg_node_n_saved(const tg_node *node);
+TG_API tg_tensor *tg_node_saved_tensor(const tg_node *node, int k);
+TG_API int tg_node_n_saved(const tg_node *node);
 
 /* Scalars for backward (eps, a flag...): k in 0..TG_NODE_MAX_SCALARS-1. */
-bool tg_node_set_scalar(tg_ctx *ctx, tg_node *node, int k, double v);
-double tg_node_scalar(const tg_node *node, int k);
+TG_API bool tg_node_set_scalar(tg_ctx *ctx, tg_node *node, int k, double v);
+TG_API double tg_node_scalar(const tg_node *node, int k);
 
 /* True when input k needs a gradient (backward may skip the work
  * otherwise). */
-bool tg_node_needs_grad(const tg_node *node, int k);
+TG_API bool tg_node_needs_grad(const tg_node *node, int k);
 /* grad(input k) += g, the gradient g has input k's shape and dtype. Does
  * nothing (returns true) when input k needs no gradient. A g of another
  * shape or dtype, or NULL, is an error naming the op, the input and both
  * shapes. Returns false when the context is in error. */
-bool tg_node_accumulate(tg_ctx *ctx, tg_node *node, int k, const tg_tensor *g);
+TG_API bool tg_node_accumulate(tg_ctx *ctx, tg_node *node, int k, const tg_tensor *g);
 
 /* Sets the context's error TG_ERR_VALUE, the message starting with the
  * op's name: "rmsnorm_mine: <fmt...>". */
-void tg_node_error(tg_ctx *ctx, const tg_node *node, const char *fmt, ...)
+TG_API void tg_node_error(tg_ctx *ctx, const tg_node *node, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
 #endif
@@ -212,7 +212,7 @@ void tg_node_error(tg_ctx *ctx, const tg_node *node, const char *fmt, ...)
 
 /* True when an op on these inputs must be recorded: grad mode is on and at
  * least one (non-NULL) input requires grad. */
-bool tg_needs_grad(const tg_ctx *ctx, int n_in, tg_tensor *const *in);
+TG_API bool tg_needs_grad(const tg_ctx *ctx, int n_in, tg_tensor *const *in);
 /* Appends a record for `out` = op(in...), pointing to op (a descriptor
  * that outlives the tape: a static const) whose backward it runs. Marks
  * out as requiring grad, and notes the in-place version of every input and
@@ -220,14 +220,14 @@ bool tg_needs_grad(const tg_ctx *ctx, int n_in, tg_tensor *const *in);
  * record is needed (grad mode off, no input requires grad) or on error
  * (then the error is set: op NULL or without a name or backward, a stale
  * input). The node stays valid until the next tg_record. */
-tg_node *tg_record(tg_ctx *ctx, const tg_op_def *op, tg_tensor *out, int n_in, tg_tensor *const *in);
+TG_API tg_node *tg_record(tg_ctx *ctx, const tg_op_def *op, tg_tensor *out, int n_in, tg_tensor *const *in);
 /* Allocates `bytes` in the arena for the node's saved data and counts them
  * in tg_tape_saved_bytes. */
-void *tg_node_save(tg_ctx *ctx, tg_node *node, size_t bytes);
+TG_API void *tg_node_save(tg_ctx *ctx, tg_node *node, size_t bytes);
 /* The gradient buffer of t for accumulation (+=) during backward: NULL
  * when t does not require grad; else t->grad, made (zeroed) on first
  * use. */
-tg_tensor *tg_grad_of(tg_ctx *ctx, tg_tensor *t);
+TG_API tg_tensor *tg_grad_of(tg_ctx *ctx, tg_tensor *t);
 
 #ifdef __cplusplus
 }

@@ -40,9 +40,9 @@ typedef struct tg_adam_opts {
 /* PyTorch's defaults: SGD momentum 0, dampening 0, weight_decay 0, no
  * nesterov, at the lr given; Adam lr 1e-3, betas (0.9, 0.999), eps 1e-8,
  * weight_decay 0; AdamW the same with weight_decay 1e-2. */
-tg_sgd_opts tg_sgd_defaults(double lr);
-tg_adam_opts tg_adam_defaults(void);
-tg_adam_opts tg_adamw_defaults(void);
+TG_API tg_sgd_opts tg_sgd_defaults(double lr);
+TG_API tg_adam_opts tg_adam_defaults(void);
+TG_API tg_adam_opts tg_adamw_defaults(void);
 /* SGD's lr when no options are given: 1e-3, torch.optim.SGD's default
  * since PyTorch 2.2 (before, SGD had no default lr: it was required). A
  * good lr for SGD depends on the model far more than Adam's does, so pass
@@ -54,34 +54,45 @@ tg_adam_opts tg_adamw_defaults(void);
  * library: tg_sgd_defaults(TG_SGD_LR), tg_adam_defaults(),
  * tg_adamw_defaults(). Their state tensors are persistent, made zero at
  * creation. */
-tg_optim *tg_sgd_new(tg_ctx *ctx, tg_params *params, const tg_sgd_opts *opts);
-tg_optim *tg_adam_new(tg_ctx *ctx, tg_params *params, const tg_adam_opts *opts);
-tg_optim *tg_adamw_new(tg_ctx *ctx, tg_params *params, const tg_adam_opts *opts);
+TG_API tg_optim *tg_sgd_new(tg_ctx *ctx, tg_params *params, const tg_sgd_opts *opts);
+TG_API tg_optim *tg_adam_new(tg_ctx *ctx, tg_params *params, const tg_adam_opts *opts);
+TG_API tg_optim *tg_adamw_new(tg_ctx *ctx, tg_params *params, const tg_adam_opts *opts);
 /* Frees the optimizer and its state tensors. */
-void tg_optim_free(tg_ctx *ctx, tg_optim *opt);
+TG_API void tg_optim_free(tg_ctx *ctx, tg_optim *opt);
 /* One update of every parameter from its grad, at the schedule's lr for the
  * current step; then the step count advances. */
-void tg_optim_step(tg_ctx *ctx, tg_optim *opt);
+TG_API void tg_optim_step(tg_ctx *ctx, tg_optim *opt);
 /* Zeroes the grads of the optimizer's parameters. */
-void tg_optim_zero_grad(tg_ctx *ctx, tg_optim *opt);
+TG_API void tg_optim_zero_grad(tg_ctx *ctx, tg_optim *opt);
 /* The learning rate the NEXT tg_optim_step will apply: the schedule's
  * value at the step count so far (tg_schedule_lr(sched, base lr,
  * tg_optim_steps(opt))). To log the rate a step uses, read it before that
  * step: after it, it is already the following step's. NaN for NULL. */
-double tg_optim_lr(const tg_optim *opt);
+TG_API double tg_optim_lr(const tg_optim *opt);
 /* Sets the base lr (the schedule scales it). lr < 0 or NaN: error. */
-void tg_optim_set_lr(tg_ctx *ctx, tg_optim *opt, double lr);
+TG_API void tg_optim_set_lr(tg_ctx *ctx, tg_optim *opt, double lr);
 /* Steps taken so far. */
-int64_t tg_optim_steps(const tg_optim *opt);
+TG_API int64_t tg_optim_steps(const tg_optim *opt);
 /* The optimizer's state by name, for checkpoints: "optim.step" (a float64
  * scalar holding the step count), and per parameter P "optim.P.exp_avg",
  * "optim.P.exp_avg_sq", "optim.P.max_exp_avg_sq" (amsgrad) or
  * "optim.P.momentum_buffer" (SGD with momentum). The tensors are the live
  * state: writing them (e.g. loading a checkpoint) restores it; call
  * tg_optim_sync_state after writing "optim.step". */
-tg_params *tg_optim_state(tg_optim *opt);
+TG_API tg_params *tg_optim_state(tg_optim *opt);
 /* Reads "optim.step" back into the step count after a restore. */
-void tg_optim_sync_state(tg_ctx *ctx, tg_optim *opt);
+TG_API void tg_optim_sync_state(tg_ctx *ctx, tg_optim *opt);
+/* The optimizer's kind and hyper-parameters as one line in buf, as
+ * snprintf (returns the length the whole text needs; "" for NULL), each
+ * number in the fewest digits that read back exactly:
+ *   adamw lr=0.003 beta1=0.9 beta2=0.999 eps=1e-08 weight_decay=0.01 amsgrad=0
+ *   sgd lr=0.1 momentum=0.9 dampening=0 weight_decay=0 nesterov=0
+ * A training state saves it, and compares it on resuming (tapegrad/train.h). */
+TG_API size_t tg_optim_format(char *buf, size_t size, const tg_optim *opt);
+/* The optimizer's lr schedule the same way: "constant", "step step_size=10
+ * gamma=0.5", "warmup_cosine warmup_steps=4 total_steps=40 start_factor=0.1
+ * min_lr=0.0001", or "callback" (a function has no text). */
+TG_API size_t tg_optim_format_schedule(char *buf, size_t size, const tg_optim *opt);
 
 /* Learning-rate schedules: lr(t) = base_lr * factor(t) at step t (0-based). */
 typedef enum tg_schedule_kind {
@@ -104,22 +115,22 @@ typedef struct tg_schedule {
     void *user;
 } tg_schedule;
 /* The lr of `sched` at step t for a base lr; NaN for an invalid schedule. */
-double tg_schedule_lr(const tg_schedule *sched, double base_lr, int64_t step);
+TG_API double tg_schedule_lr(const tg_schedule *sched, double base_lr, int64_t step);
 /* Attaches a schedule (copied) to the optimizer; NULL restores constant. */
-void tg_optim_set_schedule(tg_ctx *ctx, tg_optim *opt, const tg_schedule *sched);
+TG_API void tg_optim_set_schedule(tg_ctx *ctx, tg_optim *opt, const tg_schedule *sched);
 
 /* Scales all grads so their global L2 norm is at most max_norm (PyTorch's
  * clip_grad_norm_: coef = max_norm / (norm + 1e-6), applied when < 1).
  * Returns the norm before clipping. A non-finite norm is an error and the
  * grads are left unchanged. */
-double tg_clip_grad_norm(tg_ctx *ctx, tg_params *params, double max_norm);
+TG_API double tg_clip_grad_norm(tg_ctx *ctx, tg_params *params, double max_norm);
 /* The global L2 norm of all grads (no change). */
-double tg_grad_norm(tg_ctx *ctx, const tg_params *params);
+TG_API double tg_grad_norm(tg_ctx *ctx, const tg_params *params);
 /* Clamps every grad element to [-clip_value, clip_value]. */
-void tg_clip_grad_value(tg_ctx *ctx, tg_params *params, double clip_value);
+TG_API void tg_clip_grad_value(tg_ctx *ctx, tg_params *params, double clip_value);
 /* Anomaly check, to call after backward: false (and an error naming the
  * first parameter and element) when a grad holds NaN or inf. */
-bool tg_check_grads_finite(tg_ctx *ctx, const tg_params *params);
+TG_API bool tg_check_grads_finite(tg_ctx *ctx, const tg_params *params);
 
 /* ======================================================================== */
 /* Gradient scaling for float16 mixed precision (optim/grad_scaler.c)       */
@@ -150,41 +161,47 @@ typedef struct tg_grad_scaler_opts {
 } tg_grad_scaler_opts;
 /* PyTorch's defaults: init_scale 65536 (2^16), growth_factor 2,
  * backoff_factor 0.5, growth_interval 2000, enabled. */
-tg_grad_scaler_opts tg_grad_scaler_defaults(void);
+TG_API tg_grad_scaler_opts tg_grad_scaler_defaults(void);
 /* A new scaler (opts NULL: the defaults); NULL and TG_ERR_VALUE naming the
  * option and its value when one is out of range (NaN included). */
-tg_grad_scaler *tg_grad_scaler_new(tg_ctx *ctx, const tg_grad_scaler_opts *opts);
+TG_API tg_grad_scaler *tg_grad_scaler_new(tg_ctx *ctx, const tg_grad_scaler_opts *opts);
 /* Frees the scaler and its state tensors. NULL is a no-op. */
-void tg_grad_scaler_free(tg_ctx *ctx, tg_grad_scaler *scaler);
+TG_API void tg_grad_scaler_free(tg_ctx *ctx, tg_grad_scaler *scaler);
 /* loss * scale (tg_mul_scalar, recorded), to run backward from; loss itself
  * when disabled. */
-tg_tensor *tg_grad_scaler_scale(tg_ctx *ctx, tg_grad_scaler *scaler, tg_tensor *loss);
+TG_API tg_tensor *tg_grad_scaler_scale(tg_ctx *ctx, tg_grad_scaler *scaler, tg_tensor *loss);
 /* Divides the grads of opt's parameters by the scale (multiplies by the
  * float32 1/scale, as PyTorch) and notes whether one held inf or NaN.
  * Returns true when all were finite. At most once per optimizer and step. */
-bool tg_grad_scaler_unscale(tg_ctx *ctx, tg_grad_scaler *scaler, tg_optim *opt);
+TG_API bool tg_grad_scaler_unscale(tg_ctx *ctx, tg_grad_scaler *scaler, tg_optim *opt);
 /* Unscales opt's grads unless tg_grad_scaler_unscale did, then
  * tg_optim_step unless a grad was inf or NaN. Returns true when the step
  * was taken (false: skipped, or an error). */
-bool tg_grad_scaler_step(tg_ctx *ctx, tg_grad_scaler *scaler, tg_optim *opt);
+TG_API bool tg_grad_scaler_step(tg_ctx *ctx, tg_grad_scaler *scaler, tg_optim *opt);
 /* Ends the step: the scale times backoff_factor if any optimizer stepped
  * this step found inf/NaN (the clean-step count back to 0), else one more
  * clean step, and the scale times growth_factor when they reach
  * growth_interval. */
-void tg_grad_scaler_update(tg_ctx *ctx, tg_grad_scaler *scaler);
+TG_API void tg_grad_scaler_update(tg_ctx *ctx, tg_grad_scaler *scaler);
 /* The current scale (1 when disabled; NaN for NULL), and the clean steps
  * since it last changed. */
-double tg_grad_scaler_get_scale(const tg_grad_scaler *scaler);
-int64_t tg_grad_scaler_growth_tracker(const tg_grad_scaler *scaler);
+TG_API double tg_grad_scaler_get_scale(const tg_grad_scaler *scaler);
+TG_API int64_t tg_grad_scaler_growth_tracker(const tg_grad_scaler *scaler);
+/* The options the scaler was made with (the defaults for NULL). */
+TG_API tg_grad_scaler_opts tg_grad_scaler_get_opts(const tg_grad_scaler *scaler);
+/* Its settings as one line, as tg_optim_format: "grad_scaler
+ * growth_factor=2 backoff_factor=0.5 growth_interval=2000 enabled=1" (what
+ * must match on resuming; the scale itself is state). */
+TG_API size_t tg_grad_scaler_format(char *buf, size_t size, const tg_grad_scaler *scaler);
 /* The scaler's state for checkpoints: "scaler.scale" and
  * "scaler.growth_tracker", float64 scalars, kept up to date by update.
  * Writing them (a checkpoint load) and calling tg_grad_scaler_sync_state
  * restores the scaler; tg_train_save_parts does both (tg_train_part's
  * scaler, tapegrad/train.h). */
-tg_params *tg_grad_scaler_state(tg_grad_scaler *scaler);
+TG_API tg_params *tg_grad_scaler_state(tg_grad_scaler *scaler);
 /* Reads the state tensors back; TG_ERR_VALUE when the scale is not a
  * positive finite float32 or the count not in 0..growth_interval-1. */
-void tg_grad_scaler_sync_state(tg_ctx *ctx, tg_grad_scaler *scaler);
+TG_API void tg_grad_scaler_sync_state(tg_ctx *ctx, tg_grad_scaler *scaler);
 
 #ifdef __cplusplus
 }

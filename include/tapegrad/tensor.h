@@ -11,6 +11,17 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* TG_API marks every function of the API, in every public header: the
+ * libraries are compiled with hidden visibility, so these are the only
+ * symbols a shared libtapegrad (and libtapegrad_check, libtapegrad_dist)
+ * exports. A public function declared without it is missing from the shared
+ * library; tests/source/exports.sh names it. */
+#if defined(__GNUC__) || defined(__clang__)
+#define TG_API __attribute__((visibility("default")))
+#else
+#define TG_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -73,7 +84,11 @@ typedef struct tg_ctx tg_ctx;
  * tg_clip_grad_norm; a checkpoint load), a view sharing its tensor's count.
  * tg_backward refuses an op whose inputs or output were written since the op
  * ran (see tapegrad/autograd.h). Writes through the pointers of
- * tg_data_f32 / tg_data_f64 or `data` are not seen. */
+ * tg_data_f32 / tg_data_f64 or `data` are not seen.
+ *
+ * The library makes every tensor, with what it keeps about it (its step,
+ * write count, tape record) after these fields: use tensors through the
+ * pointers it hands out, never through a copy of the struct. */
 typedef struct tg_tensor {
     tg_dtype dtype;
     int ndim;                   /* 0 (a scalar) .. TG_MAX_DIMS */
@@ -83,13 +98,6 @@ typedef struct tg_tensor {
     struct tg_tensor *grad;     /* gradient, same shape and dtype, or NULL */
     bool requires_grad;         /* record ops on it; accumulate into grad */
     bool persistent;            /* lives on the heap, survives resets */
-    /* internal */
-    bool grad_block_;        /* the header of a gradient block (tensor/ctx.c) */
-    int32_t node_;           /* index of the tape record that made it, or -1 */
-    uint32_t epoch_;         /* the step (reset count) it was made in; unused when persistent */
-    uint32_t version_;       /* in-place writes so far (kept by base_ for a view) */
-    struct tg_tensor *base_; /* a view's tensor, whose data and version_ it shares; NULL if none */
-    const tg_ctx *ctx_;      /* the context that made it: every other context refuses it */
 } tg_tensor;
 
 /* A custom allocator (tests use it to simulate allocation failure). alloc
@@ -105,53 +113,53 @@ typedef struct tg_allocator {
 /* ======================================================================== */
 
 /* A new context whose RNG is seeded with `seed`. NULL if out of memory. */
-tg_ctx *tg_ctx_new(uint64_t seed);
+TG_API tg_ctx *tg_ctx_new(uint64_t seed);
 /* As tg_ctx_new, with every allocation made through `alloc` (copied). */
-tg_ctx *tg_ctx_new_with_allocator(uint64_t seed, const tg_allocator *alloc);
+TG_API tg_ctx *tg_ctx_new_with_allocator(uint64_t seed, const tg_allocator *alloc);
 /* Frees the context, its arena and every persistent tensor it still owns
  * (layers and optimizers not freed by then leak their structs). */
-void tg_ctx_free(tg_ctx *ctx);
+TG_API void tg_ctx_free(tg_ctx *ctx);
 /* Ends a step: frees every arena tensor and the tape at once, in O(1); keeps
  * persistent tensors and the arena's memory for reuse (no malloc per step
  * once warm). An arena tensor from before the reset is stale: using it is an
  * error (see tg_tensor above). */
-void tg_ctx_reset(tg_ctx *ctx);
+TG_API void tg_ctx_reset(tg_ctx *ctx);
 
 /* True when the context has no error. False for NULL. */
-bool tg_ok(const tg_ctx *ctx);
+TG_API bool tg_ok(const tg_ctx *ctx);
 /* The first error's status (TG_OK when none; TG_ERR_NULL for a NULL ctx). */
-tg_status tg_status_of(const tg_ctx *ctx);
+TG_API tg_status tg_status_of(const tg_ctx *ctx);
 /* The first error's message, "tg_fn: what was wrong", or "" when none. */
-const char *tg_error_message(const tg_ctx *ctx);
+TG_API const char *tg_error_message(const tg_ctx *ctx);
 /* Clears the error so the context can be used again. */
-void tg_clear_error(tg_ctx *ctx);
+TG_API void tg_clear_error(tg_ctx *ctx);
 /* Sets the context's error unless one is already set (the first error wins).
  * `fn` is the public function's name. Aborts with the message when
  * TG_ABORT_ON_ERROR=1 was in the environment at tg_ctx_new or when
  * tg_set_abort_on_error(ctx, true) was called. The one place to set a
  * breakpoint on. */
-void tg_error(tg_ctx *ctx, tg_status status, const char *fn, const char *fmt, ...)
+TG_API void tg_error(tg_ctx *ctx, tg_status status, const char *fn, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 4, 5)))
 #endif
     ;
 /* Turns abort-at-first-error on or off for this context. */
-void tg_set_abort_on_error(tg_ctx *ctx, bool on);
+TG_API void tg_set_abort_on_error(tg_ctx *ctx, bool on);
 /* A short name for a status, e.g. "shape error". */
-const char *tg_status_name(tg_status status);
+TG_API const char *tg_status_name(tg_status status);
 
 /* Bytes the arena holds from the allocator (its footprint), bytes in use
  * now, and the most bytes in use at once since the last reset (a step's
  * high-water mark). Gradients of intermediate tensors count too: backward
  * releases each once the walk is past the op that reads it, and its
  * scratch after each op, so the arena in use can fall before a reset. */
-size_t tg_arena_capacity(const tg_ctx *ctx);
-size_t tg_arena_used(const tg_ctx *ctx);
-size_t tg_arena_peak(const tg_ctx *ctx);
+TG_API size_t tg_arena_capacity(const tg_ctx *ctx);
+TG_API size_t tg_arena_used(const tg_ctx *ctx);
+TG_API size_t tg_arena_peak(const tg_ctx *ctx);
 /* Bytes of the capacity held back from reuse since the last reset: in
  * checked builds (TG_CHECKED) the previous step's chunks, so that a tensor
  * kept across tg_ctx_reset keeps its header and is reported; 0 otherwise. */
-size_t tg_arena_quarantined(const tg_ctx *ctx);
+TG_API size_t tg_arena_quarantined(const tg_ctx *ctx);
 
 /* ---- per-op profile --------------------------------------------------------
  * Where a step's time goes, op by op: while on, the context times each
@@ -163,7 +171,7 @@ size_t tg_arena_quarantined(const tg_ctx *ctx);
  * record. */
 
 /* Turns the profile on (starting it afresh) or off. */
-void tg_profile_enable(tg_ctx *ctx, bool on);
+TG_API void tg_profile_enable(tg_ctx *ctx, bool on);
 /* One row of the profile: totals since tg_profile_enable. */
 typedef struct tg_profile_row {
     const char *op; /* the record's name, or a "(no record: ...)" row */
@@ -173,24 +181,24 @@ typedef struct tg_profile_row {
 /* Fills rows[0..max) with the profile's rows, most time first, and *steps
  * (may be NULL) with the steps profiled; returns the rows written (0 when
  * the profile is off). */
-size_t tg_profile_rows(const tg_ctx *ctx, tg_profile_row *rows, size_t max, int64_t *steps);
+TG_API size_t tg_profile_rows(const tg_ctx *ctx, tg_profile_row *rows, size_t max, int64_t *steps);
 /* Prints the profile as a table of milliseconds per step. */
-void tg_profile_print(FILE *f, const tg_ctx *ctx);
+TG_API void tg_profile_print(FILE *f, const tg_ctx *ctx);
 /* Allocates `size` bytes, 64-byte aligned, from the arena (freed at reset).
  * For kernels' scratch space and saved tensors. NULL on error. */
-void *tg_arena_alloc(tg_ctx *ctx, size_t size);
+TG_API void *tg_arena_alloc(tg_ctx *ctx, size_t size);
 
 /* Number of threads kernels may use (OpenMP); 1 without OpenMP. Results do
  * not depend on it. n <= 0 restores the default, tg_default_threads(). */
-void tg_set_threads(tg_ctx *ctx, int n);
-int tg_threads(const tg_ctx *ctx);
+TG_API void tg_set_threads(tg_ctx *ctx, int n);
+TG_API int tg_threads(const tg_ctx *ctx);
 /* The thread count a new context starts with: the environment variable
  * TG_THREADS=N (N >= 1) when set, otherwise the CPUs this process may
  * actually use -- the CPUs in its affinity mask (taskset, cpusets), fewer
  * when its cgroup's CPU quota (cgroup v2 cpu.max, v1 cfs_quota_us) is
  * lower, rounded up, and at most OMP_NUM_THREADS when that is set -- not
  * the machine's core count. 1 without OpenMP. */
-int tg_default_threads(void);
+TG_API int tg_default_threads(void);
 
 /* Autocast, mixed-precision training as torch.autocast does it: with
  * TG_BF16 or TG_F16, the float32 layers (Linear, RMSNorm, LayerNorm,
@@ -201,9 +209,9 @@ int tg_default_threads(void);
  * tapegrad/layers.h, "Autocast", says what each layer does. TG_F32 turns
  * it off (the default); TG_F64 or another value is TG_ERR_VALUE. Float64
  * layers are never cast. A context setting, like the thread count. */
-void tg_ctx_set_autocast(tg_ctx *ctx, tg_dtype dtype);
+TG_API void tg_ctx_set_autocast(tg_ctx *ctx, tg_dtype dtype);
 /* The autocast dtype: TG_BF16 or TG_F16, TG_F32 when off (or ctx NULL). */
-tg_dtype tg_ctx_autocast(const tg_ctx *ctx);
+TG_API tg_dtype tg_ctx_autocast(const tg_ctx *ctx);
 
 /* ======================================================================== */
 /* Random numbers                                                           */
@@ -225,35 +233,35 @@ tg_dtype tg_ctx_autocast(const tg_ctx *ctx);
  *                 u2 the f64 uniforms of words (x0:x1) and (x2:x3).        */
 
 /* One Philox4x32-10 block: out = philox(counter, key). */
-void tg_philox4x32_10(uint32_t out[4], const uint32_t counter[4], const uint32_t key[2]);
+TG_API void tg_philox4x32_10(uint32_t out[4], const uint32_t counter[4], const uint32_t key[2]);
 /* Reseeds the context's RNG and rewinds its offset to 0. */
-void tg_rng_seed(tg_ctx *ctx, uint64_t seed);
+TG_API void tg_rng_seed(tg_ctx *ctx, uint64_t seed);
 /* Reads or restores the RNG state (for checkpoints). */
-void tg_rng_state(const tg_ctx *ctx, uint64_t *seed, uint64_t *offset);
-void tg_rng_set_state(tg_ctx *ctx, uint64_t seed, uint64_t offset);
+TG_API void tg_rng_state(const tg_ctx *ctx, uint64_t *seed, uint64_t *offset);
+TG_API void tg_rng_set_state(tg_ctx *ctx, uint64_t seed, uint64_t offset);
 /* Draws one uniform double in [0, 1) and advances the stream by one. */
-double tg_rng_uniform(tg_ctx *ctx);
+TG_API double tg_rng_uniform(tg_ctx *ctx);
 /* Draws one standard normal double and advances the stream by one. */
-double tg_rng_normal(tg_ctx *ctx);
+TG_API double tg_rng_normal(tg_ctx *ctx);
 
 /* ======================================================================== */
 /* Tensor creation. All return a new arena tensor, or NULL on error.        */
 /* ======================================================================== */
 
 /* Zeros of the given shape (ndim 0..TG_MAX_DIMS, every size >= 0). */
-tg_tensor *tg_zeros(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape);
+TG_API tg_tensor *tg_zeros(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape);
 /* Ones of the given shape. */
-tg_tensor *tg_ones(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape);
+TG_API tg_tensor *tg_ones(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape);
 /* Every element `value`. */
-tg_tensor *tg_full(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, double value);
+TG_API tg_tensor *tg_full(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, double value);
 /* The 1-d tensor start, start+step, ... below `end` (above it for step < 0). */
-tg_tensor *tg_arange(tg_ctx *ctx, tg_dtype dtype, double start, double end, double step);
+TG_API tg_tensor *tg_arange(tg_ctx *ctx, tg_dtype dtype, double start, double end, double step);
 /* A copy of `data`, which holds numel elements of dtype (float or double). */
-tg_tensor *tg_from_buffer(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, const void *data);
+TG_API tg_tensor *tg_from_buffer(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, const void *data);
 /* Uniform numbers in [low, high) from the context's RNG. */
-tg_tensor *tg_rand(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, double low, double high);
+TG_API tg_tensor *tg_rand(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, double low, double high);
 /* Normal numbers with the given mean and standard deviation. */
-tg_tensor *tg_randn(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, double mean, double std);
+TG_API tg_tensor *tg_randn(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape, double mean, double std);
 /* Shape shorthands: TG_SHAPE(2, 3) expands to `2, (const int64_t[]){2, 3}`. */
 #define TG_SHAPE(...) \
     (int)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]) { __VA_ARGS__ }
@@ -261,7 +269,7 @@ tg_tensor *tg_randn(tg_ctx *ctx, tg_dtype dtype, int ndim, const int64_t *shape,
 /* Moves `t` out of the arena into a heap tensor that survives resets and is
  * owned by the context (freed by tg_tensor_free or tg_ctx_free). Returns the
  * persistent tensor; `t` itself stays valid until the next reset. */
-tg_tensor *tg_persist(tg_ctx *ctx, tg_tensor *t);
+TG_API tg_tensor *tg_persist(tg_ctx *ctx, tg_tensor *t);
 /* Frees a persistent tensor (and its grad). Arena tensors are freed by reset
  * (passing one does nothing). The context keeps a registry of the objects
  * it handed out on its heap (persistent tensors and their grads, layers,
@@ -279,7 +287,7 @@ tg_tensor *tg_persist(tg_ctx *ctx, tg_tensor *t);
  * seen: a freed object's address that the allocator has handed out again
  * for a new object of the same kind in the same context (the new object is
  * freed), and a second tg_optim_free without a context. */
-void tg_tensor_free(tg_ctx *ctx, tg_tensor *t);
+TG_API void tg_tensor_free(tg_ctx *ctx, tg_tensor *t);
 
 /* ======================================================================== */
 /* Tensor manipulation                                                      */
@@ -290,50 +298,50 @@ void tg_tensor_free(tg_ctx *ctx, tg_tensor *t);
 
 /* A view of t with a new shape of the same numel; shares t's data. One size
  * may be -1 (inferred). */
-tg_tensor *tg_view(tg_ctx *ctx, tg_tensor *t, int ndim, const int64_t *shape);
+TG_API tg_tensor *tg_view(tg_ctx *ctx, tg_tensor *t, int ndim, const int64_t *shape);
 /* A contiguous copy of t (an arena tensor with its own data). */
-tg_tensor *tg_copy(tg_ctx *ctx, const tg_tensor *t);
+TG_API tg_tensor *tg_copy(tg_ctx *ctx, const tg_tensor *t);
 /* t converted to dtype (a copy, even when the dtype is the same), by the
  * rules of "Low precision" below. Not recorded: tg_cast (tapegrad/autograd.h)
  * is the differentiable conversion. */
-tg_tensor *tg_to_dtype(tg_ctx *ctx, const tg_tensor *t, tg_dtype dtype);
+TG_API tg_tensor *tg_to_dtype(tg_ctx *ctx, const tg_tensor *t, tg_dtype dtype);
 /* Copies src's values into dst (same shape and dtype). Returns dst or NULL.
  * An in-place write to dst (see tg_tensor above). */
-tg_tensor *tg_assign(tg_ctx *ctx, tg_tensor *dst, const tg_tensor *src);
+TG_API tg_tensor *tg_assign(tg_ctx *ctx, tg_tensor *dst, const tg_tensor *src);
 /* Sets every element of t to value (an in-place write). */
-void tg_fill(tg_ctx *ctx, tg_tensor *t, double value);
+TG_API void tg_fill(tg_ctx *ctx, tg_tensor *t, double value);
 
 /* Element access by multi-index (ndim entries) or flat row-major index.
  * Out-of-range indices set an error; get then returns NaN. The setters are
  * in-place writes (see tg_tensor above). */
-double tg_get(tg_ctx *ctx, const tg_tensor *t, const int64_t *index);
-void tg_set(tg_ctx *ctx, tg_tensor *t, const int64_t *index, double value);
-double tg_get_flat(tg_ctx *ctx, const tg_tensor *t, int64_t i);
-void tg_set_flat(tg_ctx *ctx, tg_tensor *t, int64_t i, double value);
+TG_API double tg_get(tg_ctx *ctx, const tg_tensor *t, const int64_t *index);
+TG_API void tg_set(tg_ctx *ctx, tg_tensor *t, const int64_t *index, double value);
+TG_API double tg_get_flat(tg_ctx *ctx, const tg_tensor *t, int64_t i);
+TG_API void tg_set_flat(tg_ctx *ctx, tg_tensor *t, int64_t i, double value);
 /* Typed data pointers: NULL (and an error) when the dtype differs. Writes
  * through them are invisible to the in-place write count: an op that saved
  * t and runs its backward after such a write uses the new values. */
-float *tg_data_f32(tg_ctx *ctx, tg_tensor *t);
-double *tg_data_f64(tg_ctx *ctx, tg_tensor *t);
+TG_API float *tg_data_f32(tg_ctx *ctx, tg_tensor *t);
+TG_API double *tg_data_f64(tg_ctx *ctx, tg_tensor *t);
 /* The 16-bit patterns of a bfloat16 / float16 tensor (see Low precision). */
-uint16_t *tg_data_bf16(tg_ctx *ctx, tg_tensor *t);
-uint16_t *tg_data_f16(tg_ctx *ctx, tg_tensor *t);
+TG_API uint16_t *tg_data_bf16(tg_ctx *ctx, tg_tensor *t);
+TG_API uint16_t *tg_data_f16(tg_ctx *ctx, tg_tensor *t);
 
 /* Size in bytes of one element of dtype (4, 8, 2, 2); "float32", "float64",
  * "bfloat16" or "float16". */
-size_t tg_dtype_size(tg_dtype dtype);
-const char *tg_dtype_name(tg_dtype dtype);
+TG_API size_t tg_dtype_size(tg_dtype dtype);
+TG_API const char *tg_dtype_name(tg_dtype dtype);
 /* True when a and b have the same ndim and sizes. */
-bool tg_same_shape(const tg_tensor *a, const tg_tensor *b);
+TG_API bool tg_same_shape(const tg_tensor *a, const tg_tensor *b);
 /* Writes "(2, 3)" into buf (at most size bytes, always terminated); returns buf. */
-char *tg_shape_str(char *buf, size_t size, int ndim, const int64_t *shape);
+TG_API char *tg_shape_str(char *buf, size_t size, int ndim, const int64_t *shape);
 
 /* Prints t in PyTorch's format, e.g. tensor([[0.1000, 0.2000]], dtype=float32).
  * Tensors over 1000 elements are summarized with "..." (3 items per edge). */
-void tg_print(FILE *out, const tg_tensor *t);
+TG_API void tg_print(FILE *out, const tg_tensor *t);
 /* As tg_print into buf; returns the length the full text needs (snprintf
  * semantics). */
-size_t tg_format(char *buf, size_t size, const tg_tensor *t);
+TG_API size_t tg_format(char *buf, size_t size, const tg_tensor *t);
 
 /* ======================================================================== */
 /* Low precision: bfloat16 and float16                                      */
@@ -381,7 +389,7 @@ size_t tg_format(char *buf, size_t size, const tg_tensor *t);
 
 /* The instructions the conversions use on this CPU: "f16c+avx512bf16",
  * "f16c", "avx512bf16" or "scalar". */
-const char *tg_lowp_isa(void);
+TG_API const char *tg_lowp_isa(void);
 
 #ifdef __cplusplus
 }

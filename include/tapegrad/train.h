@@ -1,9 +1,11 @@
-/* tapegrad/train.h: what a training loop shows (train/): loss logs and
- * gnuplot plots, and progress lines. */
+/* tapegrad/train.h: what a training loop shows and keeps (train/): loss
+ * logs and gnuplot plots, progress lines, and the training state saved and
+ * resumed in one call. */
 #ifndef TAPEGRAD_TRAIN_H
 #define TAPEGRAD_TRAIN_H
 
-#include "tapegrad/tensor.h"
+#include "tapegrad/io.h"    /* a training state is a checkpoint... */
+#include "tapegrad/optim.h" /* ...of a model and its optimizers */
 
 #ifdef __cplusplus
 extern "C" {
@@ -60,48 +62,48 @@ typedef struct tg_plot_series {
  * existing file is replaced) with `ncols` columns (2..64) named `colnames`
  * (no whitespace); the first column is the x value, usually the step.
  * On error *out is NULL. */
-tg_status tg_plot_open(tg_plot **out, const char *dir, const char *name, int ncols, const char *const *colnames);
+TG_API tg_status tg_plot_open(tg_plot **out, const char *dir, const char *name, int ncols, const char *const *colnames);
 /* Appends one row of ncols values (values[0] is the step) and flushes it,
  * so a crash loses at most the row being written. */
-tg_status tg_plot_row(tg_plot *p, const double *values);
+TG_API tg_status tg_plot_row(tg_plot *p, const double *values);
 /* The data file's path ("DIR/NAME.dat"), valid until the plot is closed. */
-const char *tg_plot_dat_path(const tg_plot *p);
+TG_API const char *tg_plot_dat_path(const tg_plot *p);
 /* Closes the data file and writes DIR/NAME.gp plotting every column after
  * the first against it, labelled with the column names (style may be NULL
  * for the defaults), then renders DIR/NAME.png. Always frees p. With no
  * rows logged: TG_ERR_STATE (the script is written, nothing is drawn). A
  * picture gnuplot left incomplete (it exits 0 when the disk fills up) is
  * removed: TG_ERR_IO, and msg says so (tg_plot_png_complete). */
-tg_status tg_plot_close(tg_plot *p, const tg_plot_style *style, bool *rendered, char *msg, size_t msgsize);
+TG_API tg_status tg_plot_close(tg_plot *p, const tg_plot_style *style, bool *rendered, char *msg, size_t msgsize);
 /* Closes the data file without writing a script or a picture (e.g. one run
  * of several later drawn together with tg_plot_overlay). Always frees p. */
-tg_status tg_plot_close_data(tg_plot *p);
+TG_API tg_status tg_plot_close_data(tg_plot *p);
 /* Writes DIR/NAME.gp drawing the `nseries` curves (from any data files) in
  * one plot and renders DIR/NAME.png; DIR is created if missing. */
-tg_status tg_plot_overlay(const char *dir, const char *name, const tg_plot_style *style, const tg_plot_series *series,
-                          int nseries, bool *rendered, char *msg, size_t msgsize);
+TG_API tg_status tg_plot_overlay(const char *dir, const char *name, const tg_plot_style *style,
+                                 const tg_plot_series *series, int nseries, bool *rendered, char *msg, size_t msgsize);
 
 /* Lower level, for hand-written scripts (heatmaps `with image`, points...). */
 /* Writes the first lines of a PNG script to gp: the terminal (pngcairo when
  * the gnuplot that runs it has it, else png; width x height, 0 for 800 x
  * 500), plain-text labels, and `set output 'png_name'` (relative to the
  * script's directory). */
-tg_status tg_plot_write_preamble(FILE *gp, const char *png_name, int width, int height);
+TG_API tg_status tg_plot_write_preamble(FILE *gp, const char *png_name, int width, int height);
 /* Renders an existing script with gnuplot, run in the script's directory;
  * the script names its own output (see tg_plot_write_preamble), so check
  * it with tg_plot_png_complete before announcing it. */
-tg_status tg_plot_render(const char *gp_path, bool *rendered, char *msg, size_t msgsize);
+TG_API tg_status tg_plot_render(const char *gp_path, bool *rendered, char *msg, size_t msgsize);
 /* True when path is a regular file holding a whole PNG: the 8-byte PNG
  * signature first and the IEND chunk (the PNG's last, 12 bytes) last. A
  * picture cut short by a full disk ends elsewhere. */
-bool tg_plot_png_complete(const char *path);
+TG_API bool tg_plot_png_complete(const char *path);
 /* Looks for an executable `gnuplot` in PATH: TG_OK and its path in
  * path[size] (path may be NULL), or TG_ERR_IO when there is none. */
-tg_status tg_gnuplot_find(char *path, size_t size);
+TG_API tg_status tg_gnuplot_find(char *path, size_t size);
 /* Sets *has to whether the installed gnuplot offers terminal `term` (e.g.
  * "pngcairo"), from the list `gnuplot -e "set terminal"` prints.
  * TG_ERR_IO when gnuplot is missing or does not run. */
-tg_status tg_gnuplot_has_terminal(const char *term, bool *has);
+TG_API tg_status tg_gnuplot_has_terminal(const char *term, bool *has);
 
 /* Progress output for training loops (train/progress.c): every `every` steps,
  * the step, loss, lr, gradient norm, steps/s and ETA. On a terminal it is one
@@ -135,32 +137,30 @@ typedef struct tg_progress {
 
 /* Starts progress output for a run of total_steps steps (<= 0: unknown),
  * printed every `every` steps (values < 1 mean 1), in AUTO mode. */
-void tg_progress_init(tg_progress *p, FILE *out, int64_t total_steps, int64_t every);
+TG_API void tg_progress_init(tg_progress *p, FILE *out, int64_t total_steps, int64_t every);
 /* Forces a mode (AUTO decides again from isatty(fileno(out))). */
-void tg_progress_set_mode(tg_progress *p, tg_progress_mode mode);
+TG_API void tg_progress_set_mode(tg_progress *p, tg_progress_mode mode);
 /* Reports that `step` steps are done (1..total) with this loss, learning rate
  * and gradient norm (NaN for lr or grad_norm: not shown). Prints when step is
  * a multiple of `every` or the last step. */
-void tg_progress_update(tg_progress *p, int64_t step, double loss, double lr, double grad_norm);
+TG_API void tg_progress_update(tg_progress *p, int64_t step, double loss, double lr, double grad_norm);
 /* Ends the output: redraws the last state if it was not shown, ends the bar
  * line, and prints "done: N steps in T s (R steps/s), final loss L". */
-void tg_progress_finish(tg_progress *p);
+TG_API void tg_progress_finish(tg_progress *p);
 /* Replaces the clock (seconds as a double; NULL: CLOCK_MONOTONIC), e.g. with
  * a fake one in tests, and restarts the timing from its current reading. */
-void tg_progress_set_clock(tg_progress *p, double (*clock)(void *user), void *user);
+TG_API void tg_progress_set_clock(tg_progress *p, double (*clock)(void *user), void *user);
 /* Writes the line `update` would print for the current state into buf
  * (without \r or newline; BAR mode includes the bar). Returns buf. */
-char *tg_progress_format(const tg_progress *p, char *buf, size_t size);
+TG_API char *tg_progress_format(const tg_progress *p, char *buf, size_t size);
 /* Says the run resumes after `step` steps done earlier (call it after init,
  * before the first update): rates, the ETA and the closing "done: N steps"
  * count only the steps this run takes. */
-void tg_progress_resume(tg_progress *p, int64_t step);
+TG_API void tg_progress_resume(tg_progress *p, int64_t step);
 
 /* ======================================================================== */
 /* Training state: save and resume a run in one call (train/state.c)        */
 /* ======================================================================== */
-#include "tapegrad/io.h"
-#include "tapegrad/optim.h"
 
 /* A training-state file is a checkpoint (tapegrad/io.h: safetensors, saved
  * atomically) holding all a run needs to continue bit for bit:
@@ -196,11 +196,12 @@ void tg_progress_resume(tg_progress *p, int64_t step);
 /* Saves params, optim's state (optim may be NULL: parameters only), the RNG
  * state and meta (may be NULL; its keys starting with "tapegrad." are
  * replaced by the library's) to path, atomically. */
-tg_status tg_train_save(tg_ctx *ctx, const char *path, const tg_params *params, tg_optim *optim, const tg_meta *meta);
+TG_API tg_status tg_train_save(tg_ctx *ctx, const char *path, const tg_params *params, tg_optim *optim,
+                               const tg_meta *meta);
 /* Restores what tg_train_save wrote into params and optim (NULL if the file
  * has no optimizer state) and the context's RNG; meta (may be NULL)
  * receives the file's metadata, replacing its contents. */
-tg_status tg_train_load(tg_ctx *ctx, const char *path, tg_params *params, tg_optim *optim, tg_meta *meta);
+TG_API tg_status tg_train_load(tg_ctx *ctx, const char *path, tg_params *params, tg_optim *optim, tg_meta *meta);
 
 /* Several models in one file, e.g. the same network trained three ways.
  * Each part's tensors are stored under "NAME." + their names
@@ -219,9 +220,10 @@ typedef struct tg_train_part {
      * optimizer's (the scale itself comes from the file) */
     tg_grad_scaler *scaler;
 } tg_train_part;
-tg_status tg_train_save_parts(tg_ctx *ctx, const char *path, const tg_train_part *parts, int nparts,
-                              const tg_meta *meta);
-tg_status tg_train_load_parts(tg_ctx *ctx, const char *path, const tg_train_part *parts, int nparts, tg_meta *meta);
+TG_API tg_status tg_train_save_parts(tg_ctx *ctx, const char *path, const tg_train_part *parts, int nparts,
+                                     const tg_meta *meta);
+TG_API tg_status tg_train_load_parts(tg_ctx *ctx, const char *path, const tg_train_part *parts, int nparts,
+                                     tg_meta *meta);
 
 /* As tg_plot_open, for a run resumed after `step`: the rows of an existing
  * DIR/NAME.dat with the same columns whose step (first value) is at most
@@ -229,8 +231,8 @@ tg_status tg_train_load_parts(tg_ctx *ctx, const char *path, const tg_train_part
  * earlier run's (rows past `step`, from a run that went further than the
  * checkpoint, are dropped). With step <= 0, or no such file, it is
  * tg_plot_open. */
-tg_status tg_plot_open_resume(tg_plot **out, const char *dir, const char *name, int ncols, const char *const *colnames,
-                              int64_t step);
+TG_API tg_status tg_plot_open_resume(tg_plot **out, const char *dir, const char *name, int ncols,
+                                     const char *const *colnames, int64_t step);
 
 #ifdef __cplusplus
 }

@@ -5,33 +5,14 @@
  * difference that shrinks with eps (and would vanish at eps = 0) is a
  * statistic computed without eps in the backward. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "tensor/text.h"
 #include "tools/gradcheck/tool.h"
 
 /* Jacobians above this many entries are not diagnosed (time and memory). */
 #define DIAG_MAX_ENTRIES ((int64_t)1 << 20)
-
-typedef struct out_buf {
-    char *p;
-    size_t size, len;
-} out_buf;
-
-static void put(out_buf *b, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-static void put(out_buf *b, const char *fmt, ...) {
-    if (b->len >= b->size) return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->p + b->len, b->size - b->len, fmt, ap);
-    va_end(ap);
-    if (n > 0) b->len = b->len + (size_t)n < b->size ? b->len + (size_t)n : b->size;
-}
 
 /* The max |a - n| of input k with the case's eps divided by 1000 (the same
  * inputs: the same seed); NAN when that cannot run. */
@@ -61,31 +42,30 @@ static double err_at_smaller_eps(tg_ctx *ctx, const gct_args *a, const gct_targe
 
 size_t gct_diagnose_case(tg_ctx *ctx, const gct_args *a, gct_target *t, const tg_gradcheck_opts *o,
                          const tg_gradcheck_result *r, char *buf, size_t size) {
-    out_buf b = {buf, size, 0};
     if (!size) return 0;
-    buf[0] = '\0';
+    tg_text b = tg_text_buf(buf, size);
     for (int k = 0; k < t->c.n_inputs; k++) {
         const tg_gradcheck_input *in = &r->input[k];
         if (!in->checked || in->verdict != TG_VERDICT_WRONG) continue;
         const tg_tensor *x = t->c.inputs[k];
         char sh[64];
         gct_shape_text(sh, sizeof sh, x->ndim, x->shape);
-        put(&b, "  diagnosis of %s %s (%s):", t->c.input_names[k], sh, t->c.spec);
+        tg_text_printf(&b, "  diagnosis of %s %s (%s):", t->c.input_names[k], sh, t->c.spec);
         if (t->out->numel * x->numel > DIAG_MAX_ENTRIES) {
-            put(&b, " its Jacobian is too big to read here (%lld x %lld); rerun with a smaller --shape\n",
-                (long long)t->out->numel, (long long)x->numel);
+            tg_text_printf(&b, " its Jacobian is too big to read here (%lld x %lld); rerun with a smaller --shape\n",
+                           (long long)t->out->numel, (long long)x->numel);
             continue;
         }
         tg_gradcheck_diagnosis d;
         tg_gradcheck_opts od = *o;
         od.mode = TG_GRADCHECK_FULL;
         if (!tg_gradcheck_diagnose(ctx, t->fn, &t->c, t->c.n_inputs, t->c.inputs, k, &od, &d)) {
-            put(&b, " could not run: %s\n", tg_error_message(ctx));
+            tg_text_printf(&b, " could not run: %s\n", tg_error_message(ctx));
             tg_clear_error(ctx);
             continue;
         }
-        put(&b, " %s\n    where:        %s\n    found:        %s\n", tg_diagnosis_name(d.kind),
-            d.where[0] ? d.where : "(no element beyond the tolerance in the Jacobians)", d.finding);
+        tg_text_printf(&b, " %s\n    where:        %s\n    found:        %s\n", tg_diagnosis_name(d.kind),
+                       d.where[0] ? d.where : "(no element beyond the tolerance in the Jacobians)", d.finding);
         if (d.kind == TG_DIAG_NONE)
             snprintf(d.cause, sizeof d.cause, "%s",
                      "no structure beyond the tolerance of the whole Jacobian, whose largest entries set it: the "
@@ -93,7 +73,8 @@ size_t gct_diagnose_case(tg_ctx *ctx, const gct_args *a, gct_target *t, const tg
                      "--shape)");
         /* the check's own numbers, the ones its verdict and the note use */
         double off = fabs(in->worst_analytic - in->worst_numeric);
-        put(&b,
+        tg_text_printf(
+            &b,
             "    check error:  the worst comparison is off by %.3g where the check itself may err by %.2g at its "
             "step (rounding + truncation measured at h/2 and h/4), %.3g times that; the failing comparisons are up "
             "to %.3g times theirs, beyond %g: the backward is wrong, not the check\n",
@@ -104,19 +85,22 @@ size_t gct_diagnose_case(tg_ctx *ctx, const gct_args *a, gct_target *t, const tg
         if ((d.kind == TG_DIAG_UNSTRUCTURED || d.kind == TG_DIAG_ROW_SCALE) && eps > 0) {
             double e2 = err_at_smaller_eps(ctx, a, t, k, eps);
             if (e2 < in->max_abs_err / 30) {
-                put(&b,
+                tg_text_printf(
+                    &b,
                     "    eps test:     max |analytic - numeric| %.3g at eps = %g, %.3g at eps = %g: the difference "
                     "shrinks with eps\n",
                     in->max_abs_err, eps, e2, eps / 1000);
-                put(&b, "    likely cause: a missing eps: the backward computes a statistic (rstd) without eps; "
-                        "the error grows as eps / mean(x^2) grows and vanishes at eps -> 0\n");
+                tg_text_printf(&b,
+                               "    likely cause: a missing eps: the backward computes a statistic (rstd) without eps; "
+                               "the error grows as eps / mean(x^2) grows and vanishes at eps -> 0\n");
                 continue;
             }
             if (!isnan(e2))
-                put(&b, "    eps test:     max |analytic - numeric| %.3g at eps = %g, %.3g at eps = %g: not eps\n",
+                tg_text_printf(
+                    &b, "    eps test:     max |analytic - numeric| %.3g at eps = %g, %.3g at eps = %g: not eps\n",
                     in->max_abs_err, eps, e2, eps / 1000);
         }
-        put(&b, "    likely cause: %s\n", d.cause);
+        tg_text_printf(&b, "    likely cause: %s\n", d.cause);
     }
-    return b.len;
+    return tg_text_kept(&b);
 }
