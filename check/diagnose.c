@@ -22,6 +22,10 @@
  *                          (factor -1) or summed instead of averaged (C-1)
  *   Ja_n = s_n Jn_n        a per-row factor: a wrong power of a saved
  *                          statistic (std for rstd: s_n = mean x^2 per row)
+ * and for any input, with y the op's output in rows of its last dim:
+ *   D = y_i b_i^T per row  the error of dx is (dy_i . y_i) b_i: a
+ *                          softmax's row-sum term delta dropped
+ *                          (attention: dS = P (dP - delta))
  *
  * The factor of a rank-one term is measured against the matching term of
  * Jn itself (fit on the off-diagonal entries, where the identity part is
@@ -578,14 +582,18 @@ static bool diagnose_dy(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n, tg_te
     }
     /* the scale of the terms, and what rounding allows between the two
      * ways of forming the same sum */
-    double scale = 0, lin = 0, same = 0, dbl = 0, ones = 0, gmax = 0;
+    double scale = 0, lin = 0, same = 0, dbl = 0, ones = 0, gmax = 0, rsum = 0;
+    for (int64_t j = 0; j < M; j++) rsum += fabs(r[j]);
+    int64_t wrong = 0; /* elements of backward(r) off Jn^T r, as the check counts them */
     for (int64_t i = 0; i < K; i++) {
-        double t = 0, s = 0, s1 = 0;
+        double t = 0, s = 0, s1 = 0, sn = 0;
         for (int64_t j = 0; j < M; j++) {
             t += fabs(r[j] * J->a[j * K + i]);
             s += r[j] * J->a[j * K + i];
             s1 += J->n[j * K + i];
+            sn += r[j] * J->n[j * K + i];
         }
+        wrong += fabs(ga[i] - sn) > J->noise * fmax(rsum, 1.0);
         gJ[i] = s;
         g1[i] = s1;
         scale = fmax(scale, fmax(t, fabs(ga[i])));
@@ -601,6 +609,7 @@ static bool diagnose_dy(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n, tg_te
     free(r);
     if (!(lin > tol) && !(dbl > tol)) return false; /* linear in dy */
     d->max_diff = fmax(lin, dbl);
+    d->n_wrong = wrong;
     if (!(same > tol) && gmax > tol) {
         d->kind = TG_DIAG_IGNORES_DY;
         say(d->finding, sizeof d->finding,
@@ -623,6 +632,69 @@ static bool diagnose_dy(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n, tg_te
 }
 
 /* ---- a learner's mistakes ------------------------------------------------------------ */
+
+/* The output of f at these inputs, as the check computes it (copies, a
+ * private tape, the same RNG state), into a new array of *M values (the
+ * caller frees), with the size of its last dim in *C. NULL on an error. */
+static double *output_of(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n, tg_tensor *const *inputs, int64_t *M,
+                         int64_t *C) {
+    tg_tape saved;
+    uint64_t seed, offset;
+    tg_rng_state(ctx, &seed, &offset);
+    tg_tape_stash(ctx, &saved);
+    bool was = tg_set_grad_enabled(ctx, false);
+    tg_tensor *xs[TG_GRADCHECK_MAX_INPUTS];
+    for (int i = 0; i < n; i++) xs[i] = tg_copy(ctx, inputs[i]);
+    tg_tensor *y = tg_ok(ctx) ? f(ctx, xs, user) : NULL;
+    double *v = y ? malloc((size_t)y->numel * sizeof *v) : NULL;
+    for (int64_t j = 0; v && j < y->numel; j++) v[j] = tg_load(y, j);
+    if (v) *M = y->numel, *C = y->ndim ? y->shape[y->ndim - 1] : 1;
+    tg_set_grad_enabled(ctx, was);
+    tg_tape_restore(ctx, &saved);
+    tg_rng_set_state(ctx, seed, offset);
+    return v;
+}
+
+/* D = y_i b_i^T for each row i of the output y (rows of its last dim C):
+ * row (i, e) of D is y_ie times one vector b_i over the input. Then the
+ * error of dx is sum_i (dy_i . y_i) b_i: a term in the row statistic
+ * dy_i . y_i dropped or mis-weighted -- a softmax's row sum: dx = y (dy -
+ * delta), delta_i = sum_j y_ij dy_ij, and attention's delta_i = sum_j P_ij
+ * dP_ij = dO_i . o_i in dS = P (dP - delta). */
+static bool diagnose_row_sum(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n, tg_tensor *const *inputs, const jac *J,
+                             double tol, tg_gradcheck_diagnosis *d, bool *err) {
+    int64_t M = 0, C = 0, K = J->K;
+    *err = false;
+    double *y = output_of(ctx, f, user, n, inputs, &M, &C);
+    if (!y) return !(*err = !tg_ok(ctx));
+    bool fits = M == J->M && C >= 2 && M % C == 0, any = false;
+    for (int64_t i = 0; fits && i < M / C; i++) {
+        const double *yi = y + i * C;
+        double yy = 0, ymin = yi[0], ymax = yi[0];
+        for (int64_t e = 0; e < C; e++) yy += yi[e] * yi[e], ymin = fmin(ymin, yi[e]), ymax = fmax(ymax, yi[e]);
+        /* a row of equal outputs cannot tell y_i from 1 */
+        if (!(ymax - ymin > 1e-6 * fmax(fabs(ymax), fabs(ymin)))) fits = false;
+        for (int64_t c = 0; fits && c < K; c++) {
+            double s = 0;
+            for (int64_t e = 0; e < C; e++) s += yi[e] * D(J, i * C + e, c);
+            double b = yy > 0 ? s / yy : 0;
+            if (fabs(b) * sqrt(yy) > tol) any = true;
+            for (int64_t e = 0; e < C && fits; e++) fits = fabs(D(J, i * C + e, c) - yi[e] * b) <= tol;
+        }
+    }
+    free(y);
+    if (!fits || !any) return false;
+    d->kind = TG_DIAG_PROJECTION;
+    d->factor = 0;
+    say(d->finding, sizeof d->finding,
+        "analytic - numeric = y_i b_i^T for each row i of the output y: the error of dx is (dy_i . y_i) b_i, a "
+        "term in the row statistic dy_i . y_i (rows of %lld outputs)",
+        (long long)C);
+    say(d->cause, sizeof d->cause,
+        "a softmax's row-sum term dropped (or mis-weighted): in attention, delta_i = sum_j P_ij dP_ij = dO_i . o_i "
+        "left out of dS = P (dP - delta); in a softmax, dx = y (dy - delta) with delta_i = sum_j y_ij dy_ij");
+    return true;
+}
 
 /* Ja = Jn on some output rows and 0 on the others (each row of the
  * Jacobian an output element): the gradient takes the contributions of
@@ -776,9 +848,13 @@ bool tg_gradcheck_diagnose(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
     /* first: is the backward linear in dy at all? */
     bool err;
     if (diagnose_dy(ctx, f, user, n_inputs, inputs, input, &o, &J, d, &err)) {
-        d->n_wrong = locate(&J, d->where, sizeof d->where);
-        if (!d->where[0] || d->n_wrong == 0)
-            say(d->where, sizeof d->where, "every element, through dy (the unit-dy Jacobians cannot show it)");
+        /* the count is the elements the check's weighted sum finds off;
+         * the unit-dy Jacobians may not show them */
+        int64_t wrong = d->n_wrong;
+        if (locate(&J, d->where, sizeof d->where) == 0)
+            say(d->where, sizeof d->where, "%lld of %lld elements, through dy (the unit-dy Jacobians cannot show it)",
+                (long long)wrong, (long long)J.K);
+        d->n_wrong = wrong;
         return true;
     }
     if (err) return false;
@@ -825,11 +901,18 @@ bool tg_gradcheck_diagnose(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
                     "a statistic computed with the %s variance (C - 1 for C): the rstd the backward uses is off by "
                     "%s",
                     c < 1 ? "unbiased" : "biased", named);
+            else if (strstr(named, "sqrt") && c > 1)
+                say(d->cause, sizeof d->cause,
+                    "the score scale left out of the backward: attention's S = scale q k^T with scale = 1/sqrt(D) "
+                    "(D = %lld, the head size, this input's last dim) needs dq = scale dS k and dk = scale dS^T q "
+                    "-- a scale 1/sqrt(C) the forward applies and the backward forgets",
+                    (long long)C);
             else if (strstr(named, "sqrt"))
                 say(d->cause, sizeof d->cause,
-                    "a factor sqrt(C) (C the input's last dim): a scale 1/sqrt(C) the forward applies and the "
-                    "backward leaves out or applies twice -- attention's score scale 1/sqrt(d) -- or a root of a "
-                    "sum where the forward has the root of a mean (or the reverse)");
+                    "a root of a sum where the forward has the root of a mean (r from the sum of squares, C = %lld "
+                    "the input's last dim), or a scale 1/sqrt(C) applied twice (attention's dq = scale dS k with "
+                    "scale = 1/sqrt(D) used once more)",
+                    (long long)C);
             else if (named[0])
                 say(d->cause, sizeof d->cause,
                     "a factor %s too %s: a derivative of x^2 taken as x, or a term counted %s", named,
@@ -863,6 +946,8 @@ bool tg_gradcheck_diagnose(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n_inp
     J.C = C;
     J.rows = C ? J.K / C : 0;
     if (J.x->ndim >= 1 && J.M == J.K && diagnose_rows(&J, d)) return true;
+    if (diagnose_row_sum(ctx, f, user, n_inputs, inputs, &J, tol, d, &err)) return true;
+    if (err) return false;
     d->kind = TG_DIAG_UNSTRUCTURED;
     say(d->finding, sizeof d->finding,
         "no simple structure: not a uniform factor, sign, transpose, or a row pattern (max |difference| %.3g)", dmax);

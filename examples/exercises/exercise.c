@@ -65,8 +65,15 @@ int tg_exercise_main(int argc, char **argv, tg_exercise *e, bool (*make_inputs)(
             tg_clear_error(ctx);
             continue;
         }
-        printf("\n  d%s: %s\n    where:        %s\n    found:        %s\n    likely cause: %s\n", e->input_names[k],
-               tg_diagnosis_name(d.kind), d.where, d.finding, d.cause);
+        printf("\n  d%s: %s\n    where:        %s\n", e->input_names[k], tg_diagnosis_name(d.kind), d.where);
+        /* the check counts the elements its weighted sum finds off; the
+         * diagnosis the Jacobian columns that differ: a column can differ
+         * while its weighted sum stays within the tolerance */
+        if (d.n_wrong != r.input[k].n_wrong)
+            printf(
+                "                  (%lld of them beyond the check's tolerance in its weighted sum, the count above)\n",
+                (long long)r.input[k].n_wrong);
+        printf("    found:        %s\n    likely cause: %s\n", d.finding, d.cause);
     }
     printf("\nnot solved yet: the derivation is in %s\n", e->guide);
     status = 1;

@@ -436,7 +436,9 @@ TG_API bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, in
  *   sign          Ja = -Jn: a sign flip
  *   scale         Ja = c Jn with c uniform; c named when it is C, 1/C,
  *                 sqrt(C), 1/sqrt(C) (C the last dim), numel, 2, 1/2:
- *                 a sum for a mean, a root of a sum for a root of a mean
+ *                 a sum for a mean; sqrt(C): attention's score scale
+ *                 1/sqrt(D) left out; 1/sqrt(C): a root of a sum for a
+ *                 root of a mean
  *   transpose     Ja = Jn^T
  * and for an input of the output's shape whose rows (last dim C) map to
  * the same rows (a normalization):
@@ -444,10 +446,14 @@ TG_API bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, in
  *                 c = 1: x used twice, one gradient overwritten instead of
  *                 accumulated
  *   mean-term     D constant along each row: a dropped (factor -1) or
- *                 wrong - mean(g) term (LayerNorm's term from the mean)
- *   projection    D = a xhat^T per row: the - xhat mean(xhat g) term
+ *                 wrong - mean(u) term, u = gamma * dy (LayerNorm's term
+ *                 from the mean)
+ *   projection    D = a xhat^T per row: the - xhat mean(xhat u) term
  *                 dropped (factor -1: r treated as a constant) or summed
- *                 instead of averaged (factor C - 1)
+ *                 instead of averaged (factor C - 1); or, for any input,
+ *                 D = y_i b_i^T per row i of the output y (factor 0): a
+ *                 softmax's row-sum term delta_i = sum_j y_ij dy_ij
+ *                 dropped (attention's delta_i = dO_i . o_i)
  *   row-scale     Ja = s_n Jn row by row: a wrong power of a saved
  *                 statistic; s_n ~ (mean x^2)^p, p = 1: std for rstd
  *   statistic     the identity part of Jn scaled by rho_n, the projection
