@@ -16,9 +16,9 @@
  *   D_n = -c I             a missing identity term: c dy_i lost from dx_i
  *                          (x used twice, a gradient overwritten)
  *   D_n = a 1^T            constant along each row: a dropped mean term
- *                          (LayerNorm's - mean(g))
+ *                          (LayerNorm's - mean(u), u = gamma * dy)
  *   D_n = a v^T            v = x_n (RMSNorm) or x_n - mean (LayerNorm): a
- *                          projection term - xhat mean(xhat g) dropped
+ *                          projection term - xhat mean(xhat u) dropped
  *                          (factor -1) or summed instead of averaged (C-1)
  *   Ja_n = s_n Jn_n        a per-row factor: a wrong power of a saved
  *                          statistic (std for rstd: s_n = mean x^2 per row)
@@ -30,8 +30,8 @@
  * The factor of a rank-one term is measured against the matching term of
  * Jn itself (fit on the off-diagonal entries, where the identity part is
  * absent): D = f (that term of Jn). Jn's terms of a normalization are
- * diag(g) 1 1^T / C (mean) and diag(g) xhat xhat^T / C (projection), with
- * g_j = gamma_j r; the fit needs neither gamma nor r nor eps. */
+ * r diag(gamma) 1 1^T / C (mean) and r diag(gamma) xhat xhat^T / C (projection);
+ * the fit needs neither gamma nor r nor eps. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -437,29 +437,30 @@ static bool diagnose_rows(const jac *J, tg_gradcheck_diagnosis *d) {
                 "term of the true Jacobian",
                 f);
             say(d->cause, sizeof d->cause, "%s",
-                fabs(f + 1) < 0.02 ? "a dropped mean term: dx lacks - mean_j(g_j) (LayerNorm's term from the mean "
-                                     "mu; the mean treated as a constant)"
-                                   : "a wrong mean term in dx (- mean_j(g_j), LayerNorm's term from the mean mu): "
-                                     "wrong factor");
+                fabs(f + 1) < 0.02
+                    ? "a dropped mean term: dx lacks - mean_j(u_j), u = gamma * dy (LayerNorm's term from the mean "
+                      "mu; the mean treated as a constant)"
+                    : "a wrong mean term in dx (- mean_j(u_j), u = gamma * dy, LayerNorm's term from the mean mu): "
+                      "wrong factor");
         } else {
             d->kind = TG_DIAG_PROJECTION;
             d->factor = f;
             say(d->finding, sizeof d->finding,
                 "analytic - numeric is, in each row, a rank-one a xhat^T along the row's %svalues: %.4g x the "
-                "projection term -diag(g) xhat xhat^T / C of the true Jacobian",
+                "projection term -r diag(gamma) xhat xhat^T / C of the true Jacobian",
                 centred ? "centred " : "", f);
             if (fabs(f + 1) < 0.02)
                 say(d->cause, sizeof d->cause,
-                    "the projection term - xhat mean(xhat g) is dropped from dx: the statistic %s treated as a "
+                    "the projection term - xhat mean(xhat u) is dropped from dx: the statistic %s treated as a "
                     "constant (its derivative through x forgotten)",
                     centred ? "rstd (of the variance)" : "r = rstd");
             else if (fabs(f - (double)(C - 1)) < 0.02 * (double)C)
                 say(d->cause, sizeof d->cause,
-                    "m = mean(xhat g) summed instead of averaged (x C): the term is C times too big, D = (C - 1) x "
+                    "m = mean(xhat u) summed instead of averaged (x C): the term is C times too big, D = (C - 1) x "
                     "the term, C = %lld",
                     (long long)C);
             else
-                say(d->cause, sizeof d->cause, "the projection term - xhat mean(xhat g) has a wrong factor (%.4g x)",
+                say(d->cause, sizeof d->cause, "the projection term - xhat mean(xhat u) has a wrong factor (%.4g x)",
                     f + 1);
         }
         found = true;
@@ -765,8 +766,8 @@ static bool diagnose_missing_gain(const jac *J, double tol, int n_inputs, tg_ten
             "gradient lacks the factor that input puts on the output",
             k, (long long)C);
         say(d->cause, sizeof d->cause,
-            "the gain gamma (input %d) left out of u = gamma dy: the gradient that reaches xhat is gamma dy, not "
-            "dy (dx = r (u - xhat mean(u xhat)) with u = gamma dy)",
+            "the gain gamma (input %d) left out of u = gamma * dy: the gradient that reaches xhat is gamma * dy, "
+            "not dy (dx = r (u - xhat mean(u xhat)) with u = gamma * dy)",
             k);
         return true;
     }

@@ -98,7 +98,7 @@ END_TEST
 START_TEST(test_missing_gain) {
     tg_gradcheck_diagnosis d = diagnose(NO_GAMMA, 0, TG_DIAG_MISSING_GAIN);
     ck_assert_int_eq((int)d.factor, 1);
-    tg_test_assert_contains(d.cause, "u = gamma dy", NULL);
+    tg_test_assert_contains(d.cause, "u = gamma * dy", NULL);
 }
 END_TEST
 

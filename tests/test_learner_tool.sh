@@ -59,6 +59,7 @@ diagnose)
   has "diagnosis of x 4x8 (4x8): mean-term"
   has "constant along each row of x"
   has "a dropped mean term"
+  has "dx lacks - mean_j(u_j), u = gamma * dy"
   grep -q "diagnosis of gamma" "$tmp/out" && fail "layernorm-no-mean: gamma's gradient is right, yet diagnosed"
 
   run 1 check --inject overwrite
@@ -114,6 +115,10 @@ explain)
   run 0 explain rmsnorm --x 1,2,2 "${common[@]}"
   near "0.577350 1.154701 1.154701" "$(line xhat)"
   near "0.677350 0.577350 2.209401" "$(line y)"
+  # the guide's notation: u = gamma * dy, the gradient reaching xhat
+  near "1 -0.5 -1" "$(line u)"
+  has "gamma * dy (the gradient reaching xhat)"
+  has "mean_j (u_j xhat_j)"
   near "-0.384900" "$(line m | awk '{print $1}')"
   near "0.705650 -0.032075 -0.320750" "$(line dx)"
   near "0.577350 -1.154701 -0.577350" "$(line dgamma)"
@@ -126,6 +131,8 @@ explain)
   near "0.612372" "$(line r | awk '{print $1}')"
   near "-1.224745 0 1.224745" "$(line xhat)"
   near "-1.124745 0 2.349490" "$(line y)"
+  has "mean u     = -0.166666666667    mean_j u_j"
+  has "r (u - mean u - xhat m)"
   near "-0.816497" "$(line m | awk '{print $1}')"
   near "0.102062 -0.204124 0.102062" "$(line dx)"
   near "-1.224745 0 -0.612372" "$(line dgamma)"

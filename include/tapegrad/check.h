@@ -474,7 +474,7 @@ TG_API bool tg_gradcheck_jacobian(tg_ctx *ctx, tg_gradcheck_fn f, void *user, in
  *   partial-sum   Ja = Jn on some outputs' rows, 0 on the others: a sum over
  *                 rows written with = (dgamma of one row)
  *   missing-gain  Ja = Jn / w_c output by output, w another input of C
- *                 values (factor: its index): gamma left out of u = gamma dy
+ *                 values (factor: its index): gamma left out of u = gamma * dy
  *   swapped       Ja = the numeric Jacobian of another input of the same
  *                 size (factor: its index): dgamma and dbeta swapped
  * `factor` is c, the term's factor relative to that term of Jn (D = factor

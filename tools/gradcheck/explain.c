@@ -134,10 +134,10 @@ int gct_cmd_explain(const gct_args *a) {
         put_vec("y", y, C, "gamma xhat + beta");
         printf("  backward:\n");
         put_vec("dy", d, C, NULL);
-        put_vec("g", u, C, "gamma dy (the gradient reaching xhat; u in the code)");
-        if (ln) printf("  %-10s = %.12g    mean_j g_j\n", "mean g", mu_u);
-        printf("  %-10s = %.12g    mean_j (g_j xhat_j)\n", "m", m);
-        put_vec("dx", dx, C, ln ? "r (g - mean g - xhat m)" : "r (g - xhat m)");
+        put_vec("u", u, C, "gamma * dy (the gradient reaching xhat)");
+        if (ln) printf("  %-10s = %.12g    mean_j u_j\n", "mean u", mu_u);
+        printf("  %-10s = %.12g    mean_j (u_j xhat_j)\n", "m", m);
+        put_vec("dx", dx, C, ln ? "r (u - mean u - xhat m)" : "r (u - xhat m)");
         put_vec("dgamma", dg, C, "dy xhat (summed over rows)");
         put_vec("dbeta", d, C, "dy (summed over rows)");
 
