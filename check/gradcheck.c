@@ -98,7 +98,7 @@ static void gc_arena_rollback(tg_ctx *ctx, gc_mark m) {
  * when any of them is float32): the float64 values are PyTorch's; float32
  * needs a step a thousand times larger (its round-off, eps32 |L| / h, would
  * swamp the quotient at h = 1e-6) and tolerances that sit above the error
- * left at that step (docs/gradcheck.md measures both). The step and atol
+ * left at that step (docs/gradcheck-guide.md measures both). The step and atol
  * are relative by default (to the length scale l_i and the gradient's
  * scale G_k), so one setting holds from inputs of size 1e-6 to 1e6
  * (docs/experiments.md): PyTorch's absolute atol 1e-5 is larger than a

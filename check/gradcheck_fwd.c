@@ -23,7 +23,7 @@
  * either dot product, times a rounding error that grows like the square
  * root of the number of terms summed. A backward off by a relative 1e-6
  * passes tg_gradcheck's float64 tolerance (rtol 1e-3) and fails here by
- * orders of magnitude (docs/gradcheck.md).
+ * orders of magnitude (docs/gradcheck-guide.md, forward mode).
  *
  * As tg_gradcheck: copies of the inputs, a private tape, grad mode
  * restored, every evaluation from the same RNG state. */

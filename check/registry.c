@@ -774,7 +774,7 @@ static bool build_norm(tg_ctx *ctx, tg_op_case *c) {
  * Measured: `tapegrad-gradcheck check all --dtype f32`, with and without
  * --mode full, passes seeds 0..59; at h = 1e-3 some seeds failed the norms
  * at 16x64, exp at 16x33, matmul at 70x65,65x40, log_softmax at 8x65 and
- * linear at 33x40,24x40 (docs/gradcheck.md). softmax, which passed at
+ * linear at 33x40,24x40 (docs/gradcheck-guide.md). softmax, which passed at
  * 1e-3, took 1e-2 later: a row moves as in log_softmax, and its worst
  * err/tol over seeds 0..59 at 8x65 fell from 0.38 to 0.057 (`check softmax
  * --dtype f32 --shape 8x65 --seeds 60 [--h 1e-3]`).

@@ -8,8 +8,11 @@ BUILD/tools first on PATH, NO_COLOR=1), one shell for the block so that
 command followed by its output (stdout and stderr). A command may pipe
 into head, sed, ... to quote an excerpt; the doc shows the pipe.
 
-    python3 scripts/gradcheck_docs.py --update [--build DIR] FILE...
-    python3 scripts/gradcheck_docs.py --check  [--build DIR] FILE...
+    python3 scripts/gradcheck_docs.py --update [--build DIR] [FILE...]
+    python3 scripts/gradcheck_docs.py --check  [--build DIR] [FILE...]
+
+Without FILE: the pages that quote the tool, DOCS below (the gradcheck
+reference, its guide, the experiments).
 
 --check exits 1 when a block's output differs from the doc's, with what
 the run measures masked on both sides: times ("in 0.02 s", "183.4 us a
@@ -23,6 +26,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEP = "@@gradcheck_docs@@"
+DOCS = ["docs/gradcheck.md", "docs/gradcheck-guide.md", "docs/experiments.md"]
 
 MASKS = [
     (re.compile(r"\bin \d+(\.\d+)? s\b"), "in <time> s"),
@@ -82,8 +86,9 @@ def main(argv):
             build = os.path.abspath(next(it))
         else:
             files.append(a)
-    if not mode or not files:
+    if not mode:
         sys.exit(__doc__)
+    files = files or [os.path.join(ROOT, d) for d in DOCS]
     stale = 0
     for path in files:
         stale_before = stale

@@ -52,8 +52,9 @@
 #              blamed on the backward (f32), a linear op's 2% bug called round-off
 #              (linear), a backward ignoring dy diagnosed as agreeing Jacobians
 #              (dy), and the exit codes: > /dev/full, a NaN in explain (exit)
-#   docs       every output quoted in docs/gradcheck.md and docs/experiments.md is
-#              the tool's now (scripts/gradcheck_docs.py --check)
+#   docs       every output quoted in docs/gradcheck.md, docs/gradcheck-guide.md
+#              and docs/experiments.md is the tool's now
+#              (scripts/gradcheck_docs.py --check)
 #   schema     every command's --format json validated against schema 1
 #              (tests/gradcheck_schema.py, docs/gradcheck.md); --version; seeds as a
 #              list; --seed with --seeds refused
@@ -222,7 +223,7 @@ rmsnorm-no-eps x,gamma -
 layernorm-no-mean x gamma,beta
 overwrite x gamma
 EOF
-  # a missing eps hides under rtol when eps << mean(x^2) (docs/gradcheck.md)
+  # a missing eps hides under rtol when eps << mean(x^2) (docs/gradcheck-guide.md)
   run 0 check --inject rmsnorm-no-eps --shape 4x8
   # overwriting is invisible while x is used once, exposed when used twice
   run 0 check --inject overwrite --shape '4x8;uses=1'
@@ -752,12 +753,13 @@ COMMANDS
   echo "schema: $n commands, every one schema 1"
   ;;
 docs)
-  # every tool output quoted in docs/gradcheck.md and docs/experiments.md is
-  # what the tool prints now (times and written files aside)
+  # every tool output quoted in docs/gradcheck.md, docs/gradcheck-guide.md
+  # and docs/experiments.md (the script's DOCS) is what the tool prints now
+  # (times and written files aside)
   command -v python3 > /dev/null 2>&1 || { echo "ok: docs (skipped: no python3)"; exit 0; }
   root=$(cd "$(dirname "$0")/.." && pwd)
-  python3 "$root/scripts/gradcheck_docs.py" --check --build "$(dirname "$(dirname "$tool")")" \
-    "$root/docs/gradcheck.md" "$root/docs/experiments.md" || fail "a quoted output is stale: scripts/gradcheck_docs.py --update"
+  python3 "$root/scripts/gradcheck_docs.py" --check --build "$(dirname "$(dirname "$tool")")" ||
+    fail "a quoted output is stale: scripts/gradcheck_docs.py --update"
   ;;
 *)
   fail "unknown case $case_name"

@@ -40,7 +40,8 @@ extern "C" {
  * theirs), by default the input's root mean square. The best central step is
  * h* ~ 1.7 eps_mach^(1/3) l at every input scale (docs/experiments.md), so a
  * relative step keeps a float32 check near its optimum from x ~ 1e-3 to
- * 1e3 where one absolute step cannot.
+ * 1e3 where one absolute step cannot (a generated sweep over those scales:
+ * docs/gradcheck-guide.md, relative steps).
  *
  * The tolerance. With atol_scale ABSOLUTE atol is absolute; with GRADIENT
  * it is relative to the gradient's own scale: |a - n| <= atol G_k + rtol |n|,
@@ -61,10 +62,10 @@ extern "C" {
  * A value set explicitly is used as given in either dtype. To use a 0
  * tolerance itself (atol 0: a purely relative test), set no_defaults.
  * (In the registry an op's own values come between the two:
- * tg_registry_opts. docs/gradcheck.md measures why float32 needs these.)
+ * tg_registry_opts. docs/gradcheck-guide.md measures why float32 needs these.)
  *
  * The predicted error. Each comparison also gets the error central
- * differences themselves make at that step (docs/gradcheck.md):
+ * differences themselves make at that step (docs/gradcheck-guide.md):
  *   rounding    TG_GRADCHECK_C_ROUND eps S_i / h_i   S_i = sum of |r_j f_j|
  *                                                    over the outputs x_i moves
  *   truncation  TG_GRADCHECK_C_TRUNC (h_i / l_i)^2 G_k   (forward differences:
@@ -659,8 +660,9 @@ TG_API bool tg_registry_build_ranges(tg_ctx *ctx, tg_op_case *c);
 
 /* A gradcheck plugin: a shared object a user builds against the installed
  * package, that `tapegrad-gradcheck --plugin ./libmyop.so` loads to check
- * the user's ops without rebuilding tapegrad (docs/gradcheck.md). It
- * defines its ops as tg_op_info entries and exports them with
+ * the user's ops without rebuilding tapegrad (docs/gradcheck-guide.md,
+ * checking your own op). It defines its ops as tg_op_info entries and
+ * exports them with
  *   TG_GRADCHECK_PLUGIN("myops", my_ops, 2)
  * which defines the function the tool looks up by name
  * (TG_GRADCHECK_PLUGIN_SYMBOL). An op's rules -- its double backward, its

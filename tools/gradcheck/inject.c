@@ -344,9 +344,9 @@ static const gct_bug BUGS[] = {
     {"layernorm-unbiased", "layernorm", "LayerNorm backward recomputes rstd from the unbiased variance (/ (C - 1))", "",
      "4x8", fw_layernorm_unbiased, NULL, 0},
     /* written with the public custom-op API: inject_norm.c */
-    {"rmsnorm-r-const", "rmsnorm", "RMSNorm dx treats r as a constant: the - xhat mean(g xhat) term is dropped", "",
+    {"rmsnorm-r-const", "rmsnorm", "RMSNorm dx treats r as a constant: the - xhat mean(u xhat) term is dropped", "",
      "4x8", gct_bug_rmsnorm_r_const, NULL, 0},
-    {"rmsnorm-m-sum", "rmsnorm", "RMSNorm dx sums m = sum(g xhat) instead of averaging it", "", "4x8",
+    {"rmsnorm-m-sum", "rmsnorm", "RMSNorm dx sums m = sum(u xhat) instead of averaging it", "", "4x8",
      gct_bug_rmsnorm_m_sum, NULL, 0},
     {"rmsnorm-ignore-dy", "rmsnorm", "RMSNorm dx ignores the incoming gradient: J^T 1 instead of J^T dy", "", "4x8",
      gct_bug_rmsnorm_ignore_dy, NULL, 0},

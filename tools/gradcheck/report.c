@@ -144,7 +144,7 @@ tg_gradcheck_verdict gct_verdict_join(tg_gradcheck_verdict a, tg_gradcheck_verdi
 void gct_put_notes(const gct_note *notes, int n, bool f32) {
     if (n <= 0) return;
     printf("\n  note: against the error the check itself makes at its step -- rounding from the dtype's\n"
-           "  epsilon and the outputs a step moves, truncation measured at h/2 and h/4 (docs/gradcheck.md):\n");
+           "  epsilon and the outputs a step moves, truncation measured at h/2 and h/4 (docs/gradcheck-guide.md):\n");
     /* one paragraph per kind, its inputs under it */
     enum { K_WRONG, K_NAN, K_UNRESOLVED, K_ALL_ZERO, K_EMPTY, K_ERROR, K_N };
     static const char *const what[K_N] = {
