@@ -7,7 +7,9 @@
  * and probe vectors drawn anew for each, unless --input-seed or
  * --probe-seed holds one fixed) and the table gives, per input, the pass
  * rate and quantiles of the error over the seeds. --format json and csv
- * write the same for programs (tg_gradcheck_write). */
+ * write the same for programs (tg_gradcheck_write).
+ *
+ * Layer: command (tool.h): calls modes.c, the analysis (diagnose.c) and below. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <math.h>

@@ -9,7 +9,9 @@
  *
  *   tapegrad-gradcheck explain rmsnorm --x 1,2,2 --gamma 1,0.5,2 --beta 0.1,0,-0.1 --dy 1,-1,-0.5 --eps 0
  *
- * Rows: --shape NxC splits --x into N rows of C (default one row). */
+ * Rows: --shape NxC splits --x into N rows of C (default one row).
+ *
+ * Layer: command (tool.h): calls the base (its own arithmetic, no target). */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>

@@ -1,5 +1,7 @@
 /* `tapegrad-gradcheck list`: every registered op and layer with its spec
- * (options), built-in shape variants and inputs, then the seeded bugs. */
+ * (options), built-in shape variants and inputs, then the seeded bugs.
+ *
+ * Layer: command (tool.h): calls the target and base layers. */
 #include <string.h>
 
 #include "tools/gradcheck/tool.h"

@@ -11,7 +11,9 @@
  * xhat^T / C and - r 1 1^T / C, built from x alone: how well they add up
  * to the numeric J per row, and over every entry to the analytic J
  * (rounding) and the numeric J (the differences' error); drawn as heatmaps
- * beside their sum (DIR/jacobian_NAME_x_parts.png). */
+ * beside their sum (DIR/jacobian_NAME_x_parts.png).
+ *
+ * Layer: analysis (tool.h): called by jacobian.c; calls plot.c and the base. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

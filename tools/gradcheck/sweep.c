@@ -24,7 +24,9 @@
  * against the theory scaled by that input's l. A step that rounds away
  * (x +- h == x) is marked `vanished`, never plotted as an error of 0.
  * Writes DIR/sweep_NAME.dat (the errors over all inputs), .gp and .png,
- * and DIR/sweep_NAME_inputs.dat, .gp and .png (the relative errors). */
+ * and DIR/sweep_NAME_inputs.dat, .gp and .png (the relative errors).
+ *
+ * Layer: command (tool.h): calls sweep_plot.c and the report, target and base layers. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
