@@ -11,8 +11,7 @@
  *   command   list.c       `list`: every registered op, its spec and variants
  *             check.c      `check`: one table per op, a row per input
  *             modes.c      check --modes fwd,rev and --adjoint: forward mode
- *             sweep.c      `sweep`: error against the step h (tables, JSON, CSV)
- *             sweep_plot.c sweep's data files and log-log pictures
+ *             sweep.c      `sweep`: error against the step h, log-log pictures
  *             jacobian.c   `jacobian`: both Jacobians side by side, heatmaps
  *             explain.c    `explain`: a norm's backward on the learner's numbers
  *             memory.c     `memory`: fused vs composed records, saved and arena bytes
