@@ -248,132 +248,147 @@ static bool takes(const char *command, const opt_use *u) {
     return false;
 }
 
-/* One option with its value v (NULL for a flag). False on a usage error
- * (printed). */
-static bool parse_option(gct_args *a, const char *opt, const char *v) {
-    const char *rest;
-    gct_input_ctl *c;
-    if (!strcmp(opt, "--quiet")) {
-        a->quiet = true;
-    } else if (!strcmp(opt, "--print-inputs")) {
-        a->print_inputs = true;
-    } else if (!strcmp(opt, "--elements")) {
-        a->elements = true;
-    } else if (!strcmp(opt, "--modes") || !strcmp(opt, "--adjoint")) {
-        return parse_modes(a, opt, v);
-    } else if (!strcmp(opt, "--shape")) {
-        a->shape = v;
-    } else if (!strcmp(opt, "--x")) {
-        a->x = v;
-    } else if (!strcmp(opt, "--gamma")) {
-        a->gamma = v;
-    } else if (!strcmp(opt, "--beta")) {
-        a->beta = v;
-    } else if (!strcmp(opt, "--dy")) {
-        a->dy = v;
-    } else if (!strcmp(opt, "--eps")) {
-        return parse_number(opt, v, true, &a->eps);
-    } else if (!strcmp(opt, "--dtype")) {
-        if (!strcmp(v, "f32") || !strcmp(v, "float32")) a->dtype = TG_F32;
-        else if (!strcmp(v, "f64") || !strcmp(v, "float64")) a->dtype = TG_F64;
-        else if (!strcmp(v, "bf16") || !strcmp(v, "bfloat16") || !strcmp(v, "f16") || !strcmp(v, "float16"))
-            return gct_usage_error("--dtype %s: finite differences cannot check a 16-bit dtype (its rounding, "
-                                   "epsilon 2^-7 or 2^-10, swamps any difference quotient); check in f64, and "
-                                   "compare the %s backward with the float64 one in C with tg_gradcheck_lowp "
-                                   "(tapegrad/check.h)",
-                                   v, v),
-                   false;
-        else return gct_usage_error("--dtype is f32 or f64, not '%s'", v), false;
-        a->dtype_set = true;
-    } else if (!strcmp(opt, "--h")) {
-        return parse_number(opt, v, false, &a->h);
-    } else if (!strcmp(opt, "--atol")) {
-        return parse_number(opt, v, true, &a->atol);
-    } else if (!strcmp(opt, "--rtol")) {
-        return parse_number(opt, v, true, &a->rtol);
-    } else if (!strcmp(opt, "--step-floor")) {
-        return parse_number(opt, v, false, &a->step_floor);
+/* The options of a group below: 1 parsed, 0 a usage error (printed), -1
+ * not an option of the group. */
+#define OPT_OK(ok) ((ok) ? 1 : 0)
+
+/* Flags and options whose value is kept as text. */
+static int parse_text_option(gct_args *a, const char *opt, const char *v) {
+    if (!strcmp(opt, "--quiet")) a->quiet = true;
+    else if (!strcmp(opt, "--print-inputs")) a->print_inputs = true;
+    else if (!strcmp(opt, "--elements")) a->elements = true;
+    else if (!strcmp(opt, "--modes") || !strcmp(opt, "--adjoint")) return OPT_OK(parse_modes(a, opt, v));
+    else if (!strcmp(opt, "--shape")) a->shape = v;
+    else if (!strcmp(opt, "--x")) a->x = v;
+    else if (!strcmp(opt, "--gamma")) a->gamma = v;
+    else if (!strcmp(opt, "--beta")) a->beta = v;
+    else if (!strcmp(opt, "--dy")) a->dy = v;
+    else if (!strcmp(opt, "--inject")) a->inject = v;
+    else if (!strcmp(opt, "--input")) a->input = v;
+    else if (!strcmp(opt, "--out")) {
+        if (!*v) return gct_usage_error("--out wants a directory"), 0;
+        a->out_dir = v;
+    } else if (!strcmp(opt, "--save-inputs")) {
+        if (!*v) return gct_usage_error("--save-inputs wants a directory"), 0;
+        a->save_inputs = v;
+    } else return -1;
+    return 1;
+}
+
+/* --dtype: f32 or f64; a 16-bit dtype is refused with the reason. */
+static bool parse_dtype(gct_args *a, const char *v) {
+    if (!strcmp(v, "f32") || !strcmp(v, "float32")) a->dtype = TG_F32;
+    else if (!strcmp(v, "f64") || !strcmp(v, "float64")) a->dtype = TG_F64;
+    else if (!strcmp(v, "bf16") || !strcmp(v, "bfloat16") || !strcmp(v, "f16") || !strcmp(v, "float16"))
+        return gct_usage_error("--dtype %s: finite differences cannot check a 16-bit dtype (its rounding, "
+                               "epsilon 2^-7 or 2^-10, swamps any difference quotient); check in f64, and "
+                               "compare the %s backward with the float64 one in C with tg_gradcheck_lowp "
+                               "(tapegrad/check.h)",
+                               v, v),
+               false;
+    else return gct_usage_error("--dtype is f32 or f64, not '%s'", v), false;
+    a->dtype_set = true;
+    return true;
+}
+
+/* Options that pick one of a few words. */
+static int parse_choice_option(gct_args *a, const char *opt, const char *v) {
+    if (!strcmp(opt, "--dtype")) {
+        return OPT_OK(parse_dtype(a, v));
     } else if (!strcmp(opt, "--atol-scale")) {
         if (!strcmp(v, "absolute")) a->atol_scale = TG_GRADCHECK_ATOL_ABSOLUTE;
         else if (!strcmp(v, "gradient")) a->atol_scale = TG_GRADCHECK_ATOL_GRADIENT;
-        else return gct_usage_error("--atol-scale is absolute or gradient, not '%s'", v), false;
+        else return gct_usage_error("--atol-scale is absolute or gradient, not '%s'", v), 0;
     } else if (!strcmp(opt, "--mode")) {
         if (!strcmp(v, "full")) a->mode = TG_GRADCHECK_FULL;
         else if (!strcmp(v, "directional")) a->mode = TG_GRADCHECK_DIRECTIONAL;
         else if (!strcmp(v, "jacobian")) a->mode = TG_GRADCHECK_JACOBIAN;
-        else return gct_usage_error("--mode is full, directional or jacobian, not '%s'", v), false;
+        else return gct_usage_error("--mode is full, directional or jacobian, not '%s'", v), 0;
     } else if (!strcmp(opt, "--order")) {
         if (!strcmp(v, "1") || !strcmp(v, "2")) a->order = v[0] - '0';
-        else return gct_usage_error("--order is 1 or 2, not '%s'", v), false;
+        else return gct_usage_error("--order is 1 or 2, not '%s'", v), 0;
     } else if (!strcmp(opt, "--scheme")) {
         if (!strcmp(v, "central")) a->schemes = 1;
         else if (!strcmp(v, "forward")) a->schemes = 2;
-        else return gct_usage_error("--scheme is central or forward, not '%s'", v), false;
+        else return gct_usage_error("--scheme is central or forward, not '%s'", v), 0;
     } else if (!strcmp(opt, "--step")) {
         if (!strcmp(v, "absolute")) a->step = TG_GRADCHECK_STEP_ABSOLUTE;
         else if (!strcmp(v, "element")) a->step = TG_GRADCHECK_STEP_ELEMENT;
         else if (!strcmp(v, "scaled")) a->step = TG_GRADCHECK_STEP_SCALED;
-        else return gct_usage_error("--step is absolute, element or scaled, not '%s'", v), false;
+        else return gct_usage_error("--step is absolute, element or scaled, not '%s'", v), 0;
         a->step_set = true;
-    } else if (!strcmp(opt, "--seed")) {
-        a->seed_set = true;
-        return parse_seed(opt, v, &a->seed);
-    } else if (!strcmp(opt, "--input-seed")) {
-        a->input_seed_set = true;
-        return parse_seed(opt, v, &a->input_seed);
-    } else if (!strcmp(opt, "--probe-seed")) {
-        a->probe_seed_set = true;
-        return parse_seed(opt, v, &a->probe_seed);
-    } else if (!strcmp(opt, "--seeds")) {
-        return parse_seeds(v, a);
-    } else if (!strcmp(opt, "--inject")) {
-        a->inject = v;
-    } else if (!strcmp(opt, "--input")) {
-        a->input = v;
-    } else if (!strcmp(opt, "--out")) {
-        if (!*v) return gct_usage_error("--out wants a directory"), false;
-        a->out_dir = v;
-    } else if (!strcmp(opt, "--save-inputs")) {
-        if (!*v) return gct_usage_error("--save-inputs wants a directory"), false;
-        a->save_inputs = v;
     } else if (!strcmp(opt, "--format")) {
         if (!strcmp(v, "text")) a->format = GCT_TEXT;
         else if (!strcmp(v, "json")) a->format = GCT_JSON;
         else if (!strcmp(v, "csv")) a->format = GCT_CSV;
-        else return gct_usage_error("--format is text, json or csv, not '%s'", v), false;
-    } else if (!strcmp(opt, "--r")) {
-        free(a->r);
-        a->r = NULL;
-        if (!gct_parse_values(opt, v, &a->r, &a->n_r)) return false;
-        /* a zero r weights every output by 0: L = 0, and the check would
-         * compare 0 with 0 whatever the backward */
-        if (!nonzero_finite(a->r, a->n_r))
-            return gct_usage_error("--r %s: the weighting must be finite and not all zero (L = sum_j r_j y_j would "
-                                   "not see the output)",
-                                   v),
-                   false;
-    } else if (!strcmp(opt, "--h-grid")) {
-        return parse_grid(v, a);
+        else return gct_usage_error("--format is text, json or csv, not '%s'", v), 0;
     } else {
-        /* per-input: --v, --dist, --scale, --offset, --values NAME=... */
-        if (!(c = ctl_of(a, opt, v, &rest))) return false;
-        if (!strcmp(opt, "--v")) {
-            free(c->v);
-            c->v = NULL;
-            if (!gct_parse_values(opt, rest, &c->v, &c->n_v)) return false;
-            if (!nonzero_finite(c->v, c->n_v))
-                return gct_usage_error("--v %s: the direction must be finite and not all zero", v), false;
-            return true;
-        }
-        if (!strcmp(opt, "--values")) {
-            free(c->values);
-            return gct_parse_values(opt, rest, &c->values, &c->n_values);
-        }
-        if (!strcmp(opt, "--dist")) return parse_dist(c, rest);
-        if (!strcmp(opt, "--scale")) return (c->scale_set = true) && parse_real(opt, rest, &c->scale);
-        return (c->offset_set = true) && parse_real(opt, rest, &c->offset);
+        return -1;
     }
+    return 1;
+}
+
+/* --r V,V,...|@FILE: the output weighting. */
+static bool parse_r(gct_args *a, const char *opt, const char *v) {
+    free(a->r);
+    a->r = NULL;
+    if (!gct_parse_values(opt, v, &a->r, &a->n_r)) return false;
+    /* a zero r weights every output by 0: L = 0, and the check would
+     * compare 0 with 0 whatever the backward */
+    if (!nonzero_finite(a->r, a->n_r))
+        return gct_usage_error("--r %s: the weighting must be finite and not all zero (L = sum_j r_j y_j would "
+                               "not see the output)",
+                               v),
+               false;
     return true;
+}
+
+/* Options whose value is a number, seeds or a list of numbers. */
+static int parse_number_option(gct_args *a, const char *opt, const char *v) {
+    if (!strcmp(opt, "--eps")) return OPT_OK(parse_number(opt, v, true, &a->eps));
+    if (!strcmp(opt, "--h")) return OPT_OK(parse_number(opt, v, false, &a->h));
+    if (!strcmp(opt, "--atol")) return OPT_OK(parse_number(opt, v, true, &a->atol));
+    if (!strcmp(opt, "--rtol")) return OPT_OK(parse_number(opt, v, true, &a->rtol));
+    if (!strcmp(opt, "--step-floor")) return OPT_OK(parse_number(opt, v, false, &a->step_floor));
+    if (!strcmp(opt, "--seed")) return a->seed_set = true, OPT_OK(parse_seed(opt, v, &a->seed));
+    if (!strcmp(opt, "--input-seed")) return a->input_seed_set = true, OPT_OK(parse_seed(opt, v, &a->input_seed));
+    if (!strcmp(opt, "--probe-seed")) return a->probe_seed_set = true, OPT_OK(parse_seed(opt, v, &a->probe_seed));
+    if (!strcmp(opt, "--seeds")) return OPT_OK(parse_seeds(v, a));
+    if (!strcmp(opt, "--r")) return OPT_OK(parse_r(a, opt, v));
+    if (!strcmp(opt, "--h-grid")) return OPT_OK(parse_grid(v, a));
+    return -1;
+}
+
+/* Per input: --v, --dist, --scale, --offset, --values NAME=... */
+static bool parse_input_option(gct_args *a, const char *opt, const char *v) {
+    const char *rest;
+    gct_input_ctl *c = ctl_of(a, opt, v, &rest);
+    if (!c) return false;
+    if (!strcmp(opt, "--v")) {
+        free(c->v);
+        c->v = NULL;
+        if (!gct_parse_values(opt, rest, &c->v, &c->n_v)) return false;
+        if (!nonzero_finite(c->v, c->n_v))
+            return gct_usage_error("--v %s: the direction must be finite and not all zero", v), false;
+        return true;
+    }
+    if (!strcmp(opt, "--values")) {
+        free(c->values);
+        return gct_parse_values(opt, rest, &c->values, &c->n_values);
+    }
+    if (!strcmp(opt, "--dist")) return parse_dist(c, rest);
+    if (!strcmp(opt, "--scale")) return (c->scale_set = true) && parse_real(opt, rest, &c->scale);
+    return (c->offset_set = true) && parse_real(opt, rest, &c->offset);
+}
+
+/* One option with its value v (NULL for a flag). False on a usage error
+ * (printed). */
+static bool parse_option(gct_args *a, const char *opt, const char *v) {
+    int st = parse_text_option(a, opt, v);
+    if (st < 0) st = parse_choice_option(a, opt, v);
+    if (st < 0) st = parse_number_option(a, opt, v);
+    if (st < 0) return parse_input_option(a, opt, v);
+    return st == 1;
 }
 
 int gct_parse_args(int argc, char **argv, gct_args *a) {
