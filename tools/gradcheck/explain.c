@@ -55,6 +55,8 @@ static void row_forward(bool ln, const double *x, const double *g, const double 
     for (int64_t j = 0; j < C; j++) y[j] = g[j] * (x[j] - mu) * r + b[j];
 }
 
+/* Long: the worked example, in the order of docs/normalization-gradients.md,
+ * reads top to bottom; not yet split into steps. */
 int gct_cmd_explain(const gct_args *a) {
     bool ln;
     if (!a->name) return gct_usage_error("explain needs rmsnorm or layernorm");

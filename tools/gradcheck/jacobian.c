@@ -148,6 +148,7 @@ static void collect_bound(void *user, const tg_gradcheck_element *e) {
         b->pred[e->input][e->output * b->N[e->input] + e->index] = e->bound;
 }
 
+/* Long: the report per input (text, JSON, CSV, pictures) is one loop; not yet split into steps. */
 int gct_cmd_jacobian(const gct_args *a) {
     const tg_op_info *op;
     const gct_bug *bug;

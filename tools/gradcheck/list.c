@@ -40,6 +40,7 @@ static void put_prose(const char *label, int indent, int lw, const char *text) {
     put_wrapped(label, indent, lw, words, n, " ");
 }
 
+/* Long: one entry per op, then the bug catalogue, printed in order; not yet split into steps. */
 int gct_cmd_list(const gct_args *a) {
     tg_ctx *ctx = gct_ctx_new(a->seed);
     if (!ctx) return GCT_EXIT_ERROR;

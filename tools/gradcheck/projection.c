@@ -83,6 +83,7 @@ static void build_parts(tg_ctx *ctx, const tg_tensor *x, bool ln, double eps, in
     }
 }
 
+/* Long: the rows' eigenvalues and the parts share their scratch; not yet split into steps. */
 int gct_projection_view(tg_ctx *ctx, const gct_target *t, int k, const double *ja, const double *jn, const char *dir,
                         const char *name, const char *title, bool print) {
     const char *op = t->op->def->name, *affine = tg_registry_arg(&t->c, "affine"),
