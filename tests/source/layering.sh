@@ -3,9 +3,9 @@
 #   tensor <- autograd <- layers <- optim <- io <- train,   layers <- check,
 #   optim <- data_parallel
 # A file may use its own folder and the folders before it, never one after
-# it. check/ may use layers and below, data_parallel/ optim and below, and nothing
-# else in the library may use check/ or data_parallel/ (each is a library of its
-# own, above the main one). This test sees a dependency two ways:
+# it. check/ may use layers and below, data_parallel/ optim and below, and
+# nothing else in the library may use check/ or data_parallel/ (each is a
+# library of its own, above the main one). This test sees a dependency two ways:
 #  - includes, "..." and <...>: include/tapegrad/NAME.h counts as folder
 #    NAME (dist.h as data_parallel, the folder of its library), the
 #    umbrella include/tapegrad.h as the top (train);
@@ -16,9 +16,10 @@
 # Internal headers stay in their folder, but for the few a folder below
 # offers on purpose (CROSSING below): tensor/'s, the base every folder
 # builds on; autograd/'s op-writing interface for the fused ops of layers/
-# and for check/; and the tape's records for data_parallel/, whose all-reduces
-# start from a hook in backward's walk (data_parallel/overlap.c). A public header
-# includes only public headers.
+# and for check/; the op descriptors of autograd/ and layers/ for check/'s
+# registry, which lists every op by its descriptor; and the tape's records
+# for data_parallel/, whose all-reduces start from a hook in backward's walk
+# (data_parallel/overlap.c). A public header includes only public headers.
 # Usage: layering.sh SOURCE_DIR [OBJECT_FILE...]
 #   OBJECT_FILEs as CMake lays them out, .../NAME.dir/FOLDER/FILE.c.o
 #   (ctest passes the three libraries' $<TARGET_OBJECTS:...>).
@@ -33,6 +34,8 @@ autograd/tape.h: layers check data_parallel
 autograd/grad_graph.h: layers check
 autograd/lowp.h: layers
 autograd/ops_attention.h: layers
+autograd/ops.h: check
+layers/ops.h: check
 "
 
 # The rank of a folder in that order, in RANK (-1: not a library folder).
