@@ -21,6 +21,7 @@ import glob
 import json
 import math
 import os
+import re
 import sys
 
 GROUPS = ("norm", "linear", "scaling", "mlp", "attention", "gpt", "generate", "tiny", "lowp")
@@ -205,6 +206,9 @@ def summary(runs, user):
     for t, r in scaling:
         c = cases.get(t["case"], ({}, r))[0]
         note = f" (others {c['others_cpus']:.1f} CPUs)" if num(c.get("others_cpus")) else ""
+        cpu = re.search(r"-> ([0-9.]+)x on free cores", c.get("note") or "")
+        if cpu:  # what the CPU times allow on free cores, robust when the machine is busy
+            note += f"; {cpu.group(1)}x by CPU time on free cores"
         rows.append((f"{t['what']}, wall clock", fmt_measured(t.get("measured"), t.get("unit", "")) + note, goal(t),
                      met_word(t), f"`{command(r)}`, {r['date']}"))
     if not scaling:
@@ -331,7 +335,11 @@ READING = """## How to read it
   parameters, gradients and optimizer state, against the sum of those and
   the bytes the tape saved for backward ("needed"; it counts each Linear's
   weight, kept by pointer). PyTorch's is the RSS high-water mark of one
-  step in a fresh process above its RSS before the model was made.
+  step in a fresh process above its RSS before the model was made. How
+  backward keeps the peak low (each intermediate's gradient released once
+  used, each op's scratch rewound): [DESIGN.md](DESIGN.md), "Backward's
+  memory"; how the benchmark is organized: the same, "How the benchmark
+  is organized".
 - **Generation** (`--only generate`) times `tg_gpt_generate` on the tiny
   GPT-2 at context 256, with the KV cache and with a forward over the
   whole window per token; **checkpointed blocks** time the GPT-2 small
@@ -379,7 +387,8 @@ has it.
   taken. Every parallel loop hands out its work through one task pool
   (`tensor/parallel.c`) in which the caller never waits for a helper
   thread that has not started, so a helper that lost its core costs
-  little.
+  little; the GEMM's row chunks shrink as they go (`gemm_tasks`), so no
+  thread sits idle through a last big chunk.
 - **The AVX2 path**: `BENCH_ISA=avx2 make bench` builds with
   `-march=native -mno-avx512f` (`build-release-avx2/`) and runs OpenBLAS
   on its AVX2 (Haswell) kernels.

@@ -30,7 +30,7 @@ has '| GPT-2 small step, bf16 mixed precision / f32 (same run) | not measured | 
 # gpt-2t.json (3.25x) is newer but has 2 threads
 has '| GPT-2 tiny step / PyTorch'"'"'s | 1.89x | >= 1.80x | met | `bash scripts/bench.sh --only gpt`, 2026-12-07 10:00 UTC |'
 has '| GPT-2 small step'"'"'s GEMM rate, % of the FMA peak (1 thread) | 60% of FMA f32 |'
-has '| GPT-2 step small 2 threads vs 1 thread, wall clock | 0.89x (others 1.5 CPUs) | >= 1.70x | **missed** |'
+has '| GPT-2 step small 2 threads vs 1 thread, wall clock | 0.89x (others 1.5 CPUs); 1.82x by CPU time on free cores | >= 1.70x | **missed** |'
 sed -n '/^## Summary/,/^## How to read it/p' "$tmp/perf.md" > "$tmp/summary"
 if grep -q "1.13x\|3.25x" "$tmp/summary"; then fail "the summary took an older or a 2-thread run's figure"; fi
 
