@@ -1,7 +1,9 @@
 # Thin wrapper around CMake. The real build is CMakeLists.txt.
 #   make demo      install what is missing, build, train, write the plots
 #   make test      install what is missing, build, run every test (ctest)
-#   make bench     build and run the benchmarks (the data-parallel one too when MPI is built)
+#   make bench     build and run the benchmarks (the data-parallel one too when MPI is built),
+#                  then write docs/performance.md from their results (out/bench/*.json)
+#   make perf-doc  only write docs/performance.md from the results in out/bench/
 #   make sanitize  build with AddressSanitizer + UBSan (build-asan/) and run the tests
 #   make memcheck  build-memcheck/ (portable, -O1 -g), every test under valgrind
 #   make fuzz      run the checkpoint-loader fuzzer (scripts/fuzz.sh)
@@ -14,7 +16,7 @@ JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
 BUILD    := build
 
-.PHONY: all deps build test demo bench sanitize memcheck fuzz format format-check clean
+.PHONY: all deps build test demo bench perf-doc sanitize memcheck fuzz format format-check clean
 
 all: build
 
@@ -33,6 +35,10 @@ demo: build
 
 bench: build
 	bash scripts/bench.sh $(BUILD)
+	python3 scripts/perf_doc.py
+
+perf-doc:
+	python3 scripts/perf_doc.py
 
 # Optimized (-O2 -g) but with asserts on (no -DNDEBUG): ASan and UBSan need
 # no -O0, and the heavier suites run several times faster than at -O0.

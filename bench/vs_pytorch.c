@@ -1648,6 +1648,10 @@ static bool write_json(const char *path, const options *o, const limits *lim, co
     fprintf(f, ",\n  \"contend\": %s", o->contend ? "true" : "false");
     json_kstr(f, ",\n  ", "gemm_kernel", tg_gemm_kernel_name());
     json_kstr(f, ",\n  ", "bf16_gemm_kernel", tg_gemm_bf16_name(TG_GEMM_BF16_AUTO));
+    json_kstr(f, ",\n  ", "conversions_isa", tg_lowp_isa());
+    fprintf(f, ",\n  \"only\": "); /* the group run (--only), for scripts/perf_doc.py's command lines */
+    if (o->only) json_str(f, o->only);
+    else fprintf(f, "null");
     fprintf(f, ",\n  \"torch\": ");
     if (nsrv && srv[0].version[0]) json_str(f, srv[0].version);
     else fprintf(f, "null");

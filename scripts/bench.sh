@@ -17,7 +17,9 @@
 #                   only llm.c's train_gpt2.c beside our GPT step (below)
 # Environment: BENCH_THREADS (default 1: the thread count of ours, PyTorch's
 #   and OpenBLAS's; BENCH_THREADS=2 make bench prints the same rows with 2),
-#   BENCH_JSON (default out/bench/bench.json), BENCH_BUILD (default
+#   BENCH_JSON (default out/bench/bench.json; out/bench/GROUP.json with
+#   --only GROUP, and -Nt before .json with BENCH_THREADS=N > 1, so a partial
+#   or a 2-thread run does not replace the full one), BENCH_BUILD (default
 #   build-release, or build-release-avx2 with BENCH_ISA=avx2), BENCH_ARGS,
 #   BENCH_ISA=avx2: our AVX2+FMA kernels on an AVX-512 machine (-march=native
 #   -mno-avx512f, so the same tuning without AVX-512); OpenBLAS and PyTorch
@@ -64,7 +66,6 @@ case "$isa" in
   *) echo "scripts/bench.sh: BENCH_ISA is '$isa'; expected native or avx2" >&2; exit 2 ;;
 esac
 threads=${BENCH_THREADS:-1}
-json=${BENCH_JSON:-out/bench/bench.json}
 jobs=$(nproc 2>/dev/null || echo 2)
 
 # Which sections run: --only GROUP (here or in BENCH_ARGS) picks one;
@@ -83,6 +84,12 @@ elif [ -n "$only" ]; then run_dist=0 run_user=0; fi
 # LLMC_DIR); the full run adds it when LLMC_DIR is set
 run_llmc=0
 if [ "$only" = llmc ]; then run_table=0 run_llmc=1; elif [ -z "$only" ] && [ -n "${LLMC_DIR:-}" ]; then run_llmc=1; fi
+
+# Where the table goes: scripts/perf_doc.py reads every JSON of its folder
+# and writes docs/performance.md from them (make bench runs it after this).
+json_name=${only:-bench}
+if [ "$threads" != 1 ]; then json_name=$json_name-${threads}t; fi
+json=${BENCH_JSON:-out/bench/$json_name.json}
 
 # OpenBLAS, for its own column and because Debian's PyTorch multiplies
 # matrices through libblas.so.3: without OpenBLAS that is the reference

@@ -3,7 +3,7 @@
 # mpirun with 2, 3 and 4 processes, and tests/dist/check.sh runs spiral
 # and gpt across processes: bitwise equality with one process accumulating
 # micro-batches, resuming with the same or another process count, a rank
-# that fails, the README's recipes. Without TG_MPI, check.sh checks what
+# that fails, the recipes of docs/distributed.md. Without TG_MPI, check.sh checks what
 # one process can: --micro, and the refusal of an mpirun start.
 target_link_libraries(test_dist PRIVATE tapegrad_dist_internal)
 

@@ -1,5 +1,5 @@
 # The examples under ctest: short runs whose loss must fall, determinism,
-# the demo's PNG files, flags, the README's programs and recipes (built
+# the demo's PNG files, flags, the programs and recipes of the README and docs/ (built
 # against an installed copy), resuming, and failures: gnuplot missing, a
 # full disk, killed saves, error paths (tests/examples/check.sh); and
 # make bench's FMA peak against a real kernel (tests/examples/fma_probe.c).

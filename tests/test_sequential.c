@@ -8,8 +8,8 @@
  * model); adding follows tg_model_add's ownership rules (a refused module
  * is freed, nothing leaks under make sanitize, a cycle is refused and
  * nothing is freed twice; allocation failures: tests/test_modules.c); an error inside the chain names the module; the
- * README's "Building a model" code is this file's, and its summary is
- * what that code prints. */
+ * Sequential code of docs/building-models.md is this file's, and its
+ * summary is what that code prints. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +20,7 @@ static tg_ctx *ctx;
 static void setup(void) { ctx = tg_ctx_new(21); }
 static void teardown(void) { tg_ctx_free(ctx); }
 
-/* README mlp_code: begin */
+/* docs mlp_code: begin */
 /* Linear -> RMSNorm -> ReLU -> Linear as one module, with the defaults. */
 static tg_sequential *make_mlp(tg_ctx *ctx, int64_t in, int64_t hidden, int64_t out) {
     tg_sequential *mlp = tg_sequential_new(ctx, "mlp");
@@ -55,7 +55,7 @@ static tg_tensor *mlp_step(tg_ctx *ctx, tg_sequential *mlp, tg_optim *opt, tg_te
     tg_optim_step(ctx, opt);
     return loss;
 }
-/* README mlp_code: end */
+/* docs mlp_code: end */
 
 static const char MLP_SUMMARY[] = "Sequential(\n"
                                   "  (fc1): Linear(in_features=2, out_features=64, bias=true)  params=192\n"
@@ -403,7 +403,7 @@ START_TEST(test_forward_errors) {
 }
 END_TEST
 
-/* A few steps of make_mlp learning three points, through the README's
+/* A few steps of make_mlp learning three points, through the docs'
  * mlp_step; its parameters go through a checkpoint and back by their
  * dotted names. */
 START_TEST(test_train_and_checkpoint) {
@@ -442,16 +442,16 @@ START_TEST(test_train_and_checkpoint) {
 }
 END_TEST
 
-/* ---- the README ------------------------------------------------------------------------- */
+/* ---- docs/building-models.md ------------------------------------------------------------ */
 
-/* The fenced block after the README comment that names `tag` (a malloc'ed
- * string), as tests/examples/check.sh reads the README's other blocks. */
-static char *readme_block(const char *tag) {
-    char *readme = tg_test_read_file(TG_TEST_DIR "/../README.md", NULL);
+/* The fenced block after the doc's comment that names `tag` (a malloc'ed
+ * string), as tests/examples/check.sh reads the docs' other blocks. */
+static char *doc_block(const char *tag) {
+    char *doc = tg_test_read_file(TG_TEST_DIR "/../docs/building-models.md", NULL);
     char marker[128];
     snprintf(marker, sizeof marker, "tests/test_sequential.c (%s)", tag);
-    char *at = strstr(readme, marker);
-    ck_assert_msg(at, "no README block tested as '%s'", marker);
+    char *at = strstr(doc, marker);
+    ck_assert_msg(at, "no block of docs/building-models.md tested as '%s'", marker);
     char *open = strstr(at, "\n```");
     ck_assert_ptr_nonnull(open);
     char *start = strchr(open + 1, '\n') + 1;
@@ -461,25 +461,25 @@ static char *readme_block(const char *tag) {
     char *block = tg_test_malloc(n + 1);
     memcpy(block, start, n);
     block[n] = '\0';
-    free(readme);
+    free(doc);
     return block;
 }
 
-/* The README shows make_mlp, make_mlp_f64 and mlp_step exactly as this
- * file has them (the lines between the "README mlp_code" markers), and the
- * summary make_mlp(ctx, 2, 64, 3) prints. */
-START_TEST(test_readme) {
+/* docs/building-models.md shows make_mlp, make_mlp_f64 and mlp_step
+ * exactly as this file has them (the lines between the "docs mlp_code"
+ * markers), and the summary make_mlp(ctx, 2, 64, 3) prints. */
+START_TEST(test_doc) {
     char *src = tg_test_read_file(TG_TEST_DIR "/test_sequential.c", NULL);
-    char *begin = strstr(src, "/* README mlp_code: begin */\n");
-    char *end = strstr(src, "/* README mlp_code: end */");
+    char *begin = strstr(src, "/* docs mlp_code: begin */\n");
+    char *end = strstr(src, "/* docs mlp_code: end */");
     ck_assert(begin && end && begin < end);
     begin = strchr(begin, '\n') + 1;
     *end = '\0';
-    char *code = readme_block("mlp_code");
+    char *code = doc_block("mlp_code");
     ck_assert_str_eq(code, begin);
     free(code);
     free(src);
-    char *summary = readme_block("mlp_summary");
+    char *summary = doc_block("mlp_summary");
     tg_sequential *mlp = make_mlp(ctx, 2, 64, 3);
     char buf[1024];
     tg_module_format(buf, sizeof buf, TG_MODULE(mlp));
@@ -493,7 +493,7 @@ END_TEST
 Suite *make_sequential_suite(void) {
     Suite *s = suite_create("sequential");
     TCase *tc = tg_test_tcase(s, "sequential", setup, teardown, test_params, test_summary, test_add_rules,
-                              test_forward_errors, test_train_and_checkpoint, test_readme, NULL);
+                              test_forward_errors, test_train_and_checkpoint, test_doc, NULL);
     tcase_add_loop_test(tc, test_same_as_by_hand, 0, 2);
     return s;
 }

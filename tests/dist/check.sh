@@ -5,7 +5,7 @@
 # --micro P, a resume continues exactly with the same or another number
 # of processes, a rank that fails ends every rank with the reason (never a
 # hang: every run is bounded by a timeout), only rank 0 writes, and the
-# README's recipes run as printed.
+# recipes of docs/distributed.md run as printed.
 # Usage: check.sh BUILD_DIR CASE [MPI]
 #   CASE: micro | gpt_micro | no_mpi | save_every | installed (any build; installed also
 #         runs two processes when the third argument is 1: an MPI build);
@@ -51,13 +51,13 @@ same_gpt() {
   same "$1/train.dat" "$2/train.dat" "$3: the training losses"
   same "$1/val.dat" "$2/val.dat" "$3: the validation losses"
 }
-# readme CASE: the README's fenced block after the comment that names
+# readme CASE: docs/distributed.md's fenced block after the comment that names
 # CASE, run as printed from a folder whose build/ is this build; its log
 # is $tmp/CASE.log.
 readme() {
   ln -sfn "$build" build
-  sed -n "/tested by tests\/dist\/check.sh (case $1)/,/^\`\`\`\$/p" "$src/README.md" | sed '1,2d;$d' > "$1.sh"
-  [ -s "$1.sh" ] || fail "no recipe for case $1 in the README"
+  sed -n "/tested by tests\/dist\/check.sh (case $1)/,/^\`\`\`\$/p" "$src/docs/distributed.md" | sed '1,2d;$d' > "$1.sh"
+  [ -s "$1.sh" ] || fail "no recipe for case $1 in docs/distributed.md"
   expect 0 "$tmp/$1.log" bash -euo pipefail "$1.sh"
   grep -q "bit for bit" "$tmp/$1.log" || fail "the recipe did not end with its claim: $(tail -3 "$tmp/$1.log")"
 }
@@ -302,10 +302,10 @@ installed)
   echo "installed: a program built with pkg-config tapegrad-dist runs ($(cat "$tmp/one.log"))"
   ;;
 readme_mpi)
-  # The README's recipe, run as printed, says the two runs are the same
+  # The spiral recipe of docs/distributed.md, run as printed, says the two runs are the same
   # bit for bit.
   readme readme_mpi
-  grep -q "mpirun -np 2 build/examples/spiral" readme_mpi.sh || fail "no mpirun recipe for spiral in the README"
+  grep -q "mpirun -np 2 build/examples/spiral" readme_mpi.sh || fail "no mpirun recipe for spiral in docs/distributed.md"
   echo "readme_mpi: the recipe ran as printed: $(grep "bit for bit" "$tmp/readme_mpi.log")"
   ;;
 gpt_micro)
@@ -447,9 +447,9 @@ save_every)
   echo "save_every: --save into a missing folder refused at the start; $np process(es) killed after step $last's save resume bit for bit to step $stop"
   ;;
 gpt_readme)
-  # The README's gpt recipe (on the fortunes), run as printed.
+  # The gpt recipe of docs/distributed.md (on the fortunes), run as printed.
   readme gpt_readme
-  grep -q "mpirun -np 2 build/examples/gpt" gpt_readme.sh || fail "no mpirun recipe for gpt in the README"
+  grep -q "mpirun -np 2 build/examples/gpt" gpt_readme.sh || fail "no mpirun recipe for gpt in docs/distributed.md"
   echo "gpt_readme: the recipe ran as printed: $(grep "bit for bit" "$tmp/gpt_readme.log")"
   ;;
 *)

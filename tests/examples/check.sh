@@ -2,8 +2,8 @@
 # Runs the examples in short configurations and checks what a user would:
 # the loss falls well below where it started, the same seed gives the same
 # losses (with 1 or 2 threads), the pictures are real PNG files, a bad flag
-# gives the usage and exit status 2, the README's programs and recipes run
-# as printed, a resume continues exactly, and every failure (a full disk,
+# gives the usage and exit status 2, the README's and the docs' programs
+# and recipes run as printed, a resume continues exactly, and every failure (a full disk,
 # gnuplot missing or failing, a damaged or unusable input) is reported with
 # its reason, a non-zero status, no false claims and no leak (LeakSanitizer
 # runs these cases in the sanitize build).
@@ -27,12 +27,37 @@ first_loss() { awk '!/^#/ {print $2; exit}' "$1"; }
 last_loss() { awk '!/^#/ {v = $2} END {print v}' "$1"; }
 # below A B R: true when A < R * B
 below() { awk -v a="$1" -v b="$2" -v r="$3" 'BEGIN {exit !(a < r * b)}'; }
-# readme_block NAME: the fenced block after the README comment that names NAME
-readme_block() {
-  awk -v name="$1" '
+# doc_block FILE NAME: the fenced block after the comment of FILE (a path
+# from the source folder) that says it is tested here and names NAME
+doc_block() {
+  awk -v name="$2" '
     index($0, "<!-- tested by") && index($0, name) {armed = 1; next}
     armed && /^```/ {if (inside) exit; inside = 1; next}
-    inside {print}' "$src/README.md"
+    inside {print}' "$src/$1"
+}
+# is_excerpt EXCERPT FILE: true when EXCERPT is parts of FILE, each verbatim
+# and in FILE's order, separated by lines that are only "/* ... */"; at
+# least 10 lines of FILE in all.
+is_excerpt() {
+  awk '
+    NR == FNR {ex[++n] = $0; next}
+    {file[++m] = $0}
+    END {
+      at = 1; i = 1; matched = 0
+      while (i <= n) {
+        if (ex[i] ~ /^[ \t]*\/\* \.\.\. \*\/$/) {i++; continue}
+        j = i; while (j <= n && ex[j] !~ /^[ \t]*\/\* \.\.\. \*\/$/) j++
+        found = 0
+        for (k = at; k + (j - i) - 1 <= m && !found; k++) {
+          ok = 1
+          for (t = 0; t < j - i && ok; t++) if (file[k + t] != ex[i + t]) ok = 0
+          if (ok) {found = 1; at = k + (j - i)}
+        }
+        if (!found) {print "not in the file, in order: " ex[i] > "/dev/stderr"; exit 1}
+        matched += j - i; i = j
+      }
+      exit !(matched >= 10)
+    }' "$1" "$2"
 }
 # expect STATUS LOG CMD...: runs CMD with stdout+stderr to LOG, checks its
 # exit status and that no sanitizer reported anything.
@@ -167,14 +192,15 @@ flags)
   echo "flags: --help works, bad flags exit 2 with the usage"
   ;;
 installed)
-  # The README's first program and its training-state recipe, built with
-  # the README's cc line against a fresh install (pkg-config), then run.
+  # The README's program (an excerpt of examples/xor.c: the file is built)
+  # and the training-state recipe of docs/training-state.md, built with the
+  # README's cc line against a fresh install (pkg-config), then run.
   # shellcheck source=tests/install/prefix.sh
   . "$src/tests/install/prefix.sh"
   install_prefix "$build" "$tmp/prefix"
-  readme_block "identical to examples/xor.c" > "$tmp/readme-xor.c"
-  diff "$src/examples/xor.c" "$tmp/readme-xor.c" || fail "the README's XOR program differs from examples/xor.c"
-  line=$(readme_block "this command, on this file")
+  doc_block README.md "an excerpt of examples/xor.c" > "$tmp/readme-xor.c"
+  is_excerpt "$tmp/readme-xor.c" "$src/examples/xor.c" || fail "the README's XOR code is not an excerpt of examples/xor.c"
+  line=$(doc_block README.md "this command, on this file")
   [ "$line" = 'cc xor.c $(pkg-config --cflags --libs tapegrad) -o xor' ] || fail "the README's cc line changed: $line"
   mkdir "$tmp/user" && cp "$src/examples/xor.c" "$tmp/user/"
   # The README's line, with the sanitizer flags of this build when it has some.
@@ -186,8 +212,8 @@ installed)
     || fail "the installed xor and build/examples/xor differ"
   # The recipe, as printed, with a main that saves after 3 steps and resumes
   # in a new context.
-  readme_block "compiled and run as printed" > "$tmp/recipe.c"
-  grep -q "tg_train_save" "$tmp/recipe.c" || fail "no training-state recipe in the README"
+  doc_block docs/training-state.md "compiled and run as printed" > "$tmp/recipe.c"
+  grep -q "tg_train_save" "$tmp/recipe.c" || fail "no training-state recipe in docs/training-state.md"
   cat >> "$tmp/recipe.c" <<'MAIN'
 #include <stdio.h>
 #include <string.h>
@@ -235,18 +261,19 @@ int main(int argc, char **argv) {
 }
 MAIN
   "$TG_CC" "${extra[@]}" -std=c11 -Wall -Wextra -Werror "$tmp/recipe.c" $(pkg-config --cflags --libs tapegrad) \
-    -o "$tmp/recipe" || fail "the README's recipe does not build"
+    -o "$tmp/recipe" || fail "the recipe of docs/training-state.md does not build"
   expect 0 "$tmp/recipe.log" "$tmp/recipe" "$tmp/run.st"
   cat "$tmp/recipe.log"
-  echo "installed: the README's xor.c and recipe build with its cc line against the installed library and run"
+  echo "installed: xor.c (the README's excerpt) and the training-state recipe build with the README's cc line against the installed library and run"
   ;;
 readme_resume)
-  # The README's resume recipe, run as printed (from a folder holding the
-  # programs, as build/examples/ does), against one 40-step run.
+  # The resume recipe of docs/training-state.md, run as printed (from a
+  # folder holding the programs, as build/examples/ does), against one
+  # 40-step run.
   mkdir "$tmp/run" "$tmp/straight"
   ln -s "$ex/spiral" "$tmp/run/spiral"
-  readme_block "case readme_resume" > "$tmp/recipe.sh"
-  grep -q "resume" "$tmp/recipe.sh" || fail "no resume recipe in the README"
+  doc_block docs/training-state.md "case readme_resume" > "$tmp/recipe.sh"
+  grep -q "resume" "$tmp/recipe.sh" || fail "no resume recipe in docs/training-state.md"
   expect 0 "$tmp/recipe.log" bash -euo pipefail -c "cd '$tmp/run' && . '$tmp/recipe.sh'"
   grep -q "resumed from a.st at step 20" "$tmp/recipe.log" || fail "the recipe did not resume at step 20"
   (cd "$tmp/straight" && "$ex/spiral" --steps 40 > log)
@@ -258,7 +285,7 @@ readme_resume)
   done
   diff <(sed -n '/^norm  /,/^$/p' "$tmp/straight/log") <(sed -n '/resumed from/,$p' "$tmp/recipe.log" | sed -n '/^norm  /,/^$/p') \
     || fail "the final table differs from one 40-step run's"
-  echo "readme_resume: the README's recipe gives exactly one 40-step run (--norm all: three models in a.st)"
+  echo "readme_resume: the recipe of docs/training-state.md gives exactly one 40-step run (--norm all: three models in a.st)"
   ;;
 resume_past)
   # A state at or past the last step to run: an error that says so, never
