@@ -527,20 +527,39 @@ static bool diagnose_rows(const jac *J, tg_gradcheck_diagnosis *d) {
 
 /* ---- linearity in dy ------------------------------------------------------------ */
 
-/* The backward of f seeded with the weighting r (M values) as the check
- * runs it -- on copies of the inputs, a private tape, from the same RNG
- * state -- into g (numel of input k). False on an error. */
-static bool backward_with(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n, tg_tensor *const *inputs, int k,
-                          const double *r, int64_t M, double *g) {
+/* f run as the check runs it: on copies of the inputs (xs), a private
+ * tape, from the same RNG state, grad on or off; sandbox_leave puts the
+ * context back. */
+typedef struct sandbox {
     tg_tape saved;
     uint64_t seed, offset;
-    tg_rng_state(ctx, &seed, &offset);
-    tg_tape_stash(ctx, &saved);
-    bool was = tg_set_grad_enabled(ctx, true);
-    tg_tensor *xs[TG_GRADCHECK_MAX_INPUTS];
+    bool was;
+} sandbox;
+
+static tg_tensor *sandbox_run(tg_ctx *ctx, sandbox *s, bool grad, tg_gradcheck_fn f, void *user, int n,
+                              tg_tensor *const *inputs, int k, tg_tensor **xs) {
+    tg_rng_state(ctx, &s->seed, &s->offset);
+    tg_tape_stash(ctx, &s->saved);
+    s->was = tg_set_grad_enabled(ctx, grad);
     for (int i = 0; i < n; i++) xs[i] = tg_copy(ctx, inputs[i]);
-    if (tg_ok(ctx)) tg_requires_grad(ctx, xs[k]);
-    tg_tensor *y = tg_ok(ctx) ? f(ctx, xs, user) : NULL;
+    if (k >= 0 && tg_ok(ctx)) tg_requires_grad(ctx, xs[k]);
+    return tg_ok(ctx) ? f(ctx, xs, user) : NULL;
+}
+
+static void sandbox_leave(tg_ctx *ctx, sandbox *s) {
+    tg_set_grad_enabled(ctx, s->was);
+    tg_tape_restore(ctx, &s->saved);
+    tg_rng_set_state(ctx, s->seed, s->offset);
+}
+
+/* The backward of f seeded with the weighting r (M values), run as the
+ * check runs it (sandbox_run), into g (numel of input k). False on an
+ * error. */
+static bool backward_with(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n, tg_tensor *const *inputs, int k,
+                          const double *r, int64_t M, double *g) {
+    sandbox s;
+    tg_tensor *xs[TG_GRADCHECK_MAX_INPUTS];
+    tg_tensor *y = sandbox_run(ctx, &s, true, f, user, n, inputs, k, xs);
     bool ok = y && y->numel == M;
     if (ok && y->requires_grad) {
         tg_tensor *u = tg_new_like(ctx, "tg_gradcheck_diagnose", y), *gx = NULL;
@@ -550,9 +569,7 @@ static bool backward_with(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n, tg_
     } else if (ok) {
         memset(g, 0, (size_t)xs[k]->numel * sizeof *g);
     }
-    tg_set_grad_enabled(ctx, was);
-    tg_tape_restore(ctx, &saved);
-    tg_rng_set_state(ctx, seed, offset);
+    sandbox_leave(ctx, &s);
     return ok && tg_ok(ctx);
 }
 
@@ -634,25 +651,18 @@ static bool diagnose_dy(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n, tg_te
 
 /* ---- a learner's mistakes ------------------------------------------------------------ */
 
-/* The output of f at these inputs, as the check computes it (copies, a
- * private tape, the same RNG state), into a new array of *M values (the
- * caller frees), with the size of its last dim in *C. NULL on an error. */
+/* The output of f at these inputs, as the check computes it
+ * (sandbox_run), into a new array of *M values (the caller frees), with
+ * the size of its last dim in *C. NULL on an error. */
 static double *output_of(tg_ctx *ctx, tg_gradcheck_fn f, void *user, int n, tg_tensor *const *inputs, int64_t *M,
                          int64_t *C) {
-    tg_tape saved;
-    uint64_t seed, offset;
-    tg_rng_state(ctx, &seed, &offset);
-    tg_tape_stash(ctx, &saved);
-    bool was = tg_set_grad_enabled(ctx, false);
+    sandbox s;
     tg_tensor *xs[TG_GRADCHECK_MAX_INPUTS];
-    for (int i = 0; i < n; i++) xs[i] = tg_copy(ctx, inputs[i]);
-    tg_tensor *y = tg_ok(ctx) ? f(ctx, xs, user) : NULL;
+    tg_tensor *y = sandbox_run(ctx, &s, false, f, user, n, inputs, -1, xs);
     double *v = y ? malloc((size_t)y->numel * sizeof *v) : NULL;
     for (int64_t j = 0; v && j < y->numel; j++) v[j] = tg_load(y, j);
     if (v) *M = y->numel, *C = y->ndim ? y->shape[y->ndim - 1] : 1;
-    tg_set_grad_enabled(ctx, was);
-    tg_tape_restore(ctx, &saved);
-    tg_rng_set_state(ctx, seed, offset);
+    sandbox_leave(ctx, &s);
     return v;
 }
 
