@@ -35,7 +35,7 @@
  * chosen by the compiler, so every build and every thread count sums a row
  * the same way; 32 lanes are 4 AVX-512 (or 8 AVX2) registers of
  * independent chains, enough to hide the add latency. */
-#define TG_NORM_LANES 32 /* tg_norm_combine is written for 32 */
+#define TG_NORM_LANES 32 /* tg_norm_combine and the 32-value conversions are written for 32 */
 
 /* Fast-path row sums (tg_norm_rowsum in layers/norm_reduce.inc) form each
  * term in the input type and add TG_NORM_GROUP lane-steps of terms in the
@@ -45,10 +45,11 @@
  * to double (the costly part) happen once per 4 elements of each lane. */
 #define TG_NORM_GROUP 4
 
-/* For the row sums (layers/norm_reduce.inc): inlined at each call, their
- * term function is a known constant and is inlined into the loop, which
- * then vectorizes as if written out. Without the attribute GCC keeps
- * tg_norm_rowsum2 as a call and calls the term once per element. */
+/* For the row loops and row functions (layers/norm_reduce.inc): inlined
+ * at each call, their row function and flags are known constants, the
+ * function is inlined into the loop and the tests on the flags fold away,
+ * so the loop vectorizes as if written out. Without the attribute GCC
+ * keeps tg_norm_rowsum2 as a call and calls the term once per element. */
 #if defined(__GNUC__)
 #define TG_NORM_INLINE inline __attribute__((always_inline))
 #else
@@ -164,11 +165,11 @@ static inline int64_t tg_norm_block_rows(int64_t C, int64_t elsize, int threads)
  * instead of unswitching the loop emits masked loads from NULL, legal but
  * ~50x slower. */
 enum {
-    TG_NORM_DY = 1,  /* the term reads dy_j */
-    TG_NORM_G = 2,   /* u_j = g_j dy_j (else dy_j); forward: y_j = g_j xhat_j ... */
-    TG_NORM_B = 4,   /* forward: ... + b_j */
-    TG_NORM_DG = 8,  /* the backward adds dy_j xhat_j into dg_j */
-    TG_NORM_DB = 16, /* the backward adds dy_j into db_j */
+    TG_NORM_DY = 1,  /* the row has dy: the function reads dy_j */
+    TG_NORM_G = 2,   /* it has g: y_j = g_j xhat_j (+ b_j), u_j = g_j dy_j */
+    TG_NORM_B = 4,   /* it has b: y_j = (g_j) xhat_j + b_j */
+    TG_NORM_DG = 8,  /* backward: dg_j += dy_j xhat_j as well */
+    TG_NORM_DB = 16, /* backward: db_j += dy_j as well */
     TG_NORM_ACC = 32 /* the stored row accumulates: out_j = out_j + v_j */
 };
 
