@@ -110,7 +110,7 @@ static tg_tensor *run_fn(tg_ctx *ctx, tg_checkpoint_fn fn, void *user, int n, tg
 static void checkpoint_backward(tg_ctx *ctx, tg_node *n) {
     const ckpt_saved *s = n->saved;
     tg_tensor *dy = n->out->grad;
-    tg_tensor **grads = s->n_args ? tg_arena_alloc_fn(ctx, n->op, (size_t)s->n_args * sizeof *grads) : NULL;
+    tg_tensor **grads = s->n_args ? tg_arena_alloc_fn(ctx, n->op->name, (size_t)s->n_args * sizeof *grads) : NULL;
     if (s->n_args && !grads) return;
     for (int i = 0; i < s->n_args; i++) grads[i] = n->in[i] ? tg_grad_of(ctx, n->in[i]) : NULL;
     uint64_t seed, offset;
@@ -118,17 +118,22 @@ static void checkpoint_backward(tg_ctx *ctx, tg_node *n) {
     tg_rng_set_state(ctx, s->seed, s->offset);
     ckpt_autocast keep;
     if (!autocast_keep(ctx, &keep)) return;
-    tg_tensor **views = s->n_args ? tg_arena_alloc_fn(ctx, n->op, (size_t)s->n_args * sizeof *views) : NULL;
+    tg_tensor **views = s->n_args ? tg_arena_alloc_fn(ctx, n->op->name, (size_t)s->n_args * sizeof *views) : NULL;
     tg_tape outer;
     tg_tape_stash(ctx, &outer);
     tg_tensor *y = !s->n_args || views ? run_fn(ctx, s->fn, s->user, s->n_args, n->in, grads, views) : NULL;
     if (y && !tg_same_shape(y, n->out))
-        tg_error(ctx, TG_ERR_STATE, n->op, "fn gave a different shape when run again in backward");
+        tg_error(ctx, TG_ERR_STATE, n->op->name, "fn gave a different shape when run again in backward");
     else if (y && y->requires_grad) tg_backward_ex(ctx, y, dy, false); /* into the inputs' and the parameters' grads */
     tg_tape_restore(ctx, &outer);
     autocast_put_back(ctx, &keep);
     tg_rng_set_state(ctx, seed, offset);
 }
+
+/* The record's op: a backward that runs fn again; no double-backward or
+ * tangent rule (tg_grad with create_graph and tg_jvp stop at it, naming
+ * it). */
+static const tg_op_def CHECKPOINT = {.name = "checkpoint", .backward = checkpoint_backward};
 
 tg_tensor *tg_checkpoint(tg_ctx *ctx, tg_checkpoint_fn fn, void *user, int n, tg_tensor *const *in) {
     static const char fname[] = "tg_checkpoint";
@@ -195,7 +200,7 @@ tg_tensor *tg_checkpoint(tg_ctx *ctx, tg_checkpoint_fn fn, void *user, int n, tg
     tg_tensor *out = NULL;
     if (carry && tg_ok(ctx) && (out = tg_new_tensor(ctx, fname, dtype, ndim, shape))) {
         memcpy(out->data, carry, bytes);
-        tg_node *node = tg_record(ctx, "checkpoint", checkpoint_backward, out, total, all);
+        tg_node *node = tg_record(ctx, &CHECKPOINT, out, total, all);
         ckpt_saved *kept = node ? tg_node_save(ctx, node, sizeof *kept) : NULL;
         if (kept) {
             *kept = s;

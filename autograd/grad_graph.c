@@ -19,6 +19,31 @@
 
 #include <string.h>
 
+/* ---- the rules' helpers (grad_graph.h) ------------------------------------ */
+
+tg_tensor *tg_gg_sum_to(tg_ctx *ctx, tg_tensor *g, const tg_tensor *x) {
+    if (!g || tg_same_shape(g, x)) return g;
+    tg_tensor *r = g;
+    while (r && r->ndim > x->ndim) r = tg_sum_axis(ctx, r, 0, false);
+    for (int d = 0; r && d < x->ndim; d++)
+        if (x->shape[d] == 1 && r->shape[d] != 1) r = tg_sum_axis(ctx, r, d, true);
+    return r;
+}
+
+tg_tensor *tg_gg_expand(tg_ctx *ctx, tg_tensor *g, const tg_tensor *x) {
+    if (!g || tg_same_shape(g, x)) return g;
+    return tg_add(ctx, g, tg_zeros(ctx, x->dtype, x->ndim, x->shape));
+}
+
+tg_tensor *tg_gg_const(tg_ctx *ctx, const tg_tensor *x, double (*f)(double, double), double a) {
+    tg_tensor *c = tg_new_tensor(ctx, "tg_grad", x->dtype, x->ndim, x->shape);
+    if (!c) return NULL;
+    for (int64_t i = 0; i < x->numel; i++) tg_store(c, i, f(tg_load(x, i), a));
+    return c;
+}
+
+/* ---- the walk ---------------------------------------------------------------- */
+
 /* A tensor whose grad field the walk borrows, and what it held. */
 typedef struct stashed {
     tg_tensor *t;
@@ -56,8 +81,8 @@ static void accumulate(tg_ctx *ctx, const tg_node *n, int k, tg_tensor *g) {
     if (!g || !t || !t->requires_grad) return;
     if (g->dtype != t->dtype || !tg_same_shape(g, t)) {
         char sg[TG_SHAPE_STR], st[TG_SHAPE_STR];
-        tg_error(ctx, TG_ERR_SHAPE, n->op, "the double-backward rule gave input %d a gradient %s for a tensor %s", k,
-                 tg_shape_of(sg, g), tg_shape_of(st, t));
+        tg_error(ctx, TG_ERR_SHAPE, n->op->name, "the double-backward rule gave input %d a gradient %s for a tensor %s",
+                 k, tg_shape_of(sg, g), tg_shape_of(st, t));
         return;
     }
     t->grad = t->grad ? tg_add(ctx, t->grad, g) : g;
@@ -71,7 +96,7 @@ no_rule(tg_ctx *ctx, const char *fn, const tg_node *n) {
     tg_error(ctx, TG_ERR_STATE, fn,
              "'%s' cannot be differentiated twice: it has no double-backward rule (create_graph); compute this "
              "gradient without create_graph, or build the function from ops that have one%s",
-             n->op, n->user_backward ? " (a custom op: give its tg_op_def a backward_graph)" : "");
+             n->op->name, n->op->forward ? " (a custom op: give its tg_op_def a backward_graph)" : "");
 }
 
 /* Whether t is one of the n tensors the caller asked the gradient of. */
@@ -104,7 +129,7 @@ static void walk(tg_ctx *ctx, const char *fn, int64_t floor, int64_t top, bool c
         }
         /* a copy: the rule's ops append records and may move the array */
         tg_node n = *rec;
-        tg_grad_rule_fn rule = tg_grad_rule_find(&n);
+        tg_grad_graph_fn rule = n.op->backward_graph;
         if (!rule) {
             no_rule(ctx, fn, &n);
             return;
@@ -115,7 +140,7 @@ static void walk(tg_ctx *ctx, const char *fn, int64_t floor, int64_t top, bool c
         if (!rule(ctx, &n, n.out->grad, d)) {
             if (tg_ok(ctx)) /* a custom op's backward_graph that said nothing */
                 tg_error(ctx, TG_ERR_STATE, fn, "the double backward of '%s' returned false without setting an error",
-                         n.op);
+                         n.op->name);
             tg_record_failed(ctx, &n);
             return;
         }

@@ -12,25 +12,23 @@
  * k, or NULL for none); the walk adds the contributions up with tg_add. A
  * record without a rule makes the walk fail with an error naming the op.
  *
- * Rules are found by the record's name among the built-in ops
- * (autograd/grad_rules.c), unless the record carries one (its grad_rule
- * field: the layers' fused ops set theirs, a custom op gets
- * tg_grad_rule_none so a user op named like a built-in is never taken for
- * it). */
+ * A record's rule is its op's: the backward_graph of the descriptor it
+ * points to (tapegrad/op.h), written beside the op's backward
+ * (autograd/ops_*.c, layers/). Every rule computes what the op's first
+ * backward computes and restates its forward and the gradient it
+ * composes. Factors that are piecewise constant in the inputs (relu's
+ * step, abs's sign, a max's argmax, a dropout mask, a cross-entropy
+ * target) are built as constant tensors (tg_gg_const): their derivative is
+ * 0 wherever the op is differentiable. Contributions are computed only for
+ * inputs that require grad (tg_node_needs_grad). */
 #ifndef TG_AUTOGRAD_GRAD_GRAPH_H
 #define TG_AUTOGRAD_GRAD_GRAPH_H
 
 #include "autograd/tape.h"
 
-/* dx[k] for k < n->n_in (all NULL on entry); false when the context is in
- * error. n is a copy of the record: the rule's ops grow the tape. */
-typedef bool (*tg_grad_rule_fn)(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx);
-/* (the type of tg_node's grad_rule field) */
-
-/* The rule of record n, or NULL when it has none. */
-tg_grad_rule_fn tg_grad_rule_find(const tg_node *n);
-/* The rule of a record that has none (custom ops): never found by name. */
-bool tg_grad_rule_none(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx);
+/* A rule (tg_grad_graph_fn, tapegrad/op.h) sets dx[k] for k < n->n_in
+ * (all NULL on entry) and returns false when the context is in error. n
+ * is a copy of the record: the rule's ops grow the tape. */
 
 /* Gradients of out with respect to inputs[0..n-1], seeded by grad_out (NULL:
  * ones), walking only records floor..out's (those below count as leaves).
@@ -45,5 +43,10 @@ bool tg_grad_walk(tg_ctx *ctx, const char *fn, tg_tensor *out, tg_tensor *grad_o
 tg_tensor *tg_gg_sum_to(tg_ctx *ctx, tg_tensor *g, const tg_tensor *x);
 /* g (of a shape that broadcasts to x's) broadcast to x's shape. */
 tg_tensor *tg_gg_expand(tg_ctx *ctx, tg_tensor *g, const tg_tensor *x);
+/* A constant tensor (not recorded) of x's shape, c_i = f(x_i, a): a
+ * factor that is piecewise constant in the inputs (relu's step, abs's
+ * sign, a mask's zeros), whose derivative is 0 wherever the op is
+ * differentiable. */
+tg_tensor *tg_gg_const(tg_ctx *ctx, const tg_tensor *x, double (*f)(double x, double a), double a);
 
 #endif

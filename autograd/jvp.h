@@ -1,5 +1,6 @@
-/* Forward mode (tg_jvp): what the driver (jvp.c) and the rule files
- * (jvp.c, jvp_nn.c) share. Internal (not installed).
+/* Forward mode (tg_jvp): what the driver (jvp.c) gives the ops' tangent
+ * rules (their descriptors' jvp, beside each op). Internal (not
+ * installed).
  *
  * A tangent rule reads its record as the op's backward does (inputs, out,
  * n->i, n->f, n->saved) and returns d out = sum_k (d out / d in_k) t_k, a
@@ -12,17 +13,6 @@
 #define TG_AUTOGRAD_JVP_H
 
 #include "autograd/tape.h"
-
-/* One built-in rule: the record's op name and its tangent rule. */
-typedef struct tg_jvp_entry {
-    const char *op;
-    tg_jvp_rule rule;
-} tg_jvp_entry;
-
-/* The rules of jvp_nn.c (matmul, softmax, losses, masks, embedding,
- * dropout, rope, attention, Linear, RMSNorm, LayerNorm). */
-extern const tg_jvp_entry tg_jvp_nn_rules[];
-extern const int tg_jvp_nn_count;
 
 /* t's values as float64, a new arena array (NULL and the error set when
  * out of memory). */

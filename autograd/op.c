@@ -10,7 +10,7 @@
 #include <stdarg.h>
 #include <string.h>
 
-#include "autograd/grad_graph.h"
+#include "autograd/tape.h"
 
 /* Appends " (in the forward of 'op')" to the context's message unless it
  * already names the op: a forward that failed inside a tapegrad call. */
@@ -52,7 +52,7 @@ static bool kept_by_pointer(const tg_node *node, const tg_tensor *t) {
 static tg_tensor *guarded_like(tg_ctx *ctx, const tg_node *n, const tg_tensor *t, const tg_tensor *from) {
     size_t es = tg_esize(t->dtype);
     int64_t len = t->numel + (int64_t)((GUARD_BYTES + es - 1) / es);
-    tg_tensor *g = tg_new_tensor(ctx, n->op, t->dtype, 1, &len);
+    tg_tensor *g = tg_new_tensor(ctx, n->op->name, t->dtype, 1, &len);
     if (!g) return NULL;
     if (from) memcpy(g->data, from->data, (size_t)t->numel * es);
     else memset(g->data, 0, (size_t)t->numel * es);
@@ -79,7 +79,7 @@ static void guarded_backward(tg_ctx *ctx, tg_node *n) {
         x->grad = made[k];
         version[k] = tg_impl(made[k])->version;
     }
-    n->user_backward(ctx, n);
+    n->op->backward(ctx, n);
     for (int k = 0; k < n->n_in && k < GUARD_INPUTS; k++) {
         tg_tensor *g = made[k], *x = n->in[k];
         if (!g) continue;
@@ -95,7 +95,7 @@ static void guarded_backward(tg_ctx *ctx, tg_node *n) {
                      "backward of '%s' wrote past the gradient of input %d (shape %s, %lld elements): %lld of the "
                      "%d guard bytes after its last element changed (the first at byte %lld past the end); write only "
                      "elements 0..%lld (or add with tg_node_accumulate)",
-                     n->op, k, tg_shape_of(s, g), (long long)g->numel, (long long)changed, GUARD_BYTES,
+                     n->op->name, k, tg_shape_of(s, g), (long long)g->numel, (long long)changed, GUARD_BYTES,
                      (long long)first, (long long)g->numel - 1);
             continue;
         }
@@ -128,7 +128,7 @@ tg_tensor *tg_op_apply(tg_ctx *ctx, const tg_op_def *def, int n_in, tg_tensor *c
     }
     /* The forward fills a record that is not on the tape yet: saves and
      * scalars land here, and move to the real record below. */
-    tg_node pending = {.op = def->name, .backward = def->backward, .in = (tg_tensor **)in, .n_in = n_in};
+    tg_node pending = {.op = def, .backward = def->backward, .in = (tg_tensor **)in, .n_in = n_in};
     bool was = tg_set_grad_enabled(ctx, false);
     tg_tensor *y = def->forward(ctx, &pending, in, user);
     tg_set_grad_enabled(ctx, was);
@@ -147,12 +147,14 @@ tg_tensor *tg_op_apply(tg_ctx *ctx, const tg_op_def *def, int n_in, tg_tensor *c
                      "the forward returned its input %d itself; return a new tensor (tg_copy of it)", k);
             return NULL;
         }
-    tg_node *n = tg_record(ctx, def->name, guarded_backward, y, n_in, in);
+    /* the record points to a copy of *def that lives as long as the tape
+     * (the arena's step): def itself may be a local of the caller's */
+    tg_op_def *op = NULL;
+    if (tg_needs_grad(ctx, n_in, in) && (op = tg_arena_alloc_fn(ctx, def->name, sizeof *op))) *op = *def;
+    tg_node *n = op ? tg_record(ctx, op, y, n_in, in) : NULL;
     if (!n) return tg_ok(ctx) ? y : NULL;
-    n->user_backward = def->backward;
+    n->backward = guarded_backward; /* which runs def->backward */
     memcpy(n->f, pending.f, sizeof n->f);
-    /* its own double backward, or none -- never a built-in op's of the same name */
-    n->grad_rule = def->backward_graph ? def->backward_graph : tg_grad_rule_none;
     n->saved_t = pending.saved_t;
     n->saved_version = pending.saved_version;
     n->n_saved_t = pending.n_saved_t;
@@ -164,7 +166,7 @@ tg_tensor *tg_op_apply(tg_ctx *ctx, const tg_op_def *def, int n_in, tg_tensor *c
     return y;
 }
 
-const char *tg_node_name(const tg_node *node) { return node ? node->op : NULL; }
+const char *tg_node_name(const tg_node *node) { return node ? node->op->name : NULL; }
 int tg_node_n_inputs(const tg_node *node) { return node ? node->n_in : 0; }
 tg_tensor *tg_node_input(const tg_node *node, int k) { return node && k >= 0 && k < node->n_in ? node->in[k] : NULL; }
 tg_tensor *tg_node_output(const tg_node *node) { return node ? node->out : NULL; }
@@ -181,14 +183,14 @@ bool tg_node_save_tensor(tg_ctx *ctx, tg_node *node, tg_tensor *t) {
         tg_null_error(ctx, __func__, "node");
         return false;
     }
-    if (!tg_check_arg(ctx, node->op, "the saved tensor", t)) return false;
+    if (!tg_check_arg(ctx, node->op->name, "the saved tensor", t)) return false;
     if (node->n_saved_t >= TG_NODE_MAX_SAVED) {
-        tg_error(ctx, TG_ERR_VALUE, node->op, "%s: more than %d saved tensors", __func__, TG_NODE_MAX_SAVED);
+        tg_error(ctx, TG_ERR_VALUE, node->op->name, "%s: more than %d saved tensors", __func__, TG_NODE_MAX_SAVED);
         return false;
     }
     if (!node->saved_t) {
-        node->saved_t =
-            tg_arena_alloc_fn(ctx, node->op, TG_NODE_MAX_SAVED * (sizeof *node->saved_t + sizeof *node->saved_version));
+        node->saved_t = tg_arena_alloc_fn(ctx, node->op->name,
+                                          TG_NODE_MAX_SAVED * (sizeof *node->saved_t + sizeof *node->saved_version));
         if (!node->saved_t) return false;
         node->saved_version = (uint32_t *)(node->saved_t + TG_NODE_MAX_SAVED);
     }
@@ -205,7 +207,7 @@ bool tg_node_save_tensor(tg_ctx *ctx, tg_node *node, tg_tensor *t) {
 bool tg_node_set_scalar(tg_ctx *ctx, tg_node *node, int k, double v) {
     if (!tg_ok(ctx)) return false;
     if (!node || k < 0 || k >= TG_NODE_MAX_SCALARS) {
-        tg_error(ctx, node ? TG_ERR_INDEX : TG_ERR_NULL, node ? node->op : __func__,
+        tg_error(ctx, node ? TG_ERR_INDEX : TG_ERR_NULL, node ? node->op->name : __func__,
                  "%s: scalar slot %d is outside 0..%d", __func__, k, TG_NODE_MAX_SCALARS - 1);
         return false;
     }
@@ -229,17 +231,17 @@ bool tg_node_accumulate(tg_ctx *ctx, tg_node *node, int k, const tg_tensor *g) {
         return false;
     }
     if (k < 0 || k >= node->n_in) {
-        tg_error(ctx, TG_ERR_INDEX, node->op, "%s: input %d is outside 0..%d", fn, k, node->n_in - 1);
+        tg_error(ctx, TG_ERR_INDEX, node->op->name, "%s: input %d is outside 0..%d", fn, k, node->n_in - 1);
         return false;
     }
     if (!tg_node_needs_grad(node, k)) return true;
     char what[40];
     snprintf(what, sizeof what, "the gradient of input %d", k);
-    if (!tg_check_arg(ctx, node->op, what, g)) return false;
+    if (!tg_check_arg(ctx, node->op->name, what, g)) return false;
     const tg_tensor *x = node->in[k];
     if (g->dtype != x->dtype || !tg_same_shape(g, x)) {
         char sg[TG_SHAPE_STR], sx[TG_SHAPE_STR];
-        tg_error(ctx, TG_ERR_SHAPE, node->op,
+        tg_error(ctx, TG_ERR_SHAPE, node->op->name,
                  "the backward's gradient of input %d is a %s %s tensor, but the input is %s %s: a gradient has "
                  "its input's shape and dtype",
                  k, tg_shape_of(sg, g), tg_dtype_name(g->dtype), tg_shape_of(sx, x), tg_dtype_name(x->dtype));
@@ -266,5 +268,5 @@ void tg_node_error(tg_ctx *ctx, const tg_node *node, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt ? fmt : "(no message)", ap);
     va_end(ap);
-    tg_error(ctx, TG_ERR_VALUE, node ? node->op : "tg_node_error", "%s", buf);
+    tg_error(ctx, TG_ERR_VALUE, node ? node->op->name : "tg_node_error", "%s", buf);
 }

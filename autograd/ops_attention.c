@@ -19,6 +19,9 @@
  * with its own scratch, and each pair by the same one-thread kernel: the
  * result is bitwise the same for any thread count. */
 #include "autograd/lowp.h"
+#include "autograd/grad_graph.h"
+#include "autograd/jvp.h"
+#include "autograd/ops.h"
 #include "autograd/ops_attention.h"
 #include "autograd/tape.h"
 #include "tensor/gemm.h"
@@ -168,7 +171,7 @@ static void attention_backward(tg_ctx *ctx, tg_node *n) {
     const int64_t BR = attn_block_rows(causal);
     const size_t kt_off = attn_aligned((size_t)(2 * BR * d.Tk) * es),
                  vt_off = kt_off + attn_aligned((size_t)(d.D * d.Tk) * es);
-    unsigned char *scratch = attn_scratch(ctx, n->op, nt, vt_off + (size_t)(d.Dv * d.Tk) * es, &stride);
+    unsigned char *scratch = attn_scratch(ctx, n->op->name, nt, vt_off + (size_t)(d.Dv * d.Tk) * es, &stride);
     if (!scratch) return;
     attn_job j = attn_job_of(q, k, v, (double *)lse, d, scale, causal, BR, scratch, stride, kt_off, vt_off);
     j.dq = dq, j.dk = dk, j.dv = dv, j.o = (tg_tensor *)o, j.dout = dout;
@@ -210,6 +213,85 @@ bool tg_attention_check(tg_ctx *ctx, const char *fn, const tg_tensor *q, const t
     return true;
 }
 
+/* o = softmax(scale q k^T + mask) v. Its gradient is the create_graph
+ * gradient of the same function composed from recorded ops (matmul,
+ * masked_fill, softmax), walked over those records only: the composed
+ * ops' own rules give the second derivatives. */
+static bool attention_grad(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {
+    tg_tensor *q = n->in[0], *k = n->in[1], *v = n->in[2];
+    const int64_t floor = ctx->tape.n_nodes, Tq = q->shape[q->ndim - 2], Tk = k->shape[k->ndim - 2];
+    tg_tensor *s = tg_mul_scalar(ctx, tg_matmul(ctx, q, tg_transpose(ctx, k)), n->f[0]);
+    if (n->i[0] && s) {
+        tg_tensor *mask = tg_zeros(ctx, q->dtype, 2, (int64_t[]){Tq, Tk});
+        if (!mask) return false;
+        for (int64_t i = 0; i < Tq; i++)
+            for (int64_t j = i + 1; j < Tk; j++) tg_store(mask, i * Tk + j, 1.0);
+        s = tg_masked_fill(ctx, s, mask, -INFINITY);
+    }
+    tg_tensor *o = tg_matmul(ctx, tg_softmax(ctx, s), v);
+    if (!tg_ok(ctx)) return false;
+    if (!o->requires_grad) return true;
+    tg_tensor *g[3];
+    if (!tg_grad_walk(ctx, "tg_grad", o, dy, floor, 3, n->in, g, true)) return false;
+    for (int i = 0; i < 3; i++)
+        if (tg_node_needs_grad(n, i)) dx[i] = g[i];
+    return true;
+}
+
+/* For each (batch, head) pair and query row i:
+ *   s_ij = scale q_i . k_j  (j <= i when causal),  P_i = softmax(s_i),
+ *   o_i = sum_j P_ij v_j
+ * so
+ *   t_s_ij = scale (t_q_i . k_j + q_i . t_k_j)
+ *   t_P_ij = P_ij (t_s_ij - sum_l P_il t_s_il)
+ *   t_o_i  = sum_j (t_P_ij v_j + P_ij t_v_j) */
+static tg_tensor *attention_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
+    const tg_tensor *q = n->in[0], *k = n->in[1], *v = n->in[2];
+    const double scale = n->f[0];
+    const bool causal = n->i[0] != 0;
+    const int64_t pairs = n->i[1], Tq = n->i[2], Tk = n->i[3];
+    const int64_t D = q->shape[q->ndim - 1], Dv = v->shape[v->ndim - 1];
+    double *Q = tg_jvp_values(ctx, q), *K = tg_jvp_values(ctx, k), *V = tg_jvp_values(ctx, v);
+    double *tQ = tg_jvp_values(ctx, t[0]), *tK = tg_jvp_values(ctx, t[1]), *tV = tg_jvp_values(ctx, t[2]);
+    double *P = tg_arena_alloc_fn(ctx, "tg_jvp", (size_t)(2 * Tk) * sizeof *P);
+    double *to = tg_arena_alloc_fn(ctx, "tg_jvp", (size_t)(n->out->numel ? n->out->numel : 1) * sizeof *to);
+    if (!tg_ok(ctx)) return NULL;
+    double *ts = P + Tk;
+    for (int64_t b = 0; b < pairs; b++) {
+        const double *qb = Q + b * Tq * D, *kb = K + b * Tk * D, *vb = V + b * Tk * Dv;
+        const double *tqb = tQ + b * Tq * D, *tkb = tK + b * Tk * D, *tvb = tV + b * Tk * Dv;
+        for (int64_t i = 0; i < Tq; i++) {
+            const int64_t nk = causal ? i + 1 : Tk;
+            double m = -INFINITY, z = 0, mean_ts = 0;
+            for (int64_t j = 0; j < nk; j++) {
+                double s = 0, d = 0;
+                for (int64_t c = 0; c < D; c++) {
+                    s += qb[i * D + c] * kb[j * D + c];
+                    d += tqb[i * D + c] * kb[j * D + c] + qb[i * D + c] * tkb[j * D + c];
+                }
+                P[j] = scale * s;
+                ts[j] = scale * d;
+                m = fmax(m, P[j]);
+            }
+            for (int64_t j = 0; j < nk; j++) z += (P[j] = exp(P[j] - m));
+            for (int64_t j = 0; j < nk; j++) mean_ts += (P[j] /= z) * ts[j];
+            double *out = to + (b * Tq + i) * Dv;
+            for (int64_t c = 0; c < Dv; c++) out[c] = 0;
+            for (int64_t j = 0; j < nk; j++) {
+                const double tp = P[j] * (ts[j] - mean_ts);
+                for (int64_t c = 0; c < Dv; c++) out[c] += tp * vb[j * Dv + c] + P[j] * tvb[j * Dv + c];
+            }
+        }
+    }
+    return tg_jvp_tensor(ctx, n->out, to);
+}
+
+/* A check's float32 step: a perturbed element moves a whole row of
+ * scores. */
+const tg_op_def tg_attention_op =
+    TG_OP("attention", attention_backward, attention_grad, attention_jvp, .args = "causal=1,scale=0",
+          .inputs = "q=-2:2,k=-2:2,v=-2:2", .f32 = {.h = 1e-2});
+
 tg_tensor *tg_attention(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v, bool causal, double scale) {
     if (tg_lowp_args(ctx, __func__, 3, (tg_tensor *[]){q, k, v})) { /* bfloat16, float16: autograd/lowp.h */
         tg_tensor *w[3];
@@ -225,7 +307,7 @@ tg_tensor *tg_attention(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v, b
     double *lse = tg_arena_alloc_fn(ctx, __func__, (size_t)(d.pairs * d.Tq + 1) * sizeof(double));
     if (!o || !lse) return NULL;
     if (o->numel) attention_run(ctx, __func__, o, lse, q, k, v, d, scale, causal);
-    tg_node *n = tg_record(ctx, __func__, attention_backward, o, 3, (tg_tensor *[]){q, k, v});
+    tg_node *n = tg_record(ctx, &tg_attention_op, o, 3, (tg_tensor *[]){q, k, v});
     if (n) {
         n->saved = lse;
         n->f[0] = scale;

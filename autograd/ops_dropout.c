@@ -35,6 +35,7 @@ static void TG_FN(dropout_backward_kernel)(T *restrict dx, const T *restrict dy,
 #else /* the op, compiled once */
 
 #include "autograd/lowp.h"
+#include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "tensor/parallel.h"
 
@@ -74,6 +75,28 @@ static void dropout_backward(tg_ctx *ctx, tg_node *n) {
     else dropout_backward_kernel_f32(dx->data, dy->data, n->saved, dx->numel, n->f[0]);
 }
 
+/* y = x m scale (m the saved 0/1 mask): dx = dy m scale. */
+static bool dropout_grad(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {
+    tg_tensor *x = n->in[0];
+    const uint8_t *mask = n->saved;
+    tg_tensor *m = tg_new_tensor(ctx, "tg_grad", x->dtype, x->ndim, x->shape);
+    if (!m) return false;
+    for (int64_t i = 0; i < x->numel; i++) tg_store(m, i, mask[i] ? n->f[0] : 0.0);
+    dx[0] = tg_mul(ctx, dy, m);
+    return tg_ok(ctx);
+}
+
+/* y = x m s with the mask m (saved) and s = 1/(1 - p): t_y = t_x m s. */
+static tg_tensor *dropout_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
+    const uint8_t *mask = n->saved;
+    tg_tensor *y = tg_new_like(ctx, "tg_jvp", n->out);
+    for (int64_t i = 0; y && i < y->numel; i++) tg_store(y, i, mask[i] ? tg_load(t[0], i) * n->f[0] : 0.0);
+    return y;
+}
+
+const tg_op_def tg_dropout_op =
+    TG_OP("dropout", dropout_backward, dropout_grad, dropout_jvp, .args = "p=0.3,train=1", .inputs = "x=-2:2");
+
 tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p, bool training) {
     if (training && p != 0.0 && tg_lowp_args(ctx, __func__, 1, &x)) /* bfloat16, float16: autograd/lowp.h */
         return tg_lowp_out(ctx, tg_dropout(ctx, tg_lowp_in(ctx, x), p, training), x);
@@ -93,7 +116,7 @@ tg_tensor *tg_dropout(tg_ctx *ctx, tg_tensor *x, double p, bool training) {
     const double scale = 1.0 / (1.0 - p);
     if (x->dtype == TG_F64) dropout_apply_f64(y->data, x->data, mask, x->numel, scale);
     else dropout_apply_f32(y->data, x->data, mask, x->numel, scale);
-    tg_node *n = tg_record(ctx, __func__, dropout_backward, y, 1, &x);
+    tg_node *n = tg_record(ctx, &tg_dropout_op, y, 1, &x);
     if (n) {
         n->saved = mask;
         tg_node_count_saved(ctx, n, (size_t)x->numel);

@@ -25,6 +25,7 @@ static void TG_FN(embedding_scatter_add)(T *restrict dw, const T *restrict dy, c
 #else /* the op, compiled once */
 
 #include "autograd/lowp.h"
+#include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "tensor/parallel.h"
 
@@ -76,6 +77,27 @@ static void embedding_backward(tg_ctx *ctx, tg_node *n) {
     tg_parallel_range(nt, j.D, (per + 15) / 16 * 16, embedding_task, &j);
 }
 
+/* y[i, :] = W[idx_i, :]: dW = onehot^T dy', onehot (cnt, V) constant. */
+static bool embedding_grad(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {
+    tg_tensor *w = n->in[0];
+    const int64_t cnt = n->i[0], V = w->shape[0], D = w->shape[1];
+    const int64_t *idx = n->saved;
+    tg_tensor *oh = tg_zeros(ctx, w->dtype, 2, (int64_t[]){cnt, V});
+    if (!oh) return false;
+    for (int64_t i = 0; i < cnt; i++) tg_store(oh, i * V + idx[i], 1.0);
+    dx[0] = tg_matmul(ctx, tg_transpose(ctx, oh), tg_reshape(ctx, dy, 2, (int64_t[]){cnt, D}));
+    return tg_ok(ctx);
+}
+
+/* y[..., :] = weight[idx[...], :]: t_y = the same rows of t_weight. */
+static tg_tensor *embedding_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
+    return tg_embedding(ctx, t[0], n->out->ndim - 1, n->out->shape, n->saved);
+}
+
+/* A check draws the indices with at least one repeat. */
+const tg_op_def tg_embedding_op =
+    TG_OP("embedding", embedding_backward, embedding_grad, embedding_jvp, .inputs = "weight=-2:2");
+
 tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *weight, int ndim, const int64_t *shape, const int64_t *indices) {
     if (tg_lowp_args(ctx, __func__, 1, &weight)) /* the rows gathered, and dW scattered, in float32 */
         return tg_lowp_out(ctx, tg_embedding(ctx, tg_lowp_in(ctx, weight), ndim, shape, indices), weight);
@@ -112,7 +134,7 @@ tg_tensor *tg_embedding(tg_ctx *ctx, tg_tensor *weight, int ndim, const int64_t 
     tg_tensor *y = tg_new_tensor(ctx, __func__, weight->dtype, ndim + 1, oshape);
     if (!y) return NULL;
     embedding_forward(y->data, weight->data, indices, cnt, D, tg_esize(weight->dtype));
-    tg_node *n = tg_record(ctx, __func__, embedding_backward, y, 1, &weight);
+    tg_node *n = tg_record(ctx, &tg_embedding_op, y, 1, &weight);
     if (n) {
         n->i[0] = cnt;
         int64_t *saved = tg_node_save(ctx, n, (size_t)(cnt > 0 ? cnt : 1) * sizeof *saved);

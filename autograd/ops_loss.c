@@ -34,6 +34,7 @@ static void TG_FN(mse_backward_kernel)(T *dp, T *dt, const T *p, const T *t, int
 #else /* the op, compiled once */
 
 #include "autograd/lowp.h"
+#include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "tensor/parallel.h"
 
@@ -91,6 +92,28 @@ static void mse_forward_task(void *arg, int64_t b, int worker) {
                      : sq_err_sum_f32((const float *)j->p->data + i0, (const float *)j->t->data + i0, len);
 }
 
+/* loss = mean((p - t)^2): dp = 2 (p - t) dloss / numel, dt = -dp. */
+static bool mse_grad(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {
+    tg_tensor *p = n->in[0], *t = n->in[1];
+    tg_tensor *g = tg_mul(ctx, tg_sub(ctx, p, t), tg_mul_scalar(ctx, dy, 2.0 / (double)p->numel));
+    if (tg_node_needs_grad(n, 0)) dx[0] = g;
+    if (tg_node_needs_grad(n, 1)) dx[1] = tg_neg(ctx, g);
+    return tg_ok(ctx);
+}
+
+/* loss = mean((p - q)^2): t_loss = 2/n sum (p - q)(t_p - t_q). */
+static tg_tensor *mse_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
+    const tg_tensor *p = n->in[0], *q = n->in[1];
+    double s = 0;
+    for (int64_t i = 0; i < p->numel; i++) s += (tg_load(p, i) - tg_load(q, i)) * (tg_load(t[0], i) - tg_load(t[1], i));
+    tg_tensor *y = tg_new_like(ctx, "tg_jvp", n->out);
+    if (y) tg_store(y, 0, 2.0 * s / (double)p->numel);
+    return y;
+}
+
+const tg_op_def tg_mse_loss_op =
+    TG_OP("mse_loss", mse_backward, mse_grad, mse_jvp, .inputs = "pred=-2:2,target=-2:2", .f32 = {.h = 0.1});
+
 tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *pred, tg_tensor *target) {
     if (tg_lowp_args(ctx, __func__, 2, (tg_tensor *[]){pred, target}))
         return tg_lowp_binary(ctx, tg_mse_loss, pred, target);
@@ -115,7 +138,7 @@ tg_tensor *tg_mse_loss(tg_ctx *ctx, tg_tensor *pred, tg_tensor *target) {
     double s = 0;
     for (int64_t b = 0; b < blocks; b++) s += part[b];
     tg_store(out, 0, s / (double)pred->numel);
-    tg_node *n = tg_record(ctx, __func__, mse_backward, out, 2, (tg_tensor *[]){pred, target});
+    tg_node *n = tg_record(ctx, &tg_mse_loss_op, out, 2, (tg_tensor *[]){pred, target});
     if (n) /* pred and target, read by backward */
         tg_node_count_saved(ctx, n, (size_t)(pred == target ? 1 : 2) * (size_t)pred->numel * tg_esize(pred->dtype));
     return tg_ok(ctx) ? out : NULL;

@@ -8,6 +8,7 @@
  * comes back in bfloat16; the ops' low-precision path (autograd/lowp.h) is
  * exactly that: cast in, the op's float32 path, cast out. */
 #include "autograd/lowp.h"
+#include "autograd/ops.h"
 #include "autograd/tape.h"
 
 #include <string.h>
@@ -67,12 +68,25 @@ static void cast_backward(tg_ctx *ctx, tg_node *n) {
     }
 }
 
+/* y = tg_cast(x, dtype), the rounding counted as the identity: dx = dy cast
+ * back to x's dtype. */
+static bool cast_grad(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {
+    dx[0] = tg_cast(ctx, dy, n->in[0]->dtype);
+    return tg_ok(ctx);
+}
+
+/* y = tg_cast(x, dtype), linear (the rounding counted as the identity):
+ * the tangent is cast the same way. */
+static tg_tensor *cast_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) { return tg_cast(ctx, t[0], n->out->dtype); }
+
+const tg_op_def tg_cast_op = {.name = "cast", .backward = cast_backward, .backward_graph = cast_grad, .jvp = cast_jvp};
+
 tg_tensor *tg_cast(tg_ctx *ctx, tg_tensor *x, tg_dtype dtype) {
     if (!tg_check_arg_any(ctx, __func__, "x", x)) return NULL;
     tg_tensor *y = tg_new_tensor(ctx, __func__, dtype, x->ndim, x->shape);
     if (!y) return NULL;
     tg_convert_n(y->data, dtype, x->data, x->dtype, (size_t)x->numel);
-    tg_record(ctx, __func__, cast_backward, y, 1, &x);
+    tg_record(ctx, &tg_cast_op, y, 1, &x);
     return tg_ok(ctx) ? y : NULL;
 }
 

@@ -60,6 +60,8 @@ static void TG_FN(tri_kernel)(T *restrict y, const T *restrict x, int64_t B, int
 
 #include "autograd/broadcast.h"
 #include "autograd/lowp.h"
+#include "autograd/grad_graph.h"
+#include "autograd/ops.h"
 #include "autograd/tape.h"
 
 #define TG_TEMPLATE "autograd/ops_mask.c"
@@ -98,9 +100,28 @@ static void masked_fill_backward(tg_ctx *ctx, tg_node *n) {
     if (!dx) return;
     const tg_tensor *mask = n->in[1];
     tg_bcast p;
-    if (!tg_bcast_plan(ctx, n->op, &p, dx->ndim, dx->shape, mask->ndim, mask->shape)) return;
+    if (!tg_bcast_plan(ctx, n->op->name, &p, dx->ndim, dx->shape, mask->ndim, mask->shape)) return;
     masked_fill_walk(&p, dx->data, n->out->grad->data, mask, 0, true);
 }
+
+/* The mask's zeros, a constant factor. */
+static double is_zero(double x, double a) { return (void)a, x == 0 ? 1.0 : 0.0; }
+
+/* y = mask ? value : x: dx = dy where the mask is 0; the mask gets none. */
+static bool masked_fill_grad(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {
+    if (tg_node_needs_grad(n, 0)) dx[0] = tg_mul(ctx, dy, tg_gg_const(ctx, n->in[1], is_zero, 0));
+    return tg_ok(ctx);
+}
+
+/* y = mask ? value : x: t_y = mask ? 0 : t_x (piecewise constant in mask). */
+static tg_tensor *masked_fill_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
+    return tg_masked_fill(ctx, t[0], n->in[1], 0.0);
+}
+
+/* A check draws the mask as zeros and ones, and a finite value, so the
+ * checked loss is finite. */
+const tg_op_def tg_masked_fill_op = TG_OP("masked_fill", masked_fill_backward, masked_fill_grad, masked_fill_jvp,
+                                          .args = "value=-1.5", .inputs = "x=-2:2,mask=0|1");
 
 tg_tensor *tg_masked_fill(tg_ctx *ctx, tg_tensor *x, tg_tensor *mask, double value) {
     if (tg_lowp_args(ctx, __func__, 2, (tg_tensor *[]){x, mask})) { /* bfloat16, float16: autograd/lowp.h */
@@ -123,7 +144,7 @@ tg_tensor *tg_masked_fill(tg_ctx *ctx, tg_tensor *x, tg_tensor *mask, double val
     tg_tensor *y = tg_new_like(ctx, __func__, x);
     if (!y) return NULL;
     if (y->numel) masked_fill_walk(&p, y->data, x->data, mask, value, false);
-    tg_node *n = tg_record(ctx, __func__, masked_fill_backward, y, 2, (tg_tensor *[]){x, mask});
+    tg_node *n = tg_record(ctx, &tg_masked_fill_op, y, 2, (tg_tensor *[]){x, mask});
     if (n) tg_node_count_saved(ctx, n, (size_t)mask->numel * tg_esize(mask->dtype)); /* mask, read by backward */
     return tg_ok(ctx) ? y : NULL;
 }
@@ -151,6 +172,19 @@ static void tri_backward(tg_ctx *ctx, tg_node *n) {
     if (dx) tri_run(dx, dx->data, n->out->grad->data, n->i[0], n->i[1] != 0, true);
 }
 
+/* y = tril / triu of x: dx = the same triangle of dy. */
+static bool tri_grad(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {
+    dx[0] = n->i[1] ? tg_triu(ctx, dy, n->i[0]) : tg_tril(ctx, dy, n->i[0]);
+    return tg_ok(ctx);
+}
+
+/* y = the triangle of x: t_y = the same triangle of t_x. */
+static tg_tensor *tril_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) { return tg_tril(ctx, t[0], n->i[0]); }
+static tg_tensor *triu_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) { return tg_triu(ctx, t[0], n->i[0]); }
+
+const tg_op_def tg_tril_op = TG_OP("tril", tri_backward, tri_grad, tril_jvp, .args = "diagonal=0", .inputs = "x=-2:2");
+const tg_op_def tg_triu_op = TG_OP("triu", tri_backward, tri_grad, triu_jvp, .args = "diagonal=0", .inputs = "x=-2:2");
+
 static tg_tensor *tri_op(tg_ctx *ctx, const char *fn, tg_tensor *x, int64_t diagonal, bool upper) {
     if (tg_lowp_args(ctx, fn, 1, &x)) return tg_lowp_out(ctx, tri_op(ctx, fn, tg_lowp_in(ctx, x), diagonal, upper), x);
     if (!tg_check_arg(ctx, fn, "x", x)) return NULL;
@@ -165,7 +199,7 @@ static tg_tensor *tri_op(tg_ctx *ctx, const char *fn, tg_tensor *x, int64_t diag
     tg_tensor *y = tg_new_like(ctx, fn, x);
     if (!y) return NULL;
     tri_run(x, y->data, x->data, diagonal, upper, false);
-    tg_node *n = tg_record(ctx, fn, tri_backward, y, 1, &x);
+    tg_node *n = tg_record(ctx, upper ? &tg_triu_op : &tg_tril_op, y, 1, &x);
     if (n) n->i[0] = diagonal, n->i[1] = upper;
     return tg_ok(ctx) ? y : NULL;
 }

@@ -17,6 +17,7 @@
  *                                             contiguous, so its leading
  *                                             dims times M are just rows. */
 #include "autograd/lowp.h"
+#include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "tensor/gemm.h"
 #include "tensor/parallel.h"
@@ -126,12 +127,39 @@ static void matmul_backward(tg_ctx *ctx, tg_node *n) {
     tg_tensor *da = tg_grad_of(ctx, a);
     tg_tensor *db = tg_grad_of(ctx, b);
     if (da && d.N > 0)
-        mm_gemm_batched(ctx, n->op, dc->dtype, false, true, d.batch, d.M, d.K, d.N, dc->data, d.N, d.M * d.N, b->data,
-                        d.N, d.K * d.N, 1.0, da->data, d.K, d.M * d.K);
+        mm_gemm_batched(ctx, n->op->name, dc->dtype, false, true, d.batch, d.M, d.K, d.N, dc->data, d.N, d.M * d.N,
+                        b->data, d.N, d.K * d.N, 1.0, da->data, d.K, d.M * d.K);
     if (db && d.M > 0)
-        mm_gemm_batched(ctx, n->op, dc->dtype, true, false, d.batch, d.K, d.N, d.M, a->data, d.K, d.M * d.K, dc->data,
-                        d.N, d.M * d.N, 1.0, db->data, d.N, d.K * d.N);
+        mm_gemm_batched(ctx, n->op->name, dc->dtype, true, false, d.batch, d.K, d.N, d.M, a->data, d.K, d.M * d.K,
+                        dc->data, d.N, d.M * d.N, 1.0, db->data, d.N, d.K * d.N);
 }
+
+/* c = a b: da = dc b^T, db = a^T dc; with b (K,N) shared by a batched a,
+ * db = sum over the batch of a_b^T dc_b = a'^T dc' with a' (B M, K),
+ * dc' (B M, N). */
+static bool matmul_grad(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {
+    tg_tensor *a = n->in[0], *b = n->in[1];
+    if (tg_node_needs_grad(n, 0)) dx[0] = tg_matmul(ctx, dy, tg_transpose(ctx, b));
+    if (tg_node_needs_grad(n, 1)) {
+        if (a->ndim == b->ndim) dx[1] = tg_matmul(ctx, tg_transpose(ctx, a), dy);
+        else {
+            const int64_t K = a->shape[a->ndim - 1], N = dy->shape[dy->ndim - 1];
+            tg_tensor *a2 = tg_reshape(ctx, a, 2, (int64_t[]){-1, K});
+            tg_tensor *d2 = tg_reshape(ctx, dy, 2, (int64_t[]){-1, N});
+            dx[1] = tg_matmul(ctx, tg_transpose(ctx, a2), d2);
+        }
+    }
+    return tg_ok(ctx);
+}
+
+/* c = a b (batched as the forward was): t_c = t_a b + a t_b. */
+static tg_tensor *matmul_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
+    return tg_add(ctx, tg_matmul(ctx, t[0], n->in[1]), tg_matmul(ctx, n->in[0], t[1]));
+}
+
+/* Linear in each input, so a check's float32 step can be large. */
+const tg_op_def tg_matmul_op =
+    TG_OP("matmul", matmul_backward, matmul_grad, matmul_jvp, .inputs = "a=-2:2,b=-2:2", .f32 = {.h = 0.1});
 
 tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) {
     if (tg_lowp_args(ctx, __func__, 2, (tg_tensor *[]){a, b})) return tg_lowp_binary(ctx, tg_matmul, a, b);
@@ -171,7 +199,7 @@ tg_tensor *tg_matmul(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) {
     tg_tensor *c = tg_new_tensor(ctx, __func__, a->dtype, nd, shape);
     if (!c) return NULL;
     matmul_forward(ctx, __func__, c, a, b, d);
-    tg_node *n = tg_record(ctx, __func__, matmul_backward, c, 2, (tg_tensor *[]){a, b});
+    tg_node *n = tg_record(ctx, &tg_matmul_op, c, 2, (tg_tensor *[]){a, b});
     if (n) {
         n->i[0] = d.batch, n->i[1] = d.M, n->i[2] = d.K, n->i[3] = d.N;
         /* kept by pointer: da needs b, db needs a */

@@ -71,6 +71,7 @@ static void TG_FN(rope_kernel)(T *restrict y, const T *restrict x, const T *rest
 #else /* the op, compiled once */
 
 #include "autograd/lowp.h"
+#include "autograd/ops.h"
 #include "autograd/tape.h"
 
 #include <math.h>
@@ -107,16 +108,36 @@ static void rope_run(tg_ctx *ctx, const char *fn, const tg_tensor *x, int axis, 
  *   dx_2i+1 += -dy_2i s + dy_2i+1 c */
 static void rope_backward(tg_ctx *ctx, tg_node *n) {
     tg_tensor *dx = tg_grad_of(ctx, n->in[0]);
-    if (dx) rope_run(ctx, n->op, dx, (int)n->i[0], n->f[0], n->i[1], dx->data, n->out->grad->data, true);
+    if (dx) rope_run(ctx, n->op->name, dx, (int)n->i[0], n->f[0], n->i[1], dx->data, n->out->grad->data, true);
 }
+
+/* y = rope(x) rotates each pair by +a; dx = the rotation by -a of dy.
+ * With P = diag(1, -1) on each pair, P R(a) P = R(-a), so
+ * dx = P rope(P dy): a constant +-1 sign along the last dim. */
+static bool rope_grad(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {
+    const int64_t D = dy->shape[dy->ndim - 1];
+    tg_tensor *p = tg_new_tensor(ctx, "tg_grad", dy->dtype, 1, &D);
+    if (!p) return false;
+    for (int64_t i = 0; i < D; i++) tg_store(p, i, i % 2 ? -1.0 : 1.0);
+    dx[0] = tg_mul(ctx, tg_rope_from(ctx, tg_mul(ctx, dy, p), (int)n->i[0], n->f[0], n->i[1]), p);
+    return tg_ok(ctx);
+}
+
+/* y = R(position) x, a fixed rotation of each pair: t_y = R t_x. */
+static tg_tensor *rope_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
+    return tg_rope_from(ctx, t[0], (int)n->i[0], n->f[0], n->i[1]);
+}
+
+const tg_op_def tg_rope_op =
+    TG_OP("rope", rope_backward, rope_grad, rope_jvp, .args = "axis=-2,base=10000", .inputs = "x=-2:2");
 
 tg_tensor *tg_rope(tg_ctx *ctx, tg_tensor *x, int seq_axis, double base) {
     return tg_rope_from(ctx, x, seq_axis, base, 0);
 }
 
-/* Recorded as "tg_rope" with the first position in i[1], whatever the
- * entry point, so the second-order and forward-mode rules (grad_rules.c,
- * jvp_nn.c) are the same for both. */
+/* Recorded as "rope" with the first position in i[1], whatever the entry
+ * point, so the second-order and forward-mode rules (above) are the same
+ * for both. */
 tg_tensor *tg_rope_from(tg_ctx *ctx, tg_tensor *x, int seq_axis, double base, int64_t pos0) {
     if (tg_lowp_args(ctx, __func__, 1, &x))
         return tg_lowp_out(ctx, tg_rope_from(ctx, tg_lowp_in(ctx, x), seq_axis, base, pos0), x);
@@ -145,7 +166,7 @@ tg_tensor *tg_rope_from(tg_ctx *ctx, tg_tensor *x, int seq_axis, double base, in
     tg_tensor *y = tg_new_like(ctx, __func__, x);
     if (!y) return NULL;
     rope_run(ctx, __func__, x, axis, base, pos0, y->data, x->data, false);
-    tg_node *n = tg_record(ctx, "tg_rope", rope_backward, y, 1, &x);
+    tg_node *n = tg_record(ctx, &tg_rope_op, y, 1, &x);
     if (n) n->i[0] = axis, n->i[1] = pos0, n->f[0] = base;
     return tg_ok(ctx) ? y : NULL;
 }

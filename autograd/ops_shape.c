@@ -105,9 +105,10 @@ static void TG_FN(accum_rows)(T *restrict dst, int64_t ld_dst, const T *restrict
 
 #else /* the op, compiled once */
 
+#include "autograd/grad_graph.h"
 #include "autograd/lowp.h"
+#include "autograd/ops.h" /* and TG_PAR_MIN, TG_PAR_CHUNK (autograd/unary.h) */
 #include "autograd/tape.h"
-#include "autograd/unary.h"
 #include "tensor/parallel.h"
 
 #include <string.h>
@@ -224,6 +225,20 @@ static void transpose_backward(tg_ctx *ctx, tg_node *n) {
     else transpose_kernel_f32(dx->data, dy->data, B, C, R, true);
 }
 
+/* The tangent of a linear map goes through the same map; so does the
+ * gradient of the gradient: y = x^T gives dx = dy^T. */
+static bool transpose_grad(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {
+    (void)n;
+    dx[0] = tg_transpose(ctx, dy);
+    return tg_ok(ctx);
+}
+static tg_tensor *transpose_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
+    (void)n;
+    return tg_transpose(ctx, t[0]);
+}
+const tg_op_def tg_transpose_op =
+    TG_OP("transpose", transpose_backward, transpose_grad, transpose_jvp, .inputs = "x=-2:2");
+
 tg_tensor *tg_transpose(tg_ctx *ctx, tg_tensor *x) {
     if (tg_lowp_args(ctx, __func__, 1, &x)) return tg_lowp_unary(ctx, tg_transpose, x);
     if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
@@ -242,7 +257,7 @@ tg_tensor *tg_transpose(tg_ctx *ctx, tg_tensor *x) {
     if (!y) return NULL;
     int64_t B = prod(x->shape, 0, nd - 2);
     transpose_forward(y, x, B, R, C);
-    tg_node *n = tg_record(ctx, __func__, transpose_backward, y, 1, &x);
+    tg_node *n = tg_record(ctx, &tg_transpose_op, y, 1, &x);
     if (n) n->i[0] = B, n->i[1] = R, n->i[2] = C;
     return tg_ok(ctx) ? y : NULL;
 }
@@ -338,16 +353,34 @@ static void permute_backward(tg_ctx *ctx, tg_node *n) {
     permute_run(ctx, dx->dtype, dx->data, dy->data, nd, dy->shape, inv, true, dx->numel);
 }
 
-/* The op behind tg_permute and tg_transpose_dims: perm is already checked
- * and normalized (0..ndim-1, each once). */
-static tg_tensor *permute_op(tg_ctx *ctx, const char *fn, tg_tensor *x, const int *perm) {
+/* y = x permuted by perm (packed 4 bits a dim in i[0]): dx = dy permuted
+ * by the inverse, inv[perm[d]] = d; t_y = t_x permuted by perm. */
+static bool permute_grad(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {
+    int nd = (int)n->i[1], inv[TG_MAX_DIMS];
+    for (int d = 0; d < nd; d++) inv[(n->i[0] >> (4 * d)) & 15] = d;
+    dx[0] = tg_permute(ctx, dy, inv);
+    return tg_ok(ctx);
+}
+static tg_tensor *permute_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
+    int perm[TG_MAX_DIMS];
+    for (int d = 0; d < (int)n->i[1]; d++) perm[d] = (int)((n->i[0] >> (4 * d)) & 15);
+    return tg_permute(ctx, t[0], perm);
+}
+const tg_op_def tg_permute_op =
+    TG_OP("permute", permute_backward, permute_grad, permute_jvp, .args = "perm", .inputs = "x=-2:2");
+const tg_op_def tg_transpose_dims_op =
+    TG_OP("transpose_dims", permute_backward, permute_grad, permute_jvp, .args = "dim0=0,dim1=1", .inputs = "x=-2:2");
+
+/* The op behind tg_permute and tg_transpose_dims (op, their descriptors):
+ * perm is already checked and normalized (0..ndim-1, each once). */
+static tg_tensor *permute_op(tg_ctx *ctx, const char *fn, const tg_op_def *op, tg_tensor *x, const int *perm) {
     const int nd = x->ndim;
     int64_t shape[TG_MAX_DIMS];
     for (int d = 0; d < nd; d++) shape[d] = x->shape[perm[d]];
     tg_tensor *y = tg_new_tensor(ctx, fn, x->dtype, nd, shape);
     if (!y) return NULL;
     if (y->numel) permute_run(ctx, x->dtype, y->data, x->data, nd, x->shape, perm, false, y->numel);
-    tg_node *n = tg_record(ctx, fn, permute_backward, y, 1, &x);
+    tg_node *n = tg_record(ctx, op, y, 1, &x);
     if (n) n->i[0] = perm_pack(nd, perm), n->i[1] = nd;
     return tg_ok(ctx) ? y : NULL;
 }
@@ -375,7 +408,7 @@ tg_tensor *tg_permute(tg_ctx *ctx, tg_tensor *x, const int *perm) {
         }
         seen[p[d]] = true;
     }
-    return permute_op(ctx, __func__, x, p);
+    return permute_op(ctx, __func__, &tg_permute_op, x, p);
 }
 
 tg_tensor *tg_transpose_dims(tg_ctx *ctx, tg_tensor *x, int dim0, int dim1) {
@@ -389,7 +422,7 @@ tg_tensor *tg_transpose_dims(tg_ctx *ctx, tg_tensor *x, int dim0, int dim1) {
     for (int d = 0; d < x->ndim; d++) p[d] = d;
     p[d0] = d1;
     p[d1] = d0;
-    return permute_op(ctx, __func__, x, p);
+    return permute_op(ctx, __func__, &tg_transpose_dims_op, x, p);
 }
 
 /* ---- reshape ---------------------------------------------------------------- */
@@ -402,6 +435,17 @@ static void reshape_backward(tg_ctx *ctx, tg_node *n) {
     if (dx) accum_rows(ctx, dx->dtype, dx->data, 0, dy->data, 0, 1, dx->numel);
 }
 
+/* dx = dy reshaped back; t_y = t_x reshaped. */
+static bool reshape_grad(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {
+    dx[0] = tg_reshape(ctx, dy, n->in[0]->ndim, n->in[0]->shape);
+    return tg_ok(ctx);
+}
+static tg_tensor *reshape_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
+    return tg_reshape(ctx, t[0], n->out->ndim, n->out->shape);
+}
+const tg_op_def tg_reshape_op =
+    TG_OP("reshape", reshape_backward, reshape_grad, reshape_jvp, .args = "to", .inputs = "x=-2:2");
+
 tg_tensor *tg_reshape(tg_ctx *ctx, tg_tensor *x, int ndim, const int64_t *shape) {
     if (tg_lowp_args(ctx, __func__, 1, &x))
         return tg_lowp_out(ctx, tg_reshape(ctx, tg_lowp_in(ctx, x), ndim, shape), x);
@@ -410,7 +454,7 @@ tg_tensor *tg_reshape(tg_ctx *ctx, tg_tensor *x, int ndim, const int64_t *shape)
     if (!tg_infer_shape(ctx, __func__, x, ndim, shape, s)) return NULL;
     tg_tensor *y = tg_view(ctx, x, ndim, s);
     if (!y) return NULL;
-    tg_record(ctx, __func__, reshape_backward, y, 1, &x);
+    tg_record(ctx, &tg_reshape_op, y, 1, &x);
     return tg_ok(ctx) ? y : NULL;
 }
 
@@ -436,6 +480,24 @@ static void concat_backward(tg_ctx *ctx, tg_node *n) {
         off += len;
     }
 }
+
+/* dx_k = dy's slice of x_k; t_y = the concat of the t_k. */
+static bool concat_grad(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {
+    const int axis = (int)n->i[0];
+    int64_t off = 0;
+    for (int k = 0; k < n->n_in; k++) {
+        int64_t len = n->in[k]->shape[axis];
+        if (tg_node_needs_grad(n, k)) dx[k] = tg_slice(ctx, dy, axis, off, off + len);
+        off += len;
+    }
+    return tg_ok(ctx);
+}
+static tg_tensor *concat_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
+    return tg_concat(ctx, n->n_in, t, (int)n->i[0]);
+}
+/* (up to 8 inputs, as a check names them) */
+const tg_op_def tg_concat_op = TG_OP("concat", concat_backward, concat_grad, concat_jvp, .args = "axis=0",
+                                     .inputs = "x0=-2:2,x1=-2:2,x2=-2:2,x3=-2:2,x4=-2:2,x5=-2:2,x6=-2:2,x7=-2:2");
 
 /* tg_concat of 16-bit tensors: widened (autograd/lowp.h), concatenated,
  * rounded back. */
@@ -495,7 +557,7 @@ tg_tensor *tg_concat(tg_ctx *ctx, int n, tg_tensor *const *xs, int axis) {
         copy_rows(ctx, y->dtype, (unsigned char *)y->data + (size_t)off * es, ld_y, xs[k]->data, len, outer, len);
         off += len;
     }
-    tg_node *nd = tg_record(ctx, __func__, concat_backward, y, n, xs);
+    tg_node *nd = tg_record(ctx, &tg_concat_op, y, n, xs);
     if (nd) nd->i[0] = a;
     return tg_ok(ctx) ? y : NULL;
 }
@@ -517,6 +579,29 @@ static void slice_backward(tg_ctx *ctx, tg_node *n) {
     accum_rows(ctx, dx->dtype, (unsigned char *)dx->data + (size_t)(start * inner) * es, dx->shape[axis] * inner,
                dy->data, len, outer, len);
 }
+
+/* dx = dy padded with zeros before and after (a concat with constant
+ * zeros); t_y = the same slice of t_x. */
+static bool slice_grad(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {
+    tg_tensor *x = n->in[0];
+    const int axis = (int)n->i[0];
+    const int64_t start = n->i[1], len = dy->shape[axis], after = x->shape[axis] - start - len;
+    tg_tensor *parts[3];
+    int np = 0;
+    int64_t shape[TG_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    if (start > 0) shape[axis] = start, parts[np++] = tg_zeros(ctx, x->dtype, x->ndim, shape);
+    parts[np++] = dy;
+    if (after > 0) shape[axis] = after, parts[np++] = tg_zeros(ctx, x->dtype, x->ndim, shape);
+    dx[0] = np == 1 ? dy : tg_concat(ctx, np, parts, axis);
+    return tg_ok(ctx);
+}
+static tg_tensor *slice_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
+    const int axis = (int)n->i[0];
+    return tg_slice(ctx, t[0], axis, n->i[1], n->i[1] + n->out->shape[axis]);
+}
+const tg_op_def tg_slice_op =
+    TG_OP("slice", slice_backward, slice_grad, slice_jvp, .args = "axis=0,start=0,end", .inputs = "x=-2:2");
 
 tg_tensor *tg_slice(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t end) {
     if (tg_lowp_args(ctx, __func__, 1, &x))
@@ -541,7 +626,7 @@ tg_tensor *tg_slice(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t 
     int64_t len = (end - start) * inner;
     copy_rows(ctx, x->dtype, y->data, len, (const unsigned char *)x->data + (size_t)(start * inner) * es, S * inner,
               outer, len);
-    tg_node *n = tg_record(ctx, __func__, slice_backward, y, 1, &x);
+    tg_node *n = tg_record(ctx, &tg_slice_op, y, 1, &x);
     if (n) n->i[0] = a, n->i[1] = start;
     return tg_ok(ctx) ? y : NULL;
 }

@@ -12,6 +12,8 @@
  * log-sum-exp (N doubles) and a copy of the targets (N int64) and reads the
  * logits, so no (N,C) probability tensor is ever stored. */
 #include "autograd/lowp.h"
+#include "autograd/grad_graph.h"
+#include "autograd/ops.h"
 #include "autograd/tape.h"
 #include "tensor/parallel.h"
 
@@ -92,6 +94,43 @@ static void softmax_backward(tg_ctx *ctx, tg_node *n) {
     tg_parallel_range(row_threads(ctx, rows, C), rows, row_chunk(C), softmax_task, &j);
 }
 
+/* softmax: dx = y (dy - sum(dy y)); log_softmax: dx = dy - e^y sum(dy),
+ * the sums over the last axis (kept). */
+static bool softmax_grad(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {
+    tg_tensor *y = n->out;
+    if (n->i[0]) dx[0] = tg_sub(ctx, dy, tg_mul(ctx, tg_exp(ctx, y), tg_sum_axis(ctx, dy, -1, true)));
+    else dx[0] = tg_mul(ctx, y, tg_sub(ctx, dy, tg_sum_axis(ctx, tg_mul(ctx, dy, y), -1, true)));
+    return tg_ok(ctx);
+}
+
+/* Over rows of the last dim C:
+ *   softmax      y = e^x / sum e^x     t_y = y (t - sum_j y_j t_j)
+ *   log_softmax  y = x - lse(x)        t_y = t - sum_j p_j t_j,  p = e^y */
+static tg_tensor *softmax_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
+    const bool log_ = n->i[0] != 0;
+    const tg_tensor *y = n->out;
+    const int64_t C = y->ndim ? y->shape[y->ndim - 1] : 1, rows = C ? y->numel / C : 0;
+    tg_tensor *ty = tg_new_like(ctx, "tg_jvp", y);
+    for (int64_t r = 0; ty && r < rows; r++) {
+        double s = 0;
+        for (int64_t j = 0; j < C; j++) {
+            double p = log_ ? exp(tg_load(y, r * C + j)) : tg_load(y, r * C + j);
+            s += p * tg_load(t[0], r * C + j);
+        }
+        for (int64_t j = 0; j < C; j++) {
+            double tj = tg_load(t[0], r * C + j);
+            tg_store(ty, r * C + j, log_ ? tj - s : tg_load(y, r * C + j) * (tj - s));
+        }
+    }
+    return ty;
+}
+
+/* A check's float32 step: a perturbed element moves the whole row. */
+const tg_op_def tg_softmax_op =
+    TG_OP("softmax", softmax_backward, softmax_grad, softmax_jvp, .inputs = "x=-2:2", .f32 = {.h = 1e-2});
+const tg_op_def tg_log_softmax_op =
+    TG_OP("log_softmax", softmax_backward, softmax_grad, softmax_jvp, .inputs = "x=-2:2", .f32 = {.h = 1e-2});
+
 static tg_tensor *softmax_op(tg_ctx *ctx, tg_tensor *x, bool log_, const char *fn) {
     if (tg_lowp_args(ctx, fn, 1, &x)) return tg_lowp_out(ctx, softmax_op(ctx, tg_lowp_in(ctx, x), log_, fn), x);
     if (!tg_check_arg(ctx, fn, "x", x)) return NULL;
@@ -101,7 +140,7 @@ static tg_tensor *softmax_op(tg_ctx *ctx, tg_tensor *x, bool log_, const char *f
     rows_of(x, &rows, &C);
     sm_job j = {.y = y, .x = x, .C = C, .log_ = log_};
     tg_parallel_range(row_threads(ctx, rows, C), rows, row_chunk(C), softmax_task, &j);
-    tg_node *n = tg_record(ctx, fn, softmax_backward, y, 1, &x);
+    tg_node *n = tg_record(ctx, log_ ? &tg_log_softmax_op : &tg_softmax_op, y, 1, &x);
     if (n) {
         n->i[0] = log_;
         tg_node_count_saved(ctx, n, (size_t)y->numel * tg_esize(y->dtype)); /* y, read by backward */
@@ -159,6 +198,58 @@ static void cross_entropy_backward(tg_ctx *ctx, tg_node *n) {
     tg_parallel_range(row_threads(ctx, N, C), N, row_chunk(C), cross_entropy_task, &j);
 }
 
+/* loss = 1/|R| sum_{i in R} [-(1-eps) logp_i[t_i] - eps/C sum_c logp_ic]:
+ * dx_ic = dloss/|R| (p_ic - q_ic) on the rows of R, q = (1-eps) onehot(t)
+ * + eps/C; p = softmax(x), recorded. */
+static bool cross_entropy_grad(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {
+    tg_tensor *x = n->in[0];
+    const int64_t N = x->shape[0], C = x->shape[1], ignore = n->i[0], count = n->i[1];
+    if (count == 0) return true; /* the loss was NaN and depends on nothing */
+    const int64_t *target = (const int64_t *)((const double *)n->saved + N);
+    const double eps = n->f[0];
+    tg_tensor *q = tg_zeros(ctx, x->dtype, 2, x->shape), *r = tg_zeros(ctx, x->dtype, 2, (int64_t[]){N, 1});
+    if (!q || !r) return false;
+    for (int64_t i = 0; i < N; i++) {
+        if (target[i] == ignore) continue;
+        tg_store(r, i, 1.0);
+        for (int64_t c = 0; c < C; c++) tg_store(q, i * C + c, eps / (double)C + (c == target[i] ? 1.0 - eps : 0.0));
+    }
+    tg_tensor *g = tg_mul_scalar(ctx, tg_reshape(ctx, dy, 0, NULL), 1.0 / (double)count);
+    dx[0] = tg_mul(ctx, tg_mul(ctx, tg_sub(ctx, tg_softmax(ctx, x), q), r), g);
+    return tg_ok(ctx);
+}
+
+/* loss = 1/|R| sum_{i in R} (lse(x_i) - sum_c q_ic x_ic), q the smoothed
+ * one-hot target, R the rows not ignored:
+ *   t_loss = 1/|R| sum_{i in R} sum_c (p_ic - q_ic) t_ic,  p = softmax(x_i)
+ * (0 when every row is ignored: the loss was NaN, constant in x). */
+static tg_tensor *cross_entropy_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
+    const tg_tensor *x = n->in[0];
+    const int64_t N = x->shape[0], C = x->shape[1], ignore = n->i[0], count = n->i[1];
+    const int64_t *target = (const int64_t *)((const double *)n->saved + N);
+    const double eps = n->f[0];
+    double total = 0;
+    for (int64_t i = 0; i < N && count; i++) {
+        if (target[i] == ignore) continue;
+        double m = -INFINITY, z = 0, s = 0;
+        for (int64_t c = 0; c < C; c++) m = fmax(m, tg_load(x, i * C + c));
+        for (int64_t c = 0; c < C; c++) z += exp(tg_load(x, i * C + c) - m);
+        for (int64_t c = 0; c < C; c++) {
+            double p = exp(tg_load(x, i * C + c) - m) / z, q = (c == target[i] ? 1 - eps : 0) + eps / (double)C;
+            s += (p - q) * tg_load(t[0], i * C + c);
+        }
+        total += s;
+    }
+    tg_tensor *y = tg_new_like(ctx, "tg_jvp", n->out);
+    if (y) tg_store(y, 0, count ? total / (double)count : 0.0);
+    return y;
+}
+
+/* A check: ignore_rows makes the first rows' targets ignore_index. */
+const tg_op_def tg_cross_entropy_op =
+    TG_OP("cross_entropy", cross_entropy_backward, cross_entropy_grad, cross_entropy_jvp,
+          .args = "smoothing=0,ignore_index=-100,ignore_rows=0", .inputs = "logits=-2:2", .f32 = {.h = 3e-2});
+
 tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, const int64_t *targets, const tg_cross_entropy_opts *opts) {
     if (tg_lowp_args(ctx, __func__, 1, &logits)) /* f32 inside, the loss in logits' dtype (as PyTorch) */
         return tg_lowp_out(ctx, tg_cross_entropy(ctx, tg_lowp_in(ctx, logits), targets, opts), logits);
@@ -212,7 +303,7 @@ tg_tensor *tg_cross_entropy(tg_ctx *ctx, tg_tensor *logits, const int64_t *targe
     for (int64_t i = 0; i < N; i++) total += row_loss[i]; /* in row order: thread-count independent */
     tg_store(out, 0, count ? total / (double)count : NAN);
 
-    tg_node *n = tg_record(ctx, __func__, cross_entropy_backward, out, 1, &logits);
+    tg_node *n = tg_record(ctx, &tg_cross_entropy_op, out, 1, &logits);
     if (n) {
         n->saved = lse; /* the scratch losses after lse and targets are not counted */
         n->f[0] = eps;

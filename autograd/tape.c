@@ -47,19 +47,29 @@ stale_input(tg_ctx *ctx, const char *op, int k, const tg_tensor *t) {
     return NULL;
 }
 
-tg_node *tg_record(tg_ctx *ctx, const char *op, tg_backward_fn backward, tg_tensor *out, int n_in,
-                   tg_tensor *const *in) {
+/* tg_record's error for a descriptor it cannot record; returns NULL. */
+#if defined(__GNUC__)
+__attribute__((noinline, cold))
+#endif
+static tg_node *
+bad_op(tg_ctx *ctx, const tg_op_def *op) {
+    tg_error(ctx, TG_ERR_NULL, "tg_record", "the op descriptor %s", op ? "lacks a name or a backward" : "is NULL");
+    return NULL;
+}
+
+tg_node *tg_record(tg_ctx *ctx, const tg_op_def *op, tg_tensor *out, int n_in, tg_tensor *const *in) {
     if (!tg_ok(ctx) || !out || !tg_needs_grad(ctx, n_in, in)) return NULL;
+    if (!op || !op->name || !op->backward) return bad_op(ctx, op);
     if (ctx->tape.consumed) {
         /* A new forward after a backward: start a fresh tape on top. Records
          * of the consumed tape stay (their tensors are alive until reset),
          * but they can no longer be walked. */
         tg_tape_clear(&ctx->tape);
     }
-    if (ctx->tape.n_nodes == ctx->tape.cap_nodes && !grow_tape(ctx, op)) return NULL;
+    if (ctx->tape.n_nodes == ctx->tape.cap_nodes && !grow_tape(ctx, op->name)) return NULL;
     /* One arena block: the n_in input pointers, then n_in + 1 versions. */
     size_t nin = (size_t)(n_in > 0 ? n_in : 0);
-    tg_tensor **ins = tg_arena_alloc_fn(ctx, op, nin * sizeof *ins + (nin + 1) * sizeof(uint32_t));
+    tg_tensor **ins = tg_arena_alloc_fn(ctx, op->name, nin * sizeof *ins + (nin + 1) * sizeof(uint32_t));
     if (!ins) return NULL;
     uint32_t *version = (uint32_t *)(ins + nin);
     for (size_t k = 0; k < nin; k++) {
@@ -68,22 +78,22 @@ tg_node *tg_record(tg_ctx *ctx, const char *op, tg_backward_fn backward, tg_tens
         if (!in[k]) continue;
         /* every op checks its arguments (tg_check_arg); this catches one
          * that forgot, before a stale or foreign tensor reaches the tape */
-        if (!tg_current(ctx, in[k])) return stale_input(ctx, op, (int)k, in[k]);
+        if (!tg_current(ctx, in[k])) return stale_input(ctx, op->name, (int)k, in[k]);
         version[k] = tg_version(in[k]);
     }
     version[nin] = tg_version(out);
     tg_node *n = &ctx->tape.nodes[ctx->tape.n_nodes];
-    *n = (tg_node){.op = op, .backward = backward, .out = out, .in = ins, .n_in = n_in, .version = version};
+    *n = (tg_node){.op = op, .backward = op->backward, .out = out, .in = ins, .n_in = n_in, .version = version};
     out->requires_grad = true;
     tg_impl(out)->node = (int32_t)ctx->tape.n_nodes;
     out->grad = NULL;
     ctx->tape.n_nodes++;
-    tg_profile_forward(ctx, op);
+    tg_profile_forward(ctx, op->name);
     return n;
 }
 
 void *tg_node_save(tg_ctx *ctx, tg_node *node, size_t bytes) {
-    void *p = tg_arena_alloc_fn(ctx, node->op, bytes);
+    void *p = tg_arena_alloc_fn(ctx, node->op->name, bytes);
     if (!p) return NULL;
     node->saved = p;
     node->saved_bytes += bytes;
@@ -128,7 +138,7 @@ tg_tensor *tg_requires_grad(tg_ctx *ctx, tg_tensor *t) {
         char s[TG_SHAPE_STR];
         tg_error(ctx, TG_ERR_STATE, __func__,
                  "tensor of shape %s was made by an op ('%s'), not a leaf; detach it first", tg_shape_of(s, t),
-                 tg_impl(t)->node < ctx->tape.n_nodes ? ctx->tape.nodes[tg_impl(t)->node].op : "?");
+                 tg_impl(t)->node < ctx->tape.n_nodes ? ctx->tape.nodes[tg_impl(t)->node].op->name : "?");
         return NULL;
     }
     t->requires_grad = true;
@@ -224,7 +234,7 @@ record_error(tg_ctx *ctx, const char *fn, const tg_node *n) {
                  "%s %s of '%s' was modified in place (version %u, recorded at %u) after the op used it: its "
                  "backward needs the values the op saw (change a tensor before the forward, or change a tg_copy "
                  "of it)",
-                 what, tg_shape_of(s, t), n->op, tg_version(t), v);
+                 what, tg_shape_of(s, t), n->op->name, tg_version(t), v);
         return;
     }
 }
@@ -238,9 +248,9 @@ __attribute__((noinline, cold))
 #endif
 static void
 backward_failed(tg_ctx *ctx, const tg_node *n) {
-    if (!ctx || strstr(ctx->message, n->op)) return;
+    if (!ctx || strstr(ctx->message, n->op->name)) return;
     size_t len = strlen(ctx->message);
-    snprintf(ctx->message + len, sizeof ctx->message - len, " (in the backward of '%s')", n->op);
+    snprintf(ctx->message + len, sizeof ctx->message - len, " (in the backward of '%s')", n->op->name);
 }
 
 /* After record n's backward, when the tape is not kept: nothing reads what
@@ -329,7 +339,7 @@ void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_out, bool
         tg_arena_pos scratch = tg_arena_mark(ctx);
         double t0 = ctx->profile ? tg_profile_now() : 0;
         n->backward(ctx, n);
-        if (ctx->profile) tg_profile_backward(ctx, n->op, tg_profile_now() - t0);
+        if (ctx->profile) tg_profile_backward(ctx, n->op->name, tg_profile_now() - t0);
         if (!tg_ok(ctx)) backward_failed(ctx, n);
         else if (!keep_tape) release_after(ctx, n, scratch, seed);
         if (ctx->tape.walked) ctx->tape.walked(ctx, k, ctx->tape.walked_user);

@@ -2,19 +2,21 @@
  *
  * How to write a differentiable op (see autograd/ops_*.c for examples):
  *
- *   tg_tensor *tg_foo(tg_ctx *ctx, tg_tensor *a) {
- *       ... check arguments, make `out`, compute the forward ...
- *       tg_node *n = tg_record(ctx, "foo", foo_backward, out, 1, &a);
- *       if (n) { ... save what backward needs: n->f[0] = alpha;
- *                n->saved = tg_node_save(ctx, n, bytes); ... }
- *       return tg_ok(ctx) ? out : NULL;
- *   }
- *
  *   // derivation in a comment above:
  *   static void foo_backward(tg_ctx *ctx, tg_node *n) {
  *       const tg_tensor *dy = n->out->grad;          // never NULL here
  *       tg_tensor *da = tg_grad_of(ctx, n->in[0]);   // NULL: no grad needed
  *       if (da) ... da += ...;                        // always accumulate
+ *   }
+ *   // the op's descriptor: its name, backward, rules (tapegrad/op.h; TG_OP below)
+ *   const tg_op_def tg_foo_op = TG_OP("foo", foo_backward, foo_grad, foo_jvp, .inputs = "x=-2:2");
+ *
+ *   tg_tensor *tg_foo(tg_ctx *ctx, tg_tensor *a) {
+ *       ... check arguments, make `out`, compute the forward ...
+ *       tg_node *n = tg_record(ctx, &tg_foo_op, out, 1, &a);
+ *       if (n) { ... save what backward needs: n->f[0] = alpha;
+ *                n->saved = tg_node_save(ctx, n, bytes); ... }
+ *       return tg_ok(ctx) ? out : NULL;
  *   }
  *
  * tg_record returns NULL when nothing needs recording (no input requires
@@ -30,8 +32,8 @@
  * tg_grad_of are public: include/tapegrad/op.h, where user-defined ops use
  * them too. Here is the record itself, which built-in ops read directly. */
 struct tg_node {
-    const char *op; /* op name, for messages */
-    tg_backward_fn backward;
+    const tg_op_def *op;     /* the op's descriptor: its name, rules (tapegrad/op.h) */
+    tg_backward_fn backward; /* what backward runs: op->backward, or tg_op_apply's guard around it */
     tg_tensor *out;
     tg_tensor **in; /* n_in inputs (arena array) */
     int n_in;
@@ -48,13 +50,17 @@ struct tg_node {
     size_t saved_bytes;
     double f[4];  /* scalar arguments (alpha, eps, ...) */
     int64_t i[4]; /* integer arguments (axis, flags, ...) */
-    /* tg_op_apply's records: the op's own backward, which `backward` (a
-     * guard, autograd/op.c) runs between its checks; else NULL */
-    tg_backward_fn user_backward;
-    /* the op's double-backward rule when it is not found by name (NULL:
-     * look the name up): autograd/grad_graph.h */
-    bool (*grad_rule)(tg_ctx *ctx, const struct tg_node *n, tg_tensor *dy, tg_tensor **dx);
 };
+
+/* A built-in op's descriptor (tapegrad/op.h) as one line of a table: its
+ * name, backward, double-backward rule and tangent rule (NULL: none), then
+ * what a gradient check needs, as designated initializers (at least one:
+ * C11 wants an argument for the "..."):
+ *   const tg_op_def tg_exp_op = TG_OP("exp", exp_backward, exp_grad, exp_jvp, .inputs = "x=-2:2");
+ * is {.name = "exp", .backward = exp_backward, .backward_graph = exp_grad,
+ * .jvp = exp_jvp, .inputs = "x=-2:2"}. */
+#define TG_OP(NAME, BACKWARD, GRAD, JVP, ...) \
+    { .name = (NAME), .backward = (BACKWARD), .backward_graph = (GRAD), .jvp = (JVP), __VA_ARGS__ }
 
 /* The walk's checks, shared by tg_backward_ex, tg_grad and tg_jvp: true when no
  * tensor record n reads was written in place since the op ran, else sets

@@ -44,15 +44,15 @@ static void backward_piece(void *arg, int64_t i0, int64_t len) {
                        (const float *)j->y->data + i0, len, j->a);
 }
 
-tg_tensor *tg_unary_apply(tg_ctx *ctx, const tg_unary_op *op, tg_backward_fn backward, tg_tensor *x, double a) {
+tg_tensor *tg_unary_apply(tg_ctx *ctx, const tg_unary_op *op, tg_tensor *x, double a) {
     if (tg_lowp_args(ctx, op->fn, 1, &x)) /* bfloat16, float16: autograd/lowp.h */
-        return tg_lowp_out(ctx, tg_unary_apply(ctx, op, backward, tg_lowp_in(ctx, x), a), x);
+        return tg_lowp_out(ctx, tg_unary_apply(ctx, op, tg_lowp_in(ctx, x), a), x);
     if (!tg_check_arg(ctx, op->fn, "x", x)) return NULL;
     tg_tensor *y = tg_new_like(ctx, op->fn, x);
     if (!y) return NULL;
     unary_job job = {.op = op, .a = a, .x = x, .y = y};
     tg_split(ctx, x->numel, forward_piece, &job);
-    tg_node *node = tg_record(ctx, op->name, backward, y, 1, &x);
+    tg_node *node = tg_record(ctx, &op->def, y, 1, &x);
     if (node) {
         node->f[0] = a;
         size_t bytes = (size_t)x->numel * tg_esize(x->dtype);
@@ -62,10 +62,24 @@ tg_tensor *tg_unary_apply(tg_ctx *ctx, const tg_unary_op *op, tg_backward_fn bac
     return tg_ok(ctx) ? y : NULL;
 }
 
-void tg_unary_backward(tg_ctx *ctx, tg_node *n, const tg_unary_op *op) {
+/* The op of a unary op's record: its descriptor is the tg_unary_op's first
+ * member. */
+static const tg_unary_op *unary_of(const tg_node *n) { return (const tg_unary_op *)n->op; }
+
+void tg_unary_backward(tg_ctx *ctx, tg_node *n) {
+    const tg_unary_op *op = unary_of(n);
     tg_tensor *x = n->in[0];
     tg_tensor *dx = tg_grad_of(ctx, x);
     if (!dx) return;
     unary_job job = {.op = op, .a = n->f[0], .x = x, .y = n->out, .dy = n->out->grad, .dx = dx};
     tg_split(ctx, x->numel, backward_piece, &job);
+}
+
+tg_tensor *tg_unary_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
+    double (*d)(double, double, double) = unary_of(n)->deriv;
+    tg_tensor *y = tg_new_like(ctx, "tg_jvp", n->out);
+    const tg_tensor *x = n->in[0];
+    for (int64_t i = 0; y && i < y->numel; i++)
+        tg_store(y, i, d(tg_load(x, i), tg_load(n->out, i), n->f[0]) * tg_load(t[0], i));
+    return y;
 }

@@ -6,8 +6,8 @@
  * argument `a` passed to both), and says whether backward reads x and/or
  * y. The driver checks the argument, makes the output, runs the kernels
  * (split over threads in fixed chunks for big tensors: tg_split, which the
- * reductions use too), and records the op; each op's tg_backward_fn is a
- * one-line wrapper around tg_unary_backward. */
+ * reductions use too), and records the op; its backward and tangent rule
+ * are shared by every unary op (tg_unary_backward, tg_unary_jvp). */
 #ifndef TG_AUTOGRAD_UNARY_H
 #define TG_AUTOGRAD_UNARY_H
 
@@ -22,37 +22,40 @@ typedef void (*tg_unary_bwd_f32)(float *restrict dx, const float *restrict dy, c
 typedef void (*tg_unary_bwd_f64)(double *restrict dx, const double *restrict dy, const double *restrict x,
                                  const double *restrict y, int64_t n, double a);
 
+/* A unary op: its descriptor (first, so that a record's n->op is the
+ * op's: the shared backward and tangent rule below find the kernels
+ * through it) and its kernels. */
 typedef struct tg_unary_op {
-    const char *fn;   /* the public function, for messages: "tg_exp" */
-    const char *name; /* the tape record's name: "exp" */
+    tg_op_def def;  /* name, backward (tg_unary_backward), rules, check facts */
+    const char *fn; /* the public function, for messages: "tg_exp" */
     tg_unary_fwd_f32 fwd_f32;
     tg_unary_fwd_f64 fwd_f64;
     tg_unary_bwd_f32 bwd_f32;
     tg_unary_bwd_f64 bwd_f64;
     bool uses_x; /* backward reads the input (counted as saved bytes) */
     bool uses_y; /* backward reads the output */
+    /* f'(x) in double, from x, y = f(x) and the scalar a: what the tangent
+     * rule (tg_unary_jvp) multiplies t_x by. Written from the forward, not
+     * taken from the backward kernel, so the adjoint test (tapegrad::check)
+     * holds one against the other. */
+    double (*deriv)(double x, double y, double a);
 } tg_unary_op;
 
-/* y = op(x; a). NULL when ctx is NULL or in error, or x is NULL. */
-tg_tensor *tg_unary_apply(tg_ctx *ctx, const tg_unary_op *op, tg_backward_fn backward, tg_tensor *x, double a);
-/* The backward of a node made by tg_unary_apply: dx += dy * f'(x). */
-void tg_unary_backward(tg_ctx *ctx, tg_node *n, const tg_unary_op *op);
+/* The kernels of op NAME in a tg_unary_op initializer: NAME_forward_f32,
+ * _f64 and NAME_backward_f32, _f64, from the op family's template (e.g.
+ * ops_elementwise.inc). */
+#define TG_UNARY_KERNELS(NAME)                                                                    \
+    .fwd_f32 = NAME##_forward_f32, .fwd_f64 = NAME##_forward_f64, .bwd_f32 = NAME##_backward_f32, \
+    .bwd_f64 = NAME##_backward_f64
 
-/* TG_UNARY(exp, "tg_exp", false, true) declares the op's table entry exp_OP,
- * made of the kernels exp_forward_f32/_f64 and exp_backward_f32/_f64 (from
- * the op family's template, e.g. ops_elementwise.inc), and its tape backward
- * exp_bwd, a call of tg_unary_backward. The public function is then one
- * line: return tg_unary_apply(ctx, &exp_OP, exp_bwd, x, 0); */
-#define TG_UNARY(NAME, FNNAME, USES_X, USES_Y)                            \
-    static const tg_unary_op NAME##_OP = {.fn = FNNAME,                   \
-                                          .name = #NAME,                  \
-                                          .fwd_f32 = NAME##_forward_f32,  \
-                                          .fwd_f64 = NAME##_forward_f64,  \
-                                          .bwd_f32 = NAME##_backward_f32, \
-                                          .bwd_f64 = NAME##_backward_f64, \
-                                          .uses_x = USES_X,               \
-                                          .uses_y = USES_Y};              \
-    static void NAME##_bwd(tg_ctx *ctx, tg_node *n) { tg_unary_backward(ctx, n, &NAME##_OP); }
+/* y = op(x; a), recorded with op's descriptor. NULL when ctx is NULL or in
+ * error, or x is NULL. */
+tg_tensor *tg_unary_apply(tg_ctx *ctx, const tg_unary_op *op, tg_tensor *x, double a);
+/* The backward of every unary op (its descriptor's): dx += dy * f'(x) by
+ * the op's backward kernel. */
+void tg_unary_backward(tg_ctx *ctx, tg_node *n);
+/* The tangent rule of every unary op: t_y = f'(x) t_x, f' the op's deriv. */
+tg_tensor *tg_unary_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t);
 
 /* Whole rows of `row` elements per piece, for row-wise work: about
  * TG_PAR_CHUNK elements, at least one row. */

@@ -166,7 +166,7 @@ bool tg_registry_check_order2(tg_ctx *ctx, const tg_op_info *op, const char *spe
     uint32_t mask = o.inputs ? o.inputs & c.check : c.check;
     if (mask == 0) {
         tg_error(ctx, TG_ERR_VALUE, fn, "%s: inputs mask 0x%x selects no differentiable input (those are 0x%x)",
-                 op->name, (unsigned)o.inputs, (unsigned)c.check);
+                 op->def->name, (unsigned)o.inputs, (unsigned)c.check);
         return false;
     }
     o.inputs = mask;

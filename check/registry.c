@@ -1,5 +1,7 @@
-/* The op registry: every differentiable op and layer with a builder of
- * random valid inputs and its forward, in one table (at the end of this
+/* The op registry: every differentiable op and layer -- its descriptor
+ * (tg_op_def: name, arguments, the values its inputs are drawn from, its
+ * own steps and tolerances, all beside the op's kernel) with a builder of
+ * random valid inputs and its forward -- in one table (at the end of this
  * file) whose index is the op's id, so tests and the gradient-check tool
  * check every op by walking it.
  *
@@ -8,9 +10,10 @@
  * arguments. tg_registry_build parses the spec into a tg_op_case, refuses
  * arguments the op does not declare and fills in the defaults of those the
  * spec leaves out; then the op's builder checks the shapes and argument
- * values it needs and draws the inputs from the context's RNG. Builders
- * keep inputs away from the op's kinks, where the one-sided derivatives
- * differ and central differences return their average:
+ * values it needs and draws the inputs from the context's RNG as the
+ * descriptor says (check/inputs.c). The descriptors keep inputs away from
+ * the op's kinks, where the one-sided derivatives differ and central
+ * differences return their average:
  *   relu, abs, leaky_relu   |x| in [0.2, 2), either sign
  *   div denominators        |b| in [0.5, 2)
  *   log, sqrt, pow          x in [0.5, 2)
@@ -28,13 +31,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/ops.h"
+#include "layers/ops.h"
 #include "tensor/internal.h"
 
 /* Builders report as the public call they run under. */
 static const char BUILD_FN[] = "tg_registry_build";
-
-#define TG_XSTR_(x) #x
-#define TG_XSTR(x) TG_XSTR_(x)
 
 /* ---- spec parsing -----------------------------------------------------------
  * spec  := shapes { ';' key '=' value }
@@ -79,7 +81,7 @@ static bool parse_shape(const char *s, size_t len, bool allow_infer, int *ndim, 
 static bool parse_spec(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_op_case *c) {
     size_t n = strlen(spec);
     if (n >= sizeof c->spec) {
-        tg_error(ctx, TG_ERR_FORMAT, BUILD_FN, "%s: spec of %zu characters is longer than %zu", op->name, n,
+        tg_error(ctx, TG_ERR_FORMAT, BUILD_FN, "%s: spec of %zu characters is longer than %zu", op->def->name, n,
                  sizeof c->spec - 1);
         return false;
     }
@@ -97,13 +99,13 @@ static bool parse_spec(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_o
             tg_error(ctx, TG_ERR_FORMAT, BUILD_FN,
                      "%s: bad shape '%.*s' in spec '%s' (sizes joined by 'x', e.g. 2x3; '()' for 0-d; at most %d "
                      "shapes of at most %d dims)",
-                     op->name, (int)(e - p), p, spec, TG_GRADCHECK_MAX_INPUTS, TG_MAX_DIMS);
+                     op->def->name, (int)(e - p), p, spec, TG_GRADCHECK_MAX_INPUTS, TG_MAX_DIMS);
             return false;
         }
         c->n_shapes++;
         p = comma ? comma + 1 : e;
         if (comma && p == shapes_end) {
-            tg_error(ctx, TG_ERR_FORMAT, BUILD_FN, "%s: spec '%s' ends its shapes with a comma", op->name, spec);
+            tg_error(ctx, TG_ERR_FORMAT, BUILD_FN, "%s: spec '%s' ends its shapes with a comma", op->def->name, spec);
             return false;
         }
     }
@@ -118,8 +120,8 @@ static bool parse_spec(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_o
         if (!eq || klen == 0 || vlen == 0 || klen >= sizeof c->arg_name[0] || vlen >= sizeof c->arg_value[0] ||
             c->n_args == TG_OP_MAX_ARGS) {
             tg_error(ctx, TG_ERR_FORMAT, BUILD_FN,
-                     "%s: bad argument '%.*s' in spec '%s' (key=value, at most %d arguments)", op->name, (int)(e - p),
-                     p, spec, TG_OP_MAX_ARGS);
+                     "%s: bad argument '%.*s' in spec '%s' (key=value, at most %d arguments)", op->def->name,
+                     (int)(e - p), p, spec, TG_OP_MAX_ARGS);
             return false;
         }
         memcpy(c->arg_name[c->n_args], p, klen);
@@ -128,7 +130,7 @@ static bool parse_spec(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_o
         c->arg_value[c->n_args][vlen] = '\0';
         for (int a = 0; a < c->n_args; a++) {
             if (strcmp(c->arg_name[a], c->arg_name[c->n_args]) == 0) {
-                tg_error(ctx, TG_ERR_FORMAT, BUILD_FN, "%s: argument '%s' given twice in spec '%s'", op->name,
+                tg_error(ctx, TG_ERR_FORMAT, BUILD_FN, "%s: argument '%s' given twice in spec '%s'", op->def->name,
                          c->arg_name[a], spec);
                 return false;
             }
@@ -137,7 +139,7 @@ static bool parse_spec(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_o
         p = next;
     }
     if (c->n_shapes == 0) {
-        tg_error(ctx, TG_ERR_FORMAT, BUILD_FN, "%s: spec '%s' has no shape", op->name, spec);
+        tg_error(ctx, TG_ERR_FORMAT, BUILD_FN, "%s: spec '%s' has no shape", op->def->name, spec);
         return false;
     }
     return true;
@@ -182,11 +184,11 @@ static bool declares(const char *decl, const char *key) {
 /* Refuses arguments c's op does not declare, then appends the declared
  * defaults of those the spec leaves out. */
 static bool apply_args(tg_ctx *ctx, tg_op_case *c) {
-    const char *decl = c->op->args ? c->op->args : "";
+    const char *decl = c->op->def->args ? c->op->def->args : "";
     for (int a = 0; a < c->n_args; a++) {
         if (!declares(decl, c->arg_name[a])) {
-            tg_error(ctx, TG_ERR_FORMAT, BUILD_FN, "%s: unknown argument '%s' in spec '%s' (takes: %s)", c->op->name,
-                     c->arg_name[a], c->spec, *decl ? decl : "none");
+            tg_error(ctx, TG_ERR_FORMAT, BUILD_FN, "%s: unknown argument '%s' in spec '%s' (takes: %s)",
+                     c->op->def->name, c->arg_name[a], c->spec, *decl ? decl : "none");
             return false;
         }
     }
@@ -215,8 +217,8 @@ static bool check_args(tg_ctx *ctx, const tg_op_case *c, const char *keys, bool 
         errno = 0;
         double v = integer ? (double)strtoll(s, &e, 10) : strtod(s, &e);
         if (*e || errno || !isfinite(v)) {
-            tg_error(ctx, TG_ERR_FORMAT, BUILD_FN, "%s: argument %s=%s in spec '%s' is not %s", c->op->name, key, s,
-                     c->spec, integer ? "an integer" : "a finite number");
+            tg_error(ctx, TG_ERR_FORMAT, BUILD_FN, "%s: argument %s=%s in spec '%s' is not %s", c->op->def->name, key,
+                     s, c->spec, integer ? "an integer" : "a finite number");
             return false;
         }
     }
@@ -229,71 +231,18 @@ static bool check_args(tg_ctx *ctx, const tg_op_case *c, const char *keys, bool 
 static bool need_shapes(tg_ctx *ctx, const tg_op_case *c, int lo, int hi) {
     if (c->n_shapes >= lo && c->n_shapes <= hi) return true;
     if (lo == hi)
-        tg_error(ctx, TG_ERR_SHAPE, BUILD_FN, "%s: spec '%s' has %d shapes; the op takes %d", c->op->name, c->spec,
+        tg_error(ctx, TG_ERR_SHAPE, BUILD_FN, "%s: spec '%s' has %d shapes; the op takes %d", c->op->def->name, c->spec,
                  c->n_shapes, lo);
     else
-        tg_error(ctx, TG_ERR_SHAPE, BUILD_FN, "%s: spec '%s' has %d shapes; the op takes %d..%d", c->op->name, c->spec,
-                 c->n_shapes, lo, hi);
+        tg_error(ctx, TG_ERR_SHAPE, BUILD_FN, "%s: spec '%s' has %d shapes; the op takes %d..%d", c->op->def->name,
+                 c->spec, c->n_shapes, lo, hi);
     return false;
 }
 
-/* How a builder draws an input's values. */
-typedef enum rg_dist {
-    RG_ANY,     /* uniform in [-2, 2) */
-    RG_AWAY0,   /* |x| in [0.2, 2), random sign: relu, abs, leaky_relu */
-    RG_DENOM,   /* |x| in [0.5, 2), random sign: denominators */
-    RG_POS,     /* [0.5, 2): log, sqrt, pow */
-    RG_DISTINCT /* a shuffled ramp over [-2, 2): no ties, gaps of 4/numel */
-} rg_dist;
-
-/* Makes input k (named `name`) of the given shape with values drawn by
- * `dist`; `check` says whether it is differentiable. */
-static tg_tensor *make_input_shaped(tg_ctx *ctx, tg_op_case *c, int k, int ndim, const int64_t *shape, const char *name,
-                                    rg_dist dist, bool check) {
-    tg_tensor *t = tg_new_tensor(ctx, BUILD_FN, c->dtype, ndim, shape);
-    if (!t) return NULL;
-    int64_t n = t->numel;
-    if (dist == RG_DISTINCT) {
-        /* Fisher-Yates shuffle of 0..n-1, then an even ramp */
-        for (int64_t i = 0; i < n; i++) tg_store(t, i, (double)i);
-        for (int64_t i = n - 1; i > 0; i--) {
-            int64_t j = (int64_t)(tg_rng_uniform(ctx) * (double)(i + 1));
-            if (j > i) j = i;
-            double a = tg_load(t, i), b = tg_load(t, j);
-            tg_store(t, i, b);
-            tg_store(t, j, a);
-        }
-        for (int64_t i = 0; i < n; i++) tg_store(t, i, -2.0 + 4.0 * (tg_load(t, i) + 0.5) / (double)n);
-    } else {
-        for (int64_t i = 0; i < n; i++) {
-            double u = tg_rng_uniform(ctx), v;
-            switch (dist) {
-            case RG_AWAY0: v = (u < 0.5 ? -1 : 1) * (0.2 + 1.8 * tg_rng_uniform(ctx)); break;
-            case RG_DENOM: v = (u < 0.5 ? -1 : 1) * (0.5 + 1.5 * tg_rng_uniform(ctx)); break;
-            case RG_POS: v = 0.5 + 1.5 * u; break;
-            default: v = -2.0 + 4.0 * u; break;
-            }
-            tg_store(t, i, v);
-        }
-    }
-    static const char *const DIST_TEXT[] = {
-        [RG_ANY] = "uniform [-2, 2)",
-        [RG_AWAY0] = "|x| uniform [0.2, 2), random sign",
-        [RG_DENOM] = "|x| uniform [0.5, 2), random sign",
-        [RG_POS] = "uniform [0.5, 2)",
-        [RG_DISTINCT] = "a shuffled even ramp over [-2, 2)",
-    };
-    c->inputs[k] = t;
-    c->input_names[k] = name;
-    c->input_dist[k] = DIST_TEXT[dist];
-    if (check) c->check |= (uint32_t)1 << k;
-    if (k + 1 > c->n_inputs) c->n_inputs = k + 1;
-    return t;
-}
-
-/* Input k with the spec's shape number `from`. */
-static tg_tensor *make_input(tg_ctx *ctx, tg_op_case *c, int k, int from, const char *name, rg_dist dist, bool check) {
-    return make_input_shaped(ctx, c, k, c->ndim[from], c->shape[from], name, dist, check);
+/* Input k with the spec's shape number `from`, named and drawn as the
+ * op's descriptor says (check/inputs.c). */
+static tg_tensor *make_input(tg_ctx *ctx, tg_op_case *c, int k, int from) {
+    return tg_registry_input(ctx, c, k, c->ndim[from], c->shape[from]);
 }
 
 /* ---- generic forwards: the entry's fn, by arity ------------------------------ */
@@ -341,8 +290,7 @@ static const char *const V_BINARY[] = {"3x4,3x4",   /* same shape */
                                        NULL};
 
 static bool build_binary(tg_ctx *ctx, tg_op_case *c) {
-    return need_shapes(ctx, c, 2, 2) && make_input(ctx, c, 0, 0, "a", RG_ANY, true) &&
-           make_input(ctx, c, 1, 1, "b", RG_ANY, true);
+    return need_shapes(ctx, c, 2, 2) && make_input(ctx, c, 0, 0) && make_input(ctx, c, 1, 1);
 }
 
 /* Length scales for relative steps (tg_gradcheck_scale_fn) of an input
@@ -362,10 +310,10 @@ static bool abs_scale_second(tg_tensor *const *in, int k, double *ell, void *use
     return k == 1 && abs_scale(in, k, ell);
 }
 
-static bool build_binary_denom(tg_ctx *ctx, tg_op_case *c) {
+/* div: b drawn away from 0 (its descriptor), with |b| its length scale */
+static bool build_div(tg_ctx *ctx, tg_op_case *c) {
     c->scale = abs_scale_second;
-    return need_shapes(ctx, c, 2, 2) && make_input(ctx, c, 0, 0, "a", RG_ANY, true) &&
-           make_input(ctx, c, 1, 1, "b", RG_DENOM, true);
+    return build_binary(ctx, c);
 }
 
 static const char HELP_MATMUL[] = "A,B: (M,K),(K,N) or (B,M,K),(B,K,N) or (B,M,K),(K,N)";
@@ -382,15 +330,13 @@ static const char *const V_MATMUL[] = {"3x4,4x5",                    /* non-squa
 static const char HELP_UNARY[] = "X: any shape, e.g. 3x4";
 static const char *const V_UNARY[] = {"3x4", "1", "()", "2x1x3", "16x33", NULL};
 
-static bool build_unary(tg_ctx *ctx, tg_op_case *c, rg_dist dist) {
-    return need_shapes(ctx, c, 1, 1) && make_input(ctx, c, 0, 0, "x", dist, true);
-}
-static bool build_unary_any(tg_ctx *ctx, tg_op_case *c) { return build_unary(ctx, c, RG_ANY); }
-static bool build_unary_pos(tg_ctx *ctx, tg_op_case *c) {
+static bool build_unary(tg_ctx *ctx, tg_op_case *c) { return need_shapes(ctx, c, 1, 1) && make_input(ctx, c, 0, 0); }
+/* log, sqrt, pow: x drawn away from the singularity at 0 (their
+ * descriptors), with |x| its length scale */
+static bool build_unary_pole(tg_ctx *ctx, tg_op_case *c) {
     c->scale = abs_scale_first;
-    return build_unary(ctx, c, RG_POS);
+    return build_unary(ctx, c);
 }
-static bool build_unary_away0(tg_ctx *ctx, tg_op_case *c) { return build_unary(ctx, c, RG_AWAY0); }
 
 /* One number argument: s (add_scalar, mul_scalar), p (pow_scalar), slope
  * (leaky_relu). */
@@ -402,21 +348,19 @@ static const char *const V_POW[] = {"3x4;p=2", "3x4;p=3", "3x4;p=0.5", "2x1x3;p=
 static const char HELP_LEAKY[] = "X;slope=S: any shape and the negative slope (default 0.01)";
 static const char *const V_LEAKY[] = {"3x4", "3x4;slope=0.2", "()", "2x1x3;slope=-0.5", "16x33;slope=0.1", NULL};
 
-static bool build_scalar(tg_ctx *ctx, tg_op_case *c, rg_dist dist) {
-    return build_unary(ctx, c, dist) && check_args(ctx, c, c->arg_name[0], false);
+static bool build_scalar(tg_ctx *ctx, tg_op_case *c) {
+    return build_unary(ctx, c) && check_args(ctx, c, c->arg_name[0], false);
 }
-static bool build_scalar_any(tg_ctx *ctx, tg_op_case *c) { return build_scalar(ctx, c, RG_ANY); }
-static bool build_scalar_pos(tg_ctx *ctx, tg_op_case *c) {
+static bool build_scalar_pole(tg_ctx *ctx, tg_op_case *c) {
     c->scale = abs_scale_first;
-    return build_scalar(ctx, c, RG_POS);
+    return build_scalar(ctx, c);
 }
-static bool build_scalar_away0(tg_ctx *ctx, tg_op_case *c) { return build_scalar(ctx, c, RG_AWAY0); }
 
 static const char HELP_GELU[] = "X;approx=erf|tanh: any shape; the exact erf form (default) or the tanh one";
 static const char *const V_GELU[] = {"3x4", "3x4;approx=tanh", "()", "2x1x3;approx=tanh", "16x33", NULL};
 
 static bool build_gelu(tg_ctx *ctx, tg_op_case *c) {
-    if (!build_unary(ctx, c, RG_ANY)) return false;
+    if (!build_unary(ctx, c)) return false;
     const char *a = tg_registry_arg(c, "approx");
     if (strcmp(a, "erf") != 0 && strcmp(a, "tanh") != 0) {
         tg_error(ctx, TG_ERR_FORMAT, BUILD_FN, "gelu: approx=%s in spec '%s' is neither erf nor tanh", a, c->spec);
@@ -431,6 +375,11 @@ static tg_tensor *fw_gelu(tg_ctx *ctx, tg_tensor *const *in, void *u) {
 /* ---- reductions ----------------------------------------------------------------- */
 
 static const char *const V_SUM[] = {"3x4", "()", "1", "2x3x4", "16x33", NULL};
+/* sum_axis, mean_axis, max_axis: an integer axis and keepdim */
+static bool build_axis(tg_ctx *ctx, tg_op_case *c) {
+    return build_unary(ctx, c) && check_args(ctx, c, "axis,keepdim", true);
+}
+
 static const char HELP_AXIS[] = "X;axis=A;keepdim=0|1: any shape, the axis (default -1, may be negative) and "
                                 "whether to keep it with size 1 (default 0)";
 static const char *const V_AXIS[] = {"3x4;axis=0",
@@ -442,13 +391,6 @@ static const char *const V_AXIS[] = {"3x4;axis=0",
                                      "1x4;axis=0",
                                      "16x33;axis=1",
                                      NULL};
-
-static bool build_axis_any(tg_ctx *ctx, tg_op_case *c) {
-    return build_unary(ctx, c, RG_ANY) && check_args(ctx, c, "axis,keepdim", true);
-}
-static bool build_axis_distinct(tg_ctx *ctx, tg_op_case *c) {
-    return build_unary(ctx, c, RG_DISTINCT) && check_args(ctx, c, "axis,keepdim", true);
-}
 
 /* ---- shapes: transpose, reshape, concat, slice ------------------------------- */
 
@@ -467,7 +409,7 @@ static bool reshape_target(const tg_op_case *c, int *ndim, int64_t *shape) {
 static bool build_reshape(tg_ctx *ctx, tg_op_case *c) {
     int nd;
     int64_t sh[TG_MAX_DIMS];
-    if (!build_unary(ctx, c, RG_ANY)) return false;
+    if (!build_unary(ctx, c)) return false;
     if (!reshape_target(c, &nd, sh)) {
         tg_error(ctx, TG_ERR_FORMAT, BUILD_FN,
                  "reshape: spec '%s' needs to=SHAPE (sizes joined by 'x', one may "
@@ -487,12 +429,11 @@ static tg_tensor *fw_reshape(tg_ctx *ctx, tg_tensor *const *in, void *u) {
 static const char HELP_CONCAT[] = "X1,X2,...;axis=A: 1..8 shapes equal but along axis A (default 0)";
 static const char *const V_CONCAT[] = {
     "2x3,4x3,1x3;axis=0", "2x3,2x1,2x2;axis=-1", "2x3x4,2x1x4;axis=1", "3x2;axis=1", "1,1", "16x8,16x25;axis=1", NULL};
-static const char *const CONCAT_NAMES[TG_GRADCHECK_MAX_INPUTS] = {"x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7"};
 
 static bool build_concat(tg_ctx *ctx, tg_op_case *c) {
     if (!need_shapes(ctx, c, 1, TG_GRADCHECK_MAX_INPUTS) || !check_args(ctx, c, "axis", true)) return false;
     for (int k = 0; k < c->n_shapes; k++)
-        if (!make_input(ctx, c, k, k, CONCAT_NAMES[k], RG_ANY, true)) return false;
+        if (!make_input(ctx, c, k, k)) return false;
     return true;
 }
 static tg_tensor *fw_concat(tg_ctx *ctx, tg_tensor *const *in, void *u) {
@@ -510,7 +451,7 @@ static const char *const V_SLICE[] = {"5x4;axis=0;start=1;end=4",
                                       NULL};
 
 static bool build_slice(tg_ctx *ctx, tg_op_case *c) {
-    return build_unary(ctx, c, RG_ANY) && check_args(ctx, c, "axis,start,end", true);
+    return build_unary(ctx, c) && check_args(ctx, c, "axis,start,end", true);
 }
 static tg_tensor *fw_slice(tg_ctx *ctx, tg_tensor *const *in, void *u) {
     const tg_op_case *c = u;
@@ -545,7 +486,7 @@ static bool perm_of(const tg_op_case *c, int *n, int *perm) {
 }
 static bool build_permute(tg_ctx *ctx, tg_op_case *c) {
     int n, perm[TG_MAX_DIMS];
-    if (!build_unary(ctx, c, RG_ANY)) return false;
+    if (!build_unary(ctx, c)) return false;
     if (!perm_of(c, &n, perm) || n != c->ndim[0]) {
         tg_error(ctx, TG_ERR_FORMAT, BUILD_FN, "permute: spec '%s' needs perm=P0,P1,... (%d integers, one per dim)",
                  c->spec, c->ndim[0]);
@@ -565,7 +506,7 @@ static const char *const V_TRANSPOSE_DIMS[] = {"2x3x4;dim0=0;dim1=2", "2x3x4x5;d
                                                "2x3;dim0=1;dim1=1",   "4x33x2x20;dim0=1;dim1=3", NULL};
 
 static bool build_transpose_dims(tg_ctx *ctx, tg_op_case *c) {
-    return build_unary(ctx, c, RG_ANY) && check_args(ctx, c, "dim0,dim1", true);
+    return build_unary(ctx, c) && check_args(ctx, c, "dim0,dim1", true);
 }
 static tg_tensor *fw_transpose_dims(tg_ctx *ctx, tg_tensor *const *in, void *u) {
     return tg_transpose_dims(ctx, in[0], (int)num_of(u, "dim0"), (int)num_of(u, "dim1"));
@@ -594,7 +535,7 @@ static bool build_embedding(tg_ctx *ctx, tg_op_case *c) {
         c->index[i] = j < V ? j : V - 1;
     }
     if (n >= 2) c->index[n - 1] = c->index[0]; /* a repeated index accumulates */
-    return make_input(ctx, c, 0, 0, "weight", RG_ANY, true) != NULL;
+    return make_input(ctx, c, 0, 0) != NULL;
 }
 static tg_tensor *fw_embedding(tg_ctx *ctx, tg_tensor *const *in, void *u) {
     const tg_op_case *c = u;
@@ -613,10 +554,9 @@ static const char *const V_CE[] = {
     "1x1", "5x4;ignore_index=2", "32x10;smoothing=0.05", NULL};
 
 static bool build_cross_entropy(tg_ctx *ctx, tg_op_case *c) {
-    if (!build_unary(ctx, c, RG_ANY) || !check_args(ctx, c, "smoothing", false) ||
+    if (!build_unary(ctx, c) || !check_args(ctx, c, "smoothing", false) ||
         !check_args(ctx, c, "ignore_index,ignore_rows", true))
         return false;
-    c->input_names[0] = "logits";
     if (c->ndim[0] != 2 || c->shape[0][0] < 1 || c->shape[0][1] < 1) {
         tg_error(ctx, TG_ERR_SHAPE, BUILD_FN, "cross_entropy: spec '%s': the logits must be (N,C) with N, C >= 1",
                  c->spec);
@@ -654,8 +594,7 @@ static const char HELP_MSE[] = "P,T: prediction and target of one shape (both di
 static const char *const V_MSE[] = {"3x4,3x4", "1,1", "(),()", "2x3x4,2x3x4", "16x33,16x33", NULL};
 
 static bool build_mse(tg_ctx *ctx, tg_op_case *c) {
-    return need_shapes(ctx, c, 2, 2) && make_input(ctx, c, 0, 0, "pred", RG_ANY, true) &&
-           make_input(ctx, c, 1, 1, "target", RG_ANY, true);
+    return need_shapes(ctx, c, 2, 2) && make_input(ctx, c, 0, 0) && make_input(ctx, c, 1, 1);
 }
 
 static const char HELP_DROPOUT[] = "X;p=P;train=0|1: any shape, drop probability (default 0.3), training (1)";
@@ -663,7 +602,7 @@ static const char *const V_DROPOUT[] = {"4x5;p=0.3", "3x7;p=0.5",   "2x3;p=0", "
                                         "()",        "16x33;p=0.2", NULL};
 
 static bool build_dropout(tg_ctx *ctx, tg_op_case *c) {
-    return build_unary(ctx, c, RG_ANY) && check_args(ctx, c, "p", false) && check_args(ctx, c, "train", true);
+    return build_unary(ctx, c) && check_args(ctx, c, "p", false) && check_args(ctx, c, "train", true);
 }
 static tg_tensor *fw_dropout(tg_ctx *ctx, tg_tensor *const *in, void *u) {
     return tg_dropout(ctx, in[0], num_of(u, "p"), num_of(u, "train") != 0);
@@ -677,13 +616,8 @@ static const char *const V_MASKED_FILL[] = {"3x4,3x4",       "2x3x4,3x4", "2x3x4
                                             "(),();value=7", "16x33,33",  NULL};
 
 static bool build_masked_fill(tg_ctx *ctx, tg_op_case *c) {
-    if (!need_shapes(ctx, c, 2, 2) || !check_args(ctx, c, "value", false) ||
-        !make_input(ctx, c, 0, 0, "x", RG_ANY, true))
-        return false;
-    tg_tensor *m = make_input(ctx, c, 1, 1, "mask", RG_ANY, false);
-    if (!m) return false;
-    for (int64_t i = 0; i < m->numel; i++) tg_store(m, i, tg_rng_uniform(ctx) < 0.5 ? 1.0 : 0.0);
-    return true;
+    return need_shapes(ctx, c, 2, 2) && check_args(ctx, c, "value", false) && make_input(ctx, c, 0, 0) &&
+           make_input(ctx, c, 1, 1); /* the mask: 0 or 1 */
 }
 static tg_tensor *fw_masked_fill(tg_ctx *ctx, tg_tensor *const *in, void *u) {
     return tg_masked_fill(ctx, in[0], in[1], num_of(u, "value"));
@@ -695,7 +629,7 @@ static const char *const V_TRI[] = {
     NULL};
 
 static bool build_tri(tg_ctx *ctx, tg_op_case *c) {
-    return build_unary(ctx, c, RG_ANY) && check_args(ctx, c, "diagonal", true);
+    return build_unary(ctx, c) && check_args(ctx, c, "diagonal", true);
 }
 static tg_tensor *fw_tril(tg_ctx *ctx, tg_tensor *const *in, void *u) {
     return tg_tril(ctx, in[0], (int64_t)num_of(u, "diagonal"));
@@ -710,7 +644,7 @@ static const char *const V_ROPE[] = {
     "4x6", "2x3x5x8", "2x5x3x4;axis=1", "3x2;base=100", "2x3x4;axis=0", "1x70x2x16;axis=1", NULL};
 
 static bool build_rope(tg_ctx *ctx, tg_op_case *c) {
-    return build_unary(ctx, c, RG_ANY) && check_args(ctx, c, "axis", true) && check_args(ctx, c, "base", false);
+    return build_unary(ctx, c) && check_args(ctx, c, "axis", true) && check_args(ctx, c, "base", false);
 }
 static tg_tensor *fw_rope(tg_ctx *ctx, tg_tensor *const *in, void *u) {
     return tg_rope(ctx, in[0], (int)num_of(u, "axis"), num_of(u, "base"));
@@ -730,8 +664,7 @@ static const char *const V_ATTENTION[] = {"1x1x3x2,1x1x3x2,1x1x3x2",
 
 static bool build_attention(tg_ctx *ctx, tg_op_case *c) {
     return need_shapes(ctx, c, 3, 3) && check_args(ctx, c, "causal", true) && check_args(ctx, c, "scale", false) &&
-           make_input(ctx, c, 0, 0, "q", RG_ANY, true) && make_input(ctx, c, 1, 1, "k", RG_ANY, true) &&
-           make_input(ctx, c, 2, 2, "v", RG_ANY, true);
+           make_input(ctx, c, 0, 0) && make_input(ctx, c, 1, 1) && make_input(ctx, c, 2, 2);
 }
 static tg_tensor *fw_attention(tg_ctx *ctx, tg_tensor *const *in, void *u) {
     return tg_attention(ctx, in[0], in[1], in[2], num_of(u, "causal") != 0, num_of(u, "scale"));
@@ -752,8 +685,8 @@ static bool build_linear(tg_ctx *ctx, tg_op_case *c) {
         tg_error(ctx, TG_ERR_SHAPE, BUILD_FN, "linear: spec '%s': the weight must be (out, in)", c->spec);
         return false;
     }
-    if (!make_input(ctx, c, 0, 0, "x", RG_ANY, true) || !make_input(ctx, c, 1, 1, "weight", RG_ANY, true)) return false;
-    return !num_of(c, "bias") || make_input_shaped(ctx, c, 2, 1, c->shape[1], "bias", RG_ANY, true);
+    if (!make_input(ctx, c, 0, 0) || !make_input(ctx, c, 1, 1)) return false;
+    return !num_of(c, "bias") || tg_registry_input(ctx, c, 2, 1, c->shape[1]);
 }
 static tg_tensor *fw_linear(tg_ctx *ctx, tg_tensor *const *in, void *u) {
     const tg_op_case *c = u;
@@ -768,8 +701,6 @@ static const char HELP_RMSNORM[] = "X;norm=K;eps=E;affine=0|1;bias=0|1: normaliz
 static const char HELP_LAYERNORM[] = "X;norm=K;eps=E;affine=0|1;bias=0|1: normalizes the last K dims of X (default "
                                      "1); gamma and beta (when affine; beta when bias) have their shape; defaults "
                                      "eps=1e-5, affine=1, bias=1";
-static const char ARGS_RMSNORM[] = "norm=1,eps=" TG_XSTR(TG_RMSNORM_EPS) ",affine=1,bias=0";
-static const char ARGS_LAYERNORM[] = "norm=1,eps=" TG_XSTR(TG_LAYERNORM_EPS) ",affine=1,bias=1";
 static const char *const V_RMSNORM[] = {
     "4x8", "4x8;bias=1", "4x8;affine=0", "2x3x4;norm=2;bias=1", "6;eps=0.1", "16x64;bias=1", NULL};
 static const char *const V_LAYERNORM[] = {"4x8",       "4x8;bias=0", "4x8;affine=0", "2x3x4;norm=2",
@@ -805,31 +736,33 @@ static bool norm_scale(tg_tensor *const *in, int k, double *ell, void *user) {
 }
 
 static bool build_norm(tg_ctx *ctx, tg_op_case *c) {
-    if (!build_unary(ctx, c, RG_ANY) || !check_args(ctx, c, "norm,affine,bias", true) ||
-        !check_args(ctx, c, "eps", false))
+    if (!build_unary(ctx, c) || !check_args(ctx, c, "norm,affine,bias", true) || !check_args(ctx, c, "eps", false))
         return false;
     int64_t norm = (int64_t)num_of(c, "norm");
     if (norm < 1 || norm > c->ndim[0]) {
-        tg_error(ctx, TG_ERR_SHAPE, BUILD_FN, "%s: spec '%s': norm=%lld must be in 1..ndim(x)=%d", c->op->name, c->spec,
-                 (long long)norm, c->ndim[0]);
+        tg_error(ctx, TG_ERR_SHAPE, BUILD_FN, "%s: spec '%s': norm=%lld must be in 1..ndim(x)=%d", c->op->def->name,
+                 c->spec, (long long)norm, c->ndim[0]);
         return false;
     }
     int nd = (int)norm;
     const int64_t *shape = c->shape[0] + c->ndim[0] - nd;
     bool affine = num_of(c, "affine") != 0, bias = num_of(c, "bias") != 0;
-    if (affine && !make_input_shaped(ctx, c, 1, nd, shape, "gamma", RG_ANY, true)) return false;
-    if (affine && bias && !make_input_shaped(ctx, c, 2, nd, shape, "beta", RG_ANY, true)) return false;
+    if (affine && !tg_registry_input(ctx, c, 1, nd, shape)) return false;
+    if (affine && bias && !tg_registry_input(ctx, c, 2, nd, shape)) return false;
     c->scale = norm_scale;
     return true;
 }
 
 /* ---- the table ----------------------------------------------------------------
- * One entry per op; its index is the op's id. Each names the op, says what
- * it computes, its spec and arguments (with defaults), its built-in specs,
- * its builder and forward (with `fn` for a generic forward), and where the
- * default step and tolerances of a dtype do not fit it, its own.
+ * One entry per op; its index is the op's id. Each points to the op's
+ * descriptor -- its name, its arguments (with defaults), the values its
+ * inputs are drawn from, and where the default step and tolerances of a
+ * dtype do not fit it, its own -- and says what it computes, its spec, its
+ * built-in specs, its builder and forward (with `fn` for a generic
+ * forward).
  *
- * Own values, float32 only (the float64 defaults fit every op): where the
+ * The descriptors' own values, float32 only (the float64 defaults fit
+ * every op), and how they were chosen: where the
  * float32 round-off of L, about eps32 |L| / h in the quotient, reaches the
  * tolerance at h = 1e-3. It does when a perturbed element moves many
  * outputs -- a row of log_softmax and of the norms, a row or column
@@ -859,371 +792,328 @@ static bool build_norm(tg_ctx *ctx, tg_op_case *c) {
 
 static const tg_op_info registry[] = {
     /* elementwise, binary */
-    {.name = "add",
+    {.def = &tg_add_op,
      .summary = "a + b, broadcasting",
      .spec_help = HELP_BINARY,
      VARIANTS(V_BINARY),
      .build = build_binary,
      .forward = fw_binary,
      .fn.binary = tg_add},
-    {.name = "sub",
+    {.def = &tg_sub_op,
      .summary = "a - b, broadcasting",
      .spec_help = HELP_BINARY,
      VARIANTS(V_BINARY),
      .build = build_binary,
      .forward = fw_binary,
      .fn.binary = tg_sub},
-    {.name = "mul",
+    {.def = &tg_mul_op,
      .summary = "a * b, broadcasting",
      .spec_help = HELP_BINARY,
      VARIANTS(V_BINARY),
      .build = build_binary,
      .forward = fw_binary,
      .fn.binary = tg_mul},
-    {.name = "div",
+    {.def = &tg_div_op,
      .summary = "a / b, broadcasting (|b| >= 0.5)",
      .spec_help = HELP_BINARY,
      VARIANTS(V_BINARY),
-     .build = build_binary_denom,
+     .build = build_div,
      .forward = fw_binary,
      .fn.binary = tg_div},
     /* elementwise, unary */
-    {.name = "neg",
+    {.def = &tg_neg_op.def,
      .summary = "-x",
      .spec_help = HELP_UNARY,
      VARIANTS(V_UNARY),
-     .build = build_unary_any,
+     .build = build_unary,
      .forward = fw_unary,
      .fn.unary = tg_neg},
-    {.name = "add_scalar",
+    {.def = &tg_add_scalar_op.def,
      .summary = "x + s",
      .spec_help = HELP_SCALAR_S,
-     .args = "s=1.5",
      VARIANTS(V_ADD_SCALAR),
-     .build = build_scalar_any,
+     .build = build_scalar,
      .forward = fw_scalar,
      .fn.scalar = tg_add_scalar},
-    {.name = "mul_scalar",
+    {.def = &tg_mul_scalar_op.def,
      .summary = "x * s",
      .spec_help = HELP_SCALAR_S,
-     .args = "s=1.5",
      VARIANTS(V_MUL_SCALAR),
-     .build = build_scalar_any,
+     .build = build_scalar,
      .forward = fw_scalar,
      .fn.scalar = tg_mul_scalar},
-    {.name = "pow_scalar",
+    {.def = &tg_pow_scalar_op.def,
      .summary = "x^p (x in [0.5, 2))",
      .spec_help = HELP_POW,
-     .args = "p=2",
      VARIANTS(V_POW),
-     .build = build_scalar_pos,
+     .build = build_scalar_pole,
      .forward = fw_scalar,
      .fn.scalar = tg_pow_scalar},
-    {.name = "exp",
+    {.def = &tg_exp_op.def,
      .summary = "e^x",
      .spec_help = HELP_UNARY,
      VARIANTS(V_UNARY),
-     .build = build_unary_any,
+     .build = build_unary,
      .forward = fw_unary,
-     .fn.unary = tg_exp,
-     .f32 = {.h = 1e-2}},
-    {.name = "log",
+     .fn.unary = tg_exp},
+    {.def = &tg_log_op.def,
      .summary = "ln x (x in [0.5, 2))",
      .spec_help = HELP_UNARY,
      VARIANTS(V_UNARY),
-     .build = build_unary_pos,
+     .build = build_unary_pole,
      .forward = fw_unary,
      .fn.unary = tg_log},
-    {.name = "sqrt",
+    {.def = &tg_sqrt_op.def,
      .summary = "sqrt x (x in [0.5, 2))",
      .spec_help = HELP_UNARY,
      VARIANTS(V_UNARY),
-     .build = build_unary_pos,
+     .build = build_unary_pole,
      .forward = fw_unary,
      .fn.unary = tg_sqrt},
-    {.name = "abs",
+    {.def = &tg_abs_op.def,
      .summary = "|x| (|x| >= 0.2)",
      .spec_help = HELP_UNARY,
      VARIANTS(V_UNARY),
-     .build = build_unary_away0,
+     .build = build_unary,
      .forward = fw_unary,
      .fn.unary = tg_abs},
     /* activations */
-    {.name = "relu",
+    {.def = &tg_relu_op.def,
      .summary = "max(x, 0) (|x| >= 0.2)",
      .spec_help = HELP_UNARY,
      VARIANTS(V_UNARY),
-     .build = build_unary_away0,
+     .build = build_unary,
      .forward = fw_unary,
      .fn.unary = tg_relu},
-    {.name = "leaky_relu",
+    {.def = &tg_leaky_relu_op.def,
      .summary = "x > 0 ? x : slope x (|x| >= 0.2)",
      .spec_help = HELP_LEAKY,
-     .args = "slope=0.01",
      VARIANTS(V_LEAKY),
-     .build = build_scalar_away0,
+     .build = build_scalar,
      .forward = fw_scalar,
      .fn.scalar = tg_leaky_relu},
-    {.name = "sigmoid",
+    {.def = &tg_sigmoid_op.def,
      .summary = "1 / (1 + e^-x)",
      .spec_help = HELP_UNARY,
      VARIANTS(V_UNARY),
-     .build = build_unary_any,
+     .build = build_unary,
      .forward = fw_unary,
      .fn.unary = tg_sigmoid},
-    {.name = "tanh",
+    {.def = &tg_tanh_op.def,
      .summary = "tanh x",
      .spec_help = HELP_UNARY,
      VARIANTS(V_UNARY),
-     .build = build_unary_any,
+     .build = build_unary,
      .forward = fw_unary,
      .fn.unary = tg_tanh},
-    {.name = "gelu",
+    {.def = &tg_gelu_op.def,
      .summary = "x/2 (1 + erf(x / sqrt 2)), or the tanh approximation",
      .spec_help = HELP_GELU,
-     .args = "approx=erf",
      VARIANTS(V_GELU),
      .build = build_gelu,
      .forward = fw_gelu},
-    {.name = "silu",
+    {.def = &tg_silu_op.def,
      .summary = "x sigmoid(x)",
      .spec_help = HELP_UNARY,
      VARIANTS(V_UNARY),
-     .build = build_unary_any,
+     .build = build_unary,
      .forward = fw_unary,
      .fn.unary = tg_silu},
     /* reductions */
-    {.name = "sum",
+    {.def = &tg_sum_op,
      .summary = "sum of all elements",
      .spec_help = HELP_UNARY,
      VARIANTS(V_SUM),
-     .build = build_unary_any,
+     .build = build_unary,
      .forward = fw_unary,
-     .fn.unary = tg_sum,
-     .f32 = {.h = 0.1}},
-    {.name = "mean",
+     .fn.unary = tg_sum},
+    {.def = &tg_mean_op,
      .summary = "mean of all elements",
      .spec_help = HELP_UNARY,
      VARIANTS(V_SUM),
-     .build = build_unary_any,
+     .build = build_unary,
      .forward = fw_unary,
-     .fn.unary = tg_mean,
-     .f32 = {.h = 0.1}},
-    {.name = "sum_axis",
+     .fn.unary = tg_mean},
+    {.def = &tg_sum_axis_op,
      .summary = "sum over one axis",
      .spec_help = HELP_AXIS,
-     .args = "axis=-1,keepdim=0",
      VARIANTS(V_AXIS),
-     .build = build_axis_any,
+     .build = build_axis,
      .forward = fw_axis,
      .fn.axis = tg_sum_axis},
-    {.name = "mean_axis",
+    {.def = &tg_mean_axis_op,
      .summary = "mean over one axis",
      .spec_help = HELP_AXIS,
-     .args = "axis=-1,keepdim=0",
      VARIANTS(V_AXIS),
-     .build = build_axis_any,
+     .build = build_axis,
      .forward = fw_axis,
      .fn.axis = tg_mean_axis},
-    {.name = "max_axis",
+    {.def = &tg_max_axis_op,
      .summary = "max over one axis (distinct inputs: no ties)",
      .spec_help = HELP_AXIS,
-     .args = "axis=-1,keepdim=0",
      VARIANTS(V_AXIS),
-     .build = build_axis_distinct,
+     .build = build_axis,
      .forward = fw_axis,
      .fn.axis = tg_max_axis},
     /* matmul */
-    {.name = "matmul",
+    {.def = &tg_matmul_op,
      .summary = "a b: 2-D, batched 3-D, or batched by shared 2-D",
      .spec_help = HELP_MATMUL,
      VARIANTS(V_MATMUL),
      .build = build_binary,
      .forward = fw_binary,
-     .fn.binary = tg_matmul,
-     .f32 = {.h = 0.1}},
+     .fn.binary = tg_matmul},
     /* shapes */
-    {.name = "transpose",
+    {.def = &tg_transpose_op,
      .summary = "swaps the last two dims",
      .spec_help = HELP_TRANSPOSE,
      VARIANTS(V_TRANSPOSE),
-     .build = build_unary_any,
+     .build = build_unary,
      .forward = fw_unary,
      .fn.unary = tg_transpose},
-    {.name = "permute",
+    {.def = &tg_permute_op,
      .summary = "reorders the dims",
      .spec_help = HELP_PERMUTE,
-     .args = "perm",
      VARIANTS(V_PERMUTE),
      .build = build_permute,
      .forward = fw_permute},
-    {.name = "transpose_dims",
+    {.def = &tg_transpose_dims_op,
      .summary = "swaps two dims",
      .spec_help = HELP_TRANSPOSE_DIMS,
-     .args = "dim0=0,dim1=1",
      VARIANTS(V_TRANSPOSE_DIMS),
      .build = build_transpose_dims,
      .forward = fw_transpose_dims},
-    {.name = "reshape",
+    {.def = &tg_reshape_op,
      .summary = "x with a new shape",
      .spec_help = HELP_RESHAPE,
-     .args = "to",
      VARIANTS(V_RESHAPE),
      .build = build_reshape,
      .forward = fw_reshape},
-    {.name = "concat",
+    {.def = &tg_concat_op,
      .summary = "joins tensors along an axis",
      .spec_help = HELP_CONCAT,
-     .args = "axis=0",
      VARIANTS(V_CONCAT),
      .build = build_concat,
      .forward = fw_concat},
-    {.name = "slice",
+    {.def = &tg_slice_op,
      .summary = "x[start:end] along an axis",
      .spec_help = HELP_SLICE,
-     .args = "axis=0,start=0,end",
      VARIANTS(V_SLICE),
      .build = build_slice,
      .forward = fw_slice},
-    {.name = "embedding",
+    {.def = &tg_embedding_op,
      .summary = "rows of weight by index",
      .spec_help = HELP_EMBEDDING,
      VARIANTS(V_EMBEDDING),
      .build = build_embedding,
      .forward = fw_embedding},
     /* softmax, losses, dropout */
-    {.name = "softmax",
+    {.def = &tg_softmax_op,
      .summary = "exp(x_i) / sum_j exp(x_j) over the last axis",
      .spec_help = HELP_SOFTMAX,
      VARIANTS(V_SOFTMAX),
-     .build = build_unary_any,
+     .build = build_unary,
      .forward = fw_unary,
-     .fn.unary = tg_softmax,
-     /* a row of 65 outputs moves: at 1e-3 err/tol reached 0.38 (8x65,
-      * seeds 0..59), at 1e-2 (the sweep's float32 optimum) 0.057 */
-     .f32 = {.h = 1e-2}},
-    {.name = "log_softmax",
+     .fn.unary = tg_softmax},
+    {.def = &tg_log_softmax_op,
      .summary = "x_i - log sum_j exp(x_j) over the last axis",
      .spec_help = HELP_SOFTMAX,
      VARIANTS(V_SOFTMAX),
-     .build = build_unary_any,
+     .build = build_unary,
      .forward = fw_unary,
-     .fn.unary = tg_log_softmax,
-     .f32 = {.h = 1e-2}},
-    {.name = "cross_entropy",
+     .fn.unary = tg_log_softmax},
+    {.def = &tg_cross_entropy_op,
      .summary = "mean -log softmax(logits)[target], label smoothing, ignore_index",
      .spec_help = HELP_CE,
-     .args = "smoothing=0,ignore_index=-100,ignore_rows=0",
      VARIANTS(V_CE),
      .build = build_cross_entropy,
-     .forward = fw_cross_entropy,
-     .f32 = {.h = 3e-2}},
-    {.name = "mse_loss",
+     .forward = fw_cross_entropy},
+    {.def = &tg_mse_loss_op,
      .summary = "mean((pred - target)^2)",
      .spec_help = HELP_MSE,
      VARIANTS(V_MSE),
      .build = build_mse,
      .forward = fw_binary,
-     .fn.binary = tg_mse_loss,
-     .f32 = {.h = 0.1}},
-    {.name = "dropout",
+     .fn.binary = tg_mse_loss},
+    {.def = &tg_dropout_op,
      .summary = "x / (1 - p) where kept, 0 where dropped (p)",
      .spec_help = HELP_DROPOUT,
-     .args = "p=0.3,train=1",
      VARIANTS(V_DROPOUT),
      .random = true,
      .build = build_dropout,
      .forward = fw_dropout},
     /* transformers */
-    {.name = "masked_fill",
+    {.def = &tg_masked_fill_op,
      .summary = "value where mask != 0, else x",
      .spec_help = HELP_MASKED_FILL,
-     .args = "value=-1.5",
      VARIANTS(V_MASKED_FILL),
      .build = build_masked_fill,
      .forward = fw_masked_fill},
-    {.name = "tril",
+    {.def = &tg_tril_op,
      .summary = "lower triangle of the last two dims (j - i <= diagonal)",
      .spec_help = HELP_TRI,
-     .args = "diagonal=0",
      VARIANTS(V_TRI),
      .build = build_tri,
      .forward = fw_tril},
-    {.name = "triu",
+    {.def = &tg_triu_op,
      .summary = "upper triangle of the last two dims (j - i >= diagonal)",
      .spec_help = HELP_TRI,
-     .args = "diagonal=0",
      VARIANTS(V_TRI),
      .build = build_tri,
      .forward = fw_triu},
-    {.name = "rope",
+    {.def = &tg_rope_op,
      .summary = "rotary position embedding, LLaMA's consecutive pairs",
      .spec_help = HELP_ROPE,
-     .args = "axis=-2,base=10000",
      VARIANTS(V_ROPE),
      .build = build_rope,
      .forward = fw_rope},
-    {.name = "attention",
+    {.def = &tg_attention_op,
      .summary = "softmax(scale q k^T + causal mask) v (fused, one log-sum-exp saved per row)",
      .spec_help = HELP_ATTENTION,
-     .args = "causal=1,scale=0",
      VARIANTS(V_ATTENTION),
      .build = build_attention,
-     .forward = fw_attention,
-     .f32 = {.h = 1e-2}},
+     .forward = fw_attention},
     /* layers */
-    {.name = "linear",
+    {.def = &tg_linear_op,
      .summary = "x W^T + b (Linear, fused)",
      .spec_help = HELP_LINEAR,
-     .args = "bias=1",
      VARIANTS(V_LINEAR),
      .build = build_linear,
-     .forward = fw_linear,
-     .f32 = {.h = 0.1}},
-    {.name = "rmsnorm",
+     .forward = fw_linear},
+    {.def = &tg_rmsnorm_op,
      .summary = "x / sqrt(mean x^2 + eps) * gamma + beta (RMSNorm, fused)",
      .spec_help = HELP_RMSNORM,
-     .args = ARGS_RMSNORM,
      VARIANTS(V_RMSNORM),
      .build = build_norm,
      .forward = fw_norm,
-     .fn.norm = tg_rmsnorm_fused,
-     .f32 = {.h = 1e-2}},
-    {.name = "layernorm",
+     .fn.norm = tg_rmsnorm_fused},
+    {.def = &tg_layernorm_op,
      .summary = "(x - mean) / sqrt(var + eps) * gamma + beta (LayerNorm, fused)",
      .spec_help = HELP_LAYERNORM,
-     .args = ARGS_LAYERNORM,
      VARIANTS(V_LAYERNORM),
      .build = build_norm,
      .forward = fw_norm,
-     .fn.norm = tg_layernorm_fused,
-     .f32 = {.h = 1e-2}},
-    {.name = "rmsnorm_composed",
+     .fn.norm = tg_layernorm_fused},
+    {.def = &tg_rmsnorm_composed_op,
      .summary = "RMSNorm built from primitive ops",
      .spec_help = HELP_RMSNORM,
-     .args = ARGS_RMSNORM,
      VARIANTS(V_RMSNORM),
      .build = build_norm,
      .forward = fw_norm,
-     .fn.norm = tg_rmsnorm_composed,
-     .f32 = {.h = 1e-2}},
-    {.name = "layernorm_composed",
+     .fn.norm = tg_rmsnorm_composed},
+    {.def = &tg_layernorm_composed_op,
      .summary = "LayerNorm built from primitive ops",
      .spec_help = HELP_LAYERNORM,
-     .args = ARGS_LAYERNORM,
      VARIANTS(V_LAYERNORM),
      .build = build_norm,
      .forward = fw_norm,
-     .fn.norm = tg_layernorm_composed,
-     .f32 = {.h = 1e-2}},
-    {.name = "attention_composed",
+     .fn.norm = tg_layernorm_composed},
+    {.def = &tg_attention_composed_op,
      .summary = "attention built from primitive ops",
      .spec_help = HELP_ATTENTION,
-     .args = "causal=1,scale=0",
      VARIANTS(V_ATTENTION),
      .build = build_attention,
-     .forward = fw_attention_composed,
-     .f32 = {.h = 1e-2}},
+     .forward = fw_attention_composed},
 };
 
 #define N_OPS ((int)(sizeof registry / sizeof registry[0]))
@@ -1244,7 +1134,7 @@ const tg_op_info *tg_registry_get(int i) {
 
 const tg_op_info *tg_registry_find(const char *name) {
     for (int i = 0; name && i < N_OPS + n_extra; i++)
-        if (strcmp(tg_registry_get(i)->name, name) == 0) return tg_registry_get(i);
+        if (strcmp(tg_registry_get(i)->def->name, name) == 0) return tg_registry_get(i);
     return NULL;
 }
 
@@ -1256,17 +1146,17 @@ int tg_registry_index(const tg_op_info *op) {
 
 bool tg_registry_add(tg_ctx *ctx, const tg_op_info *op) {
     if (!tg_ok(ctx)) return false;
-    if (!op || !op->name || !op->build || !op->forward || !op->variants || op->n_variants < 1) {
-        tg_error(ctx, TG_ERR_NULL, __func__, "op %s lacks a name, build, forward or variants",
-                 op && op->name ? op->name : "(null)");
+    if (!op || !op->def || !op->def->name || !op->build || !op->forward || !op->variants || op->n_variants < 1) {
+        tg_error(ctx, TG_ERR_NULL, __func__, "op %s lacks a descriptor with a name, build, forward or variants",
+                 op && op->def && op->def->name ? op->def->name : "(null)");
         return false;
     }
-    if (tg_registry_find(op->name)) {
-        tg_error(ctx, TG_ERR_VALUE, __func__, "an op named '%s' is already registered", op->name);
+    if (tg_registry_find(op->def->name)) {
+        tg_error(ctx, TG_ERR_VALUE, __func__, "an op named '%s' is already registered", op->def->name);
         return false;
     }
     if (n_extra == TG_REGISTRY_MAX_ADDED) {
-        tg_error(ctx, TG_ERR_VALUE, __func__, "%s: the registry holds at most %d added ops", op->name,
+        tg_error(ctx, TG_ERR_VALUE, __func__, "%s: the registry holds at most %d added ops", op->def->name,
                  TG_REGISTRY_MAX_ADDED);
         return false;
     }
@@ -1282,7 +1172,7 @@ bool tg_registry_build(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_d
         return false;
     }
     if (dtype != TG_F32 && dtype != TG_F64) {
-        tg_error(ctx, TG_ERR_DTYPE, BUILD_FN, "%s: unknown dtype %d", op->name, (int)dtype);
+        tg_error(ctx, TG_ERR_DTYPE, BUILD_FN, "%s: unknown dtype %d", op->def->name, (int)dtype);
         return false;
     }
     if (!spec) spec = op->variants[0];
@@ -1290,7 +1180,7 @@ bool tg_registry_build(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_d
     c->dtype = dtype;
     if (!parse_spec(ctx, op, spec, c) || !apply_args(ctx, c)) return false;
     if (!op->build(ctx, c)) {
-        if (tg_ok(ctx)) tg_error(ctx, TG_ERR_VALUE, BUILD_FN, "%s: spec '%s' was refused", op->name, spec);
+        if (tg_ok(ctx)) tg_error(ctx, TG_ERR_VALUE, BUILD_FN, "%s: spec '%s' was refused", op->def->name, spec);
         return false;
     }
     return tg_ok(ctx);
@@ -1308,7 +1198,7 @@ tg_tensor *tg_registry_forward(tg_ctx *ctx, tg_op_case *c) {
 tg_gradcheck_opts tg_registry_opts(const tg_op_info *op, tg_dtype dtype, const tg_gradcheck_opts *opts) {
     tg_gradcheck_opts o = opts ? *opts : tg_gradcheck_defaults();
     if (o.no_defaults) return o;
-    tg_gradcheck_tol own = op ? (dtype == TG_F32 ? op->f32 : op->f64) : (tg_gradcheck_tol){0};
+    tg_gradcheck_tol own = op ? (dtype == TG_F32 ? op->def->f32 : op->def->f64) : (tg_gradcheck_tol){0};
     tg_gradcheck_tol def = tg_gradcheck_dtype_tol(dtype);
     if (o.h == 0) o.h = own.h > 0 ? own.h : def.h;
     if (o.atol == 0) o.atol = own.atol > 0 ? own.atol : def.atol;
@@ -1326,8 +1216,8 @@ bool tg_registry_check_spec(tg_ctx *ctx, const tg_op_info *op, const char *spec,
     uint32_t mask = o.inputs ? o.inputs & c.check : c.check;
     if (mask == 0) {
         tg_error(ctx, TG_ERR_VALUE, "tg_registry_check",
-                 "%s: inputs mask 0x%x selects no differentiable input (those are 0x%x)", op->name, (unsigned)o.inputs,
-                 (unsigned)c.check);
+                 "%s: inputs mask 0x%x selects no differentiable input (those are 0x%x)", op->def->name,
+                 (unsigned)o.inputs, (unsigned)c.check);
         return false;
     }
     o.inputs = mask;
@@ -1343,7 +1233,8 @@ bool tg_registry_check(tg_ctx *ctx, const tg_op_info *op, int variant, tg_dtype 
         return false;
     }
     if (variant < 0 || variant >= op->n_variants) {
-        tg_error(ctx, TG_ERR_INDEX, __func__, "%s: variant %d is outside 0..%d", op->name, variant, op->n_variants - 1);
+        tg_error(ctx, TG_ERR_INDEX, __func__, "%s: variant %d is outside 0..%d", op->def->name, variant,
+                 op->n_variants - 1);
         return false;
     }
     return tg_registry_check_spec(ctx, op, op->variants[variant], dtype, opts, result);

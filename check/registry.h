@@ -9,8 +9,9 @@
  * it: tests and tools link it. Data flows one way:
  * tensor <- autograd <- layers <- check.
  *
- * To register an op: one entry in the table at the end of registry.c (its
- * builder and, unless a generic forward fits, its forward above it). */
+ * To register an op: one entry in the table at the end of registry.c,
+ * pointing to the op's descriptor (its builder and, unless a generic
+ * forward fits, its forward above it). */
 #ifndef TG_CHECK_REGISTRY_H
 #define TG_CHECK_REGISTRY_H
 
@@ -29,5 +30,11 @@ void tg_gradcheck_stopped(tg_gradcheck_result *result);
 /* The weighting r_j tg_gradcheck draws from opts.seed for output j (when
  * opts.r is not given): uniform in [-1, 1). */
 double tg_gradcheck_weight(uint64_t seed, int64_t j);
+
+/* Input k of c: a tensor of the given shape, named and drawn as item k of
+ * the op's descriptor says (tg_op_def.inputs: check/inputs.c), with the
+ * context's RNG; differentiable unless drawn as a mask (0|1). NULL and
+ * TG_ERR_FORMAT naming the op when the text has no valid item k. */
+tg_tensor *tg_registry_input(tg_ctx *ctx, tg_op_case *c, int k, int ndim, const int64_t *shape);
 
 #endif

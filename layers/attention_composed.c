@@ -11,9 +11,15 @@
  * and again by the second matmul, which reads its left operand -- where
  * the fused op keeps one number per query row. */
 #include "autograd/ops_attention.h"
+#include "layers/ops.h"
 #include "tapegrad/layers.h"
 
 #include <math.h>
+
+/* For the registry (layers/ops.h): the fused op's arguments, draws and
+ * step. */
+const tg_op_def tg_attention_composed_op = TG_OP("attention_composed", NULL, NULL, NULL, .args = "causal=1,scale=0",
+                                                 .inputs = "q=-2:2,k=-2:2,v=-2:2", .f32 = {.h = 1e-2});
 
 tg_tensor *tg_attention_composed(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v, bool causal, double scale) {
     tg_attn_dims d;

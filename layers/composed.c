@@ -16,6 +16,7 @@
  * precision). */
 #include "layers/module.h"
 #include "layers/norm.h"
+#include "layers/ops.h"
 
 /* The rows: x itself when one dim is normalized (the statistics are then
  * taken over axis -1 and broadcast back over any leading dims); otherwise
@@ -70,3 +71,10 @@ tg_tensor *tg_layernorm_composed(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg
     tg_tensor *r = tg_pow_scalar(ctx, tg_add_scalar(ctx, var, eps), -0.5);
     return finish(ctx, tg_mul(ctx, d, r), x, gamma, beta, ndim_norm);
 }
+
+/* The twins as the registry sees them (layers/ops.h): the fused ops'
+ * arguments, draws and steps. */
+const tg_op_def tg_rmsnorm_composed_op =
+    TG_OP("rmsnorm_composed", NULL, NULL, NULL, .args = TG_RMSNORM_ARGS, .inputs = TG_NORM_INPUTS, .f32 = {.h = 1e-2});
+const tg_op_def tg_layernorm_composed_op = TG_OP("layernorm_composed", NULL, NULL, NULL, .args = TG_LAYERNORM_ARGS,
+                                                 .inputs = TG_NORM_INPUTS, .f32 = {.h = 1e-2});

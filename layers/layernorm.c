@@ -9,6 +9,7 @@
  * docs/normalization-gradients.md. */
 #include "layers/norm.h"
 #include "layers/norm_kernels.h"
+#include "layers/ops.h"
 #include "tensor/profile.h"
 
 /* Forward was, per row,  mu = mean_j x_j,  var = mean_j (x_j - mu)^2,
@@ -33,11 +34,15 @@ tg_tensor *tg_layernorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_te
         return tg_norm_lowp(ctx, __func__, true, x, gamma, beta, ndim_norm, eps);
     /* saved: mean and rstd, one each per row; kept by pointer: x (and gamma) */
     tg_norm_fwd a;
-    if (!tg_norm_record(ctx, __func__, "layernorm", layernorm_backward, x, gamma, beta, ndim_norm, eps, 2, &a))
-        return NULL;
+    if (!tg_norm_record(ctx, __func__, &tg_layernorm_op, x, gamma, beta, ndim_norm, eps, 2, &a)) return NULL;
     double *mean = a.saved, *rstd = mean ? mean + a.N : NULL;
     if (a.f64) tg_layernorm_forward_f64(a.y, mean, rstd, a.x, a.g, a.b, a.N, a.C, eps, a.threads);
     else tg_layernorm_forward_f32(a.y, mean, rstd, a.x, a.g, a.b, a.N, a.C, eps, a.threads);
-    tg_profile_forward_end(ctx, "layernorm"); /* recorded before it ran */
+    tg_profile_forward_end(ctx, tg_layernorm_op.name); /* recorded before it ran */
     return a.out;
 }
+
+/* A check's arguments and draws are layers/ops.h's; its float32 step is
+ * larger than the default: a perturbed element moves its whole row. */
+const tg_op_def tg_layernorm_op = TG_OP("layernorm", layernorm_backward, tg_layernorm_grad, tg_layernorm_jvp,
+                                        .args = TG_LAYERNORM_ARGS, .inputs = TG_NORM_INPUTS, .f32 = {.h = 1e-2});

@@ -28,7 +28,7 @@
  * db likewise. */
 #include "autograd/lowp.h"
 #include "autograd/tape.h"
-#include "layers/grad_rules.h"
+#include "layers/ops.h"
 #include "layers/module.h"
 #include "tensor/gemm.h"
 #include "tensor/parallel.h"
@@ -178,24 +178,24 @@ static void linear_backward(tg_ctx *ctx, tg_node *n) {
     const tg_dtype dt = dy->dtype;
     /* dx (M,K) = dy (M,N) W (N,K) */
     if (dx && K > 0 && N > 0)
-        lin_gemm(ctx, n->op, dt, dx->dtype, false, false, M, K, N, dy->data, N, w->data, K, w_f32, 1.0, dx->data, K,
-                 NULL);
+        lin_gemm(ctx, n->op->name, dt, dx->dtype, false, false, M, K, N, dy->data, N, w->data, K, w_f32, 1.0, dx->data,
+                 K, NULL);
     /* dW (N,K) = dy^T (N,M) x (M,K); dy read transposed */
     if (dw && K > 0 && M > 0)
-        lin_gemm(ctx, n->op, dt, dw->dtype, true, false, N, K, M, dy->data, N, x->data, K, false, 1.0, dw->data, K,
-                 NULL);
+        lin_gemm(ctx, n->op->name, dt, dw->dtype, true, false, N, K, M, dy->data, N, x->data, K, false, 1.0, dw->data,
+                 K, NULL);
     if (db && N > 0 && M > 0) {
-        double *acc = tg_arena_alloc_fn(ctx, n->op, (size_t)N * sizeof *acc);
+        double *acc = tg_arena_alloc_fn(ctx, n->op->name, (size_t)N * sizeof *acc);
         if (!acc) return;
         bias_grad(dt, db->dtype, db->data, dy->data, acc, M, N, tg_threads(ctx));
     }
 }
 
-/* linear_autocast's double-backward rule: tg_linear_grad_rule's products
+/* linear_autocast's double-backward rule: linear_grad's products
  * on the bfloat16 values, W's copy remade by a recorded cast (so the
  * second derivative reaches W), dW and db cast to float32:
  *   dx = dy bf16(W),  dW = f32(dy^T x),  db = f32(sum_rows dy). */
-static bool linear_autocast_grad_rule(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {
+static bool linear_autocast_grad(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {
     tg_tensor *x = n->in[0], *w = n->in[1], *b = n->n_in > 2 ? n->in[2] : NULL;
     const int64_t M = n->i[0], N = n->i[1], K = n->i[2];
     tg_tensor *dy2 = tg_reshape(ctx, dy, 2, (int64_t[]){M, N});
@@ -205,6 +205,39 @@ static bool linear_autocast_grad_rule(tg_ctx *ctx, const tg_node *n, tg_tensor *
     if (b && b->requires_grad) dx[2] = tg_cast(ctx, tg_sum_axis(ctx, dy2, 0, false), TG_F32);
     return tg_ok(ctx);
 }
+
+/* linear: y = x W^T + b with x viewed as (M, K) rows: dx = dy W,
+ * dW = dy^T x, db = sum_rows dy. */
+static bool linear_grad(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {
+    tg_tensor *x = n->in[0], *w = n->in[1], *b = n->n_in > 2 ? n->in[2] : NULL;
+    const int64_t M = n->i[0], N = n->i[1], K = n->i[2];
+    tg_tensor *dy2 = tg_reshape(ctx, dy, 2, (int64_t[]){M, N});
+    if (x->requires_grad) dx[0] = tg_reshape(ctx, tg_matmul(ctx, dy2, w), x->ndim, x->shape);
+    if (w->requires_grad) dx[1] = tg_matmul(ctx, tg_transpose(ctx, dy2), tg_reshape(ctx, x, 2, (int64_t[]){M, K}));
+    if (b && b->requires_grad) dx[2] = tg_sum_axis(ctx, dy2, 0, false);
+    return tg_ok(ctx);
+}
+
+/* y = x W^T + b over rows of x (K features in, N out):
+ *   t_y = t_x W^T + x t_W^T + t_b */
+static tg_tensor *linear_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
+    const int64_t rows = n->i[0], N = n->i[1], K = n->i[2];
+    const tg_tensor *x = n->in[0], *w = n->in[1];
+    tg_tensor *y = tg_new_like(ctx, "tg_jvp", n->out);
+    for (int64_t r = 0; y && r < rows; r++)
+        for (int64_t o = 0; o < N; o++) {
+            double s = n->n_in > 2 && t[2] ? tg_load(t[2], o) : 0.0;
+            for (int64_t c = 0; c < K; c++)
+                s +=
+                    tg_load(t[0], r * K + c) * tg_load(w, o * K + c) + tg_load(x, r * K + c) * tg_load(t[1], o * K + c);
+            tg_store(y, r * N + o, s);
+        }
+    return y;
+}
+
+/* Linear in each input, so a check's float32 step can be large. */
+const tg_op_def tg_linear_op = TG_OP("linear", linear_backward, linear_grad, linear_jvp, .args = "bias=1",
+                                     .inputs = "x=-2:2,weight=-2:2,bias=-2:2", .f32 = {.h = 0.1});
 
 tg_tensor *tg_linear_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *weight, tg_tensor *bias) {
     /* bfloat16 in its own GEMM; float16 (or a dtype error, reported on the
@@ -248,10 +281,9 @@ tg_tensor *tg_linear_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *weight, tg_tens
     if (!y) return NULL;
     linear_forward(ctx, __func__, y, x, weight, bias, rows, N, K);
     tg_tensor *in[3] = {x, weight, bias};
-    tg_node *n = tg_record(ctx, "linear", linear_backward, y, bias ? 3 : 2, in);
+    tg_node *n = tg_record(ctx, &tg_linear_op, y, bias ? 3 : 2, in);
     if (n) {
         n->i[0] = rows, n->i[1] = N, n->i[2] = K;
-        n->grad_rule = tg_linear_grad_rule;
         /* kept by pointer: dx needs W, dW needs x */
         size_t es = tg_esize(x->dtype), bytes = 0;
         if (x->requires_grad) bytes += (size_t)weight->numel * es;
@@ -267,6 +299,11 @@ tg_tensor *tg_linear_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *weight, tg_tens
  * cast on the tape), recorded with w and b themselves as inputs (see the
  * top of this file). x is bfloat16 (tg_autocast_input made it so); its
  * last dim was checked by tg_linear_forward. */
+/* Its records: Linear's backward and tangent rule, its own double
+ * backward. */
+static const tg_op_def LINEAR_AUTOCAST = {
+    .name = "linear", .backward = linear_backward, .backward_graph = linear_autocast_grad, .jvp = linear_jvp};
+
 static tg_tensor *linear_autocast(tg_ctx *ctx, tg_tensor *x, tg_tensor *w, tg_tensor *b) {
     static const char fn[] = "tg_linear_forward";
     tg_tensor *b16 = tg_autocast_data(ctx, b);
@@ -280,10 +317,9 @@ static tg_tensor *linear_autocast(tg_ctx *ctx, tg_tensor *x, tg_tensor *w, tg_te
     if (!y) return NULL;
     linear_forward(ctx, fn, y, x, w, b16, rows, N, K);
     tg_tensor *in[3] = {x, w, b};
-    tg_node *n = tg_record(ctx, "linear", linear_backward, y, b ? 3 : 2, in);
+    tg_node *n = tg_record(ctx, &LINEAR_AUTOCAST, y, b ? 3 : 2, in);
     if (n) {
         n->i[0] = rows, n->i[1] = N, n->i[2] = K;
-        n->grad_rule = linear_autocast_grad_rule;
         /* kept by pointer: dx needs W, dW needs x */
         size_t bytes = 0;
         if (x->requires_grad) bytes += (size_t)w->numel * tg_esize(w->dtype);

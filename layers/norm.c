@@ -10,7 +10,6 @@
  * docs/DESIGN.md. */
 #include "layers/norm.h"
 
-#include "layers/grad_rules.h"
 #include "layers/module.h"
 
 #include <math.h>
@@ -74,19 +73,18 @@ bool tg_norm_check_args_lowp(tg_ctx *ctx, const char *fn, const tg_tensor *x, co
 
 static void *data_of(const tg_tensor *t) { return t ? t->data : NULL; }
 
-bool tg_norm_record(tg_ctx *ctx, const char *fn, const char *op, tg_backward_fn backward, tg_tensor *x,
-                    tg_tensor *gamma, tg_tensor *beta, int ndim_norm, double eps, int n_stats, tg_norm_fwd *f) {
+bool tg_norm_record(tg_ctx *ctx, const char *fn, const tg_op_def *op, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta,
+                    int ndim_norm, double eps, int n_stats, tg_norm_fwd *f) {
     int64_t N, C;
     if (!tg_norm_check_args(ctx, fn, x, gamma, beta, ndim_norm, eps, &N, &C)) return false;
     tg_tensor *y = tg_new_like(ctx, fn, x);
     if (!y) return false;
     tg_tensor *in[3] = {x, gamma, beta};
     double *saved = NULL;
-    tg_node *n = tg_record(ctx, op, backward, y, 3, in);
+    tg_node *n = tg_record(ctx, op, y, 3, in);
     if (n) {
         n->i[0] = N, n->i[1] = C;
         n->f[0] = eps;
-        n->grad_rule = tg_norm_grad_rule;
         saved = tg_node_save(ctx, n, (size_t)(N > 0 ? n_stats * N : 1) * sizeof *saved);
         size_t es = tg_esize(x->dtype);
         tg_node_count_saved(ctx, n, (size_t)x->numel * es + (gamma ? (size_t)C * es : 0));

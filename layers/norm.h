@@ -37,12 +37,12 @@ typedef struct tg_norm_fwd {
 } tg_norm_fwd;
 
 /* Checks the arguments (tg_norm_check_args, errors naming `fn`), makes y
- * like x, records op `op` with `backward` on inputs (x, gamma, beta) with
+ * like x, records op `op` (its descriptor) on inputs (x, gamma, beta) with
  * i[0] = N, i[1] = C, f[0] = eps, and saves n_stats doubles per row (the
  * row statistics the kernel writes), counting x and gamma as kept by
  * pointer. False on error. */
-bool tg_norm_record(tg_ctx *ctx, const char *fn, const char *op, tg_backward_fn backward, tg_tensor *x,
-                    tg_tensor *gamma, tg_tensor *beta, int ndim_norm, double eps, int n_stats, tg_norm_fwd *f);
+bool tg_norm_record(tg_ctx *ctx, const char *fn, const tg_op_def *op, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta,
+                    int ndim_norm, double eps, int n_stats, tg_norm_fwd *f);
 
 /* A fused norm's backward, ready for its kernel. */
 typedef struct tg_norm_bwd {
@@ -63,5 +63,14 @@ tg_tensor *tg_norm_lowp(tg_ctx *ctx, const char *fn, bool layernorm, tg_tensor *
 /* Gathers the backward's arrays from a record made by tg_norm_record.
  * False when the context is in error (nothing to do). */
 bool tg_norm_grads(tg_ctx *ctx, tg_node *n, tg_norm_bwd *b);
+
+/* The fused norms' double-backward and tangent rules (layers/norm_rules.c),
+ * for their descriptors (rmsnorm.c, layernorm.c; the 16-bit path's in
+ * norm_lowp.c takes the tangent rules): records with inputs x, gamma,
+ * beta, i[0] = N, i[1] = C, f[0] = eps. */
+bool tg_rmsnorm_grad(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx);
+bool tg_layernorm_grad(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx);
+tg_tensor *tg_rmsnorm_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t);
+tg_tensor *tg_layernorm_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t);
 
 #endif

@@ -116,6 +116,12 @@ static void norm_lowp_backward(tg_ctx *ctx, tg_node *n) {
     add_into(db, db32);
 }
 
+/* The 16-bit records: the fused ops' names and tangent rules (their
+ * tangents are computed in float64 from the record), this file's backward,
+ * and no double backward. */
+static const tg_op_def RMSNORM_LOWP = {.name = "rmsnorm", .backward = norm_lowp_backward, .jvp = tg_rmsnorm_jvp};
+static const tg_op_def LAYERNORM_LOWP = {.name = "layernorm", .backward = norm_lowp_backward, .jvp = tg_layernorm_jvp};
+
 tg_tensor *tg_norm_lowp(tg_ctx *ctx, const char *fn, bool layernorm, tg_tensor *x, tg_tensor *gamma, tg_tensor *beta,
                         int ndim_norm, double eps) {
     int64_t N, C; /* the float32 op's checks, on 16-bit x, gamma, beta (layers/norm.h) */
@@ -124,7 +130,7 @@ tg_tensor *tg_norm_lowp(tg_ctx *ctx, const char *fn, bool layernorm, tg_tensor *
     if (!y) return NULL;
     const int n_stats = layernorm ? 2 : 1;
     tg_tensor *in[3] = {x, gamma, beta};
-    tg_node *n = tg_record(ctx, layernorm ? "layernorm" : "rmsnorm", norm_lowp_backward, y, 3, in);
+    tg_node *n = tg_record(ctx, layernorm ? &LAYERNORM_LOWP : &RMSNORM_LOWP, y, 3, in);
     double *stats = NULL;
     if (n) {
         n->i[0] = N, n->i[1] = C, n->i[2] = layernorm;

@@ -9,6 +9,7 @@
  * docs/normalization-gradients.md. */
 #include "layers/norm.h"
 #include "layers/norm_kernels.h"
+#include "layers/ops.h"
 #include "tensor/profile.h"
 
 /* Forward was, per row,  r = 1 / sqrt(mean_j x_j^2 + eps),
@@ -33,10 +34,15 @@ tg_tensor *tg_rmsnorm_fused(tg_ctx *ctx, tg_tensor *x, tg_tensor *gamma, tg_tens
         return tg_norm_lowp(ctx, __func__, false, x, gamma, beta, ndim_norm, eps);
     /* saved: rstd, one per row; kept by pointer: x (and gamma) */
     tg_norm_fwd a;
-    if (!tg_norm_record(ctx, __func__, "rmsnorm", rmsnorm_backward, x, gamma, beta, ndim_norm, eps, 1, &a)) return NULL;
+    if (!tg_norm_record(ctx, __func__, &tg_rmsnorm_op, x, gamma, beta, ndim_norm, eps, 1, &a)) return NULL;
     double *rstd = a.saved;
     if (a.f64) tg_rmsnorm_forward_f64(a.y, rstd, a.x, a.g, a.b, a.N, a.C, eps, a.threads);
     else tg_rmsnorm_forward_f32(a.y, rstd, a.x, a.g, a.b, a.N, a.C, eps, a.threads);
-    tg_profile_forward_end(ctx, "rmsnorm"); /* recorded before it ran */
+    tg_profile_forward_end(ctx, tg_rmsnorm_op.name); /* recorded before it ran */
     return a.out;
 }
+
+/* A check's arguments and draws are layers/ops.h's; its float32 step is
+ * larger than the default: a perturbed element moves its whole row. */
+const tg_op_def tg_rmsnorm_op = TG_OP("rmsnorm", rmsnorm_backward, tg_rmsnorm_grad, tg_rmsnorm_jvp,
+                                      .args = TG_RMSNORM_ARGS, .inputs = TG_NORM_INPUTS, .f32 = {.h = 1e-2});

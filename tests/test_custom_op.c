@@ -252,8 +252,8 @@ START_TEST(test_chain_keeps_gradients_made_under_the_guard) {
 }
 END_TEST
 
-/* A registry entry's own step and tolerances (tg_op_info.f64 / f32) are
- * what its check runs with, and they change the verdict: exp, copied with
+/* An op's own step and tolerances (its descriptor's f64 / f32) are what
+ * its check runs with, and they change the verdict: exp, copied with
  * an own float64 h of 0.5, fails on truncation (h^2 L''' / 6, about 4% of
  * the gradient, over rtol 1e-3) and passes again with an own rtol of 0.1;
  * an own atol and rtol of 1e-13 fail it at the default step, whose error
@@ -265,8 +265,10 @@ START_TEST(test_registry_entry_own_step_and_tolerances) {
     ck_assert(tg_registry_check_spec(ctx, exp_op, "3x4", TG_F64, NULL, &r));
     ck_assert(r.pass && r.h == 1e-6 && r.atol == 1e-5 && r.rtol == 1e-3);
 
+    tg_op_def def = *exp_op->def;
     tg_op_info own = *exp_op;
-    own.f64 = (tg_gradcheck_tol){.h = 0.5};
+    own.def = &def;
+    def.f64 = (tg_gradcheck_tol){.h = 0.5};
     ck_assert(!tg_registry_check_spec(ctx, &own, "3x4", TG_F64, NULL, &r));
     ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
     ck_assert_msg(!r.pass && r.h == 0.5, "own h 0.5: pass %d, h %g", r.pass, r.h);
@@ -274,18 +276,18 @@ START_TEST(test_registry_entry_own_step_and_tolerances) {
     ck_assert_msg(r.input[0].pred_trunc > r.input[0].pred_round && r.fail_excess <= 1,
                   "truncation %g, rounding %g, excess %g", r.input[0].pred_trunc, r.input[0].pred_round, r.fail_excess);
 
-    own.f64 = (tg_gradcheck_tol){.h = 0.5, .rtol = 0.1};
+    def.f64 = (tg_gradcheck_tol){.h = 0.5, .rtol = 0.1};
     ck_assert(tg_registry_check_spec(ctx, &own, "3x4", TG_F64, NULL, &r));
     ck_assert_msg(r.pass && r.rtol == 0.1, "own rtol 0.1: pass %d, rtol %g", r.pass, r.rtol);
 
-    own.f64 = (tg_gradcheck_tol){.atol = 1e-13, .rtol = 1e-13};
+    def.f64 = (tg_gradcheck_tol){.atol = 1e-13, .rtol = 1e-13};
     ck_assert(!tg_registry_check_spec(ctx, &own, "3x4", TG_F64, NULL, &r));
     ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
     ck_assert_msg(!r.pass && r.h == 1e-6 && r.atol == 1e-13, "own atol, rtol 1e-13: pass %d", r.pass);
 
     /* a value the caller gives wins over the entry's own */
     tg_gradcheck_opts o = {.rtol = 0.5};
-    own.f64 = (tg_gradcheck_tol){.h = 0.5, .rtol = 1e-6};
+    def.f64 = (tg_gradcheck_tol){.h = 0.5, .rtol = 1e-6};
     ck_assert(tg_registry_check_spec(ctx, &own, "3x4", TG_F64, &o, &r));
     ck_assert(r.pass && r.rtol == 0.5 && r.h == 0.5);
 

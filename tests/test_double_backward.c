@@ -158,17 +158,17 @@ static void assert_order2_verdict(const tg_op_info *op, const char *spec, const 
     static const char *const PIECEWISE_LINEAR[] = {"abs", "relu", "leaky_relu", "max_axis"};
     bool pl = false;
     for (size_t k = 0; k < sizeof PIECEWISE_LINEAR / sizeof PIECEWISE_LINEAR[0]; k++)
-        pl |= !strcmp(op->name, PIECEWISE_LINEAR[k]);
+        pl |= !strcmp(op->def->name, PIECEWISE_LINEAR[k]);
     if (pl)
         ck_assert_msg(
             r->n_failed == 0 && (r->pass || (r->verdict == TG_VERDICT_INCONCLUSIVE && r->reason == TG_REASON_ALL_ZERO)),
-            "%s '%s': order 2 of a piecewise-linear op: verdict %s (%s), %lld failed", op->name, spec,
+            "%s '%s': order 2 of a piecewise-linear op: verdict %s (%s), %lld failed", op->def->name, spec,
             tg_gradcheck_verdict_name(r->verdict), tg_gradcheck_reason_name(r->reason), (long long)r->n_failed);
     else
         ck_assert_msg(r->pass && r->n_checked > 0,
                       "%s '%s': order 2 failed: %lld of %lld; worst input %d index %lld analytic %.10g numeric "
                       "%.10g (%s)",
-                      op->name, spec, (long long)r->n_failed, (long long)r->n_checked, r->worst_input,
+                      op->def->name, spec, (long long)r->n_failed, (long long)r->n_checked, r->worst_input,
                       (long long)r->worst_index, r->worst_analytic, r->worst_numeric,
                       tg_gradcheck_reason_name(r->reason));
 }
@@ -182,7 +182,7 @@ START_TEST(test_order2_every_op_f64) {
         o.mode = TG_GRADCHECK_DIRECTIONAL;
         tg_gradcheck_result r;
         tg_registry_check_order2(ctx, op, op->variants[v], TG_F64, &o, &r);
-        ck_assert_msg(tg_ok(ctx), "%s '%s': %s", op->name, op->variants[v], tg_error_message(ctx));
+        ck_assert_msg(tg_ok(ctx), "%s '%s': %s", op->def->name, op->variants[v], tg_error_message(ctx));
         assert_order2_verdict(op, op->variants[v], &r);
         tg_ctx_reset(ctx);
     }
@@ -204,16 +204,16 @@ START_TEST(test_rules_match_backward) {
         for (int create = 0; create < 2; create++) {
             tg_rng_set_state(ctx, 99, 0); /* dropout: one mask for both */
             tg_tensor *y = tg_registry_forward(ctx, &c);
-            ck_assert_msg(y != NULL, "%s: %s", op->name, tg_error_message(ctx));
+            ck_assert_msg(y != NULL, "%s: %s", op->def->name, tg_error_message(ctx));
             tg_tensor *u = tg_randn(ctx, TG_F64, y->ndim, y->shape, 0, 1);
-            ck_assert_msg(tg_grad(ctx, y, u, m, wrt, g[create], create), "%s '%s': %s", op->name, op->variants[v],
+            ck_assert_msg(tg_grad(ctx, y, u, m, wrt, g[create], create), "%s '%s': %s", op->def->name, op->variants[v],
                           tg_error_message(ctx));
         }
         for (int k = 0; k < m; k++) {
             double scale = 0;
             for (int64_t i = 0; i < g[0][k]->numel; i++) scale = fmax(scale, fabs(tg_load(g[0][k], i)));
             double d = tg_test_max_abs_diff(ctx, g[0][k], g[1][k]);
-            ck_assert_msg(d <= 1e-12 * (1 + scale), "%s '%s' input %d: rule vs backward differ by %.3g", op->name,
+            ck_assert_msg(d <= 1e-12 * (1 + scale), "%s '%s' input %d: rule vs backward differ by %.3g", op->def->name,
                           op->variants[v], k, d);
         }
         tg_ctx_reset(ctx);
@@ -228,7 +228,7 @@ START_TEST(test_order2_full_small) {
     o.mode = TG_GRADCHECK_FULL;
     tg_gradcheck_result r;
     tg_registry_check_order2(ctx, op, NULL, TG_F64, &o, &r);
-    ck_assert_msg(tg_ok(ctx), "%s: %s", op->name, tg_error_message(ctx));
+    ck_assert_msg(tg_ok(ctx), "%s: %s", op->def->name, tg_error_message(ctx));
     assert_order2_verdict(op, "(full)", &r);
 }
 END_TEST

@@ -35,11 +35,13 @@ static void square_backward(tg_ctx *c, tg_node *n) {
     }
 }
 
+static const tg_op_def SQUARE = {.name = "square", .backward = square_backward};
+
 static tg_tensor *square_op(tg_ctx *c, tg_tensor *x, int64_t wrong_at) {
     tg_tensor *y = tg_new_like(c, "square", x);
     if (!y) return NULL;
     for (int64_t i = 0; i < x->numel; i++) tg_store(y, i, tg_load(x, i) * tg_load(x, i));
-    tg_node *n = tg_record(c, "square", square_backward, y, 1, &x);
+    tg_node *n = tg_record(c, &SQUARE, y, 1, &x);
     if (n) n->i[0] = wrong_at;
     return y;
 }
@@ -66,6 +68,8 @@ static void sumsq_wrong_backward(tg_ctx *c, tg_node *n) {
         for (int64_t i = 0; i < dx->numel; i++) tg_store(dx, i, tg_load(dx, i) + 3.0 * tg_load(n->in[1], i) * g);
 }
 
+static const tg_op_def SUMSQ_WRONG = {.name = "sumsq_wrong", .backward = sumsq_wrong_backward};
+
 static tg_tensor *f_sumsq_wrong(tg_ctx *c, tg_tensor *const *in, void *u) {
     (void)u;
     tg_tensor *s = tg_new_tensor(c, "sumsq_wrong", in[0]->dtype, 0, NULL);
@@ -74,7 +78,7 @@ static tg_tensor *f_sumsq_wrong(tg_ctx *c, tg_tensor *const *in, void *u) {
     for (int64_t i = 0; i < in[0]->numel; i++) acc += tg_load(in[0], i);
     for (int64_t i = 0; i < in[1]->numel; i++) acc += tg_load(in[1], i) * tg_load(in[1], i);
     tg_store(s, 0, acc);
-    tg_record(c, "sumsq_wrong", sumsq_wrong_backward, s, 2, in);
+    tg_record(c, &SUMSQ_WRONG, s, 2, in);
     return s;
 }
 
@@ -87,6 +91,8 @@ static void noisy_backward(tg_ctx *c, tg_node *n) {
         for (int64_t i = 0; i < dx->numel; i++) tg_store(dx, i, tg_load(dx, i) + u[i] * tg_load(n->out->grad, i));
 }
 
+static const tg_op_def NOISY = {.name = "noisy", .backward = noisy_backward};
+
 static tg_tensor *f_noisy(tg_ctx *c, tg_tensor *const *in, void *user) {
     (void)user;
     tg_tensor *x = in[0];
@@ -97,7 +103,7 @@ static tg_tensor *f_noisy(tg_ctx *c, tg_tensor *const *in, void *user) {
         u[i] = tg_rng_uniform(c);
         tg_store(y, i, tg_load(x, i) * u[i]);
     }
-    tg_node *n = tg_record(c, "noisy", noisy_backward, y, 1, &x);
+    tg_node *n = tg_record(c, &NOISY, y, 1, &x);
     if (n) n->saved = u;
     return y;
 }

@@ -576,7 +576,7 @@ predicted)
     fail "check --inject rmsnorm-sum: x's error not far beyond the predicted error"
   # the op's own step is the one used, and said to be; a given one wins
   run 0 check softmax --dtype f32 --shape 8x65
-  grep -q "h=0.01" "$tmp/out" && grep -q "h 0.01 (softmax's own for float32, check/registry.c)" "$tmp/out" ||
+  grep -q "h=0.01" "$tmp/out" && grep -q "h 0.01 (softmax's own for float32, its descriptor)" "$tmp/out" ||
     fail "check softmax f32: its own h 1e-2 not used or not said"
   run 0 check softmax --dtype f32 --shape 8x65 --h 1e-3
   grep -q "h 0.001 (given)" "$tmp/out" || fail "check --h: not said to be given"

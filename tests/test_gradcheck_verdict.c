@@ -325,12 +325,13 @@ START_TEST(test_forward_over_reverse) {
             o.scale = c.scale;
             tg_gradcheck_result r;
             bool fwd = tg_gradgradcheck_fwd(ctx, op->forward, &c, c.n_inputs, c.inputs, &o, &r);
-            ck_assert_msg(tg_ok(ctx), "%s '%s' fwd over rev: %s", op->name, op->variants[v], tg_error_message(ctx));
-            ck_assert_msg(fwd || r.verdict != TG_VERDICT_WRONG, "%s '%s': H v wrong (input %d output %lld)", op->name,
-                          op->variants[v], r.worst_input, (long long)r.worst_output);
+            ck_assert_msg(tg_ok(ctx), "%s '%s' fwd over rev: %s", op->def->name, op->variants[v],
+                          tg_error_message(ctx));
+            ck_assert_msg(fwd || r.verdict != TG_VERDICT_WRONG, "%s '%s': H v wrong (input %d output %lld)",
+                          op->def->name, op->variants[v], r.worst_input, (long long)r.worst_output);
             bool adj = tg_gradgradcheck_adjoint(ctx, op->forward, &c, c.n_inputs, c.inputs, &o, &r);
-            ck_assert_msg(tg_ok(ctx), "%s '%s' adjoint: %s", op->name, op->variants[v], tg_error_message(ctx));
-            ck_assert_msg(adj || r.verdict != TG_VERDICT_WRONG, "%s '%s': <w, H v> != <H^T w, v>", op->name,
+            ck_assert_msg(tg_ok(ctx), "%s '%s' adjoint: %s", op->def->name, op->variants[v], tg_error_message(ctx));
+            ck_assert_msg(adj || r.verdict != TG_VERDICT_WRONG, "%s '%s': <w, H v> != <H^T w, v>", op->def->name,
                           op->variants[v]);
             tg_ctx_reset(ctx);
         }

@@ -100,7 +100,9 @@ static tg_tensor *cube_jvp(tg_ctx *c, tg_node *node, tg_tensor *const *t) {
     tg_tensor *x = tg_node_input(node, 0);
     return tg_mul(c, t[0], tg_mul_scalar(c, tg_mul(c, x, x), 3.0));
 }
-static const tg_op_def CUBE = {.name = "cube_jvp_test", .forward = cube_fw, .backward = cube_bw};
+static const tg_op_def CUBE = {.name = "cube_jvp_test", .forward = cube_fw, .backward = cube_bw, .jvp = cube_jvp};
+/* the same op without a tangent rule */
+static const tg_op_def CUBE_NO_JVP = {.name = "cube_jvp_test", .forward = cube_fw, .backward = cube_bw};
 
 /* The same op with a backward off by a relative 1e-6: dx += 3 (1 + 1e-6) x^2 dy. */
 static void cube_bw_bug(tg_ctx *c, tg_node *node) {
@@ -108,7 +110,8 @@ static void cube_bw_bug(tg_ctx *c, tg_node *node) {
     tg_node_accumulate(c, node, 0,
                        tg_mul(c, tg_node_grad_output(node), tg_mul_scalar(c, tg_mul(c, x, x), 3.0 * (1 + 1e-6))));
 }
-static const tg_op_def CUBE_BUG = {.name = "cube_jvp_test_bug", .forward = cube_fw, .backward = cube_bw_bug};
+static const tg_op_def CUBE_BUG = {
+    .name = "cube_jvp_test_bug", .forward = cube_fw, .backward = cube_bw_bug, .jvp = cube_jvp};
 
 static tg_tensor *cube_fn(tg_ctx *c, tg_tensor *const *in, void *user) { return tg_op_apply(c, user, 1, in, NULL); }
 
@@ -116,24 +119,24 @@ START_TEST(test_custom_op_rule) {
     const int64_t s3[] = {3};
     tg_tensor *x = tg_requires_grad(ctx, tg_test_tensor(ctx, TG_F64, 1, s3, (double[]){1, -2, 0.5}));
     tg_tensor *v = tg_test_tensor(ctx, TG_F64, 1, s3, (double[]){1, 2, 4});
-    tg_tensor *y = tg_op_apply(ctx, &CUBE, 1, &x, NULL);
-    /* no rule yet: a clear error naming the op */
+    /* no rule: a clear error naming the op */
+    tg_tensor *y = tg_op_apply(ctx, &CUBE_NO_JVP, 1, &x, NULL);
     tg_test_assert_fails(ctx, tg_jvp(ctx, y, 1, &x, &v), TG_ERR_STATE, "tg_jvp", "'cube_jvp_test'", "no tangent rule",
-                         "tg_jvp_register", NULL);
-    ck_assert(tg_jvp_register("cube_jvp_test", cube_jvp));
-    ck_assert(tg_jvp_find_rule("cube_jvp_test") == cube_jvp);
-    ck_assert(tg_jvp_find_rule("exp") != NULL);
-    ck_assert(!tg_jvp_register(NULL, cube_jvp) && !tg_jvp_register("x", NULL) && !tg_jvp_register("", cube_jvp));
+                         "no jvp", NULL);
+    /* the descriptor's rule (on a tape of its own) */
+    tg_tensor *x2 = tg_requires_grad(ctx, tg_copy(ctx, tg_detach(ctx, x)));
+    y = tg_op_apply(ctx, &CUBE, 1, &x2, NULL);
+    x = x2;
     tg_tensor *jv = tg_jvp(ctx, y, 1, &x, &v);
     ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
     tg_test_assert_close(ctx, "3 x^2 v", jv, (double[]){3, 24, 3}, 3, 1e-15, 0);
 }
 END_TEST
 
-/* A custom op named "add" that is not the built-in: y = 2 a + b. Its
- * record never takes the built-in add's tangent (a + b would be a silent
- * wrong answer); registering "add" gives it its own and leaves tg_add's
- * tangent alone. */
+/* A custom op named "add" that is not the built-in: y = 2 a + b. Rules
+ * come with the record's descriptor, never by name: without a jvp of its
+ * own it has none (the built-in add's, a + b, would be a silent wrong
+ * answer), with one it takes that, and tg_add keeps its own. */
 static tg_tensor *add2_fw(tg_ctx *c, tg_node *node, tg_tensor *const *in, void *user) {
     (void)node, (void)user;
     return tg_add(c, tg_mul_scalar(c, in[0], 2.0), in[1]);
@@ -147,7 +150,8 @@ static tg_tensor *add2_jvp(tg_ctx *c, tg_node *node, tg_tensor *const *t) {
     (void)node;
     return tg_add(c, tg_mul_scalar(c, t[0], 2.0), t[1]);
 }
-static const tg_op_def ADD2 = {.name = "add", .forward = add2_fw, .backward = add2_bw};
+static const tg_op_def ADD2 = {.name = "add", .forward = add2_fw, .backward = add2_bw, .jvp = add2_jvp};
+static const tg_op_def ADD2_NO_JVP = {.name = "add", .forward = add2_fw, .backward = add2_bw};
 static tg_tensor *add2_fn(tg_ctx *c, tg_tensor *const *in, void *user) {
     (void)user;
     return tg_op_apply(c, &ADD2, 2, in, NULL);
@@ -160,13 +164,13 @@ START_TEST(test_custom_op_named_like_builtin) {
     tg_tensor *ta = tg_test_tensor(ctx, TG_F64, 1, s3, (double[]){1, 0, -2});
     tg_tensor *tb = tg_test_tensor(ctx, TG_F64, 1, s3, (double[]){0.5, 1, 0});
     tg_tensor *in[2] = {a, b}, *tan[2] = {ta, tb};
-    tg_tensor *y = tg_op_apply(ctx, &ADD2, 2, in, NULL);
+    tg_tensor *y = tg_op_apply(ctx, &ADD2_NO_JVP, 2, in, NULL);
     ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
-    tg_test_assert_fails(ctx, tg_jvp(ctx, y, 2, in, tan), TG_ERR_STATE, "tg_jvp", "op 'add' has no tangent rule",
-                         "never takes the built-in", NULL);
-    ck_assert(tg_jvp_register("add", add2_jvp));
-    /* the built-in add keeps its rule, found by name as before */
-    ck_assert(tg_jvp_find_rule("add") != NULL && tg_jvp_find_rule("add") != add2_jvp);
+    tg_test_assert_fails(ctx, tg_jvp(ctx, y, 2, in, tan), TG_ERR_STATE, "tg_jvp", "op 'add' has no tangent rule", NULL);
+    /* with its own rule, on a tape of its own */
+    for (int k = 0; k < 2; k++) in[k] = tg_requires_grad(ctx, tg_copy(ctx, tg_detach(ctx, in[k])));
+    a = in[0], b = in[1];
+    y = tg_op_apply(ctx, &ADD2, 2, in, NULL);
     tg_tensor *jv = tg_jvp(ctx, y, 2, in, tan);
     ck_assert_msg(tg_ok(ctx), "%s", tg_error_message(ctx));
     tg_test_assert_close(ctx, "2 t_a + t_b (the custom op's rule)", jv, (double[]){2.5, 1, -4}, 3, 0, 0);
@@ -184,8 +188,6 @@ END_TEST
 /* A backward off by a relative 1e-6 passes tg_gradcheck in float64 (rtol
  * 1e-3) and fails the adjoint test; the right one passes both. */
 START_TEST(test_adjoint_catches_small_bug) {
-    ck_assert(tg_jvp_register("cube_jvp_test", cube_jvp));
-    ck_assert(tg_jvp_register("cube_jvp_test_bug", cube_jvp));
     const int64_t s5[] = {5};
     tg_tensor *x = tg_test_tensor(ctx, TG_F64, 1, s5, (double[]){0.3, -1.2, 2.0, 0.7, -0.4});
     tg_gradcheck_result r;
@@ -214,7 +216,7 @@ START_TEST(test_every_op_fwd_and_adjoint_f64) {
         const char *spec = op->variants[v];
         for (uint64_t seed = 1; seed <= 2; seed++) {
             tg_op_case c;
-            ck_assert_msg(tg_registry_build(ctx, op, spec, TG_F64, &c), "%s '%s': %s", op->name, spec,
+            ck_assert_msg(tg_registry_build(ctx, op, spec, TG_F64, &c), "%s '%s': %s", op->def->name, spec,
                           tg_error_message(ctx));
             tg_gradcheck_opts o = {0};
             o.seed = seed;
@@ -224,21 +226,21 @@ START_TEST(test_every_op_fwd_and_adjoint_f64) {
             /* an empty output (a slice of nothing) has nothing to compare */
             const tg_tensor *y = tg_registry_forward(ctx, &c);
             bool pass = tg_gradcheck_fwd(ctx, op->forward, &c, c.n_inputs, c.inputs, &o, &r);
-            ck_assert_msg(tg_ok(ctx), "%s '%s' fwd: %s", op->name, spec, tg_error_message(ctx));
+            ck_assert_msg(tg_ok(ctx), "%s '%s' fwd: %s", op->def->name, spec, tg_error_message(ctx));
             ck_assert_msg(pass && (r.n_checked > 0 || y->numel == 0),
-                          "%s '%s' fwd: %lld of %lld fail; worst input %d output %lld: jvp %.12g fd %.12g", op->name,
-                          spec, (long long)r.n_failed, (long long)r.n_checked, r.worst_input, (long long)r.worst_output,
-                          r.worst_analytic, r.worst_numeric);
+                          "%s '%s' fwd: %lld of %lld fail; worst input %d output %lld: jvp %.12g fd %.12g",
+                          op->def->name, spec, (long long)r.n_failed, (long long)r.n_checked, r.worst_input,
+                          (long long)r.worst_output, r.worst_analytic, r.worst_numeric);
             pass = tg_gradcheck_adjoint(ctx, op->forward, &c, c.n_inputs, c.inputs, &o, &r);
-            ck_assert_msg(tg_ok(ctx), "%s '%s' adjoint: %s", op->name, spec, tg_error_message(ctx));
+            ck_assert_msg(tg_ok(ctx), "%s '%s' adjoint: %s", op->def->name, spec, tg_error_message(ctx));
             ck_assert_msg(pass && r.n_checked > 0, "%s '%s' adjoint: input %d <u,Jv> %.17g <J^T u,v> %.17g ratio %g",
-                          op->name, spec, r.worst_input, r.worst_analytic, r.worst_numeric, r.worst_ratio);
+                          op->def->name, spec, r.worst_input, r.worst_analytic, r.worst_numeric, r.worst_ratio);
             if (r.worst_ratio > worst_adjoint_ratio) worst_adjoint_ratio = r.worst_ratio;
             tg_ctx_reset(ctx);
         }
     }
     if (getenv("TG_JVP_VERBOSE"))
-        printf("%s: worst adjoint |fwd - rev| / tol so far %.3g\n", op->name, worst_adjoint_ratio);
+        printf("%s: worst adjoint |fwd - rev| / tol so far %.3g\n", op->def->name, worst_adjoint_ratio);
 }
 END_TEST
 
@@ -256,11 +258,11 @@ START_TEST(test_every_op_f32) {
     o.allow_float32 = true;
     tg_gradcheck_result r;
     bool pass = tg_gradcheck_fwd(ctx, op->forward, &c, c.n_inputs, c.inputs, &o, &r);
-    ck_assert_msg(pass, "%s f32 fwd: %s; worst jvp %.8g fd %.8g", op->name, tg_error_message(ctx), r.worst_analytic,
-                  r.worst_numeric);
+    ck_assert_msg(pass, "%s f32 fwd: %s; worst jvp %.8g fd %.8g", op->def->name, tg_error_message(ctx),
+                  r.worst_analytic, r.worst_numeric);
     pass = tg_gradcheck_adjoint(ctx, op->forward, &c, c.n_inputs, c.inputs, &o, &r);
-    ck_assert_msg(pass, "%s f32 adjoint: %s; %.9g vs %.9g ratio %g", op->name, tg_error_message(ctx), r.worst_analytic,
-                  r.worst_numeric, r.worst_ratio);
+    ck_assert_msg(pass, "%s f32 adjoint: %s; %.9g vs %.9g ratio %g", op->def->name, tg_error_message(ctx),
+                  r.worst_analytic, r.worst_numeric, r.worst_ratio);
 }
 END_TEST
 

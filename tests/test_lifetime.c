@@ -142,7 +142,7 @@ START_TEST(test_every_op_refuses_stale_inputs) {
     for (int i = 0; i < tg_registry_count(); i++) {
         const tg_op_info *op = tg_registry_get(i);
         tg_op_case c;
-        ck_assert_msg(tg_registry_build(ctx, op, NULL, TG_F64, &c), "%s: %s", op->name, tg_error_message(ctx));
+        ck_assert_msg(tg_registry_build(ctx, op, NULL, TG_F64, &c), "%s: %s", op->def->name, tg_error_message(ctx));
         int64_t *index = NULL; /* the integer data lives in the arena too */
         if (c.index) {
             index = tg_test_malloc((size_t)c.n_index * sizeof *index);
@@ -155,7 +155,7 @@ START_TEST(test_every_op_refuses_stale_inputs) {
         tg_tensor *y = tg_registry_forward(ctx, &c);
         ck_assert_msg(y == NULL && tg_status_of(ctx) == TG_ERR_STATE &&
                           strstr(tg_error_message(ctx), "before tg_ctx_reset"),
-                      "%s: %s", op->name, tg_ok(ctx) ? "accepted stale inputs" : tg_error_message(ctx));
+                      "%s: %s", op->def->name, tg_ok(ctx) ? "accepted stale inputs" : tg_error_message(ctx));
         tg_clear_error(ctx);
         free(index);
         tg_ctx_reset(ctx);
@@ -170,10 +170,12 @@ static void forgetful_backward(tg_ctx *c, tg_node *n) {
     (void)n;
 }
 
+static const tg_op_def FORGETFUL = {.name = "forgetful", .backward = forgetful_backward};
+
 static tg_tensor *forgetful(tg_ctx *c, tg_tensor *x) {
     tg_tensor *y = tg_new_tensor(c, "forgetful", x->dtype, x->ndim, x->shape);
     if (!y) return NULL;
-    tg_record(c, "forgetful", forgetful_backward, y, 1, &x);
+    tg_record(c, &FORGETFUL, y, 1, &x);
     return tg_ok(c) ? y : NULL;
 }
 

@@ -33,11 +33,12 @@ START_TEST(test_every_op_refuses_foreign_inputs) {
     for (int i = 0; i < tg_registry_count(); i++) {
         const tg_op_info *op = tg_registry_get(i);
         tg_op_case c;
-        ck_assert_msg(tg_registry_build(other, op, NULL, TG_F64, &c), "%s: %s", op->name, tg_error_message(other));
+        ck_assert_msg(tg_registry_build(other, op, NULL, TG_F64, &c), "%s: %s", op->def->name, tg_error_message(other));
         tg_tensor *y = tg_registry_forward(ctx, &c);
         ck_assert_msg(y == NULL && tg_status_of(ctx) == TG_ERR_STATE &&
                           strstr(tg_error_message(ctx), "was made by another context"),
-                      "%s: %s", op->name, tg_ok(ctx) ? "accepted another context's inputs" : tg_error_message(ctx));
+                      "%s: %s", op->def->name,
+                      tg_ok(ctx) ? "accepted another context's inputs" : tg_error_message(ctx));
         tg_clear_error(ctx);
         ck_assert_int_eq(tg_tape_size(ctx), 0);
         tg_ctx_reset(other);

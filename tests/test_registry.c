@@ -30,14 +30,14 @@ static int64_t checked_numel(const tg_op_case *c) {
 }
 
 static void assert_pass(const tg_op_info *op, const char *spec, const char *mode, const tg_gradcheck_result *r) {
-    ck_assert_msg(tg_ok(ctx), "%s '%s' (%s): error: %s", op->name, spec, mode, tg_error_message(ctx));
+    ck_assert_msg(tg_ok(ctx), "%s '%s' (%s): error: %s", op->def->name, spec, mode, tg_error_message(ctx));
     ck_assert_msg(r->pass,
                   "%s '%s' (%s): gradcheck failed: %lld of %lld comparisons; worst: input %d index %lld analytic "
                   "%.10g numeric %.10g (max abs err %.3g, max rel err %.3g, h=%g atol=%g rtol=%g)",
-                  op->name, spec, mode, (long long)r->n_failed, (long long)r->n_checked, r->worst_input,
+                  op->def->name, spec, mode, (long long)r->n_failed, (long long)r->n_checked, r->worst_input,
                   (long long)r->worst_index, r->worst_analytic, r->worst_numeric, r->max_abs_err, r->max_rel_err, r->h,
                   r->atol, r->rtol);
-    ck_assert_msg(r->n_checked > 0, "%s '%s' (%s): nothing was checked", op->name, spec, mode);
+    ck_assert_msg(r->n_checked > 0, "%s '%s' (%s): nothing was checked", op->def->name, spec, mode);
 }
 
 /* Every variant of op _i, float64: full mode when small, directional always. */
@@ -47,7 +47,7 @@ START_TEST(test_gradcheck_every_op_f64) {
     for (int v = 0; v < op->n_variants; v++) {
         const char *spec = op->variants[v];
         tg_op_case c;
-        ck_assert_msg(tg_registry_build(ctx, op, spec, TG_F64, &c), "%s '%s': %s", op->name, spec,
+        ck_assert_msg(tg_registry_build(ctx, op, spec, TG_F64, &c), "%s '%s': %s", op->def->name, spec,
                       tg_error_message(ctx));
         tg_gradcheck_result r;
         tg_gradcheck_opts o = {0};
@@ -82,7 +82,7 @@ START_TEST(test_float32_refused_then_allowed) {
     o.allow_float32 = true;
     o.mode = TG_GRADCHECK_DIRECTIONAL;
     /* the op's own float32 step and tolerances, else the float32 defaults */
-    tg_gradcheck_tol own = op->f32;
+    tg_gradcheck_tol own = op->def->f32;
     double h = own.h > 0 ? own.h : 1e-3, atol = own.atol > 0 ? own.atol : 1e-3, rtol = own.rtol > 0 ? own.rtol : 1e-2;
     for (int v = 0; v < op->n_variants; v++) {
         tg_registry_check(ctx, op, v, TG_F32, &o, &r);
@@ -101,8 +101,8 @@ START_TEST(test_table_complete) {
         const tg_op_info *op = tg_registry_get(i);
         ck_assert_ptr_nonnull(op);
         ck_assert_int_eq(tg_registry_index(op), i);
-        ck_assert_ptr_nonnull(op->name);
-        ck_assert_ptr_eq(tg_registry_find(op->name), op);
+        ck_assert_ptr_nonnull(op->def->name);
+        ck_assert_ptr_eq(tg_registry_find(op->def->name), op);
         ck_assert_ptr_nonnull(op->summary);
         ck_assert_ptr_nonnull(op->spec_help);
         ck_assert(op->build != NULL);
@@ -110,9 +110,9 @@ START_TEST(test_table_complete) {
         ck_assert_int_gt(op->n_variants, 0);
         ck_assert_ptr_null(op->variants[op->n_variants]);
         for (int v = 0; v < op->n_variants; v++) ck_assert_ptr_nonnull(op->variants[v]);
-        ck_assert(op->f64.h >= 0 && op->f64.atol >= 0 && op->f64.rtol >= 0);
-        ck_assert(op->f32.h >= 0 && op->f32.atol >= 0 && op->f32.rtol >= 0);
-        for (int j = 0; j < i; j++) ck_assert_str_ne(tg_registry_get(j)->name, op->name);
+        ck_assert(op->def->f64.h >= 0 && op->def->f64.atol >= 0 && op->def->f64.rtol >= 0);
+        ck_assert(op->def->f32.h >= 0 && op->def->f32.atol >= 0 && op->def->f32.rtol >= 0);
+        for (int j = 0; j < i; j++) ck_assert_str_ne(tg_registry_get(j)->def->name, op->def->name);
     }
     ck_assert_ptr_null(tg_registry_get(-1));
     ck_assert_ptr_null(tg_registry_get(tg_registry_count()));
@@ -132,8 +132,8 @@ START_TEST(test_every_variant_builds) {
         tg_dtype dt = d ? TG_F64 : TG_F32;
         for (int v = 0; v < op->n_variants; v++) {
             tg_op_case c;
-            ck_assert_msg(tg_registry_build(ctx, op, op->variants[v], dt, &c), "%s '%s': %s", op->name, op->variants[v],
-                          tg_error_message(ctx));
+            ck_assert_msg(tg_registry_build(ctx, op, op->variants[v], dt, &c), "%s '%s': %s", op->def->name,
+                          op->variants[v], tg_error_message(ctx));
             ck_assert_ptr_eq(c.op, op);
             ck_assert_str_eq(c.spec, op->variants[v]);
             ck_assert_int_gt(c.n_inputs, 0);
@@ -146,7 +146,7 @@ START_TEST(test_every_variant_builds) {
                 for (int64_t i = 0; i < c.inputs[k]->numel; i++) ck_assert(isfinite(tg_get_flat(ctx, c.inputs[k], i)));
             }
             tg_tensor *y = tg_registry_forward(ctx, &c);
-            ck_assert_msg(y != NULL, "%s '%s': forward: %s", op->name, op->variants[v], tg_error_message(ctx));
+            ck_assert_msg(y != NULL, "%s '%s': forward: %s", op->def->name, op->variants[v], tg_error_message(ctx));
             ck_assert_int_eq(y->dtype, dt);
             tg_ctx_reset(ctx);
         }
@@ -346,10 +346,10 @@ END_TEST
  * into float64. */
 START_TEST(test_own_tolerances) {
     const tg_op_info *mm = tg_registry_find("matmul"), *add = tg_registry_find("add");
-    ck_assert(mm->f32.h > 0);
+    ck_assert(mm->def->f32.h > 0);
     tg_gradcheck_opts o = tg_registry_opts(mm, TG_F32, NULL);
     ck_assert(o.no_defaults);
-    ck_assert(o.h == mm->f32.h && o.atol == 1e-3 && o.rtol == 1e-2);
+    ck_assert(o.h == mm->def->f32.h && o.atol == 1e-3 && o.rtol == 1e-2);
     o = tg_registry_opts(mm, TG_F64, NULL);
     ck_assert(o.h == 1e-6 && o.atol == 1e-5 && o.rtol == 1e-3);
     o = tg_registry_opts(add, TG_F32, NULL);
@@ -364,7 +364,7 @@ START_TEST(test_own_tolerances) {
     mine.h = 0;
     mine.mode = TG_GRADCHECK_DIRECTIONAL;
     ck_assert(tg_registry_check(ctx, mm, 0, TG_F32, &mine, &r));
-    ck_assert(r.h == mm->f32.h);
+    ck_assert(r.h == mm->def->f32.h);
     /* a 0 tolerance can be asked for once the options are resolved */
     o = tg_registry_opts(add, TG_F64, NULL);
     o.atol = 0;

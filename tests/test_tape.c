@@ -20,11 +20,13 @@ static void square_backward(tg_ctx *c, tg_node *n) {
         tg_store(dx, i, tg_load(dx, i) + 2.0 * tg_load(n->in[0], i) * tg_load(n->out->grad, i));
 }
 
+static const tg_op_def SQUARE = {.name = "square", .backward = square_backward};
+
 static tg_tensor *square(tg_ctx *c, tg_tensor *x) {
     tg_tensor *y = tg_new_like(c, "square", x);
     if (!y) return NULL;
     for (int64_t i = 0; i < x->numel; i++) tg_store(y, i, tg_load(x, i) * tg_load(x, i));
-    tg_record(c, "square", square_backward, y, 1, &x);
+    tg_record(c, &SQUARE, y, 1, &x);
     return y;
 }
 
@@ -38,6 +40,8 @@ static void dot_backward(tg_ctx *c, tg_node *n) {
     }
 }
 
+static const tg_op_def DOT = {.name = "dot", .backward = dot_backward};
+
 static tg_tensor *dot(tg_ctx *c, tg_tensor *a, tg_tensor *b) {
     tg_tensor *s = tg_new_tensor(c, "dot", a->dtype, 0, NULL);
     if (!s) return NULL;
@@ -45,7 +49,7 @@ static tg_tensor *dot(tg_ctx *c, tg_tensor *a, tg_tensor *b) {
     for (int64_t i = 0; i < a->numel; i++) acc += tg_load(a, i) * tg_load(b, i);
     tg_store(s, 0, acc);
     tg_tensor *in[2] = {a, b};
-    tg_record(c, "dot", dot_backward, s, 2, in);
+    tg_record(c, &DOT, s, 2, in);
     return s;
 }
 

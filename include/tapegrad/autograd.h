@@ -69,7 +69,7 @@ TG_API void tg_backward_ex(tg_ctx *ctx, tg_tensor *out, const tg_tensor *grad_ou
  * create_graph: the gradients are computed by recorded ops, so they are
  * differentiable: a backward (or tg_grad) from a function of them gives
  * second derivatives (the double backward). Every op of the registry has
- * such a rule (autograd/grad_rules.c, layers/norm_grad.c); a record
+ * such a rule (its descriptor's backward_graph, tapegrad/op.h); a record
  * without one fails with TG_ERR_STATE "'foo' cannot be differentiated
  * twice", never a wrong answer. Without create_graph it is a plain
  * backward into fresh gradients (no extra records). False on error. */
@@ -377,8 +377,8 @@ TG_API tg_tensor *tg_attention(tg_ctx *ctx, tg_tensor *q, tg_tensor *k, tg_tenso
  * not require grad (the forward recorded nothing for it), a tangent of
  * another shape or dtype, out not made on the live tape (after a backward
  * consumed it), and an op without a tangent rule (named):
- *   tg_jvp: op 'my_op' has no tangent rule (forward mode); register one
- *   with tg_jvp_register */
+ *   tg_jvp: op 'my_op' has no tangent rule (forward mode): its tg_op_def
+ *   has no jvp */
 TG_API tg_tensor *tg_jvp(tg_ctx *ctx, tg_tensor *out, int n, tg_tensor *const *inputs, tg_tensor *const *tangents);
 
 #ifdef __cplusplus

@@ -203,11 +203,8 @@ typedef enum tg_gradcheck_reason {
  * is all the error, the error is ~1.0 times it. */
 #define TG_GRADCHECK_WRONG_EXCESS 2.0
 
-/* A finite-difference step and the tolerances of the pass rule. */
-typedef struct tg_gradcheck_tol {
-    double h;          /* step */
-    double atol, rtol; /* pass when |a - n| <= atol + rtol |n| */
-} tg_gradcheck_tol;
+/* tg_gradcheck_tol, a finite-difference step and the tolerances of the
+ * pass rule, is in tapegrad/op.h (an op's descriptor carries its own). */
 
 /* A vector the caller gives: numel values (NULL data: none given). */
 typedef struct tg_gradcheck_vec {
@@ -558,15 +555,12 @@ TG_API tg_status tg_gradcheck_write(FILE *f, const tg_gradcheck_result *r, const
  * commas, each as sizes joined by 'x' ("()" for a 0-d tensor), then
  * optional ";key=value" arguments, e.g. "2x1x3,4x3" (add broadcasting from
  * both sides), "2x3x4;axis=1;keepdim=1" (sum_axis), "4x5;smoothing=0.1"
- * (cross_entropy). Each op documents its spec in spec_help, declares its
- * arguments with their defaults in args, and lists built-in specs (its
- * shape variants). Builders keep inputs away from the op's kinks:
- * relu/abs/leaky_relu inputs away from 0, max without ties, log/sqrt/pow
- * inputs positive, div denominators away from 0.
- *
- * Changes from the first version: tg_op_info.id is gone (the index is the
- * id: tg_registry_index); its h, atol, rtol (float64 only, 0 everywhere)
- * became f64 and f32, used by tg_registry_opts; args and fn are new. */
+ * (cross_entropy). Each op documents its spec in spec_help and lists
+ * built-in specs (its shape variants); its descriptor declares its
+ * arguments with their defaults and the values its inputs are drawn from,
+ * away from the op's kinks: relu/abs/leaky_relu inputs away from 0, max
+ * without ties, log/sqrt/pow inputs positive, div denominators away from
+ * 0. */
 
 /* Most key=value arguments in a spec. */
 #define TG_OP_MAX_ARGS 8
@@ -580,8 +574,9 @@ typedef struct tg_op_case {
     tg_dtype dtype;
     int n_inputs; /* tensor inputs of the forward */
     tg_tensor *inputs[TG_GRADCHECK_MAX_INPUTS];
-    const char *input_names[TG_GRADCHECK_MAX_INPUTS]; /* "a", "b", "x", "weight"... */
-    uint32_t check;                                   /* bit k: input k is differentiable */
+    /* "a", "b", "x", "weight"... (in the context's arena with the inputs) */
+    const char *input_names[TG_GRADCHECK_MAX_INPUTS];
+    uint32_t check; /* bit k: input k is differentiable */
     /* the spec, parsed */
     int n_shapes;
     int ndim[TG_GRADCHECK_MAX_INPUTS];
@@ -613,20 +608,16 @@ typedef union tg_op_fn {
                        double eps); /* tg_rmsnorm_fused, ... */
 } tg_op_fn;
 
-/* A registered op. */
+/* A registered op: its descriptor (tapegrad/op.h: its name, its
+ * arguments with their defaults, the values a check draws for each input,
+ * its own step and tolerances), and what the registry adds to check it. */
 typedef struct tg_op_info {
-    const char *name;            /* "add", "matmul", ... */
+    const tg_op_def *def;        /* the op; the registry's name is def->name */
     const char *summary;         /* what it computes, one line */
     const char *spec_help;       /* the spec it takes and its arguments */
-    const char *args;            /* its arguments and their defaults, e.g.
-                                      "axis=-1,keepdim=0" ("to": no default);
-                                      NULL: none */
     const char *const *variants; /* built-in specs, NULL-terminated */
     int n_variants;
     bool random; /* draws from the context's RNG (dropout) */
-    /* its own step and tolerances by dtype, where the defaults do not fit
-     * it; a 0 field: the dtype's default (tg_gradcheck_dtype_tol) */
-    tg_gradcheck_tol f64, f32;
     /* Makes c->inputs (and c->index) from c's parsed spec and dtype with
      * the context's RNG; false and an error on a bad spec. */
     bool (*build)(tg_ctx *ctx, tg_op_case *c);
@@ -634,10 +625,6 @@ typedef struct tg_op_info {
      * tg_op_case. */
     tg_gradcheck_fn forward;
     tg_op_fn fn; /* what a generic forward calls */
-    /* For tg_registry_build_ranges (a user's op): each spec shape's input
-     * name and the range its values are drawn from, uniformly, e.g.
-     * "x=-2:2,gamma=0.5:1.5"; NULL for the built-in ops. */
-    const char *inputs;
 } tg_op_info;
 
 /* Number of registered ops, the i-th (NULL when out of range), the one
@@ -650,17 +637,18 @@ TG_API int tg_registry_index(const tg_op_info *op);
 
 /* Adds a user's op (defined with tapegrad/op.h, say) after the built-in
  * ones, so tg_registry_find, tg_registry_check and tapegrad-gradcheck see
- * it. `op` must outlive its use (a static table). It needs a name not yet
- * registered, build, forward and at least one variant. Not thread-safe:
+ * it. `op` and its descriptor must outlive their use (static tables). It
+ * needs a descriptor with a name not yet registered, build, forward and at
+ * least one variant. Not thread-safe:
  * add ops before checking. Errors: TG_ERR_NULL, TG_ERR_VALUE (name taken,
  * more than TG_REGISTRY_MAX_ADDED). */
 #define TG_REGISTRY_MAX_ADDED 64
 TG_API bool tg_registry_add(tg_ctx *ctx, const tg_op_info *op);
-/* A builder for a user's op: input k has the spec's k-th shape, is named
- * and drawn uniformly from the range op->inputs gives it
- * ("x=-2:2,gamma=0.5:1.5"), and is differentiable. A spec with another
- * number of shapes, or a malformed inputs text, is TG_ERR_FORMAT naming
- * the op. */
+/* A builder for a user's op: input k has the spec's k-th shape, and is
+ * named and drawn as item k of its descriptor's inputs text says
+ * ("x=-2:2,gamma=0.5:1.5": tg_op_def in tapegrad/op.h). A spec with
+ * another number of shapes, or a malformed inputs text, is TG_ERR_FORMAT
+ * naming the op. */
 TG_API bool tg_registry_build_ranges(tg_ctx *ctx, tg_op_case *c);
 
 /* A gradcheck plugin: a shared object a user builds against the installed
@@ -668,39 +656,28 @@ TG_API bool tg_registry_build_ranges(tg_ctx *ctx, tg_op_case *c);
  * the user's ops without rebuilding tapegrad (docs/gradcheck.md). It
  * defines its ops as tg_op_info entries and exports them with
  *   TG_GRADCHECK_PLUGIN("myops", my_ops, 2)
- * or, with the tangent rules of its custom ops (for `--modes fwd` and
- * `--adjoint`: the plugin links its own copy of tapegrad, so a
- * tg_jvp_register of its own would not reach the tool's),
- *   TG_GRADCHECK_PLUGIN_RULES("myops", my_ops, 2, my_rules, 1)
- * which define the function the tool looks up by name
- * (TG_GRADCHECK_PLUGIN_SYMBOL). `abi` and `op_info_size` let the tool
- * refuse a plugin built against another version of this header (ABI 1,
- * without rules, is still taken). */
-#define TG_GRADCHECK_PLUGIN_ABI 2
+ * which defines the function the tool looks up by name
+ * (TG_GRADCHECK_PLUGIN_SYMBOL). An op's rules -- its double backward, its
+ * tangent rule (for `--modes fwd` and `--adjoint`) -- are in its
+ * tg_op_def, which its records point to, so they reach the tool although
+ * the plugin links its own copy of tapegrad. `abi` and `op_info_size` let
+ * the tool refuse a plugin built against another version of this header. */
+#define TG_GRADCHECK_PLUGIN_ABI 3
 #define TG_GRADCHECK_PLUGIN_SYMBOL "tg_gradcheck_plugin_register"
-/* A tangent rule the tool registers for the plugin (tg_jvp_register). */
-typedef struct tg_gradcheck_plugin_rule {
-    const char *op; /* a tg_op_def name */
-    tg_jvp_rule rule;
-} tg_gradcheck_plugin_rule;
 typedef struct tg_gradcheck_plugin {
     int abi;             /* TG_GRADCHECK_PLUGIN_ABI */
     size_t op_info_size; /* sizeof(tg_op_info) */
     const char *name;    /* the plugin's, for messages */
     const tg_op_info *ops;
     int n_ops;
-    const tg_gradcheck_plugin_rule *rules; /* ABI 2: tangent rules (NULL: none) */
-    int n_rules;
 } tg_gradcheck_plugin;
 typedef const tg_gradcheck_plugin *(*tg_gradcheck_plugin_fn)(void);
-#define TG_GRADCHECK_PLUGIN_RULES(NAME, OPS, N_OPS, RULES, N_RULES)                                   \
-    const tg_gradcheck_plugin *tg_gradcheck_plugin_register(void);                                    \
-    const tg_gradcheck_plugin *tg_gradcheck_plugin_register(void) {                                   \
-        static const tg_gradcheck_plugin p = {                                                        \
-            TG_GRADCHECK_PLUGIN_ABI, sizeof(tg_op_info), (NAME), (OPS), (N_OPS), (RULES), (N_RULES)}; \
-        return &p;                                                                                    \
+#define TG_GRADCHECK_PLUGIN(NAME, OPS, N_OPS)                                                                       \
+    const tg_gradcheck_plugin *tg_gradcheck_plugin_register(void);                                                  \
+    const tg_gradcheck_plugin *tg_gradcheck_plugin_register(void) {                                                 \
+        static const tg_gradcheck_plugin p = {TG_GRADCHECK_PLUGIN_ABI, sizeof(tg_op_info), (NAME), (OPS), (N_OPS)}; \
+        return &p;                                                                                                  \
     }
-#define TG_GRADCHECK_PLUGIN(NAME, OPS, N_OPS) TG_GRADCHECK_PLUGIN_RULES(NAME, OPS, N_OPS, NULL, 0)
 /* Parses spec (NULL: the op's first variant) and builds random valid inputs
  * of dtype into *c; arguments the spec leaves out get the op's defaults.
  * Errors (TG_ERR_FORMAT for a malformed spec or an argument the op does

@@ -71,10 +71,10 @@ typedef void (*tg_backward_fn)(tg_ctx *ctx, tg_node *node);
 #define TG_NODE_MAX_SCALARS 4
 
 /* ======================================================================== */
-/* The one-call form                                                        */
+/* The op's descriptor                                                      */
 /* ======================================================================== */
 
-/* A custom op's double backward (optional): the gradients of its inputs
+/* An op's double backward (optional): the gradients of its inputs
  * written with differentiable tapegrad ops, so that tg_grad(...,
  * create_graph = true) and tg_hvp can differentiate them again. Given the
  * gradient dy of the op's output, it sets dx[k] to input k's gradient (a
@@ -87,34 +87,78 @@ typedef void (*tg_backward_fn)(tg_ctx *ctx, tg_node *node);
  * with tg_gradgradcheck (tapegrad/check.h). */
 typedef bool (*tg_grad_graph_fn)(tg_ctx *ctx, const tg_node *node, tg_tensor *dy, tg_tensor **dx);
 
-/* A custom op. `forward` computes the output from in[0..n_in-1] with any
- * tapegrad calls (grad mode is off while it runs, so they record nothing)
- * and saves what backward needs on `node`; it returns a new tensor (not
- * one of its inputs), or NULL with the context in error. `backward` is as
- * tg_backward_fn. `user` is passed through to forward; backward reads what
- * forward saved.
+/* An op's tangent rule (forward mode, tg_jvp in tapegrad/autograd.h):
+ * returns the tangent of the op's output,
+ *   d out = sum_k (d out / d in_k) tangents[k]
+ * a new tensor of the output's shape and dtype (J v of the op at its
+ * inputs, one forward pass: no transpose, unlike the backward). tangents[k]
+ * has input k's shape and dtype (zeros when input k does not depend on the
+ * inputs of tg_jvp), NULL when input k is NULL. Grad mode is off while it
+ * runs, so it may use any tapegrad op. Returns NULL with the error set on
+ * failure. */
+typedef tg_tensor *(*tg_jvp_rule)(tg_ctx *ctx, tg_node *node, tg_tensor *const *tangents);
+
+/* A finite-difference step and the tolerances of a gradient check's pass
+ * rule (tapegrad/check.h). */
+typedef struct tg_gradcheck_tol {
+    double h;          /* step */
+    double atol, rtol; /* pass when |a - n| <= atol + rtol |n| */
+} tg_gradcheck_tol;
+
+/* An op: what it is, in one place. Every built-in op has one, a const
+ * beside its kernel, and every record on the tape points to its op's (so
+ * a record's rules are found by pointer, never by name); a custom op is
+ * written the same way. Only name and backward are required.
+ *
+ * `forward` is for tg_op_apply (below): it computes the output from
+ * in[0..n_in-1] with any tapegrad calls (grad mode is off while it runs,
+ * so they record nothing) and saves what backward needs on `node`; it
+ * returns a new tensor (not one of its inputs), or NULL with the context
+ * in error. `user` is passed through to it. An op that records itself
+ * with tg_record leaves it NULL. `backward` is as tg_backward_fn.
  *
  * Double backward: `backward` writes numbers and cannot be differentiated.
- * Without a `backward_graph`, a custom op is first-order only: tg_grad
- * with create_graph (and tg_hvp, tg_gradgradcheck, `tapegrad-gradcheck
- * check --order 2`) stops with the error "'NAME' cannot be differentiated
- * twice: it has no double-backward rule ..." -- never a wrong answer, and
- * never the rule of a built-in op of the same name. Forward mode (tg_jvp)
- * needs a tangent rule registered under the op's name (tg_jvp_register,
- * below). */
+ * Without a `backward_graph`, an op is first-order only: tg_grad with
+ * create_graph (and tg_hvp, tg_gradgradcheck, `tapegrad-gradcheck check
+ * --order 2`) stops with the error "'NAME' cannot be differentiated
+ * twice: it has no double-backward rule ..." -- never a wrong answer.
+ * Forward mode: without a `jvp`, tg_jvp stops with "op 'NAME' has no
+ * tangent rule".
+ *
+ * The last fields are what a gradient check needs to know about the op
+ * (tapegrad/check.h's registry reads them; the library never does):
+ *  - args: its arguments and their defaults, "axis=-1,keepdim=0" (a key
+ *    without '=' has no default); NULL: none;
+ *  - inputs: each tensor input's name and the values a check draws for
+ *    it, "x=-2:2,gamma=0.5:1.5", in the order of the inputs:
+ *      LO:HI       uniform in [LO, HI)
+ *      +-LO:HI     |x| uniform in [LO, HI), either sign (away from 0)
+ *      LO:HI distinct   a shuffled even ramp over [LO, HI): no ties
+ *      0|1         zeros and ones, a mask: not differentiable
+ *  - f64, f32: its own step and tolerances by dtype, where the defaults do
+ *    not fit it; a 0 field: the dtype's default (tg_gradcheck_dtype_tol). */
 typedef struct tg_op_def {
     const char *name; /* for messages and the tape ("rmsnorm_mine") */
     tg_tensor *(*forward)(tg_ctx *ctx, tg_node *node, tg_tensor *const *in, void *user);
     tg_backward_fn backward;
     tg_grad_graph_fn backward_graph; /* optional: the double backward (above) */
+    tg_jvp_rule jvp;                 /* optional: the tangent rule (above) */
+    const char *args;                /* for checks (above) */
+    const char *inputs;
+    tg_gradcheck_tol f64, f32;
 } tg_op_def;
 
+/* ======================================================================== */
+/* The one-call form                                                        */
+/* ======================================================================== */
+
 /* y = def->forward(in...), recorded on the tape with def->backward when grad
- * mode is on and an input requires grad. n_in is 1..8; an input may be
- * NULL (an optional argument: the forward sees NULL, backward gets no
- * gradient for it). Returns y, or NULL with the error set (a NULL def or
- * forward, a stale input, a forward that failed or returned one of its
- * inputs). */
+ * mode is on and an input requires grad; the record keeps a copy of *def
+ * (in the arena, for the step), so def may be a local. n_in is 1..8; an
+ * input may be NULL (an optional argument: the forward sees NULL, backward
+ * gets no gradient for it). Returns y, or NULL with the error set (a NULL
+ * def or forward, a stale input, a forward that failed or returned one of
+ * its inputs). */
 TG_API tg_tensor *tg_op_apply(tg_ctx *ctx, const tg_op_def *def, int n_in, tg_tensor *const *in, void *user);
 
 /* ======================================================================== */
@@ -169,13 +213,14 @@ TG_API void tg_node_error(tg_ctx *ctx, const tg_node *node, const char *fmt, ...
 /* True when an op on these inputs must be recorded: grad mode is on and at
  * least one (non-NULL) input requires grad. */
 TG_API bool tg_needs_grad(const tg_ctx *ctx, int n_in, tg_tensor *const *in);
-/* Appends a record for `out` = op(in...). Marks out as requiring grad, and
- * notes the in-place version of every input and of out: call it once the
- * forward has written out. Returns NULL when no record is needed (grad mode
- * off, no input requires grad) or on error (then the error is set, e.g. a
- * stale input). The node stays valid until the next tg_record. */
-TG_API tg_node *tg_record(tg_ctx *ctx, const char *op, tg_backward_fn backward, tg_tensor *out, int n_in,
-                          tg_tensor *const *in);
+/* Appends a record for `out` = op(in...), pointing to op (a descriptor
+ * that outlives the tape: a static const) whose backward it runs. Marks
+ * out as requiring grad, and notes the in-place version of every input and
+ * of out: call it once the forward has written out. Returns NULL when no
+ * record is needed (grad mode off, no input requires grad) or on error
+ * (then the error is set: op NULL or without a name or backward, a stale
+ * input). The node stays valid until the next tg_record. */
+TG_API tg_node *tg_record(tg_ctx *ctx, const tg_op_def *op, tg_tensor *out, int n_in, tg_tensor *const *in);
 /* Allocates `bytes` in the arena for the node's saved data and counts them
  * in tg_tape_saved_bytes. */
 TG_API void *tg_node_save(tg_ctx *ctx, tg_node *node, size_t bytes);
@@ -183,37 +228,6 @@ TG_API void *tg_node_save(tg_ctx *ctx, tg_node *node, size_t bytes);
  * when t does not require grad; else t->grad, made (zeroed) on first
  * use. */
 TG_API tg_tensor *tg_grad_of(tg_ctx *ctx, tg_tensor *t);
-
-/* ======================================================================== */
-/* Forward mode: tangent rules (tg_jvp, tapegrad/autograd.h)               */
-/* ======================================================================== */
-
-/* An op's tangent rule: returns the tangent of the op's output,
- *   d out = sum_k (d out / d in_k) tangents[k]
- * a new tensor of the output's shape and dtype (J v of the op at its
- * inputs, one forward pass: no transpose, unlike the backward). tangents[k]
- * has input k's shape and dtype (zeros when input k does not depend on the
- * inputs of tg_jvp), NULL when input k is NULL. Grad mode is off while it
- * runs, so it may use any tapegrad op. Returns NULL with the error set on
- * failure. Every built-in op has one; tg_jvp stops with an error naming an
- * op that has none. */
-typedef tg_tensor *(*tg_jvp_rule)(tg_ctx *ctx, tg_node *node, tg_tensor *const *tangents);
-
-/* Registers `rule` as the tangent rule of custom ops named `op` (a
- * tg_op_def name; also of tg_record records under a name no built-in op
- * has), replacing one registered before under that name. A built-in op's
- * record always takes its built-in rule: registering "add" gives a custom
- * op named "add" a rule and leaves tg_add's tangent as it was; and a
- * custom op named like a built-in never takes the built-in's rule (tg_jvp
- * stops with "op 'add' has no tangent rule" until one is registered).
- * Process-wide: call it at start-up, before threads run tg_jvp. False
- * when op is NULL, empty or longer than 63 characters, rule is NULL, or
- * 64 rules are registered already. */
-TG_API bool tg_jvp_register(const char *op, tg_jvp_rule rule);
-/* The tangent rule of tg_record records named op: the built-in op's, else
- * a registered one, else NULL. (A custom op's record takes only the
- * registered one.) */
-TG_API tg_jvp_rule tg_jvp_find_rule(const char *op);
 
 #ifdef __cplusplus
 }

@@ -15,7 +15,8 @@
 # Internal headers stay in their folder, but for the few a folder below
 # offers on purpose (CROSSING below): tensor/'s, the base every folder
 # builds on; autograd/'s op-writing interface for the fused ops of layers/
-# and for check/; and the tape's records for dist/, whose all-reduces
+# and for check/; the op descriptors of autograd/ and layers/ for check/'s
+# registry, which lists every op by its descriptor; and the tape's records for dist/, whose all-reduces
 # start from a hook in backward's walk (dist/overlap.c). A public header
 # includes only public headers.
 # Usage: layering.sh SOURCE_DIR [OBJECT_FILE...]
@@ -32,6 +33,8 @@ autograd/tape.h: layers check dist
 autograd/grad_graph.h: layers check
 autograd/lowp.h: layers
 autograd/ops_attention.h: layers
+autograd/ops.h: check
+layers/ops.h: check
 "
 
 # The rank of a folder in that order, in RANK (-1: not a library folder).

@@ -325,7 +325,7 @@ static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, con
                 *el += (size_t)snprintf(errors + *el, esize - *el, "    ERROR %s: %s\n", spec, tg_error_message(ctx));
             T->inputs.errors++;
             T->runs.errors++;
-            note_failure(T, "error", op->name, spec, "does not build");
+            note_failure(T, "error", op->def->name, spec, "does not build");
             *op_shown = true;
             tg_clear_error(ctx);
             return -1;
@@ -349,12 +349,12 @@ static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, con
                 /* the batch, held until the checks are written */
                 FILE *f = T->json.batches;
                 fprintf(f, "%s\n{\"op\":", T->json.n_batches++ ? "," : "");
-                gct_json_str(f, tg.op->name);
+                gct_json_str(f, tg.op->def->name);
                 fprintf(f, ",\"bug\":");
                 if (tg.bug) gct_json_str(f, tg.bug->name);
                 else fprintf(f, "null");
                 fprintf(f, ",\"function\":");
-                gct_json_str(f, tg.bug ? tg.function : tg.op->name);
+                gct_json_str(f, tg.bug ? tg.function : tg.op->def->name);
                 fprintf(f, ",\"spec\":");
                 gct_json_str(f, tg.c.spec);
                 fprintf(f, ",\"dtype\":\"%s\",\"order\":%d,\"mode\":\"rev\",\"seeds\":[", tg_dtype_name(tg.c.dtype),
@@ -539,7 +539,7 @@ static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
                                        tg_error_message(ctx));
             T->inputs.errors++;
             T->runs.errors++;
-            note_failure(T, "error", op->name, spec, "does not build");
+            note_failure(T, "error", op->def->name, spec, "does not build");
             op_shown = true;
             tg_clear_error(ctx);
             tg_ctx_reset(ctx);

@@ -47,21 +47,31 @@ static double bug_size(void *user) {
     return s ? strtod(s, NULL) : 0.0;
 }
 
+/* The bugs' descriptors (defined after their backward functions, below):
+ * each its name and wrong backward, and the fused norm's tangent rule (the
+ * forward is right, and so is its tangent). */
+enum { RMS_SUM, RMS_NO_EPS, RMS_OVERWRITE, RMS_SCALE, RMS_PROJ, N_RMS_BUGS };
+enum { LN_NO_MEAN, LN_UNBIASED, N_LN_BUGS };
+static const tg_op_def RMS_BUGS[N_RMS_BUGS], LN_BUGS[N_LN_BUGS];
+
 /* ---- the shared forward ------------------------------------------------------ */
 
-/* The real RMSNorm or LayerNorm forward, recorded with `backward`:
+/* The real RMSNorm or LayerNorm forward, recorded with op: the bug's
+ * descriptor, its name and wrong backward, and the fused norm's tangent
+ * rule (the forward is right, and so is its tangent). The record:
  *   in = {x, gamma, beta},  i[0] = N rows, i[1] = C per row, i[2] = flags
  *   (the bug's own, for its backward), f[0] = eps, f[1] = the bug's size,
  *   saved: rstd (N) for RMSNorm; mean (N) then rstd (N) for LayerNorm. */
-static tg_tensor *bug_norm_forward(tg_ctx *ctx, const char *name, tg_backward_fn backward, bool layernorm,
-                                   int64_t flags, double size, const bug_norm_args *a) {
+static tg_tensor *bug_norm_forward(tg_ctx *ctx, const tg_op_def *op, bool layernorm, int64_t flags, double size,
+                                   const bug_norm_args *a) {
+    const char *name = op->name;
     int64_t N, C;
     if (!tg_norm_check_args(ctx, name, a->x, a->gamma, a->beta, a->ndim_norm, a->eps, &N, &C)) return NULL;
     tg_tensor *y = tg_new_like(ctx, name, a->x);
     if (!y) return NULL;
     tg_tensor *in[3] = {a->x, a->gamma, a->beta};
     double *stats = NULL;
-    tg_node *n = tg_record(ctx, name, backward, y, 3, in);
+    tg_node *n = tg_record(ctx, op, y, 3, in);
     if (n) {
         n->i[0] = N, n->i[1] = C, n->i[2] = flags;
         n->f[0] = a->eps;
@@ -104,7 +114,7 @@ static double *recomputed_rstd(tg_ctx *ctx, const tg_node *n) {
     const tg_tensor *x = n->in[0];
     int64_t N = n->i[0], C = n->i[1];
     bool sum = n->i[2] & BUG_SUM, no_eps = n->i[2] & BUG_NO_EPS;
-    double *r = tg_arena_alloc_fn(ctx, n->op, (size_t)(N > 0 ? N : 1) * sizeof *r);
+    double *r = tg_arena_alloc_fn(ctx, n->op->name, (size_t)(N > 0 ? N : 1) * sizeof *r);
     if (!r) return NULL;
     for (int64_t row = 0; row < N; row++) {
         double s = 0.0;
@@ -135,7 +145,7 @@ static void rmsnorm_recomputed_backward(tg_ctx *ctx, tg_node *n) {
  * = dy is right. */
 static tg_tensor *fw_rmsnorm_sum(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
-    return bug_norm_forward(ctx, "rmsnorm[bug:sum]", rmsnorm_recomputed_backward, false, BUG_SUM, 0.0, &a);
+    return bug_norm_forward(ctx, &RMS_BUGS[RMS_SUM], false, BUG_SUM, 0.0, &a);
 }
 
 /* ---- rmsnorm-no-eps -----------------------------------------------------------
@@ -147,7 +157,7 @@ static tg_tensor *fw_rmsnorm_sum(tg_ctx *ctx, tg_tensor *const *in, void *user) 
  * comparable to mean x^2 (the bug's default spec uses eps = 0.1). */
 static tg_tensor *fw_rmsnorm_no_eps(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
-    return bug_norm_forward(ctx, "rmsnorm[bug:no-eps]", rmsnorm_recomputed_backward, false, BUG_NO_EPS, 0.0, &a);
+    return bug_norm_forward(ctx, &RMS_BUGS[RMS_NO_EPS], false, BUG_NO_EPS, 0.0, &a);
 }
 
 /* ---- layernorm-no-mean -------------------------------------------------------
@@ -190,7 +200,7 @@ static void layernorm_no_mean_backward(tg_ctx *ctx, tg_node *n) {
 
 static tg_tensor *fw_layernorm_no_mean(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
-    return bug_norm_forward(ctx, "layernorm[bug:no-mean]", layernorm_no_mean_backward, true, 0, 0.0, &a);
+    return bug_norm_forward(ctx, &LN_BUGS[LN_NO_MEAN], true, 0, 0.0, &a);
 }
 
 /* ---- overwrite ------------------------------------------------------------
@@ -210,7 +220,7 @@ static void rmsnorm_overwrite_backward(tg_ctx *ctx, tg_node *n) {
 
 static tg_tensor *fw_rmsnorm_overwrite(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
-    tg_tensor *y = bug_norm_forward(ctx, "rmsnorm[bug:overwrite]", rmsnorm_overwrite_backward, false, 0, 0.0, &a);
+    tg_tensor *y = bug_norm_forward(ctx, &RMS_BUGS[RMS_OVERWRITE], false, 0, 0.0, &a);
     /* ";uses=1" (target.c): x used once, the bug stays hidden */
     const char *uses = tg_registry_arg(user, "uses");
     if (uses && strcmp(uses, "1") == 0) return y;
@@ -231,10 +241,9 @@ static void rmsnorm_scale_backward(tg_ctx *ctx, tg_node *n) {
     rms_kernel(ctx, n, t, n->saved); /* the right dx into t; dgamma, dbeta */
     for (int64_t i = 0; t && i < t->numel; i++) tg_store(dx, i, tg_load(dx, i) + (1 + n->f[1]) * tg_load(t, i));
 }
-
 static tg_tensor *fw_rmsnorm_scale(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
-    return bug_norm_forward(ctx, "rmsnorm[bug:scale]", rmsnorm_scale_backward, false, 0, bug_size(user), &a);
+    return bug_norm_forward(ctx, &RMS_BUGS[RMS_SCALE], false, 0, bug_size(user), &a);
 }
 
 /* ---- rmsnorm-proj -----------------------------------------------------------------
@@ -262,10 +271,9 @@ static void rmsnorm_proj_backward(tg_ctx *ctx, tg_node *n) {
     }
     rms_kernel(ctx, n, NULL, rstd); /* dgamma, dbeta */
 }
-
 static tg_tensor *fw_rmsnorm_proj(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
-    return bug_norm_forward(ctx, "rmsnorm[bug:proj]", rmsnorm_proj_backward, false, 0, bug_size(user), &a);
+    return bug_norm_forward(ctx, &RMS_BUGS[RMS_PROJ], false, 0, bug_size(user), &a);
 }
 
 /* ---- layernorm-unbiased -----------------------------------------------------------
@@ -278,7 +286,7 @@ static void layernorm_unbiased_backward(tg_ctx *ctx, tg_node *n) {
     tg_tensor *x = n->in[0], *g = n->in[1], *dx = tg_grad_of(ctx, x), *dg = tg_grad_of(ctx, g),
               *db = tg_grad_of(ctx, n->in[2]);
     int64_t N = n->i[0], C = n->i[1];
-    double *r = tg_ok(ctx) ? tg_arena_alloc_fn(ctx, n->op, (size_t)(N > 0 ? N : 1) * sizeof *r) : NULL;
+    double *r = tg_ok(ctx) ? tg_arena_alloc_fn(ctx, n->op->name, (size_t)(N > 0 ? N : 1) * sizeof *r) : NULL;
     if (!r) return;
     const double *mean = n->saved;
     for (int64_t row = 0; row < N; row++) {
@@ -300,8 +308,22 @@ static void layernorm_unbiased_backward(tg_ctx *ctx, tg_node *n) {
 
 static tg_tensor *fw_layernorm_unbiased(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);
-    return bug_norm_forward(ctx, "layernorm[bug:unbiased]", layernorm_unbiased_backward, true, 0, 0.0, &a);
+    return bug_norm_forward(ctx, &LN_BUGS[LN_UNBIASED], true, 0, 0.0, &a);
 }
+
+static const tg_op_def RMS_BUGS[N_RMS_BUGS] = {
+    [RMS_SUM] = {.name = "rmsnorm[bug:sum]", .backward = rmsnorm_recomputed_backward, .jvp = tg_rmsnorm_jvp},
+    [RMS_NO_EPS] = {.name = "rmsnorm[bug:no-eps]", .backward = rmsnorm_recomputed_backward, .jvp = tg_rmsnorm_jvp},
+    [RMS_OVERWRITE] = {.name = "rmsnorm[bug:overwrite]", .backward = rmsnorm_overwrite_backward, .jvp = tg_rmsnorm_jvp},
+    [RMS_SCALE] = {.name = "rmsnorm[bug:scale]", .backward = rmsnorm_scale_backward, .jvp = tg_rmsnorm_jvp},
+    [RMS_PROJ] = {.name = "rmsnorm[bug:proj]", .backward = rmsnorm_proj_backward, .jvp = tg_rmsnorm_jvp},
+};
+static const tg_op_def LN_BUGS[N_LN_BUGS] = {
+    [LN_NO_MEAN] = {.name = "layernorm[bug:no-mean]", .backward = layernorm_no_mean_backward, .jvp = tg_layernorm_jvp},
+    [LN_UNBIASED] = {.name = "layernorm[bug:unbiased]",
+                     .backward = layernorm_unbiased_backward,
+                     .jvp = tg_layernorm_jvp},
+};
 
 /* ---- the catalogue ---------------------------------------------------------- */
 

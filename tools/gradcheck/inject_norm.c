@@ -86,10 +86,37 @@ static void seeded_backward(tg_ctx *ctx, tg_node *node) {
     tg_node_accumulate(ctx, node, 2, db);
 }
 
+/* The tangent rule of these bugs, whose forward is the right RMSNorm over
+ * the last nd dims (scalar 2; eps: scalar 3), inputs x, gamma, beta (each
+ * may be NULL but x). Per row, with r = (mean(x^2) + eps)^(-1/2) and
+ * xhat = x r,
+ *   t_y = gamma r (t_x - xhat mean(xhat t_x)) + t_gamma xhat + t_beta
+ * (the derivation is above the fused op's rule, layers/norm_rules.c), here
+ * composed of ops on the rows as a (N, C) matrix. */
+static tg_tensor *seeded_rmsnorm_jvp(tg_ctx *ctx, tg_node *node, tg_tensor *const *t) {
+    tg_tensor *x = tg_node_input(node, 0), *gamma = tg_node_input(node, 1), *beta = tg_node_input(node, 2);
+    const int nd = (int)tg_node_scalar(node, 2);
+    int64_t rows[2] = {1, 1};
+    for (int k = 0; k < x->ndim; k++) rows[k < x->ndim - nd ? 0 : 1] *= x->shape[k];
+    tg_tensor *xr = tg_reshape(ctx, x, 2, rows), *tr = tg_reshape(ctx, t[0], 2, rows);
+    tg_tensor *ms = tg_mean_axis(ctx, tg_mul(ctx, xr, xr), 1, true);
+    tg_tensor *r = tg_pow_scalar(ctx, tg_add_scalar(ctx, ms, tg_node_scalar(node, 3)), -0.5);
+    tg_tensor *xhat = tg_mul(ctx, xr, r);
+    tg_tensor *m = tg_mean_axis(ctx, tg_mul(ctx, xhat, tr), 1, true);
+    tg_tensor *ty = tg_mul(ctx, r, tg_sub(ctx, tr, tg_mul(ctx, xhat, m)));
+    if (gamma)
+        ty = tg_add(ctx, tg_mul(ctx, ty, tg_reshape(ctx, gamma, 1, rows + 1)),
+                    tg_mul(ctx, xhat, tg_reshape(ctx, t[1], 1, rows + 1)));
+    if (beta) ty = tg_add(ctx, ty, tg_reshape(ctx, t[2], 1, rows + 1));
+    return tg_reshape(ctx, ty, x->ndim, x->shape);
+}
+
 static tg_tensor *seeded(tg_ctx *ctx, tg_tensor *const *in, void *user, int bug, bool layernorm, const char *name) {
     const tg_op_case *c = user;
     seed_args s = {bug, layernorm, atoi(tg_registry_arg(c, "norm")), strtod(tg_registry_arg(c, "eps"), NULL)};
+    /* the right forward, and so the right tangent rule (RMSNorm's bugs) */
     tg_op_def def = {.name = name, .forward = seeded_forward, .backward = seeded_backward};
+    if (!layernorm) def.jvp = seeded_rmsnorm_jvp;
     tg_tensor *x3[3] = {in[0], c->n_inputs > 1 ? in[1] : NULL, c->n_inputs > 2 ? in[2] : NULL};
     return tg_op_apply(ctx, &def, 3, x3, &s);
 }
@@ -138,11 +165,20 @@ static void linear_backward(tg_ctx *ctx, tg_node *node) {
     if (db) tg_node_accumulate(ctx, node, 2, db);
 }
 
+/* The tangent of linear-scale (the right forward), y = x W^T + b:
+ *   t_y = t_x W^T + x t_W^T + t_b */
+static tg_tensor *seeded_linear_jvp(tg_ctx *ctx, tg_node *node, tg_tensor *const *t) {
+    tg_tensor *x = tg_node_input(node, 0), *w = tg_node_input(node, 1), *b = tg_node_input(node, 2);
+    tg_tensor *ty = tg_add(ctx, tg_linear_fused(ctx, t[0], w, NULL), tg_linear_fused(ctx, x, t[1], NULL));
+    return b ? tg_add(ctx, ty, t[2]) : ty;
+}
+
 tg_tensor *gct_bug_linear_scale(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     const tg_op_case *c = user;
     const char *sz = tg_registry_arg(c, "size");
     double size = sz ? strtod(sz, NULL) : 0.0;
-    tg_op_def def = {.name = "linear[bug:scale]", .forward = linear_forward, .backward = linear_backward};
+    tg_op_def def = {
+        .name = "linear[bug:scale]", .forward = linear_forward, .backward = linear_backward, .jvp = seeded_linear_jvp};
     tg_tensor *x3[3] = {in[0], in[1], c->n_inputs > 2 ? in[2] : NULL};
     return tg_op_apply(ctx, &def, 3, x3, &size);
 }

@@ -225,7 +225,7 @@ int gct_cmd_jacobian(const gct_args *a) {
                 nl += (size_t)snprintf(names + nl, sizeof names - nl, "%s%s", nl ? ", " : "", t.c.input_names[k]);
         }
         if (!which) {
-            status = gct_usage_error("%s %s has no differentiable input '%s' (it has: %s)", op->name, t.c.spec,
+            status = gct_usage_error("%s %s has no differentiable input '%s' (it has: %s)", op->def->name, t.c.spec,
                                      a->input, names);
             tg_ctx_free(ctx);
             return status;
@@ -240,7 +240,7 @@ int gct_cmd_jacobian(const gct_args *a) {
             status =
                 gct_usage_error("the Jacobian of %s (output %s by %s %s) has %lld entries; jacobian is for "
                                 "small shapes (at most %d entries): try --shape %s",
-                                op->name, gct_shape_text(s1, sizeof s1, y->ndim, y->shape), t.c.input_names[k],
+                                op->def->name, gct_shape_text(s1, sizeof s1, y->ndim, y->shape), t.c.input_names[k],
                                 gct_shape_text(s2, sizeof s2, t.c.inputs[k]->ndim, t.c.inputs[k]->shape),
                                 (long long)(M * N), JAC_MAX_ENTRIES, bug ? bug->default_spec : "with fewer elements");
             tg_ctx_free(ctx);
@@ -364,7 +364,7 @@ int gct_cmd_jacobian(const gct_args *a) {
         } else if (!text) {
             for (int64_t j = 0; j < M; j++)
                 for (int64_t i = 0; i < N; i++) {
-                    printf("%s,%s,", op->name, bug ? bug->name : "");
+                    printf("%s,%s,", op->def->name, bug ? bug->name : "");
                     for (const char *q = t.c.spec; *q; q++) putchar(*q == ',' ? ';' : *q);
                     printf(",%s,%s,%lld,%lld,%.17g,%.17g,%.17g,%.17g\n", tg_dtype_name(a->dtype), v.xname, (long long)j,
                            (long long)i, A[j * N + i], Nu[j * N + i], D[j * N + i], jb.pred[k][j * N + i]);
@@ -400,7 +400,7 @@ int gct_cmd_jacobian(const gct_args *a) {
         }
 
         char name[256], title[512];
-        snprintf(name, sizeof name, "jacobian_%s_%s", bug ? bug->name : op->name, v.xname);
+        snprintf(name, sizeof name, "jacobian_%s_%s", bug ? bug->name : op->def->name, v.xname);
         snprintf(title, sizeof title, "%s  %s  (%s): d out / d %s", t.label, t.c.spec, tg_dtype_name(a->dtype),
                  v.xname);
         for (char *p = title; *p; p++)

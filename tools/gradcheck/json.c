@@ -70,12 +70,12 @@ void gct_json_open(gct_json *j, const gct_args *a) {
 
 void gct_json_check_open(gct_json *j, const gct_args *a, const gct_target *t, uint64_t seed, const char *mode) {
     printf("%s\n{\"op\":", j->n_checks++ ? "," : "");
-    gct_json_str(stdout, t->op->name);
+    gct_json_str(stdout, t->op->def->name);
     printf(",\"bug\":");
     if (t->bug) gct_json_str(stdout, t->bug->name);
     else printf("null");
     printf(",\"function\":");
-    gct_json_str(stdout, t->bug ? t->function : t->op->name);
+    gct_json_str(stdout, t->bug ? t->function : t->op->def->name);
     printf(",\"spec\":");
     gct_json_str(stdout, t->c.spec);
     printf(",\"dtype\":\"%s\",\"input_names\":[", tg_dtype_name(t->c.dtype));

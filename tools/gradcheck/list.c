@@ -57,8 +57,8 @@ int gct_cmd_list(const gct_args *a) {
         const tg_op_info *op = tg_registry_get(i);
         if (only && op != only) continue;
         printf("  ");
-        gct_puts_tone(stdout, op->name, GCT_BOLD, a->color);
-        printf("%*s%s%s\n", 20 - (int)strlen(op->name) > 1 ? 20 - (int)strlen(op->name) : 1, "", op->summary,
+        gct_puts_tone(stdout, op->def->name, GCT_BOLD, a->color);
+        printf("%*s%s%s\n", 20 - (int)strlen(op->def->name) > 1 ? 20 - (int)strlen(op->def->name) : 1, "", op->summary,
                op->random ? "  [random: one mask per check]" : "");
         put_prose("spec", 6, 10, op->spec_help);
         /* the inputs of the first variant, with their shapes */
@@ -83,7 +83,7 @@ int gct_cmd_list(const gct_args *a) {
         put_wrapped("variants", 6, 10, (const char *const *)op->variants, op->n_variants, "   ");
         /* its own step and tolerances, where it has them */
         for (int d = 0; d < 2; d++) {
-            tg_gradcheck_tol own = d ? op->f32 : op->f64;
+            tg_gradcheck_tol own = d ? op->def->f32 : op->def->f64;
             const char *names[3] = {"h", "atol", "rtol"};
             double vals[3] = {own.h, own.atol, own.rtol};
             char text[128] = "";

@@ -42,55 +42,6 @@ bool gct_parse_modes_option(gct_args *a, const char *opt, const char *v) {
     return true;
 }
 
-/* The tangent rule of inject_norm.c's bugs: custom ops (tg_op_apply) whose
- * forward is the right RMSNorm over the last nd dims (scalar 2; eps:
- * scalar 3), inputs x, gamma, beta (each may be NULL but x). Per row,
- * with r = (mean(x^2) + eps)^(-1/2) and xhat = x r,
- *   t_y = gamma r (t_x - xhat mean(xhat t_x)) + t_gamma xhat + t_beta
- * (the derivation is above the fused op's rule, autograd/jvp_nn.c), here
- * composed of ops on the rows as a (N, C) matrix. */
-static tg_tensor *seeded_rmsnorm_jvp(tg_ctx *ctx, tg_node *node, tg_tensor *const *t) {
-    tg_tensor *x = tg_node_input(node, 0), *gamma = tg_node_input(node, 1), *beta = tg_node_input(node, 2);
-    const int nd = (int)tg_node_scalar(node, 2);
-    int64_t rows[2] = {1, 1};
-    for (int k = 0; k < x->ndim; k++) rows[k < x->ndim - nd ? 0 : 1] *= x->shape[k];
-    tg_tensor *xr = tg_reshape(ctx, x, 2, rows), *tr = tg_reshape(ctx, t[0], 2, rows);
-    tg_tensor *ms = tg_mean_axis(ctx, tg_mul(ctx, xr, xr), 1, true);
-    tg_tensor *r = tg_pow_scalar(ctx, tg_add_scalar(ctx, ms, tg_node_scalar(node, 3)), -0.5);
-    tg_tensor *xhat = tg_mul(ctx, xr, r);
-    tg_tensor *m = tg_mean_axis(ctx, tg_mul(ctx, xhat, tr), 1, true);
-    tg_tensor *ty = tg_mul(ctx, r, tg_sub(ctx, tr, tg_mul(ctx, xhat, m)));
-    if (gamma)
-        ty = tg_add(ctx, tg_mul(ctx, ty, tg_reshape(ctx, gamma, 1, rows + 1)),
-                    tg_mul(ctx, xhat, tg_reshape(ctx, t[1], 1, rows + 1)));
-    if (beta) ty = tg_add(ctx, ty, tg_reshape(ctx, t[2], 1, rows + 1));
-    return tg_reshape(ctx, ty, x->ndim, x->shape);
-}
-
-/* The tangent of inject_norm.c's linear-scale, y = x W^T + b:
- *   t_y = t_x W^T + x t_W^T + t_b */
-static tg_tensor *seeded_linear_jvp(tg_ctx *ctx, tg_node *node, tg_tensor *const *t) {
-    tg_tensor *x = tg_node_input(node, 0), *w = tg_node_input(node, 1), *b = tg_node_input(node, 2);
-    tg_tensor *ty = tg_add(ctx, tg_linear_fused(ctx, t[0], w, NULL), tg_linear_fused(ctx, x, t[1], NULL));
-    return b ? tg_add(ctx, ty, t[2]) : ty;
-}
-
-/* The seeded bugs have the right forward and a wrong backward, so the
- * right tangent rule: inject.c's record the fused norms' layout (x, gamma,
- * beta; N, C, eps) and take the fused op's rule; inject_norm.c's are the
- * custom ops above. */
-static void register_bug_rules(void) {
-    static const char *const RMS[] = {"rmsnorm[bug:sum]", "rmsnorm[bug:no-eps]", "rmsnorm[bug:overwrite]",
-                                      "rmsnorm[bug:scale]", "rmsnorm[bug:proj]"};
-    static const char *const LN[] = {"layernorm[bug:no-mean]", "layernorm[bug:unbiased]"};
-    for (size_t k = 0; k < sizeof RMS / sizeof RMS[0]; k++) tg_jvp_register(RMS[k], tg_jvp_find_rule("rmsnorm"));
-    for (size_t k = 0; k < sizeof LN / sizeof LN[0]; k++) tg_jvp_register(LN[k], tg_jvp_find_rule("layernorm"));
-    tg_jvp_register("rmsnorm[bug:r-const]", seeded_rmsnorm_jvp);
-    tg_jvp_register("rmsnorm[bug:m-sum]", seeded_rmsnorm_jvp);
-    tg_jvp_register("rmsnorm[bug:ignore-dy]", seeded_rmsnorm_jvp);
-    tg_jvp_register("linear[bug:scale]", seeded_linear_jvp);
-}
-
 typedef struct modes_totals {
     int ops, cases, rows, errors;
     gct_tally tally; /* rows by verdict, and the errors */
@@ -276,7 +227,6 @@ int gct_cmd_check_modes(const gct_args *a, const tg_op_info *op, const gct_bug *
     if (a->elements || a->print_inputs || a->save_inputs)
         return gct_usage_error("--modes and --adjoint report one row per input and mode (no --elements, "
                                "--print-inputs, --save-inputs)");
-    register_bug_rules();
     tg_ctx *ctx = gct_ctx_new(gct_first_seed(a));
     if (!ctx) return GCT_EXIT_ERROR;
     const int modes = a->modes ? a->modes : MODE_REV;

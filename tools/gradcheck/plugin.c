@@ -6,9 +6,9 @@
  * command line and repeat; they are taken out of argv before the rest is
  * parsed. A plugin that does not load, lacks the registration symbol, was
  * built against another version of the header or registers a bad op is a
- * usage error (exit status 2) with the reason. The tangent rules a plugin
- * lists (TG_GRADCHECK_PLUGIN_RULES) are registered into the tool's copy of
- * the library, where tg_jvp looks for them. */
+ * usage error (exit status 2) with the reason. An op's rules come with its
+ * records (each points to the plugin's tg_op_def), so nothing more is
+ * registered. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <dlfcn.h>
@@ -55,8 +55,7 @@ static int load_plugin(const char *path) {
                             TG_GRADCHECK_PLUGIN_SYMBOL);
     const tg_gradcheck_plugin *p = reg();
     if (!p) return plugin_error(path, "%s returned NULL", TG_GRADCHECK_PLUGIN_SYMBOL);
-    /* ABI 1 is ABI 2 without the rules at the end */
-    if ((p->abi != 1 && p->abi != TG_GRADCHECK_PLUGIN_ABI) || p->op_info_size != sizeof(tg_op_info))
+    if (p->abi != TG_GRADCHECK_PLUGIN_ABI || p->op_info_size != sizeof(tg_op_info))
         return plugin_error(path, "was built against another version of tapegrad/check.h (%s); rebuild it",
                             "plugin ABI or tg_op_info size differs");
     if (p->n_ops < 1 || !p->ops) return plugin_error(path, "registers no op (%s)", p->name ? p->name : "unnamed");
@@ -70,15 +69,6 @@ static int load_plugin(const char *path) {
         }
     }
     tg_ctx_free(ctx);
-    /* its custom ops' tangent rules, into the tool's copy of the library */
-    for (int i = 0; p->abi >= 2 && p->rules && i < p->n_rules; i++) {
-        const tg_gradcheck_plugin_rule *r = &p->rules[i];
-        if (!r->op || !r->rule || !tg_jvp_register(r->op, r->rule))
-            return plugin_error(path,
-                                "tangent rule %s cannot be registered (a name of 1..63 characters, a rule, "
-                                "at most 64 rules)",
-                                r->op ? r->op : "(no name)");
-    }
     return -1;
 }
 

@@ -83,7 +83,8 @@ static void build_parts(tg_ctx *ctx, const tg_tensor *x, bool ln, double eps, in
 
 int gct_projection_view(tg_ctx *ctx, const gct_target *t, int k, const double *ja, const double *jn, const char *dir,
                         const char *name, const char *title, bool print) {
-    const char *op = t->op->name, *affine = tg_registry_arg(&t->c, "affine"), *norm = tg_registry_arg(&t->c, "norm");
+    const char *op = t->op->def->name, *affine = tg_registry_arg(&t->c, "affine"),
+               *norm = tg_registry_arg(&t->c, "norm");
     bool ln = !strcmp(op, "layernorm");
     if ((!ln && strcmp(op, "rmsnorm")) || t->bug || k != 0 || !affine || strcmp(affine, "0") || !norm ||
         strcmp(norm, "1"))

@@ -43,7 +43,7 @@ void gct_json_num(FILE *out, double v) {
 }
 
 void gct_csv_prefix(char *buf, size_t size, const gct_target *t, uint64_t input_seed, uint64_t probe_seed) {
-    int n = snprintf(buf, size, "%s,%s,", t->op->name, t->bug ? t->bug->name : "");
+    int n = snprintf(buf, size, "%s,%s,", t->op->def->name, t->bug ? t->bug->name : "");
     for (const char *p = t->c.spec; *p && n > 0 && (size_t)n + 2 < size; p++) buf[n++] = *p == ',' ? ';' : *p;
     if (n > 0 && (size_t)n < size)
         snprintf(buf + n, size - (size_t)n, ",%s,%llu,%llu,", tg_dtype_name(t->c.dtype), (unsigned long long)input_seed,
@@ -51,7 +51,7 @@ void gct_csv_prefix(char *buf, size_t size, const gct_target *t, uint64_t input_
 }
 
 void gct_put_sources(const gct_args *a, const tg_op_info *op, tg_dtype dtype, const char *indent) {
-    tg_gradcheck_tol own = dtype == TG_F32 ? op->f32 : op->f64, def = tg_gradcheck_dtype_tol(dtype);
+    tg_gradcheck_tol own = dtype == TG_F32 ? op->def->f32 : op->def->f64, def = tg_gradcheck_dtype_tol(dtype);
     const char *names[3] = {"h", "atol", "rtol"};
     double given[3] = {a->h, a->atol, a->rtol}, owns[3] = {own.h, own.atol, own.rtol},
            defs[3] = {def.h, def.atol, def.rtol};
@@ -59,7 +59,7 @@ void gct_put_sources(const gct_args *a, const tg_op_info *op, tg_dtype dtype, co
     for (int i = 0; i < 3; i++) {
         printf("%s%s %g ", i ? ", " : "", names[i], !isnan(given[i]) ? given[i] : owns[i] > 0 ? owns[i] : defs[i]);
         if (!isnan(given[i])) printf("(given)");
-        else if (owns[i] > 0) printf("(%s's own for %s, check/registry.c)", op->name, tg_dtype_name(dtype));
+        else if (owns[i] > 0) printf("(%s's own for %s, its descriptor)", op->def->name, tg_dtype_name(dtype));
         else printf("(the %s default)", tg_dtype_name(dtype));
     }
     printf("\n");

@@ -74,7 +74,7 @@ typedef struct sweep_data {
     double *scale;           /* [c][i][s] the input's length scale l */
     int *vanished;           /* [c][k] seeds whose step vanished */
     int input_index[TG_GRADCHECK_MAX_INPUTS];
-    const char *input_name[TG_GRADCHECK_MAX_INPUTS];
+    char input_name[TG_GRADCHECK_MAX_INPUTS][16]; /* copies: a case's names live in its step's arena */
 } sweep_data;
 
 #define ALL(d, c, k, s) (d)->all[((size_t)(c) * (d)->nk + (k)) * (d)->ns + (s)]
@@ -243,7 +243,7 @@ static int measure(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const g
                     for (int i = 0; i < t.c.n_inputs; i++)
                         if (t.c.check >> i & 1u) {
                             d->input_index[d->ni] = i;
-                            d->input_name[d->ni++] = t.c.input_names[i]; /* the registry's static names */
+                            snprintf(d->input_name[d->ni++], sizeof d->input_name[0], "%s", t.c.input_names[i]);
                         }
                 }
                 tg_gradcheck_opts o = gct_target_opts(&t, a, s0 + (uint64_t)s);
@@ -337,7 +337,7 @@ int gct_cmd_sweep(const gct_args *a) {
     }
     const char *step_name = relative ? tg_gradcheck_step_name(a->step) : "absolute";
     char name[200];
-    snprintf(name, sizeof name, "sweep_%s", bug ? bug->name : op->name);
+    snprintf(name, sizeof name, "sweep_%s", bug ? bug->name : op->def->name);
 
     if (a->format == GCT_JSON) {
         /* the document's envelope (json.c), the sweep in its own field */
@@ -345,7 +345,7 @@ int gct_cmd_sweep(const gct_args *a) {
         gct_json_open(&J, a);
         gct_json_checks_close(&J);
         printf(",\n\"sweep\":{\"op\":");
-        gct_json_str(stdout, op->name);
+        gct_json_str(stdout, op->def->name);
         printf(",\"bug\":");
         if (bug) gct_json_str(stdout, bug->name);
         else printf("null");
@@ -402,7 +402,7 @@ int gct_cmd_sweep(const gct_args *a) {
             for (int i = -1; i < d.ni; i++) {
                 const best_point *b = i < 0 ? &best[c] : &bi[c * d.ni + i];
                 for (int k = 0; k < d.nk; k++) {
-                    printf("%s,%s,", op->name, bug ? bug->name : "");
+                    printf("%s,%s,", op->def->name, bug ? bug->name : "");
                     for (const char *q = spec; *q; q++) putchar(*q == ',' ? ';' : *q);
                     printf(",%s,%s,%s,%s,%.17g,%d,%d,%.17g,%.17g,%.17g,%.17g,%.17g,%d,%.17g\n",
                            tg_dtype_name(ci->dtype), ci->forward ? "forward" : "central",

@@ -113,7 +113,7 @@ static void add_case_arg(tg_op_case *c, const char *key, const char *value) {
  * `then` (or `then_once` with uses=1). */
 static void bug_function(gct_target *t, char uses) {
     const tg_op_case *c = &t->c;
-    size_t n = (size_t)snprintf(t->function, sizeof t->function, "%s(%s", t->op->name, c->input_names[0]);
+    size_t n = (size_t)snprintf(t->function, sizeof t->function, "%s(%s", t->op->def->name, c->input_names[0]);
     for (int k = 1; k < c->n_inputs && n < sizeof t->function; k++)
         n += (size_t)snprintf(t->function + n, sizeof t->function - n, "%s%s", k == 1 ? "; " : ", ", c->input_names[k]);
     if (n < sizeof t->function)
@@ -137,9 +137,9 @@ bool gct_target_build(tg_ctx *ctx, const tg_op_info *op, const gct_bug *bug, con
     t->fn = bug ? bug->forward : op->forward;
     if (bug) {
         bug_function(t, uses);
-        snprintf(t->label, sizeof t->label, "%s  with bug %s", op->name, bug->name);
+        snprintf(t->label, sizeof t->label, "%s  with bug %s", op->def->name, bug->name);
     } else {
-        snprintf(t->label, sizeof t->label, "%s", op->name);
+        snprintf(t->label, sizeof t->label, "%s", op->def->name);
     }
     /* The registry builds what its parser and builders accept; the op
      * itself refuses the rest (shapes that do not fit, eps <= 0) when it
@@ -164,7 +164,7 @@ int gct_build_failed(tg_ctx *ctx) {
 }
 
 void gct_put_title(const gct_args *a, const tg_op_info *op, const gct_bug *bug, const char *function) {
-    gct_puts_tone(stdout, op->name, GCT_BOLD, a->color);
+    gct_puts_tone(stdout, op->def->name, GCT_BOLD, a->color);
     if (!bug) {
         printf("  %s\n", op->summary);
         return;
@@ -309,7 +309,7 @@ static bool apply_controls(tg_ctx *ctx, const gct_args *a, gct_target *t) {
             for (int k = 0; k < t->c.n_inputs && n < sizeof names; k++)
                 n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", k ? ", " : "", t->c.input_names[k]);
             tg_error(ctx, TG_ERR_VALUE, "tapegrad-gradcheck", "%s %s has no input '%s' (it has: %s; or all)",
-                     t->op->name, t->c.spec, c->name, names);
+                     t->op->def->name, t->c.spec, c->name, names);
             return false;
         }
     }
@@ -403,7 +403,7 @@ bool gct_save_inputs(const gct_target *t, const char *dir) {
             return false;
         }
         fprintf(f, "# %s %s %s of %s %s (load with --values %s=@%s)\n", t->c.input_names[k],
-                gct_shape_text(sh, sizeof sh, x->ndim, x->shape), tg_dtype_name(x->dtype), t->op->name, t->c.spec,
+                gct_shape_text(sh, sizeof sh, x->ndim, x->shape), tg_dtype_name(x->dtype), t->op->def->name, t->c.spec,
                 t->c.input_names[k], path);
         int64_t row = x->ndim ? x->shape[x->ndim - 1] : 1;
         for (int64_t i = 0; i < x->numel; i++)

@@ -60,14 +60,11 @@ static void ln_backward_impl(tg_ctx *ctx, tg_node *node, int keep_mean_term) {
 static void ln_backward(tg_ctx *ctx, tg_node *node) { ln_backward_impl(ctx, node, 1); }
 static void ln_backward_bug(tg_ctx *ctx, tg_node *node) { ln_backward_impl(ctx, node, 0); }
 
-static const tg_op_def LN = {.name = "my_layernorm", .forward = ln_forward, .backward = ln_backward};
-static const tg_op_def LN_BUG = {.name = "my_layernorm_nomean", .forward = ln_forward, .backward = ln_backward_bug};
-
 /* The tangent rule (forward mode), composed of ops on the (N, C) rows:
  *   t_y = r (t_x - mean(t_x) - xhat mean(xhat t_x))
- * -- the same for both ops, whose forward is the same. The tool registers
- * it (TG_GRADCHECK_PLUGIN_RULES below): a tg_jvp_register here would
- * reach only this plugin's own copy of tapegrad. */
+ * -- the same for both ops, whose forward is the same. It is in the ops'
+ * descriptors, which their records point to: the tool reaches it although
+ * this plugin links its own copy of tapegrad. */
 static tg_tensor *ln_jvp(tg_ctx *ctx, tg_node *node, tg_tensor *const *t) {
     tg_tensor *xhat = tg_node_output(node), *rstd = tg_node_saved_tensor(node, 0);
     int64_t col[2] = {rstd->shape[0], 1};
@@ -76,6 +73,17 @@ static tg_tensor *ln_jvp(tg_ctx *ctx, tg_node *node, tg_tensor *const *t) {
     tg_tensor *m = tg_mean_axis(ctx, tg_mul(ctx, xhat, t[0]), 1, true);
     return tg_mul(ctx, r, tg_sub(ctx, c, tg_mul(ctx, xhat, m)));
 }
+
+/* The ops, with their tangent rule and what a check needs: the argument
+ * eps and its default, and the values x is drawn from
+ * (tg_registry_build_ranges below). They differ in name and backward. */
+#define LN_OP(NAME, BACKWARD)                                                                             \
+    {                                                                                                     \
+        .name = (NAME), .forward = ln_forward, .backward = (BACKWARD), .jvp = ln_jvp, .args = "eps=1e-5", \
+        .inputs = "x=-2:2"                                                                                \
+    }
+static const tg_op_def LN = LN_OP("my_layernorm", ln_backward);
+static const tg_op_def LN_BUG = LN_OP("my_layernorm_nomean", ln_backward_bug);
 
 /* The registry calls forward with the case (its arguments) as user. */
 static tg_tensor *apply(tg_ctx *ctx, const tg_op_def *def, tg_tensor *const *in, void *user) {
@@ -88,26 +96,20 @@ static tg_tensor *fw_bug(tg_ctx *ctx, tg_tensor *const *in, void *user) { return
 static const char *const VARIANTS[] = {"3x5", "1x8", "4x2;eps=0.1", NULL};
 
 static const tg_op_info OPS[] = {
-    {.name = "my_layernorm",
+    {.def = &LN,
      .summary = "a learner's LayerNorm over the last dim, no gain or bias",
      .spec_help = "NxC;eps=E: rows of C elements (float64)",
-     .args = "eps=1e-5",
      .variants = VARIANTS,
      .n_variants = 3,
      .build = tg_registry_build_ranges,
-     .forward = fw,
-     .inputs = "x=-2:2"},
-    {.name = "my_layernorm_nomean",
+     .forward = fw},
+    {.def = &LN_BUG,
      .summary = "the same with the - mean(dy) term dropped from dx",
      .spec_help = "NxC;eps=E: rows of C elements (float64)",
-     .args = "eps=1e-5",
      .variants = VARIANTS,
      .n_variants = 3,
      .build = tg_registry_build_ranges,
-     .forward = fw_bug,
-     .inputs = "x=-2:2"},
+     .forward = fw_bug},
 };
 
-static const tg_gradcheck_plugin_rule RULES[] = {{"my_layernorm", ln_jvp}, {"my_layernorm_nomean", ln_jvp}};
-
-TG_GRADCHECK_PLUGIN_RULES("learner-layernorm", OPS, 2, RULES, 2)
+TG_GRADCHECK_PLUGIN("learner-layernorm", OPS, 2)
