@@ -16,7 +16,7 @@ extern const tg_unary_op tg_exp_op, tg_log_op, tg_sqrt_op, tg_abs_op;
 
 /* activations (ops_activation.c) */
 extern const tg_unary_op tg_relu_op, tg_leaky_relu_op, tg_sigmoid_op, tg_tanh_op;
-extern const tg_unary_op tg_gelu_op, tg_gelu_tanh_op, tg_silu_op;
+extern const tg_unary_op tg_gelu_op, tg_gelu_tanh_op, tg_silu_op, tg_softplus_op;
 
 /* reductions (ops_reduce.c) */
 extern const tg_op_def tg_sum_op, tg_mean_op, tg_sum_axis_op, tg_mean_axis_op, tg_max_axis_op;

@@ -1,5 +1,5 @@
 /* Activations: relu, leaky_relu, sigmoid, tanh, gelu (exact and tanh
- * approximation), silu.
+ * approximation), silu, softplus.
  *
  * The kernels (each forward beside its backward, with the derivation) are
  * in ops_activation.inc, instantiated here for float and double; the glue
@@ -170,12 +170,27 @@ static bool silu_grad(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **
     dx[0] = tg_mul(ctx, dy, tg_mul(ctx, s, t));
     return tg_ok(ctx);
 }
-/* s + x s (1 - s), s = sigmoid x without overflow */
+/* sigmoid x in double, without overflow (the tangent rules') */
+static double sigmoid_of(double x) { return x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x)); }
+
+/* s + x s (1 - s), s = sigmoid x */
 static double silu_deriv(double x, double y, double a) {
     (void)y, (void)a;
-    const double s = x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));
+    const double s = sigmoid_of(x);
     return s + x * s * (1 - s);
 }
 const tg_unary_op tg_silu_op = {TG_OP("silu", tg_unary_backward, silu_grad, tg_unary_jvp, .inputs = "x=-2:2"),
                                 .fn = "tg_silu", TG_UNARY_KERNELS(silu), .uses_x = true, .deriv = silu_deriv};
 tg_tensor *tg_silu(tg_ctx *ctx, tg_tensor *x) { return tg_unary_apply(ctx, &tg_silu_op, x, 0); }
+
+/* y = log(1 + e^x): y' = sigmoid x, composed as tg_sigmoid (whose own rule
+ * gives the second derivative s (1 - s)) */
+static bool softplus_grad(tg_ctx *ctx, const tg_node *n, tg_tensor *dy, tg_tensor **dx) {
+    dx[0] = tg_mul(ctx, dy, tg_sigmoid(ctx, n->in[0]));
+    return tg_ok(ctx);
+}
+static double softplus_deriv(double x, double y, double a) { return (void)y, (void)a, sigmoid_of(x); }
+const tg_unary_op tg_softplus_op = {
+    TG_OP("softplus", tg_unary_backward, softplus_grad, tg_unary_jvp, .inputs = "x=-2:2"), .fn = "tg_softplus",
+    TG_UNARY_KERNELS(softplus), .uses_x = true, .deriv = softplus_deriv};
+tg_tensor *tg_softplus(tg_ctx *ctx, tg_tensor *x) { return tg_unary_apply(ctx, &tg_softplus_op, x, 0); }

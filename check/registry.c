@@ -919,6 +919,13 @@ static const tg_op_info registry[] = {
      .build = build_unary,
      .forward = fw_unary,
      .fn.unary = tg_silu},
+    {.def = &tg_softplus_op.def,
+     .summary = "log(1 + e^x)",
+     .spec_help = HELP_UNARY,
+     VARIANTS(V_UNARY),
+     .build = build_unary,
+     .forward = fw_unary,
+     .fn.unary = tg_softplus},
     /* reductions */
     {.def = &tg_sum_op,
      .summary = "sum of all elements",

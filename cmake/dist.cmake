@@ -1,5 +1,5 @@
 # The library tapegrad_dist (tapegrad::dist): data-parallel training,
-# dist/*.c behind include/tapegrad/dist.h. Included by CMakeLists.txt after
+# data_parallel/*.c behind include/tapegrad/dist.h. Included by CMakeLists.txt after
 # the programs are defined (it links the ones that use it).
 #
 # TG_MPI (default: ON when MPI is found) builds it over MPI; OFF builds the
@@ -19,13 +19,13 @@ if(TG_MPI AND NOT MPI_C_FOUND)
                       "(scripts/deps.sh mpi) or configure with -DTG_MPI=OFF")
 endif()
 
-file(GLOB TG_DIST_SOURCES CONFIGURE_DEPENDS dist/*.c)
+file(GLOB TG_DIST_SOURCES CONFIGURE_DEPENDS data_parallel/*.c)
 tg_add_library_above(tapegrad_dist dist ${TG_DIST_SOURCES})
 tg_internal_twin(tapegrad_dist tapegrad_internal m $<$<BOOL:${TG_MPI}>:MPI::MPI_C>)
-# the version in the build fingerprint the ranks compare (dist/world.c)
+# the version in the build fingerprint the ranks compare (data_parallel/world.c)
 target_compile_definitions(tapegrad_dist PRIVATE TG_DIST_VERSION="${PROJECT_VERSION}")
 if(TG_MPI)
-  # only dist/comm.c uses it
+  # only data_parallel/comm.c uses it
   target_link_libraries(tapegrad_dist PRIVATE MPI::MPI_C)
   target_compile_definitions(tapegrad_dist PRIVATE TG_HAVE_MPI=1)
 endif()
@@ -37,7 +37,7 @@ target_link_libraries(bench_dist PRIVATE tapegrad_dist_internal)
 if(TG_MPI)
   # bench_dist starts its 2-process run itself, with this launcher; its
   # --allreduce compares the all-reduce with MPI's own (the library's
-  # only MPI user stays dist/comm.c).
+  # only MPI user stays data_parallel/comm.c).
   target_compile_definitions(bench_dist PRIVATE TG_MPIEXEC="${MPIEXEC_EXECUTABLE}" TG_HAVE_MPI=1)
   target_link_libraries(bench_dist PRIVATE MPI::MPI_C)
 endif()

@@ -74,7 +74,7 @@ typedef struct tg_tape {
     bool consumed;         /* a backward walked it: the next record starts a fresh tape */
     bool grad_enabled;     /* grad mode (tg_set_grad_enabled) */
     /* Called by backward after each record it ran (index k), or NULL:
-     * dist/overlap.c starts sending gradients that are final. */
+     * data_parallel/overlap.c starts sending gradients that are final. */
     void (*walked)(struct tg_ctx *ctx, int64_t k, void *user);
     void *walked_user;
 } tg_tape;

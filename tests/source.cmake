@@ -14,3 +14,12 @@ add_test(NAME source_exports
                  tapegrad=$<TARGET_FILE:tapegrad> check=$<TARGET_FILE:tapegrad_check>
                  dist=$<TARGET_FILE:tapegrad_dist>)
 set_tests_properties(source_exports PROPERTIES SKIP_RETURN_CODE 77)
+# gradcheck_tool_layering: the files of tools/gradcheck/ call one way, by
+# the layers tools/gradcheck/tool.h declares, with no cycle, and no function
+# of theirs runs over 80 lines without a reason (tests/source/tool_layering.sh).
+if(TARGET tapegrad-gradcheck)
+  add_test(NAME gradcheck_tool_layering
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/source/tool_layering.sh
+                   ${CMAKE_CURRENT_SOURCE_DIR}/tools/gradcheck $<TARGET_OBJECTS:tapegrad-gradcheck>
+           COMMAND_EXPAND_LISTS)
+endif()

@@ -1,6 +1,6 @@
 /* Elementwise ops and activations: add, sub, mul, div with broadcasting;
  * neg, add/mul/pow by a scalar, exp, log, sqrt, abs; relu, leaky_relu,
- * sigmoid, tanh, gelu (both forms), silu.
+ * sigmoid, tanh, gelu (both forms), silu, softplus.
  *
  * Forward values and float32/float64 gradients are checked against a
  * PyTorch fixture (tests/fixtures/ops_values.py), broadcasting against an
@@ -44,6 +44,7 @@ WRAP(f_tanh, tg_tanh(c, in[0]))
 WRAP(f_gelu, tg_gelu(c, in[0], false))
 WRAP(f_gelu_tanh, tg_gelu(c, in[0], true))
 WRAP(f_silu, tg_silu(c, in[0]))
+WRAP(f_softplus, tg_softplus(c, in[0]))
 
 static double P2 = 2, P3 = 3, PHALF = 0.5, PM1P5 = -1.5;
 
@@ -418,6 +419,8 @@ START_TEST(test_saturating_tails) {
         {"gelu", f_gelu, 1e4, 1e4, 1},
         {"gelu_tanh", f_gelu_tanh, -1e4, 0, 0},
         {"gelu_tanh", f_gelu_tanh, 1e4, 1e4, 1},
+        {"softplus", f_softplus, -1e4, 0, 0},
+        {"softplus", f_softplus, 1e4, 1e4, 1},
         {"exp", f_exp, -1e4, 0, 0},
     };
     for (int k = 0; k < 2; k++) {
@@ -438,6 +441,11 @@ START_TEST(test_saturating_tails) {
     ck_assert_double_eq_tol(y, -10 * 7.619853024160526e-24, 1e-12 * 7.6e-23);
     y = at(TG_F32, f_sigmoid, NULL, -80, &g); /* e^-80 = 1.8e-35, a normal float */
     ck_assert_double_eq_tol(y, exp(-80.0), 1e-6 * exp(-80.0));
+    /* softplus(-100) = log1p(e^-100) = e^-100 to double's precision, and
+     * its gradient sigmoid(-100) too */
+    y = at(TG_F64, f_softplus, NULL, -100, &g);
+    ck_assert_double_eq_tol(y, exp(-100.0), 1e-14 * exp(-100.0));
+    ck_assert_double_eq_tol(g, exp(-100.0), 1e-14 * exp(-100.0));
 }
 END_TEST
 
@@ -462,6 +470,9 @@ START_TEST(test_activation_definitions) {
         ck_assert_double_eq_tol(g, s + x * s * (1 - s), 1e-14);
         y = at(TG_F64, f_tanh, NULL, x, &g);
         ck_assert_double_eq_tol(g, 1 / (cosh(x) * cosh(x)), 1e-14);
+        y = at(TG_F64, f_softplus, NULL, x, &g);
+        ck_assert_double_eq_tol(y, log1p(exp(x)), 1e-15);
+        ck_assert_double_eq_tol(g, s, 1e-15);
     }
 }
 END_TEST

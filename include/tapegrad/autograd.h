@@ -165,6 +165,10 @@ TG_API tg_tensor *tg_gelu(tg_ctx *ctx, tg_tensor *x, bool tanh_approx);
  * tg_mul(tg_silu(a), b): a fused form measured no faster (the exp is the
  * cost, not the extra pass). */
 TG_API tg_tensor *tg_silu(tg_ctx *ctx, tg_tensor *x);
+/* Softplus: y = log(1 + e^x), a smooth relu whose derivative is sigmoid(x);
+ * computed without overflow. PyTorch's softplus (beta = 1) returns x itself
+ * above x = 20, where the two differ by less than 2.1e-9. */
+TG_API tg_tensor *tg_softplus(tg_ctx *ctx, tg_tensor *x);
 
 /* Reductions (autograd/ops_reduce.c). `axis` may be negative (-1 is the
  * last dim); out of range is TG_ERR_SHAPE. A 0-d tensor takes axis 0 or -1

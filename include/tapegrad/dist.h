@@ -1,5 +1,5 @@
 /* tapegrad/dist.h: data-parallel training over MPI, with results that do
- * not depend on how the work is split (dist/, the library tapegrad::dist).
+ * not depend on how the work is split (data_parallel/, the library tapegrad::dist).
  *
  * Not part of the umbrella <tapegrad.h>: include this header and link
  * tapegrad::dist (CMake) or `pkg-config tapegrad-dist`. The header names no

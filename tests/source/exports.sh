@@ -151,7 +151,7 @@ for lib in $libs; do
   [ $bad = 0 ] || status=1
 done
 
-# ---- friends: what check/ and dist/ call of libtapegrad's hidden functions -------------
+# ---- friends: what check/ and data_parallel/ call of libtapegrad's hidden functions -------------
 case " $libs " in *" tapegrad "*) ;; *) exit $status ;; esac
 siblings=""
 for lib in check dist; do case " $libs " in *" $lib "*) siblings="$siblings $lib" ;; esac; done

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The library's folders depend on each other one way (docs/DESIGN.md):
 #   tensor <- autograd <- layers <- optim <- io <- train,   layers <- check,
-#   optim <- dist
+#   optim <- data_parallel
 # A file may use its own folder and the folders before it, never one after
-# it. check/ may use layers and below, dist/ optim and below, and nothing
-# else in the library may use check/ or dist/ (each is a library of its
-# own, above the main one). This test sees a dependency two ways:
+# it. check/ may use layers and below, data_parallel/ optim and below, and
+# nothing else in the library may use check/ or data_parallel/ (each is a
+# library of its own, above the main one). This test sees a dependency two ways:
 #  - includes, "..." and <...>: include/tapegrad/NAME.h counts as folder
-#    NAME, the umbrella include/tapegrad.h as the top (train);
+#    NAME (dist.h as data_parallel, the folder of its library), the
+#    umbrella include/tapegrad.h as the top (train);
 #  - symbols, when the libraries' object files are given: every symbol an
 #    object file leaves undefined is mapped to the folder whose object file
 #    defines it, so a call through a bare prototype (no include at all) into
@@ -16,9 +17,9 @@
 # offers on purpose (CROSSING below): tensor/'s, the base every folder
 # builds on; autograd/'s op-writing interface for the fused ops of layers/
 # and for check/; the op descriptors of autograd/ and layers/ for check/'s
-# registry, which lists every op by its descriptor; and the tape's records for dist/, whose all-reduces
-# start from a hook in backward's walk (dist/overlap.c). A public header
-# includes only public headers.
+# registry, which lists every op by its descriptor; and the tape's records
+# for data_parallel/, whose all-reduces start from a hook in backward's walk
+# (data_parallel/overlap.c). A public header includes only public headers.
 # Usage: layering.sh SOURCE_DIR [OBJECT_FILE...]
 #   OBJECT_FILEs as CMake lays them out, .../NAME.dir/FOLDER/FILE.c.o
 #   (ctest passes the three libraries' $<TARGET_OBJECTS:...>).
@@ -29,7 +30,7 @@ shift
 # Internal headers a file of another folder may include: "header: folders".
 CROSSING="
 tensor/*: all
-autograd/tape.h: layers check dist
+autograd/tape.h: layers check data_parallel
 autograd/grad_graph.h: layers check
 autograd/lowp.h: layers
 autograd/ops_attention.h: layers
@@ -42,7 +43,7 @@ layers/ops.h: check
 rank() {
   case $1 in
     tensor) RANK=0 ;; autograd | op) RANK=1 ;; layers) RANK=2 ;; optim) RANK=3 ;;
-    io) RANK=4 ;; train | umbrella) RANK=5 ;; check | dist) RANK=9 ;; *) RANK=-1 ;;
+    io) RANK=4 ;; train | umbrella) RANK=5 ;; check | data_parallel) RANK=9 ;; *) RANK=-1 ;;
   esac
 }
 
@@ -51,10 +52,10 @@ may_use() {
   local from=$1 to=$2
   [ "$from" != "$to" ] || return 0
   case $from in
-    check) case $to in optim | io | train | umbrella | dist) return 1 ;; esac ;;  # check/ sits on layers/
-    dist) case $to in io | train | umbrella | check) return 1 ;; esac ;;          # dist/ sits on optim/
+    check) case $to in optim | io | train | umbrella | data_parallel) return 1 ;; esac ;;  # check/ sits on layers/
+    data_parallel) case $to in io | train | umbrella | check) return 1 ;; esac ;; # data_parallel/ sits on optim/
     *)
-      case $to in check | dist) return 1 ;; esac
+      case $to in check | data_parallel) return 1 ;; esac
       local to_rank
       rank "$to"; to_rank=$RANK
       rank "$from"
@@ -65,10 +66,12 @@ may_use() {
 }
 
 # The folder an include names: "autograd/tape.h" -> autograd,
-# "tapegrad/layers.h" -> layers, "tapegrad.h" -> umbrella, "stdio.h" -> "", in FOLDER.
+# "tapegrad/layers.h" -> layers, "tapegrad/dist.h" -> data_parallel,
+# "tapegrad.h" -> umbrella, "stdio.h" -> "", in FOLDER.
 folder_of_include() {
   case $1 in
     tapegrad.h) FOLDER=umbrella ;;
+    tapegrad/dist.h) FOLDER=data_parallel ;;
     tapegrad/*) FOLDER=${1#tapegrad/}; FOLDER=${FOLDER%.h} ;;
     */*) FOLDER=${1%%/*} ;;
     *) FOLDER="" ;;
@@ -88,12 +91,13 @@ may_cross() {
 }
 
 bad=0
-files=$(git ls-files 'tensor/*' 'autograd/*' 'layers/*' 'optim/*' 'io/*' 'train/*' 'check/*' 'dist/*' 'include/*' \
+files=$(git ls-files 'tensor/*' 'autograd/*' 'layers/*' 'optim/*' 'io/*' 'train/*' 'check/*' 'data_parallel/*' 'include/*' \
           2> /dev/null | grep -E '\.(c|h|inc)$' ||
-        find tensor autograd layers optim io train check dist include -name '*.[ch]' -o -name '*.inc')
+        find tensor autograd layers optim io train check data_parallel include -name '*.[ch]' -o -name '*.inc')
 while IFS= read -r file; do
   case $file in
     include/tapegrad.h) from=umbrella ;;
+    include/tapegrad/dist.h) from=data_parallel ;;
     include/tapegrad/*) b=${file#include/tapegrad/}; from=${b%.h} ;;
     *) from=${file%%/*} ;;
   esac
@@ -153,6 +157,6 @@ fi
 
 if [ $bad = 0 ]; then
   echo "layering: every include${1:+ and every call} points down (tensor <- autograd <- layers <- optim <- io <- train;" \
-       "layers <- check; optim <- dist)"
+       "layers <- check; optim <- data_parallel)"
 fi
 exit $bad

@@ -7,7 +7,9 @@
  * and probe vectors drawn anew for each, unless --input-seed or
  * --probe-seed holds one fixed) and the table gives, per input, the pass
  * rate and quantiles of the error over the seeds. --format json and csv
- * write the same for programs (tg_gradcheck_write). */
+ * write the same for programs (tg_gradcheck_write).
+ *
+ * Layer: command (tool.h): calls modes.c, the analysis (diagnose.c) and below. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <math.h>
@@ -301,7 +303,9 @@ static double batch_excess(const batch_input *b, tg_gradcheck_verdict v) {
 }
 
 /* Runs the case over every seed. Returns -1, or the exit status of a
- * usage error (a --shape that does not build). */
+ * usage error (a --shape that does not build).
+ * Long: a batch is one loop over seeds whose rows, JSON and error notes
+ * share its state; not yet split into steps. */
 static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const gct_bug *bug, const char *spec,
                        gct_table *t, check_totals *T, char *errors, size_t *el, size_t esize, char *function,
                        tg_gradcheck_result *first, bool *have_first, bool *op_shown) {
@@ -487,7 +491,9 @@ static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, con
 
 /* Checks one op (every variant, or a->shape), at one seed or over --seeds.
  * Returns -1, or the exit status when a spec given on the command line was
- * refused (printed). */
+ * refused (printed).
+ * Long: one loop over the variants with the table, the diagnosis and the
+ * extra text it collects; not yet split into steps. */
 static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const gct_bug *bug, check_totals *T) {
     bool batch = a->n_seeds > 0, text = a->format == GCT_TEXT;
     gct_table t;

@@ -3,7 +3,9 @@
  * input, where, the likely cause), and for an op with an eps argument the
  * experiment that exposes a missing eps: the same inputs at eps / 1000. A
  * difference that shrinks with eps (and would vanish at eps = 0) is a
- * statistic computed without eps in the backward. */
+ * statistic computed without eps in the backward.
+ *
+ * Layer: analysis (tool.h): called by check.c; calls the target and base layers. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -9,7 +9,9 @@
  *
  *   tapegrad-gradcheck explain rmsnorm --x 1,2,2 --gamma 1,0.5,2 --beta 0.1,0,-0.1 --dy 1,-1,-0.5 --eps 0
  *
- * Rows: --shape NxC splits --x into N rows of C (default one row). */
+ * Rows: --shape NxC splits --x into N rows of C (default one row).
+ *
+ * Layer: command (tool.h): calls the base (its own arithmetic, no target). */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -53,6 +55,8 @@ static void row_forward(bool ln, const double *x, const double *g, const double 
     for (int64_t j = 0; j < C; j++) y[j] = g[j] * (x[j] - mu) * r + b[j];
 }
 
+/* Long: the worked example, in the order of docs/normalization-gradients.md,
+ * reads top to bottom; not yet split into steps. */
 int gct_cmd_explain(const gct_args *a) {
     bool ln;
     if (!a->name) return gct_usage_error("explain needs rmsnorm or layernorm");

@@ -10,7 +10,9 @@
  * what each bug looks like in a report is in docs/gradcheck.md.
  *
  * Notation as in layers/norm_kernels.h: rows of C elements, r the row's
- * rstd, xhat the normalized row, u = gamma * dy. */
+ * rstd, xhat the normalized row, u = gamma * dy.
+ *
+ * Layer: target (tool.h): the catalogue target.c looks bugs up in; calls inject_norm.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

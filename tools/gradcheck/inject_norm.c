@@ -14,7 +14,9 @@
  *                       that
  *   rmsnorm-ignore-dy   dx from g = gamma (dy taken as all ones): J^T 1, the
  *                       gradient of sum(y), whatever dy
- * dgamma and dbeta are right in all. */
+ * dgamma and dbeta are right in all.
+ *
+ * Layer: target (tool.h): the forwards inject.c lists; calls nothing of the tool. */
 #include <math.h>
 #include <stdlib.h>
 

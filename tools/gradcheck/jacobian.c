@@ -3,7 +3,9 @@
  * analytic (one backward per output element) and numeric (central
  * differences, one pair of forwards per input element), printed side by
  * side with their difference, and drawn as three heatmaps in
- * DIR/jacobian_NAME_INPUT.png (data in the .dat beside it). */
+ * DIR/jacobian_NAME_INPUT.png (data in the .dat beside it).
+ *
+ * Layer: command (tool.h): calls the analysis (projection.c) and below. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -118,51 +120,6 @@ static void print_matrices(const jac_view *v, bool color) {
     put_rows(v, v->D, NULL, fmtd, wd, lw);
 }
 
-bool gct_write_heatmaps(const char *dir, const char *name, const char *title, const char *xname, int64_t M, int64_t N,
-                        int n, const gct_heatmap *maps) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s.dat", dir, name);
-    FILE *f = fopen(path, "w");
-    if (!f) return false;
-    double range[GCT_MAX_HEATMAPS] = {0}; /* per colour group: max |entry| */
-    for (int b = 0; b < n; b++) {
-        fprintf(f, "%s# %s: %lld rows (output elements) x %lld columns (elements of %s)\n", b ? "\n\n" : "",
-                maps[b].title, (long long)M, (long long)N, xname);
-        for (int64_t j = 0; j < M; j++) {
-            for (int64_t i = 0; i < N; i++) {
-                double val = maps[b].mat[j * N + i];
-                fprintf(f, "%s%.10g", i ? " " : "", val);
-                if (isfinite(val)) range[maps[b].group] = fmax(range[maps[b].group], fabs(val));
-            }
-            fputc('\n', f);
-        }
-    }
-    if (!gct_fclose(f)) return false;
-
-    snprintf(path, sizeof path, "%s/%s.gp", dir, name);
-    f = fopen(path, "w");
-    if (!f) return false;
-    char png[300];
-    snprintf(png, sizeof png, "%s.png", name);
-    tg_status st = tg_plot_write_preamble(f, png, 450 * n, 470);
-    fprintf(f, "set multiplot layout 1,%d title '%s'\n", n, title);
-    fprintf(f, "set palette defined (-1 '#2166ac', 0 '#f7f7f7', 1 '#b2182b')\n");
-    fprintf(f, "set xrange [-0.5:%lld.5]\nset yrange [%lld.5:-0.5]\n", (long long)N - 1, (long long)M - 1);
-    fprintf(f, "set xlabel 'element of %s (flat index i)'\nset ylabel 'output element (flat index j)'\n", xname);
-    if (N <= 24) fprintf(f, "set xtics 1\n");
-    if (M <= 24) fprintf(f, "set ytics 1\n");
-    fprintf(f, "set tics out nomirror\nset size ratio %g\n", M == 1 ? 0.15 : fmin(2.0, (double)M / (double)N));
-    for (int b = 0; b < n; b++) {
-        double m = range[maps[b].group] > 0 ? range[maps[b].group] : 1;
-        fprintf(f, "set cbrange [%.6g:%.6g]\n", -m, m);
-        fprintf(f, "set format cb '%s'\n", maps[b].exp_format ? "%.0e" : "% h");
-        fprintf(f, "set title '%s'\n", maps[b].title);
-        fprintf(f, "plot '%s.dat' index %d matrix with image notitle\n", name, b);
-    }
-    fprintf(f, "unset multiplot\n");
-    return gct_fclose(f) && st == TG_OK;
-}
-
 /* DIR/NAME.dat: three matrices (gnuplot `index` 0, 1, 2), and NAME.gp
  * drawing them side by side: analytic and numeric on one colour scale,
  * the difference on its own. */
@@ -191,6 +148,7 @@ static void collect_bound(void *user, const tg_gradcheck_element *e) {
         b->pred[e->input][e->output * b->N[e->input] + e->index] = e->bound;
 }
 
+/* Long: the report per input (text, JSON, CSV, pictures) is one loop; not yet split into steps. */
 int gct_cmd_jacobian(const gct_args *a) {
     const tg_op_info *op;
     const gct_bug *bug;

@@ -18,7 +18,9 @@
  * tg_gradcheck_write object) or "error", and on request "elements" and
  * "values". Numbers carry 17 significant digits; NaN and infinities are
  * null. Checks are written as they run; batches are held until the checks
- * are done. */
+ * are done.
+ *
+ * Layer: report (tool.h): calls the base. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <math.h>
@@ -27,6 +29,22 @@
 #include <string.h>
 
 #include "tools/gradcheck/tool.h"
+
+void gct_json_str(FILE *out, const char *s) {
+    fputc('"', out);
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(out, "\\%c", c);
+        else if (c < 0x20) fprintf(out, "\\u%04x", c);
+        else fputc(c, out);
+    }
+    fputc('"', out);
+}
+
+void gct_json_num(FILE *out, double v) {
+    if (isfinite(v)) fprintf(out, "%.17g", v);
+    else fputs("null", out);
+}
 
 static void json_opt_num(const char *key, double v) {
     printf(",\"%s\":", key);

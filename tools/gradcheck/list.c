@@ -1,5 +1,7 @@
 /* `tapegrad-gradcheck list`: every registered op and layer with its spec
- * (options), built-in shape variants and inputs, then the seeded bugs. */
+ * (options), built-in shape variants and inputs, then the seeded bugs.
+ *
+ * Layer: command (tool.h): calls the target and base layers. */
 #include <string.h>
 
 #include "tools/gradcheck/tool.h"
@@ -38,6 +40,7 @@ static void put_prose(const char *label, int indent, int lw, const char *text) {
     put_wrapped(label, indent, lw, words, n, " ");
 }
 
+/* Long: one entry per op, then the bug catalogue, printed in order; not yet split into steps. */
 int gct_cmd_list(const gct_args *a) {
     tg_ctx *ctx = gct_ctx_new(a->seed);
     if (!ctx) return GCT_EXIT_ERROR;

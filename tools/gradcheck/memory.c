@@ -10,7 +10,9 @@
  *                  "770x" compares these)
  *   arena          tg_arena_used during the forward, minus the output: the
  *                  intermediate tensors the step holds until tg_ctx_reset
- * Default: the guide's (4096, 768) float32 input. */
+ * Default: the guide's (4096, 768) float32 input.
+ *
+ * Layer: command (tool.h): calls the target and base layers. */
 #include <string.h>
 
 #include "tools/gradcheck/tool.h"

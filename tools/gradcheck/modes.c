@@ -14,7 +14,9 @@
  * every mode runs on the first gradient g = J^T u: rev is gradgradcheck,
  * fwd and adjoint forward over reverse (tg_jvp through g's recorded double
  * backward) -- Hessian-vector products against differences of g and
- * against reverse over reverse. */
+ * against reverse over reverse.
+ *
+ * Layer: command (tool.h): called by check.c; calls the report, target and base layers. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,25 +24,6 @@
 
 #include "tapegrad/op.h"
 #include "tools/gradcheck/tool.h"
-
-enum { MODE_REV = 1, MODE_FWD = 2 };
-
-bool gct_parse_modes_option(gct_args *a, const char *opt, const char *v) {
-    if (!strcmp(opt, "--adjoint")) {
-        a->adjoint = true;
-        return true;
-    }
-    a->modes = 0;
-    char buf[64];
-    snprintf(buf, sizeof buf, "%s", v);
-    for (char *save = NULL, *m = strtok_r(buf, ",", &save); m; m = strtok_r(NULL, ",", &save)) {
-        if (!strcmp(m, "fwd")) a->modes |= MODE_FWD;
-        else if (!strcmp(m, "rev")) a->modes |= MODE_REV;
-        else return gct_usage_error("--modes is a list of fwd and rev (fwd,rev), not '%s'", v), false;
-    }
-    if (!a->modes) return gct_usage_error("--modes is a list of fwd and rev (fwd,rev), not '%s'", v), false;
-    return true;
-}
 
 typedef struct modes_totals {
     int ops, cases, rows, errors;
@@ -129,7 +112,7 @@ static void run_case(tg_ctx *ctx, const gct_args *a, gct_target *tg, uint64_t se
                      bool *op_failed) {
     tg_gradcheck_opts o = gct_target_opts(tg, a, seed);
     bool first = true;
-    const int modes = a->modes ? a->modes : MODE_REV;
+    const int modes = a->modes ? a->modes : GCT_MODE_REV;
     for (int m = 0; m < 3; m++) {
         tg_gradcheck_result r;
         const char *name = m == 0 ? "rev" : m == 1 ? "fwd" : "adjoint";
@@ -139,9 +122,9 @@ static void run_case(tg_ctx *ctx, const gct_args *a, gct_target *tg, uint64_t se
         bool two = a->order == 2;
         tg_tensor *const *in = tg->c.inputs;
         const int n = tg->c.n_inputs;
-        if (m == 0 && (modes & MODE_REV))
+        if (m == 0 && (modes & GCT_MODE_REV))
             ok = (two ? gct_order2_check(ctx, tg, &o, &r) : gct_target_check(ctx, tg, &o, &r)) || tg_ok(ctx);
-        else if (m == 1 && (modes & MODE_FWD))
+        else if (m == 1 && (modes & GCT_MODE_FWD))
             ok = (two ? tg_gradgradcheck_fwd : tg_gradcheck_fwd)(ctx, tg->fn, &tg->c, n, in, &o, &r) || tg_ok(ctx);
         else if (m == 2 && a->adjoint)
             ok = (two ? tg_gradgradcheck_adjoint : tg_gradcheck_adjoint)(ctx, tg->fn, &tg->c, n, in, &o, &r) ||
@@ -229,7 +212,7 @@ int gct_cmd_check_modes(const gct_args *a, const tg_op_info *op, const gct_bug *
                                "--print-inputs, --save-inputs)");
     tg_ctx *ctx = gct_ctx_new(gct_first_seed(a));
     if (!ctx) return GCT_EXIT_ERROR;
-    const int modes = a->modes ? a->modes : MODE_REV;
+    const int modes = a->modes ? a->modes : GCT_MODE_REV;
     modes_totals T;
     memset(&T, 0, sizeof T);
     if (a->format == GCT_JSON) gct_json_open(&T.json, a);
@@ -237,8 +220,8 @@ int gct_cmd_check_modes(const gct_args *a, const tg_op_info *op, const gct_bug *
         printf("op,bug,spec,dtype,input_seed,probe_seed,input,mode,checked,failed,max_abs_err,worst_analytic,"
                "worst_numeric,worst_ratio,pass,verdict,reason,error\n");
     else {
-        printf("modes:%s%s%s  (%s, ", modes & MODE_REV ? " rev (backward vs differences)" : "",
-               modes & MODE_FWD ? " fwd (J v from tg_jvp vs differences along v)" : "",
+        printf("modes:%s%s%s  (%s, ", modes & GCT_MODE_REV ? " rev (backward vs differences)" : "",
+               modes & GCT_MODE_FWD ? " fwd (J v from tg_jvp vs differences along v)" : "",
                a->adjoint ? " adjoint (<u, J v> forward vs <J^T u, v> reverse, no step)" : "", tg_dtype_name(a->dtype));
         if (a->n_seeds)
             printf("seeds %llu..%llu)\n", (unsigned long long)gct_first_seed(a),

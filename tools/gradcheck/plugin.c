@@ -8,7 +8,9 @@
  * built against another version of the header or registers a bad op is a
  * usage error (exit status 2) with the reason. An op's rules come with its
  * records (each points to the plugin's tg_op_def), so nothing more is
- * registered. */
+ * registered.
+ *
+ * Layer: target (tool.h): fills the registry targets come from; calls target.c and the base. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <dlfcn.h>

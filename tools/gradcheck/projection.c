@@ -11,7 +11,9 @@
  * xhat^T / C and - r 1 1^T / C, built from x alone: how well they add up
  * to the numeric J per row, and over every entry to the analytic J
  * (rounding) and the numeric J (the differences' error); drawn as heatmaps
- * beside their sum (DIR/jacobian_NAME_x_parts.png). */
+ * beside their sum (DIR/jacobian_NAME_x_parts.png).
+ *
+ * Layer: analysis (tool.h): called by jacobian.c; calls plot.c and the base. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +83,7 @@ static void build_parts(tg_ctx *ctx, const tg_tensor *x, bool ln, double eps, in
     }
 }
 
+/* Long: the rows' eigenvalues and the parts share their scratch; not yet split into steps. */
 int gct_projection_view(tg_ctx *ctx, const gct_target *t, int k, const double *ja, const double *jn, const char *dir,
                         const char *name, const char *title, bool print) {
     const char *op = t->op->def->name, *affine = tg_registry_arg(&t->c, "affine"),

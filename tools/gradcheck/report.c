@@ -1,7 +1,9 @@
 /* What the reports of tapegrad-gradcheck share: quantiles over seeds, the
- * pieces of JSON and CSV output, the settings line under a title, the
- * tally of verdicts and the note that says, for an input that did not
- * pass, whether the backward is wrong or the check could not decide. */
+ * start of a CSV row, the title and settings lines, the tally of verdicts
+ * and the note that says, for an input that did not pass, whether the
+ * backward is wrong or the check could not decide.
+ *
+ * Layer: report (tool.h): calls the base. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -26,28 +28,23 @@ double gct_quantile(double *v, int64_t n, double q) {
     return f == 0 ? v[lo] : v[lo] + f * (v[hi] - v[lo]);
 }
 
-void gct_json_str(FILE *out, const char *s) {
-    fputc('"', out);
-    for (; s && *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(out, "\\%c", c);
-        else if (c < 0x20) fprintf(out, "\\u%04x", c);
-        else fputc(c, out);
-    }
-    fputc('"', out);
-}
-
-void gct_json_num(FILE *out, double v) {
-    if (isfinite(v)) fprintf(out, "%.17g", v);
-    else fputs("null", out);
-}
-
 void gct_csv_prefix(char *buf, size_t size, const gct_target *t, uint64_t input_seed, uint64_t probe_seed) {
     int n = snprintf(buf, size, "%s,%s,", t->op->def->name, t->bug ? t->bug->name : "");
     for (const char *p = t->c.spec; *p && n > 0 && (size_t)n + 2 < size; p++) buf[n++] = *p == ',' ? ';' : *p;
     if (n > 0 && (size_t)n < size)
         snprintf(buf + n, size - (size_t)n, ",%s,%llu,%llu,", tg_dtype_name(t->c.dtype), (unsigned long long)input_seed,
                  (unsigned long long)probe_seed);
+}
+
+void gct_put_title(const gct_args *a, const tg_op_info *op, const gct_bug *bug, const char *function) {
+    gct_puts_tone(stdout, op->def->name, GCT_BOLD, a->color);
+    if (!bug) {
+        printf("  %s\n", op->summary);
+        return;
+    }
+    printf("  with injected bug ");
+    gct_puts_tone(stdout, bug->name, GCT_BAD, a->color);
+    printf(": %s\n  function checked: %s\n", bug->what, function);
 }
 
 void gct_put_sources(const gct_args *a, const tg_op_info *op, tg_dtype dtype, const char *indent) {

@@ -24,7 +24,9 @@
  * against the theory scaled by that input's l. A step that rounds away
  * (x +- h == x) is marked `vanished`, never plotted as an error of 0.
  * Writes DIR/sweep_NAME.dat (the errors over all inputs), .gp and .png,
- * and DIR/sweep_NAME_inputs.dat, .gp and .png (the relative errors). */
+ * and DIR/sweep_NAME_inputs.dat, .gp and .png (the relative errors).
+ *
+ * Layer: command (tool.h): calls the report, target and base layers. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -274,346 +276,444 @@ static int measure(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const g
     return -1;
 }
 
-int gct_cmd_sweep(const gct_args *a) {
+/* A sweep under way: the case, what it measured, and the summaries the
+ * reports and the pictures read. */
+typedef struct sweep_run {
+    const gct_args *a;
     const tg_op_info *op;
     const gct_bug *bug;
-    tg_ctx *ctx;
-    int status = gct_begin(a, &op, &bug, &ctx);
-    if (status >= 0) return status;
-    const double t_start = gct_now();
-
-    /* the steps: --h-grid, or 1e-1 .. 1e-12, four a decade */
-    double grid[GCT_MAX_GRID];
-    int nk = a->n_grid;
-    if (nk) memcpy(grid, a->grid, (size_t)nk * sizeof *grid);
-    else
-        for (nk = 0; nk < 45; nk++) grid[nk] = pow(10.0, -(double)(4 + nk) / 4);
-
     sweep_data d;
-    memset(&d, 0, sizeof d);
+    double grid[GCT_MAX_GRID];                             /* the steps h */
+    double *tmp;                                           /* ns values: scratch for quantiles */
+    double *stats;                                         /* the arrays of best and bi */
+    best_point best[SWEEP_CURVES];                         /* per curve, all inputs */
+    best_point bi[SWEEP_CURVES * TG_GRADCHECK_MAX_INPUTS]; /* per curve and input: bi[c * ni + i] */
+    bool relative;                                         /* relative steps (--step element|scaled) */
+    const char *step_name;
+    char spec[128], label[160], function[160];
+    int64_t numel;
+    char name[200]; /* sweep_NAME: the stem of the files */
+} sweep_run;
+
+/* The steps (--h-grid, or 1e-1 .. 1e-12, four a decade), the curves the
+ * command line asks for, and the arrays. False when out of memory. */
+static bool sweep_setup(sweep_run *w) {
+    const gct_args *a = w->a;
+    sweep_data *d = &w->d;
+    int nk = a->n_grid;
+    if (nk) memcpy(w->grid, a->grid, (size_t)nk * sizeof *w->grid);
+    else
+        for (nk = 0; nk < 45; nk++) w->grid[nk] = pow(10.0, -(double)(4 + nk) / 4);
     for (int c = 0; c < SWEEP_CURVES; c++) {
         const curve_info *ci = &CURVES[c];
         if (a->dtype_set && ci->dtype != a->dtype) continue;
         if (a->schemes && (a->schemes == 2) != ci->forward) continue;
-        d.curve[d.nc++] = c;
+        d->curve[d->nc++] = c;
     }
-    d.nk = nk;
-    d.ns = (int)gct_seed_count(a);
-    d.ni = TG_GRADCHECK_MAX_INPUTS;
-    d.h = grid;
-    size_t n_all = (size_t)d.nc * (size_t)d.nk * (size_t)d.ns;
-    d.all = calloc(n_all, sizeof *d.all);
-    d.rel = calloc(n_all * TG_GRADCHECK_MAX_INPUTS, sizeof *d.rel);
-    d.pall = calloc(n_all, sizeof *d.pall);
-    d.prel = calloc(n_all * TG_GRADCHECK_MAX_INPUTS, sizeof *d.prel);
-    d.scale = calloc((size_t)d.nc * TG_GRADCHECK_MAX_INPUTS * (size_t)d.ns, sizeof *d.scale);
-    d.vanished = calloc((size_t)d.nc * (size_t)d.nk, sizeof *d.vanished);
-    double *tmp = malloc((size_t)d.ns * sizeof *tmp);
-    best_point best[SWEEP_CURVES], bi[SWEEP_CURVES * TG_GRADCHECK_MAX_INPUTS];
-    double *stats = calloc((size_t)4 * (size_t)d.nk * SWEEP_CURVES * (1 + TG_GRADCHECK_MAX_INPUTS), sizeof *stats);
-    char spec[128] = "", label[160] = "", function[160] = "";
-    int64_t numel = 0;
-    if (!d.all || !d.rel || !d.pall || !d.prel || !d.scale || !d.vanished || !tmp || !stats) {
+    d->nk = nk;
+    d->ns = (int)gct_seed_count(a);
+    d->ni = TG_GRADCHECK_MAX_INPUTS;
+    d->h = w->grid;
+    size_t n_all = (size_t)d->nc * (size_t)d->nk * (size_t)d->ns;
+    d->all = calloc(n_all, sizeof *d->all);
+    d->rel = calloc(n_all * TG_GRADCHECK_MAX_INPUTS, sizeof *d->rel);
+    d->pall = calloc(n_all, sizeof *d->pall);
+    d->prel = calloc(n_all * TG_GRADCHECK_MAX_INPUTS, sizeof *d->prel);
+    d->scale = calloc((size_t)d->nc * TG_GRADCHECK_MAX_INPUTS * (size_t)d->ns, sizeof *d->scale);
+    d->vanished = calloc((size_t)d->nc * (size_t)d->nk, sizeof *d->vanished);
+    w->tmp = malloc((size_t)d->ns * sizeof *w->tmp);
+    w->stats = calloc((size_t)4 * (size_t)d->nk * SWEEP_CURVES * (1 + TG_GRADCHECK_MAX_INPUTS), sizeof *w->stats);
+    return d->all && d->rel && d->pall && d->prel && d->scale && d->vanished && w->tmp && w->stats;
+}
+
+static void sweep_free(sweep_run *w) {
+    free(w->d.all);
+    free(w->d.rel);
+    free(w->d.pall);
+    free(w->d.prel);
+    free(w->d.scale);
+    free(w->d.vanished);
+    free(w->tmp);
+    free(w->stats);
+}
+
+/* Each curve's summary over all inputs (best) and per input (bi), the
+ * name of the steps and the stem of the files. */
+static void sweep_summarize(sweep_run *w) {
+    const gct_args *a = w->a;
+    const sweep_data *d = &w->d;
+    w->relative = a->step_set && a->step != TG_GRADCHECK_STEP_ABSOLUTE;
+    double *p = w->stats;
+    for (int c = 0; c < d->nc; c++) {
+        w->best[c] = (best_point){p, p + d->nk, p + 2 * d->nk, p + 3 * d->nk, -1, 1.0};
+        p += 4 * d->nk;
+        summarize(d, c, -1, w->relative, &w->best[c], w->tmp);
+        for (int i = 0; i < d->ni; i++) {
+            best_point *b = &w->bi[c * d->ni + i];
+            *b = (best_point){p, p + d->nk, p + 2 * d->nk, p + 3 * d->nk, -1, 1.0};
+            p += 4 * d->nk;
+            summarize(d, c, i, w->relative, b, w->tmp);
+        }
+    }
+    w->step_name = w->relative ? tg_gradcheck_step_name(a->step) : "absolute";
+    snprintf(w->name, sizeof w->name, "sweep_%s", w->bug ? w->bug->name : w->op->def->name);
+}
+
+/* ---- --format json ------------------------------------------------------------ */
+
+/* One input of a curve in "sweep": its relative errors over the steps. */
+static void json_input(const sweep_run *w, const curve_info *ci, const best_point *b, int i) {
+    int nk = w->d.nk;
+    printf("%s{\"name\":", i ? "," : "");
+    gct_json_str(stdout, w->d.input_name[i]);
+    printf(",\"scale\":");
+    gct_json_num(stdout, b->l);
+    printf(",\"median\":");
+    json_array(stdout, b->med, nk);
+    printf(",\"p10\":");
+    json_array(stdout, b->lo, nk);
+    printf(",\"p90\":");
+    json_array(stdout, b->hi, nk);
+    printf(",\"predicted\":");
+    json_array(stdout, b->pred, nk);
+    printf(",\"best_h\":");
+    gct_json_num(stdout, b->k >= 0 ? w->grid[b->k] : NAN);
+    printf(",\"best_rel_err\":");
+    gct_json_num(stdout, b->k >= 0 ? b->med[b->k] : NAN);
+    printf(",\"theory_h\":");
+    gct_json_num(stdout, theory_h(ci, b->l));
+    printf("}");
+}
+
+/* One curve of "sweep": its vanished steps, the errors over all inputs,
+ * then each input's. */
+static void json_curve(const sweep_run *w, int c) {
+    const sweep_data *d = &w->d;
+    const curve_info *ci = &CURVES[d->curve[c]];
+    const best_point *best = &w->best[c];
+    printf("%s{\"dtype\":\"%s\",\"scheme\":\"%s\",\"vanished\":[", c ? "," : "", tg_dtype_name(ci->dtype),
+           ci->forward ? "forward" : "central");
+    for (int k = 0; k < d->nk; k++) printf("%s%d", k ? "," : "", d->vanished[c * d->nk + k]);
+    printf("],\"all\":{\"median\":");
+    json_array(stdout, best->med, d->nk);
+    printf(",\"predicted\":");
+    json_array(stdout, best->pred, d->nk);
+    printf(",\"best_h\":");
+    gct_json_num(stdout, best->k >= 0 ? w->grid[best->k] : NAN);
+    printf(",\"theory_h\":");
+    gct_json_num(stdout, theory_h(ci, best->l));
+    printf("},\"inputs\":[");
+    for (int i = 0; i < d->ni; i++) json_input(w, ci, &w->bi[c * d->ni + i], i);
+    printf("]}");
+}
+
+/* The document's envelope (json.c), the sweep in its own field. */
+static void print_json(const sweep_run *w, double t_start) {
+    const gct_args *a = w->a;
+    gct_json J;
+    gct_json_open(&J, a);
+    gct_json_checks_close(&J);
+    printf(",\n\"sweep\":{\"op\":");
+    gct_json_str(stdout, w->op->def->name);
+    printf(",\"bug\":");
+    if (w->bug) gct_json_str(stdout, w->bug->name);
+    else printf("null");
+    printf(",\"spec\":");
+    gct_json_str(stdout, w->spec);
+    printf(",\"mode\":\"%s\",\"step\":\"%s\",\"h\":", tg_gradcheck_mode_name(a->mode), w->step_name);
+    json_array(stdout, w->grid, w->d.nk);
+    printf(",\"curves\":[");
+    for (int c = 0; c < w->d.nc; c++) json_curve(w, c);
+    printf("]}");
+    gct_tally none = {0};
+    gct_json_summary(a, &none, &none, 1, 1, gct_now() - t_start, gct_now() - t_start);
+}
+
+/* ---- --format csv ------------------------------------------------------------- */
+
+/* A row per curve, input (or all) and step. */
+static void print_csv(const sweep_run *w) {
+    const sweep_data *d = &w->d;
+    printf("op,bug,spec,dtype,scheme,input,measure,h,seeds,vanished,p50,p10,p90,scale,theory_h,best,predicted\n");
+    for (int c = 0; c < d->nc; c++) {
+        const curve_info *ci = &CURVES[d->curve[c]];
+        for (int i = -1; i < d->ni; i++) {
+            const best_point *b = i < 0 ? &w->best[c] : &w->bi[c * d->ni + i];
+            for (int k = 0; k < d->nk; k++) {
+                printf("%s,%s,", w->op->def->name, w->bug ? w->bug->name : "");
+                for (const char *q = w->spec; *q; q++) putchar(*q == ',' ? ';' : *q);
+                printf(",%s,%s,%s,%s,%.17g,%d,%d,%.17g,%.17g,%.17g,%.17g,%.17g,%d,%.17g\n", tg_dtype_name(ci->dtype),
+                       ci->forward ? "forward" : "central", i < 0 ? "all" : d->input_name[i], i < 0 ? "abs" : "rel",
+                       w->grid[k], d->ns, d->vanished[c * d->nk + k], b->med[k], b->lo[k], b->hi[k], b->l,
+                       theory_h(ci, b->l), k == b->k, b->pred[k]);
+            }
+        }
+    }
+}
+
+/* ---- text ----------------------------------------------------------------------- */
+
+/* The title, the case and what the columns mean. */
+static void text_header(const sweep_run *w) {
+    const gct_args *a = w->a;
+    gct_put_title(a, w->op, w->bug, w->function);
+    printf("  spec %s: %lld elements checked, %s, %s steps", w->spec, (long long)w->numel,
+           a->mode == TG_GRADCHECK_FULL ? "every element" : "one random direction per input", w->step_name);
+    if (w->d.ns > 1)
+        printf(", seeds %llu..%llu (medians over seeds)", (unsigned long long)gct_first_seed(a),
+               (unsigned long long)(gct_first_seed(a) + (uint64_t)w->d.ns - 1));
+    printf("\n  error = max |analytic - numeric| over the checked elements; * marks each column's minimum;\n"
+           "  pred = the error the check predicts for itself at that h (truncation + rounding, the largest)\n\n");
+}
+
+/* The errors over all inputs, a row per step (not with -q). */
+static void text_errors(const sweep_run *w) {
+    const sweep_data *d = &w->d;
+    gct_table t;
+    curve_table_init(&t, d, "h");
+    bool any_vanished = false;
+    for (int k = 0; k < d->nk && !w->a->quiet; k++) {
+        gct_cell *row = gct_table_row(&t);
+        if (!row) break;
+        gct_cell_set(&row[0], GCT_PLAIN, "%.1e", w->grid[k]);
+        for (int c = 0; c < d->nc; c++) {
+            bool v = d->vanished[c * d->nk + k] > 0;
+            any_vanished |= v;
+            put_err_cell(&row[2 * c + 1], w->best[c].med[k], v, k == w->best[c].k);
+            put_pred_cell(&row[2 * c + 2], w->best[c].pred[k], v);
+        }
+    }
+    if (!w->a->quiet) gct_table_print(stdout, &t, 2, w->a->color);
+    gct_table_free(&t);
+    if (any_vanished)
+        printf("  vanished: the step rounds away (x +- h == x for an element, or most of h v in a direction):\n"
+               "  a check there is an error, not a point\n");
+}
+
+/* Each curve's best step against the theory's. */
+static void text_best(const sweep_run *w) {
+    const sweep_data *d = &w->d;
+    printf("\n");
+    gct_table s;
+    gct_table_init(&s, "lrrrrl", "curve", "best h", "error there", "pred there", "theory h*", "theory");
+    for (int c = 0; c < d->nc; c++) {
+        const curve_info *ci = &CURVES[d->curve[c]];
+        const best_point *b = &w->best[c];
+        gct_cell *row = gct_table_row(&s);
+        if (!row) break;
+        gct_cell_set(&row[0], GCT_PLAIN, "%s", ci->label);
+        if (b->k >= 0) {
+            gct_cell_set(&row[1], GCT_GOOD, "%.1e", w->grid[b->k]);
+            gct_cell_set(&row[2], GCT_PLAIN, "%.2e", b->med[b->k]);
+            gct_cell_set(&row[3], GCT_DIM, "%.2e", b->pred[b->k]);
+        } else {
+            gct_cell_set(&row[1], GCT_BAD, "none");
+        }
+        gct_cell_set(&row[4], GCT_PLAIN, "%.1e", theory_h(ci, b->l));
+        /* eps and its root each with its own value: "eps^(1/3) l,
+         * eps = 2.22e-16" read as if the cube root were 2.22e-16 */
+        gct_cell_set(&row[5], GCT_DIM, "%s l; eps = %.3g, %s = %.3g, l = %.3g (%s)",
+                     ci->forward ? "eps^(1/2)" : "eps^(1/3)", curve_eps(ci), ci->forward ? "eps^(1/2)" : "eps^(1/3)",
+                     theory_h(ci, 1.0), b->l, w->relative ? "relative steps" : d->input_name[0]);
+    }
+    gct_table_print(stdout, &s, 2, w->a->color);
+    gct_table_free(&s);
+}
+
+/* Each input on its own: its error relative to its gradient, a table per
+ * input (not with -q). */
+static void text_inputs(const sweep_run *w) {
+    const sweep_data *d = &w->d;
+    printf("\n  each input: max |analytic - numeric| / G, G the input's gradient scale, and the predicted error / "
+           "G%s\n\n",
+           d->ns > 1 ? " (median over seeds)" : "");
+    for (int i = 0; i < d->ni && !w->a->quiet; i++) {
+        gct_table ti;
+        char head[64];
+        snprintf(head, sizeof head, "%s: h", d->input_name[i]);
+        curve_table_init(&ti, d, head);
+        for (int k = 0; k < d->nk; k++) {
+            gct_cell *row = gct_table_row(&ti);
+            if (!row) break;
+            gct_cell_set(&row[0], GCT_PLAIN, "%.1e", w->grid[k]);
+            for (int c = 0; c < d->nc; c++) {
+                const best_point *b = &w->bi[c * d->ni + i];
+                bool v = d->vanished[c * d->nk + k] > 0;
+                put_err_cell(&row[2 * c + 1], b->med[k], v, k == b->k);
+                put_pred_cell(&row[2 * c + 2], b->pred[k], v);
+            }
+        }
+        gct_table_print(stdout, &ti, 2, w->a->color);
+        gct_table_free(&ti);
+        printf("\n");
+    }
+}
+
+/* Each input's best step against the theory and the measured rule. */
+static void text_inputs_best(const sweep_run *w) {
+    const sweep_data *d = &w->d;
+    gct_table sb;
+    gct_table_init(&sb, "llrrrrrr", "curve", "input", "best h", "rel err there", "l", "theory eps^k l",
+                   "rule 1.7 cbrt(eps) l", "best / rule");
+    for (int c = 0; c < d->nc; c++) {
+        const curve_info *ci = &CURVES[d->curve[c]];
+        for (int i = 0; i < d->ni; i++) {
+            const best_point *b = &w->bi[c * d->ni + i];
+            gct_cell *row = gct_table_row(&sb);
+            if (!row) break;
+            if (i == 0 && c) gct_table_group(&sb);
+            gct_cell_set(&row[0], GCT_PLAIN, "%s", i == 0 ? ci->label : "");
+            gct_cell_set(&row[1], GCT_PLAIN, "%s", d->input_name[i]);
+            if (b->k >= 0) {
+                gct_cell_set(&row[2], GCT_GOOD, "%.2e", w->grid[b->k]);
+                gct_cell_set(&row[3], GCT_PLAIN, "%.2e", b->med[b->k]);
+            } else {
+                gct_cell_set(&row[2], GCT_BAD, "none");
+            }
+            gct_cell_set(&row[4], GCT_PLAIN, "%.3g", b->l);
+            gct_cell_set(&row[5], GCT_PLAIN, "%.2e", theory_h(ci, b->l));
+            if (!ci->forward) {
+                gct_cell_set(&row[6], GCT_PLAIN, "%.2e", SWEEP_RULE * theory_h(ci, b->l));
+                if (b->k >= 0)
+                    gct_cell_set(&row[7], GCT_PLAIN, "%.2f", w->grid[b->k] / (SWEEP_RULE * theory_h(ci, b->l)));
+            }
+        }
+    }
+    gct_table_print(stdout, &sb, 2, w->a->color);
+    gct_table_free(&sb);
+}
+
+static void print_text(const sweep_run *w) {
+    text_header(w);
+    text_errors(w);
+    text_best(w);
+    text_inputs(w);
+    text_inputs_best(w);
+}
+
+/* ---- the data files, the scripts, the pictures ------------------------------------ */
+
+/* DIR/NAME.dat: h, each curve's error, then each curve's predicted error. */
+static tg_status write_all_data(const sweep_run *w) {
+    const sweep_data *d = &w->d;
+    const char *cols[1 + 2 * SWEEP_CURVES] = {"h"};
+    char pcols[SWEEP_CURVES][32];
+    for (int c = 0; c < d->nc; c++) {
+        cols[1 + c] = CURVES[d->curve[c]].column;
+        snprintf(pcols[c], sizeof pcols[c], "%s_pred", CURVES[d->curve[c]].column);
+        cols[1 + d->nc + c] = pcols[c];
+    }
+    tg_plot *pl;
+    tg_status st = tg_plot_open(&pl, w->a->out_dir, w->name, 1 + 2 * d->nc, cols);
+    for (int k = 0; st == TG_OK && k < d->nk; k++) {
+        double row[1 + 2 * SWEEP_CURVES] = {w->grid[k]};
+        for (int c = 0; c < d->nc; c++) row[1 + c] = w->best[c].med[k], row[1 + d->nc + c] = w->best[c].pred[k];
+        st = tg_plot_row(pl, row);
+    }
+    if (pl) {
+        tg_status st2 = tg_plot_close_data(pl);
+        if (st == TG_OK) st = st2;
+    }
+    return st;
+}
+
+/* DIR/NAME_inputs.dat (path): each input's median, 10% and 90% per curve
+ * and step. */
+static tg_status write_inputs_data(const sweep_run *w, const char *path) {
+    const sweep_data *d = &w->d;
+    FILE *f = fopen(path, "w");
+    if (!f) return TG_ERR_IO;
+    fprintf(f, "# h");
+    for (int c = 0; c < d->nc; c++)
+        for (int i = 0; i < d->ni; i++)
+            fprintf(f, " %s_%s_p50 %s_%s_p10 %s_%s_p90", CURVES[d->curve[c]].column, d->input_name[i],
+                    CURVES[d->curve[c]].column, d->input_name[i], CURVES[d->curve[c]].column, d->input_name[i]);
+    fprintf(f, "\n");
+    for (int k = 0; k < d->nk; k++) {
+        fprintf(f, "%.6g", w->grid[k]);
+        for (int c = 0; c < d->nc; c++)
+            for (int i = 0; i < d->ni; i++) {
+                const best_point *b = &w->bi[c * d->ni + i];
+                fprintf(f, " %.6g %.6g %.6g", b->med[k], b->lo[k], b->hi[k]);
+            }
+        fprintf(f, "\n");
+    }
+    return gct_fclose(f) ? TG_OK : TG_ERR_IO;
+}
+
+/* A picture's title: "LABEL  SPEC: what", without the quotes gnuplot's
+ * strings cannot hold. */
+static void plot_title(char *title, size_t size, const sweep_run *w, const char *what) {
+    snprintf(title, size, "%s  %s: %s", w->label, w->spec, what);
+    for (char *q = title; *q; q++)
+        if (*q == '\'') *q = ' ';
+}
+
+/* Writes the data files and both scripts and renders them (a note on
+ * what was written in text). Returns the exit status. */
+static int write_files(const sweep_run *w) {
+    const gct_args *a = w->a;
+    const char *name = w->name;
+    char path[4096], gp[4096], png[256], dat[256], title[512];
+    snprintf(path, sizeof path, "%s/%s_inputs.dat", a->out_dir, name);
+    tg_status st = write_all_data(w);
+    if (st == TG_OK) st = write_inputs_data(w, path);
+    if (st != TG_OK) {
+        fprintf(stderr, "tapegrad-gradcheck: cannot write %s/%s.dat or %s: %s\n", a->out_dir, name, path,
+                tg_status_name(st));
+        return GCT_EXIT_ERROR;
+    }
+    bool rendered = false, rendered2 = false;
+    char msg[512] = "";
+    snprintf(dat, sizeof dat, "%s.dat", name);
+    snprintf(png, sizeof png, "%s.png", name);
+    snprintf(gp, sizeof gp, "%s/%s.gp", a->out_dir, name);
+    plot_title(title, sizeof title, w, "finite-difference error vs step h");
+    if (!write_script(gp, png, dat, title, &w->d, w->best)) {
+        fprintf(stderr, "tapegrad-gradcheck: cannot write %s\n", gp);
+        return GCT_EXIT_ERROR;
+    }
+    st = tg_plot_render(gp, &rendered, msg, sizeof msg);
+    char gp2[4096], png2[300], dat2[300];
+    snprintf(dat2, sizeof dat2, "%s_inputs.dat", name);
+    snprintf(png2, sizeof png2, "%s_inputs.png", name);
+    snprintf(gp2, sizeof gp2, "%s/%s_inputs.gp", a->out_dir, name);
+    plot_title(title, sizeof title, w, "the error of each input relative to its gradient");
+    if (!write_inputs_script(gp2, png2, dat2, title, &w->d, w->bi)) {
+        fprintf(stderr, "tapegrad-gradcheck: cannot write %s\n", gp2);
+        return GCT_EXIT_ERROR;
+    }
+    if (st == TG_OK) st = tg_plot_render(gp2, &rendered2, msg, sizeof msg);
+    if (a->format == GCT_TEXT) {
+        printf("\nwrote %s/%s.dat, %s_inputs.dat, %s and %s", a->out_dir, name, name, gp, gp2);
+        if (rendered && rendered2) printf(" and the pictures %s, %s\n", png, png2);
+        else printf("\n%s\n", msg);
+    }
+    return st == TG_OK ? GCT_EXIT_PASS : GCT_EXIT_ERROR;
+}
+
+int gct_cmd_sweep(const gct_args *a) {
+    static sweep_run w;
+    memset(&w, 0, sizeof w);
+    w.a = a;
+    tg_ctx *ctx;
+    int status = gct_begin(a, &w.op, &w.bug, &ctx);
+    if (status >= 0) return status;
+    const double t_start = gct_now();
+    if (!sweep_setup(&w)) {
         fprintf(stderr, "tapegrad-gradcheck: out of memory\n");
         status = GCT_EXIT_ERROR;
     } else {
-        status = measure(ctx, a, op, bug, &d, spec, label, function, &numel);
+        status = measure(ctx, a, w.op, w.bug, &w.d, w.spec, w.label, w.function, &w.numel);
     }
     tg_ctx_free(ctx);
-    if (status >= 0) goto done;
-
-    bool relative = a->step_set && a->step != TG_GRADCHECK_STEP_ABSOLUTE;
-    double *p = stats;
-    for (int c = 0; c < d.nc; c++) {
-        best[c] = (best_point){p, p + d.nk, p + 2 * d.nk, p + 3 * d.nk, -1, 1.0};
-        p += 4 * d.nk;
-        summarize(&d, c, -1, relative, &best[c], tmp);
-        for (int i = 0; i < d.ni; i++) {
-            best_point *b = &bi[c * d.ni + i];
-            *b = (best_point){p, p + d.nk, p + 2 * d.nk, p + 3 * d.nk, -1, 1.0};
-            p += 4 * d.nk;
-            summarize(&d, c, i, relative, b, tmp);
-        }
+    if (status < 0) {
+        sweep_summarize(&w);
+        if (a->format == GCT_JSON) print_json(&w, t_start);
+        else if (a->format == GCT_CSV) print_csv(&w);
+        else print_text(&w);
+        status = write_files(&w);
     }
-    const char *step_name = relative ? tg_gradcheck_step_name(a->step) : "absolute";
-    char name[200];
-    snprintf(name, sizeof name, "sweep_%s", bug ? bug->name : op->def->name);
-
-    if (a->format == GCT_JSON) {
-        /* the document's envelope (json.c), the sweep in its own field */
-        gct_json J;
-        gct_json_open(&J, a);
-        gct_json_checks_close(&J);
-        printf(",\n\"sweep\":{\"op\":");
-        gct_json_str(stdout, op->def->name);
-        printf(",\"bug\":");
-        if (bug) gct_json_str(stdout, bug->name);
-        else printf("null");
-        printf(",\"spec\":");
-        gct_json_str(stdout, spec);
-        printf(",\"mode\":\"%s\",\"step\":\"%s\",\"h\":", tg_gradcheck_mode_name(a->mode), step_name);
-        json_array(stdout, grid, d.nk);
-        printf(",\"curves\":[");
-        for (int c = 0; c < d.nc; c++) {
-            const curve_info *ci = &CURVES[d.curve[c]];
-            printf("%s{\"dtype\":\"%s\",\"scheme\":\"%s\",\"vanished\":[", c ? "," : "", tg_dtype_name(ci->dtype),
-                   ci->forward ? "forward" : "central");
-            for (int k = 0; k < d.nk; k++) printf("%s%d", k ? "," : "", d.vanished[c * d.nk + k]);
-            printf("],\"all\":{\"median\":");
-            json_array(stdout, best[c].med, d.nk);
-            printf(",\"predicted\":");
-            json_array(stdout, best[c].pred, d.nk);
-            printf(",\"best_h\":");
-            gct_json_num(stdout, best[c].k >= 0 ? grid[best[c].k] : NAN);
-            printf(",\"theory_h\":");
-            gct_json_num(stdout, theory_h(ci, best[c].l));
-            printf("},\"inputs\":[");
-            for (int i = 0; i < d.ni; i++) {
-                const best_point *b = &bi[c * d.ni + i];
-                printf("%s{\"name\":", i ? "," : "");
-                gct_json_str(stdout, d.input_name[i]);
-                printf(",\"scale\":");
-                gct_json_num(stdout, b->l);
-                printf(",\"median\":");
-                json_array(stdout, b->med, d.nk);
-                printf(",\"p10\":");
-                json_array(stdout, b->lo, d.nk);
-                printf(",\"p90\":");
-                json_array(stdout, b->hi, d.nk);
-                printf(",\"predicted\":");
-                json_array(stdout, b->pred, d.nk);
-                printf(",\"best_h\":");
-                gct_json_num(stdout, b->k >= 0 ? grid[b->k] : NAN);
-                printf(",\"best_rel_err\":");
-                gct_json_num(stdout, b->k >= 0 ? b->med[b->k] : NAN);
-                printf(",\"theory_h\":");
-                gct_json_num(stdout, theory_h(ci, b->l));
-                printf("}");
-            }
-            printf("]}");
-        }
-        printf("]}");
-        gct_tally none = {0};
-        gct_json_summary(a, &none, &none, 1, 1, gct_now() - t_start, gct_now() - t_start);
-    } else if (a->format == GCT_CSV) {
-        printf("op,bug,spec,dtype,scheme,input,measure,h,seeds,vanished,p50,p10,p90,scale,theory_h,best,predicted\n");
-        for (int c = 0; c < d.nc; c++) {
-            const curve_info *ci = &CURVES[d.curve[c]];
-            for (int i = -1; i < d.ni; i++) {
-                const best_point *b = i < 0 ? &best[c] : &bi[c * d.ni + i];
-                for (int k = 0; k < d.nk; k++) {
-                    printf("%s,%s,", op->def->name, bug ? bug->name : "");
-                    for (const char *q = spec; *q; q++) putchar(*q == ',' ? ';' : *q);
-                    printf(",%s,%s,%s,%s,%.17g,%d,%d,%.17g,%.17g,%.17g,%.17g,%.17g,%d,%.17g\n",
-                           tg_dtype_name(ci->dtype), ci->forward ? "forward" : "central",
-                           i < 0 ? "all" : d.input_name[i], i < 0 ? "abs" : "rel", grid[k], d.ns,
-                           d.vanished[c * d.nk + k], b->med[k], b->lo[k], b->hi[k], b->l, theory_h(ci, b->l), k == b->k,
-                           b->pred[k]);
-                }
-            }
-        }
-    } else {
-        gct_put_title(a, op, bug, function);
-        printf("  spec %s: %lld elements checked, %s, %s steps", spec, (long long)numel,
-               a->mode == TG_GRADCHECK_FULL ? "every element" : "one random direction per input", step_name);
-        if (d.ns > 1)
-            printf(", seeds %llu..%llu (medians over seeds)", (unsigned long long)gct_first_seed(a),
-                   (unsigned long long)(gct_first_seed(a) + (uint64_t)d.ns - 1));
-        printf("\n  error = max |analytic - numeric| over the checked elements; * marks each column's minimum;\n"
-               "  pred = the error the check predicts for itself at that h (truncation + rounding, the largest)\n\n");
-        gct_table t;
-        curve_table_init(&t, &d, "h");
-        bool any_vanished = false;
-        for (int k = 0; k < d.nk && !a->quiet; k++) {
-            gct_cell *row = gct_table_row(&t);
-            if (!row) break;
-            gct_cell_set(&row[0], GCT_PLAIN, "%.1e", grid[k]);
-            for (int c = 0; c < d.nc; c++) {
-                bool v = d.vanished[c * d.nk + k] > 0;
-                any_vanished |= v;
-                put_err_cell(&row[2 * c + 1], best[c].med[k], v, k == best[c].k);
-                put_pred_cell(&row[2 * c + 2], best[c].pred[k], v);
-            }
-        }
-        if (!a->quiet) gct_table_print(stdout, &t, 2, a->color);
-        gct_table_free(&t);
-        if (any_vanished)
-            printf("  vanished: the step rounds away (x +- h == x for an element, or most of h v in a direction):\n"
-                   "  a check there is an error, not a point\n");
-
-        printf("\n");
-        gct_table s;
-        gct_table_init(&s, "lrrrrl", "curve", "best h", "error there", "pred there", "theory h*", "theory");
-        for (int c = 0; c < d.nc; c++) {
-            const curve_info *ci = &CURVES[d.curve[c]];
-            gct_cell *row = gct_table_row(&s);
-            if (!row) break;
-            gct_cell_set(&row[0], GCT_PLAIN, "%s", ci->label);
-            if (best[c].k >= 0) {
-                gct_cell_set(&row[1], GCT_GOOD, "%.1e", grid[best[c].k]);
-                gct_cell_set(&row[2], GCT_PLAIN, "%.2e", best[c].med[best[c].k]);
-                gct_cell_set(&row[3], GCT_DIM, "%.2e", best[c].pred[best[c].k]);
-            } else {
-                gct_cell_set(&row[1], GCT_BAD, "none");
-            }
-            gct_cell_set(&row[4], GCT_PLAIN, "%.1e", theory_h(ci, best[c].l));
-            /* eps and its root each with its own value: "eps^(1/3) l,
-             * eps = 2.22e-16" read as if the cube root were 2.22e-16 */
-            gct_cell_set(&row[5], GCT_DIM, "%s l; eps = %.3g, %s = %.3g, l = %.3g (%s)",
-                         ci->forward ? "eps^(1/2)" : "eps^(1/3)", curve_eps(ci),
-                         ci->forward ? "eps^(1/2)" : "eps^(1/3)", theory_h(ci, 1.0), best[c].l,
-                         relative ? "relative steps" : d.input_name[0]);
-        }
-        gct_table_print(stdout, &s, 2, a->color);
-        gct_table_free(&s);
-
-        /* each input on its own: its error relative to its gradient */
-        printf("\n  each input: max |analytic - numeric| / G, G the input's gradient scale, and the predicted error / "
-               "G%s\n\n",
-               d.ns > 1 ? " (median over seeds)" : "");
-        for (int i = 0; i < d.ni && !a->quiet; i++) {
-            gct_table ti;
-            char head[64];
-            snprintf(head, sizeof head, "%s: h", d.input_name[i]);
-            curve_table_init(&ti, &d, head);
-            for (int k = 0; k < d.nk; k++) {
-                gct_cell *row = gct_table_row(&ti);
-                if (!row) break;
-                gct_cell_set(&row[0], GCT_PLAIN, "%.1e", grid[k]);
-                for (int c = 0; c < d.nc; c++) {
-                    const best_point *b = &bi[c * d.ni + i];
-                    bool v = d.vanished[c * d.nk + k] > 0;
-                    put_err_cell(&row[2 * c + 1], b->med[k], v, k == b->k);
-                    put_pred_cell(&row[2 * c + 2], b->pred[k], v);
-                }
-            }
-            gct_table_print(stdout, &ti, 2, a->color);
-            gct_table_free(&ti);
-            printf("\n");
-        }
-        gct_table sb;
-        gct_table_init(&sb, "llrrrrrr", "curve", "input", "best h", "rel err there", "l", "theory eps^k l",
-                       "rule 1.7 cbrt(eps) l", "best / rule");
-        for (int c = 0; c < d.nc; c++) {
-            const curve_info *ci = &CURVES[d.curve[c]];
-            for (int i = 0; i < d.ni; i++) {
-                const best_point *b = &bi[c * d.ni + i];
-                gct_cell *row = gct_table_row(&sb);
-                if (!row) break;
-                if (i == 0 && c) gct_table_group(&sb);
-                gct_cell_set(&row[0], GCT_PLAIN, "%s", i == 0 ? ci->label : "");
-                gct_cell_set(&row[1], GCT_PLAIN, "%s", d.input_name[i]);
-                if (b->k >= 0) {
-                    gct_cell_set(&row[2], GCT_GOOD, "%.2e", grid[b->k]);
-                    gct_cell_set(&row[3], GCT_PLAIN, "%.2e", b->med[b->k]);
-                } else {
-                    gct_cell_set(&row[2], GCT_BAD, "none");
-                }
-                gct_cell_set(&row[4], GCT_PLAIN, "%.3g", b->l);
-                gct_cell_set(&row[5], GCT_PLAIN, "%.2e", theory_h(ci, b->l));
-                if (!ci->forward) {
-                    gct_cell_set(&row[6], GCT_PLAIN, "%.2e", SWEEP_RULE * theory_h(ci, b->l));
-                    if (b->k >= 0)
-                        gct_cell_set(&row[7], GCT_PLAIN, "%.2f", grid[b->k] / (SWEEP_RULE * theory_h(ci, b->l)));
-                }
-            }
-        }
-        gct_table_print(stdout, &sb, 2, a->color);
-        gct_table_free(&sb);
-    }
-
-    /* the data files, the scripts, the pictures */
-    {
-        /* h, each curve's error, then each curve's predicted error */
-        const char *cols[1 + 2 * SWEEP_CURVES] = {"h"};
-        char pcols[SWEEP_CURVES][32];
-        for (int c = 0; c < d.nc; c++) {
-            cols[1 + c] = CURVES[d.curve[c]].column;
-            snprintf(pcols[c], sizeof pcols[c], "%s_pred", CURVES[d.curve[c]].column);
-            cols[1 + d.nc + c] = pcols[c];
-        }
-        tg_plot *pl;
-        tg_status st = tg_plot_open(&pl, a->out_dir, name, 1 + 2 * d.nc, cols);
-        for (int k = 0; st == TG_OK && k < d.nk; k++) {
-            double row[1 + 2 * SWEEP_CURVES] = {grid[k]};
-            for (int c = 0; c < d.nc; c++) row[1 + c] = best[c].med[k], row[1 + d.nc + c] = best[c].pred[k];
-            st = tg_plot_row(pl, row);
-        }
-        if (pl) {
-            tg_status st2 = tg_plot_close_data(pl);
-            if (st == TG_OK) st = st2;
-        }
-        char path[4096], gp[4096], png[256], dat[256], title[512];
-        snprintf(path, sizeof path, "%s/%s_inputs.dat", a->out_dir, name);
-        FILE *f = st == TG_OK ? fopen(path, "w") : NULL;
-        if (f) {
-            fprintf(f, "# h");
-            for (int c = 0; c < d.nc; c++)
-                for (int i = 0; i < d.ni; i++)
-                    fprintf(f, " %s_%s_p50 %s_%s_p10 %s_%s_p90", CURVES[d.curve[c]].column, d.input_name[i],
-                            CURVES[d.curve[c]].column, d.input_name[i], CURVES[d.curve[c]].column, d.input_name[i]);
-            fprintf(f, "\n");
-            for (int k = 0; k < d.nk; k++) {
-                fprintf(f, "%.6g", grid[k]);
-                for (int c = 0; c < d.nc; c++)
-                    for (int i = 0; i < d.ni; i++) {
-                        const best_point *b = &bi[c * d.ni + i];
-                        fprintf(f, " %.6g %.6g %.6g", b->med[k], b->lo[k], b->hi[k]);
-                    }
-                fprintf(f, "\n");
-            }
-            if (!gct_fclose(f)) st = TG_ERR_IO;
-        } else if (st == TG_OK) {
-            st = TG_ERR_IO;
-        }
-        if (st != TG_OK) {
-            fprintf(stderr, "tapegrad-gradcheck: cannot write %s/%s.dat or %s: %s\n", a->out_dir, name, path,
-                    tg_status_name(st));
-            status = GCT_EXIT_ERROR;
-            goto done;
-        }
-        bool rendered = false, rendered2 = false;
-        char msg[512] = "";
-        snprintf(dat, sizeof dat, "%s.dat", name);
-        snprintf(png, sizeof png, "%s.png", name);
-        snprintf(gp, sizeof gp, "%s/%s.gp", a->out_dir, name);
-        snprintf(title, sizeof title, "%s  %s: finite-difference error vs step h", label, spec);
-        for (char *q = title; *q; q++)
-            if (*q == '\'') *q = ' ';
-        if (!write_script(gp, png, dat, title, &d, best)) {
-            fprintf(stderr, "tapegrad-gradcheck: cannot write %s\n", gp);
-            status = GCT_EXIT_ERROR;
-            goto done;
-        }
-        st = tg_plot_render(gp, &rendered, msg, sizeof msg);
-        char gp2[4096], png2[300], dat2[300];
-        snprintf(dat2, sizeof dat2, "%s_inputs.dat", name);
-        snprintf(png2, sizeof png2, "%s_inputs.png", name);
-        snprintf(gp2, sizeof gp2, "%s/%s_inputs.gp", a->out_dir, name);
-        snprintf(title, sizeof title, "%s  %s: the error of each input relative to its gradient", label, spec);
-        for (char *q = title; *q; q++)
-            if (*q == '\'') *q = ' ';
-        if (!write_inputs_script(gp2, png2, dat2, title, &d, bi)) {
-            fprintf(stderr, "tapegrad-gradcheck: cannot write %s\n", gp2);
-            status = GCT_EXIT_ERROR;
-            goto done;
-        }
-        if (st == TG_OK) st = tg_plot_render(gp2, &rendered2, msg, sizeof msg);
-        if (a->format == GCT_TEXT) {
-            printf("\nwrote %s/%s.dat, %s_inputs.dat, %s and %s", a->out_dir, name, name, gp, gp2);
-            if (rendered && rendered2) printf(" and the pictures %s, %s\n", png, png2);
-            else printf("\n%s\n", msg);
-        }
-        status = st == TG_OK ? GCT_EXIT_PASS : GCT_EXIT_ERROR;
-    }
-done:
-    free(d.all);
-    free(d.rel);
-    free(d.pall);
-    free(d.prel);
-    free(d.scale);
-    free(d.vanished);
-    free(tmp);
-    free(stats);
+    sweep_free(&w);
     return status;
 }

@@ -1,4 +1,7 @@
-/* Aligned text tables and small helpers for tapegrad-gradcheck. */
+/* Aligned text tables and small helpers for tapegrad-gradcheck: tones,
+ * shape and index text, directories, files, the clock.
+ *
+ * Layer: base (tool.h): calls nothing of the tool. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <errno.h>

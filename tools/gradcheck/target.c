@@ -1,7 +1,9 @@
 /* What tapegrad-gradcheck checks: a registered op on inputs built from a
  * spec, or the same inputs run through an injected bug's function; the
  * inputs as the command line shapes them (seeds, distributions, scales,
- * explicit values), printed, exported; the options of tg_gradcheck. */
+ * explicit values); the options of tg_gradcheck, and the check run.
+ *
+ * Layer: target (tool.h): calls the bugs (inject.c) and the base. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <errno.h>
@@ -163,17 +165,6 @@ int gct_build_failed(tg_ctx *ctx) {
     return gct_usage_error("%s", tg_error_message(ctx));
 }
 
-void gct_put_title(const gct_args *a, const tg_op_info *op, const gct_bug *bug, const char *function) {
-    gct_puts_tone(stdout, op->def->name, GCT_BOLD, a->color);
-    if (!bug) {
-        printf("  %s\n", op->summary);
-        return;
-    }
-    printf("  with injected bug ");
-    gct_puts_tone(stdout, bug->name, GCT_BAD, a->color);
-    printf(": %s\n  function checked: %s\n", bug->what, function);
-}
-
 tg_gradcheck_opts gct_target_opts(const gct_target *t, const gct_args *a, uint64_t seed) {
     tg_gradcheck_opts o = tg_registry_opts(t->op, t->c.dtype, NULL);
     if (!isnan(a->h)) o.h = a->h;
@@ -202,88 +193,14 @@ bool gct_target_check(tg_ctx *ctx, gct_target *t, const tg_gradcheck_opts *o, tg
     return tg_gradcheck(ctx, t->fn, &t->c, t->c.n_inputs, t->c.inputs, o, r);
 }
 
-/* ---- inputs under control: --dist, --scale, --offset, --values ------------ */
-
-bool gct_parse_values(const char *opt, const char *text, double **values, int64_t *n) {
-    *values = NULL;
-    *n = 0;
-    char *buf = NULL;
-    if (text[0] == '@') {
-        char why[512]; /* a regular file: a device or a pipe need not end */
-        int fd = tg_open_regular(text + 1, why, sizeof why);
-        FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
-        if (fd >= 0 && !f) {
-            snprintf(why, sizeof why, "cannot read %s: %s", text + 1, strerror(errno));
-            close(fd);
-        }
-        if (!f) {
-            gct_usage_error("%s: %s", opt, why);
-            return false;
-        }
-        size_t cap = 4096, len = 0;
-        buf = malloc(cap);
-        for (size_t got; buf && (got = fread(buf + len, 1, cap - len - 1, f)) > 0;) {
-            len += got;
-            if (len + 1 == cap) {
-                char *b = realloc(buf, cap *= 2);
-                if (!b) free(buf);
-                buf = b;
-            }
-        }
-        fclose(f);
-        if (!buf) {
-            fprintf(stderr, "tapegrad-gradcheck: out of memory\n");
-            return false;
-        }
-        buf[len] = '\0';
-    } else {
-        buf = strdup(text);
-        if (!buf) return false;
-    }
-    int64_t cap = 64, count = 0;
-    double *v = malloc((size_t)cap * sizeof *v);
-    bool ok = v != NULL;
-    for (char *p = buf; ok && *p;) {
-        if (*p == '#') {
-            p += strcspn(p, "\n");
-            continue;
-        }
-        if (strchr(" \t\r\n,;[]", *p)) {
-            p++;
-            continue;
-        }
-        char *e;
-        errno = 0;
-        double x = strtod(p, &e);
-        if (e == p || errno || !isfinite(x)) {
-            gct_usage_error("%s: '%.20s' in %s is not a finite number", opt, p, text[0] == '@' ? text + 1 : "the list");
-            ok = false;
-            break;
-        }
-        if (count == cap) {
-            double *w = realloc(v, (size_t)(cap *= 2) * sizeof *v);
-            if (!w) {
-                ok = false;
-                break;
-            }
-            v = w;
-        }
-        v[count++] = x;
-        p = e;
-    }
-    free(buf);
-    if (ok && count == 0) {
-        gct_usage_error("%s: no numbers in '%s'", opt, text);
-        ok = false;
-    }
-    if (!ok) {
-        free(v);
-        return false;
-    }
-    *values = v;
-    *n = count;
-    return true;
+/* check --order 2 (tg_gradgradcheck, check/gradcheck_order2.c): the
+ * target's first gradient, a function of the inputs, checked like any
+ * function -- the double backward against differences of plain backwards. */
+bool gct_order2_check(tg_ctx *ctx, gct_target *t, const tg_gradcheck_opts *o, tg_gradcheck_result *r) {
+    return tg_gradgradcheck(ctx, t->fn, &t->c, t->c.n_inputs, t->c.inputs, o, r);
 }
+
+/* ---- inputs under control: --dist, --scale, --offset, --values ------------ */
 
 /* The controls for input `name`: its own entry, else (when `all`) the
  * entry "all". */
@@ -345,76 +262,6 @@ bool gct_target_make(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const
                      tg_dtype dtype, uint64_t seed, gct_target *t) {
     tg_rng_seed(ctx, gct_input_seed(a, seed));
     return gct_target_build(ctx, op, bug, spec, dtype, t) && apply_controls(ctx, a, t);
-}
-
-void gct_print_inputs(FILE *out, const gct_target *t, int indent) {
-    char sh[64];
-    int digits = t->c.dtype == TG_F32 ? 9 : 17;
-    for (int k = 0; k < t->c.n_inputs; k++) {
-        const tg_tensor *x = t->c.inputs[k];
-        fprintf(out, "%*s%s %s =", indent, "", t->c.input_names[k], gct_shape_text(sh, sizeof sh, x->ndim, x->shape));
-        int64_t row = x->ndim ? x->shape[x->ndim - 1] : 1;
-        for (int64_t i = 0; i < x->numel; i++) {
-            if (row > 0 && i % row == 0 && x->numel > row) fprintf(out, "\n%*s", indent + 2, "");
-            fprintf(out, " %.*g", digits, tg_load(x, i));
-        }
-        fputc('\n', out);
-    }
-    if (t->c.n_index) {
-        fprintf(out, "%*sindices =", indent, "");
-        for (int64_t i = 0; i < t->c.n_index; i++) fprintf(out, " %lld", (long long)t->c.index[i]);
-        fputc('\n', out);
-    }
-}
-
-void gct_json_inputs(FILE *out, const gct_target *t) {
-    fputc('{', out);
-    for (int k = 0; k < t->c.n_inputs; k++) {
-        const tg_tensor *x = t->c.inputs[k];
-        fprintf(out, "%s", k ? "," : "");
-        gct_json_str(out, t->c.input_names[k]);
-        fprintf(out, ":{\"shape\":[");
-        for (int d = 0; d < x->ndim; d++) fprintf(out, "%s%lld", d ? "," : "", (long long)x->shape[d]);
-        fprintf(out, "],\"differentiable\":%s,\"values\":[", t->c.check >> k & 1u ? "true" : "false");
-        for (int64_t i = 0; i < x->numel; i++) {
-            if (i) fputc(',', out);
-            gct_json_num(out, tg_load(x, i));
-        }
-        fprintf(out, "]}");
-    }
-    if (t->c.n_index) {
-        fprintf(out, "%s\"indices\":[", t->c.n_inputs ? "," : "");
-        for (int64_t i = 0; i < t->c.n_index; i++) fprintf(out, "%s%lld", i ? "," : "", (long long)t->c.index[i]);
-        fputc(']', out);
-    }
-    fputc('}', out);
-}
-
-bool gct_save_inputs(const gct_target *t, const char *dir) {
-    if (!gct_mkdir_p(dir)) return false;
-    char sh[64];
-    for (int k = 0; k < t->c.n_inputs; k++) {
-        const tg_tensor *x = t->c.inputs[k];
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s.txt", dir, t->c.input_names[k]);
-        FILE *f = fopen(path, "w");
-        if (!f) {
-            fprintf(stderr, "tapegrad-gradcheck: cannot write %s: %s\n", path, strerror(errno));
-            return false;
-        }
-        fprintf(f, "# %s %s %s of %s %s (load with --values %s=@%s)\n", t->c.input_names[k],
-                gct_shape_text(sh, sizeof sh, x->ndim, x->shape), tg_dtype_name(x->dtype), t->op->def->name, t->c.spec,
-                t->c.input_names[k], path);
-        int64_t row = x->ndim ? x->shape[x->ndim - 1] : 1;
-        for (int64_t i = 0; i < x->numel; i++)
-            fprintf(f, "%.17g%s", tg_load(x, i), row > 0 && (i + 1) % row == 0 ? "\n" : " ");
-        if (x->numel == 0 || (row > 0 && x->numel % row)) fputc('\n', f);
-        if (!gct_fclose(f)) {
-            fprintf(stderr, "tapegrad-gradcheck: cannot write %s\n", path);
-            return false;
-        }
-    }
-    return true;
 }
 
 int64_t gct_target_numel(const gct_target *t) {

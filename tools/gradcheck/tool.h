@@ -1,23 +1,37 @@
 /* tapegrad-gradcheck: the gradient-check tool (internal to tools/).
  *
- *   main.c       the command line, usage, dispatch
- *   list.c       `list`: every registered op, its spec and variants
- *   check.c      `check`: one table per op, a row per input
- *   sweep.c      `sweep`: error against the step h, a log-log PNG
- *   jacobian.c   `jacobian`: both Jacobians side by side, heatmaps
- *   target.c     what is checked: a registered op, or one with
- *                an injected bug; options for tg_gradcheck
- *   table.c      aligned text tables
- *   report.c     what reports share: quantiles, JSON and CSV pieces, the
- *                settings line, the note on the predicted error
- *   inject.c     the seeded bugs (known-wrong backward passes)
- *   inject_norm.c  more of them, written with the custom-op API
- *   plugin.c     --plugin PATH: a user's ops from a shared object
- *   diagnose.c   the diagnosis under a failing check
- *   projection.c jacobian's projection view of a norm without gamma
- *   explain.c    `explain`: a norm's backward on the learner's numbers
- *   memory.c     `memory`: fused vs composed records, saved and arena bytes
- *   modes.c      check --modes fwd,rev and --adjoint: forward mode
+ * Its files stand in layers; a file calls its own layer and the ones
+ * below, never one above, and no files call each other round in a cycle
+ * (ctest gradcheck_tool_layering, tests/source/tool_layering.sh, reads the
+ * line below and each file's " * Layer: " line):
+ *
+ * layers: main > command > analysis > report > target > base
+ *
+ *   main      main.c       loads plugins, parses, dispatches to a command
+ *   command   list.c       `list`: every registered op, its spec and variants
+ *             check.c      `check`: one table per op, a row per input
+ *             modes.c      check --modes fwd,rev and --adjoint: forward mode
+ *             sweep.c      `sweep`: error against the step h, log-log pictures
+ *             jacobian.c   `jacobian`: both Jacobians side by side, heatmaps
+ *             explain.c    `explain`: a norm's backward on the learner's numbers
+ *             memory.c     `memory`: fused vs composed records, saved and arena bytes
+ *   analysis  diagnose.c   the diagnosis under a failing check
+ *             projection.c jacobian's projection view of a norm without gamma
+ *   report    report.c     what reports share: quantiles, the title and
+ *                          settings lines, tallies, verdicts, the note on
+ *                          the predicted error, the start of a CSV row
+ *             json.c       the JSON document (--format json) and its pieces
+ *             inputs.c     a target's inputs printed, as JSON, saved to files
+ *             plot.c       heatmap pictures (data and gnuplot script)
+ *   target    target.c     what is checked: a registered op, or one with
+ *                          an injected bug; options for tg_gradcheck; the check
+ *             inject.c     the seeded bugs (known-wrong backward passes)
+ *             inject_norm.c  more of them, written with the custom-op API
+ *             plugin.c     --plugin PATH: a user's ops from a shared object
+ *   base      args.c       the command line into gct_args; usage errors
+ *             usage.c      the usage text
+ *             table.c      aligned text tables, tones, shape and index text,
+ *                          directories, files, the clock
  *
  * The tool prints to stdout (reports) and stderr (usage errors). Exit
  * status, one meaning each: 0 every check passed; 1 a wrong gradient was
@@ -61,6 +75,9 @@ typedef struct gct_input_ctl {
     int64_t n_v;
 } gct_input_ctl;
 
+/* The bits of gct_args.modes. */
+enum { GCT_MODE_REV = 1, GCT_MODE_FWD = 2 };
+
 #define GCT_MAX_CTL 9
 #define GCT_MAX_GRID 512
 
@@ -103,7 +120,7 @@ typedef struct gct_args {
     int n_grid;
     gct_input_ctl ctl[GCT_MAX_CTL]; /* per-input controls */
     int n_ctl;
-    int modes;    /* --modes fwd,rev: bit 0 rev, bit 1 fwd (modes.c); 0: rev */
+    int modes;    /* --modes fwd,rev: GCT_MODE_REV | GCT_MODE_FWD (modes.c); 0: rev */
     bool adjoint; /* --adjoint: the dot-product test (modes.c) */
 } gct_args;
 
@@ -115,7 +132,12 @@ uint64_t gct_probe_seed(const gct_args *a, uint64_t s);
 uint64_t gct_first_seed(const gct_args *a);
 int64_t gct_seed_count(const gct_args *a);
 
-/* Prints the usage text to `out`. */
+/* Parses argv into *a (args.c). Returns -1 when the command can run, else
+ * the exit status (a usage error was printed, or help was asked for). */
+int gct_parse_args(int argc, char **argv, gct_args *a);
+/* Frees what gct_parse_args allocated in *a. */
+void gct_args_free(gct_args *a);
+/* Prints the usage text to `out` (usage.c). */
 void gct_usage(FILE *out);
 /* A usage error: "tapegrad-gradcheck: <message>", then a line pointing at
  * --help, both on stderr. Returns GCT_EXIT_USAGE. */
@@ -124,6 +146,11 @@ int gct_usage_error(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)))
 #endif
     ;
+
+/* Reads numbers separated by blanks or commas ('#' starts a comment) from
+ * "V,V,..." or "@FILE" into a heap array (args.c). False (and a message naming opt)
+ * when malformed or unreadable. */
+bool gct_parse_values(const char *opt, const char *text, double **values, int64_t *n);
 
 int gct_cmd_list(const gct_args *a);
 int gct_cmd_check(const gct_args *a);
@@ -168,9 +195,8 @@ const gct_bug *gct_bug_get(int i);
 const gct_bug *gct_bug_find(const char *name);
 
 /* check with --modes or --adjoint (modes.c): op NULL for all, else the op
- * and bug gct_cmd_check resolved; and its two options. */
+ * and bug gct_cmd_check resolved. */
 int gct_cmd_check_modes(const gct_args *a, const tg_op_info *op, const gct_bug *bug);
-bool gct_parse_modes_option(gct_args *a, const char *opt, const char *v);
 
 /* ---- what is checked (target.c) -------------------------- */
 
@@ -212,9 +238,6 @@ bool gct_target_make(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const
  * printed -- a refused spec is a usage error (2), running out of memory an
  * error (3). */
 int gct_build_failed(tg_ctx *ctx);
-/* The title of a report: "NAME  summary", or with a bug, its name, what
- * is wrong and the function checked. */
-void gct_put_title(const gct_args *a, const tg_op_info *op, const gct_bug *bug, const char *function);
 /* The gradcheck options for t from the command line: the values given,
  * else the op's own for t's dtype, else the dtype's defaults (as
  * tg_registry_opts); float32 allowed; the probe seed of run `seed`; the
@@ -222,21 +245,24 @@ void gct_put_title(const gct_args *a, const tg_op_info *op, const gct_bug *bug, 
 tg_gradcheck_opts gct_target_opts(const gct_target *t, const gct_args *a, uint64_t seed);
 /* Runs tg_gradcheck on t. */
 bool gct_target_check(tg_ctx *ctx, gct_target *t, const tg_gradcheck_opts *o, tg_gradcheck_result *r);
-/* check --order 2: t's gradgradcheck (tools/gradcheck/order2.c). */
+/* check --order 2: t's gradgradcheck (target.c). */
 bool gct_order2_check(tg_ctx *ctx, gct_target *t, const tg_gradcheck_opts *o, tg_gradcheck_result *r);
 /* Number of differentiable elements of t's inputs. */
 int64_t gct_target_numel(const gct_target *t);
+
+/* ---- a target's inputs (inputs.c) ------------------------------------------ */
+
 /* The inputs of t as text (--print-inputs): "x 4x8 = 1.2, -0.3, ..." per
  * input, full precision. */
 void gct_print_inputs(FILE *out, const gct_target *t, int indent);
-/* The diagnosis of every input r found wrong (diagnose.c), as text for
- * the report: which input, where, what structure analytic - numeric
- * Jacobian has, the check's own error against the error found (the
- * numbers of the verdict) and the likely cause. Inputs that pass or are
- * inconclusive get none: there is nothing to diagnose. Writes at most size
- * bytes into buf; returns the length written. */
-size_t gct_diagnose_case(tg_ctx *ctx, const gct_args *a, gct_target *t, const tg_gradcheck_opts *o,
-                         const tg_gradcheck_result *r, char *buf, size_t size);
+/* The inputs of t as a JSON object {"x": {"shape": [4, 8], "values": [...]}}. */
+void gct_json_inputs(FILE *out, const gct_target *t);
+/* Writes each input of t to DIR/NAME.txt (numbers, loadable by --values
+ * NAME=@DIR/NAME.txt). False (and a message) when a file cannot be written. */
+bool gct_save_inputs(const gct_target *t, const char *dir);
+
+/* ---- pictures (plot.c) ------------------------------------------------------- */
+
 /* One panel of a heatmap picture: an M x N matrix, its title, its colour
  * group (panels of a group share one symmetric colour range) and whether
  * the colour bar is in exponents (for differences near rounding). */
@@ -251,9 +277,20 @@ typedef struct gct_heatmap {
 
 /* Writes n <= GCT_MAX_HEATMAPS matrices to DIR/NAME.dat (gnuplot `index`
  * 0 .. n-1) and DIR/NAME.gp drawing them side by side into NAME.png
- * (jacobian.c). False when a file cannot be written. */
+ * (plot.c). False when a file cannot be written. */
 bool gct_write_heatmaps(const char *dir, const char *name, const char *title, const char *xname, int64_t M, int64_t N,
                         int n, const gct_heatmap *maps);
+
+/* ---- analysis: diagnose.c, projection.c ------------------------------------- */
+
+/* The diagnosis of every input r found wrong (diagnose.c), as text for
+ * the report: which input, where, what structure analytic - numeric
+ * Jacobian has, the check's own error against the error found (the
+ * numbers of the verdict) and the likely cause. Inputs that pass or are
+ * inconclusive get none: there is nothing to diagnose. Writes at most size
+ * bytes into buf; returns the length written. */
+size_t gct_diagnose_case(tg_ctx *ctx, const gct_args *a, gct_target *t, const tg_gradcheck_opts *o,
+                         const tg_gradcheck_result *r, char *buf, size_t size);
 /* jacobian's projection view (projection.c): for rmsnorm or layernorm
  * with affine=0 and input 0 (x), each row's eigenvalues, J^2 = r J, and
  * the parts of J (r I, - r xhat xhat^T / C, and - r 1 1^T / C for
@@ -264,27 +301,21 @@ bool gct_write_heatmaps(const char *dir, const char *name, const char *title, co
  * GCT_EXIT_ERROR when a file cannot be written. */
 int gct_projection_view(tg_ctx *ctx, const gct_target *t, int k, const double *ja, const double *jn, const char *dir,
                         const char *name, const char *title, bool print);
-/* The inputs of t as a JSON object {"x": {"shape": [4, 8], "values": [...]}}. */
-void gct_json_inputs(FILE *out, const gct_target *t);
-/* Writes each input of t to DIR/NAME.txt (numbers, loadable by --values
- * NAME=@DIR/NAME.txt). False (and a message) when a file cannot be written. */
-bool gct_save_inputs(const gct_target *t, const char *dir);
-/* Reads numbers separated by blanks or commas ('#' starts a comment) from
- * "V,V,..." or "@FILE" into a heap array. False (and a message naming opt)
- * when malformed or unreadable. */
-bool gct_parse_values(const char *opt, const char *text, double **values, int64_t *n);
 
 /* ---- reporting helpers (report.c) ------------------------------------------ */
 
 /* The q-quantile (0..1) of v[0..n-1] (sorted in place; NaN sorts last). */
 double gct_quantile(double *v, int64_t n, double q);
-/* A JSON string (escaped, quoted). */
+/* A JSON string (escaped, quoted; json.c). */
 void gct_json_str(FILE *out, const char *s);
-/* A JSON number (null when not finite). */
+/* A JSON number (null when not finite; json.c). */
 void gct_json_num(FILE *out, double v);
 /* "op,bug,spec,dtype,input_seed,probe_seed," for a CSV row of t (the bug
  * empty when none); commas in the spec become ';'. */
 void gct_csv_prefix(char *buf, size_t size, const gct_target *t, uint64_t input_seed, uint64_t probe_seed);
+/* The title of a report: "NAME  summary", or with a bug, its name, what
+ * is wrong and the function checked. */
+void gct_put_title(const gct_args *a, const tg_op_info *op, const gct_bug *bug, const char *function);
 /* The settings line under a report's title: dtype, mode, scheme, step, the
  * pass rule and the seeds. */
 void gct_put_settings(const gct_args *a, const tg_gradcheck_result *r);

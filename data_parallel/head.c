@@ -14,8 +14,8 @@
  *   - else the collective goes on, none left waiting in a later message.
  * The data lets a small all-reduce (a loss, a few metrics) finish in this
  * one message: every rank folds the P records itself, in rank order
- * (dist/collectives.c). */
-#include "dist/internal.h"
+ * (data_parallel/collectives.c). */
+#include "data_parallel/internal.h"
 
 #include <stdio.h>
 #include <string.h>

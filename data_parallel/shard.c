@@ -20,7 +20,7 @@
  * scalars), and its SIMD and scalar loops give the same bits
  * (optim/adam.c), so an element updated inside a view is updated exactly
  * as inside the whole tensor. The gather copies bits. */
-#include "dist/internal.h"
+#include "data_parallel/internal.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* The fold: acc = w x for the first term, acc = acc + w x for each next
- * one. Every sum dist/ makes -- micro-batches in the gradient accumulator,
+ * one. Every sum data_parallel/ makes -- micro-batches in the gradient accumulator,
  * ranks in the all-reduce -- is a sequence of these steps, in a fixed order
  * (call order, rank order), so the two give the same bits: rounding
  * happens once for the product w x (in T) and once for the sum.
@@ -27,9 +27,9 @@ void TG_FN(tg_fold)(T *acc, const T *x, T w, int64_t n, bool first) {
 
 #else /* the dispatch, compiled once */
 
-#include "dist/internal.h"
+#include "data_parallel/internal.h"
 
-#define TG_TEMPLATE "dist/fold.c"
+#define TG_TEMPLATE "data_parallel/fold.c"
 #include "tensor/instantiate.h"
 
 void tg_fold(void *acc, const void *x, tg_dtype dt, double w, int64_t n, bool first) {

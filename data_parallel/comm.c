@@ -1,4 +1,4 @@
-/* The transport under the collectives of dist/: MPI, or a world of one.
+/* The transport under the collectives of data_parallel/: MPI, or a world of one.
  *
  * This is the only file that names MPI. It is compiled with TG_HAVE_MPI=1
  * when the library is built over MPI (CMake option TG_MPI), and then uses
@@ -10,7 +10,7 @@
  * collective is a copy or nothing.
  *
  * Every message is bytes (MPI_BYTE): the callers pack f32 and f64 values
- * themselves and do their own arithmetic (dist/fold.c), so MPI never adds
+ * themselves and do their own arithmetic (data_parallel/fold.c), so MPI never adds
  * anything -- the order of every sum stays the library's. Errors are
  * returned (MPI_ERRORS_RETURN on our own duplicate of MPI_COMM_WORLD), not
  * fatal, so they reach the context like any other error.
@@ -44,7 +44,7 @@
  * stopped one -- which would then answer. */
 #define _POSIX_C_SOURCE 200809L
 
-#include "dist/internal.h"
+#include "data_parallel/internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>

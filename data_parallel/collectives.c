@@ -4,7 +4,7 @@
  * Every collective runs in three steps:
  *  1. its arguments become a list of segments (data, numel, dtype): the
  *     tensors, the parameters' grads or values, or a caller's doubles;
- *  2. the head exchange (dist/head.c): one fixed-size record per rank with
+ *  2. the head exchange (data_parallel/head.c): one fixed-size record per rank with
  *     its status and a hash of the segments' layout (their dtypes and
  *     sizes, the bucket size), so a failed rank or a layout that differs
  *     ends the call on every rank before any message whose size depends
@@ -26,9 +26,9 @@
  *   - rank q sends its folded chunk to every rank, into the window.
  * Each element's sum is made by one rank, in rank order, whichever rank
  * and whatever MPI's algorithms: the same bits as one process folding the
- * P terms in that order (the gradient accumulator, dist/accum.c). With one
+ * P terms in that order (the gradient accumulator, data_parallel/accum.c). With one
  * rank there is nothing to exchange: y = w x in place. */
-#include "dist/internal.h"
+#include "data_parallel/internal.h"
 
 #include <string.h>
 

@@ -15,7 +15,7 @@
  * SLOTS are in flight, and moves the ones in flight along without waiting
  * (MPI_Testall: MPI progresses only inside MPI calls). After backward the
  * rest are finished, waiting under the deadline. Each window is the
- * all-reduce of dist/collectives.c, with tags of its own (its messages
+ * all-reduce of data_parallel/collectives.c, with tags of its own (its messages
  * match whatever the timing), so the bits are those of
  * tg_dist_allreduce_grads after tg_backward.
  *
@@ -23,7 +23,7 @@
  * window (what its gradients hold), so no rank waits for a message that
  * never comes; a head exchange after the last window then tells every
  * rank that one failed. */
-#include "dist/internal.h"
+#include "data_parallel/internal.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* Internal to dist/: the fold that fixes the order of every sum, and the
+/* Internal to data_parallel/: the fold that fixes the order of every sum, and the
  * transport (MPI, or a world of one process) under the collectives. */
 #ifndef TG_DIST_INTERNAL_H
 #define TG_DIST_INTERNAL_H
@@ -6,10 +6,10 @@
 #include "tapegrad/dist.h"
 #include "tensor/internal.h"
 
-/* ---- the fold (dist/fold.c) ------------------------------------------------ */
+/* ---- the fold (data_parallel/fold.c) ------------------------------------------------ */
 
 /* acc = w x (first) or acc = acc + w x, elementwise: the one step of every
- * sum in dist/ -- the gradient accumulator's micro-batches and the
+ * sum in data_parallel/ -- the gradient accumulator's micro-batches and the
  * all-reduce's ranks -- so both round the same way. acc may be x (in-place
  * scaling). acc, x: (n) */
 void tg_fold_f32(float *acc, const float *x, float w, int64_t n, bool first);
@@ -17,7 +17,7 @@ void tg_fold_f64(double *acc, const double *x, double w, int64_t n, bool first);
 /* The same on untyped data of dtype dt (w rounded to dt). */
 void tg_fold(void *acc, const void *x, tg_dtype dt, double w, int64_t n, bool first);
 
-/* ---- the transport (dist/comm.c) ------------------------------------------- */
+/* ---- the transport (data_parallel/comm.c) ------------------------------------------- */
 
 /* Moves bytes between the processes: MPI when the library was built with
  * it (TG_HAVE_MPI) and the program was started by a launcher, else a world
@@ -38,12 +38,12 @@ const char *tg_comm_backend(const tg_comm *c);
 
 /* The deadline of every collective below, in seconds (0: none), and the
  * longest any one has waited so far. Past the deadline the world is
- * broken (dist/comm.c): err names the ranks that did not arrive, and
+ * broken (data_parallel/comm.c): err names the ranks that did not arrive, and
  * every later call fails at once with the same message. */
 void tg_comm_set_timeout(tg_comm *c, double seconds);
 double tg_comm_timeout(const tg_comm *c);
 double tg_comm_longest_wait(const tg_comm *c);
-/* Called as a collective of dist/ begins: counts it and names it (fn: a
+/* Called as a collective of data_parallel/ begins: counts it and names it (fn: a
  * string that lives on), for the roll call after a missed deadline. */
 void tg_comm_begin(tg_comm *c, const char *fn);
 
@@ -57,7 +57,7 @@ bool tg_comm_allgather(tg_comm *c, const void *mine, int bytes, void *all, char 
 
 /* The windows of an all-reduce move by point-to-point messages on a
  * communicator of their own (MPI_Isend, MPI_Irecv), so that several can be
- * in flight, started as they become ready (dist/overlap.c), with no order
+ * in flight, started as they become ready (data_parallel/overlap.c), with no order
  * to keep between ranks beyond each window's tag. A batch holds one
  * exchange's requests. */
 typedef struct tg_comm_batch tg_comm_batch;
@@ -74,7 +74,7 @@ bool tg_comm_batch_test(tg_comm *c, tg_comm_batch *b, bool *done, char *err, siz
 /* Waits for b under the deadline. */
 bool tg_comm_batch_wait(tg_comm *c, tg_comm_batch *b, char *err, size_t err_size);
 
-/* ---- the handle (dist/world.c) --------------------------------------------- */
+/* ---- the handle (data_parallel/world.c) --------------------------------------------- */
 
 /* A piece of the data a collective moves: numel elements of dtype. */
 typedef struct tg_seg {
@@ -91,12 +91,12 @@ struct tg_dist {
     /* Scratch kept between calls, grown when needed (tg_dist_reserve). */
     unsigned char *buf;   /* one window, packed; after the fold, reduced */
     unsigned char *recv;  /* the P pieces of this rank's chunk of a window */
-    unsigned char *heads; /* the P records of the head exchange (dist/head.c), made at tg_dist_init */
+    unsigned char *heads; /* the P records of the head exchange (data_parallel/head.c), made at tg_dist_init */
     size_t buf_cap, recv_cap;
     int *counts;                 /* 6 x P byte counts: a window's chunks, the pieces received, the chunks gathered */
     tg_comm_batch *batch;        /* the requests of a window's exchange */
     int tag;                     /* the next window's tags (2 a window) */
-    struct tg_dist_slots *slots; /* the windows in flight during backward (dist/overlap.c), or NULL */
+    struct tg_dist_slots *slots; /* the windows in flight during backward (data_parallel/overlap.c), or NULL */
     tg_seg *segs;
     int segs_cap;
     tg_dist_stats stats;
@@ -111,7 +111,7 @@ void tg_dist_mem_free(tg_dist *d, void *p);
 #define TG_FNV_OFFSET 14695981039346656037ull
 uint64_t tg_fnv1a(uint64_t h, const void *bytes, size_t n);
 
-/* ---- the head of every collective (dist/head.c) ------------------------------ */
+/* ---- the head of every collective (data_parallel/head.c) ------------------------------ */
 
 /* Bytes of data a head record carries: an all-reduce of at most this many
  * bytes (losses, metrics) is done in the head exchange alone. */
@@ -132,7 +132,7 @@ uint64_t tg_fnv1a(uint64_t h, const void *bytes, size_t n);
 bool tg_dist_head(tg_ctx *ctx, tg_dist *d, const char *fn, bool ok, uint64_t hash, const char *what, const void *data,
                   size_t bytes, const unsigned char **records, size_t *stride);
 
-/* ---- segments and windows (dist/collectives.c) -------------------------------- */
+/* ---- segments and windows (data_parallel/collectives.c) -------------------------------- */
 
 /* The hash's subject in messages when layouts differ. */
 #define TG_LAYOUT "the tensors (their count, dtypes and sizes) or the bucket sizes"
@@ -175,7 +175,7 @@ bool tg_dist_window_mid(tg_dist *d, tg_dtype dt, unsigned char *base, unsigned c
                         int tag, tg_comm_batch *b, char *err, size_t err_size);
 /* Elements of dtype dt over the first nseg segments. */
 int64_t tg_dist_dtype_numel(const tg_dist *d, int nseg, tg_dtype dt);
-/* Frees d->slots (dist/overlap.c). */
+/* Frees d->slots (data_parallel/overlap.c). */
 void tg_dist_slots_free(tg_dist *d);
 /* A NULL d: the error naming fn, and false. */
 bool tg_dist_no_d(tg_ctx *ctx, const char *fn);

@@ -2,13 +2,13 @@
  * the other, in one process.
  *
  * After each micro-batch's backward, tg_grad_accum_add folds the grads
- * into one persistent sum per parameter with tg_fold (dist/fold.c):
+ * into one persistent sum per parameter with tg_fold (data_parallel/fold.c):
  *   sum = w_0 g_0,   then   sum = sum + w_m g_m   for m = 1, 2, ...
  * and tg_grad_accum_finish writes the sums into the grads for the
  * optimizer. tg_dist_allreduce folds the ranks' w_r g_r in rank order with
  * the same steps, so M micro-batches here and M ranks with one micro-batch
  * each give the same bits (docs/distributed.md). */
-#include "dist/internal.h"
+#include "data_parallel/internal.h"
 
 #include <string.h>
 

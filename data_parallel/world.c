@@ -1,12 +1,12 @@
 /* The handle of a data-parallel run (tapegrad/dist.h): joining the world,
  * comparing the ranks' builds, the deadline, splitting a batch and drawing
  * its rows, the settings and the stats. The collectives are elsewhere:
- * dist/head.c (the head exchange that begins each), dist/collectives.c
- * (all-reduce and broadcast), dist/overlap.c (the all-reduce that runs
- * during backward), dist/shard.c (the optimizer state split over ranks). */
+ * data_parallel/head.c (the head exchange that begins each), data_parallel/collectives.c
+ * (all-reduce and broadcast), data_parallel/overlap.c (the all-reduce that runs
+ * during backward), data_parallel/shard.c (the optimizer state split over ranks). */
 #define _POSIX_C_SOURCE 200809L
 
-#include "dist/internal.h"
+#include "data_parallel/internal.h"
 
 #include <math.h>
 #include <stdio.h>
