@@ -35,7 +35,7 @@
  * chosen by the compiler, so every build and every thread count sums a row
  * the same way; 32 lanes are 4 AVX-512 (or 8 AVX2) registers of
  * independent chains, enough to hide the add latency. */
-#define TG_NORM_LANES 32 /* tg_norm_combine is written for 32 */
+#define TG_NORM_LANES 32 /* tg_norm_combine and the 32-value conversions are written for 32 */
 
 /* Fast-path row sums (tg_norm_rowsum in layers/norm_reduce.inc) form each
  * term in the input type and add TG_NORM_GROUP lane-steps of terms in the
@@ -45,10 +45,11 @@
  * to double (the costly part) happen once per 4 elements of each lane. */
 #define TG_NORM_GROUP 4
 
-/* For the row sums (layers/norm_reduce.inc): inlined at each call, their
- * term function is a known constant and is inlined into the loop, which
- * then vectorizes as if written out. Without the attribute GCC keeps
- * tg_norm_rowsum2 as a call and calls the term once per element. */
+/* For the row loops and row functions (layers/norm_reduce.inc): inlined
+ * at each call, their row function and flags are known constants, the
+ * function is inlined into the loop and the tests on the flags fold away,
+ * so the loop vectorizes as if written out. Without the attribute GCC
+ * keeps tg_norm_rowsum2 as a call and calls the term once per element. */
 #if defined(__GNUC__)
 #define TG_NORM_INLINE inline __attribute__((always_inline))
 #else
@@ -156,37 +157,27 @@ static inline int64_t tg_norm_block_rows(int64_t C, int64_t elsize, int threads)
     return rows < min_rows ? min_rows : rows;
 }
 
-/* The row loops that store: for j in [0, C), run the statements BODY, then
- * out[j] = TG_ST(VAL) (layers/norm_instantiate.h picks the loop):
- * - TG_NORM_LOOP_PLAIN, float32 and float64: one loop, out[j] = VAL.
- * - TG_NORM_LOOP_BLOCK, 16-bit storage: the values of 32 columns are
- *   formed (vectorized) in a block of 32 floats, which stays in registers
- *   or L1 beside them, and STORE32 (tg_norm_store32_bf16, _f16) rounds the
- *   block and stores it; the last C mod 32 columns go one by one through
- *   ST1, the scalar rounding. */
-#define TG_NORM_LOOP_PLAIN(out, C, j, BODY, VAL) \
-    do {                                         \
-        for (int64_t j = 0; j < (C); j++) {      \
-            BODY;                                \
-            (out)[j] = (VAL);                    \
-        }                                        \
-    } while (0)
-#define TG_NORM_LOOP_BLOCK(out, C, j, BODY, VAL, STORE32, ST1) \
-    do {                                                       \
-        int64_t tg_j0_ = 0;                                    \
-        for (; tg_j0_ + 32 <= (C); tg_j0_ += 32) {             \
-            float tg_v_[32];                                   \
-            for (int64_t j = tg_j0_; j < tg_j0_ + 32; j++) {   \
-                BODY;                                          \
-                tg_v_[j - tg_j0_] = (VAL);                     \
-            }                                                  \
-            STORE32((out) + tg_j0_, tg_v_);                    \
-        }                                                      \
-        for (int64_t j = tg_j0_; j < (C); j++) {               \
-            BODY;                                              \
-            (out)[j] = ST1(VAL);                               \
-        }                                                      \
-    } while (0)
+/* What a row function reads and writes, as bit flags: the kernels' calls
+ * of the row loops (tg_norm_rowsum, tg_norm_store_row in
+ * layers/norm_reduce.inc) pass them as constants, so each call compiles to
+ * a loop of its own with the tests on them gone. The NULL tests on g, b,
+ * dg, db must not stay inside a loop: a compiler that if-converts them
+ * instead of unswitching the loop emits masked loads from NULL, legal but
+ * ~50x slower. */
+enum {
+    TG_NORM_DY = 1,  /* the row has dy: the function reads dy_j */
+    TG_NORM_G = 2,   /* it has g: y_j = g_j xhat_j (+ b_j), u_j = g_j dy_j */
+    TG_NORM_B = 4,   /* it has b: y_j = (g_j) xhat_j + b_j */
+    TG_NORM_DG = 8,  /* backward: dg_j += dy_j xhat_j as well */
+    TG_NORM_DB = 16, /* backward: db_j += dy_j as well */
+    TG_NORM_ACC = 32 /* the stored row accumulates: out_j = out_j + v_j */
+};
+
+/* 32 bfloat16 values widened to float32 (exact: a 16-bit shift, which the
+ * compiler vectorizes). */
+static inline void tg_norm_load32_bf16(float *restrict v, const uint16_t *restrict h) {
+    for (int i = 0; i < 32; i++) v[i] = tg_bf16_to_f32(h[i]);
+}
 
 /* 32 floats rounded to bfloat16 (nearest even, NaN kept: tensor/half.h's
  * tg_f32_to_bf16, bit for bit). Where the compiler targets AVX-512 BF16,
@@ -243,18 +234,23 @@ static inline float tg_norm_f16_to_f32(uint16_t h) {
     return tg_f32_from_bits(u | sign);
 }
 
-/* y[j] = g[j] * XH + b[j] for j in [0, C), XH an expression of j, stored
- * through the template's TG_STORE_LOOP; g and/or b NULL mean "off". The NULL
- * tests are hoisted out of the loop by hand (four loops): a compiler that
- * if-converts them instead of unswitching emits masked loads from NULL,
- * legal but ~50x slower. */
-#define TG_NORM_AFFINE_STORE(y, g, b, C, j, XH)                                  \
-    do {                                                                         \
-        if ((g) && (b)) TG_STORE_LOOP(y, C, j, (void)0, (g)[j] * (XH) + (b)[j]); \
-        else if (g) TG_STORE_LOOP(y, C, j, (void)0, (g)[j] * (XH));              \
-        else if (b) TG_STORE_LOOP(y, C, j, (void)0, (XH) + (b)[j]);              \
-        else TG_STORE_LOOP(y, C, j, (void)0, (XH));                              \
-    } while (0)
+/* 32 float16 values widened to float32, exactly: F16C's VCVTPH2PS, 16 or 8
+ * at a time, where the compiler targets it (the same bits as
+ * tg_norm_f16_to_f32, NaNs made quiet and subnormals included:
+ * tests/test_norm_lowp.c), tg_norm_f16_to_f32 elsewhere. The compiler
+ * does not form VCVTPH2PS from a scalar loop: this is where the row loops
+ * get it. */
+static inline void tg_norm_load32_f16(float *restrict v, const uint16_t *restrict h) {
+#if TG_NORM_F16C && defined(__AVX512F__)
+    _mm512_storeu_ps(v, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)h)));
+    _mm512_storeu_ps(v + 16, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(h + 16))));
+#elif TG_NORM_F16C
+    for (int i = 0; i < 32; i += 8)
+        _mm256_storeu_ps(v + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + i))));
+#else
+    for (int i = 0; i < 32; i++) v[i] = tg_norm_f16_to_f32(h[i]);
+#endif
+}
 
 /* Software prefetch, forward only: while a row is summed and written
  * (several sweeps over it in L1), ask for the next row's x and y (one
