@@ -7,7 +7,7 @@
  * in its backward. So the output is right and only the gradient is wrong:
  * what a gradient check exists to catch. The correct formulas are in
  * layers/rmsnorm.c, layers/layernorm.c and docs/normalization-gradients.md;
- * what each bug looks like in a report is in docs/gradcheck.md.
+ * what each bug looks like in a report is in docs/gradcheck-guide.md.
  *
  * Notation as in layers/norm_kernels.h: rows of C elements, r the row's
  * rstd, xhat the normalized row, u = gamma * dy.
@@ -143,7 +143,7 @@ static void rmsnorm_recomputed_backward(tg_ctx *ctx, tg_node *n) {
  * and uses it in dx = r' (u - x r' mean_j(u_j x_j r')) and in dgamma = dy x r'.
  * dgamma is off by the factor r' / r ~ 1/sqrt(C); dx is not a uniform
  * factor: its identity part r' u is scaled by r' / r and its projection part
- * (three factors of r') by its cube (docs/gradcheck.md, diagnosis); dbeta
+ * (three factors of r') by its cube (docs/gradcheck-guide.md, diagnosis); dbeta
  * = dy is right. */
 static tg_tensor *fw_rmsnorm_sum(tg_ctx *ctx, tg_tensor *const *in, void *user) {
     bug_norm_args a = norm_args(in, user);

@@ -2,17 +2,17 @@
  * custom-op API (tapegrad/op.h): the forward is the real fused op (run by
  * tg_op_apply with grad mode off), the backward is the guide's formula
  * with one mistake a learner makes. Listed in inject.c's catalogue; what
- * each looks like in a report is in docs/gradcheck.md.
+ * each looks like in a report is in docs/gradcheck-guide.md.
  *
  * Notation of docs/normalization-gradients.md: rows of C elements, r the
- * row's rstd, xhat the normalized row, g = gamma dy, m = mean(g xhat):
- *   RMSNorm    dx = r (g - xhat m)
- *   LayerNorm  dx = r (g - mean(g) - xhat m)
+ * row's rstd, xhat the normalized row, u = gamma dy, m = mean(u xhat):
+ *   RMSNorm    dx = r (u - xhat m)
+ *   LayerNorm  dx = r (u - mean(u) - xhat m)
  *   rmsnorm-r-const     drops - xhat m (r treated as a constant): the
  *                       difference is exactly r diag(gamma) xhat xhat^T / C
- *   rmsnorm-m-sum       m = sum(g xhat) instead of the mean: -(C - 1) times
+ *   rmsnorm-m-sum       m = sum(u xhat) instead of the mean: -(C - 1) times
  *                       that
- *   rmsnorm-ignore-dy   dx from g = gamma (dy taken as all ones): J^T 1, the
+ *   rmsnorm-ignore-dy   dx from u = gamma (dy taken as all ones): J^T 1, the
  *                       gradient of sum(y), whatever dy
  * dgamma and dbeta are right in all.
  *

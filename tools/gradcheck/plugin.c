@@ -2,7 +2,7 @@
  * registry, so every command checks them like built-in ones, without
  * rebuilding tapegrad. The plugin is built against the installed package
  * and exports its ops with TG_GRADCHECK_PLUGIN (tapegrad/check.h);
- * docs/gradcheck.md shows one end to end. Options may come anywhere on the
+ * docs/gradcheck-guide.md shows one end to end. Options may come anywhere on the
  * command line and repeat; they are taken out of argv before the rest is
  * parsed. A plugin that does not load, lacks the registration symbol, was
  * built against another version of the header or registers a bad op is a
