@@ -512,7 +512,11 @@ static double train(net *n, tg_optim *opt, tg_grad_scaler *s, tg_dtype dtype, in
 /* The mean of the last 50 steps' losses, not the last one's: at the end
  * the loss rises and falls by up to 15% from step to step (AdamW at lr
  * 0.01 on 120 points), so one step's loss says where in that swing the
- * run stopped, and any change of rounding moves it. */
+ * run stopped, and any change of rounding moves it. Even that mean moves
+ * with the rounding: float32's alone is 0.0285 with the native GEMM
+ * kernels and 0.0283 with the portable ones (make memcheck's build), and
+ * bfloat16's 0.0297 sits 4.3% and 5.1% away; 8% holds both builds, and a
+ * run that stalls or diverges is far outside it. */
 START_TEST(test_spiral_bf16_f16) {
     enum { STEPS = 300 };
     double loss[3];
@@ -534,7 +538,7 @@ START_TEST(test_spiral_bf16_f16) {
            loss[1], loss[2]);
     ck_assert_msg(loss[0] < 0.2, "f32 did not learn: %g", loss[0]);
     for (int k = 1; k < 3; k++)
-        ck_assert_msg(fabs(loss[k] - loss[0]) <= 0.05 * loss[0], "%s loss %g vs float32 %g", tg_dtype_name(dts[k]),
+        ck_assert_msg(fabs(loss[k] - loss[0]) <= 0.08 * loss[0], "%s loss %g vs float32 %g", tg_dtype_name(dts[k]),
                       loss[k], loss[0]);
 }
 END_TEST
