@@ -192,8 +192,11 @@ def summary(runs, user):
     from_target("GPT-2 small step, bf16 mixed precision / f32 (same run)", "lowp", "GPT-2", "mixed")
     from_target("GPT-2 tiny step / PyTorch's", "gpt", "GPT-2 step tiny vs PyTorch")
     from_target("GPT-2 small step / PyTorch's", "gpt", "GPT-2 step small vs PyTorch")
-    small = next((v for k, v in cases.items() if k.startswith("GPT-2 step small L")), None)
-    if small and num(small[0].get("fraction_of_limit")):
+    # the AdamW row of the gpt group (the lowp group's f32 and bf16 rows of
+    # the same model have no fraction of a limit)
+    small = next((v for k, v in cases.items()
+                  if k.startswith("GPT-2 step small L") and num(v[0].get("fraction_of_limit"))), None)
+    if small:
         c, r = small
         rows.append(("GPT-2 small step's GEMM rate, % of the FMA peak (1 thread)",
                      f"{100 * c['fraction_of_limit']:.0f}% of {c.get('limit') or 'the peak'}", "-", "-",
