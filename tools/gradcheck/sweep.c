@@ -649,12 +649,43 @@ static void plot_title(char *title, size_t size, const sweep_run *w, const char 
         if (*q == '\'') *q = ' ';
 }
 
+/* Where write_plot puts a picture's script path and picture name, and
+ * whether gnuplot rendered it. */
+typedef struct {
+    char *gp;
+    size_t gp_size;
+    char *png;
+    size_t png_size;
+    bool *rendered;
+} plot_out;
+
+/* One picture of the sweep: the script out_dir/NAME{suffix}.gp, written by
+ * `script` over NAME{suffix}.dat, titled `what`, then rendered to
+ * NAME{suffix}.png unless an earlier render failed (*st). False when the
+ * script cannot be written (said on stderr). */
+static bool write_plot(const sweep_run *w, const char *suffix, const char *what,
+                       bool (*script)(const char *, const char *, const char *, const char *, const sweep_data *,
+                                      const best_point *),
+                       const best_point *best, plot_out out, tg_status *st, char *msg, size_t msg_size) {
+    char dat[300], title[512];
+    snprintf(dat, sizeof dat, "%s%s.dat", w->name, suffix);
+    snprintf(out.png, out.png_size, "%s%s.png", w->name, suffix);
+    snprintf(out.gp, out.gp_size, "%s/%s%s.gp", w->a->out_dir, w->name, suffix);
+    plot_title(title, sizeof title, w, what);
+    if (!script(out.gp, out.png, dat, title, &w->d, best)) {
+        fprintf(stderr, "tapegrad-gradcheck: cannot write %s\n", out.gp);
+        return false;
+    }
+    if (*st == TG_OK) *st = tg_plot_render(out.gp, out.rendered, msg, msg_size);
+    return true;
+}
+
 /* Writes the data files and both scripts and renders them (a note on
  * what was written in text). Returns the exit status. */
 static int write_files(const sweep_run *w) {
     const gct_args *a = w->a;
     const char *name = w->name;
-    char path[4096], gp[4096], png[256], dat[256], title[512];
+    char path[4096], gp[4096], png[256], gp2[4096], png2[300];
     snprintf(path, sizeof path, "%s/%s_inputs.dat", a->out_dir, name);
     tg_status st = write_all_data(w);
     if (st == TG_OK) st = write_inputs_data(w, path);
@@ -665,25 +696,12 @@ static int write_files(const sweep_run *w) {
     }
     bool rendered = false, rendered2 = false;
     char msg[512] = "";
-    snprintf(dat, sizeof dat, "%s.dat", name);
-    snprintf(png, sizeof png, "%s.png", name);
-    snprintf(gp, sizeof gp, "%s/%s.gp", a->out_dir, name);
-    plot_title(title, sizeof title, w, "finite-difference error vs step h");
-    if (!write_script(gp, png, dat, title, &w->d, w->best)) {
-        fprintf(stderr, "tapegrad-gradcheck: cannot write %s\n", gp);
+    const plot_out errors = {gp, sizeof gp, png, sizeof png, &rendered},
+                   inputs = {gp2, sizeof gp2, png2, sizeof png2, &rendered2};
+    if (!write_plot(w, "", "finite-difference error vs step h", write_script, w->best, errors, &st, msg, sizeof msg) ||
+        !write_plot(w, "_inputs", "the error of each input relative to its gradient", write_inputs_script, w->bi,
+                    inputs, &st, msg, sizeof msg))
         return GCT_EXIT_ERROR;
-    }
-    st = tg_plot_render(gp, &rendered, msg, sizeof msg);
-    char gp2[4096], png2[300], dat2[300];
-    snprintf(dat2, sizeof dat2, "%s_inputs.dat", name);
-    snprintf(png2, sizeof png2, "%s_inputs.png", name);
-    snprintf(gp2, sizeof gp2, "%s/%s_inputs.gp", a->out_dir, name);
-    plot_title(title, sizeof title, w, "the error of each input relative to its gradient");
-    if (!write_inputs_script(gp2, png2, dat2, title, &w->d, w->bi)) {
-        fprintf(stderr, "tapegrad-gradcheck: cannot write %s\n", gp2);
-        return GCT_EXIT_ERROR;
-    }
-    if (st == TG_OK) st = tg_plot_render(gp2, &rendered2, msg, sizeof msg);
     if (a->format == GCT_TEXT) {
         printf("\nwrote %s/%s.dat, %s_inputs.dat, %s and %s", a->out_dir, name, name, gp, gp2);
         if (rendered && rendered2) printf(" and the pictures %s, %s\n", png, png2);
