@@ -102,7 +102,7 @@ def run_line(run):
     state = "quiet" if quiet(run) else "**not quiet**: the wall-clock figures (2 threads, scaling) are unreliable"
     clock = "process CPU time" if run.get("clock") == "process_cpu" else "wall time"
     threads = run.get("threads", 1)
-    return (f"{run['_file']}, {run.get('date', '?')}, {threads} thread{'' if threads == 1 else 's'}, "
+    return (f"{run['_file']}, {threads} thread{'' if threads == 1 else 's'}, "
             f"{clock}; load average {run['loadavg'][0]:.1f}, other jobs "
             f"{others if num(others) else float('nan'):.2f} CPUs on average while ours ran: {state}")
 
@@ -175,7 +175,7 @@ def summary(runs, user):
             return
         t, r = hit
         rows.append((label, fmt_measured(t.get("measured"), t.get("unit", "")), goal(t), met_word(t),
-                     f"`{command(r)}`, {r['date']}"))
+                     f"`{command(r)}`"))
 
     if user:
         for u in user["rows"]:
@@ -200,7 +200,7 @@ def summary(runs, user):
         c, r = small
         rows.append(("GPT-2 small step's GEMM rate, % of the FMA peak (1 thread)",
                      f"{100 * c['fraction_of_limit']:.0f}% of {c.get('limit') or 'the peak'}", "-", "-",
-                     f"`{command(r)}`, {r['date']}"))
+                     f"`{command(r)}`"))
     else:
         rows.append(("GPT-2 small step's GEMM rate, % of the FMA peak", "not measured", "-", "-",
                      "`bash scripts/bench.sh --only gpt`"))
@@ -213,7 +213,7 @@ def summary(runs, user):
         if cpu:  # what the CPU times allow on free cores, robust when the machine is busy
             note += f"; {cpu.group(1)}x by CPU time on free cores"
         rows.append((f"{t['what']}, wall clock", fmt_measured(t.get("measured"), t.get("unit", "")) + note, goal(t),
-                     met_word(t), f"`{command(r)}`, {r['date']}"))
+                     met_word(t), f"`{command(r)}`"))
     if not scaling:
         rows.append(("2 threads / 1 thread, wall clock", "not measured", ">= 1.70x", "-",
                      "`bash scripts/bench.sh --only scaling`"))
