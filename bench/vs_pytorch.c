@@ -1828,9 +1828,8 @@ static void usage(const char *argv0) {
             "usage: %s [--threads N] [--json FILE] [--budget SECONDS] [--no-torch] [--no-blas]\n"
             "          [--python PATH] [--torch-script PATH] [--torch-malloc warm|default]\n"
             "          [--clock auto|wall|cpu] [--torch-wait default|passive|both]\n"
-            "          [--only norm|linear|scaling|mlp|attention|gpt|generate|tiny|lowp] [--contend]\n"
-            "          [--only norm|linear|scaling|mlp|attention|gpt|tiny|lowp|lowp-norm|lowp-linear|lowp-mlp|\n"
-            "                  lowp-gpt] [--contend]\n"
+            "          [--only norm|linear|scaling|mlp|attention|gpt|generate|tiny|lowp|lowp-norm|lowp-linear|\n"
+            "                  lowp-mlp|lowp-gpt] [--contend]\n"
             "fair OpenBLAS/PyTorch case: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE %s ...\n",
             argv0, argv0);
 }
