@@ -19,7 +19,8 @@
  *     dL/dx . v   vs   (L(x + h v) - L(x - h v)) / 2h
  * two forwards per input whatever its size. Fast mode moves every input at
  * once along one direction u over all of them: one comparison, two
- * forwards in all (PyTorch's fast mode). Jacobian mode compares every
+ * forwards in all (PyTorch's fast mode draws one u per input, as directional
+ * mode does). Jacobian mode compares every
  * entry d y_j / d x_i: rows from one backward per output element, columns
  * from two forwards per input element.
  *
@@ -45,7 +46,8 @@
 /* ---- the checker's own random numbers -------------------------------------
  * r and v come from Philox blocks keyed by opts.seed, never from the
  * context's stream, so checking leaves the function's randomness alone.
- * Stream GC_STREAM is r; GC_STREAM + 1 + k the direction of input k. The
+ * Stream GC_STREAM is r; GC_STREAM + 1 + k the direction of input k (FAST:
+ * GC_STREAM + 1 + TG_GRADCHECK_MAX_INPUTS + k its part of u). The
  * context's own stream is stream 0 of the same generator: were r drawn
  * from it, a check seeded like the inputs would get r proportional to
  * inputs drawn uniformly (a registry case with --seed S and probe seed S),
@@ -70,6 +72,18 @@ static double gc_normal(uint64_t seed, uint64_t stream, uint64_t i) {
     uint32_t x[4];
     gc_block(seed, stream, i, x);
     return tg_normal_from_block(x);
+}
+
+/* v[0..n-1] uniform in [-1, 1), two from each block: FAST's direction,
+ * drawn for every element of every input, where a normal (a logarithm and
+ * a cosine each) would cost more than the check's own forwards. */
+static void gc_uniform_pm1_fill(uint64_t seed, uint64_t stream, double *v, int64_t n) {
+    for (int64_t i = 0; i < n; i += 2) {
+        uint32_t x[4];
+        gc_block(seed, stream, (uint64_t)i / 2, x);
+        v[i] = 2.0 * tg_u01_f64(x[0], x[1]) - 1.0;
+        if (i + 1 < n) v[i + 1] = 2.0 * tg_u01_f64(x[2], x[3]) - 1.0;
+    }
 }
 
 /* ---- arena mark and rollback ----------------------------------------------
@@ -764,9 +778,11 @@ static bool gc_refine(gc_session *s, const gc_config *cfg, int k, int64_t i, dou
 
 /* The analytic side of a direction as the stored step sees it: sum over
  * dir's inputs of g_i (x+_i - x-_i) for x+- = orig +- f p (forward: x+ -
- * x), each input restored. */
-static double gc_stored_dot(gc_session *s, const gc_config *cfg, const gc_dir *dir, double f) {
-    double dot = 0.0;
+ * x), each input restored; and (kept not NULL) the squared lengths of the
+ * stored step, *kept, and of the intended one (2 f p, forward f p), *want. */
+static double gc_stored_dot(gc_session *s, const gc_config *cfg, const gc_dir *dir, double f, double *kept,
+                            double *want) {
+    double dot = 0.0, c = cfg->o.forward_diff ? f : 2 * f;
     for (int k = 0; k < s->n; k++) {
         if (!dir->p[k]) continue;
         tg_tensor *x = s->x[k];
@@ -780,6 +796,7 @@ static double gc_stored_dot(gc_session *s, const gc_config *cfg, const gc_dir *d
             d -= tg_load(x, i);
             tg_store(x, i, o);
             dot += tg_load(g, i) * d;
+            if (kept) *kept += d * d, *want += c * p[i] * c * p[i];
         }
     }
     return dot;
@@ -829,7 +846,7 @@ static bool gc_measured(gc_session *s, const gc_config *cfg, int k, int64_t i, d
         double f = m == 1 ? 0.5 : 0.25, am = a;
         if (dir) {
             d[m] = f * step;
-            am = gc_stored_dot(s, cfg, dir, f) / d[m];
+            am = gc_stored_dot(s, cfg, dir, f, NULL, NULL) / d[m];
         }
         if (!gc_sides(s, cfg, k, i, f * h, dir, f, ref, dir ? NULL : &d[m])) return false;
         gc_diff D = gc_measure(cfg, ref, NULL);
@@ -954,7 +971,8 @@ static bool gc_check_full(gc_session *s, const gc_config *cfg, tg_gradcheck_resu
  * sum over every element of every moved input. Forward differences use x
  * and L0 in place of x- and L(x-), h for 2h. DIRECTIONAL moves input k
  * alone along its own unit v_k; FAST moves every checked input together
- * along one unit vector u over all of them (PyTorch's fast mode): one
+ * along one unit vector u over all of them (PyTorch's fast mode perturbs
+ * each input alone, two forwards each, as DIRECTIONAL does): one
  * comparison, u . J^T r, for the whole function. */
 typedef struct gc_along {
     gc_dir dir;  /* the move p = h_i v_i */
@@ -964,7 +982,8 @@ typedef struct gc_along {
 } gc_along;
 
 /* Adds input k to the move: its steps, a copy of its values, and its part
- * of v (opts.v[k] as given, else normal from the seed; unnormalized).
+ * of v (opts.v[k] as given, else from the seed: normal in DIRECTIONAL,
+ * uniform in [-1, 1) in FAST; unnormalized).
  * Returns v_k's squared length into *norm2. */
 static bool gc_along_add(gc_session *s, const gc_config *cfg, int k, gc_along *a, double *norm2) {
     tg_ctx *ctx = s->ctx;
@@ -979,9 +998,13 @@ static bool gc_along_add(gc_session *s, const gc_config *cfg, int k, gc_along *a
     a->dir.p[k] = a->p[k];
     a->unit.p[k] = a->p2[k];
     const tg_gradcheck_vec *given = &cfg->o.v[k];
+    bool fast = cfg->o.mode == TG_GRADCHECK_FAST;
+    if (fast && !given->data)
+        gc_uniform_pm1_fill(cfg->o.seed, GC_STREAM + 1 + TG_GRADCHECK_MAX_INPUTS + (uint64_t)k, a->v[k], N);
     double norm = 0.0;
     for (int64_t i = 0; i < N; i++) {
-        a->v[k][i] = given->data ? given->data[i] : gc_normal(cfg->o.seed, GC_STREAM + 1 + (uint64_t)k, (uint64_t)i);
+        if (given->data) a->v[k][i] = given->data[i];
+        else if (!fast) a->v[k][i] = gc_normal(cfg->o.seed, GC_STREAM + 1 + (uint64_t)k, (uint64_t)i);
         norm += a->v[k][i] * a->v[k][i];
     }
     if (given->data && (!(norm > 0) || !isfinite(norm))) {
@@ -1014,23 +1037,8 @@ static bool gc_check_along(gc_session *s, const gc_config *cfg, tg_gradcheck_res
                            gc_ref *ref) {
     if (!gc_sides(s, cfg, k, -1, 0.0, &a->dir, 1.0, ref, NULL)) return false;
     /* the step as stored: x+_i - x-_i, from the values the two sides saw */
-    bool central = !cfg->o.forward_diff;
-    double c = central ? 2 : 1, want = 0.0, kept = 0.0, ana = gc_stored_dot(s, cfg, &a->dir, 1.0);
-    for (int j = 0; j < s->n; j++) {
-        if (!a->p[j]) continue;
-        tg_tensor *x = s->x[j];
-        const double *p = a->p[j];
-        for (int64_t i = 0; i < x->numel; i++) {
-            double o = tg_load(a->dir.orig[j], i);
-            tg_store(x, i, o + p[i]);
-            double d = tg_load(x, i);
-            tg_store(x, i, central ? o - p[i] : o);
-            d -= tg_load(x, i);
-            tg_store(x, i, o);
-            want += c * p[i] * c * p[i];
-            kept += d * d;
-        }
-    }
+    double c = cfg->o.forward_diff ? 1 : 2, want = 0.0, kept = 0.0;
+    double ana = gc_stored_dot(s, cfg, &a->dir, 1.0, &kept, &want);
     want = sqrt(want);
     kept = sqrt(kept);
     if (!(kept >= 0.5 * want)) {

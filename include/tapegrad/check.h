@@ -32,7 +32,8 @@ extern "C" {
  * per input: dL/dx . v against (L(x + h v) - L(x - h v)) / 2h), JACOBIAN
  * (every entry d f_j / d x_i, one backward per output and two forwards per
  * input element: PyTorch's slow mode) and FAST (one direction u over all
- * checked inputs at once: one comparison, PyTorch's fast mode).
+ * checked inputs at once: one comparison in all; PyTorch's fast mode, one
+ * u per input, is DIRECTIONAL's kind).
  *
  * The step. h_i = h (ABSOLUTE), h max(|x_i|, floor) (ELEMENT) or h l_i
  * (SCALED), where l_i is the length scale of element i: the distance over
@@ -164,8 +165,9 @@ typedef enum tg_gradcheck_mode {
                                   sum_k dL/dx_k . u_k with (L(x + h u) -
                                   L(x - h u)) / 2h, one comparison in all:
                                   2 forwards and 1 backward however many
-                                  inputs (PyTorch's fast mode). It cannot
-                                  say which input is wrong: result.joint */
+                                  inputs (PyTorch's fast mode takes 2 per
+                                  input, one u each). It cannot say which
+                                  input is wrong: result.joint */
 } tg_gradcheck_mode;
 
 /* How the step of element i follows from h. */

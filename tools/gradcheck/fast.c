@@ -1,5 +1,6 @@
 /* `check --mode fast`: one comparison over every input at once
- * (TG_GRADCHECK_FAST, PyTorch's fast mode). The library records it in the
+ * (TG_GRADCHECK_FAST: 2 forwards in all, where directional mode and
+ * PyTorch's fast mode take 2 per input). The library records it in the
  * entry of the first checked input and leaves the others unchecked
  * (result.joint); here that entry is named after every input it covers
  * ("x+gamma+beta"), so the table, the notes and JSON do not blame one
@@ -69,10 +70,11 @@ size_t gct_fast_localize(tg_ctx *ctx, gct_target *t, tg_gradcheck_opts *o, tg_gr
     }
     for (int k = 0, n = 0; k < t->c.n_inputs; k++)
         if (rd.input[k].checked)
-            tg_text_printf(&b, "%s %s %s", n++ ? "," : "", t->c.input_names[k],
-                         gct_verdict_word(rd.input[k].verdict));
-    tg_text_printf(&b, "%s\n", rd.verdict == TG_VERDICT_WRONG ? "" : " (rerun with --mode full: a single direction "
-                                                                   "per input can miss what the joint one saw)");
+            tg_text_printf(&b, "%s %s %s", n++ ? "," : "", t->c.input_names[k], gct_verdict_word(rd.input[k].verdict));
+    tg_text_printf(&b, "%s\n",
+                   rd.verdict == TG_VERDICT_WRONG ? ""
+                                                  : " (rerun with --mode full: a single direction "
+                                                    "per input can miss what the joint one saw)");
     *o = od;
     *r = rd;
     return tg_text_kept(&b);
