@@ -33,6 +33,20 @@ static const char *input_name(const char *const *names, int k, char *buf, size_t
     return buf;
 }
 
+/* The name of input k's row: its own, or in FAST mode, for the entry
+ * holding the one comparison, every input it covers: "x+gamma+beta". */
+static const char *row_name(const tg_gradcheck_result *r, const char *const *names, int k, char *buf, size_t size) {
+    char one[16];
+    if (!(r->joint >> k & 1u) || !(r->joint & ~((uint32_t)1 << k))) return input_name(names, k, buf, size);
+    size_t len = 0;
+    buf[0] = 0;
+    for (int j = 0; j < r->n_inputs && len < size; j++)
+        if (r->joint >> j & 1u)
+            len +=
+                (size_t)snprintf(buf + len, size - len, "%s%s", len ? "+" : "", input_name(names, j, one, sizeof one));
+    return buf;
+}
+
 static void put_csv_num(FILE *f, double v) {
     if (isnan(v)) fputs("nan", f);
     else if (isinf(v)) fputs(v > 0 ? "inf" : "-inf", f);
@@ -68,7 +82,11 @@ static void write_json(FILE *f, const tg_gradcheck_result *r, const char *const 
     fprintf(f, "\"step_vanished\":%s,\"vanished_input\":", r->step_vanished ? "true" : "false");
     if (r->vanished_input >= 0) put_json_str(f, input_name(names, r->vanished_input, buf, sizeof buf));
     else fputs("null", f);
-    fprintf(f, ",\"vanished_index\":%lld,\"inputs\":[", (long long)r->vanished_index);
+    fprintf(f, ",\"vanished_index\":%lld,\"joint\":[", (long long)r->vanished_index);
+    for (int k = 0, first = 1; k < r->n_inputs; k++)
+        if (r->joint >> k & 1u)
+            fputs(first ? "" : ",", f), put_json_str(f, input_name(names, k, buf, sizeof buf)), first = 0;
+    fputs("],\"inputs\":[", f);
     for (int k = 0; k < r->n_inputs; k++) {
         const tg_gradcheck_input *in = &r->input[k];
         fprintf(f, "%s{\"name\":", k ? "," : "");
@@ -104,11 +122,11 @@ static void write_json(FILE *f, const tg_gradcheck_result *r, const char *const 
 }
 
 static void write_csv(FILE *f, const tg_gradcheck_result *r, const char *const *names, const char *prefix) {
-    char buf[16];
+    char buf[256];
     for (int k = 0; k < r->n_inputs; k++) {
         const tg_gradcheck_input *in = &r->input[k];
         if (!in->checked) continue;
-        fprintf(f, "%s%s,%d,%lld,%lld,", prefix ? prefix : "", input_name(names, k, buf, sizeof buf), in->pass ? 1 : 0,
+        fprintf(f, "%s%s,%d,%lld,%lld,", prefix ? prefix : "", row_name(r, names, k, buf, sizeof buf), in->pass ? 1 : 0,
                 (long long)in->n_checked, (long long)in->n_failed);
         const double cols[] = {in->max_abs_err, in->max_rel_err};
         for (int c = 0; c < 2; c++) put_csv_num(f, cols[c]), fputc(',', f);
@@ -130,7 +148,7 @@ static void write_csv(FILE *f, const tg_gradcheck_result *r, const char *const *
 }
 
 static void write_text(FILE *f, const tg_gradcheck_result *r, const char *const *names) {
-    char buf[16];
+    char buf[256];
     fprintf(f, "%s%s%s: %lld of %lld comparisons failed, %lld wrong (%s, %s%s); h=%g %s, |a - n| <= %g%s + %g |n|\n",
             r->verdict == TG_VERDICT_PASS    ? "pass"
             : r->verdict == TG_VERDICT_WRONG ? "WRONG"
@@ -145,6 +163,9 @@ static void write_text(FILE *f, const tg_gradcheck_result *r, const char *const 
             r->atol, r->atol_scale == TG_GRADCHECK_ATOL_GRADIENT ? " G" : "", r->rtol);
     if (r->step_vanished)
         fprintf(f, "  the step vanished (input %d, element %lld)\n", r->vanished_input, (long long)r->vanished_index);
+    if (r->joint & (r->joint - 1))
+        fprintf(f, "  (fast mode: the one comparison below covers the inputs it names together; wrong says some "
+                   "gradient among them is wrong, not which: rerun in directional or full mode to localize)\n");
     for (int k = 0; k < r->n_inputs; k++) {
         const tg_gradcheck_input *in = &r->input[k];
         if (!in->checked) continue;
@@ -152,7 +173,7 @@ static void write_text(FILE *f, const tg_gradcheck_result *r, const char *const 
                 "  %s: %s, %lld/%lld failed, max abs err %.3g, max rel err %.3g; worst %lld: analytic %.10g, numeric "
                 "%.10g; predicted error %.3g there, up to %.3g (truncation %.3g + rounding %.3g) (max excess "
                 "%.3g, over failures %.3g)\n",
-                input_name(names, k, buf, sizeof buf), tg_gradcheck_verdict_name(in->verdict), (long long)in->n_failed,
+                row_name(r, names, k, buf, sizeof buf), tg_gradcheck_verdict_name(in->verdict), (long long)in->n_failed,
                 (long long)in->n_checked, in->max_abs_err, in->max_rel_err, (long long)in->worst_index,
                 in->worst_analytic, in->worst_numeric, in->worst_bound, in->pred_max, in->pred_trunc, in->pred_round,
                 in->max_excess, in->fail_excess);

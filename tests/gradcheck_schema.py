@@ -18,6 +18,7 @@ SCHEMA = 1
 # below: exactly its keys ("?key": may be absent; "*": any keys, one type)
 VERDICT = "verdict"
 REASON = "reason"
+MODE = "mode"  # the library's modes (tg_gradcheck_mode_name)
 
 OBJECTS = {
     "document": {
@@ -27,7 +28,7 @@ OBJECTS = {
         "?sweep": "sweep", "?jacobians": ["jacobian"],
     },
     "settings": {
-        "op": "?str", "inject": "?str", "shape": "?str", "dtype": "?str", "mode": "str", "order": "int",
+        "op": "?str", "inject": "?str", "shape": "?str", "dtype": "?str", "mode": MODE, "order": "int",
         "modes": ["str"], "scheme": "str", "step": "str", "atol_scale": "str", "h": "num", "atol": "num",
         "rtol": "num",
     },
@@ -38,13 +39,13 @@ OBJECTS = {
         "?values": "values", "?elements": ["element"],
     },
     "result": {
-        "pass": "bool", "verdict": VERDICT, "reason": REASON, "mode": "str", "forward_diff": "bool", "step": "str",
+        "pass": "bool", "verdict": VERDICT, "reason": REASON, "mode": MODE, "forward_diff": "bool", "step": "str",
         "h": "num", "atol_scale": "str", "atol": "num", "rtol": "num", "dtype": "str", "eps": "num", "seed": "int",
         "n_checked": "int", "n_failed": "int", "n_wrong": "int", "n_evals": "int", "n_backwards": "int",
         "max_abs_err": "num", "max_rel_err": "num", "max_excess": "num", "fail_excess": "num",
         "worst_input": "?str", "worst_index": "int", "worst_output": "int", "worst_analytic": "num",
         "worst_numeric": "num", "worst_ratio": "num", "step_vanished": "bool", "vanished_input": "?str",
-        "vanished_index": "int", "inputs": ["input"],
+        "vanished_index": "int", "joint": ["str"], "inputs": ["input"],
     },
     "input": {
         "name": "str", "checked": "bool", "pass": "bool", "verdict": VERDICT, "reason": REASON,
@@ -76,7 +77,7 @@ OBJECTS = {
         "checks": "tally", "seconds": "num", "check_seconds": "num",
     },
     "tally": {"pass": "int", "wrong": "int", "inconclusive": "int", "errors": "int"},
-    "sweep": {"op": "str", "bug": "?str", "spec": "str", "mode": "str", "step": "str", "h": ["num"],
+    "sweep": {"op": "str", "bug": "?str", "spec": "str", "mode": MODE, "step": "str", "h": ["num"],
               "curves": ["curve"]},
     "curve": {"dtype": "str", "scheme": "str", "vanished": ["int"], "all": "curve_all", "inputs": ["curve_input"]},
     "curve_all": {"median": ["num"], "predicted": ["num"], "best_h": "num", "theory_h": "num"},
@@ -89,6 +90,7 @@ OBJECTS = {
 ENUMS = {
     VERDICT: {"pass", "wrong", "inconclusive"},
     REASON: {"none", "all-zero", "unresolved", "empty", "error"},
+    MODE: {"full", "directional", "jacobian", "fast"},
 }
 
 

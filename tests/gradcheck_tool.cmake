@@ -3,10 +3,10 @@
 # their pictures, usage errors and refused specs exit 2, options and headers;
 # vanished steps, JSON and CSV, batches over seeds, inputs under control,
 # float32 at input scales 1e-3..1e3, the note on the predicted error, the
-# predicted error beside the measured one in every mode; --order 2
+# predicted error beside the measured one in every mode; --mode fast; --order 2
 # (tests/test_gradcheck_tool.sh).
 if(TARGET tapegrad-gradcheck)
-  foreach(_case modes_all modes_adjoint modes_usage order2 check_all inject sweep jacobian usage options list vanished formats batch inputs scale note predicted
+  foreach(_case modes_all modes_adjoint modes_usage order2 check_all inject fast sweep jacobian usage options list vanished formats batch inputs scale note predicted
                 verdict_scale verdict_zero verdict_r verdict_order2 verdict_f32 verdict_linear verdict_dy verdict_exit schema docs)
     add_test(NAME gradcheck_tool_${_case}
              COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/test_gradcheck_tool.sh

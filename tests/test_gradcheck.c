@@ -17,6 +17,7 @@
 #include "tapegrad.h"
 #include "testutil.h"
 #include "tapegrad/check.h"
+#include "check/registry.h"
 
 static tg_ctx *ctx;
 static void setup(void) { ctx = tg_ctx_new(99); }
@@ -988,6 +989,75 @@ START_TEST(test_write) {
 }
 END_TEST
 
+/* FAST: one projection over every input at once. A correct composite of
+ * three inputs passes with one comparison, one backward and two forwards
+ * beside the recorded one (directional: two per input), recorded in the
+ * first input's entry with the others folded into it (joint); in float32
+ * too. A wrong gradient in one input of two is caught, in the entry of the
+ * other (correct) input: fast mode cannot say which. With v given (and
+ * absolute steps) the analytic side is r (sum_i v_a,i + 3 sum_i x_i
+ * v_x,i) -- both inputs in one dot product -- and the numeric side the
+ * true 2 x_i. */
+START_TEST(test_fast_mode) {
+    tg_tensor *in[3] = {tg_randn(ctx, TG_F64, TG_SHAPE(4, 3), 0, 1), tg_randn(ctx, TG_F64, TG_SHAPE(3, 5), 0, 1),
+                        tg_randn(ctx, TG_F64, TG_SHAPE(5), 0, 1)};
+    tg_gradcheck_opts o = {0};
+    o.mode = TG_GRADCHECK_FAST;
+    tg_gradcheck_result r;
+    ck_assert(tg_gradcheck(ctx, f_layer, NULL, 3, in, &o, &r));
+    ck_assert_int_eq(r.verdict, TG_VERDICT_PASS);
+    ck_assert_int_eq(r.mode, TG_GRADCHECK_FAST);
+    ck_assert_str_eq(tg_gradcheck_mode_name(r.mode), "fast");
+    ck_assert_int_eq(r.n_checked, 1);
+    ck_assert_int_eq(r.n_evals, 1 + 2);
+    ck_assert_int_eq(r.n_backwards, 1);
+    ck_assert_uint_eq(r.joint, 7u);
+    ck_assert(r.input[0].checked && !r.input[1].checked && !r.input[2].checked);
+    ck_assert_int_eq(r.worst_input, 0);
+    ck_assert_int_eq(r.worst_index, -1);
+    o.mode = TG_GRADCHECK_DIRECTIONAL; /* the other modes fold nothing */
+    ck_assert(tg_gradcheck(ctx, f_layer, NULL, 3, in, &o, &r));
+    ck_assert_uint_eq(r.joint, 0u);
+    /* float32 */
+    tg_tensor *in32[3];
+    for (int k = 0; k < 3; k++) in32[k] = tg_cast(ctx, in[k], TG_F32);
+    o.mode = TG_GRADCHECK_FAST;
+    o.allow_float32 = true;
+    ck_assert(tg_gradcheck(ctx, f_layer, NULL, 3, in32, &o, &r));
+    ck_assert_int_eq(r.dtype, TG_F32);
+
+    /* a wrong gradient of x alone (input 1): wrong, in input 0's entry */
+    double av[3] = {0.5, -0.25, 1.0}, xv[4] = {0.4, -0.8, 1.1, -1.9};
+    tg_tensor *two[2] = {vec(TG_F64, 3, av), vec(TG_F64, 4, xv)};
+    tg_gradcheck_opts f = {0};
+    f.mode = TG_GRADCHECK_FAST;
+    ck_assert(!tg_gradcheck(ctx, f_sumsq_wrong, NULL, 2, two, &f, &r));
+    ck_assert(tg_ok(ctx));
+    ck_assert_int_eq(r.verdict, TG_VERDICT_WRONG);
+    ck_assert_uint_eq(r.joint, 3u);
+    ck_assert_int_eq(r.input[0].verdict, TG_VERDICT_WRONG);
+    ck_assert(!r.input[1].checked);
+    /* one dot product over both inputs, with the directions given */
+    double va[3] = {0.3, -0.7, 0.2}, vx[4] = {0.5, 0.1, -0.4, 0.6};
+    f.v[0] = (tg_gradcheck_vec){va, 3};
+    f.v[1] = (tg_gradcheck_vec){vx, 4};
+    f.step = TG_GRADCHECK_STEP_ABSOLUTE; /* p = h v: no length scale per input */
+    ck_assert(!tg_gradcheck(ctx, f_sumsq_wrong, NULL, 2, two, &f, &r));
+    double r0 = tg_gradcheck_weight(0, 0), sa = 0, sx = 0;
+    for (int i = 0; i < 3; i++) sa += va[i];
+    for (int i = 0; i < 4; i++) sx += xv[i] * vx[i];
+    ck_assert_double_eq_tol(r.worst_analytic, r0 * (sa + 3 * sx), 1e-9);
+    ck_assert_double_eq_tol(r.worst_numeric, r0 * (sa + 2 * sx), 1e-6);
+    /* a wrong element among many: caught */
+    tg_tensor *x = tg_randn(ctx, TG_F64, TG_SHAPE(64), 0, 1);
+    int64_t wrong_at = 17;
+    tg_gradcheck_opts g = {0};
+    g.mode = TG_GRADCHECK_FAST;
+    ck_assert(!tg_gradcheck(ctx, f_square_wrong_at, &wrong_at, 1, &x, &g, &r));
+    ck_assert_int_eq(r.verdict, TG_VERDICT_WRONG);
+}
+END_TEST
+
 Suite *make_gradcheck_suite(void) {
     return tg_test_suite("gradcheck", setup, teardown, test_defaults, test_float32_defaults_follow_dtype,
                          test_no_defaults, test_correct_composite_passes, test_wrong_backward_one_element,
@@ -995,7 +1065,7 @@ Suite *make_gradcheck_suite(void) {
                          test_caller_state_untouched, test_memory_reused, test_nonfinite_fails, test_constant_function,
                          test_jacobian, test_forward_differences, test_errors, test_vanished_step, test_relative_steps,
                          test_float32_scale_invariant, test_jacobian_mode, test_user_r_v, test_predicted_error,
-                         test_element_callback, test_write, NULL);
+                         test_element_callback, test_write, test_fast_mode, NULL);
 }
 
 int main(void) { return tg_test_run(make_gradcheck_suite()); }

@@ -17,6 +17,8 @@
 #              fused norms and exact GELU
 #   inject     each seeded bug makes the report WRONG with exit status 1, and only
 #              the inputs whose gradient it breaks; the same op without the bug passes
+#   fast       --mode fast: check all passes in f64 and f32, seeded bugs WRONG on the
+#              joint row and localized, one projection (1 comparison, 3 forwards)
 #   sweep      the best h of central differences in float64 lies in [1e-7, 1e-3]
 #              for smooth ops (read from the .dat the sweep writes), and the other
 #              curves' minima sit where the theory puts them
@@ -235,6 +237,48 @@ EOF
   run 2 check layernorm --inject rmsnorm-sum
   grep -q "tapegrad-gradcheck --help" "$tmp/err" || fail "inject: no pointer at --help"
   run 2 check --inject no-such-bug
+  ;;
+fast)
+  # --mode fast: one comparison over every input at once. Correct ops pass
+  # in both dtypes; seeded bugs are wrong, on the joint row, and localized
+  # by a directional check; with --seeds; one projection: 1 comparison, 2
+  # forwards beside the recorded one and 1 backward (directional: 2 per
+  # input); inconclusive stays exit 3; not for sweep or --modes.
+  run 0 check all --mode fast
+  grep -q "(fast) in .*: all pass" "$tmp/out" || fail "check all --mode fast: not all pass"
+  run 0 check all --mode fast --dtype f32
+  grep -q "float32 (fast) in .*: all pass" "$tmp/out" || fail "check all --mode fast --dtype f32: not all pass"
+  while read -r bug row bad good; do
+    run 1 check --inject "$bug" --mode fast
+    grep -Eq "^ +[^ ]+ +$row +[0-9]+ el\. +1/1 .*WRONG$" "$tmp/out" || fail "fast $bug: row $row is not WRONG"
+    grep -q "it says neither which input nor which element is wrong" "$tmp/out" || fail "fast $bug: no reach line"
+    line=$(grep "a directional check of the same case" "$tmp/out") || fail "fast $bug: not localized"
+    for x in ${bad//,/ }; do echo "$line" | grep -q " $x WRONG" || fail "fast $bug: $x not localized as WRONG"; done
+    for x in ${good//,/ }; do
+      [ "$x" = "-" ] || echo "$line" | grep -q " $x pass" || fail "fast $bug: $x not localized as pass"
+    done
+    echo "fast $bug: $row WRONG, localized to $bad"
+  done <<'EOF'
+rmsnorm-sum x\+gamma x,gamma -
+layernorm-no-mean x\+gamma\+beta x gamma,beta
+overwrite x\+gamma x gamma
+EOF
+  run 1 check --inject rmsnorm-sum --mode fast --seeds 5
+  grep -Eq "^ +4x8 +x\+gamma +5 +5 .*WRONG$" "$tmp/out" || fail "fast --seeds: not wrong on every seed"
+  run 0 check layernorm --mode fast --seeds 5
+  run 3 check tanh --scale x=1e6 --mode fast
+  # one projection: counts from the JSON result, against directional's
+  command -v python3 > /dev/null 2>&1 || { echo "ok: fast (counts skipped: no python3)"; exit 0; }
+  for m in fast directional; do
+    run 0 check layernorm --shape 64x256 --mode $m --format json
+    python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))["checks"][0]["result"]; print(r["n_checked"], r["n_evals"], r["n_backwards"], ",".join(r["joint"]))' \
+      "$tmp/out" > "$tmp/$m"
+  done
+  [ "$(cat "$tmp/fast")" = "1 3 1 x,gamma,beta" ] || fail "fast: checked, evals, backwards, joint: $(cat "$tmp/fast")"
+  [ "$(cat "$tmp/directional")" = "3 7 1 " ] || fail "directional: $(cat "$tmp/directional")"
+  run 2 sweep rmsnorm --mode fast
+  run 2 check rmsnorm --mode fast --modes fwd
+  run 2 check rmsnorm --mode fastest
   ;;
 sweep)
   # Smooth ops (non-zero third derivative): the float64 central-difference
@@ -739,6 +783,8 @@ schema)
 3|check --order 2 --inject rmsnorm-sum --seeds 2
 3|check tanh --scale x=1e6
 0|check all --mode directional
+1|check --inject rmsnorm-sum --mode fast
+0|check layernorm --mode fast --seeds 3
 0|jacobian rmsnorm --shape 1x3 --out OUTDIR
 0|jacobian rmsnorm --shape 1x3 --seeds 3
 0|sweep rmsnorm --seeds 2 --h-grid 1e-1:1e-6:2 --out OUTDIR

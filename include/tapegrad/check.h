@@ -28,10 +28,12 @@ extern "C" {
  * of the step; a step that rounds away entirely (x +- h_i == x) is an error,
  * never a pass (result.step_vanished says where).
  *
- * Three modes: FULL (every element, as above), DIRECTIONAL (one direction v
- * per input: dL/dx . v against (L(x + h v) - L(x - h v)) / 2h) and JACOBIAN
+ * Four modes: FULL (every element, as above), DIRECTIONAL (one direction v
+ * per input: dL/dx . v against (L(x + h v) - L(x - h v)) / 2h), JACOBIAN
  * (every entry d f_j / d x_i, one backward per output and two forwards per
- * input element: PyTorch's slow mode).
+ * input element: PyTorch's slow mode) and FAST (one direction u over all
+ * checked inputs at once: one comparison in all; PyTorch's fast mode, one
+ * u per input, is DIRECTIONAL's kind).
  *
  * The step. h_i = h (ABSOLUTE), h max(|x_i|, floor) (ELEMENT) or h l_i
  * (SCALED), where l_i is the length scale of element i: the distance over
@@ -153,10 +155,19 @@ typedef enum tg_gradcheck_mode {
                                   opts.v): compares dL/dx . v with
                                   (L(x + h v) - L(x - h v)) / 2h; 2 forwards
                                   per input, for big tensors */
-    TG_GRADCHECK_JACOBIAN     /* every entry d f_j / d x_i: one backward per
+    TG_GRADCHECK_JACOBIAN,    /* every entry d f_j / d x_i: one backward per
                                   output element, 2 forwards per input
                                   element (PyTorch's slow mode); r is not
                                   used */
+    TG_GRADCHECK_FAST         /* one direction u over every checked input at
+                                  once (random unit over all of them; input
+                                  k's part opts.v[k] when given): compares
+                                  sum_k dL/dx_k . u_k with (L(x + h u) -
+                                  L(x - h u)) / 2h, one comparison in all:
+                                  2 forwards and 1 backward however many
+                                  inputs (PyTorch's fast mode takes 2 per
+                                  input, one u each). It cannot say which
+                                  input is wrong: result.joint */
 } tg_gradcheck_mode;
 
 /* How the step of element i follows from h. */
@@ -252,7 +263,8 @@ typedef struct tg_gradcheck_opts {
     /* the output weighting (numel of the output); none: random from seed */
     tg_gradcheck_vec r;
     /* DIRECTIONAL: input k's direction, used as given (not normalized);
-     * none: a random unit vector from seed */
+     * none: a random unit vector from seed. FAST: input k's part of u (the
+     * parts not given: random, together of unit length) */
     tg_gradcheck_vec v[TG_GRADCHECK_MAX_INPUTS];
     tg_gradcheck_element_fn each; /* called for every comparison */
     void *each_user;
@@ -260,10 +272,11 @@ typedef struct tg_gradcheck_opts {
 
 /* The outcome for one input. */
 typedef struct tg_gradcheck_input {
-    bool checked; /* false: skipped (not in opts.inputs) */
+    bool checked; /* false: skipped (not in opts.inputs; FAST: folded into
+                     the first checked input's entry, result.joint) */
     bool pass;
-    /* comparisons: elements (FULL), directions (DIRECTIONAL) or entries
-     * (JACOBIAN), and how many failed */
+    /* comparisons: elements (FULL), directions (DIRECTIONAL, FAST) or
+     * entries (JACOBIAN), and how many failed */
     int64_t n_checked, n_failed;
     double max_abs_err; /* max |a - n| */
     double max_rel_err; /* max |a - n| / max(|n|, atol as used) */
@@ -313,7 +326,7 @@ typedef struct tg_gradcheck_result {
     int64_t n_checked;            /* comparisons over all inputs */
     int64_t n_failed;
     /* forward evaluations of f: 1 + 2 per element (FULL, JACOBIAN) or per
-     * input (DIRECTIONAL); 2 + 1 per with forward_diff; for each failing
+     * input (DIRECTIONAL), 1 + 2 in all (FAST); 2 + 1 per with forward_diff; for each failing
      * comparison (JACOBIAN: column) 4 more to measure its truncation, and
      * 4 or 6 more when rounding alone does not cover it; for an input no
      * comparison saw a gradient in, 2 per element (direction) to see
@@ -337,7 +350,13 @@ typedef struct tg_gradcheck_result {
     /* a step that vanished (an error): where */
     bool step_vanished;
     int vanished_input;     /* -1 when none */
-    int64_t vanished_index; /* -1: the direction (DIRECTIONAL) */
+    int64_t vanished_index; /* -1: the direction (DIRECTIONAL, FAST) */
+    /* FAST: bit k set for every input the one comparison covers; it is
+     * recorded in the entry of the lowest of them, the others' entries are
+     * not checked. A wrong verdict then says that some gradient among
+     * these inputs is wrong, not which (rerun DIRECTIONAL or FULL to
+     * localize). 0 in the other modes. */
+    uint32_t joint;
     int n_inputs;
     tg_gradcheck_input input[TG_GRADCHECK_MAX_INPUTS];
 } tg_gradcheck_result;
@@ -520,7 +539,7 @@ TG_API bool tg_gradcheck_diagnose(tg_ctx *ctx, tg_gradcheck_fn f, void *user, in
 /* "projection", "scale", ... */
 TG_API const char *tg_diagnosis_name(tg_diagnosis_kind kind);
 /* Names of the enums, as the tool spells them: "full", "directional",
- * "jacobian"; "auto", "absolute", "element", "scaled"; "auto", "absolute",
+ * "jacobian", "fast"; "auto", "absolute", "element", "scaled"; "auto", "absolute",
  * "gradient" ("?" when out of range). */
 TG_API const char *tg_gradcheck_mode_name(tg_gradcheck_mode mode);
 TG_API const char *tg_gradcheck_step_name(tg_gradcheck_step step);

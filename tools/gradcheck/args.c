@@ -303,7 +303,8 @@ static int parse_choice_option(gct_args *a, const char *opt, const char *v) {
         if (!strcmp(v, "full")) a->mode = TG_GRADCHECK_FULL;
         else if (!strcmp(v, "directional")) a->mode = TG_GRADCHECK_DIRECTIONAL;
         else if (!strcmp(v, "jacobian")) a->mode = TG_GRADCHECK_JACOBIAN;
-        else return gct_usage_error("--mode is full, directional or jacobian, not '%s'", v), 0;
+        else if (!strcmp(v, "fast")) a->mode = TG_GRADCHECK_FAST;
+        else return gct_usage_error("--mode is full, directional, jacobian or fast, not '%s'", v), 0;
     } else if (!strcmp(opt, "--order")) {
         if (!strcmp(v, "1") || !strcmp(v, "2")) a->order = v[0] - '0';
         else return gct_usage_error("--order is 1 or 2, not '%s'", v), 0;

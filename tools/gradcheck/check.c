@@ -213,7 +213,8 @@ static tg_gradcheck_verdict add_case_rows(gct_table *t, const gct_target *tg, co
         char sh[64], idx[64], out[64];
         gct_cell_set(&row[0], GCT_PLAIN, "%s", first ? tg->c.spec : "");
         gct_cell_set(&row[1], GCT_PLAIN, "%s", tg->c.input_names[k]);
-        gct_cell_set(&row[2], GCT_PLAIN, "%s", gct_shape_text(sh, sizeof sh, x->ndim, x->shape));
+        if (gct_fast_joint(r)) gct_cell_set(&row[2], GCT_PLAIN, "%lld el.", (long long)gct_target_numel(tg));
+        else gct_cell_set(&row[2], GCT_PLAIN, "%s", gct_shape_text(sh, sizeof sh, x->ndim, x->shape));
         gct_cell_set(&row[3], in->n_failed ? GCT_BAD : GCT_PLAIN, "%lld/%lld", (long long)in->n_failed,
                      (long long)in->n_checked);
         fmt_err(&row[4], in->max_abs_err);
@@ -317,6 +318,7 @@ static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, con
     elem_list L = {0};
     bool json = a->format == GCT_JSON, opened = false;
     int64_t n_errors = 0;
+    uint32_t folded = 0; /* --mode fast: inputs folded into another's row */
     char first_error[512] = "";
     for (int64_t i = 0; i < n; i++) {
         uint64_t s = s0 + (uint64_t)i;
@@ -386,8 +388,10 @@ static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, con
             tg_clear_error(ctx);
             continue;
         }
+        gct_fast_name(ctx, &tg, &r); /* --mode fast: one row for the inputs together (after the JSON) */
         gct_tally_add(&T->runs, r.verdict);
         if (!*have_first) *first = r, *have_first = true;
+        folded |= r.joint & (r.joint - 1); /* all but the lowest: it holds the one comparison */
         for (int k = 0; k < tg.c.n_inputs; k++) {
             const tg_gradcheck_input *in = &r.input[k];
             if (!in->checked || !B[k].rel) continue;
@@ -413,7 +417,7 @@ static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, con
     T->cases++;
     for (int k = 0; k < tg.c.n_inputs; k++) {
         batch_input *b = &B[k];
-        if (!b->rel) continue;
+        if (!b->rel || folded >> k & 1u) continue;
         /* the input over its seeds: wrong if any seed is, else inconclusive
          * if any seed is (or did not run), else pass */
         tg_gradcheck_verdict v = b->wrong                         ? TG_VERDICT_WRONG
@@ -574,12 +578,15 @@ static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
             op_shown = true;
             tg_clear_error(ctx);
         } else {
+            gct_fast_name(ctx, &tg, &r); /* --mode fast: one row for the inputs together (after the JSON) */
             if (!have_first) first = r, have_first = true;
             gct_tally_add(&T->runs, r.verdict);
             if (add_case_rows(&t, &tg, &r, a->quiet || !text, T) != TG_VERDICT_PASS) op_shown = true;
             if (text && r.verdict == TG_VERDICT_WRONG) { /* the diagnosis, under the table (diagnose.c) */
                 tg_gradcheck_opts o = gct_target_opts(&tg, a, a->seed);
-                dl += gct_diagnose_case(ctx, a, &tg, &o, &r, diag + dl, sizeof diag - dl);
+                tg_gradcheck_result rd = r; /* --mode fast: localized first (fast.c) */
+                dl += gct_fast_localize(ctx, &tg, &o, &rd, diag + dl, sizeof diag - dl);
+                dl += gct_diagnose_case(ctx, a, &tg, &o, &rd, diag + dl, sizeof diag - dl);
             }
             if (text && extra && a->elements) print_elements_text(extra, &tg, &L, a->color);
         }

@@ -207,6 +207,9 @@ static int modes_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
 }
 
 int gct_cmd_check_modes(const gct_args *a, const tg_op_info *op, const gct_bug *bug) {
+    if (a->mode == TG_GRADCHECK_FAST)
+        return gct_usage_error("--modes and --adjoint report one row per input and mode; --mode fast has one "
+                               "comparison for all inputs (use --mode directional)");
     if (a->elements || a->print_inputs || a->save_inputs)
         return gct_usage_error("--modes and --adjoint report one row per input and mode (no --elements, "
                                "--print-inputs, --save-inputs)");

@@ -62,9 +62,23 @@ void gct_put_sources(const gct_args *a, const tg_op_info *op, tg_dtype dtype, co
     printf("\n");
 }
 
+/* What a one-direction mode can and cannot catch, under the settings. */
+static void put_reach(tg_gradcheck_mode mode) {
+    if (mode == TG_GRADCHECK_DIRECTIONAL)
+        printf("  directional: per input one number, (J^T r) . v_k, v_k random: a wrong gradient of input k is caught "
+               "unless its error is nearly orthogonal to v_k (probability ~0 for an error above the tolerance); it "
+               "says which input is wrong, not which element (--mode full)\n");
+    else if (mode == TG_GRADCHECK_FAST)
+        printf("  fast: one number for all inputs, (J^T r) . u, u random over every input at once: a wrong gradient "
+               "is caught unless its error is nearly orthogonal to u -- errors in two inputs cancel only by chance "
+               "(probability ~0), but an input with a small gradient is held to the scale of all of them; it says "
+               "neither which input nor which element is wrong (--mode directional, full)\n");
+}
+
 void gct_put_settings(const gct_args *a, const tg_gradcheck_result *r) {
     const char *what = r->mode == TG_GRADCHECK_FULL          ? "every element"
                        : r->mode == TG_GRADCHECK_DIRECTIONAL ? "one random direction per input"
+                       : r->mode == TG_GRADCHECK_FAST        ? "one random direction over all inputs at once"
                                                              : "every Jacobian entry";
     printf("  %s, %s, %s differences h=%g", tg_dtype_name(r->dtype), what, r->forward_diff ? "forward" : "central",
            r->h);
@@ -86,6 +100,7 @@ void gct_put_settings(const gct_args *a, const tg_gradcheck_result *r) {
         printf(", seed %llu", (unsigned long long)s0);
     }
     printf("\n");
+    put_reach(r->mode);
 }
 
 void gct_tally_add(gct_tally *t, tg_gradcheck_verdict v) {

@@ -712,6 +712,9 @@ static int write_files(const sweep_run *w) {
 
 int gct_cmd_sweep(const gct_args *a) {
     static sweep_run w;
+    if (a->mode == TG_GRADCHECK_FAST)
+        return gct_usage_error("sweep draws a curve per input; --mode fast has one comparison for all inputs "
+                               "(use --mode directional)");
     memset(&w, 0, sizeof w);
     w.a = a;
     tg_ctx *ctx;

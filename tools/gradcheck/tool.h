@@ -16,6 +16,7 @@
  *             explain.c    `explain`: a norm's backward on the learner's numbers
  *             memory.c     `memory`: fused vs composed records, saved and arena bytes
  *   analysis  diagnose.c   the diagnosis under a failing check
+ *             fast.c       --mode fast: the joint comparison named, localized
  *             projection.c jacobian's projection view of a norm without gamma
  *   report    report.c     what reports share: quantiles, the title and
  *                          settings lines, tallies, verdicts, the note on
@@ -291,6 +292,16 @@ bool gct_write_heatmaps(const char *dir, const char *name, const char *title, co
  * bytes into buf; returns the length written. */
 size_t gct_diagnose_case(tg_ctx *ctx, const gct_args *a, gct_target *t, const tg_gradcheck_opts *o,
                          const tg_gradcheck_result *r, char *buf, size_t size);
+/* check --mode fast (fast.c): whether r is one comparison over several
+ * inputs (result.joint); t's name for the entry holding it, every input
+ * it covers ("x+gamma+beta", in the arena); and after a wrong one, the
+ * same case checked in directional mode to say which input is wrong: its
+ * line written into buf (at most size bytes, the length returned), and *o
+ * and *r replaced by the directional check's, for the diagnosis. */
+bool gct_fast_joint(const tg_gradcheck_result *r);
+void gct_fast_name(tg_ctx *ctx, gct_target *t, const tg_gradcheck_result *r);
+size_t gct_fast_localize(tg_ctx *ctx, gct_target *t, tg_gradcheck_opts *o, tg_gradcheck_result *r, char *buf,
+                         size_t size);
 /* jacobian's projection view (projection.c): for rmsnorm or layernorm
  * with affine=0 and input 0 (x), each row's eigenvalues, J^2 = r J, and
  * the parts of J (r I, - r xhat xhat^T / C, and - r 1 1^T / C for
