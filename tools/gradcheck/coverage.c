@@ -95,8 +95,8 @@ void gct_cover_print(FILE *out, const gct_cover *cv, const gct_args *a, int inde
         bool first = i == 0 || strcmp(r->spec, cv->rows[i - 1].spec);
         gct_cell_set(&row[0], GCT_PLAIN, "%s", first ? r->spec : "");
         gct_cell_set(&row[1], GCT_PLAIN, "%s", r->name);
-        gct_cell_set(&row[2], GCT_PLAIN, "%.3g", r->cov.min);
-        gct_cell_set(&row[3], GCT_PLAIN, "%.3g", r->cov.max);
+        gct_cell_set(&row[2], GCT_PLAIN, "%.6g", r->cov.min);
+        gct_cell_set(&row[3], GCT_PLAIN, "%.6g", r->cov.max);
         gct_cell_set(&row[4], GCT_PLAIN, "%lld", (long long)r->cov.n_neg);
         gct_cell_set(&row[5], GCT_PLAIN, "%lld", (long long)r->cov.n_zero);
         gct_cell_set(&row[6], GCT_PLAIN, "%lld", (long long)r->cov.n_pos);
