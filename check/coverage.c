@@ -195,8 +195,7 @@ static double value_in(const tg_region *g, double u) {
 /* x's values, away from every kink by gap: a near-kink region's element
  * at k -+ gap (1 + 3u), any other within gap of a kink pushed out on its
  * side. */
-static void place_kinks(tg_ctx *ctx, tg_tensor *x, const int *label, const double *u, const tg_regions *r,
-                        double gap) {
+static void place_kinks(tg_ctx *ctx, tg_tensor *x, const int *label, const double *u, const tg_regions *r, double gap) {
     for (int64_t i = 0; i < x->numel; i++) {
         const tg_region *g = &r->r[label[i]];
         double v = tg_load(x, i);
@@ -206,7 +205,8 @@ static void place_kinks(tg_ctx *ctx, tg_tensor *x, const int *label, const doubl
         }
         for (int j = 0; j < r->n_kinks; j++) {
             double k = r->kinks[j];
-            if (fabs(v - k) < gap) v = v < k ? k - gap * (1 + tg_rng_uniform(ctx)) : k + gap * (1 + tg_rng_uniform(ctx));
+            if (fabs(v - k) < gap)
+                v = v < k ? k - gap * (1 + tg_rng_uniform(ctx)) : k + gap * (1 + tg_rng_uniform(ctx));
         }
         tg_store(x, i, v);
     }
@@ -301,8 +301,8 @@ bool tg_registry_cover(tg_ctx *ctx, tg_op_case *c, uint64_t stratum, double gap_
         return false;
     }
     if (!(gap_rel >= 0) || !(gap_abs >= 0) || !isfinite(gap_rel) || !isfinite(gap_abs)) {
-        tg_error(ctx, TG_ERR_VALUE, __func__, "%s: gap_rel %g and gap_abs %g must be finite and >= 0",
-                 c->op->def->name, gap_rel, gap_abs);
+        tg_error(ctx, TG_ERR_VALUE, __func__, "%s: gap_rel %g and gap_abs %g must be finite and >= 0", c->op->def->name,
+                 gap_rel, gap_abs);
         return false;
     }
     for (int k = 0; k < c->n_inputs; k++)

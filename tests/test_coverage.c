@@ -106,8 +106,7 @@ START_TEST(test_cover_every_op) {
     for (int v = 0; v < op->n_variants; v++) {
         tg_op_case c;
         ck_assert(tg_registry_build(ctx, op, op->variants[v], TG_F64, &c));
-        ck_assert_msg(tg_registry_cover(ctx, &c, (uint64_t)v, 4e-6, 0), "%s: %s", op->def->name,
-                      tg_error_message(ctx));
+        ck_assert_msg(tg_registry_cover(ctx, &c, (uint64_t)v, 4e-6, 0), "%s: %s", op->def->name, tg_error_message(ctx));
         for (int k = 0; k < c.n_inputs; k++) {
             if (!(c.check >> k & 1u)) continue;
             tg_regions r;
