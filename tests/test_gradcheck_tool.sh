@@ -725,11 +725,11 @@ cover)
   run 1 check --inject softplus-high --seeds 20
   w=$(wrong_of)
   [ -n "$w" ] && [ "$w" -ge 1 ] && [ "$w" -le 19 ] || fail "default inputs: $w of 20 seeds wrong, want some but not all"
-  grep -Eq "^  6x6;size=1.9 +x +-1\.9[0-9]* +1\.9[0-9]* .* \[10,100\)" "$tmp/out" ||
+  grep -Eq "^  6x6;size=1.9 +x: +-1\.9[0-9]* +1\.9[0-9]* .* \[10,100\)" "$tmp/out" ||
     fail "default inputs: the coverage does not say x stayed in (-2, 2) and never reached [10,100)"
   run 1 check --inject softplus-high --seeds 20 --cover
   [ "$(wrong_of)" = 20 ] || fail "--cover: $(wrong_of) of 20 seeds wrong, want 20"
-  grep -Eq "^  6x6;size=1.9 +x .* 15/15 +-$" "$tmp/out" || fail "--cover: not every region of softplus seen"
+  grep -Eq "^  6x6;size=1.9 +x: .* 15/15 +-$" "$tmp/out" || fail "--cover: not every region of softplus seen"
   # a correct op: nothing wrong anywhere (inconclusive, exit 3, is allowed)
   for dt in f64 f32; do
     st=0; "$tool" check all --cover --dtype $dt --seeds 6 -q > "$tmp/out" 2> "$tmp/err" || st=$?
@@ -738,7 +738,7 @@ cover)
   done
   # one element, 15 seeds: softplus's 15 regions in turn
   run 0 check softplus --shape "()" --cover --seeds 15
-  grep -Eq "^  \(\) +x .* 15/15 +-$" "$tmp/out" || fail "(): 15 seeds do not visit the 15 regions"
+  grep -Eq "^  \(\) +x: .* 15/15 +-$" "$tmp/out" || fail "(): 15 seeds do not visit the 15 regions"
   command -v python3 > /dev/null 2>&1 || { echo "ok: cover (json skipped: no python3)"; exit 0; }
   # the domain kept (log's x > 0, div's b != 0), the coverage is the values'
   for op in log div pow_scalar; do

@@ -94,7 +94,9 @@ void gct_cover_print(FILE *out, const gct_cover *cv, const gct_args *a, int inde
         if (!row) break;
         bool first = i == 0 || strcmp(r->spec, cv->rows[i - 1].spec);
         gct_cell_set(&row[0], GCT_PLAIN, "%s", first ? r->spec : "");
-        gct_cell_set(&row[1], GCT_PLAIN, "%s", r->name);
+        /* "x:", not "x": a reader of the check's rows by their columns
+         * (spec, input, ...) must not take these for them */
+        gct_cell_set(&row[1], GCT_PLAIN, "%s:", r->name);
         gct_cell_set(&row[2], GCT_PLAIN, "%.6g", r->cov.min);
         gct_cell_set(&row[3], GCT_PLAIN, "%.6g", r->cov.max);
         gct_cell_set(&row[4], GCT_PLAIN, "%lld", (long long)r->cov.n_neg);
