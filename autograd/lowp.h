@@ -14,7 +14,13 @@
  *       return tg_lowp_out(ctx, tg_sum_axis(ctx, tg_lowp_in(ctx, x), axis, keepdim), x);
  *
  * The inner call runs the op's float32 path (its inputs are float32 now),
- * with the op's own checks: a bad shape is reported by the op, by name. */
+ * with the op's own checks: a bad shape is reported by the op, by name.
+ *
+ * Ops where the conversions would cost more than the op take 16 bits
+ * natively with the same arithmetic, in one record: the shape ops (they
+ * move bits; ops_shape.c), the unary ops (blocks widened, the float32
+ * kernel, rounded once; unary.c) and an add of two tensors of one shape
+ * (ops_elementwise.c); their gradients are added with tg_lowp_accum. */
 #ifndef TG_AUTOGRAD_LOWP_H
 #define TG_AUTOGRAD_LOWP_H
 
@@ -43,5 +49,12 @@ tg_tensor *tg_lowp_out(tg_ctx *ctx, tg_tensor *y, const tg_tensor *like);
  * (b == a widened once, as tg_lowp_in_all). */
 tg_tensor *tg_lowp_unary(tg_ctx *ctx, tg_tensor *(*f)(tg_ctx *, tg_tensor *), tg_tensor *x);
 tg_tensor *tg_lowp_binary(tg_ctx *ctx, tg_tensor *(*f)(tg_ctx *, tg_tensor *, tg_tensor *), tg_tensor *a, tg_tensor *b);
+
+/* dst[i] += src[i] for i < n, both of the 16-bit dtype dt: the float32 sum
+ * rounded once to dt, as tg_cast's backward adds a gradient into a 16-bit
+ * grad. The ops that only move data (reshape, permute, slice, concat)
+ * accumulate their 16-bit gradients with it, so their native 16-bit path
+ * gives the bits the path through float32 would. */
+void tg_lowp_accum(tg_dtype dt, void *dst, const void *src, size_t n);
 
 #endif

@@ -51,14 +51,53 @@ static void binary_backward(tg_ctx *ctx, tg_node *n) {
         tg_tensor *dx = tg_grad_of(ctx, x);
         if (!dx) continue;
         bool full = x->numel == p.numel;
-        if (y->dtype == TG_F64)
+        if (tg_is_lowp(y->dtype)) tg_lowp_accum(dx->dtype, dx->data, dy->data, (size_t)dx->numel); /* add_lowp */
+        else if (y->dtype == TG_F64)
             binary_backward_f64(ctx, op, side, full, dx->data, dy->data, a->data, b->data, y->data, &p);
         else binary_backward_f32(ctx, op, side, full, dx->data, dy->data, a->data, b->data, y->data, &p);
     }
 }
 
+/* True when y = a + b of two distinct 16-bit tensors of one dtype and one
+ * shape: the case add_lowp takes (a transformer's residual stream under
+ * autocast). */
+static bool add_lowp_fits(const tg_ctx *ctx, tg_binop op, const tg_tensor *a, const tg_tensor *b) {
+    if (op != TG_BINOP_ADD || !a || !b || a == b || !tg_current(ctx, a) || !tg_current(ctx, b)) return false;
+    if (!tg_is_lowp(a->dtype) || b->dtype != a->dtype || a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d]) return false;
+    return true;
+}
+
+/* y = a + b in 16 bits, without the path through float32's tensors: each
+ * element the float32 sum of the widened inputs, rounded once, as that
+ * path computes it; backward (binary_backward) adds dy into both grads
+ * through float32 (tg_lowp_accum), as tg_cast's backward would. So the
+ * bits are the path's (but for the sign of a zero sum), with none of its
+ * six conversions. An input given twice (a + a) takes the path: its
+ * gradient there is 2 dy rounded once, not dy added twice. */
+static tg_tensor *add_lowp(tg_ctx *ctx, tg_tensor *a, tg_tensor *b) {
+    tg_tensor *y = tg_new_tensor(ctx, "tg_add", a->dtype, a->ndim, a->shape);
+    if (!y) return NULL;
+    enum { BLOCK = 1024 };
+    float fa[BLOCK], fb[BLOCK];
+    const uint16_t *pa = a->data, *pb = b->data;
+    uint16_t *py = y->data;
+    for (int64_t i = 0; i < y->numel; i += BLOCK) {
+        const size_t len = (size_t)(y->numel - i < BLOCK ? y->numel - i : BLOCK);
+        tg_convert_n(fa, TG_F32, pa + i, a->dtype, len);
+        tg_convert_n(fb, TG_F32, pb + i, a->dtype, len);
+        for (size_t j = 0; j < len; j++) fa[j] += fb[j];
+        tg_convert_n(py + i, y->dtype, fa, TG_F32, len);
+    }
+    tg_node *n = tg_record(ctx, &tg_add_op, y, 2, (tg_tensor *[]){a, b});
+    if (n) n->i[0] = TG_BINOP_ADD;
+    return tg_ok(ctx) ? y : NULL;
+}
+
 static tg_tensor *binary(tg_ctx *ctx, tg_binop op, tg_tensor *a, tg_tensor *b) {
     const binop_info *info = &BINOPS[op];
+    if (tg_ok(ctx) && add_lowp_fits(ctx, op, a, b)) return add_lowp(ctx, a, b);
     if (tg_lowp_args(ctx, info->fn, 2, (tg_tensor *[]){a, b})) { /* bfloat16, float16: autograd/lowp.h */
         tg_tensor *w[2];
         tg_lowp_in_all(ctx, 2, (tg_tensor *[]){a, b}, w);

@@ -45,26 +45,38 @@ static void cast_backward(tg_ctx *ctx, tg_node *n) {
         for (int64_t i = 0; i < dx->numel; i++) tg_store(dx, i, tg_load(dx, i) + round_to(dx->dtype, tg_load(dy, i)));
         return;
     }
-    /* float32 and 16 bits (every op's low-precision path, twice per input):
-     * the same sums in float32 blocks, the conversions by tg_convert_n's
-     * vector code. g = dy rounded to dx's dtype and widened; a = dx widened;
-     * dx = a + g, rounded to dx's dtype (the float32 sum, rounded once). */
+    /* float32 and 16 bits, in blocks: g = dy rounded to dx's dtype (by
+     * tg_convert_n's vector code), then dx += g, the float32 sum rounded
+     * once to dx's dtype (tg_lowp_accum). */
     enum { BLOCK = 1024 };
-    float acc[BLOCK], g[BLOCK];
     uint16_t r16[BLOCK];
     const size_t ex = tg_esize(dx->dtype), ey = tg_esize(dy->dtype);
     for (int64_t i = 0; i < dx->numel; i += BLOCK) {
         const size_t len = (size_t)(dx->numel - i < BLOCK ? dx->numel - i : BLOCK);
         void *d = (char *)dx->data + (size_t)i * ex;
         const void *s = (const char *)dy->data + (size_t)i * ey;
-        if (tg_is_lowp(dx->dtype)) {
+        if (dx->dtype == TG_F32) { /* a 16-bit dy into a float32 dx: widened exactly */
+            float g[BLOCK];
+            tg_convert_n(g, TG_F32, s, dy->dtype, len);
+            for (size_t j = 0; j < len; j++) ((float *)d)[j] += g[j];
+        } else if (dy->dtype == dx->dtype) tg_lowp_accum(dx->dtype, d, s, len);
+        else {
             tg_convert_n(r16, dx->dtype, s, dy->dtype, len);
-            tg_convert_n(g, TG_F32, r16, dx->dtype, len);
-        } else tg_convert_n(g, TG_F32, s, dy->dtype, len);
-        float *a = dx->dtype == TG_F32 ? d : acc;
-        if (a == acc) tg_convert_n(acc, TG_F32, d, dx->dtype, len);
+            tg_lowp_accum(dx->dtype, d, r16, len);
+        }
+    }
+}
+
+void tg_lowp_accum(tg_dtype dt, void *dst, const void *src, size_t n) {
+    enum { BLOCK = 1024 };
+    float a[BLOCK], g[BLOCK];
+    for (size_t i = 0; i < n; i += BLOCK) {
+        const size_t len = n - i < BLOCK ? n - i : BLOCK;
+        uint16_t *d = (uint16_t *)dst + i;
+        tg_convert_n(a, TG_F32, d, dt, len);
+        tg_convert_n(g, TG_F32, (const uint16_t *)src + i, dt, len);
         for (size_t j = 0; j < len; j++) a[j] += g[j];
-        if (a == acc) tg_convert_n(d, dx->dtype, acc, TG_F32, len);
+        tg_convert_n(d, dt, a, TG_F32, len);
     }
 }
 

@@ -13,7 +13,13 @@
  * The kernels, written once for T (float, double), open the file, which
  * instantiates itself (tensor/instantiate.h) and so defines
  *   tile_transpose_f32  transpose_kernel_f32  permute_kernel_f32
- *   accum_rows_f32  and the same with _f64. */
+ *   accum_rows_f32  and the same with _f64,
+ * and once more for 16-bit elements as bits (T uint16_t, TG_COPY_ONLY):
+ *   tile_transpose_b16  transpose_kernel_b16  permute_kernel_b16
+ * which only copy (acc false). bfloat16 and float16 take these ops
+ * natively: moving a value does not round it, and a 16-bit gradient is
+ * added through float32 (tg_lowp_accum, autograd/lowp.h), so the bits are
+ * those of the path through float32 without its two conversions. */
 #ifdef T /* the kernels, compiled once per element type (tensor/instantiate.h) */
 
 /* y[j * ldy + i] = x[i * ldx + j] (or += when acc) for i < R, j < C: one
@@ -91,6 +97,7 @@ static void TG_FN(permute_kernel)(T *restrict y, const T *restrict x, int r, con
     }
 }
 
+#ifndef TG_COPY_ONLY
 /* dst[o, 0:len] += src[o, 0:len] for o < outer, with row strides ld_dst and
  * ld_src: the gradient of a block copied out of (slice) or into (concat) a
  * bigger tensor. */
@@ -102,6 +109,7 @@ static void TG_FN(accum_rows)(T *restrict dst, int64_t ld_dst, const T *restrict
         for (int64_t k = 0; k < len; k++) d[k] += s[k];
     }
 }
+#endif
 
 #else /* the op, compiled once */
 
@@ -115,6 +123,14 @@ static void TG_FN(accum_rows)(T *restrict dst, int64_t ld_dst, const T *restrict
 
 #define TG_TEMPLATE "autograd/ops_shape.c"
 #include "tensor/instantiate.h"
+
+#define T uint16_t
+#define TG_FN(name) name##_b16
+#define TG_COPY_ONLY
+#include "autograd/ops_shape.c"
+#undef T
+#undef TG_FN
+#undef TG_COPY_ONLY
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -155,7 +171,11 @@ static void rows_block(const rows_job *j, int64_t o, int64_t k0, int64_t rows, i
     const unsigned char *s = j->src + (size_t)(o * j->ld_src + k0) * j->es;
     if (j->acc) {
         if (j->dt == TG_F64) accum_rows_f64((double *)d, j->ld_dst, (const double *)s, j->ld_src, rows, n);
-        else accum_rows_f32((float *)d, j->ld_dst, (const float *)s, j->ld_src, rows, n);
+        else if (j->dt == TG_F32) accum_rows_f32((float *)d, j->ld_dst, (const float *)s, j->ld_src, rows, n);
+        else
+            for (int64_t r = 0; r < rows; r++)
+                tg_lowp_accum(j->dt, d + (size_t)(r * j->ld_dst) * j->es, s + (size_t)(r * j->ld_src) * j->es,
+                              (size_t)n);
     } else {
         for (int64_t r = 0; r < rows; r++)
             memcpy(d + (size_t)(r * j->ld_dst) * j->es, s + (size_t)(r * j->ld_src) * j->es, (size_t)n * j->es);
@@ -210,7 +230,8 @@ static void accum_rows(tg_ctx *ctx, tg_dtype dt, void *dst, int64_t ld_dst, cons
 /* Forward: y[..., j, i] = x[..., i, j],  x (..., R, C)  y (..., C, R). */
 static void transpose_forward(tg_tensor *y, const tg_tensor *x, int64_t B, int64_t R, int64_t C) {
     if (x->dtype == TG_F64) transpose_kernel_f64(y->data, x->data, B, R, C, false);
-    else transpose_kernel_f32(y->data, x->data, B, R, C, false);
+    else if (x->dtype == TG_F32) transpose_kernel_f32(y->data, x->data, B, R, C, false);
+    else transpose_kernel_b16(y->data, x->data, B, R, C, false);
 }
 
 /* Forward was y[..., j, i] = x[..., i, j]: each x element went to exactly
@@ -222,7 +243,13 @@ static void transpose_backward(tg_ctx *ctx, tg_node *n) {
     if (!dx) return;
     int64_t B = n->i[0], R = n->i[1], C = n->i[2];
     if (dx->dtype == TG_F64) transpose_kernel_f64(dx->data, dy->data, B, C, R, true);
-    else transpose_kernel_f32(dx->data, dy->data, B, C, R, true);
+    else if (dx->dtype == TG_F32) transpose_kernel_f32(dx->data, dy->data, B, C, R, true);
+    else { /* 16 bits: dy transposed into scratch, then added through float32 */
+        uint16_t *t = tg_arena_alloc_fn(ctx, n->op->name, (size_t)dx->numel * sizeof *t);
+        if (!t) return;
+        transpose_kernel_b16(t, dy->data, B, C, R, false);
+        tg_lowp_accum(dx->dtype, dx->data, t, (size_t)dx->numel);
+    }
 }
 
 /* The tangent of a linear map goes through the same map; so does the
@@ -240,8 +267,7 @@ const tg_op_def tg_transpose_op =
     TG_OP("transpose", transpose_backward, transpose_grad, transpose_jvp, .inputs = "x=-2:2");
 
 tg_tensor *tg_transpose(tg_ctx *ctx, tg_tensor *x) {
-    if (tg_lowp_args(ctx, __func__, 1, &x)) return tg_lowp_unary(ctx, tg_transpose, x);
-    if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
+    if (!tg_check_arg_any(ctx, __func__, "x", x)) return NULL;
     if (x->ndim < 2) {
         char s[TG_SHAPE_STR];
         tg_error(ctx, TG_ERR_SHAPE, __func__, "x of shape %s has fewer than 2 dims", tg_shape_of(s, x));
@@ -312,7 +338,8 @@ static void permute_range(void *arg, int64_t o0, int64_t o1, int worker) {
     const permute_job *p = arg;
     (void)worker;
     if (p->dt == TG_F64) permute_kernel_f64(p->y, p->x, p->r, p->size, p->xs, p->lx, p->acc, o0, o1);
-    else permute_kernel_f32(p->y, p->x, p->r, p->size, p->xs, p->lx, p->acc, o0, o1);
+    else if (p->dt == TG_F32) permute_kernel_f32(p->y, p->x, p->r, p->size, p->xs, p->lx, p->acc, o0, o1);
+    else permute_kernel_b16(p->y, p->x, p->r, p->size, p->xs, p->lx, false, o0, o1);
 }
 
 /* y = x permuted (or y += when acc); x has shape xshape (nd dims), numel
@@ -321,6 +348,13 @@ static void permute_range(void *arg, int64_t o0, int64_t o1, int worker) {
  * elements on the context's threads, from TG_PAR_MIN elements on. */
 static void permute_run(tg_ctx *ctx, tg_dtype dt, void *y, const void *x, int nd, const int64_t *xshape,
                         const int *perm, bool acc, int64_t numel) {
+    if (acc && tg_is_lowp(dt)) { /* 16 bits: permuted into scratch, then added through float32 */
+        uint16_t *t = tg_arena_alloc_fn(ctx, "permute", (size_t)numel * sizeof *t);
+        if (!t) return;
+        permute_run(ctx, dt, t, x, nd, xshape, perm, false, numel);
+        tg_lowp_accum(dt, y, t, (size_t)numel);
+        return;
+    }
     permute_job p = {.dt = dt, .acc = acc, .y = y, .x = x};
     perm_plan(nd, xshape, perm, &p.r, p.size, p.xs, &p.lx);
     const bool runs = p.lx == p.r - 1;
@@ -386,8 +420,7 @@ static tg_tensor *permute_op(tg_ctx *ctx, const char *fn, const tg_op_def *op, t
 }
 
 tg_tensor *tg_permute(tg_ctx *ctx, tg_tensor *x, const int *perm) {
-    if (tg_lowp_args(ctx, __func__, 1, &x)) return tg_lowp_out(ctx, tg_permute(ctx, tg_lowp_in(ctx, x), perm), x);
-    if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
+    if (!tg_check_arg_any(ctx, __func__, "x", x)) return NULL;
     const int nd = x->ndim;
     if (!perm && nd > 0) {
         tg_null_error(ctx, __func__, "perm");
@@ -412,9 +445,7 @@ tg_tensor *tg_permute(tg_ctx *ctx, tg_tensor *x, const int *perm) {
 }
 
 tg_tensor *tg_transpose_dims(tg_ctx *ctx, tg_tensor *x, int dim0, int dim1) {
-    if (tg_lowp_args(ctx, __func__, 1, &x))
-        return tg_lowp_out(ctx, tg_transpose_dims(ctx, tg_lowp_in(ctx, x), dim0, dim1), x);
-    if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
+    if (!tg_check_arg_any(ctx, __func__, "x", x)) return NULL;
     int d0 = norm_axis(ctx, __func__, x, dim0);
     int d1 = d0 < 0 ? -1 : norm_axis(ctx, __func__, x, dim1);
     if (d1 < 0) return NULL;
@@ -447,9 +478,7 @@ const tg_op_def tg_reshape_op =
     TG_OP("reshape", reshape_backward, reshape_grad, reshape_jvp, .args = "to", .inputs = "x=-2:2");
 
 tg_tensor *tg_reshape(tg_ctx *ctx, tg_tensor *x, int ndim, const int64_t *shape) {
-    if (tg_lowp_args(ctx, __func__, 1, &x))
-        return tg_lowp_out(ctx, tg_reshape(ctx, tg_lowp_in(ctx, x), ndim, shape), x);
-    if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
+    if (!tg_check_arg_any(ctx, __func__, "x", x)) return NULL;
     int64_t s[TG_MAX_DIMS];
     if (!tg_infer_shape(ctx, __func__, x, ndim, shape, s)) return NULL;
     tg_tensor *y = tg_view(ctx, x, ndim, s);
@@ -499,15 +528,7 @@ static tg_tensor *concat_jvp(tg_ctx *ctx, tg_node *n, tg_tensor *const *t) {
 const tg_op_def tg_concat_op = TG_OP("concat", concat_backward, concat_grad, concat_jvp, .args = "axis=0",
                                      .inputs = "x0=-2:2,x1=-2:2,x2=-2:2,x3=-2:2,x4=-2:2,x5=-2:2,x6=-2:2,x7=-2:2");
 
-/* tg_concat of 16-bit tensors: widened (autograd/lowp.h), concatenated,
- * rounded back. */
-static tg_tensor *concat_lowp(tg_ctx *ctx, int n, tg_tensor *const *xs, int axis) {
-    tg_tensor **w = tg_arena_alloc_fn(ctx, "tg_concat", (size_t)n * sizeof *w);
-    return w ? tg_lowp_out(ctx, tg_concat(ctx, n, tg_lowp_in_all(ctx, n, xs, w), axis), xs[0]) : NULL;
-}
-
 tg_tensor *tg_concat(tg_ctx *ctx, int n, tg_tensor *const *xs, int axis) {
-    if (xs && n >= 1 && tg_lowp_args(ctx, __func__, n, xs)) return concat_lowp(ctx, n, xs, axis);
     if (!tg_ok(ctx)) return NULL;
     if (!xs) {
         tg_null_error(ctx, __func__, "xs");
@@ -520,7 +541,7 @@ tg_tensor *tg_concat(tg_ctx *ctx, int n, tg_tensor *const *xs, int axis) {
     for (int k = 0; k < n; k++) {
         char arg[24];
         snprintf(arg, sizeof arg, "xs[%d]", k);
-        if (!tg_check_arg(ctx, __func__, arg, xs[k])) return NULL;
+        if (!tg_check_arg_any(ctx, __func__, arg, xs[k])) return NULL;
     }
     const tg_tensor *x0 = xs[0];
     int a = norm_axis(ctx, __func__, x0, axis);
@@ -604,9 +625,7 @@ const tg_op_def tg_slice_op =
     TG_OP("slice", slice_backward, slice_grad, slice_jvp, .args = "axis=0,start=0,end", .inputs = "x=-2:2");
 
 tg_tensor *tg_slice(tg_ctx *ctx, tg_tensor *x, int axis, int64_t start, int64_t end) {
-    if (tg_lowp_args(ctx, __func__, 1, &x))
-        return tg_lowp_out(ctx, tg_slice(ctx, tg_lowp_in(ctx, x), axis, start, end), x);
-    if (!tg_check_arg(ctx, __func__, "x", x)) return NULL;
+    if (!tg_check_arg_any(ctx, __func__, "x", x)) return NULL;
     int a = norm_axis(ctx, __func__, x, axis);
     if (a < 0) return NULL;
     int64_t S = x->shape[a];

@@ -125,14 +125,23 @@ static tg_tensor *f_silu(tg_ctx *c, tg_tensor *const *in, void *u) { return (voi
 /* a (5, 7) with b (7): b broadcast along the rows, its gradient a row sum */
 #define TWO(nm, fn, lo, hi) \
     { nm, fn, 2, {2, 1}, {{5, 7}, {7}}, lo, hi, 0 }
+/* a and b of one shape: the 16-bit add of the residual stream (add_lowp) */
+#define SAME(nm, fn, lo, hi) \
+    { nm, fn, 2, {2, 2}, {{37, 61}, {37, 61}}, lo, hi, 0 }
+/* over a thousand elements: the 16-bit kernels' blocks */
+#define BIG(nm, fn, lo, hi) \
+    { nm, fn, 1, {2}, {{37, 61}}, lo, hi, 0 }
 
 START_TEST(test_elementwise) {
     const op_case cases[] = {
-        TWO("add", f_add, -3, 3),          TWO("sub", f_sub, -3, 3),          TWO("mul", f_mul, -3, 3),
-        TWO("div", f_div, 0.5, 3),         ONE("x*x", f_square, -3, 3),       ONE("neg", f_neg, -3, 3),
-        ONE("add_scalar", f_add_s, -3, 3), ONE("mul_scalar", f_mul_s, -3, 3), ONE("pow_scalar", f_pow, 0.1, 4),
-        ONE("exp", f_exp, -3, 3),          ONE("log", f_log, 0.1, 9),         ONE("sqrt", f_sqrt, 0.1, 9),
-        ONE("abs", f_abs, -3, 3),
+        TWO("add", f_add, -3, 3),          TWO("sub", f_sub, -3, 3),
+        TWO("mul", f_mul, -3, 3),          TWO("div", f_div, 0.5, 3),
+        ONE("x*x", f_square, -3, 3),       ONE("neg", f_neg, -3, 3),
+        ONE("add_scalar", f_add_s, -3, 3), ONE("mul_scalar", f_mul_s, -3, 3),
+        ONE("pow_scalar", f_pow, 0.1, 4),  ONE("exp", f_exp, -3, 3),
+        ONE("log", f_log, 0.1, 9),         ONE("sqrt", f_sqrt, 0.1, 9),
+        ONE("abs", f_abs, -3, 3),          SAME("add same shape", f_add, -3, 3),
+        BIG("exp big", f_exp, -3, 3),
     };
     check_cases(cases, sizeof cases / sizeof cases[0]);
 }
@@ -140,9 +149,11 @@ END_TEST
 
 START_TEST(test_activations) {
     const op_case cases[] = {
-        ONE("relu", f_relu, -3, 3), ONE("leaky_relu", f_leaky, -3, 3), ONE("sigmoid", f_sigmoid, -4, 4),
-        ONE("tanh", f_tanh, -3, 3), ONE("gelu", f_gelu, -4, 4),        ONE("gelu tanh", f_gelu_t, -4, 4),
-        ONE("silu", f_silu, -4, 4),
+        ONE("relu", f_relu, -3, 3),       ONE("leaky_relu", f_leaky, -3, 3),
+        ONE("sigmoid", f_sigmoid, -4, 4), ONE("tanh", f_tanh, -3, 3),
+        ONE("gelu", f_gelu, -4, 4),       ONE("gelu tanh", f_gelu_t, -4, 4),
+        ONE("silu", f_silu, -4, 4),       BIG("gelu tanh big", f_gelu_t, -4, 4),
+        BIG("tanh big", f_tanh, -4, 4),
     };
     check_cases(cases, sizeof cases / sizeof cases[0]);
 }
@@ -359,8 +370,68 @@ START_TEST(test_shape_ops) {
         {"reshape", f_reshape, 1, {3}, {{3, 4, 5}}, -3, 3, 0},
         {"concat", f_concat, 2, {2, 2}, {{3, 4}, {3, 2}}, -3, 3, 0},
         {"slice", f_slice, 1, {3}, {{3, 6, 2}}, -3, 3, 0},
+        {"permute big", f_permute, 1, {3}, {{8, 96, 96}}, -3, 3, 0},
+        {"transpose big", f_transpose, 1, {3}, {{8, 96, 33}}, -3, 3, 0},
+        {"slice big", f_slice, 1, {3}, {{9, 6, 700}}, -3, 3, 0},
     };
     check_cases(cases, sizeof cases / sizeof cases[0]);
+}
+END_TEST
+
+static tg_tensor *make_reshape(tg_tensor *x, tg_tensor *z, const int *p) {
+    return (void)z, (void)p, tg_reshape(ctx, x, TG_SHAPE(24, 8));
+}
+static tg_tensor *make_permute(tg_tensor *x, tg_tensor *z, const int *p) { return (void)z, tg_permute(ctx, x, p); }
+static tg_tensor *make_transpose(tg_tensor *x, tg_tensor *z, const int *p) {
+    return (void)z, (void)p, tg_transpose(ctx, x);
+}
+static tg_tensor *make_tdims(tg_tensor *x, tg_tensor *z, const int *p) {
+    return (void)z, (void)p, tg_transpose_dims(ctx, x, 0, 2);
+}
+static tg_tensor *make_slice(tg_tensor *x, tg_tensor *z, const int *p) {
+    return (void)z, (void)p, tg_slice(ctx, x, 1, 2, 5);
+}
+static tg_tensor *make_concat(tg_tensor *x, tg_tensor *z, const int *p) {
+    return (void)p, tg_concat(ctx, 2, (tg_tensor *[]){x, z}, 2);
+}
+static tg_tensor *make_add(tg_tensor *x, tg_tensor *z, const int *p) { return (void)p, tg_add(ctx, x, z); }
+static tg_tensor *make_gelu(tg_tensor *x, tg_tensor *z, const int *p) {
+    return (void)z, (void)p, tg_gelu(ctx, x, true);
+}
+static tg_tensor *make_exp(tg_tensor *x, tg_tensor *z, const int *p) { return (void)z, (void)p, tg_exp(ctx, x); }
+
+/* The ops that move data, the same-shape add and the unary ops take 16-bit
+ * tensors natively: one record each, no tg_cast around them (the path
+ * through float32 makes three or more). A tensor added to itself still
+ * takes that path (its gradient 2 dy rounded once). */
+START_TEST(test_native_16_bit_ops_record_once) {
+    tg_tensor *x = tg_to_dtype(ctx, tg_test_rand(ctx, TG_F32, TG_SHAPE(4, 6, 8), -2, 2), TG_BF16);
+    tg_tensor *z = tg_to_dtype(ctx, tg_test_rand(ctx, TG_F32, TG_SHAPE(4, 6, 8), -2, 2), TG_BF16);
+    tg_requires_grad(ctx, x);
+    const int perm[3] = {1, 0, 2};
+    struct {
+        const char *name;
+        tg_tensor *(*make)(tg_tensor *x, tg_tensor *z, const int *perm);
+    } const ops[] = {
+        {"reshape", make_reshape},
+        {"permute", make_permute},
+        {"transpose", make_transpose},
+        {"transpose_dims", make_tdims},
+        {"slice", make_slice},
+        {"concat", make_concat},
+        {"add", make_add},
+        {"gelu", make_gelu},
+        {"exp", make_exp},
+    };
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        const int64_t before = tg_tape_size(ctx);
+        tg_tensor *y = ops[i].make(x, z, perm);
+        ck_assert_msg(y && tg_ok(ctx) && y->dtype == TG_BF16, "%s: %s", ops[i].name, tg_error_message(ctx));
+        ck_assert_msg(tg_tape_size(ctx) == before + 1, "%s made %lld records, not 1", ops[i].name,
+                      (long long)(tg_tape_size(ctx) - before));
+    }
+    const int64_t before = tg_tape_size(ctx);
+    ck_assert(tg_add(ctx, x, x) && tg_tape_size(ctx) > before + 1);
 }
 END_TEST
 
@@ -450,7 +521,7 @@ START_TEST(test_errors) {
     tg_test_assert_fails(ctx, tg_linear_fused(ctx, b, b, bias), TG_ERR_DTYPE, "tg_linear_fused", "bfloat16 and float32",
                          NULL);
     tg_test_assert_fails(ctx, tg_concat(ctx, 3, (tg_tensor *[]){b, b, f}, 0), TG_ERR_DTYPE, "tg_concat",
-                         "bfloat16 and float32", NULL);
+                         "xs[0] is bfloat16, xs[2] is float32", NULL);
     tg_test_assert_fails(ctx, tg_attention(ctx, h, h, b, false, 0), TG_ERR_DTYPE, "tg_attention",
                          "float16 and bfloat16", NULL);
     tg_test_assert_fails(ctx, tg_masked_fill(ctx, b, f, 0), TG_ERR_DTYPE, "tg_masked_fill", "bfloat16 and float32",
@@ -511,8 +582,8 @@ END_TEST
 Suite *make_ops_lowp_suite(void) {
     return tg_test_suite("ops_lowp", setup, teardown, test_elementwise, test_activations,
                          test_reductions_softmax_losses, test_cross_entropy_dtype, test_matmul_linear, test_shape_ops,
-                         test_embedding_masking_dropout, test_dropout_identity, test_rope_attention, test_cast_rules,
-                         test_errors, test_mlp_bf16, NULL);
+                         test_native_16_bit_ops_record_once, test_embedding_masking_dropout, test_dropout_identity,
+                         test_rope_attention, test_cast_rules, test_errors, test_mlp_bf16, NULL);
 }
 
 int main(void) { return tg_test_run(make_ops_lowp_suite()); }

@@ -358,13 +358,16 @@ TG_API size_t tg_format(char *buf, size_t size, const tg_tensor *t);
  * elementwise, activations, reductions (accumulated in float32 or double),
  * softmax, log-softmax and the losses (float32 inside; the loss in the
  * logits' dtype), matmul, embedding, the shape ops, masks, dropout, rope,
- * attention -- and so do tg_linear_fused (a float32 GEMM on widened
- * copies) and the fused norms (tapegrad/layers.h). Each runs as
+ * attention -- and so do tg_linear_fused (bfloat16: products in
+ * bfloat16, sums in float32; float16: a float32 GEMM on widened copies)
+ * and the fused norms (tapegrad/layers.h). Most run as
  *   y = tg_cast(op(tg_cast(a, TG_F32), ...), a's dtype)
  * recorded on the tape: the result is the float32 op on the widened inputs
  * rounded once, and each input's 16-bit gradient is the float32 gradient
  * rounded once into it (tg_cast's backward); double backward and forward
- * mode go through tg_cast's rules. All tensor inputs of one op share one
+ * mode go through tg_cast's rules. The shape ops, the unary ops
+ * (activations, exp, ...) and an add of two tensors of one shape compute
+ * the same values in one record, without the float32 tensors. All tensor inputs of one op share one
  * dtype: bfloat16 with float32 is TG_ERR_DTYPE naming the op and both
  * dtypes, never a silent cast (integer indices and targets are not
  * tensors). A function without a low-precision path (a custom op of
