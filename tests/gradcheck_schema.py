@@ -30,12 +30,12 @@ OBJECTS = {
     "settings": {
         "op": "?str", "inject": "?str", "shape": "?str", "dtype": "?str", "mode": MODE, "order": "int",
         "modes": ["str"], "scheme": "str", "step": "str", "atol_scale": "str", "h": "num", "atol": "num",
-        "rtol": "num",
+        "rtol": "num", "cover": "bool",
     },
     "check": {
         "op": "str", "bug": "?str", "function": "str", "spec": "str", "dtype": "str", "input_names": ["str"],
         "seed": "int", "input_seed": "int", "probe_seed": "int", "order": "int", "mode": "str",
-        "error": "?str", "result": "?result",
+        "coverage": ["coverage"], "error": "?str", "result": "?result",
         "?values": "values", "?elements": ["element"],
     },
     "result": {
@@ -67,7 +67,12 @@ OBJECTS = {
     "batch_input": {
         "name": "str", "runs": "int", "pass": "int", "wrong": "int", "inconclusive": "int", "verdict": VERDICT,
         "reason": REASON, "pass_rate": "num", "rel_err": "quantiles", "ratio": "quantiles", "excess": "quantiles",
-        "pred_rel": "quantiles",
+        "pred_rel": "quantiles", "coverage": "coverage",
+    },
+    # what one input held (over a batch: every seed's values)
+    "coverage": {
+        "name": "str", "numel": "int", "min": "num", "max": "num", "n_neg": "int", "n_zero": "int", "n_pos": "int",
+        "decade_min": "?int", "decade_max": "?int", "regions_seen": ["str"], "regions_not_seen": ["str"],
     },
     "quantiles": {"p50": "num", "p90": "num", "p99": "num", "max": "num"},
     "values": {"*": "input_values"},  # keyed by the input's name

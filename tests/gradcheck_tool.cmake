@@ -7,7 +7,7 @@
 # (tests/test_gradcheck_tool.sh).
 if(TARGET tapegrad-gradcheck)
   foreach(_case modes_all modes_adjoint modes_usage order2 check_all inject fast sweep jacobian usage options list vanished formats batch inputs scale note predicted
-                verdict_scale verdict_zero verdict_r verdict_order2 verdict_f32 verdict_linear verdict_dy verdict_exit schema docs)
+                verdict_scale verdict_zero verdict_r verdict_order2 verdict_f32 verdict_linear verdict_dy verdict_exit cover schema docs)
     add_test(NAME gradcheck_tool_${_case}
              COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/test_gradcheck_tool.sh
                      $<TARGET_FILE:tapegrad-gradcheck> ${_case})

@@ -57,6 +57,12 @@
 #   docs       every output quoted in docs/gradcheck.md, docs/gradcheck-guide.md
 #              and docs/experiments.md is the tool's now
 #              (scripts/gradcheck_docs.py --check)
+#   cover      every report says what its inputs covered (range, signs, decades, the
+#              op's regions seen and not); softplus-high, wrong only above x = 1.9,
+#              is caught on some seeds of the default inputs and on every seed under
+#              --cover; check all --cover finds nothing wrong in float64 and float32;
+#              --cover keeps log's x positive and div's b nonzero, and one element over
+#              15 seeds sees all 15 of softplus's regions
 #   schema     every command's --format json validated against schema 1
 #              (tests/gradcheck_schema.py, docs/gradcheck.md); --version; seeds as a
 #              list; --seed with --seeds refused
@@ -757,6 +763,45 @@ verdict_exit)
   run 1 check --inject rmsnorm-sum
   run 2 check tanh --bogus
   ;;
+cover)
+  # the row of a batch: "SPEC INPUT SEEDS WRONG INCONCL RATE ..." -> WRONG
+  wrong_of() { awk '$2 == "x" && $3 ~ /^[0-9]+$/ {print $4; exit}' "$tmp/out"; }
+  run 1 check --inject softplus-high --seeds 20
+  w=$(wrong_of)
+  [ -n "$w" ] && [ "$w" -ge 1 ] && [ "$w" -le 19 ] || fail "default inputs: $w of 20 seeds wrong, want some but not all"
+  grep -Eq "^  6x6;size=1.9 +x: +-1\.9[0-9]* +1\.9[0-9]* .* \[10,100\)" "$tmp/out" ||
+    fail "default inputs: the coverage does not say x stayed in (-2, 2) and never reached [10,100)"
+  run 1 check --inject softplus-high --seeds 20 --cover
+  [ "$(wrong_of)" = 20 ] || fail "--cover: $(wrong_of) of 20 seeds wrong, want 20"
+  grep -Eq "^  6x6;size=1.9 +x: .* 15/15 +-$" "$tmp/out" || fail "--cover: not every region of softplus seen"
+  # a correct op: nothing wrong anywhere (inconclusive, exit 3, is allowed)
+  for dt in f64 f32; do
+    st=0; "$tool" check all --cover --dtype $dt --seeds 6 -q > "$tmp/out" 2> "$tmp/err" || st=$?
+    [ "$st" -eq 0 ] || [ "$st" -eq 3 ] || { cat "$tmp/out"; fail "check all --cover --dtype $dt exited $st"; }
+    if grep -q "WRONG" "$tmp/out"; then cat "$tmp/out"; fail "check all --cover --dtype $dt: a correct op WRONG"; fi
+  done
+  # one element, 15 seeds: softplus's 15 regions in turn
+  run 0 check softplus --shape "()" --cover --seeds 15
+  grep -Eq "^  \(\) +x: .* 15/15 +-$" "$tmp/out" || fail "(): 15 seeds do not visit the 15 regions"
+  command -v python3 > /dev/null 2>&1 || { echo "ok: cover (json skipped: no python3)"; exit 0; }
+  # the domain kept (log's x > 0, div's b != 0), the coverage is the values'
+  for op in log div pow_scalar; do
+    st=0; "$tool" check $op --cover --seeds 4 --format json --print-inputs > "$tmp/$op.json" || st=$?
+    [ "$st" -eq 0 ] || [ "$st" -eq 3 ] || fail "$op --cover exited $st"
+  done
+  python3 - "$tmp" <<'PY' || fail "--cover: a value outside the op's domain, or a coverage that is not the values'"
+import json, sys
+d = sys.argv[1]
+for op, name, ok in (("log", "x", lambda v: v > 0), ("div", "b", lambda v: v != 0), ("pow_scalar", "x", lambda v: v > 0)):
+    doc = json.load(open(f"{d}/{op}.json"))
+    for c in doc["checks"]:
+        vals = c["values"][name]["values"]
+        assert all(ok(v) for v in vals), (op, c["spec"], min(vals))
+        cov = next(x for x in c["coverage"] if x["name"] == name)
+        assert cov["min"] == min(vals) and cov["max"] == max(vals) and cov["numel"] == len(vals), (op, cov)
+        assert cov["n_neg"] == sum(v < 0 for v in vals) and cov["n_pos"] == sum(v > 0 for v in vals), (op, cov)
+PY
+  ;;
 schema)
   # one JSON schema (docs/gradcheck.md) for every command: each output
   # validated field by field (tests/gradcheck_schema.py); --version names it
@@ -785,6 +830,7 @@ schema)
 0|check all --mode directional
 1|check --inject rmsnorm-sum --mode fast
 0|check layernorm --mode fast --seeds 3
+1|check --inject softplus-high --cover --seeds 3
 0|jacobian rmsnorm --shape 1x3 --out OUTDIR
 0|jacobian rmsnorm --shape 1x3 --seeds 3
 0|sweep rmsnorm --seeds 2 --h-grid 1e-1:1e-6:2 --out OUTDIR

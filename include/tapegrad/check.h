@@ -651,6 +651,9 @@ typedef struct tg_op_info {
      * tg_op_case. */
     tg_gradcheck_fn forward;
     tg_op_fn fn; /* what a generic forward calls */
+    /* The regions of its inputs' domain a coverage check samples
+     * (tg_registry_regions, below); NULL: the defaults. */
+    const char *regions;
 } tg_op_info;
 
 /* Number of registered ops, the i-th (NULL when out of range), the one
@@ -755,6 +758,76 @@ TG_API bool tg_gradgradcheck_adjoint(tg_ctx *ctx, tg_gradcheck_fn f, void *user,
  * variant) built in dtype and gradgradchecked with tg_registry_opts. */
 TG_API bool tg_registry_check_order2(tg_ctx *ctx, const tg_op_info *op, const char *spec, tg_dtype dtype,
                                      const tg_gradcheck_opts *opts, tg_gradcheck_result *result);
+
+/* Coverage (check/coverage.c): which values a check's inputs held, and
+ * inputs that span an op's interesting regions. A backward wrong only in
+ * part of the domain (softplus above x = 1.9) is caught only by a check
+ * whose inputs go there; a report that states what it saw says what it
+ * did not.
+ *
+ * An op's entry names its regions in `regions`, one item per input,
+ * separated by ';': "NAME: WORD WORD..." ("*: ..." for inputs not named):
+ *   real | positive | nonzero   the domain (default real): log, sqrt, pow
+ *                               positive, a divisor nonzero
+ *   kink=V                      a point where f or its formula changes
+ *                               (relu at 0, softplus's branch at 0 and the
+ *                               linear branch PyTorch takes above 20); up
+ *                               to TG_MAX_KINKS
+ *   mag=LO:HI                   the magnitudes spanned (0 < LO < HI;
+ *                               default 1e-3:1e2)
+ *   distinct                    values kept apart by twice the gap (a max:
+ *                               a tie is a kink)
+ * The regions of an input, in order: per decade [10^d, 10^(d+1)) of
+ * [LO, HI) the positive values, then (unless positive) the negative ones;
+ * (real only) |x| < LO; per kink k, [k - w, k) and [k, k + w), w = 0.1
+ * max(1, |k|). A value may lie in several. */
+#define TG_MAX_REGIONS 40
+#define TG_MAX_KINKS 4
+typedef struct tg_region {
+    char name[32]; /* "[1,10)", "(-10,-1]", "(-0.001,0.001)", "near 20-" */
+    double lo, hi; /* the values lo <= x < hi */
+    int kink;      /* near kink `kink` (below, above); -1: a magnitude */
+} tg_region;
+typedef struct tg_regions {
+    int n;
+    tg_region r[TG_MAX_REGIONS];
+    int n_kinks;
+    double kinks[TG_MAX_KINKS];
+    double mag_lo, mag_hi;
+    bool positive, nonzero, distinct;
+} tg_regions;
+/* The regions of input k of a built case, from its op's `regions` text
+ * (the defaults when NULL or when the text does not name the input).
+ * False and TG_ERR_FORMAT naming the op for a malformed text. */
+TG_API bool tg_registry_regions(tg_ctx *ctx, const tg_op_case *c, int k, tg_regions *out);
+
+/* What one input held: min, max, the elements below, at and above 0, the
+ * decades of |x| (floor(log10 |x|) over the nonzero elements; decade_min >
+ * decade_max when there are none) and bit j of `seen` for each region j
+ * of `regions` some element lies in. */
+typedef struct tg_coverage {
+    int64_t numel, n_neg, n_zero, n_pos;
+    double min, max;
+    int decade_min, decade_max;
+    uint64_t seen;
+} tg_coverage;
+/* The coverage of x over regions (NULL: none). */
+TG_API void tg_coverage_of(const tg_tensor *x, const tg_regions *regions, tg_coverage *cov);
+/* acc joined with c (the union: over several seeds); acc with numel 0 is
+ * empty. */
+TG_API void tg_coverage_join(tg_coverage *acc, const tg_coverage *c);
+
+/* Redraws every differentiable input of c across its regions, stratified:
+ * element i of an input of n elements takes region (stratum n + i) mod R
+ * (R regions; positions shuffled by the context's RNG), a value drawn in
+ * it (log-uniform in a decade). So strata 0, 1, ... (a check's seeds)
+ * visit every region in turn: ceil(R / n) of them see all. No value lies
+ * within `gap` of a kink -- a central difference there straddles it and
+ * measures the average of the one-sided slopes --, gap = max(gap_rel l,
+ * gap_abs), l the input's root mean square (the default length scale of a
+ * relative step: gap_rel = 4 h keeps 4 steps away); a region a value
+ * cannot reach so is left unseen (the coverage says so). */
+TG_API bool tg_registry_cover(tg_ctx *ctx, tg_op_case *c, uint64_t stratum, double gap_rel, double gap_abs);
 
 #ifdef __cplusplus
 }

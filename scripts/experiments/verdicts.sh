@@ -50,6 +50,9 @@ echo "what,name,dtype,scale,wrong,inconclusive,pass,unresolved,all_zero,error,si
 bugs=$("$TOOL" list | awk '/^seeded bugs/ {on = 1; next} on && /^  [a-z][a-z-]* +[a-z_]+ +[a-z_]+\(/ {print $1 ":" $2}')
 for entry in $bugs; do
   bug=${entry%%:*}
+  # a bug in part of softplus's domain: what it needs is coverage, not scale
+  # (docs/gradcheck-guide.md, inputs a check did not see)
+  [ "${entry#*:}" = softplus ] && continue
   for dt in f64 f32; do
     for s in $scales; do
       spec=$(spec_of "$bug" "$s")

@@ -221,6 +221,7 @@ static const opt_use OPT_USE[] = {
     {"--elements", "check", true},
     {"--modes", "check", false},
     {"--adjoint", "check", true},
+    {"--cover", "check", true},
     {"--r", "check", false},
     {"--v", "check", false},
     {"--h-grid", "sweep", false},
@@ -257,6 +258,7 @@ static int parse_text_option(gct_args *a, const char *opt, const char *v) {
     if (!strcmp(opt, "--quiet")) a->quiet = true;
     else if (!strcmp(opt, "--print-inputs")) a->print_inputs = true;
     else if (!strcmp(opt, "--elements")) a->elements = true;
+    else if (!strcmp(opt, "--cover")) a->cover = true;
     else if (!strcmp(opt, "--modes") || !strcmp(opt, "--adjoint")) return OPT_OK(parse_modes(a, opt, v));
     else if (!strcmp(opt, "--shape")) a->shape = v;
     else if (!strcmp(opt, "--x")) a->x = v;

@@ -32,7 +32,8 @@ typedef struct check_totals {
     gct_note notes[64];
     char failures[2048]; /* "\n    WRONG  rmsnorm 4x8: x, gamma" ... */
     size_t flen;
-    gct_json json; /* --format json */
+    gct_json json;   /* --format json */
+    gct_cover cover; /* the op's inputs seen (coverage.c) */
 } check_totals;
 
 static void note_failure(check_totals *T, const char *what, const char *label, const char *spec, const char *names) {
@@ -370,6 +371,7 @@ static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, con
                 opened = true;
             }
         }
+        gct_cover_add(&T->cover, &tg);
         if (a->save_inputs) {
             char dir[4096];
             snprintf(dir, sizeof dir, "%s/s%llu", a->save_inputs, (unsigned long long)s);
@@ -449,6 +451,8 @@ static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, con
             json_quantiles(jf, "excess", b->excess, b->runs);
             fprintf(jf, ",");
             json_quantiles(jf, "pred_rel", b->pred, b->runs);
+            const gct_cover_row *cr = gct_cover_find(&T->cover, tg.c.spec, tg.c.input_names[k]);
+            if (cr) fprintf(jf, ",\"coverage\":"), gct_json_cover_row(jf, cr);
             fprintf(jf, "}");
         }
         if (a->format != GCT_TEXT || (a->quiet && v == TG_VERDICT_PASS) || b->runs == 0) continue;
@@ -563,6 +567,7 @@ static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
             return GCT_EXIT_ERROR;
         }
         snprintf(function, sizeof function, "%s", tg.function);
+        gct_cover_add(&T->cover, &tg);
         tg_gradcheck_result r;
         bool ok = run_check(ctx, a, &tg, a->seed, &r, &L, T);
         T->cases++;
@@ -607,9 +612,11 @@ static int check_op(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const 
             fputc('\n', stdout);
             gct_table_print(stdout, &t, 2, a->color);
         }
+        gct_cover_print(stdout, &T->cover, a, 2);
         if (dl) printf("\n%s", diag);
         if (el) printf("\n%s", errors);
     }
+    gct_cover_free(&T->cover);
     if (extra) {
         fclose(extra);
         if (extra_text) fputs(extra_text, stdout);
@@ -648,6 +655,7 @@ int gct_cmd_check(const gct_args *a) {
     }
     tg_ctx_free(ctx);
     if (refused >= 0) {
+        gct_cover_free(&T.cover);
         if (T.json.batches) fclose(T.json.batches);
         free(T.json.batch_text);
         return refused;

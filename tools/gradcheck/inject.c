@@ -12,7 +12,8 @@
  * Notation as in layers/norm_kernels.h: rows of C elements, r the row's
  * rstd, xhat the normalized row, u = gamma * dy.
  *
- * Layer: target (tool.h): the catalogue target.c looks bugs up in; calls inject_norm.c. */
+ * Layer: target (tool.h): the catalogue target.c looks bugs up in; calls inject_norm.c
+ * and inject_act.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -354,6 +355,10 @@ static const gct_bug BUGS[] = {
      gct_bug_rmsnorm_ignore_dy, NULL, 0},
     {"linear-scale", "linear", "Linear dx times 1 + size (;size=S, default 0.02): a linear op, no truncation error", "",
      "4x3,5x3", gct_bug_linear_scale, NULL, 0.02},
+    /* wrong in part of the domain only: inject_act.c */
+    {"softplus-high", "softplus",
+     "softplus dx = dy (its linear branch's slope) above x = size (;size=S, default 1.9): wrong only there", "", "6x6",
+     gct_bug_softplus_high, NULL, 1.9},
 };
 
 int gct_bug_count(void) { return (int)(sizeof BUGS / sizeof BUGS[0]); }

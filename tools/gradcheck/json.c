@@ -14,7 +14,9 @@
  *    "summary": {...}}
  *
  * A CHECK is the case (op, bug, function, spec, dtype, input_names), its
- * seeds, order and mode (rev, fwd, adjoint), then "result" (the library's
+ * seeds, order and mode (rev, fwd, adjoint), what its inputs covered
+ * ("coverage": per input the range, signs, decades and the op's regions
+ * seen and not seen), then "result" (the library's
  * tg_gradcheck_write object) or "error", and on request "elements" and
  * "values". Numbers carry 17 significant digits; NaN and infinities are
  * null. Checks are written as they run; batches are held until the checks
@@ -80,10 +82,60 @@ void gct_json_open(gct_json *j, const gct_args *a) {
     json_opt_num("h", a->h);
     json_opt_num("atol", a->atol);
     json_opt_num("rtol", a->rtol);
-    printf("},\"seeds\":[");
+    printf(",\"cover\":%s},\"seeds\":[", a->cover ? "true" : "false");
     uint64_t s0 = gct_first_seed(a);
     for (int64_t i = 0; i < gct_seed_count(a); i++) printf("%s%llu", i ? "," : "", (unsigned long long)(s0 + i));
     printf("],\"checks\":[");
+}
+
+/* The names of r's regions seen (or not seen) as a JSON list. */
+static void json_region_names(FILE *out, const gct_cover_row *r, bool seen) {
+    fprintf(out, "[");
+    const char *sep = "";
+    for (int j = 0; j < r->regions.n; j++) {
+        if ((bool)(r->cov.seen >> j & 1u) != seen) continue;
+        fprintf(out, "%s", sep);
+        gct_json_str(out, r->regions.r[j].name);
+        sep = ",";
+    }
+    fprintf(out, "]");
+}
+
+void gct_json_cover_row(FILE *out, const gct_cover_row *r) {
+    const tg_coverage *c = &r->cov;
+    fprintf(out, "{\"name\":");
+    gct_json_str(out, r->name);
+    fprintf(out, ",\"numel\":%lld,\"min\":", (long long)c->numel);
+    gct_json_num(out, c->min);
+    fprintf(out, ",\"max\":");
+    gct_json_num(out, c->max);
+    fprintf(out, ",\"n_neg\":%lld,\"n_zero\":%lld,\"n_pos\":%lld,\"decade_min\":", (long long)c->n_neg,
+            (long long)c->n_zero, (long long)c->n_pos);
+    if (c->decade_min > c->decade_max) fprintf(out, "null,\"decade_max\":null");
+    else fprintf(out, "%d,\"decade_max\":%d", c->decade_min, c->decade_max);
+    fprintf(out, ",\"regions_seen\":");
+    json_region_names(out, r, true);
+    fprintf(out, ",\"regions_not_seen\":");
+    json_region_names(out, r, false);
+    fprintf(out, "}");
+}
+
+/* ,"coverage":[...]: what each differentiable input of t held. */
+static void json_coverage(const gct_target *t) {
+    printf(",\"coverage\":[");
+    const char *sep = "";
+    for (int k = 0; k < t->c.n_inputs; k++) {
+        if (!(t->c.check >> k & 1u)) continue;
+        gct_cover_row r;
+        memset(&r, 0, sizeof r);
+        snprintf(r.name, sizeof r.name, "%s", t->c.input_names[k]);
+        r.regions = t->regions[k];
+        tg_coverage_of(t->c.inputs[k], &t->regions[k], &r.cov);
+        printf("%s", sep);
+        gct_json_cover_row(stdout, &r);
+        sep = ",";
+    }
+    printf("]");
 }
 
 void gct_json_check_open(gct_json *j, const gct_args *a, const gct_target *t, uint64_t seed, const char *mode) {
@@ -104,6 +156,7 @@ void gct_json_check_open(gct_json *j, const gct_args *a, const gct_target *t, ui
     printf("],\"seed\":%llu,\"input_seed\":%llu,\"probe_seed\":%llu,\"order\":%d,\"mode\":\"%s\"",
            (unsigned long long)seed, (unsigned long long)gct_input_seed(a, seed),
            (unsigned long long)gct_probe_seed(a, seed), a->order, mode);
+    json_coverage(t);
 }
 
 void gct_json_check_result(const gct_target *t, tg_ctx *ctx, const tg_gradcheck_result *r) {

@@ -40,6 +40,28 @@ static void put_prose(const char *label, int indent, int lw, const char *text) {
     put_wrapped(label, indent, lw, words, n, " ");
 }
 
+/* What --cover draws for each differentiable input of c: its domain, the
+ * decades of |x|, the kinks kept apart from, and the number of regions. */
+static void put_cover_regions(tg_ctx *ctx, const tg_op_case *c) {
+    for (int k = 0, first = 1; k < c->n_inputs; k++) {
+        tg_regions r;
+        if (!(c->check >> k & 1u)) continue;
+        if (!tg_registry_regions(ctx, c, k, &r)) {
+            printf("      %-10s%s: %s\n", "--cover", c->input_names[k], tg_error_message(ctx));
+            tg_clear_error(ctx);
+            continue;
+        }
+        printf("      %-10s%s: %s, |x| %g..%g by decade%s", first ? "--cover" : "", c->input_names[k],
+               r.positive  ? "positive"
+               : r.nonzero ? "both signs, not 0"
+                           : "both signs",
+               r.mag_lo, r.mag_hi, r.positive || r.nonzero ? "" : " and below");
+        for (int j = 0; j < r.n_kinks; j++) printf("%s%g", j ? ", " : ", near ", r.kinks[j]);
+        printf("%s (%d regions)\n", r.distinct ? ", values apart" : "", r.n);
+        first = 0;
+    }
+}
+
 /* Long: one entry per op, then the bug catalogue, printed in order; not yet split into steps. */
 int gct_cmd_list(const gct_args *a) {
     tg_ctx *ctx = gct_ctx_new(a->seed);
@@ -79,6 +101,7 @@ int gct_cmd_list(const gct_args *a) {
             /* how the builder draws each input: it shapes what a Jacobian looks like */
             for (int k = 0; k < c.n_inputs; k++)
                 if (c.input_dist[k]) printf("      %-10s%s: %s\n", k ? "" : "drawn", c.input_names[k], c.input_dist[k]);
+            put_cover_regions(ctx, &c);
         } else {
             printf("      %-10s(the first variant does not build: %s)\n", "inputs", tg_error_message(ctx));
             tg_clear_error(ctx);

@@ -1,7 +1,7 @@
 /* What tapegrad-gradcheck checks: a registered op on inputs built from a
  * spec, or the same inputs run through an injected bug's function; the
- * inputs as the command line shapes them (seeds, distributions, scales,
- * explicit values); the options of tg_gradcheck, and the check run.
+ * inputs as the command line shapes them (seeds, --cover, distributions,
+ * scales, explicit values); the options of tg_gradcheck, and the check run.
  *
  * Layer: target (tool.h): calls the bugs (inject.c) and the base. */
 #define _POSIX_C_SOURCE 200809L
@@ -134,6 +134,8 @@ bool gct_target_build(tg_ctx *ctx, const tg_op_info *op, const gct_bug *bug, con
         spec = base;
     }
     if (!tg_registry_build(ctx, op, spec, dtype, &t->c)) return false;
+    for (int k = 0; k < t->c.n_inputs; k++)
+        if ((t->c.check >> k & 1u) && !tg_registry_regions(ctx, &t->c, k, &t->regions[k])) return false;
     if (uses) add_case_arg(&t->c, "uses", (char[]){uses, '\0'});
     if (bug && bug->size) add_case_arg(&t->c, "size", size);
     t->fn = bug ? bug->forward : op->forward;
@@ -258,10 +260,20 @@ static bool apply_controls(tg_ctx *ctx, const gct_args *a, gct_target *t) {
     return tg_ok(ctx);
 }
 
+/* --cover: t's inputs redrawn across the op's regions, stratum the input
+ * seed, kept 4 steps from every kink (the step as the check will take it:
+ * relative to the input's scale unless --step absolute). */
+static bool cover(tg_ctx *ctx, const gct_args *a, gct_target *t, uint64_t input_seed) {
+    double h = isnan(a->h) ? tg_registry_opts(t->op, t->c.dtype, NULL).h : a->h;
+    bool absolute = a->step == TG_GRADCHECK_STEP_ABSOLUTE;
+    return tg_registry_cover(ctx, &t->c, input_seed, absolute ? 0 : 4 * h, absolute ? 4 * h : 0);
+}
+
 bool gct_target_make(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const gct_bug *bug, const char *spec,
                      tg_dtype dtype, uint64_t seed, gct_target *t) {
     tg_rng_seed(ctx, gct_input_seed(a, seed));
-    return gct_target_build(ctx, op, bug, spec, dtype, t) && apply_controls(ctx, a, t);
+    return gct_target_build(ctx, op, bug, spec, dtype, t) && (!a->cover || cover(ctx, a, t, gct_input_seed(a, seed))) &&
+           apply_controls(ctx, a, t);
 }
 
 int64_t gct_target_numel(const gct_target *t) {

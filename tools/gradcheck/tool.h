@@ -24,10 +24,13 @@
  *             json.c       the JSON document (--format json) and its pieces
  *             inputs.c     a target's inputs printed, as JSON, saved to files
  *             plot.c       heatmap pictures (data and gnuplot script)
+ *             coverage.c   the values each input held and the op's regions
+ *                          it reached (a table, JSON)
  *   target    target.c     what is checked: a registered op, or one with
  *                          an injected bug; options for tg_gradcheck; the check
  *             inject.c     the seeded bugs (known-wrong backward passes)
  *             inject_norm.c  more of them, written with the custom-op API
+ *             inject_act.c   a softplus wrong in part of its domain
  *             plugin.c     --plugin PATH: a user's ops from a shared object
  *   base      args.c       the command line into gct_args; usage errors
  *             usage.c      the usage text
@@ -123,6 +126,7 @@ typedef struct gct_args {
     int n_ctl;
     int modes;    /* --modes fwd,rev: GCT_MODE_REV | GCT_MODE_FWD (modes.c); 0: rev */
     bool adjoint; /* --adjoint: the dot-product test (modes.c) */
+    bool cover;   /* --cover: inputs across the op's regions (target.c) */
 } gct_args;
 
 /* The input and probe seeds of run `s` (a seed of --seeds, or --seed):
@@ -190,6 +194,8 @@ tg_tensor *gct_bug_rmsnorm_r_const(tg_ctx *ctx, tg_tensor *const *in, void *user
 tg_tensor *gct_bug_rmsnorm_m_sum(tg_ctx *ctx, tg_tensor *const *in, void *user);
 tg_tensor *gct_bug_rmsnorm_ignore_dy(tg_ctx *ctx, tg_tensor *const *in, void *user);
 tg_tensor *gct_bug_linear_scale(tg_ctx *ctx, tg_tensor *const *in, void *user);
+/* The bug of inject_act.c. */
+tg_tensor *gct_bug_softplus_high(tg_ctx *ctx, tg_tensor *const *in, void *user);
 
 int gct_bug_count(void);
 const gct_bug *gct_bug_get(int i);
@@ -213,6 +219,9 @@ typedef struct gct_target {
     char function[160];   /* with a bug, the function checked:
                                   "rmsnorm(x; gamma) + x"; else "" */
     char label[160];      /* "rmsnorm" or "rmsnorm  with bug rmsnorm-sum" */
+    /* each input's regions (tg_registry_regions; n 0 for inputs not
+     * differentiable) */
+    tg_regions regions[TG_GRADCHECK_MAX_INPUTS];
 } gct_target;
 
 /* A context seeded with `seed`; NULL (and a message) when out of memory. */
@@ -231,8 +240,10 @@ int gct_begin(const gct_args *a, const tg_op_info **op, const gct_bug **bug, tg_
  * 4x5, eps=-1). */
 bool gct_target_build(tg_ctx *ctx, const tg_op_info *op, const gct_bug *bug, const char *spec, tg_dtype dtype,
                       gct_target *t);
-/* gct_target_build with the command line's input seed for run `seed` and
- * its input controls (--dist, --scale, --offset, --values) applied. */
+/* gct_target_build with the command line's input seed for run `seed`,
+ * with --cover its inputs redrawn across the op's regions (stratum: the
+ * input seed), and its input controls (--dist, --scale, --offset,
+ * --values) applied. */
 bool gct_target_make(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const gct_bug *bug, const char *spec,
                      tg_dtype dtype, uint64_t seed, gct_target *t);
 /* After gct_target_build failed: the exit status, with the message
@@ -261,6 +272,31 @@ void gct_json_inputs(FILE *out, const gct_target *t);
 /* Writes each input of t to DIR/NAME.txt (numbers, loadable by --values
  * NAME=@DIR/NAME.txt). False (and a message) when a file cannot be written. */
 bool gct_save_inputs(const gct_target *t, const char *dir);
+
+/* ---- what the inputs covered (coverage.c) ------------------------------------ */
+
+/* One input of one case, over the seeds that ran it. */
+typedef struct gct_cover_row {
+    char spec[128], name[32];
+    int64_t runs;
+    tg_regions regions;
+    tg_coverage cov;
+} gct_cover_row;
+typedef struct gct_cover {
+    gct_cover_row *rows;
+    int n, cap;
+} gct_cover;
+/* Joins the coverage of t's checked inputs into the rows of its spec. */
+void gct_cover_add(gct_cover *cv, const gct_target *t);
+/* The table "inputs seen": per row the range, the signs, the decades of
+ * |x|, the regions seen of the op's and those not seen. */
+void gct_cover_print(FILE *out, const gct_cover *cv, const gct_args *a, int indent);
+void gct_cover_free(gct_cover *cv);
+/* The row of (spec, input name); NULL when there is none. */
+const gct_cover_row *gct_cover_find(const gct_cover *cv, const char *spec, const char *name);
+/* One row as a JSON object (the schema's "coverage"; json.c, which also
+ * writes one per checked input into every check of "checks"). */
+void gct_json_cover_row(FILE *out, const gct_cover_row *r);
 
 /* ---- pictures (plot.c) ------------------------------------------------------- */
 
