@@ -67,7 +67,7 @@ OBJECTS = {
     "batch_input": {
         "name": "str", "runs": "int", "pass": "int", "wrong": "int", "inconclusive": "int", "verdict": VERDICT,
         "reason": REASON, "pass_rate": "num", "rel_err": "quantiles", "ratio": "quantiles", "excess": "quantiles",
-        "pred_rel": "quantiles", "coverage": "coverage",
+        "pred_rel": "quantiles", "coverage": "?coverage",  # null: --mode fast's joint row
     },
     # what one input held (over a batch: every seed's values)
     "coverage": {

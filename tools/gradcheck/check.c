@@ -451,8 +451,12 @@ static int check_batch(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, con
             json_quantiles(jf, "excess", b->excess, b->runs);
             fprintf(jf, ",");
             json_quantiles(jf, "pred_rel", b->pred, b->runs);
+            /* null for --mode fast's joint row (x+gamma+...): each check's
+             * "coverage" gives its inputs one by one */
             const gct_cover_row *cr = gct_cover_find(&T->cover, tg.c.spec, tg.c.input_names[k]);
-            if (cr) fprintf(jf, ",\"coverage\":"), gct_json_cover_row(jf, cr);
+            fprintf(jf, ",\"coverage\":");
+            if (cr) gct_json_cover_row(jf, cr);
+            else fprintf(jf, "null");
             fprintf(jf, "}");
         }
         if (a->format != GCT_TEXT || (a->quiet && v == TG_VERDICT_PASS) || b->runs == 0) continue;
