@@ -1,5 +1,4 @@
 /* The shared driver of elementwise unary ops; see unary.h. */
-#include "autograd/lowp.h"
 #include "autograd/unary.h"
 #include "tensor/parallel.h"
 

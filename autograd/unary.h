@@ -7,7 +7,9 @@
  * y. The driver checks the argument, makes the output, runs the kernels
  * (split over threads in fixed chunks for big tensors: tg_split, which the
  * reductions use too), and records the op; its backward and tangent rule
- * are shared by every unary op (tg_unary_backward, tg_unary_jvp). */
+ * are shared by every unary op (tg_unary_backward, tg_unary_jvp).
+ * bfloat16 and float16 run the float32 kernels on blocks widened from the
+ * 16-bit data, each result rounded once (unary.c). */
 #ifndef TG_AUTOGRAD_UNARY_H
 #define TG_AUTOGRAD_UNARY_H
 
