@@ -147,11 +147,11 @@ bool tg_registry_regions(tg_ctx *ctx, const tg_op_case *c, int k, tg_regions *ou
 
 /* ---- what a check saw ------------------------------------------------------------ */
 
-void tg_coverage_of(const tg_tensor *x, const tg_regions *regions, tg_coverage *cov) {
+bool tg_coverage_of(tg_ctx *ctx, const tg_tensor *x, const tg_regions *regions, tg_coverage *cov) {
+    if (!tg_check_ptr(ctx, __func__, "cov", cov) || !tg_check_arg_any(ctx, __func__, "x", x)) return false;
     memset(cov, 0, sizeof *cov);
     cov->min = INFINITY, cov->max = -INFINITY;
     cov->decade_min = INT32_MAX, cov->decade_max = INT32_MIN;
-    if (!x) return;
     cov->numel = x->numel;
     for (int64_t i = 0; i < x->numel; i++) {
         double v = tg_load(x, i);
@@ -167,12 +167,14 @@ void tg_coverage_of(const tg_tensor *x, const tg_regions *regions, tg_coverage *
         for (int j = 0; regions && j < regions->n && j < 64; j++)
             if (v >= regions->r[j].lo && v < regions->r[j].hi) cov->seen |= (uint64_t)1 << j;
     }
+    return true;
 }
 
-void tg_coverage_join(tg_coverage *acc, const tg_coverage *c) {
+bool tg_coverage_join(tg_coverage *acc, const tg_coverage *c) {
+    if (!acc || !c) return false;
     if (acc->numel == 0) {
         *acc = *c;
-        return;
+        return true;
     }
     acc->numel += c->numel;
     acc->n_neg += c->n_neg, acc->n_zero += c->n_zero, acc->n_pos += c->n_pos;
@@ -180,6 +182,7 @@ void tg_coverage_join(tg_coverage *acc, const tg_coverage *c) {
     if (c->decade_min < acc->decade_min) acc->decade_min = c->decade_min;
     if (c->decade_max > acc->decade_max) acc->decade_max = c->decade_max;
     acc->seen |= c->seen;
+    return true;
 }
 
 /* ---- inputs across the regions ----------------------------------------------------- */

@@ -84,7 +84,7 @@ START_TEST(test_coverage_counts) {
     ck_assert(tg_registry_build(ctx, tg_registry_find("softplus"), "6", TG_F64, &c));
     ck_assert(tg_registry_regions(ctx, &c, 0, &r));
     tg_coverage cov;
-    tg_coverage_of(x, &r, &cov);
+    ck_assert(tg_coverage_of(ctx, x, &r, &cov));
     ck_assert(cov.min == -50 && cov.max == 25);
     ck_assert(cov.n_neg == 2 && cov.n_zero == 1 && cov.n_pos == 3 && cov.numel == 6);
     ck_assert(cov.decade_min == -3 && cov.decade_max == 1);
@@ -93,9 +93,12 @@ START_TEST(test_coverage_counts) {
     ck_assert(!(cov.seen >> find_region(&r, "[0.01,0.1)") & 1u));
     ck_assert(!(cov.seen >> find_region(&r, "near 20-") & 1u));
     tg_coverage acc = {0};
-    tg_coverage_join(&acc, &cov);
-    tg_coverage_join(&acc, &cov);
+    ck_assert(tg_coverage_join(&acc, &cov) && tg_coverage_join(&acc, &cov));
     ck_assert(acc.numel == 12 && acc.n_pos == 6 && acc.seen == cov.seen);
+    /* misuse: an error naming the function, nothing read */
+    ck_assert(!tg_coverage_join(NULL, &cov) && !tg_coverage_join(&acc, NULL) && acc.numel == 12);
+    tg_test_assert_fails(ctx, tg_coverage_of(ctx, x, &r, NULL) ? x : NULL, TG_ERR_NULL, "tg_coverage_of", "cov", NULL);
+    tg_test_assert_fails(ctx, tg_coverage_of(ctx, NULL, &r, &cov) ? x : NULL, TG_ERR_NULL, "tg_coverage_of", "x", NULL);
 }
 END_TEST
 
@@ -140,7 +143,7 @@ START_TEST(test_cover_strata) {
         ck_assert(tg_registry_cover(ctx, &c, s, 4e-6, 0));
         ck_assert(tg_registry_regions(ctx, &c, 0, &r));
         tg_coverage cov;
-        tg_coverage_of(c.inputs[0], &r, &cov);
+        ck_assert(tg_coverage_of(ctx, c.inputs[0], &r, &cov));
         seen |= cov.seen;
     }
     ck_assert_msg(seen == ((uint64_t)1 << r.n) - 1, "seen 0x%llx of %d regions", (unsigned long long)seen, r.n);
@@ -149,7 +152,7 @@ START_TEST(test_cover_strata) {
     ck_assert(tg_registry_build(ctx, op, "4x8", TG_F64, &c));
     ck_assert(tg_registry_cover(ctx, &c, 3, 4e-6, 0));
     tg_coverage cov;
-    tg_coverage_of(c.inputs[0], &r, &cov);
+    ck_assert(tg_coverage_of(ctx, c.inputs[0], &r, &cov));
     ck_assert(cov.seen == ((uint64_t)1 << r.n) - 1);
 }
 END_TEST

@@ -811,11 +811,13 @@ typedef struct tg_coverage {
     int decade_min, decade_max;
     uint64_t seen;
 } tg_coverage;
-/* The coverage of x over regions (NULL: none). */
-TG_API void tg_coverage_of(const tg_tensor *x, const tg_regions *regions, tg_coverage *cov);
+/* The coverage of x over regions (NULL: none) into *cov. False, with an
+ * error naming the function, when x or cov is NULL or x is not a tensor of
+ * this step of ctx. */
+TG_API bool tg_coverage_of(tg_ctx *ctx, const tg_tensor *x, const tg_regions *regions, tg_coverage *cov);
 /* acc joined with c (the union: over several seeds); acc with numel 0 is
- * empty. */
-TG_API void tg_coverage_join(tg_coverage *acc, const tg_coverage *c);
+ * empty. False (acc unchanged) when either is NULL. */
+TG_API bool tg_coverage_join(tg_coverage *acc, const tg_coverage *c);
 
 /* Redraws every differentiable input of c across its regions, stratified:
  * element i of an input of n elements takes region (stratum n + i) mod R

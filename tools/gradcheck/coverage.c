@@ -36,9 +36,7 @@ void gct_cover_add(gct_cover *cv, const gct_target *t) {
         if (!(t->c.check >> k & 1u)) continue;
         gct_cover_row *r = row_of(cv, t->c.spec, t->c.input_names[k], &t->regions[k]);
         if (!r) return;
-        tg_coverage c;
-        tg_coverage_of(t->c.inputs[k], &t->regions[k], &c);
-        tg_coverage_join(&r->cov, &c);
+        tg_coverage_join(&r->cov, &t->cov[k]);
         r->runs++;
     }
 }

@@ -130,7 +130,7 @@ static void json_coverage(const gct_target *t) {
         memset(&r, 0, sizeof r);
         snprintf(r.name, sizeof r.name, "%s", t->c.input_names[k]);
         r.regions = t->regions[k];
-        tg_coverage_of(t->c.inputs[k], &t->regions[k], &r.cov);
+        r.cov = t->cov[k];
         printf("%s", sep);
         gct_json_cover_row(stdout, &r);
         sep = ",";

@@ -269,11 +269,18 @@ static bool cover(tg_ctx *ctx, const gct_args *a, gct_target *t, uint64_t input_
     return tg_registry_cover(ctx, &t->c, input_seed, absolute ? 0 : 4 * h, absolute ? 4 * h : 0);
 }
 
+/* t->cov: what each checked input holds, measured once for the reports. */
+static bool measure_coverage(tg_ctx *ctx, gct_target *t) {
+    for (int k = 0; k < t->c.n_inputs; k++)
+        if ((t->c.check >> k & 1u) && !tg_coverage_of(ctx, t->c.inputs[k], &t->regions[k], &t->cov[k])) return false;
+    return true;
+}
+
 bool gct_target_make(tg_ctx *ctx, const gct_args *a, const tg_op_info *op, const gct_bug *bug, const char *spec,
                      tg_dtype dtype, uint64_t seed, gct_target *t) {
     tg_rng_seed(ctx, gct_input_seed(a, seed));
     return gct_target_build(ctx, op, bug, spec, dtype, t) && (!a->cover || cover(ctx, a, t, gct_input_seed(a, seed))) &&
-           apply_controls(ctx, a, t);
+           apply_controls(ctx, a, t) && measure_coverage(ctx, t);
 }
 
 int64_t gct_target_numel(const gct_target *t) {

@@ -222,6 +222,9 @@ typedef struct gct_target {
     /* each input's regions (tg_registry_regions; n 0 for inputs not
      * differentiable) */
     tg_regions regions[TG_GRADCHECK_MAX_INPUTS];
+    /* what each checked input holds once made (gct_target_make), as the
+     * reports print it */
+    tg_coverage cov[TG_GRADCHECK_MAX_INPUTS];
 } gct_target;
 
 /* A context seeded with `seed`; NULL (and a message) when out of memory. */
